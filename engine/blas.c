@@ -1,0 +1,73 @@
+/*
+ * blas.c -- the only module that talks to BLIS.
+ *
+ * Owns: kernel-set selection (BLIS reads BLIS_ARCH_TYPE once, at its own
+ * initialisation, so the choice is made here before the first BLIS call),
+ * the thread count, and a strided sgemm wrapper.
+ * Invariant: every matrix product in the engine goes through hp_gemm.
+ * Must not: allocate, print, or read anything but the environment.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "blas_int.h"
+
+#include <blis.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static bool g_inited;
+static bool g_from_env;
+
+static bool cpu_has_avx512f(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+#else
+    return false;
+#endif
+}
+
+void hp_runtime_init(int n_threads)
+{
+    if (!g_inited) {
+        const char *user = getenv("BLIS_ARCH_TYPE");
+        g_from_env = user != NULL && user[0] != '\0';
+        /* Debian's BLIS 0.9 falls back to the AVX2 kernels on these Xeons even
+         * when AVX-512 is present; skx runs sgemm about 1.8x faster. */
+        if (!g_from_env && cpu_has_avx512f()) {
+            char num[16];
+            snprintf(num, sizeof num, "%d", (int)BLIS_ARCH_SKX);
+            setenv("BLIS_ARCH_TYPE", num, 1);
+        }
+        bli_init();
+        g_inited = true;
+    }
+    if (n_threads > 0)
+        bli_thread_set_num_threads(n_threads);
+}
+
+const char *hp_runtime_kernel(void)
+{
+    if (!g_inited)
+        hp_runtime_init(0);
+    return bli_arch_string(bli_arch_query_id());
+}
+
+bool hp_runtime_kernel_from_env(void)
+{
+    return g_from_env;
+}
+
+void hp_gemm(int m, int n, int k, float alpha, const float *a, ptrdiff_t rsa,
+             ptrdiff_t csa, const float *b, ptrdiff_t rsb, ptrdiff_t csb,
+             float beta, float *c, ptrdiff_t rsc, ptrdiff_t csc)
+{
+    if (!g_inited)
+        hp_runtime_init(0);
+    if (m == 0 || n == 0)
+        return;
+    float al = alpha, be = beta;
+    /* BLIS takes non-const pointers but does not write a or b. */
+    bli_sgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (float *)a,
+              rsa, csa, (float *)b, rsb, csb, &be, c, rsc, csc);
+}

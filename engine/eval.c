@@ -1,0 +1,375 @@
+/*
+ * eval.c -- evaluate masked variants on a held-out set and reduce to metrics.
+ *
+ * Owns the pairing of a model with data: validation of one against the
+ * other, the unmasked reference each variant is compared with (KL, cosine),
+ * the mean-ablation statistics (computed once, on first use), and the
+ * per-sequence and token-weighted metrics. Reductions are in double.
+ * Must not: print, exit, or know about files other than through hp_data.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward_int.h"
+#include "util_int.h"
+
+struct hp_evaluator {
+    struct hp_model *m;
+    const struct hp_data *d;
+    struct hp_fwd *fwd;
+    int width;        /* forward output row width */
+    bool has_loss;    /* causal LM, or MLM with labels */
+    float *out_m;     /* (seq_len, width) masked variant */
+    float *out_b;     /* (seq_len, width) unmasked reference */
+    float *mean_all;  /* NULL or (n_layers, n_heads * d_head) */
+    float *mean_pos;  /* NULL or (n_layers, seq_len, n_heads * d_head) */
+    void (*progress)(void *, int, int);
+    void *progress_user;
+};
+
+enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, struct hp_evaluator **out,
+                                struct hp_error *err)
+{
+    *out = NULL;
+    const struct hp_model_info *in = &m->info;
+    enum hp_status st = hp_data_check_vocab(d, in->n_vocab, err);
+    if (st != HP_OK)
+        return st;
+    if (d->seq_len > in->n_ctx)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: sequences of %d tokens exceed the model's %d positions (use a shorter --seq-len)",
+                       d->path, d->seq_len, in->n_ctx);
+    if (in->causal && d->seq_len < 2)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: sequences of %d token predict nothing (need at least 2)", d->path, d->seq_len);
+    if (d->type_ids) {
+        if (in->arch != HP_ARCH_BERT)
+            return hp_fail(err, HP_ERR_ARG, "%s: token_type_ids given but %s models have no token types", d->path, in->model_type);
+        for (size_t i = 0; i < (size_t)d->n_seqs * d->seq_len; i++)
+            if (d->type_ids[i] < 0 || d->type_ids[i] >= m->n_types)
+                return hp_fail(err, HP_ERR_ARG, "%s: token type %d at row %zu, position %zu is outside the model's %d types",
+                               d->path, d->type_ids[i], i / d->seq_len, i % d->seq_len, m->n_types);
+    }
+    bool has_loss = in->causal || (m->lm_head && d->labels);
+    if (!in->causal && m->lm_head && !d->labels)
+        return hp_fail(err, HP_ERR_ARG,
+                       "%s: %s has an MLM head but the data has no \"labels\" (give labels with -100 for unscored positions)",
+                       d->path, m->dir);
+    struct hp_evaluator *ev = calloc(1, sizeof *ev);
+    if (!ev)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    ev->m = m;
+    ev->d = d;
+    ev->has_loss = has_loss;
+    ev->width = hp_fwd_out_width(m);
+    ev->fwd = hp_fwd_new(m, d->seq_len);
+    size_t n = (size_t)d->seq_len * ev->width;
+    ev->out_m = malloc(n * sizeof(float));
+    ev->out_b = malloc(n * sizeof(float));
+    if (!ev->fwd || !ev->out_m || !ev->out_b) {
+        hp_evaluator_free(ev);
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory for a %d-token workspace", d->seq_len);
+    }
+    *out = ev;
+    return HP_OK;
+}
+
+void hp_evaluator_free(struct hp_evaluator *ev)
+{
+    if (!ev)
+        return;
+    hp_fwd_free(ev->fwd);
+    free(ev->out_m);
+    free(ev->out_b);
+    free(ev->mean_all);
+    free(ev->mean_pos);
+    free(ev);
+}
+
+void hp_evaluator_set_progress(struct hp_evaluator *ev, void (*fn)(void *, int, int), void *user)
+{
+    ev->progress = fn;
+    ev->progress_user = user;
+}
+
+static void run_seq(struct hp_evaluator *ev, int s, const float *gate, enum hp_ablation abl, float *out,
+                    double *capture)
+{
+    const struct hp_data *d = ev->d;
+    size_t off = (size_t)s * d->seq_len;
+    const struct hp_model_info *in = &ev->m->info;
+    size_t qd = (size_t)in->n_heads * in->d_head;
+    struct hp_fwd_args a = {
+        .ids = d->ids + off,
+        .attn_mask = d->attn_mask ? d->attn_mask + off : NULL,
+        .type_ids = d->type_ids ? d->type_ids + off : NULL,
+        .T = d->seq_len,
+        .gate = gate,
+        .ablation = abl,
+        .capture = capture,
+        .out = out,
+    };
+    if (abl == HP_ABLATE_MEAN) {
+        a.mean = ev->mean_all;
+        a.mean_layer_stride = (ptrdiff_t)qd;
+        a.mean_pos_stride = 0;
+    } else if (abl == HP_ABLATE_MEAN_POS) {
+        a.mean = ev->mean_pos;
+        a.mean_layer_stride = (ptrdiff_t)(qd * d->seq_len);
+        a.mean_pos_stride = (ptrdiff_t)qd;
+    }
+    hp_fwd_run(ev->m, ev->fwd, &a);
+}
+
+/* Head-output means of the unmasked model over the held-out set, once. */
+static enum hp_status ensure_means(struct hp_evaluator *ev, struct hp_error *err)
+{
+    if (ev->mean_all)
+        return HP_OK;
+    const struct hp_data *d = ev->d;
+    const struct hp_model_info *in = &ev->m->info;
+    size_t T = (size_t)d->seq_len, L = (size_t)in->n_layers, qd = (size_t)in->n_heads * in->d_head;
+    double *cap = calloc(L * T * qd, sizeof *cap);
+    int64_t *cnt = calloc(T, sizeof *cnt);
+    ev->mean_all = malloc(L * qd * sizeof(float));
+    ev->mean_pos = malloc(L * T * qd * sizeof(float));
+    if (!cap || !cnt || !ev->mean_all || !ev->mean_pos) {
+        free(cap);
+        free(cnt);
+        free(ev->mean_all);
+        free(ev->mean_pos);
+        ev->mean_all = ev->mean_pos = NULL;
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory for mean-ablation statistics");
+    }
+    for (int s = 0; s < d->n_seqs; s++) {
+        run_seq(ev, s, NULL, HP_ABLATE_ZERO, ev->out_b, cap);
+        for (size_t t = 0; t < T; t++)
+            cnt[t] += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
+    }
+    int64_t total = 0;
+    for (size_t t = 0; t < T; t++)
+        total += cnt[t];
+    for (size_t l = 0; l < L; l++)
+        for (size_t i = 0; i < qd; i++) {
+            double sum = 0;
+            for (size_t t = 0; t < T; t++) {
+                double v = cap[(l * T + t) * qd + i];
+                sum += v;
+                ev->mean_pos[(l * T + t) * qd + i] = cnt[t] ? (float)(v / (double)cnt[t]) : 0.0f;
+            }
+            ev->mean_all[l * qd + i] = total ? (float)(sum / (double)total) : 0.0f;
+        }
+    free(cap);
+    free(cnt);
+    return HP_OK;
+}
+
+/* log-sum-exp of a row, in double */
+static double row_lse(const float *z, int V)
+{
+    float mx = z[0];
+    for (int i = 1; i < V; i++)
+        if (z[i] > mx)
+            mx = z[i];
+    double s = 0;
+    for (int i = 0; i < V; i++)
+        s += exp((double)z[i] - mx);
+    return mx + log(s);
+}
+
+static int row_argmax(const float *z, int V)
+{
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (z[i] > z[best])
+            best = i;
+    return best;
+}
+
+/* The token position t is scored against *target, or not at all. */
+static bool target_at(const struct hp_data *d, bool causal, int s, int t, int32_t *target)
+{
+    size_t row = (size_t)s * d->seq_len;
+    if (causal) {
+        if (t + 1 >= d->seq_len)
+            return false;
+        if (d->attn_mask && (!d->attn_mask[row + t + 1] || !d->attn_mask[row + t]))
+            return false;
+        *target = d->labels ? d->labels[row + t + 1] : d->ids[row + t + 1];
+    } else {
+        if (d->attn_mask && !d->attn_mask[row + t])
+            return false;
+        *target = d->labels[row + t];
+    }
+    return *target != -100;
+}
+
+static double mean_pooled_cos(const struct hp_data *d, int s, const float *a, const float *b, int D)
+{
+    size_t row = (size_t)s * d->seq_len;
+    double dot = 0, na = 0, nb = 0;
+    for (int i = 0; i < D; i++) {
+        double pa = 0, pb = 0;
+        int n = 0;
+        for (int t = 0; t < d->seq_len; t++)
+            if (!d->attn_mask || d->attn_mask[row + t]) {
+                pa += a[(size_t)t * D + i];
+                pb += b[(size_t)t * D + i];
+                n++;
+            }
+        if (n) {
+            pa /= n;
+            pb /= n;
+        }
+        dot += pa * pb;
+        na += pa * pa;
+        nb += pb * pb;
+    }
+    return (na > 0 && nb > 0) ? dot / sqrt(na * nb) : 0.0;
+}
+
+void hp_metrics_free(struct hp_metrics *mt)
+{
+    if (!mt)
+        return;
+    free(mt->seq_loss);
+    free(mt->seq_acc);
+    free(mt->seq_kl);
+    free(mt->seq_cos);
+    free(mt->seq_tokens);
+    free(mt);
+}
+
+enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl,
+                                struct hp_metrics **out, struct hp_error *err)
+{
+    *out = NULL;
+    const struct hp_data *d = ev->d;
+    const struct hp_model_info *in = &ev->m->info;
+    if (mask && (mask->n_layers != in->n_layers || mask->n_heads != in->n_heads))
+        return hp_fail(err, HP_ERR_ARG, "mask is for %d layers x %d heads but the model has %d x %d", mask->n_layers,
+                       mask->n_heads, in->n_layers, in->n_heads);
+    bool ablates = mask && hp_mask_count_ablated(mask) > 0;
+    bool scaled = false;
+    for (int i = 0; mask && i < mask->n_layers * mask->n_heads; i++)
+        scaled |= mask->gate[i] != 1.0f;
+    if (ablates && abl != HP_ABLATE_ZERO) {
+        enum hp_status st = ensure_means(ev, err);
+        if (st != HP_OK)
+            return st;
+    }
+    struct hp_metrics *mt = calloc(1, sizeof *mt);
+    if (!mt)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    size_t ns = (size_t)d->n_seqs;
+    mt->seq_loss = calloc(ns, sizeof(double));
+    mt->seq_acc = calloc(ns, sizeof(double));
+    mt->seq_kl = calloc(ns, sizeof(double));
+    mt->seq_cos = calloc(ns, sizeof(double));
+    mt->seq_tokens = calloc(ns, sizeof(int64_t));
+    if (!mt->seq_loss || !mt->seq_acc || !mt->seq_kl || !mt->seq_cos || !mt->seq_tokens) {
+        hp_metrics_free(mt);
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    }
+    mt->n_seqs = d->n_seqs;
+    mt->has_loss = ev->has_loss;
+    mt->has_cos = !ev->has_loss;
+
+    const float *gate = mask ? mask->gate : NULL;
+    const int W = ev->width;
+    double sum_loss = 0, sum_acc = 0, sum_kl = 0, sum_cos = 0;
+    int64_t n_tok = 0;
+    for (int s = 0; s < d->n_seqs; s++) {
+        run_seq(ev, s, gate, abl, ev->out_m, NULL);
+        /* the unmasked reference; with nothing changed it is the same pass */
+        const float *base = ev->out_m;
+        if (scaled) {
+            run_seq(ev, s, NULL, HP_ABLATE_ZERO, ev->out_b, NULL);
+            base = ev->out_b;
+        }
+        if (ev->has_loss) {
+            double sl = 0, sa = 0, sk = 0;
+            int64_t nt = 0;
+            for (int t = 0; t < d->seq_len; t++) {
+                int32_t y;
+                if (!target_at(d, in->causal, s, t, &y))
+                    continue;
+                const float *zm = ev->out_m + (size_t)t * W, *zb = base + (size_t)t * W;
+                double lse_m = row_lse(zm, W);
+                sl += lse_m - zm[y];
+                sa += row_argmax(zm, W) == y;
+                if (scaled) {
+                    double lse_b = row_lse(zb, W), kl = 0;
+                    for (int v = 0; v < W; v++) {
+                        double lb = zb[v] - lse_b, lm = zm[v] - lse_m;
+                        kl += exp(lb) * (lb - lm);
+                    }
+                    sk += kl;
+                }
+                nt++;
+            }
+            mt->seq_tokens[s] = nt;
+            mt->seq_loss[s] = nt ? sl / nt : 0;
+            mt->seq_acc[s] = nt ? sa / nt : 0;
+            mt->seq_kl[s] = nt ? sk / nt : 0;
+            sum_loss += sl;
+            sum_acc += sa;
+            sum_kl += sk;
+            n_tok += nt;
+        } else {
+            int64_t nt = 0;
+            for (int t = 0; t < d->seq_len; t++)
+                nt += !d->attn_mask || d->attn_mask[(size_t)s * d->seq_len + t];
+            mt->seq_tokens[s] = nt;
+            mt->seq_cos[s] = scaled ? mean_pooled_cos(d, s, base, ev->out_m, W) : 1.0;
+            sum_cos += mt->seq_cos[s];
+            n_tok += nt;
+        }
+        if (ev->progress)
+            ev->progress(ev->progress_user, s + 1, d->n_seqs);
+    }
+    mt->n_tokens = n_tok;
+    if (ev->has_loss) {
+        if (n_tok == 0) {
+            hp_metrics_free(mt);
+            return hp_fail(err, HP_ERR_ARG, "%s: no token is scored (all labels are -100 or padding)", d->path);
+        }
+        mt->loss = sum_loss / n_tok;
+        mt->ppl = exp(mt->loss);
+        mt->acc = sum_acc / n_tok;
+        mt->kl = sum_kl / n_tok;
+    } else {
+        mt->cos = sum_cos / d->n_seqs;
+    }
+    *out = mt;
+    return HP_OK;
+}
+
+enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids, const uint8_t *attn_mask,
+                                const int32_t *type_ids, int n_tokens, const struct hp_mask *mask, float *out,
+                                struct hp_error *err)
+{
+    const struct hp_model_info *in = &m->info;
+    if (n_tokens < 1 || n_tokens > in->n_ctx)
+        return hp_fail(err, HP_ERR_ARG, "%d tokens: the model takes 1 to %d", n_tokens, in->n_ctx);
+    for (int t = 0; t < n_tokens; t++)
+        if (ids[t] < 0 || ids[t] >= in->n_vocab)
+            return hp_fail(err, HP_ERR_ARG, "token id %d at position %d is outside the vocabulary (%d tokens)", ids[t], t,
+                           in->n_vocab);
+    if (!m->fwd || hp_fwd_capacity(m->fwd) != n_tokens) {
+        hp_fwd_free(m->fwd);
+        m->fwd = hp_fwd_new(m, n_tokens);
+        if (!m->fwd)
+            return hp_fail(err, HP_ERR_NOMEM, "out of memory for a %d-token workspace", n_tokens);
+    }
+    struct hp_fwd_args a = {
+        .ids = ids,
+        .attn_mask = attn_mask,
+        .type_ids = type_ids,
+        .T = n_tokens,
+        .gate = mask ? mask->gate : NULL,
+        .ablation = HP_ABLATE_ZERO,
+        .out = out,
+    };
+    hp_fwd_run(m, m->fwd, &a);
+    return HP_OK;
+}

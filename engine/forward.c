@@ -1,0 +1,412 @@
+/*
+ * forward.c -- the masked-attention forward pass for GPT-2, BERT and Llama.
+ *
+ * Activations live in one workspace sized up front for T tokens; nothing is
+ * allocated or read from disk during a pass. Matrix products go through
+ * hp_gemm with strides: per-head slices of Q/K/V, K transposed and slices of
+ * the output projection are views, never copies.
+ * Invariants: a gate of exactly 1 changes nothing (bit for bit, the same
+ * operations run as with no gate); a gate of 0 under zero ablation skips the
+ * head's work entirely rather than multiplying it by zero.
+ */
+#include "forward_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blas_int.h"
+
+struct hp_fwd {
+    int cap;     /* T capacity */
+    float *x;    /* (T, d_model) residual stream */
+    float *h;    /* (T, d_model) normalised input of a block */
+    float *tmp;  /* (T, d_model) block output */
+    float *q;    /* (T, n_heads * d_head) */
+    float *k;    /* (T, n_kv_heads * d_head) */
+    float *v;    /* (T, n_kv_heads * d_head) */
+    float *ctx;  /* (T, n_heads * d_head) per-head attention outputs */
+    float *att;  /* (T, T) scores / probabilities of one head */
+    float *ff;   /* (T, d_ff) */
+    float *ff2;  /* (T, d_ff) Llama gate */
+    float *rope; /* (T, d_head / 2, 2) cos, sin */
+    float *buf;  /* the one allocation behind all of the above */
+};
+
+int hp_fwd_out_width(const struct hp_model *m)
+{
+    return m->lm_head ? m->info.n_vocab : m->info.d_model;
+}
+
+struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T)
+{
+    const struct hp_model_info *in = &m->info;
+    size_t t = (size_t)T, d = (size_t)in->d_model, qd = (size_t)in->n_heads * in->d_head,
+           kvd = (size_t)in->n_kv_heads * in->d_head, f = (size_t)in->d_ff;
+    size_t n_x = t * d, n_q = t * qd, n_kv = t * kvd, n_att = t * t, n_ff = t * f,
+           n_rope = t * (size_t)in->d_head;
+    size_t total = 3 * n_x + 2 * n_q + 2 * n_kv + n_att + 2 * n_ff + n_rope;
+    struct hp_fwd *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->buf = malloc(total * sizeof(float));
+    if (!w->buf) {
+        free(w);
+        return NULL;
+    }
+    float *p = w->buf;
+    w->x = p, p += n_x;
+    w->h = p, p += n_x;
+    w->tmp = p, p += n_x;
+    w->q = p, p += n_q;
+    w->ctx = p, p += n_q;
+    w->k = p, p += n_kv;
+    w->v = p, p += n_kv;
+    w->att = p, p += n_att;
+    w->ff = p, p += n_ff;
+    w->ff2 = p, p += n_ff;
+    w->rope = p;
+    w->cap = T;
+    if (in->arch == HP_ARCH_LLAMA) {
+        /* the rotary table, computed in float as Hugging Face does */
+        int half = in->d_head / 2;
+        for (int pos = 0; pos < T; pos++)
+            for (int i = 0; i < half; i++) {
+                float inv = 1.0f / powf(m->rope_theta, (float)(2 * i) / (float)in->d_head);
+                float ang = (float)pos * inv;
+                w->rope[(size_t)pos * in->d_head + 2 * i] = (float)cos((double)ang);
+                w->rope[(size_t)pos * in->d_head + 2 * i + 1] = (float)sin((double)ang);
+            }
+    }
+    return w;
+}
+
+void hp_fwd_free(struct hp_fwd *w)
+{
+    if (!w)
+        return;
+    free(w->buf);
+    free(w);
+}
+
+int hp_fwd_capacity(const struct hp_fwd *w) { return w->cap; }
+
+// --- elementwise ------------------------------------------------------------
+
+static void layer_norm(float *y, const float *x, int T, int d, const float *w, const float *b, float eps)
+{
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * d;
+        float *yr = y + (size_t)t * d;
+        double s = 0, s2 = 0;
+        for (int i = 0; i < d; i++)
+            s += xr[i];
+        double mean = s / d;
+        for (int i = 0; i < d; i++) {
+            double c = xr[i] - mean;
+            s2 += c * c;
+        }
+        float rstd = (float)(1.0 / sqrt(s2 / d + eps));
+        float mu = (float)mean;
+        for (int i = 0; i < d; i++)
+            yr[i] = (xr[i] - mu) * rstd * w[i] + b[i];
+    }
+}
+
+static void rms_norm(float *y, const float *x, int T, int d, const float *w, float eps)
+{
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * d;
+        float *yr = y + (size_t)t * d;
+        double s2 = 0;
+        for (int i = 0; i < d; i++)
+            s2 += (double)xr[i] * xr[i];
+        float r = (float)(1.0 / sqrt(s2 / d + eps));
+        for (int i = 0; i < d; i++)
+            yr[i] = w[i] * (xr[i] * r);
+    }
+}
+
+static float act(enum hp_act a, float x)
+{
+    switch (a) {
+    case HP_ACT_GELU:
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case HP_ACT_GELU_TANH:
+        return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    case HP_ACT_RELU:
+        return x > 0 ? x : 0;
+    case HP_ACT_SILU:
+        return x / (1.0f + expf(-x));
+    }
+    return x;
+}
+
+static void add_bias(float *y, int T, int n, ptrdiff_t rs, const float *b)
+{
+    if (!b)
+        return;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < n; i++)
+            y[t * rs + i] += b[i];
+}
+
+/* y (T, n) = x (T, k) W (k, n) [+ b] */
+static void linear(float *y, const float *x, int T, int k, int n, struct hp_mat w, const float *b)
+{
+    hp_gemm(T, n, k, 1.0f, x, k, 1, w.p, w.rs, w.cs, 0.0f, y, n, 1);
+    add_bias(y, T, n, n, b);
+}
+
+/* Rotate-half rotary embedding of one head slice (rows strided by rs). */
+static void rope(float *x, int T, ptrdiff_t rs, int dh, const float *tab)
+{
+    int half = dh / 2;
+    for (int t = 0; t < T; t++) {
+        float *r = x + t * rs;
+        const float *cs = tab + (size_t)t * dh;
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float a = r[i], b = r[i + half];
+            r[i] = a * c - b * s;
+            r[i + half] = b * c + a * s;
+        }
+    }
+}
+
+// --- attention ----------------------------------------------------------------
+
+/* Runs of consecutive set flags: for (s = 0; s < n; s = e) with [s, e) a run. */
+static int run_end(const bool *flag, int n, int s)
+{
+    int e = s + 1;
+    while (e < n && flag[e] == flag[s])
+        e++;
+    return e;
+}
+
+static void softmax_rows(float *att, int T, bool causal, const uint8_t *kmask)
+{
+    for (int i = 0; i < T; i++) {
+        float *r = att + (size_t)i * T;
+        int n = causal ? i + 1 : T;
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++)
+            if ((!kmask || kmask[j]) && r[j] > mx)
+                mx = r[j];
+        if (mx == -INFINITY) {
+            /* no key visible: Hugging Face's additive mask makes this uniform */
+            for (int j = 0; j < T; j++)
+                r[j] = j < n ? 1.0f / (float)n : 0.0f;
+            continue;
+        }
+        double s = 0;
+        for (int j = 0; j < n; j++) {
+            float e = (!kmask || kmask[j]) ? expf(r[j] - mx) : 0.0f;
+            r[j] = e;
+            s += e;
+        }
+        float inv = (float)(1.0 / s);
+        for (int j = 0; j < n; j++)
+            r[j] *= inv;
+        for (int j = n; j < T; j++)
+            r[j] = 0.0f;
+    }
+}
+
+/* The attention block: reads w->h (T, d), writes w->tmp (T, d). */
+static void attention(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a, int l)
+{
+    const struct hp_model_info *in = &m->info;
+    const struct hp_layer *L = &m->layers[l];
+    const int T = a->T, d = in->d_model, H = in->n_heads, KV = in->n_kv_heads, dh = in->d_head;
+    const int qd = H * dh, kvd = KV * dh, per_kv = H / KV;
+    const float *g = a->gate ? a->gate + (size_t)l * H : NULL;
+    const bool mean = a->ablation != HP_ABLATE_ZERO;
+
+    bool live[H], in_proj[H], kv_live[KV];
+    for (int h = 0; h < H; h++) {
+        live[h] = !g || g[h] != 0.0f;
+        in_proj[h] = live[h] || mean;
+    }
+    for (int kv = 0; kv < KV; kv++) {
+        kv_live[kv] = false;
+        for (int h = kv * per_kv; h < (kv + 1) * per_kv; h++)
+            kv_live[kv] |= live[h];
+    }
+
+    /* projections of live heads only, one GEMM per run of consecutive live heads */
+    for (int s = 0, e; s < H; s = e) {
+        e = run_end(live, H, s);
+        if (!live[s])
+            continue;
+        hp_gemm(T, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wq.p + (size_t)s * dh * L->wq.cs, L->wq.rs, L->wq.cs,
+                0.0f, w->q + s * dh, qd, 1);
+        if (L->bq)
+            add_bias(w->q + s * dh, T, (e - s) * dh, qd, L->bq + s * dh);
+    }
+    for (int s = 0, e; s < KV; s = e) {
+        e = run_end(kv_live, KV, s);
+        if (!kv_live[s])
+            continue;
+        hp_gemm(T, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wk.p + (size_t)s * dh * L->wk.cs, L->wk.rs, L->wk.cs,
+                0.0f, w->k + s * dh, kvd, 1);
+        hp_gemm(T, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wv.p + (size_t)s * dh * L->wv.cs, L->wv.rs, L->wv.cs,
+                0.0f, w->v + s * dh, kvd, 1);
+        if (L->bk)
+            add_bias(w->k + s * dh, T, (e - s) * dh, kvd, L->bk + s * dh);
+        if (L->bv)
+            add_bias(w->v + s * dh, T, (e - s) * dh, kvd, L->bv + s * dh);
+    }
+
+    float scale = 1.0f / sqrtf((float)dh);
+    if (m->scale_by_layer)
+        scale /= (float)(l + 1);
+    for (int kv = 0; kv < KV; kv++)
+        if (in->arch == HP_ARCH_LLAMA && kv_live[kv])
+            rope(w->k + kv * dh, T, kvd, dh, w->rope);
+
+    for (int h = 0; h < H; h++) {
+        float *out = w->ctx + h * dh;
+        if (!live[h]) {
+            if (mean) {
+                const float *mu = a->mean + l * a->mean_layer_stride + h * dh;
+                for (int t = 0; t < T; t++)
+                    memcpy(out + (size_t)t * qd, mu + t * a->mean_pos_stride, (size_t)dh * sizeof(float));
+            }
+            continue;
+        }
+        int kv = h / per_kv;
+        float *q = w->q + h * dh;
+        if (in->arch == HP_ARCH_LLAMA)
+            rope(q, T, qd, dh, w->rope);
+        /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T): K read transposed through strides */
+        hp_gemm(T, T, dh, scale, q, qd, 1, w->k + kv * dh, 1, kvd, 0.0f, w->att, T, 1);
+        softmax_rows(w->att, T, in->causal, a->attn_mask);
+        /* out (T, dh) = P (T, T) v_kv (T, dh) */
+        hp_gemm(T, dh, T, 1.0f, w->att, T, 1, w->v + kv * dh, kvd, 1, 0.0f, out, qd, 1);
+        if (a->capture) {
+            double *cap = a->capture + (size_t)l * T * qd + h * dh;
+            for (int t = 0; t < T; t++)
+                if (!a->attn_mask || a->attn_mask[t])
+                    for (int i = 0; i < dh; i++)
+                        cap[(size_t)t * qd + i] += out[(size_t)t * qd + i];
+        }
+        if (g && g[h] != 1.0f)
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < dh; i++)
+                    out[(size_t)t * qd + i] *= g[h];
+    }
+
+    /* output projection over the heads that contribute, run by run */
+    float beta = 0.0f;
+    for (int s = 0, e; s < H; s = e) {
+        e = run_end(in_proj, H, s);
+        if (!in_proj[s])
+            continue;
+        hp_gemm(T, d, (e - s) * dh, 1.0f, w->ctx + s * dh, qd, 1, L->wo.p + (size_t)s * dh * L->wo.rs, L->wo.rs,
+                L->wo.cs, beta, w->tmp, d, 1);
+        beta = 1.0f;
+    }
+    if (beta == 0.0f)
+        memset(w->tmp, 0, (size_t)T * d * sizeof(float));
+    add_bias(w->tmp, T, d, d, L->bo);
+}
+
+/* The MLP block: reads w->h (T, d), writes w->tmp (T, d). */
+static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l)
+{
+    const struct hp_layer *L = &m->layers[l];
+    const int d = m->info.d_model, f = m->info.d_ff;
+    size_t n = (size_t)T * f;
+    linear(w->ff, w->h, T, d, f, L->w_up, L->b_up);
+    if (L->w_gate.p) {
+        linear(w->ff2, w->h, T, d, f, L->w_gate, NULL);
+        for (size_t i = 0; i < n; i++)
+            w->ff[i] *= act(m->act, w->ff2[i]);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            w->ff[i] = act(m->act, w->ff[i]);
+    }
+    linear(w->tmp, w->ff, T, f, d, L->w_down, L->b_down);
+}
+
+static void add_into(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+// --- the pass -----------------------------------------------------------------
+
+void hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a)
+{
+    const struct hp_model_info *in = &m->info;
+    const int T = a->T, d = in->d_model;
+    const size_t n = (size_t)T * d;
+
+    for (int t = 0; t < T; t++) {
+        float *x = w->x + (size_t)t * d;
+        const float *e = m->wte + (size_t)a->ids[t] * d;
+        memcpy(x, e, (size_t)d * sizeof(float));
+        if (m->wpe)
+            add_into(x, m->wpe + (size_t)t * d, (size_t)d);
+        if (m->wtt)
+            add_into(x, m->wtt + (size_t)(a->type_ids ? a->type_ids[t] : 0) * d, (size_t)d);
+    }
+
+    for (int l = 0; l < in->n_layers; l++) {
+        const struct hp_layer *L = &m->layers[l];
+        if (in->arch == HP_ARCH_BERT) {
+            if (l == 0)
+                layer_norm(w->x, w->x, T, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
+            memcpy(w->h, w->x, n * sizeof(float));
+            attention(m, w, a, l);
+            add_into(w->x, w->tmp, n);
+            layer_norm(w->x, w->x, T, d, L->ln1_w, L->ln1_b, m->norm_eps);
+            memcpy(w->h, w->x, n * sizeof(float));
+            mlp(m, w, T, l);
+            add_into(w->x, w->tmp, n);
+            layer_norm(w->x, w->x, T, d, L->ln2_w, L->ln2_b, m->norm_eps);
+        } else {
+            if (L->ln1_b)
+                layer_norm(w->h, w->x, T, d, L->ln1_w, L->ln1_b, m->norm_eps);
+            else
+                rms_norm(w->h, w->x, T, d, L->ln1_w, m->norm_eps);
+            attention(m, w, a, l);
+            add_into(w->x, w->tmp, n);
+            if (L->ln2_b)
+                layer_norm(w->h, w->x, T, d, L->ln2_w, L->ln2_b, m->norm_eps);
+            else
+                rms_norm(w->h, w->x, T, d, L->ln2_w, m->norm_eps);
+            mlp(m, w, T, l);
+            add_into(w->x, w->tmp, n);
+        }
+    }
+
+    if (in->arch == HP_ARCH_BERT && in->n_layers == 0)
+        layer_norm(w->x, w->x, T, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
+    const float *hfin = w->x;
+    if (m->lnf_w) {
+        if (m->lnf_b)
+            layer_norm(w->h, w->x, T, d, m->lnf_w, m->lnf_b, m->norm_eps);
+        else
+            rms_norm(w->h, w->x, T, d, m->lnf_w, m->norm_eps);
+        hfin = w->h;
+    }
+    if (!m->lm_head) {
+        memcpy(a->out, hfin, n * sizeof(float));
+        return;
+    }
+    if (m->mlm_dense.p) {
+        linear(w->tmp, hfin, T, d, d, m->mlm_dense, m->mlm_dense_b);
+        for (size_t i = 0; i < n; i++)
+            w->tmp[i] = act(m->act, w->tmp[i]);
+        layer_norm(w->tmp, w->tmp, T, d, m->mlm_ln_w, m->mlm_ln_b, m->norm_eps);
+        hfin = w->tmp;
+    }
+    const int V = in->n_vocab;
+    /* logits (T, V) = h (T, d) E^T: E (V, d) row-major read transposed */
+    hp_gemm(T, V, d, 1.0f, hfin, d, 1, m->lm_head, 1, d, 0.0f, a->out, V, 1);
+    add_bias(a->out, T, V, V, m->mlm_bias);
+}

@@ -1,0 +1,259 @@
+/*
+ * mask.c -- head masks: which attention heads a variant keeps.
+ *
+ * A mask is a (n_layers, n_heads) row-major grid of gates, 1 = kept and
+ * 0 = ablated. Specs name heads as comma-separated items:
+ *   L.H      head H of layer L
+ *   L.*      every head of layer L
+ *   kv:L.G   every query head of layer L that reads KV head G, i.e. every h
+ *            with h / (n_heads / n_kv_heads) == G
+ * Whitespace around items is allowed; naming a head twice is harmless.
+ *
+ * Invariants: gates are exactly 0.0f or 1.0f; a parsed mask has the model's
+ * n_layers and n_heads. Must not: print, exit, or know anything of the
+ * model beyond struct hp_model_info.
+ */
+#include "headprune.h"
+
+#include <assert.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define HP_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define HP_PRINTF(a, b)
+#endif
+
+// Longest spec text echoed back in an error message.
+#define ECHO_MAX 64
+
+HP_PRINTF(3, 4)
+static enum hp_status fail(struct hp_error *err, enum hp_status st, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        for (char *c = err->msg; *c; c++)
+            if (*c == '\n' || *c == '\r')
+                *c = ' ';
+    }
+    return st;
+}
+
+// --- construction ------------------------------------------------------------
+
+struct hp_mask *hp_mask_new(int n_layers, int n_heads)
+{
+    // Non-positive sizes are refused like an allocation failure: there is
+    // no empty mask to hand back.
+    if (n_layers < 1 || n_heads < 1 ||
+        (size_t)n_layers > SIZE_MAX / sizeof(float) / (size_t)n_heads)
+        return NULL;
+    struct hp_mask *m = malloc(sizeof *m);
+    if (!m)
+        return NULL;
+    size_t n = (size_t)n_layers * (size_t)n_heads;
+    m->n_layers = n_layers;
+    m->n_heads = n_heads;
+    m->gate = malloc(n * sizeof *m->gate);
+    if (!m->gate) {
+        free(m);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        m->gate[i] = 1.0f;
+    return m;
+}
+
+void hp_mask_free(struct hp_mask *m)
+{
+    if (!m)
+        return;
+    free(m->gate);
+    free(m);
+}
+
+int hp_mask_count_ablated(const struct hp_mask *m)
+{
+    if (!m)
+        return 0;
+    size_t n = (size_t)m->n_layers * (size_t)m->n_heads;
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += m->gate[i] == 0.0f;
+    return k;
+}
+
+// --- parsing ---------------------------------------------------------------
+
+// A decimal number as written in the spec; v is capped at INT_MAX + 1 so an
+// overlong number is simply out of range, while txt echoes what was typed.
+struct num {
+    long long v;
+    const char *txt;
+    int len;
+};
+
+static bool parse_num(const char *s, size_t n, size_t *i, struct num *out)
+{
+    size_t start = *i;
+    long long v = 0;
+    while (*i < n && s[*i] >= '0' && s[*i] <= '9') {
+        if (v <= INT_MAX)
+            v = v * 10 + (s[*i] - '0');
+        (*i)++;
+    }
+    if (*i == start)
+        return false;
+    out->v = v > INT_MAX ? (long long)INT_MAX + 1 : v;
+    out->txt = s + start;
+    out->len = (int)(*i - start);
+    return true;
+}
+
+// "layers 0-2", or "only layer 0" when there is one.
+static void range_text(char *buf, size_t cap, const char *many, const char *one, int n)
+{
+    if (n == 1)
+        snprintf(buf, cap, "only %s 0", one);
+    else
+        snprintf(buf, cap, "%s 0-%d", many, n - 1);
+}
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/*
+ * Apply one item, s[0..n) with surrounding whitespace already trimmed, to m:
+ * every head it names gets gate value g.
+ */
+static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_info *info,
+                                 struct hp_mask *m, float g, struct hp_error *err)
+{
+    int shown = n > ECHO_MAX ? ECHO_MAX : (int)n;
+    const char *more = n > ECHO_MAX ? "..." : "";
+    char range[64];
+    size_t i = 0;
+    bool kv = n >= 3 && memcmp(s, "kv:", 3) == 0;
+    if (kv)
+        i = 3;
+
+    struct num layer, sub;
+    bool whole = false;
+    if (!parse_num(s, n, &i, &layer) || i >= n || s[i] != '.')
+        goto syntax;
+    i++;
+    if (!kv && i + 1 == n && s[i] == '*') {
+        whole = true;
+        i++;
+    } else if (!parse_num(s, n, &i, &sub)) {
+        goto syntax;
+    }
+    if (i != n)
+        goto syntax;
+
+    if (layer.v >= info->n_layers) {
+        range_text(range, sizeof range, "layers", "layer", info->n_layers);
+        return fail(err, HP_ERR_ARG, "mask '%.*s%s': layer %.*s does not exist (model has %s)",
+                    shown, s, more, layer.len, layer.txt, range);
+    }
+    float *row = m->gate + (size_t)layer.v * (size_t)m->n_heads;
+    if (whole) {
+        for (int h = 0; h < info->n_heads; h++)
+            row[h] = g;
+        return HP_OK;
+    }
+    if (!kv) {
+        if (sub.v >= info->n_heads) {
+            range_text(range, sizeof range, "heads", "head", info->n_heads);
+            return fail(err, HP_ERR_ARG, "mask '%.*s%s': head %.*s does not exist (layer "
+                        "%lld has %s)", shown, s, more, sub.len, sub.txt, layer.v, range);
+        }
+        row[sub.v] = g;
+        return HP_OK;
+    }
+
+    // Without GQA there is one KV head per query head.
+    int n_kv = info->n_kv_heads > 0 ? info->n_kv_heads : info->n_heads;
+    if (info->n_heads % n_kv != 0)
+        return fail(err, HP_ERR_ARG, "mask '%.*s%s': model has %d query heads and %d KV "
+                    "heads, which do not group evenly (name heads as LAYER.HEAD instead)",
+                    shown, s, more, info->n_heads, n_kv);
+    if (sub.v >= n_kv) {
+        range_text(range, sizeof range, "KV groups", "KV group", n_kv);
+        return fail(err, HP_ERR_ARG, "mask '%.*s%s': KV group %.*s does not exist (model "
+                    "has %s)", shown, s, more, sub.len, sub.txt, range);
+    }
+    int per = info->n_heads / n_kv;
+    for (int h = (int)sub.v * per; h < ((int)sub.v + 1) * per; h++)
+        row[h] = g;
+    return HP_OK;
+
+syntax:
+    return fail(err, HP_ERR_ARG, "mask '%.*s%s': expected LAYER.HEAD, LAYER.* or "
+                "kv:LAYER.GROUP", shown, s, more);
+}
+
+enum hp_status hp_mask_parse(const char *spec, bool keep,
+                             const struct hp_model_info *info,
+                             struct hp_mask **out, struct hp_error *err)
+{
+    assert(info && out);
+    *out = NULL;
+    if (!spec)
+        spec = "";
+    if (info->n_layers < 1 || info->n_heads < 1)
+        return fail(err, HP_ERR_ARG, "mask: model has %d layers of %d heads (a model needs "
+                    "at least one head to mask)", info->n_layers, info->n_heads);
+    struct hp_mask *m = hp_mask_new(info->n_layers, info->n_heads);
+    if (!m)
+        return fail(err, HP_ERR_NOMEM, "mask: out of memory for %d x %d gates (free some "
+                    "memory)", info->n_layers, info->n_heads);
+    size_t n_gates = (size_t)m->n_layers * (size_t)m->n_heads;
+    if (keep)
+        for (size_t i = 0; i < n_gates; i++)
+            m->gate[i] = 0.0f;
+    float g = keep ? 1.0f : 0.0f;
+
+    size_t len = strlen(spec);
+    bool empty = true;
+    for (size_t i = 0; i < len && empty; i++)
+        empty = is_space(spec[i]);
+    if (!empty) {
+        const char *p = spec, *end = spec + len;
+        for (;;) {
+            const char *comma = memchr(p, ',', (size_t)(end - p));
+            const char *a = p, *b = comma ? comma : end;
+            while (a < b && is_space(*a))
+                a++;
+            while (b > a && is_space(b[-1]))
+                b--;
+            enum hp_status st;
+            if (a == b) {
+                int shown = len > ECHO_MAX ? ECHO_MAX : (int)len;
+                st = fail(err, HP_ERR_ARG, "mask '%.*s%s': empty item (separate items with "
+                          "single commas, no trailing comma)", shown, spec,
+                          len > ECHO_MAX ? "..." : "");
+            } else {
+                st = apply_item(a, (size_t)(b - a), info, m, g, err);
+            }
+            if (st) {
+                hp_mask_free(m);
+                return st;
+            }
+            if (!comma)
+                break;
+            p = comma + 1;
+        }
+    }
+    *out = m;
+    return HP_OK;
+}

@@ -1,0 +1,627 @@
+/*
+ * model.c -- open a Hugging Face model directory and bind its weights.
+ *
+ * Reads config.json (cJSON), maps model.safetensors or the shards named by
+ * model.safetensors.index.json, and points every layer weight at its tensor:
+ * f32 in place, f16/bf16 converted once into owned buffers.
+ * Invariant: after hp_model_open succeeds every pointer the forward pass
+ * uses is valid and has the shape the config implies.
+ * Must not: compute anything but conversions; print; exit.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "model_int.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward_int.h"
+#include "util_int.h"
+
+// --- reading files ----------------------------------------------------------
+
+static char *read_text(const char *path, struct hp_error *err, enum hp_status *st)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *st = hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            if (cap > (64u << 20)) {
+                free(buf);
+                fclose(f);
+                *st = hp_fail(err, HP_ERR_FORMAT, "%s: larger than 64 MiB, not a config file", path);
+                return NULL;
+            }
+            char *p = realloc(buf, cap);
+            if (!p) {
+                free(buf);
+                fclose(f);
+                *st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+                return NULL;
+            }
+            buf = p;
+        }
+        size_t r = fread(buf + len, 1, 4096, f);
+        len += r;
+        if (r < 4096)
+            break;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        *st = hp_fail(err, HP_ERR_IO, "%s: read error", path);
+        return NULL;
+    }
+    buf[len] = '\0';
+    *st = HP_OK;
+    return buf;
+}
+
+static enum hp_status read_json(const char *path, cJSON **out, struct hp_error *err)
+{
+    enum hp_status st;
+    char *txt = read_text(path, err, &st);
+    if (!txt)
+        return st;
+    cJSON *j = cJSON_Parse(txt);
+    if (!j) {
+        const char *at = cJSON_GetErrorPtr();
+        int line = 1;
+        for (const char *c = txt; at && c < at; c++)
+            line += *c == '\n';
+        free(txt);
+        return hp_fail(err, HP_ERR_FORMAT, "%s:%d: malformed JSON", path, line);
+    }
+    free(txt);
+    *out = j;
+    return HP_OK;
+}
+
+// --- config -----------------------------------------------------------------
+
+struct cfg {
+    const char *path;
+    cJSON *j;
+    struct hp_error *err;
+    enum hp_status st;
+};
+
+/* Integer field; def < 0 means required. */
+static int cfg_int(struct cfg *c, const char *key, int def)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(c->j, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (def < 0 && c->st == HP_OK)
+            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: missing \"%s\"", c->path, key);
+        return def;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e8 ||
+        v->valuedouble != floor(v->valuedouble)) {
+        if (c->st == HP_OK)
+            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: \"%s\" must be a positive integer", c->path, key);
+        return def < 0 ? 1 : def;
+    }
+    return (int)v->valuedouble;
+}
+
+static double cfg_num(struct cfg *c, const char *key, double def)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(c->j, key);
+    if (!v || cJSON_IsNull(v))
+        return def;
+    if (!cJSON_IsNumber(v)) {
+        if (c->st == HP_OK)
+            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: \"%s\" must be a number", c->path, key);
+        return def;
+    }
+    return v->valuedouble;
+}
+
+static const char *cfg_str(struct cfg *c, const char *key, const char *def)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(c->j, key);
+    return cJSON_IsString(v) ? v->valuestring : def;
+}
+
+static bool cfg_bool(struct cfg *c, const char *key, bool def)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(c->j, key);
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : def;
+}
+
+static enum hp_status parse_act(struct cfg *c, const char *name, enum hp_act *out)
+{
+    if (strcmp(name, "gelu") == 0)
+        *out = HP_ACT_GELU;
+    else if (strcmp(name, "gelu_new") == 0 || strcmp(name, "gelu_pytorch_tanh") == 0 ||
+             strcmp(name, "gelu_fast") == 0)
+        *out = HP_ACT_GELU_TANH;
+    else if (strcmp(name, "relu") == 0)
+        *out = HP_ACT_RELU;
+    else if (strcmp(name, "silu") == 0 || strcmp(name, "swish") == 0)
+        *out = HP_ACT_SILU;
+    else
+        return hp_fail(c->err, HP_ERR_UNSUPPORTED, "%s: activation \"%s\" is not supported (gelu, gelu_new, relu, silu)",
+                       c->path, name);
+    return HP_OK;
+}
+
+static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *path, struct hp_error *err)
+{
+    struct cfg c = {path, j, err, HP_OK};
+    struct hp_model_info *in = &m->info;
+    const char *mt = cfg_str(&c, "model_type", NULL);
+    if (!mt)
+        return hp_fail(err, HP_ERR_FORMAT, "%s: missing \"model_type\"", path);
+    snprintf(in->model_type, sizeof in->model_type, "%s", mt);
+    const char *act = NULL;
+    if (strcmp(mt, "gpt2") == 0) {
+        in->arch = HP_ARCH_GPT2;
+        in->n_layers = cfg_int(&c, "n_layer", -1);
+        in->n_heads = cfg_int(&c, "n_head", -1);
+        in->d_model = cfg_int(&c, "n_embd", -1);
+        in->d_ff = cfg_int(&c, "n_inner", 4 * in->d_model);
+        in->n_vocab = cfg_int(&c, "vocab_size", -1);
+        in->n_ctx = cfg_int(&c, "n_positions", 1024);
+        m->norm_eps = (float)cfg_num(&c, "layer_norm_epsilon", 1e-5);
+        act = cfg_str(&c, "activation_function", "gelu_new");
+        m->scale_by_layer = cfg_bool(&c, "scale_attn_by_inverse_layer_idx", false);
+        if (!cfg_bool(&c, "scale_attn_weights", true))
+            return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: scale_attn_weights = false is not supported", path);
+        in->n_kv_heads = in->n_heads;
+        in->causal = true;
+    } else if (strcmp(mt, "bert") == 0) {
+        in->arch = HP_ARCH_BERT;
+        in->n_layers = cfg_int(&c, "num_hidden_layers", -1);
+        in->n_heads = cfg_int(&c, "num_attention_heads", -1);
+        in->d_model = cfg_int(&c, "hidden_size", -1);
+        in->d_ff = cfg_int(&c, "intermediate_size", -1);
+        in->n_vocab = cfg_int(&c, "vocab_size", -1);
+        in->n_ctx = cfg_int(&c, "max_position_embeddings", 512);
+        m->n_types = cfg_int(&c, "type_vocab_size", 2);
+        m->norm_eps = (float)cfg_num(&c, "layer_norm_eps", 1e-12);
+        act = cfg_str(&c, "hidden_act", "gelu");
+        const char *pet = cfg_str(&c, "position_embedding_type", "absolute");
+        if (strcmp(pet, "absolute") != 0)
+            return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: position_embedding_type \"%s\" is not supported (absolute only)", path, pet);
+        in->n_kv_heads = in->n_heads;
+        in->causal = false;
+    } else if (strcmp(mt, "llama") == 0 || strcmp(mt, "mistral") == 0 || strcmp(mt, "qwen2") == 0) {
+        in->arch = HP_ARCH_LLAMA;
+        in->n_layers = cfg_int(&c, "num_hidden_layers", -1);
+        in->n_heads = cfg_int(&c, "num_attention_heads", -1);
+        in->n_kv_heads = cfg_int(&c, "num_key_value_heads", in->n_heads);
+        in->d_model = cfg_int(&c, "hidden_size", -1);
+        in->d_ff = cfg_int(&c, "intermediate_size", -1);
+        in->n_vocab = cfg_int(&c, "vocab_size", -1);
+        in->n_ctx = cfg_int(&c, "max_position_embeddings", 2048);
+        m->norm_eps = (float)cfg_num(&c, "rms_norm_eps", 1e-6);
+        m->rope_theta = (float)cfg_num(&c, "rope_theta", 10000.0);
+        act = cfg_str(&c, "hidden_act", "silu");
+        cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+        if (rs && !cJSON_IsNull(rs))
+            return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: rope_scaling is not supported yet (only plain rotary embeddings)", path);
+        if (strcmp(mt, "mistral") == 0) {
+            int sw = cfg_int(&c, "sliding_window", 0);
+            if (sw > 0 && sw < in->n_ctx)
+                in->n_ctx = sw; /* within the window, sliding attention is full attention */
+        }
+        in->causal = true;
+    } else {
+        return hp_fail(err, HP_ERR_UNSUPPORTED,
+                       "%s: model_type \"%s\" is not supported (gpt2, bert, llama, mistral, qwen2)", path, mt);
+    }
+    if (c.st != HP_OK)
+        return c.st;
+    int dh_def = in->d_model / in->n_heads;
+    in->d_head = in->arch == HP_ARCH_LLAMA ? cfg_int(&c, "head_dim", dh_def) : dh_def;
+    if (c.st != HP_OK)
+        return c.st;
+    if (in->arch != HP_ARCH_LLAMA && in->d_model % in->n_heads != 0)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: hidden size %d is not divisible by %d heads", path, in->d_model, in->n_heads);
+    if (in->n_heads % in->n_kv_heads != 0)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: %d query heads are not a multiple of %d key/value heads", path,
+                       in->n_heads, in->n_kv_heads);
+    if (in->arch == HP_ARCH_LLAMA && in->d_head % 2 != 0)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: head size %d is odd; rotary embeddings need it even", path, in->d_head);
+    return parse_act(&c, act, &m->act);
+}
+
+// --- binding weights --------------------------------------------------------
+
+static const char *dtype_label(enum hp_dtype dt)
+{
+    return dt == HP_DT_F32 ? "f32" : dt == HP_DT_F16 ? "f16" : dt == HP_DT_BF16 ? "bf16" : "?";
+}
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: renormalise */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static enum hp_status keep_owned(struct hp_model *m, void *p, struct hp_error *err)
+{
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? m->cap_owned * 2 : 32;
+        void **q = realloc(m->owned, (size_t)cap * sizeof *q);
+        if (!q) {
+            free(p);
+            return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", m->dir);
+        }
+        m->owned = q;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    return HP_OK;
+}
+
+struct binder {
+    struct hp_model *m;
+    const char *const *prefixes; /* tried in order; NULL-terminated */
+    struct hp_error *err;
+    enum hp_status st;
+};
+
+/* Find a tensor under any of the prefixes. */
+static struct hp_st_tensor *lookup(struct binder *b, const char *name)
+{
+    char full[256];
+    for (const char *const *p = b->prefixes; *p; p++) {
+        snprintf(full, sizeof full, "%s%s", *p, name);
+        struct hp_st_tensor *t = hp_st_find(b->m->st, full);
+        if (t)
+            return t;
+    }
+    return NULL;
+}
+
+/*
+ * Bind a tensor of the given shape (d0, d1; d1 = 0 for vectors) as f32.
+ * Optional tensors return NULL when absent; required ones set b->st.
+ */
+static const float *bind(struct binder *b, const char *name, int64_t d0, int64_t d1, bool optional)
+{
+    if (b->st != HP_OK)
+        return NULL;
+    struct hp_st_tensor *t = lookup(b, name);
+    if (!t) {
+        if (!optional)
+            b->st = hp_fail(b->err, HP_ERR_SHAPE, "%s: tensor '%s%s' is missing (checkpoint incomplete or not a %s model)",
+                            b->m->dir, b->prefixes[0], name, b->m->info.model_type);
+        return NULL;
+    }
+    int nd = d1 ? 2 : 1;
+    if (t->n_dims != nd || t->shape[0] != d0 || (nd == 2 && t->shape[1] != d1)) {
+        char got[128] = "", want[64];
+        size_t off = 0;
+        for (int i = 0; i < t->n_dims && off < sizeof got - 24; i++)
+            off += (size_t)snprintf(got + off, sizeof got - off, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        if (nd == 2)
+            snprintf(want, sizeof want, "%lld, %lld", (long long)d0, (long long)d1);
+        else
+            snprintf(want, sizeof want, "%lld", (long long)d0);
+        b->st = hp_fail(b->err, HP_ERR_SHAPE, "%s: tensor '%s' has shape [%s] but config.json implies [%s]", t->file,
+                        t->name, got, want);
+        return NULL;
+    }
+    if (t->dtype == HP_DT_OTHER) {
+        b->st = hp_fail(b->err, HP_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (F32, F16 or BF16 expected)", t->file,
+                        t->name, t->dtype_name);
+        return NULL;
+    }
+    if (!t->used)
+        b->m->info.n_params += d0 * (d1 ? d1 : 1);
+    if (b->m->info.dtype[0] == '\0')
+        snprintf(b->m->info.dtype, sizeof b->m->info.dtype, "%s", dtype_label(t->dtype));
+    t->used = true;
+    size_t n = (size_t)(d0 * (d1 ? d1 : 1));
+    if (t->dtype == HP_DT_F32 && ((uintptr_t)t->data % sizeof(float)) == 0)
+        return t->data; /* in place, in the mapping */
+    float *f = malloc(n * sizeof *f);
+    if (!f) {
+        b->st = hp_fail(b->err, HP_ERR_NOMEM, "%s: out of memory converting '%s'", t->file, t->name);
+        return NULL;
+    }
+    const unsigned char *src = t->data;
+    for (size_t i = 0; i < n; i++) {
+        if (t->dtype == HP_DT_F32) {
+            memcpy(&f[i], src + 4 * i, 4);
+        } else {
+            uint16_t h = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
+            if (t->dtype == HP_DT_F16) {
+                f[i] = half_to_float(h);
+            } else {
+                uint32_t bits = (uint32_t)h << 16;
+                memcpy(&f[i], &bits, sizeof bits);
+            }
+        }
+    }
+    b->st = keep_owned(b->m, f, b->err);
+    return b->st == HP_OK ? f : NULL;
+}
+
+/* A Hugging Face nn.Linear weight (out, in) as the B operand (in, out). */
+static struct hp_mat bind_linear(struct binder *b, const char *name, int in, int out)
+{
+    struct hp_mat w = {bind(b, name, out, in, false), 1, in};
+    return w;
+}
+
+static void bind_gpt2(struct binder *b)
+{
+    struct hp_model *m = b->m;
+    const struct hp_model_info *in = &m->info;
+    int d = in->d_model, f = in->d_ff;
+    char n[128];
+    m->wte = bind(b, "wte.weight", in->n_vocab, d, false);
+    m->wpe = bind(b, "wpe.weight", in->n_ctx, d, false);
+    for (int l = 0; l < in->n_layers && b->st == HP_OK; l++) {
+        struct hp_layer *L = &m->layers[l];
+#define G(s) (snprintf(n, sizeof n, "h.%d.%s", l, s), n)
+        L->ln1_w = bind(b, G("ln_1.weight"), d, 0, false);
+        L->ln1_b = bind(b, G("ln_1.bias"), d, 0, false);
+        /* Conv1D: weight (in, out) row-major, so B = W directly */
+        const float *qkv = bind(b, G("attn.c_attn.weight"), d, 3 * d, false);
+        const float *qkv_b = bind(b, G("attn.c_attn.bias"), 3 * d, 0, false);
+        if (qkv) {
+            L->wq = (struct hp_mat){qkv, 3 * d, 1};
+            L->wk = (struct hp_mat){qkv + d, 3 * d, 1};
+            L->wv = (struct hp_mat){qkv + 2 * d, 3 * d, 1};
+        }
+        if (qkv_b) {
+            L->bq = qkv_b;
+            L->bk = qkv_b + d;
+            L->bv = qkv_b + 2 * d;
+        }
+        L->wo = (struct hp_mat){bind(b, G("attn.c_proj.weight"), d, d, false), d, 1};
+        L->bo = bind(b, G("attn.c_proj.bias"), d, 0, false);
+        L->ln2_w = bind(b, G("ln_2.weight"), d, 0, false);
+        L->ln2_b = bind(b, G("ln_2.bias"), d, 0, false);
+        L->w_up = (struct hp_mat){bind(b, G("mlp.c_fc.weight"), d, f, false), f, 1};
+        L->b_up = bind(b, G("mlp.c_fc.bias"), f, 0, false);
+        L->w_down = (struct hp_mat){bind(b, G("mlp.c_proj.weight"), f, d, false), d, 1};
+        L->b_down = bind(b, G("mlp.c_proj.bias"), d, 0, false);
+#undef G
+    }
+    m->lnf_w = bind(b, "ln_f.weight", d, 0, false);
+    m->lnf_b = bind(b, "ln_f.bias", d, 0, false);
+    /* the LM head is tied to the embedding (lm_head.weight, if saved, is the same) */
+    m->lm_head = m->wte;
+}
+
+static void bind_bert(struct binder *b)
+{
+    struct hp_model *m = b->m;
+    const struct hp_model_info *in = &m->info;
+    int d = in->d_model, f = in->d_ff;
+    char n[160];
+    m->wte = bind(b, "embeddings.word_embeddings.weight", in->n_vocab, d, false);
+    m->wpe = bind(b, "embeddings.position_embeddings.weight", in->n_ctx, d, false);
+    m->wtt = bind(b, "embeddings.token_type_embeddings.weight", m->n_types, d, false);
+    m->emb_ln_w = bind(b, "embeddings.LayerNorm.weight", d, 0, false);
+    m->emb_ln_b = bind(b, "embeddings.LayerNorm.bias", d, 0, false);
+    for (int l = 0; l < in->n_layers && b->st == HP_OK; l++) {
+        struct hp_layer *L = &m->layers[l];
+#define G(s) (snprintf(n, sizeof n, "encoder.layer.%d.%s", l, s), n)
+        L->wq = bind_linear(b, G("attention.self.query.weight"), d, d);
+        L->bq = bind(b, G("attention.self.query.bias"), d, 0, false);
+        L->wk = bind_linear(b, G("attention.self.key.weight"), d, d);
+        L->bk = bind(b, G("attention.self.key.bias"), d, 0, false);
+        L->wv = bind_linear(b, G("attention.self.value.weight"), d, d);
+        L->bv = bind(b, G("attention.self.value.bias"), d, 0, false);
+        L->wo = bind_linear(b, G("attention.output.dense.weight"), d, d);
+        L->bo = bind(b, G("attention.output.dense.bias"), d, 0, false);
+        L->ln1_w = bind(b, G("attention.output.LayerNorm.weight"), d, 0, false);
+        L->ln1_b = bind(b, G("attention.output.LayerNorm.bias"), d, 0, false);
+        L->w_up = bind_linear(b, G("intermediate.dense.weight"), d, f);
+        L->b_up = bind(b, G("intermediate.dense.bias"), f, 0, false);
+        L->w_down = bind_linear(b, G("output.dense.weight"), f, d);
+        L->b_down = bind(b, G("output.dense.bias"), d, 0, false);
+        L->ln2_w = bind(b, G("output.LayerNorm.weight"), d, 0, false);
+        L->ln2_b = bind(b, G("output.LayerNorm.bias"), d, 0, false);
+#undef G
+    }
+    /* The MLM head sits outside the "bert." prefix. */
+    static const char *const none[] = {"", NULL};
+    struct binder hb = {m, none, b->err, b->st};
+    if (b->st == HP_OK && hp_st_find(m->st, "cls.predictions.transform.dense.weight")) {
+        m->mlm_dense = bind_linear(&hb, "cls.predictions.transform.dense.weight", d, d);
+        m->mlm_dense_b = bind(&hb, "cls.predictions.transform.dense.bias", d, 0, false);
+        m->mlm_ln_w = bind(&hb, "cls.predictions.transform.LayerNorm.weight", d, 0, false);
+        m->mlm_ln_b = bind(&hb, "cls.predictions.transform.LayerNorm.bias", d, 0, false);
+        m->mlm_bias = bind(&hb, "cls.predictions.bias", in->n_vocab, 0, true);
+        if (!m->mlm_bias)
+            m->mlm_bias = bind(&hb, "cls.predictions.decoder.bias", in->n_vocab, 0, false);
+        /* the decoder is tied to the word embeddings */
+        m->lm_head = bind(&hb, "cls.predictions.decoder.weight", in->n_vocab, d, true);
+        if (!m->lm_head)
+            m->lm_head = m->wte;
+        b->st = hb.st;
+    }
+}
+
+static void bind_llama(struct binder *b, bool tied)
+{
+    struct hp_model *m = b->m;
+    const struct hp_model_info *in = &m->info;
+    int d = in->d_model, f = in->d_ff, qd = in->n_heads * in->d_head, kvd = in->n_kv_heads * in->d_head;
+    char n[128];
+    m->wte = bind(b, "embed_tokens.weight", in->n_vocab, d, false);
+    for (int l = 0; l < in->n_layers && b->st == HP_OK; l++) {
+        struct hp_layer *L = &m->layers[l];
+#define G(s) (snprintf(n, sizeof n, "layers.%d.%s", l, s), n)
+        L->ln1_w = bind(b, G("input_layernorm.weight"), d, 0, false);
+        L->wq = bind_linear(b, G("self_attn.q_proj.weight"), d, qd);
+        L->wk = bind_linear(b, G("self_attn.k_proj.weight"), d, kvd);
+        L->wv = bind_linear(b, G("self_attn.v_proj.weight"), d, kvd);
+        L->bq = bind(b, G("self_attn.q_proj.bias"), qd, 0, true); /* Qwen2 */
+        L->bk = bind(b, G("self_attn.k_proj.bias"), kvd, 0, true);
+        L->bv = bind(b, G("self_attn.v_proj.bias"), kvd, 0, true);
+        L->wo = bind_linear(b, G("self_attn.o_proj.weight"), qd, d);
+        L->bo = bind(b, G("self_attn.o_proj.bias"), d, 0, true);
+        L->ln2_w = bind(b, G("post_attention_layernorm.weight"), d, 0, false);
+        L->w_gate = bind_linear(b, G("mlp.gate_proj.weight"), d, f);
+        L->w_up = bind_linear(b, G("mlp.up_proj.weight"), d, f);
+        L->w_down = bind_linear(b, G("mlp.down_proj.weight"), f, d);
+#undef G
+    }
+    m->lnf_w = bind(b, "norm.weight", d, 0, false);
+    static const char *const none[] = {"", NULL};
+    struct binder hb = {m, none, b->err, b->st};
+    const float *head = b->st == HP_OK ? bind(&hb, "lm_head.weight", in->n_vocab, d, tied) : NULL;
+    b->st = hb.st;
+    m->lm_head = head ? head : m->wte;
+}
+
+// --- opening ----------------------------------------------------------------
+
+static enum hp_status open_weights(struct hp_model *m, const char *dir, struct hp_error *err)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *probe = fopen(path, "rb");
+    if (probe) {
+        fclose(probe);
+        return hp_st_open(path, &m->st, err);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    cJSON *idx;
+    probe = fopen(path, "rb");
+    if (!probe)
+        return hp_fail(err, HP_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json (is this a Hugging Face model directory?)", dir);
+    fclose(probe);
+    enum hp_status st = read_json(path, &idx, err);
+    if (st != HP_OK)
+        return st;
+    cJSON *map = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
+    if (!cJSON_IsObject(map)) {
+        cJSON_Delete(idx);
+        return hp_fail(err, HP_ERR_FORMAT, "%s: no \"weight_map\" object", path);
+    }
+    /* open each distinct shard once, in order of first mention */
+    cJSON *e;
+    cJSON_ArrayForEach(e, map) {
+        if (!cJSON_IsString(e)) {
+            st = hp_fail(err, HP_ERR_FORMAT, "%s: weight_map entry '%s' is not a file name", path, e->string);
+            break;
+        }
+        bool seen = false;
+        for (cJSON *p = map->child; p != e; p = p->next)
+            if (strcmp(p->valuestring, e->valuestring) == 0) {
+                seen = true;
+                break;
+            }
+        if (seen)
+            continue;
+        if (strchr(e->valuestring, '/')) {
+            st = hp_fail(err, HP_ERR_FORMAT, "%s: shard name '%s' must be a plain file name", path, e->valuestring);
+            break;
+        }
+        char shard[1024];
+        snprintf(shard, sizeof shard, "%s/%s", dir, e->valuestring);
+        st = m->st ? hp_st_add(m->st, shard, err) : hp_st_open(shard, &m->st, err);
+        if (st != HP_OK)
+            break;
+    }
+    cJSON_Delete(idx);
+    if (st == HP_OK && !m->st)
+        st = hp_fail(err, HP_ERR_FORMAT, "%s: weight_map is empty", path);
+    return st;
+}
+
+enum hp_status hp_model_open(const char *dir, struct hp_model **out, struct hp_error *err)
+{
+    *out = NULL;
+    struct hp_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", dir);
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cJSON *cfg = NULL;
+    enum hp_status st = read_json(path, &cfg, err);
+    if (st == HP_OK) {
+        st = parse_config(m, cfg, path, err);
+        bool tied = m->info.arch == HP_ARCH_LLAMA &&
+                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings"));
+        cJSON_Delete(cfg);
+        if (st == HP_OK)
+            st = open_weights(m, dir, err);
+        if (st == HP_OK) {
+            m->layers = calloc((size_t)m->info.n_layers, sizeof *m->layers);
+            if (!m->layers)
+                st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", dir);
+        }
+        if (st == HP_OK) {
+            static const char *const gpt2[] = {"transformer.", "", NULL};
+            static const char *const bert[] = {"bert.", "", NULL};
+            static const char *const llama[] = {"model.", "", NULL};
+            const char *const *pre = m->info.arch == HP_ARCH_GPT2 ? gpt2 : m->info.arch == HP_ARCH_BERT ? bert : llama;
+            struct binder b = {m, pre, err, HP_OK};
+            if (m->info.arch == HP_ARCH_GPT2)
+                bind_gpt2(&b);
+            else if (m->info.arch == HP_ARCH_BERT)
+                bind_bert(&b);
+            else
+                bind_llama(&b, tied);
+            st = b.st;
+        }
+    }
+    if (st != HP_OK) {
+        hp_model_close(m);
+        return st;
+    }
+    m->info.has_lm_head = m->lm_head != NULL;
+    *out = m;
+    return HP_OK;
+}
+
+void hp_model_close(struct hp_model *m)
+{
+    if (!m)
+        return;
+    hp_fwd_free(m->fwd);
+    for (int i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    hp_st_close(m->st);
+    free(m);
+}
+
+const struct hp_model_info *hp_model_get_info(const struct hp_model *m)
+{
+    return &m->info;
+}

@@ -1,0 +1,65 @@
+/*
+ * model_int.h -- the private shape of a loaded model.
+ *
+ * Every weight matrix is held as a hp_mat: the logical B operand (in, out) of
+ * y = x B, given by pointer and strides, so Hugging Face Linear weights
+ * (out, in) and GPT-2 Conv1D weights (in, out) both go into BLIS uncopied.
+ */
+#ifndef HP_MODEL_INT_H
+#define HP_MODEL_INT_H
+
+#include "headprune.h"
+#include "safetensors_int.h"
+
+struct hp_mat {
+    const float *p;   /* element (i, j) at p[i * rs + j * cs] */
+    ptrdiff_t rs, cs; /* strides over (in, out) */
+};
+
+enum hp_act { HP_ACT_GELU, HP_ACT_GELU_TANH, HP_ACT_RELU, HP_ACT_SILU };
+
+struct hp_layer {
+    /* pre-norm archs: ln1 before attention, ln2 before MLP.
+     * BERT (post-norm): ln1 after attention + residual, ln2 after MLP + residual. */
+    const float *ln1_w, *ln1_b; /* (d_model); ln1_b NULL for RMSNorm */
+    const float *ln2_w, *ln2_b; /* (d_model) */
+    struct hp_mat wq;           /* (d_model, n_heads * d_head) */
+    struct hp_mat wk, wv;       /* (d_model, n_kv_heads * d_head) */
+    const float *bq, *bk, *bv;  /* NULL or (n_heads * d_head), (n_kv_heads * d_head) */
+    struct hp_mat wo;           /* (n_heads * d_head, d_model) */
+    const float *bo;            /* NULL or (d_model) */
+    struct hp_mat w_up;         /* (d_model, d_ff) */
+    struct hp_mat w_gate;       /* Llama only: (d_model, d_ff); p NULL otherwise */
+    struct hp_mat w_down;       /* (d_ff, d_model) */
+    const float *b_up, *b_down; /* NULL or (d_ff), (d_model) */
+};
+
+struct hp_model {
+    struct hp_model_info info;
+    char dir[512];
+    float norm_eps;
+    float rope_theta;     /* Llama */
+    enum hp_act act;
+    float attn_scale_div; /* GPT-2 scale_attn_by_inverse_layer_idx: 1 or layer-dependent */
+    bool scale_by_layer;
+    int n_types;          /* BERT token types */
+
+    const float *wte;  /* (n_vocab, d_model) */
+    const float *wpe;  /* NULL or (n_ctx, d_model) */
+    const float *wtt;  /* NULL or (n_types, d_model) */
+    const float *emb_ln_w, *emb_ln_b; /* BERT embedding LayerNorm */
+    struct hp_layer *layers; /* (n_layers) */
+    const float *lnf_w, *lnf_b; /* final norm (GPT-2, Llama); NULL for BERT */
+    const float *lm_head;       /* NULL or (n_vocab, d_model), row-major */
+    /* BERT MLM head: logits = LN(act(h W + b)) E^T + bias */
+    struct hp_mat mlm_dense;    /* (d_model, d_model) */
+    const float *mlm_dense_b, *mlm_ln_w, *mlm_ln_b, *mlm_bias;
+
+    struct hp_st_set *st;   /* mapped shards */
+    void **owned;           /* converted (f16/bf16) or realigned tensors */
+    int n_owned, cap_owned;
+
+    struct hp_fwd *fwd;     /* lazily sized workspace for hp_model_forward */
+};
+
+#endif

@@ -1,0 +1,271 @@
+/*
+ * safetensors.c -- map safetensors files and index their tensors.
+ *
+ * Format: u64 little-endian header length N, N bytes of JSON
+ * {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__"},
+ * then the data area; offsets are relative to its start.
+ * Everything read from the file is checked before it is trusted.
+ * Must not: know about models or configs.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "safetensors_int.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util_int.h"
+
+struct shard {
+    char *path;
+    void *map;
+    size_t len;
+};
+
+struct hp_st_set {
+    struct shard *shards;
+    int n_shards;
+    struct hp_st_tensor *t;
+    int n, cap;
+};
+
+static int dtype_size(const char *s, enum hp_dtype *dt)
+{
+    static const struct { const char *name; int size; enum hp_dtype dt; } tab[] = {
+        {"F32", 4, HP_DT_F32}, {"F16", 2, HP_DT_F16}, {"BF16", 2, HP_DT_BF16},
+        {"F64", 8, HP_DT_OTHER}, {"I64", 8, HP_DT_OTHER}, {"I32", 4, HP_DT_OTHER},
+        {"I16", 2, HP_DT_OTHER}, {"I8", 1, HP_DT_OTHER}, {"U8", 1, HP_DT_OTHER},
+        {"BOOL", 1, HP_DT_OTHER}, {"U16", 2, HP_DT_OTHER}, {"U32", 4, HP_DT_OTHER},
+        {"U64", 8, HP_DT_OTHER}, {"F8_E4M3", 1, HP_DT_OTHER}, {"F8_E5M2", 1, HP_DT_OTHER},
+    };
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
+        if (strcmp(s, tab[i].name) == 0) {
+            *dt = tab[i].dt;
+            return tab[i].size;
+        }
+    return 0;
+}
+
+static int cmp_by_offset(const void *a, const void *b)
+{
+    const struct hp_st_tensor *x = *(struct hp_st_tensor *const *)a;
+    const struct hp_st_tensor *y = *(struct hp_st_tensor *const *)b;
+    if ((const char *)x->data != (const char *)y->data)
+        return (const char *)x->data < (const char *)y->data ? -1 : 1;
+    return 0;
+}
+
+static enum hp_status index_header(struct hp_st_set *set, struct shard *sh,
+                                   const char *json, size_t json_len,
+                                   const char *data, size_t data_len,
+                                   struct hp_error *err)
+{
+    const char *path = sh->path;
+    cJSON *root = cJSON_ParseWithLength(json, json_len);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return hp_fail(err, HP_ERR_FORMAT, "%s: header is not a JSON object (corrupt or not a safetensors file)", path);
+    }
+    enum hp_status st = HP_OK;
+    int first = set->n;
+    cJSON *e;
+    cJSON_ArrayForEach(e, root) {
+        if (strcmp(e->string, "__metadata__") == 0)
+            continue;
+        cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+        cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+        cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+        if (!cJSON_IsString(dt) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs) ||
+            cJSON_GetArraySize(offs) != 2) {
+            st = hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' lacks dtype, shape or data_offsets", path, e->string);
+            break;
+        }
+        struct hp_st_tensor t = {0};
+        int esize = dtype_size(dt->valuestring, &t.dtype);
+        if (esize == 0) {
+            st = hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' has unknown dtype '%s'", path, e->string, dt->valuestring);
+            break;
+        }
+        snprintf(t.dtype_name, sizeof t.dtype_name, "%s", dt->valuestring);
+        t.n_dims = cJSON_GetArraySize(shape);
+        if (t.n_dims > 8) {
+            st = hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' has %d dimensions (at most 8 supported)", path, e->string, t.n_dims);
+            break;
+        }
+        /* count elements with an overflow guard: no real tensor has 2^50 */
+        double nel = 1;
+        uint64_t nelem = 1;
+        bool bad = false;
+        for (int i = 0; i < t.n_dims; i++) {
+            cJSON *d = cJSON_GetArrayItem(shape, i);
+            if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != (double)(int64_t)d->valuedouble) {
+                bad = true;
+                break;
+            }
+            t.shape[i] = (int64_t)d->valuedouble;
+            nel *= d->valuedouble;
+            nelem *= (uint64_t)t.shape[i];
+        }
+        if (bad || nel > 1e15) {
+            st = hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' has an invalid shape", path, e->string);
+            break;
+        }
+        cJSON *b = cJSON_GetArrayItem(offs, 0), *en = cJSON_GetArrayItem(offs, 1);
+        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || b->valuedouble < 0 ||
+            en->valuedouble < b->valuedouble || en->valuedouble > (double)data_len) {
+            st = hp_fail(err, HP_ERR_FORMAT,
+                         "%s: tensor '%s' has data_offsets [%.0f, %.0f] outside the data area of %zu bytes (truncated or corrupt file)",
+                         path, e->string, cJSON_IsNumber(b) ? b->valuedouble : -1.0,
+                         cJSON_IsNumber(en) ? en->valuedouble : -1.0, data_len);
+            break;
+        }
+        size_t begin = (size_t)b->valuedouble, end = (size_t)en->valuedouble;
+        if ((uint64_t)(end - begin) != nelem * (uint64_t)esize) {
+            st = hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' spans %zu bytes but %s x shape needs %llu", path,
+                         e->string, end - begin, t.dtype_name, (unsigned long long)(nelem * (uint64_t)esize));
+            break;
+        }
+        if (hp_st_find(set, e->string)) {
+            st = hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' appears twice", path, e->string);
+            break;
+        }
+        t.data = data + begin;
+        t.nbytes = end - begin;
+        t.file = sh->path;
+        t.name = strdup(e->string);
+        if (!t.name) {
+            st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+            break;
+        }
+        if (set->n == set->cap) {
+            int cap = set->cap ? set->cap * 2 : 64;
+            void *p = realloc(set->t, (size_t)cap * sizeof *set->t);
+            if (!p) {
+                free(t.name);
+                st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+                break;
+            }
+            set->t = p;
+            set->cap = cap;
+        }
+        set->t[set->n++] = t;
+    }
+    cJSON_Delete(root);
+    if (st != HP_OK)
+        return st;
+
+    /* no two tensors of this shard may share bytes */
+    int cnt = set->n - first;
+    struct hp_st_tensor **by = malloc((size_t)(cnt > 0 ? cnt : 1) * sizeof *by);
+    if (!by)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    for (int i = 0; i < cnt; i++)
+        by[i] = &set->t[first + i];
+    qsort(by, (size_t)cnt, sizeof *by, cmp_by_offset);
+    for (int i = 1; i < cnt; i++) {
+        const char *prev_end = (const char *)by[i - 1]->data + by[i - 1]->nbytes;
+        if ((const char *)by[i]->data < prev_end && by[i]->nbytes > 0) {
+            st = hp_fail(err, HP_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap in the data area (corrupt file)",
+                         path, by[i - 1]->name, by[i]->name);
+            break;
+        }
+    }
+    free(by);
+    return st;
+}
+
+enum hp_status hp_st_add(struct hp_st_set *set, const char *path, struct hp_error *err)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        close(fd);
+        return hp_fail(err, HP_ERR_IO, "%s: cannot stat (%s)", path, strerror(errno));
+    }
+    size_t len = (size_t)sb.st_size;
+    if (len < 8) {
+        close(fd);
+        return hp_fail(err, HP_ERR_FORMAT, "%s: file is %zu bytes, too short for a safetensors header", path, len);
+    }
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return hp_fail(err, HP_ERR_IO, "%s: cannot map (%s)", path, strerror(errno));
+
+    void *p = realloc(set->shards, (size_t)(set->n_shards + 1) * sizeof *set->shards);
+    if (!p) {
+        munmap(map, len);
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    set->shards = p;
+    struct shard *sh = &set->shards[set->n_shards++];
+    sh->map = map;
+    sh->len = len;
+    sh->path = strdup(path);
+    if (!sh->path)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+
+    const unsigned char *u = map;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = (n << 8) | u[i];
+    if (n > len - 8)
+        return hp_fail(err, HP_ERR_FORMAT,
+                       "%s: header length %llu runs past the end of the %zu-byte file (truncated or not a safetensors file)",
+                       path, (unsigned long long)n, len);
+    return index_header(set, sh, (const char *)map + 8, (size_t)n,
+                        (const char *)map + 8 + n, len - 8 - (size_t)n, err);
+}
+
+enum hp_status hp_st_open(const char *path, struct hp_st_set **out, struct hp_error *err)
+{
+    *out = NULL;
+    struct hp_st_set *set = calloc(1, sizeof *set);
+    if (!set)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    enum hp_status st = hp_st_add(set, path, err);
+    if (st != HP_OK) {
+        hp_st_close(set);
+        return st;
+    }
+    *out = set;
+    return HP_OK;
+}
+
+void hp_st_close(struct hp_st_set *set)
+{
+    if (!set)
+        return;
+    for (int i = 0; i < set->n; i++)
+        free(set->t[i].name);
+    free(set->t);
+    for (int i = 0; i < set->n_shards; i++) {
+        if (set->shards[i].map)
+            munmap(set->shards[i].map, set->shards[i].len);
+        free(set->shards[i].path);
+    }
+    free(set->shards);
+    free(set);
+}
+
+struct hp_st_tensor *hp_st_find(struct hp_st_set *set, const char *name)
+{
+    /* linear: a few thousand names at most, looked up once each at load */
+    for (int i = 0; i < set->n; i++)
+        if (strcmp(set->t[i].name, name) == 0)
+            return &set->t[i];
+    return NULL;
+}
+
+int hp_st_count(const struct hp_st_set *set) { return set->n; }
+
+struct hp_st_tensor *hp_st_at(struct hp_st_set *set, int i) { return &set->t[i]; }

@@ -1,0 +1,43 @@
+/*
+ * safetensors_int.h -- reading safetensors files (one or many shards).
+ *
+ * A hp_st_set maps every shard read-only and indexes its tensors by name.
+ * Validation happens at open: header length inside the file, JSON well
+ * formed, offsets inside the data area, size = dtype size * shape, no two
+ * tensors overlapping. Views into the mapping never own memory.
+ */
+#ifndef HP_SAFETENSORS_INT_H
+#define HP_SAFETENSORS_INT_H
+
+#include "headprune.h"
+
+enum hp_dtype { HP_DT_F32, HP_DT_F16, HP_DT_BF16, HP_DT_OTHER };
+
+struct hp_st_tensor {
+    char *name;
+    enum hp_dtype dtype;
+    char dtype_name[8]; /* as written in the header: "F32", "BF16", "I64" ... */
+    int n_dims;
+    int64_t shape[8];
+    const void *data; /* inside the shard's mapping */
+    size_t nbytes;
+    const char *file; /* the shard it lives in (owned by the set) */
+    bool used;        /* bound by the model loader */
+};
+
+struct hp_st_set;
+
+/* Map and index one file. Destructor: hp_st_close. */
+enum hp_status hp_st_open(const char *path, struct hp_st_set **out,
+                          struct hp_error *err);
+/* Map and index another shard into the same set (names must not repeat). */
+enum hp_status hp_st_add(struct hp_st_set *set, const char *path,
+                         struct hp_error *err);
+void hp_st_close(struct hp_st_set *set);
+
+/* NULL when absent. */
+struct hp_st_tensor *hp_st_find(struct hp_st_set *set, const char *name);
+int hp_st_count(const struct hp_st_set *set);
+struct hp_st_tensor *hp_st_at(struct hp_st_set *set, int i);
+
+#endif

@@ -1,0 +1,16 @@
+/* util.c -- error formatting shared by the engine's modules. */
+#include "util_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+enum hp_status hp_fail(struct hp_error *err, enum hp_status st, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}

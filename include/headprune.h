@@ -1,0 +1,225 @@
+/*
+ * headprune.h -- the one public contract of the headprune engine.
+ *
+ * If a type or function is not declared here, it is not public. Private
+ * structures live in engine/ *_int.h headers.
+ *
+ * Conventions:
+ *  - Fallible functions return enum hp_status and hand results back through
+ *    out-parameters; on failure *err (when non-NULL) holds one line of the
+ *    form "file: what is wrong (hint)". Nothing in the library prints or exits.
+ *  - Constructors name their destructor; destructors accept NULL.
+ *  - All matrices are row-major; shapes are given on every field.
+ */
+#ifndef HEADPRUNE_H
+#define HEADPRUNE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HP_VERSION "0.1.0"
+
+/* Bumped whenever a change can alter any number the engine computes. */
+#define HP_NUMERIC_VERSION 1
+
+// --- errors -----------------------------------------------------------------
+
+enum hp_status {
+    HP_OK = 0,
+    HP_ERR_IO,          /* file missing, unreadable, short read */
+    HP_ERR_FORMAT,      /* file content malformed */
+    HP_ERR_SHAPE,       /* shapes/dtypes disagree with each other or the config */
+    HP_ERR_NOMEM,
+    HP_ERR_ARG,         /* bad argument: mask spec, option value */
+    HP_ERR_UNSUPPORTED, /* valid but not supported (model_type, dtype) */
+    HP_ERR_SQL,
+    HP_ERR_PLAN,
+};
+
+#define HP_ERR_MSG_MAX 1024
+struct hp_error {
+    char msg[HP_ERR_MSG_MAX];
+};
+
+/* Static name of a status ("io", "format", ...). */
+const char *hp_status_name(enum hp_status st);
+
+// --- runtime ----------------------------------------------------------------
+
+/*
+ * Initialise the numeric backend once, before any model is used: selects the
+ * BLIS kernel set (skx where the CPU has AVX-512F, unless BLIS_ARCH_TYPE is
+ * set by the user) and the number of threads (0 = BLIS default).
+ * Safe to call again to change the thread count.
+ */
+void hp_runtime_init(int n_threads);
+
+/* Name of the BLIS kernel set in use ("skx", "haswell", ...), after init. */
+const char *hp_runtime_kernel(void);
+
+/* Whether the kernel set came from headprune's choice or the user's env. */
+bool hp_runtime_kernel_from_env(void);
+
+// --- models -----------------------------------------------------------------
+
+enum hp_arch {
+    HP_ARCH_GPT2,
+    HP_ARCH_BERT,
+    HP_ARCH_LLAMA, /* llama, mistral, qwen2 */
+};
+
+struct hp_model_info {
+    enum hp_arch arch;
+    char model_type[32]; /* as in config.json: "gpt2", "bert", "llama", ... */
+    int n_layers;
+    int n_heads;    /* query heads per layer */
+    int n_kv_heads; /* key/value heads per layer (== n_heads without GQA) */
+    int d_head;
+    int d_model;
+    int d_ff;
+    int n_vocab;
+    int n_ctx;      /* maximum positions */
+    int64_t n_params;
+    char dtype[8];  /* stored dtype of the weights: "f32", "f16", "bf16" */
+    bool causal;       /* decoder (GPT-2, Llama) vs encoder (BERT) */
+    bool has_lm_head;  /* logits available: causal LM head or BERT MLM head */
+};
+
+struct hp_model;
+
+/*
+ * Open a Hugging Face model directory: config.json plus model.safetensors or
+ * the shards named by model.safetensors.index.json. f32 weights are
+ * memory-mapped and used in place; f16/bf16 are converted once.
+ * Destructor: hp_model_close.
+ */
+enum hp_status hp_model_open(const char *dir, struct hp_model **out,
+                             struct hp_error *err);
+void hp_model_close(struct hp_model *m);
+const struct hp_model_info *hp_model_get_info(const struct hp_model *m);
+
+// --- held-out data ----------------------------------------------------------
+
+struct hp_data {
+    int n_seqs;
+    int seq_len;
+    int32_t *ids;       /* (n_seqs, seq_len), row-major */
+    int32_t *labels;    /* NULL or (n_seqs, seq_len); -100 = ignore (MLM) */
+    uint8_t *attn_mask; /* NULL or (n_seqs, seq_len); 1 = real token, 0 = pad */
+    int32_t *type_ids;  /* NULL or (n_seqs, seq_len); BERT token types */
+    char path[512];
+};
+
+/*
+ * Load token ids from .npy (int32/int64/uint16; [n_seqs, seq_len], or 1-D cut
+ * into rows of seq_len), .jsonl ({"ids": [...], "labels": [...],
+ * "attention_mask": [...], "token_type_ids": [...]} per line) or an llm.c / nanoGPT .bin token file
+ * (1-D, needs seq_len). seq_len = 0 means "take it from the file".
+ * Destructor: hp_data_free.
+ */
+enum hp_status hp_data_load(const char *path, int seq_len, struct hp_data **out,
+                            struct hp_error *err);
+void hp_data_free(struct hp_data *d);
+
+/* Every id must be in [0, n_vocab): else HP_ERR_ARG naming the file, row, column. */
+enum hp_status hp_data_check_vocab(const struct hp_data *d, int n_vocab,
+                                   struct hp_error *err);
+
+// --- masks ------------------------------------------------------------------
+
+struct hp_mask {
+    int n_layers;
+    int n_heads;
+    float *gate; /* (n_layers, n_heads), row-major; 1 = kept, 0 = ablated */
+};
+
+/* A mask of all ones. Destructor: hp_mask_free. NULL on out-of-memory. */
+struct hp_mask *hp_mask_new(int n_layers, int n_heads);
+void hp_mask_free(struct hp_mask *m);
+
+/*
+ * Parse a mask spec: comma-separated "L.H", "L.*" (a whole layer) and
+ * "kv:L.G" (every query head sharing KV head G of layer L). With keep = true
+ * the named heads are kept and all others ablated. An empty spec ablates
+ * nothing (or, with keep, everything). Destructor: hp_mask_free.
+ */
+enum hp_status hp_mask_parse(const char *spec, bool keep,
+                             const struct hp_model_info *info,
+                             struct hp_mask **out, struct hp_error *err);
+
+/* Number of ablated (gate == 0) heads. */
+int hp_mask_count_ablated(const struct hp_mask *m);
+
+// --- evaluation -------------------------------------------------------------
+
+enum hp_ablation {
+    HP_ABLATE_ZERO,     /* the head's output is zero */
+    HP_ABLATE_MEAN,     /* replaced by its mean over all held-out tokens */
+    HP_ABLATE_MEAN_POS, /* replaced by its mean at each position */
+};
+
+struct hp_metrics {
+    int n_seqs;
+    int64_t n_tokens; /* predicted (causal) or labelled (MLM) tokens */
+    bool has_loss;    /* causal LM or MLM with labels */
+    bool has_cos;     /* encoders without an LM head */
+    double loss;      /* mean token loss, nats */
+    double ppl;       /* exp(loss) */
+    double acc;       /* top-1 accuracy over the same tokens */
+    double kl;        /* mean per-token KL(unmasked || masked), nats */
+    double cos;       /* mean cosine of mean-pooled final hidden states */
+    /* per sequence, each (n_seqs): */
+    double *seq_loss;
+    double *seq_acc;
+    double *seq_kl;
+    double *seq_cos;
+    int64_t *seq_tokens;
+};
+
+void hp_metrics_free(struct hp_metrics *m);
+
+struct hp_evaluator;
+
+/*
+ * An evaluator binds a model to a held-out set, checks them against each
+ * other (vocabulary, context length, labels), and caches what every variant
+ * shares (mean-ablation statistics). The model and data must outlive it.
+ * Destructor: hp_evaluator_free.
+ */
+enum hp_status hp_evaluator_new(struct hp_model *model, const struct hp_data *data,
+                                struct hp_evaluator **out, struct hp_error *err);
+void hp_evaluator_free(struct hp_evaluator *ev);
+
+/* Optional progress callback, called after each sequence (done of total). */
+void hp_evaluator_set_progress(struct hp_evaluator *ev,
+                               void (*fn)(void *user, int done, int total),
+                               void *user);
+
+/*
+ * Evaluate one masked variant on the whole held-out set. mask may be NULL
+ * (no head ablated). Destructor of *out: hp_metrics_free.
+ */
+enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *mask,
+                                enum hp_ablation ablation, struct hp_metrics **out,
+                                struct hp_error *err);
+
+/*
+ * Forward one sequence and write logits (n_tokens, n_vocab) or, for encoders
+ * without an LM head, final hidden states (n_tokens, d_model). attn_mask may
+ * and type_ids may be NULL. For mean ablations use an evaluator instead. Mostly for tests.
+ */
+enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids,
+                                const uint8_t *attn_mask, const int32_t *type_ids,
+                                int n_tokens,
+                                const struct hp_mask *mask, float *out,
+                                struct hp_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,449 @@
+#!/usr/bin/env python3
+"""Generate headprune's tiny random-initialised test fixtures.
+
+For every fixture under tests/fixtures/<name>/ this writes a Hugging Face model
+directory (config.json + model.safetensors or shards), a held-out set
+(data.npy or data.jsonl) and the reference numbers the C engine must reproduce
+(reference.json, reference.safetensors). Fully deterministic.
+
+    /work/venv/bin/python tools/gen_fixtures.py [--out tests/fixtures] [names...]
+
+Semantics: see tools/README.md and tools/hp_ref.py.
+"""
+import argparse
+import copy
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hp_ref  # noqa: E402
+
+from transformers import (  # noqa: E402
+    BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel,
+    LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+)
+import transformers  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+torch.set_num_threads(1)  # bit-for-bit reproducible reductions
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INIT = 0.3  # initializer_range: large so attention is peaked and heads matter
+N_SEQS, SEQ_LEN = 3, 16
+
+# ---------------------------------------------------------------- building
+
+
+def perturb(model, seed, std):
+    """HF init zeroes biases and sets norm gains to 1; make them random too so a
+    loader that drops or swaps a bias / norm tensor gives different numbers."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            low = name.lower()
+            is_norm = "norm" in low or ".ln_" in low or low.startswith("ln_") or "layernorm" in low
+            if is_norm and name.endswith("weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+            elif name.endswith("bias"):
+                p.copy_(std * torch.randn(p.shape, generator=g))
+
+
+def round_params(model, dtype):
+    """Round every parameter to dtype and back, in place (the model stays f32)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(dtype).to(torch.float32))
+
+
+def make(model_cls, config, seed, round_to=None):
+    torch.manual_seed(seed)
+    model = model_cls._from_config(config, attn_implementation="eager", dtype=torch.float32)
+    perturb(model, seed + 1000, 0.5 * config.initializer_range)
+    if round_to is not None:
+        round_params(model, round_to)
+    model.eval()
+    return model
+
+
+# ---------------------------------------------------------------- running
+
+
+class Runner:
+    """Binds a model to its held-out set. arch: gpt2 | bert | llama."""
+
+    def __init__(self, model, arch, kind, data):
+        self.model, self.arch, self.kind, self.data = model, arch, kind, data
+        cfg = model.config
+        if arch == "gpt2":
+            base = model.transformer
+            mods = [blk.attn.c_proj for blk in base.h]
+            self.n_heads, self.n_kv = cfg.n_head, cfg.n_head
+        elif arch == "bert":
+            base = model.bert if hasattr(model, "bert") else model
+            mods = [lay.attention.output.dense for lay in base.encoder.layer]
+            self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_attention_heads
+        else:
+            mods = [lay.self_attn.o_proj for lay in model.model.layers]
+            self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.n_layers = len(mods)
+        self.d_head = mods[0].weight.shape[0 if arch == "gpt2" else 1] // self.n_heads
+        self.abl = hp_ref.HeadAblator(mods, self.n_heads, self.d_head)
+        ids = data["ids"]
+        self.attn_mask = data.get("attention_mask")
+        self.real = self.attn_mask if self.attn_mask is not None else torch.ones_like(ids)
+
+    @torch.no_grad()
+    def forward(self, head_mask=None):
+        d = self.data
+        kw = {"input_ids": d["ids"]}
+        if self.arch == "bert":
+            kw["attention_mask"] = d["attention_mask"]
+            if "token_type_ids" in d:
+                kw["token_type_ids"] = d["token_type_ids"]
+        if head_mask is not None:
+            kw["head_mask"] = head_mask
+        out = self.model(**kw)
+        if self.kind == "encoder":
+            return out.last_hidden_state.float()
+        return out.logits.float()
+
+    def masked_output(self, gate, ablation, use_head_mask):
+        if ablation == "zero" and use_head_mask:
+            self.abl.mode = None
+            return self.forward(head_mask=gate)
+        if ablation != "zero":
+            self.abl.mode = "record"
+            self.forward()
+            self.abl.set_means(self.real, ablation)
+        self.abl.gate, self.abl.ablation, self.abl.mode = gate, ablation, "apply"
+        try:
+            return self.forward()
+        finally:
+            self.abl.mode = None
+
+    def metrics(self, out_m, out_u):
+        d = self.data
+        if self.kind == "causal":
+            return hp_ref.causal_metrics(out_m, out_u, d["ids"], self.attn_mask)
+        if self.kind == "mlm":
+            return hp_ref.mlm_metrics(out_m, out_u, d["labels"])
+        return hp_ref.cos_metrics(out_m, out_u, d["attention_mask"])
+
+
+def case_list(n_layers, n_heads, n_kv, with_mean):
+    L, H = n_layers, n_heads
+    cases = [
+        ("none", "", "zero"),
+        (f"h0_1", "0.1", "zero"),
+        (f"h{L-1}_{H-1}", f"{L-1}.{H-1}", "zero"),
+        ("l1", "1.*", "zero"),
+        ("all", ",".join(f"{l}.*" for l in range(L)), "zero"),
+        ("mix", f"0.0,{L-1}.1", "zero"),
+    ]
+    if n_kv != n_heads:
+        cases.append(("kv1_0", "kv:1.0", "zero"))
+    if with_mean:
+        cases.append(("mean", "0.1,1.2", "mean"))
+        cases.append(("mean_pos", "0.1,1.2", "mean_pos"))
+    return cases
+
+
+def run_cases(runner, cases):
+    """-> (case dicts, outputs). Zero masks on GPT-2 / BERT use HF's head_mask and
+    are cross-checked against the pre-hook path."""
+    out_u = runner.forward()
+    res, outputs = [], {}
+    for name, spec, ablation in cases:
+        gate = hp_ref.parse_mask(spec, runner.n_layers, runner.n_heads, runner.n_kv)
+        hm = ablation == "zero" and runner.arch in ("gpt2", "bert")
+        out_m = out_u if spec == "" else runner.masked_output(gate, ablation, hm)
+        if hm and spec != "":
+            alt = runner.masked_output(gate, ablation, False)
+            diff = float((alt - out_m).abs().max())
+            print(f"    [{name}] head_mask vs o_proj pre-hook: max |diff| = {diff:.3g}")
+            assert diff < 1e-4, diff
+        c = {"name": name, "mask": spec, "ablation": ablation,
+             "n_ablated": int((gate == 0).sum())}
+        c.update(runner.metrics(out_m, out_u))
+        c["output"] = name
+        assert hp_ref.isfinite_case(c), c
+        res.append(c)
+        outputs[name] = out_m
+    return res, outputs
+
+
+def report(name, dirpath, cases, single_heads):
+    c0 = cases[0]
+    print(f"  {name}: {hp_ref.dir_size(dirpath) / 1024:.1f} KiB")
+    for c in cases:
+        print(f"    {c['name']:10s} {c['mask']!r:18s} {c['ablation']:8s} {hp_ref.fmt_case(c)}"
+              f"  rel.change={hp_ref.rel_change(c0, c):.2e}")
+    for c in cases[1:]:
+        if c["name"] in single_heads:  # single heads must move the loss (1 - cos) by > 0.1 %
+            assert hp_ref.rel_change(c0, c) > 1e-3, f"{name}/{c['name']}: mask barely matters"
+        if "kl" in c:
+            assert c["kl"] > 1e-3, f"{name}/{c['name']}: mask barely changes the distribution"
+
+
+def check_reload(model_cls, dirpath, runner, ref_out, tol=0.0):
+    """Load the written directory back with transformers and compare the unmasked output."""
+    m = model_cls.from_pretrained(dirpath, dtype=torch.float32, attn_implementation="eager")
+    m.eval()
+    r = Runner(m, runner.arch, runner.kind, runner.data)
+    diff = float((r.forward() - ref_out).abs().max())
+    print(f"    reload {os.path.basename(dirpath)} with from_pretrained: max |diff| = {diff:.3g}")
+    assert diff <= tol, diff
+    r.abl.remove()
+
+
+def fresh_dir(out, name):
+    d = os.path.join(out, name)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    return d
+
+
+def causal_data(vocab, seed):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, vocab, size=(N_SEQS, SEQ_LEN)).astype(np.int32)
+
+
+def meta(name, data_file, runner, data, kind):
+    ids = data["ids"]
+    return {"model": name, "data": data_file, "n_seqs": int(ids.shape[0]), "seq_len": int(ids.shape[1]),
+            "kind": kind, "n_layers": runner.n_layers, "n_heads": runner.n_heads,
+            "n_kv_heads": runner.n_kv, "d_head": runner.d_head,
+            "output_kind": "hidden" if kind == "encoder" else "logits"}
+
+
+def finish(out, name, data_file, model, arch, kind, data, with_mean=False, model_cls=None,
+           save=None):
+    d = os.path.join(out, name)
+    r = Runner(model, arch, kind, data)
+    cases, outputs = run_cases(r, case_list(r.n_layers, r.n_heads, r.n_kv, with_mean))
+    hp_ref.write_reference(d, meta(name, data_file, r, data, kind), cases, outputs)
+    if model_cls is not None:
+        check_reload(model_cls, d, r, outputs["none"])
+    report(name, d, cases, {c[0] for c in case_list(r.n_layers, r.n_heads, r.n_kv, False)[1:3]})
+    r.abl.remove()
+    return cases
+
+
+def write_npy(d, ids):
+    np.save(os.path.join(d, "data.npy"), ids)
+    return {"ids": torch.from_numpy(ids.astype(np.int64))}
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+def gpt2_tiny(out):
+    name = "gpt2-tiny"
+    cfg = GPT2Config(n_layer=3, n_head=4, n_embd=32, vocab_size=97, n_positions=64,
+                     initializer_range=INIT, bos_token_id=0, eos_token_id=0)
+    model = make(GPT2LMHeadModel, cfg, 1)
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    data = write_npy(d, causal_data(97, 101))
+    return finish(out, name, "data.npy", model, "gpt2", "causal", data, True, GPT2LMHeadModel)
+
+
+def gpt2_noprefix(out):
+    name = "gpt2-noprefix"
+    cfg = GPT2Config(n_layer=2, n_head=2, n_embd=16, vocab_size=97, n_positions=64,
+                     initializer_range=INIT, bos_token_id=0, eos_token_id=0)
+    model = make(GPT2LMHeadModel, cfg, 22)
+    d = fresh_dir(out, name)
+    # like the original `gpt2` checkpoint: base-model keys, no lm_head (tied),
+    # plus the causal-mask buffers h.N.attn.bias a loader must skip
+    sd = {k: v.detach().clone().contiguous() for k, v in model.transformer.state_dict().items()}
+    n = cfg.n_positions
+    for i in range(cfg.n_layer):
+        sd[f"h.{i}.attn.bias"] = torch.tril(torch.ones(n, n, dtype=torch.float32)).view(1, 1, n, n)
+    assert not any(k.startswith(("transformer.", "lm_head")) for k in sd)
+    save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    cfg_d = cfg.to_dict()
+    cfg_d["architectures"] = ["GPT2LMHeadModel"]
+    cfg_d.pop("_attn_implementation_autoset", None)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg_d, f, indent=2, sort_keys=True)
+        f.write("\n")
+    data = write_npy(d, causal_data(97, 102))
+    return finish(out, name, "data.npy", model, "gpt2", "causal", data, False, GPT2LMHeadModel)
+
+
+def bert_rows(vocab, seed, lengths, mlm, types):
+    """Rows of ids / attention_mask / token_type_ids (/ labels): 2 = [CLS],
+    3 = [SEP], 4 = [MASK], 0 = [PAD], ordinary tokens in [5, vocab)."""
+    rng = np.random.default_rng(seed)
+    T = max(lengths)
+    rows = []
+    for i, n in enumerate(lengths):
+        ids = [2] + list(rng.integers(5, vocab, size=n - 2)) + [3] + [0] * (T - n)
+        row = {"ids": [int(v) for v in ids],
+               "attention_mask": [1] * n + [0] * (T - n)}
+        if types[i]:
+            split = n // 2
+            row["token_type_ids"] = [0] * split + [1] * (n - split) + [0] * (T - n)
+        else:
+            row["token_type_ids"] = [0] * T
+        if mlm:
+            labels = [-100] * T
+            cand = np.arange(1, n - 1)
+            k = max(1, int(round(0.22 * n)))
+            for p in sorted(rng.choice(cand, size=k, replace=False)):
+                labels[p] = row["ids"][p]
+                r = rng.random()
+                if r < 0.8:
+                    row["ids"][p] = 4
+                elif r < 0.9:
+                    row["ids"][p] = int(rng.integers(5, vocab))
+            row["labels"] = labels
+        rows.append(row)
+    return rows
+
+
+def write_jsonl(d, rows, keys):
+    with open(os.path.join(d, "data.jsonl"), "w") as f:
+        for r in rows:
+            f.write(json.dumps({k: r[k] for k in keys}) + "\n")
+    return {k: torch.tensor([r[k] for r in rows], dtype=torch.int64) for k in keys}
+
+
+def bert_mlm(out):
+    name = "bert-mlm"
+    cfg = BertConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=64, type_vocab_size=2,
+                     initializer_range=INIT, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, pad_token_id=0)
+    model = make(BertForMaskedLM, cfg, 3)
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    rows = bert_rows(101, 103, [16, 11, 16, 7], True, [True, False, True, False])
+    data = write_jsonl(d, rows, ["ids", "labels", "attention_mask", "token_type_ids"])
+    return finish(out, name, "data.jsonl", model, "bert", "mlm", data, False, BertForMaskedLM)
+
+
+def bert_encoder(out):
+    name = "bert-encoder"
+    cfg = BertConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=64, type_vocab_size=2,
+                     initializer_range=INIT, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, pad_token_id=0)
+    model = make(BertModel, cfg, 4)
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)  # BertModel keys carry no "bert." prefix
+    rows = bert_rows(101, 104, [16, 9, 13, 16], False, [False] * 4)
+    data = write_jsonl(d, rows, ["ids", "attention_mask"])
+    return finish(out, name, "data.jsonl", model, "bert", "encoder", data, False, BertModel)
+
+
+def llama_gqa(out):
+    name = "llama-gqa"
+    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                      initializer_range=INIT, bos_token_id=1, eos_token_id=2)
+    model = make(LlamaForCausalLM, cfg, 5)
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    data = write_npy(d, causal_data(97, 105))
+    cases = finish(out, name, "data.npy", model, "llama", "causal", data, True, LlamaForCausalLM)
+
+    # the same model, sharded
+    sname = name + "-sharded"
+    sd = fresh_dir(out, sname)
+    model.save_pretrained(sd, safe_serialization=True, max_shard_size="60KB")
+    shutil.copy(os.path.join(d, "data.npy"), sd)
+    shutil.copy(os.path.join(d, "reference.safetensors"), sd)
+    with open(os.path.join(d, "reference.json")) as f:
+        ref = json.load(f)
+    ref["model"] = sname
+    with open(os.path.join(sd, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    shards = sorted(x for x in os.listdir(sd) if x.startswith("model-"))
+    assert os.path.exists(os.path.join(sd, "model.safetensors.index.json")) and 2 <= len(shards) <= 3, shards
+    print(f"  {sname}: {hp_ref.dir_size(sd) / 1024:.1f} KiB, shards {shards}")
+    r = Runner(model, "llama", "causal", data)
+    check_reload(LlamaForCausalLM, sd, r, load_file(os.path.join(d, "reference.safetensors"))["none"])
+    r.abl.remove()
+    return cases
+
+
+def llama_tied_bf16(out):
+    name = "llama-tied-bf16"
+    cfg = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
+                      rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                      initializer_range=INIT, bos_token_id=1, eos_token_id=2)
+    model = make(LlamaForCausalLM, cfg, 6, round_to=torch.bfloat16)
+    d = fresh_dir(out, name)
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    check_stored(d, model, torch.bfloat16)
+    data = write_npy(d, causal_data(97, 106))
+    return finish(out, name, "data.npy", model, "llama", "causal", data, False, LlamaForCausalLM)
+
+
+def qwen2_bias(out):
+    name = "qwen2-bias"
+    cfg = Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                      use_sliding_window=False, initializer_range=INIT,
+                      bos_token_id=1, eos_token_id=2)
+    model = make(Qwen2ForCausalLM, cfg, 7, round_to=torch.float16)
+    assert model.model.layers[0].self_attn.q_proj.bias is not None
+    d = fresh_dir(out, name)
+    copy.deepcopy(model).to(torch.float16).save_pretrained(d, safe_serialization=True)
+    check_stored(d, model, torch.float16)
+    data = write_npy(d, causal_data(97, 107))
+    return finish(out, name, "data.npy", model, "llama", "causal", data, False, Qwen2ForCausalLM)
+
+
+def check_stored(d, model, dtype):
+    """The stored low-precision tensors are exactly the model's rounded f32 weights."""
+    st = load_file(os.path.join(d, "model.safetensors"))
+    ref = model.state_dict()
+    for k, v in st.items():
+        assert v.dtype == dtype, (k, v.dtype)
+        assert torch.equal(v.float(), ref[k]), k
+    print(f"    {os.path.basename(d)}: {len(st)} tensors stored as {dtype}, bit-equal to the f32 reference weights")
+
+
+FIXTURES = {
+    "gpt2-tiny": gpt2_tiny,
+    "gpt2-noprefix": gpt2_noprefix,
+    "bert-mlm": bert_mlm,
+    "bert-encoder": bert_encoder,
+    "llama-gqa": llama_gqa,  # also writes llama-gqa-sharded
+    "llama-tied-bf16": llama_tied_bf16,
+    "qwen2-bias": qwen2_bias,
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(REPO, "tests", "fixtures"))
+    ap.add_argument("names", nargs="*", help="fixtures to (re)generate; default all")
+    a = ap.parse_args()
+    names = a.names or list(FIXTURES)
+    os.makedirs(a.out, exist_ok=True)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    for n in names:
+        print(f"== {n}")
+        FIXTURES[n](a.out)
+    for n in os.listdir(a.out):
+        if os.path.isdir(os.path.join(a.out, n)):
+            hp_ref.tidy_perms(os.path.join(a.out, n))
+
+
+if __name__ == "__main__":
+    main()
