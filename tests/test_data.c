@@ -1,0 +1,739 @@
+/*
+ * test_data.c -- hp_data_load / hp_data_check_vocab.
+ *
+ * Happy paths read fixtures under tests/data/ written by numpy and Python's
+ * json module (tests/data/make_fixtures.py says how to regenerate them), so
+ * the loader is checked against independent writers; the expected values
+ * below are typed in by hand from that script. Malformed inputs are built
+ * byte by byte in a per-test temporary directory. Every failure case checks
+ * the status and that the one-line message starts with the path and names
+ * the problem.
+ *
+ * The fixture directory is HP_TEST_DATA_DIR when the build defines it, else
+ * "data" next to this source file as named by __FILE__ (which works when the
+ * tests run from the directory the compiler was run in).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "headprune.h"
+
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// --- temporary files -----------------------------------------------------------
+
+#define MAX_FILES 64
+static char g_dir[64];
+static char g_files[MAX_FILES][1024];
+static int g_nfiles;
+
+static void setup(void)
+{
+    snprintf(g_dir, sizeof g_dir, "/tmp/hp_test_data_XXXXXX");
+    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp failed");
+    g_nfiles = 0;
+}
+
+static void teardown(void)
+{
+    // Removed in reverse so directories made by a test go after their files.
+    for (int i = g_nfiles - 1; i >= 0; i--)
+        remove(g_files[i]);
+    rmdir(g_dir);
+}
+
+TestSuite(data, .init = setup, .fini = teardown);
+
+// A path in the test's directory, removed at teardown.
+static const char *tpath(const char *name)
+{
+    cr_assert_lt(g_nfiles, MAX_FILES);
+    char *p = g_files[g_nfiles++];
+    snprintf(p, sizeof g_files[0], "%s/%s", g_dir, name);
+    return p;
+}
+
+static const char *write_file(const char *name, const void *buf, size_t n)
+{
+    const char *p = tpath(name);
+    FILE *f = fopen(p, "wb");
+    cr_assert_not_null(f, "cannot create %s", p);
+    if (n)
+        cr_assert_eq(fwrite(buf, 1, n, f), n);
+    cr_assert_eq(fclose(f), 0);
+    return p;
+}
+
+static const char *write_text(const char *name, const char *text)
+{
+    return write_file(name, text, strlen(text));
+}
+
+static void put_u16(unsigned char *p, unsigned v)
+{
+    p[0] = (unsigned char)(v & 0xff);
+    p[1] = (unsigned char)((v >> 8) & 0xff);
+}
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/*
+ * Write a .npy: magic, version major.0, header length, then dict padded with
+ * spaces and a newline to a multiple of 64 bytes, then n data bytes.
+ */
+static const char *write_npy(const char *name, int major, const char *dict,
+                             const void *data, size_t n)
+{
+    size_t pre = major == 1 ? 10 : 12, dl = strlen(dict);
+    size_t hlen = dl + 1;
+    while ((pre + hlen) % 64)
+        hlen++;
+    unsigned char *buf = calloc(1, pre + hlen + n + 1);
+    cr_assert_not_null(buf);
+    memcpy(buf, "\x93NUMPY", 6);
+    buf[6] = (unsigned char)major;
+    buf[7] = 0;
+    if (major == 1)
+        put_u16(buf + 8, (unsigned)hlen);
+    else
+        put_u32(buf + 8, (uint32_t)hlen);
+    memcpy(buf + pre, dict, dl);
+    memset(buf + pre + dl, ' ', hlen - dl - 1);
+    buf[pre + hlen - 1] = '\n';
+    if (n)
+        memcpy(buf + pre + hlen, data, n);
+    const char *p = write_file(name, buf, pre + hlen + n);
+    free(buf);
+    return p;
+}
+
+static const char *npy_dict(char *buf, size_t cap, const char *descr, const char *fortran,
+                            const char *shape)
+{
+    snprintf(buf, cap, "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr,
+             fortran, shape);
+    return buf;
+}
+
+// An llm.c token file header (256 int32) followed by nbytes of tokens.
+static const char *write_llmc(const char *name, uint32_t magic, uint32_t version,
+                              uint32_t count, const void *toks, size_t nbytes)
+{
+    unsigned char *buf = calloc(1, 1024 + nbytes + 1);
+    cr_assert_not_null(buf);
+    put_u32(buf, magic);
+    put_u32(buf + 4, version);
+    put_u32(buf + 8, count);
+    if (nbytes)
+        memcpy(buf + 1024, toks, nbytes);
+    const char *p = write_file(name, buf, 1024 + nbytes);
+    free(buf);
+    return p;
+}
+
+// --- fixtures --------------------------------------------------------------
+
+static const char *fixture(const char *name)
+{
+    static char bufs[8][1024];
+    static int next;
+    char *p = bufs[next++ % 8];
+#ifdef HP_TEST_DATA_DIR
+    snprintf(p, sizeof bufs[0], "%s/%s", HP_TEST_DATA_DIR, name);
+#else
+    const char *f = __FILE__, *slash = strrchr(f, '/');
+    int n = slash ? (int)(slash - f) : 0;
+    snprintf(p, sizeof bufs[0], "%.*s%sdata/%s", n, f, n ? "/" : "", name);
+#endif
+    struct stat st;
+    cr_assert_eq(stat(p, &st), 0, "fixture %s is missing (run the tests from the directory "
+                 "they were compiled in, or define HP_TEST_DATA_DIR)", p);
+    return p;
+}
+
+// --- assertions ------------------------------------------------------------
+
+static struct hp_data *load_ok(const char *path, int seq_len)
+{
+    struct hp_data *d = NULL;
+    struct hp_error err = {{0}};
+    enum hp_status st = hp_data_load(path, seq_len, &d, &err);
+    cr_assert_eq(st, HP_OK, "%s: status %s: %s", path, hp_status_name(st), err.msg);
+    cr_assert_not_null(d);
+    cr_assert_str_eq(d->path, path);
+    return d;
+}
+
+static void expect_ids(const struct hp_data *d, int n_seqs, int seq_len, const int32_t *want)
+{
+    cr_assert_eq(d->n_seqs, n_seqs, "n_seqs %d, want %d", d->n_seqs, n_seqs);
+    cr_assert_eq(d->seq_len, seq_len, "seq_len %d, want %d", d->seq_len, seq_len);
+    for (int i = 0; i < n_seqs * seq_len; i++)
+        cr_assert_eq(d->ids[i], want[i], "ids[%d] = %d, want %d", i, d->ids[i], want[i]);
+}
+
+// The load fails with status want; the message is one line that starts with
+// the path (or the path and ":") and contains what.
+static void expect_fail(const char *path, int seq_len, enum hp_status want, const char *what)
+{
+    struct hp_data *d = (struct hp_data *)&d; // any non-NULL: must be reset
+    struct hp_error err = {{0}};
+    enum hp_status st = hp_data_load(path, seq_len, &d, &err);
+    cr_assert_eq(st, want, "%s: status %s, want %s: %s", path, hp_status_name(st),
+                 hp_status_name(want), err.msg);
+    cr_assert_null(d, "*out not NULL after failure");
+    size_t n = strlen(path);
+    cr_assert(strncmp(err.msg, path, n) == 0 && (err.msg[n] == ':'),
+              "message does not start with the path: %s", err.msg);
+    cr_assert_not_null(strstr(err.msg, what), "message lacks \"%s\": %s", what, err.msg);
+    cr_assert_null(strchr(err.msg, '\n'), "message is not one line: %s", err.msg);
+    cr_assert_not_null(strchr(err.msg, '('), "message has no hint: %s", err.msg);
+    // The same failure without an error buffer must not crash.
+    d = NULL;
+    cr_assert_eq(hp_data_load(path, seq_len, &d, NULL), want);
+    cr_assert_null(d);
+}
+
+// --- .npy happy paths ---------------------------------------------------------
+
+Test(data, npy_2d_int32_from_numpy)
+{
+    const int32_t want[] = {0, 1, 2, 3, 96, 95, 94, 93, 7, 70, 700, 7000};
+    struct hp_data *d = load_ok(fixture("ids_2d_i4.npy"), 0);
+    expect_ids(d, 3, 4, want);
+    cr_assert_null(d->labels);
+    cr_assert_null(d->attn_mask);
+    cr_assert_null(d->type_ids);
+    hp_data_free(d);
+    d = load_ok(fixture("ids_2d_i4.npy"), 4); // seq_len equal to the file's
+    expect_ids(d, 3, 4, want);
+    hp_data_free(d);
+}
+
+Test(data, npy_1d_int64_v2_cut_into_rows)
+{
+    // arange(10) * 3; rows of 3, the tenth token (27) is dropped
+    const int32_t want[] = {0, 3, 6, 9, 12, 15, 18, 21, 24};
+    struct hp_data *d = load_ok(fixture("ids_1d_i8_v2.npy"), 3);
+    expect_ids(d, 3, 3, want);
+    hp_data_free(d);
+}
+
+Test(data, npy_1d_uint16_v3)
+{
+    const int32_t want2[] = {0, 1, 65535, 300};
+    struct hp_data *d = load_ok(fixture("ids_1d_u2_v3.npy"), 2);
+    expect_ids(d, 2, 2, want2);
+    hp_data_free(d);
+    const int32_t want5[] = {0, 1, 65535, 300, 5};
+    d = load_ok(fixture("ids_1d_u2_v3.npy"), 5); // exactly one row
+    expect_ids(d, 1, 5, want5);
+    hp_data_free(d);
+}
+
+Test(data, npy_int64_2d_extremes_and_uppercase_extension)
+{
+    unsigned char raw[4 * 8];
+    const int64_t v[] = {INT32_MAX, INT32_MIN, -1, 0};
+    for (int i = 0; i < 4; i++)
+        put_u64(raw + 8 * i, (uint64_t)v[i]);
+    char dict[256];
+    const char *p = write_npy("x.NPY", 1, npy_dict(dict, sizeof dict, "<i8", "False", "(2, 2)"),
+                              raw, sizeof raw);
+    const int32_t want[] = {INT32_MAX, INT32_MIN, -1, 0};
+    struct hp_data *d = load_ok(p, 0);
+    expect_ids(d, 2, 2, want);
+    hp_data_free(d);
+}
+
+Test(data, npy_uint32_and_python2_shape)
+{
+    unsigned char raw[3 * 4];
+    const uint32_t v[] = {1, 2, 3};
+    for (int i = 0; i < 3; i++)
+        put_u32(raw + 4 * i, v[i]);
+    // Python 2 numpy wrote "3L"; keys in another order are fine too.
+    const char *p = write_npy("x.npy", 1,
+                              "{'shape': (1L, 3L), 'fortran_order': False, 'descr': '<u4'}",
+                              raw, sizeof raw);
+    const int32_t want[] = {1, 2, 3};
+    struct hp_data *d = load_ok(p, 0);
+    expect_ids(d, 1, 3, want);
+    hp_data_free(d);
+}
+
+Test(data, long_path_is_truncated_safely)
+{
+    // A path longer than d->path, made long with "./" so the file exists.
+    char name[900];
+    size_t k = 0;
+    while (k < 800)
+        k += (size_t)snprintf(name + k, sizeof name - k, "./");
+    snprintf(name + k, sizeof name - k, "x.npy");
+    const char *p = write_npy("x.npy", 1, "{'descr': '<i4', 'fortran_order': False, "
+                              "'shape': (1, 1), }", "\x05\0\0\0", 4);
+    char longp[1100];
+    snprintf(longp, sizeof longp, "%s/%s", g_dir, name);
+    struct hp_data *d = NULL;
+    struct hp_error err;
+    cr_assert_eq(hp_data_load(longp, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(strlen(d->path), sizeof d->path - 1);
+    cr_assert_eq(strncmp(d->path, longp, sizeof d->path - 1), 0);
+    cr_assert_eq(d->ids[0], 5);
+    hp_data_free(d);
+    (void)p;
+}
+
+// --- .npy failures ------------------------------------------------------------
+
+Test(data, npy_empty_file)
+{
+    expect_fail(write_file("e.npy", "", 0), 0, HP_ERR_FORMAT, "truncated");
+}
+
+Test(data, npy_truncated_header)
+{
+    char dict[256];
+    const char *full = write_npy("full.npy", 1,
+                                 npy_dict(dict, sizeof dict, "<i4", "False", "(1, 2)"),
+                                 "\1\0\0\0\2\0\0\0", 8);
+    // Keep the magic and length but cut the dict short.
+    FILE *f = fopen(full, "rb");
+    unsigned char buf[40];
+    cr_assert_eq(fread(buf, 1, sizeof buf, f), sizeof buf);
+    fclose(f);
+    expect_fail(write_file("t.npy", buf, sizeof buf), 0, HP_ERR_FORMAT, "truncated");
+    expect_fail(write_file("t2.npy", buf, 9), 0, HP_ERR_FORMAT, "truncated");
+    // v2 preamble cut inside its 4-byte length
+    expect_fail(write_file("t3.npy", "\x93NUMPY\x02\x00\x10\x00\x00", 11), 0, HP_ERR_FORMAT,
+                "truncated");
+    // v2 header length of 4 GiB on a tiny file
+    expect_fail(write_file("t4.npy", "\x93NUMPY\x02\x00\xff\xff\xff\xff{}", 14), 0,
+                HP_ERR_FORMAT, "truncated");
+}
+
+Test(data, npy_bad_magic_and_version)
+{
+    expect_fail(write_file("m.npy", "\x93NUMPX\x01\x00\x00\x00{}", 12), 0, HP_ERR_FORMAT,
+                "bad magic");
+    expect_fail(write_file("v.npy", "\x93NUMPY\x09\x00\x02\x00{}", 12), 0, HP_ERR_UNSUPPORTED,
+                "version 9.0");
+}
+
+Test(data, npy_garbage_headers)
+{
+    const char *bad[] = {
+        "garbage",
+        "{'descr': '<i4', 'fortran_order': False}",               // no shape
+        "{'descr': '<i4', 'fortran_order': Maybe, 'shape': (2,)}", // not a bool
+        "{'descr': '<i4', 'fortran_order': False, 'shape': (2,3}", // unclosed tuple
+        "{'descr': '<i4', 'fortran_order': False, 'shape': (-2,)}",
+        "{'descr': '<i4', 'fortran_order': False, 'shape': (2 3)}",
+        "{'descr': '<i4', 'fortran_order': False, 'shape': (99999999999999999999999,)}",
+        "{'descr': <i4, 'fortran_order': False, 'shape': (2,)}",
+        "{'descr': '<i4' 'fortran_order': False, 'shape': (2,)}",
+        "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), 'extra': 1}",
+        "{'descr': '<i4', 'fortran_order': False, 'shape': (2,)",
+        "{'descr': '<i4\\x00', 'fortran_order': False, 'shape': (2,)}",
+        "{'descr': 'an absurdly long dtype string', 'fortran_order': False, 'shape': (2,)}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "g%zu.npy", i);
+        expect_fail(write_npy(name, 1, bad[i], "\0\0\0\0\0\0\0\0", 8), 2, HP_ERR_FORMAT,
+                    "malformed .npy header");
+    }
+}
+
+Test(data, npy_bad_descr)
+{
+    expect_fail(fixture("ids_f4.npy"), 2, HP_ERR_UNSUPPORTED, "dtype '<f4' is not supported");
+    char dict[256];
+    expect_fail(write_npy("be.npy", 1, npy_dict(dict, sizeof dict, ">i4", "False", "(2,)"),
+                          "\0\0\0\1\0\0\0\2", 8), 2, HP_ERR_UNSUPPORTED, "dtype '>i4'");
+    expect_fail(write_npy("u1.npy", 1, npy_dict(dict, sizeof dict, "|u1", "False", "(2,)"),
+                          "\1\2", 2), 2, HP_ERR_UNSUPPORTED, "dtype '|u1'");
+    expect_fail(write_npy("st.npy", 1, "{'descr': [('a', '<i4')], 'fortran_order': False, "
+                          "'shape': (2,)}", "\0\0\0\0\0\0\0\0", 8), 2, HP_ERR_UNSUPPORTED,
+                "structured dtype");
+}
+
+Test(data, npy_fortran_order)
+{
+    expect_fail(fixture("ids_fortran.npy"), 0, HP_ERR_UNSUPPORTED, "Fortran order");
+}
+
+Test(data, npy_wrong_dims)
+{
+    expect_fail(fixture("ids_3d.npy"), 0, HP_ERR_SHAPE, "shape (2, 2, 2)");
+    char dict[256];
+    expect_fail(write_npy("s.npy", 1, npy_dict(dict, sizeof dict, "<i4", "False", "()"),
+                          "\1\0\0\0", 4), 0, HP_ERR_SHAPE, "shape ()");
+}
+
+Test(data, npy_2d_seq_len_disagrees)
+{
+    expect_fail(fixture("ids_2d_i4.npy"), 5, HP_ERR_SHAPE, "rows have 4 tokens but seq_len is 5");
+}
+
+Test(data, npy_1d_needs_seq_len)
+{
+    expect_fail(fixture("ids_1d_i8_v2.npy"), 0, HP_ERR_ARG, "needs a seq_len");
+}
+
+Test(data, npy_1d_fewer_tokens_than_seq_len)
+{
+    expect_fail(fixture("ids_1d_i8_v2.npy"), 11, HP_ERR_SHAPE,
+                "only 10 tokens, fewer than seq_len 11");
+}
+
+Test(data, npy_truncated_and_overlong_data)
+{
+    char dict[256];
+    npy_dict(dict, sizeof dict, "<i4", "False", "(2, 2)");
+    expect_fail(write_npy("short.npy", 1, dict, "\0\0\0\0\0\0\0\0\0\0\0\0", 12), 0,
+                HP_ERR_FORMAT, "truncated");
+    expect_fail(write_npy("long.npy", 1, dict, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 18), 0,
+                HP_ERR_FORMAT, "2 unexpected bytes");
+}
+
+Test(data, npy_huge_shapes_do_not_allocate)
+{
+    char dict[256];
+    // The product overflows 64 bits.
+    expect_fail(write_npy("h1.npy", 1, npy_dict(dict, sizeof dict, "<i4", "False",
+                                                "(4611686018427387904, 4611686018427387904)"),
+                          "\0\0\0\0", 4), 0, HP_ERR_FORMAT, "too large");
+    // The product fits, but would need terabytes: caught by the size check.
+    expect_fail(write_npy("h2.npy", 1, npy_dict(dict, sizeof dict, "<i8", "False",
+                                                "(1099511627776, 4)"),
+                          "\0\0\0\0", 4), 0, HP_ERR_FORMAT, "truncated");
+    // Bytes times item size overflows.
+    expect_fail(write_npy("h3.npy", 1, npy_dict(dict, sizeof dict, "<i8", "False",
+                                                "(4611686018427387904,)"),
+                          "\0\0\0\0", 4), 3, HP_ERR_FORMAT, "truncated");
+}
+
+Test(data, npy_int64_outside_int32)
+{
+    unsigned char raw[3 * 8];
+    put_u64(raw, 1);
+    put_u64(raw + 8, (uint64_t)INT32_MAX + 1);
+    put_u64(raw + 16, 2);
+    char dict[256];
+    expect_fail(write_npy("big.npy", 1, npy_dict(dict, sizeof dict, "<i8", "False", "(3,)"),
+                          raw, sizeof raw), 3, HP_ERR_FORMAT,
+                "token 2147483648 at index 1 does not fit in int32");
+    put_u64(raw + 8, (uint64_t)INT32_MIN - 1);
+    expect_fail(write_npy("neg.npy", 1, npy_dict(dict, sizeof dict, "<i8", "False", "(3,)"),
+                          raw, sizeof raw), 3, HP_ERR_FORMAT,
+                "token -2147483649 at index 1");
+}
+
+Test(data, npy_no_tokens)
+{
+    char dict[256];
+    expect_fail(write_npy("z2.npy", 1, npy_dict(dict, sizeof dict, "<i4", "False", "(0, 4)"),
+                          "", 0), 0, HP_ERR_FORMAT, "no tokens");
+    expect_fail(write_npy("z1.npy", 2, npy_dict(dict, sizeof dict, "<i4", "False", "(0,)"),
+                          "", 0), 4, HP_ERR_FORMAT, "no tokens");
+}
+
+// --- .jsonl -------------------------------------------------------------------
+
+Test(data, jsonl_all_fields_from_python)
+{
+    struct hp_data *d = load_ok(fixture("rows.jsonl"), 0);
+    const int32_t ids[] = {101, 7, 8, 102, 101, 9, 102, 0};
+    const int32_t labels[] = {-100, 7, -100, -100, -100, -100, 5, -100};
+    const uint8_t mask[] = {1, 1, 1, 1, 1, 1, 1, 0};
+    const int32_t types[] = {0, 0, 0, 0, 0, 1, 1, 0};
+    expect_ids(d, 2, 4, ids);
+    cr_assert_not_null(d->labels);
+    cr_assert_not_null(d->attn_mask);
+    cr_assert_not_null(d->type_ids);
+    for (int i = 0; i < 8; i++) {
+        cr_assert_eq(d->labels[i], labels[i], "labels[%d]", i);
+        cr_assert_eq(d->attn_mask[i], mask[i], "attn_mask[%d]", i);
+        cr_assert_eq(d->type_ids[i], types[i], "type_ids[%d]", i);
+    }
+    hp_data_free(d);
+}
+
+Test(data, jsonl_ids_only_crlf_blank_lines_and_extra_keys)
+{
+    const char *p = write_text("r.jsonl",
+                               "\r\n  \n{\"ids\": [1, 2, 3], \"text\": \"ignored\"}\r\n"
+                               "\t\n{\"ids\":[4,5,6.0]}\n{\"ids\": [7, 8, 1e1]}");
+    const int32_t want[] = {1, 2, 3, 4, 5, 6, 7, 8, 10};
+    struct hp_data *d = load_ok(p, 3);
+    expect_ids(d, 3, 3, want);
+    cr_assert_null(d->labels);
+    cr_assert_null(d->attn_mask);
+    cr_assert_null(d->type_ids);
+    hp_data_free(d);
+}
+
+Test(data, jsonl_ragged)
+{
+    const char *p = write_text("x.jsonl", "{\"ids\": [1, 2, 3, 4]}\n\n{\"ids\": [1, 2, 3]}\n");
+    char want[1200];
+    snprintf(want, sizeof want, "%s:3: row has 3 ids, expected 4 (all rows must have the same "
+             "length; pad and set attention_mask)", p);
+    struct hp_data *d = NULL;
+    struct hp_error err;
+    cr_assert_eq(hp_data_load(p, 0, &d, &err), HP_ERR_SHAPE);
+    cr_assert_str_eq(err.msg, want);
+    expect_fail(p, 0, HP_ERR_SHAPE, ":3: row has 3 ids, expected 4");
+}
+
+Test(data, jsonl_seq_len_disagrees)
+{
+    const char *p = write_text("x.jsonl", "{\"ids\": [1, 2, 3, 4]}\n");
+    expect_fail(p, 8, HP_ERR_SHAPE, ":1: row has 4 ids, expected 8");
+}
+
+Test(data, jsonl_mismatched_field_lengths)
+{
+    expect_fail(write_text("l.jsonl", "{\"ids\": [1, 2, 3], \"labels\": [1, 2]}\n"), 0,
+                HP_ERR_SHAPE, ":1: \"labels\" has 2 entries but \"ids\" has 3");
+    expect_fail(write_text("m.jsonl", "{\"ids\": [1, 2], \"attention_mask\": [1, 1]}\n"
+                                      "{\"ids\": [1, 2], \"attention_mask\": [1]}\n"),
+                0, HP_ERR_SHAPE, ":2: \"attention_mask\" has 1 entries");
+    expect_fail(write_text("t.jsonl", "{\"ids\": [1, 2], \"token_type_ids\": [0, 0, 0]}\n"),
+                0, HP_ERR_SHAPE, ":1: \"token_type_ids\" has 3 entries");
+}
+
+Test(data, jsonl_field_on_some_rows_only)
+{
+    expect_fail(write_text("a.jsonl", "{\"ids\": [1, 2], \"labels\": [1, 2]}\n"
+                                      "{\"ids\": [1, 2]}\n"),
+                0, HP_ERR_FORMAT, ":2: row has no \"labels\" but line 1 does");
+    expect_fail(write_text("b.jsonl", "\n{\"ids\": [1, 2]}\n"
+                                      "{\"ids\": [1, 2], \"attention_mask\": [1, 0]}\n"),
+                0, HP_ERR_FORMAT, ":3: row has \"attention_mask\" but line 2 does not");
+}
+
+Test(data, jsonl_non_integer_values)
+{
+    expect_fail(write_text("f.jsonl", "{\"ids\": [1, 2.5]}\n"), 0, HP_ERR_FORMAT,
+                ":1: \"ids\"[1] is not an integer");
+    expect_fail(write_text("s.jsonl", "{\"ids\": [\"1\", 2]}\n"), 0, HP_ERR_FORMAT,
+                "\"ids\"[0] is not an integer");
+    expect_fail(write_text("b.jsonl", "{\"ids\": [1, 3000000000]}\n"), 0, HP_ERR_FORMAT,
+                "\"ids\"[1] is not an integer in int32 range");
+    expect_fail(write_text("n.jsonl", "{\"ids\": [1, null]}\n"), 0, HP_ERR_FORMAT,
+                "\"ids\"[1]");
+    expect_fail(write_text("l.jsonl", "{\"ids\": [1, 2], \"labels\": [true, 2]}\n"), 0,
+                HP_ERR_FORMAT, "\"labels\"[0]");
+    expect_fail(write_text("m.jsonl", "{\"ids\": [1, 2], \"attention_mask\": [1, 2]}\n"), 0,
+                HP_ERR_FORMAT, "\"attention_mask\"[1] is not 0 or 1");
+    expect_fail(write_text("t.jsonl", "{\"ids\": [1, 2], \"token_type_ids\": [0, -1]}\n"), 0,
+                HP_ERR_FORMAT, "\"token_type_ids\"[1]");
+    expect_fail(write_text("a.jsonl", "{\"ids\": [1, 2], \"labels\": 5}\n"), 0,
+                HP_ERR_FORMAT, "\"labels\" is not an array");
+}
+
+Test(data, jsonl_invalid_json)
+{
+    expect_fail(write_text("j.jsonl", "{\"ids\": [1, 2]}\n{\"ids\": [1, 2]\n"), 0,
+                HP_ERR_FORMAT, ":2: invalid JSON at column");
+    expect_fail(write_text("k.jsonl", "{\"ids\": [1, 2]} {\"ids\": [3, 4]}\n"), 0,
+                HP_ERR_FORMAT, ":1: invalid JSON");
+    expect_fail(write_text("q.jsonl", "{'ids': [1, 2]}\n"), 0, HP_ERR_FORMAT,
+                ":1: invalid JSON");
+    expect_fail(write_file("z.jsonl", "{\"ids\": [1,\0 2]}\n", 17), 0, HP_ERR_FORMAT,
+                ":1: line contains a NUL byte");
+}
+
+Test(data, jsonl_not_an_object_or_no_ids)
+{
+    expect_fail(write_text("a.jsonl", "[1, 2, 3]\n"), 0, HP_ERR_FORMAT,
+                ":1: line is not a JSON object");
+    expect_fail(write_text("b.jsonl", "{\"input_ids\": [1, 2, 3]}\n"), 0, HP_ERR_FORMAT,
+                ":1: no \"ids\" array");
+    expect_fail(write_text("c.jsonl", "{\"ids\": 3}\n"), 0, HP_ERR_FORMAT,
+                ":1: \"ids\" is not an array");
+    expect_fail(write_text("d.jsonl", "{\"ids\": []}\n"), 0, HP_ERR_SHAPE,
+                ":1: row has no ids");
+}
+
+Test(data, jsonl_empty)
+{
+    expect_fail(write_text("e.jsonl", ""), 0, HP_ERR_FORMAT, "no rows");
+    expect_fail(write_text("w.jsonl", "\n  \n\r\n"), 0, HP_ERR_FORMAT, "no rows");
+}
+
+// --- .bin -------------------------------------------------------------------
+
+Test(data, bin_llmc_from_python)
+{
+    const int32_t want[] = {10, 20, 30, 40, 50, 60};
+    struct hp_data *d = load_ok(fixture("tokens_llmc.bin"), 3);
+    expect_ids(d, 2, 3, want);
+    hp_data_free(d);
+}
+
+Test(data, bin_raw_nanogpt_from_numpy)
+{
+    const int32_t want2[] = {5, 4, 3, 2, 1, 0};
+    struct hp_data *d = load_ok(fixture("tokens_raw.bin"), 2);
+    expect_ids(d, 3, 2, want2);
+    hp_data_free(d);
+    const int32_t want7[] = {5, 4, 3, 2, 1, 0, 65535};
+    d = load_ok(fixture("tokens_raw.bin"), 7);
+    expect_ids(d, 1, 7, want7);
+    hp_data_free(d);
+}
+
+Test(data, bin_llmc_llama3_uint32)
+{
+    unsigned char toks[4 * 4];
+    const uint32_t v[] = {128000, 1, 2, 128255};
+    for (int i = 0; i < 4; i++)
+        put_u32(toks + 4 * i, v[i]);
+    const char *p = write_llmc("l3.bin", 20240801, 7, 4, toks, sizeof toks);
+    const int32_t want[] = {128000, 1, 2, 128255};
+    struct hp_data *d = load_ok(p, 2);
+    expect_ids(d, 2, 2, want);
+    hp_data_free(d);
+    put_u32(toks + 4, 0x80000000u);
+    expect_fail(write_llmc("l3big.bin", 20240801, 7, 4, toks, sizeof toks), 2, HP_ERR_FORMAT,
+                "token 2147483648 at index 1 does not fit in int32");
+}
+
+Test(data, bin_bad_size_and_header)
+{
+    unsigned char toks[8] = {1, 0, 2, 0, 3, 0, 4, 0};
+    expect_fail(write_llmc("short.bin", 20240520, 1, 5, toks, sizeof toks), 2, HP_ERR_FORMAT,
+                "header says 5 tokens (10 bytes) but 8 bytes follow");
+    expect_fail(write_llmc("long.bin", 20240520, 1, 3, toks, sizeof toks), 2, HP_ERR_FORMAT,
+                "header says 3 tokens");
+    expect_fail(write_llmc("ver.bin", 20240520, 2, 4, toks, sizeof toks), 2,
+                HP_ERR_UNSUPPORTED, "version 2 is not supported");
+    expect_fail(write_llmc("neg.bin", 20240520, 1, 0xffffffffu, toks, sizeof toks), 2,
+                HP_ERR_FORMAT, "negative token count");
+    // The magic, then the file ends inside the header.
+    unsigned char head[100] = {0};
+    put_u32(head, 20240520);
+    expect_fail(write_file("cut.bin", head, sizeof head), 2, HP_ERR_FORMAT,
+                "shorter than the 1024-byte llm.c header");
+    // No magic and an odd size: neither llm.c nor raw uint16.
+    expect_fail(write_file("odd.bin", "\x01\x02\x03\x04\x05", 5), 2, HP_ERR_FORMAT,
+                "not a whole number of uint16 tokens");
+}
+
+Test(data, bin_empty_and_seq_len)
+{
+    expect_fail(write_file("e.bin", "", 0), 2, HP_ERR_FORMAT, "empty");
+    expect_fail(write_llmc("z.bin", 20240520, 1, 0, "", 0), 2, HP_ERR_FORMAT, "no tokens");
+    expect_fail(fixture("tokens_raw.bin"), 0, HP_ERR_ARG, "needs a seq_len");
+    expect_fail(fixture("tokens_raw.bin"), 8, HP_ERR_SHAPE, "only 7 tokens, fewer than seq_len 8");
+    expect_fail(fixture("tokens_llmc.bin"), 0, HP_ERR_ARG, "needs a seq_len");
+}
+
+// --- anything ---------------------------------------------------------------
+
+Test(data, unknown_extension)
+{
+    expect_fail(write_text("x.txt", "1 2 3"), 2, HP_ERR_UNSUPPORTED, "unknown data format '.txt'");
+    expect_fail(write_text("noext", "1 2 3"), 2, HP_ERR_UNSUPPORTED, "unknown data format ''");
+    expect_fail(write_text("x.json", "{}"), 2, HP_ERR_UNSUPPORTED, "(use .npy, .jsonl or .bin)");
+}
+
+Test(data, missing_file_and_directory)
+{
+    expect_fail(tpath("missing.npy"), 0, HP_ERR_IO, "cannot open");
+    const char *dir = tpath("dir.npy");
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    expect_fail(dir, 0, HP_ERR_IO, "not a regular file");
+}
+
+Test(data, negative_seq_len)
+{
+    expect_fail(fixture("ids_2d_i4.npy"), -1, HP_ERR_ARG, "seq_len -1 is negative");
+}
+
+// --- vocabulary -------------------------------------------------------------
+
+Test(data, check_vocab_ids)
+{
+    struct hp_data *d = load_ok(fixture("ids_2d_i4.npy"), 0);
+    struct hp_error err;
+    cr_assert_eq(hp_data_check_vocab(d, 7001, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_check_vocab(d, 97, &err), HP_ERR_ARG);
+    char want[1200];
+    snprintf(want, sizeof want, "%s: token id 700 at row 2, position 2 is outside the "
+             "vocabulary (model has 97 tokens)", d->path);
+    cr_assert_str_eq(err.msg, want);
+    cr_assert_eq(hp_data_check_vocab(d, 7000, NULL), HP_ERR_ARG); // 7000 itself is out
+    cr_assert_eq(hp_data_check_vocab(d, 0, &err), HP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "vocabulary size 0 is invalid"), "%s", err.msg);
+    hp_data_free(d);
+}
+
+Test(data, check_vocab_negative_id)
+{
+    unsigned char raw[8];
+    put_u32(raw, 3);
+    put_u32(raw + 4, (uint32_t)-1);
+    char dict[256];
+    const char *p = write_npy("n.npy", 1, npy_dict(dict, sizeof dict, "<i4", "False", "(1, 2)"),
+                              raw, sizeof raw);
+    struct hp_data *d = load_ok(p, 0);
+    struct hp_error err;
+    cr_assert_eq(hp_data_check_vocab(d, 10, &err), HP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "token id -1 at row 0, position 1"), "%s", err.msg);
+    hp_data_free(d);
+}
+
+Test(data, check_vocab_labels)
+{
+    struct hp_data *d = load_ok(fixture("rows.jsonl"), 0);
+    struct hp_error err;
+    cr_assert_eq(hp_data_check_vocab(d, 103, &err), HP_OK, "%s", err.msg); // -100 ignored
+    hp_data_free(d);
+
+    const char *p = write_text("l.jsonl", "{\"ids\": [1, 2], \"labels\": [-100, 2]}\n"
+                                          "{\"ids\": [3, 4], \"labels\": [4, -100]}\n");
+    d = load_ok(p, 0);
+    cr_assert_eq(hp_data_check_vocab(d, 5, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_check_vocab(d, 4, &err), HP_ERR_ARG);
+    // ids are checked first: 4 at row 1, position 1
+    cr_assert_not_null(strstr(err.msg, "token id 4 at row 1, position 1"), "%s", err.msg);
+    hp_data_free(d);
+
+    p = write_text("m.jsonl", "{\"ids\": [1, 2], \"labels\": [-100, 9]}\n");
+    d = load_ok(p, 0);
+    cr_assert_eq(hp_data_check_vocab(d, 5, &err), HP_ERR_ARG);
+    cr_assert_eq(strncmp(err.msg, p, strlen(p)), 0, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "label 9 at row 0, position 1 is outside the vocabulary"),
+                       "%s", err.msg);
+    hp_data_free(d);
+
+    p = write_text("k.jsonl", "{\"ids\": [1, 2], \"labels\": [-101, 1]}\n");
+    d = load_ok(p, 0);
+    cr_assert_eq(hp_data_check_vocab(d, 5, &err), HP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "label -101 at row 0, position 0"), "%s", err.msg);
+    hp_data_free(d);
+}
+
+Test(data, free_null)
+{
+    hp_data_free(NULL);
+}
