@@ -220,7 +220,8 @@ def meta(name, data_file, runner, data, kind):
     return {"model": name, "data": data_file, "n_seqs": int(ids.shape[0]), "seq_len": int(ids.shape[1]),
             "kind": kind, "n_layers": runner.n_layers, "n_heads": runner.n_heads,
             "n_kv_heads": runner.n_kv, "d_head": runner.d_head,
-            "output_kind": "hidden" if kind == "encoder" else "logits"}
+            "output_kind": "hidden" if kind == "encoder" else "logits",
+            "output_seqs": int(ids.shape[0])}
 
 
 def finish(out, name, data_file, model, arch, kind, data, with_mean=False, model_cls=None,

@@ -1,0 +1,226 @@
+/*
+ * test_invariants.c -- properties the masked forward pass must keep, checked
+ * through a second code path rather than against stored numbers.
+ *
+ *  1. A mask of all ones gives the same outputs as no mask, bit for bit.
+ *  2. Ablating head h (zero) equals running an edited copy of the checkpoint
+ *     whose output projection has h's input columns zeroed (tolerance 1e-5
+ *     relative: the masked path skips those columns, so sums run in another order).
+ *  3. Ablating a KV group equals ablating each of its query heads.
+ */
+#define _DEFAULT_SOURCE
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "headprune.h"
+
+static void fixture(const char *name, char *dir, size_t n)
+{
+    const char *root = getenv("HP_FIXTURES");
+    cr_assert(root, "HP_FIXTURES not set (run through meson test)");
+    snprintf(dir, n, "%s/%s", root, name);
+}
+
+static float *run(struct hp_model *m, const struct hp_data *d, int s, const struct hp_mask *mask)
+{
+    const struct hp_model_info *in = hp_model_get_info(m);
+    int W = in->has_lm_head ? in->n_vocab : in->d_model;
+    float *out = malloc((size_t)d->seq_len * W * sizeof(float));
+    struct hp_error err;
+    size_t off = (size_t)s * d->seq_len;
+    cr_assert_eq(hp_model_forward(m, d->ids + off, d->attn_mask ? d->attn_mask + off : NULL,
+                                  d->type_ids ? d->type_ids + off : NULL, d->seq_len, mask, out, &err),
+                 HP_OK, "%s", err.msg);
+    return out;
+}
+
+static void all_ones_is_identity(const char *name, const char *data)
+{
+    char dir[1024], path[1200];
+    fixture(name, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/%s", dir, data);
+    struct hp_error err;
+    struct hp_model *m;
+    struct hp_data *d;
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(path, 0, &d, &err), HP_OK, "%s", err.msg);
+    const struct hp_model_info *in = hp_model_get_info(m);
+    struct hp_mask *ones = hp_mask_new(in->n_layers, in->n_heads);
+    int W = in->has_lm_head ? in->n_vocab : in->d_model;
+    for (int s = 0; s < d->n_seqs; s++) {
+        float *a = run(m, d, s, NULL), *b = run(m, d, s, ones);
+        cr_assert(memcmp(a, b, (size_t)d->seq_len * W * sizeof(float)) == 0,
+                  "%s seq %d: all-ones mask differs from no mask", name, s);
+        free(a);
+        free(b);
+    }
+    /* and through the evaluator */
+    struct hp_evaluator *ev;
+    struct hp_metrics *x, *y;
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_run(ev, NULL, HP_ABLATE_ZERO, &x, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_run(ev, ones, HP_ABLATE_MEAN, &y, &err), HP_OK, "%s", err.msg);
+    cr_assert(x->loss == y->loss && x->cos == y->cos && y->kl == 0.0, "%s: metrics differ", name);
+    hp_metrics_free(x);
+    hp_metrics_free(y);
+    hp_evaluator_free(ev);
+    hp_mask_free(ones);
+    hp_data_free(d);
+    hp_model_close(m);
+}
+
+Test(invariants, all_ones_mask_is_bit_identical_gpt2) { all_ones_is_identity("gpt2-tiny", "data.npy"); }
+Test(invariants, all_ones_mask_is_bit_identical_llama) { all_ones_is_identity("llama-gqa", "data.npy"); }
+Test(invariants, all_ones_mask_is_bit_identical_bert) { all_ones_is_identity("bert-mlm", "data.jsonl"); }
+Test(invariants, all_ones_mask_is_bit_identical_encoder) { all_ones_is_identity("bert-encoder", "data.jsonl"); }
+
+// --- ablation == zeroed output-projection columns -------------------------------
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc(*n + 1);
+    cr_assert(fread(s, 1, *n, f) == *n);
+    s[*n] = 0;
+    fclose(f);
+    return s;
+}
+
+static void spit(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    cr_assert(fwrite(p, 1, n, f) == n);
+    fclose(f);
+}
+
+/*
+ * Copy a single-file f32 fixture to a temp dir, zeroing in tensor `name` the
+ * inputs of head h: columns [h*dh, (h+1)*dh) of a Linear (out, in) weight, or
+ * rows of a Conv1D (in, out) weight.
+ */
+static void zeroed_copy(const char *src, const char *tmp, const char *name, bool conv1d, int h, int dh)
+{
+    char path[1200];
+    size_t n;
+    snprintf(path, sizeof path, "%s/config.json", src);
+    char *cfg = slurp(path, &n);
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    spit(path, cfg, n);
+    free(cfg);
+    snprintf(path, sizeof path, "%s/model.safetensors", src);
+    char *st = slurp(path, &n);
+    uint64_t hl = 0;
+    memcpy(&hl, st, 8); /* little-endian host */
+    cJSON *hdr = cJSON_ParseWithLength(st + 8, hl);
+    cJSON *t = cJSON_GetObjectItem(hdr, name);
+    cr_assert(t, "no tensor %s", name);
+    cJSON *shape = cJSON_GetObjectItem(t, "shape");
+    int rows = cJSON_GetArrayItem(shape, 0)->valueint, cols = cJSON_GetArrayItem(shape, 1)->valueint;
+    size_t off = 8 + hl + (size_t)cJSON_GetArrayItem(cJSON_GetObjectItem(t, "data_offsets"), 0)->valuedouble;
+    cr_assert_str_eq(cJSON_GetObjectItem(t, "dtype")->valuestring, "F32");
+    float *w = (float *)(st + off);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            int in_idx = conv1d ? r : c;
+            if (in_idx >= h * dh && in_idx < (h + 1) * dh) {
+                float z = 0.0f;
+                memcpy(&w[(size_t)r * cols + c], &z, sizeof z);
+            }
+        }
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    spit(path, st, n);
+    cJSON_Delete(hdr);
+    free(st);
+}
+
+static void ablation_equals_zeroed_projection(const char *name, const char *data, const char *fmt, bool conv1d,
+                                              int layer, int head)
+{
+    char src[1024], path[1200], tensor[128], tmp[] = "/tmp/hp_inv_XXXXXX";
+    fixture(name, src, sizeof src);
+    cr_assert(mkdtemp(tmp));
+    snprintf(tensor, sizeof tensor, fmt, layer);
+    struct hp_error err;
+    struct hp_model *m, *z;
+    cr_assert_eq(hp_model_open(src, &m, &err), HP_OK, "%s", err.msg);
+    const struct hp_model_info *in = hp_model_get_info(m);
+    zeroed_copy(src, tmp, tensor, conv1d, head, in->d_head);
+    cr_assert_eq(hp_model_open(tmp, &z, &err), HP_OK, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/%s", src, data);
+    struct hp_data *d;
+    cr_assert_eq(hp_data_load(path, 0, &d, &err), HP_OK, "%s", err.msg);
+    struct hp_mask *mask = hp_mask_new(in->n_layers, in->n_heads);
+    mask->gate[layer * in->n_heads + head] = 0.0f;
+    int W = in->has_lm_head ? in->n_vocab : in->d_model;
+    double maxdiff = 0, maxref = 0, change = 0;
+    for (int s = 0; s < d->n_seqs; s++) {
+        float *a = run(m, d, s, mask), *b = run(z, d, s, NULL), *u = run(m, d, s, NULL);
+        for (size_t i = 0; i < (size_t)d->seq_len * W; i++) {
+            maxdiff = fmax(maxdiff, fabs(a[i] - b[i]));
+            maxref = fmax(maxref, fabs(b[i]));
+            change = fmax(change, fabs(u[i] - b[i]));
+        }
+        free(a);
+        free(b);
+        free(u);
+    }
+    cr_log_info("%s head %d.%d: max |masked - zeroed| = %.3g, effect of the head %.3g", name, layer, head, maxdiff,
+                change);
+    cr_assert(change > 1e-3, "%s: the head has no effect, so the test proves nothing", name);
+    cr_assert_leq(maxdiff, 1e-5 * fmax(1, maxref), "%s head %d.%d: masked and zeroed-projection outputs differ by %.3g",
+                  name, layer, head, maxdiff);
+    hp_mask_free(mask);
+    hp_data_free(d);
+    hp_model_close(z);
+    hp_model_close(m);
+    snprintf(path, sizeof path, "rm -rf %s", tmp);
+    cr_assert_eq(system(path), 0);
+}
+
+Test(invariants, ablating_head_equals_zeroed_o_proj_llama)
+{
+    ablation_equals_zeroed_projection("llama-gqa", "data.npy", "model.layers.%d.self_attn.o_proj.weight", false, 1, 2);
+}
+Test(invariants, ablating_head_equals_zeroed_c_proj_gpt2)
+{
+    ablation_equals_zeroed_projection("gpt2-tiny", "data.npy", "transformer.h.%d.attn.c_proj.weight", true, 2, 1);
+}
+Test(invariants, ablating_head_equals_zeroed_dense_bert)
+{
+    ablation_equals_zeroed_projection("bert-encoder", "data.jsonl", "encoder.layer.%d.attention.output.dense.weight",
+                                      false, 0, 3);
+}
+
+Test(invariants, kv_group_equals_its_query_heads)
+{
+    char dir[1024], path[1200];
+    fixture("stories260K", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/data.npy", dir);
+    struct hp_error err;
+    struct hp_model *m;
+    struct hp_data *d;
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(path, 0, &d, &err), HP_OK, "%s", err.msg);
+    const struct hp_model_info *in = hp_model_get_info(m);
+    struct hp_mask *a, *b;
+    cr_assert_eq(hp_mask_parse("kv:3.1", false, in, &a, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_mask_parse("3.2,3.3", false, in, &b, &err), HP_OK, "%s", err.msg);
+    float *x = run(m, d, 0, a), *y = run(m, d, 0, b);
+    cr_assert(memcmp(x, y, (size_t)d->seq_len * in->n_vocab * sizeof(float)) == 0);
+    free(x);
+    free(y);
+    hp_mask_free(a);
+    hp_mask_free(b);
+    hp_data_free(d);
+    hp_model_close(m);
+}
