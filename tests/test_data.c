@@ -737,3 +737,89 @@ Test(data, free_null)
 {
     hp_data_free(NULL);
 }
+
+// --- robustness ---------------------------------------------------------------
+
+static size_t read_all(const char *path, unsigned char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot read %s", path);
+    size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    cr_assert_lt(n, cap, "%s is larger than the test expects", path);
+    return n;
+}
+
+// Loading must either succeed or fail with a one-line message; never crash
+// (run under ASan/UBSan to make "crash" include memory errors).
+static void load_any(const char *path, int seq_len)
+{
+    struct hp_data *d = NULL;
+    struct hp_error err = {{0}};
+    enum hp_status st = hp_data_load(path, seq_len, &d, &err);
+    if (st == HP_OK) {
+        cr_assert_not_null(d);
+        cr_assert(d->n_seqs >= 1 && d->seq_len >= 1);
+        hp_data_check_vocab(d, 97, &err);
+        hp_data_free(d);
+    } else {
+        cr_assert_null(d);
+        cr_assert_neq(err.msg[0], '\0', "%s: empty message for %s", path,
+                      hp_status_name(st));
+        cr_assert_null(strchr(err.msg, '\n'));
+    }
+}
+
+Test(data, every_truncation_is_handled)
+{
+    const char *names[] = {"ids_2d_i4.npy", "ids_1d_i8_v2.npy", "ids_1d_u2_v3.npy",
+                           "tokens_llmc.bin", "tokens_raw.bin", "rows.jsonl"};
+    static unsigned char buf[4096];
+    for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
+        size_t n = read_all(fixture(names[f]), buf, sizeof buf);
+        const char *ext = strrchr(names[f], '.');
+        char name[32];
+        snprintf(name, sizeof name, "cut%zu%s", f, ext);
+        const char *p = tpath(name);
+        for (size_t len = 0; len < n; len++) {
+            FILE *out = fopen(p, "wb");
+            cr_assert_not_null(out);
+            if (len)
+                cr_assert_eq(fwrite(buf, 1, len, out), len);
+            fclose(out);
+            load_any(p, 2);
+        }
+    }
+}
+
+Test(data, random_byte_flips_are_handled)
+{
+    const char *names[] = {"ids_2d_i4.npy", "ids_1d_i8_v2.npy", "ids_1d_u2_v3.npy",
+                           "tokens_llmc.bin", "rows.jsonl"};
+    static unsigned char orig[4096], buf[4096];
+    uint32_t rng = 12345; // fixed seed: failures reproduce
+    for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
+        size_t n = read_all(fixture(names[f]), orig, sizeof orig);
+        const char *ext = strrchr(names[f], '.');
+        char name[32];
+        snprintf(name, sizeof name, "flip%zu%s", f, ext);
+        const char *p = tpath(name);
+        for (int trial = 0; trial < 300; trial++) {
+            memcpy(buf, orig, n);
+            // Flip bytes mostly in the header, where the parsing happens.
+            int flips = 1 + trial % 4;
+            for (int k = 0; k < flips; k++) {
+                rng = rng * 1664525u + 1013904223u;
+                size_t span = n < 140 ? n : 140;
+                size_t at = (rng >> 8) % (trial % 3 ? span : n);
+                rng = rng * 1664525u + 1013904223u;
+                buf[at] = (unsigned char)(rng >> 24);
+            }
+            FILE *out = fopen(p, "wb");
+            cr_assert_not_null(out);
+            cr_assert_eq(fwrite(buf, 1, n, out), n);
+            fclose(out);
+            load_any(p, 2);
+        }
+    }
+}
