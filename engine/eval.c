@@ -33,14 +33,14 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
 {
     *out = NULL;
     const struct hp_model_info *in = &m->info;
-    enum hp_status st = hp_data_check_vocab(d, in->n_vocab, err);
-    if (st != HP_OK)
-        return st;
     if (d->seq_len > in->n_ctx)
         return hp_fail(err, HP_ERR_SHAPE, "%s: sequences of %d tokens exceed the model's %d positions (use a shorter --seq-len)",
                        d->path, d->seq_len, in->n_ctx);
     if (in->causal && d->seq_len < 2)
         return hp_fail(err, HP_ERR_SHAPE, "%s: sequences of %d token predict nothing (need at least 2)", d->path, d->seq_len);
+    enum hp_status st = hp_data_check_vocab(d, in->n_vocab, err);
+    if (st != HP_OK)
+        return st;
     if (d->type_ids) {
         if (in->arch != HP_ARCH_BERT)
             return hp_fail(err, HP_ERR_ARG, "%s: token_type_ids given but %s models have no token types", d->path, in->model_type);
