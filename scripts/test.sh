@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install, build, and run the whole test suite: once optimised, once under
+# AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+scripts/build.sh
+meson test -C build --print-errorlogs
+
+[ -f build-asan/build.ninja ] || meson setup build-asan --buildtype=debug \
+    -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+meson compile -C build-asan >/dev/null
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    meson test -C build-asan --print-errorlogs --suite headprune
+
+# one closing line over both runs, counting Criterion's individual tests
+grep -h "Synthesis: Tested" build/meson-logs/testlog.txt build-asan/meson-logs/testlog.txt |
+    sed 's/\x1b\[[0-9;]*m//g' |
+    awk -F'|' '{ for (i = 1; i <= NF; i++) { if ($i ~ /Passing/) { split($i, a, ":"); p += a[2] }
+                                              if ($i ~ /Failing/) { split($i, a, ":"); f += a[2] }
+                                              if ($i ~ /Crashing/) { split($i, a, ":"); f += a[2] } } }
+               END { printf "%d passed, %d failed\n", p, f }'
