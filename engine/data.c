@@ -726,6 +726,7 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
                         cJSON_GetArraySize(f[k]), n);
     }
 
+    assert(j->n_rows < j->max_rows);
     size_t base = (size_t)j->n_rows * (size_t)j->seq_len;
     struct hp_data *d = j->d;
     int i = 0;
@@ -796,17 +797,23 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
     }
     buf[size] = '\0';
 
-    // An upper bound on the rows, so the arrays are allocated once.
-    size_t lines = 1;
-    for (size_t i = 0; i < size; i++)
-        lines += buf[i] == '\n';
-    if (lines > INT_MAX) {
+    // Every non-blank line is a row or an error, so counting them sizes the
+    // arrays exactly, once. (Counting all lines would let blank lines inflate
+    // rows x seq_len far beyond what the file holds.)
+    size_t rows = 0;
+    for (char *p = buf, *end = buf + size; p < end;) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        char *le = nl ? nl : end;
+        rows += !blank(p, (size_t)(le - p));
+        p = le + 1;
+    }
+    if (rows > INT_MAX) {
         free(buf);
-        return fail(err, HP_ERR_SHAPE, "%s: more than %d lines (split the file)", s->path,
+        return fail(err, HP_ERR_SHAPE, "%s: more than %d rows (split the file)", s->path,
                     INT_MAX);
     }
 
-    struct jl j = {.path = s->path, .seq_len = seq_len, .max_rows = (int)lines};
+    struct jl j = {.path = s->path, .seq_len = seq_len, .max_rows = (int)rows};
     char *p = buf, *end = buf + size;
     while (p < end) {
         char *nl = memchr(p, '\n', (size_t)(end - p));

@@ -823,3 +823,27 @@ Test(data, random_byte_flips_are_handled)
         }
     }
 }
+
+Test(data, jsonl_blank_lines_do_not_inflate_allocation)
+{
+    // One long row and many blank lines: sized by rows, not lines.
+    size_t n_ids = 20000, n_blank = 200000;
+    size_t cap = 16 + n_ids * 2 + n_blank + 8;
+    char *text = malloc(cap);
+    cr_assert_not_null(text);
+    size_t k = (size_t)snprintf(text, cap, "{\"ids\": [");
+    for (size_t i = 0; i < n_ids; i++) {
+        text[k++] = '1';
+        text[k++] = i + 1 < n_ids ? ',' : ']';
+    }
+    text[k++] = '}';
+    memset(text + k, '\n', n_blank);
+    k += n_blank;
+    const char *p = write_file("wide.jsonl", text, k);
+    free(text);
+    struct hp_data *d = load_ok(p, 0);
+    cr_assert_eq(d->n_seqs, 1);
+    cr_assert_eq(d->seq_len, (int)n_ids);
+    cr_assert_eq(d->ids[n_ids - 1], 1);
+    hp_data_free(d);
+}
