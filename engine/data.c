@@ -23,6 +23,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "headprune.h"
+#include "util_int.h"
 
 #include <cjson/cJSON.h>
 
@@ -35,29 +36,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#if defined(__GNUC__)
-#define HP_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define HP_PRINTF(a, b)
-#endif
-
 // --- errors and small helpers ------------------------------------------------
-
-HP_PRINTF(3, 4)
-static enum hp_status fail(struct hp_error *err, enum hp_status st, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-        // One line only: a stray newline from file content would break it.
-        for (char *c = err->msg; *c; c++)
-            if (*c == '\n' || *c == '\r')
-                *c = ' ';
-    }
-    return st;
-}
 
 static uint16_t rd_u16(const unsigned char *p)
 {
@@ -126,7 +105,7 @@ static enum hp_status data_alloc(const char *path, int n_seqs, int seq_len, bool
 {
     size_t n = (size_t)n_seqs * (size_t)seq_len;
     if ((size_t)n_seqs > SIZE_MAX / (size_t)seq_len || n > SIZE_MAX / sizeof(int32_t))
-        return fail(err, HP_ERR_NOMEM, "%s: %d x %d tokens do not fit in memory "
+        return hp_fail(err, HP_ERR_NOMEM, "%s: %d x %d tokens do not fit in memory "
                     "(use fewer sequences)", path, n_seqs, seq_len);
     struct hp_data *d = calloc(1, sizeof *d);
     if (!d)
@@ -147,7 +126,7 @@ static enum hp_status data_alloc(const char *path, int n_seqs, int seq_len, bool
     return HP_OK;
 nomem:
     hp_data_free(d);
-    return fail(err, HP_ERR_NOMEM, "%s: out of memory for %d x %d tokens "
+    return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory for %d x %d tokens "
                 "(use fewer sequences)", path, n_seqs, seq_len);
 }
 
@@ -188,20 +167,20 @@ static enum hp_status src_open(const char *path, struct src *s, struct hp_error 
     s->path = path;
     s->f = fopen(path, "rb");
     if (!s->f)
-        return fail(err, HP_ERR_IO, "%s: cannot open: %s (check the path)", path,
+        return hp_fail(err, HP_ERR_IO, "%s: cannot open: %s (check the path)", path,
                     strerror(errno));
     struct stat st;
     if (fstat(fileno(s->f), &st) != 0) {
         int e = errno;
         fclose(s->f);
         s->f = NULL;
-        return fail(err, HP_ERR_IO, "%s: cannot stat: %s (check the path)", path,
+        return hp_fail(err, HP_ERR_IO, "%s: cannot stat: %s (check the path)", path,
                     strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         fclose(s->f);
         s->f = NULL;
-        return fail(err, HP_ERR_IO, "%s: not a regular file (give a token file, not a "
+        return hp_fail(err, HP_ERR_IO, "%s: not a regular file (give a token file, not a "
                     "directory or device)", path);
     }
     s->size = (uint64_t)st.st_size;
@@ -218,7 +197,7 @@ static void src_close(struct src *s)
 static enum hp_status src_read(struct src *s, void *buf, size_t n, struct hp_error *err)
 {
     if (n && fread(buf, 1, n, s->f) != n)
-        return fail(err, HP_ERR_IO, "%s: short read: %s (was the file changed while "
+        return hp_fail(err, HP_ERR_IO, "%s: short read: %s (was the file changed while "
                     "loading?)", s->path, ferror(s->f) ? strerror(errno) : "end of file");
     return HP_OK;
 }
@@ -248,7 +227,7 @@ static enum hp_status read_tokens(struct src *s, enum elem e, int32_t *dst, size
             default: v = 0; break;
             }
             if (v < INT32_MIN || v > INT32_MAX)
-                return fail(err, HP_ERR_FORMAT, "%s: token %lld at index %zu does not fit "
+                return hp_fail(err, HP_ERR_FORMAT, "%s: token %lld at index %zu does not fit "
                             "in int32 (token ids must be below 2^31)", s->path,
                             (long long)v, done + i);
             dst[done + i] = (int32_t)v;
@@ -267,19 +246,19 @@ static enum hp_status load_stream(struct src *s, enum elem e, uint64_t n_tokens,
                                   int seq_len, struct hp_data **out, struct hp_error *err)
 {
     if (n_tokens == 0)
-        return fail(err, HP_ERR_FORMAT, "%s: file holds no tokens (give a non-empty "
+        return hp_fail(err, HP_ERR_FORMAT, "%s: file holds no tokens (give a non-empty "
                     "token file)", s->path);
     if (seq_len == 0)
-        return fail(err, HP_ERR_ARG, "%s: 1-D token stream of %llu tokens needs a seq_len "
+        return hp_fail(err, HP_ERR_ARG, "%s: 1-D token stream of %llu tokens needs a seq_len "
                     "(pass seq_len > 0 to cut it into rows)", s->path,
                     (unsigned long long)n_tokens);
     if (n_tokens < (uint64_t)seq_len)
-        return fail(err, HP_ERR_SHAPE, "%s: only %llu tokens, fewer than seq_len %d "
+        return hp_fail(err, HP_ERR_SHAPE, "%s: only %llu tokens, fewer than seq_len %d "
                     "(use a shorter seq_len or more data)", s->path,
                     (unsigned long long)n_tokens, seq_len);
     uint64_t rows = n_tokens / (uint64_t)seq_len;
     if (rows > INT_MAX)
-        return fail(err, HP_ERR_SHAPE, "%s: %llu rows of %d tokens is too many (use a "
+        return hp_fail(err, HP_ERR_SHAPE, "%s: %llu rows of %d tokens is too many (use a "
                     "longer seq_len or less data)", s->path, (unsigned long long)rows,
                     seq_len);
     struct hp_data *d;
@@ -462,14 +441,14 @@ static enum hp_status load_npy(struct src *s, int seq_len, struct hp_data **out,
     static const unsigned char magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
     unsigned char pre[12];
     if (s->size < 10)
-        return fail(err, HP_ERR_FORMAT, "%s: file is truncated: %llu bytes, too short for "
+        return hp_fail(err, HP_ERR_FORMAT, "%s: file is truncated: %llu bytes, too short for "
                     "a .npy header (re-save it with numpy.save)", s->path,
                     (unsigned long long)s->size);
     enum hp_status st = src_read(s, pre, 10, err);
     if (st)
         return st;
     if (memcmp(pre, magic, sizeof magic) != 0)
-        return fail(err, HP_ERR_FORMAT, "%s: not a .npy file: bad magic (expected "
+        return hp_fail(err, HP_ERR_FORMAT, "%s: not a .npy file: bad magic (expected "
                     "\\x93NUMPY; save the array with numpy.save)", s->path);
     unsigned major = pre[6], minor = pre[7];
     uint64_t hlen, pre_len;
@@ -478,26 +457,26 @@ static enum hp_status load_npy(struct src *s, int seq_len, struct hp_data **out,
         pre_len = 10;
     } else if (major == 2 || major == 3) {
         if (s->size < 12)
-            return fail(err, HP_ERR_FORMAT, "%s: file is truncated inside the .npy header "
+            return hp_fail(err, HP_ERR_FORMAT, "%s: file is truncated inside the .npy header "
                         "(re-save it with numpy.save)", s->path);
         if ((st = src_read(s, pre + 10, 2, err)))
             return st;
         hlen = rd_u32(pre + 8);
         pre_len = 12;
     } else {
-        return fail(err, HP_ERR_UNSUPPORTED, "%s: .npy format version %u.%u is not "
+        return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: .npy format version %u.%u is not "
                     "supported (versions 1.0 to 3.0 are)", s->path, major, minor);
     }
     if (hlen > s->size - pre_len)
-        return fail(err, HP_ERR_FORMAT, "%s: file is truncated: header claims %llu bytes, "
+        return hp_fail(err, HP_ERR_FORMAT, "%s: file is truncated: header claims %llu bytes, "
                     "only %llu follow (re-save it with numpy.save)", s->path,
                     (unsigned long long)hlen, (unsigned long long)(s->size - pre_len));
     if (hlen > NPY_MAX_HEADER)
-        return fail(err, HP_ERR_FORMAT, "%s: .npy header of %llu bytes is implausibly "
+        return hp_fail(err, HP_ERR_FORMAT, "%s: .npy header of %llu bytes is implausibly "
                     "large (file is corrupt)", s->path, (unsigned long long)hlen);
     char *text = malloc((size_t)hlen + 1);
     if (!text)
-        return fail(err, HP_ERR_NOMEM, "%s: out of memory reading the .npy header "
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory reading the .npy header "
                     "(free some memory)", s->path);
     if ((st = src_read(s, text, (size_t)hlen, err))) {
         free(text);
@@ -509,10 +488,10 @@ static enum hp_status load_npy(struct src *s, int seq_len, struct hp_data **out,
     long bad = npy_parse_dict(text, (size_t)hlen, &h);
     free(text);
     if (bad == -1)
-        return fail(err, HP_ERR_UNSUPPORTED, "%s: structured dtype is not supported "
+        return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: structured dtype is not supported "
                     "(save a plain integer array of token ids)", s->path);
     if (bad)
-        return fail(err, HP_ERR_FORMAT, "%s: malformed .npy header at byte %ld (expected "
+        return hp_fail(err, HP_ERR_FORMAT, "%s: malformed .npy header at byte %ld (expected "
                     "a dict with 'descr', 'fortran_order' and 'shape')", s->path, bad);
 
     enum elem e;
@@ -525,17 +504,17 @@ static enum hp_status load_npy(struct src *s, int seq_len, struct hp_data **out,
     else if (strcmp(h.descr, "<u4") == 0)
         e = EL_U32;
     else
-        return fail(err, HP_ERR_UNSUPPORTED, "%s: dtype '%s' is not supported (token ids "
+        return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: dtype '%s' is not supported (token ids "
                     "must be little-endian int32, int64, uint16 or uint32)", s->path,
                     h.descr);
     if (h.fortran)
-        return fail(err, HP_ERR_UNSUPPORTED, "%s: array is in Fortran order (save a "
+        return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: array is in Fortran order (save a "
                     "C-ordered array: numpy.save(path, numpy.ascontiguousarray(a)))", s->path);
 
     char shape[128];
     fmt_shape(shape, sizeof shape, &h);
     if (h.ndim != 1 && h.ndim != 2)
-        return fail(err, HP_ERR_SHAPE, "%s: array has shape %s (expected (n_seqs, seq_len) "
+        return hp_fail(err, HP_ERR_SHAPE, "%s: array has shape %s (expected (n_seqs, seq_len) "
                     "or a 1-D token stream (n_tokens,))", s->path, shape);
 
     // Element count and byte size, checked against the real file size before
@@ -543,21 +522,21 @@ static enum hp_status load_npy(struct src *s, int seq_len, struct hp_data **out,
     uint64_t count = 1;
     for (int i = 0; i < h.ndim; i++) {
         if (h.dims[i] != 0 && count > UINT64_MAX / h.dims[i])
-            return fail(err, HP_ERR_FORMAT, "%s: shape %s is too large (file is corrupt)",
+            return hp_fail(err, HP_ERR_FORMAT, "%s: shape %s is too large (file is corrupt)",
                         s->path, shape);
         count *= h.dims[i];
     }
     uint64_t es = elem_size(e), data_off = pre_len + hlen;
     uint64_t have = s->size - data_off;
     if (count > UINT64_MAX / es || count * es > have)
-        return fail(err, HP_ERR_FORMAT, "%s: file is truncated: shape %s of %s needs "
+        return hp_fail(err, HP_ERR_FORMAT, "%s: file is truncated: shape %s of %s needs "
                     "%llu data bytes, file has %llu (re-save the array)", s->path, shape,
                     h.descr,
                     count > UINT64_MAX / es ? (unsigned long long)UINT64_MAX
                                             : (unsigned long long)(count * es),
                     (unsigned long long)have);
     if (count * es < have)
-        return fail(err, HP_ERR_FORMAT, "%s: %llu unexpected bytes after the array data "
+        return hp_fail(err, HP_ERR_FORMAT, "%s: %llu unexpected bytes after the array data "
                     "(file is corrupt or not written by numpy.save)", s->path,
                     (unsigned long long)(have - count * es));
 
@@ -565,14 +544,14 @@ static enum hp_status load_npy(struct src *s, int seq_len, struct hp_data **out,
         return load_stream(s, e, count, seq_len, out, err);
 
     if (count == 0)
-        return fail(err, HP_ERR_FORMAT, "%s: array of shape %s holds no tokens (give at "
+        return hp_fail(err, HP_ERR_FORMAT, "%s: array of shape %s holds no tokens (give at "
                     "least one non-empty row)", s->path, shape);
     if (seq_len != 0 && h.dims[1] != (uint64_t)seq_len)
-        return fail(err, HP_ERR_SHAPE, "%s: rows have %llu tokens but seq_len is %d (pass "
+        return hp_fail(err, HP_ERR_SHAPE, "%s: rows have %llu tokens but seq_len is %d (pass "
                     "seq_len 0 or %llu for a 2-D array)", s->path,
                     (unsigned long long)h.dims[1], seq_len, (unsigned long long)h.dims[1]);
     if (h.dims[0] > INT_MAX || h.dims[1] > INT_MAX)
-        return fail(err, HP_ERR_SHAPE, "%s: shape %s is too large (at most 2^31-1 rows "
+        return hp_fail(err, HP_ERR_SHAPE, "%s: shape %s is too large (at most 2^31-1 rows "
                     "and columns)", s->path, shape);
     struct hp_data *d;
     if ((st = data_alloc(s->path, (int)h.dims[0], (int)h.dims[1], false, false, false, &d,
@@ -605,7 +584,7 @@ static enum hp_status load_bin(struct src *s, int seq_len, struct hp_data **out,
     }
     if (magic == LLMC_MAGIC_GPT2 || magic == LLMC_MAGIC_LLAMA3) {
         if (s->size < sizeof head)
-            return fail(err, HP_ERR_FORMAT, "%s: file is truncated: %llu bytes, shorter "
+            return hp_fail(err, HP_ERR_FORMAT, "%s: file is truncated: %llu bytes, shorter "
                         "than the 1024-byte llm.c header (regenerate the token file)",
                         s->path, (unsigned long long)s->size);
         if ((st = src_read(s, head + 4, sizeof head - 4, err)))
@@ -614,15 +593,15 @@ static enum hp_status load_bin(struct src *s, int seq_len, struct hp_data **out,
         int32_t want = magic == LLMC_MAGIC_GPT2 ? 1 : 7;
         enum elem e = magic == LLMC_MAGIC_GPT2 ? EL_U16 : EL_U32;
         if (version != want)
-            return fail(err, HP_ERR_UNSUPPORTED, "%s: llm.c token file version %d is not "
+            return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: llm.c token file version %d is not "
                         "supported (magic %d expects version %d)", s->path, (int)version,
                         (int)magic, (int)want);
         if (n < 0)
-            return fail(err, HP_ERR_FORMAT, "%s: llm.c header gives a negative token count "
+            return hp_fail(err, HP_ERR_FORMAT, "%s: llm.c header gives a negative token count "
                         "%d (file is corrupt)", s->path, (int)n);
         uint64_t want_bytes = (uint64_t)n * elem_size(e), have = s->size - sizeof head;
         if (want_bytes != have)
-            return fail(err, HP_ERR_FORMAT, "%s: llm.c header says %d tokens (%llu bytes) "
+            return hp_fail(err, HP_ERR_FORMAT, "%s: llm.c header says %d tokens (%llu bytes) "
                         "but %llu bytes follow the header (file truncated or corrupt)",
                         s->path, (int)n, (unsigned long long)want_bytes,
                         (unsigned long long)have);
@@ -630,14 +609,14 @@ static enum hp_status load_bin(struct src *s, int seq_len, struct hp_data **out,
     }
     // No llm.c magic: raw nanoGPT uint16 tokens from byte 0.
     if (s->size == 0)
-        return fail(err, HP_ERR_FORMAT, "%s: file is empty (give a non-empty token file)",
+        return hp_fail(err, HP_ERR_FORMAT, "%s: file is empty (give a non-empty token file)",
                     s->path);
     if (s->size % 2 != 0)
-        return fail(err, HP_ERR_FORMAT, "%s: %llu bytes is not a whole number of uint16 "
+        return hp_fail(err, HP_ERR_FORMAT, "%s: %llu bytes is not a whole number of uint16 "
                     "tokens (expected an llm.c .bin with magic %d or raw nanoGPT uint16 "
                     "tokens)", s->path, (unsigned long long)s->size, LLMC_MAGIC_GPT2);
     if (fseek(s->f, 0, SEEK_SET) != 0)
-        return fail(err, HP_ERR_IO, "%s: cannot seek: %s (give a regular file)", s->path,
+        return hp_fail(err, HP_ERR_IO, "%s: cannot seek: %s (give a regular file)", s->path,
                     strerror(errno));
     return load_stream(s, EL_U16, s->size / 2, seq_len, out, err);
 }
@@ -678,15 +657,15 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
     const char *path = j->path;
     int line = j->line;
     if (!cJSON_IsObject(obj))
-        return fail(err, HP_ERR_FORMAT, "%s:%d: line is not a JSON object (expected "
+        return hp_fail(err, HP_ERR_FORMAT, "%s:%d: line is not a JSON object (expected "
                     "{\"ids\": [...]} on every line)", path, line);
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(obj, "ids");
     if (!cJSON_IsArray(ids))
-        return fail(err, HP_ERR_FORMAT, "%s:%d: %s (every line needs {\"ids\": [...]})",
+        return hp_fail(err, HP_ERR_FORMAT, "%s:%d: %s (every line needs {\"ids\": [...]})",
                     path, line, ids ? "\"ids\" is not an array" : "no \"ids\" array");
     int n = cJSON_GetArraySize(ids);
     if (n == 0)
-        return fail(err, HP_ERR_SHAPE, "%s:%d: row has no ids (every row needs at least "
+        return hp_fail(err, HP_ERR_SHAPE, "%s:%d: row has no ids (every row needs at least "
                     "one token)", path, line);
     const cJSON *f[N_FIELDS];
     for (int k = 0; k < N_FIELDS; k++)
@@ -695,7 +674,7 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
     if (!j->d) {
         // First row: fixes the row length and which fields every row carries.
         if (j->seq_len != 0 && n != j->seq_len)
-            return fail(err, HP_ERR_SHAPE, "%s:%d: row has %d ids, expected %d (seq_len is "
+            return hp_fail(err, HP_ERR_SHAPE, "%s:%d: row has %d ids, expected %d (seq_len is "
                         "%d; every row must have exactly seq_len ids)", path, line, n,
                         j->seq_len, j->seq_len);
         j->seq_len = n;
@@ -707,21 +686,21 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
         if (st)
             return st;
     } else if (n != j->seq_len) {
-        return fail(err, HP_ERR_SHAPE, "%s:%d: row has %d ids, expected %d (all rows must "
+        return hp_fail(err, HP_ERR_SHAPE, "%s:%d: row has %d ids, expected %d (all rows must "
                     "have the same length; pad and set attention_mask)", path, line, n,
                     j->seq_len);
     }
     for (int k = 0; k < N_FIELDS; k++) {
         if ((f[k] != NULL) != j->has[k])
-            return fail(err, HP_ERR_FORMAT, "%s:%d: row %s \"%s\" but line %d %s (give "
+            return hp_fail(err, HP_ERR_FORMAT, "%s:%d: row %s \"%s\" but line %d %s (give "
                         "\"%s\" on every row or on none)", path, line,
                         f[k] ? "has" : "has no", field_name[k], j->first_line,
                         f[k] ? "does not" : "does", field_name[k]);
         if (f[k] && !cJSON_IsArray(f[k]))
-            return fail(err, HP_ERR_FORMAT, "%s:%d: \"%s\" is not an array (give one value "
+            return hp_fail(err, HP_ERR_FORMAT, "%s:%d: \"%s\" is not an array (give one value "
                         "per id)", path, line, field_name[k]);
         if (f[k] && cJSON_GetArraySize(f[k]) != n)
-            return fail(err, HP_ERR_SHAPE, "%s:%d: \"%s\" has %d entries but \"ids\" has %d "
+            return hp_fail(err, HP_ERR_SHAPE, "%s:%d: \"%s\" has %d entries but \"ids\" has %d "
                         "(give one value per id)", path, line, field_name[k],
                         cJSON_GetArraySize(f[k]), n);
     }
@@ -733,7 +712,7 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
     const cJSON *v;
     cJSON_ArrayForEach(v, ids) {
         if (!json_int(v, INT32_MIN, INT32_MAX, &d->ids[base + (size_t)i]))
-            return fail(err, HP_ERR_FORMAT, "%s:%d: \"ids\"[%d] is not an integer in int32 "
+            return hp_fail(err, HP_ERR_FORMAT, "%s:%d: \"ids\"[%d] is not an integer in int32 "
                         "range (token ids must be whole numbers)", path, line, i);
         i++;
     }
@@ -741,7 +720,7 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
         i = 0;
         cJSON_ArrayForEach(v, f[F_LABELS]) {
             if (!json_int(v, INT32_MIN, INT32_MAX, &d->labels[base + (size_t)i]))
-                return fail(err, HP_ERR_FORMAT, "%s:%d: \"labels\"[%d] is not an integer in "
+                return hp_fail(err, HP_ERR_FORMAT, "%s:%d: \"labels\"[%d] is not an integer in "
                             "int32 range (use token ids, or -100 to ignore a position)",
                             path, line, i);
             i++;
@@ -752,7 +731,7 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
         cJSON_ArrayForEach(v, f[F_MASK]) {
             int32_t m;
             if (!json_int(v, 0, 1, &m))
-                return fail(err, HP_ERR_FORMAT, "%s:%d: \"attention_mask\"[%d] is not 0 or 1 "
+                return hp_fail(err, HP_ERR_FORMAT, "%s:%d: \"attention_mask\"[%d] is not 0 or 1 "
                             "(1 = real token, 0 = padding)", path, line, i);
             d->attn_mask[base + (size_t)i] = (uint8_t)m;
             i++;
@@ -762,7 +741,7 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
         i = 0;
         cJSON_ArrayForEach(v, f[F_TYPES]) {
             if (!json_int(v, 0, INT32_MAX, &d->type_ids[base + (size_t)i]))
-                return fail(err, HP_ERR_FORMAT, "%s:%d: \"token_type_ids\"[%d] is not a "
+                return hp_fail(err, HP_ERR_FORMAT, "%s:%d: \"token_type_ids\"[%d] is not a "
                             "non-negative integer (BERT segment ids are 0 or 1)", path,
                             line, i);
             i++;
@@ -784,11 +763,11 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
                                  struct hp_error *err)
 {
     if (s->size >= SIZE_MAX)
-        return fail(err, HP_ERR_NOMEM, "%s: file is too large to read (split it)", s->path);
+        return hp_fail(err, HP_ERR_NOMEM, "%s: file is too large to read (split it)", s->path);
     size_t size = (size_t)s->size;
     char *buf = malloc(size + 1);
     if (!buf)
-        return fail(err, HP_ERR_NOMEM, "%s: out of memory reading %zu bytes (split the "
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory reading %zu bytes (split the "
                     "file)", s->path, size);
     enum hp_status st = src_read(s, buf, size, err);
     if (st) {
@@ -809,7 +788,7 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
     }
     if (rows > INT_MAX) {
         free(buf);
-        return fail(err, HP_ERR_SHAPE, "%s: more than %d rows (split the file)", s->path,
+        return hp_fail(err, HP_ERR_SHAPE, "%s: more than %d rows (split the file)", s->path,
                     INT_MAX);
     }
 
@@ -821,7 +800,7 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
         j.line++;
         if (!blank(p, (size_t)(le - p))) {
             if (memchr(p, '\0', (size_t)(le - p))) {
-                st = fail(err, HP_ERR_FORMAT, "%s:%d: line contains a NUL byte (is this a "
+                st = hp_fail(err, HP_ERR_FORMAT, "%s:%d: line contains a NUL byte (is this a "
                           "text file?)", s->path, j.line);
                 break;
             }
@@ -830,7 +809,7 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
             cJSON *obj = cJSON_ParseWithOpts(p, &stop, 1);
             if (!obj) {
                 long col = stop && stop >= p && stop <= le ? (long)(stop - p) + 1 : 1;
-                st = fail(err, HP_ERR_FORMAT, "%s:%d: invalid JSON at column %ld (each line "
+                st = hp_fail(err, HP_ERR_FORMAT, "%s:%d: invalid JSON at column %ld (each line "
                           "must be one JSON object)", s->path, j.line, col);
                 break;
             }
@@ -843,7 +822,7 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
     }
     free(buf);
     if (!st && j.n_rows == 0)
-        st = fail(err, HP_ERR_FORMAT, "%s: no rows (expected one {\"ids\": [...]} object "
+        st = hp_fail(err, HP_ERR_FORMAT, "%s: no rows (expected one {\"ids\": [...]} object "
                   "per line)", s->path);
     if (st) {
         hp_data_free(j.d);
@@ -870,10 +849,10 @@ enum hp_status hp_data_load(const char *path, int seq_len, struct hp_data **out,
     else if (ext_is(ext, "bin"))
         loader = load_bin;
     else
-        return fail(err, HP_ERR_UNSUPPORTED, "%s: unknown data format '%s%s' (use .npy, "
+        return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: unknown data format '%s%s' (use .npy, "
                     ".jsonl or .bin)", path, *ext ? "." : "", ext);
     if (seq_len < 0)
-        return fail(err, HP_ERR_ARG, "%s: seq_len %d is negative (pass 0 to take it from "
+        return hp_fail(err, HP_ERR_ARG, "%s: seq_len %d is negative (pass 0 to take it from "
                     "the file)", path, seq_len);
     struct src s;
     enum hp_status st = src_open(path, &s, err);
@@ -890,19 +869,19 @@ enum hp_status hp_data_check_vocab(const struct hp_data *d, int n_vocab,
 {
     assert(d);
     if (n_vocab < 1)
-        return fail(err, HP_ERR_ARG, "%s: vocabulary size %d is invalid (the model must "
+        return hp_fail(err, HP_ERR_ARG, "%s: vocabulary size %d is invalid (the model must "
                     "have at least one token)", d->path, n_vocab);
     size_t n = (size_t)d->n_seqs * (size_t)d->seq_len;
     for (size_t i = 0; i < n; i++)
         if (d->ids[i] < 0 || d->ids[i] >= n_vocab)
-            return fail(err, HP_ERR_ARG, "%s: token id %d at row %zu, position %zu is "
+            return hp_fail(err, HP_ERR_ARG, "%s: token id %d at row %zu, position %zu is "
                         "outside the vocabulary (model has %d tokens)", d->path,
                         (int)d->ids[i], i / (size_t)d->seq_len, i % (size_t)d->seq_len,
                         n_vocab);
     if (d->labels)
         for (size_t i = 0; i < n; i++)
             if (d->labels[i] != -100 && (d->labels[i] < 0 || d->labels[i] >= n_vocab))
-                return fail(err, HP_ERR_ARG, "%s: label %d at row %zu, position %zu is "
+                return hp_fail(err, HP_ERR_ARG, "%s: label %d at row %zu, position %zu is "
                             "outside the vocabulary (model has %d tokens; -100 ignores a "
                             "position)", d->path, (int)d->labels[i],
                             i / (size_t)d->seq_len, i % (size_t)d->seq_len, n_vocab);

@@ -14,6 +14,7 @@
  * model beyond struct hp_model_info.
  */
 #include "headprune.h"
+#include "util_int.h"
 
 #include <assert.h>
 #include <limits.h>
@@ -22,29 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__GNUC__)
-#define HP_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define HP_PRINTF(a, b)
-#endif
-
 // Longest spec text echoed back in an error message.
 #define ECHO_MAX 64
-
-HP_PRINTF(3, 4)
-static enum hp_status fail(struct hp_error *err, enum hp_status st, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-        for (char *c = err->msg; *c; c++)
-            if (*c == '\n' || *c == '\r')
-                *c = ' ';
-    }
-    return st;
-}
 
 // --- construction ------------------------------------------------------------
 
@@ -162,7 +142,7 @@ static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_
 
     if (layer.v >= info->n_layers) {
         range_text(range, sizeof range, "layers", "layer", info->n_layers);
-        return fail(err, HP_ERR_ARG, "mask '%.*s%s': layer %.*s does not exist (model has %s)",
+        return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': layer %.*s does not exist (model has %s)",
                     shown, s, more, layer.len, layer.txt, range);
     }
     float *row = m->gate + (size_t)layer.v * (size_t)m->n_heads;
@@ -174,7 +154,7 @@ static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_
     if (!kv) {
         if (sub.v >= info->n_heads) {
             range_text(range, sizeof range, "heads", "head", info->n_heads);
-            return fail(err, HP_ERR_ARG, "mask '%.*s%s': head %.*s does not exist (layer "
+            return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': head %.*s does not exist (layer "
                         "%lld has %s)", shown, s, more, sub.len, sub.txt, layer.v, range);
         }
         row[sub.v] = g;
@@ -184,12 +164,12 @@ static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_
     // Without GQA there is one KV head per query head.
     int n_kv = info->n_kv_heads > 0 ? info->n_kv_heads : info->n_heads;
     if (info->n_heads % n_kv != 0)
-        return fail(err, HP_ERR_ARG, "mask '%.*s%s': model has %d query heads and %d KV "
+        return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': model has %d query heads and %d KV "
                     "heads, which do not group evenly (name heads as LAYER.HEAD instead)",
                     shown, s, more, info->n_heads, n_kv);
     if (sub.v >= n_kv) {
         range_text(range, sizeof range, "KV groups", "KV group", n_kv);
-        return fail(err, HP_ERR_ARG, "mask '%.*s%s': KV group %.*s does not exist (model "
+        return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': KV group %.*s does not exist (model "
                     "has %s)", shown, s, more, sub.len, sub.txt, range);
     }
     int per = info->n_heads / n_kv;
@@ -198,7 +178,7 @@ static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_
     return HP_OK;
 
 syntax:
-    return fail(err, HP_ERR_ARG, "mask '%.*s%s': expected LAYER.HEAD, LAYER.* or "
+    return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': expected LAYER.HEAD, LAYER.* or "
                 "kv:LAYER.GROUP", shown, s, more);
 }
 
@@ -211,11 +191,11 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
     if (!spec)
         spec = "";
     if (info->n_layers < 1 || info->n_heads < 1)
-        return fail(err, HP_ERR_ARG, "mask: model has %d layers of %d heads (a model needs "
+        return hp_fail(err, HP_ERR_ARG, "mask: model has %d layers of %d heads (a model needs "
                     "at least one head to mask)", info->n_layers, info->n_heads);
     struct hp_mask *m = hp_mask_new(info->n_layers, info->n_heads);
     if (!m)
-        return fail(err, HP_ERR_NOMEM, "mask: out of memory for %d x %d gates (free some "
+        return hp_fail(err, HP_ERR_NOMEM, "mask: out of memory for %d x %d gates (free some "
                     "memory)", info->n_layers, info->n_heads);
     size_t n_gates = (size_t)m->n_layers * (size_t)m->n_heads;
     if (keep)
@@ -239,7 +219,7 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
             enum hp_status st;
             if (a == b) {
                 int shown = len > ECHO_MAX ? ECHO_MAX : (int)len;
-                st = fail(err, HP_ERR_ARG, "mask '%.*s%s': empty item (separate items with "
+                st = hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': empty item (separate items with "
                           "single commas, no trailing comma)", shown, spec,
                           len > ECHO_MAX ? "..." : "");
             } else {

@@ -116,17 +116,22 @@ struct hp_data {
 };
 
 /*
- * Load token ids from .npy (int32/int64/uint16; [n_seqs, seq_len], or 1-D cut
- * into rows of seq_len), .jsonl ({"ids": [...], "labels": [...],
- * "attention_mask": [...], "token_type_ids": [...]} per line) or an llm.c / nanoGPT .bin token file
- * (1-D, needs seq_len). seq_len = 0 means "take it from the file".
+ * Load token ids from:
+ *  - .npy: little-endian int32/int64/uint16/uint32, C order; [n_seqs, seq_len],
+ *    or 1-D cut into rows of seq_len (the remainder dropped);
+ *  - .jsonl: {"ids": [...], "labels": [...], "attention_mask": [...],
+ *    "token_type_ids": [...]} per line, every row the same length;
+ *  - .bin: llm.c token files (magic 20240520 with uint16 tokens, 20240801 with
+ *    uint32) or, without a magic, raw nanoGPT uint16; 1-D, needs seq_len.
+ * seq_len = 0 means "take it from the file".
  * Destructor: hp_data_free.
  */
 enum hp_status hp_data_load(const char *path, int seq_len, struct hp_data **out,
                             struct hp_error *err);
 void hp_data_free(struct hp_data *d);
 
-/* Every id must be in [0, n_vocab): else HP_ERR_ARG naming the file, row, column. */
+/* Every id, and every label but -100, must be in [0, n_vocab): else HP_ERR_ARG
+ * naming the file, row and position (counting from 0). */
 enum hp_status hp_data_check_vocab(const struct hp_data *d, int n_vocab,
                                    struct hp_error *err);
 
@@ -138,7 +143,7 @@ struct hp_mask {
     float *gate; /* (n_layers, n_heads), row-major; 1 = kept, 0 = ablated */
 };
 
-/* A mask of all ones. Destructor: hp_mask_free. NULL on out-of-memory. */
+/* A mask of all ones. Destructor: hp_mask_free. NULL if a size is < 1 or out of memory. */
 struct hp_mask *hp_mask_new(int n_layers, int n_heads);
 void hp_mask_free(struct hp_mask *m);
 
@@ -210,7 +215,7 @@ enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *m
 
 /*
  * Forward one sequence and write logits (n_tokens, n_vocab) or, for encoders
- * without an LM head, final hidden states (n_tokens, d_model). attn_mask may
+ * without an LM head, final hidden states (n_tokens, d_model). attn_mask
  * and type_ids may be NULL. For mean ablations use an evaluator instead. Mostly for tests.
  */
 enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids,

@@ -10,8 +10,9 @@
  * the problem.
  *
  * The fixture directory is HP_TEST_DATA_DIR when the build defines it, else
- * "data" next to this source file as named by __FILE__ (which works when the
- * tests run from the directory the compiler was run in).
+ * $HP_TESTS/data (tests/meson.build sets HP_TESTS to the tests/ source
+ * directory), else "data" next to this source file as named by __FILE__
+ * (which works when the tests run from the directory the compiler ran in).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -156,9 +157,14 @@ static const char *fixture(const char *name)
 #ifdef HP_TEST_DATA_DIR
     snprintf(p, sizeof bufs[0], "%s/%s", HP_TEST_DATA_DIR, name);
 #else
-    const char *f = __FILE__, *slash = strrchr(f, '/');
-    int n = slash ? (int)(slash - f) : 0;
-    snprintf(p, sizeof bufs[0], "%.*s%sdata/%s", n, f, n ? "/" : "", name);
+    const char *tests = getenv("HP_TESTS");
+    if (tests && *tests) {
+        snprintf(p, sizeof bufs[0], "%s/data/%s", tests, name);
+    } else {
+        const char *f = __FILE__, *slash = strrchr(f, '/');
+        int n = slash ? (int)(slash - f) : 0;
+        snprintf(p, sizeof bufs[0], "%.*s%sdata/%s", n, f, n ? "/" : "", name);
+    }
 #endif
     struct stat st;
     cr_assert_eq(stat(p, &st), 0, "fixture %s is missing (run the tests from the directory "
