@@ -160,6 +160,11 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
 /* Number of ablated (gate == 0) heads. */
 int hp_mask_count_ablated(const struct hp_mask *m);
 
+/* Canonical text of a mask: ascending "L.H" items, a fully ablated layer as
+ * "L.*", "" when nothing is ablated. Parses back to the same mask.
+ * NULL on out-of-memory; the caller frees it with free(). */
+char *hp_mask_format(const struct hp_mask *m);
+
 // --- evaluation -------------------------------------------------------------
 
 enum hp_ablation {
@@ -223,6 +228,168 @@ enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids,
                                 int n_tokens,
                                 const struct hp_mask *mask, float *out,
                                 struct hp_error *err);
+
+// --- plans ------------------------------------------------------------------
+
+enum hp_study_kind {
+    HP_STUDY_BASELINE,  /* nothing ablated */
+    HP_STUDY_SINGLE,    /* each unit ablated alone (leave-one-out) */
+    HP_STUDY_ONLY,      /* per layer: every unit ablated but one */
+    HP_STUDY_LAYER,     /* each layer's attention ablated whole */
+    HP_STUDY_RANDOM,    /* k random units, `samples` draws for each k */
+    HP_STUDY_EXPLICIT,  /* named unit sets */
+    HP_STUDY_PAIRS,     /* every pair of units within a layer */
+    HP_STUDY_ITERATIVE, /* pruning curve; jobs depend on earlier results */
+};
+
+/* Static name as written in plans: "baseline", "single", ... */
+const char *hp_study_kind_name(enum hp_study_kind k);
+
+/* A unit is a query head, or with kv = true a KV group. */
+struct hp_study {
+    enum hp_study_kind kind;
+    char name[64];    /* unique within the plan: `name:` if given, else the kind */
+    int line;         /* 1-based line in the plan file where the study starts */
+    bool kv;          /* units are KV groups instead of heads */
+    int n_layers_sel; /* 0 = every layer */
+    int *layers;      /* (n_layers_sel) layers the study is narrowed to */
+    int n_units_sel;  /* 0 = every head (or KV group) */
+    int *units;       /* (n_units_sel) heads (or KV groups) narrowed to */
+    /* random */
+    int n_k;
+    int *k;           /* (n_k) numbers of units to ablate */
+    int samples;      /* draws per k */
+    /* explicit */
+    int n_sets;
+    char **set_names; /* (n_sets) */
+    char **set_specs; /* (n_sets) mask specs as in --mask */
+    /* iterative */
+    double prune_frac;       /* fraction of the remaining units pruned per step, in (0, 1) */
+    double floor_frac;       /* stop once at most this fraction of units remains, in [0, 1) */
+    bool keep_one_per_layer; /* never prune a layer's last unit */
+};
+
+struct hp_plan {
+    char path[1024];
+    char name[128];
+    char model[1024]; /* resolved against the plan file's folder */
+    char data[1024];  /* likewise */
+    int seq_len;      /* 0 = from the data file */
+    char metric[16];  /* "loss", "kl", "acc" or "cos": what iterative scoring and queries rank by */
+    enum hp_ablation ablation;
+    uint64_t seed;    /* random studies */
+    int n_studies;
+    struct hp_study *studies; /* (n_studies) */
+    char *text;       /* the plan file as read */
+};
+
+/*
+ * Read a YAML plan. Errors say "file:line:column: what is wrong", an unknown
+ * key gets a did-you-mean. A plan without a baseline study gets one, first:
+ * every effect is measured against it. Destructor: hp_plan_free.
+ */
+enum hp_status hp_plan_load(const char *path, struct hp_plan **out, struct hp_error *err);
+void hp_plan_free(struct hp_plan *p);
+
+struct hp_job {
+    int study;        /* index into plan->studies */
+    int step;         /* iterative: the step (0 = the unpruned start); else 0 */
+    int sample;       /* random: the draw; else 0 */
+    int k;            /* units ablated */
+    int layer;        /* single, only, layer, pairs: the layer; else -1 */
+    int unit;         /* single: the unit ablated; only: the unit kept; pairs: the first; else -1 */
+    int unit2;        /* pairs: the second unit; else -1 */
+    char label[96];   /* "3.2", "layer 1", "only 2.5", "k=8 #3", "1.0+1.3", a set name */
+    struct hp_mask *mask;
+};
+
+struct hp_joblist {
+    int n, cap;
+    struct hp_job *jobs; /* (n) */
+};
+
+/*
+ * Expand every study except iterative ones into jobs, in a deterministic
+ * order (plan order, then layer, then unit). Layers, heads or KV groups that
+ * the model lacks are errors naming "plan:line". Destructor: hp_joblist_free.
+ */
+enum hp_status hp_plan_expand(const struct hp_plan *p, const struct hp_model_info *info,
+                              struct hp_joblist **out, struct hp_error *err);
+void hp_joblist_free(struct hp_joblist *jl);
+
+/* Append a job (the list takes the mask). HP_ERR_NOMEM on failure (mask freed). */
+enum hp_status hp_joblist_push(struct hp_joblist *jl, const struct hp_job *job);
+
+// --- sweeps -----------------------------------------------------------------
+
+struct hp_sweep_progress {
+    int64_t done;      /* jobs finished in this run, cached ones included */
+    int64_t total;     /* jobs known so far (iterative studies add more) */
+    int64_t cached;    /* found finished in the database */
+    const char *label; /* the job just finished */
+    double elapsed;    /* seconds */
+};
+
+struct hp_sweep_opts {
+    const char *db_path;
+    int shard_index;   /* 0-based: this process runs jobs with ord % shard_count == shard_index */
+    int shard_count;   /* 1 = everything */
+    void (*progress)(void *user, const struct hp_sweep_progress *p);
+    void *user;
+    volatile int *stop; /* set non-zero (e.g. from a signal handler) to stop after the current job */
+};
+
+struct hp_sweep_summary {
+    int64_t sweep_id;
+    int64_t n_jobs, n_run, n_cached;
+    double seconds;
+    bool interrupted;
+};
+
+/*
+ * Run a plan into a results database: jobs already finished there (same
+ * content-addressed key) are skipped; every result is written atomically.
+ */
+enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_opts *o,
+                            struct hp_sweep_summary *sum, struct hp_error *err);
+
+/* Merge shard databases into out (created if missing); re-runnable, no duplicates. */
+enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in,
+                              int64_t *n_added, struct hp_error *err);
+
+// --- queries ----------------------------------------------------------------
+
+/* A result table: what queries return and the CLI prints. */
+struct hp_table {
+    int n_cols, n_rows;
+    char **cols;    /* (n_cols) */
+    bool *numeric;  /* (n_cols) */
+    char **cells;   /* (n_rows, n_cols) row-major; NULL = empty */
+    char *note;     /* NULL or a line to print before the table */
+};
+void hp_table_free(struct hp_table *t);
+
+enum hp_query_kind {
+    HP_QUERY_SWEEPS,     /* the sweeps in the database */
+    HP_QUERY_CURVE,      /* pruning curve (iterative, random) */
+    HP_QUERY_HEADS,      /* single-unit effects with paired 95% CIs */
+    HP_QUERY_REDUNDANCY, /* per-layer summary */
+    HP_QUERY_PAIRS,      /* interactions */
+    HP_QUERY_SQL,        /* read-only SQL */
+};
+
+struct hp_query_opts {
+    enum hp_query_kind kind;
+    int64_t sweep_id;   /* 0 = the newest sweep */
+    const char *metric; /* NULL = the sweep's plan metric */
+    int top;            /* heads, pairs: at most this many rows (0 = all) */
+    double eps;         /* redundancy: a unit is redundant when its effect is below this */
+    const char *sql;    /* HP_QUERY_SQL */
+};
+
+/* Destructor of *out: hp_table_free. Opens the database read-only. */
+enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, struct hp_table **out,
+                        struct hp_error *err);
 
 #ifdef __cplusplus
 }

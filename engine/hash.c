@@ -1,0 +1,1 @@
+/* hash.c -- being written */

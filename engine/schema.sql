@@ -1,0 +1,126 @@
+-- headprune results database, schema version 1.
+-- Embedded into engine/store.c at build time; documented in README.md.
+-- Invariants: a variant row exists only with its result and per-sequence rows
+-- (written in one transaction); a sweep_jobs row only for a finished variant.
+
+CREATE TABLE meta(
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);  -- schema_version, created_by
+
+CREATE TABLE models(
+  id         INTEGER PRIMARY KEY,
+  digest     TEXT NOT NULL UNIQUE,   -- XXH3-128 of config.json and every safetensors file
+  path       TEXT NOT NULL,
+  model_type TEXT NOT NULL,
+  n_layers   INTEGER NOT NULL,
+  n_heads    INTEGER NOT NULL,
+  n_kv_heads INTEGER NOT NULL,
+  d_head     INTEGER NOT NULL,
+  n_params   INTEGER NOT NULL
+);
+
+CREATE TABLE datasets(
+  id      INTEGER PRIMARY KEY,
+  digest  TEXT NOT NULL UNIQUE,      -- XXH3-128 of the loaded ids, labels, masks and shape
+  path    TEXT NOT NULL,
+  n_seqs  INTEGER NOT NULL,
+  seq_len INTEGER NOT NULL
+);
+
+CREATE TABLE plans(
+  id     INTEGER PRIMARY KEY,
+  digest TEXT NOT NULL UNIQUE,       -- XXH3-128 of the plan text
+  name   TEXT NOT NULL,
+  path   TEXT NOT NULL,
+  text   TEXT NOT NULL
+);
+
+CREATE TABLE sweeps(
+  id         INTEGER PRIMARY KEY,
+  key        TEXT NOT NULL UNIQUE,   -- hash of plan, model and data digests
+  plan_id    INTEGER NOT NULL REFERENCES plans(id),
+  model_id   INTEGER NOT NULL REFERENCES models(id),
+  dataset_id INTEGER NOT NULL REFERENCES datasets(id),
+  name       TEXT NOT NULL,
+  ablation   TEXT NOT NULL,          -- zero | mean | mean-pos
+  metric     TEXT NOT NULL,          -- loss | kl | acc | cos
+  created    TEXT NOT NULL,          -- ISO 8601 UTC
+  updated    TEXT NOT NULL
+);
+
+CREATE TABLE variants(
+  id         INTEGER PRIMARY KEY,
+  key        TEXT NOT NULL UNIQUE,   -- the job's content address
+  model_id   INTEGER NOT NULL REFERENCES models(id),
+  dataset_id INTEGER NOT NULL REFERENCES datasets(id),
+  ablation   TEXT NOT NULL,
+  mask       BLOB NOT NULL,          -- bit (layer * n_heads + head), LSB first: 1 = ablated
+  mask_text  TEXT NOT NULL,          -- canonical spec, e.g. '0.3,2.*'; '' = nothing ablated
+  n_ablated  INTEGER NOT NULL
+);
+
+CREATE TABLE results(
+  variant_id      INTEGER PRIMARY KEY REFERENCES variants(id),
+  loss            REAL,              -- NULL where a metric does not apply
+  ppl             REAL,
+  acc             REAL,
+  kl              REAL,
+  cos             REAL,
+  n_tokens        INTEGER NOT NULL,
+  n_seqs          INTEGER NOT NULL,
+  wall_s          REAL NOT NULL,
+  engine_version  TEXT NOT NULL,
+  numeric_version INTEGER NOT NULL,
+  host            TEXT NOT NULL,
+  threads         INTEGER NOT NULL,
+  kernel          TEXT NOT NULL,     -- BLIS kernel set
+  created         TEXT NOT NULL
+);
+
+CREATE TABLE seq_results(
+  variant_id INTEGER NOT NULL REFERENCES variants(id),
+  seq        INTEGER NOT NULL,       -- row of the held-out set, from 0
+  loss       REAL,
+  acc        REAL,
+  kl         REAL,
+  cos        REAL,
+  n_tokens   INTEGER NOT NULL,
+  PRIMARY KEY(variant_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE sweep_jobs(
+  sweep_id   INTEGER NOT NULL REFERENCES sweeps(id),
+  ord        INTEGER NOT NULL,       -- deterministic position in the sweep
+  variant_id INTEGER NOT NULL REFERENCES variants(id),
+  study      TEXT NOT NULL,          -- the study's name in the plan
+  kind       TEXT NOT NULL,          -- baseline | single | only | layer | random | explicit | pairs | iterative
+  kv         INTEGER NOT NULL,       -- 1: units are KV groups
+  label      TEXT NOT NULL,
+  layer      INTEGER,                -- single/only/layer/pairs; NULL otherwise
+  unit       INTEGER,                -- single: ablated; only: kept; pairs: first
+  unit2      INTEGER,                -- pairs: second
+  step       INTEGER NOT NULL,       -- iterative step, else 0
+  sample     INTEGER NOT NULL,       -- random draw, else 0
+  k          INTEGER NOT NULL,       -- units ablated
+  PRIMARY KEY(sweep_id, ord)
+);
+CREATE INDEX sweep_jobs_variant ON sweep_jobs(variant_id);
+
+-- Every finished job of every sweep with its metrics.
+CREATE VIEW jobs AS
+SELECT j.sweep_id, j.ord, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2,
+       j.step, j.sample, j.k, v.mask_text, v.n_ablated, r.loss, r.ppl, r.acc, r.kl,
+       r.cos, r.n_tokens, r.wall_s, j.variant_id
+FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id JOIN results r ON r.variant_id = j.variant_id;
+
+-- Each sweep's unablated baseline.
+CREATE VIEW baselines AS
+SELECT sweep_id, variant_id, loss, ppl, acc, kl, cos FROM jobs WHERE kind = 'baseline';
+
+-- Effect of each job against its sweep's baseline (positive = worse for loss and kl).
+CREATE VIEW effects AS
+SELECT j.sweep_id, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2, j.step, j.sample, j.k,
+       j.mask_text, j.loss - b.loss AS d_loss, j.acc - b.acc AS d_acc, j.kl AS kl, j.cos - b.cos AS d_cos,
+       j.loss, j.acc, j.cos
+FROM jobs j JOIN baselines b ON b.sweep_id = j.sweep_id;
