@@ -68,7 +68,8 @@ static char *read_text(const char *path, struct hp_error *err, enum hp_status *s
     return buf;
 }
 
-static enum hp_status read_json(const char *path, cJSON **out, struct hp_error *err)
+/* Parse a JSON file; the text is handed back through keep_text when non-NULL. */
+static enum hp_status read_json(const char *path, cJSON **out, char **keep_text, struct hp_error *err)
 {
     enum hp_status st;
     char *txt = read_text(path, err, &st);
@@ -83,7 +84,10 @@ static enum hp_status read_json(const char *path, cJSON **out, struct hp_error *
         free(txt);
         return hp_fail(err, HP_ERR_FORMAT, "%s:%d: malformed JSON", path, line);
     }
-    free(txt);
+    if (keep_text)
+        *keep_text = txt;
+    else
+        free(txt);
     *out = j;
     return HP_OK;
 }
@@ -521,7 +525,7 @@ static enum hp_status open_weights(struct hp_model *m, const char *dir, struct h
     if (!probe)
         return hp_fail(err, HP_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json (is this a Hugging Face model directory?)", dir);
     fclose(probe);
-    enum hp_status st = read_json(path, &idx, err);
+    enum hp_status st = read_json(path, &idx, NULL, err);
     if (st != HP_OK)
         return st;
     cJSON *map = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
@@ -571,7 +575,7 @@ enum hp_status hp_model_open(const char *dir, struct hp_model **out, struct hp_e
     char path[1024];
     snprintf(path, sizeof path, "%s/config.json", dir);
     cJSON *cfg = NULL;
-    enum hp_status st = read_json(path, &cfg, err);
+    enum hp_status st = read_json(path, &cfg, &m->config_text, err);
     if (st == HP_OK) {
         st = parse_config(m, cfg, path, err);
         bool tied = m->info.arch == HP_ARCH_LLAMA &&
@@ -617,6 +621,7 @@ void hp_model_close(struct hp_model *m)
         free(m->owned[i]);
     free(m->owned);
     free(m->layers);
+    free(m->config_text);
     hp_st_close(m->st);
     free(m);
 }

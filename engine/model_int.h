@@ -37,6 +37,7 @@ struct hp_layer {
 struct hp_model {
     struct hp_model_info info;
     char dir[512];
+    char *config_text; /* config.json as read (for the model digest) */
     float norm_eps;
     float rope_theta;     /* Llama */
     enum hp_act act;

@@ -269,3 +269,11 @@ struct hp_st_tensor *hp_st_find(struct hp_st_set *set, const char *name)
 int hp_st_count(const struct hp_st_set *set) { return set->n; }
 
 struct hp_st_tensor *hp_st_at(struct hp_st_set *set, int i) { return &set->t[i]; }
+
+int hp_st_n_shards(const struct hp_st_set *set) { return set->n_shards; }
+
+const void *hp_st_shard_bytes(const struct hp_st_set *set, int i, size_t *len)
+{
+    *len = set->shards[i].len;
+    return set->shards[i].map;
+}

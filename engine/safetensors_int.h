@@ -38,6 +38,9 @@ void hp_st_close(struct hp_st_set *set);
 /* NULL when absent. */
 struct hp_st_tensor *hp_st_find(struct hp_st_set *set, const char *name);
 int hp_st_count(const struct hp_st_set *set);
+/* The shards' mapped bytes, in the order they were added (for digests). */
+int hp_st_n_shards(const struct hp_st_set *set);
+const void *hp_st_shard_bytes(const struct hp_st_set *set, int i, size_t *len);
 struct hp_st_tensor *hp_st_at(struct hp_st_set *set, int i);
 
 #endif

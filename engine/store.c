@@ -1,1 +1,562 @@
-/* store.c -- being written */
+/*
+ * store.c -- the results database (SQLite; schema in engine/schema.sql).
+ *
+ * Owns: opening (WAL, busy timeout, schema creation and version check),
+ * and the writes of the sweep runner. Every write is one BEGIN IMMEDIATE
+ * transaction: a killed process leaves a whole result or none of it.
+ * SQLite's errors are translated here into one line naming the database.
+ * Must not: know about tensors or models beyond the descriptions it is given.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "store_int.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hash_int.h"
+#include "schema_sql.h"
+#include "util_int.h"
+
+struct hp_store {
+    sqlite3 *db;
+    char path[1024];
+    char host[256];
+};
+
+// --- errors -------------------------------------------------------------------
+
+static enum hp_status sql_fail(struct hp_store *s, int rc, const char *what, struct hp_error *err)
+{
+    int base = rc & 0xff;
+    const char *msg = s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
+    if (base == SQLITE_FULL)
+        return hp_fail(err, HP_ERR_SQL, "%s: disk full while %s (free some space and run again; finished results are kept)",
+                       s->path, what);
+    if (base == SQLITE_READONLY)
+        return hp_fail(err, HP_ERR_SQL, "%s: read-only while %s (check the permissions of the file and its folder)",
+                       s->path, what);
+    if (base == SQLITE_NOTADB)
+        return hp_fail(err, HP_ERR_SQL, "%s: not a headprune database (not an SQLite file)", s->path);
+    if (base == SQLITE_BUSY || base == SQLITE_LOCKED)
+        return hp_fail(err, HP_ERR_SQL, "%s: database stayed locked by another process while %s", s->path, what);
+    return hp_fail(err, HP_ERR_SQL, "%s: %s: %s", s->path, what, msg);
+}
+
+static void now_iso(char buf[32])
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static int exec(struct hp_store *s, const char *sql)
+{
+    return sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+}
+
+/* Run a statement with no result rows; binds happen in the callback-free form below. */
+static int step_done(sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+static int prep(struct hp_store *s, const char *sql, sqlite3_stmt **st)
+{
+    return sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
+}
+
+/* SELECT returning one integer; *found false when no row. */
+static int select_int(struct hp_store *s, const char *sql, const char *arg, int64_t *out, bool *found)
+{
+    sqlite3_stmt *st;
+    int rc = prep(s, sql, &st);
+    if (rc != SQLITE_OK)
+        return rc;
+    if (arg)
+        sqlite3_bind_text(st, 1, arg, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    *found = rc == SQLITE_ROW;
+    if (*found)
+        *out = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+// --- opening ------------------------------------------------------------------
+
+static enum hp_status check_folder(const char *path, struct hp_error *err)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    const char *dir = dirname(tmp);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return hp_fail(err, HP_ERR_IO, "%s: folder '%s' does not exist (create it first)", path, dir);
+    if (access(dir, W_OK) != 0)
+        return hp_fail(err, HP_ERR_IO, "%s: folder '%s' is not writable (SQLite needs to write its journal there)", path, dir);
+    if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
+        return hp_fail(err, HP_ERR_IO, "%s: file is read-only", path);
+    return HP_OK;
+}
+
+enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_error *err)
+{
+    *out = NULL;
+    enum hp_status st = check_folder(path, err);
+    if (st != HP_OK)
+        return st;
+    struct hp_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    snprintf(s->path, sizeof s->path, "%s", path);
+    if (gethostname(s->host, sizeof s->host) != 0)
+        snprintf(s->host, sizeof s->host, "unknown");
+    int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    if (rc != SQLITE_OK) {
+        st = sql_fail(s, rc, "opening", err);
+        hp_store_close(s);
+        return st;
+    }
+    sqlite3_busy_timeout(s->db, 60000);
+
+    /* read before writing anything: a newer or foreign database stays as it was */
+    int64_t n_tables = 0, version = 0;
+    bool found;
+    rc = select_int(s, "SELECT count(*) FROM sqlite_master", NULL, &n_tables, &found);
+    if (rc == SQLITE_OK && n_tables > 0) {
+        rc = select_int(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", NULL, &version,
+                        &found);
+        if (rc == SQLITE_OK && version == 0) {
+            st = hp_fail(err, HP_ERR_SQL, "%s: not a headprune database (an SQLite file without its tables)", path);
+            hp_store_close(s);
+            return st;
+        }
+        if (rc == SQLITE_OK)
+            rc = select_int(s, "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'schema_version'", NULL, &version,
+                            &found);
+        if (rc == SQLITE_OK && version > HP_SCHEMA_VERSION) {
+            st = hp_fail(err, HP_ERR_SQL, "%s: written by a newer headprune (schema %lld; this one reads %d): upgrade headprune",
+                         path, (long long)version, HP_SCHEMA_VERSION);
+            hp_store_close(s);
+            return st;
+        }
+    }
+    if (rc != SQLITE_OK) {
+        st = sql_fail(s, rc, "reading the schema", err);
+        hp_store_close(s);
+        return st;
+    }
+    if ((rc = exec(s, "PRAGMA journal_mode = WAL")) != SQLITE_OK ||
+        (rc = exec(s, "PRAGMA synchronous = NORMAL")) != SQLITE_OK ||
+        (rc = exec(s, "PRAGMA foreign_keys = ON")) != SQLITE_OK || (rc = exec(s, "BEGIN IMMEDIATE")) != SQLITE_OK) {
+        st = sql_fail(s, rc, "opening", err);
+        hp_store_close(s);
+        return st;
+    }
+    /* another worker may have created the schema meanwhile: check again inside the lock */
+    rc = select_int(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", NULL, &version,
+                    &found);
+    if (rc == SQLITE_OK && version == 0) {
+        rc = exec(s, schema_sql);
+        if (rc == SQLITE_OK) {
+            char sql[256];
+            snprintf(sql, sizeof sql,
+                     "INSERT INTO meta VALUES ('schema_version', '%d'), ('created_by', 'headprune %s')",
+                     HP_SCHEMA_VERSION, HP_VERSION);
+            rc = exec(s, sql);
+        }
+    }
+    if (rc == SQLITE_OK)
+        rc = exec(s, "COMMIT");
+    if (rc != SQLITE_OK) {
+        st = sql_fail(s, rc, "creating the schema", err);
+        exec(s, "ROLLBACK");
+        hp_store_close(s);
+        return st;
+    }
+    *out = s;
+    return HP_OK;
+}
+
+void hp_store_close(struct hp_store *s)
+{
+    if (!s)
+        return;
+    sqlite3_close(s->db);
+    free(s);
+}
+
+// --- sweeps -------------------------------------------------------------------
+
+enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_desc *d, int64_t *sweep_id,
+                              struct hp_error *err)
+{
+    char now[32], key[HP_DIGEST_HEX], cat[3 * HP_DIGEST_HEX + 8];
+    now_iso(now);
+    snprintf(cat, sizeof cat, "%s/%s/%s", d->plan_digest, d->model_digest, d->data_digest);
+    hp_digest_text(cat, key);
+    const struct hp_model_info *in = d->info;
+    int rc = exec(s, "BEGIN IMMEDIATE");
+    sqlite3_stmt *st = NULL;
+    if (rc == SQLITE_OK && (rc = prep(s, "INSERT OR IGNORE INTO models(digest, path, model_type, n_layers, n_heads, "
+                                         "n_kv_heads, d_head, n_params) VALUES (?,?,?,?,?,?,?,?)",
+                                      &st)) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, d->model_digest, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, d->plan->model, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, in->model_type, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 4, in->n_layers);
+        sqlite3_bind_int(st, 5, in->n_heads);
+        sqlite3_bind_int(st, 6, in->n_kv_heads);
+        sqlite3_bind_int(st, 7, in->d_head);
+        sqlite3_bind_int64(st, 8, in->n_params);
+        rc = step_done(st);
+    }
+    if (rc == SQLITE_OK &&
+        (rc = prep(s, "INSERT OR IGNORE INTO datasets(digest, path, n_seqs, seq_len) VALUES (?,?,?,?)", &st)) ==
+            SQLITE_OK) {
+        sqlite3_bind_text(st, 1, d->data_digest, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, d->plan->data, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, d->data->n_seqs);
+        sqlite3_bind_int(st, 4, d->data->seq_len);
+        rc = step_done(st);
+    }
+    if (rc == SQLITE_OK &&
+        (rc = prep(s, "INSERT OR IGNORE INTO plans(digest, name, path, text) VALUES (?,?,?,?)", &st)) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, d->plan_digest, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, d->plan->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, d->plan->path, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, d->plan->text ? d->plan->text : "", -1, SQLITE_STATIC);
+        rc = step_done(st);
+    }
+    if (rc == SQLITE_OK &&
+        (rc = prep(s, "INSERT OR IGNORE INTO sweeps(key, plan_id, model_id, dataset_id, name, ablation, metric, "
+                      "created, updated) VALUES (?1, (SELECT id FROM plans WHERE digest = ?2), "
+                      "(SELECT id FROM models WHERE digest = ?3), (SELECT id FROM datasets WHERE digest = ?4), "
+                      "?5, ?6, ?7, ?8, ?8)",
+                   &st)) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, d->plan_digest, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, d->model_digest, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, d->data_digest, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 5, d->plan->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 6, hp_ablation_name(d->plan->ablation), -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 7, d->plan->metric, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 8, now, -1, SQLITE_STATIC);
+        rc = step_done(st);
+    }
+    bool found = false;
+    if (rc == SQLITE_OK)
+        rc = select_int(s, "SELECT id FROM sweeps WHERE key = ?", key, sweep_id, &found);
+    if (rc == SQLITE_OK)
+        rc = exec(s, "COMMIT");
+    if (rc != SQLITE_OK) {
+        enum hp_status e = sql_fail(s, rc, "recording the sweep", err);
+        exec(s, "ROLLBACK");
+        return e;
+    }
+    return HP_OK;
+}
+
+// --- results ------------------------------------------------------------------
+
+enum hp_status hp_store_lookup(struct hp_store *s, const char *key, bool *found, struct hp_store_metrics *m,
+                               struct hp_error *err)
+{
+    sqlite3_stmt *st;
+    int rc = prep(s, "SELECT r.loss, r.acc, r.kl, r.cos FROM variants v JOIN results r ON r.variant_id = v.id "
+                     "WHERE v.key = ?",
+                  &st);
+    if (rc != SQLITE_OK)
+        return sql_fail(s, rc, "looking up a result", err);
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    *found = rc == SQLITE_ROW;
+    if (*found) {
+        double *v[4] = {&m->loss, &m->acc, &m->kl, &m->cos};
+        for (int i = 0; i < 4; i++)
+            *v[i] = sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return sql_fail(s, rc, "looking up a result", err);
+    return HP_OK;
+}
+
+/* INSERT OR IGNORE the sweep_jobs row of j (variant found by key). */
+static int link_row(struct hp_store *s, const struct hp_store_job *j)
+{
+    const struct hp_job *jb = j->job;
+    const struct hp_study *sd = &j->plan->studies[jb->study];
+    sqlite3_stmt *st;
+    int rc = prep(s, "INSERT OR IGNORE INTO sweep_jobs(sweep_id, ord, variant_id, study, kind, kv, label, layer, "
+                     "unit, unit2, step, sample, k) VALUES (?1, ?2, (SELECT id FROM variants WHERE key = ?3), "
+                     "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                  &st);
+    if (rc != SQLITE_OK)
+        return rc;
+    sqlite3_bind_int64(st, 1, j->sweep_id);
+    sqlite3_bind_int64(st, 2, j->ord);
+    sqlite3_bind_text(st, 3, j->key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, sd->name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, j->kind ? j->kind : hp_study_kind_name(sd->kind), -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 6, sd->kv);
+    sqlite3_bind_text(st, 7, jb->label, -1, SQLITE_STATIC);
+    int vals[3] = {jb->layer, jb->unit, jb->unit2};
+    for (int i = 0; i < 3; i++)
+        if (vals[i] >= 0)
+            sqlite3_bind_int(st, 8 + i, vals[i]);
+        else
+            sqlite3_bind_null(st, 8 + i);
+    sqlite3_bind_int(st, 11, jb->step);
+    sqlite3_bind_int(st, 12, jb->sample);
+    sqlite3_bind_int(st, 13, jb->k);
+    rc = step_done(st);
+    if (rc != SQLITE_OK)
+        return rc;
+    char now[32];
+    now_iso(now);
+    if ((rc = prep(s, "UPDATE sweeps SET updated = ? WHERE id = ?", &st)) != SQLITE_OK)
+        return rc;
+    sqlite3_bind_text(st, 1, now, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, j->sweep_id);
+    return step_done(st);
+}
+
+enum hp_status hp_store_link(struct hp_store *s, const struct hp_store_job *j, struct hp_error *err)
+{
+    int rc = exec(s, "BEGIN IMMEDIATE");
+    if (rc == SQLITE_OK)
+        rc = link_row(s, j);
+    if (rc == SQLITE_OK)
+        rc = exec(s, "COMMIT");
+    if (rc != SQLITE_OK) {
+        enum hp_status e = sql_fail(s, rc, "recording a job", err);
+        exec(s, "ROLLBACK");
+        return e;
+    }
+    return HP_OK;
+}
+
+static void bind_metric(sqlite3_stmt *st, int i, bool has, double v)
+{
+    if (has && isfinite(v))
+        sqlite3_bind_double(st, i, v);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static int insert_variant(struct hp_store *s, const struct hp_store_job *j, const struct hp_metrics *mt,
+                          double wall_s, int threads)
+{
+    const struct hp_mask *mask = j->job->mask;
+    int nbits = mask->n_layers * mask->n_heads;
+    unsigned char bits[(nbits + 7) / 8 + 1];
+    memset(bits, 0, sizeof bits);
+    for (int i = 0; i < nbits; i++)
+        if (mask->gate[i] == 0.0f)
+            bits[i / 8] |= (unsigned char)(1u << (i % 8));
+    sqlite3_stmt *st;
+    int rc = prep(s, "INSERT INTO variants(key, model_id, dataset_id, ablation, mask, mask_text, n_ablated) VALUES "
+                     "(?1, (SELECT id FROM models WHERE digest = ?2), (SELECT id FROM datasets WHERE digest = ?3), "
+                     "?4, ?5, ?6, ?7)",
+                  &st);
+    if (rc != SQLITE_OK)
+        return rc;
+    sqlite3_bind_text(st, 1, j->key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, j->model_digest, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, j->data_digest, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, hp_ablation_name(j->plan->ablation), -1, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 5, bits, (nbits + 7) / 8, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 6, j->mask_text, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 7, hp_mask_count_ablated(mask));
+    if ((rc = step_done(st)) != SQLITE_OK)
+        return rc;
+    int64_t vid = sqlite3_last_insert_rowid(s->db);
+
+    char now[32];
+    now_iso(now);
+    if ((rc = prep(s, "INSERT INTO results(variant_id, loss, ppl, acc, kl, cos, n_tokens, n_seqs, wall_s, "
+                      "engine_version, numeric_version, host, threads, kernel, created) VALUES "
+                      "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                   &st)) != SQLITE_OK)
+        return rc;
+    sqlite3_bind_int64(st, 1, vid);
+    bind_metric(st, 2, mt->has_loss, mt->loss);
+    bind_metric(st, 3, mt->has_loss, mt->ppl);
+    bind_metric(st, 4, mt->has_loss, mt->acc);
+    bind_metric(st, 5, mt->has_loss, mt->kl);
+    bind_metric(st, 6, mt->has_cos, mt->cos);
+    sqlite3_bind_int64(st, 7, mt->n_tokens);
+    sqlite3_bind_int(st, 8, mt->n_seqs);
+    sqlite3_bind_double(st, 9, wall_s);
+    sqlite3_bind_text(st, 10, HP_VERSION, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 11, HP_NUMERIC_VERSION);
+    sqlite3_bind_text(st, 12, s->host, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 13, threads);
+    sqlite3_bind_text(st, 14, hp_runtime_kernel(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 15, now, -1, SQLITE_TRANSIENT);
+    if ((rc = step_done(st)) != SQLITE_OK)
+        return rc;
+
+    if ((rc = prep(s, "INSERT INTO seq_results(variant_id, seq, loss, acc, kl, cos, n_tokens) VALUES (?,?,?,?,?,?,?)",
+                   &st)) != SQLITE_OK)
+        return rc;
+    for (int i = 0; i < mt->n_seqs && rc == SQLITE_OK; i++) {
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, vid);
+        sqlite3_bind_int(st, 2, i);
+        bind_metric(st, 3, mt->has_loss, mt->seq_loss[i]);
+        bind_metric(st, 4, mt->has_loss, mt->seq_acc[i]);
+        bind_metric(st, 5, mt->has_loss, mt->seq_kl[i]);
+        bind_metric(st, 6, mt->has_cos, mt->seq_cos[i]);
+        sqlite3_bind_int64(st, 7, mt->seq_tokens[i]);
+        rc = sqlite3_step(st);
+        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+enum hp_status hp_store_put(struct hp_store *s, const struct hp_store_job *j, const struct hp_metrics *mt,
+                            double wall_s, int threads, struct hp_error *err)
+{
+    int rc = exec(s, "BEGIN IMMEDIATE");
+    int64_t vid;
+    bool exists = false;
+    if (rc == SQLITE_OK)
+        rc = select_int(s, "SELECT id FROM variants WHERE key = ?", j->key, &vid, &exists);
+    /* another worker may have finished the same variant meanwhile: keep theirs */
+    if (rc == SQLITE_OK && !exists)
+        rc = insert_variant(s, j, mt, wall_s, threads);
+    if (rc == SQLITE_OK)
+        rc = link_row(s, j);
+    if (rc == SQLITE_OK)
+        rc = exec(s, "COMMIT");
+    if (rc != SQLITE_OK) {
+        enum hp_status e = sql_fail(s, rc, "writing a result", err);
+        exec(s, "ROLLBACK");
+        return e;
+    }
+    return HP_OK;
+}
+
+// --- merging ------------------------------------------------------------------
+
+/* A shard database must be a headprune database this version can read. */
+static enum hp_status check_source(const char *path, struct hp_error *err)
+{
+    if (access(path, R_OK) != 0)
+        return hp_fail(err, HP_ERR_IO, "%s: cannot read (%s)", path, strerror(errno));
+    sqlite3 *db;
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
+    sqlite3_stmt *st = NULL;
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db, "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'schema_version'", -1, &st,
+                                NULL);
+    int64_t version = -1;
+    if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        version = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    if (rc != SQLITE_OK || version < 0)
+        return hp_fail(err, HP_ERR_SQL, "%s: not a headprune database", path);
+    if (version > HP_SCHEMA_VERSION)
+        return hp_fail(err, HP_ERR_SQL, "%s: written by a newer headprune (schema %lld; this one reads %d)", path,
+                       (long long)version, HP_SCHEMA_VERSION);
+    return HP_OK;
+}
+
+static const char merge_sql[] =
+    "INSERT OR IGNORE INTO main.models(digest, path, model_type, n_layers, n_heads, n_kv_heads, d_head, n_params) "
+    "  SELECT digest, path, model_type, n_layers, n_heads, n_kv_heads, d_head, n_params FROM src.models;"
+    "INSERT OR IGNORE INTO main.datasets(digest, path, n_seqs, seq_len) "
+    "  SELECT digest, path, n_seqs, seq_len FROM src.datasets;"
+    "INSERT OR IGNORE INTO main.plans(digest, name, path, text) SELECT digest, name, path, text FROM src.plans;"
+    "INSERT OR IGNORE INTO main.sweeps(key, plan_id, model_id, dataset_id, name, ablation, metric, created, updated) "
+    "  SELECT s.key, (SELECT id FROM main.plans WHERE digest = p.digest), "
+    "         (SELECT id FROM main.models WHERE digest = m.digest), "
+    "         (SELECT id FROM main.datasets WHERE digest = d.digest), s.name, s.ablation, s.metric, s.created, s.updated "
+    "  FROM src.sweeps s JOIN src.plans p ON p.id = s.plan_id JOIN src.models m ON m.id = s.model_id "
+    "       JOIN src.datasets d ON d.id = s.dataset_id;";
+
+static const char merge_variants_sql[] =
+    "INSERT OR IGNORE INTO main.variants(key, model_id, dataset_id, ablation, mask, mask_text, n_ablated) "
+    "  SELECT v.key, (SELECT id FROM main.models WHERE digest = m.digest), "
+    "         (SELECT id FROM main.datasets WHERE digest = d.digest), v.ablation, v.mask, v.mask_text, v.n_ablated "
+    "  FROM src.variants v JOIN src.models m ON m.id = v.model_id JOIN src.datasets d ON d.id = v.dataset_id "
+    "  WHERE v.id IN (SELECT variant_id FROM src.results) ORDER BY v.id;";
+
+static const char merge_rest_sql[] =
+    "INSERT OR IGNORE INTO main.results(variant_id, loss, ppl, acc, kl, cos, n_tokens, n_seqs, wall_s, engine_version, "
+    "    numeric_version, host, threads, kernel, created) "
+    "  SELECT mv.id, r.loss, r.ppl, r.acc, r.kl, r.cos, r.n_tokens, r.n_seqs, r.wall_s, r.engine_version, "
+    "         r.numeric_version, r.host, r.threads, r.kernel, r.created "
+    "  FROM src.results r JOIN src.variants v ON v.id = r.variant_id JOIN main.variants mv ON mv.key = v.key;"
+    "INSERT OR IGNORE INTO main.seq_results(variant_id, seq, loss, acc, kl, cos, n_tokens) "
+    "  SELECT mv.id, q.seq, q.loss, q.acc, q.kl, q.cos, q.n_tokens "
+    "  FROM src.seq_results q JOIN src.variants v ON v.id = q.variant_id JOIN main.variants mv ON mv.key = v.key;"
+    "INSERT OR IGNORE INTO main.sweep_jobs(sweep_id, ord, variant_id, study, kind, kv, label, layer, unit, unit2, "
+    "    step, sample, k) "
+    "  SELECT ms.id, j.ord, mv.id, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2, j.step, j.sample, j.k "
+    "  FROM src.sweep_jobs j JOIN src.sweeps s ON s.id = j.sweep_id JOIN main.sweeps ms ON ms.key = s.key "
+    "       JOIN src.variants v ON v.id = j.variant_id JOIN main.variants mv ON mv.key = v.key;"
+    "UPDATE main.sweeps SET updated = (SELECT max(s.updated, main.sweeps.updated) FROM src.sweeps s "
+    "                                  WHERE s.key = main.sweeps.key) "
+    "  WHERE key IN (SELECT key FROM src.sweeps);";
+
+enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, int64_t *n_added, struct hp_error *err)
+{
+    *n_added = 0;
+    for (int i = 0; i < n_in; i++) {
+        enum hp_status st = check_source(in[i], err);
+        if (st != HP_OK)
+            return st;
+    }
+    struct hp_store *s;
+    enum hp_status st = hp_store_open(out, &s, err);
+    if (st != HP_OK)
+        return st;
+    for (int i = 0; i < n_in && st == HP_OK; i++) {
+        sqlite3_stmt *a;
+        int rc = prep(s, "ATTACH DATABASE ? AS src", &a);
+        if (rc == SQLITE_OK) {
+            sqlite3_bind_text(a, 1, in[i], -1, SQLITE_STATIC);
+            rc = step_done(a);
+        }
+        if (rc != SQLITE_OK) {
+            st = hp_fail(err, HP_ERR_SQL, "%s: cannot attach: %s", in[i], sqlite3_errmsg(s->db));
+            break;
+        }
+        rc = exec(s, "BEGIN IMMEDIATE");
+        if (rc == SQLITE_OK)
+            rc = exec(s, merge_sql);
+        if (rc == SQLITE_OK) {
+            rc = exec(s, merge_variants_sql);
+            *n_added += sqlite3_changes(s->db);
+        }
+        if (rc == SQLITE_OK)
+            rc = exec(s, merge_rest_sql);
+        if (rc == SQLITE_OK)
+            rc = exec(s, "COMMIT");
+        if (rc != SQLITE_OK) {
+            char what[1100];
+            snprintf(what, sizeof what, "merging %s", in[i]);
+            st = sql_fail(s, rc, what, err);
+            exec(s, "ROLLBACK");
+        }
+        exec(s, "DETACH DATABASE src");
+    }
+    hp_store_close(s);
+    return st;
+}

@@ -1,1 +1,285 @@
-/* sweep.c -- being written */
+/*
+ * sweep.c -- run a plan's jobs into the results database.
+ *
+ * Owns scheduling: deterministic job order, sharding (ord % N == I), skipping
+ * jobs whose content address is already finished in the store, and the
+ * iterative pruning procedure, whose jobs depend on earlier results.
+ * Invariant: the same plan, data and threads give the same results whether
+ * the sweep ran at once or was resumed after kills, because every job is
+ * evaluated alone from the same inputs and iterative choices depend only on
+ * stored or recomputed (identical) numbers.
+ * Must not: print; know SQL (the store does that).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hash_int.h"
+#include "store_int.h"
+#include "util_int.h"
+
+struct ctx {
+    const struct hp_plan *plan;
+    const struct hp_sweep_opts *o;
+    struct hp_sweep_summary *sum;
+    struct hp_model *model;
+    const struct hp_model_info *info;
+    struct hp_data *data;
+    struct hp_evaluator *ev;
+    struct hp_store *store;
+    char model_digest[HP_DIGEST_HEX], data_digest[HP_DIGEST_HEX], plan_digest[HP_DIGEST_HEX];
+    int64_t sweep_id;
+    int64_t total, done;
+    double t0;
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static bool stopping(const struct ctx *c)
+{
+    return c->o->stop && *c->o->stop;
+}
+
+/* The plan's metric as damage: larger = worse. */
+static double damage(const struct ctx *c, const struct hp_store_metrics *m)
+{
+    const char *k = c->plan->metric;
+    if (strcmp(k, "kl") == 0)
+        return m->kl;
+    if (strcmp(k, "acc") == 0)
+        return -m->acc;
+    if (strcmp(k, "cos") == 0)
+        return -m->cos;
+    return m->loss;
+}
+
+/* Evaluate one job (or find it finished) and record it in the sweep. */
+static enum hp_status run_job(struct ctx *c, int64_t ord, const struct hp_job *job, const char *kind,
+                              struct hp_store_metrics *res, struct hp_error *err)
+{
+    char *mask_text = hp_mask_format(job->mask);
+    if (!mask_text)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    char key[HP_DIGEST_HEX];
+    hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, mask_text, key);
+    struct hp_store_job sj = {
+        .sweep_id = c->sweep_id,
+        .ord = ord,
+        .plan = c->plan,
+        .job = job,
+        .kind = kind,
+        .key = key,
+        .mask_text = mask_text,
+        .model_digest = c->model_digest,
+        .data_digest = c->data_digest,
+    };
+    bool found;
+    struct hp_store_metrics m;
+    enum hp_status st = hp_store_lookup(c->store, key, &found, &m, err);
+    if (st == HP_OK && found) {
+        st = hp_store_link(c->store, &sj, err);
+        c->sum->n_cached++;
+    } else if (st == HP_OK) {
+        struct hp_metrics *mt;
+        double t = now();
+        st = hp_evaluator_run(c->ev, job->mask, c->plan->ablation, &mt, err);
+        if (st == HP_OK) {
+            st = hp_store_put(c->store, &sj, mt, now() - t, c->o->threads, err);
+            m.loss = mt->has_loss ? mt->loss : NAN;
+            m.acc = mt->has_loss ? mt->acc : NAN;
+            m.kl = mt->has_loss ? mt->kl : NAN;
+            m.cos = mt->has_cos ? mt->cos : NAN;
+            hp_metrics_free(mt);
+            c->sum->n_run++;
+        }
+    }
+    free(mask_text);
+    if (st != HP_OK)
+        return st;
+    if (res)
+        *res = m;
+    c->done++;
+    if (c->o->progress) {
+        struct hp_sweep_progress p = {c->done, c->total, c->sum->n_cached, job->label, now() - c->t0};
+        c->o->progress(c->o->user, &p);
+    }
+    return HP_OK;
+}
+
+// --- iterative pruning --------------------------------------------------------------
+
+struct unit {
+    int layer, unit;
+};
+
+static void ablate_unit(const struct ctx *c, const struct hp_study *s, struct hp_mask *m, struct unit u)
+{
+    int H = c->info->n_heads, per = s->kv ? H / c->info->n_kv_heads : 1;
+    for (int h = u.unit * per; h < (u.unit + 1) * per; h++)
+        m->gate[u.layer * H + h] = 0.0f;
+}
+
+static bool selected(int n, const int *list, int v)
+{
+    if (n == 0)
+        return true;
+    for (int i = 0; i < n; i++)
+        if (list[i] == v)
+            return true;
+    return false;
+}
+
+struct scored {
+    int idx;
+    double score;
+};
+
+static int by_score(const void *a, const void *b)
+{
+    const struct scored *x = a, *y = b;
+    if (x->score != y->score)
+        return x->score < y->score ? -1 : 1;
+    return x->idx - y->idx; /* ties: plan order, so the choice is deterministic */
+}
+
+/*
+ * Michel et al.'s pruning curve: score every remaining unit by the damage of
+ * ablating it on top of those already pruned, prune the least damaging
+ * prune_frac of all units, record the curve point, repeat down to the floor.
+ */
+static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct hp_error *err)
+{
+    const struct hp_study *s = &c->plan->studies[si];
+    const struct hp_model_info *in = c->info;
+    int per_layer = s->kv ? in->n_kv_heads : in->n_heads;
+    struct unit *units = malloc(sizeof *units * (size_t)in->n_layers * per_layer);
+    bool *pruned = calloc((size_t)in->n_layers * per_layer, sizeof *pruned);
+    struct scored *cand = malloc(sizeof *cand * (size_t)in->n_layers * per_layer);
+    int *left_in_layer = calloc((size_t)in->n_layers, sizeof *left_in_layer);
+    struct hp_mask *base = hp_mask_new(in->n_layers, in->n_heads);
+    if (!units || !pruned || !cand || !left_in_layer || !base) {
+        free(units), free(pruned), free(cand), free(left_in_layer), hp_mask_free(base);
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    }
+    int n = 0;
+    for (int l = 0; l < in->n_layers; l++)
+        for (int u = 0; u < per_layer; u++)
+            if (selected(s->n_layers_sel, s->layers, l) && selected(s->n_units_sel, s->units, u)) {
+                units[n++] = (struct unit){l, u};
+                left_in_layer[l]++;
+            }
+    int per_step = (int)fmax(1.0, round(s->prune_frac * n));
+    int floor_n = (int)ceil(s->floor_frac * n - 1e-9);
+    int n_pruned = 0;
+    enum hp_status st = HP_OK;
+
+    for (int step = 0; st == HP_OK && !stopping(c); step++) {
+        /* the curve point: everything pruned so far */
+        struct hp_job point = {.study = si, .step = step, .k = n_pruned, .layer = -1, .unit = -1, .unit2 = -1,
+                               .mask = base};
+        snprintf(point.label, sizeof point.label, "step %d", step);
+        c->total++;
+        st = run_job(c, (*ord)++, &point, NULL, NULL, err);
+        if (st != HP_OK || n - n_pruned <= floor_n)
+            break;
+        /* score the candidates */
+        int nc = 0;
+        for (int i = 0; i < n && st == HP_OK; i++) {
+            if (pruned[i] || (s->keep_one_per_layer && left_in_layer[units[i].layer] <= 1))
+                continue;
+            if (stopping(c))
+                break;
+            struct hp_mask *m = hp_mask_new(in->n_layers, in->n_heads);
+            if (!m) {
+                st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
+                break;
+            }
+            memcpy(m->gate, base->gate, sizeof(float) * (size_t)in->n_layers * in->n_heads);
+            ablate_unit(c, s, m, units[i]);
+            struct hp_job job = {.study = si, .step = step + 1, .k = n_pruned + 1, .layer = units[i].layer,
+                                 .unit = units[i].unit, .unit2 = -1, .mask = m};
+            snprintf(job.label, sizeof job.label, "step %d: %s%d.%d", step + 1, s->kv ? "kv:" : "", units[i].layer,
+                     units[i].unit);
+            struct hp_store_metrics res;
+            c->total++;
+            st = run_job(c, (*ord)++, &job, "iterative-score", &res, err);
+            hp_mask_free(m);
+            cand[nc++] = (struct scored){i, damage(c, &res)};
+        }
+        if (st != HP_OK || stopping(c) || nc == 0)
+            break;
+        qsort(cand, (size_t)nc, sizeof *cand, by_score);
+        int want = per_step < n - n_pruned - floor_n ? per_step : n - n_pruned - floor_n;
+        for (int i = 0; i < nc && want > 0; i++) {
+            struct unit u = units[cand[i].idx];
+            if (s->keep_one_per_layer && left_in_layer[u.layer] <= 1)
+                continue;
+            pruned[cand[i].idx] = true;
+            left_in_layer[u.layer]--;
+            ablate_unit(c, s, base, u);
+            n_pruned++;
+            want--;
+        }
+    }
+    free(units), free(pruned), free(cand), free(left_in_layer), hp_mask_free(base);
+    return st;
+}
+
+// --- the run ------------------------------------------------------------------
+
+enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_opts *o, struct hp_sweep_summary *sum,
+                            struct hp_error *err)
+{
+    memset(sum, 0, sizeof *sum);
+    struct ctx c = {.plan = plan, .o = o, .sum = sum, .t0 = now()};
+    struct hp_joblist *jobs = NULL;
+    enum hp_status st = hp_model_open(plan->model, &c.model, err);
+    if (st == HP_OK) {
+        c.info = hp_model_get_info(c.model);
+        st = hp_data_load(plan->data, plan->seq_len, &c.data, err);
+    }
+    if (st == HP_OK)
+        st = hp_evaluator_new(c.model, c.data, &c.ev, err);
+    if (st == HP_OK)
+        st = hp_plan_expand(plan, c.info, &jobs, err);
+    if (st == HP_OK) {
+        hp_digest_model(c.model, c.model_digest);
+        hp_digest_data(c.data, c.data_digest);
+        hp_digest_text(plan->text ? plan->text : "", c.plan_digest);
+        st = hp_store_open(o->db_path, &c.store, err);
+    }
+    if (st == HP_OK) {
+        struct hp_store_sweep_desc d = {plan, c.plan_digest, c.model_digest, c.data_digest, c.info, c.data};
+        st = hp_store_sweep(c.store, &d, &c.sweep_id, err);
+        sum->sweep_id = c.sweep_id;
+    }
+    int count = o->shard_count > 0 ? o->shard_count : 1;
+    if (st == HP_OK) {
+        for (int i = 0; i < jobs->n; i++)
+            c.total += i % count == o->shard_index;
+        for (int i = 0; i < jobs->n && st == HP_OK && !stopping(&c); i++)
+            if (i % count == o->shard_index)
+                st = run_job(&c, i, &jobs->jobs[i], NULL, NULL, err);
+    }
+    int64_t ord = jobs ? jobs->n : 0;
+    for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !stopping(&c); si++)
+        if (plan->studies[si].kind == HP_STUDY_ITERATIVE)
+            st = run_iterative(&c, si, &ord, err);
+    sum->n_jobs = c.done;
+    sum->interrupted = stopping(&c);
+    sum->seconds = now() - c.t0;
+    hp_store_close(c.store);
+    hp_joblist_free(jobs);
+    hp_evaluator_free(c.ev);
+    hp_data_free(c.data);
+    hp_model_close(c.model);
+    return st;
+}

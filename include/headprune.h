@@ -333,7 +333,8 @@ struct hp_sweep_progress {
 struct hp_sweep_opts {
     const char *db_path;
     int shard_index;   /* 0-based: this process runs jobs with ord % shard_count == shard_index */
-    int shard_count;   /* 1 = everything */
+    int shard_count;   /* 1 = everything; iterative studies run in shard 0 only */
+    int threads;       /* recorded with each result (set them with hp_runtime_init) */
     void (*progress)(void *user, const struct hp_sweep_progress *p);
     void *user;
     volatile int *stop; /* set non-zero (e.g. from a signal handler) to stop after the current job */

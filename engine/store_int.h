@@ -1,0 +1,60 @@
+/*
+ * store_int.h -- the results database (SQLite), as the sweep runner uses it.
+ *
+ * The store knows no tensors: it is handed digests, descriptions and
+ * metrics. Every write is one BEGIN IMMEDIATE transaction, so a killed
+ * process leaves either the whole result or none of it, and several local
+ * workers can share one database (WAL mode, busy timeout).
+ */
+#ifndef HP_STORE_INT_H
+#define HP_STORE_INT_H
+
+#include "headprune.h"
+
+#define HP_SCHEMA_VERSION 1
+
+struct hp_store;
+
+/* Open or create a results database. Destructor: hp_store_close. */
+enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_error *err);
+void hp_store_close(struct hp_store *s);
+
+struct hp_store_sweep_desc {
+    const struct hp_plan *plan;
+    const char *plan_digest, *model_digest, *data_digest;
+    const struct hp_model_info *info;
+    const struct hp_data *data;
+};
+
+/* Find or create the sweep (and its plan, model and dataset rows). */
+enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_desc *d, int64_t *sweep_id,
+                              struct hp_error *err);
+
+/* The metrics a finished variant keeps, for ranking without re-running. */
+struct hp_store_metrics {
+    double loss, acc, kl, cos; /* NaN where not applicable */
+};
+
+/* Whether the variant with this key is finished; if so its metrics. */
+enum hp_status hp_store_lookup(struct hp_store *s, const char *key, bool *found, struct hp_store_metrics *m,
+                               struct hp_error *err);
+
+struct hp_store_job {
+    int64_t sweep_id;
+    int64_t ord;
+    const struct hp_plan *plan;
+    const struct hp_job *job;
+    const char *kind; /* sweep_jobs.kind; NULL = the study's kind */
+    const char *key;
+    const char *mask_text;
+    const char *model_digest, *data_digest;
+};
+
+/* Record that a job of a sweep is the (already finished) variant `key`. */
+enum hp_status hp_store_link(struct hp_store *s, const struct hp_store_job *j, struct hp_error *err);
+
+/* Write a finished variant, its per-sequence values and its sweep link, atomically. */
+enum hp_status hp_store_put(struct hp_store *s, const struct hp_store_job *j, const struct hp_metrics *mt,
+                            double wall_s, int threads, struct hp_error *err);
+
+#endif
