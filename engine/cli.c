@@ -8,6 +8,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <getopt.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,6 +324,508 @@ out:
     return rc;
 }
 
+// --- tables -------------------------------------------------------------------
+
+enum fmt { FMT_TABLE, FMT_CSV, FMT_JSON };
+
+static void csv_cell(const char *c)
+{
+    if (!c)
+        return;
+    if (strpbrk(c, ",\"\n")) {
+        putchar('"');
+        for (; *c; c++) {
+            if (*c == '"')
+                putchar('"');
+            putchar(*c);
+        }
+        putchar('"');
+    } else {
+        fputs(c, stdout);
+    }
+}
+
+static void print_table(const struct hp_table *t, enum fmt f)
+{
+    if (f == FMT_JSON) {
+        cJSON *a = cJSON_CreateArray();
+        for (int r = 0; r < t->n_rows; r++) {
+            cJSON *o = cJSON_CreateObject();
+            for (int c = 0; c < t->n_cols; c++) {
+                const char *v = t->cells[(size_t)r * t->n_cols + c];
+                if (!v || !*v)
+                    cJSON_AddNullToObject(o, t->cols[c]);
+                else if (t->numeric[c])
+                    cJSON_AddNumberToObject(o, t->cols[c], strtod(v, NULL));
+                else
+                    cJSON_AddStringToObject(o, t->cols[c], v);
+            }
+            cJSON_AddItemToArray(a, o);
+        }
+        char *s = cJSON_Print(a);
+        puts(s);
+        free(s);
+        cJSON_Delete(a);
+        return;
+    }
+    if (f == FMT_CSV) {
+        for (int c = 0; c < t->n_cols; c++) {
+            if (c)
+                putchar(',');
+            csv_cell(t->cols[c]);
+        }
+        putchar('\n');
+        for (int r = 0; r < t->n_rows; r++) {
+            for (int c = 0; c < t->n_cols; c++) {
+                if (c)
+                    putchar(',');
+                csv_cell(t->cells[(size_t)r * t->n_cols + c]);
+            }
+            putchar('\n');
+        }
+        return;
+    }
+    int *w = calloc((size_t)t->n_cols, sizeof *w);
+    for (int c = 0; c < t->n_cols; c++) {
+        w[c] = (int)strlen(t->cols[c]);
+        for (int r = 0; r < t->n_rows; r++) {
+            const char *v = t->cells[(size_t)r * t->n_cols + c];
+            if (v && (int)strlen(v) > w[c])
+                w[c] = (int)strlen(v);
+        }
+    }
+    if (t->note)
+        printf("# %s\n", t->note);
+    for (int c = 0; c < t->n_cols; c++)
+        printf(t->numeric[c] ? "%s%*s" : "%s%-*s", c ? "  " : "", w[c], t->cols[c]);
+    putchar('\n');
+    for (int c = 0; c < t->n_cols; c++) {
+        printf("%s", c ? "  " : "");
+        for (int i = 0; i < w[c]; i++)
+            putchar('-');
+    }
+    putchar('\n');
+    for (int r = 0; r < t->n_rows; r++) {
+        for (int c = 0; c < t->n_cols; c++) {
+            const char *v = t->cells[(size_t)r * t->n_cols + c];
+            if (c == t->n_cols - 1 && !t->numeric[c])
+                printf("%s%s", c ? "  " : "", v ? v : "");
+            else
+                printf(t->numeric[c] ? "%s%*s" : "%s%-*s", c ? "  " : "", w[c], v ? v : "");
+        }
+        putchar('\n');
+    }
+    free(w);
+}
+
+static bool parse_format(const char *s, enum fmt *f)
+{
+    if (strcmp(s, "table") == 0)
+        *f = FMT_TABLE;
+    else if (strcmp(s, "csv") == 0)
+        *f = FMT_CSV;
+    else if (strcmp(s, "json") == 0)
+        *f = FMT_JSON;
+    else
+        return false;
+    return true;
+}
+
+// --- plan ---------------------------------------------------------------------
+
+static const char plan_help[] =
+    "Usage: headprune plan PLAN.yaml [--format table|csv|json]\n"
+    "\n"
+    "Expand a plan into its jobs and print them, with their count and an estimate\n"
+    "of the cost, without running anything. Iterative studies are listed by their\n"
+    "expected number of evaluations: their masks depend on results.\n";
+
+/* Rough forward FLOPs of one variant: every matrix product plus attention. */
+static double forward_flops(const struct hp_model_info *in, int n_seqs, int seq_len)
+{
+    double T = seq_len, d = in->d_model, qd = (double)in->n_heads * in->d_head,
+           kvd = (double)in->n_kv_heads * in->d_head;
+    double mlp = in->arch == HP_ARCH_LLAMA ? 3 * d * in->d_ff : 2 * d * in->d_ff;
+    double per_layer = 2 * T * (d * qd + 2 * d * kvd + qd * d + mlp) + 4 * T * T * qd;
+    double head = in->has_lm_head ? 2 * T * d * in->n_vocab : 0;
+    return n_seqs * (in->n_layers * per_layer + head);
+}
+
+/* Evaluations an iterative study will need: candidates scored plus curve points. */
+static long iterative_evals(const struct hp_plan *p, const struct hp_study *s, const struct hp_model_info *in)
+{
+    int per_layer = s->kv ? in->n_kv_heads : in->n_heads;
+    int n = (s->n_layers_sel ? s->n_layers_sel : in->n_layers) * (s->n_units_sel ? s->n_units_sel : per_layer);
+    int layers = s->n_layers_sel ? s->n_layers_sel : in->n_layers;
+    int per_step = (int)fmax(1.0, round(s->prune_frac * n));
+    int floor_n = (int)ceil(s->floor_frac * n - 1e-9);
+    if (s->keep_one_per_layer && floor_n < layers)
+        floor_n = layers;
+    long evals = 1;
+    (void)p;
+    for (int left = n; left > floor_n; left -= per_step)
+        evals += left + 1;
+    return evals;
+}
+
+static int cmd_plan(int argc, char **argv)
+{
+    static const struct option opts[] = {{"format", required_argument, 0, 'f'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    enum fmt f = FMT_TABLE;
+    int c;
+    while ((c = getopt_long(argc, argv, "f:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'f':
+            if (!parse_format(optarg, &f))
+                return usage_error("plan", "--format must be table, csv or json");
+            break;
+        case 'h': fputs(plan_help, stdout); return 0;
+        default: return usage_error("plan", "unknown option");
+        }
+    }
+    if (optind != argc - 1)
+        return usage_error("plan", "give one PLAN.yaml");
+    struct hp_error err = {0};
+    struct hp_plan *p = NULL;
+    struct hp_model *m = NULL;
+    struct hp_data *d = NULL;
+    struct hp_joblist *jl = NULL;
+    int rc = 1;
+    if (hp_plan_load(argv[optind], &p, &err) != HP_OK || hp_model_open(p->model, &m, &err) != HP_OK ||
+        hp_data_load(p->data, p->seq_len, &d, &err) != HP_OK ||
+        hp_plan_expand(p, hp_model_get_info(m), &jl, &err) != HP_OK) {
+        die(&err);
+        goto out;
+    }
+    const struct hp_model_info *in = hp_model_get_info(m);
+    long iter = 0;
+    for (int i = 0; i < p->n_studies; i++)
+        if (p->studies[i].kind == HP_STUDY_ITERATIVE)
+            iter += iterative_evals(p, &p->studies[i], in);
+    if (f == FMT_TABLE) {
+        double fl = forward_flops(in, d->n_seqs, d->seq_len);
+        printf("plan      %s (%s)\n", p->name, p->path);
+        printf("model     %s (%s, %d layers x %d heads, %d KV heads)\n", p->model, in->model_type, in->n_layers,
+               in->n_heads, in->n_kv_heads);
+        printf("data      %s: %d sequences x %d tokens\n", p->data, d->n_seqs, d->seq_len);
+        printf("ablation  %s, metric %s, seed %llu\n",
+               p->ablation == HP_ABLATE_ZERO ? "zero" : p->ablation == HP_ABLATE_MEAN ? "mean" : "mean-pos", p->metric,
+               (unsigned long long)p->seed);
+        for (int i = 0; i < p->n_studies; i++) {
+            int n = 0;
+            for (int j = 0; j < jl->n; j++)
+                n += jl->jobs[j].study == i;
+            if (p->studies[i].kind == HP_STUDY_ITERATIVE)
+                printf("study     %-16s %-10s about %ld evaluations (masks depend on results)\n", p->studies[i].name,
+                       hp_study_kind_name(p->studies[i].kind), iterative_evals(p, &p->studies[i], in));
+            else
+                printf("study     %-16s %-10s %d jobs\n", p->studies[i].name, hp_study_kind_name(p->studies[i].kind), n);
+        }
+        printf("jobs      %d expanded + about %ld iterative = %ld evaluations\n", jl->n, iter, jl->n + iter);
+        printf("cost      at most %.1f GFLOP per evaluation, %.1f TFLOP in all (ablated heads cost less; finished jobs in the\n"
+               "          database are skipped)\n\n",
+               fl / 1e9, fl * (jl->n + iter) / 1e12);
+    }
+    struct hp_table t = {0};
+    const char *cols[] = {"ord", "study", "kind", "label", "units", "heads", "mask"};
+    bool num[] = {true, false, false, false, true, true, false};
+    t.n_cols = 7;
+    t.cols = (char **)cols;
+    t.numeric = num;
+    t.n_rows = jl->n;
+    t.cells = calloc((size_t)jl->n * 7, sizeof(char *));
+    for (int j = 0; j < jl->n; j++) {
+        const struct hp_job *jb = &jl->jobs[j];
+        char **row = t.cells + (size_t)j * 7;
+        char buf[32];
+        snprintf(buf, sizeof buf, "%d", j);
+        row[0] = strdup(buf);
+        row[1] = strdup(p->studies[jb->study].name);
+        row[2] = strdup(hp_study_kind_name(p->studies[jb->study].kind));
+        row[3] = strdup(jb->label);
+        snprintf(buf, sizeof buf, "%d", jb->k);
+        row[4] = strdup(buf);
+        snprintf(buf, sizeof buf, "%d", hp_mask_count_ablated(jb->mask));
+        row[5] = strdup(buf);
+        row[6] = hp_mask_format(jb->mask);
+    }
+    print_table(&t, f);
+    for (size_t i = 0; i < (size_t)jl->n * 7; i++)
+        free(t.cells[i]);
+    free(t.cells);
+    rc = 0;
+out:
+    hp_joblist_free(jl);
+    hp_data_free(d);
+    hp_model_close(m);
+    hp_plan_free(p);
+    return rc;
+}
+
+// --- run ----------------------------------------------------------------------
+
+static const char run_help[] =
+    "Usage: headprune run PLAN.yaml [--db FILE] [--shard I/N] [--threads N] [--quiet]\n"
+    "\n"
+    "Run a plan's jobs into an SQLite results database. Jobs are content-addressed\n"
+    "(model and data digests, mask, ablation, engine numeric version): finished\n"
+    "ones are skipped, so re-running resumes and changing a parameter adds jobs.\n"
+    "Ctrl-C stops after the current job; even kill -9 loses at most that job.\n"
+    "\n"
+    "  --db FILE      results database (default results/<plan name>.db, next to\n"
+    "                 the current directory's results/ folder)\n"
+    "  --shard I/N    run only the I-th of N slices of the jobs (1-based), e.g. in\n"
+    "                 N processes or on N machines; merge with 'headprune merge'.\n"
+    "                 Iterative studies run in shard 1 only.\n"
+    "  --threads N    BLIS threads (default: all cores)\n"
+    "  --quiet        no progress output\n";
+
+static volatile int g_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+struct run_progress {
+    bool tty, quiet;
+    double last;
+};
+
+static void fmt_eta(double s, char *buf, size_t n)
+{
+    if (!isfinite(s) || s < 0)
+        snprintf(buf, n, "?");
+    else if (s < 60)
+        snprintf(buf, n, "%.0fs", s);
+    else if (s < 3600)
+        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+}
+
+static void run_progress_cb(void *user, const struct hp_sweep_progress *p)
+{
+    struct run_progress *r = user;
+    if (r->quiet)
+        return;
+    double rate = p->elapsed > 0 ? (double)p->done / p->elapsed : 0;
+    char eta[32];
+    fmt_eta(rate > 0 ? (double)(p->total - p->done) / rate : NAN, eta, sizeof eta);
+    double frac = p->total ? (double)p->done / (double)p->total : 0;
+    if (r->tty) {
+        char bar[31];
+        int fill = (int)(frac * 30);
+        for (int i = 0; i < 30; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[30] = 0;
+        fprintf(stderr, "\r\033[K[%s] %lld/%lld %3.0f%%  %.1f jobs/s  ETA %s  %s", bar, (long long)p->done,
+                (long long)p->total, 100 * frac, rate, eta, p->label);
+        fflush(stderr);
+    } else if (p->elapsed - r->last >= 5.0 || p->done == p->total) {
+        fprintf(stderr, "headprune: %lld/%lld jobs (%.0f%%, %lld cached), %.1f jobs/s, ETA %s\n", (long long)p->done,
+                (long long)p->total, 100 * frac, (long long)p->cached, rate, eta);
+        r->last = p->elapsed;
+    }
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},     {"shard", required_argument, 0, 's'},
+                                         {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
+                                         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    const char *db = NULL;
+    int si = 1, sn = 1, threads = 0, c;
+    bool quiet = false;
+    while ((c = getopt_long(argc, argv, "d:s:t:qh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': db = optarg; break;
+        case 's': {
+            char extra;
+            if (sscanf(optarg, "%d/%d%c", &si, &sn, &extra) != 2 || sn < 1 || si < 1 || si > sn)
+                return usage_error("run", "--shard must be I/N with 1 <= I <= N, e.g. 2/4");
+            break;
+        }
+        case 't':
+            if (!parse_int(optarg, 1, 1024, &threads))
+                return usage_error("run", "--threads must be a positive integer");
+            break;
+        case 'q': quiet = true; break;
+        case 'h': fputs(run_help, stdout); return 0;
+        default: return usage_error("run", "unknown option");
+        }
+    }
+    if (optind != argc - 1)
+        return usage_error("run", "give one PLAN.yaml");
+    struct hp_error err = {0};
+    struct hp_plan *p = NULL;
+    if (hp_plan_load(argv[optind], &p, &err) != HP_OK)
+        return die(&err);
+    char dbpath[1200];
+    if (!db) {
+        snprintf(dbpath, sizeof dbpath, "results/%s.db", p->name);
+        db = dbpath;
+    }
+    hp_runtime_init(threads);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    struct run_progress rp = {isatty(STDERR_FILENO), quiet, 0};
+    struct hp_sweep_opts o = {db, si - 1, sn, threads, run_progress_cb, &rp, &g_stop};
+    struct hp_sweep_summary sum;
+    if (!quiet)
+        fprintf(stderr, "headprune: running %s into %s%s (BLIS kernel %s)\n", p->path, db,
+                sn > 1 ? " as a shard" : "", hp_runtime_kernel());
+    enum hp_status st = hp_sweep_run(p, &o, &sum, &err);
+    if (rp.tty && !quiet)
+        fputs("\r\033[K", stderr);
+    hp_plan_free(p);
+    if (st != HP_OK)
+        return die(&err);
+    if (sum.interrupted) {
+        fprintf(stderr, "headprune: interrupted after %lld jobs (%lld run, %lld already done); run the same command to resume\n",
+                (long long)sum.n_jobs, (long long)sum.n_run, (long long)sum.n_cached);
+        return 130;
+    }
+    printf("sweep %lld: %lld jobs (%lld run, %lld already in the database) in %.1f s -> %s\n",
+           (long long)sum.sweep_id, (long long)sum.n_jobs, (long long)sum.n_run, (long long)sum.n_cached, sum.seconds,
+           db);
+    return 0;
+}
+
+// --- query --------------------------------------------------------------------
+
+static const char query_help[] =
+    "Usage: headprune query KIND --db FILE [--sweep ID] [--format table|csv|json]\n"
+    "                       [--metric loss|kl|acc|cos] [--top K] [--eps E] [SQL]\n"
+    "\n"
+    "Answer questions from a results database (opened read-only).\n"
+    "\n"
+    "Effects are differences from the sweep's baseline, signed so that larger is\n"
+    "worse: loss and KL rise, accuracy and cosine fall.\n"
+    "\n"
+    "Kinds:\n"
+    "  sweeps       the sweeps in the database\n"
+    "  curve        pruning curve: metric against heads pruned (number and %),\n"
+    "               iterative and random studies, 95% CIs over random samples\n"
+    "  heads        each head's effect when ablated alone, with a paired 95% CI\n"
+    "               across sequences; sorted, --top K\n"
+    "  redundancy   per layer: heads costing less than --eps (default 0.01) alone,\n"
+    "               mean and max effect, keeping only the best head, removing the\n"
+    "               whole layer\n"
+    "  pairs        interaction I = D(a and b) - D(a) - D(b) of head pairs, D the\n"
+    "               effects. I > 0: removing both hurts more than the two alone\n"
+    "               (the heads back each other up: redundant); I < 0: less than\n"
+    "               the two alone (overlapping damage). --top K of each end.\n"
+    "  sql          read-only SQL, e.g. \"SELECT * FROM effects LIMIT 5\"\n"
+    "               (tables and views: see README.md)\n";
+
+static int cmd_query(int argc, char **argv)
+{
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},     {"sweep", required_argument, 0, 's'},
+                                         {"format", required_argument, 0, 'f'}, {"metric", required_argument, 0, 'm'},
+                                         {"top", required_argument, 0, 'k'},    {"eps", required_argument, 0, 'e'},
+                                         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        fputs(query_help, stdout);
+        return 0;
+    }
+    if (argc < 2)
+        return usage_error("query", "give a KIND: sweeps, curve, heads, redundancy, pairs or sql");
+    struct hp_query_opts q = {.eps = 0.01};
+    const char *kinds[] = {"sweeps", "curve", "heads", "redundancy", "pairs", "sql"};
+    enum hp_query_kind kv[] = {HP_QUERY_SWEEPS, HP_QUERY_CURVE, HP_QUERY_HEADS, HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS,
+                               HP_QUERY_SQL};
+    int ki = -1;
+    for (int i = 0; i < 6; i++)
+        if (strcmp(argv[1], kinds[i]) == 0)
+            ki = i;
+    if (ki < 0)
+        return usage_error("query", "KIND must be sweeps, curve, heads, redundancy, pairs or sql");
+    q.kind = kv[ki];
+    const char *db = NULL;
+    enum fmt f = FMT_TABLE;
+    int c;
+    optind = 2;
+    while ((c = getopt_long(argc, argv, "d:s:f:m:k:e:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': db = optarg; break;
+        case 's': {
+            int v;
+            if (!parse_int(optarg, 1, 1 << 30, &v))
+                return usage_error("query", "--sweep must be a positive sweep id");
+            q.sweep_id = v;
+            break;
+        }
+        case 'f':
+            if (!parse_format(optarg, &f))
+                return usage_error("query", "--format must be table, csv or json");
+            break;
+        case 'm':
+            if (strcmp(optarg, "loss") && strcmp(optarg, "kl") && strcmp(optarg, "acc") && strcmp(optarg, "cos"))
+                return usage_error("query", "--metric must be loss, kl, acc or cos");
+            q.metric = optarg;
+            break;
+        case 'k':
+            if (!parse_int(optarg, 1, 1 << 30, &q.top))
+                return usage_error("query", "--top must be a positive integer");
+            break;
+        case 'e': {
+            char *end;
+            q.eps = strtod(optarg, &end);
+            if (*end || q.eps < 0)
+                return usage_error("query", "--eps must be a non-negative number");
+            break;
+        }
+        case 'h': fputs(query_help, stdout); return 0;
+        default: return usage_error("query", "unknown option");
+        }
+    }
+    if (q.kind == HP_QUERY_SQL) {
+        if (optind != argc - 1)
+            return usage_error("query", "sql needs one SQL statement");
+        q.sql = argv[optind];
+    } else if (optind != argc) {
+        return usage_error("query", "unexpected argument");
+    }
+    if (!db)
+        return usage_error("query", "--db FILE is required");
+    struct hp_error err = {0};
+    struct hp_table *t;
+    if (hp_query(db, &q, &t, &err) != HP_OK)
+        return die(&err);
+    print_table(t, f);
+    hp_table_free(t);
+    return 0;
+}
+
+// --- merge --------------------------------------------------------------------
+
+static const char merge_help[] =
+    "Usage: headprune merge OUT.db IN.db...\n"
+    "\n"
+    "Merge shard databases into OUT.db (created if missing). Results are keyed by\n"
+    "their content address, so merging twice adds nothing and no result appears twice.\n";
+
+static int cmd_merge(int argc, char **argv)
+{
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        fputs(merge_help, stdout);
+        return 0;
+    }
+    if (argc < 3)
+        return usage_error("merge", "give OUT.db and at least one IN.db");
+    struct hp_error err = {0};
+    int64_t added;
+    if (hp_store_merge(argv[1], (const char *const *)argv + 2, argc - 2, &added, &err) != HP_OK)
+        return die(&err);
+    printf("merged %d database%s into %s: %lld new results\n", argc - 2, argc > 3 ? "s" : "", argv[1],
+           (long long)added);
+    return 0;
+}
+
 // --- main ---------------------------------------------------------------------
 
 static const char main_help[] =
@@ -334,6 +838,10 @@ static const char main_help[] =
     "Commands:\n"
     "  inspect   describe a model directory\n"
     "  eval      evaluate one masked variant on held-out tokens\n"
+    "  plan      expand a YAML plan into jobs and estimate its cost\n"
+    "  run       run a plan into an SQLite results database (resumable, shardable)\n"
+    "  query     pruning curves, head effects, layer redundancy, pairs, SQL\n"
+    "  merge     merge shard databases\n"
     "\n"
     "'headprune COMMAND --help' explains each command.\n";
 
@@ -356,6 +864,14 @@ int main(int argc, char **argv)
         return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0)
         return cmd_eval(argc - 1, argv + 1);
+    if (strcmp(cmd, "plan") == 0)
+        return cmd_plan(argc - 1, argv + 1);
+    if (strcmp(cmd, "run") == 0)
+        return cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "query") == 0)
+        return cmd_query(argc - 1, argv + 1);
+    if (strcmp(cmd, "merge") == 0)
+        return cmd_merge(argc - 1, argv + 1);
     fprintf(stderr, "%s: unknown command '%s'\n%s", prog, cmd, main_help);
     return 2;
 }

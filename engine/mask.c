@@ -237,3 +237,50 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
     *out = m;
     return HP_OK;
 }
+
+// --- formatting --------------------------------------------------------------
+
+/*
+ * Two passes over the gates: the first measures the text, the second writes
+ * it into a buffer of exactly that size. Items are "L.H" in ascending order,
+ * "L.*" for a layer with every head ablated, joined by commas; hp_mask_parse
+ * reads the text back to the same gates.
+ */
+char *hp_mask_format(const struct hp_mask *m)
+{
+    char *buf = NULL;
+    size_t cap = 0, len = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        len = 0;
+        for (int l = 0; m && l < m->n_layers; l++) {
+            const float *row = m->gate + (size_t)l * (size_t)m->n_heads;
+            int zeros = 0;
+            for (int h = 0; h < m->n_heads; h++)
+                zeros += row[h] == 0.0f;
+            for (int h = 0; h < m->n_heads; h++) {
+                if (row[h] != 0.0f)
+                    continue;
+                const char *sep = len ? "," : "";
+                int n = zeros == m->n_heads ? snprintf(buf ? buf + len : NULL, buf ? cap - len : 0,
+                                                       "%s%d.*", sep, l)
+                                            : snprintf(buf ? buf + len : NULL, buf ? cap - len : 0,
+                                                       "%s%d.%d", sep, l, h);
+                if (n < 0) {
+                    free(buf);
+                    return NULL;
+                }
+                len += (size_t)n;
+                if (zeros == m->n_heads)
+                    break;
+            }
+        }
+        if (pass == 0) {
+            cap = len + 1;
+            buf = malloc(cap);
+            if (!buf)
+                return NULL;
+        }
+    }
+    buf[len] = 0;
+    return buf;
+}

@@ -1,1 +1,1509 @@
-/* plan.c -- being written */
+/*
+ * plan.c -- sweep plans: a YAML file naming a model, held-out data and a list
+ * of studies, read into struct hp_plan and expanded into jobs (masked
+ * variants to evaluate).
+ *
+ * The format, by example:
+ *
+ *   name: quickstart              # required, [A-Za-z0-9_.-]+, at most 127 characters
+ *   model: ../models/default      # required; a relative path resolves against the
+ *   data: ../models/default/heldout.npy   # plan file's folder (both required)
+ *   seq_len: 128                  # optional; 0 or absent = from the data file
+ *   metric: loss                  # loss (default) | kl | acc | cos
+ *   ablation: zero                # zero (default) | mean | mean-pos
+ *   seed: 1                       # optional, default 0; random studies draw from it
+ *   studies:                      # required, a non-empty list
+ *     - baseline                  # a bare kind name: a study with its defaults
+ *     - single                    # each head ablated alone
+ *     - single: {kv: true, name: single-kv}   # each KV group ablated alone
+ *     - only: {layers: [0, 2]}    # per layer, every head ablated but one
+ *     - layer                     # each layer's attention ablated whole
+ *     - random: {k: [2, 4, 8], samples: 5}
+ *     - explicit: {sets: {early: "0.*", mix: "1.3,kv:2.0"}}
+ *     - pairs: {layers: [1]}      # every pair of units within each layer
+ *     - iterative: {prune: 10%, floor: 20%, keep_one_per_layer: true}
+ *
+ * Study options (an option that does not apply to the kind is an error):
+ *   name        every kind; default the kind name; [A-Za-z0-9_.-]+, unique in
+ *               the plan. "baseline" is reserved for baseline studies.
+ *   layers      single, only, layer, random, pairs, iterative: the layers to
+ *               use (a list, or one number); default every layer.
+ *   heads       single, only, random, pairs, iterative: the units to use in
+ *               each selected layer; with kv: true these are KV groups, and
+ *               `groups` is accepted instead (and requires kv: true).
+ *   kv          the same kinds: units are KV groups (every query head sharing
+ *               one key/value head) instead of query heads. Default false.
+ *   k, samples  random: numbers of units to ablate (a list or one number,
+ *               each >= 1) and draws per k (default 1).
+ *   sets        explicit: a mapping of set name (as for `name`) -> mask spec in
+ *               --mask syntax, read as text (so `a: 1.10` means head 10 of layer
+ *               1, not the number 1.1); quote specs inside {...}, where a comma
+ *               ends the value.
+ *   prune       iterative, required: the fraction pruned per step, in (0, 1),
+ *               written 10% or 0.1.
+ *   floor       iterative: stop once at most this fraction of units remains,
+ *               in [0, 1) (default 0).
+ *   keep_one_per_layer  iterative: never prune a layer's last unit (default false).
+ * Lists are sorted on load; a number listed twice is an error. Booleans are
+ * YAML 1.1's: true/false, yes/no, on/off. A study's line is where its entry
+ * starts. Layers, heads and KV groups are checked against the model only at
+ * expansion, which is the first time the model is known.
+ *
+ * A plan without a baseline study gets one, named "baseline", at index 0
+ * (hp_study.line = 0 marks it as not written in the file).
+ *
+ * Expansion (hp_plan_expand) turns every study but iterative ones into jobs,
+ * in plan order; within a study by layer, then unit; random by k, then
+ * sample. Random draws are a function of (plan seed, study name, k, sample)
+ * only -- splitmix64 seeding xoshiro256** -- so they are the same on every
+ * machine and survive adding, removing or reordering other studies (the
+ * results database then recognises the variants as already done). The
+ * study's index is deliberately not part of the seed.
+ *
+ * Errors are one line, "file:line:column: what is wrong (hint)", with
+ * line and column counted from 1 as in editors. libyaml's messages are
+ * translated here and never reach the user raw. Expansion errors (a layer the
+ * model lacks, k larger than the pool) point at the offending value in the
+ * plan: the loader's positions are not kept in struct hp_plan, so they are
+ * found again by re-reading plan->text, on the error path only.
+ *
+ * Must not: print, exit, open models or data (the sweep does), or know
+ * anything of SQL.
+ */
+#include "headprune.h"
+#include "util_int.h"
+
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <yaml.h>
+
+// A plan is a few dozen lines; anything this big is not one.
+#define PLAN_MAX_BYTES (1 << 20)
+// Longest piece of user text echoed back in an error message.
+#define ECHO_MAX 64
+#define NAME_MAX_PLAN ((int)sizeof(((struct hp_plan *)0)->name) - 1)
+#define NAME_MAX_STUDY ((int)sizeof(((struct hp_study *)0)->name) - 1)
+
+#if defined(__GNUC__)
+#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+#else
+#define PRINTF_LIKE(f, a)
+#endif
+
+// --- names -------------------------------------------------------------------
+
+static const char *const kind_names[] = {
+    [HP_STUDY_BASELINE] = "baseline", [HP_STUDY_SINGLE] = "single",
+    [HP_STUDY_ONLY] = "only",         [HP_STUDY_LAYER] = "layer",
+    [HP_STUDY_RANDOM] = "random",     [HP_STUDY_EXPLICIT] = "explicit",
+    [HP_STUDY_PAIRS] = "pairs",       [HP_STUDY_ITERATIVE] = "iterative",
+};
+#define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
+
+const char *hp_study_kind_name(enum hp_study_kind k)
+{
+    if ((int)k < 0 || (int)k >= N_KINDS)
+        return "unknown"; // a value cast from outside the enum
+    return kind_names[k];
+}
+
+// --- job lists ---------------------------------------------------------------
+
+enum hp_status hp_joblist_push(struct hp_joblist *jl, const struct hp_job *job)
+{
+    assert(jl && job);
+    if (jl->n == jl->cap) {
+        int cap = jl->cap ? jl->cap * 2 : 16;
+        struct hp_job *p = jl->cap < INT_MAX / 2 ? realloc(jl->jobs, sizeof *p * (size_t)cap) : NULL;
+        if (!p) {
+            hp_mask_free(job->mask);
+            return HP_ERR_NOMEM;
+        }
+        jl->jobs = p;
+        jl->cap = cap;
+    }
+    jl->jobs[jl->n++] = *job;
+    return HP_OK;
+}
+
+void hp_joblist_free(struct hp_joblist *jl)
+{
+    if (!jl)
+        return;
+    for (int i = 0; i < jl->n; i++)
+        hp_mask_free(jl->jobs[i].mask);
+    free(jl->jobs);
+    free(jl);
+}
+
+// --- plans: freeing ----------------------------------------------------------
+
+static void study_clear(struct hp_study *s)
+{
+    free(s->layers);
+    free(s->units);
+    free(s->k);
+    for (int i = 0; i < s->n_sets; i++) {
+        free(s->set_names[i]);
+        free(s->set_specs[i]);
+    }
+    free(s->set_names);
+    free(s->set_specs);
+    memset(s, 0, sizeof *s);
+}
+
+void hp_plan_free(struct hp_plan *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < p->n_studies; i++)
+        study_clear(&p->studies[i]);
+    free(p->studies);
+    free(p->text);
+    free(p);
+}
+
+// --- did you mean ------------------------------------------------------------
+
+// Optimal string alignment distance, case-insensitive: one edit per
+// insertion, deletion, substitution or swap of neighbours ("modle" -> 1).
+static int edit_distance(const char *a, const char *b)
+{
+    enum { N = 40 };
+    size_t n = strlen(a), m = strlen(b);
+    if (n >= N || m >= N)
+        return INT_MAX;
+    int d[N][N];
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+            int v = d[i - 1][j - 1] + (ca != cb);
+            if (d[i - 1][j] + 1 < v)
+                v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v)
+                v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == cb && d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[n][m];
+}
+
+// The closest candidate within 2 edits (1 for names of 3 letters or fewer,
+// where 2 edits make anything out of anything), or NULL.
+static const char *suggest(const char *word, const char *const *cands, int n)
+{
+    const char *best = NULL;
+    int best_d = INT_MAX;
+    for (int i = 0; i < n; i++) {
+        if (!cands[i])
+            continue;
+        int d = edit_distance(word, cands[i]);
+        int limit = strlen(cands[i]) <= 3 ? 1 : 2;
+        if (d <= limit && d < best_d) {
+            best = cands[i];
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+// " (did you mean 'x'?)" or " (expected a, b or c)" into buf.
+static void hint_for(char *buf, size_t cap, const char *word, const char *const *cands, int n)
+{
+    const char *s = suggest(word, cands, n);
+    if (s) {
+        snprintf(buf, cap, " (did you mean '%s'?)", s);
+        return;
+    }
+    size_t len = (size_t)snprintf(buf, cap, " (expected ");
+    int shown = 0, total = 0;
+    for (int i = 0; i < n; i++)
+        total += cands[i] != NULL;
+    for (int i = 0; i < n && len < cap; i++) {
+        if (!cands[i])
+            continue;
+        const char *sep = shown == 0 ? "" : shown == total - 1 ? " or " : ", ";
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", sep, cands[i]);
+        shown++;
+    }
+    if (len < cap)
+        snprintf(buf + len, cap - len, ")");
+}
+
+// --- loading: the YAML document ----------------------------------------------
+
+struct loader {
+    const char *path;
+    const char *dir; // the plan file's folder, "" for the working directory
+    yaml_document_t *doc;
+    struct hp_error *err;
+};
+
+PRINTF_LIKE(3, 4)
+static enum hp_status fail_at(const struct loader *ld, const yaml_node_t *n, const char *fmt, ...)
+{
+    char msg[HP_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!n)
+        return hp_fail(ld->err, HP_ERR_PLAN, "%s: %s", ld->path, msg);
+    return hp_fail(ld->err, HP_ERR_PLAN, "%s:%zu:%zu: %s", ld->path, n->start_mark.line + 1,
+                   n->start_mark.column + 1, msg);
+}
+
+static yaml_node_t *node(const struct loader *ld, int i)
+{
+    return yaml_document_get_node(ld->doc, i);
+}
+
+static const char *text_of(const yaml_node_t *n)
+{
+    return (const char *)n->data.scalar.value;
+}
+
+// How much of a scalar to echo in a message: "%.*s%s", shown(n), text_of(n), more(n).
+static int shown(const yaml_node_t *n)
+{
+    return n->data.scalar.length > ECHO_MAX ? ECHO_MAX : (int)n->data.scalar.length;
+}
+
+static const char *more(const yaml_node_t *n)
+{
+    return n->data.scalar.length > ECHO_MAX ? "..." : "";
+}
+
+// An empty value: `key:` with nothing after it, `~` or `null`.
+static bool is_null(const yaml_node_t *n)
+{
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return false;
+    const char *s = text_of(n);
+    return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
+           !strcmp(s, "NULL");
+}
+
+static const char *type_word(const yaml_node_t *n)
+{
+    switch (n->type) {
+    case YAML_SEQUENCE_NODE: return "a list";
+    case YAML_MAPPING_NODE: return "a mapping";
+    default: return is_null(n) ? "empty" : "a single value";
+    }
+}
+
+static int n_pairs(const yaml_node_t *n)
+{
+    return (int)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
+}
+
+static int n_items(const yaml_node_t *n)
+{
+    return (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+}
+
+// Keys must be plain text.
+static enum hp_status key_text(const struct loader *ld, const yaml_node_t *k, const char **out)
+{
+    if (k->type != YAML_SCALAR_NODE || is_null(k))
+        return fail_at(ld, k, "a key must be a word like 'model', not %s", type_word(k));
+    *out = text_of(k);
+    return HP_OK;
+}
+
+static int lookup(const char *word, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (names[i] && !strcmp(word, names[i]))
+            return i;
+    return -1;
+}
+
+// --- loading: values ---------------------------------------------------------
+
+// A non-empty text value without NUL bytes; what names it ("'model'").
+static enum hp_status get_text(const struct loader *ld, const char *what, const yaml_node_t *v,
+                               const char **out)
+{
+    if (v->type != YAML_SCALAR_NODE)
+        return fail_at(ld, v, "%s must be a single value, not %s", what, type_word(v));
+    if (is_null(v) || v->data.scalar.length == 0)
+        return fail_at(ld, v, "%s needs a value", what);
+    if (strlen(text_of(v)) != v->data.scalar.length)
+        return fail_at(ld, v, "%s contains a NUL character", what);
+    *out = text_of(v);
+    return HP_OK;
+}
+
+enum int_scan { INT_OK, INT_NOT, INT_NEGATIVE, INT_HUGE };
+
+// A decimal integer, optionally signed; the value is capped at UINT64_MAX.
+static enum int_scan scan_uint(const char *s, uint64_t *out)
+{
+    bool neg = false;
+    if (*s == '+' || *s == '-')
+        neg = *s++ == '-';
+    if (!*s)
+        return INT_NOT;
+    uint64_t v = 0;
+    bool huge = false;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return INT_NOT;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            huge = true;
+        else
+            v = v * 10 + d;
+    }
+    if (neg && (v != 0 || huge))
+        return INT_NEGATIVE;
+    *out = v;
+    return huge ? INT_HUGE : INT_OK;
+}
+
+// An integer in [lo, INT_MAX]; what names the value in messages ("'seq_len'").
+static enum hp_status get_int(const struct loader *ld, const char *what, const yaml_node_t *v,
+                              int lo, const char *expect, int *out)
+{
+    if (v->type != YAML_SCALAR_NODE || is_null(v))
+        return fail_at(ld, v, "%s must be %s, not %s", what, expect, type_word(v));
+    uint64_t x = 0;
+    enum int_scan sc = scan_uint(text_of(v), &x);
+    if (sc == INT_OK && x > INT_MAX)
+        sc = INT_HUGE;
+    if (sc == INT_HUGE)
+        return fail_at(ld, v, "%s: %.*s%s is too large", what, shown(v), text_of(v), more(v));
+    if (sc != INT_OK || (int)x < lo)
+        return fail_at(ld, v, "%s must be %s, not '%.*s%s'", what, expect, shown(v), text_of(v),
+                       more(v));
+    *out = (int)x;
+    return HP_OK;
+}
+
+static enum hp_status get_bool(const struct loader *ld, const char *key, const yaml_node_t *v,
+                               bool *out)
+{
+    // YAML 1.1's spellings, as libyaml's users expect.
+    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+    if (v->type == YAML_SCALAR_NODE && v->data.scalar.length < 8) {
+        char lower[8] = {0};
+        for (size_t j = 0; j < v->data.scalar.length; j++)
+            lower[j] = (char)tolower((unsigned char)text_of(v)[j]);
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(lower, yes[i]) || !strcmp(lower, no[i])) {
+                *out = !strcmp(lower, yes[i]);
+                return HP_OK;
+            }
+    }
+    if (v->type != YAML_SCALAR_NODE || is_null(v))
+        return fail_at(ld, v, "'%s' must be true or false, not %s", key, type_word(v));
+    return fail_at(ld, v, "'%s' must be true or false, not '%.*s%s'", key, shown(v), text_of(v),
+                   more(v));
+}
+
+// A fraction written 10% or 0.1, in [lo, 1) -- and > 0 when open_lo.
+static enum hp_status get_fraction(const struct loader *ld, const char *key, const yaml_node_t *v,
+                                   bool open_lo, double *out)
+{
+    const char *want = open_lo ? "a fraction in (0, 1) like 10% or 0.1"
+                               : "a fraction in [0, 1) like 20% or 0.2";
+    if (v->type != YAML_SCALAR_NODE || is_null(v))
+        return fail_at(ld, v, "'%s' must be %s, not %s", key, want, type_word(v));
+    char buf[64];
+    size_t len = v->data.scalar.length;
+    bool ok = len > 0 && len < sizeof buf;
+    double x = 0;
+    if (ok) {
+        memcpy(buf, text_of(v), len + 1);
+        bool percent = buf[len - 1] == '%';
+        if (percent)
+            buf[--len] = 0;
+        // strtod alone would also take "inf", "nan" and hex.
+        ok = len > 0 && (isdigit((unsigned char)buf[0]) || buf[0] == '.');
+        for (size_t i = 0; ok && i < len; i++)
+            ok = isdigit((unsigned char)buf[i]) || buf[i] == '.' || buf[i] == 'e' ||
+                 buf[i] == 'E' || buf[i] == '-' || buf[i] == '+';
+        char *end = NULL;
+        if (ok) {
+            x = strtod(buf, &end);
+            ok = end == buf + len && isfinite(x);
+        }
+        if (percent)
+            x /= 100.0;
+    }
+    if (!ok || x < 0 || x >= 1 || (open_lo && x == 0))
+        return fail_at(ld, v, "'%s' must be %s, not '%.*s%s'", key, want, shown(v), text_of(v),
+                       more(v));
+    *out = x;
+    return HP_OK;
+}
+
+static bool name_chars_ok(const char *s)
+{
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_' && *s != '.' && *s != '-')
+            return false;
+    return true;
+}
+
+static enum hp_status get_name(const struct loader *ld, const char *what, const yaml_node_t *v,
+                               int max, char *out)
+{
+    const char *s;
+    enum hp_status st = get_text(ld, what, v, &s);
+    if (st)
+        return st;
+    if (!name_chars_ok(s))
+        return fail_at(ld, v, "%s may hold only letters, digits, '_', '.' and '-', not '%.*s%s'",
+                       what, shown(v), s, more(v));
+    if ((int)strlen(s) > max)
+        return fail_at(ld, v, "%s is longer than %d characters", what, max);
+    strcpy(out, s);
+    return HP_OK;
+}
+
+// A path relative to the plan file's folder, as written for the working
+// directory. ".." is kept, not folded: "plans/../models/x" is right even
+// when plans/ is a symbolic link, and a lexical "models/x" would not be.
+static enum hp_status get_path(const struct loader *ld, const char *key, const yaml_node_t *v,
+                               char *out, size_t cap)
+{
+    char what[32];
+    snprintf(what, sizeof what, "'%s'", key);
+    const char *s;
+    enum hp_status st = get_text(ld, what, v, &s);
+    if (st)
+        return st;
+    while (s[0] == '.' && s[1] == '/')
+        for (s += 2; *s == '/'; s++)
+            ;
+    int n;
+    if (s[0] == '/' || !ld->dir[0])
+        n = snprintf(out, cap, "%s", *s ? s : ".");
+    else if (!*s)
+        n = snprintf(out, cap, "%s", ld->dir);
+    else
+        n = snprintf(out, cap, "%s%s%s", ld->dir, !strcmp(ld->dir, "/") ? "" : "/", s);
+    if (n < 0 || (size_t)n >= cap)
+        return fail_at(ld, v, "'%s' path is longer than %zu characters", key, cap - 1);
+    return HP_OK;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+// A list of integers >= lo, or one integer; sorted, no repeats.
+static enum hp_status get_int_list(const struct loader *ld, const char *key, const yaml_node_t *v,
+                                   int lo, int **out, int *n_out)
+{
+    char what[48];
+    snprintf(what, sizeof what, "'%s'", key);
+    const char *expect = lo > 0 ? "a positive integer or a list of them"
+                                : "a non-negative integer or a list of them";
+    int n = v->type == YAML_SEQUENCE_NODE ? n_items(v) : 1;
+    if (v->type == YAML_MAPPING_NODE || is_null(v))
+        return fail_at(ld, v, "%s must be %s, not %s", what, expect, type_word(v));
+    if (n == 0)
+        return fail_at(ld, v, "%s is an empty list (leave it out to use all)", what);
+    int *xs = malloc(sizeof *xs * (size_t)n);
+    if (!xs)
+        return hp_fail(ld->err, HP_ERR_NOMEM, "%s: out of memory", ld->path);
+    for (int i = 0; i < n; i++) {
+        const yaml_node_t *it = v->type == YAML_SEQUENCE_NODE
+                                    ? node(ld, v->data.sequence.items.start[i]) : v;
+        enum hp_status st = it->type == YAML_SCALAR_NODE && !is_null(it)
+                                ? get_int(ld, what, it, lo, lo > 0 ? "a positive integer"
+                                                                   : "a non-negative integer",
+                                          &xs[i])
+                                : fail_at(ld, it, "%s must be %s, not a list of %s", what,
+                                          expect, it->type == YAML_SCALAR_NODE ? "empty items"
+                                                                               : "lists");
+        for (int j = 0; st == HP_OK && j < i; j++)
+            if (xs[j] == xs[i])
+                st = fail_at(ld, it, "%s lists %d twice", what, xs[i]);
+        if (st) {
+            free(xs);
+            return st;
+        }
+    }
+    qsort(xs, (size_t)n, sizeof *xs, cmp_int);
+    *out = xs;
+    *n_out = n;
+    return HP_OK;
+}
+
+// --- loading: studies --------------------------------------------------------
+
+enum opt {
+    O_NAME, O_LAYERS, O_HEADS, O_GROUPS, O_KV, O_K, O_SAMPLES, O_SETS, O_PRUNE, O_FLOOR, O_KEEP1,
+    N_OPTS
+};
+
+static const char *const opt_names[N_OPTS] = {
+    "name", "layers", "heads", "groups", "kv", "k", "samples", "sets", "prune", "floor",
+    "keep_one_per_layer",
+};
+
+#define BIT(o) (1u << (o))
+#define UNIT_OPTS (BIT(O_LAYERS) | BIT(O_HEADS) | BIT(O_GROUPS) | BIT(O_KV))
+
+// Which options each kind takes.
+static const unsigned kind_opts[N_KINDS] = {
+    [HP_STUDY_BASELINE] = BIT(O_NAME),
+    [HP_STUDY_SINGLE] = BIT(O_NAME) | UNIT_OPTS,
+    [HP_STUDY_ONLY] = BIT(O_NAME) | UNIT_OPTS,
+    [HP_STUDY_LAYER] = BIT(O_NAME) | BIT(O_LAYERS),
+    [HP_STUDY_RANDOM] = BIT(O_NAME) | UNIT_OPTS | BIT(O_K) | BIT(O_SAMPLES),
+    [HP_STUDY_EXPLICIT] = BIT(O_NAME) | BIT(O_SETS),
+    [HP_STUDY_PAIRS] = BIT(O_NAME) | UNIT_OPTS,
+    [HP_STUDY_ITERATIVE] = BIT(O_NAME) | UNIT_OPTS | BIT(O_PRUNE) | BIT(O_FLOOR) | BIT(O_KEEP1),
+};
+
+// "an option that does not apply": which kinds take it, as "random" or
+// "single, only and pairs".
+static void kinds_taking(enum opt o, char *buf, size_t cap)
+{
+    int total = 0, shown_n = 0;
+    for (int k = 0; k < N_KINDS; k++)
+        total += (kind_opts[k] & BIT(o)) != 0;
+    size_t len = 0;
+    buf[0] = 0;
+    for (int k = 0; k < N_KINDS && len < cap; k++) {
+        if (!(kind_opts[k] & BIT(o)))
+            continue;
+        const char *sep = shown_n == 0 ? "" : shown_n == total - 1 ? " and " : ", ";
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", sep, kind_names[k]);
+        shown_n++;
+    }
+}
+
+static enum hp_status get_sets(const struct loader *ld, const yaml_node_t *v, struct hp_study *s)
+{
+    if (v->type != YAML_MAPPING_NODE)
+        return fail_at(ld, v, "'sets' must be a mapping of set name to mask spec, like "
+                       "{early: \"0.*\", mix: \"1.3,kv:2.0\"}, not %s", type_word(v));
+    int n = n_pairs(v);
+    if (n == 0)
+        return fail_at(ld, v, "'sets' is empty (name at least one set, like {early: \"0.*\"})");
+    s->set_names = calloc((size_t)n, sizeof *s->set_names);
+    s->set_specs = calloc((size_t)n, sizeof *s->set_specs);
+    if (!s->set_names || !s->set_specs)
+        return hp_fail(ld->err, HP_ERR_NOMEM, "%s: out of memory", ld->path);
+    for (int i = 0; i < n; i++) {
+        const yaml_node_pair_t *pr = &v->data.mapping.pairs.start[i];
+        const yaml_node_t *k = node(ld, pr->key), *sv = node(ld, pr->value);
+        char name[sizeof s->name];
+        enum hp_status st = get_name(ld, "a set name", k, NAME_MAX_STUDY, name);
+        if (st)
+            return st;
+        for (int j = 0; j < i; j++)
+            if (!strcmp(s->set_names[j], name))
+                return fail_at(ld, k, "set '%s' is named twice", name);
+        if (sv->type != YAML_SCALAR_NODE || is_null(sv))
+            return fail_at(ld, sv, "set '%s' needs a mask spec like \"0.1,2.*\" (quote it), "
+                           "not %s", name, type_word(sv));
+        if (strlen(text_of(sv)) != sv->data.scalar.length)
+            return fail_at(ld, sv, "set '%s' contains a NUL character", name);
+        s->set_names[i] = malloc(strlen(name) + 1);
+        s->set_specs[i] = malloc(sv->data.scalar.length + 1);
+        s->n_sets = i + 1; // from here on study_clear frees this entry
+        if (!s->set_names[i] || !s->set_specs[i])
+            return hp_fail(ld->err, HP_ERR_NOMEM, "%s: out of memory", ld->path);
+        strcpy(s->set_names[i], name);
+        memcpy(s->set_specs[i], text_of(sv), sv->data.scalar.length + 1);
+    }
+    return HP_OK;
+}
+
+static enum hp_status get_option(const struct loader *ld, enum opt o, const yaml_node_t *v,
+                                 struct hp_study *s)
+{
+    switch (o) {
+    case O_NAME: {
+        enum hp_status st = get_name(ld, "'name'", v, NAME_MAX_STUDY, s->name);
+        if (!st && s->kind != HP_STUDY_BASELINE && !strcmp(s->name, "baseline"))
+            return fail_at(ld, v, "the name 'baseline' is kept for baseline studies (pick "
+                           "another name)");
+        return st;
+    }
+    case O_LAYERS: return get_int_list(ld, "layers", v, 0, &s->layers, &s->n_layers_sel);
+    case O_HEADS:
+    case O_GROUPS: return get_int_list(ld, opt_names[o], v, 0, &s->units, &s->n_units_sel);
+    case O_KV: return get_bool(ld, "kv", v, &s->kv);
+    case O_K: return get_int_list(ld, "k", v, 1, &s->k, &s->n_k);
+    case O_SAMPLES: return get_int(ld, "'samples'", v, 1, "a positive integer", &s->samples);
+    case O_SETS: return get_sets(ld, v, s);
+    case O_PRUNE: return get_fraction(ld, "prune", v, true, &s->prune_frac);
+    case O_FLOOR: return get_fraction(ld, "floor", v, false, &s->floor_frac);
+    case O_KEEP1: return get_bool(ld, "keep_one_per_layer", v, &s->keep_one_per_layer);
+    case N_OPTS: break;
+    }
+    assert(0);
+    return HP_ERR_PLAN;
+}
+
+// "an 'only' study", "a 'single' study"
+static const char *article(const char *word)
+{
+    return word[0] && strchr("aeiou", word[0]) ? "an" : "a";
+}
+
+// One entry of `studies`: "kind", or "kind: {options}" (options may be empty).
+static enum hp_status load_study(const struct loader *ld, const yaml_node_t *item,
+                                 struct hp_study *s)
+{
+    const yaml_node_t *kn = item, *ov = NULL;
+    char hint[256];
+    if (item->type == YAML_SEQUENCE_NODE || is_null(item))
+        return fail_at(ld, item, "a study is a kind like 'single' or 'single: {kv: true}', not "
+                       "%s", type_word(item));
+    if (item->type == YAML_MAPPING_NODE) {
+        if (n_pairs(item) == 0)
+            return fail_at(ld, item, "a study is a kind like 'single' or 'single: {kv: true}', "
+                           "not an empty mapping");
+        kn = node(ld, item->data.mapping.pairs.start[0].key);
+        ov = node(ld, item->data.mapping.pairs.start[0].value);
+        if (n_pairs(item) > 1) {
+            // The usual slip: options written beside the kind, not under it.
+            const yaml_node_t *k2 = node(ld, item->data.mapping.pairs.start[1].key);
+            const char *a = kn->type == YAML_SCALAR_NODE ? text_of(kn) : "?";
+            const char *b = k2->type == YAML_SCALAR_NODE ? text_of(k2) : "?";
+            return fail_at(ld, k2, "'%.*s' is beside the study kind '%.*s', not under it "
+                           "(indent the options below '%.*s:', or write '%.*s: {%.*s: ...}')",
+                           ECHO_MAX, b, ECHO_MAX, a, ECHO_MAX, a, ECHO_MAX, a, ECHO_MAX, b);
+        }
+    }
+    const char *kind = "";
+    enum hp_status st = key_text(ld, kn, &kind);
+    if (st)
+        return st;
+    int ki = lookup(kind, kind_names, N_KINDS);
+    if (ki < 0) {
+        if (!suggest(kind, kind_names, N_KINDS) && lookup(kind, opt_names, N_OPTS) >= 0)
+            snprintf(hint, sizeof hint, " ('%s' is an option: write it under a kind, like "
+                     "'single: {%s: ...}')", kind, kind);
+        else
+            hint_for(hint, sizeof hint, kind, kind_names, N_KINDS);
+        return fail_at(ld, kn, "unknown study '%.*s%s'%s", shown(kn), kind, more(kn), hint);
+    }
+    s->kind = (enum hp_study_kind)ki;
+    s->line = (int)item->start_mark.line + 1;
+    snprintf(s->name, sizeof s->name, "%s", kind);
+    s->samples = 1;
+
+    const yaml_node_t *seen[N_OPTS] = {0};
+    if (ov && !is_null(ov)) {
+        if (ov->type != YAML_MAPPING_NODE)
+            return fail_at(ld, ov, "the options of %s '%s' study must be a mapping like "
+                           "{name: my-%s}, not %s", article(kind), kind, kind, type_word(ov));
+        for (int i = 0; i < n_pairs(ov); i++) {
+            const yaml_node_pair_t *pr = &ov->data.mapping.pairs.start[i];
+            const yaml_node_t *k = node(ld, pr->key), *v = node(ld, pr->value);
+            const char *key = "";
+            if ((st = key_text(ld, k, &key)))
+                return st;
+            int o = lookup(key, opt_names, N_OPTS);
+            if (o < 0) {
+                const char *allowed[N_OPTS];
+                for (int j = 0; j < N_OPTS; j++)
+                    allowed[j] = kind_opts[ki] & BIT(j) ? opt_names[j] : NULL;
+                hint_for(hint, sizeof hint, key, allowed, N_OPTS);
+                return fail_at(ld, k, "unknown key '%.*s%s' in %s '%s' study%s", shown(k), key,
+                               more(k), article(kind), kind, hint);
+            }
+            if (!(kind_opts[ki] & BIT(o))) {
+                char who[128];
+                kinds_taking((enum opt)o, who, sizeof who);
+                return fail_at(ld, k, "'%s' does not apply to %s '%s' study (%s studies take it)",
+                               key, article(kind), kind, who);
+            }
+            if (seen[o])
+                return fail_at(ld, k, "duplicate key '%s' (first at line %zu)", key,
+                               seen[o]->start_mark.line + 1);
+            if ((o == O_HEADS && seen[O_GROUPS]) || (o == O_GROUPS && seen[O_HEADS]))
+                return fail_at(ld, k, "'heads' and 'groups' name the same thing here; give one");
+            seen[o] = k;
+            if ((st = get_option(ld, (enum opt)o, v, s)))
+                return st;
+        }
+    }
+    if (seen[O_GROUPS] && !s->kv)
+        return fail_at(ld, seen[O_GROUPS], "'groups' lists KV groups: add kv: true (or use "
+                       "'heads' for query heads)");
+    static const struct { enum hp_study_kind kind; enum opt o; const char *example; } need[] = {
+        {HP_STUDY_RANDOM, O_K, "random: {k: [2, 4], samples: 5}"},
+        {HP_STUDY_EXPLICIT, O_SETS, "explicit: {sets: {early: \"0.*\"}}"},
+        {HP_STUDY_ITERATIVE, O_PRUNE, "iterative: {prune: 10%}"},
+    };
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (s->kind == need[i].kind && !seen[need[i].o])
+            return fail_at(ld, kn, "%s '%s' study needs '%s' (e.g. %s)", article(kind), kind,
+                           opt_names[need[i].o], need[i].example);
+    return HP_OK;
+}
+
+static enum hp_status load_studies(const struct loader *ld, const yaml_node_t *v,
+                                   struct hp_plan *p)
+{
+    if (v->type != YAML_SEQUENCE_NODE)
+        return fail_at(ld, v, "'studies' must be a list like [baseline, single], not %s",
+                       type_word(v));
+    int n = n_items(v);
+    if (n == 0)
+        return fail_at(ld, v, "'studies' is empty (list at least one study, e.g. single)");
+    // One spare entry for the baseline inserted in front.
+    p->studies = calloc((size_t)n + 1, sizeof *p->studies);
+    if (!p->studies)
+        return hp_fail(ld->err, HP_ERR_NOMEM, "%s: out of memory", ld->path);
+    bool has_baseline = false;
+    for (int i = 0; i < n; i++) {
+        const yaml_node_t *item = node(ld, v->data.sequence.items.start[i]);
+        struct hp_study *s = &p->studies[i + 1];
+        p->n_studies = i + 2; // the spare and this study: hp_plan_free frees it on error
+        enum hp_status st = load_study(ld, item, s);
+        if (st)
+            return st;
+        for (int j = 1; j <= i; j++)
+            if (!strcmp(p->studies[j].name, s->name))
+                return fail_at(ld, item, "duplicate study name '%s' (the study at line %d has "
+                               "it too; give one a 'name:')", s->name, p->studies[j].line);
+        has_baseline |= s->kind == HP_STUDY_BASELINE;
+    }
+    // The spare, first: a baseline (line 0: not in the file), or nothing.
+    if (has_baseline) {
+        memmove(p->studies, p->studies + 1, sizeof *p->studies * (size_t)n);
+        memset(&p->studies[n], 0, sizeof p->studies[n]);
+        p->n_studies = n;
+    } else {
+        p->studies[0].kind = HP_STUDY_BASELINE;
+        strcpy(p->studies[0].name, "baseline");
+        p->studies[0].samples = 1;
+        p->n_studies = n + 1;
+    }
+    return HP_OK;
+}
+
+// --- loading: the plan -------------------------------------------------------
+
+enum top { T_NAME, T_MODEL, T_DATA, T_SEQ_LEN, T_METRIC, T_ABLATION, T_SEED, T_STUDIES, N_TOP };
+
+static const char *const top_names[N_TOP] = {
+    "name", "model", "data", "seq_len", "metric", "ablation", "seed", "studies",
+};
+
+static const char *const metric_names[] = {"loss", "kl", "acc", "cos"};
+static const char *const ablation_names[] = {
+    [HP_ABLATE_ZERO] = "zero", [HP_ABLATE_MEAN] = "mean", [HP_ABLATE_MEAN_POS] = "mean-pos",
+};
+
+// One of a few words; "'metric' must be loss, kl, acc or cos, not 'x' (did you mean ...)".
+static enum hp_status get_word(const struct loader *ld, const char *key, const yaml_node_t *v,
+                               const char *const *words, int n, int *out)
+{
+    char list[128] = "", hint[160] = "";
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+                                i == 0 ? "" : i == n - 1 ? " or " : ", ", words[i]);
+    if (v->type != YAML_SCALAR_NODE || is_null(v))
+        return fail_at(ld, v, "'%s' must be %s, not %s", key, list, type_word(v));
+    int i = lookup(text_of(v), words, n);
+    if (i >= 0) {
+        *out = i;
+        return HP_OK;
+    }
+    const char *s = suggest(text_of(v), words, n);
+    if (s)
+        snprintf(hint, sizeof hint, " (did you mean '%s'?)", s);
+    return fail_at(ld, v, "'%s' must be %s, not '%.*s%s'%s", key, list, shown(v), text_of(v),
+                   more(v), hint);
+}
+
+static enum hp_status load_top(const struct loader *ld, enum top t, const yaml_node_t *v,
+                               struct hp_plan *p)
+{
+    int i = 0;
+    enum hp_status st;
+    switch (t) {
+    case T_NAME: return get_name(ld, "'name'", v, NAME_MAX_PLAN, p->name);
+    case T_MODEL: return get_path(ld, "model", v, p->model, sizeof p->model);
+    case T_DATA: return get_path(ld, "data", v, p->data, sizeof p->data);
+    case T_SEQ_LEN:
+        return get_int(ld, "'seq_len'", v, 0, "a positive integer (or 0 for the data file's)",
+                       &p->seq_len);
+    case T_METRIC:
+        if ((st = get_word(ld, "metric", v, metric_names, 4, &i)))
+            return st;
+        strcpy(p->metric, metric_names[i]);
+        return HP_OK;
+    case T_ABLATION:
+        if ((st = get_word(ld, "ablation", v, ablation_names, 3, &i)))
+            return st;
+        p->ablation = (enum hp_ablation)i;
+        return HP_OK;
+    case T_SEED: {
+        uint64_t x = 0;
+        enum int_scan sc = v->type == YAML_SCALAR_NODE && !is_null(v)
+                               ? scan_uint(text_of(v), &x) : INT_NOT;
+        if (sc == INT_OK) {
+            p->seed = x;
+            return HP_OK;
+        }
+        if (sc == INT_HUGE)
+            return fail_at(ld, v, "'seed' must be below 2^64");
+        if (v->type != YAML_SCALAR_NODE || is_null(v))
+            return fail_at(ld, v, "'seed' must be a non-negative integer, not %s", type_word(v));
+        return fail_at(ld, v, "'seed' must be a non-negative integer, not '%.*s%s'", shown(v),
+                       text_of(v), more(v));
+    }
+    case T_STUDIES: return load_studies(ld, v, p);
+    case N_TOP: break;
+    }
+    assert(0);
+    return HP_ERR_PLAN;
+}
+
+static enum hp_status load_root(const struct loader *ld, const yaml_node_t *root,
+                                struct hp_plan *p)
+{
+    if (!root)
+        return fail_at(ld, NULL, "the plan is empty (it needs name, model, data and studies)");
+    if (root->type != YAML_MAPPING_NODE)
+        return fail_at(ld, root, "a plan is a mapping of keys (name, model, data, studies, ...), "
+                       "not %s", type_word(root));
+    const yaml_node_t *seen[N_TOP] = {0};
+    for (int i = 0; i < n_pairs(root); i++) {
+        const yaml_node_pair_t *pr = &root->data.mapping.pairs.start[i];
+        const yaml_node_t *k = node(ld, pr->key), *v = node(ld, pr->value);
+        const char *key = "";
+        enum hp_status st = key_text(ld, k, &key);
+        if (st)
+            return st;
+        int t = lookup(key, top_names, N_TOP);
+        if (t < 0) {
+            char hint[256];
+            if (lookup(key, kind_names, N_KINDS) >= 0)
+                snprintf(hint, sizeof hint, " (studies go in the list: studies: [%s])", key);
+            else
+                hint_for(hint, sizeof hint, key, top_names, N_TOP);
+            return fail_at(ld, k, "unknown key '%.*s%s'%s", shown(k), key, more(k), hint);
+        }
+        if (seen[t])
+            return fail_at(ld, k, "duplicate key '%s' (first at line %zu)", key,
+                           seen[t]->start_mark.line + 1);
+        seen[t] = k;
+        if ((st = load_top(ld, (enum top)t, v, p)))
+            return st;
+    }
+    static const enum top required[] = {T_NAME, T_MODEL, T_DATA, T_STUDIES};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        if (!seen[required[i]])
+            return fail_at(ld, NULL, "missing '%s' (a plan needs name, model, data and studies)",
+                           top_names[required[i]]);
+    return HP_OK;
+}
+
+// --- loading: the file and libyaml's errors ----------------------------------
+
+static enum hp_status read_text(const char *path, char **out, size_t *len, struct hp_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    // Read up to one byte past the limit, to tell "at the limit" from "over".
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    enum hp_status st = HP_OK;
+    while (buf && st == HP_OK) {
+        n += fread(buf + n, 1, cap - 1 - n, f);
+        if (ferror(f))
+            st = hp_fail(err, HP_ERR_IO, "%s: cannot read (%s)", path, strerror(errno));
+        else if (n > PLAN_MAX_BYTES)
+            st = hp_fail(err, HP_ERR_PLAN, "%s: over %d bytes, too large for a plan", path,
+                         PLAN_MAX_BYTES);
+        else if (feof(f))
+            break;
+        else if (n == cap - 1) {
+            char *p = realloc(buf, cap * 2);
+            if (!p)
+                free(buf);
+            buf = p;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    if (st) {
+        free(buf);
+        return st;
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return HP_OK;
+}
+
+// A hint for libyaml's problem, or "": at is the character where it was found.
+static void yaml_hint(const yaml_parser_t *pr, const char *problem, char at, char *buf,
+                      size_t cap)
+{
+    static const struct { const char *problem, *hint; } hints[] = {
+        {"did not find expected key", " (check indentation)"},
+        {"did not find expected '-' indicator", " (check the indentation of the list)"},
+        {"mapping values are not allowed in this context",
+         " (check indentation, or quote a value that contains ': ')"},
+        {"block sequence entries are not allowed in this context",
+         " (check indentation: a list item cannot follow a key's value on its line)"},
+        {"found a tab character that violates indentation", " (indent with spaces, not tabs)"},
+        {"found undefined alias", " (define &anchor before using *anchor)"},
+        {"could not find expected ':'", " (a key needs ': ' after it)"},
+        {"did not find expected node content", " (a value is missing)"},
+    };
+    // Where the unclosed thing was opened, when libyaml says.
+    size_t line = pr->context_mark.line + 1, col = pr->context_mark.column + 1;
+    const char *ctx = pr->context ? pr->context : "";
+    buf[0] = 0;
+    if (!strcmp(problem, "found unexpected end of stream") && strstr(ctx, "quoted scalar"))
+        snprintf(buf, cap, " (the quote at line %zu:%zu is not closed)", line, col);
+    else if (!strcmp(problem, "found unexpected end of stream"))
+        snprintf(buf, cap, " (is a quote left open?)");
+    else if (!strcmp(problem, "did not find expected ',' or ']'"))
+        snprintf(buf, cap, " (a ',' is missing, or the [list] at line %zu:%zu is not closed)",
+                 line, col);
+    else if (!strcmp(problem, "did not find expected ',' or '}'"))
+        snprintf(buf, cap, " (a ',' is missing, or the {mapping} at line %zu:%zu is not "
+                 "closed)", line, col);
+    else if (!strcmp(problem, "found character that cannot start any token"))
+        snprintf(buf, cap, "%s", at == '\t' ? " (indent with spaces, not tabs)"
+                 : at == '@' || at == '`' ? " (quote values that start with @ or `)"
+                 : at == '%' ? " (quote values that start with %)" : "");
+    else
+        for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
+            if (!strcmp(problem, hints[i].problem))
+                snprintf(buf, cap, "%s", hints[i].hint);
+}
+
+static enum hp_status yaml_fail(const char *path, const char *text, size_t len,
+                                const yaml_parser_t *pr, struct hp_error *err)
+{
+    if (pr->error == YAML_MEMORY_ERROR)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory reading YAML", path);
+    const char *problem = pr->problem ? pr->problem : "malformed";
+    if (pr->error == YAML_READER_ERROR) {
+        // The reader knows a byte offset, not a line: count.
+        size_t off = pr->problem_offset < len ? pr->problem_offset : len, line = 1, col = 1;
+        for (size_t i = 0; i < off; i++) {
+            if (text[i] == '\n')
+                line++, col = 1;
+            else if (((unsigned char)text[i] & 0xC0) != 0x80)
+                col++;
+        }
+        if (!strcmp(problem, "control characters are not allowed"))
+            return hp_fail(err, HP_ERR_PLAN, "%s:%zu:%zu: control character 0x%02x in the plan "
+                           "(a plan is text)", path, line, col, (unsigned)pr->problem_value & 0xFF);
+        return hp_fail(err, HP_ERR_PLAN, "%s:%zu:%zu: not UTF-8 text: %s (save the plan as "
+                       "UTF-8)", path, line, col, problem);
+    }
+    yaml_mark_t m = pr->problem_mark;
+    char at = m.index < len ? text[m.index] : 0;
+    // Duplicate anchors come as context "found duplicate anchor; first occurence".
+    if (pr->context && !strcmp(problem, "second occurence"))
+        problem = "found an anchor defined twice";
+    char hint[160];
+    yaml_hint(pr, problem, at, hint, sizeof hint);
+    return hp_fail(err, HP_ERR_PLAN, "%s:%zu:%zu: YAML syntax error: %s%s", path, m.line + 1,
+                   m.column + 1, problem, hint);
+}
+
+enum hp_status hp_plan_load(const char *path, struct hp_plan **out, struct hp_error *err)
+{
+    assert(path && out);
+    *out = NULL;
+    struct hp_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    if (strlen(path) >= sizeof p->path) {
+        free(p);
+        return hp_fail(err, HP_ERR_IO, "%.64s...: path longer than %zu characters", path,
+                       sizeof p->path - 1);
+    }
+    strcpy(p->path, path);
+    strcpy(p->metric, "loss");
+    p->ablation = HP_ABLATE_ZERO;
+
+    size_t len = 0;
+    enum hp_status st = read_text(path, &p->text, &len, err);
+    if (st) {
+        hp_plan_free(p);
+        return st;
+    }
+
+    char dir[sizeof p->path];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        dir[0] = 0;
+    else if (slash == path)
+        strcpy(dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&parser)) {
+        hp_plan_free(p);
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)p->text, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        st = yaml_fail(path, p->text, len, &parser, err);
+    } else {
+        struct loader ld = {.path = path, .dir = dir, .doc = &doc, .err = err};
+        st = load_root(&ld, yaml_document_get_root_node(&doc), p);
+        // A second document would be silently ignored: refuse it.
+        yaml_document_t more_doc;
+        if (st == HP_OK) {
+            if (!yaml_parser_load(&parser, &more_doc)) {
+                st = yaml_fail(path, p->text, len, &parser, err);
+            } else {
+                const yaml_node_t *r = yaml_document_get_root_node(&more_doc);
+                if (r)
+                    st = hp_fail(err, HP_ERR_PLAN, "%s:%zu:%zu: a plan file holds one YAML "
+                                 "document (remove the second '---')", path,
+                                 more_doc.start_mark.line + 1, more_doc.start_mark.column + 1);
+                yaml_document_delete(&more_doc);
+            }
+        }
+        yaml_document_delete(&doc);
+    }
+    yaml_parser_delete(&parser);
+    if (st) {
+        hp_plan_free(p);
+        return st;
+    }
+    *out = p;
+    return HP_OK;
+}
+
+// --- expansion: where in the plan --------------------------------------------
+
+/*
+ * Find where study si's option `key` is written -- the list item equal to
+ * value when the option is a list, or the value of sets' entry `set` -- by
+ * reading plan->text again. Falls back to the study's line (column 0 =
+ * unknown) for plans not read from a file.
+ */
+static void locate(const struct hp_plan *p, int si, const char *key, long value, const char *set,
+                   size_t *line, size_t *col)
+{
+    *line = (size_t)p->studies[si].line;
+    *col = 0;
+    if (!p->text || !key || p->studies[si].line == 0)
+        return;
+    // The inserted baseline (line 0) is not in the file.
+    int idx = si - (p->n_studies > 0 && p->studies[0].line == 0);
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&parser))
+        return;
+    yaml_parser_set_input_string(&parser, (const unsigned char *)p->text, strlen(p->text));
+    if (!yaml_parser_load(&parser, &doc)) {
+        yaml_parser_delete(&parser);
+        return;
+    }
+    struct loader ld = {.doc = &doc};
+    const yaml_node_t *root = yaml_document_get_root_node(&doc), *found = NULL;
+    const yaml_node_t *studies = NULL;
+    for (int i = 0; root && root->type == YAML_MAPPING_NODE && i < n_pairs(root); i++) {
+        const yaml_node_t *k = node(&ld, root->data.mapping.pairs.start[i].key);
+        if (k->type == YAML_SCALAR_NODE && !strcmp(text_of(k), "studies"))
+            studies = node(&ld, root->data.mapping.pairs.start[i].value);
+    }
+    const yaml_node_t *item = NULL, *opts = NULL;
+    if (studies && studies->type == YAML_SEQUENCE_NODE && idx >= 0 && idx < n_items(studies))
+        item = node(&ld, studies->data.sequence.items.start[idx]);
+    if (item && item->type == YAML_MAPPING_NODE && n_pairs(item) == 1)
+        opts = node(&ld, item->data.mapping.pairs.start[0].value);
+    for (int i = 0; opts && opts->type == YAML_MAPPING_NODE && i < n_pairs(opts); i++) {
+        const yaml_node_t *k = node(&ld, opts->data.mapping.pairs.start[i].key);
+        const yaml_node_t *v = node(&ld, opts->data.mapping.pairs.start[i].value);
+        if (k->type != YAML_SCALAR_NODE)
+            continue;
+        bool match = !strcmp(text_of(k), key) ||
+                     (!strcmp(key, "heads") && !strcmp(text_of(k), "groups"));
+        if (!match)
+            continue;
+        found = v;
+        if (set && v->type == YAML_MAPPING_NODE) {
+            for (int j = 0; j < n_pairs(v); j++) {
+                const yaml_node_t *sk = node(&ld, v->data.mapping.pairs.start[j].key);
+                if (sk->type == YAML_SCALAR_NODE && !strcmp(text_of(sk), set))
+                    found = node(&ld, v->data.mapping.pairs.start[j].value);
+            }
+        } else if (v->type == YAML_SEQUENCE_NODE) {
+            for (int j = 0; j < n_items(v); j++) {
+                const yaml_node_t *it = node(&ld, v->data.sequence.items.start[j]);
+                uint64_t x;
+                if (it->type == YAML_SCALAR_NODE && scan_uint(text_of(it), &x) == INT_OK &&
+                    x == (uint64_t)value)
+                    found = it;
+            }
+        }
+    }
+    if (found) {
+        *line = found->start_mark.line + 1;
+        *col = found->start_mark.column + 1;
+    }
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+}
+
+// --- expansion ---------------------------------------------------------------
+
+// One study being expanded.
+struct expander {
+    const struct hp_plan *p;
+    const struct hp_model_info *info;
+    struct hp_joblist *jl;
+    struct hp_error *err;
+    int si;
+    const struct hp_study *s;
+    int n_units; // units per layer: heads, or KV groups
+    int per;     // query heads per unit
+    int n_lay;
+    int *lay;    // (n_lay) selected layers, ascending
+    int n_sel;
+    int *sel;    // (n_sel) selected units of each layer, ascending
+};
+
+// "plan:line:col: study 'x': ..." pointing at key's value (see locate).
+PRINTF_LIKE(5, 6)
+static enum hp_status fail_study(const struct expander *e, const char *key, long value,
+                                 const char *set, const char *fmt, ...)
+{
+    char msg[HP_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    size_t line, col;
+    locate(e->p, e->si, key, value, set, &line, &col);
+    const char *path = e->p->path[0] ? e->p->path : "plan";
+    if (col)
+        return hp_fail(e->err, HP_ERR_PLAN, "%s:%zu:%zu: study '%s': %s", path, line, col,
+                       e->s->name, msg);
+    return hp_fail(e->err, HP_ERR_PLAN, "%s:%zu: study '%s': %s", path, line, e->s->name, msg);
+}
+
+static void range_text(char *buf, size_t cap, const char *many, const char *one, int n)
+{
+    if (n == 1)
+        snprintf(buf, cap, "only %s 0", one);
+    else
+        snprintf(buf, cap, "%s 0-%d", many, n - 1);
+}
+
+static void ablate(const struct expander *e, struct hp_mask *m, int layer, int unit)
+{
+    float *row = m->gate + (size_t)layer * (size_t)m->n_heads;
+    for (int h = unit * e->per; h < (unit + 1) * e->per; h++)
+        row[h] = 0.0f;
+}
+
+static struct hp_mask *new_mask(const struct expander *e)
+{
+    return hp_mask_new(e->info->n_layers, e->info->n_heads);
+}
+
+// "2.3" or "kv:2.1"
+static void unit_text(const struct expander *e, char *buf, size_t cap, int layer, int unit)
+{
+    snprintf(buf, cap, "%s%d.%d", e->s->kv ? "kv:" : "", layer, unit);
+}
+
+// Append a job; takes m (NULL = allocation failed).
+PRINTF_LIKE(8, 9)
+static enum hp_status emit(struct expander *e, struct hp_mask *m, int layer, int unit, int unit2,
+                           int sample, int k, const char *fmt, ...)
+{
+    if (!m)
+        return hp_fail(e->err, HP_ERR_NOMEM, "%s: out of memory expanding study '%s'",
+                       e->p->path, e->s->name);
+    struct hp_job job = {.study = e->si, .step = 0, .sample = sample, .k = k, .layer = layer,
+                         .unit = unit, .unit2 = unit2, .mask = m};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(job.label, sizeof job.label, fmt, ap);
+    va_end(ap);
+    if (hp_joblist_push(e->jl, &job))
+        return hp_fail(e->err, HP_ERR_NOMEM, "%s: out of memory expanding study '%s'",
+                       e->p->path, e->s->name);
+    return HP_OK;
+}
+
+// Resolve the study's units and filters against the model.
+static enum hp_status select_units(struct expander *e)
+{
+    const struct hp_study *s = e->s;
+    const struct hp_model_info *in = e->info;
+    int n_kv = in->n_kv_heads > 0 ? in->n_kv_heads : in->n_heads; // 0: no GQA
+    char range[64];
+    e->n_units = in->n_heads;
+    e->per = 1;
+    if (s->kv) {
+        if (in->n_heads % n_kv != 0)
+            return fail_study(e, "kv", 0, NULL, "kv: true needs query heads that group evenly "
+                              "over KV heads (model has %d heads and %d KV heads)",
+                              in->n_heads, n_kv);
+        e->n_units = n_kv;
+        e->per = in->n_heads / n_kv;
+    }
+    for (int i = 0; i < s->n_layers_sel; i++)
+        if (s->layers[i] >= in->n_layers) {
+            range_text(range, sizeof range, "layers", "layer", in->n_layers);
+            return fail_study(e, "layers", s->layers[i], NULL, "layer %d does not exist (model "
+                              "has %s)", s->layers[i], range);
+        }
+    for (int i = 0; i < s->n_units_sel; i++)
+        if (s->units[i] >= e->n_units) {
+            if (s->kv)
+                range_text(range, sizeof range, "KV groups", "KV group", e->n_units);
+            else
+                range_text(range, sizeof range, "heads", "head", e->n_units);
+            return fail_study(e, "heads", s->units[i], NULL, "%s %d does not exist (model has "
+                              "%s)", s->kv ? "KV group" : "head", s->units[i], range);
+        }
+    e->n_lay = s->n_layers_sel ? s->n_layers_sel : in->n_layers;
+    e->n_sel = s->n_units_sel ? s->n_units_sel : e->n_units;
+    e->lay = malloc(sizeof *e->lay * (size_t)e->n_lay);
+    e->sel = malloc(sizeof *e->sel * (size_t)e->n_sel);
+    if (!e->lay || !e->sel)
+        return hp_fail(e->err, HP_ERR_NOMEM, "%s: out of memory", e->p->path);
+    for (int i = 0; i < e->n_lay; i++)
+        e->lay[i] = s->n_layers_sel ? s->layers[i] : i;
+    for (int i = 0; i < e->n_sel; i++)
+        e->sel[i] = s->n_units_sel ? s->units[i] : i;
+    return HP_OK;
+}
+
+// --- expansion: random draws -------------------------------------------------
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t xoshiro256ss(uint64_t s[4])
+{
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+// Uniform in [0, n), without modulo bias.
+static uint64_t below(uint64_t s[4], uint64_t n)
+{
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n, r;
+    do
+        r = xoshiro256ss(s);
+    while (r >= limit);
+    return r % n;
+}
+
+// The generator for one draw: a function of seed, study name, k and sample.
+static void seed_draw(uint64_t s[4], uint64_t seed, const char *name, int k, int sample)
+{
+    uint64_t h = 0xCBF29CE484222325ull; // FNV-1a of the name
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+        h = (h ^ *c) * 0x100000001B3ull;
+    uint64_t x = seed;
+    x = splitmix64(&x) ^ h;
+    x = splitmix64(&x) ^ (uint64_t)(unsigned)k;
+    x = splitmix64(&x) ^ (uint64_t)(unsigned)sample;
+    for (int i = 0; i < 4; i++)
+        s[i] = splitmix64(&x);
+}
+
+// --- expansion: the kinds ----------------------------------------------------
+
+static enum hp_status expand_study(struct expander *e)
+{
+    const struct hp_study *s = e->s;
+    const struct hp_model_info *in = e->info;
+    enum hp_status st = HP_OK;
+    char a[32], b[32];
+
+    switch (s->kind) {
+    case HP_STUDY_BASELINE:
+        return emit(e, new_mask(e), -1, -1, -1, 0, 0, "baseline");
+
+    case HP_STUDY_SINGLE:
+        for (int i = 0; st == HP_OK && i < e->n_lay; i++)
+            for (int j = 0; st == HP_OK && j < e->n_sel; j++) {
+                struct hp_mask *m = new_mask(e);
+                if (m)
+                    ablate(e, m, e->lay[i], e->sel[j]);
+                unit_text(e, a, sizeof a, e->lay[i], e->sel[j]);
+                st = emit(e, m, e->lay[i], e->sel[j], -1, 0, 1, "%s", a);
+            }
+        return st;
+
+    case HP_STUDY_ONLY:
+        for (int i = 0; st == HP_OK && i < e->n_lay; i++)
+            for (int j = 0; st == HP_OK && j < e->n_sel; j++) {
+                struct hp_mask *m = new_mask(e);
+                for (int u = 0; m && u < e->n_units; u++)
+                    if (u != e->sel[j])
+                        ablate(e, m, e->lay[i], u);
+                unit_text(e, a, sizeof a, e->lay[i], e->sel[j]);
+                st = emit(e, m, e->lay[i], e->sel[j], -1, 0, e->n_units - 1, "only %s", a);
+            }
+        return st;
+
+    case HP_STUDY_LAYER:
+        for (int i = 0; st == HP_OK && i < e->n_lay; i++) {
+            struct hp_mask *m = new_mask(e);
+            for (int u = 0; m && u < e->n_units; u++)
+                ablate(e, m, e->lay[i], u);
+            st = emit(e, m, e->lay[i], -1, -1, 0, e->n_units, "layer %d", e->lay[i]);
+        }
+        return st;
+
+    case HP_STUDY_PAIRS: {
+        int before = e->jl->n;
+        for (int i = 0; st == HP_OK && i < e->n_lay; i++)
+            for (int j = 0; st == HP_OK && j < e->n_sel; j++)
+                for (int j2 = j + 1; st == HP_OK && j2 < e->n_sel; j2++) {
+                    struct hp_mask *m = new_mask(e);
+                    if (m) {
+                        ablate(e, m, e->lay[i], e->sel[j]);
+                        ablate(e, m, e->lay[i], e->sel[j2]);
+                    }
+                    unit_text(e, a, sizeof a, e->lay[i], e->sel[j]);
+                    unit_text(e, b, sizeof b, e->lay[i], e->sel[j2]);
+                    st = emit(e, m, e->lay[i], e->sel[j], e->sel[j2], 0, 2, "%s+%s", a, b);
+                }
+        if (st == HP_OK && e->jl->n == before)
+            return fail_study(e, s->n_units_sel ? "heads" : NULL, s->n_units_sel ? s->units[0] : 0,
+                              NULL, "no pairs: each layer has only one %s to pair",
+                              s->kv ? "KV group" : "head");
+        return st;
+    }
+
+    case HP_STUDY_RANDOM: {
+        // The pool: every selected unit of every selected layer, layer-major.
+        int n = e->n_lay * e->n_sel;
+        int *pool = malloc(sizeof *pool * (size_t)n);
+        if (!pool)
+            return hp_fail(e->err, HP_ERR_NOMEM, "%s: out of memory", e->p->path);
+        for (int ki = 0; st == HP_OK && ki < s->n_k; ki++) {
+            int k = s->k[ki];
+            if (k > n) {
+                st = fail_study(e, "k", k, NULL, "k = %d is more than the %d %s it draws from "
+                                "(%d layer%s x %d)", k, n, s->kv ? "KV groups" : "heads",
+                                e->n_lay, e->n_lay == 1 ? "" : "s", e->n_sel);
+                break;
+            }
+            for (int smp = 0; st == HP_OK && smp < s->samples; smp++) {
+                uint64_t rng[4];
+                seed_draw(rng, e->p->seed, s->name, k, smp);
+                for (int i = 0; i < n; i++)
+                    pool[i] = i;
+                // A partial Fisher-Yates shuffle: pool[0..k) is the draw.
+                for (int i = 0; i < k; i++) {
+                    int j = i + (int)below(rng, (uint64_t)(n - i));
+                    int t = pool[i];
+                    pool[i] = pool[j];
+                    pool[j] = t;
+                }
+                struct hp_mask *m = new_mask(e);
+                for (int i = 0; m && i < k; i++)
+                    ablate(e, m, e->lay[pool[i] / e->n_sel], e->sel[pool[i] % e->n_sel]);
+                st = emit(e, m, -1, -1, -1, smp, k, "k=%d #%d", k, smp);
+            }
+        }
+        free(pool);
+        return st;
+    }
+
+    case HP_STUDY_EXPLICIT:
+        for (int i = 0; st == HP_OK && i < s->n_sets; i++) {
+            struct hp_mask *m = NULL;
+            struct hp_error merr;
+            enum hp_status ms = hp_mask_parse(s->set_specs[i], false, in, &m, &merr);
+            if (ms == HP_ERR_NOMEM)
+                return hp_fail(e->err, ms, "%s", merr.msg);
+            if (ms)
+                return fail_study(e, "sets", 0, s->set_names[i], "set '%s': %s",
+                                  s->set_names[i], merr.msg);
+            st = emit(e, m, -1, -1, -1, 0, hp_mask_count_ablated(m), "%s", s->set_names[i]);
+        }
+        return st;
+
+    case HP_STUDY_ITERATIVE:
+        return HP_OK; // the sweep runner makes these jobs from results
+    }
+    assert(0);
+    return HP_ERR_PLAN;
+}
+
+enum hp_status hp_plan_expand(const struct hp_plan *p, const struct hp_model_info *info,
+                              struct hp_joblist **out, struct hp_error *err)
+{
+    assert(p && info && out);
+    *out = NULL;
+    if (info->n_layers < 1 || info->n_heads < 1)
+        return hp_fail(err, HP_ERR_ARG, "%s: model has %d layers of %d heads (nothing to ablate)",
+                       p->path, info->n_layers, info->n_heads);
+    struct hp_joblist *jl = calloc(1, sizeof *jl);
+    if (!jl)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", p->path);
+    enum hp_status st = HP_OK;
+    for (int si = 0; st == HP_OK && si < p->n_studies; si++) {
+        struct expander e = {.p = p, .info = info, .jl = jl, .err = err, .si = si,
+                             .s = &p->studies[si]};
+        st = select_units(&e);
+        if (st == HP_OK)
+            st = expand_study(&e);
+        free(e.lay);
+        free(e.sel);
+    }
+    if (st) {
+        hp_joblist_free(jl);
+        return st;
+    }
+    *out = jl;
+    return HP_OK;
+}

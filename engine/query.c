@@ -1,1 +1,1280 @@
-/* query.c -- being written */
+/*
+ * query.c -- read a results database and answer questions about its sweeps
+ * as tables of strings (struct hp_table) for the CLI to print.
+ *
+ * Effects: every query but `sweeps` and `sql` measures a variant against its
+ * sweep's baseline on one metric M (the sweep's unless the caller names
+ * one), signed so that larger = worse:
+ *   loss  variant - baseline         kl   the variant's KL (the baseline's is 0)
+ *   acc   baseline - variant         cos  baseline - variant
+ * Each table's note states the convention in use.
+ *
+ * Confidence intervals are 95% Student t intervals with n - 1 degrees of
+ * freedom (mean +- t * sd / sqrt(n)); with n = 1 there is none (empty cells).
+ * `heads` pairs the variant with the baseline sequence by sequence.
+ *
+ * Invariants: the database is opened read-only (SQLITE_OPEN_READONLY and
+ * PRAGMA query_only), with a busy timeout because a sweep may be writing to
+ * it in WAL mode; all reads of one query run in one read transaction, so
+ * they see one snapshot. Numbers are formatted here (metrics %.6f, effects
+ * and intervals %.6g, percentages %.2f, integers plain) and their columns
+ * marked numeric; NULL cells are empty.
+ *
+ * Must not: write to the database, know about models or tensors beyond the
+ * rows of the store, print, or exit.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "headprune.h"
+#include "store_int.h" // HP_SCHEMA_VERSION: the one schema this reader understands
+#include "util_int.h"
+
+#include <gsl/gsl_cdf.h>
+#include <sqlite3.h>
+
+#include <assert.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+// A sweep may be writing: wait this long for its lock before giving up.
+#define BUSY_TIMEOUT_MS 10000
+
+// --- tables -----------------------------------------------------------------
+
+void hp_table_free(struct hp_table *t)
+{
+    if (!t)
+        return;
+    for (int c = 0; c < t->n_cols; c++)
+        free(t->cols ? t->cols[c] : NULL);
+    if (t->cells)
+        for (size_t i = 0; i < (size_t)t->n_rows * (size_t)t->n_cols; i++)
+            free(t->cells[i]);
+    free(t->cols);
+    free(t->numeric);
+    free(t->cells);
+    free(t->note);
+    free(t);
+}
+
+/*
+ * A table under construction. Allocation failures are sticky: every setter
+ * becomes a no-op after the first one and tb_finish reports it, so the
+ * queries can fill tables without checking each call.
+ */
+struct tb {
+    struct hp_table *t;
+    int cap; // rows allocated
+    bool nomem;
+};
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+// cols: (n_cols) names; numeric: (n_cols) flags.
+static void tb_init(struct tb *b, int n_cols, const char *const *cols, const bool *numeric)
+{
+    memset(b, 0, sizeof *b);
+    b->t = calloc(1, sizeof *b->t);
+    if (!b->t) {
+        b->nomem = true;
+        return;
+    }
+    // at least one slot: an SQL statement may have no result columns
+    b->t->cols = calloc((size_t)n_cols + 1, sizeof *b->t->cols);
+    b->t->numeric = calloc((size_t)n_cols + 1, sizeof *b->t->numeric);
+    if (!b->t->cols || !b->t->numeric) {
+        b->nomem = true;
+        return;
+    }
+    b->t->n_cols = n_cols;
+    for (int c = 0; c < n_cols; c++) {
+        b->t->cols[c] = dup_str(cols[c]);
+        b->t->numeric[c] = numeric[c];
+        if (!b->t->cols[c])
+            b->nomem = true;
+    }
+}
+
+// A new row of empty cells: its index, or -1 after an allocation failure.
+static int tb_row(struct tb *b)
+{
+    if (b->nomem)
+        return -1;
+    struct hp_table *t = b->t;
+    if (t->n_rows == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 16;
+        char **cells = realloc(t->cells, (size_t)cap * ((size_t)t->n_cols + 1) * sizeof *cells);
+        if (!cells) {
+            b->nomem = true;
+            return -1;
+        }
+        t->cells = cells;
+        b->cap = cap;
+    }
+    for (int c = 0; c < t->n_cols; c++)
+        t->cells[(size_t)t->n_rows * (size_t)t->n_cols + (size_t)c] = NULL;
+    return t->n_rows++;
+}
+
+static void tb_str(struct tb *b, int r, int c, const char *s)
+{
+    if (b->nomem || r < 0 || !s)
+        return;
+    assert(c >= 0 && c < b->t->n_cols);
+    char **cell = &b->t->cells[(size_t)r * (size_t)b->t->n_cols + (size_t)c];
+    free(*cell);
+    if (!(*cell = dup_str(s)))
+        b->nomem = true;
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static void tb_fmt(struct tb *b, int r, int c, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    tb_str(b, r, c, buf);
+}
+
+// x with one of the house formats; NaN (a NULL or an undefined value) stays empty.
+static void tb_num(struct tb *b, int r, int c, const char *fmt, double x)
+{
+    if (isnan(x))
+        return;
+    if (x == 0.0)
+        x = 0.0; // no "-0"
+    char buf[64];
+    snprintf(buf, sizeof buf, fmt, x);
+    tb_str(b, r, c, buf);
+}
+
+static void tb_int(struct tb *b, int r, int c, long long v)
+{
+    tb_fmt(b, r, c, "%lld", v);
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void tb_note(struct tb *b, const char *fmt, ...)
+{
+    if (b->nomem)
+        return;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    free(b->t->note);
+    if (!(b->t->note = dup_str(buf)))
+        b->nomem = true;
+}
+
+static enum hp_status tb_finish(struct tb *b, struct hp_table **out, struct hp_error *err)
+{
+    if (b->nomem) {
+        hp_table_free(b->t);
+        b->t = NULL;
+        return hp_fail(err, HP_ERR_NOMEM, "query: out of memory");
+    }
+    *out = b->t;
+    b->t = NULL;
+    return HP_OK;
+}
+
+// Formats: metric values, effects and intervals, percentages.
+#define F_METRIC "%.6f"
+#define F_EFFECT "%.6g"
+#define F_PCT "%.2f"
+
+// --- statistics -------------------------------------------------------------
+
+// Running mean and sum of squared deviations (Welford), in double.
+struct acc {
+    long long n;
+    double mean, m2;
+};
+
+static void acc_add(struct acc *a, double x)
+{
+    a->n++;
+    double d = x - a->mean;
+    a->mean += d / (double)a->n;
+    a->m2 += d * (x - a->mean);
+}
+
+/* 95% t interval of the mean (n - 1 df) and the two-sided p-value of
+ * mean = 0; NaN where undefined (n < 2; p also when sd = 0). */
+static void acc_ci(const struct acc *a, double *lo, double *hi, double *p)
+{
+    *lo = *hi = NAN;
+    if (p)
+        *p = NAN;
+    if (a->n < 2)
+        return;
+    double df = (double)(a->n - 1);
+    double se = sqrt(a->m2 / df) / sqrt((double)a->n);
+    double t = gsl_cdf_tdist_Pinv(0.975, df);
+    *lo = a->mean - t * se;
+    *hi = a->mean + t * se;
+    if (p && se > 0)
+        *p = 2.0 * gsl_cdf_tdist_Q(fabs(a->mean) / se, df);
+}
+
+// --- metrics and effects ----------------------------------------------------
+
+enum metric { M_LOSS, M_KL, M_ACC, M_COS };
+
+static const char *const metric_names[] = {"loss", "kl", "acc", "cos"};
+
+static bool metric_parse(const char *s, enum metric *m)
+{
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, metric_names[i]) == 0) {
+            *m = (enum metric)i;
+            return true;
+        }
+    return false;
+}
+
+// Damage of a variant with value v against baseline value b: larger = worse.
+static double effect_of(enum metric m, double v, double b)
+{
+    switch (m) {
+    case M_LOSS: return v - b;
+    case M_KL: return v;
+    case M_ACC:
+    case M_COS: return b - v;
+    }
+    return NAN;
+}
+
+static const char *effect_convention(enum metric m)
+{
+    switch (m) {
+    case M_LOSS: return "effect = loss - baseline loss (nats; larger = worse)";
+    case M_KL: return "effect = the variant's KL(unmasked || masked) (nats; the baseline's is 0; larger = worse)";
+    case M_ACC: return "effect = baseline acc - acc (larger = worse)";
+    case M_COS: return "effect = baseline cos - cos (larger = worse)";
+    }
+    return "";
+}
+
+// --- the connection ---------------------------------------------------------
+
+struct q {
+    sqlite3 *db;
+    const char *path;
+    struct hp_error *err;
+    /* set for the sweep queries: */
+    long long sweep;
+    enum metric m;
+    const char *mname; // metric_names[m]: safe to paste into SQL
+    int n_layers, n_heads;
+    long long base_variant;
+    double base; // the baseline's value of the metric
+};
+
+// One line for an SQLite failure on our own statements, naming the database.
+static enum hp_status sql_fail(struct q *q, int rc)
+{
+    int code = rc & 0xff;
+    const char *msg = sqlite3_errmsg(q->db);
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
+        return hp_fail(q->err, HP_ERR_SQL, "%s: database is busy (another process holds a lock; try again)", q->path);
+    if (code == SQLITE_NOTADB)
+        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (not an SQLite file)", q->path);
+    if (code == SQLITE_CORRUPT)
+        return hp_fail(q->err, HP_ERR_FORMAT, "%s: database is corrupt (%s)", q->path, msg);
+    if (code == SQLITE_ERROR && strncmp(msg, "no such ", 8) == 0)
+        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (%s)", q->path, msg);
+    return hp_fail(q->err, HP_ERR_SQL, "%s: cannot read (%s)", q->path, msg);
+}
+
+static enum hp_status prep(struct q *q, sqlite3_stmt **st, const char *sql)
+{
+    int rc = sqlite3_prepare_v2(q->db, sql, -1, st, NULL);
+    if (rc != SQLITE_OK) {
+        *st = NULL;
+        return sql_fail(q, rc);
+    }
+    return HP_OK;
+}
+
+/* Prepare sql after substituting the metric's column name for every "%s"
+ * (the name comes from metric_names, never from the user). */
+static enum hp_status prep_m(struct q *q, sqlite3_stmt **st, const char *sql)
+{
+    char buf[2048];
+    size_t o = 0, n = strlen(q->mname);
+    for (const char *s = sql; *s; s++) {
+        bool subst = s[0] == '%' && s[1] == 's';
+        if (o + (subst ? n : 1) >= sizeof buf) {
+            assert(!"SQL text longer than prep_m's buffer");
+            return hp_fail(q->err, HP_ERR_SQL, "query: internal statement too long");
+        }
+        if (subst) {
+            memcpy(buf + o, q->mname, n);
+            o += n;
+            s++;
+        } else {
+            buf[o++] = *s;
+        }
+    }
+    buf[o] = '\0';
+    return prep(q, st, buf);
+}
+
+// sqlite3_step: 1 = a row, 0 = done, -1 = failed (err set via *st_out).
+static int step(struct q *q, sqlite3_stmt *st, enum hp_status *st_out)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        return 1;
+    if (rc == SQLITE_DONE)
+        return 0;
+    *st_out = sql_fail(q, rc);
+    return -1;
+}
+
+static double col_num(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+static int col_int(sqlite3_stmt *st, int i, int if_null)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? if_null : sqlite3_column_int(st, i);
+}
+
+static const char *col_text(sqlite3_stmt *st, int i)
+{
+    const unsigned char *s = sqlite3_column_text(st, i);
+    return s ? (const char *)s : "";
+}
+
+static enum hp_status db_open(struct q *q)
+{
+    struct stat sb;
+    if (stat(q->path, &sb) != 0) {
+        if (errno == ENOENT)
+            return hp_fail(q->err, HP_ERR_IO, "%s: no such database (check the path; `headprune sweep` creates it)",
+                           q->path);
+        return hp_fail(q->err, HP_ERR_IO, "%s: cannot open (%s)", q->path, strerror(errno));
+    }
+    if (S_ISDIR(sb.st_mode))
+        return hp_fail(q->err, HP_ERR_IO, "%s: is a folder, not a database", q->path);
+    int rc = sqlite3_open_v2(q->path, &q->db, SQLITE_OPEN_READONLY, NULL);
+    if (rc != SQLITE_OK)
+        return hp_fail(q->err, HP_ERR_IO, "%s: cannot open (%s)", q->path,
+                       q->db ? sqlite3_errmsg(q->db) : sqlite3_errstr(rc));
+    sqlite3_busy_timeout(q->db, BUSY_TIMEOUT_MS);
+    sqlite3_limit(q->db, SQLITE_LIMIT_ATTACHED, 0); // user SQL reads this file only
+    rc = sqlite3_exec(q->db, "PRAGMA query_only = 1", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return sql_fail(q, rc);
+
+    sqlite3_stmt *st;
+    enum hp_status s = prep(q, &st, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'");
+    if (s != HP_OK)
+        return s;
+    int r = step(q, st, &s);
+    bool has_meta = r == 1 && sqlite3_column_int(st, 0) > 0;
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (!has_meta)
+        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (no meta table)", q->path);
+
+    if ((s = prep(q, &st, "SELECT value FROM meta WHERE key = 'schema_version'")) != HP_OK)
+        return s;
+    r = step(q, st, &s);
+    char text[32] = "";
+    if (r == 1)
+        snprintf(text, sizeof text, "%s", col_text(st, 0));
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (r == 0)
+        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (no schema_version in meta)", q->path);
+    char *end;
+    errno = 0;
+    long long version = strtoll(text, &end, 10);
+    if (end == text || *end || errno || version < 1)
+        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (schema_version '%s' in meta)", q->path,
+                       text);
+    if (version > HP_SCHEMA_VERSION)
+        return hp_fail(q->err, HP_ERR_UNSUPPORTED,
+                       "%s: written by a newer headprune (schema %lld; this one reads %d; upgrade headprune)", q->path,
+                       version, HP_SCHEMA_VERSION);
+    return HP_OK;
+}
+
+// --- the sweep, its metric and baseline --------------------------------------
+
+static enum hp_status resolve_sweep(struct q *q, long long id, const char *metric)
+{
+    sqlite3_stmt *st;
+    enum hp_status s = HP_OK;
+    if (id == 0) {
+        if ((s = prep(q, &st, "SELECT max(id) FROM sweeps")) != HP_OK)
+            return s;
+        int r = step(q, st, &s);
+        bool any = r == 1 && sqlite3_column_type(st, 0) != SQLITE_NULL;
+        if (any)
+            id = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+        if (r < 0)
+            return s;
+        if (!any)
+            return hp_fail(q->err, HP_ERR_ARG, "%s: no sweeps yet (run `headprune sweep` first)", q->path);
+    }
+    q->sweep = id;
+
+    if ((s = prep(q, &st,
+                  "SELECT s.metric, m.n_layers, m.n_heads FROM sweeps s LEFT JOIN models m ON m.id = s.model_id "
+                  "WHERE s.id = ?")) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, id);
+    int r = step(q, st, &s);
+    char sweep_metric[32] = "";
+    if (r == 1) {
+        snprintf(sweep_metric, sizeof sweep_metric, "%s", col_text(st, 0));
+        q->n_layers = col_int(st, 1, 0);
+        q->n_heads = col_int(st, 2, 0);
+    }
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (r == 0)
+        return hp_fail(q->err, HP_ERR_ARG, "%s: no sweep %lld (list them with `headprune query sweeps`)", q->path, id);
+    if (q->n_layers < 1 || q->n_heads < 1)
+        return hp_fail(q->err, HP_ERR_FORMAT, "%s: sweep %lld names no model with layers and heads", q->path, id);
+
+    if (metric) {
+        if (!metric_parse(metric, &q->m))
+            return hp_fail(q->err, HP_ERR_ARG, "%s: unknown metric '%s' (one of loss, kl, acc, cos)", q->path, metric);
+    } else if (!metric_parse(sweep_metric, &q->m)) {
+        return hp_fail(q->err, HP_ERR_FORMAT, "%s: sweep %lld has an unknown metric '%s' (name one: loss, kl, acc, cos)",
+                       q->path, id, sweep_metric);
+    }
+    q->mname = metric_names[q->m];
+
+    if ((s = prep_m(q, &st,
+                    "SELECT j.variant_id, r.%s FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
+                    "WHERE j.sweep_id = ? AND j.kind = 'baseline' ORDER BY j.ord LIMIT 1")) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, id);
+    r = step(q, st, &s);
+    if (r == 1) {
+        q->base_variant = sqlite3_column_int64(st, 0);
+        q->base = col_num(st, 1);
+    }
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (r == 0)
+        return hp_fail(q->err, HP_ERR_ARG,
+                       "%s: sweep %lld has no finished baseline (effects are measured against it; let the sweep run)",
+                       q->path, id);
+    if (isnan(q->base))
+        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld has no %s values (the metric does not apply to its model; "
+                                           "choose another metric)",
+                       q->path, id, q->mname);
+    return HP_OK;
+}
+
+// Name of the sweep's first study (plan order) of this kind into name; false if none.
+static enum hp_status first_study(struct q *q, const char *kind, char *name, size_t size, bool *found)
+{
+    sqlite3_stmt *st;
+    enum hp_status s = prep(q, &st, "SELECT study FROM sweep_jobs WHERE sweep_id = ? AND kind = ? ORDER BY ord LIMIT 1");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
+    int r = step(q, st, &s);
+    *found = r == 1;
+    if (r == 1)
+        snprintf(name, size, "%s", col_text(st, 0));
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
+}
+
+static void unit_label(char *buf, size_t size, bool kv, int layer, int unit)
+{
+    snprintf(buf, size, "%s%d.%d", kv ? "kv:" : "", layer, unit);
+}
+
+// --- sweeps -----------------------------------------------------------------
+
+static enum hp_status q_sweeps(struct q *q, long long id, struct hp_table **out)
+{
+    static const char *const cols[] = {"id", "name", "plan", "model", "data", "ablation", "metric", "jobs",
+                                       "created", "updated"};
+    static const bool num[] = {true, false, false, false, false, false, false, true, false, false};
+    sqlite3_stmt *st;
+    enum hp_status s = prep(q, &st,
+                            "SELECT s.id, s.name, p.path, m.path, d.path, s.ablation, s.metric, "
+                            "  (SELECT count(*) FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
+                            "   WHERE j.sweep_id = s.id), s.created, s.updated "
+                            "FROM sweeps s LEFT JOIN plans p ON p.id = s.plan_id LEFT JOIN models m ON m.id = s.model_id "
+                            "LEFT JOIN datasets d ON d.id = s.dataset_id WHERE ?1 = 0 OR s.id = ?1 ORDER BY s.id");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, id);
+    struct tb b;
+    tb_init(&b, 10, cols, num);
+    int r;
+    while ((r = step(q, st, &s)) == 1) {
+        int row = tb_row(&b);
+        for (int c = 0; c < 10; c++)
+            if (sqlite3_column_type(st, c) != SQLITE_NULL)
+                tb_str(&b, row, c, col_text(st, c));
+    }
+    sqlite3_finalize(st);
+    if (r < 0) {
+        hp_table_free(b.t);
+        return s;
+    }
+    if (!b.nomem && id != 0 && b.t->n_rows == 0) {
+        hp_table_free(b.t);
+        return hp_fail(q->err, HP_ERR_ARG, "%s: no sweep %lld (list them with `headprune query sweeps`)", q->path, id);
+    }
+    return tb_finish(&b, out, q->err);
+}
+
+// --- curve ------------------------------------------------------------------
+
+enum { CV_STUDY, CV_STEP, CV_K, CV_HEADS, CV_PCT, CV_SAMPLES, CV_VALUE, CV_LO, CV_HI, CV_EFFECT, CV_MASK, CV_N };
+
+static void curve_pct(struct q *q, struct tb *b, int row, double n_ablated)
+{
+    if (n_ablated == floor(n_ablated))
+        tb_int(b, row, CV_HEADS, (long long)n_ablated);
+    else
+        tb_num(b, row, CV_HEADS, "%.4g", n_ablated);
+    tb_num(b, row, CV_PCT, F_PCT, 100.0 * n_ablated / ((double)q->n_layers * q->n_heads));
+}
+
+static enum hp_status curve_iterative(struct q *q, const char *study, struct tb *b)
+{
+    sqlite3_stmt *st;
+    // one curve point per step (kind 'iterative'; candidate scores are 'iterative-score')
+    enum hp_status s = prep_m(q, &st,
+                              "SELECT j.step, j.k, v.n_ablated, r.%s, v.mask_text, min(j.ord) "
+                              "FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id "
+                              "JOIN results r ON r.variant_id = j.variant_id "
+                              "WHERE j.sweep_id = ? AND j.study = ? AND j.kind = 'iterative' "
+                              "GROUP BY j.step ORDER BY j.step");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
+    int r;
+    while ((r = step(q, st, &s)) == 1) {
+        int row = tb_row(b);
+        double v = col_num(st, 3);
+        tb_str(b, row, CV_STUDY, study);
+        tb_int(b, row, CV_STEP, sqlite3_column_int64(st, 0));
+        tb_int(b, row, CV_K, sqlite3_column_int64(st, 1));
+        curve_pct(q, b, row, sqlite3_column_double(st, 2));
+        tb_num(b, row, CV_VALUE, F_METRIC, v);
+        tb_num(b, row, CV_EFFECT, F_EFFECT, effect_of(q->m, v, q->base));
+        tb_str(b, row, CV_MASK, col_text(st, 4));
+    }
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
+}
+
+// Emit the row of one k of a random study from its samples.
+static void curve_random_row(struct q *q, struct tb *b, const char *study, long long k, const struct acc *val,
+                             double n_ablated_sum, long long n_rows)
+{
+    int row = tb_row(b);
+    tb_str(b, row, CV_STUDY, study);
+    tb_int(b, row, CV_K, k);
+    curve_pct(q, b, row, n_ablated_sum / (double)n_rows);
+    tb_int(b, row, CV_SAMPLES, val->n);
+    if (val->n > 0) {
+        double lo, hi;
+        acc_ci(val, &lo, &hi, NULL);
+        tb_num(b, row, CV_VALUE, F_METRIC, val->mean);
+        tb_num(b, row, CV_LO, F_METRIC, lo);
+        tb_num(b, row, CV_HI, F_METRIC, hi);
+        tb_num(b, row, CV_EFFECT, F_EFFECT, effect_of(q->m, val->mean, q->base));
+    }
+}
+
+static enum hp_status curve_random(struct q *q, const char *study, struct tb *b)
+{
+    sqlite3_stmt *st;
+    enum hp_status s = prep_m(q, &st,
+                              "SELECT j.k, v.n_ablated, r.%s FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id "
+                              "JOIN results r ON r.variant_id = j.variant_id "
+                              "WHERE j.sweep_id = ? AND j.study = ? AND j.kind = 'random' ORDER BY j.k, j.sample, j.ord");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
+    long long k = -1, n_rows = 0;
+    double n_ablated = 0;
+    struct acc val = {0};
+    int r;
+    bool first = true;
+    while ((r = step(q, st, &s)) == 1) {
+        long long kk = sqlite3_column_int64(st, 0);
+        if (first && kk > 0) {
+            // the unablated start of the curve: the baseline, one "sample"
+            struct acc base = {0};
+            acc_add(&base, q->base);
+            curve_random_row(q, b, study, 0, &base, 0, 1);
+        }
+        if (!first && kk != k) {
+            curve_random_row(q, b, study, k, &val, n_ablated, n_rows);
+            memset(&val, 0, sizeof val);
+            n_ablated = 0;
+            n_rows = 0;
+        }
+        first = false;
+        k = kk;
+        n_rows++;
+        n_ablated += sqlite3_column_double(st, 1);
+        double v = col_num(st, 2);
+        if (!isnan(v))
+            acc_add(&val, v);
+    }
+    if (r == 0 && !first)
+        curve_random_row(q, b, study, k, &val, n_ablated, n_rows);
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
+}
+
+static enum hp_status q_curve(struct q *q, struct hp_table **out)
+{
+    const char *cols[CV_N] = {"study", "step", "k", "heads", "pct_heads", "samples", q->mname,
+                              "ci_lo", "ci_hi", "effect", "mask"};
+    static const bool num[CV_N] = {false, true, true, true, true, true, true, true, true, true, false};
+    sqlite3_stmt *st;
+    enum hp_status s = prep(q, &st,
+                            "SELECT study, kind FROM sweep_jobs WHERE sweep_id = ? AND kind IN ('iterative', 'random') "
+                            "GROUP BY study ORDER BY min(ord)");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    struct tb b;
+    tb_init(&b, CV_N, cols, num);
+    int r, n_studies = 0;
+    while ((r = step(q, st, &s)) == 1) {
+        char study[256];
+        snprintf(study, sizeof study, "%s", col_text(st, 0));
+        s = strcmp(col_text(st, 1), "iterative") == 0 ? curve_iterative(q, study, &b) : curve_random(q, study, &b);
+        if (s != HP_OK) {
+            r = -1;
+            break;
+        }
+        n_studies++;
+    }
+    sqlite3_finalize(st);
+    if (r < 0) {
+        hp_table_free(b.t);
+        return s;
+    }
+    if (n_studies == 0) {
+        hp_table_free(b.t);
+        return hp_fail(q->err, HP_ERR_ARG,
+                       "%s: sweep %lld has no iterative or random study (add one to the plan for a pruning curve)",
+                       q->path, q->sweep);
+    }
+    tb_note(&b,
+            "sweep %lld, %s; k = units pruned, heads = query heads pruned (pct of the model's %d); iterative: one row "
+            "per step; random: %s = mean over the samples with its 95%% t interval (n-1 df) in ci_lo..ci_hi, "
+            "k = 0 = the baseline",
+            q->sweep, effect_convention(q->m), q->n_layers * q->n_heads, q->mname);
+    return tb_finish(&b, out, q->err);
+}
+
+// --- heads ------------------------------------------------------------------
+
+struct head_row {
+    long long ord;
+    char study[128];
+    char label[48];
+    int layer, unit;
+    double value, effect;
+    struct acc d; // per-sequence paired differences
+};
+
+static int by_effect_desc(const void *a, const void *b)
+{
+    const struct head_row *x = a, *y = b;
+    bool nx = isnan(x->effect), ny = isnan(y->effect);
+    if (nx != ny)
+        return nx ? 1 : -1; // undefined effects last
+    if (!nx && x->effect != y->effect)
+        return x->effect < y->effect ? 1 : -1;
+    return (x->ord > y->ord) - (x->ord < y->ord);
+}
+
+static enum hp_status q_heads(struct q *q, int top, struct hp_table **out)
+{
+    enum { C_STUDY, C_LABEL, C_LAYER, C_UNIT, C_VALUE, C_EFFECT, C_LO, C_HI, C_SEQS, C_P, C_N };
+    const char *cols[C_N] = {"study", "label", "layer", "unit", q->mname, "effect", "ci_lo", "ci_hi", "seqs", "p"};
+    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true, true};
+    sqlite3_stmt *st;
+    // each single job with its sequences, and the baseline's same sequence beside each
+    enum hp_status s = prep_m(q, &st,
+                              "SELECT j.ord, j.study, j.kv, j.layer, j.unit, j.label, r.%s, sv.%s, sb.%s "
+                              "FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
+                              "LEFT JOIN seq_results sv ON sv.variant_id = j.variant_id "
+                              "LEFT JOIN seq_results sb ON sb.variant_id = ? AND sb.seq = sv.seq "
+                              "WHERE j.sweep_id = ? AND j.kind = 'single' ORDER BY j.ord, sv.seq");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->base_variant);
+    sqlite3_bind_int64(st, 2, q->sweep);
+    struct head_row *rows = NULL;
+    size_t n = 0, cap = 0;
+    int r;
+    while ((r = step(q, st, &s)) == 1) {
+        long long ord = sqlite3_column_int64(st, 0);
+        if (n == 0 || rows[n - 1].ord != ord) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                struct head_row *g = realloc(rows, cap * sizeof *g);
+                if (!g) {
+                    s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+                    r = -1;
+                    break;
+                }
+                rows = g;
+            }
+            struct head_row *h = &rows[n++];
+            memset(h, 0, sizeof *h);
+            h->ord = ord;
+            snprintf(h->study, sizeof h->study, "%s", col_text(st, 1));
+            h->layer = col_int(st, 3, -1);
+            h->unit = col_int(st, 4, -1);
+            if (h->layer >= 0 && h->unit >= 0)
+                unit_label(h->label, sizeof h->label, sqlite3_column_int(st, 2) != 0, h->layer, h->unit);
+            else
+                snprintf(h->label, sizeof h->label, "%s", col_text(st, 5));
+            h->value = col_num(st, 6);
+            h->effect = effect_of(q->m, h->value, q->base);
+        }
+        double v = col_num(st, 7), bs = col_num(st, 8);
+        double d = q->m == M_KL ? v : effect_of(q->m, v, bs);
+        if (!isnan(d))
+            acc_add(&rows[n - 1].d, d);
+    }
+    sqlite3_finalize(st);
+    if (r < 0) {
+        free(rows);
+        return s;
+    }
+    if (n == 0) {
+        free(rows);
+        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld has no single study (add a 'single' study to the plan)",
+                       q->path, q->sweep);
+    }
+    qsort(rows, n, sizeof *rows, by_effect_desc);
+    if (top > 0 && (size_t)top < n)
+        n = (size_t)top;
+
+    struct tb b;
+    tb_init(&b, C_N, cols, num);
+    for (size_t i = 0; i < n; i++) {
+        const struct head_row *h = &rows[i];
+        int row = tb_row(&b);
+        double lo, hi, p;
+        acc_ci(&h->d, &lo, &hi, &p);
+        tb_str(&b, row, C_STUDY, h->study);
+        tb_str(&b, row, C_LABEL, h->label);
+        if (h->layer >= 0)
+            tb_int(&b, row, C_LAYER, h->layer);
+        if (h->unit >= 0)
+            tb_int(&b, row, C_UNIT, h->unit);
+        tb_num(&b, row, C_VALUE, F_METRIC, h->value);
+        tb_num(&b, row, C_EFFECT, F_EFFECT, h->effect);
+        tb_num(&b, row, C_LO, F_EFFECT, lo);
+        tb_num(&b, row, C_HI, F_EFFECT, hi);
+        tb_int(&b, row, C_SEQS, h->d.n);
+        tb_num(&b, row, C_P, "%.3g", p);
+    }
+    free(rows);
+    tb_note(&b,
+            "sweep %lld, %s; each unit masked alone, largest effect first; effect is over all tokens, ci_lo..ci_hi the "
+            "paired 95%% t interval (n-1 df) of the per-sequence effect and p its two-sided t test, so the effect "
+            "can fall slightly off the interval's centre when sequences differ in length",
+            q->sweep, effect_convention(q->m));
+    return tb_finish(&b, out, q->err);
+}
+
+// --- redundancy -------------------------------------------------------------
+
+struct layer_sum {
+    long long units, below;
+    double sum, max;
+    double only_min;
+    char only_label[48];
+    double layer_effect;
+};
+
+static enum hp_status q_redundancy(struct q *q, double eps, struct hp_table **out)
+{
+    enum { C_LAYER, C_UNITS, C_BELOW, C_MEAN, C_MAX, C_ONLY, C_ONLY_UNIT, C_WHOLE, C_N };
+    static const char *const cols[C_N] = {"layer", "units", "below_eps", "mean_effect", "max_effect",
+                                          "only_effect", "only_unit", "layer_effect"};
+    static const bool num[C_N] = {true, true, true, true, true, true, false, true};
+    char single[128], only[128], layer[128];
+    bool has_single, has_only, has_layer;
+    enum hp_status s;
+    if ((s = first_study(q, "single", single, sizeof single, &has_single)) != HP_OK ||
+        (s = first_study(q, "only", only, sizeof only, &has_only)) != HP_OK ||
+        (s = first_study(q, "layer", layer, sizeof layer, &has_layer)) != HP_OK)
+        return s;
+    if (!has_single && !has_only && !has_layer)
+        return hp_fail(q->err, HP_ERR_ARG,
+                       "%s: sweep %lld has no single, only or layer study (add a 'single' study to the plan)", q->path,
+                       q->sweep);
+
+    struct layer_sum *ls = calloc((size_t)q->n_layers, sizeof *ls);
+    if (!ls)
+        return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+    for (int l = 0; l < q->n_layers; l++) {
+        ls[l].max = ls[l].only_min = ls[l].layer_effect = NAN;
+    }
+    const char *studies[3] = {has_single ? single : NULL, has_only ? only : NULL, has_layer ? layer : NULL};
+    for (int which = 0; which < 3 && s == HP_OK; which++) {
+        if (!studies[which])
+            continue;
+        sqlite3_stmt *st;
+        if ((s = prep_m(q, &st,
+                        "SELECT j.kv, j.layer, j.unit, r.%s FROM sweep_jobs j "
+                        "JOIN results r ON r.variant_id = j.variant_id "
+                        "WHERE j.sweep_id = ? AND j.study = ? ORDER BY j.ord")) != HP_OK)
+            break;
+        sqlite3_bind_int64(st, 1, q->sweep);
+        sqlite3_bind_text(st, 2, studies[which], -1, SQLITE_STATIC);
+        int r;
+        while ((r = step(q, st, &s)) == 1) {
+            int l = col_int(st, 1, -1), u = col_int(st, 2, -1);
+            double e = effect_of(q->m, col_num(st, 3), q->base);
+            if (l < 0 || l >= q->n_layers || isnan(e))
+                continue;
+            struct layer_sum *x = &ls[l];
+            if (which == 0) {
+                x->units++;
+                x->below += e < eps;
+                x->sum += e;
+                if (isnan(x->max) || e > x->max)
+                    x->max = e;
+            } else if (which == 1) {
+                if (u >= 0 && (isnan(x->only_min) || e < x->only_min)) {
+                    x->only_min = e;
+                    unit_label(x->only_label, sizeof x->only_label, sqlite3_column_int(st, 0) != 0, l, u);
+                }
+            } else if (isnan(x->layer_effect)) {
+                x->layer_effect = e;
+            }
+        }
+        sqlite3_finalize(st);
+    }
+    if (s != HP_OK) {
+        free(ls);
+        return s;
+    }
+
+    struct tb b;
+    tb_init(&b, C_N, cols, num);
+    for (int l = 0; l < q->n_layers; l++) {
+        const struct layer_sum *x = &ls[l];
+        int row = tb_row(&b);
+        tb_int(&b, row, C_LAYER, l);
+        if (has_single) {
+            tb_int(&b, row, C_UNITS, x->units);
+            tb_int(&b, row, C_BELOW, x->below);
+            if (x->units > 0)
+                tb_num(&b, row, C_MEAN, F_EFFECT, x->sum / (double)x->units);
+            tb_num(&b, row, C_MAX, F_EFFECT, x->max);
+        }
+        tb_num(&b, row, C_ONLY, F_EFFECT, x->only_min);
+        if (!isnan(x->only_min))
+            tb_str(&b, row, C_ONLY_UNIT, x->only_label);
+        tb_num(&b, row, C_WHOLE, F_EFFECT, x->layer_effect);
+    }
+    free(ls);
+    tb_note(&b,
+            "sweep %lld, %s; units, below_eps (effect < %g), mean/max_effect: each unit removed alone (study %s); "
+            "only_effect: keeping only the layer's best unit only_unit (study %s); layer_effect: removing the layer's "
+            "attention (study %s)",
+            q->sweep, effect_convention(q->m), eps, has_single ? single : "none", has_only ? only : "none",
+            has_layer ? layer : "none");
+    return tb_finish(&b, out, q->err);
+}
+
+// --- pairs ------------------------------------------------------------------
+
+struct single_eff {
+    int kv, layer, unit;
+    long long ord;
+    double effect;
+};
+
+static int by_unit(const void *a, const void *b)
+{
+    const struct single_eff *x = a, *y = b;
+    if (x->kv != y->kv)
+        return x->kv - y->kv;
+    if (x->layer != y->layer)
+        return x->layer - y->layer;
+    if (x->unit != y->unit)
+        return x->unit - y->unit;
+    return (x->ord > y->ord) - (x->ord < y->ord);
+}
+
+// Effect of the first single job of (kv, layer, unit); NaN if there is none.
+static double single_lookup(const struct single_eff *s, size_t n, int kv, int layer, int unit)
+{
+    size_t lo = 0, hi = n; // first element >= key
+    struct single_eff key = {kv, layer, unit, -1, 0};
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (by_unit(&s[mid], &key) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < n && s[lo].kv == kv && s[lo].layer == layer && s[lo].unit == unit)
+        return s[lo].effect;
+    return NAN;
+}
+
+struct pair_row {
+    long long ord;
+    char study[128];
+    int kv, layer, a, b;
+    double ab, ea, eb, inter;
+};
+
+static int by_interaction_desc(const void *a, const void *b)
+{
+    const struct pair_row *x = a, *y = b;
+    bool nx = isnan(x->inter), ny = isnan(y->inter);
+    if (nx != ny)
+        return nx ? 1 : -1;
+    if (!nx && x->inter != y->inter)
+        return x->inter < y->inter ? 1 : -1;
+    return (x->ord > y->ord) - (x->ord < y->ord);
+}
+
+// Read the single-unit effects (sorted by unit) and the pairs (in plan order).
+static enum hp_status pairs_load(struct q *q, struct single_eff **singles, size_t *n_singles, struct pair_row **pairs,
+                                 size_t *n_pairs)
+{
+    sqlite3_stmt *st;
+    enum hp_status s = HP_OK;
+    size_t cap = 0;
+    if ((s = prep_m(q, &st,
+                    "SELECT j.kv, j.layer, j.unit, r.%s, j.ord FROM sweep_jobs j "
+                    "JOIN results r ON r.variant_id = j.variant_id "
+                    "WHERE j.sweep_id = ? AND j.kind = 'single' AND j.layer IS NOT NULL AND j.unit IS NOT NULL")) !=
+        HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    int r;
+    while ((r = step(q, st, &s)) == 1) {
+        if (*n_singles == cap) {
+            cap = cap ? 2 * cap : 64;
+            struct single_eff *g = realloc(*singles, cap * sizeof *g);
+            if (!g) {
+                s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+                r = -1;
+                break;
+            }
+            *singles = g;
+        }
+        (*singles)[(*n_singles)++] = (struct single_eff){sqlite3_column_int(st, 0) != 0, sqlite3_column_int(st, 1),
+                                                          sqlite3_column_int(st, 2), sqlite3_column_int64(st, 4),
+                                                          effect_of(q->m, col_num(st, 3), q->base)};
+    }
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (*n_singles)
+        qsort(*singles, *n_singles, sizeof **singles, by_unit);
+
+    if ((s = prep_m(q, &st,
+                    "SELECT j.ord, j.study, j.kv, j.layer, j.unit, j.unit2, r.%s FROM sweep_jobs j "
+                    "JOIN results r ON r.variant_id = j.variant_id "
+                    "WHERE j.sweep_id = ? AND j.kind = 'pairs' ORDER BY j.ord")) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    cap = 0;
+    while ((r = step(q, st, &s)) == 1) {
+        if (*n_pairs == cap) {
+            cap = cap ? 2 * cap : 64;
+            struct pair_row *g = realloc(*pairs, cap * sizeof *g);
+            if (!g) {
+                s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+                r = -1;
+                break;
+            }
+            *pairs = g;
+        }
+        struct pair_row *p = &(*pairs)[(*n_pairs)++];
+        memset(p, 0, sizeof *p);
+        p->ord = sqlite3_column_int64(st, 0);
+        snprintf(p->study, sizeof p->study, "%s", col_text(st, 1));
+        p->kv = sqlite3_column_int(st, 2) != 0;
+        p->layer = col_int(st, 3, -1);
+        p->a = col_int(st, 4, -1);
+        p->b = col_int(st, 5, -1);
+        p->ab = effect_of(q->m, col_num(st, 6), q->base);
+        p->ea = single_lookup(*singles, *n_singles, p->kv, p->layer, p->a);
+        p->eb = single_lookup(*singles, *n_singles, p->kv, p->layer, p->b);
+        p->inter = p->ab - p->ea - p->eb;
+    }
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
+}
+
+static enum hp_status q_pairs(struct q *q, int top, struct hp_table **out)
+{
+    enum { C_STUDY, C_PAIR, C_LAYER, C_A, C_B, C_AB, C_EA, C_EB, C_I, C_N };
+    static const char *const cols[C_N] = {"study", "pair", "layer", "unit_a", "unit_b",
+                                          "effect_ab", "effect_a", "effect_b", "interaction"};
+    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true};
+    struct single_eff *singles = NULL;
+    struct pair_row *pairs = NULL;
+    size_t n_singles = 0, n_pairs = 0;
+    enum hp_status s = pairs_load(q, &singles, &n_singles, &pairs, &n_pairs);
+    free(singles);
+    if (s != HP_OK) {
+        free(pairs);
+        return s;
+    }
+    size_t n_known = 0;
+    for (size_t i = 0; i < n_pairs; i++)
+        n_known += !isnan(pairs[i].ea) && !isnan(pairs[i].eb);
+    if (n_pairs == 0) {
+        free(pairs);
+        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld has no pairs study (add a 'pairs' study to the plan)",
+                       q->path, q->sweep);
+    }
+    if (n_known == 0) {
+        free(pairs);
+        return hp_fail(q->err, HP_ERR_ARG,
+                       "%s: no single-unit results in sweep %lld for the units of the pairs study (add a 'single' study)",
+                       q->path, q->sweep);
+    }
+    qsort(pairs, n_pairs, sizeof *pairs, by_interaction_desc);
+
+    // top K: the K most redundant and the K most sub-additive (undefined interactions dropped)
+    size_t n_valid = 0;
+    while (n_valid < n_pairs && !isnan(pairs[n_valid].inter))
+        n_valid++;
+    bool cut = top > 0 && 2 * (size_t)top < n_valid;
+    struct tb b;
+    tb_init(&b, C_N, cols, num);
+    for (size_t i = 0; i < (top > 0 ? n_valid : n_pairs); i++) {
+        if (cut && i >= (size_t)top && i < n_valid - (size_t)top)
+            continue;
+        const struct pair_row *p = &pairs[i];
+        int row = tb_row(&b);
+        char la[48], lb[48];
+        unit_label(la, sizeof la, p->kv, p->layer, p->a);
+        unit_label(lb, sizeof lb, p->kv, p->layer, p->b);
+        tb_str(&b, row, C_STUDY, p->study);
+        tb_fmt(&b, row, C_PAIR, "%s+%s", la, lb);
+        if (p->layer >= 0)
+            tb_int(&b, row, C_LAYER, p->layer);
+        if (p->a >= 0)
+            tb_int(&b, row, C_A, p->a);
+        if (p->b >= 0)
+            tb_int(&b, row, C_B, p->b);
+        tb_num(&b, row, C_AB, F_EFFECT, p->ab);
+        tb_num(&b, row, C_EA, F_EFFECT, p->ea);
+        tb_num(&b, row, C_EB, F_EFFECT, p->eb);
+        tb_num(&b, row, C_I, F_EFFECT, p->inter);
+    }
+    free(pairs);
+    tb_note(&b,
+            "sweep %lld, %s; interaction = effect_ab - effect_a - effect_b (singles from the sweep's single study): "
+            "> 0 = redundant pair, each backs the other up (removing both hurts more than the two removals add up to); "
+            "< 0 = sub-additive (removing one already does most of the damage); largest first%s",
+            q->sweep, effect_convention(q->m), cut ? " (only the top and bottom rows)" : "");
+    return tb_finish(&b, out, q->err);
+}
+
+// --- read-only SQL ----------------------------------------------------------
+
+// SQLite's own rendering of a value; blobs as x'hex'.
+static void sql_cell(struct tb *b, int row, int c, sqlite3_stmt *st)
+{
+    int type = sqlite3_column_type(st, c);
+    if (type == SQLITE_NULL)
+        return;
+    if (type != SQLITE_BLOB) {
+        tb_str(b, row, c, col_text(st, c));
+        return;
+    }
+    const unsigned char *p = sqlite3_column_blob(st, c);
+    size_t n = (size_t)sqlite3_column_bytes(st, c);
+    char *hex = malloc(2 * n + 4);
+    if (!hex) {
+        b->nomem = true;
+        return;
+    }
+    char *o = hex;
+    *o++ = 'x';
+    *o++ = '\'';
+    for (size_t i = 0; i < n; i++, o += 2)
+        snprintf(o, 3, "%02x", p[i]);
+    *o++ = '\'';
+    *o = '\0';
+    tb_str(b, row, c, hex);
+    free(hex);
+}
+
+static enum hp_status q_sql(struct q *q, const char *sql, struct hp_table **out)
+{
+    if (!sql)
+        return hp_fail(q->err, HP_ERR_ARG, "query: no SQL given");
+    sqlite3_stmt *st = NULL;
+    const char *tail = NULL;
+    int rc = sqlite3_prepare_v2(q->db, sql, -1, &st, &tail);
+    if (rc != SQLITE_OK) {
+        int code = rc & 0xff;
+        if (code == SQLITE_NOTADB || code == SQLITE_BUSY || code == SQLITE_CORRUPT)
+            return sql_fail(q, rc);
+        return hp_fail(q->err, HP_ERR_SQL, "query: %s", sqlite3_errmsg(q->db));
+    }
+    if (!st)
+        return hp_fail(q->err, HP_ERR_ARG, "query: empty SQL (nothing to run)");
+    if (tail && *tail) {
+        sqlite3_stmt *more = NULL;
+        rc = sqlite3_prepare_v2(q->db, tail, -1, &more, NULL);
+        sqlite3_finalize(more);
+        if (rc != SQLITE_OK || more) {
+            sqlite3_finalize(st);
+            return hp_fail(q->err, HP_ERR_ARG, "query: one statement only (remove what follows the first ';')");
+        }
+    }
+    if (!sqlite3_stmt_readonly(st)) {
+        sqlite3_finalize(st);
+        return hp_fail(q->err, HP_ERR_ARG, "query: not a read-only statement (only statements that change nothing, "
+                                           "such as SELECT, may run here)");
+    }
+
+    int n_cols = sqlite3_column_count(st);
+    const char **cols = calloc((size_t)n_cols + 1, sizeof *cols);
+    bool *num = calloc((size_t)n_cols + 1, sizeof *num);
+    bool *other = calloc((size_t)n_cols + 1, sizeof *other);
+    if (!cols || !num || !other) {
+        free(cols), free(num), free(other);
+        sqlite3_finalize(st);
+        return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+    }
+    for (int c = 0; c < n_cols; c++) {
+        const char *name = sqlite3_column_name(st, c);
+        cols[c] = name ? name : "?";
+    }
+    struct tb b;
+    tb_init(&b, n_cols, cols, num);
+    free(cols);
+    enum hp_status s = HP_OK;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int row = tb_row(&b);
+        for (int c = 0; c < n_cols; c++) {
+            int type = sqlite3_column_type(st, c);
+            if (type == SQLITE_INTEGER || type == SQLITE_FLOAT)
+                num[c] = true;
+            else if (type != SQLITE_NULL)
+                other[c] = true;
+            sql_cell(&b, row, c, st);
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        int code = rc & 0xff;
+        s = code == SQLITE_BUSY || code == SQLITE_CORRUPT
+                ? sql_fail(q, rc)
+                : hp_fail(q->err, HP_ERR_SQL, "query: %s", sqlite3_errmsg(q->db));
+    }
+    sqlite3_finalize(st);
+    // numeric: at least one number and nothing but numbers and NULLs
+    if (!b.nomem)
+        for (int c = 0; c < n_cols; c++)
+            b.t->numeric[c] = num[c] && !other[c];
+    free(num);
+    free(other);
+    if (s != HP_OK) {
+        hp_table_free(b.t);
+        return s;
+    }
+    return tb_finish(&b, out, q->err);
+}
+
+// --- entry ------------------------------------------------------------------
+
+enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, struct hp_table **out,
+                        struct hp_error *err)
+{
+    assert(db_path && o && out);
+    *out = NULL;
+    if (o->top < 0)
+        return hp_fail(err, HP_ERR_ARG, "query: top must be >= 0 (got %d; 0 = every row)", o->top);
+    if (!isfinite(o->eps))
+        return hp_fail(err, HP_ERR_ARG, "query: eps must be a finite number");
+    struct q q = {.path = db_path, .err = err};
+    enum hp_status s = db_open(&q);
+    if (s == HP_OK && o->kind == HP_QUERY_SQL) {
+        s = q_sql(&q, o->sql, out);
+    } else if (s == HP_OK) {
+        // one read transaction: every statement sees the same snapshot while a sweep writes
+        int rc = sqlite3_exec(q.db, "BEGIN", NULL, NULL, NULL);
+        if (rc != SQLITE_OK)
+            s = sql_fail(&q, rc);
+        if (s == HP_OK) {
+            switch (o->kind) {
+            case HP_QUERY_SWEEPS: s = q_sweeps(&q, o->sweep_id, out); break;
+            case HP_QUERY_CURVE:
+            case HP_QUERY_HEADS:
+            case HP_QUERY_REDUNDANCY:
+            case HP_QUERY_PAIRS:
+                s = resolve_sweep(&q, o->sweep_id, o->metric);
+                if (s != HP_OK)
+                    break;
+                if (o->kind == HP_QUERY_CURVE)
+                    s = q_curve(&q, out);
+                else if (o->kind == HP_QUERY_HEADS)
+                    s = q_heads(&q, o->top, out);
+                else if (o->kind == HP_QUERY_REDUNDANCY)
+                    s = q_redundancy(&q, o->eps, out);
+                else
+                    s = q_pairs(&q, o->top, out);
+                break;
+            default: s = hp_fail(err, HP_ERR_ARG, "query: unknown query kind %d", (int)o->kind); break;
+            }
+        }
+        sqlite3_exec(q.db, "COMMIT", NULL, NULL, NULL);
+    }
+    sqlite3_close(q.db);
+    return s;
+}

@@ -118,9 +118,11 @@ FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id JOIN results r ON r.var
 CREATE VIEW baselines AS
 SELECT sweep_id, variant_id, loss, ppl, acc, kl, cos FROM jobs WHERE kind = 'baseline';
 
--- Effect of each job against its sweep's baseline (positive = worse for loss and kl).
+-- Effect of each job against its sweep's baseline, signed so that larger is
+-- worse for every metric (as in 'headprune query'): loss and KL rise,
+-- accuracy and cosine fall.
 CREATE VIEW effects AS
 SELECT j.sweep_id, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2, j.step, j.sample, j.k,
-       j.mask_text, j.loss - b.loss AS d_loss, j.acc - b.acc AS d_acc, j.kl AS kl, j.cos - b.cos AS d_cos,
-       j.loss, j.acc, j.cos
+       j.mask_text, j.loss - b.loss AS d_loss, j.kl AS d_kl, b.acc - j.acc AS d_acc, b.cos - j.cos AS d_cos,
+       j.loss, j.kl, j.acc, j.cos
 FROM jobs j JOIN baselines b ON b.sweep_id = j.sweep_id;

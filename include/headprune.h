@@ -249,7 +249,7 @@ const char *hp_study_kind_name(enum hp_study_kind k);
 struct hp_study {
     enum hp_study_kind kind;
     char name[64];    /* unique within the plan: `name:` if given, else the kind */
-    int line;         /* 1-based line in the plan file where the study starts */
+    int line;         /* 1-based line in the plan file where the study starts (0: the inserted baseline) */
     bool kv;          /* units are KV groups instead of heads */
     int n_layers_sel; /* 0 = every layer */
     int *layers;      /* (n_layers_sel) layers the study is narrowed to */
@@ -264,7 +264,7 @@ struct hp_study {
     char **set_names; /* (n_sets) */
     char **set_specs; /* (n_sets) mask specs as in --mask */
     /* iterative */
-    double prune_frac;       /* fraction of the remaining units pruned per step, in (0, 1) */
+    double prune_frac;       /* fraction of ALL the study's units pruned per step (Michel et al.), in (0, 1) */
     double floor_frac;       /* stop once at most this fraction of units remains, in [0, 1) */
     bool keep_one_per_layer; /* never prune a layer's last unit */
 };
@@ -311,7 +311,8 @@ struct hp_joblist {
 /*
  * Expand every study except iterative ones into jobs, in a deterministic
  * order (plan order, then layer, then unit). Layers, heads or KV groups that
- * the model lacks are errors naming "plan:line". Destructor: hp_joblist_free.
+ * the model lacks are errors naming "plan:line:column". Destructor: hp_joblist_free
+ * (a zeroed, calloc'd hp_joblist is a valid empty list).
  */
 enum hp_status hp_plan_expand(const struct hp_plan *p, const struct hp_model_info *info,
                               struct hp_joblist **out, struct hp_error *err);

@@ -84,6 +84,7 @@ N_LAYER, N_HEAD, N_EMBD = 4, 8, 128
 BATCH, STEPS, WARMUP = 32, 3000, 150
 LR, WD, BETAS = 2e-3, 0.1, (0.9, 0.95)
 ATTN_PDROP = 0.0
+PREV_THRESHOLD, IND_THRESHOLD = 0.5, 0.3    # for naming heads in the README
 
 # ---------------------------------------------------------------- generator
 
@@ -211,7 +212,8 @@ def main():
     cfg = GPT2Config(vocab_size=V, n_positions=T, n_embd=N_EMBD, n_layer=N_LAYER, n_head=N_HEAD,
                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=ATTN_PDROP,
                      bos_token_id=0, eos_token_id=0, tie_word_embeddings=True)
-    model = GPT2LMHeadModel._from_config(cfg, attn_implementation="eager")
+    # train with SDPA (faster on CPU); verify with eager attention (head_mask, attentions)
+    model = GPT2LMHeadModel._from_config(cfg, attn_implementation="sdpa")
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: GPT-2 {N_LAYER} layers x {N_HEAD} heads, d {N_EMBD}, {n_params} parameters")
 
@@ -241,7 +243,7 @@ def main():
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        recent.append(float(out.loss))
+        recent.append(out.loss.item())
         recent = recent[-100:]
         if step % 250 == 0 or step == args.steps - 1:
             model.eval()
@@ -249,7 +251,9 @@ def main():
                   f"held-out {loss_of(model, ho):.4f}  ({time.time() - t_train:.0f} s)", flush=True)
     train_time = time.time() - t_train
     train_loss = float(np.mean(recent))
-    model.eval()
+    eager = GPT2LMHeadModel._from_config(cfg, attn_implementation="eager")
+    eager.load_state_dict(model.state_dict())
+    model = eager.eval()
 
     # ---- verification
     base, single, layer = sweep(model, ho)
@@ -287,7 +291,7 @@ def main():
     base2 = loss_of(re, torch.from_numpy(np.load(os.path.join(args.out, "heldout.npy")).astype(np.int64)))
     assert abs(base2 - base) < 1e-9, (base, base2)
 
-    summary = dict(n_params=n_params, train_time_s=round(train_time), train_loss=train_loss,
+    summary = dict(copied_pct=100 * (1 - markov_only[:, 1:].mean()), n_params=n_params, train_time_s=round(train_time), train_loss=train_loss,
                    heldout_loss=base, oracle_loss=oracle, single=delta.tolist(),
                    layer=layer.tolist(), prev=prev.tolist(), induction=ind.tolist(),
                    n_induction_positions=n_ind, cheap=cheap, steps=args.steps)
@@ -295,8 +299,132 @@ def main():
     write_readme(args.out, summary, order)
 
 
+def classify(s):
+    """Heads whose previous-token / induction score stands out."""
+    prev, ind = np.array(s["prev"]), np.array(s["induction"])
+    Ly, H = prev.shape
+    pt = [(l, h) for l in range(Ly) for h in range(H) if prev[l, h] >= PREV_THRESHOLD]
+    it = [(l, h) for l in range(Ly) for h in range(H) if ind[l, h] >= IND_THRESHOLD]
+    return pt, it
+
+
 def write_readme(out, s, order):
-    pass
+    delta, prev, ind = np.array(s["single"]), np.array(s["prev"]), np.array(s["induction"])
+    Ly, H = delta.shape
+    pt, it = classify(s)
+    size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+    fmt_heads = lambda hs: ", ".join(f"{l}.{h}" for l, h in hs) or "none"  # noqa: E731
+
+    def table(m, f):
+        rows = ["| layer | " + " | ".join(f"h{h}" for h in range(H)) + " |",
+                "|---|" + "---|" * H]
+        for l in range(Ly):
+            rows.append(f"| {l} | " + " | ".join(f(m[l, h]) for h in range(H)) + " |")
+        return "\n".join(rows)
+
+    top = "\n".join(f"| {l}.{h} | {d:+.4f} | {prev[l, h]:.2f} | {ind[l, h]:.2f} |"
+                     for d, l, h in order[:8])
+    layers = "\n".join(f"| {l}.* | {x:.4f} | {x - s['heldout_loss']:+.4f} |"
+                        for l, x in enumerate(s["layer"]))
+    text = f"""# models/default — headprune's embedded default model
+
+A small GPT-2 (Hugging Face `GPT2LMHeadModel` layout, f32 safetensors, tied
+embeddings) trained from scratch by `tools/train_default.py` on synthetic
+token data with planted structure, so that a head sweep has something to find:
+a few specialised heads whose removal hurts, and many redundant ones.
+
+| file | what |
+|---|---|
+| `config.json`, `model.safetensors` | the model: {N_LAYER} layers x {N_HEAD} heads, d_model {N_EMBD} (d_head {N_EMBD // N_HEAD}), MLP {4 * N_EMBD}, vocab {V}, n_positions {T}, {s['n_params']:,} parameters |
+| `heldout.npy` | held-out set, int32 `[{N_HELDOUT}, {T}]`, same generator, another seed |
+
+Directory size: {size / 1e6:.2f} MB.
+
+## Regenerate
+
+From the repository root, with the Python environment of `tools/README.md`:
+
+    /work/venv/bin/python tools/train_default.py
+
+Deterministic (fixed seeds, `torch.use_deterministic_algorithms`, 2 torch
+threads). This run: {s['steps']} steps, {s['train_time_s']} s of training on 2 cores
+(torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}).
+The script prints every figure below and rewrites this file.
+
+## Data
+
+Vocabulary {V}, sequences of {T} tokens. Two planted structures:
+
+1. **Second-order log-linear Markov process**:
+   `p(x[t+1] = v | x[t], x[t-1]) ∝ exp(A[x[t], v] + B[x[t-1], v])`, with A
+   (bigram) and B (skip-bigram: the token *before* the current one) fixed random
+   low-rank tables (rank {RANK_A} and {RANK_B}, entry std {STD_A} and {STD_B}, seed
+   {TABLE_SEED}). The B term needs the previous token at position t: a
+   previous-token head.
+2. **Repeated segments**: each sequence holds 0, 1 or 2 copies (p = {COPY_P[0]},
+   {COPY_P[1]}, {COPY_P[2]}) of an earlier span of {COPY_LEN[0]}–{COPY_LEN[1]} tokens, pasted
+   verbatim later in the same sequence (the Markov process continues after
+   it). Inside a copy the next token is the one that followed the current
+   token's earlier occurrence: an induction mechanism pays off.
+
+Training batches are drawn fresh each step (seed {TRAIN_SEED}); the held-out set
+is {N_HELDOUT} sequences from seed {HELDOUT_SEED} ({s['copied_pct']:.1f} % of its predicted
+tokens are inside copies).
+
+## Training
+
+AdamW (lr {LR}, betas {BETAS}, weight decay {WD} on matrices), {WARMUP} warm-up
+steps then cosine decay to 5 %, batch {BATCH} x {T} tokens, {s['steps']} steps, gradient
+clipping 1.0, no dropout, initialisation seed {INIT_SEED}.
+
+| | loss (nats/token) |
+|---|---|
+| train (mean of the last 100 steps) | {s['train_loss']:.4f} |
+| held-out (baseline, unmasked) | {s['heldout_loss']:.4f} |
+| generator oracle on held-out (knows where copies are) | {s['oracle_loss']:.4f} |
+| uniform guess | {math.log(V):.4f} |
+
+## Head ablation (Hugging Face `head_mask`, eager attention, held-out set)
+
+Loss = mean next-token cross-entropy over positions 0..{T - 2} of the {N_HELDOUT}
+sequences, the definition `headprune eval` uses; zero ablation (`head_mask`).
+
+Loss increase when a single head is masked alone (nats):
+
+{table(delta, lambda x: f"{x:+.4f}")}
+
+**{s['cheap']} of {Ly * H} heads cost less than 0.01 nats when removed alone.** Top heads:
+
+| head | loss increase | prev-token score | induction score |
+|---|---|---|---|
+{top}
+
+Whole layer masked:
+
+| mask | loss | increase |
+|---|---|---|
+{layers}
+
+## What the heads do
+
+Previous-token score: mean attention probability on position t−1. Induction
+score: mean attention probability, at positions inside a copy (after its first
+token; {s['n_induction_positions']} positions), on the source position — the token after the
+earlier occurrence of the current token.
+
+Previous-token score:
+
+{table(prev, lambda x: f"{x:.2f}")}
+
+Induction score:
+
+{table(ind, lambda x: f"{x:.2f}")}
+
+- previous-token heads (score >= {PREV_THRESHOLD}): {fmt_heads(pt)}
+- induction heads (score >= {IND_THRESHOLD}): {fmt_heads(it)}
+"""
+    with open(os.path.join(out, "README.md"), "w") as f:
+        f.write(text)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,822 @@
+/*
+ * test_query.c -- hp_query / hp_table_free against a synthetic results
+ * database with known answers.
+ *
+ * Each test builds a database in its own temporary folder by running
+ * engine/schema.sql ($HP_TESTS/../engine/schema.sql) and inserting rows:
+ * a tiny model (2 layers x 4 heads, 2 KV heads), 4 held-out sequences of
+ * 10, 20, 30 and 40 tokens, and two sweeps:
+ *   1 "old" (metric acc): a baseline and a pairs study, nothing else;
+ *   2 "full" (metric loss, the newest): baseline, single, kvsingle (KV
+ *     groups of layer 1), only, layer, random (k = 2 x 3 draws, k = 4 x 1),
+ *     pairs, iterative (3 steps) and one 'iterative-score' job the curve
+ *     must ignore.
+ * Every variant is given by per-sequence loss deltas d against the baseline
+ * (loss 2.0 2.2 1.8 2.4, acc 0.5 0.4 0.6 0.45): loss_s = base_s + d_s,
+ * acc_s = base_s - d_s / 4, kl_s = |d_s| / 2, cos NULL; its overall values
+ * are token-weighted means.
+ *
+ * The expected cells were computed once, independently of the engine, by
+ * the Python script at the end of this file (stdlib statistics plus mpmath
+ * for the t quantiles t(0.975, 3) = 3.18244630528371 and t(0.975, 2) =
+ * 4.30265272974946, and the closed-form t(3) CDF for p-values) and pasted.
+ * Regenerate: copy the script out of the comment and run it with python3.
+ *
+ * Numeric cells are compared with |got - want| <= 6e-7 + 1e-5 |want|
+ * (what %.6f and %.6g can round away); text cells exactly. A mismatching
+ * table logs its first mismatches and the largest difference, then fails.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "headprune.h"
+
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+// --- the temporary folder -----------------------------------------------------
+
+static char g_dir[64];
+static char g_db[128];
+
+static void setup(void)
+{
+    snprintf(g_dir, sizeof g_dir, "/tmp/hp_test_query_XXXXXX");
+    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp failed");
+    snprintf(g_db, sizeof g_db, "%s/results.db", g_dir);
+}
+
+static void teardown(void)
+{
+    // the database, its -wal and -shm files and whatever a test wrote
+    DIR *d = opendir(g_dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            char p[512];
+            snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
+            remove(p);
+        }
+        closedir(d);
+    }
+    rmdir(g_dir);
+}
+
+TestSuite(query, .init = setup, .fini = teardown);
+
+// --- building the database -------------------------------------------------------
+
+static const int TOKENS[4] = {10, 20, 30, 40};
+static const double BASE_LOSS[4] = {2.0, 2.2, 1.8, 2.4};
+static const double BASE_ACC[4] = {0.5, 0.4, 0.6, 0.45};
+
+static void exec(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot read %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    cr_assert_not_null(s);
+    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+// An empty headprune database (schema and meta) at g_db, in WAL mode like the store's.
+static sqlite3 *db_create(const char *schema_version)
+{
+    const char *tests = getenv("HP_TESTS");
+    cr_assert_not_null(tests, "HP_TESTS is not set (run through meson test)");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/../engine/schema.sql", tests);
+    char *schema = read_text(path);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "PRAGMA journal_mode = WAL");
+    exec(db, schema);
+    free(schema);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO meta VALUES ('schema_version', '%s'), ('created_by', 'test_query')", schema_version);
+    exec(db, sql);
+    return db;
+}
+
+static long long g_next_variant;
+
+// A finished variant with per-sequence loss deltas d: its id.
+static long long variant(sqlite3 *db, const char *mask_text, int n_ablated, const double d[4])
+{
+    long long id = ++g_next_variant;
+    double loss = 0, acc = 0, kl = 0;
+    int n = 0;
+    char sql[1024];
+    for (int s = 0; s < 4; s++) {
+        double l = BASE_LOSS[s] + d[s], a = BASE_ACC[s] - d[s] / 4, k = fabs(d[s]) / 2;
+        loss += TOKENS[s] * l;
+        acc += TOKENS[s] * a;
+        kl += TOKENS[s] * k;
+        n += TOKENS[s];
+        snprintf(sql, sizeof sql, "INSERT INTO seq_results VALUES (%lld, %d, %.17g, %.17g, %.17g, NULL, %d)", id, s, l,
+                 a, k, TOKENS[s]);
+        exec(db, sql);
+    }
+    loss /= n, acc /= n, kl /= n;
+    snprintf(sql, sizeof sql,
+             "INSERT INTO variants VALUES (%lld, 'v%lld', 1, 1, 'zero', x'00', '%s', %d);"
+             "INSERT INTO results VALUES (%lld, %.17g, %.17g, %.17g, %.17g, NULL, %d, 4, 0.5, '0.1.0', 1, 'test', 1, "
+             "'haswell', '2024-01-01T00:00:00Z')",
+             id, id, mask_text, n_ablated, id, loss, exp(loss), acc, kl, n);
+    exec(db, sql);
+    return id;
+}
+
+// A sweep_jobs row; -1 = NULL for layer, unit, unit2.
+static void job(sqlite3 *db, int sweep, int ord, long long variant_id, const char *study, const char *kind, int kv,
+                const char *label, int layer, int unit, int unit2, int step, int sample, int k)
+{
+    char sql[1024], l[16] = "NULL", u[16] = "NULL", u2[16] = "NULL";
+    if (layer >= 0)
+        snprintf(l, sizeof l, "%d", layer);
+    if (unit >= 0)
+        snprintf(u, sizeof u, "%d", unit);
+    if (unit2 >= 0)
+        snprintf(u2, sizeof u2, "%d", unit2);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO sweep_jobs VALUES (%d, %d, %lld, '%s', '%s', %d, '%s', %s, %s, %s, %d, %d, %d)", sweep, ord,
+             variant_id, study, kind, kv, label, l, u, u2, step, sample, k);
+    exec(db, sql);
+}
+
+#define D(a, b, c, e) ((const double[4]){a, b, c, e})
+
+// The two sweeps described at the top; returns the open connection (close it).
+static sqlite3 *db_build(void)
+{
+    g_next_variant = 0;
+    sqlite3 *db = db_create("1");
+    exec(db, "BEGIN");
+    exec(db, "INSERT INTO models VALUES (1, 'md', 'models/tiny', 'llama', 2, 4, 2, 8, 1000);"
+             "INSERT INTO datasets VALUES (1, 'dd', 'data/val.npy', 4, 16);"
+             "INSERT INTO plans VALUES (1, 'p1', 'old', 'plans/old.yaml', ''), (2, 'p2', 'full', 'plans/full.yaml', '');"
+             "INSERT INTO sweeps VALUES "
+             "(1, 'k1', 1, 1, 1, 'old', 'zero', 'acc', '2024-01-01T00:00:00Z', '2024-01-01T00:10:00Z'),"
+             "(2, 'k2', 2, 1, 1, 'full', 'mean', 'loss', '2024-02-01T00:00:00Z', '2024-02-01T01:00:00Z')");
+
+    long long base = variant(db, "", 0, D(0, 0, 0, 0));
+    static const double single[8][4] = {
+        {0.10, 0.20, 0.15, 0.05},  {0.001, -0.002, 0.003, 0.000}, {0.50, 0.40, 0.60, 0.45}, {0.004, 0.002, 0.001, 0.003},
+        {0.02, 0.03, 0.01, 0.04},  {1.0, 0.8, 1.2, 0.9},          {-0.01, 0.00, -0.02, 0.01}, {0.30, 0.25, 0.35, 0.20}};
+    static const double only[8][4] = {
+        {0.9, 0.8, 1.0, 0.7}, {0.6, 0.5, 0.7, 0.4}, {0.3, 0.2, 0.4, 0.25}, {1.5, 1.4, 1.6, 1.3},
+        {2.0, 1.8, 2.2, 1.9}, {0.8, 0.9, 0.7, 0.6}, {1.1, 1.0, 1.2, 0.9},  {0.95, 0.85, 1.05, 0.75}};
+    char mask[32], label[32];
+    int ord = 0;
+
+    // sweep 2 "full"
+    job(db, 2, ord++, base, "baseline", "baseline", 0, "baseline", -1, -1, -1, 0, 0, 0);
+    for (int i = 0; i < 8; i++) {
+        int l = i / 4, u = i % 4;
+        snprintf(mask, sizeof mask, "%d.%d", l, u);
+        job(db, 2, ord++, variant(db, mask, 1, single[i]), "single", "single", 0, mask, l, u, -1, 0, 0, 1);
+    }
+    job(db, 2, ord++, variant(db, "1.0,1.1", 2, D(1.2, 1.0, 1.3, 1.1)), "kvsingle", "single", 1, "kv:1.0", 1, 0, -1, 0,
+        0, 1);
+    job(db, 2, ord++, variant(db, "1.2,1.3", 2, D(0.4, 0.3, 0.5, 0.35)), "kvsingle", "single", 1, "kv:1.1", 1, 1, -1,
+        0, 0, 1);
+    for (int i = 0; i < 8; i++) {
+        int l = i / 4, u = i % 4;
+        snprintf(mask, sizeof mask, "only %d.%d", l, u); // a stand-in: queries never parse mask_text
+        snprintf(label, sizeof label, "only %d.%d", l, u);
+        job(db, 2, ord++, variant(db, mask, 3, only[i]), "only", "only", 0, label, l, u, -1, 0, 0, 3);
+    }
+    job(db, 2, ord++, variant(db, "0.*", 4, D(1.6, 1.5, 1.7, 1.4)), "layer", "layer", 0, "layer 0", 0, -1, -1, 0, 0, 4);
+    job(db, 2, ord++, variant(db, "1.*", 4, D(2.5, 2.4, 2.6, 2.3)), "layer", "layer", 0, "layer 1", 1, -1, -1, 0, 0, 4);
+    job(db, 2, ord++, variant(db, "0.0,0.3", 2, D(0.3, 0.2, 0.4, 0.3)), "random", "random", 0, "k=2 #0", -1, -1, -1, 0,
+        0, 2);
+    job(db, 2, ord++, variant(db, "0.2,1.3", 2, D(0.6, 0.5, 0.7, 0.6)), "random", "random", 0, "k=2 #1", -1, -1, -1, 0,
+        1, 2);
+    job(db, 2, ord++, variant(db, "0.1,1.0", 2, D(0.1, 0.1, 0.2, 0.0)), "random", "random", 0, "k=2 #2", -1, -1, -1, 0,
+        2, 2);
+    job(db, 2, ord++, variant(db, "0.0,0.1,1.0,1.1", 4, D(1.0, 0.9, 1.1, 1.2)), "random", "random", 0, "k=4 #0", -1, -1,
+        -1, 0, 0, 4);
+    long long pair01 = variant(db, "0.0,0.1", 2, D(0.30, 0.40, 0.35, 0.25));
+    job(db, 2, ord++, pair01, "pairs", "pairs", 0, "0.0+0.1", 0, 0, 1, 0, 0, 2);
+    job(db, 2, ord++, variant(db, "0.0,0.2", 2, D(0.55, 0.60, 0.70, 0.40)), "pairs", "pairs", 0, "0.0+0.2", 0, 0, 2, 0,
+        0, 2);
+    job(db, 2, ord++, variant(db, "0.1,0.3", 2, D(0.004, 0.002, 0.003, 0.001)), "pairs", "pairs", 0, "0.1+0.3", 0, 1, 3,
+        0, 0, 2);
+    job(db, 2, ord++, variant(db, "0.2,0.3", 2, D(0.60, 0.50, 0.70, 0.50)), "pairs", "pairs", 0, "0.2+0.3", 0, 2, 3, 0,
+        0, 2);
+    job(db, 2, ord++, variant(db, "1.1,1.3", 2, D(1.1, 1.0, 1.3, 1.0)), "pairs", "pairs", 0, "1.1+1.3", 1, 1, 3, 0, 0,
+        2);
+    job(db, 2, ord++, base, "iterative", "iterative", 0, "step 0", -1, -1, -1, 0, 0, 0);
+    job(db, 2, ord++, variant(db, "0.1", 1, D(9, 9, 9, 9)), "iterative", "iterative-score", 0, "step 1: 0.1", 0, 1, -1,
+        1, 0, 1);
+    job(db, 2, ord++, variant(db, "0.1,1.2", 2, D(0.01, 0.0, 0.02, 0.005)), "iterative", "iterative", 0, "step 1", -1,
+        -1, -1, 1, 0, 2);
+    job(db, 2, ord++, variant(db, "0.1,0.3,1.0,1.2", 4, D(0.05, 0.04, 0.06, 0.03)), "iterative", "iterative", 0,
+        "step 2", -1, -1, -1, 2, 0, 4);
+    cr_assert_eq(ord, 34);
+
+    // sweep 1 "old": the same baseline and pair variants, no single study
+    job(db, 1, 0, base, "baseline", "baseline", 0, "baseline", -1, -1, -1, 0, 0, 0);
+    job(db, 1, 1, pair01, "pairs", "pairs", 0, "0.0+0.1", 0, 0, 1, 0, 0, 2);
+    exec(db, "COMMIT");
+    return db;
+}
+
+static void build(void)
+{
+    sqlite3_close(db_build());
+}
+
+// --- running queries and checking tables ---------------------------------------------
+
+static struct hp_query_opts opts(enum hp_query_kind kind)
+{
+    struct hp_query_opts o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind;
+    return o;
+}
+
+static struct hp_table *run(const struct hp_query_opts *o)
+{
+    struct hp_table *t = NULL;
+    struct hp_error err = {{0}};
+    enum hp_status st = hp_query(g_db, o, &t, &err);
+    cr_assert_eq(st, HP_OK, "hp_query: %s: %s", hp_status_name(st), err.msg);
+    cr_assert_not_null(t);
+    return t;
+}
+
+static void expect_fail(const struct hp_query_opts *o, const char *db, enum hp_status want, const char *msg_part)
+{
+    struct hp_table *t = (struct hp_table *)1;
+    struct hp_error err = {{0}};
+    enum hp_status st = hp_query(db, o, &t, &err);
+    cr_assert_eq(st, want, "status %s (want %s): %s", hp_status_name(st), hp_status_name(want), err.msg);
+    cr_assert_null(t, "*out must be NULL on failure");
+    cr_assert_not_null(strstr(err.msg, msg_part), "message '%s' does not say '%s'", err.msg, msg_part);
+    cr_assert_null(strchr(err.msg, '\n'), "one line: %s", err.msg);
+}
+
+static const char *cell(const struct hp_table *t, int r, int c)
+{
+    const char *s = t->cells[(size_t)r * (size_t)t->n_cols + (size_t)c];
+    return s ? s : "";
+}
+
+/*
+ * Compare t with the expected column names and n_rows rows of n_cols cells
+ * ("" = an empty cell). numeric: the columns that must be marked numeric,
+ * as a string of '1' and '0'.
+ */
+static void expect_table(const struct hp_table *t, int n_cols, const char *const *cols, const char *numeric,
+                         int n_rows, const char *const *want)
+{
+    cr_assert_eq(t->n_cols, n_cols, "%d columns, want %d", t->n_cols, n_cols);
+    for (int c = 0; c < n_cols; c++) {
+        cr_assert_str_eq(t->cols[c], cols[c], "column %d", c);
+        cr_assert_eq(t->numeric[c], numeric[c] == '1', "column %s numeric = %d", cols[c], t->numeric[c]);
+    }
+    cr_assert_eq(t->n_rows, n_rows, "%d rows, want %d", t->n_rows, n_rows);
+    int bad = 0;
+    double max_diff = 0;
+    for (int r = 0; r < n_rows; r++)
+        for (int c = 0; c < n_cols; c++) {
+            const char *got = cell(t, r, c), *w = want[r * n_cols + c];
+            bool ok;
+            if (t->numeric[c] && *got && *w) {
+                char *end;
+                double g = strtod(got, &end), x = strtod(w, NULL);
+                double diff = fabs(g - x);
+                ok = *end == '\0' && diff <= 6e-7 + 1e-5 * fabs(x);
+                if (diff > max_diff)
+                    max_diff = diff;
+            } else {
+                ok = strcmp(got, w) == 0;
+            }
+            if (!ok && bad++ < 5)
+                cr_log_error("row %d column %s: got '%s', want '%s'", r, cols[c], got, w);
+        }
+    cr_assert_eq(bad, 0, "%d cells differ (largest numeric difference %g)", bad, max_diff);
+}
+
+// --- sweeps ------------------------------------------------------------------------
+
+Test(query, sweeps_lists_every_sweep_with_its_finished_jobs)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
+    struct hp_table *t = run(&o);
+    static const char *const cols[] = {"id", "name", "plan", "model", "data", "ablation", "metric", "jobs",
+                                       "created", "updated"};
+    static const char *const want[] = {
+        "1", "old",  "plans/old.yaml",  "models/tiny", "data/val.npy", "zero", "acc",  "2",
+        "2024-01-01T00:00:00Z", "2024-01-01T00:10:00Z",
+        "2", "full", "plans/full.yaml", "models/tiny", "data/val.npy", "mean", "loss", "34",
+        "2024-02-01T00:00:00Z", "2024-02-01T01:00:00Z"};
+    expect_table(t, 10, cols, "1000000100", 2, want);
+    hp_table_free(t);
+
+    o.sweep_id = 1;
+    t = run(&o);
+    expect_table(t, 10, cols, "1000000100", 1, want);
+    hp_table_free(t);
+}
+
+// --- heads ---------------------------------------------------------------------------
+
+static const char *const HEADS_COLS_LOSS[] = {"study", "label", "layer", "unit", "loss", "effect",
+                                              "ci_lo", "ci_hi", "seqs", "p"};
+
+static const char *const HEADS_LOSS[] = {
+    "kvsingle", "kv:1.0", "1", "0", "3.290000000", "1.15", "0.944573974", "1.35542603", "4", "0.000386",
+    "single", "1.1", "1", "1", "3.120000000", "0.98", "0.703246912", "1.24675309", "4", "0.00144",
+    "single", "0.2", "0", "2", "2.630000000", "0.49", "0.351623456", "0.623376544", "4", "0.00144",
+    "kvsingle", "kv:1.1", "1", "1", "2.530000000", "0.39", "0.251623456", "0.523376544", "4", "0.00283",
+    "single", "1.3", "1", "3", "2.405000000", "0.265", "0.172286987", "0.377713013", "4", "0.0034",
+    "single", "0.0", "0", "0", "2.255000000", "0.115", "0.0222869872", "0.227713013", "4", "0.0305",
+    "single", "1.0", "1", "0", "2.167000000", "0.027", "0.00445739743", "0.0455426026", "4", "0.0305",
+    "single", "0.3", "0", "3", "2.142300000", "0.0023", "0.000445739743", "0.00455426026", "4", "0.0305",
+    "single", "0.1", "0", "1", "2.140600000", "0.0006", "-0.00281239513", "0.00381239513", "4", "0.664",
+    "single", "1.2", "1", "2", "2.137000000", "-0.003", "-0.0255426026", "0.0155426026", "4", "0.495",
+};
+
+Test(query, heads_loss_paired_ci_newest_sweep)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_HEADS); // sweep 0 = the newest (2), metric = its own (loss)
+    struct hp_table *t = run(&o);
+    expect_table(t, 10, HEADS_COLS_LOSS, "0011111111", 10, HEADS_LOSS);
+    cr_assert_not_null(t->note);
+    cr_assert_not_null(strstr(t->note, "effect = loss - baseline loss"), "note: %s", t->note);
+    cr_assert_not_null(strstr(t->note, "paired"), "note: %s", t->note);
+    hp_table_free(t);
+
+    o.top = 3;
+    o.sweep_id = 2;
+    t = run(&o);
+    expect_table(t, 10, HEADS_COLS_LOSS, "0011111111", 3, HEADS_LOSS);
+    hp_table_free(t);
+}
+
+Test(query, heads_acc_is_baseline_minus_variant)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_HEADS);
+    o.metric = "acc";
+    struct hp_table *t = run(&o);
+    static const char *const cols[] = {"study", "label", "layer", "unit", "acc", "effect",
+                                       "ci_lo", "ci_hi", "seqs", "p"};
+    static const char *const want[] = {
+        "kvsingle", "kv:1.0", "1", "0", "0.202500000", "0.2875", "0.236143494", "0.338856506", "4", "0.000386",
+        "single", "1.1", "1", "1", "0.245000000", "0.245", "0.175811728", "0.311688272", "4", "0.00144",
+        "single", "0.2", "0", "2", "0.367500000", "0.1225", "0.087905864", "0.155844136", "4", "0.00144",
+        "kvsingle", "kv:1.1", "1", "1", "0.392500000", "0.0975", "0.062905864", "0.130844136", "4", "0.00283",
+        "single", "1.3", "1", "3", "0.423750000", "0.06625", "0.0430717468", "0.0944282532", "4", "0.0034",
+        "single", "0.0", "0", "0", "0.461250000", "0.02875", "0.00557174679", "0.0569282532", "4", "0.0305",
+        "single", "1.0", "1", "0", "0.483250000", "0.00675", "0.00111434936", "0.0113856506", "4", "0.0305",
+        "single", "0.3", "0", "3", "0.489425000", "0.000575", "0.000111434936", "0.00113856506", "4", "0.0305",
+        "single", "0.1", "0", "1", "0.489850000", "0.00015", "-0.000703098784", "0.000953098784", "4", "0.664",
+        "single", "1.2", "1", "2", "0.490750000", "-0.00075", "-0.00638565064", "0.00388565064", "4", "0.495",
+    };
+    expect_table(t, 10, cols, "0011111111", 10, want);
+    cr_assert_not_null(strstr(t->note, "effect = baseline acc - acc"), "note: %s", t->note);
+    hp_table_free(t);
+}
+
+Test(query, heads_kl_uses_the_variants_kl)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_HEADS);
+    o.metric = "kl";
+    struct hp_table *t = run(&o);
+    static const char *const cols[] = {"study", "label", "layer", "unit", "kl", "effect",
+                                       "ci_lo", "ci_hi", "seqs", "p"};
+    static const char *const want[] = {
+        "kvsingle", "kv:1.0", "1", "0", "0.575000000", "0.575", "0.472286987", "0.677713013", "4", "0.000386",
+        "single", "1.1", "1", "1", "0.490000000", "0.49", "0.351623456", "0.623376544", "4", "0.00144",
+        "single", "0.2", "0", "2", "0.245000000", "0.245", "0.175811728", "0.311688272", "4", "0.00144",
+        "kvsingle", "kv:1.1", "1", "1", "0.195000000", "0.195", "0.125811728", "0.261688272", "4", "0.00283",
+        "single", "1.3", "1", "3", "0.132500000", "0.1325", "0.0861434936", "0.188856506", "4", "0.0034",
+        "single", "0.0", "0", "0", "0.057500000", "0.0575", "0.0111434936", "0.113856506", "4", "0.0305",
+        "single", "1.0", "1", "0", "0.013500000", "0.0135", "0.00222869872", "0.0227713013", "4", "0.0305",
+        "single", "1.2", "1", "2", "0.005500000", "0.0055", "-0.00149614132", "0.0114961413", "4", "0.0917",
+        "single", "0.3", "0", "3", "0.001150000", "0.00115", "0.000222869872", "0.00227713013", "4", "0.0305",
+        "single", "0.1", "0", "1", "0.000700000", "0.0007", "-0.000277130128", "0.00177713013", "4", "0.103",
+    };
+    expect_table(t, 10, cols, "0011111111", 10, want);
+    cr_assert_not_null(strstr(t->note, "KL"), "note: %s", t->note);
+    hp_table_free(t);
+}
+
+// --- curve ---------------------------------------------------------------------------
+
+Test(query, curve_random_ci_and_iterative_steps)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_CURVE);
+    struct hp_table *t = run(&o);
+    static const char *const cols[] = {"study", "step", "k", "heads", "pct_heads", "samples", "loss",
+                                       "ci_lo", "ci_hi", "effect", "mask"};
+    // random first: plan order; its k = 0 row is the baseline
+    static const char *const want[] = {
+        "random", "", "0", "0", "0.00", "1", "2.140000000", "", "", "0", "",
+        "random", "", "2", "2", "25.00", "3", "2.476666667", "1.828248034", "3.125085300", "0.336666667", "",
+        "random", "", "4", "4", "50.00", "1", "3.230000000", "", "", "1.09", "",
+        "iterative", "0", "0", "0", "0.00", "", "2.140000000", "", "", "0", "",
+        "iterative", "1", "2", "2", "25.00", "", "2.149000000", "", "", "0.009", "0.1,1.2",
+        "iterative", "2", "4", "4", "50.00", "", "2.183000000", "", "", "0.043", "0.1,0.3,1.0,1.2",
+    };
+    expect_table(t, 11, cols, "01111111110", 6, want);
+    cr_assert_not_null(strstr(t->note, "effect = loss - baseline loss"), "note: %s", t->note);
+    hp_table_free(t);
+}
+
+// --- redundancy ------------------------------------------------------------------------
+
+Test(query, redundancy_one_row_per_layer)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_REDUNDANCY);
+    o.eps = 0.01;
+    struct hp_table *t = run(&o);
+    static const char *const cols[] = {"layer", "units", "below_eps", "mean_effect", "max_effect",
+                                       "only_effect", "only_unit", "layer_effect"};
+    static const char *const want[] = {
+        "0", "4", "2", "0.151975", "0.49", "0.29", "0.2", "1.53",
+        "1", "4", "1", "0.31725", "0.98", "0.71", "1.1", "2.43",
+    };
+    expect_table(t, 8, cols, "11111101", 2, want);
+    cr_assert_not_null(strstr(t->note, "effect < 0.01"), "note: %s", t->note);
+    hp_table_free(t);
+
+    o.eps = 0.03;
+    t = run(&o);
+    static const char *const want3[] = {
+        "0", "4", "2", "0.151975", "0.49", "0.29", "0.2", "1.53",
+        "1", "4", "2", "0.31725", "0.98", "0.71", "1.1", "2.43",
+    };
+    expect_table(t, 8, cols, "11111101", 2, want3);
+    hp_table_free(t);
+
+    o.eps = 0; // taken as given: only units whose removal helps
+    t = run(&o);
+    cr_assert_str_eq(cell(t, 0, 2), "0");
+    cr_assert_str_eq(cell(t, 1, 2), "1");
+    cr_assert_not_null(strstr(t->note, "effect < 0)"), "note: %s", t->note);
+    hp_table_free(t);
+}
+
+// --- pairs ---------------------------------------------------------------------------
+
+static const char *const PAIRS_COLS[] = {"study", "pair", "layer", "unit_a", "unit_b",
+                                         "effect_ab", "effect_a", "effect_b", "interaction"};
+static const char *const PAIRS[] = {
+    "pairs", "0.0+0.1", "0", "0", "1", "0.315", "0.115", "0.0006", "0.1994",
+    "pairs", "0.2+0.3", "0", "2", "3", "0.57", "0.49", "0.0023", "0.0777",
+    "pairs", "0.1+0.3", "0", "1", "3", "0.0021", "0.0006", "0.0023", "-0.0008",
+    "pairs", "0.0+0.2", "0", "0", "2", "0.545", "0.115", "0.49", "-0.06",
+    "pairs", "1.1+1.3", "1", "1", "3", "1.1", "0.98", "0.265", "-0.145",
+};
+
+Test(query, pairs_interactions_most_redundant_first)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_PAIRS);
+    struct hp_table *t = run(&o);
+    expect_table(t, 9, PAIRS_COLS, "001111111", 5, PAIRS);
+    cr_assert_not_null(strstr(t->note, "> 0 = redundant"), "note: %s", t->note);
+    hp_table_free(t);
+
+    // top 1: the largest and the smallest interaction
+    o.top = 1;
+    t = run(&o);
+    const char *want[18];
+    for (int c = 0; c < 9; c++) {
+        want[c] = PAIRS[c];
+        want[9 + c] = PAIRS[4 * 9 + c];
+    }
+    expect_table(t, 9, PAIRS_COLS, "001111111", 2, want);
+    hp_table_free(t);
+
+    o.top = 3; // 2 * 3 >= 5: everything
+    t = run(&o);
+    expect_table(t, 9, PAIRS_COLS, "001111111", 5, PAIRS);
+    hp_table_free(t);
+}
+
+// --- read-only SQL ---------------------------------------------------------------------
+
+Test(query, sql_columns_cells_and_numeric_columns)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_SQL);
+    o.sql = "SELECT id, name, 1.5 * id AS x, NULL AS empty, x'0aff' AS b, CASE id WHEN 1 THEN 7 ELSE 'two' END AS mix "
+            "FROM sweeps ORDER BY id;  -- trailing comment";
+    struct hp_table *t = run(&o);
+    static const char *const cols[] = {"id", "name", "x", "empty", "b", "mix"};
+    static const char *const want[] = {
+        "1", "old", "1.5", "", "x'0aff'", "7",
+        "2", "full", "3.0", "", "x'0aff'", "two",
+    };
+    expect_table(t, 6, cols, "101000", 2, want);
+    cr_assert_str_eq(cell(t, 1, 2), "3.0"); // SQLite's own rendering
+    hp_table_free(t);
+
+    // the views of the schema are there to be used
+    o.sql = "SELECT label, round(d_loss, 6) FROM effects WHERE sweep_id = 2 AND kind = 'single' AND kv = 0 AND layer = 1 "
+            "ORDER BY d_loss DESC LIMIT 1";
+    t = run(&o);
+    static const char *const cols2[] = {"label", "round(d_loss, 6)"};
+    static const char *const want2[] = {"1.1", "0.98"};
+    expect_table(t, 2, cols2, "01", 1, want2);
+    hp_table_free(t);
+}
+
+Test(query, sql_rejects_writes_and_second_statements)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_SQL);
+    const char *writes[] = {"DELETE FROM sweeps", "UPDATE meta SET value = '9'", "CREATE TABLE x(a)",
+                            "INSERT INTO meta VALUES ('a', 'b')", "DROP VIEW effects"};
+    for (size_t i = 0; i < sizeof writes / sizeof *writes; i++) {
+        o.sql = writes[i];
+        expect_fail(&o, g_db, HP_ERR_ARG, "query: not a read-only statement");
+    }
+    o.sql = "SELECT 1; DELETE FROM sweeps";
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: one statement only");
+    o.sql = "SELECT 1; SELECT 2";
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: one statement only");
+    o.sql = "ATTACH 'other.db' AS o";
+    struct hp_table *t = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_neq(hp_query(g_db, &o, &t, &err), HP_OK, "ATTACH must not run");
+    cr_assert_null(t);
+
+    // nothing was changed
+    o.sql = "SELECT count(*) FROM sweeps";
+    t = run(&o);
+    cr_assert_str_eq(cell(t, 0, 0), "2");
+    hp_table_free(t);
+}
+
+Test(query, sql_errors_are_translated)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_SQL);
+    o.sql = "SELECT * FROM foo";
+    struct hp_table *t = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_query(g_db, &o, &t, &err), HP_ERR_SQL);
+    cr_assert_str_eq(err.msg, "query: no such table: foo");
+    o.sql = "SELEKT 1";
+    expect_fail(&o, g_db, HP_ERR_SQL, "query: near \"SELEKT\": syntax error");
+    o.sql = "  -- nothing";
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: empty SQL");
+}
+
+// --- reading while a sweep writes ------------------------------------------------------
+
+Test(query, reads_a_snapshot_while_another_connection_writes)
+{
+    sqlite3 *w = db_build();
+    exec(w, "BEGIN IMMEDIATE");
+    exec(w, "INSERT INTO sweeps VALUES (3, 'k3', 2, 1, 1, 'new', 'zero', 'loss', 'c', 'u')");
+    // the write lock is held: the reader neither waits nor sees the uncommitted sweep
+    struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
+    struct hp_table *t = run(&o);
+    cr_assert_eq(t->n_rows, 2);
+    hp_table_free(t);
+    o = opts(HP_QUERY_HEADS);
+    o.top = 1;
+    t = run(&o);
+    cr_assert_str_eq(cell(t, 0, 1), "kv:1.0");
+    hp_table_free(t);
+    exec(w, "COMMIT");
+    o = opts(HP_QUERY_SWEEPS);
+    t = run(&o);
+    cr_assert_eq(t->n_rows, 3);
+    hp_table_free(t);
+    sqlite3_close(w);
+}
+
+// --- errors --------------------------------------------------------------------------
+
+Test(query, missing_database)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/x.db", g_dir);
+    struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
+    char want[300];
+    snprintf(want, sizeof want, "%s: no such database", path);
+    expect_fail(&o, path, HP_ERR_IO, want);
+    cr_assert_neq(access(path, F_OK), 0, "the query must not create the file");
+}
+
+Test(query, not_a_headprune_database)
+{
+    FILE *f = fopen(g_db, "w");
+    cr_assert_not_null(f);
+    fputs("this is a text file, not SQLite, and it is long enough to have a header.....................\n", f);
+    fclose(f);
+    struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
+    char want[300];
+    snprintf(want, sizeof want, "%s: not a headprune database", g_db);
+    expect_fail(&o, g_db, HP_ERR_FORMAT, want);
+
+    // an SQLite file, but not ours
+    remove(g_db);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "CREATE TABLE t(a)");
+    sqlite3_close(db);
+    snprintf(want, sizeof want, "%s: not a headprune database (no meta table)", g_db);
+    expect_fail(&o, g_db, HP_ERR_FORMAT, want);
+    o = opts(HP_QUERY_SQL);
+    o.sql = "SELECT 1";
+    expect_fail(&o, g_db, HP_ERR_FORMAT, want);
+}
+
+Test(query, newer_schema_is_refused)
+{
+    sqlite3_close(db_create("2"));
+    struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
+    char want[300];
+    snprintf(want, sizeof want, "%s: written by a newer headprune (schema 2; this one reads 1", g_db);
+    expect_fail(&o, g_db, HP_ERR_UNSUPPORTED, want);
+}
+
+Test(query, empty_database_lists_no_sweeps_but_has_none_to_query)
+{
+    sqlite3_close(db_create("1"));
+    struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
+    struct hp_table *t = run(&o);
+    cr_assert_eq(t->n_rows, 0);
+    cr_assert_eq(t->n_cols, 10);
+    hp_table_free(t);
+    o = opts(HP_QUERY_HEADS);
+    expect_fail(&o, g_db, HP_ERR_ARG, "no sweeps yet");
+}
+
+Test(query, unknown_sweep_id)
+{
+    build();
+    enum hp_query_kind kinds[] = {HP_QUERY_SWEEPS, HP_QUERY_HEADS, HP_QUERY_CURVE, HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS};
+    char want[300];
+    snprintf(want, sizeof want, "%s: no sweep 9 (", g_db);
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) {
+        struct hp_query_opts o = opts(kinds[i]);
+        o.sweep_id = 9;
+        expect_fail(&o, g_db, HP_ERR_ARG, want);
+    }
+}
+
+Test(query, studies_the_sweep_lacks_are_named)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_PAIRS);
+    o.sweep_id = 1;
+    struct hp_table *t = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_query(g_db, &o, &t, &err), HP_ERR_ARG);
+    char want[300];
+    snprintf(want, sizeof want,
+             "%s: no single-unit results in sweep 1 for the units of the pairs study (add a 'single' study)", g_db);
+    cr_assert_str_eq(err.msg, want);
+
+    o.kind = HP_QUERY_HEADS;
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no single study (add a 'single' study");
+    o.kind = HP_QUERY_CURVE;
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no iterative or random study");
+    o.kind = HP_QUERY_REDUNDANCY;
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no single, only or layer study (add a 'single' study");
+}
+
+Test(query, bad_options)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_HEADS);
+    o.metric = "ppl";
+    expect_fail(&o, g_db, HP_ERR_ARG, "unknown metric 'ppl' (one of loss, kl, acc, cos)");
+    o.metric = "cos"; // NULL for a causal LM
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 2 has no cos values");
+    o = opts(HP_QUERY_PAIRS);
+    o.top = -1;
+    expect_fail(&o, g_db, HP_ERR_ARG, "top must be >= 0");
+    o = opts(HP_QUERY_REDUNDANCY);
+    o.eps = NAN;
+    expect_fail(&o, g_db, HP_ERR_ARG, "eps");
+}
+
+Test(query, table_free_accepts_null)
+{
+    hp_table_free(NULL);
+}
+
+/*
+ * The script that computed the expected cells (python3; stdlib + mpmath):
+
+from statistics import mean, stdev
+from math import sqrt, atan, pi
+import mpmath as mp
+
+N = [10, 20, 30, 40]                 # tokens per sequence
+BL = [2.0, 2.2, 1.8, 2.4]            # baseline loss per sequence
+BA = [0.5, 0.4, 0.6, 0.45]           # baseline acc per sequence
+def tw(x): return sum(n * v for n, v in zip(N, x)) / sum(N)
+
+def tcdf(t, nu):                     # Student t CDF via the regularised incomplete beta
+    x = nu / (nu + t * t)
+    half = mp.betainc(nu / 2, 0.5, 0, x, regularized=True) / 2
+    return 1 - half if t > 0 else half
+def tq(p, nu): return float(mp.findroot(lambda t: tcdf(t, nu) - p, 2.0))
+T3, T2 = tq(0.975, 3), tq(0.975, 2)
+
+single = {(0,0): [0.10, 0.20, 0.15, 0.05], (0,1): [0.001, -0.002, 0.003, 0.000],
+          (0,2): [0.50, 0.40, 0.60, 0.45], (0,3): [0.004, 0.002, 0.001, 0.003],
+          (1,0): [0.02, 0.03, 0.01, 0.04], (1,1): [1.0, 0.8, 1.2, 0.9],
+          (1,2): [-0.01, 0.00, -0.02, 0.01], (1,3): [0.30, 0.25, 0.35, 0.20]}
+kvsingle = {(1,0): [1.2, 1.0, 1.3, 1.1], (1,1): [0.4, 0.3, 0.5, 0.35]}
+def p3(t):                           # two-sided p, 3 df, closed form
+    t = abs(t); u = t / sqrt(3)
+    return 1 - 2 / pi * (atan(u) + u / (1 + u * u))
+def head(metric, d):
+    if metric == 'loss': ds = d; eff = tw(d); val = tw([b + x for b, x in zip(BL, d)])
+    if metric == 'acc':  ds = [x / 4 for x in d]; eff = tw(ds); val = tw([b - x / 4 for b, x in zip(BA, d)])
+    if metric == 'kl':   ds = [abs(x) / 2 for x in d]; eff = tw(ds); val = eff
+    m, s = mean(ds), stdev(ds)
+    h = T3 * s / 2
+    return val, eff, m - h, m + h, p3(m / (s / 2))
+for metric in ['loss', 'acc', 'kl']:
+    rows = []
+    for (l, u), d in single.items(): rows.append(("single", f"{l}.{u}", l, u) + head(metric, d))
+    for (l, u), d in kvsingle.items(): rows.append(("kvsingle", f"kv:{l}.{u}", l, u) + head(metric, d))
+    rows.sort(key=lambda r: -r[5])
+    print("heads", metric)
+    for r in rows:
+        print('    "%s", "%s", "%d", "%d", "%.9f", "%.9g", "%.9g", "%.9g", "4", "%.3g",' % r)
+
+only = {(0,0): [0.9,0.8,1.0,0.7], (0,1): [0.6,0.5,0.7,0.4], (0,2): [0.3,0.2,0.4,0.25], (0,3): [1.5,1.4,1.6,1.3],
+        (1,0): [2.0,1.8,2.2,1.9], (1,1): [0.8,0.9,0.7,0.6], (1,2): [1.1,1.0,1.2,0.9], (1,3): [0.95,0.85,1.05,0.75]}
+layer = {0: [1.6,1.5,1.7,1.4], 1: [2.5,2.4,2.6,2.3]}
+for eps in (0.01, 0.03):
+    print("redundancy", eps)
+    for l in (0, 1):
+        e = [tw(d) for (ll, u), d in single.items() if ll == l]
+        oe = {u: tw(d) for (ll, u), d in only.items() if ll == l}
+        ub = min(oe, key=oe.get)
+        print('    "%d", "4", "%d", "%.9g", "%.9g", "%.9g", "%d.%d", "%.9g",'
+              % (l, sum(x < eps for x in e), mean(e), max(e), oe[ub], l, ub, tw(layer[l])))
+
+pairs = {(0,0,1): [0.30,0.40,0.35,0.25], (0,0,2): [0.55,0.60,0.70,0.40], (0,1,3): [0.004,0.002,0.003,0.001],
+         (0,2,3): [0.60,0.50,0.70,0.50], (1,1,3): [1.1,1.0,1.3,1.0]}
+rows = []
+for (l, a, b), d in pairs.items():
+    ab, ea, eb = tw(d), tw(single[(l,a)]), tw(single[(l,b)])
+    rows.append(("pairs", f"{l}.{a}+{l}.{b}", l, a, b, ab, ea, eb, ab - ea - eb))
+rows.sort(key=lambda r: -r[8])
+print("pairs")
+for r in rows: print('    "%s", "%s", "%d", "%d", "%d", "%.9g", "%.9g", "%.9g", "%.9g",' % r)
+
+print("curve")
+it = {0: ([0,0,0,0], 0, 0, ""), 1: ([0.01,0.0,0.02,0.005], 2, 2, "0.1,1.2"),
+      2: ([0.05,0.04,0.06,0.03], 4, 4, "0.1,0.3,1.0,1.2")}
+rnd = {2: [[0.3,0.2,0.4,0.3],[0.6,0.5,0.7,0.6],[0.1,0.1,0.2,0.0]], 4: [[1.0,0.9,1.1,1.2]]}
+B = tw(BL)
+print('    "random", "", "0", "0", "0.00", "1", "%.9f", "", "", "0", "",' % B)
+for k, ss in rnd.items():
+    v = [tw([b + x for b, x in zip(BL, d)]) for d in ss]
+    m = mean(v)
+    if len(v) > 1:
+        h = T2 * stdev(v) / sqrt(len(v)); lo, hi = "%.9f" % (m - h), "%.9f" % (m + h)
+    else:
+        lo = hi = ""
+    print('    "random", "", "%d", "%d", "%.2f", "%d", "%.9f", "%s", "%s", "%.9g", "",'
+          % (k, k, 100*k/8, len(v), m, lo, hi, m - B))
+for s, (d, k, na, mask) in it.items():
+    v = tw([b + x for b, x in zip(BL, d)])
+    print('    "iterative", "%d", "%d", "%d", "%.2f", "", "%.9f", "", "", "%.9g", "%s",'
+          % (s, k, na, 100*na/8, v, v - B, mask))
+ */
