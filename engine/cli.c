@@ -396,8 +396,12 @@ static void print_table(const struct hp_table *t, enum fmt f)
     }
     if (t->note)
         printf("# %s\n", t->note);
-    for (int c = 0; c < t->n_cols; c++)
-        printf(t->numeric[c] ? "%s%*s" : "%s%-*s", c ? "  " : "", w[c], t->cols[c]);
+    for (int c = 0; c < t->n_cols; c++) {
+        if (c == t->n_cols - 1 && !t->numeric[c])
+            printf("%s%s", c ? "  " : "", t->cols[c]);
+        else
+            printf(t->numeric[c] ? "%s%*s" : "%s%-*s", c ? "  " : "", w[c], t->cols[c]);
+    }
     putchar('\n');
     for (int c = 0; c < t->n_cols; c++) {
         printf("%s", c ? "  " : "");
@@ -522,9 +526,9 @@ static int cmd_plan(int argc, char **argv)
                 printf("study     %-16s %-10s %d jobs\n", p->studies[i].name, hp_study_kind_name(p->studies[i].kind), n);
         }
         printf("jobs      %d expanded + about %ld iterative = %ld evaluations\n", jl->n, iter, jl->n + iter);
-        printf("cost      at most %.1f GFLOP per evaluation, %.1f TFLOP in all (ablated heads cost less; finished jobs in the\n"
-               "          database are skipped)\n\n",
-               fl / 1e9, fl * (jl->n + iter) / 1e12);
+        printf("cost      at most %.3g GFLOP per evaluation, %.3g GFLOP in all (ablated heads cost less;\n"
+               "          jobs already in the database are skipped)\n\n",
+               fl / 1e9, fl * (jl->n + iter) / 1e9);
     }
     struct hp_table t = {0};
     const char *cols[] = {"ord", "study", "kind", "label", "units", "heads", "mask"};

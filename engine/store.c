@@ -40,6 +40,9 @@ static enum hp_status sql_fail(struct hp_store *s, int rc, const char *what, str
     if (base == SQLITE_FULL)
         return hp_fail(err, HP_ERR_SQL, "%s: disk full while %s (free some space and run again; finished results are kept)",
                        s->path, what);
+    if (base == SQLITE_IOERR)
+        return hp_fail(err, HP_ERR_SQL, "%s: disk full or I/O error while %s (%s; finished results are kept, run again once fixed)",
+                       s->path, what, msg);
     if (base == SQLITE_READONLY)
         return hp_fail(err, HP_ERR_SQL, "%s: read-only while %s (check the permissions of the file and its folder)",
                        s->path, what);

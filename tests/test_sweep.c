@@ -1,0 +1,284 @@
+/*
+ * test_sweep.c -- sweeps survive what happens to long runs.
+ *
+ *  - killed with SIGKILL at random moments, dozens of times, then resumed:
+ *    the database holds exactly what an uninterrupted run writes (every
+ *    variant's metrics and per-sequence values, every sweep job), passes
+ *    PRAGMA integrity_check, and has nothing twice;
+ *  - Ctrl-C stops cleanly (exit 130) and the run resumes;
+ *  - two shards into two databases, merged (twice), equal one run;
+ *  - two workers sharing one database equal one run;
+ *  - a disk that fills: exit 1, a clear message, earlier results intact.
+ *
+ * Runs the headprune binary on tests/plans/sweep.yaml (all study kinds on the
+ * tiny llama-gqa fixture, ~160 jobs in ~0.2 s).
+ */
+#define _DEFAULT_SOURCE
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char tmp[64], plan[1024], small_plan[1024];
+
+static void setup(void)
+{
+    snprintf(tmp, sizeof tmp, "/tmp/hp_sweep_XXXXXX");
+    cr_assert(mkdtemp(tmp));
+    snprintf(plan, sizeof plan, "%s/plans/sweep.yaml", getenv("HP_TESTS"));
+    snprintf(small_plan, sizeof small_plan, "%s/plans/sweep-small.yaml", getenv("HP_TESTS"));
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(sweep, .init = setup, .fini = teardown, .timeout = 600);
+
+/* Start `headprune run PLAN --db DB [extra]` with output to /dev/null. */
+static pid_t start(const char *p, const char *db, const char *extra)
+{
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        freopen("/dev/null", "w", stdout);
+        freopen("/dev/null", "w", stderr);
+        const char *hp = getenv("HP_HEADPRUNE");
+        if (extra)
+            execl(hp, hp, "run", p, "--db", db, "--threads", "1", "--quiet", "--shard", extra, (char *)NULL);
+        else
+            execl(hp, hp, "run", p, "--db", db, "--threads", "1", "--quiet", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int finish(pid_t pid)
+{
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int run(const char *p, const char *db, const char *shard)
+{
+    return finish(start(p, db, shard));
+}
+
+static void path(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", tmp, name);
+}
+
+/* A canonical text dump of everything a sweep's results consist of. */
+static char *dump(const char *db)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    const char *queries[] = {
+        "SELECT key, mask_text, n_ablated, ablation, quote(mask) FROM variants ORDER BY key",
+        "SELECT v.key, printf('%.17g %.17g %.17g %.17g', r.loss, r.ppl, r.acc, r.kl), r.n_tokens, r.n_seqs "
+        "FROM results r JOIN variants v ON v.id = r.variant_id ORDER BY v.key",
+        "SELECT v.key, q.seq, printf('%.17g %.17g %.17g', q.loss, q.acc, q.kl), q.n_tokens "
+        "FROM seq_results q JOIN variants v ON v.id = q.variant_id ORDER BY v.key, q.seq",
+        "SELECT s.key, j.ord, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2, j.step, j.sample, j.k, v.key "
+        "FROM sweep_jobs j JOIN sweeps s ON s.id = j.sweep_id JOIN variants v ON v.id = j.variant_id "
+        "ORDER BY s.key, j.ord",
+        "SELECT count(*) FROM variants WHERE id NOT IN (SELECT variant_id FROM results)",
+    };
+    size_t cap = 1 << 20, len = 0;
+    char *out = malloc(cap);
+    out[0] = 0;
+    for (size_t q = 0; q < sizeof queries / sizeof *queries; q++) {
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(h, queries[q], -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            for (int c = 0; c < sqlite3_column_count(st); c++) {
+                const char *v = (const char *)sqlite3_column_text(st, c);
+                size_t n = strlen(v ? v : "NULL") + 2;
+                if (len + n + 1 > cap)
+                    out = realloc(out, cap *= 2);
+                len += (size_t)sprintf(out + len, "%s%c", v ? v : "NULL", c + 1 < sqlite3_column_count(st) ? '|' : '\n');
+            }
+        }
+        sqlite3_finalize(st);
+    }
+    sqlite3_stmt *st;
+    sqlite3_prepare_v2(h, "PRAGMA integrity_check", -1, &st, NULL);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), "ok", "%s fails PRAGMA integrity_check", db);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return out;
+}
+
+static long count(const char *db, const char *q)
+{
+    sqlite3 *h;
+    sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    long n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return n;
+}
+
+static void assert_same(const char *a, const char *b)
+{
+    char *x = dump(a), *y = dump(b);
+    if (strcmp(x, y) != 0) {
+        size_t i = 0;
+        while (x[i] && x[i] == y[i])
+            i++;
+        size_t s = i > 200 ? i - 200 : 0;
+        cr_log_error("first difference at byte %zu:\n--- %s\n%.400s\n--- %s\n%.400s", i, a, x + s, b, y + s);
+        cr_assert_fail("%s and %s hold different results", a, b);
+    }
+    free(x);
+    free(y);
+}
+
+static char *reference(void)
+{
+    static char ref[128];
+    path(ref, sizeof ref, "ref.db");
+    cr_assert_eq(run(plan, ref, NULL), 0);
+    cr_assert_gt(count(ref, "SELECT count(*) FROM sweep_jobs"), 150);
+    return ref;
+}
+
+Test(sweep, rerun_skips_finished_jobs)
+{
+    char *ref = reference();
+    long before = count(ref, "SELECT count(*) FROM results");
+    char *d0 = dump(ref);
+    cr_assert_eq(run(plan, ref, NULL), 0);
+    cr_assert_eq(count(ref, "SELECT count(*) FROM results"), before);
+    char *d1 = dump(ref);
+    cr_assert_str_eq(d0, d1, "a second run changed the results");
+    free(d0);
+    free(d1);
+}
+
+Test(sweep, sigkill_at_random_moments_then_resume_equals_uninterrupted)
+{
+    char *ref = reference();
+    char db[128];
+    path(db, sizeof db, "killed.db");
+    /* kill after a random 0-25 ms until a run gets to finish by itself */
+    srand(12345);
+    int killed_mid_run = 0, runs = 0, rc = -1;
+    while (rc != 0 && runs < 400) {
+        pid_t pid = start(plan, db, NULL);
+        struct timespec ts = {0, (long)(rand() % 25000) * 1000L};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        rc = finish(pid);
+        runs++;
+        killed_mid_run += rc == 128 + SIGKILL;
+        cr_assert(rc == 0 || rc == 128 + SIGKILL, "run %d exited %d", runs, rc);
+    }
+    cr_log_info("%d runs, %d killed mid-run", runs, killed_mid_run);
+    cr_assert_geq(killed_mid_run, 10, "too few kills landed during a run to test anything");
+    cr_assert_gt(count(db, "SELECT count(*) FROM results"), 0, "no kill left any finished result");
+    cr_assert_eq(run(plan, db, NULL), 0);
+    assert_same(ref, db);
+}
+
+Test(sweep, ctrl_c_stops_cleanly_and_resumes)
+{
+    char *ref = reference();
+    char db[128];
+    path(db, sizeof db, "int.db");
+    int interrupted = 0;
+    for (int i = 0; i < 10; i++) {
+        pid_t pid = start(plan, db, NULL);
+        struct timespec ts = {0, 20000000L + i * 5000000L};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGINT);
+        int rc = finish(pid);
+        cr_assert(rc == 130 || rc == 0 || rc == 128 + SIGINT, "exit %d after Ctrl-C", rc);
+        interrupted += rc == 130;
+    }
+    cr_assert_gt(interrupted, 0, "no Ctrl-C landed during a run");
+    cr_assert_eq(run(plan, db, NULL), 0);
+    assert_same(ref, db);
+}
+
+Test(sweep, shards_merged_equal_one_run)
+{
+    char *ref = reference();
+    char a[128], b[128], m[128];
+    path(a, sizeof a, "s1.db");
+    path(b, sizeof b, "s2.db");
+    path(m, sizeof m, "merged.db");
+    pid_t p1 = start(plan, a, "1/2"), p2 = start(plan, b, "2/2");
+    cr_assert_eq(finish(p1), 0);
+    cr_assert_eq(finish(p2), 0);
+    cr_assert_lt(count(b, "SELECT count(*) FROM sweep_jobs"), count(ref, "SELECT count(*) FROM sweep_jobs"));
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s merge %s %s %s >/dev/null", getenv("HP_HEADPRUNE"), m, a, b);
+    cr_assert_eq(system(cmd), 0);
+    assert_same(ref, m);
+    snprintf(cmd, sizeof cmd, "%s merge %s %s %s > %s/again.txt", getenv("HP_HEADPRUNE"), m, a, b, tmp);
+    cr_assert_eq(system(cmd), 0, "merging again failed");
+    assert_same(ref, m);
+    char again[160], line[256] = "";
+    snprintf(again, sizeof again, "%s/again.txt", tmp);
+    FILE *f = fopen(again, "r");
+    cr_assert(fgets(line, sizeof line, f));
+    fclose(f);
+    cr_assert(strstr(line, ": 0 new results"), "second merge reported: %s", line);
+}
+
+Test(sweep, two_workers_share_one_database)
+{
+    char *ref = reference();
+    char db[128];
+    path(db, sizeof db, "shared.db");
+    pid_t p1 = start(plan, db, NULL), p2 = start(plan, db, NULL);
+    cr_assert_eq(finish(p1), 0);
+    cr_assert_eq(finish(p2), 0);
+    assert_same(ref, db);
+}
+
+Test(sweep, full_disk_fails_cleanly_and_keeps_results)
+{
+    char db[128];
+    path(db, sizeof db, "full.db");
+    cr_assert_eq(run(small_plan, db, NULL), 0);
+    long before = count(db, "SELECT count(*) FROM results");
+    /* the file size limit stands in for a full disk: writes past it fail */
+    char cmd[2048];
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(h, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(h);
+    snprintf(cmd, sizeof cmd, "cd %s && "
+             "(ulimit -f $(( $(stat -c %%s full.db) / 1024 + 24 )); trap '' XFSZ; "
+             "exec %s run %s --db full.db --threads 1 --quiet) 2> err.txt",
+             tmp, getenv("HP_HEADPRUNE"), plan);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "expected exit 1 on a full disk, got %d", st);
+    char errp[160], msg[512] = "";
+    snprintf(errp, sizeof errp, "%s/err.txt", tmp);
+    FILE *f = fopen(errp, "r");
+    cr_assert(fgets(msg, sizeof msg, f));
+    fclose(f);
+    cr_assert(strstr(msg, "full.db") && (strstr(msg, "disk full") || strstr(msg, "I/O")), "message: %s", msg);
+    char *d = dump(db); /* integrity_check */
+    free(d);
+    cr_assert_geq(count(db, "SELECT count(*) FROM results"), before);
+    cr_assert_eq(count(db, "SELECT count(*) FROM variants WHERE id NOT IN (SELECT variant_id FROM results)"), 0);
+    cr_assert_eq(run(plan, db, NULL), 0, "the run did not complete once space was back");
+}
