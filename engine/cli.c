@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "headprune.h"
@@ -593,8 +594,9 @@ static void on_signal(int sig)
 }
 
 struct run_progress {
-    bool tty, quiet;
+    bool tty, quiet, started;
     double last;
+    const char *plan, *db;
 };
 
 static void fmt_eta(double s, char *buf, size_t n)
@@ -614,6 +616,11 @@ static void run_progress_cb(void *user, const struct hp_sweep_progress *p)
     struct run_progress *r = user;
     if (r->quiet)
         return;
+    if (!r->started) {
+        /* said once the plan, model, data and database have all opened */
+        fprintf(stderr, "headprune: running %s into %s (BLIS kernel %s)\n", r->plan, r->db, hp_runtime_kernel());
+        r->started = true;
+    }
     double rate = p->elapsed > 0 ? (double)p->done / p->elapsed : 0;
     char eta[32];
     fmt_eta(rate > 0 ? (double)(p->total - p->done) / rate : NAN, eta, sizeof eta);
@@ -670,18 +677,16 @@ static int cmd_run(int argc, char **argv)
     if (!db) {
         snprintf(dbpath, sizeof dbpath, "results/%s.db", p->name);
         db = dbpath;
+        mkdir("results", 0777); /* the default folder; an error surfaces when the database opens */
     }
     hp_runtime_init(threads);
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    struct run_progress rp = {isatty(STDERR_FILENO), quiet, 0};
+    struct run_progress rp = {isatty(STDERR_FILENO), quiet, false, 0, p->path, db};
     struct hp_sweep_opts o = {db, si - 1, sn, threads, run_progress_cb, &rp, &g_stop};
     struct hp_sweep_summary sum;
-    if (!quiet)
-        fprintf(stderr, "headprune: running %s into %s%s (BLIS kernel %s)\n", p->path, db,
-                sn > 1 ? " as a shard" : "", hp_runtime_kernel());
     enum hp_status st = hp_sweep_run(p, &o, &sum, &err);
     if (rp.tty && !quiet)
         fputs("\r\033[K", stderr);

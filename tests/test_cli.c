@@ -186,3 +186,105 @@ Test(cli, sequences_longer_than_the_model)
     snprintf(a, sizeof a, "eval --model tests/fixtures/gpt2-tiny --data " STORIES "/data.npy");
     expect_error(a, "exceed the model's 64 positions");
 }
+
+// --- plans, runs, queries ---------------------------------------------------------
+
+Test(cli, plan_prints_jobs_and_cost)
+{
+    cr_assert_eq(hp("plan tests/plans/sweep.yaml"), 0, "%s", errs);
+    cr_assert(strstr(out, "study     pairs            pairs      18 jobs"), "%s", out);
+    cr_assert(strstr(out, "jobs      71 expanded"), "%s", out);
+    cr_assert(strstr(out, "GFLOP per evaluation"), "%s", out);
+}
+
+Test(cli, plan_with_unknown_key)
+{
+    write_file("bad.yaml", "name: x\nmodle: ../m\ndata: d.npy\nstudies: [single]\n");
+    char a[512];
+    snprintf(a, sizeof a, "plan %s/bad.yaml", tmp);
+    expect_error(a, "bad.yaml:2:1: unknown key 'modle' (did you mean 'model'?)");
+}
+
+Test(cli, plan_malformed_yaml)
+{
+    write_file("bad.yaml", "name: x\nstudies: [single\n");
+    char a[512];
+    snprintf(a, sizeof a, "run %s/bad.yaml --db %s/r.db", tmp, tmp);
+    expect_error(a, "bad.yaml:");
+}
+
+Test(cli, plan_head_out_of_range)
+{
+    char p[256];
+    snprintf(p, sizeof p, "name: x\nmodel: %s/../tests/fixtures/llama-gqa\ndata: %s/../tests/fixtures/llama-gqa/data.npy\n"
+             "studies:\n  - single: {layers: [0], heads: [7]}\n", getenv("HP_TESTS"), getenv("HP_TESTS"));
+    write_file("range.yaml", p);
+    char a[512];
+    snprintf(a, sizeof a, "run %s/range.yaml --db %s/r.db", tmp, tmp);
+    expect_error(a, "head 7 does not exist");
+}
+
+Test(cli, run_with_missing_model)
+{
+    write_file("nomodel.yaml", "name: x\nmodel: no-such-model\ndata: d.npy\nstudies: [single]\n");
+    char a[512];
+    snprintf(a, sizeof a, "run %s/nomodel.yaml --db %s/r.db", tmp, tmp);
+    expect_error(a, "no-such-model");
+}
+
+Test(cli, run_with_missing_data)
+{
+    char p[256];
+    snprintf(p, sizeof p, "name: x\nmodel: %s/../tests/fixtures/llama-gqa\ndata: nothing-here.npy\nstudies: [single]\n",
+             getenv("HP_TESTS"));
+    write_file("nodata.yaml", p);
+    char a[512];
+    snprintf(a, sizeof a, "run %s/nodata.yaml --db %s/r.db", tmp, tmp);
+    expect_error(a, "nothing-here.npy");
+}
+
+Test(cli, run_into_missing_folder)
+{
+    char a[512];
+    snprintf(a, sizeof a, "run tests/plans/sweep-small.yaml --db %s/no/dir/r.db", tmp);
+    expect_error(a, "does not exist");
+}
+
+Test(cli, query_missing_database)
+{
+    char a[512];
+    snprintf(a, sizeof a, "query heads --db %s/none.db", tmp);
+    expect_error(a, "none.db");
+}
+
+Test(cli, run_then_query_every_kind_and_format)
+{
+    char a[512];
+    snprintf(a, sizeof a, "run tests/plans/sweep.yaml --db %s/q.db --quiet", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "sweep 1: "), "%s", out);
+    const char *kinds[] = {"sweeps", "curve", "heads --top 3", "redundancy --eps 0.05", "pairs --top 2"};
+    const char *fmts[] = {"table", "csv", "json"};
+    for (int k = 0; k < 5; k++)
+        for (int f = 0; f < 3; f++) {
+            snprintf(a, sizeof a, "query %s --db %s/q.db --format %s", kinds[k], tmp, fmts[f]);
+            cr_assert_eq(hp(a), 0, "%s: %s", a, errs);
+            cr_assert_gt(strlen(out), 20, "%s printed nothing", a);
+            if (f == 2) {
+                cJSON *j = cJSON_Parse(out);
+                cr_assert(cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0, "%s: not a JSON array: %s", a, out);
+                cJSON_Delete(j);
+            }
+        }
+    snprintf(a, sizeof a, "query heads --db %s/q.db --top 3 --format csv", tmp);
+    cr_assert_eq(hp(a), 0);
+    int lines = 0;
+    for (char *c = out; *c; c++)
+        lines += *c == '\n';
+    cr_assert_eq(lines, 4, "header + 3 rows expected: %s", out);
+    snprintf(a, sizeof a, "query sql --db %s/q.db \"SELECT count(*) AS n FROM jobs WHERE kind = 'single'\"", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "18"), "%s", out);
+    snprintf(a, sizeof a, "query sql --db %s/q.db \"DELETE FROM results\"", tmp);
+    cr_assert_eq(hp(a), 1, "a write was not refused");
+}
