@@ -22,6 +22,7 @@ struct hp_evaluator {
     bool has_loss;    /* causal LM, or MLM with labels */
     float *out_m;     /* (seq_len, width) masked variant */
     float *out_b;     /* (seq_len, width) unmasked reference */
+    float *base_all;  /* NULL or (n_seqs, seq_len, width): every sequence's unmasked output, once */
     float *mean_all;  /* NULL or (n_layers, n_heads * d_head) */
     float *mean_pos;  /* NULL or (n_layers, seq_len, n_heads * d_head) */
     void (*progress)(void *, int, int);
@@ -80,6 +81,7 @@ void hp_evaluator_free(struct hp_evaluator *ev)
     hp_fwd_free(ev->fwd);
     free(ev->out_m);
     free(ev->out_b);
+    free(ev->base_all);
     free(ev->mean_all);
     free(ev->mean_pos);
     free(ev);
@@ -161,6 +163,24 @@ static enum hp_status ensure_means(struct hp_evaluator *ev, struct hp_error *err
     free(cap);
     free(cnt);
     return HP_OK;
+}
+
+/* Unmasked outputs are the reference of every variant: keep them when they fit. */
+#define HP_BASE_CACHE_MAX ((size_t)512 << 20)
+
+static const float *baseline_output(struct hp_evaluator *ev, int s)
+{
+    const struct hp_data *d = ev->d;
+    size_t per = (size_t)d->seq_len * ev->width;
+    if (!ev->base_all && per * d->n_seqs * sizeof(float) <= HP_BASE_CACHE_MAX) {
+        ev->base_all = malloc(per * d->n_seqs * sizeof(float));
+        for (int i = 0; ev->base_all && i < d->n_seqs; i++)
+            run_seq(ev, i, NULL, HP_ABLATE_ZERO, ev->base_all + per * i, NULL);
+    }
+    if (ev->base_all)
+        return ev->base_all + per * s;
+    run_seq(ev, s, NULL, HP_ABLATE_ZERO, ev->out_b, NULL);
+    return ev->out_b;
 }
 
 /* log-sum-exp of a row, in double */
@@ -282,10 +302,8 @@ enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *m
         run_seq(ev, s, gate, abl, ev->out_m, NULL);
         /* the unmasked reference; with nothing changed it is the same pass */
         const float *base = ev->out_m;
-        if (scaled) {
-            run_seq(ev, s, NULL, HP_ABLATE_ZERO, ev->out_b, NULL);
-            base = ev->out_b;
-        }
+        if (scaled)
+            base = baseline_output(ev, s);
         if (ev->has_loss) {
             double sl = 0, sa = 0, sk = 0;
             int64_t nt = 0;
