@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "headprune.h"
+#include "testutil.h"
 
 static void fixture(const char *name, char *dir, size_t n)
 {
@@ -81,28 +82,6 @@ Test(invariants, all_ones_mask_is_bit_identical_encoder) { all_ones_is_identity(
 
 // --- ablation == zeroed output-projection columns -------------------------------
 
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc(*n + 1);
-    cr_assert(fread(s, 1, *n, f) == *n);
-    s[*n] = 0;
-    fclose(f);
-    return s;
-}
-
-static void spit(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    cr_assert(f, "cannot write %s", path);
-    cr_assert(fwrite(p, 1, n, f) == n);
-    fclose(f);
-}
-
 /*
  * Copy a single-file f32 fixture to a temp dir, zeroing in tensor `name` the
  * inputs of head h: columns [h*dh, (h+1)*dh) of a Linear (out, in) weight, or
@@ -113,12 +92,12 @@ static void zeroed_copy(const char *src, const char *tmp, const char *name, bool
     char path[1200];
     size_t n;
     snprintf(path, sizeof path, "%s/config.json", src);
-    char *cfg = slurp(path, &n);
+    char *cfg = tu_slurp(path, &n);
     snprintf(path, sizeof path, "%s/config.json", tmp);
-    spit(path, cfg, n);
+    tu_spit(path, cfg, n);
     free(cfg);
     snprintf(path, sizeof path, "%s/model.safetensors", src);
-    char *st = slurp(path, &n);
+    char *st = tu_slurp(path, &n);
     uint64_t hl = 0;
     memcpy(&hl, st, 8); /* little-endian host */
     cJSON *hdr = cJSON_ParseWithLength(st + 8, hl);
@@ -138,7 +117,7 @@ static void zeroed_copy(const char *src, const char *tmp, const char *name, bool
             }
         }
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    spit(path, st, n);
+    tu_spit(path, st, n);
     cJSON_Delete(hdr);
     free(st);
 }

@@ -13,22 +13,9 @@
 #include <string.h>
 
 #include "headprune.h"
+#include "testutil.h"
 
 static char src[1024], tmp[64];
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc(*n + 1);
-    cr_assert(fread(s, 1, *n, f) == *n);
-    s[*n] = 0;
-    fclose(f);
-    return s;
-}
 
 static void spit(const char *name, const void *p, size_t n)
 {
@@ -48,7 +35,7 @@ static void setup(void)
     char p[1200];
     size_t n;
     snprintf(p, sizeof p, "%s/config.json", src);
-    char *c = slurp(p, &n);
+    char *c = tu_slurp(p, &n);
     spit("config.json", c, n);
     free(c);
 }
@@ -66,7 +53,7 @@ static void write_weights(void (*edit)(cJSON *hdr), long cut)
     char p[1200];
     size_t n;
     snprintf(p, sizeof p, "%s/model.safetensors", src);
-    char *st = slurp(p, &n);
+    char *st = tu_slurp(p, &n);
     uint64_t hl;
     memcpy(&hl, st, 8);
     cJSON *hdr = cJSON_ParseWithLength(st + 8, hl);
@@ -201,7 +188,7 @@ static void edit_config(const char *from, const char *to)
     char p[256];
     size_t n;
     snprintf(p, sizeof p, "%s/config.json", tmp);
-    char *c = slurp(p, &n);
+    char *c = tu_slurp(p, &n);
     char *at = strstr(c, from);
     cr_assert(at, "config has no %s", from);
     size_t nn = n - strlen(from) + strlen(to);

@@ -17,24 +17,11 @@
 #include <stdlib.h>
 
 #include "headprune.h"
+#include "testutil.h"
 #include "safetensors_int.h"
 
 #define METRIC_TOL 1e-5
 #define OUTPUT_TOL 1e-4
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    cr_assert(fread(s, 1, (size_t)n, f) == (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
 
 static int check_metric(const char *fix, const char *cs, const char *what, double got, double want)
 {
@@ -75,7 +62,7 @@ static void check_fixture(const char *name)
     char dir[1024], path[1200];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
     snprintf(path, sizeof path, "%s/reference.json", dir);
-    char *txt = slurp(path);
+    char *txt = tu_slurp(path, NULL);
     cJSON *ref = cJSON_Parse(txt);
     cr_assert(ref, "%s: bad JSON", path);
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "headprune.h"
+#include "testutil.h"
 #include "store_int.h"
 
 static char tmp[64], db[128];
@@ -33,19 +34,6 @@ static void teardown(void)
 
 TestSuite(store, .init = setup, .fini = teardown);
 
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc(*n + 1);
-    cr_assert(fread(s, 1, *n, f) == *n);
-    fclose(f);
-    return s;
-}
-
 static void sql(const char *path, const char *q)
 {
     sqlite3 *h;
@@ -57,7 +45,7 @@ static void sql(const char *path, const char *q)
 static void expect_refused(const char *words)
 {
     size_t n0, n1;
-    char *before = slurp(db, &n0);
+    char *before = tu_slurp(db, &n0);
     struct hp_error err = {0};
     struct hp_store *s = NULL;
     enum hp_status st = hp_store_open(db, &s, &err);
@@ -65,7 +53,7 @@ static void expect_refused(const char *words)
     cr_assert_null(s);
     cr_assert(strstr(err.msg, db), "message does not name the database: %s", err.msg);
     cr_assert(strstr(err.msg, words), "message does not say '%s': %s", words, err.msg);
-    char *after = slurp(db, &n1);
+    char *after = tu_slurp(db, &n1);
     cr_assert(n0 == n1 && memcmp(before, after, n0) == 0, "the database file changed");
     free(before);
     free(after);
