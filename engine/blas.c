@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 static bool g_inited;
+static rntm_t g_serial; /* one thread: small products cost more to split than to run */
 static bool g_from_env;
 
 static bool cpu_has_avx512f(void)
@@ -40,6 +41,8 @@ void hp_runtime_init(int n_threads)
             setenv("BLIS_ARCH_TYPE", num, 1);
         }
         bli_init();
+        bli_rntm_init(&g_serial);
+        bli_rntm_set_num_threads(1, &g_serial);
         g_inited = true;
     }
     if (n_threads > 0)
@@ -67,7 +70,11 @@ void hp_gemm(int m, int n, int k, float alpha, const float *a, ptrdiff_t rsa,
     if (m == 0 || n == 0)
         return;
     float al = alpha, be = beta;
-    /* BLIS takes non-const pointers but does not write a or b. */
-    bli_sgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (float *)a,
-              rsa, csa, (float *)b, rsb, csb, &be, c, rsc, csc);
+    /* BLIS takes non-const pointers but does not write a or b. Below about
+     * 2 MFLOP, waking a second thread costs more than it saves (and with the
+     * other core busy, OpenMP's spinning barriers stall). Threads only split
+     * the m and n loops, so the result is the same either way. */
+    rntm_t *r = (double)m * n * k < (1 << 20) ? &g_serial : NULL;
+    bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (float *)a,
+                 rsa, csa, (float *)b, rsb, csb, &be, c, rsc, csc, NULL, r);
 }

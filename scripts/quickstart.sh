@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Install, build, and run the main job on the embedded default: evaluate the
-# bundled stories260K model (a real trained Llama with grouped-query attention)
-# unmasked, with one head ablated, and with a whole KV group ablated.
+# Install, build, and run the main job on the embedded default: a sweep of
+# plans/quickstart.yaml over models/default (a small GPT-2 trained on data with
+# planted previous-token and induction structure), then the pruning curve, the
+# heads that matter most, and the per-layer redundancy table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
-M=tests/fixtures/stories260K
-echo "== headprune inspect --model $M"
-./build/headprune inspect --model "$M"
-for mask in "" "0.3" "kv:3.1" "2.*"; do
-    echo
-    echo "== headprune eval --model $M --data $M/data.npy${mask:+ --mask $mask}"
-    ./build/headprune eval --model "$M" --data "$M/data.npy" ${mask:+--mask "$mask"}
-done
+HP=./build/headprune
+DB=results/quickstart.db
+$HP run plans/quickstart.yaml --db "$DB"
+echo
+echo "== pruning curve: headprune query curve --db $DB"
+$HP query curve --db "$DB"
+echo
+echo "== the heads that matter most: headprune query heads --db $DB --top 8"
+$HP query heads --db "$DB" --top 8
+echo
+echo "== redundancy per layer: headprune query redundancy --db $DB"
+$HP query redundancy --db "$DB"
