@@ -14,14 +14,18 @@
 #include "forward_int.h"
 #include "util_int.h"
 
+#define HP_CHUNK_ROWS 512
+#define HP_CHUNK_BYTES ((size_t)128 << 20)
+
 struct hp_evaluator {
     struct hp_model *m;
     const struct hp_data *d;
     struct hp_fwd *fwd;
+    int batch;        /* sequences per forward call */
     int width;        /* forward output row width */
     bool has_loss;    /* causal LM, or MLM with labels */
-    float *out_m;     /* (seq_len, width) masked variant */
-    float *out_b;     /* (seq_len, width) unmasked reference */
+    float *out_m;     /* (batch, seq_len, width) masked variant */
+    float *out_b;     /* (batch, seq_len, width) unmasked reference, when not all kept */
     float *base_all;  /* NULL or (n_seqs, seq_len, width): every sequence's unmasked output, once */
     float *mean_all;  /* NULL or (n_layers, n_heads * d_head) */
     float *mean_pos;  /* NULL or (n_layers, seq_len, n_heads * d_head) */
@@ -62,8 +66,15 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
     ev->d = d;
     ev->has_loss = has_loss;
     ev->width = hp_fwd_out_width(m);
-    ev->fwd = hp_fwd_new(m, d->seq_len);
-    size_t n = (size_t)d->seq_len * ev->width;
+    /* Sequences go through the forward together, so the products have about
+     * HP_CHUNK_ROWS rows, within HP_CHUNK_BYTES of outputs per buffer. */
+    size_t per = (size_t)d->seq_len * ev->width * sizeof(float);
+    int b = HP_CHUNK_ROWS / d->seq_len;
+    while (b > 1 && (size_t)b * per > HP_CHUNK_BYTES)
+        b--;
+    ev->batch = b < 1 ? 1 : b > d->n_seqs ? d->n_seqs : b;
+    ev->fwd = hp_fwd_new(m, d->seq_len, ev->batch);
+    size_t n = (size_t)ev->batch * d->seq_len * ev->width;
     ev->out_m = malloc(n * sizeof(float));
     ev->out_b = malloc(n * sizeof(float));
     if (!ev->fwd || !ev->out_m || !ev->out_b) {
@@ -93,8 +104,9 @@ void hp_evaluator_set_progress(struct hp_evaluator *ev, void (*fn)(void *, int, 
     ev->progress_user = user;
 }
 
-static void run_seq(struct hp_evaluator *ev, int s, const float *gate, enum hp_ablation abl, float *out,
-                    double *capture)
+/* Forward sequences [s, s + nb) into out (nb, seq_len, width). */
+static void run_chunk(struct hp_evaluator *ev, int s, int nb, const float *gate, enum hp_ablation abl, float *out,
+                      double *capture)
 {
     const struct hp_data *d = ev->d;
     size_t off = (size_t)s * d->seq_len;
@@ -105,6 +117,7 @@ static void run_seq(struct hp_evaluator *ev, int s, const float *gate, enum hp_a
         .attn_mask = d->attn_mask ? d->attn_mask + off : NULL,
         .type_ids = d->type_ids ? d->type_ids + off : NULL,
         .T = d->seq_len,
+        .n_seqs = nb,
         .gate = gate,
         .ablation = abl,
         .capture = capture,
@@ -142,11 +155,13 @@ static enum hp_status ensure_means(struct hp_evaluator *ev, struct hp_error *err
         ev->mean_all = ev->mean_pos = NULL;
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for mean-ablation statistics");
     }
-    for (int s = 0; s < d->n_seqs; s++) {
-        run_seq(ev, s, NULL, HP_ABLATE_ZERO, ev->out_b, cap);
+    for (int s = 0; s < d->n_seqs; s += ev->batch) {
+        int nb = d->n_seqs - s < ev->batch ? d->n_seqs - s : ev->batch;
+        run_chunk(ev, s, nb, NULL, HP_ABLATE_ZERO, ev->out_b, cap);
+    }
+    for (int s = 0; s < d->n_seqs; s++)
         for (size_t t = 0; t < T; t++)
             cnt[t] += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
-    }
     int64_t total = 0;
     for (size_t t = 0; t < T; t++)
         total += cnt[t];
@@ -168,18 +183,22 @@ static enum hp_status ensure_means(struct hp_evaluator *ev, struct hp_error *err
 /* Unmasked outputs are the reference of every variant: keep them when they fit. */
 #define HP_BASE_CACHE_MAX ((size_t)512 << 20)
 
-static const float *baseline_output(struct hp_evaluator *ev, int s)
+/* The unmasked outputs of sequences [s, s + nb), a chunk as run_chunk makes them. */
+static const float *baseline_output(struct hp_evaluator *ev, int s, int nb)
 {
     const struct hp_data *d = ev->d;
     size_t per = (size_t)d->seq_len * ev->width;
     if (!ev->base_all && per * d->n_seqs * sizeof(float) <= HP_BASE_CACHE_MAX) {
         ev->base_all = malloc(per * d->n_seqs * sizeof(float));
-        for (int i = 0; ev->base_all && i < d->n_seqs; i++)
-            run_seq(ev, i, NULL, HP_ABLATE_ZERO, ev->base_all + per * i, NULL);
+        /* the same chunks as the variants', so the reference is computed exactly as they are */
+        for (int i = 0; ev->base_all && i < d->n_seqs; i += ev->batch) {
+            int n = d->n_seqs - i < ev->batch ? d->n_seqs - i : ev->batch;
+            run_chunk(ev, i, n, NULL, HP_ABLATE_ZERO, ev->base_all + per * i, NULL);
+        }
     }
     if (ev->base_all)
         return ev->base_all + per * s;
-    run_seq(ev, s, NULL, HP_ABLATE_ZERO, ev->out_b, NULL);
+    run_chunk(ev, s, nb, NULL, HP_ABLATE_ZERO, ev->out_b, NULL);
     return ev->out_b;
 }
 
@@ -298,12 +317,14 @@ enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *m
     const int W = ev->width;
     double sum_loss = 0, sum_acc = 0, sum_kl = 0, sum_cos = 0;
     int64_t n_tok = 0;
-    for (int s = 0; s < d->n_seqs; s++) {
-        run_seq(ev, s, gate, abl, ev->out_m, NULL);
+    const size_t per = (size_t)d->seq_len * W;
+    for (int s0 = 0; s0 < d->n_seqs; s0 += ev->batch) {
+        int nb = d->n_seqs - s0 < ev->batch ? d->n_seqs - s0 : ev->batch;
+        run_chunk(ev, s0, nb, gate, abl, ev->out_m, NULL);
         /* the unmasked reference; with nothing changed it is the same pass */
-        const float *base = ev->out_m;
-        if (scaled)
-            base = baseline_output(ev, s);
+        const float *base_chunk = scaled ? baseline_output(ev, s0, nb) : ev->out_m;
+        for (int s = s0; s < s0 + nb; s++) {
+        const float *out_m = ev->out_m + per * (s - s0), *base = base_chunk + per * (s - s0);
         if (ev->has_loss) {
             double sl = 0, sa = 0, sk = 0;
             int64_t nt = 0;
@@ -311,7 +332,7 @@ enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *m
                 int32_t y;
                 if (!target_at(d, in->causal, s, t, &y))
                     continue;
-                const float *zm = ev->out_m + (size_t)t * W, *zb = base + (size_t)t * W;
+                const float *zm = out_m + (size_t)t * W, *zb = base + (size_t)t * W;
                 double lse_m = row_lse(zm, W);
                 sl += lse_m - zm[y];
                 sa += row_argmax(zm, W) == y;
@@ -338,12 +359,13 @@ enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *m
             for (int t = 0; t < d->seq_len; t++)
                 nt += !d->attn_mask || d->attn_mask[(size_t)s * d->seq_len + t];
             mt->seq_tokens[s] = nt;
-            mt->seq_cos[s] = scaled ? mean_pooled_cos(d, s, base, ev->out_m, W) : 1.0;
+            mt->seq_cos[s] = scaled ? mean_pooled_cos(d, s, base, out_m, W) : 1.0;
             sum_cos += mt->seq_cos[s];
             n_tok += nt;
         }
         if (ev->progress)
             ev->progress(ev->progress_user, s + 1, d->n_seqs);
+        }
     }
     mt->n_tokens = n_tok;
     if (ev->has_loss) {
@@ -375,7 +397,7 @@ enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids, const ui
                            in->n_vocab);
     if (!m->fwd || hp_fwd_capacity(m->fwd) != n_tokens) {
         hp_fwd_free(m->fwd);
-        m->fwd = hp_fwd_new(m, n_tokens);
+        m->fwd = hp_fwd_new(m, n_tokens, 1);
         if (!m->fwd)
             return hp_fail(err, HP_ERR_NOMEM, "out of memory for a %d-token workspace", n_tokens);
     }
@@ -384,6 +406,7 @@ enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids, const ui
         .attn_mask = attn_mask,
         .type_ids = type_ids,
         .T = n_tokens,
+        .n_seqs = 1,
         .gate = mask ? mask->gate : NULL,
         .ablation = HP_ABLATE_ZERO,
         .out = out,

@@ -1,7 +1,9 @@
 /*
  * forward.c -- the masked-attention forward pass for GPT-2, BERT and Llama.
  *
- * Activations live in one workspace sized up front for T tokens; nothing is
+ * A call runs B sequences of T tokens as N = B*T rows: every projection is
+ * one product over all rows, attention runs per sequence and head.
+ * Activations live in one workspace sized up front for N rows; nothing is
  * allocated or read from disk during a pass. Matrix products go through
  * hp_gemm with strides: per-head slices of Q/K/V, K transposed and slices of
  * the output projection are views, never copies.
@@ -18,17 +20,18 @@
 #include "blas_int.h"
 
 struct hp_fwd {
-    int cap;     /* T capacity */
-    float *x;    /* (T, d_model) residual stream */
-    float *h;    /* (T, d_model) normalised input of a block */
-    float *tmp;  /* (T, d_model) block output */
-    float *q;    /* (T, n_heads * d_head) */
-    float *k;    /* (T, n_kv_heads * d_head) */
-    float *v;    /* (T, n_kv_heads * d_head) */
-    float *ctx;  /* (T, n_heads * d_head) per-head attention outputs */
-    float *att;  /* (T, T) scores / probabilities of one head */
-    float *ff;   /* (T, d_ff) */
-    float *ff2;  /* (T, d_ff) Llama gate */
+    int cap_t;   /* T capacity */
+    int cap_b;   /* sequences per call */
+    float *x;    /* (N, d_model) residual stream, N = B * T rows */
+    float *h;    /* (N, d_model) normalised input of a block */
+    float *tmp;  /* (N, d_model) block output */
+    float *q;    /* (N, n_heads * d_head) */
+    float *k;    /* (N, n_kv_heads * d_head) */
+    float *v;    /* (N, n_kv_heads * d_head) */
+    float *ctx;  /* (N, n_heads * d_head) per-head attention outputs */
+    float *att;  /* (T, T) scores / probabilities of one head of one sequence */
+    float *ff;   /* (N, d_ff) */
+    float *ff2;  /* (N, d_ff) Llama gate */
     float *rope; /* (T, d_head / 2, 2) cos, sin */
     float *buf;  /* the one allocation behind all of the above */
 };
@@ -38,13 +41,13 @@ int hp_fwd_out_width(const struct hp_model *m)
     return m->lm_head ? m->info.n_vocab : m->info.d_model;
 }
 
-struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T)
+struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
 {
     const struct hp_model_info *in = &m->info;
-    size_t t = (size_t)T, d = (size_t)in->d_model, qd = (size_t)in->n_heads * in->d_head,
+    size_t t = (size_t)T * B, d = (size_t)in->d_model, qd = (size_t)in->n_heads * in->d_head,
            kvd = (size_t)in->n_kv_heads * in->d_head, f = (size_t)in->d_ff;
-    size_t n_x = t * d, n_q = t * qd, n_kv = t * kvd, n_att = t * t, n_ff = t * f,
-           n_rope = t * (size_t)in->d_head;
+    size_t n_x = t * d, n_q = t * qd, n_kv = t * kvd, n_att = (size_t)T * T, n_ff = t * f,
+           n_rope = (size_t)T * in->d_head;
     size_t total = 3 * n_x + 2 * n_q + 2 * n_kv + n_att + 2 * n_ff + n_rope;
     struct hp_fwd *w = calloc(1, sizeof *w);
     if (!w)
@@ -66,7 +69,8 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T)
     w->ff = p, p += n_ff;
     w->ff2 = p, p += n_ff;
     w->rope = p;
-    w->cap = T;
+    w->cap_t = T;
+    w->cap_b = B;
     if (in->arch == HP_ARCH_LLAMA) {
         /* the rotary table, computed in float as Hugging Face does */
         int half = in->d_head / 2;
@@ -89,7 +93,9 @@ void hp_fwd_free(struct hp_fwd *w)
     free(w);
 }
 
-int hp_fwd_capacity(const struct hp_fwd *w) { return w->cap; }
+int hp_fwd_capacity(const struct hp_fwd *w) { return w->cap_t; }
+
+int hp_fwd_batch(const struct hp_fwd *w) { return w->cap_b; }
 
 // --- elementwise ------------------------------------------------------------
 
@@ -132,8 +138,11 @@ static float act(enum hp_act a, float x)
     switch (a) {
     case HP_ACT_GELU:
         return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case HP_ACT_GELU_TANH:
-        return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    case HP_ACT_GELU_TANH: {
+        /* 0.5 x (1 + tanh(u)) = x sigmoid(2u): one expf instead of glibc's slow tanhf */
+        float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+        return x / (1.0f + expf(-2.0f * u));
+    }
     case HP_ACT_RELU:
         return x > 0 ? x : 0;
     case HP_ACT_SILU:
@@ -158,13 +167,14 @@ static void linear(float *y, const float *x, int T, int k, int n, struct hp_mat 
     add_bias(y, T, n, n, b);
 }
 
-/* Rotate-half rotary embedding of one head slice (rows strided by rs). */
-static void rope(float *x, int T, ptrdiff_t rs, int dh, const float *tab)
+/* Rotate-half rotary embedding of one head slice over N rows (strided by
+ * rs) of sequences of T tokens: row r is at position r % T. */
+static void rope(float *x, int N, int T, ptrdiff_t rs, int dh, const float *tab)
 {
     int half = dh / 2;
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < N; t++) {
         float *r = x + t * rs;
-        const float *cs = tab + (size_t)t * dh;
+        const float *cs = tab + (size_t)(t % T) * dh;
         for (int i = 0; i < half; i++) {
             float c = cs[2 * i], s = cs[2 * i + 1];
             float a = r[i], b = r[i + half];
@@ -214,12 +224,12 @@ static void softmax_rows(float *att, int T, bool causal, const uint8_t *kmask)
     }
 }
 
-/* The attention block: reads w->h (T, d), writes w->tmp (T, d). */
+/* The attention block: reads w->h (N, d), writes w->tmp (N, d). */
 static void attention(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a, int l)
 {
     const struct hp_model_info *in = &m->info;
     const struct hp_layer *L = &m->layers[l];
-    const int T = a->T, d = in->d_model, H = in->n_heads, KV = in->n_kv_heads, dh = in->d_head;
+    const int T = a->T, B = a->n_seqs, N = T * B, d = in->d_model, H = in->n_heads, KV = in->n_kv_heads, dh = in->d_head;
     const int qd = H * dh, kvd = KV * dh, per_kv = H / KV;
     const float *g = a->gate ? a->gate + (size_t)l * H : NULL;
     const bool mean = a->ablation != HP_ABLATE_ZERO;
@@ -240,23 +250,23 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         e = run_end(live, H, s);
         if (!live[s])
             continue;
-        hp_gemm(T, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wq.p + (size_t)s * dh * L->wq.cs, L->wq.rs, L->wq.cs,
+        hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wq.p + (size_t)s * dh * L->wq.cs, L->wq.rs, L->wq.cs,
                 0.0f, w->q + s * dh, qd, 1);
         if (L->bq)
-            add_bias(w->q + s * dh, T, (e - s) * dh, qd, L->bq + s * dh);
+            add_bias(w->q + s * dh, N, (e - s) * dh, qd, L->bq + s * dh);
     }
     for (int s = 0, e; s < KV; s = e) {
         e = run_end(kv_live, KV, s);
         if (!kv_live[s])
             continue;
-        hp_gemm(T, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wk.p + (size_t)s * dh * L->wk.cs, L->wk.rs, L->wk.cs,
+        hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wk.p + (size_t)s * dh * L->wk.cs, L->wk.rs, L->wk.cs,
                 0.0f, w->k + s * dh, kvd, 1);
-        hp_gemm(T, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wv.p + (size_t)s * dh * L->wv.cs, L->wv.rs, L->wv.cs,
+        hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wv.p + (size_t)s * dh * L->wv.cs, L->wv.rs, L->wv.cs,
                 0.0f, w->v + s * dh, kvd, 1);
         if (L->bk)
-            add_bias(w->k + s * dh, T, (e - s) * dh, kvd, L->bk + s * dh);
+            add_bias(w->k + s * dh, N, (e - s) * dh, kvd, L->bk + s * dh);
         if (L->bv)
-            add_bias(w->v + s * dh, T, (e - s) * dh, kvd, L->bv + s * dh);
+            add_bias(w->v + s * dh, N, (e - s) * dh, kvd, L->bv + s * dh);
     }
 
     float scale = 1.0f / sqrtf((float)dh);
@@ -264,38 +274,42 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         scale /= (float)(l + 1);
     for (int kv = 0; kv < KV; kv++)
         if (in->arch == HP_ARCH_LLAMA && kv_live[kv])
-            rope(w->k + kv * dh, T, kvd, dh, w->rope);
+            rope(w->k + kv * dh, N, T, kvd, dh, w->rope);
 
     for (int h = 0; h < H; h++) {
         float *out = w->ctx + h * dh;
         if (!live[h]) {
             if (mean) {
                 const float *mu = a->mean + l * a->mean_layer_stride + h * dh;
-                for (int t = 0; t < T; t++)
-                    memcpy(out + (size_t)t * qd, mu + t * a->mean_pos_stride, (size_t)dh * sizeof(float));
+                for (int r = 0; r < N; r++)
+                    memcpy(out + (size_t)r * qd, mu + (r % T) * a->mean_pos_stride, (size_t)dh * sizeof(float));
             }
             continue;
         }
         int kv = h / per_kv;
         float *q = w->q + h * dh;
         if (in->arch == HP_ARCH_LLAMA)
-            rope(q, T, qd, dh, w->rope);
-        /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T): K read transposed through strides */
-        hp_gemm(T, T, dh, scale, q, qd, 1, w->k + kv * dh, 1, kvd, 0.0f, w->att, T, 1);
-        softmax_rows(w->att, T, in->causal, a->attn_mask);
-        /* out (T, dh) = P (T, T) v_kv (T, dh) */
-        hp_gemm(T, dh, T, 1.0f, w->att, T, 1, w->v + kv * dh, kvd, 1, 0.0f, out, qd, 1);
+            rope(q, N, T, qd, dh, w->rope);
+        for (int b = 0; b < B; b++) {
+            size_t r0 = (size_t)b * T;
+            const uint8_t *km = a->attn_mask ? a->attn_mask + r0 : NULL;
+            /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T): K read transposed through strides */
+            hp_gemm(T, T, dh, scale, q + r0 * qd, qd, 1, w->k + r0 * kvd + kv * dh, 1, kvd, 0.0f, w->att, T, 1);
+            softmax_rows(w->att, T, in->causal, km);
+            /* out (T, dh) = P (T, T) v_kv (T, dh) */
+            hp_gemm(T, dh, T, 1.0f, w->att, T, 1, w->v + r0 * kvd + kv * dh, kvd, 1, 0.0f, out + r0 * qd, qd, 1);
+        }
         if (a->capture) {
             double *cap = a->capture + (size_t)l * T * qd + h * dh;
-            for (int t = 0; t < T; t++)
-                if (!a->attn_mask || a->attn_mask[t])
+            for (int r = 0; r < N; r++)
+                if (!a->attn_mask || a->attn_mask[r])
                     for (int i = 0; i < dh; i++)
-                        cap[(size_t)t * qd + i] += out[(size_t)t * qd + i];
+                        cap[(size_t)(r % T) * qd + i] += out[(size_t)r * qd + i];
         }
         if (g && g[h] != 1.0f)
-            for (int t = 0; t < T; t++)
+            for (int r = 0; r < N; r++)
                 for (int i = 0; i < dh; i++)
-                    out[(size_t)t * qd + i] *= g[h];
+                    out[(size_t)r * qd + i] *= g[h];
     }
 
     /* output projection over the heads that contribute, run by run */
@@ -304,16 +318,16 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         e = run_end(in_proj, H, s);
         if (!in_proj[s])
             continue;
-        hp_gemm(T, d, (e - s) * dh, 1.0f, w->ctx + s * dh, qd, 1, L->wo.p + (size_t)s * dh * L->wo.rs, L->wo.rs,
+        hp_gemm(N, d, (e - s) * dh, 1.0f, w->ctx + s * dh, qd, 1, L->wo.p + (size_t)s * dh * L->wo.rs, L->wo.rs,
                 L->wo.cs, beta, w->tmp, d, 1);
         beta = 1.0f;
     }
     if (beta == 0.0f)
-        memset(w->tmp, 0, (size_t)T * d * sizeof(float));
-    add_bias(w->tmp, T, d, d, L->bo);
+        memset(w->tmp, 0, (size_t)N * d * sizeof(float));
+    add_bias(w->tmp, N, d, d, L->bo);
 }
 
-/* The MLP block: reads w->h (T, d), writes w->tmp (T, d). */
+/* The MLP block: reads w->h (N, d), writes w->tmp (N, d). */
 static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l)
 {
     const struct hp_layer *L = &m->layers[l];
@@ -342,56 +356,56 @@ static void add_into(float *x, const float *y, size_t n)
 void hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a)
 {
     const struct hp_model_info *in = &m->info;
-    const int T = a->T, d = in->d_model;
-    const size_t n = (size_t)T * d;
+    const int T = a->T, N = T * a->n_seqs, d = in->d_model;
+    const size_t n = (size_t)N * d;
 
-    for (int t = 0; t < T; t++) {
-        float *x = w->x + (size_t)t * d;
-        const float *e = m->wte + (size_t)a->ids[t] * d;
+    for (int r = 0; r < N; r++) {
+        float *x = w->x + (size_t)r * d;
+        const float *e = m->wte + (size_t)a->ids[r] * d;
         memcpy(x, e, (size_t)d * sizeof(float));
         if (m->wpe)
-            add_into(x, m->wpe + (size_t)t * d, (size_t)d);
+            add_into(x, m->wpe + (size_t)(r % T) * d, (size_t)d);
         if (m->wtt)
-            add_into(x, m->wtt + (size_t)(a->type_ids ? a->type_ids[t] : 0) * d, (size_t)d);
+            add_into(x, m->wtt + (size_t)(a->type_ids ? a->type_ids[r] : 0) * d, (size_t)d);
     }
 
     for (int l = 0; l < in->n_layers; l++) {
         const struct hp_layer *L = &m->layers[l];
         if (in->arch == HP_ARCH_BERT) {
             if (l == 0)
-                layer_norm(w->x, w->x, T, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
+                layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
             memcpy(w->h, w->x, n * sizeof(float));
             attention(m, w, a, l);
             add_into(w->x, w->tmp, n);
-            layer_norm(w->x, w->x, T, d, L->ln1_w, L->ln1_b, m->norm_eps);
+            layer_norm(w->x, w->x, N, d, L->ln1_w, L->ln1_b, m->norm_eps);
             memcpy(w->h, w->x, n * sizeof(float));
-            mlp(m, w, T, l);
+            mlp(m, w, N, l);
             add_into(w->x, w->tmp, n);
-            layer_norm(w->x, w->x, T, d, L->ln2_w, L->ln2_b, m->norm_eps);
+            layer_norm(w->x, w->x, N, d, L->ln2_w, L->ln2_b, m->norm_eps);
         } else {
             if (L->ln1_b)
-                layer_norm(w->h, w->x, T, d, L->ln1_w, L->ln1_b, m->norm_eps);
+                layer_norm(w->h, w->x, N, d, L->ln1_w, L->ln1_b, m->norm_eps);
             else
-                rms_norm(w->h, w->x, T, d, L->ln1_w, m->norm_eps);
+                rms_norm(w->h, w->x, N, d, L->ln1_w, m->norm_eps);
             attention(m, w, a, l);
             add_into(w->x, w->tmp, n);
             if (L->ln2_b)
-                layer_norm(w->h, w->x, T, d, L->ln2_w, L->ln2_b, m->norm_eps);
+                layer_norm(w->h, w->x, N, d, L->ln2_w, L->ln2_b, m->norm_eps);
             else
-                rms_norm(w->h, w->x, T, d, L->ln2_w, m->norm_eps);
-            mlp(m, w, T, l);
+                rms_norm(w->h, w->x, N, d, L->ln2_w, m->norm_eps);
+            mlp(m, w, N, l);
             add_into(w->x, w->tmp, n);
         }
     }
 
     if (in->arch == HP_ARCH_BERT && in->n_layers == 0)
-        layer_norm(w->x, w->x, T, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
+        layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
     const float *hfin = w->x;
     if (m->lnf_w) {
         if (m->lnf_b)
-            layer_norm(w->h, w->x, T, d, m->lnf_w, m->lnf_b, m->norm_eps);
+            layer_norm(w->h, w->x, N, d, m->lnf_w, m->lnf_b, m->norm_eps);
         else
-            rms_norm(w->h, w->x, T, d, m->lnf_w, m->norm_eps);
+            rms_norm(w->h, w->x, N, d, m->lnf_w, m->norm_eps);
         hfin = w->h;
     }
     if (!m->lm_head) {
@@ -399,14 +413,14 @@ void hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_
         return;
     }
     if (m->mlm_dense.p) {
-        linear(w->tmp, hfin, T, d, d, m->mlm_dense, m->mlm_dense_b);
+        linear(w->tmp, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
         for (size_t i = 0; i < n; i++)
             w->tmp[i] = act(m->act, w->tmp[i]);
-        layer_norm(w->tmp, w->tmp, T, d, m->mlm_ln_w, m->mlm_ln_b, m->norm_eps);
+        layer_norm(w->tmp, w->tmp, N, d, m->mlm_ln_w, m->mlm_ln_b, m->norm_eps);
         hfin = w->tmp;
     }
     const int V = in->n_vocab;
-    /* logits (T, V) = h (T, d) E^T: E (V, d) row-major read transposed */
-    hp_gemm(T, V, d, 1.0f, hfin, d, 1, m->lm_head, 1, d, 0.0f, a->out, V, 1);
-    add_bias(a->out, T, V, V, m->mlm_bias);
+    /* logits (N, V) = h (N, d) E^T: E (V, d) row-major read transposed */
+    hp_gemm(N, V, d, 1.0f, hfin, d, 1, m->lm_head, 1, d, 0.0f, a->out, V, 1);
+    add_bias(a->out, N, V, V, m->mlm_bias);
 }
