@@ -3,11 +3,13 @@
  * shaped model, side by side with BLIS sgemm measured in the same run.
  *
  * For each thread count, every rep times, back to back: one square sgemm
- * (2048^3), one forward-shaped sgemm (T x 768 x 3072), the headprune forward
- * over all sequences, and a replay of exactly the hp_gemm calls that forward
- * makes (same shapes, strides and weights) so the time outside BLIS can be
- * read off as forward - replay. Figures are medians over the reps; one
- * warm-up rep (which also faults the mapped weights in) is not counted.
+ * (2048^3), one sgemm of the MLP-up shape (m x n x k = T x 3072 x 768), the
+ * headprune forward over all sequences, and a replay of exactly the hp_gemm
+ * calls that forward makes (same shapes, strides and weights) so the time
+ * outside BLIS can be read off as forward - replay. Figures are medians over
+ * the reps; one warm-up rep (which also faults the mapped weights in) is not
+ * counted. The CPU time other processes took meanwhile is measured and
+ * printed: on a shared machine it is the main source of noise.
  *
  * The model is random (weights ~ N(0, 0.02), LayerNorm weights 1, biases 0)
  * and written once as a Hugging Face directory outside the repo.
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -105,6 +108,43 @@ static void cpu_model(char *buf, size_t cap)
         break;
     }
     fclose(f);
+}
+
+/*
+ * CPU seconds used by the whole machine (from /proc/stat) and by this
+ * process (all its threads): their difference over an interval is what other
+ * work took from us, the main source of noise. busy = -1 when unknown.
+ */
+struct cpu_use {
+    double busy, self, wall;
+};
+
+static struct cpu_use cpu_use_now(void)
+{
+    struct cpu_use u = {-1, 0, now()};
+    FILE *f = fopen("/proc/stat", "r");
+    if (f) {
+        unsigned long long v[8] = {0};
+        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], &v[7]) == 8)
+            /* user nice system [idle iowait] irq softirq steal */
+            u.busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
+        fclose(f);
+    }
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        u.self = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+                 1e-6 * (double)ru.ru_stime.tv_usec;
+    return u;
+}
+
+/* Average number of CPUs other processes kept busy between a and b; -1 when unknown. */
+static double cpu_others(struct cpu_use a, struct cpu_use b)
+{
+    if (a.busy < 0 || b.busy < 0 || b.wall <= a.wall)
+        return -1;
+    double o = ((b.busy - a.busy) - (b.self - a.self)) / (b.wall - a.wall);
+    return o < 0 ? 0 : o;
 }
 
 // --- the random GPT-2-small directory ---------------------------------------
@@ -383,6 +423,7 @@ struct result {
     double fwd_s, fwd_min, fwd_max;      /* forward over all sequences, per rep */
     double replay_s, part_s[N_PART];     /* GEMM replay, per rep */
     double outside_s;                    /* forward - replay, paired within each rep */
+    double others;                       /* CPUs other processes kept busy meanwhile */
 };
 
 static void usage(FILE *f)
@@ -453,6 +494,10 @@ int main(int argc, char **argv)
 
     if (ensure_model(dir) != 0)
         return 1;
+    struct cpu_use idle0 = cpu_use_now();
+    struct timespec pause = {1, 0};
+    nanosleep(&pause, NULL);
+    const double others_before = cpu_others(idle0, cpu_use_now());
     hp_runtime_init(threads[0]);
     struct hp_model *m;
     struct hp_error err = {{0}};
@@ -524,6 +569,7 @@ int main(int argc, char **argv)
         snprintf(r->kernel, sizeof r->kernel, "%s", hp_runtime_kernel());
         r->kernel_env = hp_runtime_kernel_from_env();
         fprintf(stderr, "bench_forward: %d thread(s): warm-up + %d reps ...\n", r->threads, reps);
+        struct cpu_use u0 = cpu_use_now();
         for (int rep = -1; rep < reps; rep++) {
             double sq = sgemm_gflops(SQ, SQ, SQ, sa, sb, sc, 0.5);
             double fs = sgemm_gflops(T, f, d, fa, fb, fc, 0.5);
@@ -545,6 +591,7 @@ int main(int argc, char **argv)
             for (int p = 0; p < N_PART; p++)
                 v_part[p * reps + rep] = part[p];
         }
+        r->others = cpu_others(u0, cpu_use_now());
         r->sq_gflops = median(v_sq, reps);
         r->fs_gflops = median(v_fs, reps);
         r->fwd_s = median(v_fwd, reps);
@@ -566,6 +613,16 @@ int main(int argc, char **argv)
         printf("%s%s", i ? " " : "", argv[i]);
     printf("\ncpu:     %s, %ld logical CPUs online; BLIS kernel set %s (%s)\n", cpu, sysconf(_SC_NPROCESSORS_ONLN),
            res[0].kernel, res[0].kernel_env ? "from BLIS_ARCH_TYPE" : "chosen by headprune");
+    printf("others:  other processes kept %.2f CPUs busy in the second before the run", others_before);
+    for (int ti = 0; ti < n_threads; ti++)
+        printf(", %.2f during the %d-thread part", res[ti].others, res[ti].threads);
+    printf("\n");
+    double worst = others_before;
+    for (int ti = 0; ti < n_threads; ti++)
+        worst = res[ti].others > worst ? res[ti].others : worst;
+    if (worst > 0.1)
+        printf("WARNING: other work competed for the CPUs (up to %.2f CPUs): these figures are skewed, rerun when idle\n",
+               worst);
     printf("model:   %s: %s, %d layers x %d heads, d_model %d, d_ff %d, vocab %d, n_ctx %d, %.1fM params %s, random\n",
            dir, in->model_type, in->n_layers, in->n_heads, in->d_model, in->d_ff, in->n_vocab, in->n_ctx,
            (double)in->n_params / 1e6, in->dtype);
