@@ -113,6 +113,32 @@ static enum hp_status check_folder(const char *path, struct hp_error *err)
     return HP_OK;
 }
 
+/* WAL mode and, if the database is new, the schema, in one locked transaction. */
+static int open_schema(struct hp_store *s)
+{
+    int rc;
+    if ((rc = exec(s, "PRAGMA journal_mode = WAL")) != SQLITE_OK ||
+        (rc = exec(s, "PRAGMA synchronous = NORMAL")) != SQLITE_OK ||
+        (rc = exec(s, "PRAGMA foreign_keys = ON")) != SQLITE_OK || (rc = exec(s, "BEGIN IMMEDIATE")) != SQLITE_OK)
+        return rc;
+    /* another worker may have created the schema meanwhile: check inside the lock */
+    int64_t n = 0;
+    bool found;
+    rc = select_int(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", NULL, &n, &found);
+    if (rc == SQLITE_OK && n == 0) {
+        rc = exec(s, schema_sql);
+        if (rc == SQLITE_OK) {
+            char sql[256];
+            snprintf(sql, sizeof sql, "INSERT INTO meta VALUES ('schema_version', '%d'), ('created_by', 'headprune %s')",
+                     HP_SCHEMA_VERSION, HP_VERSION);
+            rc = exec(s, sql);
+        }
+    }
+    if (rc == SQLITE_OK)
+        rc = exec(s, "COMMIT");
+    return rc;
+}
+
 enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_error *err)
 {
     *out = NULL;
@@ -160,30 +186,21 @@ enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_
         hp_store_close(s);
         return st;
     }
-    if ((rc = exec(s, "PRAGMA journal_mode = WAL")) != SQLITE_OK ||
-        (rc = exec(s, "PRAGMA synchronous = NORMAL")) != SQLITE_OK ||
-        (rc = exec(s, "PRAGMA foreign_keys = ON")) != SQLITE_OK || (rc = exec(s, "BEGIN IMMEDIATE")) != SQLITE_OK) {
-        st = sql_fail(s, rc, "opening", err);
-        hp_store_close(s);
-        return st;
+    /* Two workers opening a new database at once: switching it to WAL and
+     * creating the schema can meet SQLITE_BUSY without SQLite's busy handler
+     * being consulted (lock upgrades that could deadlock), so retry here. */
+    for (int attempt = 0;; attempt++) {
+        rc = open_schema(s);
+        if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED)
+            break;
+        exec(s, "ROLLBACK");
+        if (attempt == 600)
+            break;
+        struct timespec ts = {0, 100000000L};
+        nanosleep(&ts, NULL);
     }
-    /* another worker may have created the schema meanwhile: check again inside the lock */
-    rc = select_int(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", NULL, &version,
-                    &found);
-    if (rc == SQLITE_OK && version == 0) {
-        rc = exec(s, schema_sql);
-        if (rc == SQLITE_OK) {
-            char sql[256];
-            snprintf(sql, sizeof sql,
-                     "INSERT INTO meta VALUES ('schema_version', '%d'), ('created_by', 'headprune %s')",
-                     HP_SCHEMA_VERSION, HP_VERSION);
-            rc = exec(s, sql);
-        }
-    }
-    if (rc == SQLITE_OK)
-        rc = exec(s, "COMMIT");
     if (rc != SQLITE_OK) {
-        st = sql_fail(s, rc, "creating the schema", err);
+        st = sql_fail(s, rc, "opening", err);
         exec(s, "ROLLBACK");
         hp_store_close(s);
         return st;
