@@ -11,6 +11,9 @@
 #include "blas_int.h"
 
 #include <blis.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -45,8 +48,12 @@ void hp_runtime_init(int n_threads)
         bli_rntm_set_num_threads(1, &g_serial);
         g_inited = true;
     }
-    if (n_threads > 0)
+    if (n_threads > 0) {
         bli_thread_set_num_threads(n_threads);
+#ifdef _OPENMP
+        omp_set_num_threads(n_threads); /* the engine's own row-wise loops */
+#endif
+    }
 }
 
 const char *hp_runtime_kernel(void)

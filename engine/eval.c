@@ -27,6 +27,8 @@ struct hp_evaluator {
     float *out_m;     /* (batch, seq_len, width) masked variant */
     float *out_b;     /* (batch, seq_len, width) unmasked reference, when not all kept */
     float *base_all;  /* NULL or (n_seqs, seq_len, width): every sequence's unmasked output, once */
+    double *tok;      /* (3, seq_len) per-token loss, correct, KL of one sequence */
+    uint8_t *tok_ok;  /* (seq_len) whether the token is scored */
     float *mean_all;  /* NULL or (n_layers, n_heads * d_head) */
     float *mean_pos;  /* NULL or (n_layers, seq_len, n_heads * d_head) */
     void (*progress)(void *, int, int);
@@ -76,8 +78,10 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
     ev->fwd = hp_fwd_new(m, d->seq_len, ev->batch);
     size_t n = (size_t)ev->batch * d->seq_len * ev->width;
     ev->out_m = malloc(n * sizeof(float));
+    ev->tok = malloc(3 * (size_t)d->seq_len * sizeof(double));
+    ev->tok_ok = malloc((size_t)d->seq_len);
     ev->out_b = malloc(n * sizeof(float));
-    if (!ev->fwd || !ev->out_m || !ev->out_b) {
+    if (!ev->fwd || !ev->out_m || !ev->out_b || !ev->tok || !ev->tok_ok) {
         hp_evaluator_free(ev);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for a %d-token workspace", d->seq_len);
     }
@@ -93,6 +97,8 @@ void hp_evaluator_free(struct hp_evaluator *ev)
     free(ev->out_m);
     free(ev->out_b);
     free(ev->base_all);
+    free(ev->tok);
+    free(ev->tok_ok);
     free(ev->mean_all);
     free(ev->mean_pos);
     free(ev);
@@ -326,26 +332,40 @@ enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *m
         for (int s = s0; s < s0 + nb; s++) {
         const float *out_m = ev->out_m + per * (s - s0), *base = base_chunk + per * (s - s0);
         if (ev->has_loss) {
-            double sl = 0, sa = 0, sk = 0;
-            int64_t nt = 0;
+            /* per-token terms in parallel (the vocabulary-wide reductions are
+             * the expensive part), summed in token order so the result does
+             * not depend on the thread count */
+            double *tl = ev->tok, *ta = ev->tok + d->seq_len, *tk = ev->tok + 2 * d->seq_len;
+            uint8_t *ok = ev->tok_ok;
+#pragma omp parallel for schedule(dynamic, 8) if (d->seq_len * (size_t)W >= 65536)
             for (int t = 0; t < d->seq_len; t++) {
                 int32_t y;
-                if (!target_at(d, in->causal, s, t, &y))
+                ok[t] = target_at(d, in->causal, s, t, &y);
+                if (!ok[t])
                     continue;
                 const float *zm = out_m + (size_t)t * W, *zb = base + (size_t)t * W;
                 double lse_m = row_lse(zm, W);
-                sl += lse_m - zm[y];
-                sa += row_argmax(zm, W) == y;
+                tl[t] = lse_m - zm[y];
+                ta[t] = row_argmax(zm, W) == y;
+                tk[t] = 0;
                 if (scaled) {
                     double lse_b = row_lse(zb, W), kl = 0;
                     for (int v = 0; v < W; v++) {
                         double lb = zb[v] - lse_b, lm = zm[v] - lse_m;
                         kl += exp(lb) * (lb - lm);
                     }
-                    sk += kl;
+                    tk[t] = kl;
                 }
-                nt++;
             }
+            double sl = 0, sa = 0, sk = 0;
+            int64_t nt = 0;
+            for (int t = 0; t < d->seq_len; t++)
+                if (ok[t]) {
+                    sl += tl[t];
+                    sa += ta[t];
+                    sk += tk[t];
+                    nt++;
+                }
             mt->seq_tokens[s] = nt;
             mt->seq_loss[s] = nt ? sl / nt : 0;
             mt->seq_acc[s] = nt ? sa / nt : 0;

@@ -98,9 +98,18 @@ int hp_fwd_capacity(const struct hp_fwd *w) { return w->cap_t; }
 int hp_fwd_batch(const struct hp_fwd *w) { return w->cap_b; }
 
 // --- elementwise ------------------------------------------------------------
+/* Row-wise and elementwise work is split over OpenMP threads when there is
+ * enough of it. Every element is computed the same way whatever the thread
+ * count, so results do not depend on it. */
+static bool par(size_t work)
+{
+    return work >= 16384;
+}
+
 
 static void layer_norm(float *y, const float *x, int T, int d, const float *w, const float *b, float eps)
 {
+#pragma omp parallel for schedule(static) if (par((size_t)T * d))
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * d;
         float *yr = y + (size_t)t * d;
@@ -121,6 +130,7 @@ static void layer_norm(float *y, const float *x, int T, int d, const float *w, c
 
 static void rms_norm(float *y, const float *x, int T, int d, const float *w, float eps)
 {
+#pragma omp parallel for schedule(static) if (par((size_t)T * d))
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * d;
         float *yr = y + (size_t)t * d;
@@ -155,6 +165,7 @@ static void add_bias(float *y, int T, int n, ptrdiff_t rs, const float *b)
 {
     if (!b)
         return;
+#pragma omp parallel for schedule(static) if (par((size_t)T * n))
     for (int t = 0; t < T; t++)
         for (int i = 0; i < n; i++)
             y[t * rs + i] += b[i];
@@ -197,6 +208,7 @@ static int run_end(const bool *flag, int n, int s)
 
 static void softmax_rows(float *att, int T, bool causal, const uint8_t *kmask)
 {
+#pragma omp parallel for schedule(static) if (par((size_t)T * T))
     for (int i = 0; i < T; i++) {
         float *r = att + (size_t)i * T;
         int n = causal ? i + 1 : T;
@@ -336,9 +348,11 @@ static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l)
     linear(w->ff, w->h, T, d, f, L->w_up, L->b_up);
     if (L->w_gate.p) {
         linear(w->ff2, w->h, T, d, f, L->w_gate, NULL);
+#pragma omp parallel for schedule(static) if (par(n))
         for (size_t i = 0; i < n; i++)
             w->ff[i] *= act(m->act, w->ff2[i]);
     } else {
+#pragma omp parallel for schedule(static) if (par(n))
         for (size_t i = 0; i < n; i++)
             w->ff[i] = act(m->act, w->ff[i]);
     }
@@ -347,6 +361,7 @@ static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l)
 
 static void add_into(float *x, const float *y, size_t n)
 {
+#pragma omp parallel for schedule(static) if (par(n))
     for (size_t i = 0; i < n; i++)
         x[i] += y[i];
 }

@@ -288,3 +288,27 @@ Test(cli, run_then_query_every_kind_and_format)
     snprintf(a, sizeof a, "query sql --db %s/q.db \"DELETE FROM results\"", tmp);
     cr_assert_eq(hp(a), 1, "a write was not refused");
 }
+
+Test(cli, eval_threads_do_not_change_numbers)
+{
+    /* the default model is large enough for the threaded row-wise loops to engage */
+    const char *base = "eval --model models/default --data models/default/heldout.npy --mask 0.1,3.1 --json --threads ";
+    char a[512], first[1 << 16];
+    snprintf(a, sizeof a, "%s1", base);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    snprintf(first, sizeof first, "%s", out);
+    snprintf(a, sizeof a, "%s2", base);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cJSON *x = cJSON_Parse(first), *y = cJSON_Parse(out);
+    const char *keys[] = {"loss", "acc", "kl", "n_tokens"};
+    for (int i = 0; i < 4; i++)
+        cr_assert(cJSON_GetObjectItem(x, keys[i])->valuedouble == cJSON_GetObjectItem(y, keys[i])->valuedouble,
+                  "%s differs between 1 and 2 threads", keys[i]);
+    char *px = cJSON_PrintUnformatted(cJSON_GetObjectItem(x, "per_seq"));
+    char *py = cJSON_PrintUnformatted(cJSON_GetObjectItem(y, "per_seq"));
+    cr_assert_str_eq(px, py, "per-sequence values differ between 1 and 2 threads");
+    free(px);
+    free(py);
+    cJSON_Delete(x);
+    cJSON_Delete(y);
+}

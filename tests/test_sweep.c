@@ -8,7 +8,8 @@
  *  - Ctrl-C stops cleanly (exit 130) and the run resumes;
  *  - two shards into two databases, merged (twice), equal one run;
  *  - two workers sharing one database equal one run;
- *  - a disk that fills: exit 1, a clear message, earlier results intact.
+ *  - a disk that fills: exit 1, a clear message, earlier results intact;
+ *  - one thread or two: the same numbers, bit for bit.
  *
  * Runs the headprune binary on tests/plans/sweep.yaml (all study kinds on the
  * tiny llama-gqa fixture, ~160 jobs in ~0.2 s).
@@ -43,7 +44,9 @@ static void teardown(void)
 
 TestSuite(sweep, .init = setup, .fini = teardown, .timeout = 600);
 
-/* Start `headprune run PLAN --db DB [extra]` with output to /dev/null. */
+static const char *g_threads = "1";
+
+/* Start `headprune run PLAN --db DB [--shard extra]` with output to /dev/null. */
 static pid_t start(const char *p, const char *db, const char *extra)
 {
     pid_t pid = fork();
@@ -53,9 +56,9 @@ static pid_t start(const char *p, const char *db, const char *extra)
         freopen("/dev/null", "w", stderr);
         const char *hp = getenv("HP_HEADPRUNE");
         if (extra)
-            execl(hp, hp, "run", p, "--db", db, "--threads", "1", "--quiet", "--shard", extra, (char *)NULL);
+            execl(hp, hp, "run", p, "--db", db, "--threads", g_threads, "--quiet", "--shard", extra, (char *)NULL);
         else
-            execl(hp, hp, "run", p, "--db", db, "--threads", "1", "--quiet", (char *)NULL);
+            execl(hp, hp, "run", p, "--db", db, "--threads", g_threads, "--quiet", (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -281,4 +284,16 @@ Test(sweep, full_disk_fails_cleanly_and_keeps_results)
     cr_assert_geq(count(db, "SELECT count(*) FROM results"), before);
     cr_assert_eq(count(db, "SELECT count(*) FROM variants WHERE id NOT IN (SELECT variant_id FROM results)"), 0);
     cr_assert_eq(run(plan, db, NULL), 0, "the run did not complete once space was back");
+}
+
+Test(sweep, two_threads_give_the_same_numbers_as_one)
+{
+    char *ref = reference();
+    char db[128];
+    path(db, sizeof db, "threads2.db");
+    g_threads = "2";
+    int rc = run(plan, db, NULL);
+    g_threads = "1";
+    cr_assert_eq(rc, 0);
+    assert_same(ref, db);
 }
