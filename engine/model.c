@@ -24,56 +24,12 @@
 
 // --- reading files ----------------------------------------------------------
 
-static char *read_text(const char *path, struct hp_error *err, enum hp_status *st)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *st = hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            if (cap > (64u << 20)) {
-                free(buf);
-                fclose(f);
-                *st = hp_fail(err, HP_ERR_FORMAT, "%s: larger than 64 MiB, not a config file", path);
-                return NULL;
-            }
-            char *p = realloc(buf, cap);
-            if (!p) {
-                free(buf);
-                fclose(f);
-                *st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-                return NULL;
-            }
-            buf = p;
-        }
-        size_t r = fread(buf + len, 1, 4096, f);
-        len += r;
-        if (r < 4096)
-            break;
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        *st = hp_fail(err, HP_ERR_IO, "%s: read error", path);
-        return NULL;
-    }
-    buf[len] = '\0';
-    *st = HP_OK;
-    return buf;
-}
-
 /* Parse a JSON file; the text is handed back through keep_text when non-NULL. */
 static enum hp_status read_json(const char *path, cJSON **out, char **keep_text, struct hp_error *err)
 {
-    enum hp_status st;
-    char *txt = read_text(path, err, &st);
-    if (!txt)
+    char *txt;
+    enum hp_status st = hp_read_text(path, (size_t)64 << 20, HP_ERR_FORMAT, "a JSON file", &txt, NULL, err);
+    if (st != HP_OK)
         return st;
     cJSON *j = cJSON_Parse(txt);
     if (!j) {

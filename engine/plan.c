@@ -924,45 +924,6 @@ static enum hp_status load_root(const struct loader *ld, const yaml_node_t *root
 
 // --- loading: the file and libyaml's errors ----------------------------------
 
-static enum hp_status read_text(const char *path, char **out, size_t *len, struct hp_error *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
-    // Read up to one byte past the limit, to tell "at the limit" from "over".
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    enum hp_status st = HP_OK;
-    while (buf && st == HP_OK) {
-        n += fread(buf + n, 1, cap - 1 - n, f);
-        if (ferror(f))
-            st = hp_fail(err, HP_ERR_IO, "%s: cannot read (%s)", path, strerror(errno));
-        else if (n > PLAN_MAX_BYTES)
-            st = hp_fail(err, HP_ERR_PLAN, "%s: over %d bytes, too large for a plan", path,
-                         PLAN_MAX_BYTES);
-        else if (feof(f))
-            break;
-        else if (n == cap - 1) {
-            char *p = realloc(buf, cap * 2);
-            if (!p)
-                free(buf);
-            buf = p;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (!buf)
-        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-    if (st) {
-        free(buf);
-        return st;
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return HP_OK;
-}
-
 // A hint for libyaml's problem, or "": at is the character where it was found.
 static void yaml_hint(const yaml_parser_t *pr, const char *problem, char at, char *buf,
                       size_t cap)
@@ -1052,7 +1013,7 @@ enum hp_status hp_plan_load(const char *path, struct hp_plan **out, struct hp_er
     p->ablation = HP_ABLATE_ZERO;
 
     size_t len = 0;
-    enum hp_status st = read_text(path, &p->text, &len, err);
+    enum hp_status st = hp_read_text(path, PLAN_MAX_BYTES, HP_ERR_PLAN, "a plan", &p->text, &len, err);
     if (st) {
         hp_plan_free(p);
         return st;

@@ -2,7 +2,10 @@
 #include "util_int.h"
 
 #include <stdarg.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 enum hp_status hp_fail(struct hp_error *err, enum hp_status st, const char *fmt, ...)
 {
@@ -17,4 +20,44 @@ enum hp_status hp_fail(struct hp_error *err, enum hp_status st, const char *fmt,
                 *c = ' ';
     }
     return st;
+}
+
+enum hp_status hp_read_text(const char *path, size_t max_bytes, enum hp_status too_big, const char *what,
+                            char **out, size_t *len, struct hp_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    /* read up to one byte past the limit, to tell "at the limit" from "over" */
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    enum hp_status st = HP_OK;
+    while (buf && st == HP_OK) {
+        n += fread(buf + n, 1, cap - 1 - n, f);
+        if (ferror(f))
+            st = hp_fail(err, HP_ERR_IO, "%s: cannot read (%s)", path, strerror(errno));
+        else if (n > max_bytes)
+            st = hp_fail(err, too_big, "%s: over %zu bytes, too large for %s", path, max_bytes, what);
+        else if (feof(f))
+            break;
+        else if (n == cap - 1) {
+            char *p = realloc(buf, cap * 2);
+            if (!p)
+                free(buf);
+            buf = p;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    if (st != HP_OK) {
+        free(buf);
+        return st;
+    }
+    buf[n] = 0;
+    *out = buf;
+    if (len)
+        *len = n;
+    return HP_OK;
 }

@@ -10,4 +10,12 @@ __attribute__((format(printf, 3, 4)))
 #endif
 enum hp_status hp_fail(struct hp_error *err, enum hp_status st, const char *fmt, ...);
 
+/*
+ * Read a whole text file (NUL-terminated) into *out, freed by the caller.
+ * A file over max_bytes fails with too_big and "path: over N bytes, too large
+ * for <what>"; a missing or unreadable one with HP_ERR_IO.
+ */
+enum hp_status hp_read_text(const char *path, size_t max_bytes, enum hp_status too_big, const char *what,
+                            char **out, size_t *len, struct hp_error *err);
+
 #endif
