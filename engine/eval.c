@@ -25,8 +25,9 @@ struct hp_evaluator {
     int width;        /* forward output row width */
     bool has_loss;    /* causal LM, or MLM with labels */
     float *out_m;     /* (batch, seq_len, width) masked variant */
-    float *out_b;     /* (batch, seq_len, width) unmasked reference, when not all kept */
+    float *out_b;     /* NULL or (batch, seq_len, width): the unmasked reference when base_all is too big */
     float *base_all;  /* NULL or (n_seqs, seq_len, width): every sequence's unmasked output, once */
+    double *base_lse; /* NULL or (n_seqs, seq_len): log-sum-exp of each row of base_all (LMs) */
     double *tok;      /* (3, seq_len) per-token loss, correct, KL of one sequence */
     uint8_t *tok_ok;  /* (seq_len) whether the token is scored */
     float *mean_all;  /* NULL or (n_layers, n_heads * d_head) */
@@ -80,8 +81,7 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
     ev->out_m = malloc(n * sizeof(float));
     ev->tok = malloc(3 * (size_t)d->seq_len * sizeof(double));
     ev->tok_ok = malloc((size_t)d->seq_len);
-    ev->out_b = malloc(n * sizeof(float));
-    if (!ev->fwd || !ev->out_m || !ev->out_b || !ev->tok || !ev->tok_ok) {
+    if (!ev->fwd || !ev->out_m || !ev->tok || !ev->tok_ok) {
         hp_evaluator_free(ev);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for a %d-token workspace", d->seq_len);
     }
@@ -97,6 +97,7 @@ void hp_evaluator_free(struct hp_evaluator *ev)
     free(ev->out_m);
     free(ev->out_b);
     free(ev->base_all);
+    free(ev->base_lse);
     free(ev->tok);
     free(ev->tok_ok);
     free(ev->mean_all);
@@ -108,6 +109,13 @@ void hp_evaluator_set_progress(struct hp_evaluator *ev, void (*fn)(void *, int, 
 {
     ev->progress = fn;
     ev->progress_user = user;
+}
+
+/* Sequences in the chunk that starts at sequence s. */
+static int chunk_len(const struct hp_evaluator *ev, int s)
+{
+    int left = ev->d->n_seqs - s;
+    return left < ev->batch ? left : ev->batch;
 }
 
 /* Forward sequences [s, s + nb) into out (nb, seq_len, width). */
@@ -161,10 +169,9 @@ static enum hp_status ensure_means(struct hp_evaluator *ev, struct hp_error *err
         ev->mean_all = ev->mean_pos = NULL;
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for mean-ablation statistics");
     }
-    for (int s = 0; s < d->n_seqs; s += ev->batch) {
-        int nb = d->n_seqs - s < ev->batch ? d->n_seqs - s : ev->batch;
-        run_chunk(ev, s, nb, NULL, HP_ABLATE_ZERO, ev->out_b, cap);
-    }
+    /* out_m is free scratch here: no variant is being evaluated yet */
+    for (int s = 0; s < d->n_seqs; s += ev->batch)
+        run_chunk(ev, s, chunk_len(ev, s), NULL, HP_ABLATE_ZERO, ev->out_m, cap);
     for (int s = 0; s < d->n_seqs; s++)
         for (size_t t = 0; t < T; t++)
             cnt[t] += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
@@ -184,28 +191,6 @@ static enum hp_status ensure_means(struct hp_evaluator *ev, struct hp_error *err
     free(cap);
     free(cnt);
     return HP_OK;
-}
-
-/* Unmasked outputs are the reference of every variant: keep them when they fit. */
-#define HP_BASE_CACHE_MAX ((size_t)512 << 20)
-
-/* The unmasked outputs of sequences [s, s + nb), a chunk as run_chunk makes them. */
-static const float *baseline_output(struct hp_evaluator *ev, int s, int nb)
-{
-    const struct hp_data *d = ev->d;
-    size_t per = (size_t)d->seq_len * ev->width;
-    if (!ev->base_all && per * d->n_seqs * sizeof(float) <= HP_BASE_CACHE_MAX) {
-        ev->base_all = malloc(per * d->n_seqs * sizeof(float));
-        /* the same chunks as the variants', so the reference is computed exactly as they are */
-        for (int i = 0; ev->base_all && i < d->n_seqs; i += ev->batch) {
-            int n = d->n_seqs - i < ev->batch ? d->n_seqs - i : ev->batch;
-            run_chunk(ev, i, n, NULL, HP_ABLATE_ZERO, ev->base_all + per * i, NULL);
-        }
-    }
-    if (ev->base_all)
-        return ev->base_all + per * s;
-    run_chunk(ev, s, nb, NULL, HP_ABLATE_ZERO, ev->out_b, NULL);
-    return ev->out_b;
 }
 
 /* log-sum-exp of a row, in double */
@@ -228,6 +213,44 @@ static int row_argmax(const float *z, int V)
         if (z[i] > z[best])
             best = i;
     return best;
+}
+
+/* Unmasked outputs are the reference of every variant: keep them when they fit. */
+#define HP_BASE_CACHE_MAX ((size_t)512 << 20)
+
+/*
+ * The unmasked outputs of sequences [s, s + nb), as run_chunk makes them, and
+ * (into *lse, NULL when not kept) each row's log-sum-exp. NULL when out of memory.
+ */
+static const float *baseline_output(struct hp_evaluator *ev, int s, int nb, const double **lse)
+{
+    const struct hp_data *d = ev->d;
+    size_t per = (size_t)d->seq_len * ev->width, rows = (size_t)d->n_seqs * d->seq_len;
+    if (!ev->base_all && per * d->n_seqs * sizeof(float) <= HP_BASE_CACHE_MAX) {
+        float *all = malloc(per * d->n_seqs * sizeof(float));
+        double *l = ev->has_loss ? malloc(rows * sizeof(double)) : NULL;
+        if (all && (l || !ev->has_loss)) {
+            /* the same chunks as the variants', so the reference is computed exactly as they are */
+            for (int i = 0; i < d->n_seqs; i += ev->batch)
+                run_chunk(ev, i, chunk_len(ev, i), NULL, HP_ABLATE_ZERO, all + per * i, NULL);
+            for (size_t r = 0; l && r < rows; r++)
+                l[r] = row_lse(all + r * ev->width, ev->width);
+            ev->base_all = all;
+            ev->base_lse = l;
+        } else {
+            free(all);
+            free(l);
+        }
+    }
+    if (ev->base_all) {
+        *lse = ev->base_lse ? ev->base_lse + (size_t)s * d->seq_len : NULL;
+        return ev->base_all + per * s;
+    }
+    *lse = NULL;
+    if (!ev->out_b && !(ev->out_b = malloc((size_t)ev->batch * per * sizeof(float))))
+        return NULL;
+    run_chunk(ev, s, nb, NULL, HP_ABLATE_ZERO, ev->out_b, NULL);
+    return ev->out_b;
 }
 
 /* The token position t is scored against *target, or not at all. */
@@ -284,6 +307,76 @@ void hp_metrics_free(struct hp_metrics *mt)
     free(mt);
 }
 
+/* Sums over scored tokens (and, for encoders, over sequences). */
+struct totals {
+    double loss, acc, kl, cos;
+    int64_t tokens;
+};
+
+/*
+ * Metrics of sequence s from its masked outputs zm and unmasked outputs zb
+ * (seq_len, width), into mt's per-sequence arrays and tot. lse_b: the rows'
+ * log-sum-exp of zb when already known, else NULL. The per-token terms run in
+ * parallel (the vocabulary-wide reductions are the expensive part) and are
+ * summed in token order, so the result does not depend on the thread count.
+ */
+static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct totals *tot, int s, const float *zm_seq,
+                      const float *zb_seq, const double *lse_b, bool scaled)
+{
+    const struct hp_data *d = ev->d;
+    const int W = ev->width, T = d->seq_len;
+    if (!ev->has_loss) {
+        int64_t nt = 0;
+        for (int t = 0; t < T; t++)
+            nt += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
+        mt->seq_tokens[s] = nt;
+        mt->seq_cos[s] = scaled ? mean_pooled_cos(d, s, zb_seq, zm_seq, W) : 1.0;
+        tot->cos += mt->seq_cos[s];
+        tot->tokens += nt;
+        return;
+    }
+    double *tl = ev->tok, *ta = ev->tok + T, *tk = ev->tok + 2 * T;
+    uint8_t *ok = ev->tok_ok;
+    const bool causal = ev->m->info.causal;
+#pragma omp parallel for schedule(dynamic, 8) if (T * (size_t)W >= 65536)
+    for (int t = 0; t < T; t++) {
+        int32_t y;
+        ok[t] = target_at(d, causal, s, t, &y);
+        if (!ok[t])
+            continue;
+        const float *zm = zm_seq + (size_t)t * W, *zb = zb_seq + (size_t)t * W;
+        double lse_m = row_lse(zm, W);
+        tl[t] = lse_m - zm[y];
+        ta[t] = row_argmax(zm, W) == y;
+        tk[t] = 0;
+        if (scaled) {
+            double lse = lse_b ? lse_b[t] : row_lse(zb, W), kl = 0;
+            for (int v = 0; v < W; v++) {
+                double lb = zb[v] - lse, lm = zm[v] - lse_m;
+                kl += exp(lb) * (lb - lm);
+            }
+            tk[t] = kl;
+        }
+    }
+    double sl = 0, sa = 0, sk = 0;
+    int64_t nt = 0;
+    for (int t = 0; t < T; t++)
+        if (ok[t]) {
+            sl += tl[t];
+            sa += ta[t];
+            sk += tk[t];
+            nt++;
+        }
+    mt->seq_tokens[s] = nt;
+    mt->seq_loss[s] = nt ? sl / nt : 0;
+    mt->seq_acc[s] = nt ? sa / nt : 0;
+    mt->seq_kl[s] = nt ? sk / nt : 0;
+    tot->loss += sl;
+    tot->acc += sa;
+    tot->kl += sk;
+    tot->tokens += nt;
+}
+
 enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl,
                                 struct hp_metrics **out, struct hp_error *err)
 {
@@ -320,85 +413,37 @@ enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *m
     mt->has_cos = !ev->has_loss;
 
     const float *gate = mask ? mask->gate : NULL;
-    const int W = ev->width;
-    double sum_loss = 0, sum_acc = 0, sum_kl = 0, sum_cos = 0;
-    int64_t n_tok = 0;
-    const size_t per = (size_t)d->seq_len * W;
+    const size_t per = (size_t)d->seq_len * ev->width;
+    struct totals tot = {0};
     for (int s0 = 0; s0 < d->n_seqs; s0 += ev->batch) {
-        int nb = d->n_seqs - s0 < ev->batch ? d->n_seqs - s0 : ev->batch;
+        int nb = chunk_len(ev, s0);
         run_chunk(ev, s0, nb, gate, abl, ev->out_m, NULL);
         /* the unmasked reference; with nothing changed it is the same pass */
-        const float *base_chunk = scaled ? baseline_output(ev, s0, nb) : ev->out_m;
-        for (int s = s0; s < s0 + nb; s++) {
-        const float *out_m = ev->out_m + per * (s - s0), *base = base_chunk + per * (s - s0);
-        if (ev->has_loss) {
-            /* per-token terms in parallel (the vocabulary-wide reductions are
-             * the expensive part), summed in token order so the result does
-             * not depend on the thread count */
-            double *tl = ev->tok, *ta = ev->tok + d->seq_len, *tk = ev->tok + 2 * d->seq_len;
-            uint8_t *ok = ev->tok_ok;
-#pragma omp parallel for schedule(dynamic, 8) if (d->seq_len * (size_t)W >= 65536)
-            for (int t = 0; t < d->seq_len; t++) {
-                int32_t y;
-                ok[t] = target_at(d, in->causal, s, t, &y);
-                if (!ok[t])
-                    continue;
-                const float *zm = out_m + (size_t)t * W, *zb = base + (size_t)t * W;
-                double lse_m = row_lse(zm, W);
-                tl[t] = lse_m - zm[y];
-                ta[t] = row_argmax(zm, W) == y;
-                tk[t] = 0;
-                if (scaled) {
-                    double lse_b = row_lse(zb, W), kl = 0;
-                    for (int v = 0; v < W; v++) {
-                        double lb = zb[v] - lse_b, lm = zm[v] - lse_m;
-                        kl += exp(lb) * (lb - lm);
-                    }
-                    tk[t] = kl;
-                }
-            }
-            double sl = 0, sa = 0, sk = 0;
-            int64_t nt = 0;
-            for (int t = 0; t < d->seq_len; t++)
-                if (ok[t]) {
-                    sl += tl[t];
-                    sa += ta[t];
-                    sk += tk[t];
-                    nt++;
-                }
-            mt->seq_tokens[s] = nt;
-            mt->seq_loss[s] = nt ? sl / nt : 0;
-            mt->seq_acc[s] = nt ? sa / nt : 0;
-            mt->seq_kl[s] = nt ? sk / nt : 0;
-            sum_loss += sl;
-            sum_acc += sa;
-            sum_kl += sk;
-            n_tok += nt;
-        } else {
-            int64_t nt = 0;
-            for (int t = 0; t < d->seq_len; t++)
-                nt += !d->attn_mask || d->attn_mask[(size_t)s * d->seq_len + t];
-            mt->seq_tokens[s] = nt;
-            mt->seq_cos[s] = scaled ? mean_pooled_cos(d, s, base, out_m, W) : 1.0;
-            sum_cos += mt->seq_cos[s];
-            n_tok += nt;
+        const float *base = ev->out_m;
+        const double *lse_b = NULL;
+        if (scaled && !(base = baseline_output(ev, s0, nb, &lse_b))) {
+            hp_metrics_free(mt);
+            return hp_fail(err, HP_ERR_NOMEM, "out of memory for the unmasked reference");
         }
-        if (ev->progress)
-            ev->progress(ev->progress_user, s + 1, d->n_seqs);
+        for (int j = 0; j < nb; j++) {
+            score_seq(ev, mt, &tot, s0 + j, ev->out_m + per * j, base + per * j,
+                      lse_b ? lse_b + (size_t)j * d->seq_len : NULL, scaled);
+            if (ev->progress)
+                ev->progress(ev->progress_user, s0 + j + 1, d->n_seqs);
         }
     }
-    mt->n_tokens = n_tok;
+    mt->n_tokens = tot.tokens;
     if (ev->has_loss) {
-        if (n_tok == 0) {
+        if (tot.tokens == 0) {
             hp_metrics_free(mt);
             return hp_fail(err, HP_ERR_ARG, "%s: no token is scored (all labels are -100 or padding)", d->path);
         }
-        mt->loss = sum_loss / n_tok;
+        mt->loss = tot.loss / tot.tokens;
         mt->ppl = exp(mt->loss);
-        mt->acc = sum_acc / n_tok;
-        mt->kl = sum_kl / n_tok;
+        mt->acc = tot.acc / tot.tokens;
+        mt->kl = tot.kl / tot.tokens;
     } else {
-        mt->cos = sum_cos / d->n_seqs;
+        mt->cos = tot.cos / d->n_seqs;
     }
     *out = mt;
     return HP_OK;
