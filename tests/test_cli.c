@@ -6,6 +6,8 @@
 #define _DEFAULT_SOURCE
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+
+#include "testutil.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,15 +18,12 @@ static char out[1 << 16], errs[1 << 14];
 
 static void setup(void)
 {
-    snprintf(tmp, sizeof tmp, "/tmp/hp_cli_XXXXXX");
-    cr_assert(mkdtemp(tmp));
+    tu_mkdtemp(tmp, sizeof tmp, "cli");
 }
 
 static void teardown(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    cr_assert_eq(system(cmd), 0);
+    tu_rmrf(tmp);
 }
 
 TestSuite(cli, .init = setup, .fini = teardown);

@@ -125,9 +125,9 @@ static void zeroed_copy(const char *src, const char *tmp, const char *name, bool
 static void ablation_equals_zeroed_projection(const char *name, const char *data, const char *fmt, bool conv1d,
                                               int layer, int head)
 {
-    char src[1024], path[1200], tensor[128], tmp[] = "/tmp/hp_inv_XXXXXX";
+    char src[1024], path[1200], tensor[128], tmp[64];
     fixture(name, src, sizeof src);
-    cr_assert(mkdtemp(tmp));
+    tu_mkdtemp(tmp, sizeof tmp, "inv");
     snprintf(tensor, sizeof tensor, fmt, layer);
     struct hp_error err;
     struct hp_model *m, *z;
@@ -162,8 +162,7 @@ static void ablation_equals_zeroed_projection(const char *name, const char *data
     hp_data_free(d);
     hp_model_close(z);
     hp_model_close(m);
-    snprintf(path, sizeof path, "rm -rf %s", tmp);
-    cr_assert_eq(system(path), 0);
+    tu_rmrf(tmp);
 }
 
 Test(invariants, ablating_head_equals_zeroed_o_proj_llama)

@@ -5,27 +5,13 @@
  * Models are described by a hand-filled struct hp_model_info; no weights
  * are needed. Expected gates are spelled out head by head.
  */
+#define _DEFAULT_SOURCE /* mkdtemp, in testutil.h */
 #include "headprune.h"
+#include "testutil.h"
 
 #include <criterion/criterion.h>
 
 #include <string.h>
-
-static struct hp_model_info info_of(int n_layers, int n_heads, int n_kv_heads)
-{
-    struct hp_model_info info;
-    memset(&info, 0, sizeof info);
-    info.arch = HP_ARCH_LLAMA;
-    strcpy(info.model_type, "llama");
-    info.n_layers = n_layers;
-    info.n_heads = n_heads;
-    info.n_kv_heads = n_kv_heads;
-    info.d_head = 8;
-    info.d_model = n_heads * 8;
-    info.n_vocab = 97;
-    info.n_ctx = 64;
-    return info;
-}
 
 static struct hp_mask *parse_ok(const char *spec, bool keep, const struct hp_model_info *info)
 {
@@ -112,7 +98,7 @@ Test(mask, new_refuses_empty_and_free_accepts_null)
 
 Test(mask, single_head)
 {
-    struct hp_model_info info = info_of(3, 4, 4);
+    struct hp_model_info info = tu_info(3, 4, 4);
     struct hp_mask *m = parse_ok("1.2", false, &info);
     const char *want[] = {"1111", "1101", "1111"};
     expect_gates(m, want);
@@ -121,7 +107,7 @@ Test(mask, single_head)
 
 Test(mask, several_items_with_whitespace)
 {
-    struct hp_model_info info = info_of(3, 4, 4);
+    struct hp_model_info info = tu_info(3, 4, 4);
     struct hp_mask *m = parse_ok(" 0.0 ,2.3,\t1.1 ", false, &info);
     const char *want[] = {"0111", "1011", "1110"};
     expect_gates(m, want);
@@ -130,7 +116,7 @@ Test(mask, several_items_with_whitespace)
 
 Test(mask, whole_layer)
 {
-    struct hp_model_info info = info_of(3, 4, 4);
+    struct hp_model_info info = tu_info(3, 4, 4);
     struct hp_mask *m = parse_ok("1.*", false, &info);
     const char *want[] = {"1111", "0000", "1111"};
     expect_gates(m, want);
@@ -140,7 +126,7 @@ Test(mask, whole_layer)
 Test(mask, kv_group)
 {
     // 4 query heads over 2 KV heads: group G is heads 2G and 2G+1.
-    struct hp_model_info info = info_of(3, 4, 2);
+    struct hp_model_info info = tu_info(3, 4, 2);
     struct hp_mask *m = parse_ok("kv:0.1,kv:2.0", false, &info);
     const char *want[] = {"1100", "1111", "0011"};
     expect_gates(m, want);
@@ -149,19 +135,19 @@ Test(mask, kv_group)
 
 Test(mask, kv_group_mqa_and_mha)
 {
-    struct hp_model_info mqa = info_of(2, 4, 1); // one KV head: the whole layer
+    struct hp_model_info mqa = tu_info(2, 4, 1); // one KV head: the whole layer
     struct hp_mask *m = parse_ok("kv:1.0", false, &mqa);
     const char *want1[] = {"1111", "0000"};
     expect_gates(m, want1);
     hp_mask_free(m);
 
-    struct hp_model_info mha = info_of(2, 4, 4); // no GQA: one head
+    struct hp_model_info mha = tu_info(2, 4, 4); // no GQA: one head
     m = parse_ok("kv:1.3", false, &mha);
     const char *want2[] = {"1111", "1110"};
     expect_gates(m, want2);
     hp_mask_free(m);
 
-    struct hp_model_info unset = info_of(2, 4, 0); // n_kv_heads unset: as without GQA
+    struct hp_model_info unset = tu_info(2, 4, 0); // n_kv_heads unset: as without GQA
     m = parse_ok("kv:0.2", false, &unset);
     const char *want3[] = {"1101", "1111"};
     expect_gates(m, want3);
@@ -170,7 +156,7 @@ Test(mask, kv_group_mqa_and_mha)
 
 Test(mask, keep)
 {
-    struct hp_model_info info = info_of(3, 4, 2);
+    struct hp_model_info info = tu_info(3, 4, 2);
     struct hp_mask *m = parse_ok("0.1, 2.*, kv:1.1", true, &info);
     const char *want[] = {"0100", "0011", "1111"};
     expect_gates(m, want);
@@ -180,7 +166,7 @@ Test(mask, keep)
 
 Test(mask, empty_spec)
 {
-    struct hp_model_info info = info_of(2, 3, 3);
+    struct hp_model_info info = tu_info(2, 3, 3);
     const char *ones[] = {"111", "111"}, *zeros[] = {"000", "000"};
     const char *specs[] = {"", "   ", " \t\n"};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
@@ -199,7 +185,7 @@ Test(mask, empty_spec)
 
 Test(mask, duplicates_are_fine)
 {
-    struct hp_model_info info = info_of(2, 4, 2);
+    struct hp_model_info info = tu_info(2, 4, 2);
     struct hp_mask *m = parse_ok("0.1,0.1,kv:0.0,0.*,1.3,1.3", false, &info);
     const char *want[] = {"0000", "1110"};
     expect_gates(m, want);
@@ -212,7 +198,7 @@ Test(mask, duplicates_are_fine)
 
 Test(mask, leading_zeros)
 {
-    struct hp_model_info info = info_of(3, 4, 4);
+    struct hp_model_info info = tu_info(3, 4, 4);
     struct hp_mask *m = parse_ok("02.003", false, &info);
     const char *want[] = {"1111", "1111", "1110"};
     expect_gates(m, want);
@@ -223,20 +209,20 @@ Test(mask, leading_zeros)
 
 Test(mask, layer_out_of_range)
 {
-    struct hp_model_info info = info_of(3, 4, 2);
+    struct hp_model_info info = tu_info(3, 4, 2);
     expect_error("3.1", &info, "mask '3.1': layer 3 does not exist (model has layers 0-2)");
     expect_error("3.*", &info, "mask '3.*': layer 3 does not exist (model has layers 0-2)");
     expect_error("kv:7.0", &info,
                  "mask 'kv:7.0': layer 7 does not exist (model has layers 0-2)");
     expect_error("99999999999999999999.0", &info, "mask '99999999999999999999.0': layer "
                  "99999999999999999999 does not exist (model has layers 0-2)");
-    struct hp_model_info one = info_of(1, 4, 4);
+    struct hp_model_info one = tu_info(1, 4, 4);
     expect_error("1.0", &one, "mask '1.0': layer 1 does not exist (model has only layer 0)");
 }
 
 Test(mask, head_out_of_range)
 {
-    struct hp_model_info info = info_of(3, 4, 2);
+    struct hp_model_info info = tu_info(3, 4, 2);
     expect_error("0.9", &info, "mask '0.9': head 9 does not exist (layer 0 has heads 0-3)");
     expect_error("2.4", &info, "mask '2.4': head 4 does not exist (layer 2 has heads 0-3)");
     expect_error("0.4294967296", &info,
@@ -245,19 +231,19 @@ Test(mask, head_out_of_range)
 
 Test(mask, kv_group_out_of_range)
 {
-    struct hp_model_info info = info_of(3, 4, 2);
+    struct hp_model_info info = tu_info(3, 4, 2);
     expect_error("kv:0.5", &info,
                  "mask 'kv:0.5': KV group 5 does not exist (model has KV groups 0-1)");
     expect_error("kv:0.2", &info,
                  "mask 'kv:0.2': KV group 2 does not exist (model has KV groups 0-1)");
-    struct hp_model_info mqa = info_of(3, 4, 1);
+    struct hp_model_info mqa = tu_info(3, 4, 1);
     expect_error("kv:0.1", &mqa,
                  "mask 'kv:0.1': KV group 1 does not exist (model has only KV group 0)");
 }
 
 Test(mask, kv_groups_uneven)
 {
-    struct hp_model_info info = info_of(2, 6, 4);
+    struct hp_model_info info = tu_info(2, 6, 4);
     expect_error_has("kv:0.1", &info, "mask 'kv:0.1': model has 6 query heads and 4 KV heads",
                      "(name heads as LAYER.HEAD instead)");
     // Plain heads still work on such a model.
@@ -268,7 +254,7 @@ Test(mask, kv_groups_uneven)
 
 Test(mask, syntax)
 {
-    struct hp_model_info info = info_of(3, 4, 2);
+    struct hp_model_info info = tu_info(3, 4, 2);
     expect_error("x.1", &info, "mask 'x.1': expected LAYER.HEAD, LAYER.* or kv:LAYER.GROUP");
     const char *bad[] = {"1",     "1.",     ".1",    "1.2.3", "-1.0",  "1.-2", "+1.0",
                          "kv:1.*", "1.*x",  "1 .2",  "1. 2",  "KV:0.1", "kv:",  "kv0.1",
@@ -280,7 +266,7 @@ Test(mask, syntax)
 
 Test(mask, error_names_the_bad_item)
 {
-    struct hp_model_info info = info_of(3, 4, 2);
+    struct hp_model_info info = tu_info(3, 4, 2);
     expect_error("0.1, 1.2 ,  5.0 ,2.2", &info,
                  "mask '5.0': layer 5 does not exist (model has layers 0-2)");
     expect_error("0.1,bogus", &info,
@@ -289,7 +275,7 @@ Test(mask, error_names_the_bad_item)
 
 Test(mask, empty_items)
 {
-    struct hp_model_info info = info_of(3, 4, 2);
+    struct hp_model_info info = tu_info(3, 4, 2);
     expect_error_has("0.1,,0.2", &info, "mask '0.1,,0.2': empty item", NULL);
     expect_error_has("0.1,", &info, "mask '0.1,': empty item", NULL);
     expect_error_has(",0.1", &info, "empty item", NULL);
@@ -298,7 +284,7 @@ Test(mask, empty_items)
 
 Test(mask, long_item_is_cut_in_message)
 {
-    struct hp_model_info info = info_of(3, 4, 2);
+    struct hp_model_info info = tu_info(3, 4, 2);
     char spec[300];
     memset(spec, 'a', sizeof spec - 1);
     spec[sizeof spec - 1] = '\0';
@@ -312,7 +298,7 @@ Test(mask, long_item_is_cut_in_message)
 
 Test(mask, bad_model_info)
 {
-    struct hp_model_info info = info_of(0, 4, 4);
+    struct hp_model_info info = tu_info(0, 4, 4);
     expect_error_has("0.1", &info, "mask: model has 0 layers of 4 heads", NULL);
 }
 

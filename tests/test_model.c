@@ -30,8 +30,7 @@ static void spit(const char *name, const void *p, size_t n)
 static void setup(void)
 {
     snprintf(src, sizeof src, "%s/gpt2-tiny", getenv("HP_FIXTURES"));
-    snprintf(tmp, sizeof tmp, "/tmp/hp_model_XXXXXX");
-    cr_assert(mkdtemp(tmp));
+    tu_mkdtemp(tmp, sizeof tmp, "model");
     char p[1200];
     size_t n;
     snprintf(p, sizeof p, "%s/config.json", src);
@@ -42,9 +41,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    cr_assert_eq(system(cmd), 0);
+    tu_rmrf(tmp);
 }
 
 /* Rewrite model.safetensors with an edited header (and optionally cut data). */

@@ -21,6 +21,7 @@
  */
 #define _DEFAULT_SOURCE
 #include "headprune.h"
+#include "testutil.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -33,38 +34,17 @@ static char tmp[64];
 
 static void setup(void)
 {
-    snprintf(tmp, sizeof tmp, "/tmp/hp_plan_XXXXXX");
-    cr_assert(mkdtemp(tmp));
+    tu_mkdtemp(tmp, sizeof tmp, "plan");
 }
 
 static void teardown(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    cr_assert_eq(system(cmd), 0);
+    tu_rmrf(tmp);
 }
 
 TestSuite(plan, .init = setup, .fini = teardown);
 
 // --- helpers -----------------------------------------------------------------
-
-static struct hp_model_info info_of(int n_layers, int n_heads, int n_kv_heads)
-{
-    struct hp_model_info info;
-    memset(&info, 0, sizeof info);
-    info.arch = HP_ARCH_LLAMA;
-    strcpy(info.model_type, "llama");
-    info.n_layers = n_layers;
-    info.n_heads = n_heads;
-    info.n_kv_heads = n_kv_heads;
-    info.d_head = 8;
-    info.d_model = n_heads * 8;
-    info.n_vocab = 97;
-    info.n_ctx = 64;
-    info.causal = true;
-    info.has_lm_head = true;
-    return info;
-}
 
 static const char *tests_dir(void)
 {
@@ -649,7 +629,7 @@ Test(plan, golden_expansion)
     snprintf(yaml, sizeof yaml, "%s/plans/golden.yaml", tests_dir());
     snprintf(expected, sizeof expected, "%s/plans/golden.expected", tests_dir());
     struct hp_plan *p = load_ok(yaml);
-    struct hp_model_info info = info_of(3, 4, 2);
+    struct hp_model_info info = tu_info(3, 4, 2);
     struct hp_joblist *jl = expand_ok(p, &info);
     char *got = listing(p, jl);
 
@@ -696,7 +676,7 @@ Test(plan, golden_expansion)
 Test(plan, job_fields_and_masks)
 {
     // 2 layers x 4 heads over 2 KV heads: KV group G = heads 2G, 2G+1.
-    struct hp_model_info info = info_of(2, 4, 2);
+    struct hp_model_info info = tu_info(2, 4, 2);
     struct hp_plan *p = load_text(HEAD "  - only: {kv: true, layers: [1]}\n"
                                        "  - pairs: {heads: [0, 3], layers: [0]}\n"
                                        "  - layer: {layers: [1]}\n");
@@ -732,7 +712,7 @@ Test(plan, job_fields_and_masks)
 
 Test(plan, iterative_makes_no_jobs)
 {
-    struct hp_model_info info = info_of(2, 4, 4);
+    struct hp_model_info info = tu_info(2, 4, 4);
     struct hp_plan *p = load_text(HEAD "  - baseline\n  - iterative: {prune: 10%}\n");
     struct hp_joblist *jl = expand_ok(p, &info);
     cr_assert_eq(jl->n, 1);
@@ -743,7 +723,7 @@ Test(plan, iterative_makes_no_jobs)
 
 Test(plan, expand_errors_point_at_the_value)
 {
-    struct hp_model_info info = info_of(4, 8, 4);
+    struct hp_model_info info = tu_info(4, 8, 4);
     expand_fails(HEAD "  - single: {layers: [1, 7]}\n", &info, 5, "7",
                  "study 'single': layer 7 does not exist (model has layers 0-3)", NULL);
     expand_fails(HEAD "  - single:\n      layers: 9\n", &info, 6, "9",
@@ -770,7 +750,7 @@ Test(plan, expand_errors_point_at_the_value)
                  "set 'x': mask '1.2.3': expected LAYER.HEAD", NULL);
     expand_fails(HEAD "  - pairs: {heads: [2], kv: true}\n", &info, 5, "2",
                  "study 'pairs': no pairs", NULL);
-    struct hp_model_info uneven = info_of(2, 6, 4);
+    struct hp_model_info uneven = tu_info(2, 6, 4);
     expand_fails(HEAD "  - single: {kv: true}\n", &uneven, 5, "true",
                  "kv: true needs query heads that group evenly", "6 heads and 4 KV heads");
     // After an inserted baseline and a written one alike, the right study is found.
@@ -783,13 +763,13 @@ Test(plan, expand_errors_point_at_the_value)
 Test(plan, expand_refuses_a_model_without_heads)
 {
     struct hp_plan *p = load_text(HEAD "  - single\n");
-    struct hp_model_info none = info_of(0, 8, 8);
+    struct hp_model_info none = tu_info(0, 8, 8);
     struct hp_joblist *jl = NULL;
     struct hp_error err = {{0}};
     cr_assert_eq(hp_plan_expand(p, &none, &jl, &err), HP_ERR_ARG);
     cr_assert_null(jl);
     check_msg(err.msg, p->path, 0, 0, "model has 0 layers of 8 heads", NULL);
-    struct hp_model_info info = info_of(2, 2, 2);
+    struct hp_model_info info = tu_info(2, 2, 2);
     cr_assert_eq(hp_plan_expand(p, &info, &jl, NULL), HP_OK); // err may be NULL
     cr_assert_eq(jl->n, 5);
     hp_joblist_free(jl);
@@ -799,7 +779,7 @@ Test(plan, expand_refuses_a_model_without_heads)
 Test(plan, expand_error_without_text_names_the_line)
 {
     // A plan built by hand (no text): the message falls back to the study's line.
-    struct hp_model_info info = info_of(2, 4, 4);
+    struct hp_model_info info = tu_info(2, 4, 4);
     struct hp_plan *p = load_text(HEAD "  - single: {layers: [3]}\n");
     free(p->text);
     p->text = NULL;
@@ -822,7 +802,7 @@ static int count_study(const struct hp_joblist *jl, int study)
 
 Test(plan, random_draws_are_deterministic_distinct_and_vary)
 {
-    struct hp_model_info info = info_of(4, 8, 4);
+    struct hp_model_info info = tu_info(4, 8, 4);
     struct hp_plan *p = load_text(HEAD "  - random: {k: [12, 1, 5], samples: 20}\n");
     struct hp_joblist *a = expand_ok(p, &info), *b = expand_ok(p, &info);
     cr_assert_eq(a->n, 1 + 3 * 20);
@@ -855,7 +835,7 @@ Test(plan, random_draws_are_deterministic_distinct_and_vary)
 
 Test(plan, random_draws_respect_filters_and_kv)
 {
-    struct hp_model_info info = info_of(4, 8, 4);
+    struct hp_model_info info = tu_info(4, 8, 4);
     struct hp_plan *p = load_text(
         HEAD "  - random: {k: [1, 3, 6], samples: 30, layers: [1, 3], heads: [0, 2, 5]}\n"
              "  - random: {k: 3, samples: 30, kv: true, layers: [2], name: rkv}\n");
@@ -897,7 +877,7 @@ Test(plan, random_draws_are_roughly_uniform)
 {
     // 2000 draws of 1 of 8 units: each should come up 250 +- 16 (one sigma)
     // times; the sequence is fixed, so the bounds (about 4 sigma) never flake.
-    struct hp_model_info info = info_of(1, 8, 8);
+    struct hp_model_info info = tu_info(1, 8, 8);
     struct hp_plan *p = load_text(HEAD "  - random: {k: 1, samples: 2000}\n");
     struct hp_joblist *jl = expand_ok(p, &info);
     int count[8] = {0};
@@ -914,7 +894,7 @@ Test(plan, random_draws_are_roughly_uniform)
 // The masks of the study named `name` in plan text.
 static char *draws_of(const char *text, const char *name)
 {
-    struct hp_model_info info = info_of(4, 8, 4);
+    struct hp_model_info info = tu_info(4, 8, 4);
     struct hp_plan *p = load_text(text);
     struct hp_joblist *jl = expand_ok(p, &info);
     char *buf = NULL;
@@ -987,7 +967,7 @@ Test(plan, shipped_plans_load_and_expand)
         char config[2048];
         snprintf(config, sizeof config, "%s/config.json", p->model);
         struct hp_model *m = NULL;
-        struct hp_model_info info = info_of(4, 8, 8);
+        struct hp_model_info info = tu_info(4, 8, 8);
         const struct hp_model_info *use = &info;
         if (access(config, R_OK) == 0) {
             struct hp_error err = {{0}};
@@ -1031,7 +1011,7 @@ static void round_trip(const struct hp_mask *m, const struct hp_model_info *info
 
 Test(plan, mask_format_examples)
 {
-    struct hp_model_info info = info_of(3, 4, 2);
+    struct hp_model_info info = tu_info(3, 4, 2);
     const struct { const char *spec, *want; } cases[] = {
         {"", ""},
         {"1.2", "1.2"},
@@ -1056,7 +1036,7 @@ Test(plan, mask_format_examples)
     cr_assert_str_eq(none, "");
     free(none);
     // One head per layer: an ablated head is the whole layer.
-    struct hp_model_info one = info_of(2, 1, 1);
+    struct hp_model_info one = tu_info(2, 1, 1);
     struct hp_mask *m = hp_mask_new(2, 1);
     m->gate[1] = 0.0f;
     char *text = hp_mask_format(m);
@@ -1068,7 +1048,7 @@ Test(plan, mask_format_examples)
 
 Test(plan, mask_format_round_trips_every_small_mask)
 {
-    struct hp_model_info info = info_of(2, 3, 3);
+    struct hp_model_info info = tu_info(2, 3, 3);
     for (unsigned bits = 0; bits < 64; bits++) {
         struct hp_mask *m = hp_mask_new(2, 3);
         for (int i = 0; i < 6; i++)
@@ -1080,7 +1060,7 @@ Test(plan, mask_format_round_trips_every_small_mask)
 
 Test(plan, mask_format_round_trips_large_masks)
 {
-    struct hp_model_info info = info_of(48, 40, 8);
+    struct hp_model_info info = tu_info(48, 40, 8);
     uint64_t x = 12345;
     for (int t = 0; t < 50; t++) {
         struct hp_mask *m = hp_mask_new(48, 40);

@@ -10,6 +10,7 @@
  *   metrics (loss, acc, KL, cosine, per sequence too): |diff| <= 1e-5 * max(1, |ref|)
  *   logits / hidden states at real tokens:             |diff| <= 1e-4 * max(1, max |ref|)
  */
+#define _DEFAULT_SOURCE /* mkdtemp, in testutil.h */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>

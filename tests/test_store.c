@@ -20,16 +20,13 @@ static char tmp[64], db[128];
 
 static void setup(void)
 {
-    snprintf(tmp, sizeof tmp, "/tmp/hp_store_XXXXXX");
-    cr_assert(mkdtemp(tmp));
+    tu_mkdtemp(tmp, sizeof tmp, "store");
     snprintf(db, sizeof db, "%s/r.db", tmp);
 }
 
 static void teardown(void)
 {
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "chattr -i %s 2>/dev/null; rm -rf %s", tmp, tmp);
-    cr_assert_eq(system(cmd), 0);
+    tu_rmrf(tmp);
 }
 
 TestSuite(store, .init = setup, .fini = teardown);

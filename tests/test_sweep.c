@@ -16,6 +16,8 @@
  */
 #define _DEFAULT_SOURCE
 #include <criterion/criterion.h>
+
+#include "testutil.h"
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -29,17 +31,14 @@ static char tmp[64], plan[1024], small_plan[1024];
 
 static void setup(void)
 {
-    snprintf(tmp, sizeof tmp, "/tmp/hp_sweep_XXXXXX");
-    cr_assert(mkdtemp(tmp));
+    tu_mkdtemp(tmp, sizeof tmp, "sweep");
     snprintf(plan, sizeof plan, "%s/plans/sweep.yaml", getenv("HP_TESTS"));
     snprintf(small_plan, sizeof small_plan, "%s/plans/sweep-small.yaml", getenv("HP_TESTS"));
 }
 
 static void teardown(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    cr_assert_eq(system(cmd), 0);
+    tu_rmrf(tmp);
 }
 
 TestSuite(sweep, .init = setup, .fini = teardown, .timeout = 600);

@@ -5,6 +5,9 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "headprune.h"
 
 /* Whole file, NUL-terminated; *n (may be NULL) gets its length. Fails the test if unreadable. */
 static inline char *tu_slurp(const char *path, size_t *n)
@@ -29,6 +32,40 @@ static inline void tu_spit(const char *path, const void *p, size_t n)
     cr_assert(f, "cannot write %s", path);
     cr_assert(fwrite(p, 1, n, f) == n);
     fclose(f);
+}
+
+/* A fresh folder /tmp/hp_<tag>_XXXXXX into dir (at least 64 bytes). */
+static inline void tu_mkdtemp(char *dir, size_t n, const char *tag)
+{
+    snprintf(dir, n, "/tmp/hp_%s_XXXXXX", tag);
+    cr_assert(mkdtemp(dir), "cannot make a temp folder %s", dir);
+}
+
+/* Remove a folder made by tu_mkdtemp, with everything in it. */
+static inline void tu_rmrf(const char *dir)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "chattr -i %s 2>/dev/null; rm -rf %s", dir, dir);
+    cr_assert_eq(system(cmd), 0, "cannot remove %s", dir);
+}
+
+/* The info of a Llama-like model of the given shape, for tests that need no weights. */
+static inline struct hp_model_info tu_info(int n_layers, int n_heads, int n_kv_heads)
+{
+    struct hp_model_info info;
+    memset(&info, 0, sizeof info);
+    info.arch = HP_ARCH_LLAMA;
+    strcpy(info.model_type, "llama");
+    info.n_layers = n_layers;
+    info.n_heads = n_heads;
+    info.n_kv_heads = n_kv_heads;
+    info.d_head = 8;
+    info.d_model = n_heads * 8;
+    info.n_vocab = 97;
+    info.n_ctx = 64;
+    info.causal = true;
+    info.has_lm_head = true;
+    return info;
 }
 
 #endif
