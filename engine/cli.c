@@ -457,18 +457,14 @@ static double forward_flops(const struct hp_model_info *in, int n_seqs, int seq_
 }
 
 /* Evaluations an iterative study will need: candidates scored plus curve points. */
-static long iterative_evals(const struct hp_plan *p, const struct hp_study *s, const struct hp_model_info *in)
+static long iterative_evals(const struct hp_study *s, const struct hp_model_info *in)
 {
-    int per_layer = s->kv ? in->n_kv_heads : in->n_heads;
-    int n = (s->n_layers_sel ? s->n_layers_sel : in->n_layers) * (s->n_units_sel ? s->n_units_sel : per_layer);
+    struct hp_iterative_schedule sc = hp_study_schedule(s, in);
     int layers = s->n_layers_sel ? s->n_layers_sel : in->n_layers;
-    int per_step = (int)fmax(1.0, round(s->prune_frac * n));
-    int floor_n = (int)ceil(s->floor_frac * n - 1e-9);
-    if (s->keep_one_per_layer && floor_n < layers)
-        floor_n = layers;
+    if (s->keep_one_per_layer && sc.floor_units < layers)
+        sc.floor_units = layers;
     long evals = 1;
-    (void)p;
-    for (int left = n; left > floor_n; left -= per_step)
+    for (int left = sc.n_units; left > sc.floor_units; left -= sc.per_step)
         evals += left + 1;
     return evals;
 }
@@ -506,7 +502,7 @@ static int cmd_plan(int argc, char **argv)
     long iter = 0;
     for (int i = 0; i < p->n_studies; i++)
         if (p->studies[i].kind == HP_STUDY_ITERATIVE)
-            iter += iterative_evals(p, &p->studies[i], in);
+            iter += iterative_evals(&p->studies[i], in);
     if (f == FMT_TABLE) {
         double fl = forward_flops(in, d->n_seqs, d->seq_len);
         printf("plan      %s (%s)\n", p->name, p->path);
@@ -522,7 +518,7 @@ static int cmd_plan(int argc, char **argv)
                 n += jl->jobs[j].study == i;
             if (p->studies[i].kind == HP_STUDY_ITERATIVE)
                 printf("study     %-16s %-10s about %ld evaluations (masks depend on results)\n", p->studies[i].name,
-                       hp_study_kind_name(p->studies[i].kind), iterative_evals(p, &p->studies[i], in));
+                       hp_study_kind_name(p->studies[i].kind), iterative_evals(&p->studies[i], in));
             else
                 printf("study     %-16s %-10s %d jobs\n", p->studies[i].name, hp_study_kind_name(p->studies[i].kind), n);
         }

@@ -1468,3 +1468,12 @@ enum hp_status hp_plan_expand(const struct hp_plan *p, const struct hp_model_inf
     *out = jl;
     return HP_OK;
 }
+
+struct hp_iterative_schedule hp_study_schedule(const struct hp_study *s, const struct hp_model_info *info)
+{
+    int per_layer = s->kv ? info->n_kv_heads : info->n_heads;
+    int n = (s->n_layers_sel ? s->n_layers_sel : info->n_layers) * (s->n_units_sel ? s->n_units_sel : per_layer);
+    struct hp_iterative_schedule sc = {n, (int)fmax(1.0, round(s->prune_frac * n)),
+                                       (int)ceil(s->floor_frac * n - 1e-9)};
+    return sc;
+}

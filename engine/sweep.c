@@ -11,6 +11,7 @@
  * Must not: print; know SQL (the store does that).
  */
 #define _POSIX_C_SOURCE 200809L
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,8 +177,9 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
                 units[n++] = (struct unit){l, u};
                 left_in_layer[l]++;
             }
-    int per_step = (int)fmax(1.0, round(s->prune_frac * n));
-    int floor_n = (int)ceil(s->floor_frac * n - 1e-9);
+    struct hp_iterative_schedule sc = hp_study_schedule(s, in);
+    assert(sc.n_units == n);
+    int per_step = sc.per_step, floor_n = sc.floor_units;
     int n_pruned = 0;
     enum hp_status st = HP_OK;
 

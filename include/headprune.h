@@ -318,6 +318,14 @@ enum hp_status hp_plan_expand(const struct hp_plan *p, const struct hp_model_inf
                               struct hp_joblist **out, struct hp_error *err);
 void hp_joblist_free(struct hp_joblist *jl);
 
+/* How an iterative study proceeds on a model. */
+struct hp_iterative_schedule {
+    int n_units;     /* units in play: the study's layers x units */
+    int per_step;    /* units pruned per step: prune_frac of n_units, at least 1 */
+    int floor_units; /* stop once at most this many remain (floor_frac of n_units, rounded up) */
+};
+struct hp_iterative_schedule hp_study_schedule(const struct hp_study *s, const struct hp_model_info *info);
+
 /* Append a job (the list takes the mask). HP_ERR_NOMEM on failure (mask freed). */
 enum hp_status hp_joblist_push(struct hp_joblist *jl, const struct hp_job *job);
 
