@@ -236,31 +236,74 @@ static void softmax_rows(float *att, int T, bool causal, const uint8_t *kmask)
     }
 }
 
-/* The attention block: reads w->h (N, d), writes w->tmp (N, d). */
+/* Gates of variant block v (NULL = nothing ablated). */
+static const float *gate_of(const struct hp_fwd_args *a, int v)
+{
+    return a->gates ? a->gates[v] : a->gate;
+}
+
+static int n_blocks(const struct hp_fwd_args *a)
+{
+    return a->n_blocks > 0 ? a->n_blocks : 1;
+}
+
+/*
+ * Head h's outputs in rows [r0, r0 + n) of ctx (N, qd) when it is not live: the mean under
+ * mean ablation, else zero (needed only when the output projection reads them).
+ */
+static void fill_dead(float *out, int qd, int dh, int r0, int n, int T, const struct hp_fwd_args *a, int l, int h,
+                      bool mean)
+{
+    for (int r = r0; r < r0 + n; r++) {
+        float *o = out + (size_t)r * qd + h * dh;
+        if (mean)
+            memcpy(o, a->mean + l * a->mean_layer_stride + h * dh + (r % T) * a->mean_pos_stride,
+                   (size_t)dh * sizeof(float));
+        else
+            memset(o, 0, (size_t)dh * sizeof(float));
+    }
+}
+
+/*
+ * The attention block: reads w->h (N, d), writes the block's output
+ * (projection and bias, before the residual add) to w->tmp (N, d) and the
+ * heads' outputs to w->ctx. Rows are n_blocks variant blocks of n_seqs
+ * sequences, each block with its own gates: a head's projections run when it
+ * is live in some block, its scores and weighted sums only in the blocks
+ * where it is live.
+ */
 static void attention(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a, int l)
 {
     const struct hp_model_info *in = &m->info;
     const struct hp_layer *L = &m->layers[l];
-    const int T = a->T, B = a->n_seqs, N = T * B, d = in->d_model, H = in->n_heads, KV = in->n_kv_heads, dh = in->d_head;
+    const int T = a->T, NB = n_blocks(a), S = a->n_seqs, Rb = S * T, N = Rb * NB, d = in->d_model, H = in->n_heads,
+              KV = in->n_kv_heads, dh = in->d_head;
     const int qd = H * dh, kvd = KV * dh, per_kv = H / KV;
-    const float *g = a->gate ? a->gate + (size_t)l * H : NULL;
     const bool mean = a->ablation != HP_ABLATE_ZERO;
 
-    bool live[H], in_proj[H], kv_live[KV];
-    for (int h = 0; h < H; h++) {
-        live[h] = !g || g[h] != 0.0f;
-        in_proj[h] = live[h] || mean;
+    /* live[v * H + h]: head h computed in block v; any_*: in some block */
+    bool live[NB * H], any_live[H], in_proj[H], kv_live[KV];
+    for (int h = 0; h < H; h++)
+        any_live[h] = in_proj[h] = false;
+    for (int v = 0; v < NB; v++) {
+        const float *g = gate_of(a, v);
+        for (int h = 0; h < H; h++) {
+            bool on = !g || g[l * H + h] != 0.0f;
+            live[v * H + h] = on;
+            any_live[h] |= on;
+            in_proj[h] |= on || mean;
+        }
     }
     for (int kv = 0; kv < KV; kv++) {
         kv_live[kv] = false;
         for (int h = kv * per_kv; h < (kv + 1) * per_kv; h++)
-            kv_live[kv] |= live[h];
+            kv_live[kv] |= any_live[h];
     }
 
     /* projections of live heads only, one GEMM per run of consecutive live heads */
     for (int s = 0, e; s < H; s = e) {
-        e = run_end(live, H, s);
-        if (!live[s])
+        e = run_end(any_live, H, s);
+        if (!any_live[s])
             continue;
         hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wq.p + (size_t)s * dh * L->wq.cs, L->wq.rs, L->wq.cs,
                 0.0f, w->q + s * dh, qd, 1);
@@ -290,21 +333,24 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
 
     for (int h = 0; h < H; h++) {
         float *out = w->ctx + h * dh;
-        if (!live[h]) {
-            if (mean) {
-                const float *mu = a->mean + l * a->mean_layer_stride + h * dh;
-                for (int r = 0; r < N; r++)
-                    memcpy(out + (size_t)r * qd, mu + (r % T) * a->mean_pos_stride, (size_t)dh * sizeof(float));
-            }
+        if (!any_live[h]) {
+            if (mean)
+                fill_dead(w->ctx, qd, dh, 0, N, T, a, l, h, true);
             continue;
         }
         int kv = h / per_kv;
         float *q = w->q + h * dh;
         if (in->arch == HP_ARCH_LLAMA)
             rope(q, N, T, qd, dh, w->rope);
-        for (int b = 0; b < B; b++) {
+        for (int b = 0; b < NB * S; b++) {
+            int v = b / S;
             size_t r0 = (size_t)b * T;
-            const uint8_t *km = a->attn_mask ? a->attn_mask + r0 : NULL;
+            if (!live[v * H + h]) {
+                if (in_proj[h] && b % S == 0)
+                    fill_dead(w->ctx, qd, dh, v * Rb, Rb, T, a, l, h, mean);
+                continue;
+            }
+            const uint8_t *km = a->attn_mask ? a->attn_mask + (size_t)(b % S) * T : NULL;
             /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T): K read transposed through strides */
             hp_gemm(T, T, dh, scale, q + r0 * qd, qd, 1, w->k + r0 * kvd + kv * dh, 1, kvd, 0.0f, w->att, T, 1);
             softmax_rows(w->att, T, in->causal, km);
@@ -314,14 +360,18 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         if (a->capture) {
             double *cap = a->capture + (size_t)l * T * qd + h * dh;
             for (int r = 0; r < N; r++)
-                if (!a->attn_mask || a->attn_mask[r])
+                if (!a->attn_mask || a->attn_mask[r % Rb])
                     for (int i = 0; i < dh; i++)
                         cap[(size_t)(r % T) * qd + i] += out[(size_t)r * qd + i];
         }
-        if (g && g[h] != 1.0f)
-            for (int r = 0; r < N; r++)
-                for (int i = 0; i < dh; i++)
-                    out[(size_t)r * qd + i] *= g[h];
+        for (int v = 0; v < NB; v++) {
+            const float *g = gate_of(a, v);
+            float gh = g ? g[l * H + h] : 1.0f;
+            if (gh != 1.0f && gh != 0.0f)
+                for (int r = v * Rb; r < (v + 1) * Rb; r++)
+                    for (int i = 0; i < dh; i++)
+                        out[(size_t)r * qd + i] *= gh;
+        }
     }
 
     /* output projection over the heads that contribute, run by run */
@@ -368,74 +418,159 @@ static void add_into(float *x, const float *y, size_t n)
 
 // --- the pass -----------------------------------------------------------------
 
-void hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a)
+static void norm(const struct hp_model *m, float *y, const float *x, int N, const float *wt, const float *b)
+{
+    if (b)
+        layer_norm(y, x, N, m->info.d_model, wt, b, m->norm_eps);
+    else
+        rms_norm(y, x, N, m->info.d_model, wt, m->norm_eps);
+}
+
+/* Layer l's attention: w->x (N, d) in, w->tmp the block's output. */
+static void attention_part(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a, int l, int N)
+{
+    const struct hp_layer *L = &m->layers[l];
+    if (m->info.arch == HP_ARCH_BERT)
+        memcpy(w->h, w->x, (size_t)N * m->info.d_model * sizeof(float));
+    else
+        norm(m, w->h, w->x, N, L->ln1_w, L->ln1_b);
+    attention(m, w, a, l);
+}
+
+/* The rest of layer l once w->tmp holds its attention output: residual, MLP, norms. */
+static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int N)
+{
+    const struct hp_layer *L = &m->layers[l];
+    const size_t n = (size_t)N * m->info.d_model;
+    add_into(w->x, w->tmp, n);
+    if (m->info.arch == HP_ARCH_BERT) {
+        layer_norm(w->x, w->x, N, m->info.d_model, L->ln1_w, L->ln1_b, m->norm_eps);
+        memcpy(w->h, w->x, n * sizeof(float));
+        mlp(m, w, N, l);
+        add_into(w->x, w->tmp, n);
+        layer_norm(w->x, w->x, N, m->info.d_model, L->ln2_w, L->ln2_b, m->norm_eps);
+    } else {
+        norm(m, w->h, w->x, N, L->ln2_w, L->ln2_b);
+        mlp(m, w, N, l);
+        add_into(w->x, w->tmp, n);
+    }
+}
+
+/*
+ * After the last layer: the final norm and, with an LM head, its dense
+ * transform (BERT MLM). Returns the rows the LM head reads; writes a->out
+ * when given (logits or final hidden states).
+ */
+static const float *finish(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a, int N)
 {
     const struct hp_model_info *in = &m->info;
-    const int T = a->T, N = T * a->n_seqs, d = in->d_model;
+    const int d = in->d_model;
     const size_t n = (size_t)N * d;
-
-    for (int r = 0; r < N; r++) {
-        float *x = w->x + (size_t)r * d;
-        const float *e = m->wte + (size_t)a->ids[r] * d;
-        memcpy(x, e, (size_t)d * sizeof(float));
-        if (m->wpe)
-            add_into(x, m->wpe + (size_t)(r % T) * d, (size_t)d);
-        if (m->wtt)
-            add_into(x, m->wtt + (size_t)(a->type_ids ? a->type_ids[r] : 0) * d, (size_t)d);
-    }
-
-    for (int l = 0; l < in->n_layers; l++) {
-        const struct hp_layer *L = &m->layers[l];
-        if (in->arch == HP_ARCH_BERT) {
-            if (l == 0)
-                layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
-            memcpy(w->h, w->x, n * sizeof(float));
-            attention(m, w, a, l);
-            add_into(w->x, w->tmp, n);
-            layer_norm(w->x, w->x, N, d, L->ln1_w, L->ln1_b, m->norm_eps);
-            memcpy(w->h, w->x, n * sizeof(float));
-            mlp(m, w, N, l);
-            add_into(w->x, w->tmp, n);
-            layer_norm(w->x, w->x, N, d, L->ln2_w, L->ln2_b, m->norm_eps);
-        } else {
-            if (L->ln1_b)
-                layer_norm(w->h, w->x, N, d, L->ln1_w, L->ln1_b, m->norm_eps);
-            else
-                rms_norm(w->h, w->x, N, d, L->ln1_w, m->norm_eps);
-            attention(m, w, a, l);
-            add_into(w->x, w->tmp, n);
-            if (L->ln2_b)
-                layer_norm(w->h, w->x, N, d, L->ln2_w, L->ln2_b, m->norm_eps);
-            else
-                rms_norm(w->h, w->x, N, d, L->ln2_w, m->norm_eps);
-            mlp(m, w, N, l);
-            add_into(w->x, w->tmp, n);
-        }
-    }
-
-    if (in->arch == HP_ARCH_BERT && in->n_layers == 0)
-        layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
     const float *hfin = w->x;
     if (m->lnf_w) {
-        if (m->lnf_b)
-            layer_norm(w->h, w->x, N, d, m->lnf_w, m->lnf_b, m->norm_eps);
-        else
-            rms_norm(w->h, w->x, N, d, m->lnf_w, m->norm_eps);
+        norm(m, w->h, w->x, N, m->lnf_w, m->lnf_b);
         hfin = w->h;
     }
-    if (!m->lm_head) {
-        memcpy(a->out, hfin, n * sizeof(float));
-        return;
-    }
-    if (m->mlm_dense.p) {
+    if (m->lm_head && m->mlm_dense.p) {
         linear(w->tmp, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
         for (size_t i = 0; i < n; i++)
             w->tmp[i] = act(m->act, w->tmp[i]);
         layer_norm(w->tmp, w->tmp, N, d, m->mlm_ln_w, m->mlm_ln_b, m->norm_eps);
         hfin = w->tmp;
     }
-    const int V = in->n_vocab;
-    /* logits (N, V) = h (N, d) E^T: E (V, d) row-major read transposed */
-    hp_gemm(N, V, d, 1.0f, hfin, d, 1, m->lm_head, 1, d, 0.0f, a->out, V, 1);
-    add_bias(a->out, N, V, V, m->mlm_bias);
+    if (!a->out)
+        return hfin;
+    if (!m->lm_head)
+        memcpy(a->out, hfin, n * sizeof(float));
+    else
+        hp_fwd_logits(m, hfin, N, 0, in->n_vocab, a->out, in->n_vocab);
+    return hfin;
+}
+
+void hp_fwd_logits(const struct hp_model *m, const float *h, int N, int v0, int nv, float *out, int ldo)
+{
+    const int d = m->info.d_model;
+    /* logits (N, nv) = h (N, d) E[v0 : v0 + nv]^T: E (V, d) row-major read transposed */
+    hp_gemm(N, nv, d, 1.0f, h, d, 1, m->lm_head + (size_t)v0 * d, 1, d, 0.0f, out, ldo, 1);
+    add_bias(out, N, nv, ldo, m->mlm_bias ? m->mlm_bias + v0 : NULL);
+}
+
+const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a)
+{
+    const struct hp_model_info *in = &m->info;
+    const int T = a->T, Rb = T * a->n_seqs, N = Rb * n_blocks(a), d = in->d_model;
+    const size_t qd = (size_t)in->n_heads * in->d_head;
+
+    for (int r = 0; r < N; r++) {
+        float *x = w->x + (size_t)r * d;
+        int rr = r % Rb;
+        memcpy(x, m->wte + (size_t)a->ids[rr] * d, (size_t)d * sizeof(float));
+        if (m->wpe)
+            add_into(x, m->wpe + (size_t)(r % T) * d, (size_t)d);
+        if (m->wtt)
+            add_into(x, m->wtt + (size_t)(a->type_ids ? a->type_ids[rr] : 0) * d, (size_t)d);
+    }
+    if (in->arch == HP_ARCH_BERT)
+        layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
+
+    const struct hp_fwd_save *sv = a->save;
+    for (int l = 0; l < in->n_layers; l++) {
+        if (sv)
+            memcpy(sv->x + (size_t)l * N * d, w->x, (size_t)N * d * sizeof(float));
+        attention_part(m, w, a, l, N);
+        if (sv) {
+            memcpy(sv->attn + (size_t)l * N * d, w->tmp, (size_t)N * d * sizeof(float));
+            memcpy(sv->ctx + (size_t)l * N * qd, w->ctx, (size_t)N * qd * sizeof(float));
+        }
+        finish_layer(m, w, l, N);
+    }
+    return finish(m, w, a, N);
+}
+
+const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a,
+                           const struct hp_fwd_save *base, int l0)
+{
+    const struct hp_model_info *in = &m->info;
+    const struct hp_layer *L = &m->layers[l0];
+    const int T = a->T, Rb = T * a->n_seqs, NB = n_blocks(a), N = Rb * NB, d = in->d_model, H = in->n_heads,
+              dh = in->d_head, qd = H * dh;
+    const bool mean = a->ablation != HP_ABLATE_ZERO;
+    const size_t xs = (size_t)Rb * d, cs = (size_t)Rb * qd;
+    const float *bx = base->x + (size_t)l0 * xs, *ba = base->attn + (size_t)l0 * xs, *bc = base->ctx + (size_t)l0 * cs;
+
+    for (int v = 0; v < NB; v++) {
+        float *x = w->x + v * xs, *tmp = w->tmp + v * xs, *ctx = w->ctx + v * cs;
+        memcpy(x, bx, xs * sizeof(float));
+        memcpy(tmp, ba, xs * sizeof(float));
+        /* heads whose output changes: their replacement minus their unmasked output */
+        const float *g = gate_of(a, v);
+        bool changed[H];
+        for (int h = 0; h < H; h++) {
+            float gh = g ? g[l0 * H + h] : 1.0f;
+            changed[h] = gh != 1.0f;
+            if (!changed[h])
+                continue;
+            if (gh == 0.0f)
+                fill_dead(ctx, qd, dh, 0, Rb, T, a, l0, h, mean);
+            for (int r = 0; r < Rb; r++) {
+                float *o = ctx + (size_t)r * qd + h * dh;
+                const float *u = bc + (size_t)r * qd + h * dh;
+                for (int i = 0; i < dh; i++)
+                    o[i] = (gh == 0.0f ? o[i] : gh * u[i]) - u[i];
+            }
+        }
+        /* ... added through their rows of the output projection, run by run */
+        for (int s = 0, e; s < H; s = e) {
+            e = run_end(changed, H, s);
+            if (changed[s])
+                hp_gemm(Rb, d, (e - s) * dh, 1.0f, ctx + s * dh, qd, 1, L->wo.p + (size_t)s * dh * L->wo.rs,
+                        L->wo.rs, L->wo.cs, 1.0f, tmp, d, 1);
+        }
+    }
+    finish_layer(m, w, l0, N);
+    for (int l = l0 + 1; l < in->n_layers; l++) {
+        attention_part(m, w, a, l, N);
+        finish_layer(m, w, l, N);
+    }
+    return finish(m, w, a, N);
 }

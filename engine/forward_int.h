@@ -1,8 +1,9 @@
 /*
  * forward_int.h -- the masked-attention forward pass (engine/forward.c).
  *
- * One call runs one sequence of T tokens through the model with a gate per
- * (layer, query head). A head whose gate is 0 costs nothing under zero
+ * One call runs sequences of T tokens through the model with a gate per
+ * (layer, query head), or several variant blocks of the same sequences,
+ * each with its own gates. A head whose gate is 0 costs nothing under zero
  * ablation: its Q slice, scores, softmax and weighted sum are skipped, and so
  * are its rows of the output projection; a KV head is computed only if one of
  * its query heads is live. Under mean ablation the head's output is replaced
@@ -24,13 +25,29 @@ int hp_fwd_batch(const struct hp_fwd *w);    /* B */
 /* Width of the forward output: n_vocab with an LM head, else d_model. */
 int hp_fwd_out_width(const struct hp_model *m);
 
+/*
+ * What a pass keeps for later resumption, per layer l, over its N rows:
+ * x (n_layers, N, d_model), the residual stream entering layer l; attn
+ * (n_layers, N, d_model), layer l's attention output (projection and bias,
+ * before the residual add); ctx (n_layers, N, n_heads * d_head), its heads'
+ * outputs.
+ */
+struct hp_fwd_save {
+    float *x, *attn, *ctx;
+};
+
 struct hp_fwd_args {
     const int32_t *ids;       /* (n_seqs, T) */
     const uint8_t *attn_mask; /* NULL or (n_seqs, T); 0 = padding (never attended to) */
     const int32_t *type_ids;  /* NULL or (n_seqs, T); BERT token types */
     int T;
-    int n_seqs;               /* sequences in this call, at most the workspace's B */
-    const float *gate;        /* NULL or (n_layers, n_heads); 0 = ablated */
+    int n_seqs;               /* sequences of data in this call */
+    /* Variant blocks: the rows are n_blocks (0 = 1) copies of the n_seqs
+     * sequences, block v under gates[v]; n_blocks * n_seqs is at most the
+     * workspace's B. With gates NULL every block runs under gate. */
+    int n_blocks;
+    const float *const *gates; /* NULL or (n_blocks), each NULL or (n_layers, n_heads) */
+    const float *gate;         /* NULL or (n_layers, n_heads); 0 = ablated */
     enum hp_ablation ablation;
     /* mean ablation: head outputs (.., n_heads * d_head) at
      * mean[l * mean_layer_stride + t * mean_pos_stride]; pos stride 0 = one mean for all positions */
@@ -38,9 +55,29 @@ struct hp_fwd_args {
     ptrdiff_t mean_layer_stride, mean_pos_stride;
     /* NULL or (n_layers, T, n_heads * d_head): every real token's head outputs are added at its position */
     double *capture;
-    float *out;               /* (n_seqs, T, hp_fwd_out_width) */
+    const struct hp_fwd_save *save; /* NULL, or filled for later hp_fwd_resume (one block only) */
+    float *out;               /* NULL or (rows, hp_fwd_out_width): logits, or final hidden states */
 };
 
-void hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a);
+/*
+ * Run the pass. Returns the rows (rows, d_model) the LM head reads (after
+ * the final norm and any MLM transform), inside the workspace and valid
+ * until its next use; logits for them come from hp_fwd_logits.
+ */
+const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a);
+
+/*
+ * The same pass for variants whose layers before l0 are unmasked, from a
+ * one-block pass's save of the same sequences: each block starts from the
+ * saved residual stream, and layer l0's attention output is the saved one
+ * plus, for each head whose gate is not 1, (its replacement - its saved
+ * output) through its rows of the output projection; layers after l0 run
+ * in full. Equal to hp_fwd_run up to float rounding.
+ */
+const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a,
+                           const struct hp_fwd_save *base, int l0);
+
+/* Logits of the vocabulary block [v0, v0 + nv) for N rows h (N, d_model), into out (N, ldo). */
+void hp_fwd_logits(const struct hp_model *m, const float *h, int N, int v0, int nv, float *out, int ldo);
 
 #endif
