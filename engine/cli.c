@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -566,12 +567,16 @@ out:
 // --- run ----------------------------------------------------------------------
 
 static const char run_help[] =
-    "Usage: headprune run PLAN.yaml [--db FILE] [--shard I/N] [--threads N] [--quiet]\n"
+    "Usage: headprune run PLAN.yaml [--db FILE] [--shard I/N] [--threads N]\n"
+    "                     [--batch N] [--plain] [--quiet]\n"
     "\n"
     "Run a plan's jobs into an SQLite results database. Jobs are content-addressed\n"
     "(model and data digests, mask, ablation, engine numeric version): finished\n"
     "ones are skipped, so re-running resumes and changing a parameter adds jobs.\n"
-    "Ctrl-C stops after the current job; even kill -9 loses at most that job.\n"
+    "Variants are evaluated together in batches, reusing the unmasked model's\n"
+    "work: each starts at its first masked layer. Every result is written as its\n"
+    "batch ends; Ctrl-C stops after the current batch, and even kill -9 loses at\n"
+    "most that batch.\n"
     "\n"
     "  --db FILE      results database (default results/<plan name>.db, next to\n"
     "                 the current directory's results/ folder)\n"
@@ -579,6 +584,10 @@ static const char run_help[] =
     "                 N processes or on N machines; merge with 'headprune merge'.\n"
     "                 Iterative studies run in shard 1 only.\n"
     "  --threads N    BLIS threads (default: all cores)\n"
+    "  --batch N      variants evaluated together (default 64): larger batches\n"
+    "                 share more work, smaller ones lose less to a kill\n"
+    "  --plain        no reuse: every variant by whole forward passes of its own\n"
+    "                 (the reference path the default is tested against; slower)\n"
     "  --quiet        no progress output\n";
 
 static volatile int g_stop;
@@ -641,10 +650,11 @@ static int cmd_run(int argc, char **argv)
 {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},     {"shard", required_argument, 0, 's'},
                                          {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
+                                         {"batch", required_argument, 0, 'b'},   {"plain", no_argument, 0, 'p'},
                                          {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     const char *db = NULL;
-    int si = 1, sn = 1, threads = 0, c;
-    bool quiet = false;
+    int si = 1, sn = 1, threads = 0, batch = 0, c;
+    bool quiet = false, plain = false;
     while ((c = getopt_long(argc, argv, "d:s:t:qh", opts, NULL)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
@@ -658,6 +668,11 @@ static int cmd_run(int argc, char **argv)
             if (!parse_int(optarg, 1, 1024, &threads))
                 return usage_error("run", "--threads must be a positive integer");
             break;
+        case 'b':
+            if (!parse_int(optarg, 1, 1 << 20, &batch))
+                return usage_error("run", "--batch must be a positive integer");
+            break;
+        case 'p': plain = true; break;
         case 'q': quiet = true; break;
         case 'h': fputs(run_help, stdout); return 0;
         default: return usage_error("run", "unknown option");
@@ -681,7 +696,17 @@ static int cmd_run(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     struct run_progress rp = {isatty(STDERR_FILENO), quiet, false, 0, p->path, db};
-    struct hp_sweep_opts o = {db, si - 1, sn, threads, run_progress_cb, &rp, &g_stop};
+    struct hp_sweep_opts o = {
+        .db_path = db,
+        .shard_index = si - 1,
+        .shard_count = sn,
+        .threads = threads,
+        .batch = batch,
+        .plain = plain,
+        .progress = run_progress_cb,
+        .user = &rp,
+        .stop = &g_stop,
+    };
     struct hp_sweep_summary sum;
     enum hp_status st = hp_sweep_run(p, &o, &sum, &err);
     if (rp.tty && !quiet)
@@ -694,9 +719,11 @@ static int cmd_run(int argc, char **argv)
                 (long long)sum.n_jobs, (long long)sum.n_run, (long long)sum.n_cached);
         return 130;
     }
-    printf("sweep %lld: %lld jobs (%lld run, %lld already in the database) in %.1f s -> %s\n",
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("sweep %lld: %lld jobs (%lld run, %lld already in the database) in %.1f s, peak memory %.0f MB -> %s\n",
            (long long)sum.sweep_id, (long long)sum.n_jobs, (long long)sum.n_run, (long long)sum.n_cached, sum.seconds,
-           db);
+           (double)ru.ru_maxrss / 1024.0, db);
     return 0;
 }
 

@@ -62,57 +62,110 @@ static double damage(const struct ctx *c, const struct hp_store_metrics *m)
     return m->loss;
 }
 
-/* Evaluate one job (or find it finished) and record it in the sweep. */
-static enum hp_status run_job(struct ctx *c, int64_t ord, const struct hp_job *job, const char *kind,
-                              struct hp_store_metrics *res, struct hp_error *err)
+static void to_store_metrics(const struct hp_metrics *mt, struct hp_store_metrics *m)
 {
-    char *mask_text = hp_mask_format(job->mask);
-    if (!mask_text)
-        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    char key[HP_DIGEST_HEX];
-    hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, mask_text, key);
-    struct hp_store_job sj = {
-        .sweep_id = c->sweep_id,
-        .ord = ord,
-        .plan = c->plan,
-        .job = job,
-        .kind = kind,
-        .key = key,
-        .mask_text = mask_text,
-        .model_digest = c->model_digest,
-        .data_digest = c->data_digest,
-    };
-    bool found;
-    struct hp_store_metrics m;
-    enum hp_status st = hp_store_lookup(c->store, key, &found, &m, err);
-    if (st == HP_OK && found) {
-        st = hp_store_link(c->store, &sj, err);
-        c->sum->n_cached++;
-    } else if (st == HP_OK) {
-        struct hp_metrics *mt;
-        double t = now();
-        st = hp_evaluator_run(c->ev, job->mask, c->plan->ablation, &mt, err);
-        if (st == HP_OK) {
-            st = hp_store_put(c->store, &sj, mt, now() - t, c->o->threads, err);
-            m.loss = mt->has_loss ? mt->loss : NAN;
-            m.acc = mt->has_loss ? mt->acc : NAN;
-            m.kl = mt->has_loss ? mt->kl : NAN;
-            m.cos = mt->has_cos ? mt->cos : NAN;
-            hp_metrics_free(mt);
-            c->sum->n_run++;
-        }
-    }
-    free(mask_text);
-    if (st != HP_OK)
-        return st;
-    if (res)
-        *res = m;
+    m->loss = mt->has_loss ? mt->loss : NAN;
+    m->acc = mt->has_loss ? mt->acc : NAN;
+    m->kl = mt->has_loss ? mt->kl : NAN;
+    m->cos = mt->has_cos ? mt->cos : NAN;
+}
+
+static void job_done(struct ctx *c, const struct hp_job *job)
+{
     c->done++;
     if (c->o->progress) {
         struct hp_sweep_progress p = {c->done, c->total, c->sum->n_cached, job->label, now() - c->t0};
         c->o->progress(c->o->user, &p);
     }
-    return HP_OK;
+}
+
+/* A job on its way through run_jobs. */
+struct pending {
+    struct hp_store_job sj;
+    char key[HP_DIGEST_HEX];
+    int idx; /* in the caller's arrays */
+};
+
+/*
+ * Evaluate n jobs (or find them finished) and record them in the sweep: jobs
+ * already in the store are linked at once, the others evaluated together,
+ * at most batch at a time, each result written in its own transaction as its
+ * batch completes. ords[i] is job i's place in the sweep; res (NULL or (n))
+ * receives the metrics. Stops between batches when asked to.
+ */
+static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct hp_job *jobs, int n,
+                               const char *kind, struct hp_store_metrics *res, struct hp_error *err)
+{
+    const int batch = c->o->batch > 0 ? c->o->batch : HP_SWEEP_BATCH;
+    struct pending *pd = calloc((size_t)n, sizeof *pd);
+    const struct hp_mask **masks = calloc((size_t)n, sizeof *masks);
+    struct hp_metrics **mts = calloc((size_t)n, sizeof *mts);
+    if (!pd || !masks || !mts) {
+        free(pd), free(masks), free(mts);
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    }
+    enum hp_status st = HP_OK;
+    int n_pd = 0;
+    for (int i = 0; i < n && st == HP_OK && !stopping(c); i++) {
+        struct pending *p = &pd[n_pd];
+        char *mask_text = hp_mask_format(jobs[i].mask);
+        if (!mask_text) {
+            st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
+            break;
+        }
+        hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, mask_text, p->key);
+        p->sj = (struct hp_store_job){
+            .sweep_id = c->sweep_id,
+            .ord = ords[i],
+            .plan = c->plan,
+            .job = &jobs[i],
+            .kind = kind,
+            .key = p->key,
+            .mask_text = mask_text,
+            .model_digest = c->model_digest,
+            .data_digest = c->data_digest,
+        };
+        p->idx = i;
+        bool found;
+        struct hp_store_metrics m;
+        st = hp_store_lookup(c->store, p->key, &found, &m, err);
+        if (st == HP_OK && found) {
+            st = hp_store_link(c->store, &p->sj, err);
+            free(mask_text);
+            if (st != HP_OK)
+                break;
+            c->sum->n_cached++;
+            if (res)
+                res[i] = m;
+            job_done(c, &jobs[i]);
+        } else if (st == HP_OK) {
+            masks[n_pd++] = jobs[i].mask;
+        } else {
+            free(mask_text);
+        }
+    }
+    for (int b0 = 0; b0 < n_pd && st == HP_OK && !stopping(c); b0 += batch) {
+        int nb = n_pd - b0 < batch ? n_pd - b0 : batch;
+        double t = now();
+        st = hp_evaluator_run_many(c->ev, masks + b0, nb, c->plan->ablation, mts + b0, err);
+        /* each result's time: its share of the batch's */
+        double secs = (now() - t) / nb;
+        for (int i = b0; i < b0 + nb && st == HP_OK; i++) {
+            st = hp_store_put(c->store, &pd[i].sj, mts[i], secs, c->o->threads, err);
+            if (st == HP_OK && res)
+                to_store_metrics(mts[i], &res[pd[i].idx]);
+            if (st == HP_OK) {
+                c->sum->n_run++;
+                job_done(c, &jobs[pd[i].idx]);
+            }
+        }
+    }
+    for (int i = 0; i < n_pd; i++) {
+        free((char *)pd[i].sj.mask_text);
+        hp_metrics_free(mts[i]);
+    }
+    free(pd), free(masks), free(mts);
+    return st;
 }
 
 // --- iterative pruning --------------------------------------------------------------
@@ -166,8 +219,13 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
     struct scored *cand = malloc(sizeof *cand * (size_t)in->n_layers * per_layer);
     int *left_in_layer = calloc((size_t)in->n_layers, sizeof *left_in_layer);
     struct hp_mask *base = hp_mask_new(in->n_layers, in->n_heads);
-    if (!units || !pruned || !cand || !left_in_layer || !base) {
+    size_t nu = (size_t)in->n_layers * per_layer;
+    struct hp_job *cjobs = malloc(sizeof *cjobs * nu);
+    int64_t *cords = malloc(sizeof *cords * nu);
+    struct hp_store_metrics *cres = malloc(sizeof *cres * nu);
+    if (!units || !pruned || !cand || !left_in_layer || !base || !cjobs || !cords || !cres) {
         free(units), free(pruned), free(cand), free(left_in_layer), hp_mask_free(base);
+        free(cjobs), free(cords), free(cres);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     }
     int n = 0;
@@ -189,16 +247,15 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
                                .mask = base};
         snprintf(point.label, sizeof point.label, "step %d", step);
         c->total++;
-        st = run_job(c, (*ord)++, &point, NULL, NULL, err);
+        int64_t o_point = (*ord)++;
+        st = run_jobs(c, &o_point, &point, 1, NULL, NULL, err);
         if (st != HP_OK || n - n_pruned <= floor_n)
             break;
-        /* score the candidates */
+        /* score the candidates, together */
         int nc = 0;
         for (int i = 0; i < n && st == HP_OK; i++) {
             if (pruned[i] || (s->keep_one_per_layer && left_in_layer[units[i].layer] <= 1))
                 continue;
-            if (stopping(c))
-                break;
             struct hp_mask *m = hp_mask_new(in->n_layers, in->n_heads);
             if (!m) {
                 st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
@@ -206,15 +263,19 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
             }
             memcpy(m->gate, base->gate, sizeof(float) * (size_t)in->n_layers * in->n_heads);
             ablate_unit(c, s, m, units[i]);
-            struct hp_job job = {.study = si, .step = step + 1, .k = n_pruned + 1, .layer = units[i].layer,
-                                 .unit = units[i].unit, .unit2 = -1, .mask = m};
-            snprintf(job.label, sizeof job.label, "step %d: %s%d.%d", step + 1, s->kv ? "kv:" : "", units[i].layer,
-                     units[i].unit);
-            struct hp_store_metrics res;
-            c->total++;
-            st = run_job(c, (*ord)++, &job, "iterative-score", &res, err);
-            hp_mask_free(m);
-            cand[nc++] = (struct scored){i, damage(c, &res)};
+            cjobs[nc] = (struct hp_job){.study = si, .step = step + 1, .k = n_pruned + 1, .layer = units[i].layer,
+                                        .unit = units[i].unit, .unit2 = -1, .mask = m};
+            snprintf(cjobs[nc].label, sizeof cjobs[nc].label, "step %d: %s%d.%d", step + 1, s->kv ? "kv:" : "",
+                     units[i].layer, units[i].unit);
+            cords[nc] = (*ord)++;
+            cand[nc++] = (struct scored){i, 0};
+        }
+        c->total += nc;
+        if (st == HP_OK)
+            st = run_jobs(c, cords, cjobs, nc, "iterative-score", cres, err);
+        for (int i = 0; i < nc; i++) {
+            hp_mask_free(cjobs[i].mask);
+            cand[i].score = damage(c, &cres[i]);
         }
         if (st != HP_OK || stopping(c) || nc == 0)
             break;
@@ -232,6 +293,7 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
         }
     }
     free(units), free(pruned), free(cand), free(left_in_layer), hp_mask_free(base);
+    free(cjobs), free(cords), free(cres);
     return st;
 }
 
@@ -251,6 +313,8 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
     if (st == HP_OK)
         st = hp_evaluator_new(c.model, c.data, &c.ev, err);
     if (st == HP_OK)
+        hp_evaluator_set_plain(c.ev, o->plain);
+    if (st == HP_OK)
         st = hp_plan_expand(plan, c.info, &jobs, err);
     if (st == HP_OK) {
         hp_digest_model(c.model, c.model_digest);
@@ -265,11 +329,19 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
     }
     int count = o->shard_count > 0 ? o->shard_count : 1;
     if (st == HP_OK) {
-        for (int i = 0; i < jobs->n; i++)
-            c.total += i % count == o->shard_index;
-        for (int i = 0; i < jobs->n && st == HP_OK && !stopping(&c); i++)
-            if (i % count == o->shard_index)
-                st = run_job(&c, i, &jobs->jobs[i], NULL, NULL, err);
+        /* this shard's jobs */
+        struct hp_job *mine = malloc(sizeof *mine * (size_t)(jobs->n + 1));
+        int64_t *ords = malloc(sizeof *ords * (size_t)(jobs->n + 1));
+        int n = 0;
+        for (int i = 0; mine && ords && i < jobs->n; i++)
+            if (i % count == o->shard_index) {
+                mine[n] = jobs->jobs[i];
+                ords[n++] = i;
+            }
+        c.total = n;
+        st = mine && ords ? run_jobs(&c, ords, mine, n, NULL, NULL, err) : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+        free(mine);
+        free(ords);
     }
     int64_t ord = jobs ? jobs->n : 0;
     for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !stopping(&c); si++)

@@ -219,6 +219,25 @@ enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *m
                                 struct hp_error *err);
 
 /*
+ * Evaluate n variants (masks[i] may be NULL) together into out[0..n).
+ * Variants go inside chunks of the held-out set: each chunk's unmasked pass
+ * runs once, each variant resumes from its first changed layer, variants
+ * sharing that layer run on together, and the LM head is fused with the
+ * metrics. Equal to evaluating them one by one on the plain path up to float
+ * rounding (a test checks 1e-6). On error every out[i] is NULL.
+ */
+enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_mask *const *masks,
+                                     int n, enum hp_ablation ablation, struct hp_metrics **out,
+                                     struct hp_error *err);
+
+/*
+ * plain = true: evaluate every variant by whole forward passes of its own,
+ * with logits materialised (the reference the reuse path is tested
+ * against; slower). Default false.
+ */
+void hp_evaluator_set_plain(struct hp_evaluator *ev, bool plain);
+
+/*
  * Forward one sequence and write logits (n_tokens, n_vocab) or, for encoders
  * without an LM head, final hidden states (n_tokens, d_model). attn_mask
  * and type_ids may be NULL. For mean ablations use an evaluator instead. Mostly for tests.
@@ -339,14 +358,18 @@ struct hp_sweep_progress {
     double elapsed;    /* seconds */
 };
 
+#define HP_SWEEP_BATCH 64
+
 struct hp_sweep_opts {
     const char *db_path;
     int shard_index;   /* 0-based: this process runs jobs with ord % shard_count == shard_index */
     int shard_count;   /* 1 = everything; iterative studies run in shard 0 only */
     int threads;       /* recorded with each result (set them with hp_runtime_init) */
+    int batch;         /* variants evaluated together (0 = HP_SWEEP_BATCH); each is stored as its batch ends */
+    bool plain;        /* evaluate every variant by whole passes of its own (the reference path) */
     void (*progress)(void *user, const struct hp_sweep_progress *p);
     void *user;
-    volatile int *stop; /* set non-zero (e.g. from a signal handler) to stop after the current job */
+    volatile int *stop; /* set non-zero (e.g. from a signal handler) to stop after the current batch */
 };
 
 struct hp_sweep_summary {
