@@ -4,7 +4,8 @@
  * Each fixture under tests/fixtures/ was written by tools/gen_fixtures.py or
  * tools/convert_stories.py with transformers in eager attention: the model,
  * held-out ids, and for each mask the reference metrics (reference.json) and
- * outputs (reference.safetensors). We re-evaluate every case and compare.
+ * outputs (reference.safetensors). We re-evaluate every case, on both
+ * evaluation paths (the default reuse path and the plain one), and compare.
  *
  * Tolerances (float32 on both sides, different summation orders):
  *   metrics (loss, acc, KL, cosine, per sequence too): |diff| <= 1e-5 * max(1, |ref|)
@@ -97,22 +98,31 @@ static void check_fixture(const char *name)
         if (na)
             cr_assert_eq(hp_mask_count_ablated(mask), na->valueint, "%s/%s: mask '%s' ablates %d heads", name, cs,
                          spec, hp_mask_count_ablated(mask));
-        struct hp_metrics *mt;
-        cr_assert_eq(hp_evaluator_run(ev, mask, abl, &mt, &err), HP_OK, "%s", err.msg);
-        cr_assert_eq(mt->n_tokens, (int64_t)num(c, "n_tokens"), "%s/%s: n_tokens", name, cs);
-        if (cJSON_GetObjectItem(c, "loss")) {
-            bad += check_metric(name, cs, "loss", mt->loss, num(c, "loss"));
-            bad += check_metric(name, cs, "acc", mt->acc, num(c, "acc"));
-            bad += check_metric(name, cs, "kl", mt->kl, num(c, "kl"));
-            bad += check_array(name, cs, "per_seq_loss", mt->seq_loss, cJSON_GetObjectItem(c, "per_seq_loss"), d->n_seqs);
-            bad += check_array(name, cs, "per_seq_acc", mt->seq_acc, cJSON_GetObjectItem(c, "per_seq_acc"), d->n_seqs);
-            bad += check_array(name, cs, "per_seq_kl", mt->seq_kl, cJSON_GetObjectItem(c, "per_seq_kl"), d->n_seqs);
-        } else {
-            cr_assert(mt->has_cos, "%s/%s: expected a cosine metric", name, cs);
-            bad += check_metric(name, cs, "cos", mt->cos, num(c, "cos"));
-            bad += check_array(name, cs, "per_seq_cos", mt->seq_cos, cJSON_GetObjectItem(c, "per_seq_cos"), d->n_seqs);
+        /* both evaluation paths: the default (reuse) and the plain reference path */
+        for (int plain = 0; plain <= 1; plain++) {
+            char cp[160];
+            snprintf(cp, sizeof cp, "%s [%s path]", cs, plain ? "plain" : "reuse");
+            hp_evaluator_set_plain(ev, plain);
+            struct hp_metrics *mt;
+            cr_assert_eq(hp_evaluator_run(ev, mask, abl, &mt, &err), HP_OK, "%s", err.msg);
+            cr_assert_eq(mt->n_tokens, (int64_t)num(c, "n_tokens"), "%s/%s: n_tokens", name, cp);
+            if (cJSON_GetObjectItem(c, "loss")) {
+                bad += check_metric(name, cp, "loss", mt->loss, num(c, "loss"));
+                bad += check_metric(name, cp, "acc", mt->acc, num(c, "acc"));
+                bad += check_metric(name, cp, "kl", mt->kl, num(c, "kl"));
+                bad += check_array(name, cp, "per_seq_loss", mt->seq_loss, cJSON_GetObjectItem(c, "per_seq_loss"),
+                                   d->n_seqs);
+                bad += check_array(name, cp, "per_seq_acc", mt->seq_acc, cJSON_GetObjectItem(c, "per_seq_acc"),
+                                   d->n_seqs);
+                bad += check_array(name, cp, "per_seq_kl", mt->seq_kl, cJSON_GetObjectItem(c, "per_seq_kl"), d->n_seqs);
+            } else {
+                cr_assert(mt->has_cos, "%s/%s: expected a cosine metric", name, cp);
+                bad += check_metric(name, cp, "cos", mt->cos, num(c, "cos"));
+                bad += check_array(name, cp, "per_seq_cos", mt->seq_cos, cJSON_GetObjectItem(c, "per_seq_cos"),
+                                   d->n_seqs);
+            }
+            hp_metrics_free(mt);
         }
-        hp_metrics_free(mt);
 
         /* raw outputs, for zero ablations (mean ablation needs the evaluator's cache) */
         cJSON *oname = cJSON_GetObjectItem(c, "output");
