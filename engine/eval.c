@@ -487,6 +487,11 @@ static enum hp_status run_plain(struct hp_evaluator *ev, const struct hp_mask *m
 #define HP_REUSE_ROWS 2048
 #define HP_VOCAB_BLOCK 2048
 
+static int vocab_block(int V)
+{
+    return V < HP_VOCAB_BLOCK ? V : HP_VOCAB_BLOCK;
+}
+
 /* Running reduction of one scored row over vocabulary blocks. */
 struct lmrow {
     double s;  /* sum of exp(z - m) */
@@ -509,7 +514,7 @@ struct reuse {
     double *b_c, *b_p, *b_lse, *b_tl, *b_ta; /* (batch * T) per scored row: sum q z, sum q, lse, loss, correct */
     float *base_h;           /* (batch * T, d) unmasked final rows (encoders) */
     float *hc;               /* (max_blocks * batch * T, d) gathered rows */
-    float *lg;               /* (max_blocks * batch * T, HP_VOCAB_BLOCK) one logits block */
+    float *lg;               /* (max_blocks * batch * T, vocab_block(V)) one logits block */
     struct lmrow *st;        /* (max_blocks * batch * T) */
 };
 
@@ -549,7 +554,7 @@ static struct reuse *reuse_new(const struct hp_evaluator *ev)
         ru->sc_y = malloc(R * sizeof(int32_t));
         ru->pb = malloc(R * (size_t)in->n_vocab * sizeof(float));
         ru->b_c = malloc(5 * R * sizeof(double));
-        ru->lg = malloc(rows * HP_VOCAB_BLOCK * sizeof(float));
+        ru->lg = malloc(rows * (size_t)vocab_block(in->n_vocab) * sizeof(float));
         ru->st = malloc(rows * sizeof(struct lmrow));
     } else {
         ru->base_h = malloc(R * d * sizeof(float));
@@ -607,12 +612,13 @@ static void lm_rows(const struct hp_evaluator *ev, struct reuse *ru, int n, bool
 {
     const struct hp_model *m = ev->m;
     const int V = m->info.n_vocab, n_sc = ru->n_sc;
-    for (int v0 = 0; v0 < V; v0 += HP_VOCAB_BLOCK) {
-        const int nb = V - v0 < HP_VOCAB_BLOCK ? V - v0 : HP_VOCAB_BLOCK;
-        hp_fwd_logits(m, ru->hc, n, v0, nb, ru->lg, HP_VOCAB_BLOCK);
+    const int VB = vocab_block(V);
+    for (int v0 = 0; v0 < V; v0 += VB) {
+        const int nb = V - v0 < VB ? V - v0 : VB;
+        hp_fwd_logits(m, ru->hc, n, v0, nb, ru->lg, VB);
 #pragma omp parallel for schedule(static) if ((size_t)n * nb >= 65536)
         for (int i = 0; i < n; i++) {
-            float *z = ru->lg + (size_t)i * HP_VOCAB_BLOCK;
+            float *z = ru->lg + (size_t)i * VB;
             struct lmrow *r = &ru->st[i];
             const int j = i % n_sc, y = ru->sc_y[j];
             float *pj = ru->pb + (size_t)j * V + v0;
@@ -672,7 +678,7 @@ static void reuse_base(struct hp_evaluator *ev, struct reuse *ru, int s0, int nb
 {
     if (ru->saved_s0 == s0)
         return;
-    const int T = ev->d->seq_len, R = nb * T, V = ev->m->info.n_vocab;
+    const int T = ev->d->seq_len, R = nb * T, V = ev->m->info.n_vocab, VB = vocab_block(V);
     struct hp_fwd_args a = chunk_args(ev, s0, nb, HP_ABLATE_ZERO);
     a.save = &ru->save;
     const float *h = hp_fwd_run(ev->m, ru->fwd, &a);
@@ -692,10 +698,10 @@ static void reuse_base(struct hp_evaluator *ev, struct reuse *ru, int s0, int nb
     for (int j = 0; j < ru->n_sc; j++) {
         const struct lmrow *r = &ru->st[j];
         double lse = r->m + log(r->s);
-        float *p = ru->pb + (size_t)j * V, *tmp = ru->lg + (size_t)j * HP_VOCAB_BLOCK;
+        float *p = ru->pb + (size_t)j * V, *tmp = ru->lg + (size_t)j * VB;
         double c = 0, sp = 0;
-        for (int v0 = 0; v0 < V; v0 += HP_VOCAB_BLOCK) {
-            int nbk = V - v0 < HP_VOCAB_BLOCK ? V - v0 : HP_VOCAB_BLOCK;
+        for (int v0 = 0; v0 < V; v0 += VB) {
+            int nbk = V - v0 < VB ? V - v0 : VB;
             hp_vexpf(tmp, p + v0, r->m, (size_t)nbk);
             c += dot_d(tmp, p + v0, (size_t)nbk);
             sp += sum_d(tmp, (size_t)nbk);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "blas_int.h"
+#include "vmath_int.h"
 
 struct hp_fwd {
     int cap_t;   /* T capacity */
@@ -389,6 +390,34 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
     add_bias(w->tmp, N, d, d, L->bo);
 }
 
+/*
+ * y[i] = act(x[i]) (times g[i] when g is given) for n elements. The
+ * sigmoid-based activations take their exponentials 256 at a time from
+ * libmvec; each element is computed the same way wherever it falls.
+ */
+static void act_span(enum hp_act a, float *y, const float *x, const float *g, size_t n)
+{
+    if (a != HP_ACT_GELU_TANH && a != HP_ACT_SILU) {
+        for (size_t i = 0; i < n; i++)
+            y[i] = g ? g[i] * act(a, x[i]) : act(a, x[i]);
+        return;
+    }
+    float e[256];
+    for (size_t i0 = 0; i0 < n; i0 += 256) {
+        size_t k = n - i0 < 256 ? n - i0 : 256;
+        const float *xs = x + i0;
+        /* x sigmoid(s) with s = 2u for gelu_new (0.5 x (1 + tanh(u))), s = x for SiLU */
+        for (size_t i = 0; i < k; i++)
+            e[i] = a == HP_ACT_SILU ? -xs[i]
+                                     : -2.0f * (0.79788456080286536f * (xs[i] + 0.044715f * xs[i] * xs[i] * xs[i]));
+        hp_vexpf(e, e, 0.0f, k);
+        for (size_t i = 0; i < k; i++) {
+            float v = xs[i] / (1.0f + e[i]);
+            y[i0 + i] = g ? g[i0 + i] * v : v;
+        }
+    }
+}
+
 /* The MLP block: reads w->h (N, d), writes w->tmp (N, d). */
 static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l)
 {
@@ -396,15 +425,16 @@ static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l)
     const int d = m->info.d_model, f = m->info.d_ff;
     size_t n = (size_t)T * f;
     linear(w->ff, w->h, T, d, f, L->w_up, L->b_up);
-    if (L->w_gate.p) {
+    if (L->w_gate.p)
         linear(w->ff2, w->h, T, d, f, L->w_gate, NULL);
+    const bool gated = L->w_gate.p != NULL;
 #pragma omp parallel for schedule(static) if (par(n))
-        for (size_t i = 0; i < n; i++)
-            w->ff[i] *= act(m->act, w->ff2[i]);
-    } else {
-#pragma omp parallel for schedule(static) if (par(n))
-        for (size_t i = 0; i < n; i++)
-            w->ff[i] = act(m->act, w->ff[i]);
+    for (int t = 0; t < T; t++) {
+        float *row = w->ff + (size_t)t * f;
+        if (gated)
+            act_span(m->act, row, w->ff2 + (size_t)t * f, row, (size_t)f);
+        else
+            act_span(m->act, row, row, NULL, (size_t)f);
     }
     linear(w->tmp, w->ff, T, f, d, L->w_down, L->b_down);
 }

@@ -79,92 +79,80 @@ static void job_done(struct ctx *c, const struct hp_job *job)
     }
 }
 
-/* A job on its way through run_jobs. */
-struct pending {
-    struct hp_store_job sj;
-    char key[HP_DIGEST_HEX];
-    int idx; /* in the caller's arrays */
-};
-
 /*
- * Evaluate n jobs (or find them finished) and record them in the sweep: jobs
- * already in the store are linked at once, the others evaluated together,
- * at most batch at a time, each result written in its own transaction as its
- * batch completes. ords[i] is job i's place in the sweep; res (NULL or (n))
- * receives the metrics. Stops between batches when asked to.
+ * Evaluate n jobs (or find them finished) and record them in the sweep, in
+ * windows of batch consecutive jobs: a window's finished jobs are linked at
+ * once; if any is not finished, the whole window is evaluated together and
+ * each new result written in its own transaction. Evaluating whole windows
+ * makes every result's float rounding (which depends on which variants share
+ * a pass) a function of the plan alone, so a resumed sweep writes the same
+ * bits as an uninterrupted one. ords[i] is job i's place in the sweep; res
+ * (NULL or (n)) receives the metrics. Stops between windows when asked to.
  */
 static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct hp_job *jobs, int n,
                                const char *kind, struct hp_store_metrics *res, struct hp_error *err)
 {
     const int batch = c->o->batch > 0 ? c->o->batch : HP_SWEEP_BATCH;
-    struct pending *pd = calloc((size_t)n, sizeof *pd);
-    const struct hp_mask **masks = calloc((size_t)n, sizeof *masks);
-    struct hp_metrics **mts = calloc((size_t)n, sizeof *mts);
-    if (!pd || !masks || !mts) {
-        free(pd), free(masks), free(mts);
-        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    }
-    enum hp_status st = HP_OK;
-    int n_pd = 0;
-    for (int i = 0; i < n && st == HP_OK && !stopping(c); i++) {
-        struct pending *p = &pd[n_pd];
-        char *mask_text = hp_mask_format(jobs[i].mask);
-        if (!mask_text) {
-            st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
-            break;
-        }
-        hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, mask_text, p->key);
-        p->sj = (struct hp_store_job){
-            .sweep_id = c->sweep_id,
-            .ord = ords[i],
-            .plan = c->plan,
-            .job = &jobs[i],
-            .kind = kind,
-            .key = p->key,
-            .mask_text = mask_text,
-            .model_digest = c->model_digest,
-            .data_digest = c->data_digest,
-        };
-        p->idx = i;
-        bool found;
-        struct hp_store_metrics m;
-        st = hp_store_lookup(c->store, p->key, &found, &m, err);
-        if (st == HP_OK && found) {
-            st = hp_store_link(c->store, &p->sj, err);
-            free(mask_text);
-            if (st != HP_OK)
+    struct hp_store_job *sj = calloc((size_t)batch, sizeof *sj);
+    char(*keys)[HP_DIGEST_HEX] = calloc((size_t)batch, sizeof *keys);
+    bool *found = calloc((size_t)batch, sizeof *found);
+    const struct hp_mask **masks = calloc((size_t)batch, sizeof *masks);
+    struct hp_metrics **mts = calloc((size_t)batch, sizeof *mts);
+    enum hp_status st = sj && keys && found && masks && mts ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    for (int w0 = 0; w0 < n && st == HP_OK && !stopping(c); w0 += batch) {
+        const int nw = n - w0 < batch ? n - w0 : batch;
+        int n_new = 0;
+        for (int i = 0; i < nw && st == HP_OK; i++) {
+            const struct hp_job *job = &jobs[w0 + i];
+            char *mask_text = hp_mask_format(job->mask);
+            if (!mask_text) {
+                st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
                 break;
-            c->sum->n_cached++;
-            if (res)
-                res[i] = m;
-            job_done(c, &jobs[i]);
-        } else if (st == HP_OK) {
-            masks[n_pd++] = jobs[i].mask;
-        } else {
-            free(mask_text);
-        }
-    }
-    for (int b0 = 0; b0 < n_pd && st == HP_OK && !stopping(c); b0 += batch) {
-        int nb = n_pd - b0 < batch ? n_pd - b0 : batch;
-        double t = now();
-        st = hp_evaluator_run_many(c->ev, masks + b0, nb, c->plan->ablation, mts + b0, err);
-        /* each result's time: its share of the batch's */
-        double secs = (now() - t) / nb;
-        for (int i = b0; i < b0 + nb && st == HP_OK; i++) {
-            st = hp_store_put(c->store, &pd[i].sj, mts[i], secs, c->o->threads, err);
-            if (st == HP_OK && res)
-                to_store_metrics(mts[i], &res[pd[i].idx]);
-            if (st == HP_OK) {
-                c->sum->n_run++;
-                job_done(c, &jobs[pd[i].idx]);
             }
+            hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, mask_text, keys[i]);
+            sj[i] = (struct hp_store_job){
+                .sweep_id = c->sweep_id,
+                .ord = ords[w0 + i],
+                .plan = c->plan,
+                .job = job,
+                .kind = kind,
+                .key = keys[i],
+                .mask_text = mask_text,
+                .model_digest = c->model_digest,
+                .data_digest = c->data_digest,
+            };
+            masks[i] = job->mask;
+            struct hp_store_metrics m;
+            st = hp_store_lookup(c->store, keys[i], &found[i], &m, err);
+            if (st == HP_OK && found[i] && res)
+                res[w0 + i] = m;
+            n_new += st == HP_OK && !found[i];
+        }
+        double t = now();
+        if (st == HP_OK && n_new > 0)
+            st = hp_evaluator_run_many(c->ev, masks, nw, c->plan->ablation, mts, err);
+        double secs = (now() - t) / nw; /* each result's time: its share of the window's */
+        for (int i = 0; i < nw && st == HP_OK; i++) {
+            if (found[i]) {
+                st = hp_store_link(c->store, &sj[i], err);
+                c->sum->n_cached++;
+            } else {
+                st = hp_store_put(c->store, &sj[i], mts[i], secs, c->o->threads, err);
+                if (res)
+                    to_store_metrics(mts[i], &res[w0 + i]);
+                c->sum->n_run++;
+            }
+            if (st == HP_OK)
+                job_done(c, &jobs[w0 + i]);
+        }
+        for (int i = 0; i < nw; i++) {
+            free((char *)sj[i].mask_text);
+            sj[i].mask_text = NULL;
+            hp_metrics_free(mts[i]);
+            mts[i] = NULL;
         }
     }
-    for (int i = 0; i < n_pd; i++) {
-        free((char *)pd[i].sj.mask_text);
-        hp_metrics_free(mts[i]);
-    }
-    free(pd), free(masks), free(mts);
+    free(sj), free(keys), free(found), free(masks), free(mts);
     return st;
 }
 

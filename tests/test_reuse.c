@@ -7,14 +7,19 @@
  * variants as blocks of one pass and fuses the LM head with the metrics, so
  * its float rounding differs. Here both run the same variants and must agree:
  *
- *   loss, acc, cosine and their per-sequence values: |diff| <= 1e-6 |plain|
+ *   loss, cosine and their per-sequence values: |diff| <= 1e-6 |plain|
  *   KL (and per sequence):                 |diff| <= 1e-6 (|plain KL| + plain loss)
+ *   acc (and per sequence):                at most one token per sequence flips
  *
  * KL is E_p[log p - log q]: a difference of log-probabilities whose size is
  * the loss, each rounded in float relative to that size, so its rounding
  * scales with the loss, not with KL (measured: ~5e-7 nats on KL ~0.3 with a
  * loss of ~5 on both paths' differing summation orders). A wrong reuse (a
- * head subtracted twice, a wrong layer) moves KL by its own size.
+ * head subtracted twice, a wrong layer) moves KL by its own size. Accuracy
+ * is an argmax: where the top two logits of a token are within float
+ * rounding of each other the two paths may pick different ones (seen on
+ * stories260K: one token in 1016 for one variant), so a sequence's accuracy
+ * may differ by one token of it, the whole set's by one token per sequence.
  *
  * Variants: none, an all-ones mask, every single head, every layer, pairs
  * across layers, random subsets, all heads, KV groups, gates of 0.5 (scaled
@@ -55,7 +60,7 @@ static int compare(int i, const struct hp_metrics *r, const struct hp_metrics *p
     cr_assert_eq(r->has_loss, p->has_loss);
     if (p->has_loss) {
         bad += close_to("loss", i, -1, r->loss, p->loss, 0);
-        bad += close_to("acc", i, -1, r->acc, p->acc, 0);
+        bad += close_to("acc", i, -1, r->acc, p->acc, (double)p->n_seqs / (double)p->n_tokens);
         bad += close_to("kl", i, -1, r->kl, p->kl, REL * p->loss);
     } else {
         bad += close_to("cos", i, -1, r->cos, p->cos, 0);
@@ -64,7 +69,8 @@ static int compare(int i, const struct hp_metrics *r, const struct hp_metrics *p
         cr_assert_eq(r->seq_tokens[s], p->seq_tokens[s]);
         if (p->has_loss) {
             bad += close_to("loss", i, s, r->seq_loss[s], p->seq_loss[s], 0);
-            bad += close_to("acc", i, s, r->seq_acc[s], p->seq_acc[s], 0);
+            bad += close_to("acc", i, s, r->seq_acc[s], p->seq_acc[s],
+                            p->seq_tokens[s] ? 1.0 / (double)p->seq_tokens[s] : 0);
             bad += close_to("kl", i, s, r->seq_kl[s], p->seq_kl[s], REL * p->seq_loss[s]);
         } else {
             bad += close_to("cos", i, s, r->seq_cos[s], p->seq_cos[s], 0);
@@ -247,11 +253,11 @@ Test(reuse, sweep_of_every_study_kind_equals_plain)
     /* every metric of every variant and sequence */
     cr_assert_eq(sqlite3_prepare_v2(db,
                                     "SELECT vx.mask_text, s.seq, s.loss, t.loss, s.acc, t.acc, s.kl, t.kl, s.n_tokens,"
-                                    " t.n_tokens FROM variants vx JOIN p.variants vy ON vy.key = vx.key"
+                                    " t.n_tokens, 1 FROM variants vx JOIN p.variants vy ON vy.key = vx.key"
                                     " JOIN seq_results s ON s.variant_id = vx.id"
                                     " JOIN p.seq_results t ON t.variant_id = vy.id AND t.seq = s.seq"
                                     " UNION ALL SELECT vx.mask_text, -1, r.loss, q.loss, r.acc, q.acc, r.kl, q.kl,"
-                                    " r.n_tokens, q.n_tokens FROM variants vx JOIN p.variants vy ON vy.key = vx.key"
+                                    " r.n_tokens, q.n_tokens, q.n_seqs FROM variants vx JOIN p.variants vy ON vy.key = vx.key"
                                     " JOIN results r ON r.variant_id = vx.id JOIN p.results q ON q.variant_id = vy.id",
                                     -1, &st, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(db));
@@ -260,7 +266,9 @@ Test(reuse, sweep_of_every_study_kind_equals_plain)
         int seq = sqlite3_column_int(st, 1);
         cr_assert_eq(sqlite3_column_int(st, 8), sqlite3_column_int(st, 9));
         bad += close_to("loss", rows, seq, sqlite3_column_double(st, 2), sqlite3_column_double(st, 3), 0);
-        bad += close_to("acc", rows, seq, sqlite3_column_double(st, 4), sqlite3_column_double(st, 5), 0);
+        /* one token of the sequence, or of each sequence for the whole set */
+        bad += close_to("acc", rows, seq, sqlite3_column_double(st, 4), sqlite3_column_double(st, 5),
+                        sqlite3_column_double(st, 10) / sqlite3_column_double(st, 9));
         bad += close_to("kl", rows, seq, sqlite3_column_double(st, 6), sqlite3_column_double(st, 7),
                         REL * sqlite3_column_double(st, 3));
         rows++;

@@ -44,6 +44,8 @@ static void teardown(void)
 TestSuite(sweep, .init = setup, .fini = teardown, .timeout = 600);
 
 static const char *g_threads = "1";
+/* small batches: results land every 8 variants, so kills and Ctrl-C fall between writes often */
+static const char *g_batch = "8";
 
 /* Start `headprune run PLAN --db DB [--shard extra]` with output to /dev/null. */
 static pid_t start(const char *p, const char *db, const char *extra)
@@ -55,9 +57,10 @@ static pid_t start(const char *p, const char *db, const char *extra)
         freopen("/dev/null", "w", stderr);
         const char *hp = getenv("HP_HEADPRUNE");
         if (extra)
-            execl(hp, hp, "run", p, "--db", db, "--threads", g_threads, "--quiet", "--shard", extra, (char *)NULL);
+            execl(hp, hp, "run", p, "--db", db, "--threads", g_threads, "--batch", g_batch, "--quiet", "--shard", extra,
+                  (char *)NULL);
         else
-            execl(hp, hp, "run", p, "--db", db, "--threads", g_threads, "--quiet", (char *)NULL);
+            execl(hp, hp, "run", p, "--db", db, "--threads", g_threads, "--batch", g_batch, "--quiet", (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -150,11 +153,17 @@ static void assert_same(const char *a, const char *b)
     free(y);
 }
 
+static double g_ref_seconds; /* how long the uninterrupted run took */
+
 static char *reference(void)
 {
     static char ref[128];
     path(ref, sizeof ref, "ref.db");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     cr_assert_eq(run(plan, ref, NULL), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    g_ref_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     cr_assert_gt(count(ref, "SELECT count(*) FROM sweep_jobs"), 150);
     return ref;
 }
@@ -177,20 +186,32 @@ Test(sweep, sigkill_at_random_moments_then_resume_equals_uninterrupted)
     char *ref = reference();
     char db[128];
     path(db, sizeof db, "killed.db");
-    /* kill after a random 0-25 ms until a run gets to finish by itself */
+    /* kill at a random moment within half an uninterrupted run's duration
+     * (startup, evaluation or writing) until a run gets to finish by itself */
     srand(12345);
+    long span_us = (long)(g_ref_seconds * 0.5e6) + 1;
     int killed_mid_run = 0, runs = 0, rc = -1;
     while (rc != 0 && runs < 400) {
         pid_t pid = start(plan, db, NULL);
-        struct timespec ts = {0, (long)(rand() % 25000) * 1000L};
+        long us = rand() % span_us;
+        struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
         nanosleep(&ts, NULL);
         kill(pid, SIGKILL);
         rc = finish(pid);
         runs++;
         killed_mid_run += rc == 128 + SIGKILL;
         cr_assert(rc == 0 || rc == 128 + SIGKILL, "run %d exited %d", runs, rc);
+        if (rc == 0 && killed_mid_run < 10) {
+            /* finished before enough kills landed: start over, killing sooner */
+            char cmd[512];
+            snprintf(cmd, sizeof cmd, "rm -f '%s' '%s-wal' '%s-shm'", db, db, db);
+            cr_assert_eq(system(cmd), 0);
+            span_us = span_us / 2 + 1;
+            killed_mid_run = 0;
+            rc = -1;
+        }
     }
-    cr_log_info("%d runs, %d killed mid-run", runs, killed_mid_run);
+    cr_log_info("%d runs, %d killed mid-run (kills within %ld us)", runs, killed_mid_run, span_us);
     cr_assert_geq(killed_mid_run, 10, "too few kills landed during a run to test anything");
     cr_assert_gt(count(db, "SELECT count(*) FROM results"), 0, "no kill left any finished result");
     cr_assert_eq(run(plan, db, NULL), 0);
