@@ -68,9 +68,8 @@ bool hp_runtime_kernel_from_env(void)
     return g_from_env;
 }
 
-void hp_gemm(int m, int n, int k, float alpha, const float *a, ptrdiff_t rsa,
-             ptrdiff_t csa, const float *b, ptrdiff_t rsb, ptrdiff_t csb,
-             float beta, float *c, ptrdiff_t rsc, ptrdiff_t csc)
+static void gemm(bool serial, int m, int n, int k, float alpha, const float *a, ptrdiff_t rsa, ptrdiff_t csa,
+                 const float *b, ptrdiff_t rsb, ptrdiff_t csb, float beta, float *c, ptrdiff_t rsc, ptrdiff_t csc)
 {
     if (!g_inited)
         hp_runtime_init(0);
@@ -81,7 +80,21 @@ void hp_gemm(int m, int n, int k, float alpha, const float *a, ptrdiff_t rsa,
      * 2 MFLOP, waking a second thread costs more than it saves (and with the
      * other core busy, OpenMP's spinning barriers stall). Threads only split
      * the m and n loops, so the result is the same either way. */
-    rntm_t *r = (double)m * n * k < (1 << 20) ? &g_serial : NULL;
+    rntm_t *r = serial || (double)m * n * k < (1 << 20) ? &g_serial : NULL;
     bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (float *)a,
                  rsa, csa, (float *)b, rsb, csb, &be, c, rsc, csc, NULL, r);
+}
+
+void hp_gemm(int m, int n, int k, float alpha, const float *a, ptrdiff_t rsa,
+             ptrdiff_t csa, const float *b, ptrdiff_t rsb, ptrdiff_t csb,
+             float beta, float *c, ptrdiff_t rsc, ptrdiff_t csc)
+{
+    gemm(false, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
+}
+
+void hp_gemm1(int m, int n, int k, float alpha, const float *a, ptrdiff_t rsa,
+              ptrdiff_t csa, const float *b, ptrdiff_t rsb, ptrdiff_t csb,
+              float beta, float *c, ptrdiff_t rsc, ptrdiff_t csc)
+{
+    gemm(true, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
 }

@@ -14,6 +14,9 @@
 #include "forward_int.h"
 
 #include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +26,7 @@
 struct hp_fwd {
     int cap_t;   /* T capacity */
     int cap_b;   /* sequences per call */
+    int cap_threads; /* threads attention may use: one att buffer each */
     float *x;    /* (N, d_model) residual stream, N = B * T rows */
     float *h;    /* (N, d_model) normalised input of a block */
     float *tmp;  /* (N, d_model) block output */
@@ -30,12 +34,30 @@ struct hp_fwd {
     float *k;    /* (N, n_kv_heads * d_head) */
     float *v;    /* (N, n_kv_heads * d_head) */
     float *ctx;  /* (N, n_heads * d_head) per-head attention outputs */
-    float *att;  /* (T, T) scores / probabilities of one head of one sequence */
+    float *att;  /* (cap_threads, T, T) scores / probabilities of one head of one sequence, per thread */
     float *ff;   /* (N, d_ff) */
     float *ff2;  /* (N, d_ff) Llama gate */
     float *rope; /* (T, d_head / 2, 2) cos, sin */
     float *buf;  /* the one allocation behind all of the above */
 };
+
+static int max_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
 
 int hp_fwd_out_width(const struct hp_model *m)
 {
@@ -47,7 +69,8 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
     const struct hp_model_info *in = &m->info;
     size_t t = (size_t)T * B, d = (size_t)in->d_model, qd = (size_t)in->n_heads * in->d_head,
            kvd = (size_t)in->n_kv_heads * in->d_head, f = (size_t)in->d_ff;
-    size_t n_x = t * d, n_q = t * qd, n_kv = t * kvd, n_att = (size_t)T * T, n_ff = t * f,
+    int nth = max_threads();
+    size_t n_x = t * d, n_q = t * qd, n_kv = t * kvd, n_att = (size_t)nth * T * T, n_ff = t * f,
            n_rope = (size_t)T * in->d_head;
     size_t total = 3 * n_x + 2 * n_q + 2 * n_kv + n_att + 2 * n_ff + n_rope;
     struct hp_fwd *w = calloc(1, sizeof *w);
@@ -72,6 +95,7 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
     w->rope = p;
     w->cap_t = T;
     w->cap_b = B;
+    w->cap_threads = nth;
     if (in->arch == HP_ARCH_LLAMA) {
         /* the rotary table, computed in float as Hugging Face does */
         int half = in->d_head / 2;
@@ -207,9 +231,9 @@ static int run_end(const bool *flag, int n, int s)
     return e;
 }
 
+/* Softmax of each row of att (T, T) over its visible keys, on the calling thread. */
 static void softmax_rows(float *att, int T, bool causal, const uint8_t *kmask)
 {
-#pragma omp parallel for schedule(static) if (par((size_t)T * T))
     for (int i = 0; i < T; i++) {
         float *r = att + (size_t)i * T;
         int n = causal ? i + 1 : T;
@@ -223,11 +247,12 @@ static void softmax_rows(float *att, int T, bool causal, const uint8_t *kmask)
                 r[j] = j < n ? 1.0f / (float)n : 0.0f;
             continue;
         }
+        hp_vexpf(r, r, mx, (size_t)n);
         double s = 0;
         for (int j = 0; j < n; j++) {
-            float e = (!kmask || kmask[j]) ? expf(r[j] - mx) : 0.0f;
-            r[j] = e;
-            s += e;
+            if (kmask && !kmask[j])
+                r[j] = 0.0f;
+            s += r[j];
         }
         float inv = (float)(1.0 / s);
         for (int j = 0; j < n; j++)
@@ -333,31 +358,37 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
             rope(w->k + kv * dh, N, T, kvd, dh, w->rope);
 
     for (int h = 0; h < H; h++) {
-        float *out = w->ctx + h * dh;
-        if (!any_live[h]) {
-            if (mean)
-                fill_dead(w->ctx, qd, dh, 0, N, T, a, l, h, true);
+        if (!any_live[h] && mean)
+            fill_dead(w->ctx, qd, dh, 0, N, T, a, l, h, true);
+        if (any_live[h] && in->arch == HP_ARCH_LLAMA)
+            rope(w->q + h * dh, N, T, qd, dh, w->rope);
+    }
+    /* (head, sequence) pairs side by side, each product on one thread: one
+     * pair's products are too small to split well */
+    const int n_pairs = H * NB * S;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(w->cap_threads) if (n_pairs > 1 && w->cap_threads > 1)
+    for (int p = 0; p < n_pairs; p++) {
+        const int h = p / (NB * S), b = p % (NB * S), v = b / S, kv = h / per_kv;
+        if (!any_live[h])
+            continue;
+        if (!live[v * H + h]) {
+            if (in_proj[h] && b % S == 0)
+                fill_dead(w->ctx, qd, dh, v * Rb, Rb, T, a, l, h, mean);
             continue;
         }
-        int kv = h / per_kv;
-        float *q = w->q + h * dh;
-        if (in->arch == HP_ARCH_LLAMA)
-            rope(q, N, T, qd, dh, w->rope);
-        for (int b = 0; b < NB * S; b++) {
-            int v = b / S;
-            size_t r0 = (size_t)b * T;
-            if (!live[v * H + h]) {
-                if (in_proj[h] && b % S == 0)
-                    fill_dead(w->ctx, qd, dh, v * Rb, Rb, T, a, l, h, mean);
-                continue;
-            }
-            const uint8_t *km = a->attn_mask ? a->attn_mask + (size_t)(b % S) * T : NULL;
-            /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T): K read transposed through strides */
-            hp_gemm(T, T, dh, scale, q + r0 * qd, qd, 1, w->k + r0 * kvd + kv * dh, 1, kvd, 0.0f, w->att, T, 1);
-            softmax_rows(w->att, T, in->causal, km);
-            /* out (T, dh) = P (T, T) v_kv (T, dh) */
-            hp_gemm(T, dh, T, 1.0f, w->att, T, 1, w->v + r0 * kvd + kv * dh, kvd, 1, 0.0f, out + r0 * qd, qd, 1);
-        }
+        const size_t r0 = (size_t)b * T;
+        float *att = w->att + (size_t)thread_num() * T * T;
+        const uint8_t *km = a->attn_mask ? a->attn_mask + (size_t)(b % S) * T : NULL;
+        /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T): K read transposed through strides */
+        hp_gemm1(T, T, dh, scale, w->q + r0 * qd + h * dh, qd, 1, w->k + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
+        softmax_rows(att, T, in->causal, km);
+        /* out (T, dh) = P (T, T) v_kv (T, dh) */
+        hp_gemm1(T, dh, T, 1.0f, att, T, 1, w->v + r0 * kvd + kv * dh, kvd, 1, 0.0f, w->ctx + r0 * qd + h * dh, qd, 1);
+    }
+    for (int h = 0; h < H; h++) {
+        float *out = w->ctx + h * dh;
+        if (!any_live[h])
+            continue;
         if (a->capture) {
             double *cap = a->capture + (size_t)l * T * qd + h * dh;
             for (int r = 0; r < N; r++)
