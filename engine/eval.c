@@ -212,6 +212,39 @@ static enum hp_status ensure_means(struct hp_evaluator *ev, struct hp_error *err
     return HP_OK;
 }
 
+enum hp_status hp_evaluator_means(struct hp_evaluator *ev, struct hp_means *out, struct hp_error *err)
+{
+    enum hp_status st = ensure_means(ev, err);
+    if (st != HP_OK)
+        return st;
+    const struct hp_model_info *in = &ev->m->info;
+    *out = (struct hp_means){in->n_layers, ev->d->seq_len, in->n_heads * in->d_head, ev->mean_all, ev->mean_pos};
+    return HP_OK;
+}
+
+enum hp_status hp_evaluator_set_means(struct hp_evaluator *ev, const struct hp_means *m, struct hp_error *err)
+{
+    const struct hp_model_info *in = &ev->m->info;
+    if (m->n_layers != in->n_layers || m->seq_len != ev->d->seq_len || m->width != in->n_heads * in->d_head)
+        return hp_fail(err, HP_ERR_SHAPE, "mean-ablation statistics for %d layers x %d positions x %d are not for this "
+                       "model and data (%d x %d x %d)", m->n_layers, m->seq_len, m->width, in->n_layers,
+                       ev->d->seq_len, in->n_heads * in->d_head);
+    size_t n_all = (size_t)m->n_layers * m->width, n_pos = n_all * m->seq_len;
+    float *all = malloc(n_all * sizeof(float)), *pos = malloc(n_pos * sizeof(float));
+    if (!all || !pos) {
+        free(all);
+        free(pos);
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory for mean-ablation statistics");
+    }
+    memcpy(all, m->all, n_all * sizeof(float));
+    memcpy(pos, m->pos, n_pos * sizeof(float));
+    free(ev->mean_all);
+    free(ev->mean_pos);
+    ev->mean_all = all;
+    ev->mean_pos = pos;
+    return HP_OK;
+}
+
 /* log-sum-exp of a row, in double */
 static double row_lse(const float *z, int V)
 {

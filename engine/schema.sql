@@ -1,14 +1,16 @@
--- headprune results database, schema version 1.
+-- headprune results database, schema version 2 (2 added ablation_means).
 -- Embedded into engine/store.c at build time; documented in README.md.
+-- Every statement is idempotent: it runs on each open for writing, which
+-- also brings an older database up to this version.
 -- Invariants: a variant row exists only with its result and per-sequence rows
 -- (written in one transaction); a sweep_jobs row only for a finished variant.
 
-CREATE TABLE meta(
+CREATE TABLE IF NOT EXISTS meta(
   key   TEXT PRIMARY KEY,
   value TEXT NOT NULL
 );  -- schema_version, created_by
 
-CREATE TABLE models(
+CREATE TABLE IF NOT EXISTS models(
   id         INTEGER PRIMARY KEY,
   digest     TEXT NOT NULL UNIQUE,   -- XXH3-128 of config.json and every safetensors file
   path       TEXT NOT NULL,
@@ -20,7 +22,7 @@ CREATE TABLE models(
   n_params   INTEGER NOT NULL
 );
 
-CREATE TABLE datasets(
+CREATE TABLE IF NOT EXISTS datasets(
   id      INTEGER PRIMARY KEY,
   digest  TEXT NOT NULL UNIQUE,      -- XXH3-128 of the loaded ids, labels, masks and shape
   path    TEXT NOT NULL,
@@ -28,7 +30,7 @@ CREATE TABLE datasets(
   seq_len INTEGER NOT NULL
 );
 
-CREATE TABLE plans(
+CREATE TABLE IF NOT EXISTS plans(
   id     INTEGER PRIMARY KEY,
   digest TEXT NOT NULL UNIQUE,       -- XXH3-128 of the plan text
   name   TEXT NOT NULL,
@@ -36,7 +38,7 @@ CREATE TABLE plans(
   text   TEXT NOT NULL
 );
 
-CREATE TABLE sweeps(
+CREATE TABLE IF NOT EXISTS sweeps(
   id         INTEGER PRIMARY KEY,
   key        TEXT NOT NULL UNIQUE,   -- hash of plan, model and data digests
   plan_id    INTEGER NOT NULL REFERENCES plans(id),
@@ -49,7 +51,7 @@ CREATE TABLE sweeps(
   updated    TEXT NOT NULL
 );
 
-CREATE TABLE variants(
+CREATE TABLE IF NOT EXISTS variants(
   id         INTEGER PRIMARY KEY,
   key        TEXT NOT NULL UNIQUE,   -- the job's content address
   model_id   INTEGER NOT NULL REFERENCES models(id),
@@ -60,7 +62,7 @@ CREATE TABLE variants(
   n_ablated  INTEGER NOT NULL
 );
 
-CREATE TABLE results(
+CREATE TABLE IF NOT EXISTS results(
   variant_id      INTEGER PRIMARY KEY REFERENCES variants(id),
   loss            REAL,              -- NULL where a metric does not apply
   ppl             REAL,
@@ -78,7 +80,7 @@ CREATE TABLE results(
   created         TEXT NOT NULL
 );
 
-CREATE TABLE seq_results(
+CREATE TABLE IF NOT EXISTS seq_results(
   variant_id INTEGER NOT NULL REFERENCES variants(id),
   seq        INTEGER NOT NULL,       -- row of the held-out set, from 0
   loss       REAL,
@@ -89,7 +91,7 @@ CREATE TABLE seq_results(
   PRIMARY KEY(variant_id, seq)
 ) WITHOUT ROWID;
 
-CREATE TABLE sweep_jobs(
+CREATE TABLE IF NOT EXISTS sweep_jobs(
   sweep_id   INTEGER NOT NULL REFERENCES sweeps(id),
   ord        INTEGER NOT NULL,       -- deterministic position in the sweep
   variant_id INTEGER NOT NULL REFERENCES variants(id),
@@ -105,24 +107,39 @@ CREATE TABLE sweep_jobs(
   k          INTEGER NOT NULL,       -- units ablated
   PRIMARY KEY(sweep_id, ord)
 );
-CREATE INDEX sweep_jobs_variant ON sweep_jobs(variant_id);
+CREATE INDEX IF NOT EXISTS sweep_jobs_variant ON sweep_jobs(variant_id);
 
 -- Every finished job of every sweep with its metrics.
-CREATE VIEW jobs AS
+CREATE VIEW IF NOT EXISTS jobs AS
 SELECT j.sweep_id, j.ord, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2,
        j.step, j.sample, j.k, v.mask_text, v.n_ablated, r.loss, r.ppl, r.acc, r.kl,
        r.cos, r.n_tokens, r.wall_s, j.variant_id
 FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id JOIN results r ON r.variant_id = j.variant_id;
 
 -- Each sweep's unablated baseline.
-CREATE VIEW baselines AS
+CREATE VIEW IF NOT EXISTS baselines AS
 SELECT sweep_id, variant_id, loss, ppl, acc, kl, cos FROM jobs WHERE kind = 'baseline';
 
 -- Effect of each job against its sweep's baseline, signed so that larger is
 -- worse for every metric (as in 'headprune query'): loss and KL rise,
 -- accuracy and cosine fall.
-CREATE VIEW effects AS
+CREATE VIEW IF NOT EXISTS effects AS
 SELECT j.sweep_id, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2, j.step, j.sample, j.k,
        j.mask_text, j.loss - b.loss AS d_loss, j.kl AS d_kl, b.acc - j.acc AS d_acc, b.cos - j.cos AS d_cos,
        j.loss, j.kl, j.acc, j.cos
 FROM jobs j JOIN baselines b ON b.sweep_id = j.sweep_id;
+
+-- Mean-ablation statistics: each head's output averaged over the real tokens
+-- of a held-out set under the unmasked model, computed once per (model, data,
+-- numeric version) and reused by every sweep with a mean ablation.
+CREATE TABLE IF NOT EXISTS ablation_means(
+  model_digest    TEXT NOT NULL,
+  data_digest     TEXT NOT NULL,
+  numeric_version INTEGER NOT NULL,
+  n_layers        INTEGER NOT NULL,
+  seq_len         INTEGER NOT NULL,
+  width           INTEGER NOT NULL,  -- n_heads * d_head
+  mean_all        BLOB NOT NULL,     -- float32 (n_layers, width), little-endian
+  mean_pos        BLOB NOT NULL,     -- float32 (n_layers, seq_len, width): per position
+  PRIMARY KEY(model_digest, data_digest, numeric_version)
+);

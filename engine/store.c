@@ -113,7 +113,7 @@ static enum hp_status check_folder(const char *path, struct hp_error *err)
     return HP_OK;
 }
 
-/* WAL mode and, if the database is new, the schema, in one locked transaction. */
+/* WAL mode and the schema (whole, or what an older database lacks), in one locked transaction. */
 static int open_schema(struct hp_store *s)
 {
     int rc;
@@ -125,14 +125,18 @@ static int open_schema(struct hp_store *s)
     int64_t n = 0;
     bool found;
     rc = select_int(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", NULL, &n, &found);
-    if (rc == SQLITE_OK && n == 0) {
+    /* the schema is idempotent: a new database gets it whole, an older one what it lacks */
+    if (rc == SQLITE_OK)
         rc = exec(s, schema_sql);
-        if (rc == SQLITE_OK) {
-            char sql[256];
-            snprintf(sql, sizeof sql, "INSERT INTO meta VALUES ('schema_version', '%d'), ('created_by', 'headprune %s')",
-                     HP_SCHEMA_VERSION, HP_VERSION);
-            rc = exec(s, sql);
-        }
+    if (rc == SQLITE_OK) {
+        char sql[256];
+        snprintf(sql, sizeof sql, "INSERT OR REPLACE INTO meta VALUES ('schema_version', '%d')", HP_SCHEMA_VERSION);
+        rc = exec(s, sql);
+    }
+    if (rc == SQLITE_OK && n == 0) {
+        char sql[256];
+        snprintf(sql, sizeof sql, "INSERT INTO meta VALUES ('created_by', 'headprune %s')", HP_VERSION);
+        rc = exec(s, sql);
     }
     if (rc == SQLITE_OK)
         rc = exec(s, "COMMIT");
@@ -567,6 +571,13 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
         }
         if (rc == SQLITE_OK)
             rc = exec(s, merge_rest_sql);
+        int64_t has_means = 0;
+        bool found;
+        if (rc == SQLITE_OK)
+            rc = select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'ablation_means'",
+                            NULL, &has_means, &found);
+        if (rc == SQLITE_OK && has_means)
+            rc = exec(s, "INSERT OR IGNORE INTO main.ablation_means SELECT * FROM src.ablation_means");
         if (rc == SQLITE_OK)
             rc = exec(s, "COMMIT");
         if (rc != SQLITE_OK) {
@@ -579,4 +590,61 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
     }
     hp_store_close(s);
     return st;
+}
+
+// --- mean-ablation statistics ---------------------------------------------------
+
+enum hp_status hp_store_get_means(struct hp_store *s, const char *model_digest, const char *data_digest,
+                                  struct hp_means *m, bool *found, struct hp_error *err)
+{
+    *found = false;
+    sqlite3_stmt *st;
+    int rc = prep(s,
+                  "SELECT n_layers, seq_len, width, mean_all, mean_pos FROM ablation_means "
+                  "WHERE model_digest = ? AND data_digest = ? AND numeric_version = ?",
+                  &st);
+    if (rc != SQLITE_OK)
+        return sql_fail(s, rc, "reading mean-ablation statistics", err);
+    sqlite3_bind_text(st, 1, model_digest, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, data_digest, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 3, HP_NUMERIC_VERSION);
+    rc = sqlite3_step(st);
+    enum hp_status ret = HP_OK;
+    if (rc == SQLITE_ROW) {
+        size_t n_all = (size_t)m->n_layers * m->width, n_pos = n_all * m->seq_len;
+        if (sqlite3_column_int(st, 0) != m->n_layers || sqlite3_column_int(st, 1) != m->seq_len ||
+            sqlite3_column_int(st, 2) != m->width || (size_t)sqlite3_column_bytes(st, 3) != n_all * sizeof(float) ||
+            (size_t)sqlite3_column_bytes(st, 4) != n_pos * sizeof(float)) {
+            ret = hp_fail(err, HP_ERR_SQL, "%s: stored mean-ablation statistics have the wrong shape (a damaged database?)",
+                          s->path);
+        } else {
+            memcpy(m->all, sqlite3_column_blob(st, 3), n_all * sizeof(float));
+            memcpy(m->pos, sqlite3_column_blob(st, 4), n_pos * sizeof(float));
+            *found = true;
+        }
+    } else if (rc != SQLITE_DONE) {
+        ret = sql_fail(s, rc, "reading mean-ablation statistics", err);
+    }
+    sqlite3_finalize(st);
+    return ret;
+}
+
+enum hp_status hp_store_put_means(struct hp_store *s, const char *model_digest, const char *data_digest,
+                                  const struct hp_means *m, struct hp_error *err)
+{
+    size_t n_all = (size_t)m->n_layers * m->width, n_pos = n_all * m->seq_len;
+    sqlite3_stmt *st;
+    int rc = prep(s, "INSERT OR IGNORE INTO ablation_means VALUES (?, ?, ?, ?, ?, ?, ?, ?)", &st);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, model_digest, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, data_digest, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, HP_NUMERIC_VERSION);
+        sqlite3_bind_int(st, 4, m->n_layers);
+        sqlite3_bind_int(st, 5, m->seq_len);
+        sqlite3_bind_int(st, 6, m->width);
+        sqlite3_bind_blob64(st, 7, m->all, n_all * sizeof(float), SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 8, m->pos, n_pos * sizeof(float), SQLITE_STATIC);
+        rc = step_done(st);
+    }
+    return rc == SQLITE_OK ? HP_OK : sql_fail(s, rc, "writing mean-ablation statistics", err);
 }

@@ -11,7 +11,7 @@
 
 #include "headprune.h"
 
-#define HP_SCHEMA_VERSION 1
+#define HP_SCHEMA_VERSION 2
 
 struct hp_store;
 
@@ -56,5 +56,17 @@ enum hp_status hp_store_link(struct hp_store *s, const struct hp_store_job *j, s
 /* Write a finished variant, its per-sequence values and its sweep link, atomically. */
 enum hp_status hp_store_put(struct hp_store *s, const struct hp_store_job *j, const struct hp_metrics *mt,
                             double wall_s, int threads, struct hp_error *err);
+
+/*
+ * Stored mean-ablation statistics of (model, data) under this engine's
+ * numeric version. m gives the shape and the arrays to fill; *found says
+ * whether they were there (a stored shape that differs is an error).
+ */
+enum hp_status hp_store_get_means(struct hp_store *s, const char *model_digest, const char *data_digest,
+                                  struct hp_means *m, bool *found, struct hp_error *err);
+
+/* Store them (one transaction; a copy already there is kept). */
+enum hp_status hp_store_put_means(struct hp_store *s, const char *model_digest, const char *data_digest,
+                                  const struct hp_means *m, struct hp_error *err);
 
 #endif

@@ -287,6 +287,28 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
 
 // --- the run ------------------------------------------------------------------
 
+/* Mean-ablation statistics from the store, or computed once and stored. */
+static enum hp_status load_means(struct ctx *c, struct hp_error *err)
+{
+    const struct hp_model_info *in = c->info;
+    struct hp_means m = {in->n_layers, c->data->seq_len, in->n_heads * in->d_head, NULL, NULL};
+    size_t n_all = (size_t)m.n_layers * m.width;
+    m.all = malloc(n_all * sizeof(float));
+    m.pos = malloc(n_all * m.seq_len * sizeof(float));
+    bool found = false;
+    enum hp_status st = m.all && m.pos ? hp_store_get_means(c->store, c->model_digest, c->data_digest, &m, &found, err)
+                                       : hp_fail(err, HP_ERR_NOMEM, "out of memory for mean-ablation statistics");
+    if (st == HP_OK && found)
+        st = hp_evaluator_set_means(c->ev, &m, err);
+    free(m.all);
+    free(m.pos);
+    if (st != HP_OK || found)
+        return st;
+    struct hp_means mine;
+    st = hp_evaluator_means(c->ev, &mine, err);
+    return st == HP_OK ? hp_store_put_means(c->store, c->model_digest, c->data_digest, &mine, err) : st;
+}
+
 enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_opts *o, struct hp_sweep_summary *sum,
                             struct hp_error *err)
 {
@@ -310,6 +332,8 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         hp_digest_text(plan->text ? plan->text : "", c.plan_digest);
         st = hp_store_open(o->db_path, &c.store, err);
     }
+    if (st == HP_OK && plan->ablation != HP_ABLATE_ZERO)
+        st = load_means(&c, err);
     if (st == HP_OK) {
         struct hp_store_sweep_desc d = {plan, c.plan_digest, c.model_digest, c.data_digest, c.info, c.data};
         st = hp_store_sweep(c.store, &d, &c.sweep_id, err);

@@ -230,6 +230,20 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
                                      int n, enum hp_ablation ablation, struct hp_metrics **out,
                                      struct hp_error *err);
 
+/* Mean-ablation statistics: each head's output averaged over the real tokens
+ * of the held-out set under the unmasked model. */
+struct hp_means {
+    int n_layers, seq_len, width; /* width = n_heads * d_head */
+    float *all;                   /* (n_layers, width) */
+    float *pos;                   /* (n_layers, seq_len, width): at each position */
+};
+
+/* The evaluator's statistics, computed on first use; the arrays belong to the evaluator. */
+enum hp_status hp_evaluator_means(struct hp_evaluator *ev, struct hp_means *out, struct hp_error *err);
+
+/* Use statistics computed before (e.g. stored with the results) instead of computing them; copied. */
+enum hp_status hp_evaluator_set_means(struct hp_evaluator *ev, const struct hp_means *m, struct hp_error *err);
+
 /*
  * plain = true: evaluate every variant by whole forward passes of its own,
  * with logits materialised (the reference the reuse path is tested

@@ -661,10 +661,10 @@ Test(query, not_a_headprune_database)
 
 Test(query, newer_schema_is_refused)
 {
-    sqlite3_close(db_create("2"));
+    sqlite3_close(db_create("3"));
     struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
     char want[300];
-    snprintf(want, sizeof want, "%s: written by a newer headprune (schema 2; this one reads 1", g_db);
+    snprintf(want, sizeof want, "%s: written by a newer headprune (schema 3; this one reads 2", g_db);
     expect_fail(&o, g_db, HP_ERR_UNSUPPORTED, want);
 }
 

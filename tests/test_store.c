@@ -80,8 +80,42 @@ Test(store, newer_schema_is_refused_untouched)
     struct hp_store *s;
     cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
     hp_store_close(s);
-    sql(db, "PRAGMA journal_mode = DELETE; UPDATE meta SET value = '2' WHERE key = 'schema_version'");
-    expect_refused("newer headprune (schema 2");
+    char q[256], words[64];
+    snprintf(q, sizeof q, "PRAGMA journal_mode = DELETE; UPDATE meta SET value = '%d' WHERE key = 'schema_version'",
+             HP_SCHEMA_VERSION + 1);
+    sql(db, q);
+    snprintf(words, sizeof words, "newer headprune (schema %d", HP_SCHEMA_VERSION + 1);
+    expect_refused(words);
+}
+
+static long long one_int(const char *q)
+{
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    long long v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return v;
+}
+
+Test(store, schema_1_database_is_brought_up_to_date)
+{
+    struct hp_error err;
+    struct hp_store *s;
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    /* what a schema 1 database looked like: no ablation_means */
+    sql(db, "DROP TABLE ablation_means; UPDATE meta SET value = '1' WHERE key = 'schema_version';"
+            "INSERT INTO models(digest, path, model_type, n_layers, n_heads, n_kv_heads, d_head, n_params)"
+            " VALUES ('d', 'p', 'gpt2', 1, 1, 1, 1, 1)");
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    cr_assert_eq(one_int("SELECT count(*) FROM sqlite_master WHERE name = 'ablation_means'"), 1);
+    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), HP_SCHEMA_VERSION);
+    cr_assert_eq(one_int("SELECT count(*) FROM models"), 1, "existing rows kept");
 }
 
 Test(store, not_sqlite_is_refused_untouched)

@@ -317,3 +317,65 @@ Test(sweep, two_threads_give_the_same_numbers_as_one)
     cr_assert_eq(rc, 0);
     assert_same(ref, db);
 }
+
+/* The text of the first column of the first row of q, malloc'd. */
+static char *query_text(const char *db, const char *q)
+{
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    const char *t = (const char *)sqlite3_column_text(st, 0);
+    char *out = strdup(t ? t : "");
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return out;
+}
+
+/* A plan on the llama-gqa fixture with the given ablation and studies, written to tmp/NAME.yaml. */
+static void write_plan(char *out, size_t n, const char *name, const char *ablation, const char *studies)
+{
+    snprintf(out, n, "%s/%s.yaml", tmp, name);
+    char text[2048];
+    const char *fx = getenv("HP_FIXTURES");
+    snprintf(text, sizeof text,
+             "name: %s\nmodel: %s/llama-gqa\ndata: %s/llama-gqa/data.npy\nablation: %s\nstudies:\n%s", name, fx, fx,
+             ablation, studies);
+    tu_spit(out, text, strlen(text));
+}
+
+Test(sweep, mean_statistics_are_stored_once_and_reused)
+{
+    char p1[256], p2[256], p3[256], db[128], zdb[128];
+    path(db, sizeof db, "mean.db");
+    path(zdb, sizeof zdb, "zero.db");
+    write_plan(p1, sizeof p1, "mean-single", "mean", "  - single\n");
+    write_plan(p2, sizeof p2, "mean-layer", "mean", "  - layer\n");
+    write_plan(p3, sizeof p3, "zero-layer", "zero", "  - layer\n");
+    cr_assert_eq(run(p1, db, NULL), 0);
+    cr_assert_eq(count(db, "SELECT count(*) FROM ablation_means"), 1);
+    /* replace the stored means by zeros: a later mean-ablation sweep that
+     * uses them must then give exactly what zero ablation gives */
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(h,
+                              "UPDATE ablation_means SET mean_all = zeroblob(length(mean_all)),"
+                              " mean_pos = zeroblob(length(mean_pos))",
+                              NULL, NULL, NULL),
+                 SQLITE_OK);
+    sqlite3_close(h);
+    cr_assert_eq(run(p2, db, NULL), 0);
+    cr_assert_eq(count(db, "SELECT count(*) FROM ablation_means"), 1, "computed again instead of reused");
+    cr_assert_eq(run(p3, zdb, NULL), 0);
+    char *a = NULL, *b = NULL;
+    const char *q = "SELECT group_concat(printf('%s %.17g %.17g', v.mask_text, r.loss, r.kl), ';') FROM "
+                    "(SELECT * FROM variants ORDER BY mask_text) v JOIN results r ON r.variant_id = v.id "
+                    "WHERE v.n_ablated > 0 AND v.mask_text NOT LIKE '%,%' AND v.mask_text LIKE '%*'";
+    a = query_text(db, q);
+    b = query_text(zdb, q);
+    cr_assert(strlen(a) > 10, "no layer variants in %s", db);
+    cr_assert_str_eq(a, b, "mean ablation with zero means differs from zero ablation: the stored means were not used");
+    free(a);
+    free(b);
+}
