@@ -21,6 +21,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,9 +377,12 @@ static void replay_forward(const struct hp_model *m, int T, struct replay_buf *b
         hp_gemm(T, kvd, d, 1.0f, b->h, d, 1, L->wk.p, L->wk.rs, L->wk.cs, 0.0f, b->k, kvd, 1);
         hp_gemm(T, kvd, d, 1.0f, b->h, d, 1, L->wv.p, L->wv.rs, L->wv.cs, 0.0f, b->v, kvd, 1);
         double t1 = now();
+        /* heads side by side, each product on one thread, as forward.c runs (head, sequence) pairs */
+#pragma omp parallel for schedule(dynamic, 1)
         for (int h = 0; h < H; h++) {
-            hp_gemm(T, T, dh, scale, b->q + h * dh, qd, 1, b->k + h * dh, 1, kvd, 0.0f, b->att, T, 1);
-            hp_gemm(T, dh, T, 1.0f, b->att, T, 1, b->v + h * dh, kvd, 1, 0.0f, b->ctx + h * dh, qd, 1);
+            float *att = b->att + (size_t)omp_get_thread_num() * T * T;
+            hp_gemm1(T, T, dh, scale, b->q + h * dh, qd, 1, b->k + h * dh, 1, kvd, 0.0f, att, T, 1);
+            hp_gemm1(T, dh, T, 1.0f, att, T, 1, b->v + h * dh, kvd, 1, 0.0f, b->ctx + h * dh, qd, 1);
         }
         double t2 = now();
         hp_gemm(T, d, qd, 1.0f, b->ctx, qd, 1, L->wo.p, L->wo.rs, L->wo.cs, 0.0f, b->tmp, d, 1);
@@ -430,6 +434,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: bench_forward [--threads N[,N...]] [--seqs 8] [--seq-len 256] [--reps 5] [--model DIR]\n"
+            "                     [--json FILE]\n"
             "  Times the headprune forward on a random GPT-2-small next to BLIS sgemm, in one run.\n"
             "  --threads  BLIS thread counts to run (default: 1,2)\n"
             "  --model    model directory, written there if missing (default " DEFAULT_DIR ")\n");
@@ -451,7 +456,7 @@ int main(int argc, char **argv)
 {
     int threads[MAX_THREAD_COUNTS] = {1, 2}, n_threads = 2;
     int n_seqs = 8, T = 256, reps = 5;
-    const char *dir = DEFAULT_DIR;
+    const char *dir = DEFAULT_DIR, *json = NULL;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
@@ -486,6 +491,8 @@ int main(int argc, char **argv)
             reps = parse_int(v, 1, 1000, o);
         } else if (strcmp(o, "--model") == 0) {
             dir = v;
+        } else if (strcmp(o, "--json") == 0) {
+            json = v;
         } else {
             usage(stderr);
             return 2;
@@ -527,7 +534,7 @@ int main(int argc, char **argv)
         .q = malloc((size_t)T * qd * sizeof(float)),
         .k = malloc((size_t)T * qd * sizeof(float)),
         .v = malloc((size_t)T * qd * sizeof(float)),
-        .att = malloc((size_t)T * T * sizeof(float)),
+        .att = malloc((size_t)omp_get_max_threads() * T * T * sizeof(float)),
         .ctx = malloc((size_t)T * qd * sizeof(float)),
         .tmp = malloc((size_t)T * d * sizeof(float)),
         .ff = malloc((size_t)T * f * sizeof(float)),
@@ -686,6 +693,26 @@ int main(int argc, char **argv)
             printf("  %7.3f %5.1f%% %12s", s, 100.0 * s / r->fwd_s, gf);
         }
         printf("\n");
+    }
+
+    if (json) {
+        /* the figures above, for bench/compare.py */
+        FILE *jf = fopen(json, "w");
+        if (!jf) {
+            fprintf(stderr, "bench_forward: cannot write %s\n", json);
+            return 1;
+        }
+        fprintf(jf, "{\"flops\": %.17g, \"tokens\": %lld, \"kernel\": \"%s\", \"results\": [", flops,
+                (long long)tokens, res[0].kernel);
+        for (int ti = 0; ti < n_threads; ti++) {
+            const struct result *r = &res[ti];
+            fprintf(jf,
+                    "%s{\"threads\": %d, \"sgemm_gflops\": %.6g, \"sgemm_fwd_shape_gflops\": %.6g, "
+                    "\"forward_s\": %.6g, \"forward_min_s\": %.6g, \"forward_max_s\": %.6g, \"others_cpus\": %.3f}",
+                    ti ? ", " : "", r->threads, r->sq_gflops, r->fs_gflops, r->fwd_s, r->fwd_min, r->fwd_max, r->others);
+        }
+        fprintf(jf, "]}\n");
+        fclose(jf);
     }
 
     free(ids), free(logits), free(sa), free(sb), free(sc), free(fa), free(fb), free(fc);
