@@ -3,8 +3,8 @@
  * shaped model, side by side with BLIS sgemm measured in the same run.
  *
  * For each thread count, every rep times, back to back: one square sgemm
- * (2048^3), one sgemm of the MLP-up shape (m x n x k = T x 3072 x 768), the
- * headprune forward over all sequences, and a replay of exactly the hp_gemm
+ * (2048^3), one sgemm of the MLP-up shape (m x n x k = rows x 3072 x 768), the
+ * headprune forward over all sequences in one pass, and a replay of exactly the hp_gemm
  * calls that forward makes (same shapes, strides and weights) so the time
  * outside BLIS can be read off as forward - replay. Figures are medians over
  * the reps; one warm-up rep (which also faults the mapped weights in) is not
@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "blas_int.h"
+#include "forward_int.h"
 #include "headprune.h"
 #include "model_int.h"
 
@@ -361,35 +362,37 @@ struct replay_buf {
 };
 
 /*
- * The hp_gemm calls engine/forward.c makes for one GPT-2 sequence of T tokens
- * with no head masked, in the same order on the model's own weights; time per
- * part is added into secs[N_PART].
+ * The hp_gemm calls engine/forward.c makes for S GPT-2 sequences of T tokens
+ * in one pass (N = S * T rows) with no head masked, in the same order on the
+ * model's own weights; time per part is added into secs[N_PART].
  */
-static void replay_forward(const struct hp_model *m, int T, struct replay_buf *b, double *secs)
+static void replay_forward(const struct hp_model *m, int T, int S, struct replay_buf *b, double *secs)
 {
     const struct hp_model_info *in = &m->info;
-    const int d = in->d_model, f = in->d_ff, H = in->n_heads, dh = in->d_head, qd = H * dh, kvd = qd;
+    const int d = in->d_model, f = in->d_ff, H = in->n_heads, dh = in->d_head, qd = H * dh, kvd = qd, N = S * T;
     const float scale = 1.0f / sqrtf((float)dh);
     for (int l = 0; l < in->n_layers; l++) {
         const struct hp_layer *L = &m->layers[l];
         double t0 = now();
-        hp_gemm(T, qd, d, 1.0f, b->h, d, 1, L->wq.p, L->wq.rs, L->wq.cs, 0.0f, b->q, qd, 1);
-        hp_gemm(T, kvd, d, 1.0f, b->h, d, 1, L->wk.p, L->wk.rs, L->wk.cs, 0.0f, b->k, kvd, 1);
-        hp_gemm(T, kvd, d, 1.0f, b->h, d, 1, L->wv.p, L->wv.rs, L->wv.cs, 0.0f, b->v, kvd, 1);
+        hp_gemm(N, qd, d, 1.0f, b->h, d, 1, L->wq.p, L->wq.rs, L->wq.cs, 0.0f, b->q, qd, 1);
+        hp_gemm(N, kvd, d, 1.0f, b->h, d, 1, L->wk.p, L->wk.rs, L->wk.cs, 0.0f, b->k, kvd, 1);
+        hp_gemm(N, kvd, d, 1.0f, b->h, d, 1, L->wv.p, L->wv.rs, L->wv.cs, 0.0f, b->v, kvd, 1);
         double t1 = now();
-        /* heads side by side, each product on one thread, as forward.c runs (head, sequence) pairs */
+        /* (head, sequence) pairs side by side, each product on one thread, as forward.c runs them */
 #pragma omp parallel for schedule(dynamic, 1)
-        for (int h = 0; h < H; h++) {
+        for (int p = 0; p < H * S; p++) {
+            const int h = p / S;
+            const size_t r0 = (size_t)(p % S) * T;
             float *att = b->att + (size_t)omp_get_thread_num() * T * T;
-            hp_gemm1(T, T, dh, scale, b->q + h * dh, qd, 1, b->k + h * dh, 1, kvd, 0.0f, att, T, 1);
-            hp_gemm1(T, dh, T, 1.0f, att, T, 1, b->v + h * dh, kvd, 1, 0.0f, b->ctx + h * dh, qd, 1);
+            hp_gemm1(T, T, dh, scale, b->q + r0 * qd + h * dh, qd, 1, b->k + r0 * kvd + h * dh, 1, kvd, 0.0f, att, T, 1);
+            hp_gemm1(T, dh, T, 1.0f, att, T, 1, b->v + r0 * kvd + h * dh, kvd, 1, 0.0f, b->ctx + r0 * qd + h * dh, qd, 1);
         }
         double t2 = now();
-        hp_gemm(T, d, qd, 1.0f, b->ctx, qd, 1, L->wo.p, L->wo.rs, L->wo.cs, 0.0f, b->tmp, d, 1);
+        hp_gemm(N, d, qd, 1.0f, b->ctx, qd, 1, L->wo.p, L->wo.rs, L->wo.cs, 0.0f, b->tmp, d, 1);
         double t3 = now();
-        hp_gemm(T, f, d, 1.0f, b->h, d, 1, L->w_up.p, L->w_up.rs, L->w_up.cs, 0.0f, b->ff, f, 1);
+        hp_gemm(N, f, d, 1.0f, b->h, d, 1, L->w_up.p, L->w_up.rs, L->w_up.cs, 0.0f, b->ff, f, 1);
         double t4 = now();
-        hp_gemm(T, d, f, 1.0f, b->ff, f, 1, L->w_down.p, L->w_down.rs, L->w_down.cs, 0.0f, b->tmp, d, 1);
+        hp_gemm(N, d, f, 1.0f, b->ff, f, 1, L->w_down.p, L->w_down.rs, L->w_down.cs, 0.0f, b->tmp, d, 1);
         double t5 = now();
         secs[P_QKV] += t1 - t0;
         secs[P_ATTN] += t2 - t1;
@@ -398,7 +401,7 @@ static void replay_forward(const struct hp_model *m, int T, struct replay_buf *b
         secs[P_DOWN] += t5 - t4;
     }
     double t0 = now();
-    hp_gemm(T, in->n_vocab, d, 1.0f, b->h, d, 1, m->lm_head, 1, d, 0.0f, b->out, in->n_vocab, 1);
+    hp_gemm(N, in->n_vocab, d, 1.0f, b->h, d, 1, m->lm_head, 1, d, 0.0f, b->out, in->n_vocab, 1);
     secs[P_LM] += now() - t0;
 }
 
@@ -524,20 +527,24 @@ int main(int argc, char **argv)
     const int SQ = 2048;
     uint64_t seed = 1;
     int32_t *ids = malloc((size_t)n_seqs * T * sizeof *ids);
-    float *logits = malloc((size_t)T * V * sizeof *logits);
+    int max_threads = 1;
+    for (int i = 0; i < n_threads; i++)
+        max_threads = threads[i] > max_threads ? threads[i] : max_threads;
+    const int R = n_seqs * T; /* rows of one pass: every sequence at once, as the evaluator and the peer run */
+    float *logits = malloc((size_t)R * V * sizeof *logits);
     float *sa = malloc((size_t)SQ * SQ * sizeof(float)), *sb = malloc((size_t)SQ * SQ * sizeof(float)),
           *sc = malloc((size_t)SQ * SQ * sizeof(float));
-    float *fa = malloc((size_t)T * d * sizeof(float)), *fb = malloc((size_t)d * f * sizeof(float)),
-          *fc = malloc((size_t)T * f * sizeof(float));
+    float *fa = malloc((size_t)R * d * sizeof(float)), *fb = malloc((size_t)d * f * sizeof(float)),
+          *fc = malloc((size_t)R * f * sizeof(float));
     struct replay_buf rb = {
-        .h = malloc((size_t)T * d * sizeof(float)),
-        .q = malloc((size_t)T * qd * sizeof(float)),
-        .k = malloc((size_t)T * qd * sizeof(float)),
-        .v = malloc((size_t)T * qd * sizeof(float)),
-        .att = malloc((size_t)omp_get_max_threads() * T * T * sizeof(float)),
-        .ctx = malloc((size_t)T * qd * sizeof(float)),
-        .tmp = malloc((size_t)T * d * sizeof(float)),
-        .ff = malloc((size_t)T * f * sizeof(float)),
+        .h = malloc((size_t)R * d * sizeof(float)),
+        .q = malloc((size_t)R * qd * sizeof(float)),
+        .k = malloc((size_t)R * qd * sizeof(float)),
+        .v = malloc((size_t)R * qd * sizeof(float)),
+        .att = malloc((size_t)max_threads * T * T * sizeof(float)), /* one per thread */
+        .ctx = malloc((size_t)R * qd * sizeof(float)),
+        .tmp = malloc((size_t)R * d * sizeof(float)),
+        .ff = malloc((size_t)R * f * sizeof(float)),
         .out = logits,
     };
     double *v_sq = malloc((size_t)reps * sizeof(double)), *v_fs = malloc((size_t)reps * sizeof(double)),
@@ -553,18 +560,24 @@ int main(int argc, char **argv)
         ids[i] = (int32_t)(splitmix64(&seed) % (uint64_t)V);
     fill_normal(sa, (size_t)SQ * SQ, 1.0, &seed);
     fill_normal(sb, (size_t)SQ * SQ, 1.0, &seed);
-    fill_normal(fa, (size_t)T * d, 1.0, &seed);
+    fill_normal(fa, (size_t)R * d, 1.0, &seed);
     fill_normal(fb, (size_t)d * f, 0.02, &seed);
     /* replay inputs: finite values of a realistic size (contents do not change GEMM speed) */
-    fill_normal(rb.h, (size_t)T * d, 1.0, &seed);
+    fill_normal(rb.h, (size_t)R * d, 1.0, &seed);
     fill_normal(rb.att, (size_t)T * T, 1.0 / T, &seed);
-    fill_normal(rb.ctx, (size_t)T * qd, 1.0, &seed);
-    fill_normal(rb.ff, (size_t)T * f, 1.0, &seed);
-    memset(rb.q, 0, (size_t)T * qd * sizeof(float));
-    memset(rb.k, 0, (size_t)T * qd * sizeof(float));
-    memset(rb.v, 0, (size_t)T * qd * sizeof(float));
+    fill_normal(rb.ctx, (size_t)R * qd, 1.0, &seed);
+    fill_normal(rb.ff, (size_t)R * f, 1.0, &seed);
+    memset(rb.q, 0, (size_t)R * qd * sizeof(float));
+    memset(rb.k, 0, (size_t)R * qd * sizeof(float));
+    memset(rb.v, 0, (size_t)R * qd * sizeof(float));
 
     const double flops = forward_flops(in, T) * n_seqs;
+    hp_runtime_init(max_threads); /* the workspace sizes its per-thread buffers for this many */
+    struct hp_fwd *fw = hp_fwd_new(m, T, n_seqs);
+    if (!fw) {
+        fprintf(stderr, "bench_forward: out of memory for the forward's workspace\n");
+        return 1;
+    }
     const int64_t tokens = (int64_t)n_seqs * T;
     struct result res[MAX_THREAD_COUNTS];
 
@@ -579,18 +592,14 @@ int main(int argc, char **argv)
         struct cpu_use u0 = cpu_use_now();
         for (int rep = -1; rep < reps; rep++) {
             double sq = sgemm_gflops(SQ, SQ, SQ, sa, sb, sc, 0.5);
-            double fs = sgemm_gflops(T, f, d, fa, fb, fc, 0.5);
+            double fs = sgemm_gflops(R, f, d, fa, fb, fc, 0.5);
             double t0 = now();
-            for (int s = 0; s < n_seqs; s++)
-                if (hp_model_forward(m, ids + (size_t)s * T, NULL, NULL, T, NULL, logits, &err) != HP_OK) {
-                    fprintf(stderr, "bench_forward: %s\n", err.msg);
-                    return 1;
-                }
+            struct hp_fwd_args fa_args = {.ids = ids, .T = T, .n_seqs = n_seqs, .out = logits};
+            hp_fwd_run(m, fw, &fa_args);
             double fwd = now() - t0;
             double part[N_PART] = {0};
             t0 = now();
-            for (int s = 0; s < n_seqs; s++)
-                replay_forward(m, T, &rb, part);
+            replay_forward(m, T, n_seqs, &rb, part);
             double rep_s = now() - t0;
             if (rep < 0)
                 continue; /* warm-up: page faults on the mapped weights, BLIS packing buffers, OpenMP pool */
@@ -642,7 +651,7 @@ int main(int argc, char **argv)
 
     /* one row per thread count; fractions are forward GFLOPS over the sgemm GFLOPS of the same rep set */
     char fs_name[48];
-    snprintf(fs_name, sizeof fs_name, "%dx%dx%d", T, f, d);
+    snprintf(fs_name, sizeof fs_name, "%dx%dx%d", R, f, d);
     printf("%7s  %12s  %18s  %23s  %9s  %8s  %12s  %18s\n", "", "sgemm 2048^3", "sgemm", "forward s/rep", "",
            "forward", "forward /", "forward /");
     printf("%7s  %12s  %18s  %23s  %9s  %8s  %12s  %18s\n", "threads", "GFLOPS", fs_name, "median (min - max)",
@@ -718,6 +727,7 @@ int main(int argc, char **argv)
     free(ids), free(logits), free(sa), free(sb), free(sc), free(fa), free(fb), free(fc);
     free(rb.h), free(rb.q), free(rb.k), free(rb.v), free(rb.att), free(rb.ctx), free(rb.tmp), free(rb.ff);
     free(v_sq), free(v_fs), free(v_fwd), free(v_rep), free(v_out), free(v_part);
+    hp_fwd_free(fw);
     hp_model_close(m);
     return 0;
 }
