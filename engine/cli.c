@@ -446,15 +446,24 @@ static const char plan_help[] =
     "of the cost, without running anything. Iterative studies are listed by their\n"
     "expected number of evaluations: their masks depend on results.\n";
 
-/* Rough forward FLOPs of one variant: every matrix product plus attention. */
-static double forward_flops(const struct hp_model_info *in, int n_seqs, int seq_len)
+/* Rough forward FLOPs of a variant run from layer `from` on: every matrix product plus attention. */
+static double forward_flops(const struct hp_model_info *in, int n_seqs, int seq_len, int from)
 {
     double T = seq_len, d = in->d_model, qd = (double)in->n_heads * in->d_head,
            kvd = (double)in->n_kv_heads * in->d_head;
     double mlp = in->arch == HP_ARCH_LLAMA ? 3 * d * in->d_ff : 2 * d * in->d_ff;
     double per_layer = 2 * T * (d * qd + 2 * d * kvd + qd * d + mlp) + 4 * T * T * qd;
     double head = in->has_lm_head ? 2 * T * d * in->n_vocab : 0;
-    return n_seqs * (in->n_layers * per_layer + head);
+    return n_seqs * ((in->n_layers - from) * per_layer + head);
+}
+
+/* The first layer a job's mask changes: where the reuse path starts it (n_layers: nothing to run). */
+static int first_masked_layer(const struct hp_mask *m)
+{
+    for (int i = 0; i < m->n_layers * m->n_heads; i++)
+        if (m->gate[i] != 1.0f)
+            return i / m->n_heads;
+    return m->n_layers;
 }
 
 /* Evaluations an iterative study will need: candidates scored plus curve points. */
@@ -505,7 +514,13 @@ static int cmd_plan(int argc, char **argv)
         if (p->studies[i].kind == HP_STUDY_ITERATIVE)
             iter += iterative_evals(&p->studies[i], in);
     if (f == FMT_TABLE) {
-        double fl = forward_flops(in, d->n_seqs, d->seq_len);
+        double fl = forward_flops(in, d->n_seqs, d->seq_len, 0), reuse = 0;
+        for (int j = 0; j < jl->n; j++) {
+            int from = first_masked_layer(jl->jobs[j].mask);
+            reuse += from < in->n_layers ? forward_flops(in, d->n_seqs, d->seq_len, from) : 0;
+        }
+        /* one unmasked pass per window of jobs; iterative candidates counted as whole passes */
+        reuse += fl * ((jl->n + HP_SWEEP_BATCH - 1) / HP_SWEEP_BATCH) + fl * iter;
         printf("plan      %s (%s)\n", p->name, p->path);
         printf("model     %s (%s, %d layers x %d heads, %d KV heads)\n", p->model, in->model_type, in->n_layers,
                in->n_heads, in->n_kv_heads);
@@ -524,9 +539,10 @@ static int cmd_plan(int argc, char **argv)
                 printf("study     %-16s %-10s %d jobs\n", p->studies[i].name, hp_study_kind_name(p->studies[i].kind), n);
         }
         printf("jobs      %d expanded + about %ld iterative = %ld evaluations\n", jl->n, iter, jl->n + iter);
-        printf("cost      at most %.3g GFLOP per evaluation, %.3g GFLOP in all (ablated heads cost less;\n"
-               "          jobs already in the database are skipped)\n\n",
-               fl / 1e9, fl * (jl->n + iter) / 1e9);
+        printf("cost      at most %.3g GFLOP per evaluation (a whole pass); about %.3g GFLOP in all, as each\n"
+               "          variant runs from its first masked layer (%.3g GFLOP as whole passes); jobs\n"
+               "          already in the database are skipped\n\n",
+               fl / 1e9, reuse / 1e9, fl * (jl->n + iter) / 1e9);
     }
     struct hp_table t = {0};
     const char *cols[] = {"ord", "study", "kind", "label", "units", "heads", "mask"};
@@ -646,6 +662,29 @@ static void run_progress_cb(void *user, const struct hp_sweep_progress *p)
     }
 }
 
+/*
+ * This process's peak resident memory in MB: VmHWM, which starts afresh at
+ * exec (getrusage's ru_maxrss carries over the peak of the process that
+ * forked us, so a script's memory would show up as ours).
+ */
+static double peak_mb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lf kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    if (kb < 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kb = (double)ru.ru_maxrss;
+    }
+    return kb / 1024.0;
+}
+
 static int cmd_run(int argc, char **argv)
 {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},     {"shard", required_argument, 0, 's'},
@@ -719,11 +758,9 @@ static int cmd_run(int argc, char **argv)
                 (long long)sum.n_jobs, (long long)sum.n_run, (long long)sum.n_cached);
         return 130;
     }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
     printf("sweep %lld: %lld jobs (%lld run, %lld already in the database) in %.1f s, peak memory %.0f MB -> %s\n",
            (long long)sum.sweep_id, (long long)sum.n_jobs, (long long)sum.n_run, (long long)sum.n_cached, sum.seconds,
-           (double)ru.ru_maxrss / 1024.0, db);
+           peak_mb(), db);
     return 0;
 }
 

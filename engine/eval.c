@@ -21,11 +21,11 @@
 struct hp_evaluator {
     struct hp_model *m;
     const struct hp_data *d;
-    struct hp_fwd *fwd;
     int batch;        /* sequences per forward call */
     int width;        /* forward output row width */
     bool has_loss;    /* causal LM, or MLM with labels */
-    float *out_m;     /* (batch, seq_len, width) masked variant */
+    struct hp_fwd *fwd; /* NULL or a workspace for one chunk (plain path, mean statistics) */
+    float *out_m;     /* NULL or (batch, seq_len, width): a variant's outputs (plain path) */
     float *out_b;     /* NULL or (batch, seq_len, width): the unmasked reference when base_all is too big */
     float *base_all;  /* NULL or (n_seqs, seq_len, width): every sequence's unmasked output, once */
     double *base_lse; /* NULL or (n_seqs, seq_len): log-sum-exp of each row of base_all (LMs) */
@@ -82,12 +82,9 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
     while (b > 1 && (size_t)b * per > HP_CHUNK_BYTES)
         b--;
     ev->batch = b < 1 ? 1 : b > d->n_seqs ? d->n_seqs : b;
-    ev->fwd = hp_fwd_new(m, d->seq_len, ev->batch);
-    size_t n = (size_t)ev->batch * d->seq_len * ev->width;
-    ev->out_m = malloc(n * sizeof(float));
     ev->tok = malloc(3 * (size_t)d->seq_len * sizeof(double));
     ev->tok_ok = malloc((size_t)d->seq_len);
-    if (!ev->fwd || !ev->out_m || !ev->tok || !ev->tok_ok) {
+    if (!ev->tok || !ev->tok_ok) {
         hp_evaluator_free(ev);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for a %d-token workspace", d->seq_len);
     }
@@ -157,7 +154,7 @@ static struct hp_fwd_args chunk_args(const struct hp_evaluator *ev, int s, int n
     return a;
 }
 
-/* Forward sequences [s, s + nb) into out (nb, seq_len, width). */
+/* Forward sequences [s, s + nb) into out (nb, seq_len, width); with out NULL the pass stops before the LM head. */
 static void run_chunk(struct hp_evaluator *ev, int s, int nb, const float *gate, enum hp_ablation abl, float *out,
                       double *capture)
 {
@@ -168,11 +165,25 @@ static void run_chunk(struct hp_evaluator *ev, int s, int nb, const float *gate,
     hp_fwd_run(ev->m, ev->fwd, &a);
 }
 
+/* The plain path's workspace and output buffer (and with outputs false, only the workspace), once. */
+static enum hp_status plain_ready(struct hp_evaluator *ev, bool outputs, struct hp_error *err)
+{
+    const size_t n = (size_t)ev->batch * ev->d->seq_len * ev->width;
+    if (!ev->fwd && !(ev->fwd = hp_fwd_new(ev->m, ev->d->seq_len, ev->batch)))
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory for a %d-token workspace", ev->d->seq_len);
+    if (outputs && !ev->out_m && !(ev->out_m = malloc(n * sizeof(float))))
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory for a chunk's outputs (%zu MB)", n * sizeof(float) >> 20);
+    return HP_OK;
+}
+
 /* Head-output means of the unmasked model over the held-out set, once. */
 static enum hp_status ensure_means(struct hp_evaluator *ev, struct hp_error *err)
 {
     if (ev->mean_all)
         return HP_OK;
+    enum hp_status st = plain_ready(ev, false, err);
+    if (st != HP_OK)
+        return st;
     const struct hp_data *d = ev->d;
     const struct hp_model_info *in = &ev->m->info;
     size_t T = (size_t)d->seq_len, L = (size_t)in->n_layers, qd = (size_t)in->n_heads * in->d_head;
@@ -188,9 +199,9 @@ static enum hp_status ensure_means(struct hp_evaluator *ev, struct hp_error *err
         ev->mean_all = ev->mean_pos = NULL;
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for mean-ablation statistics");
     }
-    /* out_m is free scratch here: no variant is being evaluated yet */
+    /* the pass stops before the LM head: only the heads' outputs are wanted */
     for (int s = 0; s < d->n_seqs; s += ev->batch)
-        run_chunk(ev, s, chunk_len(ev, s), NULL, HP_ABLATE_ZERO, ev->out_m, cap);
+        run_chunk(ev, s, chunk_len(ev, s), NULL, HP_ABLATE_ZERO, NULL, cap);
     for (int s = 0; s < d->n_seqs; s++)
         for (size_t t = 0; t < T; t++)
             cnt[t] += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
@@ -482,6 +493,9 @@ static enum hp_status run_plain(struct hp_evaluator *ev, const struct hp_mask *m
                                 struct hp_metrics *mt, struct totals *tot, struct hp_error *err)
 {
     const struct hp_data *d = ev->d;
+    enum hp_status st = plain_ready(ev, true, err);
+    if (st != HP_OK)
+        return st;
     bool scaled = first_changed(mask, ev->m->info.n_layers, ev->m->info.n_heads) < ev->m->info.n_layers;
     const float *gate = mask ? mask->gate : NULL;
     const size_t per = (size_t)d->seq_len * ev->width;
