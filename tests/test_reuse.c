@@ -27,7 +27,8 @@
  * model, which is slower and only adds chunks); evaluated all together and
  * again in batches of 3 (different blocks per pass); on GPT-2, Llama with
  * GQA, Qwen2 with biases, BERT MLM with padding and a BERT encoder (cosine),
- * and the embedded default model over 8 chunks. And a sweep of every study
+ * and the embedded default model over 8 chunks and over 7 sequences (a last
+ * chunk shorter than the others). And a sweep of every study
  * kind (tests/plans/sweep.yaml) run both ways: equal databases.
  */
 #define _DEFAULT_SOURCE
@@ -209,6 +210,42 @@ Test(reuse, default_model_many_chunks, .timeout = 600)
     /* 8 chunks of 4 x 128 tokens, up to 4 variant blocks a pass; zero ablation
      * only (the ablations differ only before the reuse, and cost time here) */
     check(dir, data, 1);
+}
+
+/* The first n sequences of the default model's held-out set as an .npy of its own. */
+static void write_subset(const char *out, int n)
+{
+    char src[1200];
+    snprintf(src, sizeof src, "%s/../models/default/heldout.npy", getenv("HP_TESTS"));
+    size_t len;
+    char *buf = tu_slurp(src, &len);
+    size_t hlen = (size_t)(unsigned char)buf[8] | (size_t)(unsigned char)buf[9] << 8;
+    char header[128];
+    int k = snprintf(header, sizeof header, "{'descr': '<i4', 'fortran_order': False, 'shape': (%d, 128), }", n);
+    while ((10 + k + 1) % 64)
+        header[k++] = ' ';
+    header[k++] = '\n';
+    FILE *f = fopen(out, "wb");
+    cr_assert(f);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc(k & 0xff, f);
+    fputc(k >> 8, f);
+    fwrite(header, 1, (size_t)k, f);
+    fwrite(buf + 10 + hlen, sizeof(int32_t), (size_t)n * 128, f);
+    fclose(f);
+    free(buf);
+}
+
+Test(reuse, partial_last_chunk)
+{
+    /* 7 sequences of 128 tokens: chunks of 4 and 3 */
+    char tmp[64], dir[1024], data[128];
+    tu_mkdtemp(tmp, sizeof tmp, "reuse7");
+    snprintf(data, sizeof data, "%s/seven.npy", tmp);
+    write_subset(data, 7);
+    snprintf(dir, sizeof dir, "%s/../models/default", getenv("HP_TESTS"));
+    check(dir, data, 2);
+    tu_rmrf(tmp);
 }
 
 // --- a sweep of every study kind, both ways ------------------------------------------
