@@ -744,7 +744,6 @@ static void reuse_base(struct hp_evaluator *ev, struct reuse *ru, int s0, int nb
 #pragma omp parallel for schedule(static) if ((size_t)ru->n_sc * V >= 65536)
     for (int j = 0; j < ru->n_sc; j++) {
         const struct lmrow *r = &ru->st[j];
-        double lse = r->m + log(r->s);
         float *p = ru->pb + (size_t)j * V, *tmp = ru->lg + (size_t)j * VB;
         double c = 0, sp = 0;
         for (int v0 = 0; v0 < V; v0 += VB) {
@@ -754,6 +753,8 @@ static void reuse_base(struct hp_evaluator *ev, struct reuse *ru, int s0, int nb
             sp += sum_d(tmp, (size_t)nbk);
             memcpy(p + v0, tmp, (size_t)nbk * sizeof(float));
         }
+        /* the log-sum-exp from the same stored q, so a variant equal to the unmasked model has KL 0 */
+        double lse = r->m + log(sp);
         ru->b_lse[j] = lse;
         ru->b_c[j] = c;
         ru->b_p[j] = sp;

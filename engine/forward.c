@@ -366,7 +366,9 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
     /* (head, sequence) pairs side by side, each product on one thread: one
      * pair's products are too small to split well */
     const int n_pairs = H * NB * S;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(w->cap_threads) if (n_pairs > 1 && w->cap_threads > 1)
+    /* as many threads as are set now, at most as many as have buffers */
+    const int nth = max_threads() < w->cap_threads ? max_threads() : w->cap_threads;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (n_pairs > 1 && nth > 1)
     for (int p = 0; p < n_pairs; p++) {
         const int h = p / (NB * S), b = p % (NB * S), v = b / S, kv = h / per_kv;
         if (!any_live[h])

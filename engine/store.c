@@ -130,7 +130,11 @@ static int open_schema(struct hp_store *s)
         rc = exec(s, schema_sql);
     if (rc == SQLITE_OK) {
         char sql[256];
-        snprintf(sql, sizeof sql, "INSERT OR REPLACE INTO meta VALUES ('schema_version', '%d')", HP_SCHEMA_VERSION);
+        /* up, never down: a newer headprune may have upgraded it since we checked */
+        snprintf(sql, sizeof sql,
+                 "INSERT OR IGNORE INTO meta VALUES ('schema_version', '%d');"
+                 "UPDATE meta SET value = '%d' WHERE key = 'schema_version' AND CAST(value AS INTEGER) < %d",
+                 HP_SCHEMA_VERSION, HP_SCHEMA_VERSION, HP_SCHEMA_VERSION);
         rc = exec(s, sql);
     }
     if (rc == SQLITE_OK && n == 0) {

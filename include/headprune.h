@@ -25,7 +25,7 @@ extern "C" {
 #define HP_VERSION "0.1.0"
 
 /* Bumped whenever a change can alter any number the engine computes. */
-#define HP_NUMERIC_VERSION 2
+#define HP_NUMERIC_VERSION 3
 
 // --- errors -----------------------------------------------------------------
 
