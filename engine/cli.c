@@ -7,6 +7,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -248,7 +249,7 @@ static int cmd_eval(int argc, char **argv)
     if (hp_model_open(dir, &m, &err) != HP_OK)
         goto out;
     const struct hp_model_info *in = hp_model_get_info(m);
-    if (hp_data_load(data_path, seq_len, &d, &err) != HP_OK)
+    if (hp_data_load_for(data_path, dir, seq_len, &d, &err) != HP_OK)
         goto out;
     if (spec && hp_mask_parse(spec, keep, in, &mask, &err) != HP_OK)
         goto out;
@@ -503,7 +504,7 @@ static int cmd_plan(int argc, char **argv)
     struct hp_joblist *jl = NULL;
     int rc = 1;
     if (hp_plan_load(argv[optind], &p, &err) != HP_OK || hp_model_open(p->model, &m, &err) != HP_OK ||
-        hp_data_load(p->data, p->seq_len, &d, &err) != HP_OK ||
+        hp_data_load_for(p->data, p->model, p->seq_len, &d, &err) != HP_OK ||
         hp_plan_expand(p, hp_model_get_info(m), &jl, &err) != HP_OK) {
         die(&err);
         goto out;
@@ -897,6 +898,80 @@ static int cmd_merge(int argc, char **argv)
 
 // --- main ---------------------------------------------------------------------
 
+// --- tokenize -----------------------------------------------------------------------
+
+static const char tokenize_help[] =
+    "Usage: headprune tokenize --model DIR [--special] [FILE]\n"
+    "\n"
+    "Tokenize text with the model directory's tokenizer (tokenizer.json, or\n"
+    "vocab.txt, or vocab.json + merges.txt) and print the token ids: one line of\n"
+    "space-separated ids per line of input (FILE, or standard input). Agrees with\n"
+    "Hugging Face's tokenizers library token for token on byte-level BPE (GPT-2,\n"
+    "Llama-3, Qwen2), SentencePiece-style BPE with byte fallback (Llama-2,\n"
+    "Mistral) and WordPiece (BERT).\n"
+    "\n"
+    "  --model DIR   the model directory\n"
+    "  --special     add the special tokens the tokenizer declares ([CLS] ... [SEP], <s>)\n";
+
+static int cmd_tokenize(int argc, char **argv)
+{
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"special", no_argument, 0, 's'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *dir = NULL;
+    bool special = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "m:sh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': dir = optarg; break;
+        case 's': special = true; break;
+        case 'h': fputs(tokenize_help, stdout); return 0;
+        default: return usage_error("tokenize", "unknown option");
+        }
+    }
+    if (!dir)
+        return usage_error("tokenize", "--model DIR is required");
+    if (argc - optind > 1)
+        return usage_error("tokenize", "give at most one FILE");
+    const char *name = optind < argc ? argv[optind] : "<stdin>";
+    FILE *f = optind < argc ? fopen(name, "rb") : stdin;
+    if (!f) {
+        fprintf(stderr, "%s: %s: %s\n", prog, name, strerror(errno));
+        return 1;
+    }
+    struct hp_error err = {0};
+    struct hp_tokenizer *t;
+    if (hp_tokenizer_open(dir, &t, &err) != HP_OK) {
+        if (f != stdin)
+            fclose(f);
+        return die(&err);
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = 0;
+    for (long no = 1; rc == 0 && (n = getline(&line, &cap, f)) >= 0; no++) {
+        if (n > 0 && line[n - 1] == '\n')
+            n--;
+        struct hp_encoding e;
+        if (hp_tokenizer_encode(t, line, (size_t)n, NULL, 0, special, &e, &err) != HP_OK) {
+            fprintf(stderr, "%s: %s:%ld: %s\n", prog, name, no, err.msg);
+            rc = 1;
+            break;
+        }
+        for (int i = 0; i < e.n; i++)
+            printf(i ? " %d" : "%d", e.ids[i]);
+        putchar('\n');
+        hp_encoding_free(&e);
+    }
+    free(line);
+    if (f != stdin)
+        fclose(f);
+    hp_tokenizer_free(t);
+    return rc;
+}
+
 static const char main_help[] =
     "Usage: headprune COMMAND [options]\n"
     "\n"
@@ -906,6 +981,7 @@ static const char main_help[] =
     "\n"
     "Commands:\n"
     "  inspect   describe a model directory\n"
+    "  tokenize  text to token ids with a model directory's tokenizer\n"
     "  eval      evaluate one masked variant on held-out tokens\n"
     "  plan      expand a YAML plan into jobs and estimate its cost\n"
     "  run       run a plan into an SQLite results database (resumable, shardable)\n"
@@ -931,6 +1007,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "inspect") == 0)
         return cmd_inspect(argc - 1, argv + 1);
+    if (strcmp(cmd, "tokenize") == 0)
+        return cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0)
         return cmd_eval(argc - 1, argv + 1);
     if (strcmp(cmd, "plan") == 0)

@@ -22,7 +22,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "headprune.h"
+#include "data_int.h"
 #include "util_int.h"
 
 #include <cjson/cJSON.h>
@@ -99,7 +99,7 @@ static void set_path(char *dst, size_t cap, const char *path)
 // --- the result ---------------------------------------------------------------
 
 // Allocates d and its arrays (n_seqs, seq_len); the caller checked the sizes.
-static enum hp_status data_alloc(const char *path, int n_seqs, int seq_len, bool labels,
+enum hp_status hp_data_alloc(const char *path, int n_seqs, int seq_len, bool labels,
                                  bool mask, bool types, struct hp_data **out,
                                  struct hp_error *err)
 {
@@ -262,7 +262,7 @@ static enum hp_status load_stream(struct src *s, enum elem e, uint64_t n_tokens,
                     "longer seq_len or less data)", s->path, (unsigned long long)rows,
                     seq_len);
     struct hp_data *d;
-    enum hp_status st = data_alloc(s->path, (int)rows, seq_len, false, false, false, &d, err);
+    enum hp_status st = hp_data_alloc(s->path, (int)rows, seq_len, false, false, false, &d, err);
     if (st)
         return st;
     st = read_tokens(s, e, d->ids, (size_t)rows * (size_t)seq_len, err);
@@ -554,7 +554,7 @@ static enum hp_status load_npy(struct src *s, int seq_len, struct hp_data **out,
         return hp_fail(err, HP_ERR_SHAPE, "%s: shape %s is too large (at most 2^31-1 rows "
                     "and columns)", s->path, shape);
     struct hp_data *d;
-    if ((st = data_alloc(s->path, (int)h.dims[0], (int)h.dims[1], false, false, false, &d,
+    if ((st = hp_data_alloc(s->path, (int)h.dims[0], (int)h.dims[1], false, false, false, &d,
                          err)))
         return st;
     if ((st = read_tokens(s, e, d->ids, (size_t)count, err))) {
@@ -681,7 +681,7 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
         j->first_line = line;
         for (int k = 0; k < N_FIELDS; k++)
             j->has[k] = f[k] != NULL;
-        enum hp_status st = data_alloc(path, j->max_rows, n, j->has[F_LABELS],
+        enum hp_status st = hp_data_alloc(path, j->max_rows, n, j->has[F_LABELS],
                                        j->has[F_MASK], j->has[F_TYPES], &j->d, err);
         if (st)
             return st;

@@ -103,6 +103,39 @@ enum hp_status hp_model_open(const char *dir, struct hp_model **out,
 void hp_model_close(struct hp_model *m);
 const struct hp_model_info *hp_model_get_info(const struct hp_model *m);
 
+// --- tokenizers ---------------------------------------------------------------
+
+struct hp_tokenizer;
+
+/*
+ * The tokenizer of a model directory: tokenizer.json (byte-level BPE as
+ * GPT-2 and Llama-3/Qwen2, SentencePiece-style BPE with byte fallback as
+ * Llama-2/Mistral, WordPiece as BERT), else vocab.txt (BERT WordPiece), else
+ * vocab.json + merges.txt (GPT-2). A kind it does not support is an error
+ * that names it. Destructor: hp_tokenizer_free.
+ */
+enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, struct hp_error *err);
+void hp_tokenizer_free(struct hp_tokenizer *t);
+
+/* One past the largest token id the tokenizer can produce. */
+int hp_tokenizer_n_ids(const struct hp_tokenizer *t);
+
+struct hp_encoding {
+    int32_t *ids;
+    int32_t *type_ids; /* 0 for text a, 1 for text b (pairs) */
+    int n;
+};
+void hp_encoding_free(struct hp_encoding *e);
+
+/*
+ * Token ids of UTF-8 text a (na bytes) or of the pair (a, b) (b NULL: one
+ * text), with the special tokens the post-processor adds when special is
+ * true. Text that is not valid UTF-8 is an error naming the byte offset.
+ */
+enum hp_status hp_tokenizer_encode(const struct hp_tokenizer *t, const char *a, size_t na,
+                                   const char *b, size_t nb, bool special,
+                                   struct hp_encoding *out, struct hp_error *err);
+
 // --- held-out data ----------------------------------------------------------
 
 struct hp_data {
@@ -128,6 +161,16 @@ struct hp_data {
  */
 enum hp_status hp_data_load(const char *path, int seq_len, struct hp_data **out,
                             struct hp_error *err);
+
+/*
+ * The same, and text as well, tokenized with model_dir's tokenizer: .txt
+ * (documents separated by blank lines, each with the tokenizer's special
+ * tokens, packed into rows of seq_len, which is then required) and .jsonl
+ * with "text" (or "text_a"/"text_b" pairs; one padded row each, cut to
+ * seq_len when it is given). Files of ids go to hp_data_load.
+ */
+enum hp_status hp_data_load_for(const char *path, const char *model_dir, int seq_len,
+                                struct hp_data **out, struct hp_error *err);
 void hp_data_free(struct hp_data *d);
 
 /* Every id, and every label but -100, must be in [0, n_vocab): else HP_ERR_ARG

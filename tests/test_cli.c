@@ -311,3 +311,32 @@ Test(cli, eval_threads_do_not_change_numbers)
     cJSON_Delete(x);
     cJSON_Delete(y);
 }
+
+#define MINILM_TOK "tests/fixtures/tokenizers/minilm"
+
+Test(cli, tokenize_prints_ids_per_line)
+{
+    char args[512];
+    write_file("t.txt", "Hello, world!\nI don't know.\n");
+    snprintf(args, sizeof args, "tokenize --model " MINILM_TOK " --special %s/t.txt", tmp);
+    cr_assert_eq(hp(args), 0, "%s", errs);
+    /* the ids Hugging Face's tokenizers gives all-MiniLM-L6-v2 for these lines */
+    cr_assert_str_eq(out, "101 7592 1010 2088 999 102\n101 1045 2123 1005 1056 2113 1012 102\n");
+}
+
+Test(cli, tokenize_refuses_invalid_utf8_naming_the_line)
+{
+    char args[512];
+    write_file("bad.txt", "fine\nnot \xff fine\n");
+    snprintf(args, sizeof args, "tokenize --model " MINILM_TOK " %s/bad.txt", tmp);
+    int rc = hp(args);
+    cr_assert_eq(rc, 1, "exit %d (stderr: %s)", rc, errs);
+    cr_assert(strstr(errs, "bad.txt:2: text is not valid UTF-8 at byte 4"), "%s", errs);
+}
+
+Test(cli, tokenize_without_tokenizer_files)
+{
+    char args[512];
+    snprintf(args, sizeof args, "tokenize --model %s", tmp);
+    expect_error(args, "no tokenizer.json, vocab.txt or vocab.json + merges.txt");
+}

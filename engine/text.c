@@ -1,0 +1,207 @@
+/*
+ * text.c -- held-out text to token ids, with the model's own tokenizer.
+ *
+ * Formats:
+ *   .txt    documents separated by blank lines, each encoded with the
+ *           tokenizer's special tokens (its template: <s> for Llama-2 and
+ *           Llama-3, [CLS] ... [SEP] for BERT; GPT-2-style tokenizers, which
+ *           declare none, get <|endoftext|> after each document), packed
+ *           end to end and cut into rows of seq_len (the remainder dropped).
+ *   .jsonl  with "text" (or "text_a" and "text_b"): one row per object,
+ *           encoded with special tokens, padded to the longest row (or cut
+ *           to seq_len when one is given) under an attention mask.
+ * Any other file goes to hp_data_load unchanged.
+ * Must not: print or exit. Owns nothing past the call.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data_int.h"
+#include "util_int.h"
+
+static bool ext_is(const char *path, const char *ext)
+{
+    size_t n = strlen(path), k = strlen(ext);
+    return n > k && path[n - k - 1] == '.' && strcmp(path + n - k, ext) == 0;
+}
+
+/* Whether a .jsonl file holds text (its first object has "text" or "text_a") rather than ids. */
+static bool jsonl_has_text(const char *buf)
+{
+    const char *nl = strchr(buf, '\n');
+    size_t n = nl ? (size_t)(nl - buf) : strlen(buf);
+    cJSON *o = cJSON_ParseWithLength(buf, n);
+    bool text = o && (cJSON_GetObjectItemCaseSensitive(o, "text") || cJSON_GetObjectItemCaseSensitive(o, "text_a"));
+    cJSON_Delete(o);
+    return text;
+}
+
+struct rows {
+    int32_t *ids; /* growing stream (.txt) */
+    size_t n, cap;
+};
+
+static bool rows_put(struct rows *r, const int32_t *v, size_t n)
+{
+    if (r->n + n > r->cap) {
+        size_t cap = r->cap ? r->cap : 4096;
+        while (cap < r->n + n)
+            cap *= 2;
+        int32_t *p = realloc(r->ids, cap * sizeof *p);
+        if (!p)
+            return false;
+        r->ids = p;
+        r->cap = cap;
+    }
+    memcpy(r->ids + r->n, v, n * sizeof *v);
+    r->n += n;
+    return true;
+}
+
+static enum hp_status load_txt(const char *path, char *buf, size_t len, const struct hp_tokenizer *t, int seq_len,
+                               struct hp_data **out, struct hp_error *err)
+{
+    if (seq_len < 2)
+        return hp_fail(err, HP_ERR_ARG, "%s: text is packed into rows of --seq-len tokens: give --seq-len (at least 2)",
+                       path);
+    int32_t eot = hp_tokenizer_separator(t);
+    struct rows r = {0};
+    enum hp_status st = HP_OK;
+    int n_docs = 0;
+    size_t line = 1;
+    for (size_t i = 0; st == HP_OK && i < len;) {
+        /* a document: lines up to the next blank line */
+        while (i < len && buf[i] == '\n')
+            i++, line++;
+        size_t s = i;
+        while (i < len && !(buf[i] == '\n' && (i + 1 == len || buf[i + 1] == '\n')))
+            i++;
+        if (i == s)
+            break;
+        struct hp_encoding e;
+        st = hp_tokenizer_encode(t, buf + s, i - s, NULL, 0, true, &e, err);
+        if (st != HP_OK) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            st = hp_fail(err, st, "%s: document starting on line %zu: %s", path, line, msg);
+            break;
+        }
+        if (!rows_put(&r, e.ids, (size_t)e.n) || (eot >= 0 && !rows_put(&r, &eot, 1)))
+            st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+        for (size_t k = s; k < i; k++)
+            line += buf[k] == '\n';
+        hp_encoding_free(&e);
+        n_docs++;
+    }
+    if (st == HP_OK && r.n < (size_t)seq_len)
+        st = hp_fail(err, HP_ERR_SHAPE, "%s: %d documents make %zu tokens, fewer than one row of --seq-len %d", path,
+                     n_docs, r.n, seq_len);
+    int n_rows = st == HP_OK ? (int)(r.n / (size_t)seq_len) : 0;
+    if (st == HP_OK && (st = hp_data_alloc(path, n_rows, seq_len, false, false, false, out, err)) == HP_OK)
+        memcpy((*out)->ids, r.ids, (size_t)n_rows * seq_len * sizeof(int32_t));
+    free(r.ids);
+    return st;
+}
+
+static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, const struct hp_tokenizer *t,
+                                      int seq_len, struct hp_data **out, struct hp_error *err)
+{
+    struct hp_encoding *enc = NULL;
+    int n = 0, cap = 0, longest = 0;
+    enum hp_status st = HP_OK;
+    size_t line = 0;
+    for (size_t i = 0; st == HP_OK && i < len;) {
+        size_t s = i;
+        while (i < len && buf[i] != '\n')
+            i++;
+        line++;
+        size_t e = i++;
+        size_t k = s;
+        while (k < e && (buf[k] == ' ' || buf[k] == '\t' || buf[k] == '\r'))
+            k++;
+        if (k == e)
+            continue;
+        cJSON *o = cJSON_ParseWithLength(buf + s, e - s);
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "text");
+        const cJSON *b = NULL;
+        if (!a) {
+            a = cJSON_GetObjectItemCaseSensitive(o, "text_a");
+            b = cJSON_GetObjectItemCaseSensitive(o, "text_b");
+        }
+        if (!o || !cJSON_IsString(a) || (b && !cJSON_IsString(b))) {
+            st = hp_fail(err, HP_ERR_FORMAT, "%s:%zu: %s", path, line,
+                         !o ? "not a JSON object" : "needs \"text\" (or \"text_a\" and \"text_b\") as strings");
+        } else {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                struct hp_encoding *p = realloc(enc, (size_t)cap * sizeof *p);
+                if (!p)
+                    st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+                else
+                    enc = p;
+            }
+            if (st == HP_OK) {
+                const char *sb = b ? b->valuestring : NULL;
+                st = hp_tokenizer_encode(t, a->valuestring, strlen(a->valuestring), sb, sb ? strlen(sb) : 0, true,
+                                         &enc[n], err);
+                if (st != HP_OK) {
+                    char msg[sizeof err->msg];
+                    snprintf(msg, sizeof msg, "%s", err->msg);
+                    st = hp_fail(err, st, "%s:%zu: %s", path, line, msg);
+                } else if (enc[n].n > longest) {
+                    longest = enc[n].n;
+                }
+                n += st == HP_OK;
+            }
+        }
+        cJSON_Delete(o);
+    }
+    if (st == HP_OK && n == 0)
+        st = hp_fail(err, HP_ERR_SHAPE, "%s: no text rows", path);
+    int T = seq_len > 0 ? seq_len : longest;
+    if (st == HP_OK && T < 1)
+        st = hp_fail(err, HP_ERR_SHAPE, "%s: every text encodes to no tokens", path);
+    if (st == HP_OK && (st = hp_data_alloc(path, n, T, false, true, true, out, err)) == HP_OK) {
+        int32_t pad = hp_tokenizer_pad(t);
+        for (int r = 0; r < n; r++)
+            for (int k = 0; k < T; k++) {
+                size_t at = (size_t)r * T + k;
+                bool real = k < enc[r].n;
+                (*out)->ids[at] = real ? enc[r].ids[k] : pad;
+                (*out)->type_ids[at] = real ? enc[r].type_ids[k] : 0;
+                (*out)->attn_mask[at] = real;
+            }
+    }
+    for (int r = 0; r < n; r++)
+        hp_encoding_free(&enc[r]);
+    free(enc);
+    return st;
+}
+
+enum hp_status hp_data_load_for(const char *path, const char *model_dir, int seq_len, struct hp_data **out,
+                                struct hp_error *err)
+{
+    *out = NULL;
+    bool txt = ext_is(path, "txt"), jl = ext_is(path, "jsonl");
+    if (!txt && !jl)
+        return hp_data_load(path, seq_len, out, err);
+    char *buf = NULL;
+    size_t len = 0;
+    enum hp_status st = hp_read_text(path, (size_t)1 << 32, HP_ERR_SHAPE, "held-out text", &buf, &len, err);
+    if (st != HP_OK)
+        return st;
+    if (jl && !jsonl_has_text(buf)) {
+        free(buf);
+        return hp_data_load(path, seq_len, out, err);
+    }
+    struct hp_tokenizer *t = NULL;
+    st = hp_tokenizer_open(model_dir, &t, err);
+    if (st == HP_OK)
+        st = txt ? load_txt(path, buf, len, t, seq_len, out, err) : load_text_jsonl(path, buf, len, t, seq_len, out, err);
+    hp_tokenizer_free(t);
+    free(buf);
+    return st;
+}

@@ -1,0 +1,1345 @@
+/*
+ * tokenizer.c -- Hugging Face tokenizers in C: text to token ids.
+ *
+ * Reads a model directory's tokenizer.json (or, failing that, vocab.txt for
+ * BERT WordPiece, or vocab.json + merges.txt for GPT-2 byte-level BPE) and
+ * runs what it declares, in the order the tokenizers library does: split the
+ * text on added tokens, then per piece normalise, pre-tokenise, and apply the
+ * model (BPE, optionally byte-level or with byte fallback, or WordPiece),
+ * then add special tokens with the post-processor's template.
+ * Unicode normalisation and categories come from utf8proc, the
+ * pre-tokenisers' regexes from PCRE2 (UTF + UCP).
+ * Owns: the vocabulary, merges and pipeline; nothing about models or data.
+ * Must not: print or exit. Invariant: ids agree with the tokenizers library
+ * on tests/fixtures/tokenizers (test_tokenizer.c).
+ */
+#define _POSIX_C_SOURCE 200809L
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <cjson/cJSON.h>
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <utf8proc.h>
+#include <xxhash.h>
+
+#include "tokenizer_int.h"
+#include "util_int.h"
+
+// --- growable buffers -------------------------------------------------------------
+
+struct buf {
+    char *p;
+    size_t n, cap;
+};
+
+static bool buf_put(struct buf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return false;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return true;
+}
+
+static bool buf_cp(struct buf *b, int32_t cp)
+{
+    uint8_t u[4];
+    ssize_t n = utf8proc_encode_char(cp, u);
+    return buf_put(b, (const char *)u, (size_t)n);
+}
+
+struct ids {
+    int32_t *v;
+    int32_t *type;
+    int n, cap;
+};
+
+static bool ids_push(struct ids *x, int32_t id, int32_t type)
+{
+    if (x->n == x->cap) {
+        int cap = x->cap ? 2 * x->cap : 64;
+        int32_t *v = realloc(x->v, (size_t)cap * sizeof *v), *t;
+        if (!v)
+            return false;
+        x->v = v;
+        t = realloc(x->type, (size_t)cap * sizeof *t);
+        if (!t)
+            return false;
+        x->type = t;
+        x->cap = cap;
+    }
+    x->v[x->n] = id;
+    x->type[x->n++] = type;
+    return true;
+}
+
+// --- string -> value hash map ------------------------------------------------------
+
+struct map {
+    char **key;     /* NULL = empty slot */
+    size_t *klen;
+    int64_t *val;
+    size_t cap, n;
+};
+
+static size_t map_slot(const struct map *m, const char *k, size_t n)
+{
+    size_t i = (size_t)XXH3_64bits(k, n) & (m->cap - 1);
+    while (m->key[i] && !(m->klen[i] == n && memcmp(m->key[i], k, n) == 0))
+        i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+static bool map_init(struct map *m, size_t expect)
+{
+    m->cap = 16;
+    while (m->cap < 2 * expect + 16)
+        m->cap *= 2;
+    m->n = 0;
+    m->key = calloc(m->cap, sizeof *m->key);
+    m->klen = calloc(m->cap, sizeof *m->klen);
+    m->val = calloc(m->cap, sizeof *m->val);
+    return m->key && m->klen && m->val;
+}
+
+static void map_free(struct map *m)
+{
+    for (size_t i = 0; m->key && i < m->cap; i++)
+        free(m->key[i]);
+    free(m->key);
+    free(m->klen);
+    free(m->val);
+}
+
+/* Insert or overwrite; false when out of memory or full. */
+static bool map_put(struct map *m, const char *k, size_t n, int64_t v)
+{
+    if (2 * (m->n + 1) > m->cap)
+        return false;
+    size_t i = map_slot(m, k, n);
+    if (!m->key[i]) {
+        if (!(m->key[i] = malloc(n + 1)))
+            return false;
+        memcpy(m->key[i], k, n);
+        m->key[i][n] = 0;
+        m->klen[i] = n;
+        m->n++;
+    }
+    m->val[i] = v;
+    return true;
+}
+
+static bool map_get(const struct map *m, const char *k, size_t n, int64_t *v)
+{
+    size_t i = map_slot(m, k, n);
+    if (!m->key[i])
+        return false;
+    *v = m->val[i];
+    return true;
+}
+
+// --- the pipeline's parts ------------------------------------------------------------
+
+enum norm_kind { N_BERT, N_PREPEND, N_REPLACE, N_NFC, N_NFD, N_NFKC, N_NFKD, N_LOWERCASE, N_STRIP_ACCENTS };
+
+struct norm {
+    enum norm_kind kind;
+    bool clean_text, chinese, strip_accents, lowercase; /* BertNormalizer */
+    char *a, *b;                                        /* Prepend: a; Replace: a -> b */
+};
+
+enum pre_kind { P_BERT, P_BYTELEVEL, P_SPLIT, P_WHITESPACE_SPLIT };
+
+struct pre {
+    enum pre_kind kind;
+    bool add_prefix_space, use_regex; /* ByteLevel */
+    pcre2_code *re;                   /* ByteLevel's GPT-2 regex, or Split's */
+    bool isolated;                    /* Split: behaviour Isolated (else Removed) */
+};
+
+struct tmpl_item {
+    int seq;       /* -1: special token; 0: A; 1: B */
+    int type_id;
+    int32_t *ids;  /* special token ids */
+    int n_ids;
+};
+
+struct added {
+    char *s;
+    size_t n;
+    int32_t id;
+    bool lstrip, rstrip;
+};
+
+enum model_kind { M_BPE, M_WORDPIECE };
+
+struct hp_tokenizer {
+    char path[1300];
+    enum model_kind model;
+    struct map vocab; /* token -> id */
+    struct map merges; /* "idA idB" as 8 bytes -> rank << 32 | merged id */
+    bool byte_level, byte_fallback, fuse_unk, ignore_merges;
+    int32_t unk_id;   /* -1: none */
+    char prefix[16];  /* WordPiece continuing-subword prefix */
+    int max_chars;
+    int32_t n_ids;    /* one past the largest id */
+    struct norm *norm;
+    int n_norm;
+    struct pre *pre;
+    int n_pre;
+    struct added *added;
+    int n_added;
+    struct tmpl_item *single, *pair;
+    int n_single, n_pair;
+    int32_t byte_tok[256]; /* byte fallback: id of <0xXX>, -1 if absent */
+    int32_t bos, eos;
+};
+
+/* The GPT-2 byte -> printable code point map of byte-level BPE. */
+static int32_t byte_cp(uint8_t b)
+{
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)
+        return b;
+    int n = 0;
+    for (int c = 0; c < b; c++)
+        n += !((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || c >= 174);
+    return 256 + n;
+}
+
+static const char gpt2_regex[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+// --- Unicode classes as the tokenizers library (Rust) defines them -------------------
+
+static bool is_ws(int32_t c) /* char::is_whitespace */
+{
+    return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+static bool is_other(int32_t c)
+{
+    utf8proc_category_t k = utf8proc_category(c);
+    return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CN ||
+           k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CS;
+}
+
+static bool is_punct(int32_t c) /* ASCII punctuation or a Unicode P* category */
+{
+    if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126))
+        return true;
+    utf8proc_category_t k = utf8proc_category(c);
+    return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
+}
+
+static bool is_chinese(int32_t c)
+{
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+/* Next code point of s[*i..n) (valid UTF-8 already checked). */
+static int32_t next_cp(const char *s, size_t n, size_t *i)
+{
+    int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + *i, (utf8proc_ssize_t)(n - *i), &cp);
+    *i += k > 0 ? (size_t)k : 1;
+    return k > 0 ? cp : 0xFFFD;
+}
+
+// --- normalisation -----------------------------------------------------------------------
+
+static bool unicode_form(struct buf *out, const char *s, size_t n, utf8proc_option_t opt)
+{
+    utf8proc_uint8_t *r = NULL;
+    utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &r, opt | UTF8PROC_STABLE);
+    if (k < 0)
+        return false;
+    out->n = 0;
+    bool ok = buf_put(out, (const char *)r, (size_t)k);
+    free(r);
+    return ok;
+}
+
+static bool lowercase(struct buf *out, const char *s, size_t n)
+{
+    out->n = 0;
+    for (size_t i = 0; i < n;) {
+        int32_t c = next_cp(s, n, &i);
+        if (c == 0x130) { /* the one unconditional multi-character lowercase: I with dot above */
+            if (!buf_cp(out, 'i') || !buf_cp(out, 0x307))
+                return false;
+        } else if (!buf_cp(out, utf8proc_tolower(c))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool strip_accents(struct buf *out, const char *s, size_t n)
+{
+    struct buf d = {0};
+    if (!unicode_form(&d, s, n, UTF8PROC_DECOMPOSE))
+        return free(d.p), false;
+    out->n = 0;
+    bool ok = buf_put(out, "", 0);
+    for (size_t i = 0; ok && i < d.n;) {
+        int32_t c = next_cp(d.p, d.n, &i);
+        if (utf8proc_category(c) != UTF8PROC_CATEGORY_MN)
+            ok = buf_cp(out, c);
+    }
+    free(d.p);
+    return ok;
+}
+
+/* Apply one normaliser to cur (replaced by the result; tmp is scratch). */
+static bool normalize_one(const struct norm *nm, struct buf *cur, struct buf *tmp)
+{
+    tmp->n = 0;
+    bool ok = buf_put(tmp, "", 0);
+    switch (nm->kind) {
+    case N_BERT:
+        for (size_t i = 0; ok && i < cur->n;) {
+            int32_t c = next_cp(cur->p, cur->n, &i);
+            if (nm->clean_text && (c == 0 || c == 0xFFFD || (c != '\t' && c != '\n' && c != '\r' && is_other(c))))
+                continue;
+            if (nm->clean_text && (c == '\t' || c == '\n' || c == '\r' || is_ws(c)))
+                c = ' ';
+            if (nm->chinese && is_chinese(c))
+                ok = buf_cp(tmp, ' ') && buf_cp(tmp, c) && buf_cp(tmp, ' ');
+            else
+                ok = buf_cp(tmp, c);
+        }
+        if (ok && nm->strip_accents)
+            ok = strip_accents(cur, tmp->p, tmp->n) && (tmp->n = 0, buf_put(tmp, cur->p, cur->n));
+        if (ok && nm->lowercase)
+            ok = lowercase(cur, tmp->p, tmp->n);
+        else if (ok)
+            cur->n = 0, ok = buf_put(cur, tmp->p, tmp->n);
+        return ok;
+    case N_PREPEND:
+        if (cur->n == 0)
+            return ok;
+        ok = ok && buf_put(tmp, nm->a, strlen(nm->a)) && buf_put(tmp, cur->p, cur->n);
+        break;
+    case N_REPLACE: {
+        size_t la = strlen(nm->a), lb = strlen(nm->b);
+        for (size_t i = 0; ok && i < cur->n;) {
+            if (la && i + la <= cur->n && memcmp(cur->p + i, nm->a, la) == 0) {
+                ok = buf_put(tmp, nm->b, lb);
+                i += la;
+            } else {
+                ok = buf_put(tmp, cur->p + i, 1);
+                i++;
+            }
+        }
+        break;
+    }
+    case N_NFC: return unicode_form(cur, cur->p, cur->n, UTF8PROC_COMPOSE);
+    case N_NFD: return unicode_form(cur, cur->p, cur->n, UTF8PROC_DECOMPOSE);
+    case N_NFKC: return unicode_form(cur, cur->p, cur->n, UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
+    case N_NFKD: return unicode_form(cur, cur->p, cur->n, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
+    case N_LOWERCASE: ok = ok && lowercase(tmp, cur->p, cur->n); break;
+    case N_STRIP_ACCENTS: ok = ok && strip_accents(tmp, cur->p, cur->n); break;
+    }
+    if (ok) {
+        cur->n = 0;
+        ok = buf_put(cur, tmp->p, tmp->n);
+    }
+    return ok;
+}
+
+// --- pre-tokenisation: a list of words, each a [start, end) span of a string ---------
+
+struct spans {
+    size_t *s, *e;
+    int n, cap;
+};
+
+static bool spans_push(struct spans *x, size_t s, size_t e)
+{
+    if (s >= e)
+        return true;
+    if (x->n == x->cap) {
+        int cap = x->cap ? 2 * x->cap : 64;
+        size_t *a = realloc(x->s, (size_t)cap * sizeof *a), *b;
+        if (!a)
+            return false;
+        x->s = a;
+        if (!(b = realloc(x->e, (size_t)cap * sizeof *b)))
+            return false;
+        x->e = b;
+        x->cap = cap;
+    }
+    x->s[x->n] = s;
+    x->e[x->n++] = e;
+    return true;
+}
+
+/* Split [s, e) of str by the regex: matches (and with isolated, the gaps too) as words. */
+static bool split_regex(const pcre2_code *re, bool isolated, const char *str, size_t s, size_t e, struct spans *out)
+{
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    if (!md)
+        return false;
+    bool ok = true;
+    size_t pos = s, last = s;
+    while (ok && pos <= e) {
+        int rc = pcre2_match(re, (PCRE2_SPTR)str, e, pos, 0, md, NULL);
+        if (rc < 0)
+            break;
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        if (ov[1] == ov[0]) { /* empty match: move on one character */
+            pos = ov[0] + 1;
+            while (pos < e && ((unsigned char)str[pos] & 0xC0) == 0x80)
+                pos++;
+            continue;
+        }
+        if (isolated)
+            ok = spans_push(out, last, ov[0]);
+        ok = ok && spans_push(out, ov[0], ov[1]);
+        last = pos = ov[1];
+    }
+    if (ok && isolated)
+        ok = spans_push(out, last, e);
+    pcre2_match_data_free(md);
+    return ok;
+}
+
+/* Apply one pre-tokeniser to every word of in (over string *str), into out. ByteLevel
+ * with add_prefix_space may rewrite the string (a leading space). */
+static bool pretok_one(const struct pre *p, struct buf *str, struct spans *in, struct spans *out)
+{
+    out->n = 0;
+    if (p->kind == P_BYTELEVEL && p->add_prefix_space && str->n > 0 && str->p[0] != ' ') {
+        struct buf b = {0};
+        if (!buf_put(&b, " ", 1) || !buf_put(&b, str->p, str->n))
+            return free(b.p), false;
+        free(str->p);
+        *str = b;
+        for (int i = 0; i < in->n; i++) {
+            in->s[i] += in->s[i] > 0;
+            in->e[i]++;
+        }
+        in->s[0] = 0;
+    }
+    bool ok = true;
+    for (int w = 0; ok && w < in->n; w++) {
+        size_t s = in->s[w], e = in->e[w];
+        switch (p->kind) {
+        case P_BYTELEVEL:
+            ok = p->use_regex ? split_regex(p->re, false, str->p, s, e, out) : spans_push(out, s, e);
+            break;
+        case P_SPLIT: ok = split_regex(p->re, p->isolated, str->p, s, e, out); break;
+        case P_WHITESPACE_SPLIT:
+        case P_BERT: {
+            size_t start = s;
+            for (size_t i = s; ok && i < e;) {
+                size_t at = i;
+                int32_t c = next_cp(str->p, e, &i);
+                if (is_ws(c)) {
+                    ok = spans_push(out, start, at);
+                    start = i;
+                } else if (p->kind == P_BERT && is_punct(c)) {
+                    ok = spans_push(out, start, at) && spans_push(out, at, i);
+                    start = i;
+                }
+            }
+            ok = ok && spans_push(out, start, e);
+            break;
+        }
+        }
+    }
+    return ok;
+}
+
+// --- models --------------------------------------------------------------------------------
+
+static int32_t vocab_id(const struct hp_tokenizer *t, const char *s, size_t n)
+{
+    int64_t v;
+    return map_get(&t->vocab, s, n, &v) ? (int32_t)v : -1;
+}
+
+/* BPE on one word (already byte-mapped for byte-level models). */
+static bool bpe_word(const struct hp_tokenizer *t, const char *w, size_t n, struct ids *out)
+{
+    if (t->ignore_merges) {
+        int32_t id = vocab_id(t, w, n);
+        if (id >= 0)
+            return ids_push(out, id, 0);
+    }
+    /* symbols: one per character (or per byte through fallback) */
+    int cap = (int)n + 1, ns = 0;
+    int32_t *sym = malloc((size_t)cap * 4 * sizeof *sym);
+    if (!sym)
+        return false;
+    bool last_unk = false, ok = true;
+    struct ids tmp = {0};
+    for (size_t i = 0; i < n;) {
+        size_t at = i;
+        next_cp(w, n, &i);
+        int32_t id = vocab_id(t, w + at, i - at);
+        if (id >= 0) {
+            sym[ns++] = id;
+            last_unk = false;
+        } else if (t->byte_fallback) {
+            bool all = true;
+            for (size_t b = at; b < i; b++)
+                all &= t->byte_tok[(unsigned char)w[b]] >= 0;
+            if (all) {
+                for (size_t b = at; b < i; b++)
+                    sym[ns++] = t->byte_tok[(unsigned char)w[b]];
+                last_unk = false;
+            } else if (t->unk_id >= 0 && !(t->fuse_unk && last_unk)) {
+                sym[ns++] = t->unk_id;
+                last_unk = true;
+            }
+        } else if (t->unk_id >= 0 && !(t->fuse_unk && last_unk)) {
+            sym[ns++] = t->unk_id;
+            last_unk = true;
+        }
+    }
+    /* merge the adjacent pair of lowest rank (leftmost on ties) until none is left */
+    for (;;) {
+        int best = -1;
+        int64_t best_rank = 0, best_new = 0;
+        for (int k = 0; k + 1 < ns; k++) {
+            int32_t key[2] = {sym[k], sym[k + 1]};
+            int64_t v;
+            if (map_get(&t->merges, (const char *)key, sizeof key, &v) && (best < 0 || (v >> 32) < best_rank)) {
+                best = k;
+                best_rank = v >> 32;
+                best_new = v & 0xffffffff;
+            }
+        }
+        if (best < 0)
+            break;
+        sym[best] = (int32_t)best_new;
+        memmove(sym + best + 1, sym + best + 2, (size_t)(ns - best - 2) * sizeof *sym);
+        ns--;
+    }
+    for (int k = 0; ok && k < ns; k++)
+        ok = ids_push(out, sym[k], 0);
+    free(sym);
+    free(tmp.v);
+    free(tmp.type);
+    return ok;
+}
+
+static bool wordpiece_word(const struct hp_tokenizer *t, const char *w, size_t n, struct ids *out)
+{
+    size_t nchars = 0;
+    for (size_t i = 0; i < n; nchars++)
+        next_cp(w, n, &i);
+    if ((int)nchars > t->max_chars)
+        return ids_push(out, t->unk_id, 0);
+    int first = out->n;
+    char *cand = malloc(n + sizeof t->prefix);
+    if (!cand)
+        return false;
+    size_t pl = strlen(t->prefix);
+    for (size_t start = 0; start < n;) {
+        int32_t found = -1;
+        size_t end = n, found_end = 0;
+        while (end > start) {
+            size_t len = end - start, off = start > 0 ? pl : 0;
+            memcpy(cand, t->prefix, off);
+            memcpy(cand + off, w + start, len);
+            int32_t id = vocab_id(t, cand, off + len);
+            if (id >= 0) {
+                found = id;
+                found_end = end;
+                break;
+            }
+            /* back off one character */
+            do
+                end--;
+            while (end > start && ((unsigned char)w[end] & 0xC0) == 0x80);
+        }
+        if (found < 0) {
+            out->n = first;
+            free(cand);
+            return ids_push(out, t->unk_id, 0);
+        }
+        if (!ids_push(out, found, 0)) {
+            free(cand);
+            return false;
+        }
+        start = found_end;
+    }
+    free(cand);
+    return true;
+}
+
+/* One piece of text between added tokens: normalise, pre-tokenise, model. */
+static bool encode_piece(const struct hp_tokenizer *t, const char *s, size_t n, struct ids *out)
+{
+    struct buf cur = {0}, tmp = {0};
+    struct spans a = {0}, b = {0};
+    bool ok = buf_put(&cur, s, n) && buf_put(&tmp, "", 0);
+    for (int i = 0; ok && i < t->n_norm; i++)
+        ok = normalize_one(&t->norm[i], &cur, &tmp);
+    ok = ok && spans_push(&a, 0, cur.n);
+    for (int i = 0; ok && i < t->n_pre; i++) {
+        ok = pretok_one(&t->pre[i], &cur, &a, &b);
+        struct spans x = a;
+        a = b;
+        b = x;
+    }
+    for (int w = 0; ok && w < a.n; w++) {
+        const char *word = cur.p + a.s[w];
+        size_t len = a.e[w] - a.s[w];
+        if (t->model == M_WORDPIECE) {
+            ok = wordpiece_word(t, word, len, out);
+        } else if (t->byte_level) {
+            tmp.n = 0;
+            for (size_t k = 0; ok && k < len; k++)
+                ok = buf_cp(&tmp, byte_cp((uint8_t)word[k]));
+            ok = ok && bpe_word(t, tmp.p ? tmp.p : "", tmp.n, out);
+        } else {
+            ok = bpe_word(t, word, len, out);
+        }
+    }
+    free(cur.p), free(tmp.p), free(a.s), free(a.e), free(b.s), free(b.e);
+    return ok;
+}
+
+/* The sequence's ids: text split on added tokens (leftmost, then longest), pieces encoded. */
+static bool encode_seq(const struct hp_tokenizer *t, const char *s, size_t n, struct ids *out)
+{
+    size_t start = 0;
+    bool ok = true;
+    for (size_t i = 0; ok && i < n;) {
+        int best = -1;
+        for (int k = 0; k < t->n_added; k++)
+            if (t->added[k].n <= n - i && memcmp(s + i, t->added[k].s, t->added[k].n) == 0 &&
+                (best < 0 || t->added[k].n > t->added[best].n))
+                best = k;
+        if (best < 0) {
+            i++;
+            continue;
+        }
+        size_t end = i;
+        if (t->added[best].lstrip)
+            while (end > start && (s[end - 1] == ' ' || s[end - 1] == '\t' || s[end - 1] == '\n'))
+                end--;
+        ok = encode_piece(t, s + start, end - start, out) && ids_push(out, t->added[best].id, 0);
+        i += t->added[best].n;
+        if (t->added[best].rstrip)
+            while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n'))
+                i++;
+        start = i;
+    }
+    return ok && encode_piece(t, s + start, n - start, out);
+}
+
+// --- the public face ---------------------------------------------------------------------
+
+void hp_tokenizer_free(struct hp_tokenizer *t)
+{
+    if (!t)
+        return;
+    map_free(&t->vocab);
+    map_free(&t->merges);
+    for (int i = 0; i < t->n_norm; i++)
+        free(t->norm[i].a), free(t->norm[i].b);
+    free(t->norm);
+    for (int i = 0; i < t->n_pre; i++)
+        pcre2_code_free(t->pre[i].re);
+    free(t->pre);
+    for (int i = 0; i < t->n_added; i++)
+        free(t->added[i].s);
+    free(t->added);
+    for (int i = 0; i < t->n_single; i++)
+        free(t->single[i].ids);
+    for (int i = 0; i < t->n_pair; i++)
+        free(t->pair[i].ids);
+    free(t->single);
+    free(t->pair);
+    free(t);
+}
+
+int hp_tokenizer_n_ids(const struct hp_tokenizer *t)
+{
+    return t->n_ids;
+}
+
+static int32_t added_id(const struct hp_tokenizer *t, const char *s)
+{
+    for (int i = 0; i < t->n_added; i++)
+        if (strcmp(t->added[i].s, s) == 0)
+            return t->added[i].id;
+    return -1;
+}
+
+int32_t hp_tokenizer_separator(const struct hp_tokenizer *t)
+{
+    for (int i = 0; i < t->n_single; i++)
+        if (t->single[i].seq < 0)
+            return -1;
+    return added_id(t, "<|endoftext|>");
+}
+
+int32_t hp_tokenizer_pad(const struct hp_tokenizer *t)
+{
+    int32_t id = added_id(t, "[PAD]");
+    if (id < 0)
+        id = added_id(t, "<pad>");
+    return id < 0 ? 0 : id;
+}
+
+static enum hp_status check_utf8(const char *what, const char *s, size_t n, struct hp_error *err)
+{
+    for (size_t i = 0; i < n;) {
+        int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k < 0)
+            return hp_fail(err, HP_ERR_FORMAT, "%s is not valid UTF-8 at byte %zu", what, i);
+        i += (size_t)k;
+    }
+    return HP_OK;
+}
+
+enum hp_status hp_tokenizer_encode(const struct hp_tokenizer *t, const char *a, size_t na, const char *b, size_t nb,
+                                   bool special, struct hp_encoding *out, struct hp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    enum hp_status st = check_utf8("text", a, na, err);
+    if (st == HP_OK && b)
+        st = check_utf8("text", b, nb, err);
+    if (st != HP_OK)
+        return st;
+    struct ids ia = {0}, ib = {0}, res = {0};
+    bool ok = encode_seq(t, a, na, &ia) && (!b || encode_seq(t, b, nb, &ib));
+    const struct tmpl_item *tm = b ? t->pair : t->single;
+    int n_tm = b ? t->n_pair : t->n_single;
+    if (ok && special && n_tm > 0) {
+        for (int i = 0; ok && i < n_tm; i++) {
+            const struct ids *src = tm[i].seq == 0 ? &ia : tm[i].seq == 1 ? &ib : NULL;
+            if (src)
+                for (int k = 0; ok && k < src->n; k++)
+                    ok = ids_push(&res, src->v[k], tm[i].type_id);
+            else
+                for (int k = 0; ok && k < tm[i].n_ids; k++)
+                    ok = ids_push(&res, tm[i].ids[k], tm[i].type_id);
+        }
+    } else {
+        for (int k = 0; ok && k < ia.n; k++)
+            ok = ids_push(&res, ia.v[k], 0);
+        for (int k = 0; ok && k < ib.n; k++)
+            ok = ids_push(&res, ib.v[k], 1);
+    }
+    free(ia.v), free(ia.type), free(ib.v), free(ib.type);
+    if (!ok) {
+        free(res.v), free(res.type);
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory while tokenizing");
+    }
+    out->ids = res.v;
+    out->type_ids = res.type;
+    out->n = res.n;
+    return HP_OK;
+}
+
+void hp_encoding_free(struct hp_encoding *e)
+{
+    free(e->ids);
+    free(e->type_ids);
+    memset(e, 0, sizeof *e);
+}
+
+// --- loading tokenizer.json ----------------------------------------------------------------
+
+#define FAIL(...) (st = hp_fail(err, HP_ERR_FORMAT, __VA_ARGS__))
+
+static const char *jstr(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static bool jbool(const cJSON *o, const char *k, bool dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
+}
+
+static bool note_id(struct hp_tokenizer *t, int64_t id)
+{
+    if (id < 0 || id > INT32_MAX - 1)
+        return false;
+    if (id + 1 > t->n_ids)
+        t->n_ids = (int32_t)id + 1;
+    return true;
+}
+
+static enum hp_status compile_re(struct hp_tokenizer *t, const char *pat, pcre2_code **out, struct hp_error *err)
+{
+    int code;
+    PCRE2_SIZE off;
+    *out = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &off, NULL);
+    if (!*out) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        return hp_fail(err, HP_ERR_FORMAT, "%s: pre-tokenizer regex at offset %zu: %s", t->path, (size_t)off,
+                       (const char *)msg);
+    }
+    return HP_OK;
+}
+
+static enum hp_status add_norm(struct hp_tokenizer *t, const cJSON *n, struct hp_error *err)
+{
+    if (!n || cJSON_IsNull(n))
+        return HP_OK;
+    enum hp_status st = HP_OK;
+    const char *type = jstr(n, "type");
+    if (type && strcmp(type, "Sequence") == 0) {
+        const cJSON *x;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(n, "normalizers"))
+            if ((st = add_norm(t, x, err)) != HP_OK)
+                return st;
+        return HP_OK;
+    }
+    struct norm *p = realloc(t->norm, (size_t)(t->n_norm + 1) * sizeof *p);
+    if (!p)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    t->norm = p;
+    struct norm *nm = &t->norm[t->n_norm];
+    memset(nm, 0, sizeof *nm);
+    if (!type)
+        return FAIL("%s: a normalizer without a type", t->path);
+    if (strcmp(type, "BertNormalizer") == 0) {
+        nm->kind = N_BERT;
+        nm->clean_text = jbool(n, "clean_text", true);
+        nm->chinese = jbool(n, "handle_chinese_chars", true);
+        nm->lowercase = jbool(n, "lowercase", true);
+        const cJSON *sa = cJSON_GetObjectItemCaseSensitive(n, "strip_accents");
+        nm->strip_accents = cJSON_IsBool(sa) ? cJSON_IsTrue(sa) : nm->lowercase;
+    } else if (strcmp(type, "Prepend") == 0 && jstr(n, "prepend")) {
+        nm->kind = N_PREPEND;
+        nm->a = strdup(jstr(n, "prepend"));
+    } else if (strcmp(type, "Replace") == 0) {
+        const char *pat = jstr(cJSON_GetObjectItemCaseSensitive(n, "pattern"), "String");
+        if (!pat || !jstr(n, "content"))
+            return FAIL("%s: normalizer Replace with a regex pattern is not supported (only String patterns)", t->path);
+        nm->kind = N_REPLACE;
+        nm->a = strdup(pat);
+        nm->b = strdup(jstr(n, "content"));
+    } else if (strcmp(type, "NFC") == 0) {
+        nm->kind = N_NFC;
+    } else if (strcmp(type, "NFD") == 0) {
+        nm->kind = N_NFD;
+    } else if (strcmp(type, "NFKC") == 0) {
+        nm->kind = N_NFKC;
+    } else if (strcmp(type, "NFKD") == 0) {
+        nm->kind = N_NFKD;
+    } else if (strcmp(type, "Lowercase") == 0) {
+        nm->kind = N_LOWERCASE;
+    } else if (strcmp(type, "StripAccents") == 0) {
+        nm->kind = N_STRIP_ACCENTS;
+    } else {
+        return FAIL("%s: normalizer '%s' is not supported (supported: BertNormalizer, Prepend, Replace, NFC, NFD, "
+                    "NFKC, NFKD, Lowercase, StripAccents, Sequence)",
+                    t->path, type);
+    }
+    t->n_norm++;
+    return st;
+}
+
+static enum hp_status add_pre(struct hp_tokenizer *t, const cJSON *n, struct hp_error *err)
+{
+    if (!n || cJSON_IsNull(n))
+        return HP_OK;
+    enum hp_status st = HP_OK;
+    const char *type = jstr(n, "type");
+    if (type && strcmp(type, "Sequence") == 0) {
+        const cJSON *x;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(n, "pretokenizers"))
+            if ((st = add_pre(t, x, err)) != HP_OK)
+                return st;
+        return HP_OK;
+    }
+    struct pre *p = realloc(t->pre, (size_t)(t->n_pre + 1) * sizeof *p);
+    if (!p)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    t->pre = p;
+    struct pre *pr = &t->pre[t->n_pre];
+    memset(pr, 0, sizeof *pr);
+    if (!type)
+        return FAIL("%s: a pre_tokenizer without a type", t->path);
+    if (strcmp(type, "BertPreTokenizer") == 0) {
+        pr->kind = P_BERT;
+    } else if (strcmp(type, "WhitespaceSplit") == 0) {
+        pr->kind = P_WHITESPACE_SPLIT;
+    } else if (strcmp(type, "ByteLevel") == 0) {
+        pr->kind = P_BYTELEVEL;
+        pr->add_prefix_space = jbool(n, "add_prefix_space", true);
+        pr->use_regex = jbool(n, "use_regex", true);
+        t->byte_level = true;
+        if (pr->use_regex && (st = compile_re(t, gpt2_regex, &pr->re, err)) != HP_OK)
+            return st;
+    } else if (strcmp(type, "Split") == 0) {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(n, "pattern");
+        const char *re = jstr(pat, "Regex"), *behavior = jstr(n, "behavior");
+        if (!re || !behavior || jbool(n, "invert", false) ||
+            (strcmp(behavior, "Isolated") != 0 && strcmp(behavior, "Removed") != 0))
+            return FAIL("%s: pre_tokenizer Split is supported with a Regex pattern, behavior Isolated or Removed "
+                        "and invert false only", t->path);
+        pr->kind = P_SPLIT;
+        pr->isolated = strcmp(behavior, "Isolated") == 0;
+        if ((st = compile_re(t, re, &pr->re, err)) != HP_OK)
+            return st;
+    } else {
+        return FAIL("%s: pre_tokenizer '%s' is not supported (supported: BertPreTokenizer, ByteLevel, Split, "
+                    "WhitespaceSplit, Sequence)",
+                    t->path, type);
+    }
+    t->n_pre++;
+    return st;
+}
+
+/* The template of TemplateProcessing ("single"/"pair") or the equivalent of BertProcessing. */
+static enum hp_status add_template(struct hp_tokenizer *t, const cJSON *list, const cJSON *specials,
+                                   struct tmpl_item **out, int *n_out, struct hp_error *err)
+{
+    enum hp_status st = HP_OK;
+    int n = cJSON_GetArraySize(list);
+    *out = calloc((size_t)n + 1, sizeof **out);
+    if (!*out)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    *n_out = n;
+    for (int i = 0; i < n; i++) {
+        const cJSON *it = cJSON_GetArrayItem(list, i);
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(it, "SpecialToken"),
+                    *sq = cJSON_GetObjectItemCaseSensitive(it, "Sequence");
+        const cJSON *o = sp ? sp : sq;
+        const char *id = jstr(o, "id");
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(o, "type_id");
+        if (!o || !id)
+            return FAIL("%s: post_processor template item %d is neither a SpecialToken nor a Sequence", t->path, i);
+        (*out)[i].type_id = cJSON_IsNumber(ty) ? ty->valueint : 0;
+        if (sq) {
+            (*out)[i].seq = strcmp(id, "B") == 0;
+            continue;
+        }
+        (*out)[i].seq = -1;
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(specials, id), "ids");
+        int k = cJSON_GetArraySize(ids);
+        if (k < 1)
+            return FAIL("%s: post_processor special token '%s' has no ids", t->path, id);
+        (*out)[i].ids = malloc((size_t)k * sizeof(int32_t));
+        if (!(*out)[i].ids)
+            return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+        (*out)[i].n_ids = k;
+        for (int j = 0; j < k; j++)
+            (*out)[i].ids[j] = cJSON_GetArrayItem(ids, j)->valueint;
+    }
+    return HP_OK;
+}
+
+static enum hp_status add_post(struct hp_tokenizer *t, const cJSON *n, struct hp_error *err)
+{
+    if (!n || cJSON_IsNull(n))
+        return HP_OK;
+    enum hp_status st = HP_OK;
+    const char *type = jstr(n, "type");
+    if (!type)
+        return FAIL("%s: a post_processor without a type", t->path);
+    if (strcmp(type, "Sequence") == 0) {
+        const cJSON *x;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(n, "processors"))
+            if ((st = add_post(t, x, err)) != HP_OK)
+                return st;
+        return HP_OK;
+    }
+    if (strcmp(type, "ByteLevel") == 0)
+        return HP_OK; /* offsets only */
+    if (strcmp(type, "TemplateProcessing") == 0) {
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(n, "special_tokens");
+        if ((st = add_template(t, cJSON_GetObjectItemCaseSensitive(n, "single"), sp, &t->single, &t->n_single,
+                               err)) != HP_OK)
+            return st;
+        return add_template(t, cJSON_GetObjectItemCaseSensitive(n, "pair"), sp, &t->pair, &t->n_pair, err);
+    }
+    if (strcmp(type, "BertProcessing") == 0) {
+        const cJSON *cls = cJSON_GetObjectItemCaseSensitive(n, "cls"), *sep = cJSON_GetObjectItemCaseSensitive(n, "sep");
+        if (cJSON_GetArraySize(cls) != 2 || cJSON_GetArraySize(sep) != 2)
+            return FAIL("%s: BertProcessing needs cls and sep as [token, id]", t->path);
+        int32_t c = cJSON_GetArrayItem(cls, 1)->valueint, s = cJSON_GetArrayItem(sep, 1)->valueint;
+        static const int seqs[5] = {-1, 0, -1, 1, -1}, types[5] = {0, 0, 0, 1, 1};
+        t->single = calloc(3, sizeof *t->single);
+        t->pair = calloc(5, sizeof *t->pair);
+        if (!t->single || !t->pair)
+            return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < 5; i++) {
+            struct tmpl_item *it = &t->pair[i];
+            it->seq = seqs[i];
+            it->type_id = types[i];
+            if (it->seq < 0) {
+                if (!(it->ids = malloc(sizeof(int32_t))))
+                    return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+                it->ids[0] = i == 0 ? c : s;
+                it->n_ids = 1;
+            }
+            if (i < 3) {
+                t->single[i] = *it;
+                if (it->ids && !(t->single[i].ids = malloc(sizeof(int32_t))))
+                    return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+                if (it->ids)
+                    t->single[i].ids[0] = it->ids[0];
+            }
+        }
+        t->n_single = 3;
+        t->n_pair = 5;
+        return HP_OK;
+    }
+    return FAIL("%s: post_processor '%s' is not supported (supported: TemplateProcessing, BertProcessing, ByteLevel, "
+                "Sequence)",
+                t->path, type);
+}
+
+/* A merge "a b" or ["a", "b"], ranked by its place in the list. */
+static enum hp_status add_merge(struct hp_tokenizer *t, const cJSON *m, int64_t rank, struct hp_error *err)
+{
+    enum hp_status st = HP_OK;
+    const char *a = NULL, *b = NULL;
+    char *tmp = NULL;
+    if (cJSON_IsString(m)) {
+        tmp = strdup(m->valuestring);
+        char *sp = tmp ? strchr(tmp, ' ') : NULL;
+        if (sp) {
+            *sp = 0;
+            a = tmp;
+            b = sp + 1;
+        }
+    } else if (cJSON_GetArraySize(m) == 2) {
+        a = cJSON_GetArrayItem(m, 0)->valuestring;
+        b = cJSON_GetArrayItem(m, 1)->valuestring;
+    }
+    if (!a || !b) {
+        free(tmp);
+        return FAIL("%s: merge %lld is neither \"a b\" nor [\"a\", \"b\"]", t->path, (long long)rank);
+    }
+    size_t la = strlen(a), lb = strlen(b);
+    char *ab = malloc(la + lb + 1);
+    int32_t ia = vocab_id(t, a, la), ib = vocab_id(t, b, lb), iab = -1;
+    if (ab) {
+        memcpy(ab, a, la);
+        memcpy(ab + la, b, lb);
+        iab = vocab_id(t, ab, la + lb);
+    }
+    free(ab);
+    free(tmp);
+    if (ia < 0 || ib < 0 || iab < 0)
+        return FAIL("%s: merge %lld names a token that is not in the vocabulary", t->path, (long long)rank);
+    int32_t key[2] = {ia, ib};
+    int64_t old;
+    if (!map_get(&t->merges, (const char *)key, sizeof key, &old) &&
+        !map_put(&t->merges, (const char *)key, sizeof key, rank << 32 | (int64_t)(uint32_t)iab))
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    return st;
+}
+
+static enum hp_status add_vocab_entry(struct hp_tokenizer *t, const char *tok, int64_t id, struct hp_error *err)
+{
+    if (!note_id(t, id))
+        return hp_fail(err, HP_ERR_FORMAT, "%s: token id %lld out of range", t->path, (long long)id);
+    if (!map_put(&t->vocab, tok, strlen(tok), id))
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    return HP_OK;
+}
+
+static enum hp_status load_model(struct hp_tokenizer *t, const cJSON *m, struct hp_error *err)
+{
+    enum hp_status st = HP_OK;
+    const char *type = jstr(m, "type");
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(m, "vocab");
+    if (!type)
+        return FAIL("%s: model without a type", t->path);
+    if (strcmp(type, "BPE") == 0)
+        t->model = M_BPE;
+    else if (strcmp(type, "WordPiece") == 0)
+        t->model = M_WORDPIECE;
+    else
+        return FAIL("%s: tokenizer model '%s' is not supported (supported: BPE, WordPiece)", t->path, type);
+    if (!cJSON_IsObject(vocab))
+        return FAIL("%s: model.vocab is not an object of token: id", t->path);
+    if (!map_init(&t->vocab, (size_t)cJSON_GetArraySize(vocab) + 1024))
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, vocab)
+    {
+        if (!cJSON_IsNumber(e))
+            return FAIL("%s: vocabulary entry '%s' has no numeric id", t->path, e->string);
+        if ((st = add_vocab_entry(t, e->string, (int64_t)e->valuedouble, err)) != HP_OK)
+            return st;
+    }
+    const char *unk = jstr(m, "unk_token");
+    t->unk_id = unk ? vocab_id(t, unk, strlen(unk)) : -1;
+    if (t->model == M_WORDPIECE) {
+        const char *pre = jstr(m, "continuing_subword_prefix");
+        snprintf(t->prefix, sizeof t->prefix, "%s", pre ? pre : "##");
+        const cJSON *mx = cJSON_GetObjectItemCaseSensitive(m, "max_input_chars_per_word");
+        t->max_chars = cJSON_IsNumber(mx) ? mx->valueint : 100;
+        if (t->unk_id < 0)
+            return FAIL("%s: WordPiece needs its unk_token in the vocabulary", t->path);
+        return HP_OK;
+    }
+    if (jstr(m, "continuing_subword_prefix") || jstr(m, "end_of_word_suffix"))
+        return FAIL("%s: BPE with continuing_subword_prefix or end_of_word_suffix is not supported", t->path);
+    const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(m, "dropout");
+    if (cJSON_IsNumber(dropout) && dropout->valuedouble > 0)
+        return FAIL("%s: BPE dropout is not supported (evaluation needs deterministic tokens)", t->path);
+    t->byte_fallback = jbool(m, "byte_fallback", false);
+    t->fuse_unk = jbool(m, "fuse_unk", false);
+    t->ignore_merges = jbool(m, "ignore_merges", false);
+    for (int b = 0; b < 256; b++) {
+        char tok[8];
+        snprintf(tok, sizeof tok, "<0x%02X>", b);
+        t->byte_tok[b] = vocab_id(t, tok, strlen(tok));
+    }
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(m, "merges");
+    if (!map_init(&t->merges, (size_t)cJSON_GetArraySize(merges) + 16))
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    int64_t rank = 0;
+    cJSON_ArrayForEach(e, merges)
+    if ((st = add_merge(t, e, rank++, err)) != HP_OK)
+        return st;
+    return HP_OK;
+}
+
+static enum hp_status load_added(struct hp_tokenizer *t, const cJSON *list, struct hp_error *err)
+{
+    int n = cJSON_GetArraySize(list);
+    t->added = calloc((size_t)n + 1, sizeof *t->added);
+    if (!t->added)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    const cJSON *a;
+    cJSON_ArrayForEach(a, list)
+    {
+        const char *s = jstr(a, "content");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
+        if (!s || !cJSON_IsNumber(id) || !note_id(t, (int64_t)id->valuedouble))
+            return hp_fail(err, HP_ERR_FORMAT, "%s: an added token without content or a valid id", t->path);
+        if (!*s)
+            continue;
+        struct added *x = &t->added[t->n_added++];
+        x->s = strdup(s);
+        x->n = strlen(s);
+        x->id = id->valueint;
+        x->lstrip = jbool(a, "lstrip", false);
+        x->rstrip = jbool(a, "rstrip", false);
+        if (!x->s)
+            return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    }
+    return HP_OK;
+}
+
+static enum hp_status load_json(struct hp_tokenizer *t, const char *text, struct hp_error *err)
+{
+    enum hp_status st = HP_OK;
+    cJSON *j = cJSON_Parse(text);
+    if (!j)
+        return FAIL("%s: not valid JSON", t->path);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model");
+    if (!cJSON_IsObject(m))
+        FAIL("%s: no \"model\" object", t->path);
+    if (st == HP_OK)
+        st = load_model(t, m, err);
+    if (st == HP_OK)
+        st = load_added(t, cJSON_GetObjectItemCaseSensitive(j, "added_tokens"), err);
+    if (st == HP_OK)
+        st = add_norm(t, cJSON_GetObjectItemCaseSensitive(j, "normalizer"), err);
+    if (st == HP_OK)
+        st = add_pre(t, cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer"), err);
+    if (st == HP_OK)
+        st = add_post(t, cJSON_GetObjectItemCaseSensitive(j, "post_processor"), err);
+    if (st == HP_OK && t->byte_level && t->model != M_BPE)
+        FAIL("%s: a ByteLevel pre-tokenizer with a %s model is not supported", t->path, "WordPiece");
+    cJSON_Delete(j);
+    return st;
+}
+
+/* A tokenizer file's text; NULL with *st HP_OK when there is no such file. */
+static char *read_opt(const char *path, enum hp_status *st, struct hp_error *err)
+{
+    char *out = NULL;
+    *st = HP_OK;
+    if (access(path, F_OK) != 0)
+        return NULL;
+    *st = hp_read_text(path, (size_t)1 << 30, HP_ERR_FORMAT, "a tokenizer file", &out, NULL, err);
+    return *st == HP_OK ? out : NULL;
+}
+
+// --- fallback files: vocab.txt (BERT WordPiece), vocab.json + merges.txt (GPT-2 BPE) --------
+
+static enum hp_status load_vocab_txt(struct hp_tokenizer *t, const char *dir, char *text, struct hp_error *err)
+{
+    enum hp_status st = HP_OK;
+    size_t lines = 1;
+    for (char *p = text; *p; p++)
+        lines += *p == '\n';
+    if (!map_init(&t->vocab, lines))
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    int64_t id = 0;
+    for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL, id++) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = 0;
+        size_t n = strlen(line);
+        if (n && line[n - 1] == '\r')
+            line[n - 1] = 0;
+        if ((st = add_vocab_entry(t, line, id, err)) != HP_OK)
+            return st;
+    }
+    /* do_lower_case from tokenizer_config.json when present; uncased otherwise, as BertTokenizer */
+    bool lower = true;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    enum hp_status cst;
+    struct hp_error cerr;
+    char *cfg = read_opt(path, &cst, &cerr);
+    if (cfg) {
+        cJSON *c = cJSON_Parse(cfg);
+        lower = jbool(c, "do_lower_case", true);
+        cJSON_Delete(c);
+        free(cfg);
+    }
+    t->model = M_WORDPIECE;
+    snprintf(t->prefix, sizeof t->prefix, "##");
+    t->max_chars = 100;
+    t->unk_id = vocab_id(t, "[UNK]", 5);
+    int32_t cls = vocab_id(t, "[CLS]", 5), sep = vocab_id(t, "[SEP]", 5);
+    if (t->unk_id < 0 || cls < 0 || sep < 0)
+        return FAIL("%s: vocab.txt lacks [UNK], [CLS] or [SEP]", t->path);
+    static const char *const specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+    t->added = calloc(5, sizeof *t->added);
+    if (!t->added)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < 5; i++) {
+        int32_t v = vocab_id(t, specials[i], strlen(specials[i]));
+        if (v >= 0) {
+            t->added[t->n_added] = (struct added){strdup(specials[i]), strlen(specials[i]), v, false, false};
+            if (!t->added[t->n_added++].s)
+                return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+        }
+    }
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"normalizer\": {\"type\": \"BertNormalizer\", \"lowercase\": %s}, \"pre_tokenizer\": {\"type\": "
+             "\"BertPreTokenizer\"}, \"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"[SEP]\", %d], "
+             "\"cls\": [\"[CLS]\", %d]}}",
+             lower ? "true" : "false", sep, cls);
+    cJSON *j = cJSON_Parse(json);
+    st = add_norm(t, cJSON_GetObjectItemCaseSensitive(j, "normalizer"), err);
+    if (st == HP_OK)
+        st = add_pre(t, cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer"), err);
+    if (st == HP_OK)
+        st = add_post(t, cJSON_GetObjectItemCaseSensitive(j, "post_processor"), err);
+    cJSON_Delete(j);
+    return st;
+}
+
+static enum hp_status load_gpt2_files(struct hp_tokenizer *t, const char *vocab_json, char *merges,
+                                      struct hp_error *err)
+{
+    /* the same as a tokenizer.json with that vocabulary and those merges */
+    cJSON *model = cJSON_CreateObject(), *m = cJSON_CreateArray();
+    cJSON *v = cJSON_Parse(vocab_json);
+    enum hp_status st = HP_OK;
+    if (!model || !m)
+        st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    else if (!cJSON_IsObject(v))
+        FAIL("%s: vocab.json is not an object of token: id", t->path);
+    int line = 0;
+    for (char *p = merges, *nl; st == HP_OK && p && *p; p = nl ? nl + 1 : NULL, line++) {
+        nl = strchr(p, '\n');
+        if (nl)
+            *nl = 0;
+        size_t n = strlen(p);
+        if (n && p[n - 1] == '\r')
+            p[--n] = 0;
+        if ((line == 0 && strncmp(p, "#version", 8) == 0) || n == 0)
+            continue;
+        cJSON_AddItemToArray(m, cJSON_CreateString(p));
+    }
+    if (st == HP_OK) {
+        cJSON_AddStringToObject(model, "type", "BPE");
+        cJSON_AddItemToObject(model, "vocab", v);
+        v = NULL;
+        cJSON_AddItemToObject(model, "merges", m);
+        m = NULL;
+        st = load_model(t, model, err);
+    }
+    cJSON_Delete(model);
+    cJSON_Delete(m);
+    cJSON_Delete(v);
+    if (st != HP_OK)
+        return st;
+    cJSON *pre = cJSON_Parse("{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}");
+    st = add_pre(t, pre, err);
+    cJSON_Delete(pre);
+    int32_t eot = vocab_id(t, "<|endoftext|>", 13);
+    t->added = calloc(1, sizeof *t->added);
+    if (st == HP_OK && !t->added)
+        st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK && eot >= 0) {
+        t->added[0] = (struct added){strdup("<|endoftext|>"), 13, eot, false, false};
+        t->n_added = t->added[0].s ? 1 : 0;
+    }
+    return st;
+}
+
+enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, struct hp_error *err)
+{
+    *out = NULL;
+    struct hp_tokenizer *t = calloc(1, sizeof *t);
+    if (!t)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    t->unk_id = -1;
+    enum hp_status st;
+    char path[1200], path2[1200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    snprintf(t->path, sizeof t->path, "%s", path);
+    char *text = read_opt(path, &st, err);
+    if (text) {
+        st = load_json(t, text, err);
+    } else if (st == HP_OK) {
+        snprintf(path, sizeof path, "%s/vocab.txt", dir);
+        snprintf(path2, sizeof path2, "%s/merges.txt", dir);
+        if ((text = read_opt(path, &st, err))) {
+            snprintf(t->path, sizeof t->path, "%s", path);
+            st = load_vocab_txt(t, dir, text, err);
+        } else if (st == HP_OK && (text = read_opt(path2, &st, err))) {
+            snprintf(path, sizeof path, "%s/vocab.json", dir);
+            snprintf(t->path, sizeof t->path, "%s", path);
+            char *vj = read_opt(path, &st, err);
+            if (vj)
+                st = load_gpt2_files(t, vj, text, err);
+            else if (st == HP_OK)
+                st = hp_fail(err, HP_ERR_IO, "%s: merges.txt without vocab.json", dir);
+            free(vj);
+        } else if (st == HP_OK) {
+            st = hp_fail(err, HP_ERR_IO, "%s: no tokenizer.json, vocab.txt or vocab.json + merges.txt", dir);
+        }
+    }
+    free(text);
+    if (st != HP_OK) {
+        hp_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return HP_OK;
+}

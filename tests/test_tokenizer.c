@@ -1,0 +1,363 @@
+/*
+ * test_tokenizer.c -- headprune's tokenizers against Hugging Face tokenizers.
+ *
+ * tests/fixtures/tokenizers/ holds a corpus written for the project (several
+ * scripts, accents, emoji, whitespace runs, very long words, empty lines,
+ * control characters) and, per tokenizer, the ids the tokenizers library
+ * gave for every line, with and without special tokens, for pairs and for
+ * multi-line texts (tools/gen_tokenizer_fixtures.py). Every one must match
+ * exactly. Then bad input: invalid UTF-8, unsupported kinds, broken files.
+ */
+#define _DEFAULT_SOURCE
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "headprune.h"
+#include "testutil.h"
+
+struct corpus {
+    char *text;
+    char **line;
+    size_t *len;
+    int n;
+};
+
+/* corpus.txt as bytes, split on '\n' only (lines hold \r, \v, \f as content) */
+static struct corpus load_corpus(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizers/corpus.txt", getenv("HP_FIXTURES"));
+    struct corpus c = {0};
+    size_t n;
+    c.text = tu_slurp(path, &n);
+    int lines = 1;
+    for (size_t i = 0; i < n; i++)
+        lines += c.text[i] == '\n';
+    c.line = calloc((size_t)lines, sizeof *c.line);
+    c.len = calloc((size_t)lines, sizeof *c.len);
+    size_t start = 0;
+    for (size_t i = 0; i <= n; i++)
+        if (i == n || c.text[i] == '\n') {
+            c.line[c.n] = c.text + start;
+            c.len[c.n++] = i - start;
+            start = i + 1;
+        }
+    return c;
+}
+
+static int compare_ids(const char *name, const char *what, int line, const struct hp_encoding *e, const cJSON *want,
+                       const cJSON *want_types)
+{
+    int n = cJSON_GetArraySize(want);
+    bool same = n == e->n;
+    for (int i = 0; same && i < n; i++)
+        same = cJSON_GetArrayItem(want, i)->valueint == e->ids[i] &&
+               (!want_types || cJSON_GetArrayItem(want_types, i)->valueint == e->type_ids[i]);
+    if (same)
+        return 0;
+    char got[256] = "", exp[256] = "";
+    for (int i = 0, k = 0; i < e->n && k < 200; i++)
+        k += snprintf(got + k, sizeof got - (size_t)k, "%d ", e->ids[i]);
+    for (int i = 0, k = 0; i < n && k < 200; i++)
+        k += snprintf(exp + k, sizeof exp - (size_t)k, "%d ", cJSON_GetArrayItem(want, i)->valueint);
+    cr_log_error("%s %s line %d: got %d ids [%s], Hugging Face %d [%s]", name, what, line, e->n, got, n, exp);
+    return 1;
+}
+
+static void check(const char *name)
+{
+    struct corpus c = load_corpus();
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/tokenizers/%s", getenv("HP_FIXTURES"), name);
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    char *txt = tu_slurp(path, NULL);
+    cJSON *exp = cJSON_Parse(txt);
+    cr_assert(exp, "%s: bad JSON", path);
+    struct hp_error err = {0};
+    struct hp_tokenizer *t;
+    cr_assert_eq(hp_tokenizer_open(dir, &t, &err), HP_OK, "%s", err.msg);
+    int bad = 0, cases = 0;
+    const cJSON *cs;
+    cJSON_ArrayForEach(cs, cJSON_GetObjectItem(exp, "cases"))
+    {
+        int l = cJSON_GetObjectItem(cs, "line")->valueint;
+        cr_assert_lt(l, c.n);
+        for (int special = 0; special <= 1; special++) {
+            struct hp_encoding e;
+            cr_assert_eq(hp_tokenizer_encode(t, c.line[l], c.len[l], NULL, 0, special, &e, &err), HP_OK, "%s",
+                         err.msg);
+            bad += compare_ids(name, special ? "with specials" : "", l, &e,
+                               cJSON_GetObjectItem(cs, special ? "ids_special" : "ids"), NULL);
+            hp_encoding_free(&e);
+            cases++;
+        }
+    }
+    cJSON_ArrayForEach(cs, cJSON_GetObjectItem(exp, "pairs"))
+    {
+        int a = cJSON_GetObjectItem(cs, "a")->valueint, b = cJSON_GetObjectItem(cs, "b")->valueint;
+        struct hp_encoding e;
+        cr_assert_eq(hp_tokenizer_encode(t, c.line[a], c.len[a], c.line[b], c.len[b], true, &e, &err), HP_OK, "%s",
+                     err.msg);
+        bad += compare_ids(name, "pair", a, &e, cJSON_GetObjectItem(cs, "ids"), cJSON_GetObjectItem(cs, "type_ids"));
+        hp_encoding_free(&e);
+        cases++;
+    }
+    cJSON_ArrayForEach(cs, cJSON_GetObjectItem(exp, "multiline"))
+    {
+        int first = cJSON_GetObjectItem(cs, "first")->valueint, count = cJSON_GetObjectItem(cs, "count")->valueint;
+        const char *s = c.line[first];
+        size_t n = (size_t)(c.line[first + count - 1] + c.len[first + count - 1] - s);
+        struct hp_encoding e;
+        cr_assert_eq(hp_tokenizer_encode(t, s, n, NULL, 0, false, &e, &err), HP_OK, "%s", err.msg);
+        bad += compare_ids(name, "multiline", first, &e, cJSON_GetObjectItem(cs, "ids"), NULL);
+        hp_encoding_free(&e);
+        cases++;
+    }
+    cr_log_info("%s: %d cases", name, cases);
+    cr_assert_gt(cases, 150);
+    cr_assert_eq(bad, 0, "%s: %d of %d encodings differ from Hugging Face's (see above)", name, bad, cases);
+    hp_tokenizer_free(t);
+    cJSON_Delete(exp);
+    free(txt);
+    free(c.text), free(c.line), free(c.len);
+}
+
+Test(tokenizer, gpt2_byte_level_bpe) { check("gpt2-bpe"); }
+Test(tokenizer, llama3_split_regex_byte_level_bpe) { check("llama3-bpe"); }
+Test(tokenizer, bert_wordpiece_uncased) { check("bert-wordpiece"); }
+Test(tokenizer, bert_wordpiece_cased) { check("bert-wordpiece-cased"); }
+Test(tokenizer, sentencepiece_bpe_byte_fallback) { check("sp-bpe"); }
+Test(tokenizer, real_all_minilm_l6_v2) { check("minilm"); }
+
+/* The fallback files give the same ids as tokenizer.json. */
+static void check_fallback(const char *name, const char *const *files, int n_files)
+{
+    char tmp[64], src[1024], cmd[4096];
+    tu_mkdtemp(tmp, sizeof tmp, "tokfb");
+    snprintf(src, sizeof src, "%s/tokenizers/%s", getenv("HP_FIXTURES"), name);
+    for (int i = 0; i < n_files; i++) {
+        snprintf(cmd, sizeof cmd, "cp '%s/%s' '%s/'", src, files[i], tmp);
+        cr_assert_eq(system(cmd), 0);
+    }
+    struct hp_error err = {0};
+    struct hp_tokenizer *a, *b;
+    cr_assert_eq(hp_tokenizer_open(src, &a, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_tokenizer_open(tmp, &b, &err), HP_OK, "%s", err.msg);
+    struct corpus c = load_corpus();
+    for (int l = 0; l < c.n; l++) {
+        struct hp_encoding x, y;
+        cr_assert_eq(hp_tokenizer_encode(a, c.line[l], c.len[l], NULL, 0, true, &x, &err), HP_OK);
+        cr_assert_eq(hp_tokenizer_encode(b, c.line[l], c.len[l], NULL, 0, true, &y, &err), HP_OK);
+        cr_assert_eq(x.n, y.n, "%s line %d: %d ids from %s, %d from tokenizer.json", name, l, y.n, files[0], x.n);
+        cr_assert_arr_eq(x.ids, y.ids, (size_t)x.n * sizeof(int32_t), "%s line %d", name, l);
+        hp_encoding_free(&x);
+        hp_encoding_free(&y);
+    }
+    hp_tokenizer_free(a);
+    hp_tokenizer_free(b);
+    free(c.text), free(c.line), free(c.len);
+    tu_rmrf(tmp);
+}
+
+Test(tokenizer, vocab_txt_fallback_equals_tokenizer_json)
+{
+    static const char *const f[] = {"vocab.txt"};
+    check_fallback("bert-wordpiece", f, 1);
+}
+
+Test(tokenizer, vocab_json_merges_txt_fallback_equals_tokenizer_json)
+{
+    static const char *const f[] = {"vocab.json", "merges.txt"};
+    check_fallback("gpt2-bpe", f, 2);
+}
+
+// --- bad input --------------------------------------------------------------------------
+
+static char g_tmp[64];
+static void mk(void) { tu_mkdtemp(g_tmp, sizeof g_tmp, "tokbad"); }
+static void rm(void) { tu_rmrf(g_tmp); }
+
+static void expect_open_fails(const char *json, const char *words)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/tokenizer.json", g_tmp);
+    tu_spit(path, json, strlen(json));
+    struct hp_error err = {0};
+    struct hp_tokenizer *t = (struct hp_tokenizer *)1;
+    cr_assert_neq(hp_tokenizer_open(g_tmp, &t, &err), HP_OK);
+    cr_assert_null(t);
+    cr_assert(strstr(err.msg, path), "message does not name the file: %s", err.msg);
+    cr_assert(strstr(err.msg, words), "message does not say '%s': %s", words, err.msg);
+    cr_assert_null(strchr(err.msg, '\n'), "one line: %s", err.msg);
+}
+
+Test(tokenizer, unsupported_model_kind_is_named, .init = mk, .fini = rm)
+{
+    expect_open_fails("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}",
+                      "tokenizer model 'Unigram' is not supported");
+}
+
+Test(tokenizer, unsupported_normalizer_is_named, .init = mk, .fini = rm)
+{
+    expect_open_fails("{\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": {\"[UNK]\": 0}},"
+                      " \"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"\"}}",
+                      "normalizer 'Precompiled' is not supported");
+}
+
+Test(tokenizer, unsupported_pre_tokenizer_is_named, .init = mk, .fini = rm)
+{
+    expect_open_fails("{\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": {\"[UNK]\": 0}},"
+                      " \"pre_tokenizer\": {\"type\": \"UnicodeScripts\"}}",
+                      "pre_tokenizer 'UnicodeScripts' is not supported");
+}
+
+Test(tokenizer, malformed_json, .init = mk, .fini = rm)
+{
+    expect_open_fails("{\"model\": {\"type\": \"BPE\", ", "not valid JSON");
+}
+
+Test(tokenizer, merge_of_unknown_tokens, .init = mk, .fini = rm)
+{
+    expect_open_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}",
+                      "merge 0 names a token that is not in the vocabulary");
+}
+
+Test(tokenizer, no_tokenizer_files, .init = mk, .fini = rm)
+{
+    struct hp_error err = {0};
+    struct hp_tokenizer *t;
+    cr_assert_eq(hp_tokenizer_open(g_tmp, &t, &err), HP_ERR_IO);
+    cr_assert(strstr(err.msg, "no tokenizer.json, vocab.txt or vocab.json + merges.txt"), "%s", err.msg);
+}
+
+Test(tokenizer, invalid_utf8_is_refused_with_its_offset)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tokenizers/gpt2-bpe", getenv("HP_FIXTURES"));
+    struct hp_error err = {0};
+    struct hp_tokenizer *t;
+    cr_assert_eq(hp_tokenizer_open(dir, &t, &err), HP_OK, "%s", err.msg);
+    static const char bad[] = "caf\xc3 ok \xff";
+    struct hp_encoding e;
+    cr_assert_eq(hp_tokenizer_encode(t, bad, sizeof bad - 1, NULL, 0, false, &e, &err), HP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "not valid UTF-8 at byte 3"), "%s", err.msg);
+    cr_assert_null(e.ids);
+    hp_tokenizer_free(t);
+}
+
+// --- held-out text through the tokenizer (engine/text.c) --------------------------------
+
+/* Hugging Face's ids of corpus line l (with special tokens or not), from expected.json. */
+static cJSON *hf_ids(cJSON *exp, int l, bool special)
+{
+    const cJSON *cs;
+    cJSON_ArrayForEach(cs, cJSON_GetObjectItem(exp, "cases")) if (cJSON_GetObjectItem(cs, "line")->valueint == l) return cJSON_GetObjectItem(cs, special ? "ids_special" : "ids");
+    cr_assert_fail("line %d not in expected.json", l);
+    return NULL;
+}
+
+static cJSON *load_expected(const char *name, char **txt)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tokenizers/%s/expected.json", getenv("HP_FIXTURES"), name);
+    *txt = tu_slurp(path, NULL);
+    cJSON *exp = cJSON_Parse(*txt);
+    cr_assert(exp);
+    return exp;
+}
+
+Test(tokenizer, txt_documents_packed_with_the_separator, .init = mk, .fini = rm)
+{
+    /* corpus lines 0, 1 and 2 as three documents; GPT-2 puts <|endoftext|> (1500) after each */
+    struct corpus c = load_corpus();
+    char path[256];
+    snprintf(path, sizeof path, "%s/docs.txt", g_tmp);
+    FILE *f = fopen(path, "wb");
+    for (int l = 0; l < 3; l++)
+        fprintf(f, "%s%.*s\n", l ? "\n\n" : "", (int)c.len[l], c.line[l]);
+    fclose(f);
+    char *txt;
+    cJSON *exp = load_expected("gpt2-bpe", &txt);
+    int32_t stream[4096];
+    int n = 0;
+    for (int l = 0; l < 3; l++) {
+        const cJSON *v;
+        cJSON_ArrayForEach(v, hf_ids(exp, l, true)) stream[n++] = v->valueint;
+        stream[n++] = 1500;
+    }
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tokenizers/gpt2-bpe", getenv("HP_FIXTURES"));
+    struct hp_error err = {0};
+    struct hp_data *d;
+    cr_assert_eq(hp_data_load_for(path, dir, 16, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(d->seq_len, 16);
+    cr_assert_eq(d->n_seqs, n / 16, "%d rows from %d tokens", d->n_seqs, n);
+    cr_assert_arr_eq(d->ids, stream, (size_t)d->n_seqs * 16 * sizeof(int32_t));
+    hp_data_free(d);
+    cJSON_Delete(exp);
+    free(txt);
+    free(c.text), free(c.line), free(c.len);
+}
+
+Test(tokenizer, jsonl_text_pairs_padded_with_types, .init = mk, .fini = rm)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/pairs.jsonl", g_tmp);
+    const char *rows = "{\"text_a\": \"The cat sat.\", \"text_b\": \"A dog ran!\"}\n\n{\"text_a\": \"Hi\", \"text_b\": \"there\"}\n";
+    tu_spit(path, rows, strlen(rows));
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tokenizers/minilm", getenv("HP_FIXTURES"));
+    struct hp_error err = {0};
+    struct hp_tokenizer *t;
+    cr_assert_eq(hp_tokenizer_open(dir, &t, &err), HP_OK, "%s", err.msg);
+    struct hp_encoding a, b;
+    cr_assert_eq(hp_tokenizer_encode(t, "The cat sat.", 12, "A dog ran!", 10, true, &a, &err), HP_OK);
+    cr_assert_eq(hp_tokenizer_encode(t, "Hi", 2, "there", 5, true, &b, &err), HP_OK);
+    struct hp_data *d;
+    cr_assert_eq(hp_data_load_for(path, dir, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(d->n_seqs, 2);
+    cr_assert_eq(d->seq_len, a.n, "padded to the longest row");
+    cr_assert_arr_eq(d->ids, a.ids, (size_t)a.n * sizeof(int32_t));
+    cr_assert_arr_eq(d->type_ids, a.type_ids, (size_t)a.n * sizeof(int32_t));
+    cr_assert_arr_eq(d->ids + d->seq_len, b.ids, (size_t)b.n * sizeof(int32_t));
+    for (int k = 0; k < d->seq_len; k++) {
+        cr_assert_eq(d->attn_mask[d->seq_len + k], k < b.n);
+        if (k >= b.n)
+            cr_assert_eq(d->ids[d->seq_len + k], 0, "padding is [PAD]");
+    }
+    hp_encoding_free(&a);
+    hp_encoding_free(&b);
+    hp_data_free(d);
+    hp_tokenizer_free(t);
+}
+
+Test(tokenizer, text_that_is_not_utf8_names_file_and_line, .init = mk, .fini = rm)
+{
+    /* raw invalid bytes inside the second document of a .txt */
+    char path[256];
+    snprintf(path, sizeof path, "%s/bad.txt", g_tmp);
+    static const char bad[] = "one good line\n\nthen a bad byte \xff here\n";
+    tu_spit(path, bad, sizeof bad - 1);
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tokenizers/gpt2-bpe", getenv("HP_FIXTURES"));
+    struct hp_error err = {0};
+    struct hp_data *d = (struct hp_data *)1;
+    cr_assert_neq(hp_data_load_for(path, dir, 4, &d, &err), HP_OK);
+    cr_assert_null(d);
+    cr_assert(strstr(err.msg, path) && strstr(err.msg, "line 3") && strstr(err.msg, "not valid UTF-8"), "%s", err.msg);
+}
+
+Test(tokenizer, text_without_a_tokenizer_says_so, .init = mk, .fini = rm)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/t.jsonl", g_tmp);
+    const char *rows = "{\"text\": \"hello\"}\n";
+    tu_spit(path, rows, strlen(rows));
+    struct hp_error err = {0};
+    struct hp_data *d;
+    cr_assert_eq(hp_data_load_for(path, g_tmp, 0, &d, &err), HP_ERR_IO);
+    cr_assert(strstr(err.msg, "no tokenizer.json"), "%s", err.msg);
+}
