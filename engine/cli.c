@@ -249,7 +249,7 @@ static int cmd_eval(int argc, char **argv)
     if (hp_model_open(dir, &m, &err) != HP_OK)
         goto out;
     const struct hp_model_info *in = hp_model_get_info(m);
-    if (hp_data_load_for(data_path, dir, seq_len, &d, &err) != HP_OK)
+    if (hp_data_load_for(data_path, dir, in, seq_len, &d, &err) != HP_OK)
         goto out;
     if (spec && hp_mask_parse(spec, keep, in, &mask, &err) != HP_OK)
         goto out;
@@ -504,7 +504,7 @@ static int cmd_plan(int argc, char **argv)
     struct hp_joblist *jl = NULL;
     int rc = 1;
     if (hp_plan_load(argv[optind], &p, &err) != HP_OK || hp_model_open(p->model, &m, &err) != HP_OK ||
-        hp_data_load_for(p->data, p->model, p->seq_len, &d, &err) != HP_OK ||
+        hp_data_load_for(p->data, p->model, hp_model_get_info(m), p->seq_len, &d, &err) != HP_OK ||
         hp_plan_expand(p, hp_model_get_info(m), &jl, &err) != HP_OK) {
         die(&err);
         goto out;

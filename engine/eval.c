@@ -334,7 +334,12 @@ static bool target_at(const struct hp_data *d, bool causal, int s, int t, int32_
     return *target != -100;
 }
 
-static double mean_pooled_cos(const struct hp_data *d, int s, const float *a, const float *b, int D)
+/*
+ * Cosine between the sentence embeddings of sequence s from outputs a and b
+ * (seq_len, D), pooled over its real tokens as the model declares: mean
+ * (sentence-transformers' default), the first token, or the maximum.
+ */
+static double pooled_cos(const struct hp_data *d, enum hp_pooling mode, int s, const float *a, const float *b, int D)
 {
     size_t row = (size_t)s * d->seq_len;
     double dot = 0, na = 0, nb = 0;
@@ -343,11 +348,19 @@ static double mean_pooled_cos(const struct hp_data *d, int s, const float *a, co
         int n = 0;
         for (int t = 0; t < d->seq_len; t++)
             if (!d->attn_mask || d->attn_mask[row + t]) {
-                pa += a[(size_t)t * D + i];
-                pb += b[(size_t)t * D + i];
+                double x = a[(size_t)t * D + i], y = b[(size_t)t * D + i];
+                if (mode == HP_POOL_MAX) {
+                    pa = n ? fmax(pa, x) : x;
+                    pb = n ? fmax(pb, y) : y;
+                } else {
+                    pa += x;
+                    pb += y;
+                }
                 n++;
+                if (mode == HP_POOL_CLS)
+                    break;
             }
-        if (n) {
+        if (n && mode == HP_POOL_MEAN) {
             pa /= n;
             pb /= n;
         }
@@ -393,7 +406,7 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct tot
         for (int t = 0; t < T; t++)
             nt += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
         mt->seq_tokens[s] = nt;
-        mt->seq_cos[s] = scaled ? mean_pooled_cos(d, s, zb_seq, zm_seq, W) : 1.0;
+        mt->seq_cos[s] = scaled ? pooled_cos(d, ev->m->info.pooling, s, zb_seq, zm_seq, W) : 1.0;
         tot->cos += mt->seq_cos[s];
         tot->tokens += nt;
         return;
@@ -812,7 +825,7 @@ static void score_enc(const struct hp_evaluator *ev, const struct reuse *ru, con
         for (int t = 0; t < T; t++)
             nt += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
         mt->seq_tokens[s] = nt;
-        mt->seq_cos[s] = h ? mean_pooled_cos(d, s, ru->base_h + (size_t)b * T * D,
+        mt->seq_cos[s] = h ? pooled_cos(d, ev->m->info.pooling, s, ru->base_h + (size_t)b * T * D,
                                              h + ((size_t)v * nb * T + (size_t)b * T) * D, D)
                            : 1.0;
         tot->cos += mt->seq_cos[s];

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "forward_int.h"
 #include "util_int.h"
@@ -520,6 +521,32 @@ static enum hp_status open_weights(struct hp_model *m, const char *dir, struct h
     return st;
 }
 
+/* The pooling sentence-transformers' 1_Pooling/config.json declares, if the directory has one. */
+static enum hp_status read_pooling(struct hp_model *m, const char *dir, struct hp_error *err)
+{
+    m->info.pooling = HP_POOL_MEAN;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/1_Pooling/config.json", dir);
+    if (access(path, F_OK) != 0)
+        return HP_OK;
+    cJSON *c;
+    enum hp_status st = read_json(path, &c, NULL, err);
+    if (st != HP_OK)
+        return st;
+    bool mean = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pooling_mode_mean_tokens")),
+         cls = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pooling_mode_cls_token")),
+         max = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pooling_mode_max_tokens")),
+         other = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pooling_mode_mean_sqrt_len_tokens")) ||
+                 cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pooling_mode_weightedmean_tokens")) ||
+                 cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pooling_mode_lasttoken"));
+    cJSON_Delete(c);
+    if (other || mean + cls + max != 1)
+        return hp_fail(err, HP_ERR_UNSUPPORTED,
+                       "%s: pooling other than exactly one of mean, CLS or max tokens is not supported", path);
+    m->info.pooling = cls ? HP_POOL_CLS : max ? HP_POOL_MAX : HP_POOL_MEAN;
+    return HP_OK;
+}
+
 enum hp_status hp_model_open(const char *dir, struct hp_model **out, struct hp_error *err)
 {
     *out = NULL;
@@ -564,6 +591,11 @@ enum hp_status hp_model_open(const char *dir, struct hp_model **out, struct hp_e
         return st;
     }
     m->info.has_lm_head = m->lm_head != NULL;
+    st = read_pooling(m, dir, err);
+    if (st != HP_OK) {
+        hp_model_close(m);
+        return st;
+    }
     *out = m;
     return HP_OK;
 }

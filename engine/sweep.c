@@ -318,7 +318,7 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
     enum hp_status st = hp_model_open(plan->model, &c.model, err);
     if (st == HP_OK) {
         c.info = hp_model_get_info(c.model);
-        st = hp_data_load_for(plan->data, plan->model, plan->seq_len, &c.data, err);
+        st = hp_data_load_for(plan->data, plan->model, c.info, plan->seq_len, &c.data, err);
     }
     if (st == HP_OK)
         st = hp_evaluator_new(c.model, c.data, &c.ev, err);

@@ -2,7 +2,8 @@
  * text.c -- held-out text to token ids, with the model's own tokenizer.
  *
  * Formats:
- *   .txt    documents separated by blank lines, each encoded with the
+ *   .txt    documents separated by blank lines (empty or only spaces, tabs
+ *           and \r), each encoded with the
  *           tokenizer's special tokens (its template: <s> for Llama-2 and
  *           Llama-3, [CLS] ... [SEP] for BERT; GPT-2-style tokenizers, which
  *           declare none, get <|endoftext|> after each document), packed
@@ -39,6 +40,21 @@ static bool jsonl_has_text(const char *buf)
     return text;
 }
 
+/* The offset of the '\n' ending the line that starts at i (len if none). */
+static size_t line_end(const char *buf, size_t len, size_t i)
+{
+    const char *nl = memchr(buf + i, '\n', len - i);
+    return nl ? (size_t)(nl - buf) : len;
+}
+
+static bool blank_line(const char *buf, size_t len, size_t i)
+{
+    for (size_t e = line_end(buf, len, i); i < e; i++)
+        if (buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\r')
+            return false;
+    return true;
+}
+
 struct rows {
     int32_t *ids; /* growing stream (.txt) */
     size_t n, cap;
@@ -73,27 +89,32 @@ static enum hp_status load_txt(const char *path, char *buf, size_t len, const st
     int n_docs = 0;
     size_t line = 1;
     for (size_t i = 0; st == HP_OK && i < len;) {
-        /* a document: lines up to the next blank line */
-        while (i < len && buf[i] == '\n')
-            i++, line++;
-        size_t s = i;
-        while (i < len && !(buf[i] == '\n' && (i + 1 == len || buf[i + 1] == '\n')))
-            i++;
-        if (i == s)
+        /* skip blank lines (empty, or only spaces, tabs and \r), then take lines up to the next one */
+        while (i < len && blank_line(buf, len, i)) {
+            i = line_end(buf, len, i) + 1;
+            line++;
+        }
+        if (i >= len)
             break;
-        struct hp_encoding e;
-        st = hp_tokenizer_encode(t, buf + s, i - s, NULL, 0, true, &e, err);
+        size_t s = i, doc_line = line;
+        while (i < len && !blank_line(buf, len, i)) {
+            i = line_end(buf, len, i) + 1;
+            line++;
+        }
+        size_t e = i > len ? len : i;
+        while (e > s && (buf[e - 1] == '\n' || buf[e - 1] == '\r'))
+            e--;
+        struct hp_encoding enc;
+        st = hp_tokenizer_encode(t, buf + s, e - s, NULL, 0, true, &enc, err);
         if (st != HP_OK) {
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "%s", err->msg);
-            st = hp_fail(err, st, "%s: document starting on line %zu: %s", path, line, msg);
+            st = hp_fail(err, st, "%s: the document starting on line %zu: %s", path, doc_line, msg);
             break;
         }
-        if (!rows_put(&r, e.ids, (size_t)e.n) || (eot >= 0 && !rows_put(&r, &eot, 1)))
+        if (!rows_put(&r, enc.ids, (size_t)enc.n) || (eot >= 0 && !rows_put(&r, &eot, 1)))
             st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-        for (size_t k = s; k < i; k++)
-            line += buf[k] == '\n';
-        hp_encoding_free(&e);
+        hp_encoding_free(&enc);
         n_docs++;
     }
     if (st == HP_OK && r.n < (size_t)seq_len)
@@ -181,8 +202,8 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
     return st;
 }
 
-enum hp_status hp_data_load_for(const char *path, const char *model_dir, int seq_len, struct hp_data **out,
-                                struct hp_error *err)
+enum hp_status hp_data_load_for(const char *path, const char *model_dir, const struct hp_model_info *info,
+                                int seq_len, struct hp_data **out, struct hp_error *err)
 {
     *out = NULL;
     bool txt = ext_is(path, "txt"), jl = ext_is(path, "jsonl");
@@ -199,6 +220,11 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, int seq
     }
     struct hp_tokenizer *t = NULL;
     st = hp_tokenizer_open(model_dir, &t, err);
+    if (st == HP_OK && info && hp_tokenizer_n_ids(t) > info->n_vocab)
+        st = hp_fail(err, HP_ERR_SHAPE,
+                     "%s: the tokenizer has %d token ids but the model's embedding has %d rows (a tokenizer from "
+                     "another model?)",
+                     model_dir, hp_tokenizer_n_ids(t), info->n_vocab);
     if (st == HP_OK)
         st = txt ? load_txt(path, buf, len, t, seq_len, out, err) : load_text_jsonl(path, buf, len, t, seq_len, out, err);
     hp_tokenizer_free(t);

@@ -88,6 +88,9 @@ struct hp_model_info {
     char dtype[8];  /* stored dtype of the weights: "f32", "f16", "bf16" */
     bool causal;       /* decoder (GPT-2, Llama) vs encoder (BERT) */
     bool has_lm_head;  /* logits available: causal LM head or BERT MLM head */
+    /* encoders: how a sentence embedding is pooled from the final hidden states, as
+     * sentence-transformers' 1_Pooling/config.json declares (mean when absent) */
+    enum hp_pooling { HP_POOL_MEAN, HP_POOL_CLS, HP_POOL_MAX } pooling;
 };
 
 struct hp_model;
@@ -167,10 +170,12 @@ enum hp_status hp_data_load(const char *path, int seq_len, struct hp_data **out,
  * (documents separated by blank lines, each with the tokenizer's special
  * tokens, packed into rows of seq_len, which is then required) and .jsonl
  * with "text" (or "text_a"/"text_b" pairs; one padded row each, cut to
- * seq_len when it is given). Files of ids go to hp_data_load.
+ * seq_len when it is given). Files of ids go to hp_data_load. info (may be
+ * NULL) is the model's: a tokenizer that can make ids its embedding does not
+ * have is refused.
  */
-enum hp_status hp_data_load_for(const char *path, const char *model_dir, int seq_len,
-                                struct hp_data **out, struct hp_error *err);
+enum hp_status hp_data_load_for(const char *path, const char *model_dir, const struct hp_model_info *info,
+                                int seq_len, struct hp_data **out, struct hp_error *err);
 void hp_data_free(struct hp_data *d);
 
 /* Every id, and every label but -100, must be in [0, n_vocab): else HP_ERR_ARG

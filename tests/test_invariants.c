@@ -202,3 +202,98 @@ Test(invariants, kv_group_equals_its_query_heads)
     hp_data_free(d);
     hp_model_close(m);
 }
+
+// --- pooling as the checkpoint declares (1_Pooling/config.json) ---------------------------
+
+/* A copy of the bert-encoder fixture with a 1_Pooling/config.json of the given text. */
+static void pooled_copy(char *tmp, size_t n, const char *pooling)
+{
+    char src[1024], cmd[4096], path[256];
+    fixture("bert-encoder", src, sizeof src);
+    tu_mkdtemp(tmp, n, "pool");
+    snprintf(cmd, sizeof cmd, "cp '%s'/config.json '%s'/model.safetensors '%s'/data.jsonl '%s'/ && mkdir '%s'/1_Pooling",
+             src, src, src, tmp, tmp);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/1_Pooling/config.json", tmp);
+    tu_spit(path, pooling, strlen(pooling));
+}
+
+/* The cosine the evaluator reports equals one computed here from the raw outputs, pooled by mode. */
+static void check_pooling(const char *json, enum hp_pooling mode)
+{
+    char tmp[64], path[128];
+    pooled_copy(tmp, sizeof tmp, json);
+    snprintf(path, sizeof path, "%s/data.jsonl", tmp);
+    struct hp_error err;
+    struct hp_model *m;
+    struct hp_data *d;
+    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+    const struct hp_model_info *in = hp_model_get_info(m);
+    cr_assert_eq(in->pooling, mode);
+    cr_assert_eq(hp_data_load(path, 0, &d, &err), HP_OK, "%s", err.msg);
+    struct hp_mask *mask;
+    cr_assert_eq(hp_mask_parse("0.1,1.0", false, in, &mask, &err), HP_OK, "%s", err.msg);
+    struct hp_evaluator *ev;
+    struct hp_metrics *mt;
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_run(ev, mask, HP_ABLATE_ZERO, &mt, &err), HP_OK, "%s", err.msg);
+    const int D = in->d_model;
+    for (int s = 0; s < d->n_seqs; s++) {
+        float *a = run(m, d, s, NULL), *b = run(m, d, s, mask);
+        double dot = 0, na = 0, nb = 0;
+        for (int i = 0; i < D; i++) {
+            double pa = 0, pb = 0;
+            int n = 0;
+            for (int t = 0; t < d->seq_len; t++) {
+                if (d->attn_mask && !d->attn_mask[(size_t)s * d->seq_len + t])
+                    continue;
+                double x = a[(size_t)t * D + i], y = b[(size_t)t * D + i];
+                if (mode == HP_POOL_CLS && n == 0)
+                    pa = x, pb = y;
+                else if (mode == HP_POOL_MAX)
+                    pa = n ? (x > pa ? x : pa) : x, pb = n ? (y > pb ? y : pb) : y;
+                else if (mode == HP_POOL_MEAN)
+                    pa += x, pb += y;
+                n++;
+            }
+            dot += pa * pb, na += pa * pa, nb += pb * pb;
+        }
+        double want = dot / sqrt(na * nb); /* the mean's 1/n cancels in the cosine */
+        cr_assert(fabs(mt->seq_cos[s] - want) <= 1e-6, "seq %d: cos %.9f, computed here %.9f", s, mt->seq_cos[s],
+                  want);
+        free(a), free(b);
+    }
+    hp_metrics_free(mt);
+    hp_evaluator_free(ev);
+    hp_mask_free(mask);
+    hp_data_free(d);
+    hp_model_close(m);
+    tu_rmrf(tmp);
+}
+
+Test(invariants, pooling_cls_as_declared)
+{
+    check_pooling("{\"pooling_mode_cls_token\": true, \"pooling_mode_mean_tokens\": false}", HP_POOL_CLS);
+}
+
+Test(invariants, pooling_max_as_declared)
+{
+    check_pooling("{\"pooling_mode_max_tokens\": true, \"pooling_mode_mean_tokens\": false}", HP_POOL_MAX);
+}
+
+Test(invariants, pooling_mean_as_declared)
+{
+    check_pooling("{\"pooling_mode_mean_tokens\": true}", HP_POOL_MEAN);
+}
+
+Test(invariants, unsupported_pooling_is_refused)
+{
+    char tmp[64];
+    pooled_copy(tmp, sizeof tmp, "{\"pooling_mode_mean_sqrt_len_tokens\": true}");
+    struct hp_error err;
+    struct hp_model *m;
+    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "1_Pooling/config.json: pooling other than exactly one of mean, CLS or max"), "%s",
+              err.msg);
+    tu_rmrf(tmp);
+}

@@ -292,7 +292,7 @@ Test(tokenizer, txt_documents_packed_with_the_separator, .init = mk, .fini = rm)
     snprintf(dir, sizeof dir, "%s/tokenizers/gpt2-bpe", getenv("HP_FIXTURES"));
     struct hp_error err = {0};
     struct hp_data *d;
-    cr_assert_eq(hp_data_load_for(path, dir, 16, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load_for(path, dir, NULL, 16, &d, &err), HP_OK, "%s", err.msg);
     cr_assert_eq(d->seq_len, 16);
     cr_assert_eq(d->n_seqs, n / 16, "%d rows from %d tokens", d->n_seqs, n);
     cr_assert_arr_eq(d->ids, stream, (size_t)d->n_seqs * 16 * sizeof(int32_t));
@@ -317,7 +317,7 @@ Test(tokenizer, jsonl_text_pairs_padded_with_types, .init = mk, .fini = rm)
     cr_assert_eq(hp_tokenizer_encode(t, "The cat sat.", 12, "A dog ran!", 10, true, &a, &err), HP_OK);
     cr_assert_eq(hp_tokenizer_encode(t, "Hi", 2, "there", 5, true, &b, &err), HP_OK);
     struct hp_data *d;
-    cr_assert_eq(hp_data_load_for(path, dir, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load_for(path, dir, NULL, 0, &d, &err), HP_OK, "%s", err.msg);
     cr_assert_eq(d->n_seqs, 2);
     cr_assert_eq(d->seq_len, a.n, "padded to the longest row");
     cr_assert_arr_eq(d->ids, a.ids, (size_t)a.n * sizeof(int32_t));
@@ -345,7 +345,7 @@ Test(tokenizer, text_that_is_not_utf8_names_file_and_line, .init = mk, .fini = r
     snprintf(dir, sizeof dir, "%s/tokenizers/gpt2-bpe", getenv("HP_FIXTURES"));
     struct hp_error err = {0};
     struct hp_data *d = (struct hp_data *)1;
-    cr_assert_neq(hp_data_load_for(path, dir, 4, &d, &err), HP_OK);
+    cr_assert_neq(hp_data_load_for(path, dir, NULL, 4, &d, &err), HP_OK);
     cr_assert_null(d);
     cr_assert(strstr(err.msg, path) && strstr(err.msg, "line 3") && strstr(err.msg, "not valid UTF-8"), "%s", err.msg);
 }
@@ -358,6 +358,26 @@ Test(tokenizer, text_without_a_tokenizer_says_so, .init = mk, .fini = rm)
     tu_spit(path, rows, strlen(rows));
     struct hp_error err = {0};
     struct hp_data *d;
-    cr_assert_eq(hp_data_load_for(path, g_tmp, 0, &d, &err), HP_ERR_IO);
+    cr_assert_eq(hp_data_load_for(path, g_tmp, NULL, 0, &d, &err), HP_ERR_IO);
     cr_assert(strstr(err.msg, "no tokenizer.json"), "%s", err.msg);
+}
+
+Test(tokenizer, tokenizer_larger_than_the_models_embedding_is_refused, .init = mk, .fini = rm)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/t.jsonl", g_tmp);
+    const char *rows = "{\"text\": \"hello\"}\n";
+    tu_spit(path, rows, strlen(rows));
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tokenizers/minilm", getenv("HP_FIXTURES"));
+    struct hp_model_info info = tu_info(2, 4, 4);
+    info.n_vocab = 1000; /* MiniLM's tokenizer has 30522 ids */
+    struct hp_error err = {0};
+    struct hp_data *d;
+    cr_assert_eq(hp_data_load_for(path, dir, &info, 0, &d, &err), HP_ERR_SHAPE);
+    cr_assert(strstr(err.msg, "the tokenizer has 30522 token ids but the model's embedding has 1000 rows"), "%s",
+              err.msg);
+    info.n_vocab = 30522;
+    cr_assert_eq(hp_data_load_for(path, dir, &info, 0, &d, &err), HP_OK, "%s", err.msg);
+    hp_data_free(d);
 }
