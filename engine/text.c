@@ -62,6 +62,8 @@ struct rows {
 
 static bool rows_put(struct rows *r, const int32_t *v, size_t n)
 {
+    if (n == 0)
+        return true;
     if (r->n + n > r->cap) {
         size_t cap = r->cap ? r->cap : 4096;
         while (cap < r->n + n)

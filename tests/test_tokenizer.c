@@ -152,7 +152,8 @@ static void check_fallback(const char *name, const char *const *files, int n_fil
         cr_assert_eq(hp_tokenizer_encode(a, c.line[l], c.len[l], NULL, 0, true, &x, &err), HP_OK);
         cr_assert_eq(hp_tokenizer_encode(b, c.line[l], c.len[l], NULL, 0, true, &y, &err), HP_OK);
         cr_assert_eq(x.n, y.n, "%s line %d: %d ids from %s, %d from tokenizer.json", name, l, y.n, files[0], x.n);
-        cr_assert_arr_eq(x.ids, y.ids, (size_t)x.n * sizeof(int32_t), "%s line %d", name, l);
+        if (x.n > 0)
+            cr_assert_arr_eq(x.ids, y.ids, (size_t)x.n * sizeof(int32_t), "%s line %d", name, l);
         hp_encoding_free(&x);
         hp_encoding_free(&y);
     }
