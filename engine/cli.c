@@ -314,7 +314,8 @@ static int cmd_eval(int argc, char **argv)
             printf("loss      %.6f nats/token   ppl %.4f   acc %.4f   KL %.6f nats\n", mt->loss, mt->ppl, mt->acc,
                    mt->kl);
         if (mt->has_cos)
-            printf("cosine    %.6f (mean-pooled final hidden states vs the unmasked model)\n", mt->cos);
+            printf("cosine    %.6f (%s-pooled final hidden states vs the unmasked model)\n", mt->cos,
+                   in->pooling == HP_POOL_CLS ? "CLS" : in->pooling == HP_POOL_MAX ? "max" : "mean");
         printf("tokens    %lld scored in %d sequences, %.2f s (BLIS kernel %s%s)\n", (long long)mt->n_tokens,
                mt->n_seqs, secs, hp_runtime_kernel(), hp_runtime_kernel_from_env() ? ", from BLIS_ARCH_TYPE" : "");
     }
