@@ -138,6 +138,7 @@ void hp_data_free(struct hp_data *d)
     free(d->labels);
     free(d->attn_mask);
     free(d->type_ids);
+    free(d->seq_labels);
     free(d);
 }
 
@@ -648,6 +649,7 @@ struct jl {
     int seq_len;      // from the first row (or the caller)
     int first_line;   // line of the first row
     bool has[N_FIELDS];
+    bool has_label;   // a "label" per row (sequence classification)
     int n_rows, max_rows;
     struct hp_data *d;
 };
@@ -685,6 +687,9 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
                                        j->has[F_MASK], j->has[F_TYPES], &j->d, err);
         if (st)
             return st;
+        j->has_label = cJSON_GetObjectItemCaseSensitive(obj, "label") != NULL;
+        if (j->has_label && !(j->d->seq_labels = malloc((size_t)j->max_rows * sizeof(int32_t))))
+            return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
     } else if (n != j->seq_len) {
         return hp_fail(err, HP_ERR_SHAPE, "%s:%d: row has %d ids, expected %d (all rows must "
                     "have the same length; pad and set attention_mask)", path, line, n,
@@ -708,6 +713,13 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
     assert(j->n_rows < j->max_rows);
     size_t base = (size_t)j->n_rows * (size_t)j->seq_len;
     struct hp_data *d = j->d;
+    const cJSON *label = cJSON_GetObjectItemCaseSensitive(obj, "label");
+    if ((label != NULL) != j->has_label)
+        return hp_fail(err, HP_ERR_FORMAT, "%s:%d: row %s \"label\" but line %d %s (give it on every row or on none)",
+                       path, line, label ? "has" : "has no", j->first_line, label ? "does not" : "does");
+    if (label && !json_int(label, 0, INT32_MAX, &d->seq_labels[j->n_rows]))
+        return hp_fail(err, HP_ERR_FORMAT, "%s:%d: \"label\" is not a class id (a non-negative integer; use text "
+                       "data for label names)", path, line);
     int i = 0;
     const cJSON *v;
     cJSON_ArrayForEach(v, ids) {

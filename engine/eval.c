@@ -23,7 +23,9 @@ struct hp_evaluator {
     const struct hp_data *d;
     int batch;        /* sequences per forward call */
     int width;        /* forward output row width */
-    bool has_loss;    /* causal LM, or MLM with labels */
+    bool has_loss;    /* causal LM, or MLM with labels, or a classifier */
+    bool has_cls;     /* sequence classifier: one (n_labels) row of logits per sequence */
+    float *base_cls;  /* NULL or (n_seqs, n_labels): the unmasked model's class logits */
     struct hp_fwd *fwd; /* NULL or a workspace for one chunk (plain path, mean statistics) */
     float *out_m;     /* NULL or (batch, seq_len, width): a variant's outputs (plain path) */
     float *out_b;     /* NULL or (batch, seq_len, width): the unmasked reference when base_all is too big */
@@ -63,7 +65,16 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
                 return hp_fail(err, HP_ERR_ARG, "%s: token type %d at row %zu, position %zu is outside the model's %d types",
                                d->path, d->type_ids[i], i / d->seq_len, i % d->seq_len, m->n_types);
     }
-    bool has_loss = in->causal || (m->lm_head && d->labels);
+    const bool has_cls = m->classifier.p != NULL;
+    if (has_cls && !d->seq_labels)
+        return hp_fail(err, HP_ERR_ARG,
+                       "%s: %s is a sequence classifier (%d classes) but the data has no \"label\" per row", d->path,
+                       m->dir, in->n_labels);
+    for (int i = 0; has_cls && i < d->n_seqs; i++)
+        if (d->seq_labels[i] >= in->n_labels)
+            return hp_fail(err, HP_ERR_ARG, "%s: label %d of row %d is not one of the model's %d classes (0..%d)",
+                           d->path, d->seq_labels[i], i, in->n_labels, in->n_labels - 1);
+    bool has_loss = in->causal || (m->lm_head && d->labels) || has_cls;
     if (!in->causal && m->lm_head && !d->labels)
         return hp_fail(err, HP_ERR_ARG,
                        "%s: %s has an MLM head but the data has no \"labels\" (give labels with -100 for unscored positions)",
@@ -74,6 +85,7 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
     ev->m = m;
     ev->d = d;
     ev->has_loss = has_loss;
+    ev->has_cls = has_cls;
     ev->width = hp_fwd_out_width(m);
     /* Sequences go through the forward together, so the products have about
      * HP_CHUNK_ROWS rows, within HP_CHUNK_BYTES of outputs per buffer. */
@@ -105,6 +117,7 @@ void hp_evaluator_free(struct hp_evaluator *ev)
     free(ev->tok_ok);
     free(ev->mean_all);
     free(ev->mean_pos);
+    free(ev->base_cls);
     reuse_free(ev->ru);
     free(ev);
 }
@@ -453,6 +466,46 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct tot
     tot->tokens += nt;
 }
 
+/*
+ * Sequence s of a classifier: loss (cross-entropy against its label),
+ * accuracy and, against the unmasked logits zb (NULL: the same model), KL.
+ * One scored item per sequence.
+ */
+static void score_cls(const struct hp_evaluator *ev, struct hp_metrics *mt, struct totals *tot, int s,
+                      const float *zm, const float *zb)
+{
+    const int C = ev->m->info.n_labels, y = ev->d->seq_labels[s];
+    double lse_m = row_lse(zm, C), kl = 0;
+    if (zb) {
+        double lse_b = row_lse(zb, C);
+        for (int c = 0; c < C; c++) {
+            double lb = zb[c] - lse_b, lm = zm[c] - lse_m;
+            kl += exp(lb) * (lb - lm);
+        }
+    }
+    mt->seq_tokens[s] = 1;
+    mt->seq_loss[s] = lse_m - zm[y];
+    mt->seq_acc[s] = row_argmax(zm, C) == y;
+    mt->seq_kl[s] = kl;
+    tot->loss += mt->seq_loss[s];
+    tot->acc += mt->seq_acc[s];
+    tot->kl += kl;
+    tot->tokens++;
+}
+
+/* The unmasked model's class logits for every sequence, once. */
+static enum hp_status ensure_base_cls(struct hp_evaluator *ev, struct hp_error *err)
+{
+    if (ev->base_cls)
+        return HP_OK;
+    const int C = ev->m->info.n_labels;
+    if (!(ev->base_cls = malloc((size_t)ev->d->n_seqs * C * sizeof(float))))
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    for (int s = 0; s < ev->d->n_seqs; s += ev->batch)
+        run_chunk(ev, s, chunk_len(ev, s), NULL, HP_ABLATE_ZERO, ev->base_cls + (size_t)s * C, NULL);
+    return HP_OK;
+}
+
 static struct hp_metrics *metrics_new(const struct hp_evaluator *ev)
 {
     struct hp_metrics *mt = calloc(1, sizeof *mt);
@@ -511,6 +564,21 @@ static enum hp_status run_plain(struct hp_evaluator *ev, const struct hp_mask *m
         return st;
     bool scaled = first_changed(mask, ev->m->info.n_layers, ev->m->info.n_heads) < ev->m->info.n_layers;
     const float *gate = mask ? mask->gate : NULL;
+    if (ev->has_cls) {
+        const int C = ev->m->info.n_labels;
+        if (scaled && (st = ensure_base_cls(ev, err)) != HP_OK)
+            return st;
+        for (int s0 = 0; s0 < d->n_seqs; s0 += ev->batch) {
+            int nb = chunk_len(ev, s0);
+            run_chunk(ev, s0, nb, gate, abl, ev->out_m, NULL);
+            for (int j = 0; j < nb; j++)
+                score_cls(ev, mt, tot, s0 + j, ev->out_m + (size_t)j * C,
+                          scaled ? ev->base_cls + (size_t)(s0 + j) * C : NULL);
+            if (ev->progress)
+                ev->progress(ev->progress_user, s0 + nb, d->n_seqs);
+        }
+        return HP_OK;
+    }
     const size_t per = (size_t)d->seq_len * ev->width;
     for (int s0 = 0; s0 < d->n_seqs; s0 += ev->batch) {
         int nb = chunk_len(ev, s0);
@@ -573,6 +641,7 @@ struct reuse {
     float *pb;               /* (n_sc, V) the unmasked model's exp(logit - max) */
     double *b_c, *b_p, *b_lse, *b_tl, *b_ta; /* (batch * T) per scored row: sum q z, sum q, lse, loss, correct */
     float *base_h;           /* (batch * T, d) unmasked final rows (encoders) */
+    float *cls_base, *cls_z; /* (batch, n_labels), (max_blocks * batch, n_labels): classifier logits */
     float *hc;               /* (max_blocks * batch * T, d) gathered rows */
     float *lg;               /* (max_blocks * batch * T, vocab_block(V)) one logits block */
     struct lmrow *st;        /* (max_blocks * batch * T) */
@@ -589,6 +658,8 @@ static void reuse_free(struct reuse *ru)
     free(ru->pb);
     free(ru->b_c);
     free(ru->base_h);
+    free(ru->cls_base);
+    free(ru->cls_z);
     free(ru->hc);
     free(ru->lg);
     free(ru->st);
@@ -609,7 +680,11 @@ static struct reuse *reuse_new(const struct hp_evaluator *ev)
     ru->fwd = hp_fwd_new(ev->m, ev->d->seq_len, ru->max_blocks * ev->batch);
     ru->save_buf = malloc(L * R * (2 * d + qd) * sizeof(float));
     ru->hc = malloc(rows * d * sizeof(float));
-    if (ev->has_loss) {
+    if (ev->has_cls) {
+        size_t C = (size_t)in->n_labels;
+        ru->cls_base = malloc((size_t)ev->batch * C * sizeof(float));
+        ru->cls_z = malloc((size_t)ru->max_blocks * ev->batch * C * sizeof(float));
+    } else if (ev->has_loss) {
         ru->sc_row = malloc(R * sizeof(int));
         ru->sc_y = malloc(R * sizeof(int32_t));
         ru->pb = malloc(R * (size_t)in->n_vocab * sizeof(float));
@@ -620,7 +695,9 @@ static struct reuse *reuse_new(const struct hp_evaluator *ev)
         ru->base_h = malloc(R * d * sizeof(float));
     }
     if (!ru->fwd || !ru->save_buf || !ru->hc ||
-        (ev->has_loss ? !ru->sc_row || !ru->sc_y || !ru->pb || !ru->b_c || !ru->lg || !ru->st : !ru->base_h)) {
+        (ev->has_cls    ? !ru->cls_base || !ru->cls_z
+         : ev->has_loss ? !ru->sc_row || !ru->sc_y || !ru->pb || !ru->b_c || !ru->lg || !ru->st
+                        : !ru->base_h)) {
         reuse_free(ru);
         return NULL;
     }
@@ -743,6 +820,10 @@ static void reuse_base(struct hp_evaluator *ev, struct reuse *ru, int s0, int nb
     a.save = &ru->save;
     const float *h = hp_fwd_run(ev->m, ru->fwd, &a);
     ru->saved_s0 = s0;
+    if (ev->has_cls) {
+        hp_fwd_classify(ev->m, h, nb, T, ru->cls_base);
+        return;
+    }
     if (!ev->has_loss) {
         memcpy(ru->base_h, h, (size_t)R * ev->m->info.d_model * sizeof(float));
         return;
@@ -868,7 +949,10 @@ static enum hp_status run_reuse(struct hp_evaluator *ev, const struct hp_mask *c
                 /* nothing changed: the unmasked pass's own metrics */
                 for (int j = 0; j < k; j++) {
                     int i = order[g + j];
-                    if (ev->has_loss)
+                    if (ev->has_cls)
+                        for (int b = 0; b < nb; b++)
+                            score_cls(ev, mts[i], &tots[i], s0 + b, ru->cls_base + (size_t)b * in->n_labels, NULL);
+                    else if (ev->has_loss)
                         score_lm(ev, ru, -1, s0, nb, mts[i], &tots[i]);
                     else
                         score_enc(ev, ru, NULL, 0, s0, nb, mts[i], &tots[i]);
@@ -879,6 +963,15 @@ static enum hp_status run_reuse(struct hp_evaluator *ev, const struct hp_mask *c
             a.n_blocks = k;
             a.gates = gates;
             const float *h = hp_fwd_resume(ev->m, ru->fwd, &a, &ru->save, l0);
+            if (ev->has_cls) {
+                const int C = in->n_labels;
+                hp_fwd_classify(ev->m, h, k * nb, T, ru->cls_z);
+                for (int j = 0; j < k; j++)
+                    for (int b = 0; b < nb; b++)
+                        score_cls(ev, mts[order[g + j]], &tots[order[g + j]], s0 + b,
+                                  ru->cls_z + ((size_t)j * nb + b) * C, ru->cls_base + (size_t)b * C);
+                continue;
+            }
             if (ev->has_loss && ru->n_sc > 0) {
                 gather(ev, ru, h, k, nb * T);
                 lm_rows(ev, ru, k * ru->n_sc, false, true);

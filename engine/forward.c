@@ -61,7 +61,7 @@ static int thread_num(void)
 
 int hp_fwd_out_width(const struct hp_model *m)
 {
-    return m->lm_head ? m->info.n_vocab : m->info.d_model;
+    return m->classifier.p ? m->info.n_labels : m->lm_head ? m->info.n_vocab : m->info.d_model;
 }
 
 struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
@@ -543,11 +543,32 @@ static const float *finish(const struct hp_model *m, struct hp_fwd *w, const str
     }
     if (!a->out)
         return hfin;
+    if (m->classifier.p) {
+        hp_fwd_classify(m, hfin, N / a->T, a->T, a->out);
+        return hfin;
+    }
     if (!m->lm_head)
         memcpy(a->out, hfin, n * sizeof(float));
     else
         hp_fwd_logits(m, hfin, N, 0, in->n_vocab, a->out, in->n_vocab);
     return hfin;
+}
+
+void hp_fwd_classify(const struct hp_model *m, const float *h, int n_seqs, int T, float *out)
+{
+    const int d = m->info.d_model, C = m->info.n_labels;
+    float pooled[d];
+    for (int b = 0; b < n_seqs; b++) {
+        /* the pooler reads the first token ([CLS]) of each sequence */
+        hp_gemm(1, d, d, 1.0f, h + (size_t)b * T * d, d, 1, m->pooler.p, m->pooler.rs, m->pooler.cs, 0.0f, pooled, d,
+                1);
+        for (int i = 0; i < d; i++)
+            pooled[i] = tanhf(pooled[i] + m->pooler_b[i]);
+        hp_gemm(1, C, d, 1.0f, pooled, d, 1, m->classifier.p, m->classifier.rs, m->classifier.cs, 0.0f,
+                out + (size_t)b * C, C, 1);
+        for (int i = 0; i < C; i++)
+            out[(size_t)b * C + i] += m->classifier_b[i];
+    }
 }
 
 void hp_fwd_logits(const struct hp_model *m, const float *h, int N, int v0, int nv, float *out, int ldo)

@@ -22,7 +22,8 @@ void hp_fwd_free(struct hp_fwd *w);
 int hp_fwd_capacity(const struct hp_fwd *w); /* T */
 int hp_fwd_batch(const struct hp_fwd *w);    /* B */
 
-/* Width of the forward output: n_vocab with an LM head, else d_model. */
+/* Width of the forward output: n_labels for a classifier (one row per
+ * sequence), n_vocab with an LM head, else d_model. */
 int hp_fwd_out_width(const struct hp_model *m);
 
 /*
@@ -56,7 +57,7 @@ struct hp_fwd_args {
     /* NULL or (n_layers, T, n_heads * d_head): every real token's head outputs are added at its position */
     double *capture;
     const struct hp_fwd_save *save; /* NULL, or filled for later hp_fwd_resume (one block only) */
-    float *out;               /* NULL or (rows, hp_fwd_out_width): logits, or final hidden states */
+    float *out;               /* NULL or (rows, hp_fwd_out_width): logits, or final hidden states; a classifier: (sequences, n_labels) */
 };
 
 /*
@@ -76,6 +77,10 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
  */
 const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a,
                            const struct hp_fwd_save *base, int l0);
+
+/* Classifier logits (n_seqs, n_labels) of a sequence-classification model from
+ * its final rows h (n_seqs * T, d_model): pooler on each first token, then the classifier. */
+void hp_fwd_classify(const struct hp_model *m, const float *h, int n_seqs, int T, float *out);
 
 /* Logits of the vocabulary block [v0, v0 + nv) for N rows h (N, d_model), into out (N, ldo). */
 void hp_fwd_logits(const struct hp_model *m, const float *h, int N, int v0, int nv, float *out, int ldo);

@@ -56,6 +56,7 @@ void hp_digest_data(const struct hp_data *d, char hex[HP_DIGEST_HEX])
     put(&s, shape, sizeof shape);
     put(&s, d->ids, n * sizeof *d->ids);
     put(&s, d->labels, d->labels ? n * sizeof *d->labels : 0);
+    put(&s, d->seq_labels, d->seq_labels ? (size_t)d->n_seqs * sizeof *d->seq_labels : 0);
     put(&s, d->attn_mask, d->attn_mask ? n * sizeof *d->attn_mask : 0);
     put(&s, d->type_ids, d->type_ids ? n * sizeof *d->type_ids : 0);
     finish(&s, hex);

@@ -158,6 +158,26 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
             return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: position_embedding_type \"%s\" is not supported (absolute only)", path, pet);
         in->n_kv_heads = in->n_heads;
         in->causal = false;
+        /* classes of a ForSequenceClassification checkpoint, by id */
+        const cJSON *i2l = cJSON_GetObjectItemCaseSensitive(j, "id2label");
+        int nl = cJSON_IsObject(i2l) ? cJSON_GetArraySize(i2l) : 0;
+        if (nl > 0) {
+            m->label_names = calloc((size_t)nl, sizeof *m->label_names);
+            m->n_label_names = nl;
+            if (!m->label_names)
+                return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+            const cJSON *e;
+            cJSON_ArrayForEach(e, i2l)
+            {
+                char *end;
+                long id = strtol(e->string, &end, 10);
+                if (*end || id < 0 || id >= nl || !cJSON_IsString(e) || m->label_names[id])
+                    return hp_fail(err, HP_ERR_FORMAT, "%s: id2label must map 0..%d to names", path, nl - 1);
+                if (!(m->label_names[id] = strdup(e->valuestring)))
+                    return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+            }
+            in->n_labels = nl;
+        }
     } else if (strcmp(mt, "llama") == 0 || strcmp(mt, "mistral") == 0 || strcmp(mt, "qwen2") == 0) {
         in->arch = HP_ARCH_LLAMA;
         in->n_layers = cfg_int(&c, "num_hidden_layers", -1);
@@ -413,9 +433,24 @@ static void bind_bert(struct binder *b)
         L->ln2_b = bind(b, G("output.LayerNorm.bias"), d, 0, false);
 #undef G
     }
-    /* The MLM head sits outside the "bert." prefix. */
+    /* The MLM head and the classifier sit outside the "bert." prefix. */
     static const char *const none[] = {"", NULL};
     struct binder hb = {m, none, b->err, b->st};
+    if (b->st == HP_OK && hp_st_find(m->st, "classifier.weight")) {
+        if (in->n_labels < 1) {
+            b->st = hp_fail(b->err, HP_ERR_FORMAT, "%s: a classifier without id2label in config.json", m->dir);
+            return;
+        }
+        m->pooler = bind_linear(b, "pooler.dense.weight", d, d);
+        m->pooler_b = bind(b, "pooler.dense.bias", d, 0, false);
+        hb.st = b->st;
+        m->classifier = bind_linear(&hb, "classifier.weight", d, in->n_labels);
+        m->classifier_b = bind(&hb, "classifier.bias", in->n_labels, 0, false);
+        b->st = hb.st;
+        m->info.label_names = (const char *const *)m->label_names;
+    } else {
+        m->info.n_labels = 0;
+    }
     if (b->st == HP_OK && hp_st_find(m->st, "cls.predictions.transform.dense.weight")) {
         m->mlm_dense = bind_linear(&hb, "cls.predictions.transform.dense.weight", d, d);
         m->mlm_dense_b = bind(&hb, "cls.predictions.transform.dense.bias", d, 0, false);
@@ -610,6 +645,9 @@ void hp_model_close(struct hp_model *m)
     free(m->owned);
     free(m->layers);
     free(m->config_text);
+    for (int i = 0; i < m->n_label_names; i++)
+        free(m->label_names[i]);
+    free(m->label_names);
     hp_st_close(m->st);
     free(m);
 }

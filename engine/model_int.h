@@ -55,6 +55,13 @@ struct hp_model {
     /* BERT MLM head: logits = LN(act(h W + b)) E^T + bias */
     struct hp_mat mlm_dense;    /* (d_model, d_model) */
     const float *mlm_dense_b, *mlm_ln_w, *mlm_ln_b, *mlm_bias;
+    /* BERT sequence classification: logits = tanh(h_CLS P + p) C + c */
+    struct hp_mat pooler;       /* (d_model, d_model); p NULL without a classifier */
+    const float *pooler_b;
+    struct hp_mat classifier;   /* (d_model, n_labels) */
+    const float *classifier_b;
+    char **label_names;         /* (n_label_names): id2label */
+    int n_label_names;
 
     struct hp_st_set *st;   /* mapped shards */
     void **owned;           /* converted (f16/bf16) or realigned tensors */

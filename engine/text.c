@@ -16,6 +16,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,11 +130,41 @@ static enum hp_status load_txt(const char *path, char *buf, size_t len, const st
     return st;
 }
 
+/* A row's "label": a class id, or one of the model's id2label names. */
+static enum hp_status parse_label(const char *path, size_t line, const cJSON *v, const struct hp_model_info *info,
+                                  int32_t *out, struct hp_error *err)
+{
+    if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= INT32_MAX &&
+        v->valuedouble == (double)(int32_t)v->valuedouble) {
+        *out = (int32_t)v->valuedouble;
+        return HP_OK;
+    }
+    if (!cJSON_IsString(v))
+        return hp_fail(err, HP_ERR_FORMAT, "%s:%zu: \"label\" is neither a class id nor a class name", path, line);
+    char names[256] = "";
+    for (int i = 0; info && i < info->n_labels; i++) {
+        if (strcmp(info->label_names[i], v->valuestring) == 0) {
+            *out = i;
+            return HP_OK;
+        }
+        size_t k = strlen(names);
+        snprintf(names + k, sizeof names - k, "%s%s", i ? ", " : "", info->label_names[i]);
+    }
+    if (!info || info->n_labels == 0)
+        return hp_fail(err, HP_ERR_FORMAT, "%s:%zu: label \"%s\" names a class but the model has no id2label", path,
+                       line, v->valuestring);
+    return hp_fail(err, HP_ERR_ARG, "%s:%zu: label \"%s\" is not one of the model's id2label (%s)", path, line,
+                   v->valuestring, names);
+}
+
 static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, const struct hp_tokenizer *t,
-                                      int seq_len, struct hp_data **out, struct hp_error *err)
+                                      const struct hp_model_info *info, int seq_len, struct hp_data **out,
+                                      struct hp_error *err)
 {
     struct hp_encoding *enc = NULL;
-    int n = 0, cap = 0, longest = 0;
+    int32_t *labels = NULL;
+    int n = 0, cap = 0, longest = 0, first_line = 0;
+    bool has_label = false;
     enum hp_status st = HP_OK;
     size_t line = 0;
     for (size_t i = 0; st == HP_OK && i < len;) {
@@ -161,11 +192,24 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
             if (n == cap) {
                 cap = cap ? 2 * cap : 64;
                 struct hp_encoding *p = realloc(enc, (size_t)cap * sizeof *p);
-                if (!p)
-                    st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-                else
+                int32_t *q = p ? realloc(labels, (size_t)cap * sizeof *q) : NULL;
+                if (p)
                     enc = p;
+                if (q)
+                    labels = q;
+                if (!p || !q)
+                    st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
             }
+            const cJSON *lab = cJSON_GetObjectItemCaseSensitive(o, "label");
+            if (n == 0) {
+                has_label = lab != NULL;
+                first_line = (int)line;
+            }
+            if (st == HP_OK && (lab != NULL) != has_label)
+                st = hp_fail(err, HP_ERR_FORMAT, "%s:%zu: row %s \"label\" but line %d %s (give it on every row or on none)",
+                             path, line, lab ? "has" : "has no", first_line, lab ? "does not" : "does");
+            if (st == HP_OK && lab)
+                st = parse_label(path, line, lab, info, &labels[n], err);
             if (st == HP_OK) {
                 const char *sb = b ? b->valuestring : NULL;
                 st = hp_tokenizer_encode(t, a->valuestring, strlen(a->valuestring), sb, sb ? strlen(sb) : 0, true,
@@ -187,7 +231,11 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
     int T = seq_len > 0 ? seq_len : longest;
     if (st == HP_OK && T < 1)
         st = hp_fail(err, HP_ERR_SHAPE, "%s: every text encodes to no tokens", path);
-    if (st == HP_OK && (st = hp_data_alloc(path, n, T, false, true, true, out, err)) == HP_OK) {
+    if (st == HP_OK && (st = hp_data_alloc(path, n, T, false, true, true, out, err)) == HP_OK && has_label) {
+        (*out)->seq_labels = labels;
+        labels = NULL;
+    }
+    if (st == HP_OK) {
         int32_t pad = hp_tokenizer_pad(t);
         for (int r = 0; r < n; r++)
             for (int k = 0; k < T; k++) {
@@ -201,6 +249,7 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
     for (int r = 0; r < n; r++)
         hp_encoding_free(&enc[r]);
     free(enc);
+    free(labels);
     return st;
 }
 
@@ -228,7 +277,8 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
                      "another model?)",
                      model_dir, hp_tokenizer_n_ids(t), info->n_vocab);
     if (st == HP_OK)
-        st = txt ? load_txt(path, buf, len, t, seq_len, out, err) : load_text_jsonl(path, buf, len, t, seq_len, out, err);
+        st = txt ? load_txt(path, buf, len, t, seq_len, out, err)
+                 : load_text_jsonl(path, buf, len, t, info, seq_len, out, err);
     hp_tokenizer_free(t);
     free(buf);
     return st;

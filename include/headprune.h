@@ -91,6 +91,10 @@ struct hp_model_info {
     /* encoders: how a sentence embedding is pooled from the final hidden states, as
      * sentence-transformers' 1_Pooling/config.json declares (mean when absent) */
     enum hp_pooling { HP_POOL_MEAN, HP_POOL_CLS, HP_POOL_MAX } pooling;
+    /* BERT ForSequenceClassification (pooler + classifier): its classes, named as
+     * config.json's id2label names them; 0 and NULL for other models */
+    int n_labels;
+    const char *const *label_names;
 };
 
 struct hp_model;
@@ -148,6 +152,7 @@ struct hp_data {
     int32_t *labels;    /* NULL or (n_seqs, seq_len); -100 = ignore (MLM) */
     uint8_t *attn_mask; /* NULL or (n_seqs, seq_len); 1 = real token, 0 = pad */
     int32_t *type_ids;  /* NULL or (n_seqs, seq_len); BERT token types */
+    int32_t *seq_labels; /* NULL or (n_seqs): each sequence's class (classification) */
     char path[512];
 };
 

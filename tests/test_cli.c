@@ -340,3 +340,27 @@ Test(cli, tokenize_without_tokenizer_files)
     snprintf(args, sizeof args, "tokenize --model %s", tmp);
     expect_error(args, "no tokenizer.json, vocab.txt or vocab.json + merges.txt");
 }
+
+#define BERT_CLS "tests/fixtures/bert-cls"
+
+Test(cli, classifier_reports_accuracy_on_labelled_rows)
+{
+    cr_assert_eq(hp("eval --model " BERT_CLS " --data " BERT_CLS "/data.jsonl --mask 0.1 --json"), 0, "%s", errs);
+    cr_assert(strstr(out, "\"acc\""), "%s", out);
+}
+
+Test(cli, classifier_without_labels)
+{
+    char args[512];
+    write_file("nolabel.jsonl", "{\"ids\": [2, 5, 6]}\n{\"ids\": [2, 7, 8]}\n");
+    snprintf(args, sizeof args, "eval --model " BERT_CLS " --data %s/nolabel.jsonl", tmp);
+    expect_error(args, "is a sequence classifier (3 classes) but the data has no \"label\" per row");
+}
+
+Test(cli, classifier_label_out_of_range)
+{
+    char args[512];
+    write_file("badlabel.jsonl", "{\"ids\": [2, 5, 6], \"label\": 1}\n{\"ids\": [2, 7, 8], \"label\": 7}\n");
+    snprintf(args, sizeof args, "eval --model " BERT_CLS " --data %s/badlabel.jsonl", tmp);
+    expect_error(args, "label 7 of row 1 is not one of the model's 3 classes (0..2)");
+}

@@ -184,3 +184,4 @@ Test(reference, llama_gqa_sharded) { check_fixture("llama-gqa-sharded"); }
 Test(reference, llama_tied_bf16) { check_fixture("llama-tied-bf16"); }
 Test(reference, qwen2_bias_f16) { check_fixture("qwen2-bias"); }
 Test(reference, stories260K_real_checkpoint) { check_fixture("stories260K"); }
+Test(reference, bert_sequence_classification) { check_fixture("bert-cls"); }

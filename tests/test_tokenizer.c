@@ -382,3 +382,32 @@ Test(tokenizer, tokenizer_larger_than_the_models_embedding_is_refused, .init = m
     cr_assert_eq(hp_data_load_for(path, dir, &info, 0, &d, &err), HP_OK, "%s", err.msg);
     hp_data_free(d);
 }
+
+Test(tokenizer, text_label_names_map_to_id2label, .init = mk, .fini = rm)
+{
+    char path[256], dir[1024];
+    snprintf(path, sizeof path, "%s/nli.jsonl", g_tmp);
+    const char *rows = "{\"text_a\": \"A man sleeps.\", \"text_b\": \"Nobody sleeps.\", \"label\": \"contradiction\"}\n"
+                       "{\"text_a\": \"A dog runs.\", \"text_b\": \"An animal moves.\", \"label\": 0}\n";
+    tu_spit(path, rows, strlen(rows));
+    snprintf(dir, sizeof dir, "%s/tokenizers/minilm", getenv("HP_FIXTURES"));
+    static const char *const names[] = {"entailment", "neutral", "contradiction"};
+    struct hp_model_info info = tu_info(2, 4, 4);
+    info.n_vocab = 30522;
+    info.n_labels = 3;
+    info.label_names = names;
+    struct hp_error err = {0};
+    struct hp_data *d;
+    cr_assert_eq(hp_data_load_for(path, dir, &info, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_not_null(d->seq_labels);
+    cr_assert_eq(d->seq_labels[0], 2);
+    cr_assert_eq(d->seq_labels[1], 0);
+    hp_data_free(d);
+    /* a name the model does not have */
+    rows = "{\"text\": \"fine\", \"label\": \"entailment\"}\n{\"text\": \"odd\", \"label\": \"maybe\"}\n";
+    tu_spit(path, rows, strlen(rows));
+    cr_assert_eq(hp_data_load_for(path, dir, &info, 0, &d, &err), HP_ERR_ARG);
+    cr_assert(strstr(err.msg, "nli.jsonl:2: label \"maybe\" is not one of the model's id2label (entailment, neutral, "
+                              "contradiction)"),
+              "%s", err.msg);
+}
