@@ -11,7 +11,8 @@
  *   .jsonl  with "text" (or "text_a" and "text_b"): one row per object,
  *           encoded with special tokens, padded to the longest row (or cut
  *           to seq_len when one is given) under an attention mask.
- * Any other file goes to hp_data_load unchanged.
+ * Any other file goes to hp_data_load unchanged. Tokenized text is cached by
+ * digest (below).
  * Must not: print or exit. Owns nothing past the call.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -20,6 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include "data_int.h"
 #include "util_int.h"
@@ -253,6 +257,114 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
     return st;
 }
 
+// --- the cache of tokenized text --------------------------------------------------------
+/*
+ * Tokenized text is kept under $HP_CACHE_DIR, else $XDG_CACHE_HOME/headprune,
+ * else ~/.cache/headprune, in tokens/<digest>.bin, where the digest covers
+ * the text's bytes, the tokenizer's files, seq_len and the model's class
+ * names. The cache is only an optimisation: a file that cannot be read or
+ * written, or does not check out, is ignored.
+ */
+static const char cache_magic[8] = {'H', 'P', 'T', 'O', 'K', '1', 0, 0};
+
+/* name, then the file's bytes (nothing more when it does not exist) */
+static void hash_file(XXH3_state_t *h, const char *dir, const char *name)
+{
+    char path[1200], chunk[65536];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    XXH3_128bits_update(h, name, strlen(name) + 1);
+    FILE *f = fopen(path, "rb");
+    size_t n;
+    while (f && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        XXH3_128bits_update(h, chunk, n);
+    if (f)
+        fclose(f);
+}
+
+static bool cache_path(const char *text, size_t len, bool txt, const char *model_dir,
+                       const struct hp_model_info *info, int seq_len, char *out, size_t cap)
+{
+    const char *base = getenv("HP_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[1024];
+    if (base && *base)
+        snprintf(dir, sizeof dir, "%s", base);
+    else if (xdg && *xdg)
+        snprintf(dir, sizeof dir, "%s/headprune", xdg);
+    else if (home && *home)
+        snprintf(dir, sizeof dir, "%s/.cache/headprune", home);
+    else
+        return false;
+    XXH3_state_t *h = XXH3_createState();
+    if (!h)
+        return false;
+    XXH3_128bits_reset(h);
+    XXH3_128bits_update(h, "headprune-text-1", 16);
+    XXH3_128bits_update(h, text, len);
+    int32_t shape[2] = {txt, seq_len};
+    XXH3_128bits_update(h, shape, sizeof shape);
+    static const char *const files[] = {"tokenizer.json", "vocab.txt", "vocab.json", "merges.txt",
+                                        "tokenizer_config.json"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++)
+        hash_file(h, model_dir, files[i]);
+    for (int i = 0; info && i < info->n_labels; i++)
+        XXH3_128bits_update(h, info->label_names[i], strlen(info->label_names[i]) + 1);
+    XXH128_hash_t d = XXH3_128bits_digest(h);
+    XXH3_freeState(h);
+    char mk[1100];
+    snprintf(mk, sizeof mk, "%s/tokens", dir);
+    mkdir(dir, 0777); /* failures show up when the file is written */
+    mkdir(mk, 0777);
+    snprintf(out, cap, "%s/%016llx%016llx.bin", mk, (unsigned long long)d.high64, (unsigned long long)d.low64);
+    return true;
+}
+
+static bool cache_read(const char *cpath, const char *path, struct hp_data **out)
+{
+    FILE *f = fopen(cpath, "rb");
+    if (!f)
+        return false;
+    char magic[8];
+    int32_t head[3];
+    struct hp_data *d = NULL;
+    bool ok = fread(magic, 1, 8, f) == 8 && memcmp(magic, cache_magic, 8) == 0 && fread(head, 4, 3, f) == 3 &&
+              head[0] >= 1 && head[1] >= 1 && head[0] <= (1 << 24) && head[1] <= (1 << 24) &&
+              hp_data_alloc(path, head[0], head[1], false, head[2] & 1, head[2] & 2, &d, NULL) == HP_OK;
+    size_t n = ok ? (size_t)head[0] * head[1] : 0;
+    ok = ok && fread(d->ids, 4, n, f) == n;
+    ok = ok && (!d->attn_mask || fread(d->attn_mask, 1, n, f) == n);
+    ok = ok && (!d->type_ids || fread(d->type_ids, 4, n, f) == n);
+    if (ok && (head[2] & 4)) {
+        ok = (d->seq_labels = malloc((size_t)head[0] * sizeof(int32_t))) != NULL &&
+             fread(d->seq_labels, 4, (size_t)head[0], f) == (size_t)head[0];
+    }
+    ok = ok && fgetc(f) == EOF;
+    fclose(f);
+    if (!ok) {
+        hp_data_free(d);
+        return false;
+    }
+    *out = d;
+    return true;
+}
+
+static void cache_write(const char *cpath, const struct hp_data *d)
+{
+    char tmp[1300];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", cpath, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return;
+    size_t n = (size_t)d->n_seqs * d->seq_len;
+    int32_t head[3] = {d->n_seqs, d->seq_len, (d->attn_mask ? 1 : 0) | (d->type_ids ? 2 : 0) | (d->seq_labels ? 4 : 0)};
+    bool ok = fwrite(cache_magic, 1, 8, f) == 8 && fwrite(head, 4, 3, f) == 3 && fwrite(d->ids, 4, n, f) == n &&
+              (!d->attn_mask || fwrite(d->attn_mask, 1, n, f) == n) &&
+              (!d->type_ids || fwrite(d->type_ids, 4, n, f) == n) &&
+              (!d->seq_labels || fwrite(d->seq_labels, 4, (size_t)d->n_seqs, f) == (size_t)d->n_seqs);
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, cpath) != 0)
+        remove(tmp);
+}
+
 enum hp_status hp_data_load_for(const char *path, const char *model_dir, const struct hp_model_info *info,
                                 int seq_len, struct hp_data **out, struct hp_error *err)
 {
@@ -269,6 +381,8 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
         free(buf);
         return hp_data_load(path, seq_len, out, err);
     }
+    char cpath[1200];
+    bool cached = cache_path(buf, len, txt, model_dir, info, seq_len, cpath, sizeof cpath);
     struct hp_tokenizer *t = NULL;
     st = hp_tokenizer_open(model_dir, &t, err);
     if (st == HP_OK && info && hp_tokenizer_n_ids(t) > info->n_vocab)
@@ -276,9 +390,12 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
                      "%s: the tokenizer has %d token ids but the model's embedding has %d rows (a tokenizer from "
                      "another model?)",
                      model_dir, hp_tokenizer_n_ids(t), info->n_vocab);
-    if (st == HP_OK)
+    if (st == HP_OK && !(cached && cache_read(cpath, path, out))) {
         st = txt ? load_txt(path, buf, len, t, seq_len, out, err)
                  : load_text_jsonl(path, buf, len, t, info, seq_len, out, err);
+        if (st == HP_OK && cached)
+            cache_write(cpath, *out);
+    }
     hp_tokenizer_free(t);
     free(buf);
     return st;

@@ -411,3 +411,66 @@ Test(tokenizer, text_label_names_map_to_id2label, .init = mk, .fini = rm)
                               "contradiction)"),
               "%s", err.msg);
 }
+
+static int count_files(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "ls '%s' 2>/dev/null | wc -l", dir);
+    FILE *p = popen(cmd, "r");
+    int n = 0;
+    cr_assert_eq(fscanf(p, "%d", &n), 1);
+    pclose(p);
+    return n;
+}
+
+Test(tokenizer, tokenized_text_is_cached_by_digest, .init = mk, .fini = rm)
+{
+    char path[256], cache[256], tokens[300], dir[1024], cmd0[512];
+    snprintf(path, sizeof path, "%s/docs.txt", g_tmp);
+    snprintf(cache, sizeof cache, "%s/cache", g_tmp);
+    snprintf(tokens, sizeof tokens, "%s/tokens", cache);
+    setenv("HP_CACHE_DIR", cache, 1);
+    const char *text = "First document, with a few words.\n\nSecond one; a little longer than the first.\n";
+    tu_spit(path, text, strlen(text));
+    snprintf(dir, sizeof dir, "%s/tokenizers/gpt2-bpe", getenv("HP_FIXTURES"));
+    struct hp_error err = {0};
+    struct hp_data *a, *b, *c;
+    cr_assert_eq(hp_data_load_for(path, dir, NULL, 4, &a, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(count_files(tokens), 1, "the first load writes one cache entry");
+    cr_assert_eq(hp_data_load_for(path, dir, NULL, 4, &b, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(count_files(tokens), 1, "the second load reads it");
+    cr_assert_eq(a->n_seqs, b->n_seqs);
+    cr_assert_arr_eq(a->ids, b->ids, (size_t)a->n_seqs * 4 * sizeof(int32_t));
+    hp_data_free(b);
+    /* proof that it reads the entry: an id edited in the entry comes back */
+    char entry[512];
+    snprintf(cmd0, sizeof cmd0, "ls '%s'/*.bin", tokens);
+    FILE *ls = popen(cmd0, "r");
+    cr_assert(fgets(entry, sizeof entry, ls));
+    pclose(ls);
+    entry[strcspn(entry, "\n")] = 0;
+    size_t elen;
+    char *bytes = tu_slurp(entry, &elen);
+    int32_t edited = 1234;
+    memcpy(bytes + 20, &edited, sizeof edited); /* the first id, after the 8-byte magic and 3 int32 */
+    tu_spit(entry, bytes, elen);
+    free(bytes);
+    cr_assert_eq(hp_data_load_for(path, dir, NULL, 4, &b, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(b->ids[0], 1234, "the cached entry was not read");
+    /* a damaged entry is ignored and rewritten, with the same result */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "for f in '%s'/*.bin; do printf 'junk' > \"$f\"; done", tokens);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(hp_data_load_for(path, dir, NULL, 4, &c, &err), HP_OK, "%s", err.msg);
+    cr_assert_arr_eq(a->ids, c->ids, (size_t)a->n_seqs * 4 * sizeof(int32_t));
+    hp_data_free(c);
+    /* other rows, or other text: other entries */
+    cr_assert_eq(hp_data_load_for(path, dir, NULL, 3, &c, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(count_files(tokens), 2);
+    hp_data_free(c);
+    text = "Changed text.\n";
+    tu_spit(path, text, strlen(text));
+    cr_assert_eq(hp_data_load_for(path, dir, NULL, 2, &c, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(count_files(tokens), 3);
+    hp_data_free(a), hp_data_free(b), hp_data_free(c);
+}
