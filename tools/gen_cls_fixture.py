@@ -15,23 +15,14 @@ import json
 import os
 
 import torch
+
+import hp_ref  # the mask spec parser the other fixture tools share
 from transformers import BertConfig, BertForSequenceClassification
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "fixtures", "bert-cls")
 MASKS = [("none", ""), ("h0_1", "0.1"), ("h1_3", "1.3"), ("layer0", "0.*"), ("mix", "0.0,0.2,1.1"),
          ("all_but_one", "0.0,0.1,0.2,0.3,1.0,1.1,1.2")]
-
-
-def head_mask(spec, L, H):
-    m = torch.ones(L, H)
-    for part in filter(None, spec.split(",")):
-        layer, head = part.split(".")
-        if head == "*":
-            m[int(layer), :] = 0
-        else:
-            m[int(layer), int(head)] = 0
-    return m
 
 
 def main():
@@ -69,7 +60,7 @@ def main():
     with torch.no_grad():
         for name, spec in MASKS:
             logits = model(input_ids=ids, attention_mask=att, token_type_ids=typ,
-                           head_mask=head_mask(spec, 2, 4)).logits.double()
+                           head_mask=hp_ref.parse_mask(spec, 2, 4)).logits.double()
             logp = torch.log_softmax(logits, -1)
             if base is None:
                 base = logp
@@ -77,7 +68,7 @@ def main():
             acc = (logits.argmax(-1) == labels).double()
             kl = (base.exp() * (base - logp)).sum(-1)
             cases.append({"name": name, "mask": spec, "ablation": "zero",
-                          "n_ablated": int((head_mask(spec, 2, 4) == 0).sum()),
+                          "n_ablated": int((hp_ref.parse_mask(spec, 2, 4) == 0).sum()),
                           "loss": float(loss.mean()), "acc": float(acc.mean()), "kl": float(kl.mean()),
                           "n_tokens": n, "per_seq_loss": loss.tolist(), "per_seq_acc": acc.tolist(),
                           "per_seq_kl": kl.tolist(), "per_seq_tokens": [1] * n})

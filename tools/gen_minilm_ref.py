@@ -18,22 +18,13 @@ import json
 import os
 
 import torch
+
+import hp_ref  # the mask spec parser the other fixture tools share
 from tokenizers import Tokenizer
 from transformers import BertModel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MASKS = ["", "0.3", "2.*", "5.0,5.11", "0.0,1.5,3.7,4.2,5.9"]
-
-
-def head_mask(spec, L, H):
-    m = torch.ones(L, H)
-    for part in filter(None, spec.split(",")):
-        layer, head = part.split(".")
-        if head == "*":
-            m[int(layer), :] = 0
-        else:
-            m[int(layer), int(head)] = 0
-    return m
 
 
 def main():
@@ -64,7 +55,7 @@ def main():
     base = None
     with torch.no_grad():
         for spec in MASKS:
-            h = model(input_ids=ids, attention_mask=att, head_mask=head_mask(spec, L, H)).last_hidden_state
+            h = model(input_ids=ids, attention_mask=att, head_mask=hp_ref.parse_mask(spec, L, H)).last_hidden_state
             w = att.unsqueeze(-1).to(h.dtype)
             pooled = (h * w).sum(1) / w.sum(1)
             if base is None:
