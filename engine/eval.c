@@ -71,7 +71,7 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
                        "%s: %s is a sequence classifier (%d classes) but the data has no \"label\" per row", d->path,
                        m->dir, in->n_labels);
     for (int i = 0; has_cls && i < d->n_seqs; i++)
-        if (d->seq_labels[i] >= in->n_labels)
+        if (d->seq_labels[i] < 0 || d->seq_labels[i] >= in->n_labels)
             return hp_fail(err, HP_ERR_ARG, "%s: label %d of row %d is not one of the model's %d classes (0..%d)",
                            d->path, d->seq_labels[i], i, in->n_labels, in->n_labels - 1);
     bool has_loss = in->causal || (m->lm_head && d->labels) || has_cls;

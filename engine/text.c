@@ -263,9 +263,33 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
  * else ~/.cache/headprune, in tokens/<digest>.bin, where the digest covers
  * the text's bytes, the tokenizer's files, seq_len and the model's class
  * names. The cache is only an optimisation: a file that cannot be read or
- * written, or does not check out, is ignored.
+ * written, or does not check out (magic, sizes, a checksum of its arrays), is
+ * ignored.
  */
-static const char cache_magic[8] = {'H', 'P', 'T', 'O', 'K', '1', 0, 0};
+static const char cache_magic[8] = {'H', 'P', 'T', 'O', 'K', '2', 0, 0};
+
+/* Bumped whenever tokenization or this file's format changes, so old entries are not used. */
+#define HP_TEXT_CACHE_VERSION "headprune-text-2"
+
+/* XXH3-64 of an entry's arrays, stored after its header. */
+static uint64_t payload_sum(const struct hp_data *d)
+{
+    size_t n = (size_t)d->n_seqs * d->seq_len;
+    XXH3_state_t *h = XXH3_createState();
+    if (!h)
+        return 0;
+    XXH3_64bits_reset(h);
+    XXH3_64bits_update(h, d->ids, n * sizeof *d->ids);
+    if (d->attn_mask)
+        XXH3_64bits_update(h, d->attn_mask, n);
+    if (d->type_ids)
+        XXH3_64bits_update(h, d->type_ids, n * sizeof *d->type_ids);
+    if (d->seq_labels)
+        XXH3_64bits_update(h, d->seq_labels, (size_t)d->n_seqs * sizeof *d->seq_labels);
+    uint64_t v = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return v;
+}
 
 /* name, then the file's bytes (nothing more when it does not exist) */
 static void hash_file(XXH3_state_t *h, const char *dir, const char *name)
@@ -298,7 +322,7 @@ static bool cache_path(const char *text, size_t len, bool txt, const char *model
     if (!h)
         return false;
     XXH3_128bits_reset(h);
-    XXH3_128bits_update(h, "headprune-text-1", 16);
+    XXH3_128bits_update(h, HP_TEXT_CACHE_VERSION, sizeof HP_TEXT_CACHE_VERSION - 1);
     XXH3_128bits_update(h, text, len);
     int32_t shape[2] = {txt, seq_len};
     XXH3_128bits_update(h, shape, sizeof shape);
@@ -325,8 +349,10 @@ static bool cache_read(const char *cpath, const char *path, struct hp_data **out
         return false;
     char magic[8];
     int32_t head[3];
+    uint64_t sum = 0;
     struct hp_data *d = NULL;
     bool ok = fread(magic, 1, 8, f) == 8 && memcmp(magic, cache_magic, 8) == 0 && fread(head, 4, 3, f) == 3 &&
+              fread(&sum, 8, 1, f) == 1 &&
               head[0] >= 1 && head[1] >= 1 && head[0] <= (1 << 24) && head[1] <= (1 << 24) &&
               hp_data_alloc(path, head[0], head[1], false, head[2] & 1, head[2] & 2, &d, NULL) == HP_OK;
     size_t n = ok ? (size_t)head[0] * head[1] : 0;
@@ -337,7 +363,7 @@ static bool cache_read(const char *cpath, const char *path, struct hp_data **out
         ok = (d->seq_labels = malloc((size_t)head[0] * sizeof(int32_t))) != NULL &&
              fread(d->seq_labels, 4, (size_t)head[0], f) == (size_t)head[0];
     }
-    ok = ok && fgetc(f) == EOF;
+    ok = ok && fgetc(f) == EOF && payload_sum(d) == sum;
     fclose(f);
     if (!ok) {
         hp_data_free(d);
@@ -356,7 +382,9 @@ static void cache_write(const char *cpath, const struct hp_data *d)
         return;
     size_t n = (size_t)d->n_seqs * d->seq_len;
     int32_t head[3] = {d->n_seqs, d->seq_len, (d->attn_mask ? 1 : 0) | (d->type_ids ? 2 : 0) | (d->seq_labels ? 4 : 0)};
-    bool ok = fwrite(cache_magic, 1, 8, f) == 8 && fwrite(head, 4, 3, f) == 3 && fwrite(d->ids, 4, n, f) == n &&
+    uint64_t sum = payload_sum(d);
+    bool ok = fwrite(cache_magic, 1, 8, f) == 8 && fwrite(head, 4, 3, f) == 3 && fwrite(&sum, 8, 1, f) == 1 &&
+              fwrite(d->ids, 4, n, f) == n &&
               (!d->attn_mask || fwrite(d->attn_mask, 1, n, f) == n) &&
               (!d->type_ids || fwrite(d->type_ids, 4, n, f) == n) &&
               (!d->seq_labels || fwrite(d->seq_labels, 4, (size_t)d->n_seqs, f) == (size_t)d->n_seqs);

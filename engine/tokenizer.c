@@ -217,6 +217,9 @@ static int32_t byte_cp(uint8_t b)
     return 256 + n;
 }
 
+/* One text (document or row) is at most this many bytes: sizes stay far from int overflow. */
+#define HP_TEXT_MAX (256 << 20)
+
 static const char gpt2_regex[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
@@ -352,7 +355,14 @@ static bool normalize_one(const struct norm *nm, struct buf *cur, struct buf *tm
     case N_NFKC: return unicode_form(cur, cur->p, cur->n, UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
     case N_NFKD: return unicode_form(cur, cur->p, cur->n, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
     case N_LOWERCASE: ok = ok && lowercase(tmp, cur->p, cur->n); break;
-    case N_STRIP_ACCENTS: ok = ok && strip_accents(tmp, cur->p, cur->n); break;
+    case N_STRIP_ACCENTS: /* the library's StripAccents: every combining mark dropped, no decomposition */
+        for (size_t i = 0; ok && i < cur->n;) {
+            int32_t c = next_cp(cur->p, cur->n, &i);
+            utf8proc_category_t k = utf8proc_category(c);
+            if (k != UTF8PROC_CATEGORY_MN && k != UTF8PROC_CATEGORY_MC && k != UTF8PROC_CATEGORY_ME)
+                ok = buf_cp(tmp, c);
+        }
+        break;
     }
     if (ok) {
         cur->n = 0;
@@ -388,32 +398,42 @@ static bool spans_push(struct spans *x, size_t s, size_t e)
     return true;
 }
 
-/* Split [s, e) of str by the regex: matches (and with isolated, the gaps too) as words. */
-static bool split_regex(const pcre2_code *re, bool isolated, const char *str, size_t s, size_t e, struct spans *out)
+/*
+ * Split the word [s, e) of str by the regex, which sees only the word (as
+ * the library's per-word splitting does): with isolated (behaviour Isolated)
+ * the matches and the gaps between them are words; otherwise (Removed) only
+ * the gaps. ByteLevel's own regex keeps the matches alone (keep_gaps false,
+ * isolated true).
+ */
+static bool split_regex(const pcre2_code *re, bool isolated, bool keep_gaps, const char *str, size_t s, size_t e,
+                        struct spans *out)
 {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     if (!md)
         return false;
+    const char *w = str + s;
+    const size_t n = e - s;
     bool ok = true;
-    size_t pos = s, last = s;
-    while (ok && pos <= e) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)str, e, pos, 0, md, NULL);
+    size_t pos = 0, last = 0;
+    while (ok && pos <= n) {
+        int rc = pcre2_match(re, (PCRE2_SPTR)w, n, pos, 0, md, NULL);
         if (rc < 0)
             break;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         if (ov[1] == ov[0]) { /* empty match: move on one character */
             pos = ov[0] + 1;
-            while (pos < e && ((unsigned char)str[pos] & 0xC0) == 0x80)
+            while (pos < n && ((unsigned char)w[pos] & 0xC0) == 0x80)
                 pos++;
             continue;
         }
+        if (keep_gaps)
+            ok = spans_push(out, s + last, s + ov[0]);
         if (isolated)
-            ok = spans_push(out, last, ov[0]);
-        ok = ok && spans_push(out, ov[0], ov[1]);
+            ok = ok && spans_push(out, s + ov[0], s + ov[1]);
         last = pos = ov[1];
     }
-    if (ok && isolated)
-        ok = spans_push(out, last, e);
+    if (ok && keep_gaps)
+        ok = spans_push(out, s + last, e);
     pcre2_match_data_free(md);
     return ok;
 }
@@ -423,26 +443,29 @@ static bool split_regex(const pcre2_code *re, bool isolated, const char *str, si
 static bool pretok_one(const struct pre *p, struct buf *str, struct spans *in, struct spans *out)
 {
     out->n = 0;
-    if (p->kind == P_BYTELEVEL && p->add_prefix_space && str->n > 0 && str->p[0] != ' ') {
+    if (p->kind == P_BYTELEVEL && p->add_prefix_space) {
+        /* a space before every word that does not start with one: the words move to a new string */
         struct buf b = {0};
-        if (!buf_put(&b, " ", 1) || !buf_put(&b, str->p, str->n))
+        bool ok = buf_put(&b, "", 0);
+        for (int w = 0; ok && w < in->n; w++) {
+            size_t s = in->s[w], e = in->e[w], at = b.n;
+            ok = (str->p[s] == ' ' || buf_put(&b, " ", 1)) && buf_put(&b, str->p + s, e - s);
+            in->s[w] = at;
+            in->e[w] = b.n;
+        }
+        if (!ok)
             return free(b.p), false;
         free(str->p);
         *str = b;
-        for (int i = 0; i < in->n; i++) {
-            in->s[i] += in->s[i] > 0;
-            in->e[i]++;
-        }
-        in->s[0] = 0;
     }
     bool ok = true;
     for (int w = 0; ok && w < in->n; w++) {
         size_t s = in->s[w], e = in->e[w];
         switch (p->kind) {
         case P_BYTELEVEL:
-            ok = p->use_regex ? split_regex(p->re, false, str->p, s, e, out) : spans_push(out, s, e);
+            ok = p->use_regex ? split_regex(p->re, true, false, str->p, s, e, out) : spans_push(out, s, e);
             break;
-        case P_SPLIT: ok = split_regex(p->re, p->isolated, str->p, s, e, out); break;
+        case P_SPLIT: ok = split_regex(p->re, p->isolated, true, str->p, s, e, out); break;
         case P_WHITESPACE_SPLIT:
         case P_BERT: {
             size_t start = s;
@@ -717,6 +740,9 @@ enum hp_status hp_tokenizer_encode(const struct hp_tokenizer *t, const char *a, 
                                    bool special, struct hp_encoding *out, struct hp_error *err)
 {
     memset(out, 0, sizeof *out);
+    if (na > HP_TEXT_MAX || nb > HP_TEXT_MAX)
+        return hp_fail(err, HP_ERR_SHAPE, "a text of %zu bytes is too long to tokenize at once (at most %d MB)",
+                       na > nb ? na : nb, HP_TEXT_MAX >> 20);
     enum hp_status st = check_utf8("text", a, na, err);
     if (st == HP_OK && b)
         st = check_utf8("text", b, nb, err);
@@ -966,6 +992,8 @@ static enum hp_status add_post(struct hp_tokenizer *t, const cJSON *n, struct hp
     }
     if (strcmp(type, "ByteLevel") == 0)
         return HP_OK; /* offsets only */
+    if ((strcmp(type, "TemplateProcessing") == 0 || strcmp(type, "BertProcessing") == 0) && t->single)
+        return FAIL("%s: more than one post_processor adds special tokens", t->path);
     if (strcmp(type, "TemplateProcessing") == 0) {
         const cJSON *sp = cJSON_GetObjectItemCaseSensitive(n, "special_tokens");
         if ((st = add_template(t, cJSON_GetObjectItemCaseSensitive(n, "single"), sp, &t->single, &t->n_single,
@@ -1081,8 +1109,8 @@ static enum hp_status load_model(struct hp_tokenizer *t, const cJSON *m, struct 
     const cJSON *e;
     cJSON_ArrayForEach(e, vocab)
     {
-        if (!cJSON_IsNumber(e))
-            return FAIL("%s: vocabulary entry '%s' has no numeric id", t->path, e->string);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0 && e->valuedouble < 2147483647.0))
+            return FAIL("%s: vocabulary entry '%s' has no id in 0..2^31-2", t->path, e->string);
         if ((st = add_vocab_entry(t, e->string, (int64_t)e->valuedouble, err)) != HP_OK)
             return st;
     }

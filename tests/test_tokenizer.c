@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "headprune.h"
 #include "testutil.h"
 
@@ -452,7 +454,16 @@ Test(tokenizer, tokenized_text_is_cached_by_digest, .init = mk, .fini = rm)
     size_t elen;
     char *bytes = tu_slurp(entry, &elen);
     int32_t edited = 1234;
-    memcpy(bytes + 20, &edited, sizeof edited); /* the first id, after the 8-byte magic and 3 int32 */
+    memcpy(bytes + 28, &edited, sizeof edited); /* the first id, after the magic, 3 int32 and the checksum */
+    tu_spit(entry, bytes, elen);
+    cr_assert_eq(hp_data_load_for(path, dir, NULL, 4, &b, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(b->ids[0], a->ids[0], "an entry whose checksum fails was used");
+    hp_data_free(b);
+    /* ... and the same edit with a matching checksum is read: the entry is used */
+    memcpy(bytes + 28, &edited, sizeof edited);
+    struct hp_data tmpd = {.n_seqs = a->n_seqs, .seq_len = a->seq_len, .ids = (int32_t *)(bytes + 28)};
+    uint64_t sum = XXH3_64bits(tmpd.ids, (size_t)a->n_seqs * 4 * sizeof(int32_t));
+    memcpy(bytes + 20, &sum, sizeof sum);
     tu_spit(entry, bytes, elen);
     free(bytes);
     cr_assert_eq(hp_data_load_for(path, dir, NULL, 4, &b, &err), HP_OK, "%s", err.msg);
@@ -473,4 +484,53 @@ Test(tokenizer, tokenized_text_is_cached_by_digest, .init = mk, .fini = rm)
     cr_assert_eq(hp_data_load_for(path, dir, NULL, 2, &c, &err), HP_OK, "%s", err.msg);
     cr_assert_eq(count_files(tokens), 3);
     hp_data_free(a), hp_data_free(b), hp_data_free(c);
+}
+
+static void bad_ids(const char *name, const struct hp_encoding *e, const cJSON *want)
+{
+    int n = cJSON_GetArraySize(want);
+    cr_assert_eq(e->n, n, "%s: %d ids, Hugging Face %d", name, e->n, n);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(e->ids[i], cJSON_GetArrayItem(want, i)->valueint, "%s: id %d is %d, Hugging Face %d", name, i,
+                     e->ids[i], cJSON_GetArrayItem(want, i)->valueint);
+}
+
+/* Hand-made pipelines for corners the trained tokenizers do not reach; ids from Hugging Face. */
+Test(tokenizer, pipeline_corner_cases_equal_hugging_face, .init = mk, .fini = rm)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizers/pipeline-cases.json", getenv("HP_FIXTURES"));
+    char *txt = tu_slurp(path, NULL);
+    cJSON *all = cJSON_Parse(txt);
+    cr_assert(all);
+    int n = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(all, "cases"))
+    {
+        char tj[256];
+        snprintf(tj, sizeof tj, "%s/tokenizer.json", g_tmp);
+        const char *json = cJSON_GetObjectItem(c, "json")->valuestring, *text = cJSON_GetObjectItem(c, "text")->valuestring;
+        tu_spit(tj, json, strlen(json));
+        struct hp_error err = {0};
+        struct hp_tokenizer *t;
+        cr_assert_eq(hp_tokenizer_open(g_tmp, &t, &err), HP_OK, "%s: %s", c->string, err.msg);
+        struct hp_encoding e;
+        cr_assert_eq(hp_tokenizer_encode(t, text, strlen(text), NULL, 0, false, &e, &err), HP_OK, "%s", err.msg);
+        bad_ids(c->string, &e, cJSON_GetObjectItem(c, "ids"));
+        hp_encoding_free(&e);
+        hp_tokenizer_free(t);
+        n++;
+    }
+    cr_assert_eq(n, 4);
+    cJSON_Delete(all);
+    free(txt);
+}
+
+Test(tokenizer, two_templates_are_refused, .init = mk, .fini = rm)
+{
+    expect_open_fails("{\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": {\"[UNK]\": 0}},"
+                      " \"post_processor\": {\"type\": \"Sequence\", \"processors\": ["
+                      "{\"type\": \"BertProcessing\", \"sep\": [\"[UNK]\", 0], \"cls\": [\"[UNK]\", 0]},"
+                      "{\"type\": \"BertProcessing\", \"sep\": [\"[UNK]\", 0], \"cls\": [\"[UNK]\", 0]}]}}",
+                      "more than one post_processor adds special tokens");
 }
