@@ -83,6 +83,11 @@ static const char *path_ext(const char *path)
     return dot && dot != base ? dot + 1 : "";
 }
 
+bool hp_path_has_ext(const char *path, const char *ext)
+{
+    return ext_is(path_ext(path), ext);
+}
+
 // Copy path into dst, truncating on a UTF-8 character boundary.
 static void set_path(char *dst, size_t cap, const char *path)
 {
@@ -763,7 +768,7 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
     return HP_OK;
 }
 
-static bool blank(const char *s, size_t n)
+bool hp_blank(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\f' && s[i] != '\v')
@@ -795,7 +800,7 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
     for (char *p = buf, *end = buf + size; p < end;) {
         char *nl = memchr(p, '\n', (size_t)(end - p));
         char *le = nl ? nl : end;
-        rows += !blank(p, (size_t)(le - p));
+        rows += !hp_blank(p, (size_t)(le - p));
         p = le + 1;
     }
     if (rows > INT_MAX) {
@@ -810,7 +815,7 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
         char *nl = memchr(p, '\n', (size_t)(end - p));
         char *le = nl ? nl : end;
         j.line++;
-        if (!blank(p, (size_t)(le - p))) {
+        if (!hp_blank(p, (size_t)(le - p))) {
             if (memchr(p, '\0', (size_t)(le - p))) {
                 st = hp_fail(err, HP_ERR_FORMAT, "%s:%d: line contains a NUL byte (is this a "
                           "text file?)", s->path, j.line);

@@ -402,6 +402,19 @@ struct totals {
     int64_t tokens;
 };
 
+/* Sequence s's sums over its nt scored items into its per-sequence means and the totals. */
+static void record_seq(struct hp_metrics *mt, struct totals *tot, int s, double sl, double sa, double sk, int64_t nt)
+{
+    mt->seq_tokens[s] = nt;
+    mt->seq_loss[s] = nt ? sl / nt : 0;
+    mt->seq_acc[s] = nt ? sa / nt : 0;
+    mt->seq_kl[s] = nt ? sk / nt : 0;
+    tot->loss += sl;
+    tot->acc += sa;
+    tot->kl += sk;
+    tot->tokens += nt;
+}
+
 /*
  * Metrics of sequence s from its masked outputs zm and unmasked outputs zb
  * (seq_len, width), into mt's per-sequence arrays and tot. lse_b: the rows'
@@ -456,14 +469,7 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct tot
             sk += tk[t];
             nt++;
         }
-    mt->seq_tokens[s] = nt;
-    mt->seq_loss[s] = nt ? sl / nt : 0;
-    mt->seq_acc[s] = nt ? sa / nt : 0;
-    mt->seq_kl[s] = nt ? sk / nt : 0;
-    tot->loss += sl;
-    tot->acc += sa;
-    tot->kl += sk;
-    tot->tokens += nt;
+    record_seq(mt, tot, s, sl, sa, sk, nt);
 }
 
 /*
@@ -483,14 +489,7 @@ static void score_cls(const struct hp_evaluator *ev, struct hp_metrics *mt, stru
             kl += exp(lb) * (lb - lm);
         }
     }
-    mt->seq_tokens[s] = 1;
-    mt->seq_loss[s] = lse_m - zm[y];
-    mt->seq_acc[s] = row_argmax(zm, C) == y;
-    mt->seq_kl[s] = kl;
-    tot->loss += mt->seq_loss[s];
-    tot->acc += mt->seq_acc[s];
-    tot->kl += kl;
-    tot->tokens++;
+    record_seq(mt, tot, s, lse_m - zm[y], row_argmax(zm, C) == y, kl, 1);
 }
 
 /* The unmasked model's class logits for every sequence, once. */
@@ -882,15 +881,7 @@ static void score_lm(const struct hp_evaluator *ev, const struct reuse *ru, int 
             sa += r->arg == ru->sc_y[j];
             sk += (ru->b_c[j] - r->dp) / ru->b_p[j] + (lse - ru->b_lse[j]);
         }
-        int s = s0 + b;
-        mt->seq_tokens[s] = nt;
-        mt->seq_loss[s] = nt ? sl / nt : 0;
-        mt->seq_acc[s] = nt ? sa / nt : 0;
-        mt->seq_kl[s] = nt ? sk / nt : 0;
-        tot->loss += sl;
-        tot->acc += sa;
-        tot->kl += sk;
-        tot->tokens += nt;
+        record_seq(mt, tot, s0 + b, sl, sa, sk, nt);
     }
 }
 

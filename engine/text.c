@@ -2,8 +2,8 @@
  * text.c -- held-out text to token ids, with the model's own tokenizer.
  *
  * Formats:
- *   .txt    documents separated by blank lines (empty or only spaces, tabs
- *           and \r), each encoded with the
+ *   .txt    documents separated by blank lines (empty or only whitespace,
+ *           as data.c's hp_blank), each encoded with the
  *           tokenizer's special tokens (its template: <s> for Llama-2 and
  *           Llama-3, [CLS] ... [SEP] for BERT; GPT-2-style tokenizers, which
  *           declare none, get <|endoftext|> after each document), packed
@@ -28,20 +28,30 @@
 #include "data_int.h"
 #include "util_int.h"
 
-static bool ext_is(const char *path, const char *ext)
+/*
+ * Whether a .jsonl file holds text (its first object has "text" or "text_a")
+ * rather than ids; reads only up to that first non-blank line. A file that
+ * cannot be read says no: the ids loader then reports it.
+ */
+static bool jsonl_has_text(const char *path)
 {
-    size_t n = strlen(path), k = strlen(ext);
-    return n > k && path[n - k - 1] == '.' && strcmp(path + n - k, ext) == 0;
-}
-
-/* Whether a .jsonl file holds text (its first object has "text" or "text_a") rather than ids. */
-static bool jsonl_has_text(const char *buf)
-{
-    const char *nl = strchr(buf, '\n');
-    size_t n = nl ? (size_t)(nl - buf) : strlen(buf);
-    cJSON *o = cJSON_ParseWithLength(buf, n);
-    bool text = o && (cJSON_GetObjectItemCaseSensitive(o, "text") || cJSON_GetObjectItemCaseSensitive(o, "text_a"));
-    cJSON_Delete(o);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return false;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    bool text = false;
+    while ((n = getline(&line, &cap, f)) >= 0) {
+        if (hp_blank(line, (size_t)n - (n > 0 && line[n - 1] == '\n')))
+            continue;
+        cJSON *o = cJSON_ParseWithLength(line, (size_t)n);
+        text = o && (cJSON_GetObjectItemCaseSensitive(o, "text") || cJSON_GetObjectItemCaseSensitive(o, "text_a"));
+        cJSON_Delete(o);
+        break;
+    }
+    free(line);
+    fclose(f);
     return text;
 }
 
@@ -54,10 +64,7 @@ static size_t line_end(const char *buf, size_t len, size_t i)
 
 static bool blank_line(const char *buf, size_t len, size_t i)
 {
-    for (size_t e = line_end(buf, len, i); i < e; i++)
-        if (buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\r')
-            return false;
-    return true;
+    return hp_blank(buf + i, line_end(buf, len, i) - i);
 }
 
 struct rows {
@@ -177,10 +184,7 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
             i++;
         line++;
         size_t e = i++;
-        size_t k = s;
-        while (k < e && (buf[k] == ' ' || buf[k] == '\t' || buf[k] == '\r'))
-            k++;
-        if (k == e)
+        if (hp_blank(buf + s, e - s))
             continue;
         cJSON *o = cJSON_ParseWithLength(buf + s, e - s);
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "text");
@@ -397,18 +401,14 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
                                 int seq_len, struct hp_data **out, struct hp_error *err)
 {
     *out = NULL;
-    bool txt = ext_is(path, "txt"), jl = ext_is(path, "jsonl");
-    if (!txt && !jl)
+    bool txt = hp_path_has_ext(path, "txt"), jl = hp_path_has_ext(path, "jsonl");
+    if ((!txt && !jl) || (jl && !jsonl_has_text(path)))
         return hp_data_load(path, seq_len, out, err);
     char *buf = NULL;
     size_t len = 0;
     enum hp_status st = hp_read_text(path, (size_t)1 << 32, HP_ERR_SHAPE, "held-out text", &buf, &len, err);
     if (st != HP_OK)
         return st;
-    if (jl && !jsonl_has_text(buf)) {
-        free(buf);
-        return hp_data_load(path, seq_len, out, err);
-    }
     char cpath[1200];
     bool cached = cache_path(buf, len, txt, model_dir, info, seq_len, cpath, sizeof cpath);
     struct hp_tokenizer *t = NULL;

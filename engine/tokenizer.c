@@ -825,25 +825,45 @@ static enum hp_status compile_re(struct hp_tokenizer *t, const char *pat, pcre2_
     return HP_OK;
 }
 
-static enum hp_status add_norm(struct hp_tokenizer *t, const cJSON *n, struct hp_error *err)
+/* n's steps: the items of a {"type": "Sequence", key: [...]} (nested ones too), else n itself; none for null. */
+static enum hp_status each_step(struct hp_tokenizer *t, const cJSON *n, const char *key,
+                                enum hp_status (*add_one)(struct hp_tokenizer *, const cJSON *, struct hp_error *),
+                                struct hp_error *err)
 {
     if (!n || cJSON_IsNull(n))
         return HP_OK;
-    enum hp_status st = HP_OK;
     const char *type = jstr(n, "type");
     if (type && strcmp(type, "Sequence") == 0) {
         const cJSON *x;
-        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(n, "normalizers"))
-            if ((st = add_norm(t, x, err)) != HP_OK)
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(n, key))
+        {
+            enum hp_status st = each_step(t, x, key, add_one, err);
+            if (st != HP_OK)
                 return st;
+        }
         return HP_OK;
     }
-    struct norm *p = realloc(t->norm, (size_t)(t->n_norm + 1) * sizeof *p);
+    return add_one(t, n, err);
+}
+
+/* *arr grown by one zeroed element of size sz, returned; NULL (and *arr unchanged) when out of memory. */
+static void *grow_one(void **arr, int n, size_t sz)
+{
+    char *p = realloc(*arr, (size_t)(n + 1) * sz);
     if (!p)
+        return NULL;
+    *arr = p;
+    memset(p + (size_t)n * sz, 0, sz);
+    return p + (size_t)n * sz;
+}
+
+static enum hp_status add_norm(struct hp_tokenizer *t, const cJSON *n, struct hp_error *err)
+{
+    enum hp_status st = HP_OK;
+    const char *type = jstr(n, "type");
+    struct norm *nm = grow_one((void **)&t->norm, t->n_norm, sizeof *nm);
+    if (!nm)
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    t->norm = p;
-    struct norm *nm = &t->norm[t->n_norm];
-    memset(nm, 0, sizeof *nm);
     if (!type)
         return FAIL("%s: a normalizer without a type", t->path);
     if (strcmp(type, "BertNormalizer") == 0) {
@@ -886,23 +906,11 @@ static enum hp_status add_norm(struct hp_tokenizer *t, const cJSON *n, struct hp
 
 static enum hp_status add_pre(struct hp_tokenizer *t, const cJSON *n, struct hp_error *err)
 {
-    if (!n || cJSON_IsNull(n))
-        return HP_OK;
     enum hp_status st = HP_OK;
     const char *type = jstr(n, "type");
-    if (type && strcmp(type, "Sequence") == 0) {
-        const cJSON *x;
-        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(n, "pretokenizers"))
-            if ((st = add_pre(t, x, err)) != HP_OK)
-                return st;
-        return HP_OK;
-    }
-    struct pre *p = realloc(t->pre, (size_t)(t->n_pre + 1) * sizeof *p);
-    if (!p)
+    struct pre *pr = grow_one((void **)&t->pre, t->n_pre, sizeof *pr);
+    if (!pr)
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    t->pre = p;
-    struct pre *pr = &t->pre[t->n_pre];
-    memset(pr, 0, sizeof *pr);
     if (!type)
         return FAIL("%s: a pre_tokenizer without a type", t->path);
     if (strcmp(type, "BertPreTokenizer") == 0) {
@@ -977,19 +985,10 @@ static enum hp_status add_template(struct hp_tokenizer *t, const cJSON *list, co
 
 static enum hp_status add_post(struct hp_tokenizer *t, const cJSON *n, struct hp_error *err)
 {
-    if (!n || cJSON_IsNull(n))
-        return HP_OK;
     enum hp_status st = HP_OK;
     const char *type = jstr(n, "type");
     if (!type)
         return FAIL("%s: a post_processor without a type", t->path);
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *x;
-        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(n, "processors"))
-            if ((st = add_post(t, x, err)) != HP_OK)
-                return st;
-        return HP_OK;
-    }
     if (strcmp(type, "ByteLevel") == 0)
         return HP_OK; /* offsets only */
     if ((strcmp(type, "TemplateProcessing") == 0 || strcmp(type, "BertProcessing") == 0) && t->single)
@@ -1175,6 +1174,17 @@ static enum hp_status load_added(struct hp_tokenizer *t, const cJSON *list, stru
     return HP_OK;
 }
 
+/* The normalizer, pre_tokenizer and post_processor of a tokenizer.json-shaped object, in order. */
+static enum hp_status add_pipeline(struct hp_tokenizer *t, const cJSON *j, struct hp_error *err)
+{
+    enum hp_status st = each_step(t, cJSON_GetObjectItemCaseSensitive(j, "normalizer"), "normalizers", add_norm, err);
+    if (st == HP_OK)
+        st = each_step(t, cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer"), "pretokenizers", add_pre, err);
+    if (st == HP_OK)
+        st = each_step(t, cJSON_GetObjectItemCaseSensitive(j, "post_processor"), "processors", add_post, err);
+    return st;
+}
+
 static enum hp_status load_json(struct hp_tokenizer *t, const char *text, struct hp_error *err)
 {
     enum hp_status st = HP_OK;
@@ -1189,11 +1199,7 @@ static enum hp_status load_json(struct hp_tokenizer *t, const char *text, struct
     if (st == HP_OK)
         st = load_added(t, cJSON_GetObjectItemCaseSensitive(j, "added_tokens"), err);
     if (st == HP_OK)
-        st = add_norm(t, cJSON_GetObjectItemCaseSensitive(j, "normalizer"), err);
-    if (st == HP_OK)
-        st = add_pre(t, cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer"), err);
-    if (st == HP_OK)
-        st = add_post(t, cJSON_GetObjectItemCaseSensitive(j, "post_processor"), err);
+        st = add_pipeline(t, j, err);
     if (st == HP_OK && t->byte_level && t->model != M_BPE)
         FAIL("%s: a ByteLevel pre-tokenizer with a %s model is not supported", t->path, "WordPiece");
     cJSON_Delete(j);
@@ -1271,11 +1277,7 @@ static enum hp_status load_vocab_txt(struct hp_tokenizer *t, const char *dir, ch
              "\"cls\": [\"[CLS]\", %d]}}",
              lower ? "true" : "false", sep, cls);
     cJSON *j = cJSON_Parse(json);
-    st = add_norm(t, cJSON_GetObjectItemCaseSensitive(j, "normalizer"), err);
-    if (st == HP_OK)
-        st = add_pre(t, cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer"), err);
-    if (st == HP_OK)
-        st = add_post(t, cJSON_GetObjectItemCaseSensitive(j, "post_processor"), err);
+    st = add_pipeline(t, j, err);
     cJSON_Delete(j);
     return st;
 }
@@ -1317,7 +1319,7 @@ static enum hp_status load_gpt2_files(struct hp_tokenizer *t, const char *vocab_
     if (st != HP_OK)
         return st;
     cJSON *pre = cJSON_Parse("{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}");
-    st = add_pre(t, pre, err);
+    st = each_step(t, pre, "pretokenizers", add_pre, err);
     cJSON_Delete(pre);
     int32_t eot = vocab_id(t, "<|endoftext|>", 13);
     t->added = calloc(1, sizeof *t->added);
