@@ -506,9 +506,13 @@ static int cmd_plan(int argc, char **argv)
     struct hp_model *m = NULL;
     struct hp_data *d = NULL;
     struct hp_joblist *jl = NULL;
+    struct hp_evaluator *ev = NULL;
+    const char *metric = NULL;
     int rc = 1;
     if (hp_plan_load(argv[optind], &p, &err) != HP_OK || hp_model_open(p->model, &m, &err) != HP_OK ||
         hp_data_load_for(p->data, p->model, hp_model_get_info(m), p->seq_len, &d, &err) != HP_OK ||
+        hp_evaluator_new(m, d, &ev, &err) != HP_OK ||
+        hp_evaluator_pick_metric(ev, p->path, p->metric, &metric, &err) != HP_OK ||
         hp_plan_expand(p, hp_model_get_info(m), &jl, &err) != HP_OK) {
         die(&err);
         goto out;
@@ -530,8 +534,9 @@ static int cmd_plan(int argc, char **argv)
         printf("model     %s (%s, %d layers x %d heads, %d KV heads)\n", p->model, in->model_type, in->n_layers,
                in->n_heads, in->n_kv_heads);
         printf("data      %s: %d sequences x %d tokens\n", p->data, d->n_seqs, d->seq_len);
-        printf("ablation  %s, metric %s, seed %llu\n",
-               p->ablation == HP_ABLATE_ZERO ? "zero" : p->ablation == HP_ABLATE_MEAN ? "mean" : "mean-pos", p->metric,
+        printf("ablation  %s, metric %s%s, seed %llu\n",
+               p->ablation == HP_ABLATE_ZERO ? "zero" : p->ablation == HP_ABLATE_MEAN ? "mean" : "mean-pos", metric,
+               p->metric[0] ? "" : " (the model's own)",
                (unsigned long long)p->seed);
         for (int i = 0; i < p->n_studies; i++) {
             int n = 0;
@@ -579,6 +584,7 @@ static int cmd_plan(int argc, char **argv)
     rc = 0;
 out:
     hp_joblist_free(jl);
+    hp_evaluator_free(ev);
     hp_data_free(d);
     hp_model_close(m);
     hp_plan_free(p);

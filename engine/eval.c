@@ -133,6 +133,34 @@ void hp_evaluator_set_progress(struct hp_evaluator *ev, void (*fn)(void *, int, 
     ev->progress_user = user;
 }
 
+bool hp_evaluator_has_metric(const struct hp_evaluator *ev, const char *metric)
+{
+    if (strcmp(metric, "loss") == 0 || strcmp(metric, "kl") == 0 || strcmp(metric, "acc") == 0)
+        return ev->has_loss;
+    return strcmp(metric, "cos") == 0 && !ev->has_loss;
+}
+
+enum hp_status hp_evaluator_pick_metric(const struct hp_evaluator *ev, const char *plan_path, const char *asked,
+                                        const char **out, struct hp_error *err)
+{
+    static const char *const names[] = {"loss", "kl", "acc", "cos"};
+    *out = NULL;
+    for (int i = 0; i < 4; i++)
+        if (asked[0] ? strcmp(asked, names[i]) == 0 : hp_evaluator_has_metric(ev, names[i])) {
+            *out = names[i];
+            break;
+        }
+    if (*out && hp_evaluator_has_metric(ev, *out))
+        return HP_OK;
+    const struct hp_model_info *in = &ev->m->info;
+    const char *why = ev->has_loss ? "its metrics are loss, kl and acc (cos is for encoders without a head)"
+                      : in->has_lm_head ? "its data has no \"labels\", so its only metric is cos"
+                                        : "it has no LM head or classifier, so its only metric is cos, the similarity "
+                                          "of its embeddings to the unmasked model's";
+    return hp_fail(err, HP_ERR_PLAN, "%s: metric '%s' is not one that %s (%s) produces on %s: %s", plan_path, asked,
+                   ev->m->dir, in->model_type, ev->d->path, why);
+}
+
 /* Sequences in the chunk that starts at sequence s. */
 static int chunk_len(const struct hp_evaluator *ev, int s)
 {

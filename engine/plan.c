@@ -9,7 +9,9 @@
  *   model: ../models/default      # required; a relative path resolves against the
  *   data: ../models/default/heldout.npy   # plan file's folder (both required)
  *   seq_len: 128                  # optional; 0 or absent = from the data file
- *   metric: loss                  # loss (default) | kl | acc | cos
+ *   metric: loss                  # loss | kl | acc | cos; default: the model's own
+ *                                 # (loss where it has one, else cos); a metric the
+ *                                 # model and data cannot produce is refused at run
  *   ablation: zero                # zero (default) | mean | mean-pos
  *   seed: 1                       # optional, default 0; random studies draw from it
  *   studies:                      # required, a non-empty list
@@ -1009,7 +1011,7 @@ enum hp_status hp_plan_load(const char *path, struct hp_plan **out, struct hp_er
                        sizeof p->path - 1);
     }
     strcpy(p->path, path);
-    strcpy(p->metric, "loss");
+    p->metric[0] = '\0'; /* not given: the model's own, resolved against it (hp_evaluator_pick_metric) */
     p->ablation = HP_ABLATE_ZERO;
 
     size_t len = 0;

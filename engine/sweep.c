@@ -264,6 +264,10 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
         for (int i = 0; i < nc; i++) {
             hp_mask_free(cjobs[i].mask);
             cand[i].score = damage(c, &cres[i]);
+            /* a NaN or missing score never ranks a unit */
+            if (st == HP_OK && !isfinite(cand[i].score))
+                st = hp_fail(err, HP_ERR_FORMAT, "%s: '%s' has no finite %s score in %s: it cannot rank a unit",
+                             c->plan->path, cjobs[i].label, c->plan->metric, c->o->db_path);
         }
         if (st != HP_OK || stopping(c) || nc == 0)
             break;
@@ -322,8 +326,16 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
     }
     if (st == HP_OK)
         st = hp_evaluator_new(c.model, c.data, &c.ev, err);
+    /* the plan as run: its metric resolved against the model (a copy; the studies are shared) */
+    struct hp_plan eff = *plan;
+    const char *metric = NULL;
     if (st == HP_OK)
+        st = hp_evaluator_pick_metric(c.ev, plan->path, plan->metric, &metric, err);
+    if (st == HP_OK) {
+        snprintf(eff.metric, sizeof eff.metric, "%s", metric);
+        c.plan = plan = &eff;
         hp_evaluator_set_plain(c.ev, o->plain);
+    }
     if (st == HP_OK)
         st = hp_plan_expand(plan, c.info, &jobs, err);
     if (st == HP_OK) {

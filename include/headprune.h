@@ -264,6 +264,22 @@ void hp_evaluator_set_progress(struct hp_evaluator *ev,
                                void *user);
 
 /*
+ * The metrics this model produces on this data: "loss", "kl" and "acc" where
+ * it has a loss (a causal LM, an MLM head with labelled data, a classifier),
+ * else "cos" (an encoder without a head: the cosine of its embeddings).
+ */
+bool hp_evaluator_has_metric(const struct hp_evaluator *ev, const char *metric);
+
+/*
+ * A plan's metric resolved against the model and data: asked "" (not given)
+ * becomes the model's own ("loss" where it has one, else "cos"); a metric the
+ * model cannot produce is an HP_ERR_PLAN naming plan_path, the metric, the
+ * model and the metrics it has. *out points to a static name.
+ */
+enum hp_status hp_evaluator_pick_metric(const struct hp_evaluator *ev, const char *plan_path, const char *asked,
+                                        const char **out, struct hp_error *err);
+
+/*
  * Evaluate one masked variant on the whole held-out set. mask may be NULL
  * (no head ablated). Destructor of *out: hp_metrics_free.
  */
@@ -361,7 +377,8 @@ struct hp_plan {
     char model[1024]; /* resolved against the plan file's folder */
     char data[1024];  /* likewise */
     int seq_len;      /* 0 = from the data file */
-    char metric[16];  /* "loss", "kl", "acc" or "cos": what iterative scoring and queries rank by */
+    char metric[16];  /* "loss", "kl", "acc" or "cos": what iterative scoring and queries rank by;
+                       * "" when the plan gives none (the model's own: hp_evaluator_pick_metric) */
     enum hp_ablation ablation;
     uint64_t seed;    /* random studies */
     int n_studies;

@@ -201,7 +201,7 @@ Test(plan, minimal_plan_gets_defaults_and_a_baseline)
     const char *text = "name: min\nmodel: m\ndata: d.npy\nstudies: [single]\n";
     struct hp_plan *p = load_text(text);
     cr_assert_str_eq(p->name, "min");
-    cr_assert_str_eq(p->metric, "loss");
+    cr_assert_str_eq(p->metric, ""); // not given: the model's own, resolved at run
     cr_assert_eq(p->ablation, HP_ABLATE_ZERO);
     cr_assert_eq(p->seq_len, 0);
     cr_assert_eq(p->seed, 0);

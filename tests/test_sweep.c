@@ -379,3 +379,132 @@ Test(sweep, mean_statistics_are_stored_once_and_reused)
     free(a);
     free(b);
 }
+
+// --- the plan's metric against the model -------------------------------------------
+
+/* Write a plan into the temp folder: model and data under HP_FIXTURES, extra lines appended. */
+static void write_fixture_plan(char *out, size_t n, const char *model, const char *data, const char *extra)
+{
+    path(out, n, "m.yaml");
+    FILE *f = fopen(out, "w");
+    cr_assert(f);
+    fprintf(f, "name: m\nmodel: %s/%s\ndata: %s/%s/%s\n%s", getenv("HP_FIXTURES"), model, getenv("HP_FIXTURES"), model,
+            data, extra);
+    fclose(f);
+}
+
+/* Run `headprune ARGS` with stderr into errs; the exit status. */
+static int hp_cmd(const char *args, char *errs, size_t n)
+{
+    char cmd[4096], ep[128];
+    path(ep, sizeof ep, "stderr");
+    snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>%s </dev/null", getenv("HP_HEADPRUNE"), args, ep);
+    int st = system(cmd);
+    FILE *f = fopen(ep, "r");
+    cr_assert(f);
+    size_t r = fread(errs, 1, n - 1, f);
+    errs[r] = 0;
+    fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* plan and run both refuse the plan with one line saying words, and no database appears. */
+static void refused(const char *p, const char *words)
+{
+    char db[128], args[2048], errs[4096];
+    path(db, sizeof db, "refused.db");
+    const char *cmds[] = {"plan %s", "run %s --db %s --quiet"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, cmds[i], p, db);
+        int rc = hp_cmd(args, errs, sizeof errs);
+        cr_assert_eq(rc, 1, "%s: exit %d (%s)", args, rc, errs);
+        char *nl = strchr(errs, '\n');
+        cr_assert(nl && nl[1] == 0, "%s: not one line: %s", args, errs);
+        cr_assert(strstr(errs, p) && strstr(errs, words), "%s: does not name the plan and say '%s': %s", args, words,
+                  errs);
+        cr_assert_neq(access(db, F_OK), 0, "%s: created %s though nothing could run", args, db);
+    }
+}
+
+Test(sweep, a_metric_the_model_lacks_is_refused_before_anything_runs)
+{
+    char p[1024];
+    /* a causal LM has no cosine; without the check every iterative score was NaN */
+    write_fixture_plan(p, sizeof p, "stories260K", "data.npy", "metric: cos\nstudies: [{iterative: {prune: 25%}}]\n");
+    refused(p, "metric 'cos' is not one that");
+    refused(p, "loss, kl and acc");
+    /* an encoder without a head has only the cosine */
+    write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", "metric: loss\nstudies: [{iterative: {prune: 25%}}]\n");
+    refused(p, "metric 'loss' is not one that");
+    refused(p, "only metric is cos");
+}
+
+/* The metric a sweep recorded, and the mask of its iterative curve's point at step. */
+static void sweep_metric_and_step(const char *db, int step, char *metric, char *mask, size_t n)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h,
+                                    "SELECT s.metric, v.mask_text FROM sweep_jobs j JOIN sweeps s ON s.id = j.sweep_id "
+                                    "JOIN variants v ON v.id = j.variant_id WHERE j.kind = 'iterative' AND j.step = ? "
+                                    "AND j.label = printf('step %d', j.step)",
+                                    -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(h));
+    sqlite3_bind_int(st, 1, step);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "no curve point at step %d", step);
+    snprintf(metric, n, "%s", (const char *)sqlite3_column_text(st, 0));
+    snprintf(mask, n, "%s", (const char *)sqlite3_column_text(st, 1));
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+}
+
+Test(sweep, an_encoder_without_a_metric_is_pruned_by_its_cosine)
+{
+    char p[1024], db[128], metric[256], mask[256];
+    write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", "studies: [{iterative: {prune: 25%, floor: 50%}}]\n");
+    path(db, sizeof db, "enc.db");
+    cr_assert_eq(run(p, db, NULL), 0);
+    sweep_metric_and_step(db, 1, metric, mask, sizeof metric);
+    cr_assert_str_eq(metric, "cos", "the sweep ranked by '%s'", metric);
+
+    /* the expected first step, from each head's cosine evaluated alone: the two least damaging */
+    char dir[1024], data[1100];
+    snprintf(dir, sizeof dir, "%s/bert-encoder", getenv("HP_FIXTURES"));
+    snprintf(data, sizeof data, "%s/data.jsonl", dir);
+    struct hp_error err = {0};
+    struct hp_model *m;
+    struct hp_data *d;
+    struct hp_evaluator *ev;
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    const struct hp_model_info *in = hp_model_get_info(m);
+    cr_assert_eq(hp_data_load_for(data, dir, in, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    const int n = in->n_layers * in->n_heads;
+    double cos[64];
+    cr_assert_leq(n, 64);
+    for (int i = 0; i < n; i++) {
+        struct hp_mask *one = hp_mask_new(in->n_layers, in->n_heads);
+        one->gate[i] = 0.0f;
+        struct hp_metrics *mt;
+        cr_assert_eq(hp_evaluator_run(ev, one, HP_ABLATE_ZERO, &mt, &err), HP_OK, "%s", err.msg);
+        cos[i] = mt->cos;
+        hp_metrics_free(mt);
+        hp_mask_free(one);
+    }
+    struct hp_mask *want = hp_mask_new(in->n_layers, in->n_heads);
+    for (int k = 0; k < n / 4; k++) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (want->gate[i] != 0.0f && (best < 0 || cos[i] > cos[best]))
+                best = i;
+        want->gate[best] = 0.0f;
+    }
+    char *w = hp_mask_format(want);
+    cr_assert_str_eq(mask, w, "step 1 pruned %s; by cosine it is %s", mask, w);
+    free(w);
+    hp_mask_free(want);
+    hp_evaluator_free(ev);
+    hp_data_free(d);
+    hp_model_close(m);
+}
