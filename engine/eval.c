@@ -8,6 +8,7 @@
  * Must not: print, exit, or know about files other than through hp_data.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,16 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
             if (d->type_ids[i] < 0 || d->type_ids[i] >= m->n_types)
                 return hp_fail(err, HP_ERR_ARG, "%s: token type %d at row %zu, position %zu is outside the model's %d types",
                                d->path, d->type_ids[i], i / d->seq_len, i % d->seq_len, m->n_types);
+    }
+    /* a row with no real token has nothing to embed or predict: an encoder would score it 0 (or 1
+     * unmasked) and inflate every effect, a language model would count it as a sequence of no tokens */
+    for (int s = 0; d->attn_mask && s < d->n_seqs; s++) {
+        bool any = false;
+        for (int t = 0; t < d->seq_len && !any; t++)
+            any = d->attn_mask[(size_t)s * d->seq_len + t] != 0;
+        if (!any)
+            return hp_fail(err, HP_ERR_ARG,
+                           "%s: row %d (counting from 0) is all padding (its attention_mask is all 0): remove it", d->path, s);
     }
     const bool has_cls = m->classifier.p != NULL;
     if (has_cls && !d->seq_labels)
@@ -217,6 +228,72 @@ static enum hp_status plain_ready(struct hp_evaluator *ev, bool outputs, struct 
     return HP_OK;
 }
 
+/* The mask's first layer with a gate that is not 1: L when nothing changes. */
+static int first_changed(const struct hp_mask *mask, int L, int H)
+{
+    for (int i = 0; mask && i < L * H; i++)
+        if (mask->gate[i] != 1.0f)
+            return i / H;
+    return L;
+}
+
+static bool all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return false;
+    return true;
+}
+
+/*
+ * Where a pass under gate first makes a number that is not finite, into
+ * where: "the embeddings", "layer l's attention", "layer l's MLP", "the
+ * final layer norm" or "the output head". Runs the chunks again with a save
+ * of every layer (only when a metric has already come out non-finite).
+ */
+static void locate_nonfinite(struct hp_evaluator *ev, const float *gate, enum hp_ablation abl, char *where, size_t n)
+{
+    snprintf(where, n, "the output head");
+    struct hp_error ignored;
+    const struct hp_model_info *in = &ev->m->info;
+    const size_t R = (size_t)ev->batch * ev->d->seq_len, D = (size_t)in->d_model, L = (size_t)in->n_layers,
+                 qd = (size_t)in->n_heads * in->d_head;
+    float *buf = malloc(L * R * (2 * D + qd) * sizeof(float));
+    if (!buf || plain_ready(ev, false, &ignored) != HP_OK) {
+        free(buf);
+        return;
+    }
+    struct hp_fwd_save save = {buf, buf + L * R * D, buf + 2 * L * R * D};
+    for (int s0 = 0; s0 < ev->d->n_seqs; s0 += ev->batch) {
+        const int nb = chunk_len(ev, s0);
+        const size_t rows = (size_t)nb * ev->d->seq_len;
+        struct hp_fwd_args a = chunk_args(ev, s0, nb, abl);
+        a.gate = gate;
+        a.save = &save;
+        const float *h = hp_fwd_run(ev->m, ev->fwd, &a);
+        for (size_t l = 0; l < L; l++) {
+            if (!all_finite(save.x + l * rows * D, rows * D)) {
+                if (l == 0)
+                    snprintf(where, n, "the embeddings");
+                else
+                    snprintf(where, n, "layer %zu's MLP", l - 1);
+                free(buf);
+                return;
+            }
+            if (!all_finite(save.attn + l * rows * D, rows * D)) {
+                snprintf(where, n, "layer %zu's attention", l);
+                free(buf);
+                return;
+            }
+        }
+        if (!all_finite(h, rows * D)) {
+            snprintf(where, n, "layer %zu's MLP or the final layer norm", L - 1);
+            break;
+        }
+    }
+    free(buf);
+}
+
 /* Head-output means of the unmasked model over the held-out set, once. */
 static enum hp_status ensure_means(struct hp_evaluator *ev, struct hp_error *err)
 {
@@ -261,6 +338,17 @@ static enum hp_status ensure_means(struct hp_evaluator *ev, struct hp_error *err
         }
     free(cap);
     free(cnt);
+    if (!all_finite(ev->mean_all, L * qd) || !all_finite(ev->mean_pos, L * T * qd)) {
+        char where[64];
+        locate_nonfinite(ev, NULL, HP_ABLATE_ZERO, where, sizeof where);
+        free(ev->mean_all);
+        free(ev->mean_pos);
+        ev->mean_all = ev->mean_pos = NULL;
+        return hp_fail(err, HP_ERR_FORMAT,
+                       "%s: the unmasked model's head outputs on %s are not finite, first in %s (check the weights "
+                       "and config.json, e.g. its layer norm epsilon); no mean-ablation statistics are kept",
+                       ev->m->dir, d->path, where);
+    }
     return HP_OK;
 }
 
@@ -282,6 +370,8 @@ enum hp_status hp_evaluator_set_means(struct hp_evaluator *ev, const struct hp_m
                        "model and data (%d x %d x %d)", m->n_layers, m->seq_len, m->width, in->n_layers,
                        ev->d->seq_len, in->n_heads * in->d_head);
     size_t n_all = (size_t)m->n_layers * m->width, n_pos = n_all * m->seq_len;
+    if (!all_finite(m->all, n_all) || !all_finite(m->pos, n_pos))
+        return hp_fail(err, HP_ERR_FORMAT, "mean-ablation statistics with numbers that are not finite are refused");
     float *all = malloc(n_all * sizeof(float)), *pos = malloc(n_pos * sizeof(float));
     if (!all || !pos) {
         free(all);
@@ -409,7 +499,20 @@ static double pooled_cos(const struct hp_data *d, enum hp_pooling mode, int s, c
         na += pa * pa;
         nb += pb * pb;
     }
+    if (!isfinite(dot) || !isfinite(na) || !isfinite(nb))
+        return NAN; /* reported by metrics_finish, never a cosine of 0 */
     return (na > 0 && nb > 0) ? dot / sqrt(na * nb) : 0.0;
+}
+
+/* 1 when sequence s's real rows of x (seq_len, D) are finite (the unmasked model's own cosine), else NaN. */
+static double self_cos(const struct hp_data *d, int s, const float *x, int D)
+{
+    for (int t = 0; t < d->seq_len; t++)
+        if (!d->attn_mask || d->attn_mask[(size_t)s * d->seq_len + t])
+            for (int i = 0; i < D; i++)
+                if (!isfinite(x[(size_t)t * D + i]))
+                    return NAN;
+    return 1.0;
 }
 
 void hp_metrics_free(struct hp_metrics *mt)
@@ -460,7 +563,7 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct tot
         for (int t = 0; t < T; t++)
             nt += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
         mt->seq_tokens[s] = nt;
-        mt->seq_cos[s] = scaled ? pooled_cos(d, ev->m->info.pooling, s, zb_seq, zm_seq, W) : 1.0;
+        mt->seq_cos[s] = scaled ? pooled_cos(d, ev->m->info.pooling, s, zb_seq, zm_seq, W) : self_cos(d, s, zm_seq, W);
         tot->cos += mt->seq_cos[s];
         tot->tokens += nt;
         return;
@@ -554,11 +657,13 @@ static struct hp_metrics *metrics_new(const struct hp_evaluator *ev)
     return mt;
 }
 
-/* The whole-set metrics from the sums. */
-static enum hp_status metrics_finish(const struct hp_evaluator *ev, struct hp_metrics *mt, const struct totals *tot,
-                                     struct hp_error *err)
+/* The whole-set metrics from the sums: a metric that is not a finite number is an error naming the variant. */
+static enum hp_status metrics_finish(struct hp_evaluator *ev, struct hp_metrics *mt, const struct totals *tot,
+                                     const struct hp_mask *mask, enum hp_ablation abl, struct hp_error *err)
 {
     mt->n_tokens = tot->tokens;
+    const char *bad = NULL;
+    double v = 0;
     if (ev->has_loss) {
         if (tot->tokens == 0)
             return hp_fail(err, HP_ERR_ARG, "%s: no token is scored (all labels are -100 or padding)", ev->d->path);
@@ -566,19 +671,29 @@ static enum hp_status metrics_finish(const struct hp_evaluator *ev, struct hp_me
         mt->ppl = exp(mt->loss);
         mt->acc = tot->acc / tot->tokens;
         mt->kl = tot->kl / tot->tokens;
+        bad = !isfinite(mt->loss) ? "loss" : !isfinite(mt->kl) ? "KL" : !isfinite(mt->acc) ? "accuracy" : NULL;
+        v = !isfinite(mt->loss) ? mt->loss : mt->kl;
     } else {
         mt->cos = tot->cos / ev->d->n_seqs;
+        bad = !isfinite(mt->cos) ? "cosine" : NULL;
+        v = mt->cos;
     }
-    return HP_OK;
-}
-
-/* The mask's first layer with a gate that is not 1: L when nothing changes. */
-static int first_changed(const struct hp_mask *mask, int L, int H)
-{
-    for (int i = 0; mask && i < L * H; i++)
-        if (mask->gate[i] != 1.0f)
-            return i / H;
-    return L;
+    if (!bad)
+        return HP_OK;
+    char variant[96] = "the unmasked model", where[64];
+    if (mask && first_changed(mask, ev->m->info.n_layers, ev->m->info.n_heads) < ev->m->info.n_layers) {
+        char *spec = hp_mask_format(mask);
+        if (spec && strlen(spec) > 48)
+            snprintf(variant, sizeof variant, "the variant ablating %.40s... (%d heads)", spec, hp_mask_count_ablated(mask));
+        else
+            snprintf(variant, sizeof variant, "the variant ablating %s", spec ? spec : "?");
+        free(spec);
+    }
+    locate_nonfinite(ev, mask ? mask->gate : NULL, abl, where, sizeof where);
+    return hp_fail(err, HP_ERR_FORMAT,
+                   "%s: %s gives a %s of %g on %s, first not finite in %s (check the weights and config.json, "
+                   "e.g. its layer norm epsilon); nothing is recorded",
+                   ev->m->dir, variant, bad, v, ev->d->path, where);
 }
 
 /* The plain path: one variant, every chunk through the whole model. */
@@ -927,7 +1042,7 @@ static void score_enc(const struct hp_evaluator *ev, const struct reuse *ru, con
         mt->seq_tokens[s] = nt;
         mt->seq_cos[s] = h ? pooled_cos(d, ev->m->info.pooling, s, ru->base_h + (size_t)b * T * D,
                                              h + ((size_t)v * nb * T + (size_t)b * T) * D, D)
-                           : 1.0;
+                           : self_cos(d, s, ru->base_h + (size_t)b * T * D, D);
         tot->cos += mt->seq_cos[s];
         tot->tokens += nt;
     }
@@ -1043,7 +1158,7 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
     else if (st == HP_OK)
         st = run_reuse(ev, masks, n, abl, out, tots, err);
     for (int i = 0; i < n && st == HP_OK; i++)
-        st = metrics_finish(ev, out[i], &tots[i], err);
+        st = metrics_finish(ev, out[i], &tots[i], masks[i], abl, err);
     free(tots);
     if (st != HP_OK)
         for (int i = 0; i < n; i++) {

@@ -424,6 +424,12 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
         if (st == HP_OK && cached)
             cache_write(cpath, *out);
     }
+    /* token types are the tokenizer's, but only BERT's embeddings read them: for any other
+     * model they are not part of the data (a causal LM given them refuses the data) */
+    if (st == HP_OK && info && info->arch != HP_ARCH_BERT) {
+        free((*out)->type_ids);
+        (*out)->type_ids = NULL;
+    }
     hp_tokenizer_free(t);
     free(buf);
     return st;
