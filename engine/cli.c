@@ -975,6 +975,10 @@ static int cmd_tokenize(int argc, char **argv)
         putchar('\n');
         hp_encoding_free(&e);
     }
+    if (rc == 0 && ferror(f)) { /* a directory, or a failing disk: not an empty file */
+        fprintf(stderr, "%s: %s: cannot read (%s)\n", prog, name, strerror(errno));
+        rc = 1;
+    }
     free(line);
     if (f != stdin)
         fclose(f);

@@ -656,6 +656,7 @@ struct jl {
     bool has[N_FIELDS];
     bool has_label;   // a "label" per row (sequence classification)
     int n_rows, max_rows;
+    uint64_t size;    // bytes in the file
     struct hp_data *d;
 };
 
@@ -688,6 +689,13 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
         j->first_line = line;
         for (int k = 0; k < N_FIELDS; k++)
             j->has[k] = f[k] != NULL;
+        // Every id of every row takes at least one byte of its own line, so a
+        // file of size bytes holds at most size / n rows of n ids. Bounding
+        // the rows by that keeps the arrays within a few times the file's
+        // size: a long first row over many short lines must fail on the
+        // first short line, not ask for rows x n ints up front.
+        if ((uint64_t)j->max_rows > j->size / (uint64_t)n)
+            j->max_rows = (int)(j->size / (uint64_t)n);
         enum hp_status st = hp_data_alloc(path, j->max_rows, n, j->has[F_LABELS],
                                        j->has[F_MASK], j->has[F_TYPES], &j->d, err);
         if (st)
@@ -715,7 +723,9 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
                         cJSON_GetArraySize(f[k]), n);
     }
 
-    assert(j->n_rows < j->max_rows);
+    if (j->n_rows >= j->max_rows) // cannot happen (see the bound above); refuse rather than overrun
+        return hp_fail(err, HP_ERR_FORMAT, "%s:%d: more ids than the file's size allows (file changed while "
+                       "loading?)", path, line);
     size_t base = (size_t)j->n_rows * (size_t)j->seq_len;
     struct hp_data *d = j->d;
     const cJSON *label = cJSON_GetObjectItemCaseSensitive(obj, "label");
@@ -809,7 +819,7 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
                     INT_MAX);
     }
 
-    struct jl j = {.path = s->path, .seq_len = seq_len, .max_rows = (int)rows};
+    struct jl j = {.path = s->path, .seq_len = seq_len, .max_rows = (int)rows, .size = size};
     char *p = buf, *end = buf + size;
     while (p < end) {
         char *nl = memchr(p, '\n', (size_t)(end - p));

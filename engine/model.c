@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,21 +26,49 @@
 
 // --- reading files ----------------------------------------------------------
 
+/*
+ * The value of key in obj, or NULL. A key written twice counts by its last
+ * value, as Python's json (and so Hugging Face) reads it; cJSON keeps every
+ * item and its own lookup would return the first.
+ */
+static cJSON *json_get(const cJSON *obj, const char *key)
+{
+    cJSON *hit = NULL, *e;
+    if (!cJSON_IsObject(obj))
+        return NULL;
+    cJSON_ArrayForEach(e, obj)
+        if (e->string && strcmp(e->string, key) == 0)
+            hit = e;
+    return hit;
+}
+
 /* Parse a JSON file; the text is handed back through keep_text when non-NULL. */
 static enum hp_status read_json(const char *path, cJSON **out, char **keep_text, struct hp_error *err)
 {
     char *txt;
-    enum hp_status st = hp_read_text(path, (size_t)64 << 20, HP_ERR_FORMAT, "a JSON file", &txt, NULL, err);
+    size_t len;
+    enum hp_status st = hp_read_text(path, (size_t)64 << 20, HP_ERR_FORMAT, "a JSON file", &txt, &len, err);
     if (st != HP_OK)
         return st;
-    cJSON *j = cJSON_Parse(txt);
-    if (!j) {
-        const char *at = cJSON_GetErrorPtr();
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(txt, &end, 0);
+    const char *at = j ? end : cJSON_GetErrorPtr();
+    /* after the value only whitespace may follow, up to the real end of the
+     * file (a NUL byte would otherwise hide what comes after it) */
+    bool trailing = false;
+    if (j) {
+        while (at < txt + len && (*at == ' ' || *at == '\t' || *at == '\n' || *at == '\r'))
+            at++;
+        trailing = at != txt + len;
+    }
+    if (!j || trailing) {
         int line = 1;
-        for (const char *c = txt; at && c < at; c++)
+        for (const char *c = txt; at && c < at && c < txt + len; c++)
             line += *c == '\n';
+        cJSON_Delete(j);
         free(txt);
-        return hp_fail(err, HP_ERR_FORMAT, "%s:%d: malformed JSON", path, line);
+        return hp_fail(err, HP_ERR_FORMAT, "%s:%d: %s", path, line,
+                       trailing ? "text after the JSON value (one JSON object per file)" : "malformed JSON");
     }
     if (keep_text)
         *keep_text = txt;
@@ -58,32 +87,45 @@ struct cfg {
     enum hp_status st;
 };
 
-/* Integer field; def < 0 means required. */
-static int cfg_int(struct cfg *c, const char *key, int def)
+/*
+ * Upper bounds on what config.json may declare. Far above any released
+ * checkpoint, and low enough that every product of two of them is computed
+ * exactly in 64 bits and every size the engine derives fits in an int.
+ */
+#define CFG_MAX_COUNT (1 << 16) /* layers, heads, token types */
+#define CFG_MAX_DIM (1 << 20)   /* hidden, intermediate, head and attention widths */
+#define CFG_MAX_VOCAB (1 << 26)
+#define CFG_MAX_CTX (1 << 24)
+
+/* Integer field in [1, max]; def < 0 means required. */
+static int cfg_int(struct cfg *c, const char *key, int def, int max)
 {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(c->j, key);
+    cJSON *v = json_get(c->j, key);
     if (!v || cJSON_IsNull(v)) {
         if (def < 0 && c->st == HP_OK)
             c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: missing \"%s\"", c->path, key);
-        return def;
+        return def < 0 ? 1 : def;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e8 ||
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 1 && v->valuedouble <= max) ||
         v->valuedouble != floor(v->valuedouble)) {
         if (c->st == HP_OK)
-            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: \"%s\" must be a positive integer", c->path, key);
+            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: \"%s\" must be a whole number from 1 to %d", c->path, key,
+                            max);
         return def < 0 ? 1 : def;
     }
     return (int)v->valuedouble;
 }
 
-static double cfg_num(struct cfg *c, const char *key, double def)
+/* Number field in (lo, hi]: epsilons and the rotary base, which must be positive and finite. */
+static double cfg_num(struct cfg *c, const char *key, double def, double lo, double hi)
 {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(c->j, key);
+    cJSON *v = json_get(c->j, key);
     if (!v || cJSON_IsNull(v))
         return def;
-    if (!cJSON_IsNumber(v)) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > lo && v->valuedouble <= hi)) {
         if (c->st == HP_OK)
-            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: \"%s\" must be a number", c->path, key);
+            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: \"%s\" must be a number above %g and at most %g", c->path,
+                            key, lo, hi);
         return def;
     }
     return v->valuedouble;
@@ -91,14 +133,41 @@ static double cfg_num(struct cfg *c, const char *key, double def)
 
 static const char *cfg_str(struct cfg *c, const char *key, const char *def)
 {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(c->j, key);
-    return cJSON_IsString(v) ? v->valuestring : def;
+    cJSON *v = json_get(c->j, key);
+    if (!v || cJSON_IsNull(v))
+        return def;
+    if (!cJSON_IsString(v)) {
+        if (c->st == HP_OK)
+            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: \"%s\" must be a string", c->path, key);
+        return def;
+    }
+    return v->valuestring;
 }
 
 static bool cfg_bool(struct cfg *c, const char *key, bool def)
 {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(c->j, key);
-    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : def;
+    cJSON *v = json_get(c->j, key);
+    if (!v || cJSON_IsNull(v))
+        return def;
+    if (!cJSON_IsBool(v)) {
+        if (c->st == HP_OK)
+            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: \"%s\" must be true or false", c->path, key);
+        return def;
+    }
+    return cJSON_IsTrue(v);
+}
+
+/* a * b as a width: at most CFG_MAX_DIM, computed in 64 bits so it cannot wrap */
+static int cfg_width(struct cfg *c, const char *ka, int a, const char *kb, int b)
+{
+    int64_t w = (int64_t)a * b;
+    if (w > CFG_MAX_DIM) {
+        if (c->st == HP_OK)
+            c->st = hp_fail(c->err, HP_ERR_SHAPE, "%s: \"%s\" %d x \"%s\" %d = %lld is too wide (at most %d)",
+                            c->path, ka, a, kb, b, (long long)w, CFG_MAX_DIM);
+        return 0;
+    }
+    return (int)w;
 }
 
 static enum hp_status parse_act(struct cfg *c, const char *name, enum hp_act *out)
@@ -118,48 +187,53 @@ static enum hp_status parse_act(struct cfg *c, const char *name, enum hp_act *ou
     return HP_OK;
 }
 
-static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *path, struct hp_error *err)
+static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *path, bool *tied, struct hp_error *err)
 {
     struct cfg c = {path, j, err, HP_OK};
     struct hp_model_info *in = &m->info;
     const char *mt = cfg_str(&c, "model_type", NULL);
     if (!mt)
-        return hp_fail(err, HP_ERR_FORMAT, "%s: missing \"model_type\"", path);
+        return c.st != HP_OK ? c.st : hp_fail(err, HP_ERR_FORMAT, "%s: missing \"model_type\"", path);
     snprintf(in->model_type, sizeof in->model_type, "%s", mt);
     const char *act = NULL;
+    /* the keys naming the head count and the hidden size, for messages */
+    const char *k_heads = "num_attention_heads", *k_hidden = "hidden_size";
+    *tied = false;
     if (strcmp(mt, "gpt2") == 0) {
         in->arch = HP_ARCH_GPT2;
-        in->n_layers = cfg_int(&c, "n_layer", -1);
-        in->n_heads = cfg_int(&c, "n_head", -1);
-        in->d_model = cfg_int(&c, "n_embd", -1);
-        in->d_ff = cfg_int(&c, "n_inner", 4 * in->d_model);
-        in->n_vocab = cfg_int(&c, "vocab_size", -1);
-        in->n_ctx = cfg_int(&c, "n_positions", 1024);
-        m->norm_eps = (float)cfg_num(&c, "layer_norm_epsilon", 1e-5);
+        k_heads = "n_head";
+        k_hidden = "n_embd";
+        in->n_layers = cfg_int(&c, "n_layer", -1, CFG_MAX_COUNT);
+        in->n_heads = cfg_int(&c, "n_head", -1, CFG_MAX_COUNT);
+        in->d_model = cfg_int(&c, "n_embd", -1, CFG_MAX_DIM);
+        in->d_ff = cfg_int(&c, "n_inner", 4 * in->d_model, 4 * CFG_MAX_DIM);
+        in->n_vocab = cfg_int(&c, "vocab_size", -1, CFG_MAX_VOCAB);
+        in->n_ctx = cfg_int(&c, "n_positions", 1024, CFG_MAX_CTX);
+        m->norm_eps = (float)cfg_num(&c, "layer_norm_epsilon", 1e-5, 0, 1);
         act = cfg_str(&c, "activation_function", "gelu_new");
         m->scale_by_layer = cfg_bool(&c, "scale_attn_by_inverse_layer_idx", false);
-        if (!cfg_bool(&c, "scale_attn_weights", true))
+        if (!cfg_bool(&c, "scale_attn_weights", true) && c.st == HP_OK)
             return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: scale_attn_weights = false is not supported", path);
         in->n_kv_heads = in->n_heads;
         in->causal = true;
     } else if (strcmp(mt, "bert") == 0) {
         in->arch = HP_ARCH_BERT;
-        in->n_layers = cfg_int(&c, "num_hidden_layers", -1);
-        in->n_heads = cfg_int(&c, "num_attention_heads", -1);
-        in->d_model = cfg_int(&c, "hidden_size", -1);
-        in->d_ff = cfg_int(&c, "intermediate_size", -1);
-        in->n_vocab = cfg_int(&c, "vocab_size", -1);
-        in->n_ctx = cfg_int(&c, "max_position_embeddings", 512);
-        m->n_types = cfg_int(&c, "type_vocab_size", 2);
-        m->norm_eps = (float)cfg_num(&c, "layer_norm_eps", 1e-12);
+        in->n_layers = cfg_int(&c, "num_hidden_layers", -1, CFG_MAX_COUNT);
+        in->n_heads = cfg_int(&c, "num_attention_heads", -1, CFG_MAX_COUNT);
+        in->d_model = cfg_int(&c, "hidden_size", -1, CFG_MAX_DIM);
+        in->d_ff = cfg_int(&c, "intermediate_size", -1, 4 * CFG_MAX_DIM);
+        in->n_vocab = cfg_int(&c, "vocab_size", -1, CFG_MAX_VOCAB);
+        in->n_ctx = cfg_int(&c, "max_position_embeddings", 512, CFG_MAX_CTX);
+        m->n_types = cfg_int(&c, "type_vocab_size", 2, CFG_MAX_COUNT);
+        m->norm_eps = (float)cfg_num(&c, "layer_norm_eps", 1e-12, 0, 1);
         act = cfg_str(&c, "hidden_act", "gelu");
         const char *pet = cfg_str(&c, "position_embedding_type", "absolute");
-        if (strcmp(pet, "absolute") != 0)
+        if (c.st == HP_OK && strcmp(pet, "absolute") != 0)
             return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: position_embedding_type \"%s\" is not supported (absolute only)", path, pet);
         in->n_kv_heads = in->n_heads;
         in->causal = false;
         /* classes of a ForSequenceClassification checkpoint, by id */
-        const cJSON *i2l = cJSON_GetObjectItemCaseSensitive(j, "id2label");
+        const cJSON *i2l = json_get(j, "id2label");
         int nl = cJSON_IsObject(i2l) ? cJSON_GetArraySize(i2l) : 0;
         if (nl > 0) {
             m->label_names = calloc((size_t)nl, sizeof *m->label_names);
@@ -180,21 +254,22 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
         }
     } else if (strcmp(mt, "llama") == 0 || strcmp(mt, "mistral") == 0 || strcmp(mt, "qwen2") == 0) {
         in->arch = HP_ARCH_LLAMA;
-        in->n_layers = cfg_int(&c, "num_hidden_layers", -1);
-        in->n_heads = cfg_int(&c, "num_attention_heads", -1);
-        in->n_kv_heads = cfg_int(&c, "num_key_value_heads", in->n_heads);
-        in->d_model = cfg_int(&c, "hidden_size", -1);
-        in->d_ff = cfg_int(&c, "intermediate_size", -1);
-        in->n_vocab = cfg_int(&c, "vocab_size", -1);
-        in->n_ctx = cfg_int(&c, "max_position_embeddings", 2048);
-        m->norm_eps = (float)cfg_num(&c, "rms_norm_eps", 1e-6);
-        m->rope_theta = (float)cfg_num(&c, "rope_theta", 10000.0);
+        in->n_layers = cfg_int(&c, "num_hidden_layers", -1, CFG_MAX_COUNT);
+        in->n_heads = cfg_int(&c, "num_attention_heads", -1, CFG_MAX_COUNT);
+        in->n_kv_heads = cfg_int(&c, "num_key_value_heads", in->n_heads, CFG_MAX_COUNT);
+        in->d_model = cfg_int(&c, "hidden_size", -1, CFG_MAX_DIM);
+        in->d_ff = cfg_int(&c, "intermediate_size", -1, 4 * CFG_MAX_DIM);
+        in->n_vocab = cfg_int(&c, "vocab_size", -1, CFG_MAX_VOCAB);
+        in->n_ctx = cfg_int(&c, "max_position_embeddings", 2048, CFG_MAX_CTX);
+        m->norm_eps = (float)cfg_num(&c, "rms_norm_eps", 1e-6, 0, 1);
+        m->rope_theta = (float)cfg_num(&c, "rope_theta", 10000.0, 0, 1e15);
         act = cfg_str(&c, "hidden_act", "silu");
-        cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+        *tied = cfg_bool(&c, "tie_word_embeddings", false);
+        cJSON *rs = json_get(j, "rope_scaling");
         if (rs && !cJSON_IsNull(rs))
             return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: rope_scaling is not supported yet (only plain rotary embeddings)", path);
         if (strcmp(mt, "mistral") == 0) {
-            int sw = cfg_int(&c, "sliding_window", 0);
+            int sw = cfg_int(&c, "sliding_window", 0, INT_MAX);
             if (sw > 0 && sw < in->n_ctx)
                 in->n_ctx = sw; /* within the window, sliding attention is full attention */
         }
@@ -205,10 +280,15 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
     }
     if (c.st != HP_OK)
         return c.st;
+    /* Llama may give head_dim; otherwise it is hidden / heads, which must not round to 0 */
     int dh_def = in->d_model / in->n_heads;
-    in->d_head = in->arch == HP_ARCH_LLAMA ? cfg_int(&c, "head_dim", dh_def) : dh_def;
+    bool has_head_dim = in->arch == HP_ARCH_LLAMA && json_get(j, "head_dim") && !cJSON_IsNull(json_get(j, "head_dim"));
+    in->d_head = has_head_dim ? cfg_int(&c, "head_dim", -1, CFG_MAX_DIM) : dh_def;
     if (c.st != HP_OK)
         return c.st;
+    if (in->d_head < 1)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: \"%s\" %d is smaller than \"%s\" %d (each head would have no width)",
+                       path, k_hidden, in->d_model, k_heads, in->n_heads);
     if (in->arch != HP_ARCH_LLAMA && in->d_model % in->n_heads != 0)
         return hp_fail(err, HP_ERR_SHAPE, "%s: hidden size %d is not divisible by %d heads", path, in->d_model, in->n_heads);
     if (in->n_heads % in->n_kv_heads != 0)
@@ -216,6 +296,10 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
                        in->n_heads, in->n_kv_heads);
     if (in->arch == HP_ARCH_LLAMA && in->d_head % 2 != 0)
         return hp_fail(err, HP_ERR_SHAPE, "%s: head size %d is odd; rotary embeddings need it even", path, in->d_head);
+    /* the attention widths the weights and the forward buffers are sized by */
+    cfg_width(&c, k_heads, in->n_heads, has_head_dim ? "head_dim" : "head size", in->d_head);
+    if (c.st != HP_OK)
+        return c.st;
     return parse_act(&c, act, &m->act);
 }
 
@@ -520,7 +604,7 @@ static enum hp_status open_weights(struct hp_model *m, const char *dir, struct h
     enum hp_status st = read_json(path, &idx, NULL, err);
     if (st != HP_OK)
         return st;
-    cJSON *map = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
+    cJSON *map = json_get(idx, "weight_map");
     if (!cJSON_IsObject(map)) {
         cJSON_Delete(idx);
         return hp_fail(err, HP_ERR_FORMAT, "%s: no \"weight_map\" object", path);
@@ -568,12 +652,12 @@ static enum hp_status read_pooling(struct hp_model *m, const char *dir, struct h
     enum hp_status st = read_json(path, &c, NULL, err);
     if (st != HP_OK)
         return st;
-    bool mean = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pooling_mode_mean_tokens")),
-         cls = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pooling_mode_cls_token")),
-         max = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pooling_mode_max_tokens")),
-         other = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pooling_mode_mean_sqrt_len_tokens")) ||
-                 cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pooling_mode_weightedmean_tokens")) ||
-                 cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pooling_mode_lasttoken"));
+    bool mean = cJSON_IsTrue(json_get(c, "pooling_mode_mean_tokens")),
+         cls = cJSON_IsTrue(json_get(c, "pooling_mode_cls_token")),
+         max = cJSON_IsTrue(json_get(c, "pooling_mode_max_tokens")),
+         other = cJSON_IsTrue(json_get(c, "pooling_mode_mean_sqrt_len_tokens")) ||
+                 cJSON_IsTrue(json_get(c, "pooling_mode_weightedmean_tokens")) ||
+                 cJSON_IsTrue(json_get(c, "pooling_mode_lasttoken"));
     cJSON_Delete(c);
     if (other || mean + cls + max != 1)
         return hp_fail(err, HP_ERR_UNSUPPORTED,
@@ -595,9 +679,8 @@ enum hp_status hp_model_open(const char *dir, struct hp_model **out, struct hp_e
     cJSON *cfg = NULL;
     enum hp_status st = read_json(path, &cfg, &m->config_text, err);
     if (st == HP_OK) {
-        st = parse_config(m, cfg, path, err);
-        bool tied = m->info.arch == HP_ARCH_LLAMA &&
-                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings"));
+        bool tied = false;
+        st = parse_config(m, cfg, path, &tied, err);
         cJSON_Delete(cfg);
         if (st == HP_OK)
             st = open_weights(m, dir, err);

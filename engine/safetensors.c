@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,10 @@ struct hp_st_set {
     int n_shards;
     struct hp_st_tensor *t;
     int n, cap;
+    /* every tensor, sorted by name: duplicates sit side by side and lookups
+     * are a binary search, so a header of n names costs O(n log n), not n^2.
+     * Rebuilt after each shard (t may have moved). */
+    struct hp_st_tensor **by_name;
 };
 
 static int dtype_size(const char *s, enum hp_dtype *dt)
@@ -60,6 +65,41 @@ static int cmp_by_offset(const void *a, const void *b)
     if ((const char *)x->data != (const char *)y->data)
         return (const char *)x->data < (const char *)y->data ? -1 : 1;
     return 0;
+}
+
+static int cmp_by_name(const void *a, const void *b)
+{
+    const struct hp_st_tensor *x = *(struct hp_st_tensor *const *)a;
+    const struct hp_st_tensor *y = *(struct hp_st_tensor *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+/* Sort every tensor of the set by name and refuse a name that repeats
+ * (within this shard or across shards). */
+static enum hp_status index_names(struct hp_st_set *set, const char *path, struct hp_error *err)
+{
+    free(set->by_name);
+    set->by_name = malloc((size_t)(set->n > 0 ? set->n : 1) * sizeof *set->by_name);
+    if (!set->by_name)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    for (int i = 0; i < set->n; i++)
+        set->by_name[i] = &set->t[i];
+    qsort(set->by_name, (size_t)set->n, sizeof *set->by_name, cmp_by_name);
+    for (int i = 1; i < set->n; i++)
+        if (strcmp(set->by_name[i - 1]->name, set->by_name[i]->name) == 0)
+            return hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' appears twice", path, set->by_name[i]->name);
+    return HP_OK;
+}
+
+/* A JSON number that is a whole number in [0, max] (max below 2^53, so the
+ * double holds it exactly and the cast is defined). */
+static bool json_uint(const cJSON *v, double max, uint64_t *out)
+{
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= max) ||
+        v->valuedouble != floor(v->valuedouble))
+        return false;
+    *out = (uint64_t)v->valuedouble;
+    return true;
 }
 
 static enum hp_status index_header(struct hp_st_set *set, struct shard *sh,
@@ -104,36 +144,39 @@ static enum hp_status index_header(struct hp_st_set *set, struct shard *sh,
         uint64_t nelem = 1;
         bool bad = false;
         for (int i = 0; i < t.n_dims; i++) {
-            cJSON *d = cJSON_GetArrayItem(shape, i);
-            if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != (double)(int64_t)d->valuedouble) {
+            uint64_t dim;
+            if (!json_uint(cJSON_GetArrayItem(shape, i), 0x1p52, &dim)) {
                 bad = true;
                 break;
             }
-            t.shape[i] = (int64_t)d->valuedouble;
-            nel *= d->valuedouble;
-            nelem *= (uint64_t)t.shape[i];
+            t.shape[i] = (int64_t)dim;
+            nel *= (double)dim;
+            nelem *= dim;
         }
         if (bad || nel > 1e15) {
             st = hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' has an invalid shape", path, e->string);
             break;
         }
         cJSON *b = cJSON_GetArrayItem(offs, 0), *en = cJSON_GetArrayItem(offs, 1);
-        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || b->valuedouble < 0 ||
-            en->valuedouble < b->valuedouble || en->valuedouble > (double)data_len) {
+        uint64_t ub, ue;
+        if (!json_uint(b, 0x1p52, &ub) || !json_uint(en, 0x1p52, &ue)) {
+            /* %.15g keeps 1e300 to a few characters, where %.0f prints 301 digits */
             st = hp_fail(err, HP_ERR_FORMAT,
-                         "%s: tensor '%s' has data_offsets [%.0f, %.0f] outside the data area of %zu bytes (truncated or corrupt file)",
+                         "%s: tensor '%s' has data_offsets [%.15g, %.15g], not whole byte offsets (corrupt file)",
                          path, e->string, cJSON_IsNumber(b) ? b->valuedouble : -1.0,
-                         cJSON_IsNumber(en) ? en->valuedouble : -1.0, data_len);
+                         cJSON_IsNumber(en) ? en->valuedouble : -1.0);
             break;
         }
-        size_t begin = (size_t)b->valuedouble, end = (size_t)en->valuedouble;
+        if (ue < ub || ue > (uint64_t)data_len) {
+            st = hp_fail(err, HP_ERR_FORMAT,
+                         "%s: tensor '%s' has data_offsets [%llu, %llu] outside the data area of %zu bytes (truncated or corrupt file)",
+                         path, e->string, (unsigned long long)ub, (unsigned long long)ue, data_len);
+            break;
+        }
+        size_t begin = (size_t)ub, end = (size_t)ue;
         if ((uint64_t)(end - begin) != nelem * (uint64_t)esize) {
             st = hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' spans %zu bytes but %s x shape needs %llu", path,
                          e->string, end - begin, t.dtype_name, (unsigned long long)(nelem * (uint64_t)esize));
-            break;
-        }
-        if (hp_st_find(set, e->string)) {
-            st = hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' appears twice", path, e->string);
             break;
         }
         t.data = data + begin;
@@ -158,6 +201,8 @@ static enum hp_status index_header(struct hp_st_set *set, struct shard *sh,
         set->t[set->n++] = t;
     }
     cJSON_Delete(root);
+    if (st == HP_OK)
+        st = index_names(set, path, err);
     if (st != HP_OK)
         return st;
 
@@ -190,6 +235,11 @@ enum hp_status hp_st_add(struct hp_st_set *set, const char *path, struct hp_erro
     if (fstat(fd, &sb) != 0) {
         close(fd);
         return hp_fail(err, HP_ERR_IO, "%s: cannot stat (%s)", path, strerror(errno));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return hp_fail(err, HP_ERR_IO, "%s: %s, not a safetensors file", path,
+                       S_ISDIR(sb.st_mode) ? "is a directory" : "not a regular file");
     }
     size_t len = (size_t)sb.st_size;
     if (len < 8) {
@@ -248,6 +298,7 @@ void hp_st_close(struct hp_st_set *set)
     for (int i = 0; i < set->n; i++)
         free(set->t[i].name);
     free(set->t);
+    free(set->by_name);
     for (int i = 0; i < set->n_shards; i++) {
         if (set->shards[i].map)
             munmap(set->shards[i].map, set->shards[i].len);
@@ -259,11 +310,11 @@ void hp_st_close(struct hp_st_set *set)
 
 struct hp_st_tensor *hp_st_find(struct hp_st_set *set, const char *name)
 {
-    /* linear: a few thousand names at most, looked up once each at load */
-    for (int i = 0; i < set->n; i++)
-        if (strcmp(set->t[i].name, name) == 0)
-            return &set->t[i];
-    return NULL;
+    if (!set->by_name)
+        return NULL;
+    struct hp_st_tensor key = {.name = (char *)name}, *kp = &key;
+    struct hp_st_tensor **hit = bsearch(&kp, set->by_name, (size_t)set->n, sizeof *set->by_name, cmp_by_name);
+    return hit ? *hit : NULL;
 }
 
 int hp_st_count(const struct hp_st_set *set) { return set->n; }

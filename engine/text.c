@@ -351,14 +351,24 @@ static bool cache_read(const char *cpath, const char *path, struct hp_data **out
     FILE *f = fopen(cpath, "rb");
     if (!f)
         return false;
+    struct stat sb;
     char magic[8];
     int32_t head[3];
     uint64_t sum = 0;
     struct hp_data *d = NULL;
-    bool ok = fread(magic, 1, 8, f) == 8 && memcmp(magic, cache_magic, 8) == 0 && fread(head, 4, 3, f) == 3 &&
-              fread(&sum, 8, 1, f) == 1 &&
-              head[0] >= 1 && head[1] >= 1 && head[0] <= (1 << 24) && head[1] <= (1 << 24) &&
-              hp_data_alloc(path, head[0], head[1], false, head[2] & 1, head[2] & 2, &d, NULL) == HP_OK;
+    bool ok = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && fread(magic, 1, 8, f) == 8 &&
+              memcmp(magic, cache_magic, 8) == 0 && fread(head, 4, 3, f) == 3 && fread(&sum, 8, 1, f) == 1 &&
+              head[0] >= 1 && head[1] >= 1 && head[0] <= (1 << 24) && head[1] <= (1 << 24) && (head[2] & ~7) == 0;
+    /* The header's sizes must add up to the entry's real size before they size
+     * an allocation: a damaged header claiming 2^24 x 2^24 ids is not a
+     * petabyte request. At most 2^48 ids, so the sum is exact in 64 bits. */
+    if (ok) {
+        uint64_t rows = (uint64_t)head[0], n = rows * (uint64_t)head[1];
+        uint64_t want = 8 + 12 + 8 + 4 * n + ((head[2] & 1) ? n : 0) + ((head[2] & 2) ? 4 * n : 0) +
+                        ((head[2] & 4) ? 4 * rows : 0);
+        ok = want == (uint64_t)sb.st_size &&
+             hp_data_alloc(path, head[0], head[1], false, head[2] & 1, head[2] & 2, &d, NULL) == HP_OK;
+    }
     size_t n = ok ? (size_t)head[0] * head[1] : 0;
     ok = ok && fread(d->ids, 4, n, f) == n;
     ok = ok && (!d->attn_mask || fread(d->attn_mask, 1, n, f) == n);

@@ -1,4 +1,5 @@
-/* util.c -- error formatting shared by the engine's modules. */
+/* util.c -- error formatting and whole-file reading shared by the engine's modules. */
+#define _POSIX_C_SOURCE 200809L
 #include "util_int.h"
 
 #include <stdarg.h>
@@ -6,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum hp_status hp_fail(struct hp_error *err, enum hp_status st, const char *fmt, ...)
 {
@@ -28,6 +30,13 @@ enum hp_status hp_read_text(const char *path, size_t max_bytes, enum hp_status t
     FILE *f = fopen(path, "rb");
     if (!f)
         return hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    /* fopen takes a directory and the first read fails with a bare EISDIR;
+     * say what is wrong. (Pipes and other streams are read to their end.) */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        return hp_fail(err, HP_ERR_IO, "%s: is a directory, not a file (give a file)", path);
+    }
     /* read up to one byte past the limit, to tell "at the limit" from "over" */
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);

@@ -853,3 +853,120 @@ Test(data, jsonl_blank_lines_do_not_inflate_allocation)
     cr_assert_eq(d->ids[n_ids - 1], 1);
     hp_data_free(d);
 }
+
+// --- sizes bounded by the file before they size an allocation ----------------------
+
+// A first row of 200k ids over 200k short rows asked for 200k x 200k ints
+// (160 GB) before line 2 was read; now line 2 is named.
+Test(data, jsonl_long_first_row_over_many_short_rows)
+{
+    enum { N = 200000 };
+    size_t cap = (size_t)N * 16 + 64, k = 0;
+    char *buf = malloc(cap);
+    cr_assert_not_null(buf);
+    k += (size_t)snprintf(buf + k, cap - k, "{\"ids\": [");
+    for (int i = 0; i < N; i++)
+        k += (size_t)snprintf(buf + k, cap - k, i ? ",1" : "1");
+    k += (size_t)snprintf(buf + k, cap - k, "]}\n");
+    for (int i = 0; i < N; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "{\"ids\":[1]}\n");
+    const char *p = write_file("long.jsonl", buf, k);
+    free(buf);
+    expect_fail(p, 0, HP_ERR_SHAPE, ":2: row has 1 ids, expected 200000");
+}
+
+// The bound (at most size / seq_len rows) still fits the densest valid file:
+// one-digit ids, every byte but the JSON around them an id.
+Test(data, jsonl_dense_rows_all_load)
+{
+    char buf[4096];
+    size_t k = 0;
+    for (int r = 0; r < 50; r++)
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "{\"ids\":[%d,1,2,3,4,5,6,7,8,9]}\n", r % 10);
+    struct hp_data *d = load_ok(write_file("dense.jsonl", buf, k), 0);
+    cr_assert_eq(d->n_seqs, 50);
+    cr_assert_eq(d->seq_len, 10);
+    cr_assert_eq(d->ids[49 * 10], 9);
+    hp_data_free(d);
+}
+
+// Every reader refuses a directory by name (fopen alone accepts one).
+Test(data, directory_given_as_data_or_text)
+{
+    const char *jl = tpath("d.jsonl"), *txt = tpath("d.txt");
+    cr_assert_eq(mkdir(jl, 0700), 0);
+    cr_assert_eq(mkdir(txt, 0700), 0);
+    expect_fail(jl, 0, HP_ERR_IO, "not a regular file");
+    char tok[1024];
+    snprintf(tok, sizeof tok, "%s/tokenizers/gpt2-bpe", getenv("HP_FIXTURES"));
+    struct hp_data *d = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_data_load_for(txt, tok, NULL, 4, &d, &err), HP_ERR_IO, "%s", err.msg);
+    cr_assert_null(d);
+    cr_assert(strncmp(err.msg, txt, strlen(txt)) == 0 && strstr(err.msg, "is a directory"), "%s", err.msg);
+    cr_assert_eq(hp_data_load_for(jl, tok, NULL, 4, &d, &err), HP_ERR_IO, "%s", err.msg);
+    cr_assert(strstr(err.msg, "not a regular file"), "%s", err.msg);
+}
+
+// `headprune tokenize DIR` printed nothing and exited 0.
+Test(data, tokenize_a_directory_fails)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' tokenize --model '%s/tokenizers/gpt2-bpe' '%s' 2>&1", getenv("HP_HEADPRUNE"),
+             getenv("HP_FIXTURES"), g_dir);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char out[1024] = "";
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int rc = pclose(p);
+    cr_assert_neq(rc, 0, "exit 0 on a directory: %s", out);
+    cr_assert(strstr(out, g_dir) && strstr(out, "directory"), "%s", out);
+}
+
+// A cached-tokens entry whose header claims 2^24 x 2^24 ids was trusted and
+// sized an allocation (a petabyte; ASan aborts). Its sizes must add up to the
+// entry's real size; a damaged entry is ignored and rewritten.
+Test(data, cache_entry_header_checked_against_its_size)
+{
+    char cache[128], tokens[160], cmd[512], entry[512];
+    snprintf(cache, sizeof cache, "%s/cache", g_dir);
+    snprintf(tokens, sizeof tokens, "%s/tokens", cache);
+    setenv("HP_CACHE_DIR", cache, 1);
+    const char *text = "First document, with a few words.\n\nSecond one; a little longer than the first.\n";
+    const char *p = write_text("docs.txt", text);
+    char tok[1024];
+    snprintf(tok, sizeof tok, "%s/tokenizers/gpt2-bpe", getenv("HP_FIXTURES"));
+    struct hp_error err = {{0}};
+    struct hp_data *a, *b;
+    cr_assert_eq(hp_data_load_for(p, tok, NULL, 4, &a, &err), HP_OK, "%s", err.msg);
+    snprintf(cmd, sizeof cmd, "ls '%s'/*.bin", tokens);
+    FILE *ls = popen(cmd, "r");
+    cr_assert(fgets(entry, sizeof entry, ls), "no cache entry was written");
+    pclose(ls);
+    entry[strcspn(entry, "\n")] = 0;
+    struct stat st0, st1;
+    cr_assert_eq(stat(entry, &st0), 0);
+    // magic (8 bytes), then n_seqs and seq_len as int32
+    FILE *f = fopen(entry, "r+b");
+    cr_assert_not_null(f);
+    int32_t huge[2] = {1 << 24, 1 << 24};
+    cr_assert_eq(fseek(f, 8, SEEK_SET), 0);
+    cr_assert_eq(fwrite(huge, 4, 2, f), 2);
+    cr_assert_eq(fclose(f), 0);
+    cr_assert_eq(hp_data_load_for(p, tok, NULL, 4, &b, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(b->n_seqs, a->n_seqs);
+    cr_assert_arr_eq(a->ids, b->ids, (size_t)a->n_seqs * 4 * sizeof(int32_t));
+    hp_data_free(b);
+    cr_assert_eq(stat(entry, &st1), 0);
+    cr_assert_eq(st1.st_size, st0.st_size, "the damaged entry was not rewritten");
+    f = fopen(entry, "rb");
+    int32_t head[2];
+    cr_assert_eq(fseek(f, 8, SEEK_SET), 0);
+    cr_assert_eq(fread(head, 4, 2, f), 2);
+    fclose(f);
+    cr_assert_eq(head[0], a->n_seqs, "the damaged entry was not rewritten");
+    hp_data_free(a);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+    cr_assert_eq(system(cmd), 0);
+}

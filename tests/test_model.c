@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "headprune.h"
 #include "testutil.h"
@@ -44,8 +45,9 @@ static void teardown(void)
     tu_rmrf(tmp);
 }
 
-/* Rewrite model.safetensors with an edited header (and optionally cut data). */
-static void write_weights(void (*edit)(cJSON *hdr), long cut)
+/* Rewrite model.safetensors with an edited header (and optionally cut data);
+ * extra (may be NULL) is JSON text spliced in before the header's closing brace. */
+static void write_weights_ex(void (*edit)(cJSON *hdr), long cut, const char *extra)
 {
     char p[1200];
     size_t n;
@@ -57,6 +59,13 @@ static void write_weights(void (*edit)(cJSON *hdr), long cut)
     if (edit)
         edit(hdr);
     char *h = cJSON_PrintUnformatted(hdr);
+    if (extra) {
+        size_t nh0 = strlen(h), ne = strlen(extra);
+        h = realloc(h, nh0 + ne + 1);
+        cr_assert(h && h[nh0 - 1] == '}');
+        memcpy(h + nh0 - 1, extra, ne);
+        strcpy(h + nh0 - 1 + ne, "}");
+    }
     uint64_t nh = strlen(h);
     size_t data = n - 8 - hl;
     size_t keep = cut > 0 && (size_t)cut < data ? data - (size_t)cut : data;
@@ -69,6 +78,11 @@ static void write_weights(void (*edit)(cJSON *hdr), long cut)
     free(h);
     cJSON_Delete(hdr);
     free(st);
+}
+
+static void write_weights(void (*edit)(cJSON *hdr), long cut)
+{
+    write_weights_ex(edit, cut, NULL);
 }
 
 static void expect_fail(enum hp_status want, const char *file, const char *words)
@@ -245,4 +259,203 @@ Test(model, heads_do_not_divide_hidden)
     write_weights(NULL, 0);
     edit_config("\"n_head\": 4", "\"n_head\": 5");
     expect_fail(HP_ERR_SHAPE, "config.json", "not divisible");
+}
+
+/* ---- many names: the duplicate check is a sort, not a pairwise scan ------------ */
+
+/* ",\"z0\":{...},..." for n zero-size tensors, then the given tail */
+static char *zero_size_tensors(int n, const char *tail)
+{
+    size_t cap = (size_t)n * 64 + strlen(tail) + 1, k = 0;
+    char *s = malloc(cap);
+    cr_assert(s);
+    for (int i = 0; i < n; i++)
+        k += (size_t)snprintf(s + k, cap - k, ",\"z%d\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}", i);
+    snprintf(s + k, cap - k, "%s", tail);
+    return s;
+}
+
+/* 200k names took minutes with the quadratic check (100k: 16 s); a sort takes well under a second. */
+Test(model, many_tensor_names_open_quickly, .timeout = 60)
+{
+    char *extra = zero_size_tensors(200000, "");
+    write_weights_ex(NULL, 0, extra);
+    free(extra);
+    struct hp_error err;
+    struct hp_model *m;
+    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_model_get_info(m)->n_layers, 3);
+    hp_model_close(m);
+}
+
+Test(model, duplicate_among_many_names, .timeout = 60)
+{
+    char *extra = zero_size_tensors(200000, ",\"z123456\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}");
+    write_weights_ex(NULL, 0, extra);
+    free(extra);
+    expect_fail(HP_ERR_FORMAT, "model.safetensors", "tensor 'z123456' appears twice");
+}
+
+Test(model, duplicate_of_a_weight_name)
+{
+    write_weights_ex(NULL, 0, ",\"transformer.ln_f.bias\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}");
+    expect_fail(HP_ERR_FORMAT, "model.safetensors", "tensor 'transformer.ln_f.bias' appears twice");
+}
+
+/* ---- data_offsets and shapes are whole numbers ----------------------------------- */
+
+static void half_offset(cJSON *h)
+{
+    cJSON *o = cJSON_GetObjectItem(cJSON_GetObjectItem(h, "transformer.ln_f.bias"), "data_offsets");
+    cJSON_ReplaceItemInArray(o, 0, cJSON_CreateNumber(0.5));
+}
+Test(model, fractional_data_offset)
+{
+    write_weights(half_offset, 0);
+    expect_fail(HP_ERR_FORMAT, "model.safetensors", "[0.5, ");
+    expect_fail(HP_ERR_FORMAT, "model.safetensors", "not whole byte offsets");
+}
+
+static void huge_offset(cJSON *h)
+{
+    cJSON *o = cJSON_GetObjectItem(cJSON_GetObjectItem(h, "transformer.ln_f.bias"), "data_offsets");
+    cJSON_ReplaceItemInArray(o, 1, cJSON_CreateNumber(1e300));
+}
+Test(model, huge_data_offset_printed_short)
+{
+    write_weights(huge_offset, 0);
+    expect_fail(HP_ERR_FORMAT, "model.safetensors", "1e+300]");
+    struct hp_error err = {0};
+    struct hp_model *m = NULL;
+    hp_model_open(tmp, &m, &err);
+    cr_assert_lt(strlen(err.msg), 200, "message not bounded: %s", err.msg);
+}
+
+static void huge_dim(cJSON *h)
+{
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(h, "transformer.ln_f.bias"), "shape", cJSON_Parse("[1e300]"));
+}
+Test(model, huge_shape_dimension)
+{
+    write_weights(huge_dim, 0);
+    expect_fail(HP_ERR_FORMAT, "model.safetensors", "invalid shape");
+}
+
+Test(model, weights_file_is_a_directory)
+{
+    char p[256];
+    snprintf(p, sizeof p, "%s/model.safetensors", tmp);
+    cr_assert_eq(mkdir(p, 0700), 0);
+    expect_fail(HP_ERR_IO, "model.safetensors", "is a directory");
+}
+
+/* ---- config.json read as Python reads it, every number range-checked ---------- */
+
+Test(model, duplicate_config_key_takes_the_last)
+{
+    write_weights(NULL, 0);
+    edit_config("\"n_head\": 4", "\"n_head\": 5, \"n_head\": 4");
+    struct hp_error err;
+    struct hp_model *m;
+    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_model_get_info(m)->n_heads, 4);
+    hp_model_close(m);
+    edit_config("\"n_head\": 5, \"n_head\": 4", "\"n_head\": 4, \"n_head\": 5");
+    expect_fail(HP_ERR_SHAPE, "config.json", "not divisible");
+}
+
+Test(model, text_after_config_object)
+{
+    write_weights(NULL, 0);
+    char p[256];
+    snprintf(p, sizeof p, "%s/config.json", tmp);
+    FILE *f = fopen(p, "ab");
+    fputs("\n{\"n_head\": 5}\n", f);
+    fclose(f);
+    expect_fail(HP_ERR_FORMAT, "config.json", "text after the JSON value");
+}
+
+Test(model, text_after_a_nul_in_config)
+{
+    write_weights(NULL, 0);
+    char p[256];
+    snprintf(p, sizeof p, "%s/config.json", tmp);
+    FILE *f = fopen(p, "ab");
+    fwrite("\0junk", 1, 5, f);
+    fclose(f);
+    expect_fail(HP_ERR_FORMAT, "config.json", "text after the JSON value");
+}
+
+Test(model, activation_not_a_string)
+{
+    write_weights(NULL, 0);
+    edit_config("\"activation_function\": \"gelu_new\"", "\"activation_function\": 7");
+    expect_fail(HP_ERR_FORMAT, "config.json", "\"activation_function\" must be a string");
+}
+
+Test(model, boolean_not_a_boolean)
+{
+    write_weights(NULL, 0);
+    edit_config("\"scale_attn_weights\": true", "\"scale_attn_weights\": \"false\"");
+    expect_fail(HP_ERR_FORMAT, "config.json", "\"scale_attn_weights\" must be true or false");
+}
+
+Test(model, hidden_smaller_than_heads)
+{
+    write_weights(NULL, 0);
+    edit_config("\"n_head\": 4", "\"n_head\": 64");
+    expect_fail(HP_ERR_SHAPE, "config.json", "\"n_embd\" 32 is smaller than \"n_head\" 64");
+}
+
+Test(model, config_number_out_of_range)
+{
+    write_weights(NULL, 0);
+    edit_config("\"n_layer\": 3", "\"n_layer\": 1e9");
+    expect_fail(HP_ERR_FORMAT, "config.json", "\"n_layer\" must be a whole number from 1 to");
+    edit_config("\"n_layer\": 1e9", "\"n_layer\": 3");
+    edit_config("\"layer_norm_epsilon\": 1e-05", "\"layer_norm_epsilon\": -1");
+    expect_fail(HP_ERR_FORMAT, "config.json", "\"layer_norm_epsilon\" must be a number above 0");
+}
+
+/* the llama-gqa fixture, config and weights, into tmp */
+static void copy_llama(void)
+{
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char p[1200];
+        size_t n;
+        snprintf(p, sizeof p, "%s/llama-gqa/%s", getenv("HP_FIXTURES"), files[i]);
+        char *c = tu_slurp(p, &n);
+        spit(files[i], c, n);
+        free(c);
+    }
+}
+
+/* 65536 x 65536 wrapped to 0 in int, and the model opened */
+Test(model, llama_attention_width_overflows)
+{
+    copy_llama();
+    edit_config("\"num_attention_heads\": 4", "\"num_attention_heads\": 65536");
+    edit_config("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 65536");
+    edit_config("\"head_dim\": 8", "\"head_dim\": 65536");
+    expect_fail(HP_ERR_SHAPE, "config.json", "\"num_attention_heads\" 65536 x \"head_dim\" 65536 = 4294967296 is too wide");
+}
+
+/* hidden 32 over 64 heads gave head size 0, and the model evaluated */
+Test(model, llama_head_size_zero)
+{
+    copy_llama();
+    edit_config("\"head_dim\": 8,", "");
+    edit_config("\"num_attention_heads\": 4", "\"num_attention_heads\": 64");
+    expect_fail(HP_ERR_SHAPE, "config.json", "\"hidden_size\" 32 is smaller than \"num_attention_heads\" 64");
+}
+
+Test(model, llama_config_opens)
+{
+    copy_llama();
+    struct hp_error err;
+    struct hp_model *m;
+    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_model_get_info(m)->d_head, 8);
+    hp_model_close(m);
 }
