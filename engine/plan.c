@@ -89,6 +89,7 @@
 
 // A plan is a few dozen lines; anything this big is not one.
 #define PLAN_MAX_BYTES (1 << 20)
+#define HP_PLAN_MAX_JOBS 1000000 /* see max_jobs */
 // Longest piece of user text echoed back in an error message.
 #define ECHO_MAX 64
 #define NAME_MAX_PLAN ((int)sizeof(((struct hp_plan *)0)->name) - 1)
@@ -1442,6 +1443,35 @@ static enum hp_status expand_study(struct expander *e)
     return HP_ERR_PLAN;
 }
 
+// Jobs a study expands into, counted before any is made (iterative: none here).
+static int64_t study_jobs(const struct expander *e)
+{
+    const struct hp_study *s = e->s;
+    const int64_t lay = e->n_lay, sel = e->n_sel;
+    switch (s->kind) {
+    case HP_STUDY_BASELINE: return 1;
+    case HP_STUDY_SINGLE:
+    case HP_STUDY_ONLY: return lay * sel;
+    case HP_STUDY_LAYER: return lay;
+    case HP_STUDY_PAIRS: return lay * (sel * (sel - 1) / 2);
+    case HP_STUDY_RANDOM: return (int64_t)s->n_k * s->samples;
+    case HP_STUDY_EXPLICIT: return s->n_sets;
+    case HP_STUDY_ITERATIVE: return 0;
+    }
+    return 0;
+}
+
+/*
+ * The most jobs a plan may expand into: a million evaluations is weeks of
+ * work for the smallest model, and the jobs' masks (one float per head each)
+ * must fit in memory: at most 1 GB of them.
+ */
+static int64_t max_jobs(const struct hp_model_info *in)
+{
+    int64_t by_memory = ((int64_t)1 << 30) / ((int64_t)in->n_layers * in->n_heads * (int64_t)sizeof(float));
+    return by_memory < HP_PLAN_MAX_JOBS ? by_memory : HP_PLAN_MAX_JOBS;
+}
+
 enum hp_status hp_plan_expand(const struct hp_plan *p, const struct hp_model_info *info,
                               struct hp_joblist **out, struct hp_error *err)
 {
@@ -1458,6 +1488,12 @@ enum hp_status hp_plan_expand(const struct hp_plan *p, const struct hp_model_inf
         struct expander e = {.p = p, .info = info, .jl = jl, .err = err, .si = si,
                              .s = &p->studies[si]};
         st = select_units(&e);
+        int64_t n = st == HP_OK ? study_jobs(&e) : 0, limit = max_jobs(info);
+        if (st == HP_OK && n > limit - jl->n)
+            st = fail_study(&e, e.s->kind == HP_STUDY_RANDOM ? "samples" : NULL, 0, NULL,
+                            "expands to %lld jobs, which with the %d before it is more than the %lld a plan "
+                            "may hold for this model (sample fewer, or narrow it with layers: / heads:)",
+                            (long long)n, jl->n, (long long)limit);
         if (st == HP_OK)
             st = expand_study(&e);
         free(e.lay);

@@ -353,7 +353,7 @@ Test(plan, missing_file_is_io)
     cr_assert_str_eq(err.msg, want);
 
     cr_assert_eq(hp_plan_load(tmp, &p, &err), HP_ERR_IO); // a folder
-    check_msg(err.msg, tmp, 0, 0, "cannot read", "Is a directory");
+    check_msg(err.msg, tmp, 0, 0, "is a directory", NULL);
 }
 
 Test(plan, oversized_file)
@@ -758,6 +758,22 @@ Test(plan, expand_errors_point_at_the_value)
                  "study 'single': layer 4", NULL);
     expand_fails(HEAD "  - layer\n  - single: {layers: [4]}\n", &info, 6, "4",
                  "study 'single': layer 4", NULL);
+}
+
+Test(plan, job_counts_are_bounded_before_anything_is_made)
+{
+    // 1e9 samples once grew plan past 6 GB before failing; now it is refused before a mask is made
+    struct hp_model_info info = tu_info(4, 8, 4);
+    expand_fails(HEAD "  - random: {k: [2, 4], samples: 1000000000}\n", &info, 5, "1000000000",
+                 "study 'random': expands to 2000000000 jobs", "more than the 1000000 a plan may hold");
+    // pairs grow with the square of the heads: 2 layers of 1024 heads make 1047552 of them
+    struct hp_model_info wide = tu_info(2, 1024, 1024);
+    expand_fails(HEAD "  - pairs\n", &wide, 5, NULL, "study 'pairs': expands to 1047552 jobs",
+                 "more than the 131072 a plan may hold for this model"); // 1 GB of 2048-head masks
+    // the bound is on the whole plan: each study fits alone, not both together
+    struct hp_model_info one = tu_info(1, 8, 8);
+    expand_fails(HEAD "  - random: {k: 1, samples: 600000}\n  - random: {k: 2, samples: 600000, name: r2}\n",
+                 &one, 6, "600000", "study 'r2': expands to 600000 jobs, which with the 600001 before it", NULL);
 }
 
 Test(plan, expand_refuses_a_model_without_heads)
