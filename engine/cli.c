@@ -610,7 +610,10 @@ static const char run_help[] =
     "  --shard I/N    run only the I-th of N slices of the jobs (1-based), e.g. in\n"
     "                 N processes or on N machines; merge with 'headprune merge'.\n"
     "                 Iterative studies run in shard 1 only.\n"
-    "  --threads N    BLIS threads (default: all cores)\n"
+    "  --threads N    threads (default: as many as other processes leave CPUs\n"
+    "                 idle, re-measured every quarter second from /proc/stat, so\n"
+    "                 a busy machine or a second run does not stall the barriers\n"
+    "                 of a 2-thread sweep; results do not depend on the count)\n"
     "  --batch N      variants evaluated together (default 64): larger batches\n"
     "                 share more work, smaller ones lose less to a kill\n"
     "  --plain        no reuse: every variant by whole forward passes of its own\n"
@@ -769,9 +772,14 @@ static int cmd_run(int argc, char **argv)
                 (long long)sum.n_jobs, (long long)sum.n_run, (long long)sum.n_cached);
         return 130;
     }
-    printf("sweep %lld: %lld jobs (%lld run, %lld already in the database) in %.1f s, peak memory %.0f MB -> %s\n",
+    char thr[32] = "";
+    if (sum.threads_min > 0 && sum.threads_min == sum.threads_max)
+        snprintf(thr, sizeof thr, ", %d thread%s", sum.threads_min, sum.threads_min == 1 ? "" : "s");
+    else if (sum.threads_min > 0)
+        snprintf(thr, sizeof thr, ", %d-%d threads", sum.threads_min, sum.threads_max);
+    printf("sweep %lld: %lld jobs (%lld run, %lld already in the database) in %.1f s%s%s, peak memory %.0f MB -> %s\n",
            (long long)sum.sweep_id, (long long)sum.n_jobs, (long long)sum.n_run, (long long)sum.n_cached, sum.seconds,
-           peak_mb(), db);
+           thr, threads ? "" : " (auto)", peak_mb(), db);
     return 0;
 }
 

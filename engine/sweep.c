@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpuload_int.h"
 #include "hash_int.h"
 #include "store_int.h"
 #include "util_int.h"
@@ -35,6 +36,10 @@ struct ctx {
     int64_t sweep_id;
     int64_t total, done;
     double t0;
+    /* threads: fixed (o->threads > 0), or matched to the idle CPUs between windows */
+    bool auto_threads;
+    int n_cpus, threads;
+    struct hp_cpu_meter since; /* the reading other processes' work is measured from */
 };
 
 static double now(void)
@@ -77,6 +82,56 @@ static void job_done(struct ctx *c, const struct hp_job *job)
         struct hp_sweep_progress p = {c->done, c->total, c->sum->n_cached, job->label, now() - c->t0};
         c->o->progress(c->o->user, &p);
     }
+}
+
+// --- threads matched to idle CPUs ----------------------------------------------------
+
+#define HP_LOAD_INTERVAL 0.25 /* seconds: /proc/stat counts in 10 ms ticks */
+
+static void set_threads(struct ctx *c, int n)
+{
+    if (n != c->threads)
+        hp_runtime_init(n);
+    c->threads = n;
+    if (c->sum->threads_min == 0 || n < c->sum->threads_min)
+        c->sum->threads_min = n;
+    if (n > c->sum->threads_max)
+        c->sum->threads_max = n;
+}
+
+/* With automatic threads, as many as other processes left CPUs idle since the last reading. */
+static void adapt_threads(struct ctx *c)
+{
+    if (!c->auto_threads)
+        return;
+    struct hp_cpu_meter now;
+    hp_cpu_meter_read(&now);
+    double secs, others = hp_cpu_others(&c->since, &now, &secs);
+    if (secs < HP_LOAD_INTERVAL)
+        return;
+    set_threads(c, hp_cpu_threads_for(c->n_cpus, others));
+    c->since = now;
+}
+
+/* The first choice: measured over the sweep's start, at least 0.1 s of it. */
+static void start_threads(struct ctx *c)
+{
+    if (!c->auto_threads) {
+        set_threads(c, c->o->threads);
+        return;
+    }
+    c->n_cpus = hp_cpu_count();
+    struct hp_cpu_meter now;
+    hp_cpu_meter_read(&now);
+    double secs, others = hp_cpu_others(&c->since, &now, &secs);
+    if (secs < 0.1) {
+        struct timespec ts = {0, (long)((0.1 - secs) * 1e9)};
+        nanosleep(&ts, NULL);
+        hp_cpu_meter_read(&now);
+        others = hp_cpu_others(&c->since, &now, &secs);
+    }
+    set_threads(c, hp_cpu_threads_for(c->n_cpus, others));
+    c->since = now;
 }
 
 /*
@@ -128,6 +183,8 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
                 res[w0 + i] = m;
             n_new += st == HP_OK && !found[i];
         }
+        if (n_new > 0)
+            adapt_threads(c);
         double t = now();
         if (st == HP_OK && n_new > 0)
             st = hp_evaluator_run_many(c->ev, masks, nw, c->plan->ablation, mts, err);
@@ -137,7 +194,7 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
                 st = hp_store_link(c->store, &sj[i], err);
                 c->sum->n_cached++;
             } else {
-                st = hp_store_put(c->store, &sj[i], mts[i], secs, c->o->threads, err);
+                st = hp_store_put(c->store, &sj[i], mts[i], secs, c->threads, err);
                 if (res)
                     to_store_metrics(mts[i], &res[w0 + i]);
                 c->sum->n_run++;
@@ -317,7 +374,8 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
                             struct hp_error *err)
 {
     memset(sum, 0, sizeof *sum);
-    struct ctx c = {.plan = plan, .o = o, .sum = sum, .t0 = now()};
+    struct ctx c = {.plan = plan, .o = o, .sum = sum, .t0 = now(), .auto_threads = o->threads <= 0};
+    hp_cpu_meter_read(&c.since);
     struct hp_joblist *jobs = NULL;
     enum hp_status st = hp_model_open(plan->model, &c.model, err);
     if (st == HP_OK) {
@@ -344,6 +402,8 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         hp_digest_text(plan->text ? plan->text : "", c.plan_digest);
         st = hp_store_open(o->db_path, &c.store, err);
     }
+    if (st == HP_OK)
+        start_threads(&c);
     if (st == HP_OK && plan->ablation != HP_ABLATE_ZERO)
         st = load_means(&c, err);
     if (st == HP_OK) {

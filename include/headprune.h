@@ -448,7 +448,9 @@ struct hp_sweep_opts {
     const char *db_path;
     int shard_index;   /* 0-based: this process runs jobs with ord % shard_count == shard_index */
     int shard_count;   /* 1 = everything; iterative studies run in shard 0 only */
-    int threads;       /* recorded with each result (set them with hp_runtime_init) */
+    int threads;       /* > 0: that many (set by the sweep through hp_runtime_init); 0: as many as other
+                        * processes leave CPUs idle, measured from /proc/stat as the sweep runs (each
+                        * result records the threads it ran with) */
     int batch;         /* variants evaluated together (0 = HP_SWEEP_BATCH); each is stored as its batch ends */
     bool plain;        /* evaluate every variant by whole passes of its own (the reference path) */
     void (*progress)(void *user, const struct hp_sweep_progress *p);
@@ -459,6 +461,7 @@ struct hp_sweep_opts {
 struct hp_sweep_summary {
     int64_t sweep_id;
     int64_t n_jobs, n_run, n_cached;
+    int threads_min, threads_max; /* the threads variants ran with */
     double seconds;
     bool interrupted;
 };

@@ -56,11 +56,17 @@ static pid_t start(const char *p, const char *db, const char *extra)
         freopen("/dev/null", "w", stdout);
         freopen("/dev/null", "w", stderr);
         const char *hp = getenv("HP_HEADPRUNE");
-        if (extra)
-            execl(hp, hp, "run", p, "--db", db, "--threads", g_threads, "--batch", g_batch, "--quiet", "--shard", extra,
-                  (char *)NULL);
-        else
-            execl(hp, hp, "run", p, "--db", db, "--threads", g_threads, "--batch", g_batch, "--quiet", (char *)NULL);
+        const char *argv[16] = {hp, "run", p, "--db", db, "--batch", g_batch, "--quiet"};
+        int n = 8;
+        if (g_threads) { /* NULL: the default, threads matched to idle CPUs */
+            argv[n++] = "--threads";
+            argv[n++] = g_threads;
+        }
+        if (extra) {
+            argv[n++] = "--shard";
+            argv[n++] = extra;
+        }
+        execv(hp, (char *const *)argv);
         _exit(127);
     }
     return pid;
@@ -316,6 +322,15 @@ Test(sweep, two_threads_give_the_same_numbers_as_one)
     g_threads = "1";
     cr_assert_eq(rc, 0);
     assert_same(ref, db);
+    /* the default: threads follow the idle CPUs from window to window, the numbers do not */
+    path(db, sizeof db, "threads-auto.db");
+    g_threads = NULL;
+    rc = run(plan, db, NULL);
+    g_threads = "1";
+    cr_assert_eq(rc, 0);
+    assert_same(ref, db);
+    cr_assert_eq(count(db, "SELECT count(*) FROM results WHERE threads < 1 OR threads > 1024"), 0,
+                 "results do not record the threads they ran with");
 }
 
 /* The text of the first column of the first row of q, malloc'd. */
