@@ -302,6 +302,11 @@ static enum hp_status sql_fail(struct q *q, int rc)
         return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (not an SQLite file)", q->path);
     if (code == SQLITE_CORRUPT)
         return hp_fail(q->err, HP_ERR_FORMAT, "%s: database is corrupt (%s)", q->path, msg);
+    // a WAL database with a writer at work needs its -shm file, which this user cannot create or write
+    if (code == SQLITE_READONLY || code == SQLITE_CANTOPEN)
+        return hp_fail(q->err, HP_ERR_IO,
+                       "%s: cannot be read without writing beside it (%s; a writer may be at work in a folder this "
+                       "user cannot write: try again when it has finished, or query a copy)", q->path, msg);
     if (code == SQLITE_ERROR && strncmp(msg, "no such ", 8) == 0)
         return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (%s)", q->path, msg);
     return hp_fail(q->err, HP_ERR_SQL, "%s: cannot read (%s)", q->path, msg);
@@ -371,34 +376,30 @@ static const char *col_text(sqlite3_stmt *st, int i)
 
 static enum hp_status db_open(struct q *q)
 {
-    struct stat sb;
-    if (stat(q->path, &sb) != 0) {
-        if (errno == ENOENT)
-            return hp_fail(q->err, HP_ERR_IO, "%s: no such database (check the path; `headprune sweep` creates it)",
-                           q->path);
-        return hp_fail(q->err, HP_ERR_IO, "%s: cannot open (%s)", q->path, strerror(errno));
-    }
-    if (S_ISDIR(sb.st_mode))
-        return hp_fail(q->err, HP_ERR_IO, "%s: is a folder, not a database", q->path);
-    int rc = sqlite3_open_v2(q->path, &q->db, SQLITE_OPEN_READONLY, NULL);
-    if (rc != SQLITE_OK)
-        return hp_fail(q->err, HP_ERR_IO, "%s: cannot open (%s)", q->path,
-                       q->db ? sqlite3_errmsg(q->db) : sqlite3_errstr(rc));
+    enum hp_status s = hp_store_db_open(q->path, false, &q->db, q->err);
+    if (s != HP_OK)
+        return s;
     sqlite3_busy_timeout(q->db, BUSY_TIMEOUT_MS);
     sqlite3_limit(q->db, SQLITE_LIMIT_ATTACHED, 0); // user SQL reads this file only
-    rc = sqlite3_exec(q->db, "PRAGMA query_only = 1", NULL, NULL, NULL);
+    int rc = sqlite3_exec(q->db, "PRAGMA query_only = 1", NULL, NULL, NULL);
     if (rc != SQLITE_OK)
         return sql_fail(q, rc);
 
     sqlite3_stmt *st;
-    enum hp_status s = prep(q, &st, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'");
+    s = prep(q, &st, "SELECT count(*), count(CASE WHEN type = 'table' AND name = 'meta' THEN 1 END) FROM sqlite_master");
     if (s != HP_OK)
         return s;
     int r = step(q, st, &s);
-    bool has_meta = r == 1 && sqlite3_column_int(st, 0) > 0;
+    bool empty = r == 1 && sqlite3_column_int64(st, 0) == 0;
+    bool has_meta = r == 1 && sqlite3_column_int64(st, 1) > 0;
     sqlite3_finalize(st);
     if (r < 0)
         return s;
+    // a database `headprune run` is creating this moment has no schema yet: not a foreign file
+    if (empty)
+        return hp_fail(q->err, HP_ERR_ARG,
+                       "%s: has no results yet (an empty database, perhaps still being created; try again once "
+                       "`headprune run` has written to it)", q->path);
     if (!has_meta)
         return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (no meta table)", q->path);
 
@@ -443,7 +444,7 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
         if (r < 0)
             return s;
         if (!any)
-            return hp_fail(q->err, HP_ERR_ARG, "%s: no sweeps yet (run `headprune sweep` first)", q->path);
+            return hp_fail(q->err, HP_ERR_ARG, "%s: no sweeps yet (run `headprune run` first)", q->path);
     }
     q->sweep = id;
 
