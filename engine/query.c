@@ -363,15 +363,38 @@ static double col_num(sqlite3_stmt *st, int i)
     return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
 }
 
-static int col_int(sqlite3_stmt *st, int i, int if_null)
-{
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? if_null : sqlite3_column_int(st, i);
-}
-
 static const char *col_text(sqlite3_stmt *st, int i)
 {
     const unsigned char *s = sqlite3_column_text(st, i);
     return s ? (const char *)s : "";
+}
+
+/*
+ * Numbers in the database are input like any other: a damaged or forged file
+ * must not size an allocation or index an array. Bounds far above any real
+ * model's, far below what could exhaust memory or overflow an int.
+ */
+#define MAX_LAYERS 65536
+#define MAX_HEADS 65536
+#define MAX_UNITS (1 << 24) // n_layers * n_heads
+
+/* A layer or unit index from a row: -1 for NULL, else it must lie in
+ * [0, lim); false (with *s set, naming the database and the value) if not. */
+static bool col_index(struct q *q, sqlite3_stmt *st, int i, int lim, const char *what, int *out, enum hp_status *s)
+{
+    if (sqlite3_column_type(st, i) == SQLITE_NULL) {
+        *out = -1;
+        return true;
+    }
+    long long v = sqlite3_column_int64(st, i);
+    if (v < 0 || v >= lim) {
+        *s = hp_fail(q->err, HP_ERR_FORMAT,
+                     "%s: sweep_jobs.%s = %lld in sweep %lld is out of range (0..%d for its model; a damaged database?)",
+                     q->path, what, v, q->sweep, lim - 1);
+        return false;
+    }
+    *out = (int)v;
+    return true;
 }
 
 static enum hp_status db_open(struct q *q)
@@ -455,18 +478,30 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
     sqlite3_bind_int64(st, 1, id);
     int r = step(q, st, &s);
     char sweep_metric[32] = "";
+    long long n_layers = 0, n_heads = 0;
+    bool null_shape = false;
     if (r == 1) {
         snprintf(sweep_metric, sizeof sweep_metric, "%s", col_text(st, 0));
-        q->n_layers = col_int(st, 1, 0);
-        q->n_heads = col_int(st, 2, 0);
+        null_shape = sqlite3_column_type(st, 1) == SQLITE_NULL || sqlite3_column_type(st, 2) == SQLITE_NULL;
+        n_layers = sqlite3_column_int64(st, 1);
+        n_heads = sqlite3_column_int64(st, 2);
     }
     sqlite3_finalize(st);
     if (r < 0)
         return s;
     if (r == 0)
         return hp_fail(q->err, HP_ERR_ARG, "%s: no sweep %lld (list them with `headprune query sweeps`)", q->path, id);
-    if (q->n_layers < 1 || q->n_heads < 1)
+    if (null_shape)
         return hp_fail(q->err, HP_ERR_FORMAT, "%s: sweep %lld names no model with layers and heads", q->path, id);
+    if (n_layers < 1 || n_layers > MAX_LAYERS)
+        return hp_fail(q->err, HP_ERR_FORMAT, "%s: models.n_layers = %lld for sweep %lld is out of range (1..%d; a "
+                                              "damaged database?)", q->path, n_layers, id, MAX_LAYERS);
+    if (n_heads < 1 || n_heads > MAX_HEADS || n_layers * n_heads > MAX_UNITS)
+        return hp_fail(q->err, HP_ERR_FORMAT, "%s: models.n_heads = %lld for sweep %lld is out of range (1..%d, and "
+                                              "at most %d heads in all; a damaged database?)", q->path, n_heads, id,
+                       MAX_HEADS, MAX_UNITS);
+    q->n_layers = (int)n_layers;
+    q->n_heads = (int)n_heads;
 
     if (metric) {
         if (!metric_parse(metric, &q->m))
@@ -704,10 +739,10 @@ static enum hp_status q_curve(struct q *q, struct hp_table **out)
                        q->path, q->sweep);
     }
     tb_note(&b,
-            "sweep %lld, %s; k = units pruned, heads = query heads pruned (pct of the model's %d); iterative: one row "
+            "sweep %lld, %s; k = units pruned, heads = query heads pruned (pct of the model's %lld); iterative: one row "
             "per step; random: %s = mean over the samples with its 95%% t interval (n-1 df) in ci_lo..ci_hi, "
             "k = 0 = the baseline",
-            q->sweep, effect_convention(q->m), q->n_layers * q->n_heads, q->mname);
+            q->sweep, effect_convention(q->m), (long long)q->n_layers * q->n_heads, q->mname);
     return tb_finish(&b, out, q->err);
 }
 
@@ -770,8 +805,12 @@ static enum hp_status q_heads(struct q *q, int top, struct hp_table **out)
             memset(h, 0, sizeof *h);
             h->ord = ord;
             snprintf(h->study, sizeof h->study, "%s", col_text(st, 1));
-            h->layer = col_int(st, 3, -1);
-            h->unit = col_int(st, 4, -1);
+            if (!col_index(q, st, 3, q->n_layers, "layer", &h->layer, &s) ||
+                !col_index(q, st, 4, q->n_heads, "unit", &h->unit, &s)) {
+                n--;
+                r = -1;
+                break;
+            }
             if (h->layer >= 0 && h->unit >= 0)
                 unit_label(h->label, sizeof h->label, sqlite3_column_int(st, 2) != 0, h->layer, h->unit);
             else
@@ -875,9 +914,13 @@ static enum hp_status q_redundancy(struct q *q, double eps, struct hp_table **ou
         sqlite3_bind_text(st, 2, studies[which], -1, SQLITE_STATIC);
         int r;
         while ((r = step(q, st, &s)) == 1) {
-            int l = col_int(st, 1, -1), u = col_int(st, 2, -1);
+            int l, u;
+            if (!col_index(q, st, 1, q->n_layers, "layer", &l, &s) || !col_index(q, st, 2, q->n_heads, "unit", &u, &s)) {
+                r = -1;
+                break;
+            }
             double e = effect_of(q->m, col_num(st, 3), q->base);
-            if (l < 0 || l >= q->n_layers || isnan(e))
+            if (l < 0 || isnan(e))
                 continue;
             struct layer_sum *x = &ls[l];
             if (which == 0) {
@@ -1011,8 +1054,13 @@ static enum hp_status pairs_load(struct q *q, struct single_eff **singles, size_
             }
             *singles = g;
         }
-        (*singles)[(*n_singles)++] = (struct single_eff){sqlite3_column_int(st, 0) != 0, sqlite3_column_int(st, 1),
-                                                          sqlite3_column_int(st, 2), sqlite3_column_int64(st, 4),
+        int l, u;
+        if (!col_index(q, st, 1, q->n_layers, "layer", &l, &s) || !col_index(q, st, 2, q->n_heads, "unit", &u, &s)) {
+            r = -1;
+            break;
+        }
+        (*singles)[(*n_singles)++] = (struct single_eff){sqlite3_column_int(st, 0) != 0, l, u,
+                                                          sqlite3_column_int64(st, 4),
                                                           effect_of(q->m, col_num(st, 3), q->base)};
     }
     sqlite3_finalize(st);
@@ -1044,9 +1092,11 @@ static enum hp_status pairs_load(struct q *q, struct single_eff **singles, size_
         p->ord = sqlite3_column_int64(st, 0);
         snprintf(p->study, sizeof p->study, "%s", col_text(st, 1));
         p->kv = sqlite3_column_int(st, 2) != 0;
-        p->layer = col_int(st, 3, -1);
-        p->a = col_int(st, 4, -1);
-        p->b = col_int(st, 5, -1);
+        if (!col_index(q, st, 3, q->n_layers, "layer", &p->layer, &s) ||
+            !col_index(q, st, 4, q->n_heads, "unit", &p->a, &s) || !col_index(q, st, 5, q->n_heads, "unit2", &p->b, &s)) {
+            r = -1;
+            break;
+        }
         p->ab = effect_of(q->m, col_num(st, 6), q->base);
         p->ea = single_lookup(*singles, *n_singles, p->kv, p->layer, p->a);
         p->eb = single_lookup(*singles, *n_singles, p->kv, p->layer, p->b);
@@ -1126,6 +1176,10 @@ static enum hp_status q_pairs(struct q *q, int top, struct hp_table **out)
 
 // --- read-only SQL ----------------------------------------------------------
 
+// Limits on what `query sql` holds before printing.
+#define SQL_MAX_ROWS 1000000
+#define SQL_MAX_BYTES (512 << 20)
+
 // SQLite's own rendering of a value; blobs as x'hex'.
 static void sql_cell(struct tb *b, int row, int c, sqlite3_stmt *st)
 {
@@ -1201,7 +1255,20 @@ static enum hp_status q_sql(struct q *q, const char *sql, struct hp_table **out)
     tb_init(&b, n_cols, cols, num);
     free(cols);
     enum hp_status s = HP_OK;
+    size_t bytes = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        // the table is held whole before printing: a runaway query (a recursive CTE) must stop, not eat memory
+        if (b.t && b.t->n_rows >= SQL_MAX_ROWS) {
+            s = hp_fail(q->err, HP_ERR_ARG, "query: more than %d result rows (add a LIMIT or aggregate)", SQL_MAX_ROWS);
+            break;
+        }
+        for (int c = 0; c < n_cols; c++)
+            bytes += (size_t)sqlite3_column_bytes(st, c) * (sqlite3_column_type(st, c) == SQLITE_BLOB ? 2 : 1) + 8;
+        if (bytes > SQL_MAX_BYTES) {
+            s = hp_fail(q->err, HP_ERR_ARG, "query: result larger than %d MB (add a LIMIT or select fewer columns)",
+                        SQL_MAX_BYTES >> 20);
+            break;
+        }
         int row = tb_row(&b);
         for (int c = 0; c < n_cols; c++) {
             int type = sqlite3_column_type(st, c);
@@ -1212,7 +1279,7 @@ static enum hp_status q_sql(struct q *q, const char *sql, struct hp_table **out)
             sql_cell(&b, row, c, st);
         }
     }
-    if (rc != SQLITE_DONE) {
+    if (s == HP_OK && rc != SQLITE_DONE) {
         int code = rc & 0xff;
         s = code == SQLITE_BUSY || code == SQLITE_CORRUPT
                 ? sql_fail(q, rc)
