@@ -1178,7 +1178,7 @@ static enum hp_status q_pairs(struct q *q, int top, struct hp_table **out)
 
 // Limits on what `query sql` holds before printing.
 #define SQL_MAX_ROWS 1000000
-#define SQL_MAX_BYTES (512 << 20)
+#define SQL_MAX_BYTES (256 << 20)
 
 // SQLite's own rendering of a value; blobs as x'hex'.
 static void sql_cell(struct tb *b, int row, int c, sqlite3_stmt *st)
@@ -1200,8 +1200,11 @@ static void sql_cell(struct tb *b, int row, int c, sqlite3_stmt *st)
     char *o = hex;
     *o++ = 'x';
     *o++ = '\'';
-    for (size_t i = 0; i < n; i++, o += 2)
-        snprintf(o, 3, "%02x", p[i]);
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        *o++ = digits[p[i] >> 4];
+        *o++ = digits[p[i] & 15];
+    }
     *o++ = '\'';
     *o = '\0';
     tb_str(b, row, c, hex);
