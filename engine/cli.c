@@ -8,7 +8,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <ctype.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -42,13 +44,46 @@ static double now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/*
+ * Every number on the command line goes through here: decimal digits only
+ * (an optional '-'), no blanks, no trailing text, and within [lo, hi] before
+ * it is narrowed to an int -- strtoll's overflow (ERANGE) counts as out of
+ * range, so 4294967297 is refused rather than wrapped to 1.
+ */
 static bool parse_int(const char *s, int lo, int hi, int *out)
 {
+    if (!((*s >= '0' && *s <= '9') || (*s == '-' && s[1] >= '0' && s[1] <= '9')))
+        return false;
     char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < lo || v > hi)
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno == ERANGE || *end != '\0' || v < lo || v > hi)
         return false;
     *out = (int)v;
+    return true;
+}
+
+/* "I/N" with 1 <= I <= N, each part a number as parse_int takes it. */
+static bool parse_shard(const char *s, int *si, int *sn)
+{
+    const char *slash = strchr(s, '/');
+    char first[32];
+    if (!slash || (size_t)(slash - s) >= sizeof first)
+        return false;
+    memcpy(first, s, (size_t)(slash - s));
+    first[slash - s] = '\0';
+    return parse_int(first, 1, INT_MAX, si) && parse_int(slash + 1, 1, INT_MAX, sn) && *si <= *sn;
+}
+
+/* A finite number >= lo, the whole text. */
+static bool parse_double(const char *s, double lo, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v) || v < lo || isspace((unsigned char)*s))
+        return false;
+    *out = v;
     return true;
 }
 
@@ -308,8 +343,10 @@ static int cmd_eval(int argc, char **argv)
         printf("model     %s (%s, %d layers x %d heads, %d KV heads)\n", dir, in->model_type, in->n_layers,
                in->n_heads, in->n_kv_heads);
         printf("data      %s: %d sequences x %d tokens\n", data_path, d->n_seqs, d->seq_len);
-        printf("ablated   %d of %d heads (%s)%s%s\n", n_abl, n_all, abl_name, spec ? (keep ? ", keep " : ": ") : "",
-               spec ? spec : "");
+        /* a spec can list every head of a large model: show its start (--json has it whole) */
+        int shown = spec && strlen(spec) > 72 ? 60 : spec ? (int)strlen(spec) : 0;
+        printf("ablated   %d of %d heads (%s)%s%.*s%s\n", n_abl, n_all, abl_name, spec ? (keep ? ", keep " : ": ") : "",
+               shown, spec ? spec : "", spec && shown < (int)strlen(spec) ? " ..." : "");
         if (mt->has_loss)
             printf("loss      %.6f nats/token   ppl %.4f   acc %.4f   KL %.6f nats\n", mt->loss, mt->ppl, mt->acc,
                    mt->kl);
@@ -711,12 +748,10 @@ static int cmd_run(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "d:s:t:qh", opts, NULL)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
-        case 's': {
-            char extra;
-            if (sscanf(optarg, "%d/%d%c", &si, &sn, &extra) != 2 || sn < 1 || si < 1 || si > sn)
+        case 's':
+            if (!parse_shard(optarg, &si, &sn))
                 return usage_error("run", "--shard must be I/N with 1 <= I <= N, e.g. 2/4");
             break;
-        }
         case 't':
             if (!parse_int(optarg, 1, 1024, &threads))
                 return usage_error("run", "--threads must be a positive integer");
@@ -860,13 +895,10 @@ static int cmd_query(int argc, char **argv)
             if (!parse_int(optarg, 1, 1 << 30, &q.top))
                 return usage_error("query", "--top must be a positive integer");
             break;
-        case 'e': {
-            char *end;
-            q.eps = strtod(optarg, &end);
-            if (*end || q.eps < 0)
+        case 'e':
+            if (!parse_double(optarg, 0.0, &q.eps))
                 return usage_error("query", "--eps must be a non-negative number");
             break;
-        }
         case 'h': fputs(query_help, stdout); return 0;
         default: return usage_error("query", "unknown option");
         }
@@ -1018,6 +1050,10 @@ int main(int argc, char **argv)
         fputs(main_help, stderr);
         return 2;
     }
+    /* Past a file size limit (ulimit -f) a write must fail with EFBIG and take
+     * the full-disk path (a message, finished results kept), not kill us
+     * silently with SIGXFSZ. */
+    signal(SIGXFSZ, SIG_IGN);
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(main_help, stdout);

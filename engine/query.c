@@ -302,6 +302,11 @@ static enum hp_status sql_fail(struct q *q, int rc)
         return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (not an SQLite file)", q->path);
     if (code == SQLITE_CORRUPT)
         return hp_fail(q->err, HP_ERR_FORMAT, "%s: database is corrupt (%s)", q->path, msg);
+    // a WAL database with a writer at work needs its -shm file, which this user cannot create or write
+    if (code == SQLITE_READONLY || code == SQLITE_CANTOPEN)
+        return hp_fail(q->err, HP_ERR_IO,
+                       "%s: cannot be read without writing beside it (%s; a writer may be at work in a folder this "
+                       "user cannot write: try again when it has finished, or query a copy)", q->path, msg);
     if (code == SQLITE_ERROR && strncmp(msg, "no such ", 8) == 0)
         return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (%s)", q->path, msg);
     return hp_fail(q->err, HP_ERR_SQL, "%s: cannot read (%s)", q->path, msg);
@@ -358,47 +363,66 @@ static double col_num(sqlite3_stmt *st, int i)
     return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
 }
 
-static int col_int(sqlite3_stmt *st, int i, int if_null)
-{
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? if_null : sqlite3_column_int(st, i);
-}
-
 static const char *col_text(sqlite3_stmt *st, int i)
 {
     const unsigned char *s = sqlite3_column_text(st, i);
     return s ? (const char *)s : "";
 }
 
+/*
+ * Numbers in the database are input like any other: a damaged or forged file
+ * must not size an allocation or index an array. Bounds far above any real
+ * model's, far below what could exhaust memory or overflow an int.
+ */
+#define MAX_LAYERS 65536
+#define MAX_HEADS 65536
+#define MAX_UNITS (1 << 24) // n_layers * n_heads
+
+/* A layer or unit index from a row: -1 for NULL, else it must lie in
+ * [0, lim); false (with *s set, naming the database and the value) if not. */
+static bool col_index(struct q *q, sqlite3_stmt *st, int i, int lim, const char *what, int *out, enum hp_status *s)
+{
+    if (sqlite3_column_type(st, i) == SQLITE_NULL) {
+        *out = -1;
+        return true;
+    }
+    long long v = sqlite3_column_int64(st, i);
+    if (v < 0 || v >= lim) {
+        *s = hp_fail(q->err, HP_ERR_FORMAT,
+                     "%s: sweep_jobs.%s = %lld in sweep %lld is out of range (0..%d for its model; a damaged database?)",
+                     q->path, what, v, q->sweep, lim - 1);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
 static enum hp_status db_open(struct q *q)
 {
-    struct stat sb;
-    if (stat(q->path, &sb) != 0) {
-        if (errno == ENOENT)
-            return hp_fail(q->err, HP_ERR_IO, "%s: no such database (check the path; `headprune sweep` creates it)",
-                           q->path);
-        return hp_fail(q->err, HP_ERR_IO, "%s: cannot open (%s)", q->path, strerror(errno));
-    }
-    if (S_ISDIR(sb.st_mode))
-        return hp_fail(q->err, HP_ERR_IO, "%s: is a folder, not a database", q->path);
-    int rc = sqlite3_open_v2(q->path, &q->db, SQLITE_OPEN_READONLY, NULL);
-    if (rc != SQLITE_OK)
-        return hp_fail(q->err, HP_ERR_IO, "%s: cannot open (%s)", q->path,
-                       q->db ? sqlite3_errmsg(q->db) : sqlite3_errstr(rc));
+    enum hp_status s = hp_store_db_open(q->path, false, &q->db, q->err);
+    if (s != HP_OK)
+        return s;
     sqlite3_busy_timeout(q->db, BUSY_TIMEOUT_MS);
     sqlite3_limit(q->db, SQLITE_LIMIT_ATTACHED, 0); // user SQL reads this file only
-    rc = sqlite3_exec(q->db, "PRAGMA query_only = 1", NULL, NULL, NULL);
+    int rc = sqlite3_exec(q->db, "PRAGMA query_only = 1", NULL, NULL, NULL);
     if (rc != SQLITE_OK)
         return sql_fail(q, rc);
 
     sqlite3_stmt *st;
-    enum hp_status s = prep(q, &st, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'");
+    s = prep(q, &st, "SELECT count(*), count(CASE WHEN type = 'table' AND name = 'meta' THEN 1 END) FROM sqlite_master");
     if (s != HP_OK)
         return s;
     int r = step(q, st, &s);
-    bool has_meta = r == 1 && sqlite3_column_int(st, 0) > 0;
+    bool empty = r == 1 && sqlite3_column_int64(st, 0) == 0;
+    bool has_meta = r == 1 && sqlite3_column_int64(st, 1) > 0;
     sqlite3_finalize(st);
     if (r < 0)
         return s;
+    // a database `headprune run` is creating this moment has no schema yet: not a foreign file
+    if (empty)
+        return hp_fail(q->err, HP_ERR_ARG,
+                       "%s: has no results yet (an empty database, perhaps still being created; try again once "
+                       "`headprune run` has written to it)", q->path);
     if (!has_meta)
         return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (no meta table)", q->path);
 
@@ -443,7 +467,7 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
         if (r < 0)
             return s;
         if (!any)
-            return hp_fail(q->err, HP_ERR_ARG, "%s: no sweeps yet (run `headprune sweep` first)", q->path);
+            return hp_fail(q->err, HP_ERR_ARG, "%s: no sweeps yet (run `headprune run` first)", q->path);
     }
     q->sweep = id;
 
@@ -454,18 +478,30 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
     sqlite3_bind_int64(st, 1, id);
     int r = step(q, st, &s);
     char sweep_metric[32] = "";
+    long long n_layers = 0, n_heads = 0;
+    bool null_shape = false;
     if (r == 1) {
         snprintf(sweep_metric, sizeof sweep_metric, "%s", col_text(st, 0));
-        q->n_layers = col_int(st, 1, 0);
-        q->n_heads = col_int(st, 2, 0);
+        null_shape = sqlite3_column_type(st, 1) == SQLITE_NULL || sqlite3_column_type(st, 2) == SQLITE_NULL;
+        n_layers = sqlite3_column_int64(st, 1);
+        n_heads = sqlite3_column_int64(st, 2);
     }
     sqlite3_finalize(st);
     if (r < 0)
         return s;
     if (r == 0)
         return hp_fail(q->err, HP_ERR_ARG, "%s: no sweep %lld (list them with `headprune query sweeps`)", q->path, id);
-    if (q->n_layers < 1 || q->n_heads < 1)
+    if (null_shape)
         return hp_fail(q->err, HP_ERR_FORMAT, "%s: sweep %lld names no model with layers and heads", q->path, id);
+    if (n_layers < 1 || n_layers > MAX_LAYERS)
+        return hp_fail(q->err, HP_ERR_FORMAT, "%s: models.n_layers = %lld for sweep %lld is out of range (1..%d; a "
+                                              "damaged database?)", q->path, n_layers, id, MAX_LAYERS);
+    if (n_heads < 1 || n_heads > MAX_HEADS || n_layers * n_heads > MAX_UNITS)
+        return hp_fail(q->err, HP_ERR_FORMAT, "%s: models.n_heads = %lld for sweep %lld is out of range (1..%d, and "
+                                              "at most %d heads in all; a damaged database?)", q->path, n_heads, id,
+                       MAX_HEADS, MAX_UNITS);
+    q->n_layers = (int)n_layers;
+    q->n_heads = (int)n_heads;
 
     if (metric) {
         if (!metric_parse(metric, &q->m))
@@ -703,10 +739,10 @@ static enum hp_status q_curve(struct q *q, struct hp_table **out)
                        q->path, q->sweep);
     }
     tb_note(&b,
-            "sweep %lld, %s; k = units pruned, heads = query heads pruned (pct of the model's %d); iterative: one row "
+            "sweep %lld, %s; k = units pruned, heads = query heads pruned (pct of the model's %lld); iterative: one row "
             "per step; random: %s = mean over the samples with its 95%% t interval (n-1 df) in ci_lo..ci_hi, "
             "k = 0 = the baseline",
-            q->sweep, effect_convention(q->m), q->n_layers * q->n_heads, q->mname);
+            q->sweep, effect_convention(q->m), (long long)q->n_layers * q->n_heads, q->mname);
     return tb_finish(&b, out, q->err);
 }
 
@@ -769,8 +805,12 @@ static enum hp_status q_heads(struct q *q, int top, struct hp_table **out)
             memset(h, 0, sizeof *h);
             h->ord = ord;
             snprintf(h->study, sizeof h->study, "%s", col_text(st, 1));
-            h->layer = col_int(st, 3, -1);
-            h->unit = col_int(st, 4, -1);
+            if (!col_index(q, st, 3, q->n_layers, "layer", &h->layer, &s) ||
+                !col_index(q, st, 4, q->n_heads, "unit", &h->unit, &s)) {
+                n--;
+                r = -1;
+                break;
+            }
             if (h->layer >= 0 && h->unit >= 0)
                 unit_label(h->label, sizeof h->label, sqlite3_column_int(st, 2) != 0, h->layer, h->unit);
             else
@@ -874,9 +914,13 @@ static enum hp_status q_redundancy(struct q *q, double eps, struct hp_table **ou
         sqlite3_bind_text(st, 2, studies[which], -1, SQLITE_STATIC);
         int r;
         while ((r = step(q, st, &s)) == 1) {
-            int l = col_int(st, 1, -1), u = col_int(st, 2, -1);
+            int l, u;
+            if (!col_index(q, st, 1, q->n_layers, "layer", &l, &s) || !col_index(q, st, 2, q->n_heads, "unit", &u, &s)) {
+                r = -1;
+                break;
+            }
             double e = effect_of(q->m, col_num(st, 3), q->base);
-            if (l < 0 || l >= q->n_layers || isnan(e))
+            if (l < 0 || isnan(e))
                 continue;
             struct layer_sum *x = &ls[l];
             if (which == 0) {
@@ -1010,8 +1054,13 @@ static enum hp_status pairs_load(struct q *q, struct single_eff **singles, size_
             }
             *singles = g;
         }
-        (*singles)[(*n_singles)++] = (struct single_eff){sqlite3_column_int(st, 0) != 0, sqlite3_column_int(st, 1),
-                                                          sqlite3_column_int(st, 2), sqlite3_column_int64(st, 4),
+        int l, u;
+        if (!col_index(q, st, 1, q->n_layers, "layer", &l, &s) || !col_index(q, st, 2, q->n_heads, "unit", &u, &s)) {
+            r = -1;
+            break;
+        }
+        (*singles)[(*n_singles)++] = (struct single_eff){sqlite3_column_int(st, 0) != 0, l, u,
+                                                          sqlite3_column_int64(st, 4),
                                                           effect_of(q->m, col_num(st, 3), q->base)};
     }
     sqlite3_finalize(st);
@@ -1043,9 +1092,11 @@ static enum hp_status pairs_load(struct q *q, struct single_eff **singles, size_
         p->ord = sqlite3_column_int64(st, 0);
         snprintf(p->study, sizeof p->study, "%s", col_text(st, 1));
         p->kv = sqlite3_column_int(st, 2) != 0;
-        p->layer = col_int(st, 3, -1);
-        p->a = col_int(st, 4, -1);
-        p->b = col_int(st, 5, -1);
+        if (!col_index(q, st, 3, q->n_layers, "layer", &p->layer, &s) ||
+            !col_index(q, st, 4, q->n_heads, "unit", &p->a, &s) || !col_index(q, st, 5, q->n_heads, "unit2", &p->b, &s)) {
+            r = -1;
+            break;
+        }
         p->ab = effect_of(q->m, col_num(st, 6), q->base);
         p->ea = single_lookup(*singles, *n_singles, p->kv, p->layer, p->a);
         p->eb = single_lookup(*singles, *n_singles, p->kv, p->layer, p->b);
@@ -1125,6 +1176,10 @@ static enum hp_status q_pairs(struct q *q, int top, struct hp_table **out)
 
 // --- read-only SQL ----------------------------------------------------------
 
+// Limits on what `query sql` holds before printing.
+#define SQL_MAX_ROWS 1000000
+#define SQL_MAX_BYTES (256 << 20)
+
 // SQLite's own rendering of a value; blobs as x'hex'.
 static void sql_cell(struct tb *b, int row, int c, sqlite3_stmt *st)
 {
@@ -1145,8 +1200,11 @@ static void sql_cell(struct tb *b, int row, int c, sqlite3_stmt *st)
     char *o = hex;
     *o++ = 'x';
     *o++ = '\'';
-    for (size_t i = 0; i < n; i++, o += 2)
-        snprintf(o, 3, "%02x", p[i]);
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        *o++ = digits[p[i] >> 4];
+        *o++ = digits[p[i] & 15];
+    }
     *o++ = '\'';
     *o = '\0';
     tb_str(b, row, c, hex);
@@ -1200,7 +1258,20 @@ static enum hp_status q_sql(struct q *q, const char *sql, struct hp_table **out)
     tb_init(&b, n_cols, cols, num);
     free(cols);
     enum hp_status s = HP_OK;
+    size_t bytes = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        // the table is held whole before printing: a runaway query (a recursive CTE) must stop, not eat memory
+        if (b.t && b.t->n_rows >= SQL_MAX_ROWS) {
+            s = hp_fail(q->err, HP_ERR_ARG, "query: more than %d result rows (add a LIMIT or aggregate)", SQL_MAX_ROWS);
+            break;
+        }
+        for (int c = 0; c < n_cols; c++)
+            bytes += (size_t)sqlite3_column_bytes(st, c) * (sqlite3_column_type(st, c) == SQLITE_BLOB ? 2 : 1) + 8;
+        if (bytes > SQL_MAX_BYTES) {
+            s = hp_fail(q->err, HP_ERR_ARG, "query: result larger than %d MB (add a LIMIT or select fewer columns)",
+                        SQL_MAX_BYTES >> 20);
+            break;
+        }
         int row = tb_row(&b);
         for (int c = 0; c < n_cols; c++) {
             int type = sqlite3_column_type(st, c);
@@ -1211,7 +1282,7 @@ static enum hp_status q_sql(struct q *q, const char *sql, struct hp_table **out)
             sql_cell(&b, row, c, st);
         }
     }
-    if (rc != SQLITE_DONE) {
+    if (s == HP_OK && rc != SQLITE_DONE) {
         int code = rc & 0xff;
         s = code == SQLITE_BUSY || code == SQLITE_CORRUPT
                 ? sql_fail(q, rc)

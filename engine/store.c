@@ -96,11 +96,60 @@ static int select_int(struct hp_store *s, const char *sql, const char *arg, int6
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-// --- opening ------------------------------------------------------------------
+// --- opening a file as a database ------------------------------------------------
+
+static bool uri_plain(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' || c == '.' ||
+           c == '_' || c == '~' || c == '-';
+}
+
+/*
+ * "file:" + path + "?" + query, every byte of the path but [A-Za-z0-9/._~-]
+ * percent-escaped, so nothing in it reads as a URI parameter, a fragment or
+ * a special name. An absolute path gets an empty authority ("file:///a/b",
+ * so "//x" is not a host); a relative one "./" (":memory:" stays a file).
+ */
+static bool build_uri(const char *path, const char *query, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "file:%s", path[0] == '/' ? "//" : "./");
+    if (n < 0 || (size_t)n >= size)
+        return false;
+    size_t o = (size_t)n;
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if (o + 4 >= size)
+            return false;
+        if (uri_plain(*p))
+            buf[o++] = (char)*p;
+        else
+            o += (size_t)snprintf(buf + o, 4, "%%%02X", *p);
+    }
+    n = snprintf(buf + o, size - o, "?%s", query);
+    return n >= 0 && (size_t)n < size - o;
+}
+
+static bool folder_writable(const char *path)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    return access(dirname(tmp), W_OK) == 0;
+}
+
+bool hp_store_ro_uri(const char *path, char *buf, size_t size)
+{
+    /* A reader of a WAL database needs its -shm file, and creates it (and
+     * -wal) when absent: impossible in a folder it cannot write. With no -wal
+     * file no writer is at work (a writer holds one open), so the file can be
+     * read as immutable: no locks, no side files. */
+    char wal[4096];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    bool immutable = !folder_writable(path) && access(wal, F_OK) != 0;
+    return build_uri(path, immutable ? "mode=ro&immutable=1" : "mode=ro", buf, size);
+}
 
 static enum hp_status check_folder(const char *path, struct hp_error *err)
 {
-    char tmp[1024];
+    char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s", path);
     const char *dir = dirname(tmp);
     struct stat sb;
@@ -112,6 +161,57 @@ static enum hp_status check_folder(const char *path, struct hp_error *err)
         return hp_fail(err, HP_ERR_IO, "%s: file is read-only", path);
     return HP_OK;
 }
+
+enum hp_status hp_store_db_open(const char *path, bool write, sqlite3 **db, struct hp_error *err)
+{
+    *db = NULL;
+    if (!path || !*path)
+        return hp_fail(err, HP_ERR_ARG, "database path is empty (name a file)");
+    struct stat sb;
+    bool exists = stat(path, &sb) == 0;
+    if (!exists && errno != ENOENT)
+        return hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    if (exists && S_ISDIR(sb.st_mode))
+        return hp_fail(err, HP_ERR_IO, "%s: is a folder, not a database", path);
+    /* a device or a pipe is no database; SQLite would also make its journal beside it (/dev/null-journal) */
+    if (exists && !S_ISREG(sb.st_mode))
+        return hp_fail(err, HP_ERR_IO, "%s: not a regular file (a database is a file)", path);
+    if (!exists && !write)
+        return hp_fail(err, HP_ERR_IO, "%s: no such database (check the path; `headprune run` creates it)", path);
+    if (!write && access(path, R_OK) != 0)
+        return hp_fail(err, HP_ERR_IO, "%s: cannot read (%s)", path, strerror(errno));
+    if (write) {
+        enum hp_status st = check_folder(path, err);
+        if (st != HP_OK)
+            return st;
+    }
+    char uri[4 * 4096];
+    if (!(write ? build_uri(path, "mode=rwc", uri, sizeof uri) : hp_store_ro_uri(path, uri, sizeof uri)))
+        return hp_fail(err, HP_ERR_ARG, "%s: path too long", path);
+    /* SQLITE_OPEN_URI: the name is the URI built above, never the user's text */
+    int flags = (write ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY) | SQLITE_OPEN_URI;
+    int rc = sqlite3_open_v2(uri, db, flags, NULL);
+    if (rc != SQLITE_OK) {
+        enum hp_status st = hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path,
+                                    *db ? sqlite3_errmsg(*db) : sqlite3_errstr(rc));
+        sqlite3_close(*db);
+        *db = NULL;
+        return st;
+    }
+    /* A database is data, not code: its SQL (and the user's, in `query sql`)
+     * must not reach fts3_tokenizer's pointers, load extensions or write the
+     * schema by hand. */
+    sqlite3_db_config(*db, SQLITE_DBCONFIG_ENABLE_FTS3_TOKENIZER, 0, (int *)NULL);
+    sqlite3_db_config(*db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, (int *)NULL);
+    sqlite3_db_config(*db, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)NULL);
+#ifdef SQLITE_DBCONFIG_TRUSTED_SCHEMA
+    sqlite3_db_config(*db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)NULL);
+#endif
+    sqlite3_enable_load_extension(*db, 0);
+    return HP_OK;
+}
+
+// --- opening ------------------------------------------------------------------
 
 /* WAL mode and the schema (whole, or what an older database lacks), in one locked transaction. */
 static int open_schema(struct hp_store *s)
@@ -150,21 +250,20 @@ static int open_schema(struct hp_store *s)
 enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_error *err)
 {
     *out = NULL;
-    enum hp_status st = check_folder(path, err);
+    sqlite3 *db;
+    enum hp_status st = hp_store_db_open(path, true, &db, err);
     if (st != HP_OK)
         return st;
     struct hp_store *s = calloc(1, sizeof *s);
-    if (!s)
+    if (!s) {
+        sqlite3_close(db);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    }
+    s->db = db;
     snprintf(s->path, sizeof s->path, "%s", path);
     if (gethostname(s->host, sizeof s->host) != 0)
         snprintf(s->host, sizeof s->host, "unknown");
-    int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
-    if (rc != SQLITE_OK) {
-        st = sql_fail(s, rc, "opening", err);
-        hp_store_close(s);
-        return st;
-    }
+    int rc;
     sqlite3_busy_timeout(s->db, 60000);
 
     /* read before writing anything: a newer or foreign database stays as it was */
@@ -221,6 +320,15 @@ void hp_store_close(struct hp_store *s)
 {
     if (!s)
         return;
+    if (s->db) {
+        /* Back to a rollback journal when no one else has it open (the switch
+         * needs sole access; otherwise it fails at once and the last worker
+         * does it): a database at rest then needs no -wal/-shm files, so
+         * readers without write access to the folder create none, and none
+         * are left behind owned by another user. */
+        sqlite3_busy_timeout(s->db, 0);
+        exec(s, "PRAGMA journal_mode = DELETE");
+    }
     sqlite3_close(s->db);
     free(s);
 }
@@ -484,24 +592,53 @@ enum hp_status hp_store_put(struct hp_store *s, const struct hp_store_job *j, co
 /* A shard database must be a headprune database this version can read. */
 static enum hp_status check_source(const char *path, struct hp_error *err)
 {
-    if (access(path, R_OK) != 0)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot read (%s)", path, strerror(errno));
     sqlite3 *db;
-    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
-    sqlite3_stmt *st = NULL;
-    if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(db, "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'schema_version'", -1, &st,
-                                NULL);
-    int64_t version = -1;
-    if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        version = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
+    enum hp_status st = hp_store_db_open(path, false, &db, err);
+    if (st != HP_OK)
+        return st;
+    sqlite3_busy_timeout(db, 60000);
+    sqlite3_stmt *q = NULL;
+    int64_t n_tables = -1, version = -1;
+    int rc = sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_master", -1, &q, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(q)) == SQLITE_ROW)
+        n_tables = sqlite3_column_int64(q, 0), rc = SQLITE_OK;
+    sqlite3_finalize(q);
+    q = NULL;
+    if (rc == SQLITE_OK && n_tables > 0 &&
+        (rc = sqlite3_prepare_v2(db, "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'schema_version'", -1, &q,
+                                 NULL)) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW)
+        version = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    int base = rc & 0xff;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(db));
     sqlite3_close(db);
+    if (base == SQLITE_READONLY || base == SQLITE_CANTOPEN)
+        return hp_fail(err, HP_ERR_IO,
+                       "%s: cannot be read without writing beside it (%s; a writer may be at work in a folder this "
+                       "user cannot write: copy the database and merge the copy)", path, msg);
+    if (base == SQLITE_BUSY || base == SQLITE_LOCKED)
+        return hp_fail(err, HP_ERR_SQL, "%s: database stayed locked by another process", path);
+    if (base == SQLITE_NOTADB)
+        return hp_fail(err, HP_ERR_SQL, "%s: not a headprune database (not an SQLite file)", path);
+    if (rc == SQLITE_OK && n_tables == 0)
+        return hp_fail(err, HP_ERR_SQL, "%s: has no results yet (an empty database, perhaps still being created; "
+                                        "try again once `headprune run` has written to it)", path);
     if (rc != SQLITE_OK || version < 0)
         return hp_fail(err, HP_ERR_SQL, "%s: not a headprune database", path);
     if (version > HP_SCHEMA_VERSION)
         return hp_fail(err, HP_ERR_SQL, "%s: written by a newer headprune (schema %lld; this one reads %d)", path,
                        (long long)version, HP_SCHEMA_VERSION);
+    return HP_OK;
+}
+
+/* Merging a file into itself would wait on its own lock: refuse it by identity, not by name. */
+static enum hp_status check_distinct(const char *out, const char *in, struct hp_error *err)
+{
+    struct stat a, b;
+    if (stat(out, &a) == 0 && stat(in, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return hp_fail(err, HP_ERR_ARG, "%s: is the output database %s itself (merge other databases into it)", in, out);
     return HP_OK;
 }
 
@@ -547,7 +684,9 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
 {
     *n_added = 0;
     for (int i = 0; i < n_in; i++) {
-        enum hp_status st = check_source(in[i], err);
+        enum hp_status st = check_distinct(out, in[i], err);
+        if (st == HP_OK)
+            st = check_source(in[i], err);
         if (st != HP_OK)
             return st;
     }
@@ -556,10 +695,18 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
     if (st != HP_OK)
         return st;
     for (int i = 0; i < n_in && st == HP_OK; i++) {
+        /* the output may have been created just now as one of the inputs' name */
+        if ((st = check_distinct(out, in[i], err)) != HP_OK)
+            break;
+        char uri[4 * 4096];
+        if (!hp_store_ro_uri(in[i], uri, sizeof uri)) {
+            st = hp_fail(err, HP_ERR_ARG, "%s: path too long", in[i]);
+            break;
+        }
         sqlite3_stmt *a;
         int rc = prep(s, "ATTACH DATABASE ? AS src", &a);
         if (rc == SQLITE_OK) {
-            sqlite3_bind_text(a, 1, in[i], -1, SQLITE_STATIC);
+            sqlite3_bind_text(a, 1, uri, -1, SQLITE_STATIC);
             rc = step_done(a);
         }
         if (rc != SQLITE_OK) {

@@ -14,6 +14,24 @@
 #define HP_SCHEMA_VERSION 2
 
 struct hp_store;
+struct sqlite3;
+
+/*
+ * Open a database named by a file path for SQLite, the one way every module
+ * does it (store, merge, query). The path is never a URI: SQLite sees only a
+ * "file:" URI this function builds from the percent-escaped path, with "./"
+ * before a relative one, so ":memory:", "file:x.db?mode=memory" or "" name
+ * files (or are refused) instead of selecting in-memory or temporary
+ * databases. The path must be a regular file (or, when writing, absent with a
+ * writable folder). Read-only opens create no -wal/-shm files of their own
+ * where the folder is not writable and no writer is at work (immutable).
+ * The connection has FTS3 tokenizers, extension loading and schema writes
+ * (defensive mode) disabled. Destructor: sqlite3_close.
+ */
+enum hp_status hp_store_db_open(const char *path, bool write, struct sqlite3 **db, struct hp_error *err);
+
+/* The URI under which path is opened read-only (as hp_store_db_open would); false if it does not fit. */
+bool hp_store_ro_uri(const char *path, char *buf, size_t size);
 
 /* Open or create a results database. Destructor: hp_store_close. */
 enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_error *err);

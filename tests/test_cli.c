@@ -11,7 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 static char tmp[64];
 static char out[1 << 16], errs[1 << 14];
@@ -363,4 +367,122 @@ Test(cli, classifier_label_out_of_range)
     write_file("badlabel.jsonl", "{\"ids\": [2, 5, 6], \"label\": 1}\n{\"ids\": [2, 7, 8], \"label\": 7}\n");
     snprintf(args, sizeof args, "eval --model " BERT_CLS " --data %s/badlabel.jsonl", tmp);
     expect_error(args, "label 7 of row 1 is not one of the model's 3 classes (0..2)");
+}
+
+// --- numbers, database names, file size limits --------------------------------------
+
+Test(cli, numbers_on_the_command_line_are_parsed_strictly)
+{
+    char a[512];
+    // each wrapped, truncated or half-read before (1/4294967297 ran as 1/1: every job)
+    const char *bad[] = {"run tests/plans/sweep-small.yaml --shard 1/4294967297",
+                         "run tests/plans/sweep-small.yaml --shard 4294967297/4294967298",
+                         "run tests/plans/sweep-small.yaml --shard ' 1/2'",
+                         "run tests/plans/sweep-small.yaml --shard 1/+2",
+                         "run tests/plans/sweep-small.yaml --shard 1/2x",
+                         "run tests/plans/sweep-small.yaml --shard 1/2/3",
+                         "run tests/plans/sweep-small.yaml --shard 3/2",
+                         "run tests/plans/sweep-small.yaml --threads 4294967297",
+                         "run tests/plans/sweep-small.yaml --threads ' 2'",
+                         "run tests/plans/sweep-small.yaml --batch 0x10",
+                         "run tests/plans/sweep-small.yaml --batch 99999999999999999999",
+                         "query heads --db x.db --top 4294967297",
+                         "query heads --db x.db --sweep 1e3",
+                         "query redundancy --db x.db --eps ''",
+                         "query redundancy --db x.db --eps nan",
+                         "query redundancy --db x.db --eps 1e999",
+                         "eval --model " STORIES " --data " STORIES "/data.npy --seq-len 4294967424",
+                         "eval --model " STORIES " --data " STORIES "/data.npy --threads -1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(a, sizeof a, "%s --db %s/n.db", bad[i], tmp);
+        if (strncmp(bad[i], "run", 3) != 0)
+            snprintf(a, sizeof a, "%s", bad[i]);
+        int rc = hp(a);
+        cr_assert_eq(rc, 2, "exit %d for '%s' (stderr: %s)", rc, a, errs);
+        cr_assert(strstr(errs, "must be"), "%s: %s", a, errs);
+    }
+    snprintf(a, sizeof a, "%s/n.db", tmp);
+    cr_assert(access(a, F_OK) != 0, "a refused run created its database");
+}
+
+Test(cli, db_names_are_files_not_uris)
+{
+    char cmd[2048];
+    // a relative ":memory:" was SQLite's in-memory database: 13 jobs "run", nothing kept
+    snprintf(cmd, sizeof cmd, "cd %s && %s run %s/plans/sweep-small.yaml --db :memory: --quiet >out 2>err && "
+             "%s run %s/plans/sweep-small.yaml --db 'file:x.db?mode=memory' --quiet >>out 2>>err",
+             tmp, getenv("HP_HEADPRUNE"), getenv("HP_TESTS"), getenv("HP_HEADPRUNE"), getenv("HP_TESTS"));
+    int st = system(cmd);
+    char p[160];
+    snprintf(p, sizeof p, "%s/err", tmp);
+    read_all(p, errs, sizeof errs);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", errs);
+    snprintf(p, sizeof p, "%s/:memory:", tmp);
+    cr_assert_eq(access(p, F_OK), 0, "no file ':memory:'");
+    snprintf(p, sizeof p, "%s/file:x.db?mode=memory", tmp);
+    cr_assert_eq(access(p, F_OK), 0, "no file 'file:x.db?mode=memory'");
+    snprintf(cmd, sizeof cmd, "query sql --db '%s/:memory:' 'SELECT count(*) AS n FROM results'", tmp);
+    cr_assert_eq(hp(cmd), 0, "%s", errs);
+    cr_assert(strstr(out, "13"), "the results were not kept: %s", out);
+    snprintf(cmd, sizeof cmd, "run tests/plans/sweep-small.yaml --db /dev/null --quiet");
+    expect_error(cmd, "/dev/null: not a regular file");
+}
+
+Test(cli, merging_a_database_into_itself_is_refused_at_once)
+{
+    char a[512];
+    snprintf(a, sizeof a, "run tests/plans/sweep-small.yaml --db %s/a.db --quiet", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    const char *forms[] = {"%s/a.db %s/a.db", "%s/a.db %s/./a.db", "%s/a.db %s/../$(basename %s)/a.db"};
+    for (int i = 0; i < 3; i++) {
+        char pair[300];
+        snprintf(pair, sizeof pair, forms[i], tmp, tmp, tmp);
+        snprintf(a, sizeof a, "merge %s", pair);
+        time_t t0 = time(NULL);
+        expect_error(a, "itself");
+        cr_assert_lt(time(NULL) - t0, 5, "'%s' took %lld s (waited on its own lock?)", a, (long long)(time(NULL) - t0));
+    }
+}
+
+Test(cli, a_file_size_limit_fails_like_a_full_disk)
+{
+    // exit 153 (SIGXFSZ) and no message before: now EFBIG takes the disk-full path
+    char db[128], err_path[128];
+    snprintf(db, sizeof db, "%s/fs.db", tmp);
+    snprintf(err_path, sizeof err_path, "%s/err", tmp);
+    char plan[512];
+    snprintf(plan, sizeof plan, "%s/plans/sweep.yaml", getenv("HP_TESTS"));
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        struct rlimit rl = {40 * 1024, 40 * 1024};
+        signal(SIGXFSZ, SIG_DFL); // as a shell gives it: the default kills
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0 || !freopen(err_path, "w", stderr) || !freopen("/dev/null", "w", stdout))
+            _exit(99);
+        execl(getenv("HP_HEADPRUNE"), "headprune", "run", plan, "--db", db, "--quiet", "--threads", "1", (char *)NULL);
+        _exit(98);
+    }
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    read_all(err_path, errs, sizeof errs);
+    cr_assert(WIFEXITED(st), "killed by signal %d (SIGXFSZ is %d)", WIFSIGNALED(st) ? WTERMSIG(st) : 0, SIGXFSZ);
+    cr_assert_eq(WEXITSTATUS(st), 1, "exit %d: %s", WEXITSTATUS(st), errs);
+    cr_assert(strstr(errs, "fs.db") && strstr(errs, "disk full"), "%s", errs);
+}
+
+Test(cli, eval_shortens_a_long_mask_on_its_ablated_line)
+{
+    char spec[512] = "";
+    for (int l = 0; l < 5; l++)
+        for (int h = 0; h < 8; h++)
+            if (l || h)
+                snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "%s%d.%d", *spec ? "," : "", l, h);
+    char a[1024];
+    snprintf(a, sizeof a, "eval --model " STORIES " --data " STORIES "/data.npy --mask %s --threads 1", spec);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    char *line = strstr(out, "ablated   39 of 40 heads (zero): 0.1,0.2,");
+    cr_assert(line, "%s", out);
+    char *nl = strchr(line, '\n');
+    cr_assert(nl && nl - line < 120 && strstr(line, " ...\n") == nl - 4, "ablated line not shortened: %s", out);
 }

@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 // --- the temporary folder -----------------------------------------------------
@@ -677,7 +678,7 @@ Test(query, empty_database_lists_no_sweeps_but_has_none_to_query)
     cr_assert_eq(t->n_cols, 10);
     hp_table_free(t);
     o = opts(HP_QUERY_HEADS);
-    expect_fail(&o, g_db, HP_ERR_ARG, "no sweeps yet");
+    expect_fail(&o, g_db, HP_ERR_ARG, "no sweeps yet (run `headprune run` first)");
 }
 
 Test(query, unknown_sweep_id)
@@ -820,3 +821,118 @@ for s, (d, k, na, mask) in it.items():
     print('    "iterative", "%d", "%d", "%d", "%.2f", "", "%.9f", "", "", "%.9g", "%s",'
           % (s, k, na, 100*na/8, v, v - B, mask))
  */
+
+// --- the database is input: its numbers, its SQL, its name ----------------------------
+
+static void expect_fail_fast(enum hp_query_kind kind, enum hp_status want, const char *msg_part)
+{
+    struct hp_query_opts o = opts(kind);
+    o.sweep_id = 2;
+    time_t t0 = time(NULL);
+    expect_fail(&o, g_db, want, msg_part);
+    cr_assert_lt(time(NULL) - t0, 5, "took %lld s", (long long)(time(NULL) - t0));
+}
+
+Test(query, forged_model_shape_is_refused_before_allocating)
+{
+    build();
+    // 1e8 layers made `redundancy` grow to 21 GB; 2e9 * n_heads overflowed an int
+    const char *bad[] = {"n_layers = 100000000", "n_layers = 2000000000", "n_layers = 10000000000", "n_layers = -3",
+                         "n_heads = 4294967300", "n_layers = 60000, n_heads = 60000"};
+    const char *said[] = {"models.n_layers = 100000000 ", "models.n_layers = 2000000000 ",
+                          "models.n_layers = 10000000000 ", "models.n_layers = -3 ", "models.n_heads = 4294967300 ",
+                          "models.n_heads = 60000 "};
+    enum hp_query_kind kinds[] = {HP_QUERY_REDUNDANCY, HP_QUERY_CURVE, HP_QUERY_HEADS, HP_QUERY_PAIRS};
+    for (int i = 0; i < 6; i++) {
+        sqlite3 *db;
+        cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+        char sql[128];
+        snprintf(sql, sizeof sql, "UPDATE models SET n_layers = 2, n_heads = 4; UPDATE models SET %s", bad[i]);
+        exec(db, sql);
+        sqlite3_close(db);
+        char want[300];
+        snprintf(want, sizeof want, "%s: %s", g_db, said[i]);
+        for (int k = 0; k < 4; k++)
+            expect_fail_fast(kinds[k], HP_ERR_FORMAT, want);
+    }
+}
+
+Test(query, forged_layer_or_unit_of_a_job_is_refused)
+{
+    const char *bad[] = {"layer = 2", "layer = -1", "unit = 4", "layer = 3000000000"};
+    const char *said[] = {"sweep_jobs.layer = 2 ", "sweep_jobs.layer = -1 ", "sweep_jobs.unit = 4 ",
+                          "sweep_jobs.layer = 3000000000 "};
+    for (int i = 0; i < 4; i++) {
+        remove(g_db); // afresh each round
+        build();
+        sqlite3 *db;
+        cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+        char sql[160];
+        snprintf(sql, sizeof sql,
+                 "UPDATE sweep_jobs SET %s WHERE sweep_id = 2 AND ord = (SELECT min(ord) FROM sweep_jobs "
+                 "WHERE sweep_id = 2 AND kind = 'single')", bad[i]);
+        exec(db, sql);
+        sqlite3_close(db);
+        char want[300];
+        snprintf(want, sizeof want, "%s: %s", g_db, said[i]);
+        expect_fail_fast(HP_QUERY_HEADS, HP_ERR_FORMAT, want);
+        expect_fail_fast(HP_QUERY_REDUNDANCY, HP_ERR_FORMAT, want);
+        expect_fail_fast(HP_QUERY_PAIRS, HP_ERR_FORMAT, want);
+    }
+}
+
+Test(query, sql_reaches_no_pointers_and_loads_no_code)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_SQL);
+    // with the FTS3 tokenizer interface on, this returns the address of a C struct
+    o.sql = "SELECT fts3_tokenizer('simple')";
+    struct hp_table *t = NULL;
+    struct hp_error err = {{0}};
+    if (hp_query(g_db, &o, &t, &err) == HP_OK) {
+        cr_assert_eq(t->n_rows, 1);
+        cr_assert_str_empty(cell(t, 0, 0), "fts3_tokenizer leaked a pointer: %s", cell(t, 0, 0));
+        hp_table_free(t);
+    }
+    o.sql = "SELECT load_extension('/nonexistent/libx')";
+    expect_fail(&o, g_db, HP_ERR_SQL, "not authorized");
+}
+
+Test(query, a_runaway_sql_result_stops_with_a_message)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_SQL);
+    o.sql = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c";
+    expect_fail(&o, g_db, HP_ERR_ARG, "result rows (add a LIMIT");
+    o.sql = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x, zeroblob(100000) FROM c";
+    expect_fail(&o, g_db, HP_ERR_ARG, "MB (add a LIMIT");
+}
+
+Test(query, a_database_being_created_has_no_results_yet)
+{
+    // what a reader sees in the instant `headprune run` has created the file but not its schema
+    FILE *f = fopen(g_db, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
+    char want[300];
+    snprintf(want, sizeof want, "%s: has no results yet", g_db);
+    expect_fail(&o, g_db, HP_ERR_ARG, want);
+}
+
+Test(query, names_are_files_not_uris)
+{
+    build();
+    cr_assert_eq(chdir(g_dir), 0);
+    struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
+    // each would open an empty in-memory or temporary database, or results.db by URI
+    const char *names[] = {":memory:", "file:results.db", "file::memory:", "file:results.db?mode=memory"};
+    for (int i = 0; i < 4; i++)
+        expect_fail(&o, names[i], HP_ERR_IO, "no such database (check the path; `headprune run` creates it)");
+    expect_fail(&o, "", HP_ERR_ARG, "database path is empty");
+    expect_fail(&o, "/dev/null", HP_ERR_IO, "not a regular file");
+    struct hp_table *t = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_query("results.db", &o, &t, &err), HP_OK, "%s", err.msg); // a plain relative name still works
+    hp_table_free(t);
+}

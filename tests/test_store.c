@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "headprune.h"
@@ -69,7 +72,9 @@ Test(store, creates_schema_and_reopens)
     sqlite3_stmt *q;
     sqlite3_prepare_v2(h, "PRAGMA journal_mode", -1, &q, NULL);
     cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
-    cr_assert_str_eq((const char *)sqlite3_column_text(q, 0), "wal");
+    /* WAL while open; closed by its last writer, it is back to a rollback
+     * journal, so readers need (and create) no -wal/-shm files */
+    cr_assert_str_eq((const char *)sqlite3_column_text(q, 0), "delete");
     sqlite3_finalize(q);
     sqlite3_close(h);
 }
@@ -173,4 +178,209 @@ Test(store, merge_refuses_a_newer_shard_and_leaves_out_unchanged)
     cr_assert_neq(hp_store_merge(db, in, 1, &added, &err), HP_OK);
     cr_assert(strstr(err.msg, "shard.db") && strstr(err.msg, "newer"), "%s", err.msg);
     cr_assert(access(db, F_OK) != 0, "merge created its output before refusing");
+}
+
+// --- database paths are files ----------------------------------------------------
+
+/* A store made through the store, with one finished variant (SQL rows as the runner writes them). */
+static void make_shard(const char *path)
+{
+    struct hp_error err;
+    struct hp_store *s;
+    cr_assert_eq(hp_store_open(path, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    sql(path, "INSERT INTO models VALUES (1, 'md', 'm', 'gpt2', 2, 2, 2, 8, 100);"
+              "INSERT INTO datasets VALUES (1, 'dd', 'd.npy', 4, 8);"
+              "INSERT INTO variants VALUES (1, 'vk', 1, 1, 'zero', x'01', '0.0', 1);"
+              "INSERT INTO results(variant_id, loss, n_tokens, n_seqs, wall_s, engine_version, numeric_version, host,"
+              " threads, kernel, created) VALUES (1, 2.5, 32, 4, 0.1, 'v', 1, 'h', 1, 'k', 'now')");
+}
+
+Test(store, uri_like_names_are_files)
+{
+    /* Debian's SQLite reads "file:" names as URIs even without SQLITE_OPEN_URI,
+     * and ":memory:" is special everywhere: each must become a file of that name */
+    cr_assert_eq(chdir(tmp), 0);
+    const char *names[] = {":memory:", "file:x.db", "file:m.db?mode=memory", "file:%3Amemory%3A"};
+    for (int i = 0; i < 4; i++) {
+        struct hp_error err;
+        struct hp_store *s;
+        cr_assert_eq(hp_store_open(names[i], &s, &err), HP_OK, "%s: %s", names[i], err.msg);
+        hp_store_close(s);
+        cr_assert_eq(access(names[i], F_OK), 0, "no file named '%s' was written", names[i]);
+    }
+    cr_assert(access("x.db", F_OK) != 0 && access("m.db", F_OK) != 0, "a URI was interpreted");
+
+    make_shard("r.db");
+    const char *in[] = {"r.db"};
+    int64_t added = 0;
+    struct hp_error err;
+    cr_assert_eq(hp_store_merge("file:m.db?mode=memory", in, 1, &added, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(added, 1);
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2("./file:m.db?mode=memory", &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT count(*) FROM results", -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int(st, 0), 1, "the merged result is not in the file");
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+
+    struct hp_store *s;
+    cr_assert_neq(hp_store_open("", &s, &err), HP_OK, "an empty path opened (SQLite's temporary database)");
+    cr_assert(strstr(err.msg, "empty"), "%s", err.msg);
+}
+
+Test(store, a_path_that_is_not_a_regular_file_is_refused)
+{
+    char fifo[160];
+    snprintf(fifo, sizeof fifo, "%s/pipe", tmp);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    /* an older headprune may have left one: then it must stay as it is */
+    struct stat j0, j1;
+    bool had_journal = stat("/dev/null-journal", &j0) == 0;
+    const char *paths[] = {"/dev/null", fifo, tmp};
+    for (int i = 0; i < 3; i++) {
+        struct hp_error err = {0};
+        struct hp_store *s = NULL;
+        cr_assert_neq(hp_store_open(paths[i], &s, &err), HP_OK, "%s opened", paths[i]);
+        cr_assert_null(s);
+        cr_assert(strstr(err.msg, paths[i]) && (strstr(err.msg, "not a regular file") || strstr(err.msg, "folder")),
+                  "%s", err.msg);
+    }
+    bool has_journal = stat("/dev/null-journal", &j1) == 0;
+    cr_assert_eq(has_journal, had_journal, "/dev/null-journal was created");
+    cr_assert(!had_journal || (j0.st_mtime == j1.st_mtime && j0.st_size == j1.st_size), "/dev/null-journal was written");
+}
+
+Test(store, merging_a_file_into_itself_is_refused_at_once)
+{
+    make_shard(db);
+    char dot[200], hard[160];
+    snprintf(dot, sizeof dot, "%s/./r.db", tmp);
+    snprintf(hard, sizeof hard, "%s/hard.db", tmp);
+    cr_assert_eq(link(db, hard), 0);
+    const char *same[] = {db, dot, hard};
+    for (int i = 0; i < 3; i++) {
+        struct hp_error err;
+        int64_t added;
+        time_t t0 = time(NULL);
+        cr_assert_neq(hp_store_merge(db, &same[i], 1, &added, &err), HP_OK, "%s merged into itself", same[i]);
+        cr_assert_lt(time(NULL) - t0, 5, "refusing took %lld s (the busy timeout?)", (long long)(time(NULL) - t0));
+        cr_assert(strstr(err.msg, same[i]) && strstr(err.msg, "itself"), "%s", err.msg);
+    }
+    cr_assert_eq(one_int("SELECT count(*) FROM results"), 1);
+}
+
+// --- readers that cannot write beside the database ----------------------------------------
+
+/*
+ * Run check(arg) in a child that cannot write tmp: as root (which ignores
+ * permissions) it drops to nobody; otherwise tmp is made read-only for the
+ * time. Returns the child's exit status: 0 when check returned 0.
+ */
+static int as_reader(int (*check)(const char *), const char *arg)
+{
+    bool root = geteuid() == 0;
+    cr_assert_eq(chmod(tmp, root ? 0755 : 0555), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        if (root && (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
+            _exit(99);
+        _exit(check(arg));
+    }
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert_eq(chmod(tmp, 0700), 0);
+    cr_assert(WIFEXITED(st), "the reader died of a signal");
+    cr_assert_neq(WEXITSTATUS(st), 99, "could not drop privileges");
+    return WEXITSTATUS(st);
+}
+
+static bool side_files(void)
+{
+    char p[200];
+    snprintf(p, sizeof p, "%s-wal", db);
+    bool wal = access(p, F_OK) == 0;
+    snprintf(p, sizeof p, "%s-shm", db);
+    return wal || access(p, F_OK) == 0;
+}
+
+/* NULL: the reader must succeed; else it must fail saying this */
+static const char *g_expect;
+
+static int reader_result(enum hp_status st, const struct hp_error *err)
+{
+    if (st != HP_OK)
+        fprintf(stderr, "reader: %s\n", err->msg);
+    if (!g_expect)
+        return st == HP_OK ? 0 : 1;
+    return st != HP_OK && strstr(err->msg, g_expect) ? 0 : 1;
+}
+
+static int query_sweeps(const char *path)
+{
+    struct hp_query_opts o = {.kind = HP_QUERY_SWEEPS, .eps = 0.01};
+    struct hp_table *t = NULL;
+    struct hp_error err = {0};
+    enum hp_status st = hp_query(path, &o, &t, &err);
+    hp_table_free(t);
+    return reader_result(st, &err);
+}
+
+static int merge_from(const char *path)
+{
+    char out[64];
+    snprintf(out, sizeof out, "/tmp/hp_store_out_%d.db", (int)getpid());
+    const char *in[] = {path};
+    int64_t added = 0;
+    struct hp_error err = {0};
+    enum hp_status st = hp_store_merge(out, in, 1, &added, &err);
+    char p[80];
+    remove(out);
+    snprintf(p, sizeof p, "%s-journal", out);
+    remove(p);
+    if (st == HP_OK && added != 1)
+        return 2;
+    return reader_result(st, &err);
+}
+
+Test(store, a_wal_database_is_read_without_write_access_to_its_folder)
+{
+    make_shard(db);
+    sql(db, "PRAGMA journal_mode = WAL"); /* at rest in WAL mode, as an older headprune or a crash leaves it */
+    cr_assert(!side_files());
+    cr_assert_eq(as_reader(query_sweeps, db), 0, "query failed for a reader that cannot write the folder");
+    cr_assert_eq(as_reader(merge_from, db), 0, "merge failed for a reader that cannot write the folder");
+    cr_assert(!side_files(), "a reader left -wal/-shm files");
+}
+
+Test(store, a_reader_that_cannot_read_beside_a_writer_says_so)
+{
+    make_shard(db);
+    sql(db, "PRAGMA journal_mode = WAL");
+    /* a -wal file means a writer may be at work: no immutable shortcut, and SQLite cannot make the -shm */
+    char p[200];
+    snprintf(p, sizeof p, "%s-wal", db);
+    tu_spit(p, "", 0);
+    g_expect = "r.db: cannot be read without writing beside it";
+    cr_assert_eq(as_reader(query_sweeps, db), 0, "query did not say why it cannot read");
+    cr_assert_eq(as_reader(merge_from, db), 0, "merge did not say why it cannot read");
+}
+
+Test(store, the_last_writer_leaves_a_rollback_journal_database)
+{
+    struct hp_error err;
+    struct hp_store *a, *b;
+    cr_assert_eq(hp_store_open(db, &a, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_store_open(db, &b, &err), HP_OK, "%s", err.msg);
+    hp_store_close(a); /* b still has it open: stays WAL */
+    cr_assert(side_files(), "WAL mode was left while another worker had the database open");
+    hp_store_close(b);
+    /* a reader (read-only: it cannot checkpoint or delete them) of a WAL
+     * database at rest would create -wal/-shm and leave them, owned by it */
+    cr_assert_eq(query_sweeps(db), 0);
+    cr_assert(!side_files(), "a reader left -wal/-shm files beside a database at rest");
 }
