@@ -289,6 +289,8 @@ struct q {
     int n_layers, n_heads;
     long long base_variant;
     double base; // the baseline's value of the metric
+    enum metric ranked; // the sweep's own metric, which its iterative studies ranked units by
+    bool ranked_missing; // ... and it has no value (sweeps from before plans were checked against the model)
 };
 
 // One line for an SQLite failure on our own statements, naming the database.
@@ -511,6 +513,8 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
                        q->path, id, sweep_metric);
     }
     q->mname = metric_names[q->m];
+    q->ranked = q->m;
+    metric_parse(sweep_metric, &q->ranked);
 
     if ((s = prep_m(q, &st,
                     "SELECT j.variant_id, r.%s FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
@@ -533,7 +537,16 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
         return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld has no %s values (the metric does not apply to its model; "
                                            "choose another metric)",
                        q->path, id, q->mname);
-    return HP_OK;
+    /* the metric the sweep ranked by: a column name from metric_names, never the user's text */
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT r.%s IS NULL FROM results r WHERE r.variant_id = ?", metric_names[q->ranked]);
+    if ((s = prep(q, &st, sql)) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->base_variant);
+    r = step(q, st, &s);
+    q->ranked_missing = r == 1 && sqlite3_column_int(st, 0) != 0;
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
 }
 
 // Name of the sweep's first study (plan order) of this kind into name; false if none.
@@ -612,6 +625,12 @@ static void curve_pct(struct q *q, struct tb *b, int row, double n_ablated)
 static enum hp_status curve_iterative(struct q *q, const char *study, struct tb *b)
 {
     sqlite3_stmt *st;
+    if (q->ranked_missing)
+        return hp_fail(q->err, HP_ERR_ARG,
+                       "%s: sweep %lld ranked study '%s' by %s, which its model does not produce, so its steps are not "
+                       "a pruning curve (run the plan again: headprune now refuses that metric, or takes the model's "
+                       "own when the plan names none)",
+                       q->path, q->sweep, study, metric_names[q->ranked]);
     // one curve point per step (kind 'iterative'; candidate scores are 'iterative-score')
     enum hp_status s = prep_m(q, &st,
                               "SELECT j.step, j.k, v.n_ablated, r.%s, v.mask_text, min(j.ord) "

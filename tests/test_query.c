@@ -455,6 +455,21 @@ Test(query, curve_random_ci_and_iterative_steps)
     hp_table_free(t);
 }
 
+Test(query, a_curve_ranked_by_a_metric_the_model_lacks_is_refused)
+{
+    // as an older headprune recorded a sweep whose plan named a metric its model did not have:
+    // every candidate scored NaN, so the "curve" pruned heads in index order
+    sqlite3 *db = db_build();
+    exec(db, "UPDATE sweeps SET metric = 'cos' WHERE id = 2");
+    sqlite3_close(db);
+    struct hp_query_opts o = opts(HP_QUERY_CURVE);
+    o.metric = "loss";
+    expect_fail(&o, g_db, HP_ERR_ARG, "ranked study 'iterative' by cos, which its model does not produce");
+    // the other queries still answer in a metric the model has
+    o.kind = HP_QUERY_HEADS;
+    hp_table_free(run(&o));
+}
+
 // --- redundancy ------------------------------------------------------------------------
 
 Test(query, redundancy_one_row_per_layer)
