@@ -36,7 +36,8 @@ struct buf {
     bool over;
 };
 
-static bool buf_put(struct buf *b, const char *s, size_t n)
+/* Room for n more bytes and a terminator in b; false when out of memory or past b's bound. */
+static bool buf_reserve(struct buf *b, size_t n)
 {
     if (b->max && n > b->max - b->n) {
         b->over = true;
@@ -54,6 +55,13 @@ static bool buf_put(struct buf *b, const char *s, size_t n)
         b->p = p;
         b->cap = cap;
     }
+    return true;
+}
+
+static bool buf_put(struct buf *b, const char *s, size_t n)
+{
+    if (!buf_reserve(b, n))
+        return false;
     memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
@@ -340,7 +348,7 @@ static bool strip_accents(struct buf *out, const char *s, size_t n)
 static const char *find_str(const char *p, const char *end, const char *a, size_t la)
 {
     while ((size_t)(end - p) >= la && (p = memchr(p, a[0], (size_t)(end - p) - la + 1))) {
-        if (memcmp(p, a, la) == 0)
+        if (la == 1 || memcmp(p + 1, a + 1, la - 1) == 0)
             return p;
         p++;
     }
@@ -383,16 +391,35 @@ static bool normalize_one(const struct norm *nm, struct buf *cur, struct buf *tm
         const char *p = cur->p, *end = cur->p + cur->n, *hit;
         if (!la)
             return true;
-        for (const char *q = p; (hit = find_str(q, end, nm->a, la)); q = hit + la)
-            hits++;
+        if (la == 1) /* the common case (one character), counted without a call per hit */
+            for (const char *q = p; q < end; q++)
+                hits += *q == nm->a[0];
+        else
+            for (const char *q = p; (hit = find_str(q, end, nm->a, la)); q = hit + la)
+                hits++;
         /* the result's size is known before it is written: one that would pass the bound fails here */
         if (tmp->max && lb > la && hits > (tmp->max - cur->n) / (lb - la)) {
             tmp->over = true;
             return false;
         }
-        for (; ok && (hit = find_str(p, end, nm->a, la)); p = hit + la)
-            ok = buf_put(tmp, p, (size_t)(hit - p)) && buf_put(tmp, nm->b, lb);
-        ok = ok && buf_put(tmp, p, (size_t)(end - p));
+        size_t size = lb >= la ? cur->n + hits * (lb - la) : cur->n - hits * (la - lb);
+        if (!buf_reserve(tmp, size))
+            return false;
+        char *o = tmp->p;
+        for (; la == 1 && p < end; p++) {
+            if (*p == nm->a[0])
+                memcpy(o, nm->b, lb), o += lb;
+            else
+                *o++ = *p;
+        }
+        for (; (hit = find_str(p, end, nm->a, la)); p = hit + la) {
+            memcpy(o, p, (size_t)(hit - p));
+            memcpy(o + (hit - p), nm->b, lb);
+            o += (hit - p) + lb;
+        }
+        memcpy(o, p, (size_t)(end - p));
+        tmp->n = size;
+        tmp->p[size] = 0;
         break;
     }
     case N_NFC: return unicode_form(cur, cur->p, cur->n, UTF8PROC_COMPOSE);
@@ -779,7 +806,7 @@ static enum hp_status encode_piece(const struct hp_tokenizer *t, const char *s, 
         ok = normalize_one(&t->norm[i], &cur, &tmp);
         if (!ok && (cur.over || tmp.over))
             st = hp_fail(err, HP_ERR_FORMAT,
-                         "%s: normalizer %d (%s) makes a text of %zu bytes longer than %d MB (do its steps keep "
+                         "%s: normalizer %d (%s) makes a text of %zu byte(s) longer than %d MB (do its steps keep "
                          "lengthening the text, e.g. chained Replace?)",
                          t->path, i + 1, norm_name[t->norm[i].kind], n, HP_TEXT_MAX >> 20);
     }

@@ -523,7 +523,7 @@ Test(tokenizer, pipeline_corner_cases_equal_hugging_face, .init = mk, .fini = rm
         hp_tokenizer_free(t);
         n++;
     }
-    cr_assert_eq(n, 4);
+    cr_assert_eq(n, 5);
     cJSON_Delete(all);
     free(txt);
 }
