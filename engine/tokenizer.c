@@ -10,8 +10,9 @@
  * Unicode normalisation and categories come from utf8proc, the
  * pre-tokenisers' regexes from PCRE2 (UTF + UCP).
  * Owns: the vocabulary, merges and pipeline; nothing about models or data.
- * Must not: print or exit. Invariant: ids agree with the tokenizers library
- * on tests/fixtures/tokenizers (test_tokenizer.c).
+ * Must not: print or exit. Invariants: ids agree with the tokenizers library
+ * on tests/fixtures/tokenizers (test_tokenizer.c); time is linear in the text
+ * (n log n in one word's BPE merges), and no text grows past HP_TEXT_MAX.
  */
 #define _POSIX_C_SOURCE 200809L
 #define PCRE2_CODE_UNIT_WIDTH 8
