@@ -10,8 +10,9 @@
  * Unicode normalisation and categories come from utf8proc, the
  * pre-tokenisers' regexes from PCRE2 (UTF + UCP).
  * Owns: the vocabulary, merges and pipeline; nothing about models or data.
- * Must not: print or exit. Invariant: ids agree with the tokenizers library
- * on tests/fixtures/tokenizers (test_tokenizer.c).
+ * Must not: print or exit. Invariants: ids agree with the tokenizers library
+ * on tests/fixtures/tokenizers (test_tokenizer.c); time is linear in the text
+ * (n log n in one word's BPE merges), and no text grows past HP_TEXT_MAX.
  */
 #define _POSIX_C_SOURCE 200809L
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -32,20 +33,36 @@
 struct buf {
     char *p;
     size_t n, cap;
+    size_t max; /* 0: unbounded; else a put past max bytes fails and sets over */
+    bool over;
 };
 
-static bool buf_put(struct buf *b, const char *s, size_t n)
+/* Room for n more bytes and a terminator in b; false when out of memory or past b's bound. */
+static bool buf_reserve(struct buf *b, size_t n)
 {
+    if (b->max && n > b->max - b->n) {
+        b->over = true;
+        return false;
+    }
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->n + n + 1)
             cap *= 2;
+        if (b->max && cap > b->max + 1) /* a bounded buffer never holds more than its bound */
+            cap = b->max + 1;
         char *p = realloc(b->p, cap);
         if (!p)
             return false;
         b->p = p;
         b->cap = cap;
     }
+    return true;
+}
+
+static bool buf_put(struct buf *b, const char *s, size_t n)
+{
+    if (!buf_reserve(b, n))
+        return false;
     memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
@@ -165,6 +182,7 @@ struct pre {
     enum pre_kind kind;
     bool add_prefix_space, use_regex; /* ByteLevel */
     pcre2_code *re;                   /* ByteLevel's GPT-2 regex, or Split's */
+    char *pattern;                    /* re's source, for messages */
     bool isolated;                    /* Split: behaviour Isolated (else Removed) */
 };
 
@@ -188,6 +206,7 @@ struct hp_tokenizer {
     char path[1300];
     enum model_kind model;
     struct map vocab; /* token -> id */
+    size_t longest;   /* bytes of the vocabulary's longest token */
     struct map merges; /* "idA idB" as 8 bytes -> rank << 32 | merged id */
     bool byte_level, byte_fallback, fuse_unk, ignore_merges;
     int32_t unk_id;   /* -1: none */
@@ -200,6 +219,7 @@ struct hp_tokenizer {
     int n_pre;
     struct added *added;
     int n_added;
+    bool added_first[256]; /* whether an added token starts with this byte */
     struct tmpl_item *single, *pair;
     int n_single, n_pair;
     int32_t byte_tok[256]; /* byte fallback: id of <0xXX>, -1 if absent */
@@ -264,15 +284,31 @@ static int32_t next_cp(const char *s, size_t n, size_t *i)
 
 // --- normalisation -----------------------------------------------------------------------
 
+/*
+ * s in a Unicode normal form (opt), into out (s may be out's own bytes). The
+ * code points are counted before utf8proc allocates for them, so a text that
+ * would outgrow out->max (a code point takes a byte at least) is refused first.
+ */
 static bool unicode_form(struct buf *out, const char *s, size_t n, utf8proc_option_t opt)
 {
-    utf8proc_uint8_t *r = NULL;
-    utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &r, opt | UTF8PROC_STABLE);
+    opt |= UTF8PROC_STABLE;
+    const utf8proc_uint8_t *u = (const utf8proc_uint8_t *)s;
+    utf8proc_ssize_t k = utf8proc_decompose(u, (utf8proc_ssize_t)n, NULL, 0, opt);
     if (k < 0)
         return false;
+    if (out->max && (size_t)k > out->max) {
+        out->over = true;
+        return false;
+    }
+    utf8proc_int32_t *cp = malloc(((size_t)k + 1) * sizeof *cp);
+    if (!cp)
+        return false;
+    k = utf8proc_decompose(u, (utf8proc_ssize_t)n, cp, k, opt);
+    if (k >= 0)
+        k = utf8proc_reencode(cp, k, opt); /* composes when asked; cp now holds UTF-8 */
     out->n = 0;
-    bool ok = buf_put(out, (const char *)r, (size_t)k);
-    free(r);
+    bool ok = k >= 0 && buf_put(out, (const char *)cp, (size_t)k);
+    free(cp);
     return ok;
 }
 
@@ -293,9 +329,11 @@ static bool lowercase(struct buf *out, const char *s, size_t n)
 
 static bool strip_accents(struct buf *out, const char *s, size_t n)
 {
-    struct buf d = {0};
-    if (!unicode_form(&d, s, n, UTF8PROC_DECOMPOSE))
+    struct buf d = {.max = out->max};
+    if (!unicode_form(&d, s, n, UTF8PROC_DECOMPOSE)) {
+        out->over |= d.over;
         return free(d.p), false;
+    }
     out->n = 0;
     bool ok = buf_put(out, "", 0);
     for (size_t i = 0; ok && i < d.n;) {
@@ -305,6 +343,17 @@ static bool strip_accents(struct buf *out, const char *s, size_t n)
     }
     free(d.p);
     return ok;
+}
+
+/* The first occurrence of a (la > 0 bytes) in [p, end), or NULL. */
+static const char *find_str(const char *p, const char *end, const char *a, size_t la)
+{
+    while ((size_t)(end - p) >= la && (p = memchr(p, a[0], (size_t)(end - p) - la + 1))) {
+        if (la == 1 || memcmp(p + 1, a + 1, la - 1) == 0)
+            return p;
+        p++;
+    }
+    return NULL;
 }
 
 /* Apply one normaliser to cur (replaced by the result; tmp is scratch). */
@@ -338,16 +387,40 @@ static bool normalize_one(const struct norm *nm, struct buf *cur, struct buf *tm
         ok = ok && buf_put(tmp, nm->a, strlen(nm->a)) && buf_put(tmp, cur->p, cur->n);
         break;
     case N_REPLACE: {
-        size_t la = strlen(nm->a), lb = strlen(nm->b);
-        for (size_t i = 0; ok && i < cur->n;) {
-            if (la && i + la <= cur->n && memcmp(cur->p + i, nm->a, la) == 0) {
-                ok = buf_put(tmp, nm->b, lb);
-                i += la;
-            } else {
-                ok = buf_put(tmp, cur->p + i, 1);
-                i++;
-            }
+        /* every occurrence, left to right, without overlaps (Rust's str::replace) */
+        size_t la = strlen(nm->a), lb = strlen(nm->b), hits = 0;
+        const char *p = cur->p, *end = cur->p + cur->n, *hit;
+        if (!la)
+            return true;
+        if (la == 1) /* the common case (one character), counted without a call per hit */
+            for (const char *q = p; q < end; q++)
+                hits += *q == nm->a[0];
+        else
+            for (const char *q = p; (hit = find_str(q, end, nm->a, la)); q = hit + la)
+                hits++;
+        /* the result's size is known before it is written: one that would pass the bound fails here */
+        if (tmp->max && lb > la && hits > (tmp->max - cur->n) / (lb - la)) {
+            tmp->over = true;
+            return false;
         }
+        size_t size = lb >= la ? cur->n + hits * (lb - la) : cur->n - hits * (la - lb);
+        if (!buf_reserve(tmp, size))
+            return false;
+        char *o = tmp->p;
+        for (; la == 1 && p < end; p++) {
+            if (*p == nm->a[0])
+                memcpy(o, nm->b, lb), o += lb;
+            else
+                *o++ = *p;
+        }
+        for (; (hit = find_str(p, end, nm->a, la)); p = hit + la) {
+            memcpy(o, p, (size_t)(hit - p));
+            memcpy(o + (hit - p), nm->b, lb);
+            o += (hit - p) + lb;
+        }
+        memcpy(o, p, (size_t)(end - p));
+        tmp->n = size;
+        tmp->p[size] = 0;
         break;
     }
     case N_NFC: return unicode_form(cur, cur->p, cur->n, UTF8PROC_COMPOSE);
@@ -399,26 +472,37 @@ static bool spans_push(struct spans *x, size_t s, size_t e)
 }
 
 /*
- * Split the word [s, e) of str by the regex, which sees only the word (as
+ * Split the word [s, e) of str by p's regex, which sees only the word (as
  * the library's per-word splitting does): with isolated (behaviour Isolated)
  * the matches and the gaps between them are words; otherwise (Removed) only
  * the gaps. ByteLevel's own regex keeps the matches alone (keep_gaps false,
- * isolated true).
+ * isolated true). md is match data made for p->re.
+ * The text is known to be UTF-8 (hp_tokenizer_encode checks it once and the
+ * normalisers keep it so), hence PCRE2_NO_UTF_CHECK: without it PCRE2 checks
+ * the whole subject again on every call, which made splitting quadratic.
+ * Any result but a match or "no match" (a match or depth limit, say) is an
+ * error: taken for "no more matches" it would merge the rest into wrong ids.
  */
-static bool split_regex(const pcre2_code *re, bool isolated, bool keep_gaps, const char *str, size_t s, size_t e,
-                        struct spans *out)
+static enum hp_status split_regex(const struct hp_tokenizer *t, const struct pre *p, pcre2_match_data *md,
+                                  bool isolated, bool keep_gaps, const char *str, size_t s, size_t e,
+                                  struct spans *out, struct hp_error *err)
 {
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
-    if (!md)
-        return false;
     const char *w = str + s;
     const size_t n = e - s;
     bool ok = true;
     size_t pos = 0, last = 0;
     while (ok && pos <= n) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)w, n, pos, 0, md, NULL);
-        if (rc < 0)
+        int rc = pcre2_match(p->re, (PCRE2_SPTR)w, n, pos, PCRE2_NO_UTF_CHECK, md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH)
             break;
+        if (rc < 0) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            return hp_fail(err, HP_ERR_FORMAT,
+                           "%s: pre-tokenizer regex '%.100s' failed on a word of %zu bytes at byte %zu: %s (a pattern "
+                           "that backtracks too much? simplify it)",
+                           t->path, p->pattern, n, pos, (const char *)msg);
+        }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         if (ov[1] == ov[0]) { /* empty match: move on one character */
             pos = ov[0] + 1;
@@ -434,13 +518,13 @@ static bool split_regex(const pcre2_code *re, bool isolated, bool keep_gaps, con
     }
     if (ok && keep_gaps)
         ok = spans_push(out, s + last, e);
-    pcre2_match_data_free(md);
-    return ok;
+    return ok ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory while tokenizing");
 }
 
 /* Apply one pre-tokeniser to every word of in (over string *str), into out. ByteLevel
  * with add_prefix_space may rewrite the string (a leading space). */
-static bool pretok_one(const struct pre *p, struct buf *str, struct spans *in, struct spans *out)
+static enum hp_status pretok_one(const struct hp_tokenizer *t, const struct pre *p, struct buf *str,
+                                 struct spans *in, struct spans *out, struct hp_error *err)
 {
     out->n = 0;
     if (p->kind == P_BYTELEVEL && p->add_prefix_space) {
@@ -453,19 +537,28 @@ static bool pretok_one(const struct pre *p, struct buf *str, struct spans *in, s
             in->s[w] = at;
             in->e[w] = b.n;
         }
-        if (!ok)
-            return free(b.p), false;
+        if (!ok) {
+            free(b.p);
+            return hp_fail(err, HP_ERR_NOMEM, "out of memory while tokenizing");
+        }
         free(str->p);
         *str = b;
     }
+    pcre2_match_data *md = NULL;
+    if (p->re && !(md = pcre2_match_data_create_from_pattern(p->re, NULL)))
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory while tokenizing");
+    enum hp_status st = HP_OK;
     bool ok = true;
-    for (int w = 0; ok && w < in->n; w++) {
+    for (int w = 0; ok && st == HP_OK && w < in->n; w++) {
         size_t s = in->s[w], e = in->e[w];
         switch (p->kind) {
         case P_BYTELEVEL:
-            ok = p->use_regex ? split_regex(p->re, true, false, str->p, s, e, out) : spans_push(out, s, e);
+            if (p->use_regex)
+                st = split_regex(t, p, md, true, false, str->p, s, e, out, err);
+            else
+                ok = spans_push(out, s, e);
             break;
-        case P_SPLIT: ok = split_regex(p->re, p->isolated, true, str->p, s, e, out); break;
+        case P_SPLIT: st = split_regex(t, p, md, p->isolated, true, str->p, s, e, out, err); break;
         case P_WHITESPACE_SPLIT:
         case P_BERT: {
             size_t start = s;
@@ -485,7 +578,10 @@ static bool pretok_one(const struct pre *p, struct buf *str, struct spans *in, s
         }
         }
     }
-    return ok;
+    pcre2_match_data_free(md);
+    if (st == HP_OK && !ok)
+        st = hp_fail(err, HP_ERR_NOMEM, "out of memory while tokenizing");
+    return st;
 }
 
 // --- models --------------------------------------------------------------------------------
@@ -494,6 +590,85 @@ static int32_t vocab_id(const struct hp_tokenizer *t, const char *s, size_t n)
 {
     int64_t v;
     return map_get(&t->vocab, s, n, &v) ? (int32_t)v : -1;
+}
+
+// --- BPE merges: a heap of candidate pairs over a linked list of symbols ---------------
+/*
+ * The library merges, again and again, the adjacent pair of lowest rank
+ * (leftmost on ties). Rescanning the word for it each time is quadratic in
+ * the word (a line of 100k letters took tens of seconds); instead every
+ * adjacent pair that has a merge waits in a min-heap keyed (rank, left
+ * symbol), symbols form a linked list, and a merge pushes the two pairs it
+ * creates. Entries whose pair has since changed are skipped when popped, so
+ * the heap yields exactly the pair a full rescan would pick: O(n log n).
+ */
+struct cand {
+    int32_t rank, l; /* the key: lowest rank first, then leftmost */
+    int32_t r, r_next; /* l's right neighbour and the symbol after it, when pushed */
+};
+
+struct heap {
+    struct cand *v;
+    size_t n, cap;
+};
+
+static bool cand_less(const struct cand *a, const struct cand *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->l < b->l);
+}
+
+static bool heap_push(struct heap *h, struct cand c)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 64;
+        struct cand *v = realloc(h->v, cap * sizeof *v);
+        if (!v)
+            return false;
+        h->v = v;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    for (; i > 0 && cand_less(&c, &h->v[(i - 1) / 2]); i = (i - 1) / 2)
+        h->v[i] = h->v[(i - 1) / 2];
+    h->v[i] = c;
+    return true;
+}
+
+static struct cand heap_pop(struct heap *h)
+{
+    struct cand top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t k = 2 * i + 1;
+        if (k >= h->n)
+            break;
+        if (k + 1 < h->n && cand_less(&h->v[k + 1], &h->v[k]))
+            k++;
+        if (!cand_less(&h->v[k], &last))
+            break;
+        h->v[i] = h->v[k];
+        i = k;
+    }
+    if (h->n)
+        h->v[i] = last;
+    return top;
+}
+
+enum { SYM_END = -1, SYM_GONE = -2 }; /* next[] past the last symbol; of a symbol merged away */
+
+/* The merge of symbols l and next[l] as (rank, new id), false if there is none. */
+static bool merge_of(const struct hp_tokenizer *t, const int32_t *sym, const int32_t *next, int32_t l, int64_t *v)
+{
+    int32_t key[2] = {sym[l], sym[next[l]]};
+    return map_get(&t->merges, (const char *)key, sizeof key, v);
+}
+
+static bool push_pair(const struct hp_tokenizer *t, struct heap *h, const int32_t *sym, const int32_t *next, int32_t l)
+{
+    int64_t v;
+    if (l < 0 || next[l] < 0 || !merge_of(t, sym, next, l, &v))
+        return true;
+    return heap_push(h, (struct cand){(int32_t)(v >> 32), l, next[l], next[next[l]]});
 }
 
 /* BPE on one word (already byte-mapped for byte-level models). */
@@ -505,12 +680,11 @@ static bool bpe_word(const struct hp_tokenizer *t, const char *w, size_t n, stru
             return ids_push(out, id, 0);
     }
     /* symbols: one per character (or per byte through fallback) */
-    int cap = (int)n + 1, ns = 0;
-    int32_t *sym = malloc((size_t)cap * 4 * sizeof *sym);
-    if (!sym)
-        return false;
-    bool last_unk = false, ok = true;
-    struct ids tmp = {0};
+    int ns = 0; /* a character gives at most one symbol per byte: ns <= n */
+    int32_t *sym = malloc((n + 1) * sizeof *sym), *next = malloc((n + 1) * sizeof *next);
+    if (!sym || !next)
+        return free(sym), free(next), false;
+    bool last_unk = false;
     for (size_t i = 0; i < n;) {
         size_t at = i;
         next_cp(w, n, &i);
@@ -535,30 +709,32 @@ static bool bpe_word(const struct hp_tokenizer *t, const char *w, size_t n, stru
             last_unk = true;
         }
     }
-    /* merge the adjacent pair of lowest rank (leftmost on ties) until none is left */
-    for (;;) {
-        int best = -1;
-        int64_t best_rank = 0, best_new = 0;
-        for (int k = 0; k + 1 < ns; k++) {
-            int32_t key[2] = {sym[k], sym[k + 1]};
-            int64_t v;
-            if (map_get(&t->merges, (const char *)key, sizeof key, &v) && (best < 0 || (v >> 32) < best_rank)) {
-                best = k;
-                best_rank = v >> 32;
-                best_new = v & 0xffffffff;
-            }
-        }
-        if (best < 0)
-            break;
-        sym[best] = (int32_t)best_new;
-        memmove(sym + best + 1, sym + best + 2, (size_t)(ns - best - 2) * sizeof *sym);
-        ns--;
+    /* merge the adjacent pair of lowest rank (leftmost on ties) until none is left (above) */
+    int32_t *prev = malloc((size_t)(ns + 1) * sizeof *prev);
+    struct heap h = {0};
+    bool ok = prev != NULL;
+    for (int k = 0; k < ns; k++) {
+        next[k] = k + 1 < ns ? k + 1 : SYM_END;
+        prev[k] = k - 1;
     }
-    for (int k = 0; ok && k < ns; k++)
+    for (int k = 0; ok && k + 1 < ns; k++)
+        ok = push_pair(t, &h, sym, next, k);
+    while (ok && h.n) {
+        struct cand c = heap_pop(&h);
+        int64_t v;
+        /* stale: l was merged away (next[l] is SYM_GONE), or l or r has merged since */
+        if (next[c.l] != c.r || next[c.r] != c.r_next || !merge_of(t, sym, next, c.l, &v))
+            continue;
+        sym[c.l] = (int32_t)(v & 0xffffffff);
+        next[c.l] = c.r_next;
+        if (c.r_next >= 0)
+            prev[c.r_next] = c.l;
+        next[c.r] = SYM_GONE;
+        ok = push_pair(t, &h, sym, next, prev[c.l]) && push_pair(t, &h, sym, next, c.l);
+    }
+    for (int k = ns ? 0 : SYM_END; ok && k >= 0; k = next[k]) /* symbol 0 is never merged away */
         ok = ids_push(out, sym[k], 0);
-    free(sym);
-    free(tmp.v);
-    free(tmp.type);
+    free(sym), free(next), free(prev), free(h.v);
     return ok;
 }
 
@@ -576,9 +752,15 @@ static bool wordpiece_word(const struct hp_tokenizer *t, const char *w, size_t n
     size_t pl = strlen(t->prefix);
     for (size_t start = 0; start < n;) {
         int32_t found = -1;
-        size_t end = n, found_end = 0;
+        size_t off = start > 0 ? pl : 0, found_end = 0;
+        /* no candidate longer than the longest token can match: start there, not at the word's end,
+         * or a long word (max_input_chars_per_word is the file's to set) costs its length cubed */
+        size_t room = t->longest > off ? t->longest - off : 0;
+        size_t end = room < n - start ? start + room : n;
+        while (end > start && end < n && ((unsigned char)w[end] & 0xC0) == 0x80)
+            end--;
         while (end > start) {
-            size_t len = end - start, off = start > 0 ? pl : 0;
+            size_t len = end - start;
             memcpy(cand, t->prefix, off);
             memcpy(cand + off, w + start, len);
             int32_t id = vocab_id(t, cand, off + len);
@@ -607,22 +789,37 @@ static bool wordpiece_word(const struct hp_tokenizer *t, const char *w, size_t n
     return true;
 }
 
+static const char *const norm_name[] = {"BertNormalizer", "Prepend",  "Replace",   "NFC",         "NFD",
+                                        "NFKC",           "NFKD",     "Lowercase", "StripAccents"};
+
 /* One piece of text between added tokens: normalise, pre-tokenise, model. */
-static bool encode_piece(const struct hp_tokenizer *t, const char *s, size_t n, struct ids *out)
+static enum hp_status encode_piece(const struct hp_tokenizer *t, const char *s, size_t n, struct ids *out,
+                                   struct hp_error *err)
 {
-    struct buf cur = {0}, tmp = {0};
+    /* Every normaliser's output is bounded as it is written: steps that each lengthen the
+     * text (40 chained Replace a -> aa) stop at HP_TEXT_MAX with an error, not at the GBs
+     * they would reach. */
+    struct buf cur = {.max = HP_TEXT_MAX}, tmp = {.max = HP_TEXT_MAX};
     struct spans a = {0}, b = {0};
+    enum hp_status st = HP_OK;
     bool ok = buf_put(&cur, s, n) && buf_put(&tmp, "", 0);
-    for (int i = 0; ok && i < t->n_norm; i++)
+    for (int i = 0; ok && i < t->n_norm; i++) {
         ok = normalize_one(&t->norm[i], &cur, &tmp);
+        if (!ok && (cur.over || tmp.over))
+            st = hp_fail(err, HP_ERR_FORMAT,
+                         "%s: normalizer %d (%s) makes a text of %zu byte(s) longer than %d MB (do its steps keep "
+                         "lengthening the text, e.g. chained Replace?)",
+                         t->path, i + 1, norm_name[t->norm[i].kind], n, HP_TEXT_MAX >> 20);
+    }
+    cur.max = tmp.max = 0; /* from here sizes grow by bounded factors (ByteLevel's mapping: 2) */
     ok = ok && spans_push(&a, 0, cur.n);
-    for (int i = 0; ok && i < t->n_pre; i++) {
-        ok = pretok_one(&t->pre[i], &cur, &a, &b);
+    for (int i = 0; ok && st == HP_OK && i < t->n_pre; i++) {
+        st = pretok_one(t, &t->pre[i], &cur, &a, &b, err);
         struct spans x = a;
         a = b;
         b = x;
     }
-    for (int w = 0; ok && w < a.n; w++) {
+    for (int w = 0; ok && st == HP_OK && w < a.n; w++) {
         const char *word = cur.p + a.s[w];
         size_t len = a.e[w] - a.s[w];
         if (t->model == M_WORDPIECE) {
@@ -637,20 +834,24 @@ static bool encode_piece(const struct hp_tokenizer *t, const char *s, size_t n, 
         }
     }
     free(cur.p), free(tmp.p), free(a.s), free(a.e), free(b.s), free(b.e);
-    return ok;
+    if (st == HP_OK && !ok)
+        st = hp_fail(err, HP_ERR_NOMEM, "out of memory while tokenizing");
+    return st;
 }
 
 /* The sequence's ids: text split on added tokens (leftmost, then longest), pieces encoded. */
-static bool encode_seq(const struct hp_tokenizer *t, const char *s, size_t n, struct ids *out)
+static enum hp_status encode_seq(const struct hp_tokenizer *t, const char *s, size_t n, struct ids *out,
+                                 struct hp_error *err)
 {
     size_t start = 0;
-    bool ok = true;
-    for (size_t i = 0; ok && i < n;) {
+    enum hp_status st = HP_OK;
+    for (size_t i = 0; st == HP_OK && i < n;) {
         int best = -1;
-        for (int k = 0; k < t->n_added; k++)
-            if (t->added[k].n <= n - i && memcmp(s + i, t->added[k].s, t->added[k].n) == 0 &&
-                (best < 0 || t->added[k].n > t->added[best].n))
-                best = k;
+        if (t->added_first[(unsigned char)s[i]]) /* most bytes start no added token */
+            for (int k = 0; k < t->n_added; k++)
+                if (t->added[k].n <= n - i && memcmp(s + i, t->added[k].s, t->added[k].n) == 0 &&
+                    (best < 0 || t->added[k].n > t->added[best].n))
+                    best = k;
         if (best < 0) {
             i++;
             continue;
@@ -659,14 +860,16 @@ static bool encode_seq(const struct hp_tokenizer *t, const char *s, size_t n, st
         if (t->added[best].lstrip)
             while (end > start && (s[end - 1] == ' ' || s[end - 1] == '\t' || s[end - 1] == '\n'))
                 end--;
-        ok = encode_piece(t, s + start, end - start, out) && ids_push(out, t->added[best].id, 0);
+        st = encode_piece(t, s + start, end - start, out, err);
+        if (st == HP_OK && !ids_push(out, t->added[best].id, 0))
+            st = hp_fail(err, HP_ERR_NOMEM, "out of memory while tokenizing");
         i += t->added[best].n;
         if (t->added[best].rstrip)
             while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n'))
                 i++;
         start = i;
     }
-    return ok && encode_piece(t, s + start, n - start, out);
+    return st == HP_OK ? encode_piece(t, s + start, n - start, out, err) : st;
 }
 
 // --- the public face ---------------------------------------------------------------------
@@ -681,7 +884,7 @@ void hp_tokenizer_free(struct hp_tokenizer *t)
         free(t->norm[i].a), free(t->norm[i].b);
     free(t->norm);
     for (int i = 0; i < t->n_pre; i++)
-        pcre2_code_free(t->pre[i].re);
+        pcre2_code_free(t->pre[i].re), free(t->pre[i].pattern);
     free(t->pre);
     for (int i = 0; i < t->n_added; i++)
         free(t->added[i].s);
@@ -749,7 +952,14 @@ enum hp_status hp_tokenizer_encode(const struct hp_tokenizer *t, const char *a, 
     if (st != HP_OK)
         return st;
     struct ids ia = {0}, ib = {0}, res = {0};
-    bool ok = encode_seq(t, a, na, &ia) && (!b || encode_seq(t, b, nb, &ib));
+    st = encode_seq(t, a, na, &ia, err);
+    if (st == HP_OK && b)
+        st = encode_seq(t, b, nb, &ib, err);
+    if (st != HP_OK) {
+        free(ia.v), free(ia.type), free(ib.v), free(ib.type);
+        return st;
+    }
+    bool ok = true;
     const struct tmpl_item *tm = b ? t->pair : t->single;
     int n_tm = b ? t->n_pair : t->n_single;
     if (ok && special && n_tm > 0) {
@@ -811,16 +1021,22 @@ static bool note_id(struct hp_tokenizer *t, int64_t id)
     return true;
 }
 
-static enum hp_status compile_re(struct hp_tokenizer *t, const char *pat, pcre2_code **out, struct hp_error *err)
+/* pr's regex from pat, which pr keeps for messages. */
+static enum hp_status compile_re(struct hp_tokenizer *t, const char *pat, struct pre *pr, struct hp_error *err)
 {
     int code;
     PCRE2_SIZE off;
-    *out = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &off, NULL);
-    if (!*out) {
+    pr->re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &off, NULL);
+    if (!pr->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
         return hp_fail(err, HP_ERR_FORMAT, "%s: pre-tokenizer regex at offset %zu: %s", t->path, (size_t)off,
                        (const char *)msg);
+    }
+    if (!(pr->pattern = strdup(pat))) {
+        pcre2_code_free(pr->re);
+        pr->re = NULL;
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     }
     return HP_OK;
 }
@@ -900,7 +1116,14 @@ static enum hp_status add_norm(struct hp_tokenizer *t, const cJSON *n, struct hp
                     "NFKC, NFKD, Lowercase, StripAccents, Sequence)",
                     t->path, type);
     }
-    t->n_norm++;
+    t->n_norm++; /* counted from here: hp_tokenizer_free frees its strings */
+    if ((nm->kind == N_PREPEND || nm->kind == N_REPLACE) && (!nm->a || (nm->kind == N_REPLACE && !nm->b)))
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    /* the normalised text must stay UTF-8 (the regexes rely on it): so must what a step inserts */
+    const char *ins[2] = {nm->a, nm->b};
+    for (int i = 0; i < 2; i++)
+        if (ins[i] && check_utf8("a normalizer's string", ins[i], strlen(ins[i]), err) != HP_OK)
+            return FAIL("%s: normalizer %s has a string that is not valid UTF-8", t->path, type);
     return st;
 }
 
@@ -922,7 +1145,7 @@ static enum hp_status add_pre(struct hp_tokenizer *t, const cJSON *n, struct hp_
         pr->add_prefix_space = jbool(n, "add_prefix_space", true);
         pr->use_regex = jbool(n, "use_regex", true);
         t->byte_level = true;
-        if (pr->use_regex && (st = compile_re(t, gpt2_regex, &pr->re, err)) != HP_OK)
+        if (pr->use_regex && (st = compile_re(t, gpt2_regex, pr, err)) != HP_OK)
             return st;
     } else if (strcmp(type, "Split") == 0) {
         const cJSON *pat = cJSON_GetObjectItemCaseSensitive(n, "pattern");
@@ -933,7 +1156,7 @@ static enum hp_status add_pre(struct hp_tokenizer *t, const cJSON *n, struct hp_
                         "and invert false only", t->path);
         pr->kind = P_SPLIT;
         pr->isolated = strcmp(behavior, "Isolated") == 0;
-        if ((st = compile_re(t, re, &pr->re, err)) != HP_OK)
+        if ((st = compile_re(t, re, pr, err)) != HP_OK)
             return st;
     } else {
         return FAIL("%s: pre_tokenizer '%s' is not supported (supported: BertPreTokenizer, ByteLevel, Split, "
@@ -1083,8 +1306,11 @@ static enum hp_status add_vocab_entry(struct hp_tokenizer *t, const char *tok, i
 {
     if (!note_id(t, id))
         return hp_fail(err, HP_ERR_FORMAT, "%s: token id %lld out of range", t->path, (long long)id);
-    if (!map_put(&t->vocab, tok, strlen(tok), id))
+    size_t n = strlen(tok);
+    if (!map_put(&t->vocab, tok, n, id))
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    if (n > t->longest)
+        t->longest = n;
     return HP_OK;
 }
 
@@ -1162,6 +1388,10 @@ static enum hp_status load_added(struct hp_tokenizer *t, const cJSON *list, stru
             return hp_fail(err, HP_ERR_FORMAT, "%s: an added token without content or a valid id", t->path);
         if (!*s)
             continue;
+        /* text is cut at added tokens by bytes: UTF-8 tokens cut it between characters only */
+        if (check_utf8("an added token", s, strlen(s), err) != HP_OK)
+            return hp_fail(err, HP_ERR_FORMAT, "%s: added token %lld is not valid UTF-8", t->path,
+                           (long long)id->valuedouble);
         struct added *x = &t->added[t->n_added++];
         x->s = strdup(s);
         x->n = strlen(s);
@@ -1370,6 +1600,8 @@ enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, str
         hp_tokenizer_free(t);
         return st;
     }
+    for (int i = 0; i < t->n_added; i++)
+        t->added_first[(unsigned char)t->added[i].s[0]] = true;
     *out = t;
     return HP_OK;
 }

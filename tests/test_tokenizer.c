@@ -11,9 +11,11 @@
 #define _DEFAULT_SOURCE
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <xxhash.h>
 
@@ -521,7 +523,7 @@ Test(tokenizer, pipeline_corner_cases_equal_hugging_face, .init = mk, .fini = rm
         hp_tokenizer_free(t);
         n++;
     }
-    cr_assert_eq(n, 4);
+    cr_assert_eq(n, 5);
     cJSON_Delete(all);
     free(txt);
 }
@@ -533,4 +535,221 @@ Test(tokenizer, two_templates_are_refused, .init = mk, .fini = rm)
                       "{\"type\": \"BertProcessing\", \"sep\": [\"[UNK]\", 0], \"cls\": [\"[UNK]\", 0]},"
                       "{\"type\": \"BertProcessing\", \"sep\": [\"[UNK]\", 0], \"cls\": [\"[UNK]\", 0]}]}}",
                       "more than one post_processor adds special tokens");
+}
+
+// --- long texts: linear time, the library's ids (issue 16) ---------------------------------
+
+/* n letters a-z from the C library's classic LCG, as tools/gen_tokenizer_long_cases.py makes them */
+static char *lcg_word(int n)
+{
+    char *w = malloc((size_t)n + 1);
+    uint32_t x = 1;
+    for (int i = 0; i < n; i++) {
+        x = (x * 1103515245u + 12345u) & 0x7fffffffu;
+        w[i] = (char)('a' + (x >> 16) % 26);
+    }
+    w[n] = 0;
+    return w;
+}
+
+static char *repeat(const char *unit, int times, size_t *n)
+{
+    size_t k = strlen(unit);
+    char *s = malloc(k * (size_t)times + 1);
+    for (int i = 0; i < times; i++)
+        memcpy(s + k * (size_t)i, unit, k);
+    s[k * (size_t)times] = 0;
+    *n = k * (size_t)times;
+    return s;
+}
+
+/*
+ * tests/fixtures/tokenizers/long-cases.json: a unit repeated (100k words on one line,
+ * one word of 100k letters, a sentence 2000 times) or one long pseudo-random word, and
+ * Hugging Face's ids as head + cycle * times + tail (tools/gen_tokenizer_long_cases.py).
+ */
+Test(tokenizer, long_texts_equal_hugging_face)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizers/long-cases.json", getenv("HP_FIXTURES"));
+    char *txt = tu_slurp(path, NULL);
+    cJSON *all = cJSON_Parse(txt);
+    cr_assert(all);
+    int cases = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(all, "cases"))
+    {
+        const char *name = cJSON_GetObjectItem(c, "tokenizer")->valuestring;
+        const cJSON *unit = cJSON_GetObjectItem(c, "unit");
+        int times = cJSON_GetObjectItem(c, "repeat")->valueint;
+        size_t n = (size_t)times;
+        char *text = cJSON_IsString(unit) ? repeat(unit->valuestring, times, &n) : lcg_word(times);
+        /* Hugging Face's ids, unrolled (an array: cJSON's indexing is linear in the index) */
+        const cJSON *parts[3] = {cJSON_GetObjectItem(c, "head"), cJSON_GetObjectItem(c, "cycle"),
+                                 cJSON_GetObjectItem(c, "tail")};
+        int reps[3] = {1, cJSON_GetObjectItem(c, "times")->valueint, 1};
+        int n_want = cJSON_GetObjectItem(c, "n_ids")->valueint, k = 0;
+        int32_t *want = malloc((size_t)n_want * sizeof *want);
+        for (int p = 0; p < 3; p++)
+            for (int r = 0; r < reps[p]; r++) {
+                const cJSON *x;
+                cJSON_ArrayForEach(x, parts[p])
+                {
+                    cr_assert_lt(k, n_want, "%s: the fixture unrolls to more than n_ids", name);
+                    want[k++] = x->valueint;
+                }
+            }
+        cr_assert_eq(k, n_want, "%s: the fixture unrolls to %d ids, not %d", name, k, n_want);
+
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/tokenizers/%s", getenv("HP_FIXTURES"), name);
+        struct hp_error err = {0};
+        struct hp_tokenizer *t;
+        cr_assert_eq(hp_tokenizer_open(dir, &t, &err), HP_OK, "%s", err.msg);
+        struct hp_encoding e;
+        cr_assert_eq(hp_tokenizer_encode(t, text, n, NULL, 0, false, &e, &err), HP_OK, "%s", err.msg);
+        int first = 0;
+        while (first < e.n && first < n_want && e.ids[first] == want[first])
+            first++;
+        cr_assert(e.n == n_want && first == n_want,
+                  "%s case %d (%zu bytes): %d ids, Hugging Face %d; the first difference at id %d (%d, Hugging "
+                  "Face %d)",
+                  name, cases, n, e.n, n_want, first, first < e.n ? e.ids[first] : -1,
+                  first < n_want ? want[first] : -1);
+        hp_encoding_free(&e);
+        hp_tokenizer_free(t);
+        free(want);
+        free(text);
+        cases++;
+    }
+    cr_assert_eq(cases, 9);
+    cJSON_Delete(all);
+    free(txt);
+}
+
+/* CPU seconds to encode text with the fixture tokenizer name (no special tokens). */
+static double encode_seconds(const char *name, const char *text, size_t n, int *n_ids)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tokenizers/%s", getenv("HP_FIXTURES"), name);
+    struct hp_error err = {0};
+    struct hp_tokenizer *t;
+    cr_assert_eq(hp_tokenizer_open(dir, &t, &err), HP_OK, "%s", err.msg);
+    struct hp_encoding e;
+    clock_t c0 = clock();
+    cr_assert_eq(hp_tokenizer_encode(t, text, n, NULL, 0, false, &e, &err), HP_OK, "%s", err.msg);
+    double s = (double)(clock() - c0) / CLOCKS_PER_SEC;
+    *n_ids = e.n;
+    hp_encoding_free(&e);
+    hp_tokenizer_free(t);
+    return s;
+}
+
+/*
+ * Tokenizing is linear in the text. 400k words on one line took 435 s and a word of
+ * 100k letters 21 s when splitting and merging were quadratic; now each takes well
+ * under a second. The bound, 10 CPU seconds (CPU time, not wall time, so a busy
+ * machine does not trip it), is far from both.
+ */
+Test(tokenizer, long_texts_tokenize_in_linear_time, .timeout = 120)
+{
+    size_t n;
+    int n_ids;
+    char *words = repeat("word ", 400000, &n);
+    double s = encode_seconds("gpt2-bpe", words, n, &n_ids);
+    cr_assert_eq(n_ids, 400001);
+    cr_assert_lt(s, 10.0, "400k words on one line took %.1f CPU s", s);
+    free(words);
+    char *x = repeat("x", 400000, &n);
+    s = encode_seconds("llama3-bpe", x, n, &n_ids);
+    cr_assert_eq(n_ids, 12500); /* 32 x's a token, as long-cases.json has it for 100k */
+    cr_assert_lt(s, 10.0, "a word of 400k letters took %.1f CPU s", s);
+    free(x);
+}
+
+// --- errors while tokenizing reach the user ----------------------------------------------
+
+static struct hp_tokenizer *open_json(const char *json)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/tokenizer.json", g_tmp);
+    tu_spit(path, json, strlen(json));
+    struct hp_error err = {0};
+    struct hp_tokenizer *t = NULL;
+    cr_assert_eq(hp_tokenizer_open(g_tmp, &t, &err), HP_OK, "%s", err.msg);
+    return t;
+}
+
+#define SPLIT_BACKTRACKS                                                                                               \
+    "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"c\": 1, \"d\": 2, \"e\": 3, \" \": 4}, \"merges\": []},"  \
+    " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a+)+b|.\"}, \"behavior\": \"Isolated\","    \
+    " \"invert\": false}}"
+
+/* A regex that hits PCRE2's match limit used to end the splitting silently (the rest
+ * merged into wrong ids); now it is an error naming the file, the pattern and why. */
+Test(tokenizer, regex_match_limit_is_an_error, .init = mk, .fini = rm)
+{
+    struct hp_tokenizer *t = open_json(SPLIT_BACKTRACKS);
+    char text[64];
+    memset(text, 'a', 30);
+    strcpy(text + 30, "c d e");
+    struct hp_error err = {0};
+    struct hp_encoding e = {(int32_t *)1, NULL, 7};
+    cr_assert_eq(hp_tokenizer_encode(t, text, strlen(text), NULL, 0, false, &e, &err), HP_ERR_FORMAT);
+    cr_assert(e.ids == NULL && e.n == 0);
+    cr_assert(strstr(err.msg, "tokenizer.json") && strstr(err.msg, "(a+)+b|.") && strstr(err.msg, "match limit"),
+              "%s", err.msg);
+    cr_assert_null(strchr(err.msg, '\n'), "one line: %s", err.msg);
+    /* a short enough run still matches: the same tokenizer gives ids where PCRE2 succeeds */
+    cr_assert_eq(hp_tokenizer_encode(t, "aac d", 5, NULL, 0, false, &e, &err), HP_OK, "%s", err.msg);
+    int32_t want[] = {0, 0, 1, 4, 2};
+    cr_assert_eq(e.n, 5);
+    cr_assert_arr_eq(e.ids, want, sizeof want);
+    hp_encoding_free(&e);
+    hp_tokenizer_free(t);
+
+    /* and through the text loader: the held-out file and its document are named too */
+    char path[256];
+    snprintf(path, sizeof path, "%s/held.txt", g_tmp);
+    char doc[80];
+    snprintf(doc, sizeof doc, "a c d\n\n%s\n", text);
+    tu_spit(path, doc, strlen(doc));
+    struct hp_data *d = (struct hp_data *)1;
+    cr_assert_neq(hp_data_load_for(path, g_tmp, NULL, 2, &d, &err), HP_OK);
+    cr_assert_null(d);
+    cr_assert(strstr(err.msg, path) && strstr(err.msg, "line 3") && strstr(err.msg, "match limit"), "%s", err.msg);
+}
+
+/* Normalizers that lengthen the text are stopped at the text bound (256 MB) before
+ * they allocate past it, not after exponential growth to GBs. */
+Test(tokenizer, growing_normalizers_are_bounded, .init = mk, .fini = rm)
+{
+    /* 40 chained Replace a -> a*64: 64^5 bytes at the fifth step, over the bound */
+    char json[8192] = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+                      " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [";
+    char aa[65];
+    memset(aa, 'a', 64);
+    aa[64] = 0;
+    for (int i = 0; i < 40; i++)
+        snprintf(json + strlen(json), sizeof json - strlen(json),
+                 "%s{\"type\": \"Replace\", \"pattern\": {\"String\": \"a\"}, \"content\": \"%s\"}", i ? ", " : "", aa);
+    strcat(json, "]}}");
+    struct hp_tokenizer *t = open_json(json);
+    struct hp_error err = {0};
+    struct hp_encoding e;
+    cr_assert_eq(hp_tokenizer_encode(t, "a", 1, NULL, 0, false, &e, &err), HP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "tokenizer.json") && strstr(err.msg, "normalizer 5 (Replace)") &&
+                  strstr(err.msg, "256 MB"),
+              "%s", err.msg);
+    hp_tokenizer_free(t);
+}
+
+Test(tokenizer, normalizer_strings_must_be_utf8, .init = mk, .fini = rm)
+{
+    expect_open_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+                      " \"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \"a\"}, \"content\": \"\xc3\"}}",
+                      "not valid UTF-8");
+    expect_open_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+                      " \"added_tokens\": [{\"id\": 0, \"content\": \"\xe2\x82\"}]}",
+                      "not valid UTF-8");
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Small hand-made tokenizer.json pipelines (Split Removed, ByteLevel prefix space after
-another pre-tokenizer, a regex that must see one word only, StripAccents alone) and the ids
+"""Small hand-made tokenizer.json pipelines (Split Removed, Replace of patterns longer than
+a byte, ByteLevel prefix space after another pre-tokenizer, a regex that must see one word
+only, StripAccents alone) and the ids
 Hugging Face tokenizers gives for them: tests/fixtures/tokenizers/pipeline-cases.json.
 Each covers a corner the trained fixtures do not reach.
 """
@@ -11,6 +12,7 @@ cases = {
  "split_removed": ({"version":"1.0","model":bpe({"a":0,"b":1," ":2}),"pre_tokenizer":{"type":"Split","pattern":{"Regex":" "},"behavior":"Removed","invert":False}}, "a b"),
  "bytelevel_prefix_per_word": ({"version":"1.0","model":bpe({"a":0,"b":1,"\u0120":2}),"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"WhitespaceSplit"},{"type":"ByteLevel","add_prefix_space":True,"trim_offsets":True,"use_regex":False}]}}, "a b"),
  "regex_sees_one_word": ({"version":"1.0","model":bpe({"a":0,"b":1,"x":2}),"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"WhitespaceSplit"},{"type":"Split","pattern":{"Regex":"^."},"behavior":"Isolated","invert":False}]}}, "ab ab"),
+ "replace_longer_patterns": ({"version":"1.0","model":bpe({"a":0,"b":1,"e":2," ":3,"\u00e9":4}),"normalizer":{"type":"Sequence","normalizers":[{"type":"Replace","pattern":{"String":"aa"},"content":"b"},{"type":"Replace","pattern":{"String":"\u00e9"},"content":"ee"},{"type":"Replace","pattern":{"String":"bab"},"content":""}]}}, "aaaaa \u00e9aa babab aaa"),
  "strip_accents_alone": ({"version":"1.0","model":bpe({"\u00e9":0,"e":1,"\u0915":2,"\u093e":3}),"normalizer":{"type":"StripAccents"}}, "\u00e9\u0915\u093e"),
 }
 out={}
