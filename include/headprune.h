@@ -137,7 +137,10 @@ void hp_encoding_free(struct hp_encoding *e);
 /*
  * Token ids of UTF-8 text a (na bytes) or of the pair (a, b) (b NULL: one
  * text), with the special tokens the post-processor adds when special is
- * true. Text that is not valid UTF-8 is an error naming the byte offset.
+ * true. Text that is not valid UTF-8 is an error naming the byte offset; so
+ * is a pre-tokenizer regex that fails (PCRE2's match limit: never taken as
+ * "no more matches") and a normalizer that would grow the text past 256 MB.
+ * Linear in the text (BPE merges through a heap: O(n log n) in a word).
  */
 enum hp_status hp_tokenizer_encode(const struct hp_tokenizer *t, const char *a, size_t na,
                                    const char *b, size_t nb, bool special,
