@@ -1,0 +1,77 @@
+/*
+ * cli_int.h -- what the command files of the headprune command line share.
+ *
+ * The CLI is laid out as git's builtin/: one file a subcommand
+ * (engine/cli/<command>.c defines cmd_<command>), one table of commands in
+ * main.c that both dispatches and prints the top-level help, and the helpers
+ * every command uses here, defined in cli_util.c.
+ *
+ * Conventions every command keeps: results on stdout; errors one line on
+ * stderr, "headprune: <file>: <problem> (<hint>)", exit status 1 (die);
+ * usage mistakes "headprune CMD: <problem>" plus a pointer to --help, exit
+ * status 2 (usage_error). Only these files print or exit.
+ */
+#ifndef HP_CLI_INT_H
+#define HP_CLI_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "headprune.h"
+
+// --- commands (one file each) ---------------------------------------------------
+
+/* argv[0] is the command's name; the return value is the process's exit status. */
+int cmd_inspect(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_query(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
+
+// --- errors -----------------------------------------------------------------------
+
+extern const char prog[]; /* "headprune": the first word of every message */
+
+/* Print err's message as "headprune: <msg>"; returns 1, the exit status. */
+int die(const struct hp_error *err);
+/* Print "headprune CMD: msg" and the --help hint; returns 2, the exit status. */
+int usage_error(const char *cmd, const char *msg);
+
+/* Seconds on the monotonic clock. */
+double now(void);
+
+// --- strict number parsing ----------------------------------------------------------
+
+bool parse_int(const char *s, int lo, int hi, int *out);
+bool parse_shard(const char *s, int *si, int *sn);
+bool parse_double(const char *s, double lo, double *out);
+
+// --- progress (stderr) --------------------------------------------------------------
+
+/* eval: sequences done, on a terminal only. */
+struct progress {
+    bool on;
+    double t0;
+};
+void show_progress(void *user, int done, int total);
+
+/* run: jobs done, a bar on a terminal, a line every 5 s otherwise. */
+struct run_progress {
+    bool tty, quiet, started;
+    double last;
+    const char *plan, *db;
+};
+void run_progress_cb(void *user, const struct hp_sweep_progress *p);
+
+// --- table output -------------------------------------------------------------------
+
+enum fmt { FMT_TABLE, FMT_CSV, FMT_JSON };
+
+/* "table", "csv" or "json"; false for anything else. */
+bool parse_format(const char *s, enum fmt *f);
+/* Print t on stdout: aligned columns (after its note), CSV, or a JSON array of objects. */
+void print_table(const struct hp_table *t, enum fmt f);
+
+#endif

@@ -1,0 +1,193 @@
+/*
+ * eval.c -- `headprune eval`: one masked variant evaluated on held-out data.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_int.h"
+
+static const char eval_help[] =
+    "Usage: headprune eval --model DIR --data FILE [options]\n"
+    "\n"
+    "Evaluate a model on held-out tokens with attention heads ablated, and report\n"
+    "the loss (nats per token), perplexity, top-1 accuracy and KL(unmasked || masked)\n"
+    "for causal LMs, the MLM loss for BERT with labels, or the cosine similarity of\n"
+    "mean-pooled final hidden states to the unmasked model's for encoders.\n"
+    "\n"
+    "  --model DIR        Hugging Face model directory (config.json + safetensors)\n"
+    "  --data FILE        token ids: .npy (int32/int64/uint16, [n_seqs, seq_len] or 1-D),\n"
+    "                     .jsonl ({\"ids\": [...], optional \"labels\", \"attention_mask\",\n"
+    "                     \"token_type_ids\"}) or an llm.c / nanoGPT .bin token file;\n"
+    "                     or text, tokenized with the model's tokenizer: .txt (documents\n"
+    "                     separated by blank lines, packed into rows of --seq-len) or\n"
+    "                     .jsonl ({\"text\": ...} or {\"text_a\": ..., \"text_b\": ...})\n"
+    "  --seq-len N        cut 1-D data into sequences of N tokens\n"
+    "  --mask SPEC        heads to ablate: comma-separated LAYER.HEAD (0.3,2.1),\n"
+    "                     LAYER.* (a whole layer), kv:LAYER.GROUP (every query head\n"
+    "                     sharing one key/value head); layers and heads count from 0\n"
+    "  --keep SPEC        ablate every head except these\n"
+    "  --ablation KIND    zero (default): the head's output is zero;\n"
+    "                     mean: replaced by its mean over all held-out tokens;\n"
+    "                     mean-pos: replaced by its mean at each position\n"
+    "                     (means come from the unmasked model on the same data)\n"
+    "  --threads N        BLIS threads (default: all cores)\n"
+    "  --json             print one JSON object, with per-sequence values\n"
+    "  --quiet            no progress on stderr\n"
+    "\n"
+    "Kernel set: skx is chosen on CPUs with AVX-512F unless BLIS_ARCH_TYPE is set.\n";
+
+static cJSON *num_array(const double *v, int n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+    return a;
+}
+
+int cmd_eval(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
+        {"seq-len", required_argument, 0, 's'}, {"mask", required_argument, 0, 'k'},
+        {"keep", required_argument, 0, 'K'}, {"ablation", required_argument, 0, 'a'},
+        {"threads", required_argument, 0, 't'}, {"json", no_argument, 0, 'j'},
+        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *dir = NULL, *data_path = NULL, *spec = NULL, *abl_name = "zero";
+    bool keep = false, json = false, quiet = false;
+    int seq_len = 0, threads = 0, c;
+    while ((c = getopt_long(argc, argv, "m:d:s:k:K:a:t:jqh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': dir = optarg; break;
+        case 'd': data_path = optarg; break;
+        case 's':
+            if (!parse_int(optarg, 1, 1 << 20, &seq_len))
+                return usage_error("eval", "--seq-len must be a positive integer");
+            break;
+        case 'k':
+        case 'K':
+            if (spec)
+                return usage_error("eval", "give either --mask or --keep, once");
+            spec = optarg;
+            keep = c == 'K';
+            break;
+        case 'a': abl_name = optarg; break;
+        case 't':
+            if (!parse_int(optarg, 1, 1024, &threads))
+                return usage_error("eval", "--threads must be a positive integer");
+            break;
+        case 'j': json = true; break;
+        case 'q': quiet = true; break;
+        case 'h': fputs(eval_help, stdout); return 0;
+        default: return usage_error("eval", "unknown option");
+        }
+    }
+    if (optind < argc)
+        return usage_error("eval", "unexpected argument");
+    if (!dir || !data_path)
+        return usage_error("eval", "--model DIR and --data FILE are required");
+    enum hp_ablation abl;
+    if (strcmp(abl_name, "zero") == 0)
+        abl = HP_ABLATE_ZERO;
+    else if (strcmp(abl_name, "mean") == 0)
+        abl = HP_ABLATE_MEAN;
+    else if (strcmp(abl_name, "mean-pos") == 0)
+        abl = HP_ABLATE_MEAN_POS;
+    else
+        return usage_error("eval", "--ablation must be zero, mean or mean-pos");
+
+    hp_runtime_init(threads);
+    struct hp_error err = {0};
+    struct hp_model *m = NULL;
+    struct hp_data *d = NULL;
+    struct hp_mask *mask = NULL;
+    struct hp_evaluator *ev = NULL;
+    struct hp_metrics *mt = NULL;
+    int rc = 1;
+    if (hp_model_open(dir, &m, &err) != HP_OK)
+        goto out;
+    const struct hp_model_info *in = hp_model_get_info(m);
+    if (hp_data_load_for(data_path, dir, in, seq_len, &d, &err) != HP_OK)
+        goto out;
+    if (spec && hp_mask_parse(spec, keep, in, &mask, &err) != HP_OK)
+        goto out;
+    if (hp_evaluator_new(m, d, &ev, &err) != HP_OK)
+        goto out;
+    struct progress pr = {!quiet && isatty(STDERR_FILENO), now()};
+    hp_evaluator_set_progress(ev, show_progress, &pr);
+    double t0 = now();
+    if (hp_evaluator_run(ev, mask, abl, &mt, &err) != HP_OK)
+        goto out;
+    double secs = now() - t0;
+    int n_abl = mask ? hp_mask_count_ablated(mask) : 0;
+    int n_all = in->n_layers * in->n_heads;
+
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "model", dir);
+        cJSON_AddStringToObject(o, "data", data_path);
+        cJSON_AddStringToObject(o, "mask", spec ? spec : "");
+        cJSON_AddBoolToObject(o, "keep", keep);
+        cJSON_AddStringToObject(o, "ablation", abl_name);
+        cJSON_AddNumberToObject(o, "n_ablated", n_abl);
+        cJSON_AddNumberToObject(o, "n_heads_total", n_all);
+        if (mt->has_loss) {
+            cJSON_AddNumberToObject(o, "loss", mt->loss);
+            cJSON_AddNumberToObject(o, "ppl", mt->ppl);
+            cJSON_AddNumberToObject(o, "acc", mt->acc);
+            cJSON_AddNumberToObject(o, "kl", mt->kl);
+        }
+        if (mt->has_cos)
+            cJSON_AddNumberToObject(o, "cos", mt->cos);
+        cJSON_AddNumberToObject(o, "n_tokens", (double)mt->n_tokens);
+        cJSON_AddNumberToObject(o, "n_seqs", mt->n_seqs);
+        cJSON *ps = cJSON_AddObjectToObject(o, "per_seq");
+        if (mt->has_loss) {
+            cJSON_AddItemToObject(ps, "loss", num_array(mt->seq_loss, mt->n_seqs));
+            cJSON_AddItemToObject(ps, "acc", num_array(mt->seq_acc, mt->n_seqs));
+            cJSON_AddItemToObject(ps, "kl", num_array(mt->seq_kl, mt->n_seqs));
+        }
+        if (mt->has_cos)
+            cJSON_AddItemToObject(ps, "cos", num_array(mt->seq_cos, mt->n_seqs));
+        cJSON *tk = cJSON_CreateArray();
+        for (int i = 0; i < mt->n_seqs; i++)
+            cJSON_AddItemToArray(tk, cJSON_CreateNumber((double)mt->seq_tokens[i]));
+        cJSON_AddItemToObject(ps, "tokens", tk);
+        cJSON_AddStringToObject(o, "kernel", hp_runtime_kernel());
+        cJSON_AddNumberToObject(o, "seconds", secs);
+        char *s = cJSON_PrintUnformatted(o);
+        puts(s);
+        free(s);
+        cJSON_Delete(o);
+    } else {
+        printf("model     %s (%s, %d layers x %d heads, %d KV heads)\n", dir, in->model_type, in->n_layers,
+               in->n_heads, in->n_kv_heads);
+        printf("data      %s: %d sequences x %d tokens\n", data_path, d->n_seqs, d->seq_len);
+        /* a spec can list every head of a large model: show its start (--json has it whole) */
+        int shown = spec && strlen(spec) > 72 ? 60 : spec ? (int)strlen(spec) : 0;
+        printf("ablated   %d of %d heads (%s)%s%.*s%s\n", n_abl, n_all, abl_name, spec ? (keep ? ", keep " : ": ") : "",
+               shown, spec ? spec : "", spec && shown < (int)strlen(spec) ? " ..." : "");
+        if (mt->has_loss)
+            printf("loss      %.6f nats/token   ppl %.4f   acc %.4f   KL %.6f nats\n", mt->loss, mt->ppl, mt->acc,
+                   mt->kl);
+        if (mt->has_cos)
+            printf("cosine    %.6f (%s-pooled final hidden states vs the unmasked model)\n", mt->cos,
+                   in->pooling == HP_POOL_CLS ? "CLS" : in->pooling == HP_POOL_MAX ? "max" : "mean");
+        printf("tokens    %lld scored in %d sequences, %.2f s (BLIS kernel %s%s)\n", (long long)mt->n_tokens,
+               mt->n_seqs, secs, hp_runtime_kernel(), hp_runtime_kernel_from_env() ? ", from BLIS_ARCH_TYPE" : "");
+    }
+    rc = 0;
+out:
+    if (rc)
+        die(&err);
+    hp_metrics_free(mt);
+    hp_evaluator_free(ev);
+    hp_mask_free(mask);
+    hp_data_free(d);
+    hp_model_close(m);
+    return rc;
+}

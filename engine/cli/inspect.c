@@ -1,0 +1,88 @@
+/*
+ * inspect.c -- `headprune inspect`: what headprune sees in a model directory.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli_int.h"
+
+static const char *arch_name(enum hp_arch a)
+{
+    return a == HP_ARCH_GPT2 ? "GPT-2" : a == HP_ARCH_BERT ? "BERT" : "Llama";
+}
+
+static const char inspect_help[] =
+    "Usage: headprune inspect --model DIR [--json]\n"
+    "\n"
+    "Print what headprune sees in a Hugging Face model directory (config.json plus\n"
+    "model.safetensors or sharded safetensors): architecture, layers, query heads,\n"
+    "key/value heads, head size, parameter count and stored dtype.\n"
+    "\n"
+    "  --model DIR   the model directory\n"
+    "  --json        one JSON object instead of the table\n";
+
+int cmd_inspect(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *dir = NULL;
+    bool json = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "m:jh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': dir = optarg; break;
+        case 'j': json = true; break;
+        case 'h': fputs(inspect_help, stdout); return 0;
+        default: return usage_error("inspect", "unknown option");
+        }
+    }
+    if (!dir)
+        return usage_error("inspect", "--model DIR is required");
+    struct hp_error err = {0};
+    struct hp_model *m;
+    if (hp_model_open(dir, &m, &err) != HP_OK)
+        return die(&err);
+    const struct hp_model_info *in = hp_model_get_info(m);
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "model", dir);
+        cJSON_AddStringToObject(o, "model_type", in->model_type);
+        cJSON_AddStringToObject(o, "architecture", arch_name(in->arch));
+        cJSON_AddNumberToObject(o, "n_layers", in->n_layers);
+        cJSON_AddNumberToObject(o, "n_heads", in->n_heads);
+        cJSON_AddNumberToObject(o, "n_kv_heads", in->n_kv_heads);
+        cJSON_AddNumberToObject(o, "d_head", in->d_head);
+        cJSON_AddNumberToObject(o, "d_model", in->d_model);
+        cJSON_AddNumberToObject(o, "d_ff", in->d_ff);
+        cJSON_AddNumberToObject(o, "n_vocab", in->n_vocab);
+        cJSON_AddNumberToObject(o, "n_ctx", in->n_ctx);
+        cJSON_AddNumberToObject(o, "n_params", (double)in->n_params);
+        cJSON_AddStringToObject(o, "dtype", in->dtype);
+        cJSON_AddBoolToObject(o, "causal", in->causal);
+        cJSON_AddBoolToObject(o, "lm_head", in->has_lm_head);
+        char *s = cJSON_Print(o);
+        puts(s);
+        free(s);
+        cJSON_Delete(o);
+    } else {
+        printf("model          %s\n", dir);
+        printf("architecture   %s (model_type %s), %s\n", arch_name(in->arch), in->model_type,
+               in->causal ? "causal decoder" : "bidirectional encoder");
+        printf("layers         %d\n", in->n_layers);
+        printf("query heads    %d per layer, %d in all\n", in->n_heads, in->n_heads * in->n_layers);
+        printf("KV heads       %d per layer%s\n", in->n_kv_heads,
+               in->n_kv_heads < in->n_heads ? " (grouped-query attention)" : "");
+        printf("head size      %d\n", in->d_head);
+        printf("hidden size    %d (MLP %d)\n", in->d_model, in->d_ff);
+        printf("vocabulary     %d\n", in->n_vocab);
+        printf("positions      %d\n", in->n_ctx);
+        printf("parameters     %lld\n", (long long)in->n_params);
+        printf("dtype          %s\n", in->dtype);
+        printf("LM head        %s\n", in->has_lm_head ? (in->causal ? "yes" : "yes (MLM)") : "no");
+    }
+    hp_model_close(m);
+    return 0;
+}

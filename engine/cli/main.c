@@ -1,0 +1,76 @@
+/*
+ * main.c -- the headprune command line: argv in, results out.
+ *
+ * The only module that prints or exits. Errors are one line on stderr,
+ * "headprune: <file>: <problem> (<hint>)", with exit status 1; usage mistakes
+ * exit with status 2.
+ *
+ * Each command lives in its own file (engine/cli/<command>.c, as git's
+ * builtin/); the table below is the one list of them: main dispatches
+ * through it and the top-level help is printed from it, so a new command is
+ * one file and one row here.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_int.h"
+
+static const struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary; /* one line of the top-level help */
+} commands[] = {
+    {"inspect", cmd_inspect, "describe a model directory"},
+    {"tokenize", cmd_tokenize, "text to token ids with a model directory's tokenizer"},
+    {"eval", cmd_eval, "evaluate one masked variant on held-out tokens"},
+    {"plan", cmd_plan, "expand a YAML plan into jobs and estimate its cost"},
+    {"run", cmd_run, "run a plan into an SQLite results database (resumable, shardable)"},
+    {"query", cmd_query, "pruning curves, head effects, layer redundancy, pairs, SQL"},
+    {"merge", cmd_merge, "merge shard databases"},
+};
+
+static void print_help(FILE *f)
+{
+    fputs("Usage: headprune COMMAND [options]\n"
+          "\n"
+          "What is each attention head worth? headprune ablates heads of Hugging Face\n"
+          "checkpoints (GPT-2, BERT, Llama/Mistral/Qwen2 with grouped-query attention)\n"
+          "and measures the effect on held-out data.\n"
+          "\n"
+          "Commands:\n",
+          f);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fputs("\n"
+          "'headprune COMMAND --help' explains each command.\n",
+          f);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_help(stderr);
+        return 2;
+    }
+    /* Past a file size limit (ulimit -f) a write must fail with EFBIG and take
+     * the full-disk path (a message, finished results kept), not kill us
+     * silently with SIGXFSZ. */
+    signal(SIGXFSZ, SIG_IGN);
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        print_help(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("headprune %s\n", HP_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (strcmp(cmd, commands[i].name) == 0)
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
+    print_help(stderr);
+    return 2;
+}

@@ -1,0 +1,158 @@
+/*
+ * plan.c -- `headprune plan`: a plan expanded into its jobs, with an estimate
+ * of their cost; nothing is run.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_int.h"
+
+static const char plan_help[] =
+    "Usage: headprune plan PLAN.yaml [--format table|csv|json]\n"
+    "\n"
+    "Expand a plan into its jobs and print them, with their count and an estimate\n"
+    "of the cost, without running anything. Iterative studies are listed by their\n"
+    "expected number of evaluations: their masks depend on results.\n";
+
+/* Rough forward FLOPs of a variant run from layer `from` on: every matrix product plus attention. */
+static double forward_flops(const struct hp_model_info *in, int n_seqs, int seq_len, int from)
+{
+    double T = seq_len, d = in->d_model, qd = (double)in->n_heads * in->d_head,
+           kvd = (double)in->n_kv_heads * in->d_head;
+    double mlp = in->arch == HP_ARCH_LLAMA ? 3 * d * in->d_ff : 2 * d * in->d_ff;
+    double per_layer = 2 * T * (d * qd + 2 * d * kvd + qd * d + mlp) + 4 * T * T * qd;
+    double head = in->has_lm_head ? 2 * T * d * in->n_vocab : 0;
+    return n_seqs * ((in->n_layers - from) * per_layer + head);
+}
+
+/* The first layer a job's mask changes: where the reuse path starts it (n_layers: nothing to run). */
+static int first_masked_layer(const struct hp_mask *m)
+{
+    for (int i = 0; i < m->n_layers * m->n_heads; i++)
+        if (m->gate[i] != 1.0f)
+            return i / m->n_heads;
+    return m->n_layers;
+}
+
+/* Evaluations an iterative study will need: candidates scored plus curve points. */
+static long iterative_evals(const struct hp_study *s, const struct hp_model_info *in)
+{
+    struct hp_iterative_schedule sc = hp_study_schedule(s, in);
+    int layers = s->n_layers_sel ? s->n_layers_sel : in->n_layers;
+    if (s->keep_one_per_layer && sc.floor_units < layers)
+        sc.floor_units = layers;
+    long evals = 1;
+    for (int left = sc.n_units; left > sc.floor_units; left -= sc.per_step)
+        evals += left + 1;
+    return evals;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    static const struct option opts[] = {{"format", required_argument, 0, 'f'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    enum fmt f = FMT_TABLE;
+    int c;
+    while ((c = getopt_long(argc, argv, "f:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'f':
+            if (!parse_format(optarg, &f))
+                return usage_error("plan", "--format must be table, csv or json");
+            break;
+        case 'h': fputs(plan_help, stdout); return 0;
+        default: return usage_error("plan", "unknown option");
+        }
+    }
+    if (optind != argc - 1)
+        return usage_error("plan", "give one PLAN.yaml");
+    struct hp_error err = {0};
+    struct hp_plan *p = NULL;
+    struct hp_model *m = NULL;
+    struct hp_data *d = NULL;
+    struct hp_joblist *jl = NULL;
+    struct hp_evaluator *ev = NULL;
+    const char *metric = NULL;
+    int rc = 1;
+    if (hp_plan_load(argv[optind], &p, &err) != HP_OK || hp_model_open(p->model, &m, &err) != HP_OK ||
+        hp_data_load_for(p->data, p->model, hp_model_get_info(m), p->seq_len, &d, &err) != HP_OK ||
+        hp_evaluator_new(m, d, &ev, &err) != HP_OK ||
+        hp_evaluator_pick_metric(ev, p->path, p->metric, &metric, &err) != HP_OK ||
+        hp_plan_expand(p, hp_model_get_info(m), &jl, &err) != HP_OK) {
+        die(&err);
+        goto out;
+    }
+    const struct hp_model_info *in = hp_model_get_info(m);
+    long iter = 0;
+    for (int i = 0; i < p->n_studies; i++)
+        if (p->studies[i].kind == HP_STUDY_ITERATIVE)
+            iter += iterative_evals(&p->studies[i], in);
+    if (f == FMT_TABLE) {
+        double fl = forward_flops(in, d->n_seqs, d->seq_len, 0), reuse = 0;
+        for (int j = 0; j < jl->n; j++) {
+            int from = first_masked_layer(jl->jobs[j].mask);
+            reuse += from < in->n_layers ? forward_flops(in, d->n_seqs, d->seq_len, from) : 0;
+        }
+        /* one unmasked pass per window of jobs; iterative candidates counted as whole passes */
+        reuse += fl * ((jl->n + HP_SWEEP_BATCH - 1) / HP_SWEEP_BATCH) + fl * iter;
+        printf("plan      %s (%s)\n", p->name, p->path);
+        printf("model     %s (%s, %d layers x %d heads, %d KV heads)\n", p->model, in->model_type, in->n_layers,
+               in->n_heads, in->n_kv_heads);
+        printf("data      %s: %d sequences x %d tokens\n", p->data, d->n_seqs, d->seq_len);
+        printf("ablation  %s, metric %s%s, seed %llu\n",
+               p->ablation == HP_ABLATE_ZERO ? "zero" : p->ablation == HP_ABLATE_MEAN ? "mean" : "mean-pos", metric,
+               p->metric[0] ? "" : " (the model's own)",
+               (unsigned long long)p->seed);
+        for (int i = 0; i < p->n_studies; i++) {
+            int n = 0;
+            for (int j = 0; j < jl->n; j++)
+                n += jl->jobs[j].study == i;
+            if (p->studies[i].kind == HP_STUDY_ITERATIVE)
+                printf("study     %-16s %-10s about %ld evaluations (masks depend on results)\n", p->studies[i].name,
+                       hp_study_kind_name(p->studies[i].kind), iterative_evals(&p->studies[i], in));
+            else
+                printf("study     %-16s %-10s %d jobs\n", p->studies[i].name, hp_study_kind_name(p->studies[i].kind), n);
+        }
+        printf("jobs      %d expanded + about %ld iterative = %ld evaluations\n", jl->n, iter, jl->n + iter);
+        printf("cost      at most %.3g GFLOP per evaluation (a whole pass); about %.3g GFLOP in all, as each\n"
+               "          variant runs from its first masked layer (%.3g GFLOP as whole passes); jobs\n"
+               "          already in the database are skipped\n\n",
+               fl / 1e9, reuse / 1e9, fl * (jl->n + iter) / 1e9);
+    }
+    struct hp_table t = {0};
+    const char *cols[] = {"ord", "study", "kind", "label", "units", "heads", "mask"};
+    bool num[] = {true, false, false, false, true, true, false};
+    t.n_cols = 7;
+    t.cols = (char **)cols;
+    t.numeric = num;
+    t.n_rows = jl->n;
+    t.cells = calloc((size_t)jl->n * 7, sizeof(char *));
+    for (int j = 0; j < jl->n; j++) {
+        const struct hp_job *jb = &jl->jobs[j];
+        char **row = t.cells + (size_t)j * 7;
+        char buf[32];
+        snprintf(buf, sizeof buf, "%d", j);
+        row[0] = strdup(buf);
+        row[1] = strdup(p->studies[jb->study].name);
+        row[2] = strdup(hp_study_kind_name(p->studies[jb->study].kind));
+        row[3] = strdup(jb->label);
+        snprintf(buf, sizeof buf, "%d", jb->k);
+        row[4] = strdup(buf);
+        snprintf(buf, sizeof buf, "%d", hp_mask_count_ablated(jb->mask));
+        row[5] = strdup(buf);
+        row[6] = hp_mask_format(jb->mask);
+    }
+    print_table(&t, f);
+    for (size_t i = 0; i < (size_t)jl->n * 7; i++)
+        free(t.cells[i]);
+    free(t.cells);
+    rc = 0;
+out:
+    hp_joblist_free(jl);
+    hp_evaluator_free(ev);
+    hp_data_free(d);
+    hp_model_close(m);
+    hp_plan_free(p);
+    return rc;
+}
