@@ -18,7 +18,8 @@
  * it in WAL mode; all reads of one query run in one read transaction, so
  * they see one snapshot. Numbers are formatted here (metrics %.6f, effects
  * and intervals %.6g, percentages %.2f, integers plain) and their columns
- * marked numeric; NULL cells are empty.
+ * marked numeric; each such cell also carries its number as its text shows
+ * it (struct hp_table's values). NULL cells are empty.
  *
  * Must not: write to the database, know about models or tensors beyond the
  * rows of the store, print, or exit.
@@ -58,6 +59,7 @@ void hp_table_free(struct hp_table *t)
     free(t->cols);
     free(t->numeric);
     free(t->cells);
+    free(t->values);
     free(t->note);
     free(t);
 }
@@ -116,27 +118,39 @@ static int tb_row(struct tb *b)
     if (t->n_rows == b->cap) {
         int cap = b->cap ? 2 * b->cap : 16;
         char **cells = realloc(t->cells, (size_t)cap * ((size_t)t->n_cols + 1) * sizeof *cells);
-        if (!cells) {
+        if (cells)
+            t->cells = cells;
+        double *values = cells ? realloc(t->values, (size_t)cap * ((size_t)t->n_cols + 1) * sizeof *values) : NULL;
+        if (!values) {
             b->nomem = true;
             return -1;
         }
-        t->cells = cells;
+        t->values = values;
         b->cap = cap;
     }
-    for (int c = 0; c < t->n_cols; c++)
+    for (int c = 0; c < t->n_cols; c++) {
         t->cells[(size_t)t->n_rows * (size_t)t->n_cols + (size_t)c] = NULL;
+        t->values[(size_t)t->n_rows * (size_t)t->n_cols + (size_t)c] = NAN;
+    }
     return t->n_rows++;
 }
 
-static void tb_str(struct tb *b, int r, int c, const char *s)
+// A cell's text and its number (NaN: the text is not a number).
+static void tb_cell(struct tb *b, int r, int c, const char *s, double value)
 {
     if (b->nomem || r < 0 || !s)
         return;
     assert(c >= 0 && c < b->t->n_cols);
-    char **cell = &b->t->cells[(size_t)r * (size_t)b->t->n_cols + (size_t)c];
-    free(*cell);
-    if (!(*cell = dup_str(s)))
+    size_t i = (size_t)r * (size_t)b->t->n_cols + (size_t)c;
+    free(b->t->cells[i]);
+    b->t->values[i] = value;
+    if (!(b->t->cells[i] = dup_str(s)))
         b->nomem = true;
+}
+
+static void tb_str(struct tb *b, int r, int c, const char *s)
+{
+    tb_cell(b, r, c, s, NAN);
 }
 
 #if defined(__GNUC__)
@@ -152,7 +166,11 @@ static void tb_fmt(struct tb *b, int r, int c, const char *fmt, ...)
     tb_str(b, r, c, buf);
 }
 
-// x with one of the house formats; NaN (a NULL or an undefined value) stays empty.
+/*
+ * x with one of the house formats; NaN (a NULL or an undefined value) stays
+ * empty. The cell's number is x as the text rounds it (strtod of the text),
+ * so a JSON or report writer shows the value a reader of the table sees.
+ */
 static void tb_num(struct tb *b, int r, int c, const char *fmt, double x)
 {
     if (isnan(x))
@@ -161,12 +179,14 @@ static void tb_num(struct tb *b, int r, int c, const char *fmt, double x)
         x = 0.0; // no "-0"
     char buf[64];
     snprintf(buf, sizeof buf, fmt, x);
-    tb_str(b, r, c, buf);
+    tb_cell(b, r, c, buf, strtod(buf, NULL));
 }
 
 static void tb_int(struct tb *b, int r, int c, long long v)
 {
-    tb_fmt(b, r, c, "%lld", v);
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", v);
+    tb_cell(b, r, c, buf, (double)v);
 }
 
 #if defined(__GNUC__)
@@ -184,6 +204,53 @@ static void tb_note(struct tb *b, const char *fmt, ...)
     free(b->t->note);
     if (!(b->t->note = dup_str(buf)))
         b->nomem = true;
+}
+
+static const char *col_text(sqlite3_stmt *st, int i);
+
+/*
+ * Column c of st's row as SQLite renders it; blobs as x'hex', NULL empty.
+ * An integer's number is exact; a real's is the one SQLite's text shows (it
+ * renders 15 significant digits), so text and number agree.
+ */
+static void tb_sql(struct tb *b, int row, int c, sqlite3_stmt *st)
+{
+    int type = sqlite3_column_type(st, c);
+    if (type == SQLITE_NULL)
+        return;
+    if (type == SQLITE_INTEGER) {
+        double v = (double)sqlite3_column_int64(st, c);
+        tb_cell(b, row, c, col_text(st, c), v);
+        return;
+    }
+    if (type == SQLITE_FLOAT) {
+        const char *text = col_text(st, c);
+        tb_cell(b, row, c, text, strtod(text, NULL));
+        return;
+    }
+    if (type != SQLITE_BLOB) {
+        tb_str(b, row, c, col_text(st, c));
+        return;
+    }
+    const unsigned char *p = sqlite3_column_blob(st, c);
+    size_t n = (size_t)sqlite3_column_bytes(st, c);
+    char *hex = malloc(2 * n + 4);
+    if (!hex) {
+        b->nomem = true;
+        return;
+    }
+    char *o = hex;
+    *o++ = 'x';
+    *o++ = '\'';
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        *o++ = digits[p[i] >> 4];
+        *o++ = digits[p[i] & 15];
+    }
+    *o++ = '\'';
+    *o = '\0';
+    tb_str(b, row, c, hex);
+    free(hex);
 }
 
 static enum hp_status tb_finish(struct tb *b, struct hp_table **out, struct hp_error *err)
@@ -594,8 +661,7 @@ static enum hp_status q_sweeps(struct q *q, long long id, struct hp_table **out)
     while ((r = step(q, st, &s)) == 1) {
         int row = tb_row(&b);
         for (int c = 0; c < 10; c++)
-            if (sqlite3_column_type(st, c) != SQLITE_NULL)
-                tb_str(&b, row, c, col_text(st, c));
+            tb_sql(&b, row, c, st);
     }
     sqlite3_finalize(st);
     if (r < 0) {
@@ -1199,37 +1265,6 @@ static enum hp_status q_pairs(struct q *q, int top, struct hp_table **out)
 #define SQL_MAX_ROWS 1000000
 #define SQL_MAX_BYTES (256 << 20)
 
-// SQLite's own rendering of a value; blobs as x'hex'.
-static void sql_cell(struct tb *b, int row, int c, sqlite3_stmt *st)
-{
-    int type = sqlite3_column_type(st, c);
-    if (type == SQLITE_NULL)
-        return;
-    if (type != SQLITE_BLOB) {
-        tb_str(b, row, c, col_text(st, c));
-        return;
-    }
-    const unsigned char *p = sqlite3_column_blob(st, c);
-    size_t n = (size_t)sqlite3_column_bytes(st, c);
-    char *hex = malloc(2 * n + 4);
-    if (!hex) {
-        b->nomem = true;
-        return;
-    }
-    char *o = hex;
-    *o++ = 'x';
-    *o++ = '\'';
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        *o++ = digits[p[i] >> 4];
-        *o++ = digits[p[i] & 15];
-    }
-    *o++ = '\'';
-    *o = '\0';
-    tb_str(b, row, c, hex);
-    free(hex);
-}
-
 static enum hp_status q_sql(struct q *q, const char *sql, struct hp_table **out)
 {
     if (!sql)
@@ -1298,7 +1333,7 @@ static enum hp_status q_sql(struct q *q, const char *sql, struct hp_table **out)
                 num[c] = true;
             else if (type != SQLITE_NULL)
                 other[c] = true;
-            sql_cell(&b, row, c, st);
+            tb_sql(&b, row, c, st);
         }
     }
     if (s == HP_OK && rc != SQLITE_DONE) {

@@ -482,12 +482,18 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in,
 
 // --- queries ----------------------------------------------------------------
 
-/* A result table: what queries return and the CLI prints. */
+/*
+ * A result table: what queries return and the CLI prints. Every cell has its
+ * text; a cell of a numeric column also has its number, exactly the number
+ * its text shows (text and number never disagree, whichever a writer uses).
+ */
 struct hp_table {
     int n_cols, n_rows;
     char **cols;    /* (n_cols) */
     bool *numeric;  /* (n_cols) */
     char **cells;   /* (n_rows, n_cols) row-major; NULL = empty */
+    double *values; /* (n_rows, n_cols) row-major: the cell as a number where it is one (every
+                     * non-empty cell of a numeric column is); NaN otherwise */
     char *note;     /* NULL or a line to print before the table */
 };
 void hp_table_free(struct hp_table *t);

@@ -571,6 +571,74 @@ Test(query, sql_columns_cells_and_numeric_columns)
     hp_table_free(t);
 }
 
+/*
+ * Every cell's number (hp_table.values, what the JSON and report writers use)
+ * is exactly the number its text shows: bit for bit strtod of the text where
+ * the column is numeric, NaN where the cell is empty; a text column's cell
+ * is NaN unless its text is a whole number (SQL's mixed columns).
+ */
+static int expect_values_match_text(const struct hp_table *t, const char *what)
+{
+    int checked = 0;
+    for (int r = 0; r < t->n_rows; r++)
+        for (int c = 0; c < t->n_cols; c++) {
+            size_t i = (size_t)r * (size_t)t->n_cols + (size_t)c;
+            const char *text = t->cells[i];
+            double v = t->values[i];
+            if (!text || !*text) {
+                cr_assert(isnan(v), "%s: empty cell (%d, %s) has the number %.17g", what, r, t->cols[c], v);
+                continue;
+            }
+            char *end;
+            double parsed = strtod(text, &end);
+            if (!t->numeric[c]) {
+                cr_assert(isnan(v) || (*end == '\0' && v == parsed), "%s: text cell (%d, %s) '%s' has the number %.17g",
+                          what, r, t->cols[c], text, v);
+                continue;
+            }
+            cr_assert(*end == '\0', "%s: numeric cell (%d, %s) '%s' is not a number", what, r, t->cols[c], text);
+            cr_assert(memcmp(&v, &parsed, sizeof v) == 0, "%s: cell (%d, %s) shows '%s' but carries %.17g", what, r,
+                      t->cols[c], text, v);
+            checked++;
+        }
+    return checked;
+}
+
+Test(query, cell_numbers_equal_their_text)
+{
+    build();
+    static const struct {
+        enum hp_query_kind kind;
+        const char *metric, *sql;
+    } cases[] = {
+        {HP_QUERY_SWEEPS, NULL, NULL},
+        {HP_QUERY_CURVE, NULL, NULL},
+        {HP_QUERY_HEADS, NULL, NULL},
+        {HP_QUERY_HEADS, "acc", NULL},
+        {HP_QUERY_HEADS, "kl", NULL},
+        {HP_QUERY_REDUNDANCY, NULL, NULL},
+        {HP_QUERY_PAIRS, NULL, NULL},
+        {HP_QUERY_SQL, NULL,
+         "SELECT id, 0.1 + 0.2 AS r, 1.0 / 3 AS third, -0.0 AS negzero, 9007199254740993 AS big, NULL AS empty, "
+         "x'00' AS b, CASE id WHEN 1 THEN 7 ELSE 'two' END AS mix FROM sweeps"},
+        {HP_QUERY_SQL, NULL, "SELECT * FROM effects"},
+    };
+    int checked = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        struct hp_query_opts o = opts(cases[k].kind);
+        o.metric = cases[k].metric;
+        o.sql = cases[k].sql;
+        o.eps = 0.01;
+        struct hp_table *t = run(&o);
+        char what[64];
+        snprintf(what, sizeof what, "case %zu", k);
+        cr_assert(t->n_rows == 0 || t->values, "%s: rows but no numbers", what);
+        checked += expect_values_match_text(t, what);
+        hp_table_free(t);
+    }
+    cr_assert_gt(checked, 200, "only %d numeric cells checked", checked);
+}
+
 Test(query, sql_rejects_writes_and_second_statements)
 {
     build();

@@ -173,7 +173,7 @@ void print_table(const struct hp_table *t, enum fmt f)
                 if (!v || !*v)
                     cJSON_AddNullToObject(o, t->cols[c]);
                 else if (t->numeric[c])
-                    cJSON_AddNumberToObject(o, t->cols[c], strtod(v, NULL));
+                    cJSON_AddNumberToObject(o, t->cols[c], t->values[(size_t)r * t->n_cols + c]);
                 else
                     cJSON_AddStringToObject(o, t->cols[c], v);
             }

@@ -4,6 +4,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,10 +129,13 @@ int cmd_plan(int argc, char **argv)
     t.numeric = num;
     t.n_rows = jl->n;
     t.cells = calloc((size_t)jl->n * 7, sizeof(char *));
+    t.values = calloc((size_t)jl->n * 7, sizeof(double));
     for (int j = 0; j < jl->n; j++) {
         const struct hp_job *jb = &jl->jobs[j];
         char **row = t.cells + (size_t)j * 7;
+        double *val = t.values + (size_t)j * 7;
         char buf[32];
+        int n_ablated = hp_mask_count_ablated(jb->mask);
         snprintf(buf, sizeof buf, "%d", j);
         row[0] = strdup(buf);
         row[1] = strdup(p->studies[jb->study].name);
@@ -139,14 +143,17 @@ int cmd_plan(int argc, char **argv)
         row[3] = strdup(jb->label);
         snprintf(buf, sizeof buf, "%d", jb->k);
         row[4] = strdup(buf);
-        snprintf(buf, sizeof buf, "%d", hp_mask_count_ablated(jb->mask));
+        snprintf(buf, sizeof buf, "%d", n_ablated);
         row[5] = strdup(buf);
         row[6] = hp_mask_format(jb->mask);
+        val[0] = j, val[4] = jb->k, val[5] = n_ablated;
+        val[1] = val[2] = val[3] = val[6] = NAN;
     }
     print_table(&t, f);
     for (size_t i = 0; i < (size_t)jl->n * 7; i++)
         free(t.cells[i]);
     free(t.cells);
+    free(t.values);
     rc = 0;
 out:
     hp_joblist_free(jl);
