@@ -1507,11 +1507,48 @@ enum hp_status hp_plan_expand(const struct hp_plan *p, const struct hp_model_inf
     return HP_OK;
 }
 
+// --- iterative schedule ---------------------------------------------------------
+
 struct hp_iterative_schedule hp_study_schedule(const struct hp_study *s, const struct hp_model_info *info)
 {
     int per_layer = s->kv ? info->n_kv_heads : info->n_heads;
-    int n = (s->n_layers_sel ? s->n_layers_sel : info->n_layers) * (s->n_units_sel ? s->n_units_sel : per_layer);
-    struct hp_iterative_schedule sc = {n, (int)fmax(1.0, round(s->prune_frac * n)),
+    int layers = s->n_layers_sel ? s->n_layers_sel : info->n_layers;
+    int n = layers * (s->n_units_sel ? s->n_units_sel : per_layer);
+    struct hp_iterative_schedule sc = {n, layers, (int)fmax(1.0, round(s->prune_frac * n)),
                                        (int)ceil(s->floor_frac * n - 1e-9)};
+    /* one unit a layer stays: the curve ends there, whatever the floor */
+    if (s->keep_one_per_layer && sc.floor_units < layers)
+        sc.floor_units = layers;
     return sc;
+}
+
+int hp_iterative_step(const struct hp_iterative_schedule *sc, int left)
+{
+    if (left <= sc->floor_units)
+        return 0;
+    return sc->per_step < left - sc->floor_units ? sc->per_step : left - sc->floor_units;
+}
+
+/*
+ * The sweep's loop without the scores: each step records its curve point,
+ * scores every unit still prunable, and prunes hp_iterative_step of them.
+ * With keep_one_per_layer a layer down to its last unit is not scored; how
+ * many layers are down to one depends on the scores, but with `left` units in
+ * n_layers layers (each keeping at least one) at least 2 n_layers - left
+ * are, and exactly that many when no layer has more than 2 units.
+ */
+long hp_study_evals(const struct hp_study *s, const struct hp_model_info *info)
+{
+    struct hp_iterative_schedule sc = hp_study_schedule(s, info);
+    long evals = 0;
+    for (int left = sc.n_units;; ) {
+        evals++; /* the curve point */
+        int k = hp_iterative_step(&sc, left);
+        if (k == 0)
+            break;
+        int at_last = s->keep_one_per_layer && 2 * sc.n_layers > left ? 2 * sc.n_layers - left : 0;
+        evals += left - at_last; /* the candidates */
+        left -= k;
+    }
+    return evals;
 }

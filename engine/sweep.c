@@ -280,9 +280,8 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
                 units[n++] = (struct unit){l, u};
                 left_in_layer[l]++;
             }
-    struct hp_iterative_schedule sc = hp_study_schedule(s, in);
+    struct hp_iterative_schedule sc = hp_study_schedule(s, in); /* hp_study_evals counts by it too */
     assert(sc.n_units == n);
-    int per_step = sc.per_step, floor_n = sc.floor_units;
     int n_pruned = 0;
     enum hp_status st = HP_OK;
 
@@ -294,7 +293,8 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
         c->total++;
         int64_t o_point = (*ord)++;
         st = run_jobs(c, &o_point, &point, 1, NULL, NULL, err);
-        if (st != HP_OK || n - n_pruned <= floor_n)
+        int want = hp_iterative_step(&sc, n - n_pruned);
+        if (st != HP_OK || want == 0)
             break;
         /* score the candidates, together */
         int nc = 0;
@@ -329,7 +329,6 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
         if (st != HP_OK || stopping(c) || nc == 0)
             break;
         qsort(cand, (size_t)nc, sizeof *cand, by_score);
-        int want = per_step < n - n_pruned - floor_n ? per_step : n - n_pruned - floor_n;
         for (int i = 0; i < nc && want > 0; i++) {
             struct unit u = units[cand[i].idx];
             if (s->keep_one_per_layer && left_in_layer[u.layer] <= 1)

@@ -424,13 +424,30 @@ enum hp_status hp_plan_expand(const struct hp_plan *p, const struct hp_model_inf
                               struct hp_joblist **out, struct hp_error *err);
 void hp_joblist_free(struct hp_joblist *jl);
 
-/* How an iterative study proceeds on a model. */
+/*
+ * How an iterative study proceeds on a model: the sweep prunes by it step by
+ * step, and hp_study_evals counts its evaluations by it.
+ */
 struct hp_iterative_schedule {
     int n_units;     /* units in play: the study's layers x units */
+    int n_layers;    /* layers in play */
     int per_step;    /* units pruned per step: prune_frac of n_units, at least 1 */
-    int floor_units; /* stop once at most this many remain (floor_frac of n_units, rounded up) */
+    int floor_units; /* stop once at most this many remain: floor_frac of n_units, rounded up, and with
+                      * keep_one_per_layer at least n_layers (a layer's last unit is never pruned) */
 };
 struct hp_iterative_schedule hp_study_schedule(const struct hp_study *s, const struct hp_model_info *info);
+
+/* Units pruned by the step that starts with `left` units in play; 0: the curve ends at `left`. */
+int hp_iterative_step(const struct hp_iterative_schedule *sc, int left);
+
+/*
+ * Evaluations a sweep of an iterative study records (jobs of kind
+ * 'iterative', one a curve point, plus 'iterative-score', one a candidate
+ * scored). Exact unless keep_one_per_layer lets the scores leave a layer at
+ * its last unit early (possible only with more than 2 units a layer): that
+ * layer's unit is then not scored, and the count is an upper bound.
+ */
+long hp_study_evals(const struct hp_study *s, const struct hp_model_info *info);
 
 /* Append a job (the list takes the mask). HP_ERR_NOMEM on failure (mask freed). */
 enum hp_status hp_joblist_push(struct hp_joblist *jl, const struct hp_job *job);

@@ -1,6 +1,7 @@
 /*
  * test_plan.c -- hp_plan_load / hp_plan_expand / hp_joblist_push /
- * hp_joblist_free / hp_study_kind_name, and hp_mask_format.
+ * hp_joblist_free / hp_study_kind_name, and hp_mask_format; hp_study_evals
+ * against what a real sweep of a tiny model records.
  *
  * Models are hand-filled struct hp_model_info (expansion needs only the
  * shape); the shipped plans are also expanded against the real models when
@@ -25,6 +26,7 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1023,6 +1025,80 @@ static void round_trip(const struct hp_mask *m, const struct hp_model_info *info
     free(again);
     free(text);
     hp_mask_free(back);
+}
+
+/*
+ * `plan`'s estimate of an iterative study (hp_study_evals) counts what the
+ * sweep records: its curve points (kind 'iterative') and scored candidates
+ * ('iterative-score'). With keep_one_per_layer and at most 2 units a layer,
+ * the units left unscored are fixed by the counts alone and the estimate
+ * must be exact; with more a layer it depends on the scores and the
+ * estimate is an upper bound.
+ */
+Test(plan, iterative_estimate_counts_what_the_sweep_evaluates)
+{
+    const char *fx = getenv("HP_FIXTURES");
+    cr_assert_not_null(fx, "HP_FIXTURES is not set (run through meson test)");
+    char text[2048];
+    snprintf(text, sizeof text,
+             "name: evals\n"
+             "model: %s/llama-gqa\n"
+             "data: %s/llama-gqa/data.npy\n"
+             "metric: loss\n"
+             "studies:\n"
+             "  - iterative: {name: kv-keep, kv: true, prune: 20%%, keep_one_per_layer: true}\n"
+             "  - iterative: {name: two-heads-keep, heads: [0, 3], prune: 20%%, floor: 10%%, keep_one_per_layer: true}\n"
+             "  - iterative: {name: floor, prune: 25%%, floor: 30%%}\n"
+             "  - iterative: {name: all-keep, prune: 10%%, keep_one_per_layer: true}\n",
+             fx, fx);
+    struct hp_plan *p = load_text(text);
+    char db[128];
+    snprintf(db, sizeof db, "%s/evals.db", tmp);
+    struct hp_sweep_opts o = {.db_path = db, .shard_count = 1, .threads = 1};
+    struct hp_sweep_summary sum;
+    struct hp_error err = {{0}};
+    enum hp_status st = hp_sweep_run(p, &o, &sum, &err);
+    cr_assert_eq(st, HP_OK, "sweep: %s: %s", hp_status_name(st), err.msg);
+
+    struct hp_model *m = NULL;
+    st = hp_model_open(p->model, &m, &err);
+    cr_assert_eq(st, HP_OK, "%s", err.msg);
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(h,
+                                    "SELECT count(*) FROM sweep_jobs WHERE sweep_id = ?1 AND study = ?2 "
+                                    "AND kind IN ('iterative', 'iterative-score')",
+                                    -1, &q, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(h));
+    // 6 KV groups, 1 a step, down to one a layer: 6 + 4 + 2 candidates, 4 points
+    static const long exact[] = {16, -1, -1, -1};
+    int n_iter = 0;
+    for (int i = 0; i < p->n_studies; i++) {
+        const struct hp_study *s = &p->studies[i];
+        if (s->kind != HP_STUDY_ITERATIVE)
+            continue;
+        long want = hp_study_evals(s, hp_model_get_info(m));
+        sqlite3_reset(q);
+        sqlite3_bind_int64(q, 1, sum.sweep_id);
+        sqlite3_bind_text(q, 2, s->name, -1, SQLITE_STATIC);
+        cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+        long got = (long)sqlite3_column_int64(q, 0);
+        if (exact[n_iter] >= 0)
+            cr_assert_eq(want, exact[n_iter], "%s: estimate %ld, worked out by hand %ld", s->name, want, exact[n_iter]);
+        if (strcmp(s->name, "all-keep") == 0)
+            cr_assert_leq(got, want, "%s: the sweep recorded %ld evaluations, more than the estimate's %ld", s->name,
+                          got, want);
+        else
+            cr_assert_eq(got, want, "%s: the sweep recorded %ld evaluations, the estimate says %ld", s->name, got,
+                         want);
+        n_iter++;
+    }
+    cr_assert_eq(n_iter, 4);
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+    hp_model_close(m);
+    hp_plan_free(p);
 }
 
 Test(plan, mask_format_examples)

@@ -38,19 +38,6 @@ static int first_masked_layer(const struct hp_mask *m)
     return m->n_layers;
 }
 
-/* Evaluations an iterative study will need: candidates scored plus curve points. */
-static long iterative_evals(const struct hp_study *s, const struct hp_model_info *in)
-{
-    struct hp_iterative_schedule sc = hp_study_schedule(s, in);
-    int layers = s->n_layers_sel ? s->n_layers_sel : in->n_layers;
-    if (s->keep_one_per_layer && sc.floor_units < layers)
-        sc.floor_units = layers;
-    long evals = 1;
-    for (int left = sc.n_units; left > sc.floor_units; left -= sc.per_step)
-        evals += left + 1;
-    return evals;
-}
-
 int cmd_plan(int argc, char **argv)
 {
     static const struct option opts[] = {{"format", required_argument, 0, 'f'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
@@ -88,7 +75,7 @@ int cmd_plan(int argc, char **argv)
     long iter = 0;
     for (int i = 0; i < p->n_studies; i++)
         if (p->studies[i].kind == HP_STUDY_ITERATIVE)
-            iter += iterative_evals(&p->studies[i], in);
+            iter += hp_study_evals(&p->studies[i], in);
     if (f == FMT_TABLE) {
         double fl = forward_flops(in, d->n_seqs, d->seq_len, 0), reuse = 0;
         for (int j = 0; j < jl->n; j++) {
@@ -111,7 +98,7 @@ int cmd_plan(int argc, char **argv)
                 n += jl->jobs[j].study == i;
             if (p->studies[i].kind == HP_STUDY_ITERATIVE)
                 printf("study     %-16s %-10s about %ld evaluations (masks depend on results)\n", p->studies[i].name,
-                       hp_study_kind_name(p->studies[i].kind), iterative_evals(&p->studies[i], in));
+                       hp_study_kind_name(p->studies[i].kind), hp_study_evals(&p->studies[i], in));
             else
                 printf("study     %-16s %-10s %d jobs\n", p->studies[i].name, hp_study_kind_name(p->studies[i].kind), n);
         }
