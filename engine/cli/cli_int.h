@@ -39,16 +39,19 @@ int die(const struct hp_error *err);
 /* Print "headprune CMD: msg" and the --help hint; returns 2, the exit status. */
 int usage_error(const char *cmd, const char *msg);
 
-/* Seconds on the monotonic clock. */
-double now(void);
-
 // --- strict number parsing ----------------------------------------------------------
 
+/* The whole of s a decimal integer in [lo, hi] (no blanks, no overflow); false: refuse it. */
 bool parse_int(const char *s, int lo, int hi, int *out);
+/* "I/N" with 1 <= I <= N. */
 bool parse_shard(const char *s, int *si, int *sn);
+/* The whole of s a finite number >= lo. */
 bool parse_double(const char *s, double lo, double *out);
 
-// --- progress (stderr) --------------------------------------------------------------
+// --- time and progress (stderr) -----------------------------------------------------
+
+/* Seconds on the monotonic clock. */
+double now(void);
 
 /* eval: sequences done, on a terminal only. */
 struct progress {

@@ -34,13 +34,6 @@ int usage_error(const char *cmd, const char *msg)
     return 2;
 }
 
-double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 // --- strict number parsing ----------------------------------------------------------
 
 /*
@@ -86,7 +79,14 @@ bool parse_double(const char *s, double lo, double *out)
     return true;
 }
 
-// --- progress (stderr) --------------------------------------------------------------
+// --- time and progress (stderr) -----------------------------------------------------
+
+double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 void show_progress(void *user, int done, int total)
 {

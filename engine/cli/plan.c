@@ -117,6 +117,11 @@ int cmd_plan(int argc, char **argv)
     t.n_rows = jl->n;
     t.cells = calloc((size_t)jl->n * 7, sizeof(char *));
     t.values = calloc((size_t)jl->n * 7, sizeof(double));
+    if (jl->n && (!t.cells || !t.values)) {
+        free(t.cells), free(t.values);
+        fprintf(stderr, "%s: out of memory\n", prog);
+        goto out;
+    }
     for (int j = 0; j < jl->n; j++) {
         const struct hp_job *jb = &jl->jobs[j];
         char **row = t.cells + (size_t)j * 7;
