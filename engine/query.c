@@ -239,39 +239,23 @@ static void acc_ci(const struct acc *a, double *lo, double *hi, double *p)
 
 // --- metrics and effects ----------------------------------------------------
 
-enum metric { M_LOSS, M_KL, M_ACC, M_COS };
-
-static const char *const metric_names[] = {"loss", "kl", "acc", "cos"};
-
-static bool metric_parse(const char *s, enum metric *m)
+// Damage of a variant with value v against baseline value b, signed by the
+// metric table so that larger = worse. KL already measures the distance from
+// the unmasked model: the variant's own value.
+static double effect_of(enum hp_metric m, double v, double b)
 {
-    for (int i = 0; i < 4; i++)
-        if (strcmp(s, metric_names[i]) == 0) {
-            *m = (enum metric)i;
-            return true;
-        }
-    return false;
+    if (m == HP_METRIC_KL)
+        return v;
+    return hp_metric_sign(m) > 0 ? v - b : b - v;
 }
 
-// Damage of a variant with value v against baseline value b: larger = worse.
-static double effect_of(enum metric m, double v, double b)
+static const char *effect_convention(enum hp_metric m)
 {
     switch (m) {
-    case M_LOSS: return v - b;
-    case M_KL: return v;
-    case M_ACC:
-    case M_COS: return b - v;
-    }
-    return NAN;
-}
-
-static const char *effect_convention(enum metric m)
-{
-    switch (m) {
-    case M_LOSS: return "effect = loss - baseline loss (nats; larger = worse)";
-    case M_KL: return "effect = the variant's KL(unmasked || masked) (nats; the baseline's is 0; larger = worse)";
-    case M_ACC: return "effect = baseline acc - acc (larger = worse)";
-    case M_COS: return "effect = baseline cos - cos (larger = worse)";
+    case HP_METRIC_LOSS: return "effect = loss - baseline loss (nats; larger = worse)";
+    case HP_METRIC_KL: return "effect = the variant's KL(unmasked || masked) (nats; the baseline's is 0; larger = worse)";
+    case HP_METRIC_ACC: return "effect = baseline acc - acc (larger = worse)";
+    case HP_METRIC_COS: return "effect = baseline cos - cos (larger = worse)";
     }
     return "";
 }
@@ -284,12 +268,12 @@ struct q {
     struct hp_error *err;
     /* set for the sweep queries: */
     long long sweep;
-    enum metric m;
-    const char *mname; // metric_names[m]: safe to paste into SQL
+    enum hp_metric m;
+    const char *mname; // hp_metric_name(m): safe to paste into SQL
     int n_layers, n_heads;
     long long base_variant;
     double base; // the baseline's value of the metric
-    enum metric ranked; // the sweep's own metric, which its iterative studies ranked units by
+    enum hp_metric ranked; // the sweep's own metric, which its iterative studies ranked units by
     bool ranked_missing; // ... and it has no value (sweeps from before plans were checked against the model)
 };
 
@@ -325,7 +309,7 @@ static enum hp_status prep(struct q *q, sqlite3_stmt **st, const char *sql)
 }
 
 /* Prepare sql after substituting the metric's column name for every "%s"
- * (the name comes from metric_names, never from the user). */
+ * (the name comes from the metric table, never from the user). */
 static enum hp_status prep_m(struct q *q, sqlite3_stmt **st, const char *sql)
 {
     char buf[2048];
@@ -506,15 +490,15 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
     q->n_heads = (int)n_heads;
 
     if (metric) {
-        if (!metric_parse(metric, &q->m))
+        if (!hp_metric_parse(metric, &q->m))
             return hp_fail(q->err, HP_ERR_ARG, "%s: unknown metric '%s' (one of loss, kl, acc, cos)", q->path, metric);
-    } else if (!metric_parse(sweep_metric, &q->m)) {
+    } else if (!hp_metric_parse(sweep_metric, &q->m)) {
         return hp_fail(q->err, HP_ERR_FORMAT, "%s: sweep %lld has an unknown metric '%s' (name one: loss, kl, acc, cos)",
                        q->path, id, sweep_metric);
     }
-    q->mname = metric_names[q->m];
+    q->mname = hp_metric_name(q->m);
     q->ranked = q->m;
-    metric_parse(sweep_metric, &q->ranked);
+    hp_metric_parse(sweep_metric, &q->ranked);
 
     if ((s = prep_m(q, &st,
                     "SELECT j.variant_id, r.%s FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
@@ -537,9 +521,9 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
         return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld has no %s values (the metric does not apply to its model; "
                                            "choose another metric)",
                        q->path, id, q->mname);
-    /* the metric the sweep ranked by: a column name from metric_names, never the user's text */
+    /* the metric the sweep ranked by: a column name from the metric table, never the user's text */
     char sql[160];
-    snprintf(sql, sizeof sql, "SELECT r.%s IS NULL FROM results r WHERE r.variant_id = ?", metric_names[q->ranked]);
+    snprintf(sql, sizeof sql, "SELECT r.%s IS NULL FROM results r WHERE r.variant_id = ?", hp_metric_name(q->ranked));
     if ((s = prep(q, &st, sql)) != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, q->base_variant);
@@ -564,11 +548,6 @@ static enum hp_status first_study(struct q *q, const char *kind, char *name, siz
         snprintf(name, size, "%s", col_text(st, 0));
     sqlite3_finalize(st);
     return r < 0 ? s : HP_OK;
-}
-
-static void unit_label(char *buf, size_t size, bool kv, int layer, int unit)
-{
-    snprintf(buf, size, "%s%d.%d", kv ? "kv:" : "", layer, unit);
 }
 
 // --- sweeps -----------------------------------------------------------------
@@ -630,7 +609,7 @@ static enum hp_status curve_iterative(struct q *q, const char *study, struct tb 
                        "%s: sweep %lld ranked study '%s' by %s, which its model does not produce, so its steps are not "
                        "a pruning curve (run the plan again: headprune now refuses that metric, or takes the model's "
                        "own when the plan names none)",
-                       q->path, q->sweep, study, metric_names[q->ranked]);
+                       q->path, q->sweep, study, hp_metric_name(q->ranked));
     // one curve point per step (kind 'iterative'; candidate scores are 'iterative-score')
     enum hp_status s = prep_m(q, &st,
                               "SELECT j.step, j.k, v.n_ablated, r.%s, v.mask_text, min(j.ord) "
@@ -831,14 +810,14 @@ static enum hp_status q_heads(struct q *q, int top, struct hp_table **out)
                 break;
             }
             if (h->layer >= 0 && h->unit >= 0)
-                unit_label(h->label, sizeof h->label, sqlite3_column_int(st, 2) != 0, h->layer, h->unit);
+                hp_unit_label(h->label, sizeof h->label, sqlite3_column_int(st, 2) != 0, h->layer, h->unit);
             else
                 snprintf(h->label, sizeof h->label, "%s", col_text(st, 5));
             h->value = col_num(st, 6);
             h->effect = effect_of(q->m, h->value, q->base);
         }
         double v = col_num(st, 7), bs = col_num(st, 8);
-        double d = q->m == M_KL ? v : effect_of(q->m, v, bs);
+        double d = q->m == HP_METRIC_KL ? v : effect_of(q->m, v, bs);
         if (!isnan(d))
             acc_add(&rows[n - 1].d, d);
     }
@@ -951,7 +930,7 @@ static enum hp_status q_redundancy(struct q *q, double eps, struct hp_table **ou
             } else if (which == 1) {
                 if (u >= 0 && (isnan(x->only_min) || e < x->only_min)) {
                     x->only_min = e;
-                    unit_label(x->only_label, sizeof x->only_label, sqlite3_column_int(st, 0) != 0, l, u);
+                    hp_unit_label(x->only_label, sizeof x->only_label, sqlite3_column_int(st, 0) != 0, l, u);
                 }
             } else if (isnan(x->layer_effect)) {
                 x->layer_effect = e;
@@ -1169,8 +1148,8 @@ static enum hp_status q_pairs(struct q *q, int top, struct hp_table **out)
         const struct pair_row *p = &pairs[i];
         int row = tb_row(&b);
         char la[48], lb[48];
-        unit_label(la, sizeof la, p->kv, p->layer, p->a);
-        unit_label(lb, sizeof lb, p->kv, p->layer, p->b);
+        hp_unit_label(la, sizeof la, p->kv, p->layer, p->a);
+        hp_unit_label(lb, sizeof lb, p->kv, p->layer, p->b);
         tb_str(&b, row, C_STUDY, p->study);
         tb_fmt(&b, row, C_PAIR, "%s+%s", la, lb);
         if (p->layer >= 0)
