@@ -13,9 +13,10 @@
  * freedom (mean +- t * sd / sqrt(n)); with n = 1 there is none (empty cells).
  * `heads` pairs the variant with the baseline sequence by sequence.
  *
- * Invariants: the database is opened read-only (SQLITE_OPEN_READONLY and
- * PRAGMA query_only), with a busy timeout because a sweep may be writing to
- * it in WAL mode; all reads of one query run in one read transaction, so
+ * Invariants: the database is opened read-only and version-checked by the
+ * store (hp_store_open_read: SQLITE_OPEN_READONLY and PRAGMA query_only), with
+ * a busy timeout because a sweep may be writing to it in WAL mode; SQLite's
+ * errors are translated by the store (hp_store_read_fail); all reads of one query run in one read transaction, so
  * they see one snapshot. Numbers are formatted here (metrics %.6f, effects
  * and intervals %.6g, percentages %.2f, integers plain) and their columns
  * marked numeric; NULL cells are empty.
@@ -26,20 +27,18 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "headprune.h"
-#include "store_int.h" // HP_SCHEMA_VERSION: the one schema this reader understands
+#include "store_int.h" // hp_store_open_read: opened and version-checked by the store
 #include "util_int.h"
 
 #include <gsl/gsl_cdf.h>
 #include <sqlite3.h>
 
 #include <assert.h>
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 // A sweep may be writing: wait this long for its lock before giving up.
 #define BUSY_TIMEOUT_MS 10000
@@ -277,25 +276,10 @@ struct q {
     bool ranked_missing; // ... and it has no value (sweeps from before plans were checked against the model)
 };
 
-// One line for an SQLite failure on our own statements, naming the database.
+// One line for an SQLite failure on our own statements, naming the database (the store translates it).
 static enum hp_status sql_fail(struct q *q, int rc)
 {
-    int code = rc & 0xff;
-    const char *msg = sqlite3_errmsg(q->db);
-    if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
-        return hp_fail(q->err, HP_ERR_SQL, "%s: database is busy (another process holds a lock; try again)", q->path);
-    if (code == SQLITE_NOTADB)
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (not an SQLite file)", q->path);
-    if (code == SQLITE_CORRUPT)
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: database is corrupt (%s)", q->path, msg);
-    // a WAL database with a writer at work needs its -shm file, which this user cannot create or write
-    if (code == SQLITE_READONLY || code == SQLITE_CANTOPEN)
-        return hp_fail(q->err, HP_ERR_IO,
-                       "%s: cannot be read without writing beside it (%s; a writer may be at work in a folder this "
-                       "user cannot write: try again when it has finished, or query a copy)", q->path, msg);
-    if (code == SQLITE_ERROR && strncmp(msg, "no such ", 8) == 0)
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (%s)", q->path, msg);
-    return hp_fail(q->err, HP_ERR_SQL, "%s: cannot read (%s)", q->path, msg);
+    return hp_store_read_fail(q->db, q->path, rc, q->err);
 }
 
 static enum hp_status prep(struct q *q, sqlite3_stmt **st, const char *sql)
@@ -381,59 +365,6 @@ static bool col_index(struct q *q, sqlite3_stmt *st, int i, int lim, const char 
     }
     *out = (int)v;
     return true;
-}
-
-static enum hp_status db_open(struct q *q)
-{
-    enum hp_status s = hp_store_db_open(q->path, false, &q->db, q->err);
-    if (s != HP_OK)
-        return s;
-    sqlite3_busy_timeout(q->db, BUSY_TIMEOUT_MS);
-    sqlite3_limit(q->db, SQLITE_LIMIT_ATTACHED, 0); // user SQL reads this file only
-    int rc = sqlite3_exec(q->db, "PRAGMA query_only = 1", NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return sql_fail(q, rc);
-
-    sqlite3_stmt *st;
-    s = prep(q, &st, "SELECT count(*), count(CASE WHEN type = 'table' AND name = 'meta' THEN 1 END) FROM sqlite_master");
-    if (s != HP_OK)
-        return s;
-    int r = step(q, st, &s);
-    bool empty = r == 1 && sqlite3_column_int64(st, 0) == 0;
-    bool has_meta = r == 1 && sqlite3_column_int64(st, 1) > 0;
-    sqlite3_finalize(st);
-    if (r < 0)
-        return s;
-    // a database `headprune run` is creating this moment has no schema yet: not a foreign file
-    if (empty)
-        return hp_fail(q->err, HP_ERR_ARG,
-                       "%s: has no results yet (an empty database, perhaps still being created; try again once "
-                       "`headprune run` has written to it)", q->path);
-    if (!has_meta)
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (no meta table)", q->path);
-
-    if ((s = prep(q, &st, "SELECT value FROM meta WHERE key = 'schema_version'")) != HP_OK)
-        return s;
-    r = step(q, st, &s);
-    char text[32] = "";
-    if (r == 1)
-        snprintf(text, sizeof text, "%s", col_text(st, 0));
-    sqlite3_finalize(st);
-    if (r < 0)
-        return s;
-    if (r == 0)
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (no schema_version in meta)", q->path);
-    char *end;
-    errno = 0;
-    long long version = strtoll(text, &end, 10);
-    if (end == text || *end || errno || version < 1)
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (schema_version '%s' in meta)", q->path,
-                       text);
-    if (version > HP_SCHEMA_VERSION)
-        return hp_fail(q->err, HP_ERR_UNSUPPORTED,
-                       "%s: written by a newer headprune (schema %lld; this one reads %d; upgrade headprune)", q->path,
-                       version, HP_SCHEMA_VERSION);
-    return HP_OK;
 }
 
 // --- the sweep, its metric and baseline --------------------------------------
@@ -1312,7 +1243,7 @@ enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, stru
     if (!isfinite(o->eps))
         return hp_fail(err, HP_ERR_ARG, "query: eps must be a finite number");
     struct q q = {.path = db_path, .err = err};
-    enum hp_status s = db_open(&q);
+    enum hp_status s = hp_store_open_read(db_path, BUSY_TIMEOUT_MS, &q.db, err);
     if (s == HP_OK && o->kind == HP_QUERY_SQL) {
         s = q_sql(&q, o->sql, out);
     } else if (s == HP_OK) {

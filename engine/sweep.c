@@ -154,14 +154,26 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
                 break;
             }
             hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, mask_text, keys[i]);
+            const struct hp_study *sd = &c->plan->studies[job->study];
             sj[i] = (struct hp_store_job){
                 .sweep_id = c->sweep_id,
                 .ord = ords[w0 + i],
-                .plan = c->plan,
-                .job = job,
-                .kind = kind,
+                .study = sd->name,
+                .kind = kind ? kind : hp_study_kind_name(sd->kind),
+                .kv = sd->kv,
+                .label = job->label,
+                .layer = job->layer,
+                .unit = job->unit,
+                .unit2 = job->unit2,
+                .step = job->step,
+                .sample = job->sample,
+                .k = job->k,
                 .key = keys[i],
+                .ablation = hp_ablation_name(c->plan->ablation),
                 .mask_text = mask_text,
+                .n_layers = job->mask->n_layers,
+                .n_heads = job->mask->n_heads,
+                .gate = job->mask->gate,
                 .model_digest = c->model_digest,
                 .data_digest = c->data_digest,
             };
@@ -183,7 +195,7 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
                 st = hp_store_link(c->store, &sj[i], err);
                 c->sum->n_cached++;
             } else {
-                st = hp_store_put(c->store, &sj[i], mts[i], secs, c->threads, err);
+                st = hp_store_put(c->store, &sj[i], mts[i], secs, c->threads, hp_runtime_kernel(), err);
                 if (res)
                     to_store_metrics(mts[i], &res[w0 + i]);
                 c->sum->n_run++;
@@ -396,7 +408,15 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
     if (st == HP_OK && plan->ablation != HP_ABLATE_ZERO)
         st = load_means(&c, err);
     if (st == HP_OK) {
-        struct hp_store_sweep_desc d = {plan, c.plan_digest, c.model_digest, c.data_digest, c.info, c.data};
+        const struct hp_model_info *in = c.info;
+        struct hp_store_sweep_row d = {
+            .plan_digest = c.plan_digest, .model_digest = c.model_digest, .data_digest = c.data_digest,
+            .name = plan->name, .plan_path = plan->path, .plan_text = plan->text,
+            .ablation = hp_ablation_name(plan->ablation), .metric = plan->metric,
+            .model_path = plan->model, .model_type = in->model_type, .n_layers = in->n_layers,
+            .n_heads = in->n_heads, .n_kv_heads = in->n_kv_heads, .d_head = in->d_head, .n_params = in->n_params,
+            .data_path = plan->data, .n_seqs = c.data->n_seqs, .seq_len = c.data->seq_len,
+        };
         st = hp_store_sweep(c.store, &d, &c.sweep_id, err);
         sum->sweep_id = c.sweep_id;
     }
