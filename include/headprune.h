@@ -56,6 +56,14 @@ const char *hp_status_name(enum hp_status st);
  * BLIS kernel set (skx where the CPU has AVX-512F, unless BLIS_ARCH_TYPE is
  * set by the user) and the number of threads (0 = BLIS default).
  * Safe to call again to change the thread count.
+ *
+ * Process-wide: the state lives in globals of blas.c and in BLIS and OpenMP
+ * themselves, not in a context. The first call sets BLIS_ARCH_TYPE in the
+ * environment (setenv: not thread-safe against other threads reading the
+ * environment) and initialises BLIS; n_threads > 0 sets BLIS's thread count
+ * and omp_set_num_threads, which every later BLIS product and OpenMP loop of
+ * the process uses, other models' and evaluators' included. Call it from one
+ * thread, between evaluations (the sweep does, when it changes its threads).
  */
 void hp_runtime_init(int n_threads);
 
@@ -181,6 +189,14 @@ enum hp_status hp_data_load(const char *path, int seq_len, struct hp_data **out,
  * seq_len when it is given). Files of ids go to hp_data_load. info (may be
  * NULL) is the model's: a tokenizer that can make ids its embedding does not
  * have is refused.
+ *
+ * Side effect: tokenized text is cached on disk, in
+ * $HP_CACHE_DIR/tokens/, else $XDG_CACHE_HOME/headprune/tokens/, else
+ * ~/.cache/headprune/tokens/ (that folder and tokens/ made when missing; no
+ * cache without any of the three), one file per digest of text, tokenizer,
+ * seq_len and class names, written atomically (a temporary file renamed). A later call reads it instead of tokenizing.
+ * The cache is only an optimisation: an entry that cannot be written, read
+ * or checked is ignored, never an error. Set HP_CACHE_DIR to move it.
  */
 enum hp_status hp_data_load_for(const char *path, const char *model_dir, const struct hp_model_info *info,
                                 int seq_len, struct hp_data **out, struct hp_error *err);
@@ -293,13 +309,14 @@ int hp_metric_sign(enum hp_metric m);
 struct hp_metrics {
     int n_seqs;
     int64_t n_tokens; /* predicted (causal) or labelled (MLM) tokens */
-    bool has_loss;    /* causal LM or MLM with labels */
+    bool has_loss;    /* causal LM, MLM with labels, or a classifier with class labels */
     bool has_cos;     /* encoders without an LM head */
     double loss;      /* mean token loss, nats */
     double ppl;       /* exp(loss) */
     double acc;       /* top-1 accuracy over the same tokens */
     double kl;        /* mean per-token KL(unmasked || masked), nats */
-    double cos;       /* mean cosine of mean-pooled final hidden states */
+    double cos;       /* mean cosine of the pooled final hidden states (pooled as the model
+                       * declares: mean, CLS or max; hp_model_info.pooling) */
     /* per sequence, each (n_seqs): */
     double *seq_loss;
     double *seq_acc;
@@ -322,7 +339,9 @@ enum hp_status hp_evaluator_new(struct hp_model *model, const struct hp_data *da
                                 struct hp_evaluator **out, struct hp_error *err);
 void hp_evaluator_free(struct hp_evaluator *ev);
 
-/* Optional progress callback, called after each sequence (done of total). */
+/* Optional progress callback, called as sequences finish (done of total):
+ * after each sequence on the plain path, after each chunk of sequences on the
+ * reuse path (hp_evaluator_run_many) and for classifiers. */
 void hp_evaluator_set_progress(struct hp_evaluator *ev,
                                void (*fn)(void *user, int done, int total),
                                void *user);
