@@ -3,52 +3,11 @@
  * of studies, read into struct hp_plan and expanded into jobs (masked
  * variants to evaluate).
  *
- * The format, by example:
- *
- *   name: quickstart              # required, [A-Za-z0-9_.-]+, at most 127 characters
- *   model: ../models/default      # required; a relative path resolves against the
- *   data: ../models/default/heldout.npy   # plan file's folder (both required)
- *   seq_len: 128                  # optional; 0 or absent = from the data file
- *   metric: loss                  # loss | kl | acc | cos; default: the model's own
- *                                 # (loss where it has one, else cos); a metric the
- *                                 # model and data cannot produce is refused at run
- *   ablation: zero                # zero (default) | mean | mean-pos
- *   seed: 1                       # optional, default 0; random studies draw from it
- *   studies:                      # required, a non-empty list
- *     - baseline                  # a bare kind name: a study with its defaults
- *     - single                    # each head ablated alone
- *     - single: {kv: true, name: single-kv}   # each KV group ablated alone
- *     - only: {layers: [0, 2]}    # per layer, every head ablated but one
- *     - layer                     # each layer's attention ablated whole
- *     - random: {k: [2, 4, 8], samples: 5}
- *     - explicit: {sets: {early: "0.*", mix: "1.3,kv:2.0"}}
- *     - pairs: {layers: [1]}      # every pair of units within each layer
- *     - iterative: {prune: 10%, floor: 20%, keep_one_per_layer: true}
- *
- * Study options (an option that does not apply to the kind is an error):
- *   name        every kind; default the kind name; [A-Za-z0-9_.-]+, unique in
- *               the plan. "baseline" is reserved for baseline studies.
- *   layers      single, only, layer, random, pairs, iterative: the layers to
- *               use (a list, or one number); default every layer.
- *   heads       single, only, random, pairs, iterative: the units to use in
- *               each selected layer; with kv: true these are KV groups, and
- *               `groups` is accepted instead (and requires kv: true).
- *   kv          the same kinds: units are KV groups (every query head sharing
- *               one key/value head) instead of query heads. Default false.
- *   k, samples  random: numbers of units to ablate (a list or one number,
- *               each >= 1) and draws per k (default 1).
- *   sets        explicit: a mapping of set name (as for `name`) -> mask spec in
- *               --mask syntax, read as text (so `a: 1.10` means head 10 of layer
- *               1, not the number 1.1); quote specs inside {...}, where a comma
- *               ends the value.
- *   prune       iterative, required: the fraction pruned per step, in (0, 1),
- *               written 10% or 0.1.
- *   floor       iterative: stop once at most this fraction of units remains,
- *               in [0, 1) (default 0).
- *   keep_one_per_layer  iterative: never prune a layer's last unit (default false).
- * Lists are sorted on load; a number listed twice is an error. Booleans are
- * YAML 1.1's: true/false, yes/no, on/off. A study's line is where its entry
- * starts. Layers, heads and KV groups are checked against the model only at
+ * The format users write -- top-level keys, study kinds and their options,
+ * expansion order -- is documented in docs/plans.md; keep it in step with
+ * the loader below (top_names, kind_names, opt_names, kind_opts). Lists are
+ * sorted on load; a number listed twice is an error. Booleans are YAML 1.1's.
+ * Layers, heads and KV groups are checked against the model only at
  * expansion, which is the first time the model is known.
  *
  * A plan without a baseline study gets one, named "baseline", at index 0
