@@ -5,6 +5,11 @@
  * initialisation, so the choice is made here before the first BLIS call),
  * the thread count, and a strided sgemm wrapper.
  * Invariant: every matrix product in the engine goes through hp_gemm.
+ * Global state, on purpose and process-wide (said in headprune.h's
+ * hp_runtime_init contract): the globals below, BLIS_ARCH_TYPE set with
+ * setenv before bli_init, BLIS's thread count and omp_set_num_threads. BLIS
+ * reads its kernel choice once per process, so a per-context choice could
+ * not be honoured anyway; thread counts apply to every model in the process.
  * Must not: allocate, print, or read anything but the environment.
  */
 #define _POSIX_C_SOURCE 200809L

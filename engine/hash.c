@@ -27,11 +27,6 @@ static void finish(XXH3_state_t *s, char hex[HP_DIGEST_HEX])
     snprintf(hex, HP_DIGEST_HEX, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
 }
 
-const char *hp_ablation_name(enum hp_ablation a)
-{
-    return a == HP_ABLATE_MEAN ? "mean" : a == HP_ABLATE_MEAN_POS ? "mean-pos" : "zero";
-}
-
 void hp_digest_model(const struct hp_model *m, char hex[HP_DIGEST_HEX])
 {
     XXH3_state_t s;

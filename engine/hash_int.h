@@ -20,6 +20,4 @@ void hp_digest_text(const char *text, char hex[HP_DIGEST_HEX]);
 void hp_digest_job(const char *model_digest, const char *data_digest, enum hp_ablation abl,
                    const char *mask_text, char hex[HP_DIGEST_HEX]);
 
-const char *hp_ablation_name(enum hp_ablation a);
-
 #endif

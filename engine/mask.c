@@ -9,6 +9,11 @@
  *            with h / (n_heads / n_kv_heads) == G
  * Whitespace around items is allowed; naming a head twice is harmless.
  *
+ * Units (a query head, or a KV group of them) are defined here once: how many
+ * a layer has, which query heads each covers, their names and their "L.U" /
+ * "kv:L.U" labels. Plans, the sweep and queries use these functions rather
+ * than their own arithmetic.
+ *
  * Invariants: gates are exactly 0.0f or 1.0f; a parsed mask has the model's
  * n_layers and n_heads. Must not: print, exit, or know anything of the
  * model beyond struct hp_model_info.
@@ -70,6 +75,60 @@ int hp_mask_count_ablated(const struct hp_mask *m)
     return k;
 }
 
+/* The mask's first layer with a gate that is not 1 (n_layers: none). */
+int hp_mask_first_changed(const struct hp_mask *m, int n_layers)
+{
+    if (!m)
+        return n_layers;
+    for (size_t i = 0; i < (size_t)m->n_layers * (size_t)m->n_heads; i++)
+        if (m->gate[i] != 1.0f)
+            return (int)(i / (size_t)m->n_heads);
+    return m->n_layers;
+}
+
+// --- units -------------------------------------------------------------------
+
+static const struct {
+    const char *one, *many, *prefix;
+} units[2] = {
+    {"head", "heads", ""},         // kv = false: a query head, "L.H"
+    {"KV group", "KV groups", "kv:"}, // kv = true: every query head reading one KV head, "kv:L.G"
+};
+
+int hp_unit_count(const struct hp_model_info *info, bool kv)
+{
+    if (!kv)
+        return info->n_heads;
+    return info->n_kv_heads > 0 ? info->n_kv_heads : info->n_heads; // no KV heads declared: no GQA
+}
+
+int hp_unit_width(const struct hp_model_info *info, bool kv)
+{
+    int n_kv = hp_unit_count(info, true);
+    if (!kv)
+        return 1;
+    return info->n_heads % n_kv == 0 ? info->n_heads / n_kv : 0;
+}
+
+const char *hp_unit_name(bool kv, bool plural)
+{
+    return plural ? units[kv].many : units[kv].one;
+}
+
+int hp_unit_label(char *buf, size_t size, bool kv, int layer, int unit)
+{
+    return snprintf(buf, size, "%s%d.%d", units[kv].prefix, layer, unit);
+}
+
+void hp_mask_set_unit(struct hp_mask *m, const struct hp_model_info *info, bool kv, int layer, int unit, float g)
+{
+    int per = hp_unit_width(info, kv);
+    assert(per > 0 && layer >= 0 && layer < m->n_layers && (unit + 1) * per <= m->n_heads);
+    float *row = m->gate + (size_t)layer * (size_t)m->n_heads;
+    for (int h = unit * per; h < (unit + 1) * per; h++)
+        row[h] = g;
+}
+
 // --- parsing ---------------------------------------------------------------
 
 // A decimal number as written in the spec; v is capped at INT_MAX + 1 so an
@@ -95,15 +154,6 @@ static bool parse_num(const char *s, size_t n, size_t *i, struct num *out)
     out->txt = s + start;
     out->len = (int)(*i - start);
     return true;
-}
-
-// "layers 0-2", or "only layer 0" when there is one.
-static void range_text(char *buf, size_t cap, const char *many, const char *one, int n)
-{
-    if (n == 1)
-        snprintf(buf, cap, "only %s 0", one);
-    else
-        snprintf(buf, cap, "%s 0-%d", many, n - 1);
 }
 
 static bool is_space(char c)
@@ -141,7 +191,7 @@ static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_
         goto syntax;
 
     if (layer.v >= info->n_layers) {
-        range_text(range, sizeof range, "layers", "layer", info->n_layers);
+        hp_range_text(range, sizeof range, "layers", "layer", info->n_layers);
         return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': layer %.*s does not exist (model has %s)",
                     shown, s, more, layer.len, layer.txt, range);
     }
@@ -153,7 +203,7 @@ static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_
     }
     if (!kv) {
         if (sub.v >= info->n_heads) {
-            range_text(range, sizeof range, "heads", "head", info->n_heads);
+            hp_range_text(range, sizeof range, hp_unit_name(false, true), hp_unit_name(false, false), info->n_heads);
             return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': head %.*s does not exist (layer "
                         "%lld has %s)", shown, s, more, sub.len, sub.txt, layer.v, range);
         }
@@ -161,20 +211,17 @@ static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_
         return HP_OK;
     }
 
-    // Without GQA there is one KV head per query head.
-    int n_kv = info->n_kv_heads > 0 ? info->n_kv_heads : info->n_heads;
-    if (info->n_heads % n_kv != 0)
+    int n_kv = hp_unit_count(info, true);
+    if (hp_unit_width(info, true) == 0)
         return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': model has %d query heads and %d KV "
                     "heads, which do not group evenly (name heads as LAYER.HEAD instead)",
                     shown, s, more, info->n_heads, n_kv);
     if (sub.v >= n_kv) {
-        range_text(range, sizeof range, "KV groups", "KV group", n_kv);
+        hp_range_text(range, sizeof range, hp_unit_name(true, true), hp_unit_name(true, false), n_kv);
         return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': KV group %.*s does not exist (model "
                     "has %s)", shown, s, more, sub.len, sub.txt, range);
     }
-    int per = info->n_heads / n_kv;
-    for (int h = (int)sub.v * per; h < ((int)sub.v + 1) * per; h++)
-        row[h] = g;
+    hp_mask_set_unit(m, info, true, (int)layer.v, (int)sub.v, g);
     return HP_OK;
 
 syntax:

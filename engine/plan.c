@@ -3,52 +3,11 @@
  * of studies, read into struct hp_plan and expanded into jobs (masked
  * variants to evaluate).
  *
- * The format, by example:
- *
- *   name: quickstart              # required, [A-Za-z0-9_.-]+, at most 127 characters
- *   model: ../models/default      # required; a relative path resolves against the
- *   data: ../models/default/heldout.npy   # plan file's folder (both required)
- *   seq_len: 128                  # optional; 0 or absent = from the data file
- *   metric: loss                  # loss | kl | acc | cos; default: the model's own
- *                                 # (loss where it has one, else cos); a metric the
- *                                 # model and data cannot produce is refused at run
- *   ablation: zero                # zero (default) | mean | mean-pos
- *   seed: 1                       # optional, default 0; random studies draw from it
- *   studies:                      # required, a non-empty list
- *     - baseline                  # a bare kind name: a study with its defaults
- *     - single                    # each head ablated alone
- *     - single: {kv: true, name: single-kv}   # each KV group ablated alone
- *     - only: {layers: [0, 2]}    # per layer, every head ablated but one
- *     - layer                     # each layer's attention ablated whole
- *     - random: {k: [2, 4, 8], samples: 5}
- *     - explicit: {sets: {early: "0.*", mix: "1.3,kv:2.0"}}
- *     - pairs: {layers: [1]}      # every pair of units within each layer
- *     - iterative: {prune: 10%, floor: 20%, keep_one_per_layer: true}
- *
- * Study options (an option that does not apply to the kind is an error):
- *   name        every kind; default the kind name; [A-Za-z0-9_.-]+, unique in
- *               the plan. "baseline" is reserved for baseline studies.
- *   layers      single, only, layer, random, pairs, iterative: the layers to
- *               use (a list, or one number); default every layer.
- *   heads       single, only, random, pairs, iterative: the units to use in
- *               each selected layer; with kv: true these are KV groups, and
- *               `groups` is accepted instead (and requires kv: true).
- *   kv          the same kinds: units are KV groups (every query head sharing
- *               one key/value head) instead of query heads. Default false.
- *   k, samples  random: numbers of units to ablate (a list or one number,
- *               each >= 1) and draws per k (default 1).
- *   sets        explicit: a mapping of set name (as for `name`) -> mask spec in
- *               --mask syntax, read as text (so `a: 1.10` means head 10 of layer
- *               1, not the number 1.1); quote specs inside {...}, where a comma
- *               ends the value.
- *   prune       iterative, required: the fraction pruned per step, in (0, 1),
- *               written 10% or 0.1.
- *   floor       iterative: stop once at most this fraction of units remains,
- *               in [0, 1) (default 0).
- *   keep_one_per_layer  iterative: never prune a layer's last unit (default false).
- * Lists are sorted on load; a number listed twice is an error. Booleans are
- * YAML 1.1's: true/false, yes/no, on/off. A study's line is where its entry
- * starts. Layers, heads and KV groups are checked against the model only at
+ * The format users write -- top-level keys, study kinds and their options,
+ * expansion order -- is documented in docs/plans.md; keep it in step with
+ * the loader below (top_names, kind_names, opt_names, kind_opts). Lists are
+ * sorted on load; a number listed twice is an error. Booleans are YAML 1.1's.
+ * Layers, heads and KV groups are checked against the model only at
  * expansion, which is the first time the model is known.
  *
  * A plan without a baseline study gets one, named "baseline", at index 0
@@ -813,10 +772,6 @@ static const char *const top_names[N_TOP] = {
     "name", "model", "data", "seq_len", "metric", "ablation", "seed", "studies",
 };
 
-static const char *const metric_names[] = {"loss", "kl", "acc", "cos"};
-static const char *const ablation_names[] = {
-    [HP_ABLATE_ZERO] = "zero", [HP_ABLATE_MEAN] = "mean", [HP_ABLATE_MEAN_POS] = "mean-pos",
-};
 
 // One of a few words; "'metric' must be loss, kl, acc or cos, not 'x' (did you mean ...)".
 static enum hp_status get_word(const struct loader *ld, const char *key, const yaml_node_t *v,
@@ -853,16 +808,25 @@ static enum hp_status load_top(const struct loader *ld, enum top t, const yaml_n
     case T_SEQ_LEN:
         return get_int(ld, "'seq_len'", v, 0, "a positive integer (or 0 for the data file's)",
                        &p->seq_len);
-    case T_METRIC:
-        if ((st = get_word(ld, "metric", v, metric_names, 4, &i)))
+    case T_METRIC: {
+        // the words and their order (the error's list) come from the one metric table
+        const char *words[HP_N_METRICS];
+        for (int k = 0; k < HP_N_METRICS; k++)
+            words[k] = hp_metric_name((enum hp_metric)k);
+        if ((st = get_word(ld, "metric", v, words, HP_N_METRICS, &i)))
             return st;
-        strcpy(p->metric, metric_names[i]);
+        snprintf(p->metric, sizeof p->metric, "%s", words[i]);
         return HP_OK;
-    case T_ABLATION:
-        if ((st = get_word(ld, "ablation", v, ablation_names, 3, &i)))
+    }
+    case T_ABLATION: {
+        const char *words[HP_N_ABLATIONS];
+        for (int k = 0; k < HP_N_ABLATIONS; k++)
+            words[k] = hp_ablation_name((enum hp_ablation)k);
+        if ((st = get_word(ld, "ablation", v, words, HP_N_ABLATIONS, &i)))
             return st;
         p->ablation = (enum hp_ablation)i;
         return HP_OK;
+    }
     case T_SEED: {
         uint64_t x = 0;
         enum int_scan sc = v->type == YAML_SCALAR_NODE && !is_null(v)
@@ -1152,7 +1116,6 @@ struct expander {
     int si;
     const struct hp_study *s;
     int n_units; // units per layer: heads, or KV groups
-    int per;     // query heads per unit
     int n_lay;
     int *lay;    // (n_lay) selected layers, ascending
     int n_sel;
@@ -1178,19 +1141,9 @@ static enum hp_status fail_study(const struct expander *e, const char *key, long
     return hp_fail(e->err, HP_ERR_PLAN, "%s:%zu: study '%s': %s", path, line, e->s->name, msg);
 }
 
-static void range_text(char *buf, size_t cap, const char *many, const char *one, int n)
-{
-    if (n == 1)
-        snprintf(buf, cap, "only %s 0", one);
-    else
-        snprintf(buf, cap, "%s 0-%d", many, n - 1);
-}
-
 static void ablate(const struct expander *e, struct hp_mask *m, int layer, int unit)
 {
-    float *row = m->gate + (size_t)layer * (size_t)m->n_heads;
-    for (int h = unit * e->per; h < (unit + 1) * e->per; h++)
-        row[h] = 0.0f;
+    hp_mask_set_unit(m, e->info, e->s->kv, layer, unit, 0.0f);
 }
 
 static struct hp_mask *new_mask(const struct expander *e)
@@ -1201,7 +1154,7 @@ static struct hp_mask *new_mask(const struct expander *e)
 // "2.3" or "kv:2.1"
 static void unit_text(const struct expander *e, char *buf, size_t cap, int layer, int unit)
 {
-    snprintf(buf, cap, "%s%d.%d", e->s->kv ? "kv:" : "", layer, unit);
+    hp_unit_label(buf, cap, e->s->kv, layer, unit);
 }
 
 // Append a job; takes m (NULL = allocation failed).
@@ -1229,32 +1182,24 @@ static enum hp_status select_units(struct expander *e)
 {
     const struct hp_study *s = e->s;
     const struct hp_model_info *in = e->info;
-    int n_kv = in->n_kv_heads > 0 ? in->n_kv_heads : in->n_heads; // 0: no GQA
     char range[64];
-    e->n_units = in->n_heads;
-    e->per = 1;
-    if (s->kv) {
-        if (in->n_heads % n_kv != 0)
-            return fail_study(e, "kv", 0, NULL, "kv: true needs query heads that group evenly "
-                              "over KV heads (model has %d heads and %d KV heads)",
-                              in->n_heads, n_kv);
-        e->n_units = n_kv;
-        e->per = in->n_heads / n_kv;
-    }
+    if (s->kv && hp_unit_width(in, true) == 0)
+        return fail_study(e, "kv", 0, NULL, "kv: true needs query heads that group evenly "
+                          "over KV heads (model has %d heads and %d KV heads)",
+                          in->n_heads, hp_unit_count(in, true));
+    e->n_units = hp_unit_count(in, s->kv);
     for (int i = 0; i < s->n_layers_sel; i++)
         if (s->layers[i] >= in->n_layers) {
-            range_text(range, sizeof range, "layers", "layer", in->n_layers);
+            hp_range_text(range, sizeof range, "layers", "layer", in->n_layers);
             return fail_study(e, "layers", s->layers[i], NULL, "layer %d does not exist (model "
                               "has %s)", s->layers[i], range);
         }
     for (int i = 0; i < s->n_units_sel; i++)
         if (s->units[i] >= e->n_units) {
-            if (s->kv)
-                range_text(range, sizeof range, "KV groups", "KV group", e->n_units);
-            else
-                range_text(range, sizeof range, "heads", "head", e->n_units);
+            hp_range_text(range, sizeof range, hp_unit_name(s->kv, true), hp_unit_name(s->kv, false),
+                          e->n_units);
             return fail_study(e, "heads", s->units[i], NULL, "%s %d does not exist (model has "
-                              "%s)", s->kv ? "KV group" : "head", s->units[i], range);
+                              "%s)", hp_unit_name(s->kv, false), s->units[i], range);
         }
     e->n_lay = s->n_layers_sel ? s->n_layers_sel : in->n_layers;
     e->n_sel = s->n_units_sel ? s->n_units_sel : e->n_units;

@@ -13,9 +13,10 @@
  * freedom (mean +- t * sd / sqrt(n)); with n = 1 there is none (empty cells).
  * `heads` pairs the variant with the baseline sequence by sequence.
  *
- * Invariants: the database is opened read-only (SQLITE_OPEN_READONLY and
- * PRAGMA query_only), with a busy timeout because a sweep may be writing to
- * it in WAL mode; all reads of one query run in one read transaction, so
+ * Invariants: the database is opened read-only and version-checked by the
+ * store (hp_store_open_read: SQLITE_OPEN_READONLY and PRAGMA query_only), with
+ * a busy timeout because a sweep may be writing to it in WAL mode; SQLite's
+ * errors are translated by the store (hp_store_read_fail); all reads of one query run in one read transaction, so
  * they see one snapshot. Numbers are formatted here (metrics %.6f, effects
  * and intervals %.6g, percentages %.2f, integers plain) and their columns
  * marked numeric; each such cell also carries its number as its text shows
@@ -27,20 +28,18 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "headprune.h"
-#include "store_int.h" // HP_SCHEMA_VERSION: the one schema this reader understands
+#include "store_int.h" // hp_store_open_read: opened and version-checked by the store
 #include "util_int.h"
 
 #include <gsl/gsl_cdf.h>
 #include <sqlite3.h>
 
 #include <assert.h>
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 // A sweep may be writing: wait this long for its lock before giving up.
 #define BUSY_TIMEOUT_MS 10000
@@ -306,39 +305,23 @@ static void acc_ci(const struct acc *a, double *lo, double *hi, double *p)
 
 // --- metrics and effects ----------------------------------------------------
 
-enum metric { M_LOSS, M_KL, M_ACC, M_COS };
-
-static const char *const metric_names[] = {"loss", "kl", "acc", "cos"};
-
-static bool metric_parse(const char *s, enum metric *m)
+// Damage of a variant with value v against baseline value b, signed by the
+// metric table so that larger = worse. KL already measures the distance from
+// the unmasked model: the variant's own value.
+static double effect_of(enum hp_metric m, double v, double b)
 {
-    for (int i = 0; i < 4; i++)
-        if (strcmp(s, metric_names[i]) == 0) {
-            *m = (enum metric)i;
-            return true;
-        }
-    return false;
+    if (m == HP_METRIC_KL)
+        return v;
+    return hp_metric_sign(m) > 0 ? v - b : b - v;
 }
 
-// Damage of a variant with value v against baseline value b: larger = worse.
-static double effect_of(enum metric m, double v, double b)
+static const char *effect_convention(enum hp_metric m)
 {
     switch (m) {
-    case M_LOSS: return v - b;
-    case M_KL: return v;
-    case M_ACC:
-    case M_COS: return b - v;
-    }
-    return NAN;
-}
-
-static const char *effect_convention(enum metric m)
-{
-    switch (m) {
-    case M_LOSS: return "effect = loss - baseline loss (nats; larger = worse)";
-    case M_KL: return "effect = the variant's KL(unmasked || masked) (nats; the baseline's is 0; larger = worse)";
-    case M_ACC: return "effect = baseline acc - acc (larger = worse)";
-    case M_COS: return "effect = baseline cos - cos (larger = worse)";
+    case HP_METRIC_LOSS: return "effect = loss - baseline loss (nats; larger = worse)";
+    case HP_METRIC_KL: return "effect = the variant's KL(unmasked || masked) (nats; the baseline's is 0; larger = worse)";
+    case HP_METRIC_ACC: return "effect = baseline acc - acc (larger = worse)";
+    case HP_METRIC_COS: return "effect = baseline cos - cos (larger = worse)";
     }
     return "";
 }
@@ -351,34 +334,19 @@ struct q {
     struct hp_error *err;
     /* set for the sweep queries: */
     long long sweep;
-    enum metric m;
-    const char *mname; // metric_names[m]: safe to paste into SQL
+    enum hp_metric m;
+    const char *mname; // hp_metric_name(m): safe to paste into SQL
     int n_layers, n_heads;
     long long base_variant;
     double base; // the baseline's value of the metric
-    enum metric ranked; // the sweep's own metric, which its iterative studies ranked units by
+    enum hp_metric ranked; // the sweep's own metric, which its iterative studies ranked units by
     bool ranked_missing; // ... and it has no value (sweeps from before plans were checked against the model)
 };
 
-// One line for an SQLite failure on our own statements, naming the database.
+// One line for an SQLite failure on our own statements, naming the database (the store translates it).
 static enum hp_status sql_fail(struct q *q, int rc)
 {
-    int code = rc & 0xff;
-    const char *msg = sqlite3_errmsg(q->db);
-    if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
-        return hp_fail(q->err, HP_ERR_SQL, "%s: database is busy (another process holds a lock; try again)", q->path);
-    if (code == SQLITE_NOTADB)
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (not an SQLite file)", q->path);
-    if (code == SQLITE_CORRUPT)
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: database is corrupt (%s)", q->path, msg);
-    // a WAL database with a writer at work needs its -shm file, which this user cannot create or write
-    if (code == SQLITE_READONLY || code == SQLITE_CANTOPEN)
-        return hp_fail(q->err, HP_ERR_IO,
-                       "%s: cannot be read without writing beside it (%s; a writer may be at work in a folder this "
-                       "user cannot write: try again when it has finished, or query a copy)", q->path, msg);
-    if (code == SQLITE_ERROR && strncmp(msg, "no such ", 8) == 0)
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (%s)", q->path, msg);
-    return hp_fail(q->err, HP_ERR_SQL, "%s: cannot read (%s)", q->path, msg);
+    return hp_store_read_fail(q->db, q->path, rc, q->err);
 }
 
 static enum hp_status prep(struct q *q, sqlite3_stmt **st, const char *sql)
@@ -392,7 +360,7 @@ static enum hp_status prep(struct q *q, sqlite3_stmt **st, const char *sql)
 }
 
 /* Prepare sql after substituting the metric's column name for every "%s"
- * (the name comes from metric_names, never from the user). */
+ * (the name comes from the metric table, never from the user). */
 static enum hp_status prep_m(struct q *q, sqlite3_stmt **st, const char *sql)
 {
     char buf[2048];
@@ -466,59 +434,6 @@ static bool col_index(struct q *q, sqlite3_stmt *st, int i, int lim, const char 
     return true;
 }
 
-static enum hp_status db_open(struct q *q)
-{
-    enum hp_status s = hp_store_db_open(q->path, false, &q->db, q->err);
-    if (s != HP_OK)
-        return s;
-    sqlite3_busy_timeout(q->db, BUSY_TIMEOUT_MS);
-    sqlite3_limit(q->db, SQLITE_LIMIT_ATTACHED, 0); // user SQL reads this file only
-    int rc = sqlite3_exec(q->db, "PRAGMA query_only = 1", NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return sql_fail(q, rc);
-
-    sqlite3_stmt *st;
-    s = prep(q, &st, "SELECT count(*), count(CASE WHEN type = 'table' AND name = 'meta' THEN 1 END) FROM sqlite_master");
-    if (s != HP_OK)
-        return s;
-    int r = step(q, st, &s);
-    bool empty = r == 1 && sqlite3_column_int64(st, 0) == 0;
-    bool has_meta = r == 1 && sqlite3_column_int64(st, 1) > 0;
-    sqlite3_finalize(st);
-    if (r < 0)
-        return s;
-    // a database `headprune run` is creating this moment has no schema yet: not a foreign file
-    if (empty)
-        return hp_fail(q->err, HP_ERR_ARG,
-                       "%s: has no results yet (an empty database, perhaps still being created; try again once "
-                       "`headprune run` has written to it)", q->path);
-    if (!has_meta)
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (no meta table)", q->path);
-
-    if ((s = prep(q, &st, "SELECT value FROM meta WHERE key = 'schema_version'")) != HP_OK)
-        return s;
-    r = step(q, st, &s);
-    char text[32] = "";
-    if (r == 1)
-        snprintf(text, sizeof text, "%s", col_text(st, 0));
-    sqlite3_finalize(st);
-    if (r < 0)
-        return s;
-    if (r == 0)
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (no schema_version in meta)", q->path);
-    char *end;
-    errno = 0;
-    long long version = strtoll(text, &end, 10);
-    if (end == text || *end || errno || version < 1)
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: not a headprune database (schema_version '%s' in meta)", q->path,
-                       text);
-    if (version > HP_SCHEMA_VERSION)
-        return hp_fail(q->err, HP_ERR_UNSUPPORTED,
-                       "%s: written by a newer headprune (schema %lld; this one reads %d; upgrade headprune)", q->path,
-                       version, HP_SCHEMA_VERSION);
-    return HP_OK;
-}
-
 // --- the sweep, its metric and baseline --------------------------------------
 
 static enum hp_status resolve_sweep(struct q *q, long long id, const char *metric)
@@ -573,15 +488,15 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
     q->n_heads = (int)n_heads;
 
     if (metric) {
-        if (!metric_parse(metric, &q->m))
+        if (!hp_metric_parse(metric, &q->m))
             return hp_fail(q->err, HP_ERR_ARG, "%s: unknown metric '%s' (one of loss, kl, acc, cos)", q->path, metric);
-    } else if (!metric_parse(sweep_metric, &q->m)) {
+    } else if (!hp_metric_parse(sweep_metric, &q->m)) {
         return hp_fail(q->err, HP_ERR_FORMAT, "%s: sweep %lld has an unknown metric '%s' (name one: loss, kl, acc, cos)",
                        q->path, id, sweep_metric);
     }
-    q->mname = metric_names[q->m];
+    q->mname = hp_metric_name(q->m);
     q->ranked = q->m;
-    metric_parse(sweep_metric, &q->ranked);
+    hp_metric_parse(sweep_metric, &q->ranked);
 
     if ((s = prep_m(q, &st,
                     "SELECT j.variant_id, r.%s FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
@@ -604,9 +519,9 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
         return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld has no %s values (the metric does not apply to its model; "
                                            "choose another metric)",
                        q->path, id, q->mname);
-    /* the metric the sweep ranked by: a column name from metric_names, never the user's text */
+    /* the metric the sweep ranked by: a column name from the metric table, never the user's text */
     char sql[160];
-    snprintf(sql, sizeof sql, "SELECT r.%s IS NULL FROM results r WHERE r.variant_id = ?", metric_names[q->ranked]);
+    snprintf(sql, sizeof sql, "SELECT r.%s IS NULL FROM results r WHERE r.variant_id = ?", hp_metric_name(q->ranked));
     if ((s = prep(q, &st, sql)) != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, q->base_variant);
@@ -631,11 +546,6 @@ static enum hp_status first_study(struct q *q, const char *kind, char *name, siz
         snprintf(name, size, "%s", col_text(st, 0));
     sqlite3_finalize(st);
     return r < 0 ? s : HP_OK;
-}
-
-static void unit_label(char *buf, size_t size, bool kv, int layer, int unit)
-{
-    snprintf(buf, size, "%s%d.%d", kv ? "kv:" : "", layer, unit);
 }
 
 // --- sweeps -----------------------------------------------------------------
@@ -696,7 +606,7 @@ static enum hp_status curve_iterative(struct q *q, const char *study, struct tb 
                        "%s: sweep %lld ranked study '%s' by %s, which its model does not produce, so its steps are not "
                        "a pruning curve (run the plan again: headprune now refuses that metric, or takes the model's "
                        "own when the plan names none)",
-                       q->path, q->sweep, study, metric_names[q->ranked]);
+                       q->path, q->sweep, study, hp_metric_name(q->ranked));
     // one curve point per step (kind 'iterative'; candidate scores are 'iterative-score')
     enum hp_status s = prep_m(q, &st,
                               "SELECT j.step, j.k, v.n_ablated, r.%s, v.mask_text, min(j.ord) "
@@ -897,14 +807,14 @@ static enum hp_status q_heads(struct q *q, int top, struct hp_table **out)
                 break;
             }
             if (h->layer >= 0 && h->unit >= 0)
-                unit_label(h->label, sizeof h->label, sqlite3_column_int(st, 2) != 0, h->layer, h->unit);
+                hp_unit_label(h->label, sizeof h->label, sqlite3_column_int(st, 2) != 0, h->layer, h->unit);
             else
                 snprintf(h->label, sizeof h->label, "%s", col_text(st, 5));
             h->value = col_num(st, 6);
             h->effect = effect_of(q->m, h->value, q->base);
         }
         double v = col_num(st, 7), bs = col_num(st, 8);
-        double d = q->m == M_KL ? v : effect_of(q->m, v, bs);
+        double d = q->m == HP_METRIC_KL ? v : effect_of(q->m, v, bs);
         if (!isnan(d))
             acc_add(&rows[n - 1].d, d);
     }
@@ -1017,7 +927,7 @@ static enum hp_status q_redundancy(struct q *q, double eps, struct hp_table **ou
             } else if (which == 1) {
                 if (u >= 0 && (isnan(x->only_min) || e < x->only_min)) {
                     x->only_min = e;
-                    unit_label(x->only_label, sizeof x->only_label, sqlite3_column_int(st, 0) != 0, l, u);
+                    hp_unit_label(x->only_label, sizeof x->only_label, sqlite3_column_int(st, 0) != 0, l, u);
                 }
             } else if (isnan(x->layer_effect)) {
                 x->layer_effect = e;
@@ -1235,8 +1145,8 @@ static enum hp_status q_pairs(struct q *q, int top, struct hp_table **out)
         const struct pair_row *p = &pairs[i];
         int row = tb_row(&b);
         char la[48], lb[48];
-        unit_label(la, sizeof la, p->kv, p->layer, p->a);
-        unit_label(lb, sizeof lb, p->kv, p->layer, p->b);
+        hp_unit_label(la, sizeof la, p->kv, p->layer, p->a);
+        hp_unit_label(lb, sizeof lb, p->kv, p->layer, p->b);
         tb_str(&b, row, C_STUDY, p->study);
         tb_fmt(&b, row, C_PAIR, "%s+%s", la, lb);
         if (p->layer >= 0)
@@ -1368,7 +1278,7 @@ enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, stru
     if (!isfinite(o->eps))
         return hp_fail(err, HP_ERR_ARG, "query: eps must be a finite number");
     struct q q = {.path = db_path, .err = err};
-    enum hp_status s = db_open(&q);
+    enum hp_status s = hp_store_open_read(db_path, BUSY_TIMEOUT_MS, &q.db, err);
     if (s == HP_OK && o->kind == HP_QUERY_SQL) {
         s = q_sql(&q, o->sql, out);
     } else if (s == HP_OK) {

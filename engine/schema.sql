@@ -1,5 +1,6 @@
 -- headprune results database, schema version 2 (2 added ablation_means).
--- Embedded into engine/store.c at build time; documented in README.md.
+-- Embedded into engine/store.c at build time; documented for users in
+-- docs/database.md (keep it in step with this file).
 -- Every statement is idempotent: it runs on each open for writing, which
 -- also brings an older database up to this version.
 -- Invariants: a variant row exists only with its result and per-sequence rows

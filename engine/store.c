@@ -2,10 +2,12 @@
  * store.c -- the results database (SQLite; schema in engine/schema.sql).
  *
  * Owns: opening (WAL, busy timeout, schema creation and version check),
+ * the readers' opening and version check (hp_store_open_read, for queries),
  * and the writes of the sweep runner. Every write is one BEGIN IMMEDIATE
  * transaction: a killed process leaves a whole result or none of it.
  * SQLite's errors are translated here into one line naming the database.
- * Must not: know about tensors or models beyond the descriptions it is given.
+ * Must not: know about tensors, models, plans or jobs: it is given rows of
+ * plain fields (store_int.h), and the kernel and thread count by its caller.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "store_int.h"
@@ -211,6 +213,118 @@ enum hp_status hp_store_db_open(const char *path, bool write, sqlite3 **db, stru
     return HP_OK;
 }
 
+// --- opening for reading (query) -----------------------------------------------
+
+enum hp_status hp_store_read_fail(sqlite3 *db, const char *path, int rc, struct hp_error *err)
+{
+    int code = rc & 0xff;
+    const char *msg = sqlite3_errmsg(db);
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
+        return hp_fail(err, HP_ERR_SQL, "%s: database is busy (another process holds a lock; try again)", path);
+    if (code == SQLITE_NOTADB)
+        return hp_fail(err, HP_ERR_FORMAT, "%s: not a headprune database (not an SQLite file)", path);
+    if (code == SQLITE_CORRUPT)
+        return hp_fail(err, HP_ERR_FORMAT, "%s: database is corrupt (%s)", path, msg);
+    // a WAL database with a writer at work needs its -shm file, which this user cannot create or write
+    if (code == SQLITE_READONLY || code == SQLITE_CANTOPEN)
+        return hp_fail(err, HP_ERR_IO,
+                       "%s: cannot be read without writing beside it (%s; a writer may be at work in a folder this "
+                       "user cannot write: try again when it has finished, or query a copy)", path, msg);
+    if (code == SQLITE_ERROR && strncmp(msg, "no such ", 8) == 0)
+        return hp_fail(err, HP_ERR_FORMAT, "%s: not a headprune database (%s)", path, msg);
+    return hp_fail(err, HP_ERR_SQL, "%s: cannot read (%s)", path, msg);
+}
+
+static enum hp_status read_prep(sqlite3 *db, const char *path, struct hp_error *err, sqlite3_stmt **st,
+                                const char *sql)
+{
+    int rc = sqlite3_prepare_v2(db, sql, -1, st, NULL);
+    if (rc != SQLITE_OK) {
+        *st = NULL;
+        return hp_store_read_fail(db, path, rc, err);
+    }
+    return HP_OK;
+}
+
+// sqlite3_step: 1 = a row, 0 = done, -1 = failed (*s set).
+static int read_step(sqlite3 *db, const char *path, struct hp_error *err, sqlite3_stmt *st, enum hp_status *s)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        return 1;
+    if (rc == SQLITE_DONE)
+        return 0;
+    *s = hp_store_read_fail(db, path, rc, err);
+    return -1;
+}
+
+/* The reader's settings, then: a headprune database of a schema this version reads. */
+static enum hp_status check_read(sqlite3 *db, const char *path, int busy_ms, struct hp_error *err)
+{
+    enum hp_status s;
+    sqlite3_busy_timeout(db, busy_ms);
+    sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, 0); // user SQL reads this file only
+    int rc = sqlite3_exec(db, "PRAGMA query_only = 1", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return hp_store_read_fail(db, path, rc, err);
+
+    sqlite3_stmt *st;
+    s = read_prep(db, path, err, &st, "SELECT count(*), count(CASE WHEN type = 'table' AND name = 'meta' THEN 1 END) FROM sqlite_master");
+    if (s != HP_OK)
+        return s;
+    int r = read_step(db, path, err, st, &s);
+    bool empty = r == 1 && sqlite3_column_int64(st, 0) == 0;
+    bool has_meta = r == 1 && sqlite3_column_int64(st, 1) > 0;
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    // a database `headprune run` is creating this moment has no schema yet: not a foreign file
+    if (empty)
+        return hp_fail(err, HP_ERR_ARG,
+                       "%s: has no results yet (an empty database, perhaps still being created; try again once "
+                       "`headprune run` has written to it)", path);
+    if (!has_meta)
+        return hp_fail(err, HP_ERR_FORMAT, "%s: not a headprune database (no meta table)", path);
+
+    if ((s = read_prep(db, path, err, &st, "SELECT value FROM meta WHERE key = 'schema_version'")) != HP_OK)
+        return s;
+    r = read_step(db, path, err, st, &s);
+    char text[32] = "";
+    if (r == 1) {
+        const unsigned char *v = sqlite3_column_text(st, 0);
+        snprintf(text, sizeof text, "%s", v ? (const char *)v : "");
+    }
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (r == 0)
+        return hp_fail(err, HP_ERR_FORMAT, "%s: not a headprune database (no schema_version in meta)", path);
+    char *end;
+    errno = 0;
+    long long version = strtoll(text, &end, 10);
+    if (end == text || *end || errno || version < 1)
+        return hp_fail(err, HP_ERR_FORMAT, "%s: not a headprune database (schema_version '%s' in meta)", path,
+                       text);
+    if (version > HP_SCHEMA_VERSION)
+        return hp_fail(err, HP_ERR_UNSUPPORTED,
+                       "%s: written by a newer headprune (schema %lld; this one reads %d; upgrade headprune)", path,
+                       version, HP_SCHEMA_VERSION);
+    return HP_OK;
+}
+
+enum hp_status hp_store_open_read(const char *path, int busy_ms, sqlite3 **db_out, struct hp_error *err)
+{
+    enum hp_status s = hp_store_db_open(path, false, db_out, err);
+    if (s != HP_OK)
+        return s;
+    s = check_read(*db_out, path, busy_ms, err);
+    if (s != HP_OK) {
+        sqlite3_close(*db_out);
+        *db_out = NULL;
+    }
+    return s;
+}
+
 // --- opening ------------------------------------------------------------------
 
 /* WAL mode and the schema (whole, or what an older database lacks), in one locked transaction. */
@@ -335,44 +449,43 @@ void hp_store_close(struct hp_store *s)
 
 // --- sweeps -------------------------------------------------------------------
 
-enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_desc *d, int64_t *sweep_id,
+enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_row *d, int64_t *sweep_id,
                               struct hp_error *err)
 {
     char now[32], key[HP_DIGEST_HEX], cat[3 * HP_DIGEST_HEX + 8];
     now_iso(now);
     snprintf(cat, sizeof cat, "%s/%s/%s", d->plan_digest, d->model_digest, d->data_digest);
     hp_digest_text(cat, key);
-    const struct hp_model_info *in = d->info;
     int rc = exec(s, "BEGIN IMMEDIATE");
     sqlite3_stmt *st = NULL;
     if (rc == SQLITE_OK && (rc = prep(s, "INSERT OR IGNORE INTO models(digest, path, model_type, n_layers, n_heads, "
                                          "n_kv_heads, d_head, n_params) VALUES (?,?,?,?,?,?,?,?)",
                                       &st)) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, d->model_digest, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, d->plan->model, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, in->model_type, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 4, in->n_layers);
-        sqlite3_bind_int(st, 5, in->n_heads);
-        sqlite3_bind_int(st, 6, in->n_kv_heads);
-        sqlite3_bind_int(st, 7, in->d_head);
-        sqlite3_bind_int64(st, 8, in->n_params);
+        sqlite3_bind_text(st, 2, d->model_path, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, d->model_type, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 4, d->n_layers);
+        sqlite3_bind_int(st, 5, d->n_heads);
+        sqlite3_bind_int(st, 6, d->n_kv_heads);
+        sqlite3_bind_int(st, 7, d->d_head);
+        sqlite3_bind_int64(st, 8, d->n_params);
         rc = step_done(st);
     }
     if (rc == SQLITE_OK &&
         (rc = prep(s, "INSERT OR IGNORE INTO datasets(digest, path, n_seqs, seq_len) VALUES (?,?,?,?)", &st)) ==
             SQLITE_OK) {
         sqlite3_bind_text(st, 1, d->data_digest, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, d->plan->data, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 3, d->data->n_seqs);
-        sqlite3_bind_int(st, 4, d->data->seq_len);
+        sqlite3_bind_text(st, 2, d->data_path, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, d->n_seqs);
+        sqlite3_bind_int(st, 4, d->seq_len);
         rc = step_done(st);
     }
     if (rc == SQLITE_OK &&
         (rc = prep(s, "INSERT OR IGNORE INTO plans(digest, name, path, text) VALUES (?,?,?,?)", &st)) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, d->plan_digest, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, d->plan->name, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, d->plan->path, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 4, d->plan->text ? d->plan->text : "", -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, d->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, d->plan_path, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, d->plan_text ? d->plan_text : "", -1, SQLITE_STATIC);
         rc = step_done(st);
     }
     if (rc == SQLITE_OK &&
@@ -385,9 +498,9 @@ enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_de
         sqlite3_bind_text(st, 2, d->plan_digest, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, d->model_digest, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 4, d->data_digest, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 5, d->plan->name, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 6, hp_ablation_name(d->plan->ablation), -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 7, d->plan->metric, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 5, d->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 6, d->ablation, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 7, d->metric, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 8, now, -1, SQLITE_STATIC);
         rc = step_done(st);
     }
@@ -432,8 +545,6 @@ enum hp_status hp_store_lookup(struct hp_store *s, const char *key, bool *found,
 /* INSERT OR IGNORE the sweep_jobs row of j (variant found by key). */
 static int link_row(struct hp_store *s, const struct hp_store_job *j)
 {
-    const struct hp_job *jb = j->job;
-    const struct hp_study *sd = &j->plan->studies[jb->study];
     sqlite3_stmt *st;
     int rc = prep(s, "INSERT OR IGNORE INTO sweep_jobs(sweep_id, ord, variant_id, study, kind, kv, label, layer, "
                      "unit, unit2, step, sample, k) VALUES (?1, ?2, (SELECT id FROM variants WHERE key = ?3), "
@@ -444,19 +555,19 @@ static int link_row(struct hp_store *s, const struct hp_store_job *j)
     sqlite3_bind_int64(st, 1, j->sweep_id);
     sqlite3_bind_int64(st, 2, j->ord);
     sqlite3_bind_text(st, 3, j->key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, sd->name, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, j->kind ? j->kind : hp_study_kind_name(sd->kind), -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 6, sd->kv);
-    sqlite3_bind_text(st, 7, jb->label, -1, SQLITE_STATIC);
-    int vals[3] = {jb->layer, jb->unit, jb->unit2};
+    sqlite3_bind_text(st, 4, j->study, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, j->kind, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 6, j->kv);
+    sqlite3_bind_text(st, 7, j->label, -1, SQLITE_STATIC);
+    int vals[3] = {j->layer, j->unit, j->unit2};
     for (int i = 0; i < 3; i++)
         if (vals[i] >= 0)
             sqlite3_bind_int(st, 8 + i, vals[i]);
         else
             sqlite3_bind_null(st, 8 + i);
-    sqlite3_bind_int(st, 11, jb->step);
-    sqlite3_bind_int(st, 12, jb->sample);
-    sqlite3_bind_int(st, 13, jb->k);
+    sqlite3_bind_int(st, 11, j->step);
+    sqlite3_bind_int(st, 12, j->sample);
+    sqlite3_bind_int(st, 13, j->k);
     rc = step_done(st);
     if (rc != SQLITE_OK)
         return rc;
@@ -493,15 +604,17 @@ static void bind_metric(sqlite3_stmt *st, int i, bool has, double v)
 }
 
 static int insert_variant(struct hp_store *s, const struct hp_store_job *j, const struct hp_metrics *mt,
-                          double wall_s, int threads)
+                          double wall_s, int threads, const char *kernel)
 {
-    const struct hp_mask *mask = j->job->mask;
-    int nbits = mask->n_layers * mask->n_heads;
+    /* variants.mask: bit i (LSB first) set when gate i is 0; n_ablated counts them */
+    int nbits = j->n_layers * j->n_heads, n_ablated = 0;
     unsigned char bits[(nbits + 7) / 8 + 1];
     memset(bits, 0, sizeof bits);
     for (int i = 0; i < nbits; i++)
-        if (mask->gate[i] == 0.0f)
+        if (j->gate[i] == 0.0f) {
             bits[i / 8] |= (unsigned char)(1u << (i % 8));
+            n_ablated++;
+        }
     sqlite3_stmt *st;
     int rc = prep(s, "INSERT INTO variants(key, model_id, dataset_id, ablation, mask, mask_text, n_ablated) VALUES "
                      "(?1, (SELECT id FROM models WHERE digest = ?2), (SELECT id FROM datasets WHERE digest = ?3), "
@@ -512,10 +625,10 @@ static int insert_variant(struct hp_store *s, const struct hp_store_job *j, cons
     sqlite3_bind_text(st, 1, j->key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, j->model_digest, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, j->data_digest, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, hp_ablation_name(j->plan->ablation), -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, j->ablation, -1, SQLITE_STATIC);
     sqlite3_bind_blob(st, 5, bits, (nbits + 7) / 8, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 6, j->mask_text, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 7, hp_mask_count_ablated(mask));
+    sqlite3_bind_int(st, 7, n_ablated);
     if ((rc = step_done(st)) != SQLITE_OK)
         return rc;
     int64_t vid = sqlite3_last_insert_rowid(s->db);
@@ -540,7 +653,7 @@ static int insert_variant(struct hp_store *s, const struct hp_store_job *j, cons
     sqlite3_bind_int(st, 11, HP_NUMERIC_VERSION);
     sqlite3_bind_text(st, 12, s->host, -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 13, threads);
-    sqlite3_bind_text(st, 14, hp_runtime_kernel(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 14, kernel, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 15, now, -1, SQLITE_TRANSIENT);
     if ((rc = step_done(st)) != SQLITE_OK)
         return rc;
@@ -565,7 +678,7 @@ static int insert_variant(struct hp_store *s, const struct hp_store_job *j, cons
 }
 
 enum hp_status hp_store_put(struct hp_store *s, const struct hp_store_job *j, const struct hp_metrics *mt,
-                            double wall_s, int threads, struct hp_error *err)
+                            double wall_s, int threads, const char *kernel, struct hp_error *err)
 {
     int rc = exec(s, "BEGIN IMMEDIATE");
     int64_t vid;
@@ -574,7 +687,7 @@ enum hp_status hp_store_put(struct hp_store *s, const struct hp_store_job *j, co
         rc = select_int(s, "SELECT id FROM variants WHERE key = ?", j->key, &vid, &exists);
     /* another worker may have finished the same variant meanwhile: keep theirs */
     if (rc == SQLITE_OK && !exists)
-        rc = insert_variant(s, j, mt, wall_s, threads);
+        rc = insert_variant(s, j, mt, wall_s, threads, kernel);
     if (rc == SQLITE_OK)
         rc = link_row(s, j);
     if (rc == SQLITE_OK)

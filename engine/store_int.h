@@ -1,8 +1,9 @@
 /*
  * store_int.h -- the results database (SQLite), as the sweep runner uses it.
  *
- * The store knows no tensors: it is handed digests, descriptions and
- * metrics. Every write is one BEGIN IMMEDIATE transaction, so a killed
+ * The store knows no tensors, plans or jobs: it is handed rows of plain
+ * fields (strings and numbers: digests, names, paths, sizes, gates) and
+ * metrics, and the caller says what ran them (kernel, threads). Every write is one BEGIN IMMEDIATE transaction, so a killed
  * process leaves either the whole result or none of it, and several local
  * workers can share one database (WAL mode, busy timeout).
  */
@@ -33,19 +34,41 @@ enum hp_status hp_store_db_open(const char *path, bool write, struct sqlite3 **d
 /* The URI under which path is opened read-only (as hp_store_db_open would); false if it does not fit. */
 bool hp_store_ro_uri(const char *path, char *buf, size_t size);
 
+/*
+ * Open a results database to read (queries): hp_store_db_open read-only, a
+ * busy timeout of busy_ms (a sweep may be writing), PRAGMA query_only, no
+ * attached databases, and the schema checked: an empty file, a foreign one or
+ * one written by a newer headprune is an error saying so. *db is NULL on
+ * failure. Destructor: sqlite3_close.
+ */
+enum hp_status hp_store_open_read(const char *path, int busy_ms, struct sqlite3 **db, struct hp_error *err);
+
+/* A reader's SQLite failure (rc) on db as one line naming the database: busy,
+ * not a database, corrupt, unreadable without writing beside it, ... */
+enum hp_status hp_store_read_fail(struct sqlite3 *db, const char *path, int rc, struct hp_error *err);
+
 /* Open or create a results database. Destructor: hp_store_close. */
 enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_error *err);
 void hp_store_close(struct hp_store *s);
 
-struct hp_store_sweep_desc {
-    const struct hp_plan *plan;
+/* A sweep and the plan, model and dataset rows it refers to (docs/database.md). */
+struct hp_store_sweep_row {
     const char *plan_digest, *model_digest, *data_digest;
-    const struct hp_model_info *info;
-    const struct hp_data *data;
+    const char *name;          /* sweeps.name, plans.name */
+    const char *plan_path;     /* plans.path */
+    const char *plan_text;     /* plans.text: the plan file as read */
+    const char *ablation;      /* sweeps.ablation: "zero", "mean", "mean-pos" */
+    const char *metric;        /* sweeps.metric, resolved against the model */
+    const char *model_path;    /* models.path */
+    const char *model_type;    /* models.model_type */
+    int n_layers, n_heads, n_kv_heads, d_head;
+    int64_t n_params;
+    const char *data_path;     /* datasets.path */
+    int n_seqs, seq_len;
 };
 
 /* Find or create the sweep (and its plan, model and dataset rows). */
-enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_desc *d, int64_t *sweep_id,
+enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_row *d, int64_t *sweep_id,
                               struct hp_error *err);
 
 /* The metrics a finished variant keeps, for ranking without re-running. */
@@ -57,23 +80,31 @@ struct hp_store_metrics {
 enum hp_status hp_store_lookup(struct hp_store *s, const char *key, bool *found, struct hp_store_metrics *m,
                                struct hp_error *err);
 
+/* One job of a sweep (a sweep_jobs row) and the variant it evaluates (a variants row). */
 struct hp_store_job {
     int64_t sweep_id;
     int64_t ord;
-    const struct hp_plan *plan;
-    const struct hp_job *job;
-    const char *kind; /* sweep_jobs.kind; NULL = the study's kind */
-    const char *key;
+    const char *study; /* the study's name */
+    const char *kind;  /* sweep_jobs.kind: the study's kind, or e.g. "iterative-score" */
+    bool kv;           /* units are KV groups */
+    const char *label;
+    int layer, unit, unit2; /* -1 = none (NULL in the row) */
+    int step, sample, k;
+    const char *key;   /* the variant's content address */
+    const char *ablation;
     const char *mask_text;
+    int n_layers, n_heads;
+    const float *gate; /* (n_layers, n_heads), row-major: the mask's gates, 0 = ablated */
     const char *model_digest, *data_digest;
 };
 
 /* Record that a job of a sweep is the (already finished) variant `key`. */
 enum hp_status hp_store_link(struct hp_store *s, const struct hp_store_job *j, struct hp_error *err);
 
-/* Write a finished variant, its per-sequence values and its sweep link, atomically. */
+/* Write a finished variant, its per-sequence values and its sweep link, atomically.
+ * wall_s, threads and kernel say how it ran (results.wall_s, .threads, .kernel). */
 enum hp_status hp_store_put(struct hp_store *s, const struct hp_store_job *j, const struct hp_metrics *mt,
-                            double wall_s, int threads, struct hp_error *err);
+                            double wall_s, int threads, const char *kernel, struct hp_error *err);
 
 /*
  * Stored mean-ablation statistics of (model, data) under this engine's

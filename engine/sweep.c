@@ -25,6 +25,7 @@
 
 struct ctx {
     const struct hp_plan *plan;
+    enum hp_metric metric; /* plan->metric, resolved against the model */
     const struct hp_sweep_opts *o;
     struct hp_sweep_summary *sum;
     struct hp_model *model;
@@ -42,29 +43,17 @@ struct ctx {
     struct hp_cpu_meter since; /* the reading other processes' work is measured from */
 };
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static bool stopping(const struct ctx *c)
 {
     return c->o->stop && *c->o->stop;
 }
 
-/* The plan's metric as damage: larger = worse. */
+/* The plan's metric as damage: its value signed so that larger = worse. */
 static double damage(const struct ctx *c, const struct hp_store_metrics *m)
 {
-    const char *k = c->plan->metric;
-    if (strcmp(k, "kl") == 0)
-        return m->kl;
-    if (strcmp(k, "acc") == 0)
-        return -m->acc;
-    if (strcmp(k, "cos") == 0)
-        return -m->cos;
-    return m->loss;
+    double v = c->metric == HP_METRIC_KL ? m->kl : c->metric == HP_METRIC_ACC ? m->acc
+             : c->metric == HP_METRIC_COS ? m->cos : m->loss;
+    return hp_metric_sign(c->metric) > 0 ? v : -v;
 }
 
 static void to_store_metrics(const struct hp_metrics *mt, struct hp_store_metrics *m)
@@ -79,7 +68,7 @@ static void job_done(struct ctx *c, const struct hp_job *job)
 {
     c->done++;
     if (c->o->progress) {
-        struct hp_sweep_progress p = {c->done, c->total, c->sum->n_cached, job->label, now() - c->t0};
+        struct hp_sweep_progress p = {c->done, c->total, c->sum->n_cached, job->label, hp_now() - c->t0};
         c->o->progress(c->o->user, &p);
     }
 }
@@ -165,14 +154,26 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
                 break;
             }
             hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, mask_text, keys[i]);
+            const struct hp_study *sd = &c->plan->studies[job->study];
             sj[i] = (struct hp_store_job){
                 .sweep_id = c->sweep_id,
                 .ord = ords[w0 + i],
-                .plan = c->plan,
-                .job = job,
-                .kind = kind,
+                .study = sd->name,
+                .kind = kind ? kind : hp_study_kind_name(sd->kind),
+                .kv = sd->kv,
+                .label = job->label,
+                .layer = job->layer,
+                .unit = job->unit,
+                .unit2 = job->unit2,
+                .step = job->step,
+                .sample = job->sample,
+                .k = job->k,
                 .key = keys[i],
+                .ablation = hp_ablation_name(c->plan->ablation),
                 .mask_text = mask_text,
+                .n_layers = job->mask->n_layers,
+                .n_heads = job->mask->n_heads,
+                .gate = job->mask->gate,
                 .model_digest = c->model_digest,
                 .data_digest = c->data_digest,
             };
@@ -185,16 +186,16 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
         }
         if (n_new > 0)
             adapt_threads(c);
-        double t = now();
+        double t = hp_now();
         if (st == HP_OK && n_new > 0)
             st = hp_evaluator_run_many(c->ev, masks, nw, c->plan->ablation, mts, err);
-        double secs = (now() - t) / nw; /* each result's time: its share of the window's */
+        double secs = (hp_now() - t) / nw; /* each result's time: its share of the window's */
         for (int i = 0; i < nw && st == HP_OK; i++) {
             if (found[i]) {
                 st = hp_store_link(c->store, &sj[i], err);
                 c->sum->n_cached++;
             } else {
-                st = hp_store_put(c->store, &sj[i], mts[i], secs, c->threads, err);
+                st = hp_store_put(c->store, &sj[i], mts[i], secs, c->threads, hp_runtime_kernel(), err);
                 if (res)
                     to_store_metrics(mts[i], &res[w0 + i]);
                 c->sum->n_run++;
@@ -221,9 +222,7 @@ struct unit {
 
 static void ablate_unit(const struct ctx *c, const struct hp_study *s, struct hp_mask *m, struct unit u)
 {
-    int H = c->info->n_heads, per = s->kv ? H / c->info->n_kv_heads : 1;
-    for (int h = u.unit * per; h < (u.unit + 1) * per; h++)
-        m->gate[u.layer * H + h] = 0.0f;
+    hp_mask_set_unit(m, c->info, s->kv, u.layer, u.unit, 0.0f);
 }
 
 static bool selected(int n, const int *list, int v)
@@ -258,7 +257,7 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
 {
     const struct hp_study *s = &c->plan->studies[si];
     const struct hp_model_info *in = c->info;
-    int per_layer = s->kv ? in->n_kv_heads : in->n_heads;
+    int per_layer = hp_unit_count(in, s->kv);
     struct unit *units = malloc(sizeof *units * (size_t)in->n_layers * per_layer);
     bool *pruned = calloc((size_t)in->n_layers * per_layer, sizeof *pruned);
     struct scored *cand = malloc(sizeof *cand * (size_t)in->n_layers * per_layer);
@@ -310,8 +309,9 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
             ablate_unit(c, s, m, units[i]);
             cjobs[nc] = (struct hp_job){.study = si, .step = step + 1, .k = n_pruned + 1, .layer = units[i].layer,
                                         .unit = units[i].unit, .unit2 = -1, .mask = m};
-            snprintf(cjobs[nc].label, sizeof cjobs[nc].label, "step %d: %s%d.%d", step + 1, s->kv ? "kv:" : "",
-                     units[i].layer, units[i].unit);
+            char unit[64];
+            hp_unit_label(unit, sizeof unit, s->kv, units[i].layer, units[i].unit);
+            snprintf(cjobs[nc].label, sizeof cjobs[nc].label, "step %d: %s", step + 1, unit);
             cords[nc] = (*ord)++;
             cand[nc++] = (struct scored){i, 0};
         }
@@ -373,7 +373,7 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
                             struct hp_error *err)
 {
     memset(sum, 0, sizeof *sum);
-    struct ctx c = {.plan = plan, .o = o, .sum = sum, .t0 = now(), .auto_threads = o->threads <= 0};
+    struct ctx c = {.plan = plan, .o = o, .sum = sum, .t0 = hp_now(), .auto_threads = o->threads <= 0};
     hp_cpu_meter_read(&c.since);
     struct hp_joblist *jobs = NULL;
     enum hp_status st = hp_model_open(plan->model, &c.model, err);
@@ -390,6 +390,7 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         st = hp_evaluator_pick_metric(c.ev, plan->path, plan->metric, &metric, err);
     if (st == HP_OK) {
         snprintf(eff.metric, sizeof eff.metric, "%s", metric);
+        hp_metric_parse(metric, &c.metric); /* a name from the metric table: always found */
         c.plan = plan = &eff;
         hp_evaluator_set_plain(c.ev, o->plain);
     }
@@ -406,7 +407,15 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
     if (st == HP_OK && plan->ablation != HP_ABLATE_ZERO)
         st = load_means(&c, err);
     if (st == HP_OK) {
-        struct hp_store_sweep_desc d = {plan, c.plan_digest, c.model_digest, c.data_digest, c.info, c.data};
+        const struct hp_model_info *in = c.info;
+        struct hp_store_sweep_row d = {
+            .plan_digest = c.plan_digest, .model_digest = c.model_digest, .data_digest = c.data_digest,
+            .name = plan->name, .plan_path = plan->path, .plan_text = plan->text,
+            .ablation = hp_ablation_name(plan->ablation), .metric = plan->metric,
+            .model_path = plan->model, .model_type = in->model_type, .n_layers = in->n_layers,
+            .n_heads = in->n_heads, .n_kv_heads = in->n_kv_heads, .d_head = in->d_head, .n_params = in->n_params,
+            .data_path = plan->data, .n_seqs = c.data->n_seqs, .seq_len = c.data->seq_len,
+        };
         st = hp_store_sweep(c.store, &d, &c.sweep_id, err);
         sum->sweep_id = c.sweep_id;
     }
@@ -432,7 +441,7 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
             st = run_iterative(&c, si, &ord, err);
     sum->n_jobs = c.done;
     sum->interrupted = stopping(&c);
-    sum->seconds = now() - c.t0;
+    sum->seconds = hp_now() - c.t0;
     hp_store_close(c.store);
     hp_joblist_free(jobs);
     hp_evaluator_free(c.ev);

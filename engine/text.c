@@ -13,7 +13,10 @@
  *           to seq_len when one is given) under an attention mask.
  * Any other file goes to hp_data_load unchanged. Tokenized text is cached by
  * digest (below).
- * Must not: print or exit. Owns nothing past the call.
+ * Must not: print or exit. Owns nothing in memory past the call, but leaves
+ * files behind: the cache of tokenized text (under $HP_CACHE_DIR, else
+ * $XDG_CACHE_HOME/headprune, else ~/.cache/headprune; see "the cache" below),
+ * which the contract in headprune.h names.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>

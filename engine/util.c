@@ -1,4 +1,4 @@
-/* util.c -- error formatting and whole-file reading shared by the engine's modules. */
+/* util.c -- error formatting, whole-file reading, the clock and index-range hints shared by the engine's modules. */
 #define _POSIX_C_SOURCE 200809L
 #include "util_int.h"
 
@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 enum hp_status hp_fail(struct hp_error *err, enum hp_status st, const char *fmt, ...)
 {
@@ -69,4 +70,19 @@ enum hp_status hp_read_text(const char *path, size_t max_bytes, enum hp_status t
     if (len)
         *len = n;
     return HP_OK;
+}
+
+double hp_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void hp_range_text(char *buf, size_t cap, const char *many, const char *one, int n)
+{
+    if (n == 1)
+        snprintf(buf, cap, "only %s 0", one);
+    else
+        snprintf(buf, cap, "%s 0-%d", many, n - 1);
 }

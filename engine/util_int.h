@@ -18,4 +18,11 @@ enum hp_status hp_fail(struct hp_error *err, enum hp_status st, const char *fmt,
 enum hp_status hp_read_text(const char *path, size_t max_bytes, enum hp_status too_big, const char *what,
                             char **out, size_t *len, struct hp_error *err);
 
+/* Seconds on the monotonic clock: for durations only (its zero is arbitrary). */
+double hp_now(void);
+
+/* "layers 0-2", or "only layer 0" when n is 1: the range of valid indices for
+ * error hints (many/one: the plural and singular noun). */
+void hp_range_text(char *buf, size_t cap, const char *many, const char *one, int n);
+
 #endif

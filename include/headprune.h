@@ -56,6 +56,14 @@ const char *hp_status_name(enum hp_status st);
  * BLIS kernel set (skx where the CPU has AVX-512F, unless BLIS_ARCH_TYPE is
  * set by the user) and the number of threads (0 = BLIS default).
  * Safe to call again to change the thread count.
+ *
+ * Process-wide: the state lives in globals of blas.c and in BLIS and OpenMP
+ * themselves, not in a context. The first call sets BLIS_ARCH_TYPE in the
+ * environment (setenv: not thread-safe against other threads reading the
+ * environment) and initialises BLIS; n_threads > 0 sets BLIS's thread count
+ * and omp_set_num_threads, which every later BLIS product and OpenMP loop of
+ * the process uses, other models' and evaluators' included. Call it from one
+ * thread, between evaluations (the sweep does, when it changes its threads).
  */
 void hp_runtime_init(int n_threads);
 
@@ -181,6 +189,14 @@ enum hp_status hp_data_load(const char *path, int seq_len, struct hp_data **out,
  * seq_len when it is given). Files of ids go to hp_data_load. info (may be
  * NULL) is the model's: a tokenizer that can make ids its embedding does not
  * have is refused.
+ *
+ * Side effect: tokenized text is cached on disk, in
+ * $HP_CACHE_DIR/tokens/, else $XDG_CACHE_HOME/headprune/tokens/, else
+ * ~/.cache/headprune/tokens/ (that folder and tokens/ made when missing; no
+ * cache without any of the three), one file per digest of text, tokenizer,
+ * seq_len and class names, written atomically (a temporary file renamed). A later call reads it instead of tokenizing.
+ * The cache is only an optimisation: an entry that cannot be written, read
+ * or checked is ignored, never an error. Set HP_CACHE_DIR to move it.
  */
 enum hp_status hp_data_load_for(const char *path, const char *model_dir, const struct hp_model_info *info,
                                 int seq_len, struct hp_data **out, struct hp_error *err);
@@ -216,6 +232,36 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
 /* Number of ablated (gate == 0) heads. */
 int hp_mask_count_ablated(const struct hp_mask *m);
 
+/*
+ * Units: what a study ablates one at a time, a query head or (kv = true) a KV
+ * group, every query head sharing one key/value head. One table in mask.c
+ * names them ("head" / "KV group") and labels them ("L.H" / "kv:L.G").
+ */
+
+/* Units per layer: n_heads, or with kv the KV groups (n_kv_heads; n_heads
+ * when the model declares none). */
+int hp_unit_count(const struct hp_model_info *info, bool kv);
+
+/* Query heads one unit covers: 1, or with kv n_heads / n_kv_heads; 0 when the
+ * query heads do not group evenly over the KV heads. */
+int hp_unit_width(const struct hp_model_info *info, bool kv);
+
+/* "head" or "KV group"; plural: "heads" or "KV groups". Static. */
+const char *hp_unit_name(bool kv, bool plural);
+
+/* The unit's label as masks and tables write it: "L.U" or "kv:L.U". Returns
+ * what snprintf returns. */
+int hp_unit_label(char *buf, size_t size, bool kv, int layer, int unit);
+
+/* Set the gate of every query head of unit (layer, unit) to g (0 = ablate).
+ * The unit must exist in m (as hp_unit_count and hp_unit_width say). */
+void hp_mask_set_unit(struct hp_mask *m, const struct hp_model_info *info, bool kv, int layer, int unit, float g);
+
+/* The first layer with a gate that is not 1, where a variant's forward starts
+ * to differ from the unmasked model's; n_layers when nothing is ablated
+ * (also for m == NULL, which is given as n_layers). */
+int hp_mask_first_changed(const struct hp_mask *m, int n_layers);
+
 /* Canonical text of a mask: ascending "L.H" items, a fully ablated layer as
  * "L.*", "" when nothing is ablated. Parses back to the same mask.
  * NULL on out-of-memory; the caller frees it with free(). */
@@ -228,17 +274,49 @@ enum hp_ablation {
     HP_ABLATE_MEAN,     /* replaced by its mean over all held-out tokens */
     HP_ABLATE_MEAN_POS, /* replaced by its mean at each position */
 };
+#define HP_N_ABLATIONS 3
+
+/* The method's name as plans, digests and the database write it: "zero",
+ * "mean", "mean-pos" ("unknown" for a value outside the enum). Static. */
+const char *hp_ablation_name(enum hp_ablation a);
+
+/* The method a name means; false if it names none. */
+bool hp_ablation_parse(const char *name, enum hp_ablation *out);
+
+/*
+ * The metrics a variant is measured by, one table (engine/metric.c) for every
+ * module that names or ranks them: plans, the sweep's iterative scoring,
+ * queries, the CLI.
+ */
+enum hp_metric {
+    HP_METRIC_LOSS, /* mean token loss, nats: larger = worse */
+    HP_METRIC_KL,   /* KL(unmasked || masked), nats: larger = worse */
+    HP_METRIC_ACC,  /* top-1 accuracy: larger = better */
+    HP_METRIC_COS,  /* cosine to the unmasked model's embedding: larger = better */
+};
+#define HP_N_METRICS 4
+
+/* "loss", "kl", "acc", "cos" ("unknown" outside the enum). Static. */
+const char *hp_metric_name(enum hp_metric m);
+
+/* The metric a name means; false if it names none. */
+bool hp_metric_parse(const char *name, enum hp_metric *out);
+
+/* +1 when a larger value is worse (loss, kl), -1 when it is better (acc, cos):
+ * damage = sign * value ranks variants the same way for every metric. */
+int hp_metric_sign(enum hp_metric m);
 
 struct hp_metrics {
     int n_seqs;
     int64_t n_tokens; /* predicted (causal) or labelled (MLM) tokens */
-    bool has_loss;    /* causal LM or MLM with labels */
+    bool has_loss;    /* causal LM, MLM with labels, or a classifier with class labels */
     bool has_cos;     /* encoders without an LM head */
     double loss;      /* mean token loss, nats */
     double ppl;       /* exp(loss) */
     double acc;       /* top-1 accuracy over the same tokens */
     double kl;        /* mean per-token KL(unmasked || masked), nats */
-    double cos;       /* mean cosine of mean-pooled final hidden states */
+    double cos;       /* mean cosine of the pooled final hidden states (pooled as the model
+                       * declares: mean, CLS or max; hp_model_info.pooling) */
     /* per sequence, each (n_seqs): */
     double *seq_loss;
     double *seq_acc;
@@ -261,7 +339,9 @@ enum hp_status hp_evaluator_new(struct hp_model *model, const struct hp_data *da
                                 struct hp_evaluator **out, struct hp_error *err);
 void hp_evaluator_free(struct hp_evaluator *ev);
 
-/* Optional progress callback, called after each sequence (done of total). */
+/* Optional progress callback, called as sequences finish (done of total):
+ * after each sequence on the plain path, after each chunk of sequences on the
+ * reuse path (hp_evaluator_run_many) and for classifiers. */
 void hp_evaluator_set_progress(struct hp_evaluator *ev,
                                void (*fn)(void *user, int done, int total),
                                void *user);

@@ -1,6 +1,7 @@
 /*
- * test_mask.c -- hp_mask_new / hp_mask_parse / hp_mask_count_ablated, and
- * hp_status_name.
+ * test_mask.c -- hp_mask_new / hp_mask_parse / hp_mask_count_ablated, units
+ * (counts, widths, names, labels), the first changed layer, the metric and
+ * ablation name tables, and hp_status_name.
  *
  * Models are described by a hand-filled struct hp_model_info; no weights
  * are needed. Expected gates are spelled out head by head.
@@ -316,4 +317,96 @@ Test(status, names)
     cr_assert_str_eq(hp_status_name(HP_ERR_SQL), "sql");
     cr_assert_str_eq(hp_status_name(HP_ERR_PLAN), "plan");
     cr_assert_str_eq(hp_status_name((enum hp_status)99), "unknown");
+}
+
+// --- units, labels, first changed layer (one definition each, in mask.c) ------
+
+Test(units, counts_widths_names_labels)
+{
+    struct hp_model_info gqa = tu_info(2, 8, 2), mha = tu_info(2, 4, 4), uneven = tu_info(1, 6, 4);
+    cr_assert_eq(hp_unit_count(&gqa, false), 8);
+    cr_assert_eq(hp_unit_count(&gqa, true), 2);
+    cr_assert_eq(hp_unit_width(&gqa, false), 1);
+    cr_assert_eq(hp_unit_width(&gqa, true), 4);
+    cr_assert_eq(hp_unit_width(&mha, true), 1);
+    cr_assert_eq(hp_unit_width(&uneven, true), 0, "6 query heads over 4 KV heads do not group");
+    struct hp_model_info none = tu_info(1, 4, 4);
+    none.n_kv_heads = 0; // a model that declares no KV heads has one per query head
+    cr_assert_eq(hp_unit_count(&none, true), 4);
+    cr_assert_eq(hp_unit_width(&none, true), 1);
+    cr_assert_str_eq(hp_unit_name(false, false), "head");
+    cr_assert_str_eq(hp_unit_name(true, true), "KV groups");
+    char buf[32];
+    hp_unit_label(buf, sizeof buf, false, 3, 2);
+    cr_assert_str_eq(buf, "3.2");
+    hp_unit_label(buf, sizeof buf, true, 1, 0);
+    cr_assert_str_eq(buf, "kv:1.0");
+}
+
+// Setting a unit equals parsing its label: the label and the grouping agree.
+Test(units, set_unit_matches_its_parsed_label)
+{
+    struct hp_model_info info = tu_info(3, 8, 2);
+    for (int kv = 0; kv < 2; kv++)
+        for (int l = 0; l < info.n_layers; l++)
+            for (int u = 0; u < hp_unit_count(&info, kv); u++) {
+                char label[32];
+                hp_unit_label(label, sizeof label, kv, l, u);
+                struct hp_mask *want = parse_ok(label, false, &info);
+                struct hp_mask *got = hp_mask_new(info.n_layers, info.n_heads);
+                hp_mask_set_unit(got, &info, kv, l, u, 0.0f);
+                cr_assert(memcmp(got->gate, want->gate, sizeof(float) * 24) == 0, "unit %s", label);
+                hp_mask_free(want);
+                hp_mask_free(got);
+            }
+}
+
+Test(mask, first_changed)
+{
+    struct hp_model_info info = tu_info(4, 3, 3);
+    cr_assert_eq(hp_mask_first_changed(NULL, 4), 4, "no mask: nothing changes");
+    struct hp_mask *m = parse_ok("", false, &info);
+    cr_assert_eq(hp_mask_first_changed(m, 4), 4);
+    hp_mask_free(m);
+    m = parse_ok("3.2,2.0", false, &info);
+    cr_assert_eq(hp_mask_first_changed(m, 4), 2);
+    m->gate[1] = 0.5f; // any gate that is not 1 changes its layer
+    cr_assert_eq(hp_mask_first_changed(m, 4), 0);
+    hp_mask_free(m);
+}
+
+// --- metric and ablation names (one table each, in metric.c) -------------------
+
+Test(names, metrics_round_trip_and_signs)
+{
+    const char *want[] = {"loss", "kl", "acc", "cos"};
+    const int sign[] = {+1, +1, -1, -1};
+    cr_assert_eq(HP_N_METRICS, 4);
+    for (int i = 0; i < HP_N_METRICS; i++) {
+        enum hp_metric m;
+        cr_assert_str_eq(hp_metric_name((enum hp_metric)i), want[i]);
+        cr_assert(hp_metric_parse(want[i], &m));
+        cr_assert_eq((int)m, i);
+        cr_assert_eq(hp_metric_sign(m), sign[i], "%s", want[i]);
+    }
+    enum hp_metric m = HP_METRIC_KL;
+    cr_assert_not(hp_metric_parse("Loss", &m));
+    cr_assert_not(hp_metric_parse("", &m));
+    cr_assert_eq(m, HP_METRIC_KL, "a failed parse leaves *out alone");
+    cr_assert_str_eq(hp_metric_name((enum hp_metric)7), "unknown");
+}
+
+Test(names, ablations_round_trip)
+{
+    const char *want[] = {"zero", "mean", "mean-pos"};
+    cr_assert_eq(HP_N_ABLATIONS, 3);
+    for (int i = 0; i < HP_N_ABLATIONS; i++) {
+        enum hp_ablation a;
+        cr_assert_str_eq(hp_ablation_name((enum hp_ablation)i), want[i]);
+        cr_assert(hp_ablation_parse(want[i], &a));
+        cr_assert_eq((int)a, i);
+    }
+    enum hp_ablation a;
+    cr_assert_not(hp_ablation_parse("mean_pos", &a));
+    cr_assert_str_eq(hp_ablation_name((enum hp_ablation)-1), "unknown");
 }

@@ -1,7 +1,8 @@
 /*
  * test_store.c -- the results database refuses what it cannot safely use and
  * leaves it as it was: a newer schema, a file that is not SQLite, an SQLite
- * file that is not ours, a missing or read-only folder, a disk that fills.
+ * file that is not ours, a missing or read-only folder, a disk that fills; and
+ * writes the plain rows it is handed, with the kernel and threads its caller names.
  */
 #define _DEFAULT_SOURCE
 #include <criterion/criterion.h>
@@ -383,4 +384,70 @@ Test(store, the_last_writer_leaves_a_rollback_journal_database)
      * database at rest would create -wal/-shm and leave them, owned by it */
     cr_assert_eq(query_sweeps(db), 0);
     cr_assert(!side_files(), "a reader left -wal/-shm files beside a database at rest");
+}
+
+/*
+ * The store writes the rows it is handed, field for field, and records the
+ * kernel and threads its caller says ran the variant (not a global of its
+ * own); a reader opened through the store sees them.
+ */
+Test(store, rows_are_written_as_given)
+{
+    struct hp_error err = {0};
+    struct hp_store *s = NULL;
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    struct hp_store_sweep_row row = {
+        .plan_digest = "p0", .model_digest = "m0", .data_digest = "d0", .name = "rows", .plan_path = "/x/p.yaml",
+        .plan_text = "name: rows\n", .ablation = "mean-pos", .metric = "kl", .model_path = "/x/m",
+        .model_type = "llama", .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .d_head = 8, .n_params = 1234,
+        .data_path = "/x/d.npy", .n_seqs = 2, .seq_len = 5,
+    };
+    int64_t sweep = 0;
+    cr_assert_eq(hp_store_sweep(s, &row, &sweep, &err), HP_OK, "%s", err.msg);
+    float gate[8] = {1, 1, 0, 0, 1, 1, 1, 0}; // kv:0.1 and 1.3 ablated
+    struct hp_store_job j = {
+        .sweep_id = sweep, .ord = 7, .study = "single-kv", .kind = "single", .kv = true, .label = "kv:0.1",
+        .layer = 0, .unit = 1, .unit2 = -1, .step = 0, .sample = 0, .k = 1, .key = "k0", .ablation = "mean-pos",
+        .mask_text = "0.2,0.3,1.3", .n_layers = 2, .n_heads = 4, .gate = gate, .model_digest = "m0",
+        .data_digest = "d0",
+    };
+    double seq_loss[2] = {1, 2}, seq_acc[2] = {0.5, 0.5}, seq_kl[2] = {0.1, 0.2}, seq_cos[2] = {0, 0};
+    int64_t seq_tokens[2] = {4, 4};
+    struct hp_metrics mt = {.n_seqs = 2, .n_tokens = 8, .has_loss = true, .loss = 1.5, .ppl = 4.48, .acc = 0.5,
+                            .kl = 0.15, .seq_loss = seq_loss, .seq_acc = seq_acc, .seq_kl = seq_kl,
+                            .seq_cos = seq_cos, .seq_tokens = seq_tokens};
+    cr_assert_eq(hp_store_put(s, &j, &mt, 0.25, 3, "testkernel", &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+
+    cr_assert_eq(one_int("SELECT count(*) FROM results WHERE threads = 3 AND kernel = 'testkernel' AND cos IS NULL"), 1);
+    cr_assert_eq(one_int("SELECT count(*) FROM variants WHERE n_ablated = 3 AND hex(mask) = '8C' AND ablation = 'mean-pos'"), 1,
+                 "mask bits: gates 2, 3 and 7 are 0 -> bits 2, 3, 7 -> 0x8C");
+    cr_assert_eq(one_int("SELECT count(*) FROM sweep_jobs WHERE ord = 7 AND study = 'single-kv' AND kind = 'single' "
+                         "AND kv = 1 AND label = 'kv:0.1' AND layer = 0 AND unit = 1 AND unit2 IS NULL AND k = 1"), 1);
+    cr_assert_eq(one_int("SELECT count(*) FROM sweeps s JOIN models m ON m.id = s.model_id JOIN datasets d ON "
+                         "d.id = s.dataset_id JOIN plans p ON p.id = s.plan_id WHERE s.metric = 'kl' AND "
+                         "s.ablation = 'mean-pos' AND m.n_kv_heads = 2 AND m.n_params = 1234 AND m.model_type = "
+                         "'llama' AND d.seq_len = 5 AND p.path = '/x/p.yaml' AND p.text = 'name: rows\n'"), 1);
+    cr_assert_eq(one_int("SELECT count(*) FROM seq_results WHERE variant_id = 1 AND cos IS NULL"), 2);
+
+    sqlite3 *h = NULL;
+    cr_assert_eq(hp_store_open_read(db, 1000, &h, &err), HP_OK, "%s", err.msg);
+    cr_assert_neq(sqlite3_exec(h, "DELETE FROM results", NULL, NULL, NULL), SQLITE_OK, "a reader must not write");
+    sqlite3_close(h);
+}
+
+// A reader opened through the store refuses what it cannot read, closing its handle.
+Test(store, open_read_refuses_foreign_and_newer)
+{
+    sql(db, "CREATE TABLE t(x)");
+    struct hp_error err = {0};
+    sqlite3 *h = (sqlite3 *)1;
+    cr_assert_eq(hp_store_open_read(db, 1000, &h, &err), HP_ERR_FORMAT);
+    cr_assert_null(h);
+    cr_assert(strstr(err.msg, "not a headprune database"), "%s", err.msg);
+    sql(db, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES ('schema_version', '99')");
+    h = (sqlite3 *)1;
+    cr_assert_eq(hp_store_open_read(db, 1000, &h, &err), HP_ERR_UNSUPPORTED);
+    cr_assert_null(h);
+    cr_assert(strstr(err.msg, "newer headprune"), "%s", err.msg);
 }

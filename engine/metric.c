@@ -1,0 +1,75 @@
+/*
+ * metric.c -- the names of what a variant is measured by (metrics) and how a
+ * head is taken out (ablation methods): one table each.
+ *
+ * The evaluator computes them; plans, digests, the sweep's iterative scoring,
+ * the store, queries and the CLI name them and rank by them, all through this
+ * file, so a new metric or method is one row here. A metric's sign is the
+ * only statement anywhere of which way is worse.
+ *
+ * Invariants: names are what the database stores and digests hash (job keys
+ * include the ablation name): changing one changes every content address.
+ * Must not: print, allocate, or know anything of models or SQL.
+ */
+#include "headprune.h"
+
+#include <string.h>
+
+// --- ablation methods ----------------------------------------------------------
+
+static const char *const ablation_names[HP_N_ABLATIONS] = {
+    [HP_ABLATE_ZERO] = "zero",
+    [HP_ABLATE_MEAN] = "mean",
+    [HP_ABLATE_MEAN_POS] = "mean-pos",
+};
+
+const char *hp_ablation_name(enum hp_ablation a)
+{
+    if ((int)a < 0 || (int)a >= HP_N_ABLATIONS)
+        return "unknown"; // a value cast from outside the enum
+    return ablation_names[a];
+}
+
+bool hp_ablation_parse(const char *name, enum hp_ablation *out)
+{
+    for (int i = 0; name && i < HP_N_ABLATIONS; i++)
+        if (strcmp(name, ablation_names[i]) == 0) {
+            *out = (enum hp_ablation)i;
+            return true;
+        }
+    return false;
+}
+
+// --- metrics -------------------------------------------------------------------
+
+static const struct {
+    const char *name;
+    int sign; // +1: larger is worse; -1: larger is better
+} metrics[HP_N_METRICS] = {
+    [HP_METRIC_LOSS] = {"loss", +1},
+    [HP_METRIC_KL] = {"kl", +1},
+    [HP_METRIC_ACC] = {"acc", -1},
+    [HP_METRIC_COS] = {"cos", -1},
+};
+
+const char *hp_metric_name(enum hp_metric m)
+{
+    if ((int)m < 0 || (int)m >= HP_N_METRICS)
+        return "unknown";
+    return metrics[m].name;
+}
+
+bool hp_metric_parse(const char *name, enum hp_metric *out)
+{
+    for (int i = 0; name && i < HP_N_METRICS; i++)
+        if (strcmp(name, metrics[i].name) == 0) {
+            *out = (enum hp_metric)i;
+            return true;
+        }
+    return false;
+}
+
+int hp_metric_sign(enum hp_metric m)
+{
+    return (int)m >= 0 && (int)m < HP_N_METRICS ? metrics[m].sign : +1;
+}
