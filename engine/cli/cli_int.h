@@ -18,6 +18,7 @@
 #include <stddef.h>
 
 #include "headprune.h"
+#include "util_int.h" /* hp_now */
 
 // --- commands (one file each) ---------------------------------------------------
 
@@ -49,9 +50,6 @@ bool parse_shard(const char *s, int *si, int *sn);
 bool parse_double(const char *s, double lo, double *out);
 
 // --- time and progress (stderr) -----------------------------------------------------
-
-/* Seconds on the monotonic clock. */
-double now(void);
 
 /* eval: sequences done, on a terminal only. */
 struct progress {

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli_int.h"
 
@@ -81,19 +80,12 @@ bool parse_double(const char *s, double lo, double *out)
 
 // --- time and progress (stderr) -----------------------------------------------------
 
-double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 void show_progress(void *user, int done, int total)
 {
     struct progress *p = user;
     if (!p->on)
         return;
-    double el = now() - p->t0;
+    double el = hp_now() - p->t0;
     fprintf(stderr, "\r  %d/%d sequences  %.1f s  ETA %.1f s ", done, total, el,
             done ? el / done * (total - done) : 0.0);
     if (done == total)

@@ -91,13 +91,7 @@ int cmd_eval(int argc, char **argv)
     if (!dir || !data_path)
         return usage_error("eval", "--model DIR and --data FILE are required");
     enum hp_ablation abl;
-    if (strcmp(abl_name, "zero") == 0)
-        abl = HP_ABLATE_ZERO;
-    else if (strcmp(abl_name, "mean") == 0)
-        abl = HP_ABLATE_MEAN;
-    else if (strcmp(abl_name, "mean-pos") == 0)
-        abl = HP_ABLATE_MEAN_POS;
-    else
+    if (!hp_ablation_parse(abl_name, &abl))
         return usage_error("eval", "--ablation must be zero, mean or mean-pos");
 
     hp_runtime_init(threads);
@@ -117,12 +111,12 @@ int cmd_eval(int argc, char **argv)
         goto out;
     if (hp_evaluator_new(m, d, &ev, &err) != HP_OK)
         goto out;
-    struct progress pr = {!quiet && isatty(STDERR_FILENO), now()};
+    struct progress pr = {!quiet && isatty(STDERR_FILENO), hp_now()};
     hp_evaluator_set_progress(ev, show_progress, &pr);
-    double t0 = now();
+    double t0 = hp_now();
     if (hp_evaluator_run(ev, mask, abl, &mt, &err) != HP_OK)
         goto out;
-    double secs = now() - t0;
+    double secs = hp_now() - t0;
     int n_abl = mask ? hp_mask_count_ablated(mask) : 0;
     int n_all = in->n_layers * in->n_heads;
 

@@ -16,7 +16,8 @@ static const char plan_help[] =
     "\n"
     "Expand a plan into its jobs and print them, with their count and an estimate\n"
     "of the cost, without running anything. Iterative studies are listed by their\n"
-    "expected number of evaluations: their masks depend on results.\n";
+    "expected number of evaluations: their masks depend on results.\n"
+    "The plan format (keys, study kinds, options): docs/plans.md.\n";
 
 /* Rough forward FLOPs of a variant run from layer `from` on: every matrix product plus attention. */
 static double forward_flops(const struct hp_model_info *in, int n_seqs, int seq_len, int from)
@@ -27,15 +28,6 @@ static double forward_flops(const struct hp_model_info *in, int n_seqs, int seq_
     double per_layer = 2 * T * (d * qd + 2 * d * kvd + qd * d + mlp) + 4 * T * T * qd;
     double head = in->has_lm_head ? 2 * T * d * in->n_vocab : 0;
     return n_seqs * ((in->n_layers - from) * per_layer + head);
-}
-
-/* The first layer a job's mask changes: where the reuse path starts it (n_layers: nothing to run). */
-static int first_masked_layer(const struct hp_mask *m)
-{
-    for (int i = 0; i < m->n_layers * m->n_heads; i++)
-        if (m->gate[i] != 1.0f)
-            return i / m->n_heads;
-    return m->n_layers;
 }
 
 int cmd_plan(int argc, char **argv)
@@ -79,7 +71,7 @@ int cmd_plan(int argc, char **argv)
     if (f == FMT_TABLE) {
         double fl = forward_flops(in, d->n_seqs, d->seq_len, 0), reuse = 0;
         for (int j = 0; j < jl->n; j++) {
-            int from = first_masked_layer(jl->jobs[j].mask);
+            int from = hp_mask_first_changed(jl->jobs[j].mask, in->n_layers);
             reuse += from < in->n_layers ? forward_flops(in, d->n_seqs, d->seq_len, from) : 0;
         }
         /* one unmasked pass per window of jobs; iterative candidates counted as whole passes */
@@ -89,7 +81,7 @@ int cmd_plan(int argc, char **argv)
                in->n_heads, in->n_kv_heads);
         printf("data      %s: %d sequences x %d tokens\n", p->data, d->n_seqs, d->seq_len);
         printf("ablation  %s, metric %s%s, seed %llu\n",
-               p->ablation == HP_ABLATE_ZERO ? "zero" : p->ablation == HP_ABLATE_MEAN ? "mean" : "mean-pos", metric,
+               hp_ablation_name(p->ablation), metric,
                p->metric[0] ? "" : " (the model's own)",
                (unsigned long long)p->seed);
         for (int i = 0; i < p->n_studies; i++) {

@@ -32,7 +32,7 @@ static const char query_help[] =
     "               (the heads back each other up: redundant); I < 0: less than\n"
     "               the two alone (overlapping damage). --top K of each end.\n"
     "  sql          read-only SQL, e.g. \"SELECT * FROM effects LIMIT 5\"\n"
-    "               (tables and views: see README.md)\n";
+    "               (tables, columns and views: docs/database.md)\n";
 
 int cmd_query(int argc, char **argv)
 {
@@ -76,7 +76,8 @@ int cmd_query(int argc, char **argv)
                 return usage_error("query", "--format must be table, csv or json");
             break;
         case 'm':
-            if (strcmp(optarg, "loss") && strcmp(optarg, "kl") && strcmp(optarg, "acc") && strcmp(optarg, "cos"))
+            enum hp_metric mt;
+            if (!hp_metric_parse(optarg, &mt))
                 return usage_error("query", "--metric must be loss, kl, acc or cos");
             q.metric = optarg;
             break;
