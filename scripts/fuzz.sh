@@ -120,7 +120,7 @@ run() {
         TMPDIR=$work/$n/tmp nice -n 10 "$out/fuzz_$n" "${common[@]}" -max_total_time="$secs" \
             -print_final_stats=1 -artifact_prefix="$work/$n/artifacts/" "$work/$n/corpus" \
             >"$work/$n/log" 2>&1 || rc=$?
-        grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)|^#[0-9]+ +DONE' \
+        grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)|^#[0-9]+[[:space:]]+DONE' \
             "$work/$n/log" | sed "s/^/  $n: /" >&2 || true
         if [ "$rc" -ne 0 ] || compgen -G "$work/$n/artifacts/*" >/dev/null; then
             failed+=("$n")

@@ -6,7 +6,7 @@
  * text to encode (at most 4 KiB; a second 0xFF splits it into a pair). The
  * JSON is written to a scratch folder's tokenizer.json and opened; the text
  * is encoded with and without special tokens. Every id must be below
- * hp_tokenizer_n_ids, and a pair's type ids 0 or 1.
+ * hp_tokenizer_n_ids.
  */
 #include "fuzz_common.h"
 #include "headprune.h"
@@ -27,8 +27,10 @@ static void encode(const struct hp_tokenizer *t, const char *a, size_t na, const
     FZ_CHECK(e.n >= 0, "%d tokens", e.n);
     for (int i = 0; i < e.n; i++) {
         FZ_CHECK(e.ids[i] >= 0 && e.ids[i] < n_ids, "id %d at %d, the tokenizer has %d", e.ids[i], i, n_ids);
+        /* type ids are the template's own numbers (HF allows any, e.g. 2): the
+         * evaluator checks them against the model's token types, so no check here */
         if (e.type_ids)
-            FZ_CHECK(e.type_ids[i] == 0 || e.type_ids[i] == 1, "type id %d at %d", e.type_ids[i], i);
+            (void)e.type_ids[i]; /* read: ASan sees a short array */
     }
     hp_encoding_free(&e);
 }
