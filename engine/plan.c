@@ -32,6 +32,7 @@
  * anything of SQL.
  */
 #include "headprune.h"
+#include "plan_int.h"
 #include "util_int.h"
 
 #include <assert.h>
@@ -967,6 +968,23 @@ enum hp_status hp_plan_load(const char *path, struct hp_plan **out, struct hp_er
 {
     assert(path && out);
     *out = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    enum hp_status st = hp_read_text(path, PLAN_MAX_BYTES, HP_ERR_PLAN, "a plan", &text, &len, err);
+    if (st)
+        return st;
+    st = hp_plan_parse(path, text, len, out, err);
+    free(text);
+    return st;
+}
+
+enum hp_status hp_plan_parse(const char *path, const char *text, size_t len, struct hp_plan **out,
+                             struct hp_error *err)
+{
+    assert(path && text && out);
+    *out = NULL;
+    if (len > PLAN_MAX_BYTES)
+        return hp_fail(err, HP_ERR_PLAN, "%s: over %d bytes, too large for a plan", path, PLAN_MAX_BYTES);
     struct hp_plan *p = calloc(1, sizeof *p);
     if (!p)
         return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
@@ -979,12 +997,15 @@ enum hp_status hp_plan_load(const char *path, struct hp_plan **out, struct hp_er
     p->metric[0] = '\0'; /* not given: the model's own, resolved against it (hp_evaluator_pick_metric) */
     p->ablation = HP_ABLATE_ZERO;
 
-    size_t len = 0;
-    enum hp_status st = hp_read_text(path, PLAN_MAX_BYTES, HP_ERR_PLAN, "a plan", &p->text, &len, err);
-    if (st) {
+    /* the plan keeps its own NUL-terminated copy: errors and locate() read it again */
+    p->text = malloc(len + 1);
+    if (!p->text) {
         hp_plan_free(p);
-        return st;
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
     }
+    memcpy(p->text, text, len);
+    p->text[len] = 0;
+    enum hp_status st;
 
     char dir[sizeof p->path];
     const char *slash = strrchr(path, '/');

@@ -28,6 +28,7 @@ struct shard {
     char *path;
     void *map;
     size_t len;
+    bool borrowed; /* map is the caller's buffer (hp_st_open_buffer), not ours to unmap */
 };
 
 struct hp_st_set {
@@ -226,6 +227,39 @@ static enum hp_status index_header(struct hp_st_set *set, struct shard *sh,
     return st;
 }
 
+/* Take bytes (len >= 8) as the set's next shard, then index its header.
+ * The shard is recorded before anything is checked, so hp_st_close
+ * releases it whatever happens (unmapping it unless borrowed). */
+static enum hp_status add_bytes(struct hp_st_set *set, const char *path, void *map, size_t len, bool borrowed,
+                                struct hp_error *err)
+{
+    void *p = realloc(set->shards, (size_t)(set->n_shards + 1) * sizeof *set->shards);
+    if (!p) {
+        if (!borrowed)
+            munmap(map, len);
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    set->shards = p;
+    struct shard *sh = &set->shards[set->n_shards++];
+    sh->map = map;
+    sh->len = len;
+    sh->borrowed = borrowed;
+    sh->path = strdup(path);
+    if (!sh->path)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+
+    const unsigned char *u = map;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = (n << 8) | u[i];
+    if (n > len - 8)
+        return hp_fail(err, HP_ERR_FORMAT,
+                       "%s: header length %llu runs past the end of the %zu-byte file (truncated or not a safetensors file)",
+                       path, (unsigned long long)n, len);
+    return index_header(set, sh, (const char *)map + 8, (size_t)n,
+                        (const char *)map + 8 + n, len - 8 - (size_t)n, err);
+}
+
 enum hp_status hp_st_add(struct hp_st_set *set, const char *path, struct hp_error *err)
 {
     int fd = open(path, O_RDONLY);
@@ -251,29 +285,7 @@ enum hp_status hp_st_add(struct hp_st_set *set, const char *path, struct hp_erro
     if (map == MAP_FAILED)
         return hp_fail(err, HP_ERR_IO, "%s: cannot map (%s)", path, strerror(errno));
 
-    void *p = realloc(set->shards, (size_t)(set->n_shards + 1) * sizeof *set->shards);
-    if (!p) {
-        munmap(map, len);
-        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-    }
-    set->shards = p;
-    struct shard *sh = &set->shards[set->n_shards++];
-    sh->map = map;
-    sh->len = len;
-    sh->path = strdup(path);
-    if (!sh->path)
-        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-
-    const unsigned char *u = map;
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = (n << 8) | u[i];
-    if (n > len - 8)
-        return hp_fail(err, HP_ERR_FORMAT,
-                       "%s: header length %llu runs past the end of the %zu-byte file (truncated or not a safetensors file)",
-                       path, (unsigned long long)n, len);
-    return index_header(set, sh, (const char *)map + 8, (size_t)n,
-                        (const char *)map + 8 + n, len - 8 - (size_t)n, err);
+    return add_bytes(set, path, map, len, false, err);
 }
 
 enum hp_status hp_st_open(const char *path, struct hp_st_set **out, struct hp_error *err)
@@ -291,6 +303,25 @@ enum hp_status hp_st_open(const char *path, struct hp_st_set **out, struct hp_er
     return HP_OK;
 }
 
+enum hp_status hp_st_open_buffer(const char *name, const void *buf, size_t len, struct hp_st_set **out,
+                                 struct hp_error *err)
+{
+    *out = NULL;
+    if (len < 8)
+        return hp_fail(err, HP_ERR_FORMAT, "%s: %zu bytes, too short for a safetensors header", name, len);
+    struct hp_st_set *set = calloc(1, sizeof *set);
+    if (!set)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", name);
+    /* the cast drops const only to share the shard struct: a borrowed map is never written or unmapped */
+    enum hp_status st = add_bytes(set, name, (void *)buf, len, true, err);
+    if (st != HP_OK) {
+        hp_st_close(set);
+        return st;
+    }
+    *out = set;
+    return HP_OK;
+}
+
 void hp_st_close(struct hp_st_set *set)
 {
     if (!set)
@@ -300,7 +331,7 @@ void hp_st_close(struct hp_st_set *set)
     free(set->t);
     free(set->by_name);
     for (int i = 0; i < set->n_shards; i++) {
-        if (set->shards[i].map)
+        if (set->shards[i].map && !set->shards[i].borrowed)
             munmap(set->shards[i].map, set->shards[i].len);
         free(set->shards[i].path);
     }

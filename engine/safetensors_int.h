@@ -30,6 +30,11 @@ struct hp_st_set;
 /* Map and index one file. Destructor: hp_st_close. */
 enum hp_status hp_st_open(const char *path, struct hp_st_set **out,
                           struct hp_error *err);
+/* Index a safetensors file already in memory (buf, len bytes), borrowed:
+ * it must outlive the set and is never unmapped. name stands for the file in
+ * errors. The fuzz harnesses use it. Destructor: hp_st_close. */
+enum hp_status hp_st_open_buffer(const char *name, const void *buf, size_t len, struct hp_st_set **out,
+                                 struct hp_error *err);
 /* Map and index another shard into the same set (names must not repeat). */
 enum hp_status hp_st_add(struct hp_st_set *set, const char *path,
                          struct hp_error *err);

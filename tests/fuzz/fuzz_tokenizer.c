@@ -1,0 +1,66 @@
+/*
+ * fuzz_tokenizer -- tokenizer.json (engine/tokenizer.c: hp_tokenizer_open,
+ * hp_tokenizer_encode).
+ *
+ * Input: tokenizer.json text, then a 0xFF byte (never in UTF-8 JSON), then
+ * text to encode (at most 4 KiB; a second 0xFF splits it into a pair). The
+ * JSON is written to a scratch folder's tokenizer.json and opened; the text
+ * is encoded with and without special tokens. Every id must be below
+ * hp_tokenizer_n_ids.
+ */
+#include "fuzz_common.h"
+#include "headprune.h"
+
+#define MAX_JSON (512 << 10)
+#define MAX_TEXT 4096
+
+static void encode(const struct hp_tokenizer *t, const char *a, size_t na, const char *b, size_t nb, bool special)
+{
+    struct hp_encoding e = {0};
+    struct hp_error err = {{0}};
+    if (hp_tokenizer_encode(t, a, na, b, nb, special, &e, &err) != HP_OK) {
+        FZ_CHECK_ERR(err);
+        hp_encoding_free(&e);
+        return;
+    }
+    int n_ids = hp_tokenizer_n_ids(t);
+    FZ_CHECK(e.n >= 0, "%d tokens", e.n);
+    for (int i = 0; i < e.n; i++) {
+        FZ_CHECK(e.ids[i] >= 0 && e.ids[i] < n_ids, "id %d at %d, the tokenizer has %d", e.ids[i], i, n_ids);
+        /* type ids are the template's own numbers (HF allows any, e.g. 2): the
+         * evaluator checks them against the model's token types, so no check here */
+        if (e.type_ids)
+            (void)e.type_ids[i]; /* read: ASan sees a short array */
+    }
+    hp_encoding_free(&e);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const uint8_t *sep = memchr(data, 0xFF, size);
+    size_t n_json = sep ? (size_t)(sep - data) : size;
+    const char *text = sep ? (const char *)sep + 1 : "";
+    size_t n_text = sep ? size - n_json - 1 : 0;
+    if (n_json > MAX_JSON || n_text > MAX_TEXT)
+        return 0;
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s", fz_scratch());
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    fz_write(path, data, n_json);
+
+    struct hp_tokenizer *t = NULL;
+    struct hp_error err = {{0}};
+    if (hp_tokenizer_open(dir, &t, &err) != HP_OK) {
+        FZ_CHECK(t == NULL, "a failed open handed back a tokenizer");
+        FZ_CHECK_ERR(err);
+        return 0;
+    }
+    FZ_CHECK(hp_tokenizer_n_ids(t) >= 0, "%d ids", hp_tokenizer_n_ids(t));
+    const char *sep2 = memchr(text, 0xFF, n_text);
+    encode(t, text, n_text, NULL, 0, false);
+    encode(t, text, n_text, NULL, 0, true);
+    if (sep2)
+        encode(t, text, (size_t)(sep2 - text), sep2 + 1, n_text - (size_t)(sep2 - text) - 1, true);
+    hp_tokenizer_free(t);
+    return 0;
+}
