@@ -1186,7 +1186,10 @@ static enum hp_status add_template(struct hp_tokenizer *t, const cJSON *list, co
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(o, "type_id");
         if (!o || !id)
             return FAIL("%s: post_processor template item %d is neither a SpecialToken nor a Sequence", t->path, i);
-        (*out)[i].type_id = cJSON_IsNumber(ty) ? ty->valueint : 0;
+        if (ty && !(cJSON_IsNumber(ty) && ty->valuedouble >= 0 && ty->valuedouble <= 255 &&
+                    ty->valuedouble == (double)(int)ty->valuedouble))
+            return FAIL("%s: post_processor template item %d: type_id is not a whole number from 0 to 255", t->path, i);
+        (*out)[i].type_id = ty ? ty->valueint : 0;
         if (sq) {
             (*out)[i].seq = strcmp(id, "B") == 0;
             continue;
@@ -1200,8 +1203,15 @@ static enum hp_status add_template(struct hp_tokenizer *t, const cJSON *list, co
         if (!(*out)[i].ids)
             return hp_fail(err, HP_ERR_NOMEM, "out of memory");
         (*out)[i].n_ids = k;
-        for (int j = 0; j < k; j++)
-            (*out)[i].ids[j] = cJSON_GetArrayItem(ids, j)->valueint;
+        for (int j = 0; j < k; j++) {
+            /* a whole number the tokenizer then counts among its ids, so a model too small for it is refused */
+            const cJSON *v = cJSON_GetArrayItem(ids, j);
+            double x = cJSON_IsNumber(v) ? v->valuedouble : -1;
+            if (!(x >= 0 && x < INT32_MAX && x == (double)(int64_t)x) || !note_id(t, (int64_t)x))
+                return FAIL("%s: post_processor special token '%s': id %d is not a whole number from 0 to %d", t->path,
+                            id, j, INT32_MAX - 1);
+            (*out)[i].ids[j] = (int32_t)x;
+        }
     }
     return HP_OK;
 }

@@ -230,6 +230,39 @@ Test(tokenizer, merge_of_unknown_tokens, .init = mk, .fini = rm)
                       "merge 0 names a token that is not in the vocabulary");
 }
 
+/* A WordPiece of two ids whose template adds [SEP] with the given ids text. */
+static void template_with_ids(char *out, size_t n, const char *ids)
+{
+    snprintf(out, n,
+             "{\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": {\"[UNK]\": 0, \"a\": 1}},"
+             " \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"Sequence\": {\"id\": \"A\","
+             " \"type_id\": 0}}, {\"SpecialToken\": {\"id\": \"[SEP]\", \"type_id\": 0}}], \"pair\": [],"
+             " \"special_tokens\": {\"[SEP]\": {\"id\": \"[SEP]\", \"ids\": %s, \"tokens\": [\"[SEP]\"]}}}}",
+             ids);
+}
+
+Test(tokenizer, template_special_ids_are_checked_and_counted, .init = mk, .fini = rm)
+{
+    /* found by fuzzing: a template's ids went out unchecked (-3) and uncounted (9 past a vocabulary
+     * of 2), so a model too small for them was not refused where the tokenizer is checked */
+    char json[1024];
+    template_with_ids(json, sizeof json, "[-3]");
+    expect_open_fails(json, "special token '[SEP]': id 0 is not a whole number");
+    template_with_ids(json, sizeof json, "[1.5]");
+    expect_open_fails(json, "is not a whole number");
+    template_with_ids(json, sizeof json, "[\"9\"]");
+    expect_open_fails(json, "is not a whole number");
+    template_with_ids(json, sizeof json, "[9]");
+    char path[256];
+    snprintf(path, sizeof path, "%s/tokenizer.json", g_tmp);
+    tu_spit(path, json, strlen(json));
+    struct hp_error err = {0};
+    struct hp_tokenizer *t;
+    cr_assert_eq(hp_tokenizer_open(g_tmp, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_tokenizer_n_ids(t), 10, "the template's id 9 is not counted: %d ids", hp_tokenizer_n_ids(t));
+    hp_tokenizer_free(t);
+}
+
 Test(tokenizer, no_tokenizer_files, .init = mk, .fini = rm)
 {
     struct hp_error err = {0};
