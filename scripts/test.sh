@@ -16,6 +16,12 @@ meson compile -C build-asan >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     meson test -C build-asan --print-errorlogs --suite headprune
 
+# the fuzz harnesses (tests/fuzz/README.md): every saved reproducer once, then
+# each harness for 30 s from its seed corpus, so a regression in a parser shows up
+scripts/fuzz.sh build >/dev/null
+scripts/fuzz.sh regress
+scripts/fuzz.sh run 30
+
 # one closing line over both runs, counting Criterion's individual tests
 grep -h "Synthesis: Tested" build/meson-logs/testlog.txt build-asan/meson-logs/testlog.txt |
     sed 's/\x1b\[[0-9;]*m//g' |
