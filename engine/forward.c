@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "blas_int.h"
-#include "vmath_int.h"
+#include "ops_int.h"
 
 struct hp_fwd {
     int cap_t;   /* T capacity */
@@ -96,17 +96,8 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
     w->cap_t = T;
     w->cap_b = B;
     w->cap_threads = nth;
-    if (in->arch == HP_ARCH_LLAMA) {
-        /* the rotary table, computed in float as Hugging Face does */
-        int half = in->d_head / 2;
-        for (int pos = 0; pos < T; pos++)
-            for (int i = 0; i < half; i++) {
-                float inv = 1.0f / powf(m->rope_theta, (float)(2 * i) / (float)in->d_head);
-                float ang = (float)pos * inv;
-                w->rope[(size_t)pos * in->d_head + 2 * i] = (float)cos((double)ang);
-                w->rope[(size_t)pos * in->d_head + 2 * i + 1] = (float)sin((double)ang);
-            }
-    }
+    if (in->arch == HP_ARCH_LLAMA)
+        hp_op_rope_table(w->rope, T, in->d_head, m->rope_theta);
     return w;
 }
 
@@ -122,102 +113,13 @@ int hp_fwd_capacity(const struct hp_fwd *w) { return w->cap_t; }
 
 int hp_fwd_batch(const struct hp_fwd *w) { return w->cap_b; }
 
-// --- elementwise ------------------------------------------------------------
-/* Row-wise and elementwise work is split over OpenMP threads when there is
- * enough of it. Every element is computed the same way whatever the thread
- * count, so results do not depend on it. */
-static bool par(size_t work)
-{
-    return work >= 16384;
-}
-
-
-static void layer_norm(float *y, const float *x, int T, int d, const float *w, const float *b, float eps)
-{
-#pragma omp parallel for schedule(static) if (par((size_t)T * d))
-    for (int t = 0; t < T; t++) {
-        const float *xr = x + (size_t)t * d;
-        float *yr = y + (size_t)t * d;
-        double s = 0, s2 = 0;
-        for (int i = 0; i < d; i++)
-            s += xr[i];
-        double mean = s / d;
-        for (int i = 0; i < d; i++) {
-            double c = xr[i] - mean;
-            s2 += c * c;
-        }
-        float rstd = (float)(1.0 / sqrt(s2 / d + eps));
-        float mu = (float)mean;
-        for (int i = 0; i < d; i++)
-            yr[i] = (xr[i] - mu) * rstd * w[i] + b[i];
-    }
-}
-
-static void rms_norm(float *y, const float *x, int T, int d, const float *w, float eps)
-{
-#pragma omp parallel for schedule(static) if (par((size_t)T * d))
-    for (int t = 0; t < T; t++) {
-        const float *xr = x + (size_t)t * d;
-        float *yr = y + (size_t)t * d;
-        double s2 = 0;
-        for (int i = 0; i < d; i++)
-            s2 += (double)xr[i] * xr[i];
-        float r = (float)(1.0 / sqrt(s2 / d + eps));
-        for (int i = 0; i < d; i++)
-            yr[i] = w[i] * (xr[i] * r);
-    }
-}
-
-static float act(enum hp_act a, float x)
-{
-    switch (a) {
-    case HP_ACT_GELU:
-        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case HP_ACT_GELU_TANH: {
-        /* 0.5 x (1 + tanh(u)) = x sigmoid(2u): one expf instead of glibc's slow tanhf */
-        float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-        return x / (1.0f + expf(-2.0f * u));
-    }
-    case HP_ACT_RELU:
-        return x > 0 ? x : 0;
-    case HP_ACT_SILU:
-        return x / (1.0f + expf(-x));
-    }
-    return x;
-}
-
-static void add_bias(float *y, int T, int n, ptrdiff_t rs, const float *b)
-{
-    if (!b)
-        return;
-#pragma omp parallel for schedule(static) if (par((size_t)T * n))
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < n; i++)
-            y[t * rs + i] += b[i];
-}
+// --- products -----------------------------------------------------------------
 
 /* y (T, n) = x (T, k) W (k, n) [+ b] */
 static void linear(float *y, const float *x, int T, int k, int n, struct hp_mat w, const float *b)
 {
     hp_gemm(T, n, k, 1.0f, x, k, 1, w.p, w.rs, w.cs, 0.0f, y, n, 1);
-    add_bias(y, T, n, n, b);
-}
-
-/* Rotate-half rotary embedding of one head slice over N rows (strided by
- * rs) of sequences of T tokens: row r is at position r % T. */
-static void rope(float *x, int N, int T, ptrdiff_t rs, int dh, const float *tab)
-{
-    int half = dh / 2;
-    for (int t = 0; t < N; t++) {
-        float *r = x + t * rs;
-        const float *cs = tab + (size_t)(t % T) * dh;
-        for (int i = 0; i < half; i++) {
-            float c = cs[2 * i], s = cs[2 * i + 1];
-            float a = r[i], b = r[i + half];
-            r[i] = a * c - b * s;
-            r[i + half] = b * c + a * s;
-        }
-    }
+    hp_op_add_bias(y, T, n, n, b);
 }
 
 // --- attention ----------------------------------------------------------------
@@ -229,37 +131,6 @@ static int run_end(const bool *flag, int n, int s)
     while (e < n && flag[e] == flag[s])
         e++;
     return e;
-}
-
-/* Softmax of each row of att (T, T) over its visible keys, on the calling thread. */
-static void softmax_rows(float *att, int T, bool causal, const uint8_t *kmask)
-{
-    for (int i = 0; i < T; i++) {
-        float *r = att + (size_t)i * T;
-        int n = causal ? i + 1 : T;
-        float mx = -INFINITY;
-        for (int j = 0; j < n; j++)
-            if ((!kmask || kmask[j]) && r[j] > mx)
-                mx = r[j];
-        if (mx == -INFINITY) {
-            /* no key visible: Hugging Face's additive mask makes this uniform */
-            for (int j = 0; j < T; j++)
-                r[j] = j < n ? 1.0f / (float)n : 0.0f;
-            continue;
-        }
-        hp_vexpf(r, r, mx, (size_t)n);
-        double s = 0;
-        for (int j = 0; j < n; j++) {
-            if (kmask && !kmask[j])
-                r[j] = 0.0f;
-            s += r[j];
-        }
-        float inv = (float)(1.0 / s);
-        for (int j = 0; j < n; j++)
-            r[j] *= inv;
-        for (int j = n; j < T; j++)
-            r[j] = 0.0f;
-    }
 }
 
 /* Gates of variant block v (NULL = nothing ablated). */
@@ -334,7 +205,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wq.p + (size_t)s * dh * L->wq.cs, L->wq.rs, L->wq.cs,
                 0.0f, w->q + s * dh, qd, 1);
         if (L->bq)
-            add_bias(w->q + s * dh, N, (e - s) * dh, qd, L->bq + s * dh);
+            hp_op_add_bias(w->q + s * dh, N, (e - s) * dh, qd, L->bq + s * dh);
     }
     for (int s = 0, e; s < KV; s = e) {
         e = run_end(kv_live, KV, s);
@@ -345,9 +216,9 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wv.p + (size_t)s * dh * L->wv.cs, L->wv.rs, L->wv.cs,
                 0.0f, w->v + s * dh, kvd, 1);
         if (L->bk)
-            add_bias(w->k + s * dh, N, (e - s) * dh, kvd, L->bk + s * dh);
+            hp_op_add_bias(w->k + s * dh, N, (e - s) * dh, kvd, L->bk + s * dh);
         if (L->bv)
-            add_bias(w->v + s * dh, N, (e - s) * dh, kvd, L->bv + s * dh);
+            hp_op_add_bias(w->v + s * dh, N, (e - s) * dh, kvd, L->bv + s * dh);
     }
 
     float scale = 1.0f / sqrtf((float)dh);
@@ -355,13 +226,13 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         scale /= (float)(l + 1);
     for (int kv = 0; kv < KV; kv++)
         if (in->arch == HP_ARCH_LLAMA && kv_live[kv])
-            rope(w->k + kv * dh, N, T, kvd, dh, w->rope);
+            hp_op_rope(w->k + kv * dh, N, T, kvd, dh, w->rope);
 
     for (int h = 0; h < H; h++) {
         if (!any_live[h] && mean)
             fill_dead(w->ctx, qd, dh, 0, N, T, a, l, h, true);
         if (any_live[h] && in->arch == HP_ARCH_LLAMA)
-            rope(w->q + h * dh, N, T, qd, dh, w->rope);
+            hp_op_rope(w->q + h * dh, N, T, qd, dh, w->rope);
     }
     /* (head, sequence) pairs side by side, each product on one thread: one
      * pair's products are too small to split well */
@@ -383,7 +254,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         const uint8_t *km = a->attn_mask ? a->attn_mask + (size_t)(b % S) * T : NULL;
         /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T): K read transposed through strides */
         hp_gemm1(T, T, dh, scale, w->q + r0 * qd + h * dh, qd, 1, w->k + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
-        softmax_rows(att, T, in->causal, km);
+        hp_op_softmax_rows(att, T, in->causal, km);
         /* out (T, dh) = P (T, T) v_kv (T, dh) */
         hp_gemm1(T, dh, T, 1.0f, att, T, 1, w->v + r0 * kvd + kv * dh, kvd, 1, 0.0f, w->ctx + r0 * qd + h * dh, qd, 1);
     }
@@ -420,35 +291,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
     }
     if (beta == 0.0f)
         memset(w->tmp, 0, (size_t)N * d * sizeof(float));
-    add_bias(w->tmp, N, d, d, L->bo);
-}
-
-/*
- * y[i] = act(x[i]) (times g[i] when g is given) for n elements. The
- * sigmoid-based activations take their exponentials 256 at a time from
- * libmvec; each element is computed the same way wherever it falls.
- */
-static void act_span(enum hp_act a, float *y, const float *x, const float *g, size_t n)
-{
-    if (a != HP_ACT_GELU_TANH && a != HP_ACT_SILU) {
-        for (size_t i = 0; i < n; i++)
-            y[i] = g ? g[i] * act(a, x[i]) : act(a, x[i]);
-        return;
-    }
-    float e[256];
-    for (size_t i0 = 0; i0 < n; i0 += 256) {
-        size_t k = n - i0 < 256 ? n - i0 : 256;
-        const float *xs = x + i0;
-        /* x sigmoid(s) with s = 2u for gelu_new (0.5 x (1 + tanh(u))), s = x for SiLU */
-        for (size_t i = 0; i < k; i++)
-            e[i] = a == HP_ACT_SILU ? -xs[i]
-                                     : -2.0f * (0.79788456080286536f * (xs[i] + 0.044715f * xs[i] * xs[i] * xs[i]));
-        hp_vexpf(e, e, 0.0f, k);
-        for (size_t i = 0; i < k; i++) {
-            float v = xs[i] / (1.0f + e[i]);
-            y[i0 + i] = g ? g[i0 + i] * v : v;
-        }
-    }
+    hp_op_add_bias(w->tmp, N, d, d, L->bo);
 }
 
 /* The MLP block: reads w->h (N, d), writes w->tmp (N, d). */
@@ -461,22 +304,15 @@ static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l)
     if (L->w_gate.p)
         linear(w->ff2, w->h, T, d, f, L->w_gate, NULL);
     const bool gated = L->w_gate.p != NULL;
-#pragma omp parallel for schedule(static) if (par(n))
+#pragma omp parallel for schedule(static) if (hp_op_par(n))
     for (int t = 0; t < T; t++) {
         float *row = w->ff + (size_t)t * f;
         if (gated)
-            act_span(m->act, row, w->ff2 + (size_t)t * f, row, (size_t)f);
+            hp_op_act_span(m->act, row, w->ff2 + (size_t)t * f, row, (size_t)f);
         else
-            act_span(m->act, row, row, NULL, (size_t)f);
+            hp_op_act_span(m->act, row, row, NULL, (size_t)f);
     }
     linear(w->tmp, w->ff, T, f, d, L->w_down, L->b_down);
-}
-
-static void add_into(float *x, const float *y, size_t n)
-{
-#pragma omp parallel for schedule(static) if (par(n))
-    for (size_t i = 0; i < n; i++)
-        x[i] += y[i];
 }
 
 // --- the pass -----------------------------------------------------------------
@@ -484,9 +320,9 @@ static void add_into(float *x, const float *y, size_t n)
 static void norm(const struct hp_model *m, float *y, const float *x, int N, const float *wt, const float *b)
 {
     if (b)
-        layer_norm(y, x, N, m->info.d_model, wt, b, m->norm_eps);
+        hp_op_layer_norm(y, x, N, m->info.d_model, wt, b, m->norm_eps);
     else
-        rms_norm(y, x, N, m->info.d_model, wt, m->norm_eps);
+        hp_op_rms_norm(y, x, N, m->info.d_model, wt, m->norm_eps);
 }
 
 /* Layer l's attention: w->x (N, d) in, w->tmp the block's output. */
@@ -505,17 +341,17 @@ static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int 
 {
     const struct hp_layer *L = &m->layers[l];
     const size_t n = (size_t)N * m->info.d_model;
-    add_into(w->x, w->tmp, n);
+    hp_op_add_into(w->x, w->tmp, n);
     if (m->info.arch == HP_ARCH_BERT) {
-        layer_norm(w->x, w->x, N, m->info.d_model, L->ln1_w, L->ln1_b, m->norm_eps);
+        hp_op_layer_norm(w->x, w->x, N, m->info.d_model, L->ln1_w, L->ln1_b, m->norm_eps);
         memcpy(w->h, w->x, n * sizeof(float));
         mlp(m, w, N, l);
-        add_into(w->x, w->tmp, n);
-        layer_norm(w->x, w->x, N, m->info.d_model, L->ln2_w, L->ln2_b, m->norm_eps);
+        hp_op_add_into(w->x, w->tmp, n);
+        hp_op_layer_norm(w->x, w->x, N, m->info.d_model, L->ln2_w, L->ln2_b, m->norm_eps);
     } else {
         norm(m, w->h, w->x, N, L->ln2_w, L->ln2_b);
         mlp(m, w, N, l);
-        add_into(w->x, w->tmp, n);
+        hp_op_add_into(w->x, w->tmp, n);
     }
 }
 
@@ -537,8 +373,8 @@ static const float *finish(const struct hp_model *m, struct hp_fwd *w, const str
     if (m->lm_head && m->mlm_dense.p) {
         linear(w->tmp, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
         for (size_t i = 0; i < n; i++)
-            w->tmp[i] = act(m->act, w->tmp[i]);
-        layer_norm(w->tmp, w->tmp, N, d, m->mlm_ln_w, m->mlm_ln_b, m->norm_eps);
+            w->tmp[i] = hp_op_act(m->act, w->tmp[i]);
+        hp_op_layer_norm(w->tmp, w->tmp, N, d, m->mlm_ln_w, m->mlm_ln_b, m->norm_eps);
         hfin = w->tmp;
     }
     if (!a->out)
@@ -576,7 +412,7 @@ void hp_fwd_logits(const struct hp_model *m, const float *h, int N, int v0, int 
     const int d = m->info.d_model;
     /* logits (N, nv) = h (N, d) E[v0 : v0 + nv]^T: E (V, d) row-major read transposed */
     hp_gemm(N, nv, d, 1.0f, h, d, 1, m->lm_head + (size_t)v0 * d, 1, d, 0.0f, out, ldo, 1);
-    add_bias(out, N, nv, ldo, m->mlm_bias ? m->mlm_bias + v0 : NULL);
+    hp_op_add_bias(out, N, nv, ldo, m->mlm_bias ? m->mlm_bias + v0 : NULL);
 }
 
 const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a)
@@ -590,12 +426,12 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
         int rr = r % Rb;
         memcpy(x, m->wte + (size_t)a->ids[rr] * d, (size_t)d * sizeof(float));
         if (m->wpe)
-            add_into(x, m->wpe + (size_t)(r % T) * d, (size_t)d);
+            hp_op_add_into(x, m->wpe + (size_t)(r % T) * d, (size_t)d);
         if (m->wtt)
-            add_into(x, m->wtt + (size_t)(a->type_ids ? a->type_ids[rr] : 0) * d, (size_t)d);
+            hp_op_add_into(x, m->wtt + (size_t)(a->type_ids ? a->type_ids[rr] : 0) * d, (size_t)d);
     }
     if (in->arch == HP_ARCH_BERT)
-        layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
+        hp_op_layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
 
     const struct hp_fwd_save *sv = a->save;
     for (int l = 0; l < in->n_layers; l++) {
