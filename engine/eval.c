@@ -179,28 +179,33 @@ static int chunk_len(const struct hp_evaluator *ev, int s)
     return left < ev->batch ? left : ev->batch;
 }
 
-/* The pass's arguments for sequences [s, s + nb) under ablation abl. */
-static struct hp_fwd_args chunk_args(const struct hp_evaluator *ev, int s, int nb, enum hp_ablation abl)
+/* The pass's inputs: sequences [s, s + nb). */
+static struct hp_fwd_in chunk_in(const struct hp_evaluator *ev, int s, int nb)
 {
     const struct hp_data *d = ev->d;
     size_t off = (size_t)s * d->seq_len;
-    const struct hp_model_info *in = &ev->m->info;
-    size_t qd = (size_t)in->n_heads * in->d_head;
-    struct hp_fwd_args a = {
+    return (struct hp_fwd_in){
         .ids = d->ids + off,
         .attn_mask = d->attn_mask ? d->attn_mask + off : NULL,
         .type_ids = d->type_ids ? d->type_ids + off : NULL,
         .T = d->seq_len,
         .n_seqs = nb,
-        .ablation = abl,
     };
+}
+
+/* The pass's variants under ablation abl with its means: one block, nothing ablated until the caller sets gates. */
+static struct hp_fwd_variants chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl)
+{
+    const struct hp_model_info *in = &ev->m->info;
+    size_t qd = (size_t)in->n_heads * in->d_head;
+    struct hp_fwd_variants a = {.ablation = abl};
     if (abl == HP_ABLATE_MEAN) {
         a.mean = ev->mean_all;
         a.mean_layer_stride = (ptrdiff_t)qd;
         a.mean_pos_stride = 0;
     } else if (abl == HP_ABLATE_MEAN_POS) {
         a.mean = ev->mean_pos;
-        a.mean_layer_stride = (ptrdiff_t)(qd * d->seq_len);
+        a.mean_layer_stride = (ptrdiff_t)(qd * ev->d->seq_len);
         a.mean_pos_stride = (ptrdiff_t)qd;
     }
     return a;
@@ -210,11 +215,11 @@ static struct hp_fwd_args chunk_args(const struct hp_evaluator *ev, int s, int n
 static void run_chunk(struct hp_evaluator *ev, int s, int nb, const float *gate, enum hp_ablation abl, float *out,
                       double *capture)
 {
-    struct hp_fwd_args a = chunk_args(ev, s, nb, abl);
-    a.gate = gate;
-    a.capture = capture;
-    a.out = out;
-    hp_fwd_run(ev->m, ev->fwd, &a);
+    struct hp_fwd_in fi = chunk_in(ev, s, nb);
+    struct hp_fwd_variants va = chunk_variants(ev, abl);
+    va.gates = &gate;
+    struct hp_fwd_taps tp = {.capture = capture, .out = out};
+    hp_fwd_run(ev->m, ev->fwd, &fi, &va, &tp);
 }
 
 /* The plain path's workspace and output buffer (and with outputs false, only the workspace), once. */
@@ -267,10 +272,11 @@ static void locate_nonfinite(struct hp_evaluator *ev, const float *gate, enum hp
     for (int s0 = 0; s0 < ev->d->n_seqs; s0 += ev->batch) {
         const int nb = chunk_len(ev, s0);
         const size_t rows = (size_t)nb * ev->d->seq_len;
-        struct hp_fwd_args a = chunk_args(ev, s0, nb, abl);
-        a.gate = gate;
-        a.save = &save;
-        const float *h = hp_fwd_run(ev->m, ev->fwd, &a);
+        struct hp_fwd_in fi = chunk_in(ev, s0, nb);
+        struct hp_fwd_variants va = chunk_variants(ev, abl);
+        va.gates = &gate;
+        struct hp_fwd_taps tp = {.save = &save};
+        const float *h = hp_fwd_run(ev->m, ev->fwd, &fi, &va, &tp);
         for (size_t l = 0; l < L; l++) {
             if (!all_finite(save.x + l * rows * D, rows * D)) {
                 if (l == 0)
@@ -958,9 +964,9 @@ static void reuse_base(struct hp_evaluator *ev, struct reuse *ru, int s0, int nb
     if (ru->saved_s0 == s0)
         return;
     const int T = ev->d->seq_len, R = nb * T, V = ev->m->info.n_vocab, VB = vocab_block(V);
-    struct hp_fwd_args a = chunk_args(ev, s0, nb, HP_ABLATE_ZERO);
-    a.save = &ru->save;
-    const float *h = hp_fwd_run(ev->m, ru->fwd, &a);
+    struct hp_fwd_in fi = chunk_in(ev, s0, nb);
+    struct hp_fwd_taps tp = {.save = &ru->save};
+    const float *h = hp_fwd_run(ev->m, ru->fwd, &fi, NULL, &tp);
     ru->saved_s0 = s0;
     if (ev->has_cls) {
         hp_fwd_classify(ev->m, h, nb, T, ru->cls_base);
@@ -1093,10 +1099,11 @@ static enum hp_status run_reuse(struct hp_evaluator *ev, const struct hp_mask *c
                 }
                 continue;
             }
-            struct hp_fwd_args a = chunk_args(ev, s0, nb, abl);
-            a.n_blocks = k;
-            a.gates = gates;
-            const float *h = hp_fwd_resume(ev->m, ru->fwd, &a, &ru->save, l0);
+            struct hp_fwd_in fi = chunk_in(ev, s0, nb);
+            struct hp_fwd_variants va = chunk_variants(ev, abl);
+            va.n_blocks = k;
+            va.gates = gates;
+            const float *h = hp_fwd_resume(ev->m, ru->fwd, &fi, &va, NULL, &ru->save, l0);
             if (ev->has_cls) {
                 const int C = in->n_labels;
                 hp_fwd_classify(ev->m, h, k * nb, T, ru->cls_z);
@@ -1191,16 +1198,10 @@ enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids, const ui
         if (!m->fwd)
             return hp_fail(err, HP_ERR_NOMEM, "out of memory for a %d-token workspace", n_tokens);
     }
-    struct hp_fwd_args a = {
-        .ids = ids,
-        .attn_mask = attn_mask,
-        .type_ids = type_ids,
-        .T = n_tokens,
-        .n_seqs = 1,
-        .gate = mask ? mask->gate : NULL,
-        .ablation = HP_ABLATE_ZERO,
-        .out = out,
-    };
-    hp_fwd_run(m, m->fwd, &a);
+    const float *gate = mask ? mask->gate : NULL;
+    struct hp_fwd_in fi = {.ids = ids, .attn_mask = attn_mask, .type_ids = type_ids, .T = n_tokens, .n_seqs = 1};
+    struct hp_fwd_variants va = {.gates = &gate, .ablation = HP_ABLATE_ZERO};
+    struct hp_fwd_taps tp = {.out = out};
+    hp_fwd_run(m, m->fwd, &fi, &va, &tp);
     return HP_OK;
 }

@@ -133,32 +133,64 @@ static int run_end(const bool *flag, int n, int s)
     return e;
 }
 
-/* Gates of variant block v (NULL = nothing ablated). */
-static const float *gate_of(const struct hp_fwd_args *a, int v)
+/*
+ * One call's three arguments as the pass's sections read them: var and tap
+ * never NULL here (a caller's NULL becomes the defaults below), n_blocks at
+ * least 1.
+ */
+struct pass {
+    const struct hp_fwd_in *in;
+    const struct hp_fwd_variants *var;
+    const struct hp_fwd_taps *tap;
+    int n_blocks;
+};
+
+static const struct hp_fwd_variants no_variants; /* one block, nothing ablated, zero ablation */
+static const struct hp_fwd_taps no_taps;
+
+static struct pass pass_of(const struct hp_fwd_in *in, const struct hp_fwd_variants *var,
+                           const struct hp_fwd_taps *tap)
 {
-    return a->gates ? a->gates[v] : a->gate;
+    if (!var)
+        var = &no_variants;
+    return (struct pass){in, var, tap ? tap : &no_taps, var->n_blocks > 0 ? var->n_blocks : 1};
 }
 
-static int n_blocks(const struct hp_fwd_args *a)
+/* Gates of variant block v (NULL = nothing ablated). */
+static const float *gate_of(const struct pass *a, int v)
 {
-    return a->n_blocks > 0 ? a->n_blocks : 1;
+    return a->var->gates ? a->var->gates[v] : NULL;
 }
 
 /*
  * Head h's outputs in rows [r0, r0 + n) of ctx (N, qd) when it is not live: the mean under
  * mean ablation, else zero (needed only when the output projection reads them).
  */
-static void fill_dead(float *out, int qd, int dh, int r0, int n, int T, const struct hp_fwd_args *a, int l, int h,
+static void fill_dead(float *out, int qd, int dh, int r0, int n, int T, const struct pass *a, int l, int h,
                       bool mean)
 {
     for (int r = r0; r < r0 + n; r++) {
         float *o = out + (size_t)r * qd + h * dh;
         if (mean)
-            memcpy(o, a->mean + l * a->mean_layer_stride + h * dh + (r % T) * a->mean_pos_stride,
+            memcpy(o, a->var->mean + l * a->var->mean_layer_stride + h * dh + (r % T) * a->var->mean_pos_stride,
                    (size_t)dh * sizeof(float));
         else
             memset(o, 0, (size_t)dh * sizeof(float));
     }
+}
+
+/*
+ * The capture tap: head h's outputs out (N rows strided by qd, dh wide) of
+ * every real token added, in double, to the tap at the token's position.
+ */
+static void tap_capture(const struct pass *a, const float *out, int l, int h, int N, int qd, int dh)
+{
+    const int T = a->in->T, Rb = T * a->in->n_seqs;
+    double *cap = a->tap->capture + (size_t)l * T * qd + h * dh;
+    for (int r = 0; r < N; r++)
+        if (!a->in->attn_mask || a->in->attn_mask[r % Rb])
+            for (int i = 0; i < dh; i++)
+                cap[(size_t)(r % T) * qd + i] += out[(size_t)r * qd + i];
 }
 
 /*
@@ -169,14 +201,14 @@ static void fill_dead(float *out, int qd, int dh, int r0, int n, int T, const st
  * is live in some block, its scores and weighted sums only in the blocks
  * where it is live.
  */
-static void attention(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a, int l)
+static void attention(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l)
 {
     const struct hp_model_info *in = &m->info;
     const struct hp_layer *L = &m->layers[l];
-    const int T = a->T, NB = n_blocks(a), S = a->n_seqs, Rb = S * T, N = Rb * NB, d = in->d_model, H = in->n_heads,
-              KV = in->n_kv_heads, dh = in->d_head;
+    const int T = a->in->T, NB = a->n_blocks, S = a->in->n_seqs, Rb = S * T, N = Rb * NB, d = in->d_model,
+              H = in->n_heads, KV = in->n_kv_heads, dh = in->d_head;
     const int qd = H * dh, kvd = KV * dh, per_kv = H / KV;
-    const bool mean = a->ablation != HP_ABLATE_ZERO;
+    const bool mean = a->var->ablation != HP_ABLATE_ZERO;
 
     /* live[v * H + h]: head h computed in block v; any_*: in some block */
     bool live[NB * H], any_live[H], in_proj[H], kv_live[KV];
@@ -251,7 +283,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         }
         const size_t r0 = (size_t)b * T;
         float *att = w->att + (size_t)thread_num() * T * T;
-        const uint8_t *km = a->attn_mask ? a->attn_mask + (size_t)(b % S) * T : NULL;
+        const uint8_t *km = a->in->attn_mask ? a->in->attn_mask + (size_t)(b % S) * T : NULL;
         /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T): K read transposed through strides */
         hp_gemm1(T, T, dh, scale, w->q + r0 * qd + h * dh, qd, 1, w->k + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
         hp_op_softmax_rows(att, T, in->causal, km);
@@ -262,13 +294,8 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         float *out = w->ctx + h * dh;
         if (!any_live[h])
             continue;
-        if (a->capture) {
-            double *cap = a->capture + (size_t)l * T * qd + h * dh;
-            for (int r = 0; r < N; r++)
-                if (!a->attn_mask || a->attn_mask[r % Rb])
-                    for (int i = 0; i < dh; i++)
-                        cap[(size_t)(r % T) * qd + i] += out[(size_t)r * qd + i];
-        }
+        if (a->tap->capture)
+            tap_capture(a, out, l, h, N, qd, dh);
         for (int v = 0; v < NB; v++) {
             const float *g = gate_of(a, v);
             float gh = g ? g[l * H + h] : 1.0f;
@@ -326,7 +353,7 @@ static void norm(const struct hp_model *m, float *y, const float *x, int N, cons
 }
 
 /* Layer l's attention: w->x (N, d) in, w->tmp the block's output. */
-static void attention_part(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a, int l, int N)
+static void attention_part(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l, int N)
 {
     const struct hp_layer *L = &m->layers[l];
     if (m->info.arch == HP_ARCH_BERT)
@@ -357,10 +384,10 @@ static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int 
 
 /*
  * After the last layer: the final norm and, with an LM head, its dense
- * transform (BERT MLM). Returns the rows the LM head reads; writes a->out
+ * transform (BERT MLM). Returns the rows the LM head reads; writes a->tap->out
  * when given (logits or final hidden states).
  */
-static const float *finish(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a, int N)
+static const float *finish(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int N)
 {
     const struct hp_model_info *in = &m->info;
     const int d = in->d_model;
@@ -377,16 +404,16 @@ static const float *finish(const struct hp_model *m, struct hp_fwd *w, const str
         hp_op_layer_norm(w->tmp, w->tmp, N, d, m->mlm_ln_w, m->mlm_ln_b, m->norm_eps);
         hfin = w->tmp;
     }
-    if (!a->out)
+    if (!a->tap->out)
         return hfin;
     if (m->classifier.p) {
-        hp_fwd_classify(m, hfin, N / a->T, a->T, a->out);
+        hp_fwd_classify(m, hfin, N / a->in->T, a->in->T, a->tap->out);
         return hfin;
     }
     if (!m->lm_head)
-        memcpy(a->out, hfin, n * sizeof(float));
+        memcpy(a->tap->out, hfin, n * sizeof(float));
     else
-        hp_fwd_logits(m, hfin, N, 0, in->n_vocab, a->out, in->n_vocab);
+        hp_fwd_logits(m, hfin, N, 0, in->n_vocab, a->tap->out, in->n_vocab);
     return hfin;
 }
 
@@ -415,25 +442,27 @@ void hp_fwd_logits(const struct hp_model *m, const float *h, int N, int v0, int 
     hp_op_add_bias(out, N, nv, ldo, m->mlm_bias ? m->mlm_bias + v0 : NULL);
 }
 
-const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a)
+const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_in *fin,
+                        const struct hp_fwd_variants *var, const struct hp_fwd_taps *tap)
 {
+    const struct pass pa = pass_of(fin, var, tap), *a = &pa;
     const struct hp_model_info *in = &m->info;
-    const int T = a->T, Rb = T * a->n_seqs, N = Rb * n_blocks(a), d = in->d_model;
+    const int T = a->in->T, Rb = T * a->in->n_seqs, N = Rb * a->n_blocks, d = in->d_model;
     const size_t qd = (size_t)in->n_heads * in->d_head;
 
     for (int r = 0; r < N; r++) {
         float *x = w->x + (size_t)r * d;
         int rr = r % Rb;
-        memcpy(x, m->wte + (size_t)a->ids[rr] * d, (size_t)d * sizeof(float));
+        memcpy(x, m->wte + (size_t)a->in->ids[rr] * d, (size_t)d * sizeof(float));
         if (m->wpe)
             hp_op_add_into(x, m->wpe + (size_t)(r % T) * d, (size_t)d);
         if (m->wtt)
-            hp_op_add_into(x, m->wtt + (size_t)(a->type_ids ? a->type_ids[rr] : 0) * d, (size_t)d);
+            hp_op_add_into(x, m->wtt + (size_t)(a->in->type_ids ? a->in->type_ids[rr] : 0) * d, (size_t)d);
     }
     if (in->arch == HP_ARCH_BERT)
         hp_op_layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
 
-    const struct hp_fwd_save *sv = a->save;
+    const struct hp_fwd_save *sv = a->tap->save;
     for (int l = 0; l < in->n_layers; l++) {
         if (sv)
             memcpy(sv->x + (size_t)l * N * d, w->x, (size_t)N * d * sizeof(float));
@@ -447,14 +476,16 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
     return finish(m, w, a, N);
 }
 
-const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a,
+const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_in *fin,
+                           const struct hp_fwd_variants *var, const struct hp_fwd_taps *tap,
                            const struct hp_fwd_save *base, int l0)
 {
+    const struct pass pa = pass_of(fin, var, tap), *a = &pa;
     const struct hp_model_info *in = &m->info;
     const struct hp_layer *L = &m->layers[l0];
-    const int T = a->T, Rb = T * a->n_seqs, NB = n_blocks(a), N = Rb * NB, d = in->d_model, H = in->n_heads,
+    const int T = a->in->T, Rb = T * a->in->n_seqs, NB = a->n_blocks, N = Rb * NB, d = in->d_model, H = in->n_heads,
               dh = in->d_head, qd = H * dh;
-    const bool mean = a->ablation != HP_ABLATE_ZERO;
+    const bool mean = a->var->ablation != HP_ABLATE_ZERO;
     const size_t xs = (size_t)Rb * d, cs = (size_t)Rb * qd;
     const float *bx = base->x + (size_t)l0 * xs, *ba = base->attn + (size_t)l0 * xs, *bc = base->ctx + (size_t)l0 * cs;
 
