@@ -1180,28 +1180,3 @@ enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *m
 {
     return hp_evaluator_run_many(ev, &mask, 1, abl, out, err);
 }
-
-enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids, const uint8_t *attn_mask,
-                                const int32_t *type_ids, int n_tokens, const struct hp_mask *mask, float *out,
-                                struct hp_error *err)
-{
-    const struct hp_model_info *in = &m->info;
-    if (n_tokens < 1 || n_tokens > in->n_ctx)
-        return hp_fail(err, HP_ERR_ARG, "%d tokens: the model takes 1 to %d", n_tokens, in->n_ctx);
-    for (int t = 0; t < n_tokens; t++)
-        if (ids[t] < 0 || ids[t] >= in->n_vocab)
-            return hp_fail(err, HP_ERR_ARG, "token id %d at position %d is outside the vocabulary (%d tokens)", ids[t], t,
-                           in->n_vocab);
-    if (!m->fwd || hp_fwd_capacity(m->fwd) != n_tokens) {
-        hp_fwd_free(m->fwd);
-        m->fwd = hp_fwd_new(m, n_tokens, 1);
-        if (!m->fwd)
-            return hp_fail(err, HP_ERR_NOMEM, "out of memory for a %d-token workspace", n_tokens);
-    }
-    const float *gate = mask ? mask->gate : NULL;
-    struct hp_fwd_in fi = {.ids = ids, .attn_mask = attn_mask, .type_ids = type_ids, .T = n_tokens, .n_seqs = 1};
-    struct hp_fwd_variants va = {.gates = &gate, .ablation = HP_ABLATE_ZERO};
-    struct hp_fwd_taps tp = {.out = out};
-    hp_fwd_run(m, m->fwd, &fi, &va, &tp);
-    return HP_OK;
-}
