@@ -10,6 +10,9 @@
  * Invariants: a gate of exactly 1 changes nothing (bit for bit, the same
  * operations run as with no gate); a gate of 0 under zero ablation skips the
  * head's work entirely rather than multiplying it by zero.
+ * The element-wise operations (norms, activations, rotary, softmax) are in
+ * ops.c; a pass reads its arguments in three parts (forward_int.h) and keeps
+ * nothing in the model, which stays read-only.
  */
 #include "forward_int.h"
 
@@ -321,6 +324,8 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         memset(w->tmp, 0, (size_t)N * d * sizeof(float));
     hp_op_add_bias(w->tmp, N, d, d, L->bo);
 }
+
+// --- MLP ----------------------------------------------------------------------
 
 /* The MLP block: reads w->h (N, d), writes w->tmp (N, d). */
 static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l)
