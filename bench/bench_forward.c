@@ -594,8 +594,9 @@ int main(int argc, char **argv)
             double sq = sgemm_gflops(SQ, SQ, SQ, sa, sb, sc, 0.5);
             double fs = sgemm_gflops(R, f, d, fa, fb, fc, 0.5);
             double t0 = now();
-            struct hp_fwd_args fa_args = {.ids = ids, .T = T, .n_seqs = n_seqs, .out = logits};
-            hp_fwd_run(m, fw, &fa_args);
+            struct hp_fwd_in fa_in = {.ids = ids, .T = T, .n_seqs = n_seqs};
+            struct hp_fwd_taps fa_taps = {.out = logits};
+            hp_fwd_run(m, fw, &fa_in, NULL, &fa_taps);
             double fwd = now() - t0;
             double part[N_PART] = {0};
             t0 = now();

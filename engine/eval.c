@@ -4,7 +4,10 @@
  * Owns the pairing of a model with data: validation of one against the
  * other, the unmasked reference each variant is compared with (KL, cosine),
  * the mean-ablation statistics (computed once, on first use), and the
- * per-sequence and token-weighted metrics. Reductions are in double.
+ * per-sequence and token-weighted metrics, the plain path (every variant
+ * by whole passes of its own) and the public entry points. The reuse path
+ * and its fused LM head are in reuse.c; the two share the chunk interface
+ * of eval_int.h. Reductions are in double.
  * Must not: print, exit, or know about files other than through hp_data.
  */
 #include <math.h>
@@ -12,38 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward_int.h"
+#include "eval_int.h"
 #include "util_int.h"
-#include "vmath_int.h"
 
 #define HP_CHUNK_ROWS 512
 #define HP_CHUNK_BYTES ((size_t)128 << 20)
-
-struct hp_evaluator {
-    struct hp_model *m;
-    const struct hp_data *d;
-    int batch;        /* sequences per forward call */
-    int width;        /* forward output row width */
-    bool has_loss;    /* causal LM, or MLM with labels, or a classifier */
-    bool has_cls;     /* sequence classifier: one (n_labels) row of logits per sequence */
-    float *base_cls;  /* NULL or (n_seqs, n_labels): the unmasked model's class logits */
-    struct hp_fwd *fwd; /* NULL or a workspace for one chunk (plain path, mean statistics) */
-    float *out_m;     /* NULL or (batch, seq_len, width): a variant's outputs (plain path) */
-    float *out_b;     /* NULL or (batch, seq_len, width): the unmasked reference when base_all is too big */
-    float *base_all;  /* NULL or (n_seqs, seq_len, width): every sequence's unmasked output, once */
-    double *base_lse; /* NULL or (n_seqs, seq_len): log-sum-exp of each row of base_all (LMs) */
-    double *tok;      /* (3, seq_len) per-token loss, correct, KL of one sequence */
-    uint8_t *tok_ok;  /* (seq_len) whether the token is scored */
-    float *mean_all;  /* NULL or (n_layers, n_heads * d_head) */
-    float *mean_pos;  /* NULL or (n_layers, seq_len, n_heads * d_head) */
-    bool plain;       /* every variant by a whole pass of its own (the reference path) */
-    struct reuse *ru; /* NULL or the reuse path's state, made on first use */
-    void (*progress)(void *, int, int);
-    void *progress_user;
-};
-
-struct reuse;
-static void reuse_free(struct reuse *ru);
 
 enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, struct hp_evaluator **out,
                                 struct hp_error *err)
@@ -129,7 +105,7 @@ void hp_evaluator_free(struct hp_evaluator *ev)
     free(ev->mean_all);
     free(ev->mean_pos);
     free(ev->base_cls);
-    reuse_free(ev->ru);
+    hp_eval_reuse_free(ev->ru);
     free(ev);
 }
 
@@ -173,34 +149,39 @@ enum hp_status hp_evaluator_pick_metric(const struct hp_evaluator *ev, const cha
 }
 
 /* Sequences in the chunk that starts at sequence s. */
-static int chunk_len(const struct hp_evaluator *ev, int s)
+int hp_eval_chunk_len(const struct hp_evaluator *ev, int s)
 {
     int left = ev->d->n_seqs - s;
     return left < ev->batch ? left : ev->batch;
 }
 
-/* The pass's arguments for sequences [s, s + nb) under ablation abl. */
-static struct hp_fwd_args chunk_args(const struct hp_evaluator *ev, int s, int nb, enum hp_ablation abl)
+/* The pass's inputs: sequences [s, s + nb). */
+struct hp_fwd_in hp_eval_chunk_in(const struct hp_evaluator *ev, int s, int nb)
 {
     const struct hp_data *d = ev->d;
     size_t off = (size_t)s * d->seq_len;
-    const struct hp_model_info *in = &ev->m->info;
-    size_t qd = (size_t)in->n_heads * in->d_head;
-    struct hp_fwd_args a = {
+    return (struct hp_fwd_in){
         .ids = d->ids + off,
         .attn_mask = d->attn_mask ? d->attn_mask + off : NULL,
         .type_ids = d->type_ids ? d->type_ids + off : NULL,
         .T = d->seq_len,
         .n_seqs = nb,
-        .ablation = abl,
     };
+}
+
+/* The pass's variants under ablation abl with its means: one block, nothing ablated until the caller sets gates. */
+struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl)
+{
+    const struct hp_model_info *in = &ev->m->info;
+    size_t qd = (size_t)in->n_heads * in->d_head;
+    struct hp_fwd_variants a = {.ablation = abl};
     if (abl == HP_ABLATE_MEAN) {
         a.mean = ev->mean_all;
         a.mean_layer_stride = (ptrdiff_t)qd;
         a.mean_pos_stride = 0;
     } else if (abl == HP_ABLATE_MEAN_POS) {
         a.mean = ev->mean_pos;
-        a.mean_layer_stride = (ptrdiff_t)(qd * d->seq_len);
+        a.mean_layer_stride = (ptrdiff_t)(qd * ev->d->seq_len);
         a.mean_pos_stride = (ptrdiff_t)qd;
     }
     return a;
@@ -210,11 +191,11 @@ static struct hp_fwd_args chunk_args(const struct hp_evaluator *ev, int s, int n
 static void run_chunk(struct hp_evaluator *ev, int s, int nb, const float *gate, enum hp_ablation abl, float *out,
                       double *capture)
 {
-    struct hp_fwd_args a = chunk_args(ev, s, nb, abl);
-    a.gate = gate;
-    a.capture = capture;
-    a.out = out;
-    hp_fwd_run(ev->m, ev->fwd, &a);
+    struct hp_fwd_in fi = hp_eval_chunk_in(ev, s, nb);
+    struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl);
+    va.gates = &gate;
+    struct hp_fwd_taps tp = {.capture = capture, .out = out};
+    hp_fwd_run(ev->m, ev->fwd, &fi, &va, &tp);
 }
 
 /* The plain path's workspace and output buffer (and with outputs false, only the workspace), once. */
@@ -229,7 +210,7 @@ static enum hp_status plain_ready(struct hp_evaluator *ev, bool outputs, struct 
 }
 
 /* The mask's first layer with a gate that is not 1: L when nothing changes. */
-static int first_changed(const struct hp_mask *mask, int L, int H)
+int hp_eval_first_changed(const struct hp_mask *mask, int L, int H)
 {
     for (int i = 0; mask && i < L * H; i++)
         if (mask->gate[i] != 1.0f)
@@ -265,12 +246,13 @@ static void locate_nonfinite(struct hp_evaluator *ev, const float *gate, enum hp
     }
     struct hp_fwd_save save = {buf, buf + L * R * D, buf + 2 * L * R * D};
     for (int s0 = 0; s0 < ev->d->n_seqs; s0 += ev->batch) {
-        const int nb = chunk_len(ev, s0);
+        const int nb = hp_eval_chunk_len(ev, s0);
         const size_t rows = (size_t)nb * ev->d->seq_len;
-        struct hp_fwd_args a = chunk_args(ev, s0, nb, abl);
-        a.gate = gate;
-        a.save = &save;
-        const float *h = hp_fwd_run(ev->m, ev->fwd, &a);
+        struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
+        struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl);
+        va.gates = &gate;
+        struct hp_fwd_taps tp = {.save = &save};
+        const float *h = hp_fwd_run(ev->m, ev->fwd, &fi, &va, &tp);
         for (size_t l = 0; l < L; l++) {
             if (!all_finite(save.x + l * rows * D, rows * D)) {
                 if (l == 0)
@@ -319,7 +301,7 @@ static enum hp_status ensure_means(struct hp_evaluator *ev, struct hp_error *err
     }
     /* the pass stops before the LM head: only the heads' outputs are wanted */
     for (int s = 0; s < d->n_seqs; s += ev->batch)
-        run_chunk(ev, s, chunk_len(ev, s), NULL, HP_ABLATE_ZERO, NULL, cap);
+        run_chunk(ev, s, hp_eval_chunk_len(ev, s), NULL, HP_ABLATE_ZERO, NULL, cap);
     for (int s = 0; s < d->n_seqs; s++)
         for (size_t t = 0; t < T; t++)
             cnt[t] += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
@@ -426,7 +408,7 @@ static const float *baseline_output(struct hp_evaluator *ev, int s, int nb, cons
         if (all && (l || !ev->has_loss)) {
             /* the same chunks as the variants', so the reference is computed exactly as they are */
             for (int i = 0; i < d->n_seqs; i += ev->batch)
-                run_chunk(ev, i, chunk_len(ev, i), NULL, HP_ABLATE_ZERO, all + per * i, NULL);
+                run_chunk(ev, i, hp_eval_chunk_len(ev, i), NULL, HP_ABLATE_ZERO, all + per * i, NULL);
             for (size_t r = 0; l && r < rows; r++)
                 l[r] = row_lse(all + r * ev->width, ev->width);
             ev->base_all = all;
@@ -448,7 +430,7 @@ static const float *baseline_output(struct hp_evaluator *ev, int s, int nb, cons
 }
 
 /* The token position t is scored against *target, or not at all. */
-static bool target_at(const struct hp_data *d, bool causal, int s, int t, int32_t *target)
+bool hp_eval_target_at(const struct hp_data *d, bool causal, int s, int t, int32_t *target)
 {
     size_t row = (size_t)s * d->seq_len;
     if (causal) {
@@ -470,7 +452,7 @@ static bool target_at(const struct hp_data *d, bool causal, int s, int t, int32_
  * (seq_len, D), pooled over its real tokens as the model declares: mean
  * (sentence-transformers' default), the first token, or the maximum.
  */
-static double pooled_cos(const struct hp_data *d, enum hp_pooling mode, int s, const float *a, const float *b, int D)
+double hp_eval_pooled_cos(const struct hp_data *d, enum hp_pooling mode, int s, const float *a, const float *b, int D)
 {
     size_t row = (size_t)s * d->seq_len;
     double dot = 0, na = 0, nb = 0;
@@ -505,7 +487,7 @@ static double pooled_cos(const struct hp_data *d, enum hp_pooling mode, int s, c
 }
 
 /* 1 when sequence s's real rows of x (seq_len, D) are finite (the unmasked model's own cosine), else NaN. */
-static double self_cos(const struct hp_data *d, int s, const float *x, int D)
+double hp_eval_self_cos(const struct hp_data *d, int s, const float *x, int D)
 {
     for (int t = 0; t < d->seq_len; t++)
         if (!d->attn_mask || d->attn_mask[(size_t)s * d->seq_len + t])
@@ -527,14 +509,9 @@ void hp_metrics_free(struct hp_metrics *mt)
     free(mt);
 }
 
-/* Sums over scored tokens (and, for encoders, over sequences). */
-struct totals {
-    double loss, acc, kl, cos;
-    int64_t tokens;
-};
-
 /* Sequence s's sums over its nt scored items into its per-sequence means and the totals. */
-static void record_seq(struct hp_metrics *mt, struct totals *tot, int s, double sl, double sa, double sk, int64_t nt)
+void hp_eval_record_seq(struct hp_metrics *mt, struct hp_eval_totals *tot, int s, double sl, double sa, double sk,
+                        int64_t nt)
 {
     mt->seq_tokens[s] = nt;
     mt->seq_loss[s] = nt ? sl / nt : 0;
@@ -553,8 +530,8 @@ static void record_seq(struct hp_metrics *mt, struct totals *tot, int s, double 
  * parallel (the vocabulary-wide reductions are the expensive part) and are
  * summed in token order, so the result does not depend on the thread count.
  */
-static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct totals *tot, int s, const float *zm_seq,
-                      const float *zb_seq, const double *lse_b, bool scaled)
+static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct hp_eval_totals *tot, int s,
+                      const float *zm_seq, const float *zb_seq, const double *lse_b, bool scaled)
 {
     const struct hp_data *d = ev->d;
     const int W = ev->width, T = d->seq_len;
@@ -563,7 +540,8 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct tot
         for (int t = 0; t < T; t++)
             nt += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
         mt->seq_tokens[s] = nt;
-        mt->seq_cos[s] = scaled ? pooled_cos(d, ev->m->info.pooling, s, zb_seq, zm_seq, W) : self_cos(d, s, zm_seq, W);
+        mt->seq_cos[s] = scaled ? hp_eval_pooled_cos(d, ev->m->info.pooling, s, zb_seq, zm_seq, W)
+                                : hp_eval_self_cos(d, s, zm_seq, W);
         tot->cos += mt->seq_cos[s];
         tot->tokens += nt;
         return;
@@ -574,7 +552,7 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct tot
 #pragma omp parallel for schedule(dynamic, 8) if (T * (size_t)W >= 65536)
     for (int t = 0; t < T; t++) {
         int32_t y;
-        ok[t] = target_at(d, causal, s, t, &y);
+        ok[t] = hp_eval_target_at(d, causal, s, t, &y);
         if (!ok[t])
             continue;
         const float *zm = zm_seq + (size_t)t * W, *zb = zb_seq + (size_t)t * W;
@@ -600,7 +578,7 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct tot
             sk += tk[t];
             nt++;
         }
-    record_seq(mt, tot, s, sl, sa, sk, nt);
+    hp_eval_record_seq(mt, tot, s, sl, sa, sk, nt);
 }
 
 /*
@@ -608,8 +586,8 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct tot
  * accuracy and, against the unmasked logits zb (NULL: the same model), KL.
  * One scored item per sequence.
  */
-static void score_cls(const struct hp_evaluator *ev, struct hp_metrics *mt, struct totals *tot, int s,
-                      const float *zm, const float *zb)
+void hp_eval_score_cls(const struct hp_evaluator *ev, struct hp_metrics *mt, struct hp_eval_totals *tot, int s,
+                       const float *zm, const float *zb)
 {
     const int C = ev->m->info.n_labels, y = ev->d->seq_labels[s];
     double lse_m = row_lse(zm, C), kl = 0;
@@ -620,7 +598,7 @@ static void score_cls(const struct hp_evaluator *ev, struct hp_metrics *mt, stru
             kl += exp(lb) * (lb - lm);
         }
     }
-    record_seq(mt, tot, s, lse_m - zm[y], row_argmax(zm, C) == y, kl, 1);
+    hp_eval_record_seq(mt, tot, s, lse_m - zm[y], row_argmax(zm, C) == y, kl, 1);
 }
 
 /* The unmasked model's class logits for every sequence, once. */
@@ -632,7 +610,7 @@ static enum hp_status ensure_base_cls(struct hp_evaluator *ev, struct hp_error *
     if (!(ev->base_cls = malloc((size_t)ev->d->n_seqs * C * sizeof(float))))
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     for (int s = 0; s < ev->d->n_seqs; s += ev->batch)
-        run_chunk(ev, s, chunk_len(ev, s), NULL, HP_ABLATE_ZERO, ev->base_cls + (size_t)s * C, NULL);
+        run_chunk(ev, s, hp_eval_chunk_len(ev, s), NULL, HP_ABLATE_ZERO, ev->base_cls + (size_t)s * C, NULL);
     return HP_OK;
 }
 
@@ -658,8 +636,9 @@ static struct hp_metrics *metrics_new(const struct hp_evaluator *ev)
 }
 
 /* The whole-set metrics from the sums: a metric that is not a finite number is an error naming the variant. */
-static enum hp_status metrics_finish(struct hp_evaluator *ev, struct hp_metrics *mt, const struct totals *tot,
-                                     const struct hp_mask *mask, enum hp_ablation abl, struct hp_error *err)
+static enum hp_status metrics_finish(struct hp_evaluator *ev, struct hp_metrics *mt,
+                                     const struct hp_eval_totals *tot, const struct hp_mask *mask,
+                                     enum hp_ablation abl, struct hp_error *err)
 {
     mt->n_tokens = tot->tokens;
     const char *bad = NULL;
@@ -681,7 +660,7 @@ static enum hp_status metrics_finish(struct hp_evaluator *ev, struct hp_metrics 
     if (!bad)
         return HP_OK;
     char variant[96] = "the unmasked model", where[64];
-    if (mask && first_changed(mask, ev->m->info.n_layers, ev->m->info.n_heads) < ev->m->info.n_layers) {
+    if (mask && hp_eval_first_changed(mask, ev->m->info.n_layers, ev->m->info.n_heads) < ev->m->info.n_layers) {
         char *spec = hp_mask_format(mask);
         if (spec && strlen(spec) > 48)
             snprintf(variant, sizeof variant, "the variant ablating %.40s... (%d heads)", spec, hp_mask_count_ablated(mask));
@@ -698,23 +677,23 @@ static enum hp_status metrics_finish(struct hp_evaluator *ev, struct hp_metrics 
 
 /* The plain path: one variant, every chunk through the whole model. */
 static enum hp_status run_plain(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl,
-                                struct hp_metrics *mt, struct totals *tot, struct hp_error *err)
+                                struct hp_metrics *mt, struct hp_eval_totals *tot, struct hp_error *err)
 {
     const struct hp_data *d = ev->d;
     enum hp_status st = plain_ready(ev, true, err);
     if (st != HP_OK)
         return st;
-    bool scaled = first_changed(mask, ev->m->info.n_layers, ev->m->info.n_heads) < ev->m->info.n_layers;
+    bool scaled = hp_eval_first_changed(mask, ev->m->info.n_layers, ev->m->info.n_heads) < ev->m->info.n_layers;
     const float *gate = mask ? mask->gate : NULL;
     if (ev->has_cls) {
         const int C = ev->m->info.n_labels;
         if (scaled && (st = ensure_base_cls(ev, err)) != HP_OK)
             return st;
         for (int s0 = 0; s0 < d->n_seqs; s0 += ev->batch) {
-            int nb = chunk_len(ev, s0);
+            int nb = hp_eval_chunk_len(ev, s0);
             run_chunk(ev, s0, nb, gate, abl, ev->out_m, NULL);
             for (int j = 0; j < nb; j++)
-                score_cls(ev, mt, tot, s0 + j, ev->out_m + (size_t)j * C,
+                hp_eval_score_cls(ev, mt, tot, s0 + j, ev->out_m + (size_t)j * C,
                           scaled ? ev->base_cls + (size_t)(s0 + j) * C : NULL);
             if (ev->progress)
                 ev->progress(ev->progress_user, s0 + nb, d->n_seqs);
@@ -723,7 +702,7 @@ static enum hp_status run_plain(struct hp_evaluator *ev, const struct hp_mask *m
     }
     const size_t per = (size_t)d->seq_len * ev->width;
     for (int s0 = 0; s0 < d->n_seqs; s0 += ev->batch) {
-        int nb = chunk_len(ev, s0);
+        int nb = hp_eval_chunk_len(ev, s0);
         run_chunk(ev, s0, nb, gate, abl, ev->out_m, NULL);
         /* the unmasked reference; with nothing changed it is the same pass */
         const float *base = ev->out_m;
@@ -737,391 +716,6 @@ static enum hp_status run_plain(struct hp_evaluator *ev, const struct hp_mask *m
                 ev->progress(ev->progress_user, s0 + j + 1, d->n_seqs);
         }
     }
-    return HP_OK;
-}
-
-// --- the reuse path -------------------------------------------------------------
-/*
- * Variants inside chunks: per chunk of sequences, the unmasked model runs
- * once and keeps each layer's input and attention output; a variant starts
- * at its first changed layer, where only the changed heads' outputs are
- * replaced (through their slice of the output projection); variants with the
- * same first changed layer run the rest of the model together as blocks of
- * one pass. The LM head is fused with the metrics: logits are made a
- * vocabulary block at a time and reduced on the fly to each scored row's
- * log-sum-exp, target logit, argmax and its dot product with the unmasked
- * model's probabilities (which gives KL), never held for a whole chunk.
- * Memory is bounded by the chunk: the save, the unmasked probabilities of the
- * chunk's scored rows, and HP_REUSE_ROWS rows of workspace.
- */
-#define HP_REUSE_ROWS 2048
-#define HP_VOCAB_BLOCK 2048
-
-static int vocab_block(int V)
-{
-    return V < HP_VOCAB_BLOCK ? V : HP_VOCAB_BLOCK;
-}
-
-/* Running reduction of one scored row over vocabulary blocks. */
-struct lmrow {
-    double s;  /* sum of exp(z - m) */
-    double dp; /* sum of p_unmasked * z */
-    float m;   /* running maximum */
-    float zt;  /* the target's logit */
-    int arg;   /* first index of the maximum */
-};
-
-struct reuse {
-    struct hp_fwd *fwd;      /* max_blocks blocks of one chunk */
-    int max_blocks;
-    struct hp_fwd_save save; /* the unmasked pass of chunk saved_s0 */
-    float *save_buf;
-    int saved_s0;
-    int n_sc;                /* scored rows of the chunk (LMs) */
-    int *sc_row;             /* (batch * T) their row in the chunk */
-    int32_t *sc_y;           /* (batch * T) their target */
-    float *pb;               /* (n_sc, V) the unmasked model's exp(logit - max) */
-    double *b_c, *b_p, *b_lse, *b_tl, *b_ta; /* (batch * T) per scored row: sum q z, sum q, lse, loss, correct */
-    float *base_h;           /* (batch * T, d) unmasked final rows (encoders) */
-    float *cls_base, *cls_z; /* (batch, n_labels), (max_blocks * batch, n_labels): classifier logits */
-    float *hc;               /* (max_blocks * batch * T, d) gathered rows */
-    float *lg;               /* (max_blocks * batch * T, vocab_block(V)) one logits block */
-    struct lmrow *st;        /* (max_blocks * batch * T) */
-};
-
-static void reuse_free(struct reuse *ru)
-{
-    if (!ru)
-        return;
-    hp_fwd_free(ru->fwd);
-    free(ru->save_buf);
-    free(ru->sc_row);
-    free(ru->sc_y);
-    free(ru->pb);
-    free(ru->b_c);
-    free(ru->base_h);
-    free(ru->cls_base);
-    free(ru->cls_z);
-    free(ru->hc);
-    free(ru->lg);
-    free(ru->st);
-    free(ru);
-}
-
-static struct reuse *reuse_new(const struct hp_evaluator *ev)
-{
-    const struct hp_model_info *in = &ev->m->info;
-    const size_t R = (size_t)ev->batch * ev->d->seq_len, d = (size_t)in->d_model,
-                 qd = (size_t)in->n_heads * in->d_head, L = (size_t)in->n_layers;
-    struct reuse *ru = calloc(1, sizeof *ru);
-    if (!ru)
-        return NULL;
-    ru->saved_s0 = -1;
-    ru->max_blocks = (int)(HP_REUSE_ROWS / R) > 1 ? (int)(HP_REUSE_ROWS / R) : 1;
-    size_t rows = (size_t)ru->max_blocks * R;
-    ru->fwd = hp_fwd_new(ev->m, ev->d->seq_len, ru->max_blocks * ev->batch);
-    ru->save_buf = malloc(L * R * (2 * d + qd) * sizeof(float));
-    ru->hc = malloc(rows * d * sizeof(float));
-    if (ev->has_cls) {
-        size_t C = (size_t)in->n_labels;
-        ru->cls_base = malloc((size_t)ev->batch * C * sizeof(float));
-        ru->cls_z = malloc((size_t)ru->max_blocks * ev->batch * C * sizeof(float));
-    } else if (ev->has_loss) {
-        ru->sc_row = malloc(R * sizeof(int));
-        ru->sc_y = malloc(R * sizeof(int32_t));
-        ru->pb = malloc(R * (size_t)in->n_vocab * sizeof(float));
-        ru->b_c = malloc(5 * R * sizeof(double));
-        ru->lg = malloc(rows * (size_t)vocab_block(in->n_vocab) * sizeof(float));
-        ru->st = malloc(rows * sizeof(struct lmrow));
-    } else {
-        ru->base_h = malloc(R * d * sizeof(float));
-    }
-    if (!ru->fwd || !ru->save_buf || !ru->hc ||
-        (ev->has_cls    ? !ru->cls_base || !ru->cls_z
-         : ev->has_loss ? !ru->sc_row || !ru->sc_y || !ru->pb || !ru->b_c || !ru->lg || !ru->st
-                        : !ru->base_h)) {
-        reuse_free(ru);
-        return NULL;
-    }
-    if (ru->b_c) {
-        ru->b_p = ru->b_c + R;
-        ru->b_lse = ru->b_c + 2 * R;
-        ru->b_tl = ru->b_c + 3 * R;
-        ru->b_ta = ru->b_c + 4 * R;
-    }
-    ru->save.x = ru->save_buf;
-    ru->save.attn = ru->save_buf + L * R * d;
-    ru->save.ctx = ru->save_buf + 2 * L * R * d;
-    return ru;
-}
-
-/* Sum and dot product in double over 8 fixed lanes: vectorisable, and the
- * same order of additions whatever the threads or the buffer's alignment. */
-static double sum_d(const float *x, size_t n)
-{
-    double acc[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            acc[j] += x[i + j];
-    for (; i < n; i++)
-        acc[i % 8] += x[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-static double dot_d(const float *x, const float *y, size_t n)
-{
-    double acc[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            acc[j] += (double)x[i + j] * y[i + j];
-    for (; i < n; i++)
-        acc[i % 8] += (double)x[i] * y[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-/*
- * The fused LM head over rows hc (n, d): row i is scored row i % n_sc of the
- * chunk. Leaves each row's reduction in ru->st. With keep, the logits are
- * also stored in ru->pb (the unmasked pass); with kl, each row's dot product
- * with ru->pb (by then probabilities) is accumulated.
- */
-static void lm_rows(const struct hp_evaluator *ev, struct reuse *ru, int n, bool keep, bool kl)
-{
-    const struct hp_model *m = ev->m;
-    const int V = m->info.n_vocab, n_sc = ru->n_sc;
-    const int VB = vocab_block(V);
-    for (int v0 = 0; v0 < V; v0 += VB) {
-        const int nb = V - v0 < VB ? V - v0 : VB;
-        hp_fwd_logits(m, ru->hc, n, v0, nb, ru->lg, VB);
-#pragma omp parallel for schedule(static) if ((size_t)n * nb >= 65536)
-        for (int i = 0; i < n; i++) {
-            float *z = ru->lg + (size_t)i * VB;
-            struct lmrow *r = &ru->st[i];
-            const int j = i % n_sc, y = ru->sc_y[j];
-            float *pj = ru->pb + (size_t)j * V + v0;
-            if (keep)
-                memcpy(pj, z, (size_t)nb * sizeof(float));
-            int ba = 0;
-            for (int k = 1; k < nb; k++)
-                if (z[k] > z[ba])
-                    ba = k;
-            if (v0 == 0) {
-                r->s = 0;
-                r->dp = 0;
-                r->m = z[ba];
-                r->arg = ba;
-            } else if (z[ba] > r->m) {
-                /* a strictly larger maximum: rescale the running sum */
-                r->s *= exp((double)r->m - (double)z[ba]);
-                r->m = z[ba];
-                r->arg = v0 + ba;
-            }
-            if (y >= v0 && y < v0 + nb)
-                r->zt = z[y - v0];
-            if (kl)
-                r->dp += dot_d(pj, z, (size_t)nb);
-            hp_vexpf(z, z, r->m, (size_t)nb);
-            r->s += sum_d(z, (size_t)nb);
-        }
-    }
-}
-
-/* Scored rows of the chunk at s0 (nb sequences) and their targets. */
-static void find_scored(const struct hp_evaluator *ev, struct reuse *ru, int s0, int nb)
-{
-    const int T = ev->d->seq_len;
-    ru->n_sc = 0;
-    for (int b = 0; b < nb; b++)
-        for (int t = 0; t < T; t++) {
-            int32_t y;
-            if (target_at(ev->d, ev->m->info.causal, s0 + b, t, &y)) {
-                ru->sc_row[ru->n_sc] = b * T + t;
-                ru->sc_y[ru->n_sc++] = y;
-            }
-        }
-}
-
-/* Gather the scored rows of n_blocks blocks of R rows of h into ru->hc. */
-static void gather(const struct hp_evaluator *ev, struct reuse *ru, const float *h, int n_blocks, int R)
-{
-    const size_t d = (size_t)ev->m->info.d_model;
-    for (int v = 0; v < n_blocks; v++)
-        for (int j = 0; j < ru->n_sc; j++)
-            memcpy(ru->hc + ((size_t)v * ru->n_sc + j) * d, h + ((size_t)v * R + ru->sc_row[j]) * d, d * sizeof(float));
-}
-
-/* The unmasked pass of the chunk at s0 with its save and reference statistics, unless already held. */
-static void reuse_base(struct hp_evaluator *ev, struct reuse *ru, int s0, int nb)
-{
-    if (ru->saved_s0 == s0)
-        return;
-    const int T = ev->d->seq_len, R = nb * T, V = ev->m->info.n_vocab, VB = vocab_block(V);
-    struct hp_fwd_args a = chunk_args(ev, s0, nb, HP_ABLATE_ZERO);
-    a.save = &ru->save;
-    const float *h = hp_fwd_run(ev->m, ru->fwd, &a);
-    ru->saved_s0 = s0;
-    if (ev->has_cls) {
-        hp_fwd_classify(ev->m, h, nb, T, ru->cls_base);
-        return;
-    }
-    if (!ev->has_loss) {
-        memcpy(ru->base_h, h, (size_t)R * ev->m->info.d_model * sizeof(float));
-        return;
-    }
-    find_scored(ev, ru, s0, nb);
-    if (ru->n_sc == 0)
-        return;
-    gather(ev, ru, h, 1, R);
-    lm_rows(ev, ru, ru->n_sc, true, false);
-    /* logits z -> q = exp(z - max), unnormalised probabilities, with sum q z
-     * and sum q of the stored floats: KL = (sum q z - sum q z') / sum q + lse' - lse */
-#pragma omp parallel for schedule(static) if ((size_t)ru->n_sc * V >= 65536)
-    for (int j = 0; j < ru->n_sc; j++) {
-        const struct lmrow *r = &ru->st[j];
-        float *p = ru->pb + (size_t)j * V, *tmp = ru->lg + (size_t)j * VB;
-        double c = 0, sp = 0;
-        for (int v0 = 0; v0 < V; v0 += VB) {
-            int nbk = V - v0 < VB ? V - v0 : VB;
-            hp_vexpf(tmp, p + v0, r->m, (size_t)nbk);
-            c += dot_d(tmp, p + v0, (size_t)nbk);
-            sp += sum_d(tmp, (size_t)nbk);
-            memcpy(p + v0, tmp, (size_t)nbk * sizeof(float));
-        }
-        /* the log-sum-exp from the same stored q, so a variant equal to the unmasked model has KL 0 */
-        double lse = r->m + log(sp);
-        ru->b_lse[j] = lse;
-        ru->b_c[j] = c;
-        ru->b_p[j] = sp;
-        ru->b_tl[j] = lse - r->zt;
-        ru->b_ta[j] = r->arg == ru->sc_y[j];
-    }
-}
-
-/*
- * Add the scored rows of the chunk at s0 (nb sequences) to mt and tot, per
- * sequence in token order as the plain path does: from variant block v of
- * the last lm_rows, or with v < 0 from the unmasked pass.
- */
-static void score_lm(const struct hp_evaluator *ev, const struct reuse *ru, int v, int s0, int nb,
-                     struct hp_metrics *mt, struct totals *tot)
-{
-    const int T = ev->d->seq_len;
-    int j = 0;
-    for (int b = 0; b < nb; b++) {
-        double sl = 0, sa = 0, sk = 0;
-        int64_t nt = 0;
-        for (; j < ru->n_sc && ru->sc_row[j] / T == b; j++, nt++) {
-            if (v < 0) {
-                sl += ru->b_tl[j];
-                sa += ru->b_ta[j];
-                continue;
-            }
-            const struct lmrow *r = &ru->st[(size_t)v * ru->n_sc + j];
-            double lse = r->m + log(r->s);
-            sl += lse - r->zt;
-            sa += r->arg == ru->sc_y[j];
-            sk += (ru->b_c[j] - r->dp) / ru->b_p[j] + (lse - ru->b_lse[j]);
-        }
-        record_seq(mt, tot, s0 + b, sl, sa, sk, nt);
-    }
-}
-
-/* The same for encoders: block v of h (blocks of nb * T rows), or with h NULL the unmasked pass. */
-static void score_enc(const struct hp_evaluator *ev, const struct reuse *ru, const float *h, int v, int s0, int nb,
-                      struct hp_metrics *mt, struct totals *tot)
-{
-    const struct hp_data *d = ev->d;
-    const int T = d->seq_len, D = ev->m->info.d_model;
-    for (int b = 0; b < nb; b++) {
-        int s = s0 + b;
-        int64_t nt = 0;
-        for (int t = 0; t < T; t++)
-            nt += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
-        mt->seq_tokens[s] = nt;
-        mt->seq_cos[s] = h ? pooled_cos(d, ev->m->info.pooling, s, ru->base_h + (size_t)b * T * D,
-                                             h + ((size_t)v * nb * T + (size_t)b * T) * D, D)
-                           : self_cos(d, s, ru->base_h + (size_t)b * T * D, D);
-        tot->cos += mt->seq_cos[s];
-        tot->tokens += nt;
-    }
-}
-
-static enum hp_status run_reuse(struct hp_evaluator *ev, const struct hp_mask *const *masks, int n,
-                                enum hp_ablation abl, struct hp_metrics **mts, struct totals *tots,
-                                struct hp_error *err)
-{
-    const struct hp_data *d = ev->d;
-    const struct hp_model_info *in = &ev->m->info;
-    const int L = in->n_layers, H = in->n_heads, T = d->seq_len;
-    if (!ev->ru && !(ev->ru = reuse_new(ev)))
-        return hp_fail(err, HP_ERR_NOMEM, "out of memory for the workspace of %d-row chunks", ev->batch * T);
-    struct reuse *ru = ev->ru;
-    int *first = malloc((size_t)n * sizeof(int)), *order = malloc((size_t)n * sizeof(int));
-    const float **gates = malloc((size_t)ru->max_blocks * sizeof *gates);
-    if (!first || !order || !gates) {
-        free(first), free(order), free(gates);
-        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    }
-    /* variants by first changed layer, stable: an insertion sort of indices */
-    for (int i = 0; i < n; i++) {
-        first[i] = first_changed(masks[i], L, H);
-        int k = i;
-        for (; k > 0 && first[order[k - 1]] > first[i]; k--)
-            order[k] = order[k - 1];
-        order[k] = i;
-    }
-    for (int s0 = 0; s0 < d->n_seqs; s0 += ev->batch) {
-        const int nb = chunk_len(ev, s0);
-        reuse_base(ev, ru, s0, nb);
-        for (int g = 0, k; g < n; g += k) {
-            const int l0 = first[order[g]];
-            for (k = 0; g + k < n && k < ru->max_blocks && first[order[g + k]] == l0; k++)
-                gates[k] = masks[order[g + k]] ? masks[order[g + k]]->gate : NULL;
-            if (l0 == L) {
-                /* nothing changed: the unmasked pass's own metrics */
-                for (int j = 0; j < k; j++) {
-                    int i = order[g + j];
-                    if (ev->has_cls)
-                        for (int b = 0; b < nb; b++)
-                            score_cls(ev, mts[i], &tots[i], s0 + b, ru->cls_base + (size_t)b * in->n_labels, NULL);
-                    else if (ev->has_loss)
-                        score_lm(ev, ru, -1, s0, nb, mts[i], &tots[i]);
-                    else
-                        score_enc(ev, ru, NULL, 0, s0, nb, mts[i], &tots[i]);
-                }
-                continue;
-            }
-            struct hp_fwd_args a = chunk_args(ev, s0, nb, abl);
-            a.n_blocks = k;
-            a.gates = gates;
-            const float *h = hp_fwd_resume(ev->m, ru->fwd, &a, &ru->save, l0);
-            if (ev->has_cls) {
-                const int C = in->n_labels;
-                hp_fwd_classify(ev->m, h, k * nb, T, ru->cls_z);
-                for (int j = 0; j < k; j++)
-                    for (int b = 0; b < nb; b++)
-                        score_cls(ev, mts[order[g + j]], &tots[order[g + j]], s0 + b,
-                                  ru->cls_z + ((size_t)j * nb + b) * C, ru->cls_base + (size_t)b * C);
-                continue;
-            }
-            if (ev->has_loss && ru->n_sc > 0) {
-                gather(ev, ru, h, k, nb * T);
-                lm_rows(ev, ru, k * ru->n_sc, false, true);
-            }
-            for (int j = 0; j < k; j++) {
-                int i = order[g + j];
-                if (ev->has_loss)
-                    score_lm(ev, ru, j, s0, nb, mts[i], &tots[i]);
-                else
-                    score_enc(ev, ru, h, j, s0, nb, mts[i], &tots[i]);
-            }
-        }
-        if (ev->progress)
-            ev->progress(ev->progress_user, s0 + nb, d->n_seqs);
-    }
-    free(first), free(order), free(gates);
     return HP_OK;
 }
 
@@ -1147,7 +741,7 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
         if (st != HP_OK)
             return st;
     }
-    struct totals *tots = calloc((size_t)n, sizeof *tots);
+    struct hp_eval_totals *tots = calloc((size_t)n, sizeof *tots);
     enum hp_status st = tots ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n && st == HP_OK; i++)
         if (!(out[i] = metrics_new(ev)))
@@ -1156,7 +750,7 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
         for (int i = 0; i < n && st == HP_OK; i++)
             st = run_plain(ev, masks[i], abl, out[i], &tots[i], err);
     else if (st == HP_OK)
-        st = run_reuse(ev, masks, n, abl, out, tots, err);
+        st = hp_eval_reuse_run(ev, masks, n, abl, out, tots, err);
     for (int i = 0; i < n && st == HP_OK; i++)
         st = metrics_finish(ev, out[i], &tots[i], masks[i], abl, err);
     free(tots);
@@ -1172,35 +766,4 @@ enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *m
                                 struct hp_metrics **out, struct hp_error *err)
 {
     return hp_evaluator_run_many(ev, &mask, 1, abl, out, err);
-}
-
-enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids, const uint8_t *attn_mask,
-                                const int32_t *type_ids, int n_tokens, const struct hp_mask *mask, float *out,
-                                struct hp_error *err)
-{
-    const struct hp_model_info *in = &m->info;
-    if (n_tokens < 1 || n_tokens > in->n_ctx)
-        return hp_fail(err, HP_ERR_ARG, "%d tokens: the model takes 1 to %d", n_tokens, in->n_ctx);
-    for (int t = 0; t < n_tokens; t++)
-        if (ids[t] < 0 || ids[t] >= in->n_vocab)
-            return hp_fail(err, HP_ERR_ARG, "token id %d at position %d is outside the vocabulary (%d tokens)", ids[t], t,
-                           in->n_vocab);
-    if (!m->fwd || hp_fwd_capacity(m->fwd) != n_tokens) {
-        hp_fwd_free(m->fwd);
-        m->fwd = hp_fwd_new(m, n_tokens, 1);
-        if (!m->fwd)
-            return hp_fail(err, HP_ERR_NOMEM, "out of memory for a %d-token workspace", n_tokens);
-    }
-    struct hp_fwd_args a = {
-        .ids = ids,
-        .attn_mask = attn_mask,
-        .type_ids = type_ids,
-        .T = n_tokens,
-        .n_seqs = 1,
-        .gate = mask ? mask->gate : NULL,
-        .ablation = HP_ABLATE_ZERO,
-        .out = out,
-    };
-    hp_fwd_run(m, m->fwd, &a);
-    return HP_OK;
 }

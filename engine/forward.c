@@ -10,6 +10,9 @@
  * Invariants: a gate of exactly 1 changes nothing (bit for bit, the same
  * operations run as with no gate); a gate of 0 under zero ablation skips the
  * head's work entirely rather than multiplying it by zero.
+ * The element-wise operations (norms, activations, rotary, softmax) are in
+ * ops.c; a pass reads its arguments in three parts (forward_int.h) and keeps
+ * nothing in the model, which stays read-only.
  */
 #include "forward_int.h"
 
@@ -21,7 +24,8 @@
 #include <string.h>
 
 #include "blas_int.h"
-#include "vmath_int.h"
+#include "ops_int.h"
+#include "util_int.h"
 
 struct hp_fwd {
     int cap_t;   /* T capacity */
@@ -96,17 +100,8 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
     w->cap_t = T;
     w->cap_b = B;
     w->cap_threads = nth;
-    if (in->arch == HP_ARCH_LLAMA) {
-        /* the rotary table, computed in float as Hugging Face does */
-        int half = in->d_head / 2;
-        for (int pos = 0; pos < T; pos++)
-            for (int i = 0; i < half; i++) {
-                float inv = 1.0f / powf(m->rope_theta, (float)(2 * i) / (float)in->d_head);
-                float ang = (float)pos * inv;
-                w->rope[(size_t)pos * in->d_head + 2 * i] = (float)cos((double)ang);
-                w->rope[(size_t)pos * in->d_head + 2 * i + 1] = (float)sin((double)ang);
-            }
-    }
+    if (in->arch == HP_ARCH_LLAMA)
+        hp_op_rope_table(w->rope, T, in->d_head, m->rope_theta);
     return w;
 }
 
@@ -122,102 +117,13 @@ int hp_fwd_capacity(const struct hp_fwd *w) { return w->cap_t; }
 
 int hp_fwd_batch(const struct hp_fwd *w) { return w->cap_b; }
 
-// --- elementwise ------------------------------------------------------------
-/* Row-wise and elementwise work is split over OpenMP threads when there is
- * enough of it. Every element is computed the same way whatever the thread
- * count, so results do not depend on it. */
-static bool par(size_t work)
-{
-    return work >= 16384;
-}
-
-
-static void layer_norm(float *y, const float *x, int T, int d, const float *w, const float *b, float eps)
-{
-#pragma omp parallel for schedule(static) if (par((size_t)T * d))
-    for (int t = 0; t < T; t++) {
-        const float *xr = x + (size_t)t * d;
-        float *yr = y + (size_t)t * d;
-        double s = 0, s2 = 0;
-        for (int i = 0; i < d; i++)
-            s += xr[i];
-        double mean = s / d;
-        for (int i = 0; i < d; i++) {
-            double c = xr[i] - mean;
-            s2 += c * c;
-        }
-        float rstd = (float)(1.0 / sqrt(s2 / d + eps));
-        float mu = (float)mean;
-        for (int i = 0; i < d; i++)
-            yr[i] = (xr[i] - mu) * rstd * w[i] + b[i];
-    }
-}
-
-static void rms_norm(float *y, const float *x, int T, int d, const float *w, float eps)
-{
-#pragma omp parallel for schedule(static) if (par((size_t)T * d))
-    for (int t = 0; t < T; t++) {
-        const float *xr = x + (size_t)t * d;
-        float *yr = y + (size_t)t * d;
-        double s2 = 0;
-        for (int i = 0; i < d; i++)
-            s2 += (double)xr[i] * xr[i];
-        float r = (float)(1.0 / sqrt(s2 / d + eps));
-        for (int i = 0; i < d; i++)
-            yr[i] = w[i] * (xr[i] * r);
-    }
-}
-
-static float act(enum hp_act a, float x)
-{
-    switch (a) {
-    case HP_ACT_GELU:
-        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case HP_ACT_GELU_TANH: {
-        /* 0.5 x (1 + tanh(u)) = x sigmoid(2u): one expf instead of glibc's slow tanhf */
-        float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-        return x / (1.0f + expf(-2.0f * u));
-    }
-    case HP_ACT_RELU:
-        return x > 0 ? x : 0;
-    case HP_ACT_SILU:
-        return x / (1.0f + expf(-x));
-    }
-    return x;
-}
-
-static void add_bias(float *y, int T, int n, ptrdiff_t rs, const float *b)
-{
-    if (!b)
-        return;
-#pragma omp parallel for schedule(static) if (par((size_t)T * n))
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < n; i++)
-            y[t * rs + i] += b[i];
-}
+// --- products -----------------------------------------------------------------
 
 /* y (T, n) = x (T, k) W (k, n) [+ b] */
 static void linear(float *y, const float *x, int T, int k, int n, struct hp_mat w, const float *b)
 {
     hp_gemm(T, n, k, 1.0f, x, k, 1, w.p, w.rs, w.cs, 0.0f, y, n, 1);
-    add_bias(y, T, n, n, b);
-}
-
-/* Rotate-half rotary embedding of one head slice over N rows (strided by
- * rs) of sequences of T tokens: row r is at position r % T. */
-static void rope(float *x, int N, int T, ptrdiff_t rs, int dh, const float *tab)
-{
-    int half = dh / 2;
-    for (int t = 0; t < N; t++) {
-        float *r = x + t * rs;
-        const float *cs = tab + (size_t)(t % T) * dh;
-        for (int i = 0; i < half; i++) {
-            float c = cs[2 * i], s = cs[2 * i + 1];
-            float a = r[i], b = r[i + half];
-            r[i] = a * c - b * s;
-            r[i + half] = b * c + a * s;
-        }
-    }
+    hp_op_add_bias(y, T, n, n, b);
 }
 
 // --- attention ----------------------------------------------------------------
@@ -231,63 +137,64 @@ static int run_end(const bool *flag, int n, int s)
     return e;
 }
 
-/* Softmax of each row of att (T, T) over its visible keys, on the calling thread. */
-static void softmax_rows(float *att, int T, bool causal, const uint8_t *kmask)
+/*
+ * One call's three arguments as the pass's sections read them: var and tap
+ * never NULL here (a caller's NULL becomes the defaults below), n_blocks at
+ * least 1.
+ */
+struct pass {
+    const struct hp_fwd_in *in;
+    const struct hp_fwd_variants *var;
+    const struct hp_fwd_taps *tap;
+    int n_blocks;
+};
+
+static const struct hp_fwd_variants no_variants; /* one block, nothing ablated, zero ablation */
+static const struct hp_fwd_taps no_taps;
+
+static struct pass pass_of(const struct hp_fwd_in *in, const struct hp_fwd_variants *var,
+                           const struct hp_fwd_taps *tap)
 {
-    for (int i = 0; i < T; i++) {
-        float *r = att + (size_t)i * T;
-        int n = causal ? i + 1 : T;
-        float mx = -INFINITY;
-        for (int j = 0; j < n; j++)
-            if ((!kmask || kmask[j]) && r[j] > mx)
-                mx = r[j];
-        if (mx == -INFINITY) {
-            /* no key visible: Hugging Face's additive mask makes this uniform */
-            for (int j = 0; j < T; j++)
-                r[j] = j < n ? 1.0f / (float)n : 0.0f;
-            continue;
-        }
-        hp_vexpf(r, r, mx, (size_t)n);
-        double s = 0;
-        for (int j = 0; j < n; j++) {
-            if (kmask && !kmask[j])
-                r[j] = 0.0f;
-            s += r[j];
-        }
-        float inv = (float)(1.0 / s);
-        for (int j = 0; j < n; j++)
-            r[j] *= inv;
-        for (int j = n; j < T; j++)
-            r[j] = 0.0f;
-    }
+    if (!var)
+        var = &no_variants;
+    return (struct pass){in, var, tap ? tap : &no_taps, var->n_blocks > 0 ? var->n_blocks : 1};
 }
 
 /* Gates of variant block v (NULL = nothing ablated). */
-static const float *gate_of(const struct hp_fwd_args *a, int v)
+static const float *gate_of(const struct pass *a, int v)
 {
-    return a->gates ? a->gates[v] : a->gate;
-}
-
-static int n_blocks(const struct hp_fwd_args *a)
-{
-    return a->n_blocks > 0 ? a->n_blocks : 1;
+    return a->var->gates ? a->var->gates[v] : NULL;
 }
 
 /*
  * Head h's outputs in rows [r0, r0 + n) of ctx (N, qd) when it is not live: the mean under
  * mean ablation, else zero (needed only when the output projection reads them).
  */
-static void fill_dead(float *out, int qd, int dh, int r0, int n, int T, const struct hp_fwd_args *a, int l, int h,
+static void fill_dead(float *out, int qd, int dh, int r0, int n, int T, const struct pass *a, int l, int h,
                       bool mean)
 {
     for (int r = r0; r < r0 + n; r++) {
         float *o = out + (size_t)r * qd + h * dh;
         if (mean)
-            memcpy(o, a->mean + l * a->mean_layer_stride + h * dh + (r % T) * a->mean_pos_stride,
+            memcpy(o, a->var->mean + l * a->var->mean_layer_stride + h * dh + (r % T) * a->var->mean_pos_stride,
                    (size_t)dh * sizeof(float));
         else
             memset(o, 0, (size_t)dh * sizeof(float));
     }
+}
+
+/*
+ * The capture tap: head h's outputs out (N rows strided by qd, dh wide) of
+ * every real token added, in double, to the tap at the token's position.
+ */
+static void tap_capture(const struct pass *a, const float *out, int l, int h, int N, int qd, int dh)
+{
+    const int T = a->in->T, Rb = T * a->in->n_seqs;
+    double *cap = a->tap->capture + (size_t)l * T * qd + h * dh;
+    for (int r = 0; r < N; r++)
+        if (!a->in->attn_mask || a->in->attn_mask[r % Rb])
+            for (int i = 0; i < dh; i++)
+                cap[(size_t)(r % T) * qd + i] += out[(size_t)r * qd + i];
 }
 
 /*
@@ -298,14 +205,14 @@ static void fill_dead(float *out, int qd, int dh, int r0, int n, int T, const st
  * is live in some block, its scores and weighted sums only in the blocks
  * where it is live.
  */
-static void attention(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a, int l)
+static void attention(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l)
 {
     const struct hp_model_info *in = &m->info;
     const struct hp_layer *L = &m->layers[l];
-    const int T = a->T, NB = n_blocks(a), S = a->n_seqs, Rb = S * T, N = Rb * NB, d = in->d_model, H = in->n_heads,
-              KV = in->n_kv_heads, dh = in->d_head;
+    const int T = a->in->T, NB = a->n_blocks, S = a->in->n_seqs, Rb = S * T, N = Rb * NB, d = in->d_model,
+              H = in->n_heads, KV = in->n_kv_heads, dh = in->d_head;
     const int qd = H * dh, kvd = KV * dh, per_kv = H / KV;
-    const bool mean = a->ablation != HP_ABLATE_ZERO;
+    const bool mean = a->var->ablation != HP_ABLATE_ZERO;
 
     /* live[v * H + h]: head h computed in block v; any_*: in some block */
     bool live[NB * H], any_live[H], in_proj[H], kv_live[KV];
@@ -334,7 +241,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wq.p + (size_t)s * dh * L->wq.cs, L->wq.rs, L->wq.cs,
                 0.0f, w->q + s * dh, qd, 1);
         if (L->bq)
-            add_bias(w->q + s * dh, N, (e - s) * dh, qd, L->bq + s * dh);
+            hp_op_add_bias(w->q + s * dh, N, (e - s) * dh, qd, L->bq + s * dh);
     }
     for (int s = 0, e; s < KV; s = e) {
         e = run_end(kv_live, KV, s);
@@ -345,9 +252,9 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wv.p + (size_t)s * dh * L->wv.cs, L->wv.rs, L->wv.cs,
                 0.0f, w->v + s * dh, kvd, 1);
         if (L->bk)
-            add_bias(w->k + s * dh, N, (e - s) * dh, kvd, L->bk + s * dh);
+            hp_op_add_bias(w->k + s * dh, N, (e - s) * dh, kvd, L->bk + s * dh);
         if (L->bv)
-            add_bias(w->v + s * dh, N, (e - s) * dh, kvd, L->bv + s * dh);
+            hp_op_add_bias(w->v + s * dh, N, (e - s) * dh, kvd, L->bv + s * dh);
     }
 
     float scale = 1.0f / sqrtf((float)dh);
@@ -355,13 +262,13 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         scale /= (float)(l + 1);
     for (int kv = 0; kv < KV; kv++)
         if (in->arch == HP_ARCH_LLAMA && kv_live[kv])
-            rope(w->k + kv * dh, N, T, kvd, dh, w->rope);
+            hp_op_rope(w->k + kv * dh, N, T, kvd, dh, w->rope);
 
     for (int h = 0; h < H; h++) {
         if (!any_live[h] && mean)
             fill_dead(w->ctx, qd, dh, 0, N, T, a, l, h, true);
         if (any_live[h] && in->arch == HP_ARCH_LLAMA)
-            rope(w->q + h * dh, N, T, qd, dh, w->rope);
+            hp_op_rope(w->q + h * dh, N, T, qd, dh, w->rope);
     }
     /* (head, sequence) pairs side by side, each product on one thread: one
      * pair's products are too small to split well */
@@ -380,10 +287,10 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         }
         const size_t r0 = (size_t)b * T;
         float *att = w->att + (size_t)thread_num() * T * T;
-        const uint8_t *km = a->attn_mask ? a->attn_mask + (size_t)(b % S) * T : NULL;
+        const uint8_t *km = a->in->attn_mask ? a->in->attn_mask + (size_t)(b % S) * T : NULL;
         /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T): K read transposed through strides */
         hp_gemm1(T, T, dh, scale, w->q + r0 * qd + h * dh, qd, 1, w->k + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
-        softmax_rows(att, T, in->causal, km);
+        hp_op_softmax_rows(att, T, in->causal, km);
         /* out (T, dh) = P (T, T) v_kv (T, dh) */
         hp_gemm1(T, dh, T, 1.0f, att, T, 1, w->v + r0 * kvd + kv * dh, kvd, 1, 0.0f, w->ctx + r0 * qd + h * dh, qd, 1);
     }
@@ -391,13 +298,8 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
         float *out = w->ctx + h * dh;
         if (!any_live[h])
             continue;
-        if (a->capture) {
-            double *cap = a->capture + (size_t)l * T * qd + h * dh;
-            for (int r = 0; r < N; r++)
-                if (!a->attn_mask || a->attn_mask[r % Rb])
-                    for (int i = 0; i < dh; i++)
-                        cap[(size_t)(r % T) * qd + i] += out[(size_t)r * qd + i];
-        }
+        if (a->tap->capture)
+            tap_capture(a, out, l, h, N, qd, dh);
         for (int v = 0; v < NB; v++) {
             const float *g = gate_of(a, v);
             float gh = g ? g[l * H + h] : 1.0f;
@@ -420,36 +322,10 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct h
     }
     if (beta == 0.0f)
         memset(w->tmp, 0, (size_t)N * d * sizeof(float));
-    add_bias(w->tmp, N, d, d, L->bo);
+    hp_op_add_bias(w->tmp, N, d, d, L->bo);
 }
 
-/*
- * y[i] = act(x[i]) (times g[i] when g is given) for n elements. The
- * sigmoid-based activations take their exponentials 256 at a time from
- * libmvec; each element is computed the same way wherever it falls.
- */
-static void act_span(enum hp_act a, float *y, const float *x, const float *g, size_t n)
-{
-    if (a != HP_ACT_GELU_TANH && a != HP_ACT_SILU) {
-        for (size_t i = 0; i < n; i++)
-            y[i] = g ? g[i] * act(a, x[i]) : act(a, x[i]);
-        return;
-    }
-    float e[256];
-    for (size_t i0 = 0; i0 < n; i0 += 256) {
-        size_t k = n - i0 < 256 ? n - i0 : 256;
-        const float *xs = x + i0;
-        /* x sigmoid(s) with s = 2u for gelu_new (0.5 x (1 + tanh(u))), s = x for SiLU */
-        for (size_t i = 0; i < k; i++)
-            e[i] = a == HP_ACT_SILU ? -xs[i]
-                                     : -2.0f * (0.79788456080286536f * (xs[i] + 0.044715f * xs[i] * xs[i] * xs[i]));
-        hp_vexpf(e, e, 0.0f, k);
-        for (size_t i = 0; i < k; i++) {
-            float v = xs[i] / (1.0f + e[i]);
-            y[i0 + i] = g ? g[i0 + i] * v : v;
-        }
-    }
-}
+// --- MLP ----------------------------------------------------------------------
 
 /* The MLP block: reads w->h (N, d), writes w->tmp (N, d). */
 static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l)
@@ -461,22 +337,15 @@ static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l)
     if (L->w_gate.p)
         linear(w->ff2, w->h, T, d, f, L->w_gate, NULL);
     const bool gated = L->w_gate.p != NULL;
-#pragma omp parallel for schedule(static) if (par(n))
+#pragma omp parallel for schedule(static) if (hp_op_par(n))
     for (int t = 0; t < T; t++) {
         float *row = w->ff + (size_t)t * f;
         if (gated)
-            act_span(m->act, row, w->ff2 + (size_t)t * f, row, (size_t)f);
+            hp_op_act_span(m->act, row, w->ff2 + (size_t)t * f, row, (size_t)f);
         else
-            act_span(m->act, row, row, NULL, (size_t)f);
+            hp_op_act_span(m->act, row, row, NULL, (size_t)f);
     }
     linear(w->tmp, w->ff, T, f, d, L->w_down, L->b_down);
-}
-
-static void add_into(float *x, const float *y, size_t n)
-{
-#pragma omp parallel for schedule(static) if (par(n))
-    for (size_t i = 0; i < n; i++)
-        x[i] += y[i];
 }
 
 // --- the pass -----------------------------------------------------------------
@@ -484,13 +353,13 @@ static void add_into(float *x, const float *y, size_t n)
 static void norm(const struct hp_model *m, float *y, const float *x, int N, const float *wt, const float *b)
 {
     if (b)
-        layer_norm(y, x, N, m->info.d_model, wt, b, m->norm_eps);
+        hp_op_layer_norm(y, x, N, m->info.d_model, wt, b, m->norm_eps);
     else
-        rms_norm(y, x, N, m->info.d_model, wt, m->norm_eps);
+        hp_op_rms_norm(y, x, N, m->info.d_model, wt, m->norm_eps);
 }
 
 /* Layer l's attention: w->x (N, d) in, w->tmp the block's output. */
-static void attention_part(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a, int l, int N)
+static void attention_part(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l, int N)
 {
     const struct hp_layer *L = &m->layers[l];
     if (m->info.arch == HP_ARCH_BERT)
@@ -505,26 +374,26 @@ static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int 
 {
     const struct hp_layer *L = &m->layers[l];
     const size_t n = (size_t)N * m->info.d_model;
-    add_into(w->x, w->tmp, n);
+    hp_op_add_into(w->x, w->tmp, n);
     if (m->info.arch == HP_ARCH_BERT) {
-        layer_norm(w->x, w->x, N, m->info.d_model, L->ln1_w, L->ln1_b, m->norm_eps);
+        hp_op_layer_norm(w->x, w->x, N, m->info.d_model, L->ln1_w, L->ln1_b, m->norm_eps);
         memcpy(w->h, w->x, n * sizeof(float));
         mlp(m, w, N, l);
-        add_into(w->x, w->tmp, n);
-        layer_norm(w->x, w->x, N, m->info.d_model, L->ln2_w, L->ln2_b, m->norm_eps);
+        hp_op_add_into(w->x, w->tmp, n);
+        hp_op_layer_norm(w->x, w->x, N, m->info.d_model, L->ln2_w, L->ln2_b, m->norm_eps);
     } else {
         norm(m, w->h, w->x, N, L->ln2_w, L->ln2_b);
         mlp(m, w, N, l);
-        add_into(w->x, w->tmp, n);
+        hp_op_add_into(w->x, w->tmp, n);
     }
 }
 
 /*
  * After the last layer: the final norm and, with an LM head, its dense
- * transform (BERT MLM). Returns the rows the LM head reads; writes a->out
+ * transform (BERT MLM). Returns the rows the LM head reads; writes a->tap->out
  * when given (logits or final hidden states).
  */
-static const float *finish(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a, int N)
+static const float *finish(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int N)
 {
     const struct hp_model_info *in = &m->info;
     const int d = in->d_model;
@@ -537,20 +406,20 @@ static const float *finish(const struct hp_model *m, struct hp_fwd *w, const str
     if (m->lm_head && m->mlm_dense.p) {
         linear(w->tmp, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
         for (size_t i = 0; i < n; i++)
-            w->tmp[i] = act(m->act, w->tmp[i]);
-        layer_norm(w->tmp, w->tmp, N, d, m->mlm_ln_w, m->mlm_ln_b, m->norm_eps);
+            w->tmp[i] = hp_op_act(m->act, w->tmp[i]);
+        hp_op_layer_norm(w->tmp, w->tmp, N, d, m->mlm_ln_w, m->mlm_ln_b, m->norm_eps);
         hfin = w->tmp;
     }
-    if (!a->out)
+    if (!a->tap->out)
         return hfin;
     if (m->classifier.p) {
-        hp_fwd_classify(m, hfin, N / a->T, a->T, a->out);
+        hp_fwd_classify(m, hfin, N / a->in->T, a->in->T, a->tap->out);
         return hfin;
     }
     if (!m->lm_head)
-        memcpy(a->out, hfin, n * sizeof(float));
+        memcpy(a->tap->out, hfin, n * sizeof(float));
     else
-        hp_fwd_logits(m, hfin, N, 0, in->n_vocab, a->out, in->n_vocab);
+        hp_fwd_logits(m, hfin, N, 0, in->n_vocab, a->tap->out, in->n_vocab);
     return hfin;
 }
 
@@ -576,28 +445,30 @@ void hp_fwd_logits(const struct hp_model *m, const float *h, int N, int v0, int 
     const int d = m->info.d_model;
     /* logits (N, nv) = h (N, d) E[v0 : v0 + nv]^T: E (V, d) row-major read transposed */
     hp_gemm(N, nv, d, 1.0f, h, d, 1, m->lm_head + (size_t)v0 * d, 1, d, 0.0f, out, ldo, 1);
-    add_bias(out, N, nv, ldo, m->mlm_bias ? m->mlm_bias + v0 : NULL);
+    hp_op_add_bias(out, N, nv, ldo, m->mlm_bias ? m->mlm_bias + v0 : NULL);
 }
 
-const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a)
+const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_in *fin,
+                        const struct hp_fwd_variants *var, const struct hp_fwd_taps *tap)
 {
+    const struct pass pa = pass_of(fin, var, tap), *a = &pa;
     const struct hp_model_info *in = &m->info;
-    const int T = a->T, Rb = T * a->n_seqs, N = Rb * n_blocks(a), d = in->d_model;
+    const int T = a->in->T, Rb = T * a->in->n_seqs, N = Rb * a->n_blocks, d = in->d_model;
     const size_t qd = (size_t)in->n_heads * in->d_head;
 
     for (int r = 0; r < N; r++) {
         float *x = w->x + (size_t)r * d;
         int rr = r % Rb;
-        memcpy(x, m->wte + (size_t)a->ids[rr] * d, (size_t)d * sizeof(float));
+        memcpy(x, m->wte + (size_t)a->in->ids[rr] * d, (size_t)d * sizeof(float));
         if (m->wpe)
-            add_into(x, m->wpe + (size_t)(r % T) * d, (size_t)d);
+            hp_op_add_into(x, m->wpe + (size_t)(r % T) * d, (size_t)d);
         if (m->wtt)
-            add_into(x, m->wtt + (size_t)(a->type_ids ? a->type_ids[rr] : 0) * d, (size_t)d);
+            hp_op_add_into(x, m->wtt + (size_t)(a->in->type_ids ? a->in->type_ids[rr] : 0) * d, (size_t)d);
     }
     if (in->arch == HP_ARCH_BERT)
-        layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
+        hp_op_layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
 
-    const struct hp_fwd_save *sv = a->save;
+    const struct hp_fwd_save *sv = a->tap->save;
     for (int l = 0; l < in->n_layers; l++) {
         if (sv)
             memcpy(sv->x + (size_t)l * N * d, w->x, (size_t)N * d * sizeof(float));
@@ -611,14 +482,16 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
     return finish(m, w, a, N);
 }
 
-const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a,
+const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_in *fin,
+                           const struct hp_fwd_variants *var, const struct hp_fwd_taps *tap,
                            const struct hp_fwd_save *base, int l0)
 {
+    const struct pass pa = pass_of(fin, var, tap), *a = &pa;
     const struct hp_model_info *in = &m->info;
     const struct hp_layer *L = &m->layers[l0];
-    const int T = a->T, Rb = T * a->n_seqs, NB = n_blocks(a), N = Rb * NB, d = in->d_model, H = in->n_heads,
+    const int T = a->in->T, Rb = T * a->in->n_seqs, NB = a->n_blocks, N = Rb * NB, d = in->d_model, H = in->n_heads,
               dh = in->d_head, qd = H * dh;
-    const bool mean = a->ablation != HP_ABLATE_ZERO;
+    const bool mean = a->var->ablation != HP_ABLATE_ZERO;
     const size_t xs = (size_t)Rb * d, cs = (size_t)Rb * qd;
     const float *bx = base->x + (size_t)l0 * xs, *ba = base->attn + (size_t)l0 * xs, *bc = base->ctx + (size_t)l0 * cs;
 
@@ -657,4 +530,34 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
         finish_layer(m, w, l, N);
     }
     return finish(m, w, a, N);
+}
+
+// --- one sequence, for callers outside the engine --------------------------------
+
+/*
+ * A workspace per call, freed before returning: the model stays read-only,
+ * so threads may share it. The allocation is small beside the pass itself
+ * (see headprune.h).
+ */
+enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids, const uint8_t *attn_mask,
+                                const int32_t *type_ids, int n_tokens, const struct hp_mask *mask, float *out,
+                                struct hp_error *err)
+{
+    const struct hp_model_info *in = &m->info;
+    if (n_tokens < 1 || n_tokens > in->n_ctx)
+        return hp_fail(err, HP_ERR_ARG, "%d tokens: the model takes 1 to %d", n_tokens, in->n_ctx);
+    for (int t = 0; t < n_tokens; t++)
+        if (ids[t] < 0 || ids[t] >= in->n_vocab)
+            return hp_fail(err, HP_ERR_ARG, "token id %d at position %d is outside the vocabulary (%d tokens)", ids[t], t,
+                           in->n_vocab);
+    struct hp_fwd *w = hp_fwd_new(m, n_tokens, 1);
+    if (!w)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory for a %d-token workspace", n_tokens);
+    const float *gate = mask ? mask->gate : NULL;
+    struct hp_fwd_in fi = {.ids = ids, .attn_mask = attn_mask, .type_ids = type_ids, .T = n_tokens, .n_seqs = 1};
+    struct hp_fwd_variants va = {.gates = &gate, .ablation = HP_ABLATE_ZERO};
+    struct hp_fwd_taps tp = {.out = out};
+    hp_fwd_run(m, w, &fi, &va, &tp);
+    hp_fwd_free(w);
+    return HP_OK;
 }

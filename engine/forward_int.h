@@ -37,27 +37,45 @@ struct hp_fwd_save {
     float *x, *attn, *ctx;
 };
 
-struct hp_fwd_args {
+/*
+ * A pass's arguments come in three parts, so that what a new kind of pass
+ * needs (a reverse pass, trained gates, attention-probability taps) is added
+ * to the part it belongs to, not beside them:
+ *   in:       the tokens and their masks (the same for every variant block);
+ *   variants: what runs differently (gates, the ablation and its means);
+ *   taps:     what the pass hands back or keeps besides its result.
+ */
+
+/* The sequences: n_seqs of T tokens. */
+struct hp_fwd_in {
     const int32_t *ids;       /* (n_seqs, T) */
     const uint8_t *attn_mask; /* NULL or (n_seqs, T); 0 = padding (never attended to) */
     const int32_t *type_ids;  /* NULL or (n_seqs, T); BERT token types */
     int T;
-    int n_seqs;               /* sequences of data in this call */
-    /* Variant blocks: the rows are n_blocks (0 = 1) copies of the n_seqs
-     * sequences, block v under gates[v]; n_blocks * n_seqs is at most the
-     * workspace's B. With gates NULL every block runs under gate. */
+    int n_seqs;
+};
+
+/*
+ * Variant blocks: the rows are n_blocks (0 = 1) copies of the n_seqs
+ * sequences, block v under gates[v]; n_blocks * n_seqs is at most the
+ * workspace's B. A NULL variants argument is one block, nothing ablated.
+ */
+struct hp_fwd_variants {
     int n_blocks;
-    const float *const *gates; /* NULL or (n_blocks), each NULL or (n_layers, n_heads) */
-    const float *gate;         /* NULL or (n_layers, n_heads); 0 = ablated */
+    const float *const *gates; /* NULL (nothing ablated) or (n_blocks), each NULL or (n_layers, n_heads); 0 = ablated */
     enum hp_ablation ablation;
     /* mean ablation: head outputs (.., n_heads * d_head) at
      * mean[l * mean_layer_stride + t * mean_pos_stride]; pos stride 0 = one mean for all positions */
     const float *mean;
     ptrdiff_t mean_layer_stride, mean_pos_stride;
+};
+
+/* What the pass writes besides the rows it returns; a NULL taps argument is none. */
+struct hp_fwd_taps {
     /* NULL or (n_layers, T, n_heads * d_head): every real token's head outputs are added at its position */
     double *capture;
     const struct hp_fwd_save *save; /* NULL, or filled for later hp_fwd_resume (one block only) */
-    float *out;               /* NULL or (rows, hp_fwd_out_width): logits, or final hidden states; a classifier: (sequences, n_labels) */
+    float *out; /* NULL or (rows, hp_fwd_out_width): logits, or final hidden states; a classifier: (sequences, n_labels) */
 };
 
 /*
@@ -65,7 +83,8 @@ struct hp_fwd_args {
  * the final norm and any MLM transform), inside the workspace and valid
  * until its next use; logits for them come from hp_fwd_logits.
  */
-const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a);
+const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_in *in,
+                        const struct hp_fwd_variants *var, const struct hp_fwd_taps *tap);
 
 /*
  * The same pass for variants whose layers before l0 are unmasked, from a
@@ -73,9 +92,11 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
  * saved residual stream, and layer l0's attention output is the saved one
  * plus, for each head whose gate is not 1, (its replacement - its saved
  * output) through its rows of the output projection; layers after l0 run
- * in full. Equal to hp_fwd_run up to float rounding.
+ * in full. Equal to hp_fwd_run up to float rounding. The taps' save is
+ * not filled; capture, if given, sees only the layers after l0.
  */
-const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_args *a,
+const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_in *in,
+                           const struct hp_fwd_variants *var, const struct hp_fwd_taps *tap,
                            const struct hp_fwd_save *base, int l0);
 
 /* Classifier logits (n_seqs, n_labels) of a sequence-classification model from

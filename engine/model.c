@@ -21,7 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "forward_int.h"
 #include "util_int.h"
 
 // --- reading files ----------------------------------------------------------
@@ -722,7 +721,6 @@ void hp_model_close(struct hp_model *m)
 {
     if (!m)
         return;
-    hp_fwd_free(m->fwd);
     for (int i = 0; i < m->n_owned; i++)
         free(m->owned[i]);
     free(m->owned);

@@ -66,8 +66,8 @@ struct hp_model {
     struct hp_st_set *st;   /* mapped shards */
     void **owned;           /* converted (f16/bf16) or realigned tensors */
     int n_owned, cap_owned;
-
-    struct hp_fwd *fwd;     /* lazily sized workspace for hp_model_forward */
+    /* Nothing here changes after hp_model_open: passes keep their state in
+     * workspaces of their own (forward_int.h), so threads may share a model. */
 };
 
 #endif

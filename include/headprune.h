@@ -407,6 +407,10 @@ void hp_evaluator_set_plain(struct hp_evaluator *ev, bool plain);
  * Forward one sequence and write logits (n_tokens, n_vocab) or, for encoders
  * without an LM head, final hidden states (n_tokens, d_model). attn_mask
  * and type_ids may be NULL. For mean ablations use an evaluator instead. Mostly for tests.
+ * Cost: one full pass, plus a workspace allocated and freed in each call,
+ * n_tokens * (3 d_model + (2 n_heads + 2 n_kv_heads + 1) d_head + 2 d_ff)
+ * + threads * n_tokens^2 floats. The model is only read (nothing is kept in
+ * it between calls), so threads may share one.
  */
 enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids,
                                 const uint8_t *attn_mask, const int32_t *type_ids,

@@ -1,0 +1,187 @@
+/*
+ * ops.c -- the forward's element-wise and row-wise operations: norms,
+ * activations, bias and residual adds, rotary embedding, the masked softmax.
+ *
+ * Each works on row-major buffers it is handed, in place where the header
+ * says so. One section per kind of operation, so that a reverse pass can
+ * put each one's backward beside it. Row-wise work is split over OpenMP
+ * threads when there is enough of it (hp_op_par); every element is computed
+ * the same way whatever the thread count, so results do not depend on it.
+ * Must not: allocate, call BLIS, or know the model beyond enum hp_act.
+ */
+#include "ops_int.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "vmath_int.h"
+
+// --- norms ------------------------------------------------------------------
+
+void hp_op_layer_norm(float *y, const float *x, int T, int d, const float *w, const float *b, float eps)
+{
+#pragma omp parallel for schedule(static) if (hp_op_par((size_t)T * d))
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * d;
+        float *yr = y + (size_t)t * d;
+        double s = 0, s2 = 0;
+        for (int i = 0; i < d; i++)
+            s += xr[i];
+        double mean = s / d;
+        for (int i = 0; i < d; i++) {
+            double c = xr[i] - mean;
+            s2 += c * c;
+        }
+        float rstd = (float)(1.0 / sqrt(s2 / d + eps));
+        float mu = (float)mean;
+        for (int i = 0; i < d; i++)
+            yr[i] = (xr[i] - mu) * rstd * w[i] + b[i];
+    }
+}
+
+
+void hp_op_rms_norm(float *y, const float *x, int T, int d, const float *w, float eps)
+{
+#pragma omp parallel for schedule(static) if (hp_op_par((size_t)T * d))
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * d;
+        float *yr = y + (size_t)t * d;
+        double s2 = 0;
+        for (int i = 0; i < d; i++)
+            s2 += (double)xr[i] * xr[i];
+        float r = (float)(1.0 / sqrt(s2 / d + eps));
+        for (int i = 0; i < d; i++)
+            yr[i] = w[i] * (xr[i] * r);
+    }
+}
+
+
+// --- activations ------------------------------------------------------------
+
+float hp_op_act(enum hp_act a, float x)
+{
+    switch (a) {
+    case HP_ACT_GELU:
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case HP_ACT_GELU_TANH: {
+        /* 0.5 x (1 + tanh(u)) = x sigmoid(2u): one expf instead of glibc's slow tanhf */
+        float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+        return x / (1.0f + expf(-2.0f * u));
+    }
+    case HP_ACT_RELU:
+        return x > 0 ? x : 0;
+    case HP_ACT_SILU:
+        return x / (1.0f + expf(-x));
+    }
+    return x;
+}
+
+
+void hp_op_act_span(enum hp_act a, float *y, const float *x, const float *g, size_t n)
+{
+    if (a != HP_ACT_GELU_TANH && a != HP_ACT_SILU) {
+        for (size_t i = 0; i < n; i++)
+            y[i] = g ? g[i] * hp_op_act(a, x[i]) : hp_op_act(a, x[i]);
+        return;
+    }
+    float e[256];
+    for (size_t i0 = 0; i0 < n; i0 += 256) {
+        size_t k = n - i0 < 256 ? n - i0 : 256;
+        const float *xs = x + i0;
+        /* x sigmoid(s) with s = 2u for gelu_new (0.5 x (1 + tanh(u))), s = x for SiLU */
+        for (size_t i = 0; i < k; i++)
+            e[i] = a == HP_ACT_SILU ? -xs[i]
+                                     : -2.0f * (0.79788456080286536f * (xs[i] + 0.044715f * xs[i] * xs[i] * xs[i]));
+        hp_vexpf(e, e, 0.0f, k);
+        for (size_t i = 0; i < k; i++) {
+            float v = xs[i] / (1.0f + e[i]);
+            y[i0 + i] = g ? g[i0 + i] * v : v;
+        }
+    }
+}
+
+/* The MLP block: reads w->h (N, d), writes w->tmp (N, d). */
+
+// --- bias and residual adds -------------------------------------------------
+
+void hp_op_add_bias(float *y, int T, int n, ptrdiff_t rs, const float *b)
+{
+    if (!b)
+        return;
+#pragma omp parallel for schedule(static) if (hp_op_par((size_t)T * n))
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < n; i++)
+            y[t * rs + i] += b[i];
+}
+
+
+void hp_op_add_into(float *x, const float *y, size_t n)
+{
+#pragma omp parallel for schedule(static) if (hp_op_par(n))
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+
+// --- rotary embedding -------------------------------------------------------
+
+void hp_op_rope_table(float *tab, int T, int d_head, float theta)
+{
+    int half = d_head / 2;
+    for (int pos = 0; pos < T; pos++)
+        for (int i = 0; i < half; i++) {
+            float inv = 1.0f / powf(theta, (float)(2 * i) / (float)d_head);
+            float ang = (float)pos * inv;
+            tab[(size_t)pos * d_head + 2 * i] = (float)cos((double)ang);
+            tab[(size_t)pos * d_head + 2 * i + 1] = (float)sin((double)ang);
+        }
+}
+
+void hp_op_rope(float *x, int N, int T, ptrdiff_t rs, int dh, const float *tab)
+{
+    int half = dh / 2;
+    for (int t = 0; t < N; t++) {
+        float *r = x + t * rs;
+        const float *cs = tab + (size_t)(t % T) * dh;
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float a = r[i], b = r[i + half];
+            r[i] = a * c - b * s;
+            r[i + half] = b * c + a * s;
+        }
+    }
+}
+
+
+// --- softmax ----------------------------------------------------------------
+
+void hp_op_softmax_rows(float *att, int T, bool causal, const uint8_t *kmask)
+{
+    for (int i = 0; i < T; i++) {
+        float *r = att + (size_t)i * T;
+        int n = causal ? i + 1 : T;
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++)
+            if ((!kmask || kmask[j]) && r[j] > mx)
+                mx = r[j];
+        if (mx == -INFINITY) {
+            /* no key visible: Hugging Face's additive mask makes this uniform */
+            for (int j = 0; j < T; j++)
+                r[j] = j < n ? 1.0f / (float)n : 0.0f;
+            continue;
+        }
+        hp_vexpf(r, r, mx, (size_t)n);
+        double s = 0;
+        for (int j = 0; j < n; j++) {
+            if (kmask && !kmask[j])
+                r[j] = 0.0f;
+            s += r[j];
+        }
+        float inv = (float)(1.0 / s);
+        for (int j = 0; j < n; j++)
+            r[j] *= inv;
+        for (int j = n; j < T; j++)
+            r[j] = 0.0f;
+    }
+}
+

@@ -1,0 +1,61 @@
+/*
+ * ops_int.h -- the forward's element-wise and row-wise operations (engine/ops.c).
+ *
+ * Norms, activations, bias adds, rotary embedding and the masked softmax,
+ * each over rows of a row-major buffer. They are apart from forward.c so
+ * that a reverse pass can sit beside each of them, section by section
+ * (llm.c's layernorm_forward beside layernorm_backward). None allocates,
+ * reads a model or calls BLIS: the forward hands them pointers and shapes.
+ */
+#ifndef HP_OPS_INT_H
+#define HP_OPS_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model_int.h"
+
+/* Whether work of this many elements is split over OpenMP threads. Every
+ * element is computed the same way whatever the thread count, so results do
+ * not depend on it. */
+static inline bool hp_op_par(size_t work)
+{
+    return work >= 16384;
+}
+
+/* y (T, d) = LayerNorm of each row of x (T, d) with weight w and bias b (d). y may equal x. */
+void hp_op_layer_norm(float *y, const float *x, int T, int d, const float *w, const float *b, float eps);
+
+/* y (T, d) = RMSNorm of each row of x (T, d) with weight w (d). y may equal x. */
+void hp_op_rms_norm(float *y, const float *x, int T, int d, const float *w, float eps);
+
+/* The activation a of one number. */
+float hp_op_act(enum hp_act a, float x);
+
+/*
+ * y[i] = act(x[i]) (times g[i] when g is given) for n elements; y may equal
+ * x or g. The sigmoid-based activations take their exponentials 256 at a
+ * time from libmvec; each element is computed the same way wherever it falls.
+ */
+void hp_op_act_span(enum hp_act a, float *y, const float *x, const float *g, size_t n);
+
+/* y[t * rs + i] += b[i] for T rows of n; nothing when b is NULL. */
+void hp_op_add_bias(float *y, int T, int n, ptrdiff_t rs, const float *b);
+
+/* x[i] += y[i] for n elements. */
+void hp_op_add_into(float *x, const float *y, size_t n);
+
+/* The rotary table tab (T, d_head / 2, 2): cos and sin of position times
+ * theta^(-2i / d_head), computed in float as Hugging Face does. */
+void hp_op_rope_table(float *tab, int T, int d_head, float theta);
+
+/* Rotate-half rotary embedding of one head slice (dh) over N rows (strided by
+ * rs) of sequences of T tokens: row r is at position r % T. */
+void hp_op_rope(float *x, int N, int T, ptrdiff_t rs, int dh, const float *tab);
+
+/* Softmax of each row of att (T, T) over its visible keys (causal: j <= i;
+ * kmask NULL or (T), 0 = padding), on the calling thread. */
+void hp_op_softmax_rows(float *att, int T, bool causal, const uint8_t *kmask);
+
+#endif

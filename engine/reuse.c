@@ -1,0 +1,399 @@
+/*
+ * reuse.c -- the evaluator's reuse path and its fused LM head.
+ *
+ * Variants inside chunks: per chunk of sequences, the unmasked model runs
+ * once and keeps each layer's input and attention output; a variant starts
+ * at its first changed layer, where only the changed heads' outputs are
+ * replaced (through their slice of the output projection); variants with the
+ * same first changed layer run the rest of the model together as blocks of
+ * one pass. The LM head is fused with the metrics: logits are made a
+ * vocabulary block at a time and reduced on the fly to each scored row's
+ * log-sum-exp, target logit, argmax and its dot product with the unmasked
+ * model's probabilities (which gives KL), never held for a whole chunk.
+ * Memory is bounded by the chunk: the save, the unmasked probabilities of the
+ * chunk's scored rows, and HP_REUSE_ROWS rows of workspace.
+ *
+ * It runs over the evaluator's chunks (eval_int.h) and scores sequences in
+ * the order the plain path (eval.c) does; the reuse test holds the two
+ * equal. Must not: print or exit.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval_int.h"
+#include "util_int.h"
+#include "vmath_int.h"
+
+#define HP_REUSE_ROWS 2048
+#define HP_VOCAB_BLOCK 2048
+
+static int vocab_block(int V)
+{
+    return V < HP_VOCAB_BLOCK ? V : HP_VOCAB_BLOCK;
+}
+
+/* Running reduction of one scored row over vocabulary blocks. */
+struct lmrow {
+    double s;  /* sum of exp(z - m) */
+    double dp; /* sum of p_unmasked * z */
+    float m;   /* running maximum */
+    float zt;  /* the target's logit */
+    int arg;   /* first index of the maximum */
+};
+
+struct hp_reuse {
+    struct hp_fwd *fwd;      /* max_blocks blocks of one chunk */
+    int max_blocks;
+    struct hp_fwd_save save; /* the unmasked pass of chunk saved_s0 */
+    float *save_buf;
+    int saved_s0;
+    int n_sc;                /* scored rows of the chunk (LMs) */
+    int *sc_row;             /* (batch * T) their row in the chunk */
+    int32_t *sc_y;           /* (batch * T) their target */
+    float *pb;               /* (n_sc, V) the unmasked model's exp(logit - max) */
+    double *b_c, *b_p, *b_lse, *b_tl, *b_ta; /* (batch * T) per scored row: sum q z, sum q, lse, loss, correct */
+    float *base_h;           /* (batch * T, d) unmasked final rows (encoders) */
+    float *cls_base, *cls_z; /* (batch, n_labels), (max_blocks * batch, n_labels): classifier logits */
+    float *hc;               /* (max_blocks * batch * T, d) gathered rows */
+    float *lg;               /* (max_blocks * batch * T, vocab_block(V)) one logits block */
+    struct lmrow *st;        /* (max_blocks * batch * T) */
+};
+
+void hp_eval_reuse_free(struct hp_reuse *ru)
+{
+    if (!ru)
+        return;
+    hp_fwd_free(ru->fwd);
+    free(ru->save_buf);
+    free(ru->sc_row);
+    free(ru->sc_y);
+    free(ru->pb);
+    free(ru->b_c);
+    free(ru->base_h);
+    free(ru->cls_base);
+    free(ru->cls_z);
+    free(ru->hc);
+    free(ru->lg);
+    free(ru->st);
+    free(ru);
+}
+
+static struct hp_reuse *reuse_new(const struct hp_evaluator *ev)
+{
+    const struct hp_model_info *in = &ev->m->info;
+    const size_t R = (size_t)ev->batch * ev->d->seq_len, d = (size_t)in->d_model,
+                 qd = (size_t)in->n_heads * in->d_head, L = (size_t)in->n_layers;
+    struct hp_reuse *ru = calloc(1, sizeof *ru);
+    if (!ru)
+        return NULL;
+    ru->saved_s0 = -1;
+    ru->max_blocks = (int)(HP_REUSE_ROWS / R) > 1 ? (int)(HP_REUSE_ROWS / R) : 1;
+    size_t rows = (size_t)ru->max_blocks * R;
+    ru->fwd = hp_fwd_new(ev->m, ev->d->seq_len, ru->max_blocks * ev->batch);
+    ru->save_buf = malloc(L * R * (2 * d + qd) * sizeof(float));
+    ru->hc = malloc(rows * d * sizeof(float));
+    if (ev->has_cls) {
+        size_t C = (size_t)in->n_labels;
+        ru->cls_base = malloc((size_t)ev->batch * C * sizeof(float));
+        ru->cls_z = malloc((size_t)ru->max_blocks * ev->batch * C * sizeof(float));
+    } else if (ev->has_loss) {
+        ru->sc_row = malloc(R * sizeof(int));
+        ru->sc_y = malloc(R * sizeof(int32_t));
+        ru->pb = malloc(R * (size_t)in->n_vocab * sizeof(float));
+        ru->b_c = malloc(5 * R * sizeof(double));
+        ru->lg = malloc(rows * (size_t)vocab_block(in->n_vocab) * sizeof(float));
+        ru->st = malloc(rows * sizeof(struct lmrow));
+    } else {
+        ru->base_h = malloc(R * d * sizeof(float));
+    }
+    if (!ru->fwd || !ru->save_buf || !ru->hc ||
+        (ev->has_cls    ? !ru->cls_base || !ru->cls_z
+         : ev->has_loss ? !ru->sc_row || !ru->sc_y || !ru->pb || !ru->b_c || !ru->lg || !ru->st
+                        : !ru->base_h)) {
+        hp_eval_reuse_free(ru);
+        return NULL;
+    }
+    if (ru->b_c) {
+        ru->b_p = ru->b_c + R;
+        ru->b_lse = ru->b_c + 2 * R;
+        ru->b_tl = ru->b_c + 3 * R;
+        ru->b_ta = ru->b_c + 4 * R;
+    }
+    ru->save.x = ru->save_buf;
+    ru->save.attn = ru->save_buf + L * R * d;
+    ru->save.ctx = ru->save_buf + 2 * L * R * d;
+    return ru;
+}
+
+/* Sum and dot product in double over 8 fixed lanes: vectorisable, and the
+ * same order of additions whatever the threads or the buffer's alignment. */
+static double sum_d(const float *x, size_t n)
+{
+    double acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += x[i + j];
+    for (; i < n; i++)
+        acc[i % 8] += x[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+static double dot_d(const float *x, const float *y, size_t n)
+{
+    double acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += (double)x[i + j] * y[i + j];
+    for (; i < n; i++)
+        acc[i % 8] += (double)x[i] * y[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/*
+ * The fused LM head over rows hc (n, d): row i is scored row i % n_sc of the
+ * chunk. Leaves each row's reduction in ru->st. With keep, the logits are
+ * also stored in ru->pb (the unmasked pass); with kl, each row's dot product
+ * with ru->pb (by then probabilities) is accumulated.
+ */
+static void lm_rows(const struct hp_evaluator *ev, struct hp_reuse *ru, int n, bool keep, bool kl)
+{
+    const struct hp_model *m = ev->m;
+    const int V = m->info.n_vocab, n_sc = ru->n_sc;
+    const int VB = vocab_block(V);
+    for (int v0 = 0; v0 < V; v0 += VB) {
+        const int nb = V - v0 < VB ? V - v0 : VB;
+        hp_fwd_logits(m, ru->hc, n, v0, nb, ru->lg, VB);
+#pragma omp parallel for schedule(static) if ((size_t)n * nb >= 65536)
+        for (int i = 0; i < n; i++) {
+            float *z = ru->lg + (size_t)i * VB;
+            struct lmrow *r = &ru->st[i];
+            const int j = i % n_sc, y = ru->sc_y[j];
+            float *pj = ru->pb + (size_t)j * V + v0;
+            if (keep)
+                memcpy(pj, z, (size_t)nb * sizeof(float));
+            int ba = 0;
+            for (int k = 1; k < nb; k++)
+                if (z[k] > z[ba])
+                    ba = k;
+            if (v0 == 0) {
+                r->s = 0;
+                r->dp = 0;
+                r->m = z[ba];
+                r->arg = ba;
+            } else if (z[ba] > r->m) {
+                /* a strictly larger maximum: rescale the running sum */
+                r->s *= exp((double)r->m - (double)z[ba]);
+                r->m = z[ba];
+                r->arg = v0 + ba;
+            }
+            if (y >= v0 && y < v0 + nb)
+                r->zt = z[y - v0];
+            if (kl)
+                r->dp += dot_d(pj, z, (size_t)nb);
+            hp_vexpf(z, z, r->m, (size_t)nb);
+            r->s += sum_d(z, (size_t)nb);
+        }
+    }
+}
+
+/* Scored rows of the chunk at s0 (nb sequences) and their targets. */
+static void find_scored(const struct hp_evaluator *ev, struct hp_reuse *ru, int s0, int nb)
+{
+    const int T = ev->d->seq_len;
+    ru->n_sc = 0;
+    for (int b = 0; b < nb; b++)
+        for (int t = 0; t < T; t++) {
+            int32_t y;
+            if (hp_eval_target_at(ev->d, ev->m->info.causal, s0 + b, t, &y)) {
+                ru->sc_row[ru->n_sc] = b * T + t;
+                ru->sc_y[ru->n_sc++] = y;
+            }
+        }
+}
+
+/* Gather the scored rows of n_blocks blocks of R rows of h into ru->hc. */
+static void gather(const struct hp_evaluator *ev, struct hp_reuse *ru, const float *h, int n_blocks, int R)
+{
+    const size_t d = (size_t)ev->m->info.d_model;
+    for (int v = 0; v < n_blocks; v++)
+        for (int j = 0; j < ru->n_sc; j++)
+            memcpy(ru->hc + ((size_t)v * ru->n_sc + j) * d, h + ((size_t)v * R + ru->sc_row[j]) * d, d * sizeof(float));
+}
+
+/* The unmasked pass of the chunk at s0 with its save and reference statistics, unless already held. */
+static void reuse_base(struct hp_evaluator *ev, struct hp_reuse *ru, int s0, int nb)
+{
+    if (ru->saved_s0 == s0)
+        return;
+    const int T = ev->d->seq_len, R = nb * T, V = ev->m->info.n_vocab, VB = vocab_block(V);
+    struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
+    struct hp_fwd_taps tp = {.save = &ru->save};
+    const float *h = hp_fwd_run(ev->m, ru->fwd, &fi, NULL, &tp);
+    ru->saved_s0 = s0;
+    if (ev->has_cls) {
+        hp_fwd_classify(ev->m, h, nb, T, ru->cls_base);
+        return;
+    }
+    if (!ev->has_loss) {
+        memcpy(ru->base_h, h, (size_t)R * ev->m->info.d_model * sizeof(float));
+        return;
+    }
+    find_scored(ev, ru, s0, nb);
+    if (ru->n_sc == 0)
+        return;
+    gather(ev, ru, h, 1, R);
+    lm_rows(ev, ru, ru->n_sc, true, false);
+    /* logits z -> q = exp(z - max), unnormalised probabilities, with sum q z
+     * and sum q of the stored floats: KL = (sum q z - sum q z') / sum q + lse' - lse */
+#pragma omp parallel for schedule(static) if ((size_t)ru->n_sc * V >= 65536)
+    for (int j = 0; j < ru->n_sc; j++) {
+        const struct lmrow *r = &ru->st[j];
+        float *p = ru->pb + (size_t)j * V, *tmp = ru->lg + (size_t)j * VB;
+        double c = 0, sp = 0;
+        for (int v0 = 0; v0 < V; v0 += VB) {
+            int nbk = V - v0 < VB ? V - v0 : VB;
+            hp_vexpf(tmp, p + v0, r->m, (size_t)nbk);
+            c += dot_d(tmp, p + v0, (size_t)nbk);
+            sp += sum_d(tmp, (size_t)nbk);
+            memcpy(p + v0, tmp, (size_t)nbk * sizeof(float));
+        }
+        /* the log-sum-exp from the same stored q, so a variant equal to the unmasked model has KL 0 */
+        double lse = r->m + log(sp);
+        ru->b_lse[j] = lse;
+        ru->b_c[j] = c;
+        ru->b_p[j] = sp;
+        ru->b_tl[j] = lse - r->zt;
+        ru->b_ta[j] = r->arg == ru->sc_y[j];
+    }
+}
+
+/*
+ * Add the scored rows of the chunk at s0 (nb sequences) to mt and tot, per
+ * sequence in token order as the plain path does: from variant block v of
+ * the last lm_rows, or with v < 0 from the unmasked pass.
+ */
+static void score_lm(const struct hp_evaluator *ev, const struct hp_reuse *ru, int v, int s0, int nb,
+                     struct hp_metrics *mt, struct hp_eval_totals *tot)
+{
+    const int T = ev->d->seq_len;
+    int j = 0;
+    for (int b = 0; b < nb; b++) {
+        double sl = 0, sa = 0, sk = 0;
+        int64_t nt = 0;
+        for (; j < ru->n_sc && ru->sc_row[j] / T == b; j++, nt++) {
+            if (v < 0) {
+                sl += ru->b_tl[j];
+                sa += ru->b_ta[j];
+                continue;
+            }
+            const struct lmrow *r = &ru->st[(size_t)v * ru->n_sc + j];
+            double lse = r->m + log(r->s);
+            sl += lse - r->zt;
+            sa += r->arg == ru->sc_y[j];
+            sk += (ru->b_c[j] - r->dp) / ru->b_p[j] + (lse - ru->b_lse[j]);
+        }
+        hp_eval_record_seq(mt, tot, s0 + b, sl, sa, sk, nt);
+    }
+}
+
+/* The same for encoders: block v of h (blocks of nb * T rows), or with h NULL the unmasked pass. */
+static void score_enc(const struct hp_evaluator *ev, const struct hp_reuse *ru, const float *h, int v, int s0, int nb,
+                      struct hp_metrics *mt, struct hp_eval_totals *tot)
+{
+    const struct hp_data *d = ev->d;
+    const int T = d->seq_len, D = ev->m->info.d_model;
+    for (int b = 0; b < nb; b++) {
+        int s = s0 + b;
+        int64_t nt = 0;
+        for (int t = 0; t < T; t++)
+            nt += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
+        mt->seq_tokens[s] = nt;
+        mt->seq_cos[s] = h ? hp_eval_pooled_cos(d, ev->m->info.pooling, s, ru->base_h + (size_t)b * T * D,
+                                             h + ((size_t)v * nb * T + (size_t)b * T) * D, D)
+                           : hp_eval_self_cos(d, s, ru->base_h + (size_t)b * T * D, D);
+        tot->cos += mt->seq_cos[s];
+        tot->tokens += nt;
+    }
+}
+
+enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *const *masks, int n,
+                                enum hp_ablation abl, struct hp_metrics **mts, struct hp_eval_totals *tots,
+                                struct hp_error *err)
+{
+    const struct hp_data *d = ev->d;
+    const struct hp_model_info *in = &ev->m->info;
+    const int L = in->n_layers, H = in->n_heads, T = d->seq_len;
+    if (!ev->ru && !(ev->ru = reuse_new(ev)))
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory for the workspace of %d-row chunks", ev->batch * T);
+    struct hp_reuse *ru = ev->ru;
+    int *first = malloc((size_t)n * sizeof(int)), *order = malloc((size_t)n * sizeof(int));
+    const float **gates = malloc((size_t)ru->max_blocks * sizeof *gates);
+    if (!first || !order || !gates) {
+        free(first), free(order), free(gates);
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    }
+    /* variants by first changed layer, stable: an insertion sort of indices */
+    for (int i = 0; i < n; i++) {
+        first[i] = hp_eval_first_changed(masks[i], L, H);
+        int k = i;
+        for (; k > 0 && first[order[k - 1]] > first[i]; k--)
+            order[k] = order[k - 1];
+        order[k] = i;
+    }
+    for (int s0 = 0; s0 < d->n_seqs; s0 += ev->batch) {
+        const int nb = hp_eval_chunk_len(ev, s0);
+        reuse_base(ev, ru, s0, nb);
+        for (int g = 0, k; g < n; g += k) {
+            const int l0 = first[order[g]];
+            for (k = 0; g + k < n && k < ru->max_blocks && first[order[g + k]] == l0; k++)
+                gates[k] = masks[order[g + k]] ? masks[order[g + k]]->gate : NULL;
+            if (l0 == L) {
+                /* nothing changed: the unmasked pass's own metrics */
+                for (int j = 0; j < k; j++) {
+                    int i = order[g + j];
+                    if (ev->has_cls)
+                        for (int b = 0; b < nb; b++)
+                            hp_eval_score_cls(ev, mts[i], &tots[i], s0 + b, ru->cls_base + (size_t)b * in->n_labels,
+                                              NULL);
+                    else if (ev->has_loss)
+                        score_lm(ev, ru, -1, s0, nb, mts[i], &tots[i]);
+                    else
+                        score_enc(ev, ru, NULL, 0, s0, nb, mts[i], &tots[i]);
+                }
+                continue;
+            }
+            struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
+            struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl);
+            va.n_blocks = k;
+            va.gates = gates;
+            const float *h = hp_fwd_resume(ev->m, ru->fwd, &fi, &va, NULL, &ru->save, l0);
+            if (ev->has_cls) {
+                const int C = in->n_labels;
+                hp_fwd_classify(ev->m, h, k * nb, T, ru->cls_z);
+                for (int j = 0; j < k; j++)
+                    for (int b = 0; b < nb; b++)
+                        hp_eval_score_cls(ev, mts[order[g + j]], &tots[order[g + j]], s0 + b,
+                                  ru->cls_z + ((size_t)j * nb + b) * C, ru->cls_base + (size_t)b * C);
+                continue;
+            }
+            if (ev->has_loss && ru->n_sc > 0) {
+                gather(ev, ru, h, k, nb * T);
+                lm_rows(ev, ru, k * ru->n_sc, false, true);
+            }
+            for (int j = 0; j < k; j++) {
+                int i = order[g + j];
+                if (ev->has_loss)
+                    score_lm(ev, ru, j, s0, nb, mts[i], &tots[i]);
+                else
+                    score_enc(ev, ru, h, j, s0, nb, mts[i], &tots[i]);
+            }
+        }
+        if (ev->progress)
+            ev->progress(ev->progress_user, s0 + nb, d->n_seqs);
+    }
+    free(first), free(order), free(gates);
+    return HP_OK;
+}
