@@ -122,21 +122,23 @@ void hp_evaluator_set_progress(struct hp_evaluator *ev, void (*fn)(void *, int, 
 
 bool hp_evaluator_has_metric(const struct hp_evaluator *ev, const char *metric)
 {
-    if (strcmp(metric, "loss") == 0 || strcmp(metric, "kl") == 0 || strcmp(metric, "acc") == 0)
-        return ev->has_loss;
-    return strcmp(metric, "cos") == 0 && !ev->has_loss;
+    enum hp_metric m;
+    if (!hp_metric_parse(metric, &m))
+        return false;
+    return m == HP_METRIC_COS ? !ev->has_loss : ev->has_loss;
 }
 
 enum hp_status hp_evaluator_pick_metric(const struct hp_evaluator *ev, const char *plan_path, const char *asked,
                                         const char **out, struct hp_error *err)
 {
-    static const char *const names[] = {"loss", "kl", "acc", "cos"};
     *out = NULL;
-    for (int i = 0; i < 4; i++)
-        if (asked[0] ? strcmp(asked, names[i]) == 0 : hp_evaluator_has_metric(ev, names[i])) {
-            *out = names[i];
+    for (int i = 0; i < HP_N_METRICS; i++) {
+        const char *name = hp_metric_name((enum hp_metric)i);
+        if (asked[0] ? strcmp(asked, name) == 0 : hp_evaluator_has_metric(ev, name)) {
+            *out = name;
             break;
         }
+    }
     if (*out && hp_evaluator_has_metric(ev, *out))
         return HP_OK;
     const struct hp_model_info *in = &ev->m->info;
@@ -207,15 +209,6 @@ static enum hp_status plain_ready(struct hp_evaluator *ev, bool outputs, struct 
     if (outputs && !ev->out_m && !(ev->out_m = malloc(n * sizeof(float))))
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for a chunk's outputs (%zu MB)", n * sizeof(float) >> 20);
     return HP_OK;
-}
-
-/* The mask's first layer with a gate that is not 1: L when nothing changes. */
-int hp_eval_first_changed(const struct hp_mask *mask, int L, int H)
-{
-    for (int i = 0; mask && i < L * H; i++)
-        if (mask->gate[i] != 1.0f)
-            return i / H;
-    return L;
 }
 
 static bool all_finite(const float *x, size_t n)
@@ -660,7 +653,7 @@ static enum hp_status metrics_finish(struct hp_evaluator *ev, struct hp_metrics 
     if (!bad)
         return HP_OK;
     char variant[96] = "the unmasked model", where[64];
-    if (mask && hp_eval_first_changed(mask, ev->m->info.n_layers, ev->m->info.n_heads) < ev->m->info.n_layers) {
+    if (mask && hp_mask_first_changed(mask, ev->m->info.n_layers) < ev->m->info.n_layers) {
         char *spec = hp_mask_format(mask);
         if (spec && strlen(spec) > 48)
             snprintf(variant, sizeof variant, "the variant ablating %.40s... (%d heads)", spec, hp_mask_count_ablated(mask));
@@ -683,7 +676,7 @@ static enum hp_status run_plain(struct hp_evaluator *ev, const struct hp_mask *m
     enum hp_status st = plain_ready(ev, true, err);
     if (st != HP_OK)
         return st;
-    bool scaled = hp_eval_first_changed(mask, ev->m->info.n_layers, ev->m->info.n_heads) < ev->m->info.n_layers;
+    bool scaled = hp_mask_first_changed(mask, ev->m->info.n_layers) < ev->m->info.n_layers;
     const float *gate = mask ? mask->gate : NULL;
     if (ev->has_cls) {
         const int C = ev->m->info.n_labels;

@@ -58,9 +58,6 @@ struct hp_fwd_in hp_eval_chunk_in(const struct hp_evaluator *ev, int s, int nb);
  * block, nothing ablated until the caller sets gates (and n_blocks). */
 struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl);
 
-/* The mask's first layer with a gate that is not 1: L when nothing changes (or mask is NULL). */
-int hp_eval_first_changed(const struct hp_mask *mask, int L, int H);
-
 /* Whether token position t of sequence s is scored, and against which target (*target). */
 bool hp_eval_target_at(const struct hp_data *d, bool causal, int s, int t, int32_t *target);
 

@@ -337,7 +337,7 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
     }
     /* variants by first changed layer, stable: an insertion sort of indices */
     for (int i = 0; i < n; i++) {
-        first[i] = hp_eval_first_changed(masks[i], L, H);
+        first[i] = hp_mask_first_changed(masks[i], L);
         int k = i;
         for (; k > 0 && first[order[k - 1]] > first[i]; k--)
             order[k] = order[k - 1];
