@@ -325,7 +325,7 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
 {
     const struct hp_data *d = ev->d;
     const struct hp_model_info *in = &ev->m->info;
-    const int L = in->n_layers, H = in->n_heads, T = d->seq_len;
+    const int L = in->n_layers, T = d->seq_len;
     if (!ev->ru && !(ev->ru = reuse_new(ev)))
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for the workspace of %d-row chunks", ev->batch * T);
     struct hp_reuse *ru = ev->ru;
