@@ -290,6 +290,17 @@ Test(cli, run_then_query_every_kind_and_format)
     cr_assert(strstr(out, "18"), "%s", out);
     snprintf(a, sizeof a, "query sql --db %s/q.db \"DELETE FROM results\"", tmp);
     cr_assert_eq(hp(a), 1, "a write was not refused");
+    /* options may come before the kind, as a first-time user typed them */
+    snprintf(a, sizeof a, "query heads --db %s/q.db --top 3 --format csv", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    char after[sizeof out];
+    snprintf(after, sizeof after, "%s", out);
+    snprintf(a, sizeof a, "query --db %s/q.db --top 3 --format csv heads", tmp);
+    cr_assert_eq(hp(a), 0, "%s: %s", a, errs);
+    cr_assert_str_eq(out, after, "options before the kind answer differently");
+    snprintf(a, sizeof a, "query --db %s/q.db sql \"SELECT count(*) AS n FROM jobs WHERE kind = 'single'\"", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "18"), "%s", out);
 }
 
 Test(cli, eval_threads_do_not_change_numbers)

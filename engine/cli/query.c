@@ -44,23 +44,12 @@ int cmd_query(int argc, char **argv)
         fputs(query_help, stdout);
         return 0;
     }
-    if (argc < 2)
-        return usage_error("query", "give a KIND: sweeps, curve, heads, redundancy, pairs or sql");
+    /* options may come before or after the kind (getopt moves the operands to the end) */
     struct hp_query_opts q = {.eps = 0.01};
-    const char *kinds[] = {"sweeps", "curve", "heads", "redundancy", "pairs", "sql"};
-    enum hp_query_kind kv[] = {HP_QUERY_SWEEPS, HP_QUERY_CURVE, HP_QUERY_HEADS, HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS,
-                               HP_QUERY_SQL};
-    int ki = -1;
-    for (int i = 0; i < 6; i++)
-        if (strcmp(argv[1], kinds[i]) == 0)
-            ki = i;
-    if (ki < 0)
-        return usage_error("query", "KIND must be sweeps, curve, heads, redundancy, pairs or sql");
-    q.kind = kv[ki];
     const char *db = NULL;
     enum fmt f = FMT_TABLE;
     int c;
-    optind = 2;
+    optind = 1;
     while ((c = getopt_long(argc, argv, "d:s:f:m:k:e:h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
@@ -93,6 +82,19 @@ int cmd_query(int argc, char **argv)
         default: return usage_error("query", "unknown option");
         }
     }
+    if (optind >= argc)
+        return usage_error("query", "give a KIND: sweeps, curve, heads, redundancy, pairs or sql");
+    static const char *const kinds[] = {"sweeps", "curve", "heads", "redundancy", "pairs", "sql"};
+    static const enum hp_query_kind kv[] = {HP_QUERY_SWEEPS,     HP_QUERY_CURVE, HP_QUERY_HEADS,
+                                            HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS, HP_QUERY_SQL};
+    int ki = -1;
+    for (int i = 0; i < 6; i++)
+        if (strcmp(argv[optind], kinds[i]) == 0)
+            ki = i;
+    if (ki < 0)
+        return usage_error("query", "KIND must be sweeps, curve, heads, redundancy, pairs or sql");
+    q.kind = kv[ki];
+    optind++;
     if (q.kind == HP_QUERY_SQL) {
         if (optind != argc - 1)
             return usage_error("query", "sql needs one SQL statement");
