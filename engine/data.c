@@ -669,8 +669,10 @@ static enum hp_status jl_row(struct jl *j, const cJSON *obj, struct hp_error *er
                     "{\"ids\": [...]} on every line)", path, line);
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(obj, "ids");
     if (!cJSON_IsArray(ids))
-        return hp_fail(err, HP_ERR_FORMAT, "%s:%d: %s (every line needs {\"ids\": [...]})",
-                    path, line, ids ? "\"ids\" is not an array" : "no \"ids\" array");
+        return hp_fail(err, HP_ERR_FORMAT,
+                       "%s:%d: %s (a line holds token ids {\"ids\": [...]}, or text for the model's tokenizer: "
+                       "{\"text\": \"...\"} or {\"text_a\": \"...\", \"text_b\": \"...\"})",
+                       path, line, ids ? "\"ids\" is not an array" : "no \"ids\" array");
     int n = cJSON_GetArraySize(ids);
     if (n == 0)
         return hp_fail(err, HP_ERR_SHAPE, "%s:%d: row has no ids (every row needs at least "
@@ -877,7 +879,8 @@ enum hp_status hp_data_load(const char *path, int seq_len, struct hp_data **out,
         loader = load_bin;
     else
         return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: unknown data format '%s%s' (use .npy, "
-                    ".jsonl or .bin)", path, *ext ? "." : "", ext);
+                    ".jsonl or .bin of token ids, or .txt or .jsonl of text for the model's tokenizer)",
+                       path, *ext ? "." : "", ext);
     if (seq_len < 0)
         return hp_fail(err, HP_ERR_ARG, "%s: seq_len %d is negative (pass 0 to take it from "
                     "the file)", path, seq_len);

@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <yaml.h>
 
@@ -180,6 +181,15 @@ static const char *suggest(const char *word, const char *const *cands, int n)
             best = cands[i];
             best_d = d;
         }
+    }
+    /* an abbreviation, or a word spelt out: "cosine" for cos, "accuracy" for acc, "sing" for single */
+    for (int i = 0; !best && i < n; i++) {
+        if (!cands[i])
+            continue;
+        size_t lw = strlen(word), lc = strlen(cands[i]);
+        if ((lc >= 3 && lw > lc && strncasecmp(word, cands[i], lc) == 0) ||
+            (lw >= 3 && lc > lw && strncasecmp(word, cands[i], lw) == 0))
+            best = cands[i];
     }
     return best;
 }

@@ -575,6 +575,9 @@ Test(data, jsonl_not_an_object_or_no_ids)
                 ":1: no \"ids\" array");
     expect_fail(write_text("c.jsonl", "{\"ids\": 3}\n"), 0, HP_ERR_FORMAT,
                 ":1: \"ids\" is not an array");
+    /* another key: the message names every kind of row accepted */
+    expect_fail(write_text("s.jsonl", "{\"sentence\": \"a b\"}\n"), 0, HP_ERR_FORMAT,
+                "{\"ids\": [...]}, or text for the model's tokenizer: {\"text\": \"...\"} or {\"text_a\"");
     expect_fail(write_text("d.jsonl", "{\"ids\": []}\n"), 0, HP_ERR_SHAPE,
                 ":1: row has no ids");
 }
@@ -659,7 +662,7 @@ Test(data, unknown_extension)
 {
     expect_fail(write_text("x.txt", "1 2 3"), 2, HP_ERR_UNSUPPORTED, "unknown data format '.txt'");
     expect_fail(write_text("noext", "1 2 3"), 2, HP_ERR_UNSUPPORTED, "unknown data format ''");
-    expect_fail(write_text("x.json", "{}"), 2, HP_ERR_UNSUPPORTED, "(use .npy, .jsonl or .bin)");
+    expect_fail(write_text("x.json", "{}"), 2, HP_ERR_UNSUPPORTED, "(use .npy, .jsonl or .bin of token ids, or .txt or .jsonl of text");
 }
 
 Test(data, missing_file_and_directory)

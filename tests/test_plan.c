@@ -431,9 +431,12 @@ Test(plan, unknown_keys_with_suggestions)
                "unknown key 'smples' in a 'random' study", "(did you mean 'samples'?)");
     load_fails(HEAD "  - single: {layer: [0]}\n", 5, "layer:",
                "unknown key 'layer' in a 'single' study", "(did you mean 'layers'?)");
-    load_fails(HEAD "  - iterative: {prune: 10%, keep_one: true}\n", 5, "keep_one",
-               "unknown key 'keep_one'", "(expected name, layers, heads, groups, kv, prune, "
+    load_fails(HEAD "  - iterative: {prune: 10%, retain: true}\n", 5, "retain",
+               "unknown key 'retain'", "(expected name, layers, heads, groups, kv, prune, "
                "floor or keep_one_per_layer)");
+    // an abbreviation of a key is recognised
+    load_fails(HEAD "  - iterative: {prune: 10%, keep_one: true}\n", 5, "keep_one",
+               "unknown key 'keep_one'", "(did you mean 'keep_one_per_layer'?)");
 }
 
 Test(plan, options_that_do_not_apply)
@@ -466,6 +469,9 @@ Test(plan, wrong_types_and_values)
                "'ablation' must be zero, mean or mean-pos, not 'shuffle'", NULL);
     load_fails("name: t\nmetric: los\n", 2, "los", "'metric' must be loss, kl, acc or cos",
                "(did you mean 'loss'?)");
+    // a word spelt out, or abbreviated, is recognised too
+    load_fails("name: t\nmetric: cosine\n", 2, "cosine", "not 'cosine'", "(did you mean 'cos'?)");
+    load_fails("name: t\nmetric: accuracy\n", 2, "accuracy", "not 'accuracy'", "(did you mean 'acc'?)");
     load_fails("name: t\nseed: -1\n", 2, "-1", "'seed' must be a non-negative integer", NULL);
     load_fails("name: t\nseed: 18446744073709551616\n", 2, "1", "'seed' must be below 2^64",
                NULL);
