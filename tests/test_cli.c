@@ -95,7 +95,22 @@ Test(cli, eval_json_has_the_promised_fields)
     cr_assert_gt(cJSON_GetObjectItem(o, "kl")->valuedouble, 0.0);
     cJSON *ps = cJSON_GetObjectItem(o, "per_seq");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(ps, "loss")), 8);
+    /* the unmasked model beside the variant, and the change: checked against a run without a mask */
+    cJSON *u = cJSON_GetObjectItem(o, "unmasked"), *ch = cJSON_GetObjectItem(o, "change");
+    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(u, "loss")) && cJSON_IsNumber(cJSON_GetObjectItem(ch, "loss")),
+              "no unmasked loss or change in %s", out);
+    double masked = cJSON_GetObjectItem(o, "loss")->valuedouble, unmasked = cJSON_GetObjectItem(u, "loss")->valuedouble;
+    cr_assert_eq(cJSON_GetObjectItem(ch, "loss")->valuedouble, masked - unmasked);
     cJSON_Delete(o);
+    cr_assert_eq(hp("eval --model " STORIES " --data " STORIES "/data.npy --json --threads 1"), 0, "%s", errs);
+    o = cJSON_Parse(out);
+    cr_assert_eq(cJSON_GetObjectItem(o, "loss")->valuedouble, unmasked, "unmasked %.17g alone, %.17g beside a variant",
+                 cJSON_GetObjectItem(o, "loss")->valuedouble, unmasked);
+    cr_assert_null(cJSON_GetObjectItem(o, "change"), "nothing ablated, yet a change is reported: %s", out);
+    cJSON_Delete(o);
+    /* and on the terminal */
+    cr_assert_eq(hp("eval --model " STORIES " --data " STORIES "/data.npy --mask 0.3 --threads 1"), 0, "%s", errs);
+    cr_assert(strstr(out, "\nunmasked  loss ") && strstr(out, "; change: loss +"), "%s", out);
 }
 
 Test(cli, keep_masks_everything_else)

@@ -100,7 +100,7 @@ int cmd_eval(int argc, char **argv)
     struct hp_data *d = NULL;
     struct hp_mask *mask = NULL;
     struct hp_evaluator *ev = NULL;
-    struct hp_metrics *mt = NULL;
+    struct hp_metrics *mt = NULL, *base = NULL;
     int rc = 1;
     if (hp_model_open(dir, &m, &err) != HP_OK)
         goto out;
@@ -114,8 +114,14 @@ int cmd_eval(int argc, char **argv)
     struct progress pr = {!quiet && isatty(STDERR_FILENO), hp_now()};
     hp_evaluator_set_progress(ev, show_progress, &pr);
     double t0 = hp_now();
-    if (hp_evaluator_run(ev, mask, abl, &mt, &err) != HP_OK)
+    /* the unmasked model beside the variant (its pass is the one the variant resumes from) */
+    const bool changed = hp_mask_first_changed(mask, in->n_layers) < in->n_layers;
+    const struct hp_mask *both[2] = {mask, NULL};
+    struct hp_metrics *out2[2] = {NULL, NULL};
+    if (hp_evaluator_run_many(ev, both, changed ? 2 : 1, abl, out2, &err) != HP_OK)
         goto out;
+    mt = out2[0];
+    base = out2[1];
     double secs = hp_now() - t0;
     int n_abl = mask ? hp_mask_count_ablated(mask) : 0;
     int n_all = in->n_layers * in->n_heads;
@@ -137,6 +143,21 @@ int cmd_eval(int argc, char **argv)
         }
         if (mt->has_cos)
             cJSON_AddNumberToObject(o, "cos", mt->cos);
+        if (base) {
+            cJSON *u = cJSON_AddObjectToObject(o, "unmasked"), *dl = cJSON_AddObjectToObject(o, "change");
+            if (mt->has_loss) {
+                cJSON_AddNumberToObject(u, "loss", base->loss);
+                cJSON_AddNumberToObject(u, "ppl", base->ppl);
+                cJSON_AddNumberToObject(u, "acc", base->acc);
+                cJSON_AddNumberToObject(dl, "loss", mt->loss - base->loss);
+                cJSON_AddNumberToObject(dl, "ppl", mt->ppl - base->ppl);
+                cJSON_AddNumberToObject(dl, "acc", mt->acc - base->acc);
+            }
+            if (mt->has_cos) {
+                cJSON_AddNumberToObject(u, "cos", base->cos);
+                cJSON_AddNumberToObject(dl, "cos", mt->cos - base->cos);
+            }
+        }
         cJSON_AddNumberToObject(o, "n_tokens", (double)mt->n_tokens);
         cJSON_AddNumberToObject(o, "n_seqs", mt->n_seqs);
         cJSON *ps = cJSON_AddObjectToObject(o, "per_seq");
@@ -171,6 +192,11 @@ int cmd_eval(int argc, char **argv)
         if (mt->has_cos)
             printf("cosine    %.6f (%s-pooled final hidden states vs the unmasked model)\n", mt->cos,
                    in->pooling == HP_POOL_CLS ? "CLS" : in->pooling == HP_POOL_MAX ? "max" : "mean");
+        if (base && mt->has_loss)
+            printf("unmasked  loss %.6f   ppl %.4f   acc %.4f; change: loss %+.6f   ppl %+.4f   acc %+.4f\n",
+                   base->loss, base->ppl, base->acc, mt->loss - base->loss, mt->ppl - base->ppl, mt->acc - base->acc);
+        if (base && mt->has_cos)
+            printf("unmasked  cosine %.6f; change %+.6f\n", base->cos, mt->cos - base->cos);
         printf("tokens    %lld scored in %d sequences, %.2f s (BLIS kernel %s%s)\n", (long long)mt->n_tokens,
                mt->n_seqs, secs, hp_runtime_kernel(), hp_runtime_kernel_from_env() ? ", from BLIS_ARCH_TYPE" : "");
     }
@@ -179,6 +205,7 @@ out:
     if (rc)
         die(&err);
     hp_metrics_free(mt);
+    hp_metrics_free(base);
     hp_evaluator_free(ev);
     hp_mask_free(mask);
     hp_data_free(d);
