@@ -60,7 +60,8 @@ VARIANT_POINTS = [[6], [2, 6, 10], [1, 3, 5, 7, 9, 11], list(range(12))]
 TOKEN_POINTS = [128, 256, 512, 1024]
 LAYER_POINTS = [3, 6, 12]
 
-LINE = re.compile(r"sweep \d+: (\d+) jobs \((\d+) run, (\d+) already in the database\) in ([0-9.]+) s, "
+LINE = re.compile(r"sweep \d+: (\d+) jobs \((\d+) run, \d+ repeated within the plan, (\d+) already in the database\) "
+                  r"in ([0-9.]+) s(?:, [^,]*threads?(?: \(auto\))?)?, "
                   r"peak memory (\d+) MB")
 
 

@@ -41,7 +41,53 @@ struct ctx {
     bool auto_threads;
     int n_cpus, threads;
     struct hp_cpu_meter since; /* the reading other processes' work is measured from */
+    /* keys this run stored: a job found among them repeats one of this plan, rather than an earlier run's */
+    char (*put)[HP_DIGEST_HEX];
+    size_t put_cap, put_n;
 };
+
+// --- the keys this run stored (an open-addressing set; keys are digests, so their digits hash well) ----------
+
+static size_t key_slot(const struct ctx *c, const char *key)
+{
+    size_t h = 0;
+    for (int k = 0; k < 16 && key[k]; k++)
+        h = h * 16 + (size_t)(key[k] <= '9' ? key[k] - '0' : (key[k] | 0x20) - 'a' + 10);
+    size_t i = h & (c->put_cap - 1);
+    while (c->put[i][0] && strcmp(c->put[i], key) != 0)
+        i = (i + 1) & (c->put_cap - 1);
+    return i;
+}
+
+static bool key_seen(const struct ctx *c, const char *key)
+{
+    return c->put_cap && c->put[key_slot(c, key)][0];
+}
+
+/* Remember a stored key; false when out of memory (the count is then only less precise). */
+static bool key_add(struct ctx *c, const char *key)
+{
+    if (2 * (c->put_n + 1) > c->put_cap) {
+        size_t cap = c->put_cap ? 2 * c->put_cap : 1024;
+        char(*old)[HP_DIGEST_HEX] = c->put;
+        size_t old_cap = c->put_cap;
+        if (!(c->put = calloc(cap, sizeof *c->put))) {
+            c->put = old;
+            return false;
+        }
+        c->put_cap = cap;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i][0])
+                memcpy(c->put[key_slot(c, old[i])], old[i], HP_DIGEST_HEX);
+        free(old);
+    }
+    size_t i = key_slot(c, key);
+    if (!c->put[i][0]) {
+        memcpy(c->put[i], key, HP_DIGEST_HEX);
+        c->put_n++;
+    }
+    return true;
+}
 
 static bool stopping(const struct ctx *c)
 {
@@ -191,14 +237,21 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
             st = hp_evaluator_run_many(c->ev, masks, nw, c->plan->ablation, mts, err);
         double secs = (hp_now() - t) / nw; /* each result's time: its share of the window's */
         for (int i = 0; i < nw && st == HP_OK; i++) {
-            if (found[i]) {
+            if (found[i] || key_seen(c, keys[i])) {
+                /* found before the window, or stored from an earlier job of this window */
                 st = hp_store_link(c->store, &sj[i], err);
-                c->sum->n_cached++;
+                if (!found[i] && res)
+                    to_store_metrics(mts[i], &res[w0 + i]);
+                if (key_seen(c, keys[i]))
+                    c->sum->n_repeated++;
+                else
+                    c->sum->n_cached++;
             } else {
                 st = hp_store_put(c->store, &sj[i], mts[i], secs, c->threads, hp_runtime_kernel(), err);
                 if (res)
                     to_store_metrics(mts[i], &res[w0 + i]);
                 c->sum->n_run++;
+                key_add(c, keys[i]);
             }
             if (st == HP_OK)
                 job_done(c, &jobs[w0 + i]);
@@ -443,6 +496,7 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
     sum->interrupted = stopping(&c);
     sum->seconds = hp_now() - c.t0;
     hp_store_close(c.store);
+    free(c.put);
     hp_joblist_free(jobs);
     hp_evaluator_free(c.ev);
     hp_data_free(c.data);

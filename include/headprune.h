@@ -564,7 +564,9 @@ struct hp_sweep_opts {
 
 struct hp_sweep_summary {
     int64_t sweep_id;
-    int64_t n_jobs, n_run, n_cached;
+    int64_t n_jobs, n_run;
+    int64_t n_repeated; /* jobs this run had already evaluated: the same variant twice in the plan */
+    int64_t n_cached;   /* jobs finished by an earlier run, found in the database */
     int threads_min, threads_max; /* the threads variants ran with */
     double seconds;
     bool interrupted;

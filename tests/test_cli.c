@@ -318,6 +318,21 @@ Test(cli, run_then_query_every_kind_and_format)
     cr_assert(strstr(out, "18"), "%s", out);
 }
 
+Test(cli, run_tells_repeats_within_the_plan_from_earlier_results)
+{
+    /* a fresh database: a study that repeats another's variants finds them already done, but
+     * by this run, not an earlier one (the first-time user read "33 already in the database") */
+    char a[512];
+    snprintf(a, sizeof a, "name: twice\nmodel: %s/llama-gqa\ndata: %s/llama-gqa/data.npy\n"
+             "studies: [single, {single: {name: again}}]\n", getenv("HP_FIXTURES"), getenv("HP_FIXTURES"));
+    write_file("twice.yaml", a);
+    snprintf(a, sizeof a, "run %s/twice.yaml --db %s/t.db --quiet --threads 1", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "(13 run, 12 repeated within the plan, 0 already in the database)"), "%s", out);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "(0 run, 0 repeated within the plan, 25 already in the database)"), "%s", out);
+}
+
 Test(cli, eval_threads_do_not_change_numbers)
 {
     /* the default model is large enough for the threaded row-wise loops to engage */

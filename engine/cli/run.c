@@ -139,7 +139,7 @@ int cmd_run(int argc, char **argv)
         return die(&err);
     if (sum.interrupted) {
         fprintf(stderr, "headprune: interrupted after %lld jobs (%lld run, %lld already done); run the same command to resume\n",
-                (long long)sum.n_jobs, (long long)sum.n_run, (long long)sum.n_cached);
+                (long long)sum.n_jobs, (long long)sum.n_run, (long long)(sum.n_cached + sum.n_repeated));
         return 130;
     }
     char thr[32] = "";
@@ -147,8 +147,10 @@ int cmd_run(int argc, char **argv)
         snprintf(thr, sizeof thr, ", %d thread%s", sum.threads_min, sum.threads_min == 1 ? "" : "s");
     else if (sum.threads_min > 0)
         snprintf(thr, sizeof thr, ", %d-%d threads", sum.threads_min, sum.threads_max);
-    printf("sweep %lld: %lld jobs (%lld run, %lld already in the database) in %.1f s%s%s, peak memory %.0f MB -> %s\n",
-           (long long)sum.sweep_id, (long long)sum.n_jobs, (long long)sum.n_run, (long long)sum.n_cached, sum.seconds,
+    printf("sweep %lld: %lld jobs (%lld run, %lld repeated within the plan, %lld already in the database) in %.1f s%s%s, "
+           "peak memory %.0f MB -> %s\n",
+           (long long)sum.sweep_id, (long long)sum.n_jobs, (long long)sum.n_run, (long long)sum.n_repeated,
+           (long long)sum.n_cached, sum.seconds,
            thr, threads ? "" : " (auto)", peak_mb(), db);
     return 0;
 }
