@@ -10,8 +10,9 @@
  * stored or recomputed (identical) numbers.
  * Must not: print; know SQL (the store does that).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <assert.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -461,13 +462,16 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         st = load_means(&c, err);
     if (st == HP_OK) {
         const struct hp_model_info *in = c.info;
+        /* absolute, so a later reader finds the files wherever it runs (relative ones name the working folder) */
+        char plan_abs[PATH_MAX], model_abs[PATH_MAX], data_abs[PATH_MAX];
         struct hp_store_sweep_row d = {
             .plan_digest = c.plan_digest, .model_digest = c.model_digest, .data_digest = c.data_digest,
-            .name = plan->name, .plan_path = plan->path, .plan_text = plan->text,
-            .ablation = hp_ablation_name(plan->ablation), .metric = plan->metric,
-            .model_path = plan->model, .model_type = in->model_type, .n_layers = in->n_layers,
-            .n_heads = in->n_heads, .n_kv_heads = in->n_kv_heads, .d_head = in->d_head, .n_params = in->n_params,
-            .data_path = plan->data, .n_seqs = c.data->n_seqs, .seq_len = c.data->seq_len,
+            .name = plan->name, .plan_path = realpath(plan->path, plan_abs) ? plan_abs : plan->path,
+            .plan_text = plan->text, .ablation = hp_ablation_name(plan->ablation), .metric = plan->metric,
+            .model_path = realpath(plan->model, model_abs) ? model_abs : plan->model, .model_type = in->model_type,
+            .n_layers = in->n_layers, .n_heads = in->n_heads, .n_kv_heads = in->n_kv_heads, .d_head = in->d_head,
+            .n_params = in->n_params, .data_path = realpath(plan->data, data_abs) ? data_abs : plan->data,
+            .n_seqs = c.data->n_seqs, .seq_len = c.data->seq_len,
         };
         st = hp_store_sweep(c.store, &d, &c.sweep_id, err);
         sum->sweep_id = c.sweep_id;

@@ -305,6 +305,12 @@ Test(cli, run_then_query_every_kind_and_format)
     cr_assert(strstr(out, "18"), "%s", out);
     snprintf(a, sizeof a, "query sql --db %s/q.db \"DELETE FROM results\"", tmp);
     cr_assert_eq(hp(a), 1, "a write was not refused");
+    /* the run started with a relative plan path: the database names the files absolutely */
+    snprintf(a, sizeof a, "query --db %s/q.db --format csv sql \"SELECT (SELECT path FROM models) || ' ' || "
+             "(SELECT path FROM datasets) || ' ' || (SELECT path FROM plans)\"", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "\n/") && strstr(out, "/tests/fixtures/llama-gqa /") && strstr(out, "/tests/plans/sweep.yaml"),
+              "paths are not absolute: %s", out);
     /* options may come before the kind, as a first-time user typed them */
     snprintf(a, sizeof a, "query heads --db %s/q.db --top 3 --format csv", tmp);
     cr_assert_eq(hp(a), 0, "%s", errs);
