@@ -337,6 +337,8 @@ struct q {
     enum hp_metric m;
     const char *mname; // hp_metric_name(m): safe to paste into SQL
     int n_layers, n_heads;
+    int n_kv_heads; // 0 when unknown or uneven
+    bool full_mask; // curve: also each step's cumulative mask
     long long base_variant;
     double base; // the baseline's value of the metric
     enum hp_metric ranked; // the sweep's own metric, which its iterative studies ranked units by
@@ -456,19 +458,20 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
     q->sweep = id;
 
     if ((s = prep(q, &st,
-                  "SELECT s.metric, m.n_layers, m.n_heads FROM sweeps s LEFT JOIN models m ON m.id = s.model_id "
+                  "SELECT s.metric, m.n_layers, m.n_heads, m.n_kv_heads FROM sweeps s LEFT JOIN models m ON m.id = s.model_id "
                   "WHERE s.id = ?")) != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, id);
     int r = step(q, st, &s);
     char sweep_metric[32] = "";
-    long long n_layers = 0, n_heads = 0;
+    long long n_layers = 0, n_heads = 0, n_kv = 0;
     bool null_shape = false;
     if (r == 1) {
         snprintf(sweep_metric, sizeof sweep_metric, "%s", col_text(st, 0));
         null_shape = sqlite3_column_type(st, 1) == SQLITE_NULL || sqlite3_column_type(st, 2) == SQLITE_NULL;
         n_layers = sqlite3_column_int64(st, 1);
         n_heads = sqlite3_column_int64(st, 2);
+        n_kv = sqlite3_column_int64(st, 3);
     }
     sqlite3_finalize(st);
     if (r < 0)
@@ -486,6 +489,8 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
                        MAX_HEADS, MAX_UNITS);
     q->n_layers = (int)n_layers;
     q->n_heads = (int)n_heads;
+    /* only for naming KV groups: a count that does not divide the heads names heads instead */
+    q->n_kv_heads = n_kv >= 1 && n_kv <= n_heads && n_heads % n_kv == 0 ? (int)n_kv : 0;
 
     if (metric) {
         if (!hp_metric_parse(metric, &q->m))
@@ -587,7 +592,7 @@ static enum hp_status q_sweeps(struct q *q, long long id, struct hp_table **out)
 
 // --- curve ------------------------------------------------------------------
 
-enum { CV_STUDY, CV_STEP, CV_K, CV_HEADS, CV_PCT, CV_SAMPLES, CV_VALUE, CV_LO, CV_HI, CV_EFFECT, CV_MASK, CV_N };
+enum { CV_STUDY, CV_STEP, CV_K, CV_HEADS, CV_PCT, CV_SAMPLES, CV_VALUE, CV_LO, CV_HI, CV_EFFECT, CV_PRUNED, CV_MASK, CV_N };
 
 static void curve_pct(struct q *q, struct tb *b, int row, double n_ablated)
 {
@@ -596,6 +601,47 @@ static void curve_pct(struct q *q, struct tb *b, int row, double n_ablated)
     else
         tb_num(b, row, CV_HEADS, "%.4g", n_ablated);
     tb_num(b, row, CV_PCT, F_PCT, 100.0 * n_ablated / ((double)q->n_layers * q->n_heads));
+}
+
+/*
+ * The units a curve step pruned, from its mask bits (bit layer * n_heads +
+ * head, LSB first) and the step before's (prev, updated): "kv:L.G" for a KV
+ * study's whole groups, else "L.H", comma-separated, into out.
+ */
+static void step_pruned(const struct q *q, const void *blob, size_t len, bool kv, unsigned char *prev, char *out)
+{
+    const unsigned char *cur = blob;
+    const int L = q->n_layers, H = q->n_heads, w = kv && q->n_kv_heads ? H / q->n_kv_heads : 1;
+    size_t o = 0;
+    out[0] = '\0';
+    for (int l = 0; l < L; l++)
+        for (int u = 0; u < H / w; u++) {
+            bool all = true, any = false;
+            for (int h = u * w; h < (u + 1) * w; h++) {
+                size_t i = (size_t)l * H + h;
+                bool now = i / 8 < len && (cur[i / 8] >> (i % 8) & 1), before = prev[i / 8] >> (i % 8) & 1;
+                all &= now && !before;
+                any |= now && !before;
+            }
+            for (int h = u * w; any && h < (u + 1) * w; h++) {
+                size_t i = (size_t)l * H + h;
+                bool now = i / 8 < len && (cur[i / 8] >> (i % 8) & 1), before = prev[i / 8] >> (i % 8) & 1;
+                if (!all && now && !before) { /* part of a group: name the heads */
+                    if (o)
+                        out[o++] = ',';
+                    o += (size_t)hp_unit_label(out + o, 24, false, l, h);
+                }
+            }
+            if (all) {
+                if (o)
+                    out[o++] = ',';
+                o += (size_t)hp_unit_label(out + o, 24, w > 1, l, w > 1 ? u : u * w);
+            }
+        }
+    out[o] = '\0';
+    for (size_t i = 0; i < (size_t)L * H; i++)
+        if (i / 8 < len && (cur[i / 8] >> (i % 8) & 1))
+            prev[i / 8] |= (unsigned char)(1u << (i % 8));
 }
 
 static enum hp_status curve_iterative(struct q *q, const char *study, struct tb *b)
@@ -609,7 +655,7 @@ static enum hp_status curve_iterative(struct q *q, const char *study, struct tb 
                        q->path, q->sweep, study, hp_metric_name(q->ranked));
     // one curve point per step (kind 'iterative'; candidate scores are 'iterative-score')
     enum hp_status s = prep_m(q, &st,
-                              "SELECT j.step, j.k, v.n_ablated, r.%s, v.mask_text, min(j.ord) "
+                              "SELECT j.step, j.k, v.n_ablated, r.%s, v.mask_text, min(j.ord), v.mask, j.kv "
                               "FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id "
                               "JOIN results r ON r.variant_id = j.variant_id "
                               "WHERE j.sweep_id = ? AND j.study = ? AND j.kind = 'iterative' "
@@ -618,6 +664,13 @@ static enum hp_status curve_iterative(struct q *q, const char *study, struct tb 
         return s;
     sqlite3_bind_int64(st, 1, q->sweep);
     sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
+    const size_t n_bits = (size_t)q->n_layers * q->n_heads, n_bytes = (n_bits + 7) / 8;
+    unsigned char *prev = calloc(n_bytes + 1, 1);
+    char *pruned = malloc(n_bits * 24 + 1);
+    if (!prev || !pruned) {
+        free(prev), free(pruned), sqlite3_finalize(st);
+        return hp_fail(q->err, HP_ERR_NOMEM, "%s: out of memory", q->path);
+    }
     int r;
     while ((r = step(q, st, &s)) == 1) {
         int row = tb_row(b);
@@ -628,9 +681,14 @@ static enum hp_status curve_iterative(struct q *q, const char *study, struct tb 
         curve_pct(q, b, row, sqlite3_column_double(st, 2));
         tb_num(b, row, CV_VALUE, F_METRIC, v);
         tb_num(b, row, CV_EFFECT, F_EFFECT, effect_of(q->m, v, q->base));
-        tb_str(b, row, CV_MASK, col_text(st, 4));
+        step_pruned(q, sqlite3_column_blob(st, 6), (size_t)sqlite3_column_bytes(st, 6), sqlite3_column_int(st, 7) != 0,
+                    prev, pruned);
+        tb_str(b, row, CV_PRUNED, pruned);
+        if (q->full_mask)
+            tb_str(b, row, CV_MASK, col_text(st, 4));
     }
     sqlite3_finalize(st);
+    free(prev), free(pruned);
     return r < 0 ? s : HP_OK;
 }
 
@@ -700,8 +758,8 @@ static enum hp_status curve_random(struct q *q, const char *study, struct tb *b)
 static enum hp_status q_curve(struct q *q, struct hp_table **out)
 {
     const char *cols[CV_N] = {"study", "step", "k", "heads", "pct_heads", "samples", q->mname,
-                              "ci_lo", "ci_hi", "effect", "mask"};
-    static const bool num[CV_N] = {false, true, true, true, true, true, true, true, true, true, false};
+                              "ci_lo", "ci_hi", "effect", "pruned", "mask"};
+    static const bool num[CV_N] = {false, true, true, true, true, true, true, true, true, true, false, false};
     sqlite3_stmt *st;
     enum hp_status s = prep(q, &st,
                             "SELECT study, kind FROM sweep_jobs WHERE sweep_id = ? AND kind IN ('iterative', 'random') "
@@ -710,7 +768,7 @@ static enum hp_status q_curve(struct q *q, struct hp_table **out)
         return s;
     sqlite3_bind_int64(st, 1, q->sweep);
     struct tb b;
-    tb_init(&b, CV_N, cols, num);
+    tb_init(&b, q->full_mask ? CV_N : CV_MASK, cols, num); /* the cumulative mask on request */
     int r, n_studies = 0;
     while ((r = step(q, st, &s)) == 1) {
         char study[256];
@@ -1277,7 +1335,7 @@ enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, stru
         return hp_fail(err, HP_ERR_ARG, "query: top must be >= 0 (got %d; 0 = every row)", o->top);
     if (!isfinite(o->eps))
         return hp_fail(err, HP_ERR_ARG, "query: eps must be a finite number");
-    struct q q = {.path = db_path, .err = err};
+    struct q q = {.path = db_path, .err = err, .full_mask = o->full_mask};
     enum hp_status s = hp_store_open_read(db_path, BUSY_TIMEOUT_MS, &q.db, err);
     if (s == HP_OK && o->kind == HP_QUERY_SQL) {
         s = q_sql(&q, o->sql, out);

@@ -617,6 +617,8 @@ struct hp_query_opts {
     int top;            /* heads, pairs: at most this many rows (0 = all) */
     double eps;         /* redundancy: a unit is redundant when its effect is below this */
     const char *sql;    /* HP_QUERY_SQL */
+    bool full_mask;     /* curve: each iterative step's whole mask too (column "mask"), not only
+                         * the units it pruned (column "pruned") */
 };
 
 /* Destructor of *out: hp_table_free. Opens the database read-only. */

@@ -311,6 +311,47 @@ Test(cli, run_then_query_every_kind_and_format)
     cr_assert_eq(hp(a), 0, "%s", errs);
     cr_assert(strstr(out, "\n/") && strstr(out, "/tests/fixtures/llama-gqa /") && strstr(out, "/tests/plans/sweep.yaml"),
               "paths are not absolute: %s", out);
+    /* each curve step names the units it pruned (KV groups as kv:L.G), as many as its k grew */
+    snprintf(a, sizeof a, "query curve --db %s/q.db --format json", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cJSON *rows = cJSON_Parse(out);
+    cr_assert(cJSON_IsArray(rows), "%s", out);
+    int prev_k = 0, kv_rows = 0, head_rows = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, rows)
+    {
+        const char *study = cJSON_GetObjectItem(row, "study")->valuestring;
+        if (strncmp(study, "iterative", 9) != 0)
+            continue;
+        cr_assert_null(cJSON_GetObjectItem(row, "mask"), "the whole mask without --full-mask");
+        int k = (int)cJSON_GetObjectItem(row, "k")->valuedouble;
+        const cJSON *pr = cJSON_GetObjectItem(row, "pruned");
+        const char *pruned = cJSON_IsString(pr) ? pr->valuestring : "";
+        if (k == 0) {
+            cr_assert_str_empty(pruned, "step 0 pruned %s", pruned);
+            prev_k = 0;
+            continue;
+        }
+        int labels = 1, kv_labels = 0;
+        for (const char *c = pruned; *c; c++)
+            labels += *c == ',';
+        for (const char *c = pruned; (c = strstr(c, "kv:")); c += 3)
+            kv_labels++;
+        cr_assert_eq(labels, k - prev_k, "%s: k went %d -> %d but it pruned %s", study, prev_k, k, pruned);
+        if (strcmp(study, "iterative-kv") == 0) {
+            cr_assert_eq(kv_labels, labels, "KV steps name query heads: %s", pruned);
+            kv_rows++;
+        } else {
+            cr_assert_eq(kv_labels, 0, "%s", pruned);
+            head_rows++;
+        }
+        prev_k = k;
+    }
+    cr_assert(kv_rows > 0 && head_rows > 0, "no steps: %s", out);
+    cJSON_Delete(rows);
+    snprintf(a, sizeof a, "query curve --db %s/q.db --format json --full-mask", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "\"mask\":"), "--full-mask shows no mask: %s", out);
     /* options may come before the kind, as a first-time user typed them */
     snprintf(a, sizeof a, "query heads --db %s/q.db --top 3 --format csv", tmp);
     cr_assert_eq(hp(a), 0, "%s", errs);

@@ -124,6 +124,26 @@ static sqlite3 *db_create(const char *schema_version)
 static long long g_next_variant;
 
 // A finished variant with per-sequence loss deltas d: its id.
+/* The mask's bit set as an SQL blob literal (bit layer * 4 + head, LSB first), as the store packs it
+ * (x'00' for the few variants whose text is a label rather than a spec). */
+static void mask_blob(const char *mask_text, char *out, size_t n)
+{
+    struct hp_model_info info;
+    memset(&info, 0, sizeof info);
+    info.n_layers = 2, info.n_heads = 4, info.n_kv_heads = 2, info.d_head = 8, info.d_model = 32;
+    struct hp_mask *m = NULL;
+    struct hp_error err = {{0}};
+    unsigned bits = 0;
+    if (hp_mask_parse(mask_text, false, &info, &m, &err) != HP_OK) { /* a label, not a spec: no bits */
+        snprintf(out, n, "x'00'");
+        return;
+    }
+    for (int i = 0; i < 8; i++)
+        bits |= (m->gate[i] == 0.0f) << i;
+    hp_mask_free(m);
+    snprintf(out, n, "x'%02X'", bits);
+}
+
 static long long variant(sqlite3 *db, const char *mask_text, int n_ablated, const double d[4])
 {
     long long id = ++g_next_variant;
@@ -141,11 +161,13 @@ static long long variant(sqlite3 *db, const char *mask_text, int n_ablated, cons
         exec(db, sql);
     }
     loss /= n, acc /= n, kl /= n;
+    char blob[16];
+    mask_blob(mask_text, blob, sizeof blob);
     snprintf(sql, sizeof sql,
-             "INSERT INTO variants VALUES (%lld, 'v%lld', 1, 1, 'zero', x'00', '%s', %d);"
+             "INSERT INTO variants VALUES (%lld, 'v%lld', 1, 1, 'zero', %s, '%s', %d);"
              "INSERT INTO results VALUES (%lld, %.17g, %.17g, %.17g, %.17g, NULL, %d, 4, 0.5, '0.1.0', 1, 'test', 1, "
              "'haswell', '2024-01-01T00:00:00Z')",
-             id, id, mask_text, n_ablated, id, loss, exp(loss), acc, kl, n);
+             id, id, blob, mask_text, n_ablated, id, loss, exp(loss), acc, kl, n);
     exec(db, sql);
     return id;
 }
@@ -440,7 +462,7 @@ Test(query, curve_random_ci_and_iterative_steps)
     struct hp_query_opts o = opts(HP_QUERY_CURVE);
     struct hp_table *t = run(&o);
     static const char *const cols[] = {"study", "step", "k", "heads", "pct_heads", "samples", "loss",
-                                       "ci_lo", "ci_hi", "effect", "mask"};
+                                       "ci_lo", "ci_hi", "effect", "pruned"};
     // random first: plan order; its k = 0 row is the baseline
     static const char *const want[] = {
         "random", "", "0", "0", "0.00", "1", "2.140000000", "", "", "0", "",
@@ -448,7 +470,7 @@ Test(query, curve_random_ci_and_iterative_steps)
         "random", "", "4", "4", "50.00", "1", "3.230000000", "", "", "1.09", "",
         "iterative", "0", "0", "0", "0.00", "", "2.140000000", "", "", "0", "",
         "iterative", "1", "2", "2", "25.00", "", "2.149000000", "", "", "0.009", "0.1,1.2",
-        "iterative", "2", "4", "4", "50.00", "", "2.183000000", "", "", "0.043", "0.1,0.3,1.0,1.2",
+        "iterative", "2", "4", "4", "50.00", "", "2.183000000", "", "", "0.043", "0.3,1.0", // what step 2 added
     };
     expect_table(t, 11, cols, "01111111110", 6, want);
     cr_assert_not_null(strstr(t->note, "effect = loss - baseline loss"), "note: %s", t->note);

@@ -11,7 +11,7 @@
 
 static const char query_help[] =
     "Usage: headprune query KIND --db FILE [--sweep ID] [--format table|csv|json]\n"
-    "                       [--metric loss|kl|acc|cos] [--top K] [--eps E] [SQL]\n"
+    "                       [--metric loss|kl|acc|cos] [--top K] [--eps E] [--full-mask] [SQL]\n"
     "\n"
     "Answer questions from a results database (opened read-only).\n"
     "\n"
@@ -21,7 +21,9 @@ static const char query_help[] =
     "Kinds:\n"
     "  sweeps       the sweeps in the database\n"
     "  curve        pruning curve: metric against heads pruned (number and %),\n"
-    "               iterative and random studies, 95% CIs over random samples\n"
+    "               iterative and random studies, 95% CIs over random samples;\n"
+    "               each iterative step's units in \"pruned\" (--full-mask: also\n"
+    "               everything pruned so far, in \"mask\")\n"
     "  heads        each head's effect when ablated alone, with a paired 95% CI\n"
     "               across sequences; sorted, --top K\n"
     "  redundancy   per layer: heads costing less than --eps (default 0.01) alone,\n"
@@ -38,7 +40,7 @@ int cmd_query(int argc, char **argv)
 {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},     {"sweep", required_argument, 0, 's'},
                                          {"format", required_argument, 0, 'f'}, {"metric", required_argument, 0, 'm'},
-                                         {"top", required_argument, 0, 'k'},    {"eps", required_argument, 0, 'e'},
+                                         {"top", required_argument, 0, 'k'},    {"eps", required_argument, 0, 'e'}, {"full-mask", no_argument, 0, 'M'},
                                          {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs(query_help, stdout);
@@ -74,6 +76,7 @@ int cmd_query(int argc, char **argv)
             if (!parse_int(optarg, 1, 1 << 30, &q.top))
                 return usage_error("query", "--top must be a positive integer");
             break;
+        case 'M': q.full_mask = true; break;
         case 'e':
             if (!parse_double(optarg, 0.0, &q.eps))
                 return usage_error("query", "--eps must be a non-negative number");
