@@ -36,8 +36,10 @@ struct ctx {
     struct hp_store *store;
     char model_digest[HP_DIGEST_HEX], data_digest[HP_DIGEST_HEX], plan_digest[HP_DIGEST_HEX];
     int64_t sweep_id;
-    int64_t total, done;
+    int64_t total, done; /* total: the plan's estimate for this shard, iterative evaluations included */
     double t0;
+    double eval_seconds; /* spent evaluating windows, the measure of the rate */
+    int64_t evaluated;   /* jobs those windows evaluated */
     /* threads: fixed (o->threads > 0), or matched to the idle CPUs between windows */
     bool auto_threads;
     int n_cpus, threads;
@@ -114,8 +116,23 @@ static void to_store_metrics(const struct hp_metrics *mt, struct hp_store_metric
 static void job_done(struct ctx *c, const struct hp_job *job)
 {
     c->done++;
+    if (c->done > c->total) /* the plan's estimate of an iterative study is an upper bound; be safe */
+        c->total = c->done;
     if (c->o->progress) {
-        struct hp_sweep_progress p = {c->done, c->total, c->sum->n_cached, job->label, hp_now() - c->t0};
+        /* results arrive a window at a time: name the study (and step) at work, not one job */
+        char label[160];
+        const struct hp_study *s = &c->plan->studies[job->study];
+        if (s->kind == HP_STUDY_ITERATIVE)
+            snprintf(label, sizeof label, "%s, step %d", s->name, job->step);
+        else
+            snprintf(label, sizeof label, "%s", s->name);
+        struct hp_sweep_progress p = {c->done,
+                                      c->total,
+                                      c->sum->n_cached + c->sum->n_repeated,
+                                      label,
+                                      hp_now() - c->t0,
+                                      c->evaluated,
+                                      c->eval_seconds};
         c->o->progress(c->o->user, &p);
     }
 }
@@ -236,6 +253,10 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
         double t = hp_now();
         if (st == HP_OK && n_new > 0)
             st = hp_evaluator_run_many(c->ev, masks, nw, c->plan->ablation, mts, err);
+        if (n_new > 0) { /* the window's evaluations, counted at once: they finished together */
+            c->eval_seconds += hp_now() - t;
+            c->evaluated += n_new;
+        }
         double secs = (hp_now() - t) / nw; /* each result's time: its share of the window's */
         for (int i = 0; i < nw && st == HP_OK; i++) {
             if (found[i] || key_seen(c, keys[i])) {
@@ -343,7 +364,6 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
         struct hp_job point = {.study = si, .step = step, .k = n_pruned, .layer = -1, .unit = -1, .unit2 = -1,
                                .mask = base};
         snprintf(point.label, sizeof point.label, "step %d", step);
-        c->total++;
         int64_t o_point = (*ord)++;
         st = run_jobs(c, &o_point, &point, 1, NULL, NULL, err);
         int want = hp_iterative_step(&sc, n - n_pruned);
@@ -369,7 +389,6 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
             cords[nc] = (*ord)++;
             cand[nc++] = (struct scored){i, 0};
         }
-        c->total += nc;
         if (st == HP_OK)
             st = run_jobs(c, cords, cjobs, nc, "iterative-score", cres, err);
         for (int i = 0; i < nc; i++) {
@@ -488,6 +507,9 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
                 ords[n++] = i;
             }
         c.total = n;
+        for (int si = 0; o->shard_index == 0 && si < plan->n_studies; si++)
+            if (plan->studies[si].kind == HP_STUDY_ITERATIVE)
+                c.total += hp_study_evals(&plan->studies[si], c.info);
         st = mine && ords ? run_jobs(&c, ords, mine, n, NULL, NULL, err) : hp_fail(err, HP_ERR_NOMEM, "out of memory");
         free(mine);
         free(ords);

@@ -539,11 +539,14 @@ enum hp_status hp_joblist_push(struct hp_joblist *jl, const struct hp_job *job);
 // --- sweeps -----------------------------------------------------------------
 
 struct hp_sweep_progress {
-    int64_t done;      /* jobs finished in this run, cached ones included */
-    int64_t total;     /* jobs known so far (iterative studies add more) */
-    int64_t cached;    /* found finished in the database */
-    const char *label; /* the job just finished */
-    double elapsed;    /* seconds */
+    int64_t done;        /* jobs finished in this run, cached ones included */
+    int64_t total;       /* the plan's estimate of this run's jobs, iterative evaluations included
+                          * (hp_study_evals; at least done) */
+    int64_t cached;      /* found finished: in the database, or repeating a variant of this run */
+    const char *label;   /* the study at work ("single", "iterative, step 3") */
+    double elapsed;      /* seconds since the sweep started */
+    int64_t evaluated;   /* jobs evaluated (not found) */
+    double eval_seconds; /* seconds spent evaluating them: evaluated / eval_seconds is the rate */
 };
 
 #define HP_SWEEP_BATCH 64

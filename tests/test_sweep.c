@@ -523,3 +523,60 @@ Test(sweep, an_encoder_without_a_metric_is_pruned_by_its_cosine)
     hp_data_free(d);
     hp_model_close(m);
 }
+
+// --- progress -------------------------------------------------------------------------
+
+struct seen {
+    int calls;
+    int64_t first_total, last_done, max_total;
+    bool total_moved, eta_before_a_window, bad_label;
+};
+
+static void on_progress(void *user, const struct hp_sweep_progress *p)
+{
+    struct seen *s = user;
+    if (s->calls++ == 0)
+        s->first_total = p->total;
+    s->total_moved |= p->total != s->first_total && p->done <= s->first_total;
+    s->max_total = p->total > s->max_total ? p->total : s->max_total;
+    s->last_done = p->done;
+    /* the rate behind an ETA is measured from whole windows: never from nothing */
+    s->eta_before_a_window |= p->evaluated > 0 && !(p->eval_seconds > 0);
+    s->bad_label |= strncmp(p->label, "step ", 5) == 0 || strchr(p->label, '.') != NULL;
+}
+
+Test(sweep, progress_counts_against_the_plans_estimate)
+{
+    /* the first-time user saw every line of an iterative study read 100%: the total grew with each
+     * step. It is now the plan's estimate from the start (iterative evaluations included) */
+    struct hp_plan *p;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_plan_load(plan, &p, &err), HP_OK, "%s", err.msg);
+    struct hp_model *m;
+    cr_assert_eq(hp_model_open(p->model, &m, &err), HP_OK, "%s", err.msg);
+    struct hp_joblist *jl;
+    cr_assert_eq(hp_plan_expand(p, hp_model_get_info(m), &jl, &err), HP_OK, "%s", err.msg);
+    int64_t estimate = jl->n;
+    for (int i = 0; i < p->n_studies; i++)
+        if (p->studies[i].kind == HP_STUDY_ITERATIVE)
+            estimate += hp_study_evals(&p->studies[i], hp_model_get_info(m));
+    hp_joblist_free(jl);
+    hp_model_close(m);
+    char db[128];
+    path(db, sizeof db, "progress.db");
+    struct seen s = {0};
+    struct hp_sweep_opts o = {.db_path = db, .shard_count = 1, .threads = 1, .batch = 8, .progress = on_progress,
+                              .user = &s};
+    struct hp_sweep_summary sum;
+    cr_assert_eq(hp_sweep_run(p, &o, &sum, &err), HP_OK, "%s", err.msg);
+    hp_plan_free(p);
+    cr_assert_gt(s.calls, 100);
+    cr_assert_eq(s.first_total, estimate, "the first total %lld is not the plan's estimate %lld",
+                 (long long)s.first_total, (long long)estimate);
+    cr_assert_not(s.total_moved, "the total moved while the run was within the estimate");
+    cr_assert_eq(s.last_done, sum.n_jobs);
+    cr_assert_leq(sum.n_jobs, estimate, "%lld jobs ran, over the estimate %lld", (long long)sum.n_jobs,
+                  (long long)estimate);
+    cr_assert_not(s.eta_before_a_window);
+    cr_assert_not(s.bad_label, "a progress label names a job, not the study at work");
+}

@@ -115,9 +115,11 @@ void run_progress_cb(void *user, const struct hp_sweep_progress *p)
         fprintf(stderr, "headprune: running %s into %s (BLIS kernel %s)\n", r->plan, r->db, hp_runtime_kernel());
         r->started = true;
     }
-    double rate = p->elapsed > 0 ? (double)p->done / p->elapsed : 0;
+    /* the rate of evaluation alone (loading and finished jobs cost nothing like it), and an ETA
+     * only once a window has been evaluated; it assumes every job left needs evaluating */
+    double rate = p->eval_seconds > 0 ? (double)p->evaluated / p->eval_seconds : 0;
     char eta[32];
-    fmt_eta(rate > 0 ? (double)(p->total - p->done) / rate : NAN, eta, sizeof eta);
+    fmt_eta(p->evaluated > 0 && rate > 0 ? (double)(p->total - p->done) / rate : NAN, eta, sizeof eta);
     double frac = p->total ? (double)p->done / (double)p->total : 0;
     if (r->tty) {
         char bar[31];
@@ -129,8 +131,8 @@ void run_progress_cb(void *user, const struct hp_sweep_progress *p)
                 (long long)p->total, 100 * frac, rate, eta, p->label);
         fflush(stderr);
     } else if (p->elapsed - r->last >= 5.0 || p->done == p->total) {
-        fprintf(stderr, "headprune: %lld/%lld jobs (%.0f%%, %lld cached), %.1f jobs/s, ETA %s\n", (long long)p->done,
-                (long long)p->total, 100 * frac, (long long)p->cached, rate, eta);
+        fprintf(stderr, "headprune: %lld/%lld jobs (%.0f%%, %lld already done), %.1f jobs/s, ETA %s: %s\n",
+                (long long)p->done, (long long)p->total, 100 * frac, (long long)p->cached, rate, eta, p->label);
         r->last = p->elapsed;
     }
 }
