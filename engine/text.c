@@ -6,8 +6,13 @@
  *           as data.c's hp_blank), each encoded with the
  *           tokenizer's special tokens (its template: <s> for Llama-2 and
  *           Llama-3, [CLS] ... [SEP] for BERT; GPT-2-style tokenizers, which
- *           declare none, get <|endoftext|> after each document), packed
- *           end to end and cut into rows of seq_len (the remainder dropped).
+ *           declare none, get <|endoftext|> after each document). For a
+ *           causal model they are packed end to end and cut into rows of
+ *           seq_len (the remainder dropped); for an encoder, whose tokens all
+ *           see each other, each document is a row of its own, padded under
+ *           an attention mask, its text cut to fit seq_len (when given) as
+ *           Hugging Face truncates: the special tokens stay.
+ *           hp_data.n_dropped counts the tokens left out.
  *   .jsonl  with "text" (or "text_a" and "text_b"): one row per object,
  *           encoded with special tokens, padded to the longest row (or cut
  *           to seq_len when one is given) under an attention mask.
@@ -94,8 +99,134 @@ static bool rows_put(struct rows *r, const int32_t *v, size_t n)
     return true;
 }
 
-static enum hp_status load_txt(const char *path, char *buf, size_t len, const struct hp_tokenizer *t, int seq_len,
-                               struct hp_data **out, struct hp_error *err)
+/*
+ * Document a (na bytes) encoded with its special tokens and, when longer than
+ * seq_len (> 0), its text cut to fit as Hugging Face's truncation does: the
+ * special tokens the template adds around it stay. *dropped gets the tokens
+ * cut off.
+ */
+static enum hp_status encode_fit(const struct hp_tokenizer *t, const char *a, size_t na, int seq_len,
+                                 struct hp_encoding *out, int64_t *dropped, struct hp_error *err)
+{
+    *dropped = 0;
+    enum hp_status st = hp_tokenizer_encode(t, a, na, NULL, 0, true, out, err);
+    if (st != HP_OK || seq_len <= 0 || out->n <= seq_len)
+        return st;
+    struct hp_encoding plain;
+    if ((st = hp_tokenizer_encode(t, a, na, NULL, 0, false, &plain, err)) != HP_OK) {
+        hp_encoding_free(out);
+        return st;
+    }
+    /* the template is [prefix] text [suffix]: find the text inside it */
+    int n_spec = out->n - plain.n, pre = 0;
+    while (pre <= n_spec && memcmp(out->ids + pre, plain.ids, (size_t)plain.n * sizeof(int32_t)) != 0)
+        pre++;
+    int keep = seq_len - n_spec;
+    if (pre > n_spec || keep < 1) { /* no text in the template, or no room for any: cut the end */
+        *dropped = out->n - seq_len;
+        out->n = seq_len;
+    } else {
+        int suf = n_spec - pre;
+        memmove(out->ids + pre + keep, out->ids + pre + plain.n, (size_t)suf * sizeof(int32_t));
+        memmove(out->type_ids + pre + keep, out->type_ids + pre + plain.n, (size_t)suf * sizeof(int32_t));
+        *dropped = plain.n - keep;
+        out->n = seq_len;
+    }
+    hp_encoding_free(&plain);
+    return HP_OK;
+}
+
+/* Each document of a .txt, in order: its text (s, e) and first line. */
+struct doc {
+    size_t s, e, line;
+};
+
+/* The next document from *i on into d, *i moved past it; false when none is left. */
+static bool next_doc(const char *buf, size_t len, size_t *at, size_t *line, struct doc *d)
+{
+    size_t i = *at;
+    /* skip blank lines (empty, or only spaces, tabs and \r), then take lines up to the next one */
+    while (i < len && blank_line(buf, len, i)) {
+        i = line_end(buf, len, i) + 1;
+        (*line)++;
+    }
+    if (i >= len) {
+        *at = len;
+        return false;
+    }
+    d->s = i;
+    d->line = *line;
+    while (i < len && !blank_line(buf, len, i)) {
+        i = line_end(buf, len, i) + 1;
+        (*line)++;
+    }
+    size_t e = i > len ? len : i;
+    while (e > d->s && (buf[e - 1] == '\n' || buf[e - 1] == '\r'))
+        e--;
+    d->e = e;
+    *at = i;
+    return true;
+}
+
+/* An encoder's .txt: one row per document, padded (seq_len 0: to the longest). */
+static enum hp_status load_txt_rows(const char *path, char *buf, size_t len, const struct hp_tokenizer *t,
+                                    int seq_len, bool types, struct hp_data **out, struct hp_error *err)
+{
+    struct hp_encoding *enc = NULL;
+    int n = 0, cap = 0, longest = 0;
+    int64_t dropped = 0;
+    enum hp_status st = HP_OK;
+    size_t line = 1;
+    struct doc d;
+    for (size_t i = 0; st == HP_OK && next_doc(buf, len, &i, &line, &d);) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            struct hp_encoding *p = realloc(enc, (size_t)cap * sizeof *p);
+            if (!p) {
+                st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+                break;
+            }
+            enc = p;
+        }
+        int64_t cut;
+        st = encode_fit(t, buf + d.s, d.e - d.s, seq_len, &enc[n], &cut, err);
+        if (st != HP_OK) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            st = hp_fail(err, st, "%s: the document starting on line %zu: %s", path, d.line, msg);
+            break;
+        }
+        dropped += cut;
+        longest = enc[n].n > longest ? enc[n].n : longest;
+        n++;
+    }
+    if (st == HP_OK && n == 0)
+        st = hp_fail(err, HP_ERR_SHAPE, "%s: no documents (text separated by blank lines)", path);
+    int T = seq_len > 0 ? seq_len : longest;
+    if (st == HP_OK && T < 1)
+        st = hp_fail(err, HP_ERR_SHAPE, "%s: every document encodes to no tokens", path);
+    if (st == HP_OK && (st = hp_data_alloc(path, n, T, false, true, types, out, err)) == HP_OK) {
+        int32_t pad = hp_tokenizer_pad(t);
+        for (int r = 0; r < n; r++)
+            for (int k = 0; k < T; k++) {
+                size_t at = (size_t)r * T + k;
+                bool real = k < enc[r].n;
+                (*out)->ids[at] = real ? enc[r].ids[k] : pad;
+                if (types)
+                    (*out)->type_ids[at] = real ? enc[r].type_ids[k] : 0;
+                (*out)->attn_mask[at] = real;
+            }
+        (*out)->n_dropped = dropped;
+    }
+    for (int r = 0; r < n; r++)
+        hp_encoding_free(&enc[r]);
+    free(enc);
+    return st;
+}
+
+/* A causal model's .txt: documents packed end to end, cut into rows of seq_len. */
+static enum hp_status load_txt_packed(const char *path, char *buf, size_t len, const struct hp_tokenizer *t,
+                                      int seq_len, struct hp_data **out, struct hp_error *err)
 {
     if (seq_len < 2)
         return hp_fail(err, HP_ERR_ARG, "%s: text is packed into rows of --seq-len tokens: give --seq-len (at least 2)",
@@ -105,28 +236,14 @@ static enum hp_status load_txt(const char *path, char *buf, size_t len, const st
     enum hp_status st = HP_OK;
     int n_docs = 0;
     size_t line = 1;
-    for (size_t i = 0; st == HP_OK && i < len;) {
-        /* skip blank lines (empty, or only spaces, tabs and \r), then take lines up to the next one */
-        while (i < len && blank_line(buf, len, i)) {
-            i = line_end(buf, len, i) + 1;
-            line++;
-        }
-        if (i >= len)
-            break;
-        size_t s = i, doc_line = line;
-        while (i < len && !blank_line(buf, len, i)) {
-            i = line_end(buf, len, i) + 1;
-            line++;
-        }
-        size_t e = i > len ? len : i;
-        while (e > s && (buf[e - 1] == '\n' || buf[e - 1] == '\r'))
-            e--;
+    struct doc d;
+    for (size_t i = 0; st == HP_OK && next_doc(buf, len, &i, &line, &d);) {
         struct hp_encoding enc;
-        st = hp_tokenizer_encode(t, buf + s, e - s, NULL, 0, true, &enc, err);
+        st = hp_tokenizer_encode(t, buf + d.s, d.e - d.s, NULL, 0, true, &enc, err);
         if (st != HP_OK) {
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "%s", err->msg);
-            st = hp_fail(err, st, "%s: the document starting on line %zu: %s", path, doc_line, msg);
+            st = hp_fail(err, st, "%s: the document starting on line %zu: %s", path, d.line, msg);
             break;
         }
         if (!rows_put(&r, enc.ids, (size_t)enc.n) || (eot >= 0 && !rows_put(&r, &eot, 1)))
@@ -138,8 +255,10 @@ static enum hp_status load_txt(const char *path, char *buf, size_t len, const st
         st = hp_fail(err, HP_ERR_SHAPE, "%s: %d documents make %zu tokens, fewer than one row of --seq-len %d", path,
                      n_docs, r.n, seq_len);
     int n_rows = st == HP_OK ? (int)(r.n / (size_t)seq_len) : 0;
-    if (st == HP_OK && (st = hp_data_alloc(path, n_rows, seq_len, false, false, false, out, err)) == HP_OK)
+    if (st == HP_OK && (st = hp_data_alloc(path, n_rows, seq_len, false, false, false, out, err)) == HP_OK) {
         memcpy((*out)->ids, r.ids, (size_t)n_rows * seq_len * sizeof(int32_t));
+        (*out)->n_dropped = (int64_t)(r.n - (size_t)n_rows * seq_len);
+    }
     free(r.ids);
     return st;
 }
@@ -178,6 +297,7 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
     struct hp_encoding *enc = NULL;
     int32_t *labels = NULL;
     int n = 0, cap = 0, longest = 0, first_line = 0;
+    int64_t dropped = 0;
     bool has_label = false;
     enum hp_status st = HP_OK;
     size_t line = 0;
@@ -223,8 +343,14 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
                 st = parse_label(path, line, lab, info, &labels[n], err);
             if (st == HP_OK) {
                 const char *sb = b ? b->valuestring : NULL;
-                st = hp_tokenizer_encode(t, a->valuestring, strlen(a->valuestring), sb, sb ? strlen(sb) : 0, true,
-                                         &enc[n], err);
+                int64_t cut = 0;
+                /* one text is cut to fit as Hugging Face truncates it; a pair is cut at its end */
+                st = sb ? hp_tokenizer_encode(t, a->valuestring, strlen(a->valuestring), sb, strlen(sb), true, &enc[n],
+                                              err)
+                        : encode_fit(t, a->valuestring, strlen(a->valuestring), seq_len, &enc[n], &cut, err);
+                if (st == HP_OK && sb && seq_len > 0 && enc[n].n > seq_len)
+                    cut = enc[n].n - seq_len;
+                dropped += st == HP_OK ? cut : 0;
                 if (st != HP_OK) {
                     char msg[sizeof err->msg];
                     snprintf(msg, sizeof msg, "%s", err->msg);
@@ -256,6 +382,7 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
                 (*out)->type_ids[at] = real ? enc[r].type_ids[k] : 0;
                 (*out)->attn_mask[at] = real;
             }
+        (*out)->n_dropped = dropped;
     }
     for (int r = 0; r < n; r++)
         hp_encoding_free(&enc[r]);
@@ -273,10 +400,10 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
  * written, or does not check out (magic, sizes, a checksum of its arrays), is
  * ignored.
  */
-static const char cache_magic[8] = {'H', 'P', 'T', 'O', 'K', '2', 0, 0};
+static const char cache_magic[8] = {'H', 'P', 'T', 'O', 'K', '3', 0, 0};
 
 /* Bumped whenever tokenization or this file's format changes, so old entries are not used. */
-#define HP_TEXT_CACHE_VERSION "headprune-text-2"
+#define HP_TEXT_CACHE_VERSION "headprune-text-3"
 
 /* XXH3-64 of an entry's arrays, stored after its header. */
 static uint64_t payload_sum(const struct hp_data *d)
@@ -331,7 +458,8 @@ static bool cache_path(const char *text, size_t len, bool txt, const char *model
     XXH3_128bits_reset(h);
     XXH3_128bits_update(h, HP_TEXT_CACHE_VERSION, sizeof HP_TEXT_CACHE_VERSION - 1);
     XXH3_128bits_update(h, text, len);
-    int32_t shape[2] = {txt, seq_len};
+    /* the layout depends on the model's kind too: a row per document for encoders */
+    int32_t shape[4] = {txt, seq_len, info && !info->causal, !info || info->arch == HP_ARCH_BERT};
     XXH3_128bits_update(h, shape, sizeof shape);
     static const char *const files[] = {"tokenizer.json", "vocab.txt", "vocab.json", "merges.txt",
                                         "tokenizer_config.json"};
@@ -358,16 +486,18 @@ static bool cache_read(const char *cpath, const char *path, struct hp_data **out
     char magic[8];
     int32_t head[3];
     uint64_t sum = 0;
+    int64_t dropped = 0;
     struct hp_data *d = NULL;
     bool ok = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && fread(magic, 1, 8, f) == 8 &&
               memcmp(magic, cache_magic, 8) == 0 && fread(head, 4, 3, f) == 3 && fread(&sum, 8, 1, f) == 1 &&
+              fread(&dropped, 8, 1, f) == 1 && dropped >= 0 &&
               head[0] >= 1 && head[1] >= 1 && head[0] <= (1 << 24) && head[1] <= (1 << 24) && (head[2] & ~7) == 0;
     /* The header's sizes must add up to the entry's real size before they size
      * an allocation: a damaged header claiming 2^24 x 2^24 ids is not a
      * petabyte request. At most 2^48 ids, so the sum is exact in 64 bits. */
     if (ok) {
         uint64_t rows = (uint64_t)head[0], n = rows * (uint64_t)head[1];
-        uint64_t want = 8 + 12 + 8 + 4 * n + ((head[2] & 1) ? n : 0) + ((head[2] & 2) ? 4 * n : 0) +
+        uint64_t want = 8 + 12 + 8 + 8 + 4 * n + ((head[2] & 1) ? n : 0) + ((head[2] & 2) ? 4 * n : 0) +
                         ((head[2] & 4) ? 4 * rows : 0);
         ok = want == (uint64_t)sb.st_size &&
              hp_data_alloc(path, head[0], head[1], false, head[2] & 1, head[2] & 2, &d, NULL) == HP_OK;
@@ -386,6 +516,7 @@ static bool cache_read(const char *cpath, const char *path, struct hp_data **out
         hp_data_free(d);
         return false;
     }
+    d->n_dropped = dropped;
     *out = d;
     return true;
 }
@@ -401,6 +532,7 @@ static void cache_write(const char *cpath, const struct hp_data *d)
     int32_t head[3] = {d->n_seqs, d->seq_len, (d->attn_mask ? 1 : 0) | (d->type_ids ? 2 : 0) | (d->seq_labels ? 4 : 0)};
     uint64_t sum = payload_sum(d);
     bool ok = fwrite(cache_magic, 1, 8, f) == 8 && fwrite(head, 4, 3, f) == 3 && fwrite(&sum, 8, 1, f) == 1 &&
+              fwrite(&d->n_dropped, 8, 1, f) == 1 &&
               fwrite(d->ids, 4, n, f) == n &&
               (!d->attn_mask || fwrite(d->attn_mask, 1, n, f) == n) &&
               (!d->type_ids || fwrite(d->type_ids, 4, n, f) == n) &&
@@ -432,7 +564,9 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
                      "another model?)",
                      model_dir, hp_tokenizer_n_ids(t), info->n_vocab);
     if (st == HP_OK && !(cached && cache_read(cpath, path, out))) {
-        st = txt ? load_txt(path, buf, len, t, seq_len, out, err)
+        const bool per_doc = info && !info->causal, types = !info || info->arch == HP_ARCH_BERT;
+        st = txt ? (per_doc ? load_txt_rows(path, buf, len, t, seq_len, types, out, err)
+                            : load_txt_packed(path, buf, len, t, seq_len, out, err))
                  : load_text_jsonl(path, buf, len, t, info, seq_len, out, err);
         if (st == HP_OK && cached)
             cache_write(cpath, *out);

@@ -164,6 +164,8 @@ struct hp_data {
     uint8_t *attn_mask; /* NULL or (n_seqs, seq_len); 1 = real token, 0 = pad */
     int32_t *type_ids;  /* NULL or (n_seqs, seq_len); BERT token types */
     int32_t *seq_labels; /* NULL or (n_seqs): each sequence's class (classification) */
+    int64_t n_dropped;   /* text only: tokens left out to fit the rows (a causal model's packed
+                          * remainder, an encoder's documents or .jsonl rows cut to seq_len) */
     char path[512];
 };
 

@@ -489,14 +489,15 @@ Test(tokenizer, tokenized_text_is_cached_by_digest, .init = mk, .fini = rm)
     size_t elen;
     char *bytes = tu_slurp(entry, &elen);
     int32_t edited = 1234;
-    memcpy(bytes + 28, &edited, sizeof edited); /* the first id, after the magic, 3 int32 and the checksum */
+    memcpy(bytes + 36, &edited, sizeof edited); /* the first id, after the magic, 3 int32, the checksum and
+                                                 * the count of dropped tokens */
     tu_spit(entry, bytes, elen);
     cr_assert_eq(hp_data_load_for(path, dir, NULL, 4, &b, &err), HP_OK, "%s", err.msg);
     cr_assert_eq(b->ids[0], a->ids[0], "an entry whose checksum fails was used");
     hp_data_free(b);
     /* ... and the same edit with a matching checksum is read: the entry is used */
-    memcpy(bytes + 28, &edited, sizeof edited);
-    struct hp_data tmpd = {.n_seqs = a->n_seqs, .seq_len = a->seq_len, .ids = (int32_t *)(bytes + 28)};
+    memcpy(bytes + 36, &edited, sizeof edited);
+    struct hp_data tmpd = {.n_seqs = a->n_seqs, .seq_len = a->seq_len, .ids = (int32_t *)(bytes + 36)};
     uint64_t sum = XXH3_64bits(tmpd.ids, (size_t)a->n_seqs * 4 * sizeof(int32_t));
     memcpy(bytes + 20, &sum, sizeof sum);
     tu_spit(entry, bytes, elen);
@@ -785,4 +786,112 @@ Test(tokenizer, normalizer_strings_must_be_utf8, .init = mk, .fini = rm)
     expect_open_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
                       " \"added_tokens\": [{\"id\": 0, \"content\": \"\xe2\x82\"}]}",
                       "not valid UTF-8");
+}
+
+// --- .txt on encoders and causal models -------------------------------------------------
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tokenizer_int.h"
+
+/* g_tmp/name: a fixture's config and weights (symlinked) beside a small WordPiece vocabulary. */
+static void model_with_vocab(const char *fixture, const char *name, char *dir, size_t n)
+{
+    snprintf(dir, n, "%s/%s", g_tmp, name);
+    cr_assert_eq(mkdir(dir, 0777), 0);
+    const char *files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char src[1024], dst[1200];
+        snprintf(src, sizeof src, "%s/%s/%s", getenv("HP_FIXTURES"), fixture, files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        cr_assert_eq(symlink(src, dst), 0);
+    }
+    char v[1200];
+    snprintf(v, sizeof v, "%s/vocab.txt", dir);
+    const char *vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nworld\nthe\ncat\n##s\n";
+    tu_spit(v, vocab, strlen(vocab));
+}
+
+static const char *const DOCS[] = {"hello world", "the cats hello", "cat"};
+static const char TXT[] = "hello world\n\n  \nthe cats\nhello\n\ncat\n";
+
+Test(tokenizer, txt_on_an_encoder_is_a_row_per_document, .init = mk, .fini = rm)
+{
+    /* a first-time user's sentences attended to each other: an encoder's .txt was packed like an LM's */
+    char dir[256], path[256];
+    model_with_vocab("bert-encoder", "enc", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/docs.txt", g_tmp);
+    tu_spit(path, TXT, strlen(TXT));
+    struct hp_error err = {0};
+    struct hp_model *m;
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    struct hp_tokenizer *t;
+    cr_assert_eq(hp_tokenizer_open(dir, &t, &err), HP_OK, "%s", err.msg);
+    struct hp_data *d;
+    cr_assert_eq(hp_data_load_for(path, dir, hp_model_get_info(m), 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(d->n_seqs, 3, "%d rows for 3 documents", d->n_seqs);
+    cr_assert_eq(d->n_dropped, 0);
+    cr_assert_not_null(d->attn_mask);
+    for (int r = 0; r < 3; r++) {
+        struct hp_encoding e;
+        cr_assert_eq(hp_tokenizer_encode(t, DOCS[r], strlen(DOCS[r]), NULL, 0, true, &e, &err), HP_OK);
+        for (int k = 0; k < d->seq_len; k++) {
+            bool real = k < e.n;
+            cr_assert_eq(d->attn_mask[(size_t)r * d->seq_len + k], real, "row %d position %d", r, k);
+            if (real)
+                cr_assert_eq(d->ids[(size_t)r * d->seq_len + k], e.ids[k], "row %d position %d", r, k);
+        }
+        hp_encoding_free(&e);
+    }
+    hp_data_free(d);
+    /* cut to 4 tokens as Hugging Face truncates: [CLS] the cat [SEP], "##s hello" left out */
+    cr_assert_eq(hp_data_load_for(path, dir, hp_model_get_info(m), 4, &d, &err), HP_OK, "%s", err.msg);
+    const int32_t want[4] = {2, 6, 7, 3};
+    cr_assert_arr_eq(d->ids + 4, want, sizeof want, "row 1: %d %d %d %d", d->ids[4], d->ids[5], d->ids[6], d->ids[7]);
+    cr_assert_eq(d->n_dropped, 2, "%lld tokens dropped", (long long)d->n_dropped);
+    hp_data_free(d);
+    /* the same file read again comes from the cache, with its count */
+    cr_assert_eq(hp_data_load_for(path, dir, hp_model_get_info(m), 4, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(d->n_dropped, 2, "the cache lost the count: %lld", (long long)d->n_dropped);
+    hp_data_free(d);
+    /* a .jsonl row of one text is cut the same way */
+    snprintf(path, sizeof path, "%s/docs.jsonl", g_tmp);
+    const char *jl = "{\"text\": \"the cats hello\"}\n";
+    tu_spit(path, jl, strlen(jl));
+    cr_assert_eq(hp_data_load_for(path, dir, hp_model_get_info(m), 4, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_arr_eq(d->ids, want, sizeof want, "jsonl: %d %d %d %d", d->ids[0], d->ids[1], d->ids[2], d->ids[3]);
+    cr_assert_eq(d->n_dropped, 2);
+    hp_data_free(d);
+    hp_tokenizer_free(t);
+    hp_model_close(m);
+}
+
+Test(tokenizer, txt_on_a_causal_model_is_packed_and_counts_its_remainder, .init = mk, .fini = rm)
+{
+    char dir[256], path[256];
+    model_with_vocab("stories260K", "lm", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/docs.txt", g_tmp);
+    tu_spit(path, TXT, strlen(TXT));
+    struct hp_error err = {0};
+    struct hp_model *m;
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    struct hp_tokenizer *t;
+    cr_assert_eq(hp_tokenizer_open(dir, &t, &err), HP_OK, "%s", err.msg);
+    int64_t total = 0;
+    for (int r = 0; r < 3; r++) {
+        struct hp_encoding e;
+        cr_assert_eq(hp_tokenizer_encode(t, DOCS[r], strlen(DOCS[r]), NULL, 0, true, &e, &err), HP_OK);
+        total += e.n + (hp_tokenizer_separator(t) >= 0);
+        hp_encoding_free(&e);
+    }
+    struct hp_data *d;
+    cr_assert_eq(hp_data_load_for(path, dir, hp_model_get_info(m), 4, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_null(d->attn_mask, "packed rows need no padding");
+    cr_assert_eq((int64_t)d->n_seqs * 4 + d->n_dropped, total, "%d rows + %lld dropped of %lld tokens", d->n_seqs,
+                 (long long)d->n_dropped, (long long)total);
+    cr_assert_eq(d->n_dropped, total % 4);
+    hp_data_free(d);
+    hp_tokenizer_free(t);
+    hp_model_close(m);
 }

@@ -137,6 +137,16 @@ void run_progress_cb(void *user, const struct hp_sweep_progress *p)
     }
 }
 
+const char *dropped_note(const struct hp_data *d)
+{
+    static char buf[160];
+    if (d->n_dropped <= 0)
+        return "";
+    snprintf(buf, sizeof buf, "; %lld tokens of text left out to fit the rows (a longer --seq-len keeps more)",
+             (long long)d->n_dropped);
+    return buf;
+}
+
 // --- table output -------------------------------------------------------------------
 
 static void csv_cell(const char *c)

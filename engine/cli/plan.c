@@ -79,7 +79,7 @@ int cmd_plan(int argc, char **argv)
         printf("plan      %s (%s)\n", p->name, p->path);
         printf("model     %s (%s, %d layers x %d heads, %d KV heads)\n", p->model, in->model_type, in->n_layers,
                in->n_heads, in->n_kv_heads);
-        printf("data      %s: %d sequences x %d tokens\n", p->data, d->n_seqs, d->seq_len);
+        printf("data      %s: %d sequences x %d tokens%s\n", p->data, d->n_seqs, d->seq_len, dropped_note(d));
         printf("ablation  %s, metric %s%s, seed %llu\n",
                hp_ablation_name(p->ablation), metric,
                p->metric[0] ? "" : " (the model's own)",
