@@ -128,6 +128,13 @@ bool hp_evaluator_has_metric(const struct hp_evaluator *ev, const char *metric)
     return m == HP_METRIC_COS ? !ev->has_loss : ev->has_loss;
 }
 
+bool hp_evaluator_looks_foreign(const struct hp_evaluator *ev, double unmasked_loss, double unmasked_acc)
+{
+    /* a trained model on its own kind of data predicts a good share of it, at a loss far below
+     * log(V) (GPT-2: 3.3 against 10.8); none right and a loss above half of log(V) is another's data */
+    return ev->has_loss && ev->width > 1 && unmasked_acc == 0.0 && unmasked_loss > 0.5 * log((double)ev->width);
+}
+
 enum hp_status hp_evaluator_pick_metric(const struct hp_evaluator *ev, const char *plan_path, const char *asked,
                                         const char **out, struct hp_error *err)
 {

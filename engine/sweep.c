@@ -113,6 +113,16 @@ static void to_store_metrics(const struct hp_metrics *mt, struct hp_store_metric
     m->cos = mt->has_cos ? mt->cos : NAN;
 }
 
+/* The unmasked model's loss and accuracy: data made for another model shows in them. */
+static void note_unmasked(struct ctx *c, double loss, double acc)
+{
+    if (isnan(loss))
+        return;
+    c->sum->base_loss = loss;
+    c->sum->base_acc = acc;
+    c->sum->foreign = hp_evaluator_looks_foreign(c->ev, loss, acc);
+}
+
 static void job_done(struct ctx *c, const struct hp_job *job)
 {
     c->done++;
@@ -206,7 +216,8 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
     bool *found = calloc((size_t)batch, sizeof *found);
     const struct hp_mask **masks = calloc((size_t)batch, sizeof *masks);
     struct hp_metrics **mts = calloc((size_t)batch, sizeof *mts);
-    enum hp_status st = sj && keys && found && masks && mts ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    struct hp_store_metrics *lm = calloc((size_t)batch, sizeof *lm); /* what the database holds of found jobs */
+    enum hp_status st = sj && keys && found && masks && mts && lm ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
     for (int w0 = 0; w0 < n && st == HP_OK && !stopping(c); w0 += batch) {
         const int nw = n - w0 < batch ? n - w0 : batch;
         int n_new = 0;
@@ -242,10 +253,9 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
                 .data_digest = c->data_digest,
             };
             masks[i] = job->mask;
-            struct hp_store_metrics m;
-            st = hp_store_lookup(c->store, keys[i], &found[i], &m, err);
+            st = hp_store_lookup(c->store, keys[i], &found[i], &lm[i], err);
             if (st == HP_OK && found[i] && res)
-                res[w0 + i] = m;
+                res[w0 + i] = lm[i];
             n_new += st == HP_OK && !found[i];
         }
         if (n_new > 0)
@@ -275,6 +285,9 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
                 c->sum->n_run++;
                 key_add(c, keys[i]);
             }
+            if (st == HP_OK && hp_mask_first_changed(jobs[w0 + i].mask, c->info->n_layers) == c->info->n_layers)
+                note_unmasked(c, found[i] ? lm[i].loss : mts[i]->has_loss ? mts[i]->loss : NAN,
+                              found[i] ? lm[i].acc : mts[i]->has_loss ? mts[i]->acc : NAN);
             if (st == HP_OK)
                 job_done(c, &jobs[w0 + i]);
         }
@@ -285,7 +298,7 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
             mts[i] = NULL;
         }
     }
-    free(sj), free(keys), free(found), free(masks), free(mts);
+    free(sj), free(keys), free(found), free(masks), free(mts), free(lm);
     return st;
 }
 

@@ -365,6 +365,15 @@ enum hp_status hp_evaluator_pick_metric(const struct hp_evaluator *ev, const cha
                                         const char **out, struct hp_error *err);
 
 /*
+ * Whether held-out data looks made for another model, from the unmasked
+ * model's loss and accuracy on it: it predicts none of the tokens (or
+ * classes) at a loss above half of log(vocabulary), what guessing uniformly
+ * costs. A trained model on its own kind of data does far better; ids from
+ * another tokenizer look like this (and so does an untrained model).
+ */
+bool hp_evaluator_looks_foreign(const struct hp_evaluator *ev, double unmasked_loss, double unmasked_acc);
+
+/*
  * Evaluate one masked variant on the whole held-out set. mask may be NULL
  * (no head ablated). Destructor of *out: hp_metrics_free.
  */
@@ -575,6 +584,10 @@ struct hp_sweep_summary {
     int threads_min, threads_max; /* the threads variants ran with */
     double seconds;
     bool interrupted;
+    /* the unmasked model's results on the data look like data made for another model
+     * (hp_evaluator_looks_foreign), with its loss and accuracy */
+    bool foreign;
+    double base_loss, base_acc;
 };
 
 /*

@@ -49,6 +49,9 @@ bool parse_shard(const char *s, int *si, int *sn);
 /* The whole of s a finite number >= lo. */
 bool parse_double(const char *s, double lo, double *out);
 
+/* On stderr: the data looks made for another model (hp_evaluator_looks_foreign). */
+void warn_foreign(const char *data, const char *model, double loss, double acc);
+
 /* "" or "; N tokens of text left out to fit the rows (...)": static, for the data line. */
 const char *dropped_note(const struct hp_data *d);
 

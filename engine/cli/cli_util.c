@@ -137,6 +137,14 @@ void run_progress_cb(void *user, const struct hp_sweep_progress *p)
     }
 }
 
+void warn_foreign(const char *data, const char *model, double loss, double acc)
+{
+    fprintf(stderr,
+            "headprune: warning: %s looks made for another model: unmasked, %s predicts %.0f%% of its tokens at a "
+            "loss of %.3f nats, near or above guessing uniformly (ids from another tokenizer? an untrained model?)\n",
+            data, model, 100 * acc, loss);
+}
+
 const char *dropped_note(const struct hp_data *d)
 {
     static char buf[160];

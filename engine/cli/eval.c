@@ -124,6 +124,9 @@ int cmd_eval(int argc, char **argv)
     base = out2[1];
     double secs = hp_now() - t0;
     int n_abl = mask ? hp_mask_count_ablated(mask) : 0;
+    const struct hp_metrics *un = base ? base : mt;
+    if (un->has_loss && hp_evaluator_looks_foreign(ev, un->loss, un->acc))
+        warn_foreign(data_path, dir, un->loss, un->acc);
     int n_all = in->n_layers * in->n_heads;
 
     if (json) {

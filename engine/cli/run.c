@@ -134,6 +134,9 @@ int cmd_run(int argc, char **argv)
     enum hp_status st = hp_sweep_run(p, &o, &sum, &err);
     if (rp.tty && !quiet)
         fputs("\r\033[K", stderr);
+    char p_data[sizeof p->data], p_model[sizeof p->model];
+    snprintf(p_data, sizeof p_data, "%s", p->data);
+    snprintf(p_model, sizeof p_model, "%s", p->model);
     hp_plan_free(p);
     if (st != HP_OK)
         return die(&err);
@@ -142,6 +145,8 @@ int cmd_run(int argc, char **argv)
                 (long long)sum.n_jobs, (long long)sum.n_run, (long long)(sum.n_cached + sum.n_repeated));
         return 130;
     }
+    if (sum.foreign)
+        warn_foreign(p_data, p_model, sum.base_loss, sum.base_acc);
     char thr[32] = "";
     if (sum.threads_min > 0 && sum.threads_min == sum.threads_max)
         snprintf(thr, sizeof thr, ", %d thread%s", sum.threads_min, sum.threads_min == 1 ? "" : "s");
