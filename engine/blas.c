@@ -21,6 +21,7 @@
 #endif
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 static bool g_inited;
 static rntm_t g_serial; /* one thread: small products cost more to split than to run */
@@ -59,6 +60,25 @@ void hp_runtime_init(int n_threads)
         omp_set_num_threads(n_threads); /* the engine's own row-wise loops */
 #endif
     }
+}
+
+double hp_runtime_sgemm_gflops(float *a, float *b, float *c, int n, double min_seconds)
+{
+    for (size_t i = 0; i < (size_t)n * n; i++) {
+        a[i] = (float)(i % 7) * 0.125f;
+        b[i] = (float)(i % 5) * 0.25f;
+    }
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double secs = 0;
+    long reps = 0;
+    do {
+        hp_gemm(n, n, n, 1.0f, a, n, 1, b, n, 1, 0.0f, c, n, 1);
+        reps++;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        secs = (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
+    } while (secs < min_seconds);
+    return secs > 0 ? 2.0 * n * n * (double)n * (double)reps / secs / 1e9 : 0;
 }
 
 const char *hp_runtime_kernel(void)

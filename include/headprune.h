@@ -67,6 +67,13 @@ const char *hp_status_name(enum hp_status st);
  */
 void hp_runtime_init(int n_threads);
 
+/*
+ * The machine's measured speed: GFLOP/s of (n, n) x (n, n) sgemms on the
+ * threads set, repeated for at least min_seconds. a, b, c: the caller's n * n
+ * floats each (contents are overwritten).
+ */
+double hp_runtime_sgemm_gflops(float *a, float *b, float *c, int n, double min_seconds);
+
 /* Name of the BLIS kernel set in use ("skx", "haswell", ...), after init. */
 const char *hp_runtime_kernel(void);
 

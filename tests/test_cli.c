@@ -213,6 +213,10 @@ Test(cli, plan_prints_jobs_and_cost)
     cr_assert(strstr(out, "study     pairs            pairs      18 jobs"), "%s", out);
     cr_assert(strstr(out, "jobs      71 expanded"), "%s", out);
     cr_assert(strstr(out, "GFLOP per evaluation"), "%s", out);
+    /* and in seconds, from the machine's measured speed */
+    const char *t = strstr(out, "\ntime      about ");
+    cr_assert(t && strstr(t, "GFLOP/s"), "no time estimate: %s", out);
+    cr_assert(t[17] >= '0' && t[17] <= '9', "the estimate is not a duration: %.60s", t + 1);
 }
 
 Test(cli, plan_with_unknown_key)

@@ -49,6 +49,9 @@ bool parse_shard(const char *s, int *si, int *sn);
 /* The whole of s a finite number >= lo. */
 bool parse_double(const char *s, double lo, double *out);
 
+/* A duration as "12s", "3m05s", "2h10m", or "?" when not finite, into buf. */
+void fmt_seconds(double s, char *buf, size_t n);
+
 /* On stderr: the data looks made for another model (hp_evaluator_looks_foreign). */
 void warn_foreign(const char *data, const char *model, double loss, double acc);
 

@@ -93,7 +93,7 @@ void show_progress(void *user, int done, int total)
     fflush(stderr);
 }
 
-static void fmt_eta(double s, char *buf, size_t n)
+void fmt_seconds(double s, char *buf, size_t n)
 {
     if (!isfinite(s) || s < 0)
         snprintf(buf, n, "?");
@@ -119,7 +119,7 @@ void run_progress_cb(void *user, const struct hp_sweep_progress *p)
      * only once a window has been evaluated; it assumes every job left needs evaluating */
     double rate = p->eval_seconds > 0 ? (double)p->evaluated / p->eval_seconds : 0;
     char eta[32];
-    fmt_eta(p->evaluated > 0 && rate > 0 ? (double)(p->total - p->done) / rate : NAN, eta, sizeof eta);
+    fmt_seconds(p->evaluated > 0 && rate > 0 ? (double)(p->total - p->done) / rate : NAN, eta, sizeof eta);
     double frac = p->total ? (double)p->done / (double)p->total : 0;
     if (r->tty) {
         char bar[31];

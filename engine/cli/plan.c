@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli_int.h"
+#include "cpuload_int.h"
 
 static const char plan_help[] =
     "Usage: headprune plan PLAN.yaml [--format table|csv|json]\n"
@@ -97,8 +98,28 @@ int cmd_plan(int argc, char **argv)
         printf("jobs      %d expanded + about %ld iterative = %ld evaluations\n", jl->n, iter, jl->n + iter);
         printf("cost      at most %.3g GFLOP per evaluation (a whole pass); about %.3g GFLOP in all, as each\n"
                "          variant runs from its first masked layer (%.3g GFLOP as whole passes); jobs\n"
-               "          already in the database are skipped\n\n",
+               "          already in the database are skipped\n",
                fl / 1e9, reuse / 1e9, fl * (jl->n + iter) / 1e9);
+        /* The sweep runs within a few percent of sgemm's speed (README). Time one thread's sgemm (a
+         * busy machine stalls several threads' barriers, not one) and scale by the threads the sweep
+         * would take now: the CPUs other processes leave idle during the measurement. */
+        const int n = 512;
+        float *buf = malloc(3 * sizeof(float) * n * n);
+        if (buf) {
+            hp_runtime_init(1);
+            struct hp_cpu_meter m0, m1;
+            hp_cpu_meter_read(&m0);
+            double gf = hp_runtime_sgemm_gflops(buf, buf + n * n, buf + 2 * n * n, n, 0.25), secs;
+            hp_cpu_meter_read(&m1);
+            int threads = hp_cpu_threads_for(hp_cpu_count(), hp_cpu_others(&m0, &m1, &secs));
+            char eta[32];
+            fmt_seconds(gf > 0 ? reuse / (gf * threads * 1e9) : NAN, eta, sizeof eta);
+            printf("time      about %s on this machine as it is now (one thread's sgemm measured at %.0f GFLOP/s,\n"
+                   "          %d thread%s for the CPUs idle beside other work)\n",
+                   eta, gf, threads, threads == 1 ? "" : "s");
+            free(buf);
+        }
+        printf("\n");
     }
     struct hp_table t = {0};
     const char *cols[] = {"ord", "study", "kind", "label", "units", "heads", "mask"};
