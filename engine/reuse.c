@@ -347,6 +347,9 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
         const int nb = hp_eval_chunk_len(ev, s0);
         reuse_base(ev, ru, s0, nb);
         for (int g = 0, k; g < n; g += k) {
+            /* between blocks too: a caller that adapts to the machine (threads) hears from us often */
+            if (g > 0 && ev->progress)
+                ev->progress(ev->progress_user, s0, d->n_seqs);
             const int l0 = first[order[g]];
             for (k = 0; g + k < n && k < ru->max_blocks && first[order[g + k]] == l0; k++)
                 gates[k] = masks[order[g + k]] ? masks[order[g + k]]->gate : NULL;

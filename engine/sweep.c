@@ -176,7 +176,14 @@ static void adapt_threads(struct ctx *c)
     c->since = now;
 }
 
-/* The first choice: measured over the sweep's start, at least 0.1 s of it. */
+static void on_evaluator_progress(void *user, int done, int total)
+{
+    (void)done, (void)total;
+    adapt_threads(user);
+}
+
+/* The first choice: measured over the sweep's start (opening the model and data); when that was too
+ * short to tell, every CPU, until the first quarter second of evaluation says otherwise. */
 static void start_threads(struct ctx *c)
 {
     if (!c->auto_threads) {
@@ -187,13 +194,7 @@ static void start_threads(struct ctx *c)
     struct hp_cpu_meter now;
     hp_cpu_meter_read(&now);
     double secs, others = hp_cpu_others(&c->since, &now, &secs);
-    if (secs < 0.1) {
-        struct timespec ts = {0, (long)((0.1 - secs) * 1e9)};
-        nanosleep(&ts, NULL);
-        hp_cpu_meter_read(&now);
-        others = hp_cpu_others(&c->since, &now, &secs);
-    }
-    set_threads(c, hp_cpu_threads_for(c->n_cpus, others));
+    set_threads(c, hp_cpu_threads_for(c->n_cpus, secs >= 0.1 ? others : 0.0));
     c->since = now;
 }
 
@@ -488,8 +489,12 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         hp_digest_text(plan->text ? plan->text : "", c.plan_digest);
         st = hp_store_open(o->db_path, &c.store, err);
     }
-    if (st == HP_OK)
+    if (st == HP_OK) {
         start_threads(&c);
+        /* between the evaluator's chunks and blocks too, so a run that starts beside another
+         * (both measuring an idle start) drops its threads within a quarter second */
+        hp_evaluator_set_progress(c.ev, on_evaluator_progress, &c);
+    }
     if (st == HP_OK && plan->ablation != HP_ABLATE_ZERO)
         st = load_means(&c, err);
     if (st == HP_OK) {

@@ -350,7 +350,9 @@ void hp_evaluator_free(struct hp_evaluator *ev);
 
 /* Optional progress callback, called as sequences finish (done of total):
  * after each sequence on the plain path, after each chunk of sequences on the
- * reuse path (hp_evaluator_run_many) and for classifiers. */
+ * reuse path (hp_evaluator_run_many) and for classifiers, and on the reuse
+ * path between blocks of variants too; always from the calling thread,
+ * outside any parallel region. */
 void hp_evaluator_set_progress(struct hp_evaluator *ev,
                                void (*fn)(void *user, int done, int total),
                                void *user);
