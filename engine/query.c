@@ -388,13 +388,7 @@ static enum hp_status prep_m(struct q *q, sqlite3_stmt **st, const char *sql)
 // sqlite3_step: 1 = a row, 0 = done, -1 = failed (err set via *st_out).
 static int step(struct q *q, sqlite3_stmt *st, enum hp_status *st_out)
 {
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
-        return 1;
-    if (rc == SQLITE_DONE)
-        return 0;
-    *st_out = sql_fail(q, rc);
-    return -1;
+    return hp_store_read_step(q->db, q->path, q->err, st, st_out);
 }
 
 static double col_num(sqlite3_stmt *st, int i)

@@ -246,8 +246,7 @@ static enum hp_status read_prep(sqlite3 *db, const char *path, struct hp_error *
     return HP_OK;
 }
 
-// sqlite3_step: 1 = a row, 0 = done, -1 = failed (*s set).
-static int read_step(sqlite3 *db, const char *path, struct hp_error *err, sqlite3_stmt *st, enum hp_status *s)
+int hp_store_read_step(sqlite3 *db, const char *path, struct hp_error *err, sqlite3_stmt *st, enum hp_status *s)
 {
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
@@ -272,7 +271,7 @@ static enum hp_status check_read(sqlite3 *db, const char *path, int busy_ms, str
     s = read_prep(db, path, err, &st, "SELECT count(*), count(CASE WHEN type = 'table' AND name = 'meta' THEN 1 END) FROM sqlite_master");
     if (s != HP_OK)
         return s;
-    int r = read_step(db, path, err, st, &s);
+    int r = hp_store_read_step(db, path, err, st, &s);
     bool empty = r == 1 && sqlite3_column_int64(st, 0) == 0;
     bool has_meta = r == 1 && sqlite3_column_int64(st, 1) > 0;
     sqlite3_finalize(st);
@@ -288,7 +287,7 @@ static enum hp_status check_read(sqlite3 *db, const char *path, int busy_ms, str
 
     if ((s = read_prep(db, path, err, &st, "SELECT value FROM meta WHERE key = 'schema_version'")) != HP_OK)
         return s;
-    r = read_step(db, path, err, st, &s);
+    r = hp_store_read_step(db, path, err, st, &s);
     char text[32] = "";
     if (r == 1) {
         const unsigned char *v = sqlite3_column_text(st, 0);

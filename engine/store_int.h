@@ -16,6 +16,7 @@
 
 struct hp_store;
 struct sqlite3;
+struct sqlite3_stmt;
 
 /*
  * Open a database named by a file path for SQLite, the one way every module
@@ -46,6 +47,11 @@ enum hp_status hp_store_open_read(const char *path, int busy_ms, struct sqlite3 
 /* A reader's SQLite failure (rc) on db as one line naming the database: busy,
  * not a database, corrupt, unreadable without writing beside it, ... */
 enum hp_status hp_store_read_fail(struct sqlite3 *db, const char *path, int rc, struct hp_error *err);
+
+/* sqlite3_step on a reader's statement: 1 = a row, 0 = done, -1 = failed (*s and err set, as
+ * hp_store_read_fail translates it). */
+int hp_store_read_step(struct sqlite3 *db, const char *path, struct hp_error *err, struct sqlite3_stmt *st,
+                       enum hp_status *s);
 
 /* Open or create a results database. Destructor: hp_store_close. */
 enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_error *err);

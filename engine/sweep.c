@@ -270,12 +270,13 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
         }
         double secs = (hp_now() - t) / nw; /* each result's time: its share of the window's */
         for (int i = 0; i < nw && st == HP_OK; i++) {
-            if (found[i] || key_seen(c, keys[i])) {
+            const bool seen = key_seen(c, keys[i]); /* stored by this run: a repeat within the plan */
+            if (found[i] || seen) {
                 /* found before the window, or stored from an earlier job of this window */
                 st = hp_store_link(c->store, &sj[i], err);
                 if (!found[i] && res)
                     to_store_metrics(mts[i], &res[w0 + i]);
-                if (key_seen(c, keys[i]))
+                if (seen)
                     c->sum->n_repeated++;
                 else
                     c->sum->n_cached++;

@@ -136,6 +136,23 @@ static enum hp_status encode_fit(const struct hp_tokenizer *t, const char *a, si
     return HP_OK;
 }
 
+/* Rows of d (n, seq_len) from encodings enc (n): ids, token types (when d has them) and the attention
+ * mask, padded with pad; dropped: the tokens left out to fit. */
+static void fill_rows(struct hp_data *d, const struct hp_encoding *enc, int n, int32_t pad, int64_t dropped)
+{
+    const int T = d->seq_len;
+    for (int r = 0; r < n; r++)
+        for (int k = 0; k < T; k++) {
+            size_t at = (size_t)r * T + k;
+            bool real = k < enc[r].n;
+            d->ids[at] = real ? enc[r].ids[k] : pad;
+            if (d->type_ids)
+                d->type_ids[at] = real ? enc[r].type_ids[k] : 0;
+            d->attn_mask[at] = real;
+        }
+    d->n_dropped = dropped;
+}
+
 /* Each document of a .txt, in order: its text (s, e) and first line. */
 struct doc {
     size_t s, e, line;
@@ -206,17 +223,7 @@ static enum hp_status load_txt_rows(const char *path, char *buf, size_t len, con
     if (st == HP_OK && T < 1)
         st = hp_fail(err, HP_ERR_SHAPE, "%s: every document encodes to no tokens", path);
     if (st == HP_OK && (st = hp_data_alloc(path, n, T, false, true, types, out, err)) == HP_OK) {
-        int32_t pad = hp_tokenizer_pad(t);
-        for (int r = 0; r < n; r++)
-            for (int k = 0; k < T; k++) {
-                size_t at = (size_t)r * T + k;
-                bool real = k < enc[r].n;
-                (*out)->ids[at] = real ? enc[r].ids[k] : pad;
-                if (types)
-                    (*out)->type_ids[at] = real ? enc[r].type_ids[k] : 0;
-                (*out)->attn_mask[at] = real;
-            }
-        (*out)->n_dropped = dropped;
+        fill_rows(*out, enc, n, hp_tokenizer_pad(t), dropped);
     }
     for (int r = 0; r < n; r++)
         hp_encoding_free(&enc[r]);
@@ -373,16 +380,7 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
         labels = NULL;
     }
     if (st == HP_OK) {
-        int32_t pad = hp_tokenizer_pad(t);
-        for (int r = 0; r < n; r++)
-            for (int k = 0; k < T; k++) {
-                size_t at = (size_t)r * T + k;
-                bool real = k < enc[r].n;
-                (*out)->ids[at] = real ? enc[r].ids[k] : pad;
-                (*out)->type_ids[at] = real ? enc[r].type_ids[k] : 0;
-                (*out)->attn_mask[at] = real;
-            }
-        (*out)->n_dropped = dropped;
+        fill_rows(*out, enc, n, hp_tokenizer_pad(t), dropped);
     }
     for (int r = 0; r < n; r++)
         hp_encoding_free(&enc[r]);
