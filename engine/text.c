@@ -118,7 +118,7 @@ static enum hp_status encode_fit(const struct hp_tokenizer *t, const char *a, si
         return st;
     }
     /* the template is [prefix] text [suffix]: find the text inside it */
-    int n_spec = out->n - plain.n, pre = 0;
+    int n_spec = out->n - plain.n, pre = plain.n > 0 ? 0 : n_spec + 1; /* no text: nothing to find */
     while (pre <= n_spec && memcmp(out->ids + pre, plain.ids, (size_t)plain.n * sizeof(int32_t)) != 0)
         pre++;
     int keep = seq_len - n_spec;
