@@ -214,17 +214,18 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
     const int qd = H * dh, kvd = KV * dh, per_kv = H / KV;
     const bool mean = a->var->ablation != HP_ABLATE_ZERO;
 
-    /* live[v * H + h]: head h computed in block v; any_*: in some block */
+    /* live[v * H + h]: head h computed in block v; any_*: in some block. A
+     * head the checkpoint lacks (pruned) is never live and never projected. */
     bool live[NB * H], any_live[H], in_proj[H], kv_live[KV];
     for (int h = 0; h < H; h++)
         any_live[h] = in_proj[h] = false;
     for (int v = 0; v < NB; v++) {
         const float *g = gate_of(a, v);
         for (int h = 0; h < H; h++) {
-            bool on = !g || g[l * H + h] != 0.0f;
+            bool has = L->q_slot[h] >= 0, on = has && (!g || g[l * H + h] != 0.0f);
             live[v * H + h] = on;
             any_live[h] |= on;
-            in_proj[h] |= on || mean;
+            in_proj[h] |= on || (mean && has);
         }
     }
     for (int kv = 0; kv < KV; kv++) {
@@ -233,28 +234,31 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
             kv_live[kv] |= any_live[h];
     }
 
-    /* projections of live heads only, one GEMM per run of consecutive live heads */
+    /* projections of live heads only, one GEMM per run of consecutive live
+     * heads, whose blocks of the weights (from slot ws on) are consecutive too */
     for (int s = 0, e; s < H; s = e) {
         e = run_end(any_live, H, s);
         if (!any_live[s])
             continue;
-        hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wq.p + (size_t)s * dh * L->wq.cs, L->wq.rs, L->wq.cs,
-                0.0f, w->q + s * dh, qd, 1);
+        const size_t ws = (size_t)L->q_slot[s] * dh;
+        hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wq.p + ws * L->wq.cs, L->wq.rs, L->wq.cs, 0.0f,
+                w->q + s * dh, qd, 1);
         if (L->bq)
-            hp_op_add_bias(w->q + s * dh, N, (e - s) * dh, qd, L->bq + s * dh);
+            hp_op_add_bias(w->q + s * dh, N, (e - s) * dh, qd, L->bq + ws);
     }
     for (int s = 0, e; s < KV; s = e) {
         e = run_end(kv_live, KV, s);
         if (!kv_live[s])
             continue;
-        hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wk.p + (size_t)s * dh * L->wk.cs, L->wk.rs, L->wk.cs,
-                0.0f, w->k + s * dh, kvd, 1);
-        hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wv.p + (size_t)s * dh * L->wv.cs, L->wv.rs, L->wv.cs,
-                0.0f, w->v + s * dh, kvd, 1);
+        const size_t ws = (size_t)L->kv_slot[s] * dh;
+        hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wk.p + ws * L->wk.cs, L->wk.rs, L->wk.cs, 0.0f,
+                w->k + s * dh, kvd, 1);
+        hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wv.p + ws * L->wv.cs, L->wv.rs, L->wv.cs, 0.0f,
+                w->v + s * dh, kvd, 1);
         if (L->bk)
-            hp_op_add_bias(w->k + s * dh, N, (e - s) * dh, kvd, L->bk + s * dh);
+            hp_op_add_bias(w->k + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
         if (L->bv)
-            hp_op_add_bias(w->v + s * dh, N, (e - s) * dh, kvd, L->bv + s * dh);
+            hp_op_add_bias(w->v + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
     }
 
     float scale = 1.0f / sqrtf((float)dh);
@@ -265,8 +269,10 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
             hp_op_rope(w->k + kv * dh, N, T, kvd, dh, w->rope);
 
     for (int h = 0; h < H; h++) {
-        if (!any_live[h] && mean)
+        if (!any_live[h] && in_proj[h])
             fill_dead(w->ctx, qd, dh, 0, N, T, a, l, h, true);
+        else if (L->q_slot[h] < 0) /* pruned: zero, as kept for resuming */
+            fill_dead(w->ctx, qd, dh, 0, N, T, a, l, h, false);
         if (any_live[h] && in->arch == HP_ARCH_LLAMA)
             hp_op_rope(w->q + h * dh, N, T, qd, dh, w->rope);
     }
@@ -316,8 +322,8 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         e = run_end(in_proj, H, s);
         if (!in_proj[s])
             continue;
-        hp_gemm(N, d, (e - s) * dh, 1.0f, w->ctx + s * dh, qd, 1, L->wo.p + (size_t)s * dh * L->wo.rs, L->wo.rs,
-                L->wo.cs, beta, w->tmp, d, 1);
+        hp_gemm(N, d, (e - s) * dh, 1.0f, w->ctx + s * dh, qd, 1, L->wo.p + (size_t)L->q_slot[s] * dh * L->wo.rs,
+                L->wo.rs, L->wo.cs, beta, w->tmp, d, 1);
         beta = 1.0f;
     }
     if (beta == 0.0f)
@@ -504,7 +510,7 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
         bool changed[H];
         for (int h = 0; h < H; h++) {
             float gh = g ? g[l0 * H + h] : 1.0f;
-            changed[h] = gh != 1.0f;
+            changed[h] = gh != 1.0f && L->q_slot[h] >= 0; /* a pruned head stays zero */
             if (!changed[h])
                 continue;
             if (gh == 0.0f)
@@ -520,8 +526,8 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
         for (int s = 0, e; s < H; s = e) {
             e = run_end(changed, H, s);
             if (changed[s])
-                hp_gemm(Rb, d, (e - s) * dh, 1.0f, ctx + s * dh, qd, 1, L->wo.p + (size_t)s * dh * L->wo.rs,
-                        L->wo.rs, L->wo.cs, 1.0f, tmp, d, 1);
+                hp_gemm(Rb, d, (e - s) * dh, 1.0f, ctx + s * dh, qd, 1,
+                        L->wo.p + (size_t)L->q_slot[s] * dh * L->wo.rs, L->wo.rs, L->wo.cs, 1.0f, tmp, d, 1);
         }
     }
     finish_layer(m, w, l0, N);

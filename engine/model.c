@@ -279,6 +279,22 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
     }
     if (c.st != HP_OK)
         return c.st;
+    /* A checkpoint headprune pruned names its original grid: for Llama, whose
+     * config then counts only the heads left when Hugging Face can load it. */
+    const cJSON *rec = json_get(j, "headprune");
+    if (rec && !cJSON_IsNull(rec)) {
+        if (!cJSON_IsObject(rec))
+            return hp_fail(err, HP_ERR_FORMAT, "%s: \"headprune\" must be an object", path);
+        struct cfg rc = {path, (cJSON *)rec, err, HP_OK};
+        int h = cfg_int(&rc, "n_heads", -1, CFG_MAX_COUNT), kv = cfg_int(&rc, "n_kv_heads", h, CFG_MAX_COUNT);
+        if (rc.st != HP_OK)
+            return rc.st;
+        if (in->arch != HP_ARCH_LLAMA && (h != in->n_heads || kv != in->n_heads))
+            return hp_fail(err, HP_ERR_FORMAT, "%s: the headprune record's %d heads differ from \"%s\" %d", path, h,
+                           k_heads, in->n_heads);
+        in->n_heads = h;
+        in->n_kv_heads = kv;
+    }
     /* Llama may give head_dim; otherwise it is hidden / heads, which must not round to 0 */
     int dh_def = in->d_model / in->n_heads;
     bool has_head_dim = in->arch == HP_ARCH_LLAMA && json_get(j, "head_dim") && !cJSON_IsNull(json_get(j, "head_dim"));
@@ -300,6 +316,104 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
     if (c.st != HP_OK)
         return c.st;
     return parse_act(&c, act, &m->act);
+}
+
+// --- pruned heads -----------------------------------------------------------
+
+/* One "pruned_heads" object {"layer": [head, ...]} into m->pruned (set semantics, as Hugging Face reads it). */
+static enum hp_status read_pruned(struct hp_model *m, const cJSON *obj, const char *path, const char *key,
+                                  uint8_t *into, struct hp_error *err)
+{
+    const struct hp_model_info *in = &m->info;
+    if (!cJSON_IsObject(obj))
+        return hp_fail(err, HP_ERR_FORMAT, "%s: \"%s\" must be an object of layer: [heads]", path, key);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, obj)
+    {
+        char *end;
+        errno = 0;
+        long l = strtol(e->string, &end, 10);
+        if (!*e->string || *end || errno || l < 0 || l >= in->n_layers)
+            return hp_fail(err, HP_ERR_FORMAT, "%s: \"%s\": layer \"%s\" is not one of 0..%d", path, key, e->string,
+                           in->n_layers - 1);
+        if (!cJSON_IsArray(e))
+            return hp_fail(err, HP_ERR_FORMAT, "%s: \"%s\": layer %ld must list heads", path, key, l);
+        const cJSON *h;
+        cJSON_ArrayForEach(h, e)
+        {
+            if (!cJSON_IsNumber(h) || !(h->valuedouble >= 0 && h->valuedouble < in->n_heads) ||
+                h->valuedouble != floor(h->valuedouble))
+                return hp_fail(err, HP_ERR_FORMAT, "%s: \"%s\": layer %ld lists a head that is not one of 0..%d", path,
+                               key, l, in->n_heads - 1);
+            into[l * in->n_heads + (int)h->valuedouble] = 1;
+        }
+    }
+    return HP_OK;
+}
+
+/*
+ * The heads the checkpoint lacks, from Hugging Face's "pruned_heads" (GPT-2,
+ * BERT) and headprune's record (every architecture); when both are given
+ * they must agree.
+ */
+static enum hp_status parse_pruned(struct hp_model *m, const cJSON *j, const char *path, struct hp_error *err)
+{
+    struct hp_model_info *in = &m->info;
+    const size_t n = (size_t)in->n_layers * in->n_heads;
+    const cJSON *hf = json_get(j, "pruned_heads"), *rec = json_get(j, "headprune");
+    const cJSON *own = cJSON_IsObject(rec) ? json_get(rec, "pruned_heads") : NULL;
+    bool has_hf = hf && !cJSON_IsNull(hf) && !(cJSON_IsObject(hf) && !hf->child);
+    bool has_own = own && !cJSON_IsNull(own);
+    if (!has_hf && !has_own)
+        return HP_OK;
+    if (has_hf && in->arch == HP_ARCH_LLAMA)
+        return hp_fail(err, HP_ERR_UNSUPPORTED,
+                       "%s: \"pruned_heads\" is Hugging Face's for GPT-2 and BERT only (a pruned %s names its heads in "
+                       "the \"headprune\" record)", path, in->model_type);
+    uint8_t *a = calloc(n, 1), *b = calloc(n, 1);
+    enum hp_status st = a && b ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    if (st == HP_OK && has_hf)
+        st = read_pruned(m, hf, path, "pruned_heads", a, err);
+    if (st == HP_OK && has_own)
+        st = read_pruned(m, own, path, "headprune.pruned_heads", has_hf ? b : a, err);
+    if (st == HP_OK && has_hf && has_own && memcmp(a, b, n) != 0)
+        st = hp_fail(err, HP_ERR_FORMAT, "%s: \"pruned_heads\" and the headprune record name different heads", path);
+    free(b);
+    if (st != HP_OK) {
+        free(a);
+        return st;
+    }
+    m->pruned = a;
+    in->pruned = a;
+    for (size_t i = 0; i < n; i++)
+        in->n_pruned += a[i];
+    return HP_OK;
+}
+
+/* Each layer's slot tables and head counts, from m->pruned (NULL: every head in place). */
+static enum hp_status make_slots(struct hp_model *m, struct hp_error *err)
+{
+    const struct hp_model_info *in = &m->info;
+    const int H = in->n_heads, KV = in->n_kv_heads, per_kv = H / KV;
+    m->slots = malloc((size_t)in->n_layers * (H + KV) * sizeof *m->slots);
+    if (!m->slots)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", m->dir);
+    for (int l = 0; l < in->n_layers; l++) {
+        struct hp_layer *L = &m->layers[l];
+        int *q = m->slots + (size_t)l * (H + KV), *kv = q + H;
+        L->q_slot = q;
+        L->kv_slot = kv;
+        L->n_q = L->n_kv = 0;
+        for (int h = 0; h < H; h++)
+            q[h] = m->pruned && m->pruned[l * H + h] ? -1 : L->n_q++;
+        for (int g = 0; g < KV; g++) {
+            bool any = false;
+            for (int h = g * per_kv; h < (g + 1) * per_kv; h++)
+                any |= q[h] >= 0;
+            kv[g] = any ? L->n_kv++ : -1;
+        }
+    }
+    return HP_OK;
 }
 
 // --- binding weights --------------------------------------------------------
@@ -370,8 +484,10 @@ static struct hp_st_tensor *lookup(struct binder *b, const char *name)
     return NULL;
 }
 
+#define VEC (-1) /* d1 of a vector: one dimension (a pruned layer's matrices may have a 0 dimension) */
+
 /*
- * Bind a tensor of the given shape (d0, d1; d1 = 0 for vectors) as f32.
+ * Bind a tensor of the given shape (d0, d1; d1 = VEC for vectors) as f32.
  * Optional tensors return NULL when absent; required ones set b->st.
  */
 static const float *bind(struct binder *b, const char *name, int64_t d0, int64_t d1, bool optional)
@@ -385,7 +501,7 @@ static const float *bind(struct binder *b, const char *name, int64_t d0, int64_t
                             b->m->dir, b->prefixes[0], name, b->m->info.model_type);
         return NULL;
     }
-    int nd = d1 ? 2 : 1;
+    int nd = d1 != VEC ? 2 : 1;
     if (t->n_dims != nd || t->shape[0] != d0 || (nd == 2 && t->shape[1] != d1)) {
         char got[128] = "", want[64];
         size_t off = 0;
@@ -404,12 +520,16 @@ static const float *bind(struct binder *b, const char *name, int64_t d0, int64_t
                         t->name, t->dtype_name);
         return NULL;
     }
+    const int64_t n_el = d0 * (d1 != VEC ? d1 : 1);
     if (!t->used)
-        b->m->info.n_params += d0 * (d1 ? d1 : 1);
+        b->m->info.n_params += n_el;
     if (b->m->info.dtype[0] == '\0')
         snprintf(b->m->info.dtype, sizeof b->m->info.dtype, "%s", dtype_label(t->dtype));
     t->used = true;
-    size_t n = (size_t)(d0 * (d1 ? d1 : 1));
+    size_t n = (size_t)n_el;
+    static const float empty[1];
+    if (n == 0)
+        return empty; /* a pruned layer's matrix with no heads: never read */
     if (t->dtype == HP_DT_F32 && ((uintptr_t)t->data % sizeof(float)) == 0)
         return t->data; /* in place, in the mapping */
     float *f = malloc(n * sizeof *f);
@@ -453,33 +573,34 @@ static void bind_gpt2(struct binder *b)
     for (int l = 0; l < in->n_layers && b->st == HP_OK; l++) {
         struct hp_layer *L = &m->layers[l];
 #define G(s) (snprintf(n, sizeof n, "h.%d.%s", l, s), n)
-        L->ln1_w = bind(b, G("ln_1.weight"), d, 0, false);
-        L->ln1_b = bind(b, G("ln_1.bias"), d, 0, false);
-        /* Conv1D: weight (in, out) row-major, so B = W directly */
-        const float *qkv = bind(b, G("attn.c_attn.weight"), d, 3 * d, false);
-        const float *qkv_b = bind(b, G("attn.c_attn.bias"), 3 * d, 0, false);
+        L->ln1_w = bind(b, G("ln_1.weight"), d, VEC, false);
+        L->ln1_b = bind(b, G("ln_1.bias"), d, VEC, false);
+        /* Conv1D: weight (in, out) row-major, so B = W directly; q, k, v side by side, qd wide each */
+        const int qd = L->n_q * in->d_head;
+        const float *qkv = bind(b, G("attn.c_attn.weight"), d, 3 * qd, false);
+        const float *qkv_b = bind(b, G("attn.c_attn.bias"), 3 * qd, VEC, false);
         if (qkv) {
-            L->wq = (struct hp_mat){qkv, 3 * d, 1};
-            L->wk = (struct hp_mat){qkv + d, 3 * d, 1};
-            L->wv = (struct hp_mat){qkv + 2 * d, 3 * d, 1};
+            L->wq = (struct hp_mat){qkv, 3 * qd, 1};
+            L->wk = (struct hp_mat){qkv + qd, 3 * qd, 1};
+            L->wv = (struct hp_mat){qkv + 2 * qd, 3 * qd, 1};
         }
         if (qkv_b) {
             L->bq = qkv_b;
-            L->bk = qkv_b + d;
-            L->bv = qkv_b + 2 * d;
+            L->bk = qkv_b + qd;
+            L->bv = qkv_b + 2 * qd;
         }
-        L->wo = (struct hp_mat){bind(b, G("attn.c_proj.weight"), d, d, false), d, 1};
-        L->bo = bind(b, G("attn.c_proj.bias"), d, 0, false);
-        L->ln2_w = bind(b, G("ln_2.weight"), d, 0, false);
-        L->ln2_b = bind(b, G("ln_2.bias"), d, 0, false);
+        L->wo = (struct hp_mat){bind(b, G("attn.c_proj.weight"), qd, d, false), d, 1};
+        L->bo = bind(b, G("attn.c_proj.bias"), d, VEC, false);
+        L->ln2_w = bind(b, G("ln_2.weight"), d, VEC, false);
+        L->ln2_b = bind(b, G("ln_2.bias"), d, VEC, false);
         L->w_up = (struct hp_mat){bind(b, G("mlp.c_fc.weight"), d, f, false), f, 1};
-        L->b_up = bind(b, G("mlp.c_fc.bias"), f, 0, false);
+        L->b_up = bind(b, G("mlp.c_fc.bias"), f, VEC, false);
         L->w_down = (struct hp_mat){bind(b, G("mlp.c_proj.weight"), f, d, false), d, 1};
-        L->b_down = bind(b, G("mlp.c_proj.bias"), d, 0, false);
+        L->b_down = bind(b, G("mlp.c_proj.bias"), d, VEC, false);
 #undef G
     }
-    m->lnf_w = bind(b, "ln_f.weight", d, 0, false);
-    m->lnf_b = bind(b, "ln_f.bias", d, 0, false);
+    m->lnf_w = bind(b, "ln_f.weight", d, VEC, false);
+    m->lnf_b = bind(b, "ln_f.bias", d, VEC, false);
     /* the LM head is tied to the embedding (lm_head.weight, if saved, is the same) */
     m->lm_head = m->wte;
 }
@@ -493,27 +614,28 @@ static void bind_bert(struct binder *b)
     m->wte = bind(b, "embeddings.word_embeddings.weight", in->n_vocab, d, false);
     m->wpe = bind(b, "embeddings.position_embeddings.weight", in->n_ctx, d, false);
     m->wtt = bind(b, "embeddings.token_type_embeddings.weight", m->n_types, d, false);
-    m->emb_ln_w = bind(b, "embeddings.LayerNorm.weight", d, 0, false);
-    m->emb_ln_b = bind(b, "embeddings.LayerNorm.bias", d, 0, false);
+    m->emb_ln_w = bind(b, "embeddings.LayerNorm.weight", d, VEC, false);
+    m->emb_ln_b = bind(b, "embeddings.LayerNorm.bias", d, VEC, false);
     for (int l = 0; l < in->n_layers && b->st == HP_OK; l++) {
         struct hp_layer *L = &m->layers[l];
 #define G(s) (snprintf(n, sizeof n, "encoder.layer.%d.%s", l, s), n)
-        L->wq = bind_linear(b, G("attention.self.query.weight"), d, d);
-        L->bq = bind(b, G("attention.self.query.bias"), d, 0, false);
-        L->wk = bind_linear(b, G("attention.self.key.weight"), d, d);
-        L->bk = bind(b, G("attention.self.key.bias"), d, 0, false);
-        L->wv = bind_linear(b, G("attention.self.value.weight"), d, d);
-        L->bv = bind(b, G("attention.self.value.bias"), d, 0, false);
-        L->wo = bind_linear(b, G("attention.output.dense.weight"), d, d);
-        L->bo = bind(b, G("attention.output.dense.bias"), d, 0, false);
-        L->ln1_w = bind(b, G("attention.output.LayerNorm.weight"), d, 0, false);
-        L->ln1_b = bind(b, G("attention.output.LayerNorm.bias"), d, 0, false);
+        const int qd = L->n_q * in->d_head;
+        L->wq = bind_linear(b, G("attention.self.query.weight"), d, qd);
+        L->bq = bind(b, G("attention.self.query.bias"), qd, VEC, false);
+        L->wk = bind_linear(b, G("attention.self.key.weight"), d, qd);
+        L->bk = bind(b, G("attention.self.key.bias"), qd, VEC, false);
+        L->wv = bind_linear(b, G("attention.self.value.weight"), d, qd);
+        L->bv = bind(b, G("attention.self.value.bias"), qd, VEC, false);
+        L->wo = bind_linear(b, G("attention.output.dense.weight"), qd, d);
+        L->bo = bind(b, G("attention.output.dense.bias"), d, VEC, false);
+        L->ln1_w = bind(b, G("attention.output.LayerNorm.weight"), d, VEC, false);
+        L->ln1_b = bind(b, G("attention.output.LayerNorm.bias"), d, VEC, false);
         L->w_up = bind_linear(b, G("intermediate.dense.weight"), d, f);
-        L->b_up = bind(b, G("intermediate.dense.bias"), f, 0, false);
+        L->b_up = bind(b, G("intermediate.dense.bias"), f, VEC, false);
         L->w_down = bind_linear(b, G("output.dense.weight"), f, d);
-        L->b_down = bind(b, G("output.dense.bias"), d, 0, false);
-        L->ln2_w = bind(b, G("output.LayerNorm.weight"), d, 0, false);
-        L->ln2_b = bind(b, G("output.LayerNorm.bias"), d, 0, false);
+        L->b_down = bind(b, G("output.dense.bias"), d, VEC, false);
+        L->ln2_w = bind(b, G("output.LayerNorm.weight"), d, VEC, false);
+        L->ln2_b = bind(b, G("output.LayerNorm.bias"), d, VEC, false);
 #undef G
     }
     /* The MLM head and the classifier sit outside the "bert." prefix. */
@@ -525,10 +647,10 @@ static void bind_bert(struct binder *b)
             return;
         }
         m->pooler = bind_linear(b, "pooler.dense.weight", d, d);
-        m->pooler_b = bind(b, "pooler.dense.bias", d, 0, false);
+        m->pooler_b = bind(b, "pooler.dense.bias", d, VEC, false);
         hb.st = b->st;
         m->classifier = bind_linear(&hb, "classifier.weight", d, in->n_labels);
-        m->classifier_b = bind(&hb, "classifier.bias", in->n_labels, 0, false);
+        m->classifier_b = bind(&hb, "classifier.bias", in->n_labels, VEC, false);
         b->st = hb.st;
         m->info.label_names = (const char *const *)m->label_names;
     } else {
@@ -536,12 +658,12 @@ static void bind_bert(struct binder *b)
     }
     if (b->st == HP_OK && hp_st_find(m->st, "cls.predictions.transform.dense.weight")) {
         m->mlm_dense = bind_linear(&hb, "cls.predictions.transform.dense.weight", d, d);
-        m->mlm_dense_b = bind(&hb, "cls.predictions.transform.dense.bias", d, 0, false);
-        m->mlm_ln_w = bind(&hb, "cls.predictions.transform.LayerNorm.weight", d, 0, false);
-        m->mlm_ln_b = bind(&hb, "cls.predictions.transform.LayerNorm.bias", d, 0, false);
-        m->mlm_bias = bind(&hb, "cls.predictions.bias", in->n_vocab, 0, true);
+        m->mlm_dense_b = bind(&hb, "cls.predictions.transform.dense.bias", d, VEC, false);
+        m->mlm_ln_w = bind(&hb, "cls.predictions.transform.LayerNorm.weight", d, VEC, false);
+        m->mlm_ln_b = bind(&hb, "cls.predictions.transform.LayerNorm.bias", d, VEC, false);
+        m->mlm_bias = bind(&hb, "cls.predictions.bias", in->n_vocab, VEC, true);
         if (!m->mlm_bias)
-            m->mlm_bias = bind(&hb, "cls.predictions.decoder.bias", in->n_vocab, 0, false);
+            m->mlm_bias = bind(&hb, "cls.predictions.decoder.bias", in->n_vocab, VEC, false);
         /* the decoder is tied to the word embeddings */
         m->lm_head = bind(&hb, "cls.predictions.decoder.weight", in->n_vocab, d, true);
         if (!m->lm_head)
@@ -554,28 +676,29 @@ static void bind_llama(struct binder *b, bool tied)
 {
     struct hp_model *m = b->m;
     const struct hp_model_info *in = &m->info;
-    int d = in->d_model, f = in->d_ff, qd = in->n_heads * in->d_head, kvd = in->n_kv_heads * in->d_head;
+    int d = in->d_model, f = in->d_ff;
     char n[128];
     m->wte = bind(b, "embed_tokens.weight", in->n_vocab, d, false);
     for (int l = 0; l < in->n_layers && b->st == HP_OK; l++) {
         struct hp_layer *L = &m->layers[l];
+        const int qd = L->n_q * in->d_head, kvd = L->n_kv * in->d_head;
 #define G(s) (snprintf(n, sizeof n, "layers.%d.%s", l, s), n)
-        L->ln1_w = bind(b, G("input_layernorm.weight"), d, 0, false);
+        L->ln1_w = bind(b, G("input_layernorm.weight"), d, VEC, false);
         L->wq = bind_linear(b, G("self_attn.q_proj.weight"), d, qd);
         L->wk = bind_linear(b, G("self_attn.k_proj.weight"), d, kvd);
         L->wv = bind_linear(b, G("self_attn.v_proj.weight"), d, kvd);
-        L->bq = bind(b, G("self_attn.q_proj.bias"), qd, 0, true); /* Qwen2 */
-        L->bk = bind(b, G("self_attn.k_proj.bias"), kvd, 0, true);
-        L->bv = bind(b, G("self_attn.v_proj.bias"), kvd, 0, true);
+        L->bq = bind(b, G("self_attn.q_proj.bias"), qd, VEC, true); /* Qwen2 */
+        L->bk = bind(b, G("self_attn.k_proj.bias"), kvd, VEC, true);
+        L->bv = bind(b, G("self_attn.v_proj.bias"), kvd, VEC, true);
         L->wo = bind_linear(b, G("self_attn.o_proj.weight"), qd, d);
-        L->bo = bind(b, G("self_attn.o_proj.bias"), d, 0, true);
-        L->ln2_w = bind(b, G("post_attention_layernorm.weight"), d, 0, false);
+        L->bo = bind(b, G("self_attn.o_proj.bias"), d, VEC, true);
+        L->ln2_w = bind(b, G("post_attention_layernorm.weight"), d, VEC, false);
         L->w_gate = bind_linear(b, G("mlp.gate_proj.weight"), d, f);
         L->w_up = bind_linear(b, G("mlp.up_proj.weight"), d, f);
         L->w_down = bind_linear(b, G("mlp.down_proj.weight"), f, d);
 #undef G
     }
-    m->lnf_w = bind(b, "norm.weight", d, 0, false);
+    m->lnf_w = bind(b, "norm.weight", d, VEC, false);
     static const char *const none[] = {"", NULL};
     struct binder hb = {m, none, b->err, b->st};
     const float *head = b->st == HP_OK ? bind(&hb, "lm_head.weight", in->n_vocab, d, tied) : NULL;
@@ -680,13 +803,14 @@ enum hp_status hp_model_open(const char *dir, struct hp_model **out, struct hp_e
     if (st == HP_OK) {
         bool tied = false;
         st = parse_config(m, cfg, path, &tied, err);
+        if (st == HP_OK)
+            st = parse_pruned(m, cfg, path, err);
         cJSON_Delete(cfg);
         if (st == HP_OK)
             st = open_weights(m, dir, err);
         if (st == HP_OK) {
             m->layers = calloc((size_t)m->info.n_layers, sizeof *m->layers);
-            if (!m->layers)
-                st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", dir);
+            st = m->layers ? make_slots(m, err) : hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", dir);
         }
         if (st == HP_OK) {
             static const char *const gpt2[] = {"transformer.", "", NULL};
@@ -725,6 +849,8 @@ void hp_model_close(struct hp_model *m)
         free(m->owned[i]);
     free(m->owned);
     free(m->layers);
+    free(m->slots);
+    free(m->pruned);
     free(m->config_text);
     for (int i = 0; i < m->n_label_names; i++)
         free(m->label_names[i]);

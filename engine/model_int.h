@@ -18,15 +18,26 @@ struct hp_mat {
 
 enum hp_act { HP_ACT_GELU, HP_ACT_GELU_TANH, HP_ACT_RELU, HP_ACT_SILU };
 
+/*
+ * A pruned checkpoint (Hugging Face's "pruned_heads", or headprune's own
+ * "headprune" record) lacks some query heads, and the KV groups all of whose
+ * query heads it lacks: its attention matrices hold only the heads it has,
+ * in order. The model keeps the original head grid (info.n_heads, masks and
+ * results are in its indices); a slot table maps each head to its block of
+ * the stored matrices. Unpruned: slot[h] = h.
+ */
 struct hp_layer {
+    const int *q_slot;  /* (n_heads): head h's block of wq, bq and wo; -1 when pruned */
+    const int *kv_slot; /* (n_kv_heads): KV head g's block of wk, wv, bk, bv; -1 when pruned */
+    int n_q, n_kv;      /* the query and KV heads the layer has */
     /* pre-norm archs: ln1 before attention, ln2 before MLP.
      * BERT (post-norm): ln1 after attention + residual, ln2 after MLP + residual. */
     const float *ln1_w, *ln1_b; /* (d_model); ln1_b NULL for RMSNorm */
     const float *ln2_w, *ln2_b; /* (d_model) */
-    struct hp_mat wq;           /* (d_model, n_heads * d_head) */
-    struct hp_mat wk, wv;       /* (d_model, n_kv_heads * d_head) */
-    const float *bq, *bk, *bv;  /* NULL or (n_heads * d_head), (n_kv_heads * d_head) */
-    struct hp_mat wo;           /* (n_heads * d_head, d_model) */
+    struct hp_mat wq;           /* (d_model, n_q * d_head) */
+    struct hp_mat wk, wv;       /* (d_model, n_kv * d_head) */
+    const float *bq, *bk, *bv;  /* NULL or (n_q * d_head), (n_kv * d_head) */
+    struct hp_mat wo;           /* (n_q * d_head, d_model) */
     const float *bo;            /* NULL or (d_model) */
     struct hp_mat w_up;         /* (d_model, d_ff) */
     struct hp_mat w_gate;       /* Llama only: (d_model, d_ff); p NULL otherwise */
@@ -50,6 +61,8 @@ struct hp_model {
     const float *wtt;  /* NULL or (n_types, d_model) */
     const float *emb_ln_w, *emb_ln_b; /* BERT embedding LayerNorm */
     struct hp_layer *layers; /* (n_layers) */
+    uint8_t *pruned;         /* NULL, or (n_layers, n_heads): 1 = the checkpoint lacks the head (info.pruned) */
+    int *slots;              /* (n_layers, n_heads + n_kv_heads): the layers' q_slot, kv_slot */
     const float *lnf_w, *lnf_b; /* final norm (GPT-2, Llama); NULL for BERT */
     const float *lm_head;       /* NULL or (n_vocab, d_model), row-major */
     /* BERT MLM head: logits = LN(act(h W + b)) E^T + bias */

@@ -110,6 +110,13 @@ struct hp_model_info {
      * config.json's id2label names them; 0 and NULL for other models */
     int n_labels;
     const char *const *label_names;
+    /* a pruned checkpoint (config.json's "pruned_heads", Hugging Face's for GPT-2 and
+     * BERT, or the "headprune" record `headprune prune` writes): the query heads it
+     * lacks, in the original grid above, which masks and results keep using. A pruned
+     * head's output is zero, as under zero ablation; a KV group goes with its last
+     * query head. NULL and 0 for a complete checkpoint. */
+    const uint8_t *pruned; /* NULL or (n_layers, n_heads): 1 = pruned */
+    int n_pruned;
 };
 
 struct hp_model;
