@@ -469,6 +469,7 @@ struct binder {
     const char *const *prefixes; /* tried in order; NULL-terminated */
     struct hp_error *err;
     enum hp_status st;
+    struct hp_st_tensor *last; /* the tensor the last bind bound; NULL if none */
 };
 
 /* Find a tensor under any of the prefixes. */
@@ -492,6 +493,7 @@ static struct hp_st_tensor *lookup(struct binder *b, const char *name)
  */
 static const float *bind(struct binder *b, const char *name, int64_t d0, int64_t d1, bool optional)
 {
+    b->last = NULL;
     if (b->st != HP_OK)
         return NULL;
     struct hp_st_tensor *t = lookup(b, name);
@@ -526,6 +528,7 @@ static const float *bind(struct binder *b, const char *name, int64_t d0, int64_t
     if (b->m->info.dtype[0] == '\0')
         snprintf(b->m->info.dtype, sizeof b->m->info.dtype, "%s", dtype_label(t->dtype));
     t->used = true;
+    b->last = t;
     size_t n = (size_t)n_el;
     static const float empty[1];
     if (n == 0)
@@ -555,6 +558,23 @@ static const float *bind(struct binder *b, const char *name, int64_t d0, int64_t
     return b->st == HP_OK ? f : NULL;
 }
 
+/* The tensor just bound holds layer l's heads along axis, n_seg times (struct hp_head_tensor). */
+static void note_heads(struct binder *b, int l, int axis, int n_seg, bool kv)
+{
+    struct hp_model *m = b->m;
+    if (b->st != HP_OK || !b->last)
+        return;
+    if (!m->head_tensors) {
+        /* at most 7 a layer: q, k, v and their biases, o */
+        m->head_tensors = malloc((size_t)m->info.n_layers * 7 * sizeof *m->head_tensors);
+        if (!m->head_tensors) {
+            b->st = hp_fail(b->err, HP_ERR_NOMEM, "%s: out of memory", m->dir);
+            return;
+        }
+    }
+    m->head_tensors[m->n_head_tensors++] = (struct hp_head_tensor){b->last, l, axis, n_seg, kv};
+}
+
 /* A Hugging Face nn.Linear weight (out, in) as the B operand (in, out). */
 static struct hp_mat bind_linear(struct binder *b, const char *name, int in, int out)
 {
@@ -578,7 +598,9 @@ static void bind_gpt2(struct binder *b)
         /* Conv1D: weight (in, out) row-major, so B = W directly; q, k, v side by side, qd wide each */
         const int qd = L->n_q * in->d_head;
         const float *qkv = bind(b, G("attn.c_attn.weight"), d, 3 * qd, false);
+        note_heads(b, l, 1, 3, false);
         const float *qkv_b = bind(b, G("attn.c_attn.bias"), 3 * qd, VEC, false);
+        note_heads(b, l, 0, 3, false);
         if (qkv) {
             L->wq = (struct hp_mat){qkv, 3 * qd, 1};
             L->wk = (struct hp_mat){qkv + qd, 3 * qd, 1};
@@ -590,6 +612,7 @@ static void bind_gpt2(struct binder *b)
             L->bv = qkv_b + 2 * qd;
         }
         L->wo = (struct hp_mat){bind(b, G("attn.c_proj.weight"), qd, d, false), d, 1};
+        note_heads(b, l, 0, 1, false);
         L->bo = bind(b, G("attn.c_proj.bias"), d, VEC, false);
         L->ln2_w = bind(b, G("ln_2.weight"), d, VEC, false);
         L->ln2_b = bind(b, G("ln_2.bias"), d, VEC, false);
@@ -621,12 +644,19 @@ static void bind_bert(struct binder *b)
 #define G(s) (snprintf(n, sizeof n, "encoder.layer.%d.%s", l, s), n)
         const int qd = L->n_q * in->d_head;
         L->wq = bind_linear(b, G("attention.self.query.weight"), d, qd);
+        note_heads(b, l, 0, 1, false);
         L->bq = bind(b, G("attention.self.query.bias"), qd, VEC, false);
+        note_heads(b, l, 0, 1, false);
         L->wk = bind_linear(b, G("attention.self.key.weight"), d, qd);
+        note_heads(b, l, 0, 1, false);
         L->bk = bind(b, G("attention.self.key.bias"), qd, VEC, false);
+        note_heads(b, l, 0, 1, false);
         L->wv = bind_linear(b, G("attention.self.value.weight"), d, qd);
+        note_heads(b, l, 0, 1, false);
         L->bv = bind(b, G("attention.self.value.bias"), qd, VEC, false);
+        note_heads(b, l, 0, 1, false);
         L->wo = bind_linear(b, G("attention.output.dense.weight"), qd, d);
+        note_heads(b, l, 1, 1, false);
         L->bo = bind(b, G("attention.output.dense.bias"), d, VEC, false);
         L->ln1_w = bind(b, G("attention.output.LayerNorm.weight"), d, VEC, false);
         L->ln1_b = bind(b, G("attention.output.LayerNorm.bias"), d, VEC, false);
@@ -640,7 +670,7 @@ static void bind_bert(struct binder *b)
     }
     /* The MLM head and the classifier sit outside the "bert." prefix. */
     static const char *const none[] = {"", NULL};
-    struct binder hb = {m, none, b->err, b->st};
+    struct binder hb = {m, none, b->err, b->st, NULL};
     if (b->st == HP_OK && hp_st_find(m->st, "classifier.weight")) {
         if (in->n_labels < 1) {
             b->st = hp_fail(b->err, HP_ERR_FORMAT, "%s: a classifier without id2label in config.json", m->dir);
@@ -685,12 +715,19 @@ static void bind_llama(struct binder *b, bool tied)
 #define G(s) (snprintf(n, sizeof n, "layers.%d.%s", l, s), n)
         L->ln1_w = bind(b, G("input_layernorm.weight"), d, VEC, false);
         L->wq = bind_linear(b, G("self_attn.q_proj.weight"), d, qd);
+        note_heads(b, l, 0, 1, false);
         L->wk = bind_linear(b, G("self_attn.k_proj.weight"), d, kvd);
+        note_heads(b, l, 0, 1, true);
         L->wv = bind_linear(b, G("self_attn.v_proj.weight"), d, kvd);
+        note_heads(b, l, 0, 1, true);
         L->bq = bind(b, G("self_attn.q_proj.bias"), qd, VEC, true); /* Qwen2 */
+        note_heads(b, l, 0, 1, false);
         L->bk = bind(b, G("self_attn.k_proj.bias"), kvd, VEC, true);
+        note_heads(b, l, 0, 1, true);
         L->bv = bind(b, G("self_attn.v_proj.bias"), kvd, VEC, true);
+        note_heads(b, l, 0, 1, true);
         L->wo = bind_linear(b, G("self_attn.o_proj.weight"), qd, d);
+        note_heads(b, l, 1, 1, false);
         L->bo = bind(b, G("self_attn.o_proj.bias"), d, VEC, true);
         L->ln2_w = bind(b, G("post_attention_layernorm.weight"), d, VEC, false);
         L->w_gate = bind_linear(b, G("mlp.gate_proj.weight"), d, f);
@@ -700,7 +737,7 @@ static void bind_llama(struct binder *b, bool tied)
     }
     m->lnf_w = bind(b, "norm.weight", d, VEC, false);
     static const char *const none[] = {"", NULL};
-    struct binder hb = {m, none, b->err, b->st};
+    struct binder hb = {m, none, b->err, b->st, NULL};
     const float *head = b->st == HP_OK ? bind(&hb, "lm_head.weight", in->n_vocab, d, tied) : NULL;
     b->st = hb.st;
     m->lm_head = head ? head : m->wte;
@@ -817,7 +854,7 @@ enum hp_status hp_model_open(const char *dir, struct hp_model **out, struct hp_e
             static const char *const bert[] = {"bert.", "", NULL};
             static const char *const llama[] = {"model.", "", NULL};
             const char *const *pre = m->info.arch == HP_ARCH_GPT2 ? gpt2 : m->info.arch == HP_ARCH_BERT ? bert : llama;
-            struct binder b = {m, pre, err, HP_OK};
+            struct binder b = {m, pre, err, HP_OK, NULL};
             if (m->info.arch == HP_ARCH_GPT2)
                 bind_gpt2(&b);
             else if (m->info.arch == HP_ARCH_BERT)
@@ -850,6 +887,7 @@ void hp_model_close(struct hp_model *m)
     free(m->owned);
     free(m->layers);
     free(m->slots);
+    free(m->head_tensors);
     free(m->pruned);
     free(m->config_text);
     for (int i = 0; i < m->n_label_names; i++)

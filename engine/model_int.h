@@ -45,6 +45,19 @@ struct hp_layer {
     const float *b_up, *b_down; /* NULL or (d_ff), (d_model) */
 };
 
+/*
+ * A stored tensor that holds attention heads in blocks of d_head along one
+ * axis (the heads of the layer, in slot order), n_seg times side by side
+ * (GPT-2's fused c_attn: q, k, v): what an export cuts when it removes heads.
+ */
+struct hp_head_tensor {
+    const struct hp_st_tensor *t;
+    int layer;
+    int axis;  /* 0: rows (or a vector's elements), 1: columns */
+    int n_seg; /* 1, or 3 for a fused q, k, v */
+    bool kv;   /* blocks are KV heads (kv_slot), else query heads (q_slot) */
+};
+
 struct hp_model {
     struct hp_model_info info;
     char dir[512];
@@ -77,6 +90,8 @@ struct hp_model {
     int n_label_names;
 
     struct hp_st_set *st;   /* mapped shards */
+    struct hp_head_tensor *head_tensors; /* (n_head_tensors): every bound tensor that holds heads */
+    int n_head_tensors;
     void **owned;           /* converted (f16/bf16) or realigned tensors */
     int n_owned, cap_owned;
     /* Nothing here changes after hp_model_open: passes keep their state in

@@ -135,6 +135,7 @@ static enum hp_status index_header(struct hp_st_set *set, struct shard *sh,
             break;
         }
         snprintf(t.dtype_name, sizeof t.dtype_name, "%s", dt->valuestring);
+        t.esize = esize;
         t.n_dims = cJSON_GetArraySize(shape);
         if (t.n_dims > 8) {
             st = hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' has %d dimensions (at most 8 supported)", path, e->string, t.n_dims);
@@ -358,4 +359,43 @@ const void *hp_st_shard_bytes(const struct hp_st_set *set, int i, size_t *len)
 {
     *len = set->shards[i].len;
     return set->shards[i].map;
+}
+
+// --- writing ----------------------------------------------------------------
+
+enum hp_status hp_st_write_header(FILE *f, const char *path, const struct hp_st_out *t, int n, struct hp_error *err)
+{
+    cJSON *h = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(h, "__metadata__");
+    bool ok = h && meta && cJSON_AddStringToObject(meta, "format", "pt");
+    uint64_t at = 0;
+    for (int i = 0; ok && i < n; i++) {
+        cJSON *e = cJSON_AddObjectToObject(h, t[i].name), *shape = cJSON_CreateArray(), *offs = cJSON_CreateArray();
+        ok = e && shape && offs && cJSON_AddStringToObject(e, "dtype", t[i].dtype_name);
+        for (int k = 0; ok && k < t[i].n_dims; k++)
+            ok = cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].shape[k]));
+        /* offsets below 2^53 are exact as JSON numbers (cJSON holds doubles) */
+        ok = ok && cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)at)) &&
+             cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(at + t[i].nbytes)));
+        ok = ok && cJSON_AddItemToObject(e, "shape", shape) && cJSON_AddItemToObject(e, "data_offsets", offs);
+        if (!ok) {
+            cJSON_Delete(shape);
+            cJSON_Delete(offs);
+        }
+        at += t[i].nbytes;
+    }
+    char *js = ok ? cJSON_PrintUnformatted(h) : NULL;
+    cJSON_Delete(h);
+    if (!js)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory writing the header", path);
+    size_t len = strlen(js), padded = (len + 7) / 8 * 8;
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    bool wrote = fwrite(le, 1, 8, f) == 8 && fwrite(js, 1, len, f) == len;
+    for (size_t i = len; wrote && i < padded; i++)
+        wrote = fputc(' ', f) != EOF;
+    free(js);
+    if (!wrote)
+        return hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    return HP_OK;
 }

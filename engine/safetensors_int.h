@@ -9,6 +9,8 @@
 #ifndef HP_SAFETENSORS_INT_H
 #define HP_SAFETENSORS_INT_H
 
+#include <stdio.h>
+
 #include "headprune.h"
 
 enum hp_dtype { HP_DT_F32, HP_DT_F16, HP_DT_BF16, HP_DT_OTHER };
@@ -17,6 +19,7 @@ struct hp_st_tensor {
     char *name;
     enum hp_dtype dtype;
     char dtype_name[8]; /* as written in the header: "F32", "BF16", "I64" ... */
+    int esize;          /* bytes per element */
     int n_dims;
     int64_t shape[8];
     const void *data; /* inside the shard's mapping */
@@ -47,5 +50,23 @@ int hp_st_count(const struct hp_st_set *set);
 int hp_st_n_shards(const struct hp_st_set *set);
 const void *hp_st_shard_bytes(const struct hp_st_set *set, int i, size_t *len);
 struct hp_st_tensor *hp_st_at(struct hp_st_set *set, int i);
+
+/* --- writing ---
+ * A tensor to write: its data follows the header in the order given. */
+struct hp_st_out {
+    const char *name;
+    const char *dtype_name; /* "F32", "BF16", ... */
+    int n_dims;
+    int64_t shape[8];
+    size_t nbytes; /* element size x shape */
+};
+
+/*
+ * Write the header of a safetensors file for tensors t (n) to f: the length,
+ * the JSON (with "__metadata__": {"format": "pt"}, which transformers asks
+ * for) padded with spaces to 8 bytes so the data area is aligned. The caller
+ * then writes each tensor's nbytes, in order. path names f in errors.
+ */
+enum hp_status hp_st_write_header(FILE *f, const char *path, const struct hp_st_out *t, int n, struct hp_error *err);
 
 #endif

@@ -911,3 +911,97 @@ enum hp_status hp_store_put_means(struct hp_store *s, const char *model_digest, 
     }
     return rc == SQLITE_OK ? HP_OK : sql_fail(s, rc, "writing mean-ablation statistics", err);
 }
+
+// --- a study's step, for an export -------------------------------------------
+
+/* Text of column i of the current row, copied; false on OOM (NULL columns copy as ""). */
+static bool column_dup(sqlite3_stmt *st, int i, char **out)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    *out = strdup(t ? (const char *)t : "");
+    return *out != NULL;
+}
+
+enum hp_status hp_store_step_mask(const char *db_path, int64_t sweep_id, const char *study, int step, char **mask,
+                                  char **model_path, char **model_digest, struct hp_error *err)
+{
+    *mask = *model_path = *model_digest = NULL;
+    sqlite3 *db;
+    enum hp_status s = hp_store_open_read(db_path, 5000, &db, err);
+    if (s != HP_OK)
+        return s;
+    sqlite3_stmt *st = NULL;
+    if (sweep_id == 0) {
+        s = read_prep(db, db_path, err, &st, "SELECT max(sweep_id) FROM sweep_jobs WHERE kind = 'iterative'");
+        int r = s == HP_OK ? hp_store_read_step(db, db_path, err, st, &s) : -1;
+        if (r == 1 && sqlite3_column_type(st, 0) != SQLITE_NULL)
+            sweep_id = sqlite3_column_int64(st, 0);
+        else if (r >= 0)
+            s = hp_fail(err, HP_ERR_ARG, "%s: no sweep has an iterative study (whose steps name heads to prune)", db_path);
+        sqlite3_finalize(st);
+        st = NULL;
+    }
+    /* the sweep's iterative studies and their last steps */
+    char studies[512] = "";
+    int n_studies = 0, last = -1;
+    bool found = false;
+    if (s == HP_OK)
+        s = read_prep(db, db_path, err, &st,
+                      "SELECT study, max(step) FROM sweep_jobs WHERE sweep_id = ?1 AND kind = 'iterative' "
+                      "GROUP BY study ORDER BY study");
+    if (s == HP_OK) {
+        sqlite3_bind_int64(st, 1, sweep_id);
+        int r;
+        while ((r = hp_store_read_step(db, db_path, err, st, &s)) == 1) {
+            const char *name = (const char *)sqlite3_column_text(st, 0);
+            size_t u = strlen(studies);
+            snprintf(studies + u, sizeof studies - u, "%s'%s' (steps 0-%d)", n_studies ? ", " : "", name ? name : "",
+                     sqlite3_column_int(st, 1));
+            n_studies++;
+            if (!study || (name && strcmp(name, study) == 0)) {
+                found = true;
+                last = sqlite3_column_int(st, 1);
+            }
+        }
+        sqlite3_finalize(st);
+        st = NULL;
+    }
+    if (s == HP_OK && n_studies == 0)
+        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld has no iterative study (whose steps name heads to prune)", db_path,
+                    (long long)sweep_id);
+    else if (s == HP_OK && !study && n_studies > 1)
+        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld has %d iterative studies: %s (choose one with --study)", db_path,
+                    (long long)sweep_id, n_studies, studies);
+    else if (s == HP_OK && !found)
+        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld has no iterative study '%s' (it has %s)", db_path,
+                    (long long)sweep_id, study, studies);
+    else if (s == HP_OK && (step < 0 || step > last))
+        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld's study %s has no step %d (the study ran steps 0-%d)", db_path,
+                    (long long)sweep_id, studies, step, last);
+    if (s == HP_OK)
+        s = read_prep(db, db_path, err, &st,
+                      "SELECT v.mask_text, m.path, m.digest FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id "
+                      "JOIN models m ON m.id = v.model_id WHERE j.sweep_id = ?1 AND j.kind = 'iterative' AND "
+                      "j.step = ?2 AND (?3 IS NULL OR j.study = ?3) LIMIT 1");
+    if (s == HP_OK) {
+        sqlite3_bind_int64(st, 1, sweep_id);
+        sqlite3_bind_int(st, 2, step);
+        if (study)
+            sqlite3_bind_text(st, 3, study, -1, SQLITE_STATIC);
+        int r = hp_store_read_step(db, db_path, err, st, &s);
+        if (r == 0)
+            s = hp_fail(err, HP_ERR_FORMAT, "%s: sweep %lld lists step %d but holds no result for it", db_path,
+                        (long long)sweep_id, step);
+        else if (r == 1 && !(column_dup(st, 0, mask) && column_dup(st, 1, model_path) && column_dup(st, 2, model_digest)))
+            s = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", db_path);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    if (s != HP_OK) {
+        free(*mask);
+        free(*model_path);
+        free(*model_digest);
+        *mask = *model_path = *model_digest = NULL;
+    }
+    return s;
+}

@@ -283,6 +283,33 @@ int hp_mask_first_changed(const struct hp_mask *m, int n_layers);
  * NULL on out-of-memory; the caller frees it with free(). */
 char *hp_mask_format(const struct hp_mask *m);
 
+// --- pruned checkpoints --------------------------------------------------------
+
+struct hp_export_info {
+    int n_removed;    /* heads this export removed (not counting those the source already lacked) */
+    int n_pruned;     /* heads the written checkpoint lacks in all */
+    int64_t n_params; /* its parameters (of the tensors headprune reads) */
+    int64_t bytes;    /* the size of its model.safetensors */
+    int64_t source_bytes; /* the source's safetensors files, for comparison */
+    bool hf_loadable; /* Hugging Face transformers 4.x loads it: GPT-2 and BERT (config's
+                       * "pruned_heads"), Llama-family models when every layer keeps the same
+                       * numbers of heads and KV groups and only whole groups go */
+    char why_not[200]; /* when not: why */
+};
+
+/*
+ * Write m without the heads whose gate in remove is 0 (gates must be 0 or 1)
+ * to the new directory out_dir, as a Hugging Face checkpoint directory: one
+ * model.safetensors in the source's dtypes with the heads' Q/K/V rows, biases
+ * and output-projection rows removed (a KV group with its last query head),
+ * config.json naming what was pruned (struct hp_model_info's pruned), and
+ * the directory's other files but weights copied. hp_model_open reads it,
+ * and evaluates it as m under the mask. out_dir must not exist; it appears
+ * whole or not at all. info gets what was written.
+ */
+enum hp_status hp_model_export(const struct hp_model *m, const struct hp_mask *remove, const char *out_dir,
+                               struct hp_export_info *info, struct hp_error *err);
+
 // --- evaluation -------------------------------------------------------------
 
 enum hp_ablation {
@@ -612,6 +639,18 @@ struct hp_sweep_summary {
  */
 enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_opts *o,
                             struct hp_sweep_summary *sum, struct hp_error *err);
+
+/*
+ * What an iterative study had pruned after step `step` (0 = nothing) of sweep
+ * sweep_id (0 = the newest sweep with an iterative study) in the database at
+ * db_path, read-only: the canonical mask text of the pruned heads, and the
+ * path and digest of the model the sweep measured, into *mask, *model_path
+ * and *model_digest (each freed by the caller). study names the study; NULL
+ * takes the sweep's only iterative study, and more than one is refused,
+ * naming them. A step past the study's last is refused, naming it.
+ */
+enum hp_status hp_store_step_mask(const char *db_path, int64_t sweep_id, const char *study, int step, char **mask,
+                                  char **model_path, char **model_digest, struct hp_error *err);
 
 /* Merge shard databases into out (created if missing); re-runnable, no duplicates. */
 enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in,

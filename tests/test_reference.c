@@ -185,3 +185,6 @@ Test(reference, llama_tied_bf16) { check_fixture("llama-tied-bf16"); }
 Test(reference, qwen2_bias_f16) { check_fixture("qwen2-bias"); }
 Test(reference, stories260K_real_checkpoint) { check_fixture("stories260K"); }
 Test(reference, bert_sequence_classification) { check_fixture("bert-cls"); }
+/* checkpoints pruned by transformers' own prune_heads + save_pretrained ("pruned_heads" in config.json) */
+Test(reference, gpt2_pruned_by_transformers) { check_fixture("gpt2-pruned"); }
+Test(reference, bert_mlm_pruned_by_transformers) { check_fixture("bert-mlm-pruned"); }

@@ -419,6 +419,75 @@ def check_stored(d, model, dtype):
     print(f"    {os.path.basename(d)}: {len(st)} tensors stored as {dtype}, bit-equal to the f32 reference weights")
 
 
+# ---------------------------------------------------------------- pruned by transformers
+
+
+def pruned_fixture(out, name, model, arch, kind, data, pruned, extra, save_data):
+    """model pruned by transformers' own prune_heads, written by save_pretrained.
+
+    pruned: {layer: [heads]} handed to prune_heads. Cases, in the original
+    head numbering headprune keeps: "none" (the pruned checkpoint as it loads
+    back with from_pretrained) and "extra" (the spec extra ablated on top:
+    the unpruned model with HF's head_mask over pruned and extra). The
+    loaded-back model must equal the unpruned one under head_mask."""
+    full = Runner(model, arch, kind, data)
+    spec_p = ",".join(f"{l}.{h}" for l in sorted(pruned) for h in sorted(pruned[l]))
+    spec_all = spec_p + "," + extra
+    masked = full.masked_output(hp_ref.parse_mask(spec_p, full.n_layers, full.n_heads), "zero", True)
+    masked_extra = full.masked_output(hp_ref.parse_mask(spec_all, full.n_layers, full.n_heads), "zero", True)
+    m = meta(name, "data." + ("npy" if kind == "causal" else "jsonl"), full, data, kind)
+    full.abl.remove()
+
+    pruned_model = copy.deepcopy(model)
+    pruned_model.prune_heads(pruned)
+    d = fresh_dir(out, name)
+    pruned_model.save_pretrained(d, safe_serialization=True)
+    save_data(d)
+    back = type(model).from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+    assert back.config.pruned_heads, "pruned_heads did not survive save_pretrained"
+    r = Runner(back, arch, kind, data)
+    out_u = r.forward()
+    diff = float((out_u - masked).abs().max())
+    print(f"    {name}: pruned by transformers, reloaded, vs head_mask on the unpruned model: max |diff| = {diff:.3g}")
+    assert diff < 1e-5, diff
+    cases, outputs = [], {}
+    for cname, spec, out_m in (("none", "", out_u), ("extra", extra, masked_extra)):
+        c = {"name": cname, "mask": spec, "ablation": "zero"}
+        c.update(r.metrics(out_m, out_u))
+        c["output"] = cname
+        cases.append(c)
+        outputs[cname] = out_m
+    m["pruned"] = spec_p
+    hp_ref.write_reference(d, m, cases, outputs)
+    report(name, d, cases, set())
+    r.abl.remove()
+
+
+def gpt2_pruned(out):
+    """gpt2-tiny's model with heads 0.1, 2.0 and 2.3 pruned by transformers."""
+    cfg = GPT2Config(n_layer=3, n_head=4, n_embd=32, vocab_size=97, n_positions=64,
+                     initializer_range=INIT, bos_token_id=0, eos_token_id=0)
+    model = make(GPT2LMHeadModel, cfg, 1)
+    ids = causal_data(97, 101)
+    data = {"ids": torch.from_numpy(ids.astype(np.int64))}
+    pruned_fixture(out, "gpt2-pruned", model, "gpt2", "causal", data, {0: [1], 2: [0, 3]}, "1.2",
+                   lambda d: write_npy(d, ids))
+
+
+def bert_mlm_pruned(out):
+    """bert-mlm's model with heads 0.0, 0.3 and 1.2 pruned by transformers."""
+    cfg = BertConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=64, type_vocab_size=2,
+                     initializer_range=INIT, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, pad_token_id=0)
+    model = make(BertForMaskedLM, cfg, 3)
+    rows = bert_rows(101, 103, [16, 11, 16, 7], True, [True, False, True, False])
+    keys = ["ids", "labels", "attention_mask", "token_type_ids"]
+    data = {k: torch.tensor([r[k] for r in rows], dtype=torch.int64) for k in keys}
+    pruned_fixture(out, "bert-mlm-pruned", model, "bert", "mlm", data, {0: [0, 3], 1: [2]}, "1.1",
+                   lambda d: write_jsonl(d, rows, keys))
+
+
 FIXTURES = {
     "gpt2-tiny": gpt2_tiny,
     "gpt2-noprefix": gpt2_noprefix,
@@ -427,6 +496,8 @@ FIXTURES = {
     "llama-gqa": llama_gqa,  # also writes llama-gqa-sharded
     "llama-tied-bf16": llama_tied_bf16,
     "qwen2-bias": qwen2_bias,
+    "gpt2-pruned": gpt2_pruned,
+    "bert-mlm-pruned": bert_mlm_pruned,
 }
 
 

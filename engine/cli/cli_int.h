@@ -30,6 +30,7 @@ int cmd_plan(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_query(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
+int cmd_prune(int argc, char **argv);
 
 // --- errors -----------------------------------------------------------------------
 
@@ -54,6 +55,9 @@ void fmt_seconds(double s, char *buf, size_t n);
 
 /* On stderr: the data looks made for another model (hp_evaluator_looks_foreign). */
 void warn_foreign(const char *data, const char *model, double loss, double acc);
+
+/* "" or "; N heads pruned" for a pruned checkpoint: static, for the model line. */
+const char *pruned_note(const struct hp_model_info *in);
 
 /* "" or "; N tokens of text left out to fit the rows (...)": static, for the data line. */
 const char *dropped_note(const struct hp_data *d);

@@ -263,3 +263,12 @@ bool parse_format(const char *s, enum fmt *f)
         return false;
     return true;
 }
+
+const char *pruned_note(const struct hp_model_info *in)
+{
+    static char buf[64];
+    if (!in->n_pruned)
+        return "";
+    snprintf(buf, sizeof buf, "; %d head%s pruned", in->n_pruned, in->n_pruned == 1 ? "" : "s");
+    return buf;
+}

@@ -182,8 +182,8 @@ int cmd_eval(int argc, char **argv)
         free(s);
         cJSON_Delete(o);
     } else {
-        printf("model     %s (%s, %d layers x %d heads, %d KV heads)\n", dir, in->model_type, in->n_layers,
-               in->n_heads, in->n_kv_heads);
+        printf("model     %s (%s, %d layers x %d heads, %d KV heads%s)\n", dir, in->model_type, in->n_layers,
+               in->n_heads, in->n_kv_heads, pruned_note(in));
         printf("data      %s: %d sequences x %d tokens%s\n", data_path, d->n_seqs, d->seq_len, dropped_note(d));
         /* a spec can list every head of a large model: show its start (--json has it whole) */
         int shown = spec && strlen(spec) > 72 ? 60 : spec ? (int)strlen(spec) : 0;

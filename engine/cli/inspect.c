@@ -46,6 +46,15 @@ int cmd_inspect(int argc, char **argv)
     if (hp_model_open(dir, &m, &err) != HP_OK)
         return die(&err);
     const struct hp_model_info *in = hp_model_get_info(m);
+    /* a pruned checkpoint's missing heads, as a mask spec */
+    char *pruned = NULL;
+    if (in->pruned) {
+        struct hp_mask *pm = hp_mask_new(in->n_layers, in->n_heads);
+        for (int i = 0; pm && i < in->n_layers * in->n_heads; i++)
+            pm->gate[i] = in->pruned[i] ? 0.0f : 1.0f;
+        pruned = pm ? hp_mask_format(pm) : NULL;
+        hp_mask_free(pm);
+    }
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "model", dir);
@@ -63,6 +72,8 @@ int cmd_inspect(int argc, char **argv)
         cJSON_AddStringToObject(o, "dtype", in->dtype);
         cJSON_AddBoolToObject(o, "causal", in->causal);
         cJSON_AddBoolToObject(o, "lm_head", in->has_lm_head);
+        cJSON_AddNumberToObject(o, "n_pruned", in->n_pruned);
+        cJSON_AddStringToObject(o, "pruned", pruned ? pruned : "");
         char *s = cJSON_Print(o);
         puts(s);
         free(s);
@@ -73,6 +84,8 @@ int cmd_inspect(int argc, char **argv)
                in->causal ? "causal decoder" : "bidirectional encoder");
         printf("layers         %d\n", in->n_layers);
         printf("query heads    %d per layer, %d in all\n", in->n_heads, in->n_heads * in->n_layers);
+        if (in->n_pruned)
+            printf("pruned         %d heads the checkpoint lacks: %s\n", in->n_pruned, pruned ? pruned : "?");
         printf("KV heads       %d per layer%s\n", in->n_kv_heads,
                in->n_kv_heads < in->n_heads ? " (grouped-query attention)" : "");
         printf("head size      %d\n", in->d_head);
@@ -83,6 +96,7 @@ int cmd_inspect(int argc, char **argv)
         printf("dtype          %s\n", in->dtype);
         printf("LM head        %s\n", in->has_lm_head ? (in->causal ? "yes" : "yes (MLM)") : "no");
     }
+    free(pruned);
     hp_model_close(m);
     return 0;
 }

@@ -29,6 +29,7 @@ static const struct command {
     {"run", cmd_run, "run a plan into an SQLite results database (resumable, shardable)"},
     {"query", cmd_query, "pruning curves, head effects, layer redundancy, pairs, SQL"},
     {"merge", cmd_merge, "merge shard databases"},
+    {"prune", cmd_prune, "write a checkpoint with heads removed (Hugging Face format)"},
 };
 
 static void print_help(FILE *f)

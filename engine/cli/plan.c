@@ -78,8 +78,8 @@ int cmd_plan(int argc, char **argv)
         /* one unmasked pass per window of jobs; iterative candidates counted as whole passes */
         reuse += fl * ((jl->n + HP_SWEEP_BATCH - 1) / HP_SWEEP_BATCH) + fl * iter;
         printf("plan      %s (%s)\n", p->name, p->path);
-        printf("model     %s (%s, %d layers x %d heads, %d KV heads)\n", p->model, in->model_type, in->n_layers,
-               in->n_heads, in->n_kv_heads);
+        printf("model     %s (%s, %d layers x %d heads, %d KV heads%s)\n", p->model, in->model_type, in->n_layers,
+               in->n_heads, in->n_kv_heads, pruned_note(in));
         printf("data      %s: %d sequences x %d tokens%s\n", p->data, d->n_seqs, d->seq_len, dropped_note(d));
         printf("ablation  %s, metric %s%s, seed %llu\n",
                hp_ablation_name(p->ablation), metric,

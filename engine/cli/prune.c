@@ -1,0 +1,168 @@
+/*
+ * prune.c -- `headprune prune`: write the checkpoint without some heads.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_int.h"
+#include "hash_int.h"
+
+static const char prune_help[] =
+    "Usage: headprune prune --model DIR --mask SPEC --out NEWDIR\n"
+    "       headprune prune --db FILE [--sweep ID] [--study NAME] --step N [--model DIR] --out NEWDIR\n"
+    "\n"
+    "Write a Hugging Face checkpoint directory with attention heads physically\n"
+    "removed: their query, key and value rows and biases and their rows of the\n"
+    "output projection (a KV group goes with its last query head). Weights keep\n"
+    "their dtype; config.json names what was pruned; the tokenizer and the other\n"
+    "files of DIR but weights are copied. headprune loads the result (eval, plan,\n"
+    "run) with masks and results in the original head numbering, and evaluates\n"
+    "it as DIR with those heads zero-ablated.\n"
+    "\n"
+    "Hugging Face transformers 4.x loads the GPT-2 and BERT checkpoints it writes\n"
+    "(config.json's \"pruned_heads\", as its own prune_heads + save_pretrained\n"
+    "write them). Llama, Mistral and Qwen2 have no pruned heads in transformers:\n"
+    "it loads the result when every layer keeps the same numbers of whole KV\n"
+    "groups (config.json then counts the heads left); otherwise only headprune\n"
+    "does, and the command says why.\n"
+    "\n"
+    "  --model DIR     the model to prune (with --db: defaults to the model the\n"
+    "                  sweep measured, which DIR must be)\n"
+    "  --mask SPEC     heads to remove, as eval's --mask: 0.3,2.1 / 2.* / kv:1.0\n"
+    "  --keep SPEC     remove every head except these\n"
+    "  --db FILE       a results database: remove what an iterative study had\n"
+    "  --sweep ID      pruned after --step N (0 = nothing); the newest sweep with\n"
+    "  --study NAME    an iterative study unless --sweep names one; --study when\n"
+    "  --step N        the sweep has several (`headprune query curve` lists steps)\n"
+    "  --out NEWDIR    the directory to write; it must not exist, and appears\n"
+    "                  whole or not at all\n"
+    "  --quiet         no summary on stdout\n";
+
+/* "12.3 MB" */
+static void fmt_bytes(double b, char *buf, size_t n)
+{
+    if (b >= 1e9)
+        snprintf(buf, n, "%.2f GB", b / 1e9);
+    else if (b >= 1e6)
+        snprintf(buf, n, "%.1f MB", b / 1e6);
+    else
+        snprintf(buf, n, "%.1f kB", b / 1e3);
+}
+
+int cmd_prune(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"mask", required_argument, 0, 'k'},
+        {"keep", required_argument, 0, 'K'},  {"db", required_argument, 0, 'd'},
+        {"sweep", required_argument, 0, 's'}, {"study", required_argument, 0, 'S'},
+        {"step", required_argument, 0, 'n'},  {"out", required_argument, 0, 'o'},
+        {"quiet", no_argument, 0, 'q'},       {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *dir = NULL, *spec = NULL, *db = NULL, *study = NULL, *out = NULL;
+    bool keep = false, quiet = false;
+    int step = -1, sweep = 0, c;
+    while ((c = getopt_long(argc, argv, "m:k:K:d:s:S:n:o:qh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': dir = optarg; break;
+        case 'k':
+        case 'K':
+            if (spec)
+                return usage_error("prune", "give either --mask or --keep, once");
+            spec = optarg;
+            keep = c == 'K';
+            break;
+        case 'd': db = optarg; break;
+        case 's':
+            if (!parse_int(optarg, 1, 1 << 30, &sweep))
+                return usage_error("prune", "--sweep must be a sweep id (a positive integer; `headprune query sweeps` lists them)");
+            break;
+        case 'S': study = optarg; break;
+        case 'n':
+            if (!parse_int(optarg, 0, 1 << 30, &step))
+                return usage_error("prune", "--step must be a step number (0 or more)");
+            break;
+        case 'o': out = optarg; break;
+        case 'q': quiet = true; break;
+        case 'h': fputs(prune_help, stdout); return 0;
+        default: return usage_error("prune", "unknown option");
+        }
+    }
+    if (optind < argc)
+        return usage_error("prune", "unexpected argument");
+    if (!out)
+        return usage_error("prune", "--out NEWDIR is required");
+    if (!spec == !db)
+        return usage_error("prune", "name the heads to remove with --mask (or --keep), or with --db and --step");
+    if (db && step < 0)
+        return usage_error("prune", "--db needs --step N: what the study had pruned after step N");
+    if (!db && (step >= 0 || sweep || study))
+        return usage_error("prune", "--sweep, --study and --step read a results database: give --db FILE");
+    if (!db && !dir)
+        return usage_error("prune", "--model DIR is required");
+
+    struct hp_error err = {0};
+    struct hp_model *m = NULL, *back = NULL;
+    struct hp_mask *mask = NULL;
+    char *db_mask = NULL, *db_model = NULL, *db_digest = NULL;
+    int rc = 1;
+    if (db && hp_store_step_mask(db, sweep, study, step, &db_mask, &db_model, &db_digest, &err) != HP_OK)
+        goto out;
+    if (!dir)
+        dir = db_model;
+    if (hp_model_open(dir, &m, &err) != HP_OK)
+        goto out;
+    if (db) {
+        char digest[HP_DIGEST_HEX];
+        hp_digest_model(m, digest);
+        if (strcmp(digest, db_digest) != 0) {
+            snprintf(err.msg, sizeof err.msg,
+                     "%s: not the model the sweep measured (%s; their config or weights differ): prune that one",
+                     dir, db_model);
+            goto out;
+        }
+    }
+    const struct hp_model_info *in = hp_model_get_info(m);
+    if (hp_mask_parse(db ? db_mask : spec, keep, in, &mask, &err) != HP_OK)
+        goto out;
+    struct hp_export_info ex;
+    if (hp_model_export(m, mask, out, &ex, &err) != HP_OK)
+        goto out;
+    /* what was written must load: the checkpoint the user gets is one headprune reads */
+    if (hp_model_open(out, &back, &err) != HP_OK) {
+        char msg[sizeof err.msg / 2];
+        snprintf(msg, sizeof msg, "%.500s", err.msg);
+        snprintf(err.msg, sizeof err.msg, "%.300s: written but does not load back (%s): please report this", out, msg);
+        goto out;
+    }
+    if (!quiet) {
+        const int n_all = in->n_layers * in->n_heads;
+        char was[32], now[32];
+        fmt_bytes((double)ex.source_bytes, was, sizeof was);
+        fmt_bytes((double)ex.bytes, now, sizeof now);
+        printf("wrote     %s\n", out);
+        printf("heads     %d of %d removed", ex.n_removed, n_all);
+        if (ex.n_pruned != ex.n_removed)
+            printf(" (%d pruned in all: %d were already)", ex.n_pruned, ex.n_pruned - ex.n_removed);
+        printf("; %d left\n", n_all - ex.n_pruned);
+        printf("size      %s (was %s); %lld parameters (was %lld)\n", now, was, (long long)ex.n_params,
+               (long long)in->n_params);
+        if (ex.hf_loadable)
+            printf("loads in  headprune and Hugging Face transformers 4.x\n");
+        else
+            printf("loads in  headprune only: %s\n", ex.why_not);
+    }
+    rc = 0;
+out:
+    if (rc)
+        die(&err);
+    hp_model_close(back);
+    hp_mask_free(mask);
+    hp_model_close(m);
+    free(db_mask);
+    free(db_model);
+    free(db_digest);
+    return rc;
+}
