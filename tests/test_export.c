@@ -463,3 +463,81 @@ Test(export, headprune_record_not_an_object)
 {
     bad_pruned_config("gpt2-tiny", "\"headprune\":3", "\"headprune\" must be an object");
 }
+
+// --- what transformers loaded (tools/check_export.py) ------------------------------------
+
+static bool same_file(const char *a, const char *b)
+{
+    size_t na, nb;
+    char *x = tu_slurp(a, &na), *y = tu_slurp(b, &nb);
+    bool same = na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/*
+ * tests/fixtures/exported/<name> holds what `headprune prune` wrote and
+ * transformers loaded (or refused) in tools/check_export.py, with its
+ * evidence in hf-check.json. The exporter as it is now must write the same
+ * bytes, and headprune must evaluate the original under the mask to the
+ * metrics transformers computed from the export.
+ */
+static void hf_checked(const char *name)
+{
+    char dir[1024], path[1200], out[200], src[1100];
+    fixture_dir(dir, sizeof dir, "exported");
+    snprintf(path, sizeof path, "%s/%s/hf-check.json", dir, name);
+    char *txt = tu_slurp(path, NULL);
+    cJSON *ev = cJSON_Parse(txt);
+    cr_assert(ev, "%s: bad JSON", path);
+    const char *source = cJSON_GetObjectItem(ev, "source")->valuestring, *spec = cJSON_GetObjectItem(ev, "mask")->valuestring;
+
+    struct hp_model *m, *p;
+    struct hp_mask *mask;
+    struct hp_export_info info;
+    export_fixture(source, spec, name, &m, &mask, &p, &info);
+    const char *files[] = {"model.safetensors", "config.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(out, sizeof out, "%s/%s/%s", tmp, name, files[i]);
+        snprintf(path, sizeof path, "%s/%s/%s", dir, name, files[i]);
+        cr_assert(same_file(out, path), "%s: the exporter now writes another %s than transformers was shown "
+                  "(rerun tools/check_export.py)", name, files[i]);
+    }
+    bool loads = cJSON_IsTrue(cJSON_GetObjectItem(ev, "transformers_loads"));
+    cr_assert_eq(info.hf_loadable, loads, "%s: the export says transformers %s load it; transformers %s", name,
+                 info.hf_loadable ? "can" : "cannot", loads ? "did" : "refused");
+    if (loads) {
+        fixture_dir(src, sizeof src, source);
+        struct hp_data *d = fixture_data(src);
+        cJSON *hf = cJSON_GetObjectItem(ev, "metrics_vs_original");
+        struct hp_metrics *mt = metrics_of(m, d, mask, HP_ABLATE_ZERO, false);
+        const char *keys[] = {"loss", "acc", "kl", "cos"};
+        const double got[] = {mt->loss, mt->acc, mt->kl, mt->cos};
+        int checked = 0;
+        for (int i = 0; i < 4; i++) {
+            cJSON *v = cJSON_GetObjectItem(hf, keys[i]);
+            if (!v)
+                continue;
+            checked++;
+            cr_expect(fabs(got[i] - v->valuedouble) <= 1e-5 * fmax(1.0, fabs(v->valuedouble)),
+                      "%s: %s %.9g here, %.9g from the export in transformers", name, keys[i], got[i], v->valuedouble);
+        }
+        cr_assert_gt(checked, 0);
+        hp_metrics_free(mt);
+        hp_data_free(d);
+    }
+    hp_mask_free(mask);
+    hp_model_close(p);
+    hp_model_close(m);
+    cJSON_Delete(ev);
+    free(txt);
+}
+
+Test(export, transformers_loads_gpt2) { hf_checked("gpt2-tiny"); }
+Test(export, transformers_loads_bert_mlm) { hf_checked("bert-mlm"); }
+Test(export, transformers_loads_bert_encoder) { hf_checked("bert-encoder"); }
+Test(export, transformers_loads_llama_without_whole_groups) { hf_checked("llama-gqa-groups"); }
+Test(export, transformers_loads_llama_bf16) { hf_checked("llama-tied-bf16"); }
+Test(export, transformers_loads_qwen2) { hf_checked("qwen2-bias"); }
+Test(export, transformers_refuses_uneven_llama) { hf_checked("llama-gqa-uneven"); }
