@@ -594,3 +594,103 @@ Test(cli, eval_shortens_a_long_mask_on_its_ablated_line)
     char *nl = strchr(line, '\n');
     cr_assert(nl && nl - line < 120 && strstr(line, " ...\n") == nl - 4, "ablated line not shortened: %s", out);
 }
+
+// --- prune ------------------------------------------------------------------------
+
+Test(cli, prune_help_and_usage)
+{
+    cr_assert_eq(hp("prune --help"), 0);
+    cr_assert(strstr(out, "pruned_heads") && strstr(out, "--step N"), "%s", out);
+    const char *bad[] = {"prune --model tests/fixtures/gpt2-tiny --mask 0.1",
+                         "prune --model tests/fixtures/gpt2-tiny --out /tmp/x",
+                         "prune --model tests/fixtures/gpt2-tiny --mask 0.1 --db x.db --step 1 --out /tmp/x",
+                         "prune --db x.db --out /tmp/x",
+                         "prune --model tests/fixtures/gpt2-tiny --mask 0.1 --step 2 --out /tmp/x",
+                         "prune --db x.db --step -1 --out /tmp/x"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cr_assert_eq(hp(bad[i]), 2, "'%s' was not a usage error: %s", bad[i], errs);
+        cr_assert(strstr(errs, "headprune prune: "), "%s", errs);
+    }
+}
+
+/* The value after label in out ("loss      5.998423 ..." -> "5.998423"). */
+static void field(const char *label, char *buf, size_t n)
+{
+    const char *p = strstr(out, label);
+    cr_assert(p, "no '%s' in: %s", label, out);
+    p += strlen(label);
+    while (*p == ' ')
+        p++;
+    size_t i = 0;
+    while (p[i] && p[i] != ' ' && p[i] != '\n' && i + 1 < n) {
+        buf[i] = p[i];
+        i++;
+    }
+    buf[i] = 0;
+}
+
+Test(cli, prune_a_mask_then_eval)
+{
+    char a[1024], want[64], got[64];
+    snprintf(a, sizeof a, "prune --model tests/fixtures/gpt2-tiny --mask 0.1,2.0,2.3 --out %s/p", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "heads     3 of 12 removed; 9 left"), "%s", out);
+    cr_assert(strstr(out, "loads in  headprune and Hugging Face transformers 4.x"), "%s", out);
+    cr_assert(strstr(out, "40184 parameters (was 43328)"), "%s", out);
+    cr_assert_eq(hp("eval --model tests/fixtures/gpt2-tiny --data tests/fixtures/gpt2-tiny/data.npy --mask 0.1,2.0,2.3 --quiet"), 0, "%s", errs);
+    field("loss", want, sizeof want);
+    snprintf(a, sizeof a, "eval --model %s/p --data tests/fixtures/gpt2-tiny/data.npy --quiet", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    field("loss", got, sizeof got);
+    cr_assert_str_eq(got, want, "the pruned checkpoint's loss and the masked original's");
+    cr_assert(strstr(out, "4 KV heads; 3 heads pruned)"), "%s", out);
+    /* an uneven Llama: written, and said to be headprune's only */
+    snprintf(a, sizeof a, "prune --model tests/fixtures/llama-gqa --mask 0.1 --out %s/l", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "loads in  headprune only: layer 0 keeps part of a KV group"), "%s", out);
+    /* the directory exists now */
+    expect_error(a, "/l: already exists");
+    snprintf(a, sizeof a, "prune --model tests/fixtures/gpt2-tiny --mask 5.0 --out %s/q", tmp);
+    expect_error(a, "5.0");
+}
+
+Test(cli, prune_a_step_of_an_iterative_study)
+{
+    char a[2048], plan[1024];
+    snprintf(plan, sizeof plan,
+             "name: prune-test\nmodel: %s/fixtures/gpt2-tiny\ndata: %s/fixtures/gpt2-tiny/data.npy\n"
+             "studies:\n  - iterative: {prune: 25%%}\n",
+             getenv("HP_TESTS"), getenv("HP_TESTS"));
+    write_file("plan.yaml", plan);
+    snprintf(a, sizeof a, "run %s/plan.yaml --db %s/p.db --quiet", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    /* step 2's whole mask, as the curve shows it */
+    snprintf(a, sizeof a, "query curve --db %s/p.db --full-mask --format json", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cJSON *rows = cJSON_Parse(out), *row;
+    char mask[256] = "";
+    cJSON_ArrayForEach(row, rows)
+        if ((int)cJSON_GetObjectItem(row, "step")->valuedouble == 2)
+            snprintf(mask, sizeof mask, "%s", cJSON_GetObjectItem(row, "mask")->valuestring);
+    cJSON_Delete(rows);
+    cr_assert(mask[0], "no step 2 in the curve");
+    snprintf(a, sizeof a, "prune --db %s/p.db --step 2 --out %s/s2", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "heads     6 of 12 removed"), "%s", out);
+    snprintf(a, sizeof a, "inspect --model %s/s2 --json", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cJSON *info = cJSON_Parse(out);
+    cr_assert_str_eq(cJSON_GetObjectItem(info, "pruned")->valuestring, mask);
+    cJSON_Delete(info);
+
+    snprintf(a, sizeof a, "prune --db %s/p.db --step 9 --out %s/s9", tmp, tmp);
+    expect_error(a, "has no step 9 (the study ran steps 0-");
+    snprintf(a, sizeof a, "prune --db %s/p.db --study other --step 1 --out %s/s9", tmp, tmp);
+    expect_error(a, "has no iterative study 'other' (it has 'iterative");
+    snprintf(a, sizeof a, "prune --db %s/p.db --step 1 --model tests/fixtures/gpt2-noprefix --out %s/s9", tmp, tmp);
+    expect_error(a, "gpt2-noprefix: not the model the sweep measured");
+    snprintf(a, sizeof a, "prune --db %s/p.db --sweep 7 --step 1 --out %s/s9", tmp, tmp);
+    expect_error(a, "sweep 7 has no iterative study");
+    snprintf(a, sizeof a, "prune --db %s/nothing.db --step 1 --out %s/s9", tmp, tmp);
+    expect_error(a, "nothing.db");
+}
