@@ -4,7 +4,8 @@
  *
  * Input: byte 0 picks a fixture model whose model.safetensors is linked into
  * a scratch model folder (gpt2-tiny, gpt2-noprefix, bert-encoder, bert-mlm,
- * bert-cls, llama-gqa, qwen2-bias, llama-tied-bf16); the rest is written as
+ * bert-cls, llama-gqa, qwen2-bias, llama-tied-bf16, and two pruned ones:
+ * gpt2-pruned by transformers, exported/llama-gqa-uneven by headprune); the rest is written as
  * that folder's config.json. A model that opens must report a sane shape and
  * run a 4-token forward without fault.
  */
@@ -14,10 +15,11 @@
 #include <sys/stat.h>
 
 #define MAX_INPUT (64 << 10)
-#define N_FIXTURES 8
+#define N_FIXTURES 10
 
 static const char *const fixtures[N_FIXTURES] = {
     "gpt2-tiny", "gpt2-noprefix", "bert-encoder", "bert-mlm", "bert-cls", "llama-gqa", "qwen2-bias", "llama-tied-bf16",
+    "gpt2-pruned", "exported/llama-gqa-uneven",
 };
 static char dirs[N_FIXTURES][512];
 
@@ -29,7 +31,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     const char *scratch = fz_scratch();
     for (int i = 0; i < N_FIXTURES; i++) {
         char src[1024], dst[1100];
-        snprintf(dirs[i], sizeof dirs[i], "%s/%s", scratch, fixtures[i]);
+        snprintf(dirs[i], sizeof dirs[i], "%s/model%d", scratch, i);
         snprintf(src, sizeof src, "%s/tests/fixtures/%s/model.safetensors", HP_FUZZ_ROOT, fixtures[i]);
         snprintf(dst, sizeof dst, "%s/model.safetensors", dirs[i]);
         if (mkdir(dirs[i], 0777) != 0 || symlink(src, dst) != 0) {
