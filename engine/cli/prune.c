@@ -39,7 +39,9 @@ static const char prune_help[] =
     "  --step N        the sweep has several (`headprune query curve` lists steps)\n"
     "  --out NEWDIR    the directory to write; it must not exist, and appears\n"
     "                  whole or not at all\n"
-    "  --quiet         no summary on stdout\n";
+    "  --quiet         no summary on stdout\n"
+    "\n"
+    "The files written and the config.json record: docs/checkpoints.md.\n";
 
 /* "12.3 MB" */
 static void fmt_bytes(double b, char *buf, size_t n)
