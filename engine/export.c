@@ -85,7 +85,14 @@ static enum hp_status keep_make(const struct hp_model *m, const struct hp_mask *
      * n_heads / n_kv_heads consecutive query heads */
     info->hf_loadable = true;
     info->why_not[0] = '\0';
-    if (in->arch == HP_ARCH_LLAMA) {
+    for (int l = 0; l < L && info->hf_loadable; l++)
+        if (k->n_q[l] == 0) {
+            info->hf_loadable = false;
+            snprintf(info->why_not, sizeof info->why_not,
+                     "layer %d keeps no heads; transformers cannot build or run a layer without any (headprune "
+                     "adds the output projection's bias alone)", l);
+        }
+    if (info->hf_loadable && in->arch == HP_ARCH_LLAMA) {
         for (int l = 0; l < L && info->hf_loadable; l++) {
             if (k->n_q[l] != k->n_q[0] || k->n_kv[l] != k->n_kv[0]) {
                 info->hf_loadable = false;
@@ -98,10 +105,6 @@ static enum hp_status keep_make(const struct hp_model *m, const struct hp_mask *
                          "layer %d keeps part of a KV group (%d query heads over %d KV heads); Hugging Face removes "
                          "only whole groups", l, k->n_q[l], k->n_kv[l]);
             }
-        }
-        if (info->hf_loadable && k->n_q[0] == 0) {
-            info->hf_loadable = false;
-            snprintf(info->why_not, sizeof info->why_not, "no heads are left; Hugging Face needs at least one a layer");
         }
     }
     return HP_OK;

@@ -293,7 +293,8 @@ struct hp_export_info {
     int64_t source_bytes; /* the source's safetensors files, for comparison */
     bool hf_loadable; /* Hugging Face transformers 4.x loads it: GPT-2 and BERT (config's
                        * "pruned_heads"), Llama-family models when every layer keeps the same
-                       * numbers of heads and KV groups and only whole groups go */
+                       * numbers of heads and KV groups and only whole groups go; never when a
+                       * layer keeps no heads */
     char why_not[200]; /* when not: why */
 };
 

@@ -541,3 +541,4 @@ Test(export, transformers_loads_llama_without_whole_groups) { hf_checked("llama-
 Test(export, transformers_loads_llama_bf16) { hf_checked("llama-tied-bf16"); }
 Test(export, transformers_loads_qwen2) { hf_checked("qwen2-bias"); }
 Test(export, transformers_refuses_uneven_llama) { hf_checked("llama-gqa-uneven"); }
+Test(export, transformers_refuses_a_layer_without_heads) { hf_checked("gpt2-empty-layer"); }

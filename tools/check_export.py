@@ -53,6 +53,7 @@ CASES = [
     ("llama-tied-bf16", "llama-tied-bf16", "0.0,1.3", LlamaForCausalLM, "llama", "causal", True),
     ("qwen2-bias", "qwen2-bias", "kv:0.1,kv:1.0", Qwen2ForCausalLM, "llama", "causal", True),
     ("llama-gqa-uneven", "llama-gqa", "kv:0.1,1.0", LlamaForCausalLM, "llama", "causal", False),
+    ("gpt2-empty-layer", "gpt2-tiny", "1.*", GPT2LMHeadModel, "gpt2", "causal", False),
 ]
 
 
