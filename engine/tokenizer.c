@@ -1205,6 +1205,17 @@ static bool note_tmpl_token(struct hp_tokenizer *t, int32_t id, const cJSON *s)
     return true;
 }
 
+/* A post-processor's special-token id v into *out: a whole number the tokenizer then counts among its
+ * ids, so a model too small for it is refused; false for anything else. */
+static bool special_id(struct hp_tokenizer *t, const cJSON *v, int32_t *out)
+{
+    double x = cJSON_IsNumber(v) ? v->valuedouble : -1;
+    if (!(x >= 0 && x < INT32_MAX && x == (double)(int64_t)x) || !note_id(t, (int64_t)x))
+        return false;
+    *out = (int32_t)x;
+    return true;
+}
+
 /* The template of TemplateProcessing ("single"/"pair") or the equivalent of BertProcessing. */
 static enum hp_status add_template(struct hp_tokenizer *t, const cJSON *list, const cJSON *specials,
                                    struct tmpl_item **out, int *n_out, struct hp_error *err)
@@ -1244,14 +1255,10 @@ static enum hp_status add_template(struct hp_tokenizer *t, const cJSON *list, co
             return hp_fail(err, HP_ERR_NOMEM, "out of memory");
         (*out)[i].n_ids = k;
         for (int j = 0; j < k; j++) {
-            /* a whole number the tokenizer then counts among its ids, so a model too small for it is refused */
-            const cJSON *v = cJSON_GetArrayItem(ids, j);
-            double x = cJSON_IsNumber(v) ? v->valuedouble : -1;
-            if (!(x >= 0 && x < INT32_MAX && x == (double)(int64_t)x) || !note_id(t, (int64_t)x))
+            if (!special_id(t, cJSON_GetArrayItem(ids, j), &(*out)[i].ids[j]))
                 return FAIL("%s: post_processor special token '%s': id %d is not a whole number from 0 to %d", t->path,
                             id, j, INT32_MAX - 1);
-            (*out)[i].ids[j] = (int32_t)x;
-            if (!note_tmpl_token(t, (int32_t)x, cJSON_GetArrayItem(strs, j)))
+            if (!note_tmpl_token(t, (*out)[i].ids[j], cJSON_GetArrayItem(strs, j)))
                 return hp_fail(err, HP_ERR_NOMEM, "out of memory");
         }
     }
@@ -1279,7 +1286,11 @@ static enum hp_status add_post(struct hp_tokenizer *t, const cJSON *n, struct hp
         const cJSON *cls = cJSON_GetObjectItemCaseSensitive(n, "cls"), *sep = cJSON_GetObjectItemCaseSensitive(n, "sep");
         if (cJSON_GetArraySize(cls) != 2 || cJSON_GetArraySize(sep) != 2)
             return FAIL("%s: BertProcessing needs cls and sep as [token, id]", t->path);
-        int32_t c = cJSON_GetArrayItem(cls, 1)->valueint, s = cJSON_GetArrayItem(sep, 1)->valueint;
+        /* checked and counted as a template's ids are (found by fuzzing: 9 past a vocabulary of 2 went out) */
+        int32_t c, s;
+        if (!special_id(t, cJSON_GetArrayItem(cls, 1), &c) || !special_id(t, cJSON_GetArrayItem(sep, 1), &s))
+            return FAIL("%s: BertProcessing: the id of cls or sep is not a whole number from 0 to %d", t->path,
+                        INT32_MAX - 1);
         if (!note_tmpl_token(t, c, cJSON_GetArrayItem(cls, 0)) || !note_tmpl_token(t, s, cJSON_GetArrayItem(sep, 0)))
             return hp_fail(err, HP_ERR_NOMEM, "out of memory");
         static const int seqs[5] = {-1, 0, -1, 1, -1}, types[5] = {0, 0, 0, 1, 1};

@@ -263,6 +263,38 @@ Test(tokenizer, template_special_ids_are_checked_and_counted, .init = mk, .fini 
     hp_tokenizer_free(t);
 }
 
+static void bert_processing_with_ids(char *out, size_t n, const char *cls, const char *sep)
+{
+    snprintf(out, n,
+             "{\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": {\"[UNK]\": 0, \"a\": 1}},"
+             " \"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"[SEP]\", %s], \"cls\": [\"[CLS]\", %s]}}",
+             sep, cls);
+}
+
+Test(tokenizer, bert_processing_ids_are_checked_and_counted, .init = mk, .fini = rm)
+{
+    /* found by fuzzing (the decode harness): BertProcessing's ids went out as unchecked as the template's did */
+    char json[1024];
+    bert_processing_with_ids(json, sizeof json, "9", "-3");
+    expect_open_fails(json, "BertProcessing: the id of cls or sep is not a whole number");
+    bert_processing_with_ids(json, sizeof json, "\"2\"", "3");
+    expect_open_fails(json, "is not a whole number");
+    bert_processing_with_ids(json, sizeof json, "9", "3");
+    char path[256];
+    snprintf(path, sizeof path, "%s/tokenizer.json", g_tmp);
+    tu_spit(path, json, strlen(json));
+    struct hp_error err = {0};
+    struct hp_tokenizer *t;
+    cr_assert_eq(hp_tokenizer_open(g_tmp, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_tokenizer_n_ids(t), 10, "BertProcessing's id 9 is not counted: %d ids", hp_tokenizer_n_ids(t));
+    struct hp_encoding e;
+    cr_assert_eq(hp_tokenizer_encode(t, "a", 1, NULL, 0, true, &e, &err), HP_OK, "%s", err.msg);
+    cr_assert(e.n == 3 && e.ids[0] == 9 && e.ids[1] == 1 && e.ids[2] == 3);
+    cr_assert_str_eq(hp_tokenizer_piece(t, 9, NULL), "[CLS]", "the template's token string");
+    hp_encoding_free(&e);
+    hp_tokenizer_free(t);
+}
+
 Test(tokenizer, no_tokenizer_files, .init = mk, .fini = rm)
 {
     struct hp_error err = {0};
