@@ -1,15 +1,19 @@
 /*
- * tokenizer.c -- Hugging Face tokenizers in C: text to token ids.
+ * tokenizer.c -- Hugging Face tokenizers in C: text to token ids, and ids back
+ * to their token strings and text.
  *
  * Reads a model directory's tokenizer.json (or, failing that, vocab.txt for
  * BERT WordPiece, or vocab.json + merges.txt for GPT-2 byte-level BPE) and
  * runs what it declares, in the order the tokenizers library does: split the
  * text on added tokens, then per piece normalise, pre-tokenise, and apply the
  * model (BPE, optionally byte-level or with byte fallback, or WordPiece),
- * then add special tokens with the post-processor's template.
+ * then add special tokens with the post-processor's template. Back the other
+ * way, an id's token string is the added token's, else the vocabulary's (as
+ * the library's id_to_token), and text is those strings through the file's
+ * decoder (engine/decoder.c).
  * Unicode normalisation and categories come from utf8proc, the
  * pre-tokenisers' regexes from PCRE2 (UTF + UCP).
- * Owns: the vocabulary, merges and pipeline; nothing about models or data.
+ * Owns: the vocabulary (both ways), merges and pipeline; nothing about models or data.
  * Must not: print or exit. Invariants: ids agree with the tokenizers library
  * on tests/fixtures/tokenizers (test_tokenizer.c); time is linear in the text
  * (n log n in one word's BPE merges), and no text grows past HP_TEXT_MAX.
@@ -198,6 +202,16 @@ struct added {
     size_t n;
     int32_t id;
     bool lstrip, rstrip;
+    bool special; /* left out by decoding with skip_special */
+};
+
+/* An id's token string; pieces are kept sorted by id, one each. */
+struct piece {
+    int32_t id;
+    int rank;      /* where it came from, first wins: 0 added token, 1 vocabulary, 2 template only */
+    bool special;  /* its string is a special added token's */
+    const char *s; /* owned by the vocabulary map, the added tokens or tmpl_tokens */
+    size_t n;
 };
 
 enum model_kind { M_BPE, M_WORDPIECE };
@@ -224,10 +238,16 @@ struct hp_tokenizer {
     int n_single, n_pair;
     int32_t byte_tok[256]; /* byte fallback: id of <0xXX>, -1 if absent */
     int32_t bos, eos;
+    struct piece *pieces;      /* id -> token string, sorted by id */
+    int n_pieces;
+    struct piece *tmpl_tokens; /* the template's special tokens with their strings (owned) */
+    int n_tmpl_tokens;
+    struct hp_decoder *dec;
+    bool clean_up;             /* tokenizer_config.json's clean_up_tokenization_spaces */
 };
 
 /* The GPT-2 byte -> printable code point map of byte-level BPE. */
-static int32_t byte_cp(uint8_t b)
+int32_t hp_byte_level_cp(uint8_t b)
 {
     if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)
         return b;
@@ -236,9 +256,6 @@ static int32_t byte_cp(uint8_t b)
         n += !((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || c >= 174);
     return 256 + n;
 }
-
-/* One text (document or row) is at most this many bytes: sizes stay far from int overflow. */
-#define HP_TEXT_MAX (256 << 20)
 
 static const char gpt2_regex[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -827,7 +844,7 @@ static enum hp_status encode_piece(const struct hp_tokenizer *t, const char *s, 
         } else if (t->byte_level) {
             tmp.n = 0;
             for (size_t k = 0; ok && k < len; k++)
-                ok = buf_cp(&tmp, byte_cp((uint8_t)word[k]));
+                ok = buf_cp(&tmp, hp_byte_level_cp((uint8_t)word[k]));
             ok = ok && bpe_word(t, tmp.p ? tmp.p : "", tmp.n, out);
         } else {
             ok = bpe_word(t, word, len, out);
@@ -895,6 +912,11 @@ void hp_tokenizer_free(struct hp_tokenizer *t)
         free(t->pair[i].ids);
     free(t->single);
     free(t->pair);
+    free(t->pieces);
+    for (int i = 0; i < t->n_tmpl_tokens; i++)
+        free((char *)t->tmpl_tokens[i].s);
+    free(t->tmpl_tokens);
+    hp_decoder_free(t->dec);
     free(t);
 }
 
@@ -1167,6 +1189,33 @@ static enum hp_status add_pre(struct hp_tokenizer *t, const cJSON *n, struct hp_
     return st;
 }
 
+/* A template's special token and its string: the token string of an id that neither the
+ * vocabulary nor the added tokens have (Encoding.tokens shows it; decoding drops it). */
+static bool note_tmpl_token(struct hp_tokenizer *t, int32_t id, const cJSON *s)
+{
+    if (!cJSON_IsString(s))
+        return true;
+    struct piece *p = grow_one((void **)&t->tmpl_tokens, t->n_tmpl_tokens, sizeof *p);
+    if (!p || !(p->s = strdup(s->valuestring)))
+        return false;
+    p->id = id;
+    p->rank = 2;
+    p->n = strlen(p->s);
+    t->n_tmpl_tokens++;
+    return true;
+}
+
+/* A post-processor's special-token id v into *out: a whole number the tokenizer then counts among its
+ * ids, so a model too small for it is refused; false for anything else. */
+static bool special_id(struct hp_tokenizer *t, const cJSON *v, int32_t *out)
+{
+    double x = cJSON_IsNumber(v) ? v->valuedouble : -1;
+    if (!(x >= 0 && x < INT32_MAX && x == (double)(int64_t)x) || !note_id(t, (int64_t)x))
+        return false;
+    *out = (int32_t)x;
+    return true;
+}
+
 /* The template of TemplateProcessing ("single"/"pair") or the equivalent of BertProcessing. */
 static enum hp_status add_template(struct hp_tokenizer *t, const cJSON *list, const cJSON *specials,
                                    struct tmpl_item **out, int *n_out, struct hp_error *err)
@@ -1195,7 +1244,9 @@ static enum hp_status add_template(struct hp_tokenizer *t, const cJSON *list, co
             continue;
         }
         (*out)[i].seq = -1;
-        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(specials, id), "ids");
+        const cJSON *sp_tok = cJSON_GetObjectItemCaseSensitive(specials, id);
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(sp_tok, "ids"),
+                    *strs = cJSON_GetObjectItemCaseSensitive(sp_tok, "tokens");
         int k = cJSON_GetArraySize(ids);
         if (k < 1)
             return FAIL("%s: post_processor special token '%s' has no ids", t->path, id);
@@ -1204,13 +1255,11 @@ static enum hp_status add_template(struct hp_tokenizer *t, const cJSON *list, co
             return hp_fail(err, HP_ERR_NOMEM, "out of memory");
         (*out)[i].n_ids = k;
         for (int j = 0; j < k; j++) {
-            /* a whole number the tokenizer then counts among its ids, so a model too small for it is refused */
-            const cJSON *v = cJSON_GetArrayItem(ids, j);
-            double x = cJSON_IsNumber(v) ? v->valuedouble : -1;
-            if (!(x >= 0 && x < INT32_MAX && x == (double)(int64_t)x) || !note_id(t, (int64_t)x))
+            if (!special_id(t, cJSON_GetArrayItem(ids, j), &(*out)[i].ids[j]))
                 return FAIL("%s: post_processor special token '%s': id %d is not a whole number from 0 to %d", t->path,
                             id, j, INT32_MAX - 1);
-            (*out)[i].ids[j] = (int32_t)x;
+            if (!note_tmpl_token(t, (*out)[i].ids[j], cJSON_GetArrayItem(strs, j)))
+                return hp_fail(err, HP_ERR_NOMEM, "out of memory");
         }
     }
     return HP_OK;
@@ -1237,7 +1286,13 @@ static enum hp_status add_post(struct hp_tokenizer *t, const cJSON *n, struct hp
         const cJSON *cls = cJSON_GetObjectItemCaseSensitive(n, "cls"), *sep = cJSON_GetObjectItemCaseSensitive(n, "sep");
         if (cJSON_GetArraySize(cls) != 2 || cJSON_GetArraySize(sep) != 2)
             return FAIL("%s: BertProcessing needs cls and sep as [token, id]", t->path);
-        int32_t c = cJSON_GetArrayItem(cls, 1)->valueint, s = cJSON_GetArrayItem(sep, 1)->valueint;
+        /* checked and counted as a template's ids are (found by fuzzing: 9 past a vocabulary of 2 went out) */
+        int32_t c, s;
+        if (!special_id(t, cJSON_GetArrayItem(cls, 1), &c) || !special_id(t, cJSON_GetArrayItem(sep, 1), &s))
+            return FAIL("%s: BertProcessing: the id of cls or sep is not a whole number from 0 to %d", t->path,
+                        INT32_MAX - 1);
+        if (!note_tmpl_token(t, c, cJSON_GetArrayItem(cls, 0)) || !note_tmpl_token(t, s, cJSON_GetArrayItem(sep, 0)))
+            return hp_fail(err, HP_ERR_NOMEM, "out of memory");
         static const int seqs[5] = {-1, 0, -1, 1, -1}, types[5] = {0, 0, 0, 1, 1};
         t->single = calloc(3, sizeof *t->single);
         t->pair = calloc(5, sizeof *t->pair);
@@ -1408,6 +1463,7 @@ static enum hp_status load_added(struct hp_tokenizer *t, const cJSON *list, stru
         x->id = id->valueint;
         x->lstrip = jbool(a, "lstrip", false);
         x->rstrip = jbool(a, "rstrip", false);
+        x->special = jbool(a, "special", false);
         if (!x->s)
             return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     }
@@ -1440,6 +1496,8 @@ static enum hp_status load_json(struct hp_tokenizer *t, const char *text, struct
         st = load_added(t, cJSON_GetObjectItemCaseSensitive(j, "added_tokens"), err);
     if (st == HP_OK)
         st = add_pipeline(t, j, err);
+    if (st == HP_OK)
+        st = hp_decoder_load(cJSON_GetObjectItemCaseSensitive(j, "decoder"), t->path, &t->dec, err);
     if (st == HP_OK && t->byte_level && t->model != M_BPE)
         FAIL("%s: a ByteLevel pre-tokenizer with a %s model is not supported", t->path, "WordPiece");
     cJSON_Delete(j);
@@ -1505,7 +1563,7 @@ static enum hp_status load_vocab_txt(struct hp_tokenizer *t, const char *dir, ch
     for (int i = 0; i < 5; i++) {
         int32_t v = vocab_id(t, specials[i], strlen(specials[i]));
         if (v >= 0) {
-            t->added[t->n_added] = (struct added){strdup(specials[i]), strlen(specials[i]), v, false, false};
+            t->added[t->n_added] = (struct added){strdup(specials[i]), strlen(specials[i]), v, false, false, true};
             if (!t->added[t->n_added++].s)
                 return hp_fail(err, HP_ERR_NOMEM, "out of memory");
         }
@@ -1519,6 +1577,11 @@ static enum hp_status load_vocab_txt(struct hp_tokenizer *t, const char *dir, ch
     cJSON *j = cJSON_Parse(json);
     st = add_pipeline(t, j, err);
     cJSON_Delete(j);
+    /* what transformers' converter gives BertTokenizer */
+    cJSON *dec = cJSON_Parse("{\"type\": \"WordPiece\", \"prefix\": \"##\", \"cleanup\": true}");
+    if (st == HP_OK)
+        st = hp_decoder_load(dec, t->path, &t->dec, err);
+    cJSON_Delete(dec);
     return st;
 }
 
@@ -1560,15 +1623,137 @@ static enum hp_status load_gpt2_files(struct hp_tokenizer *t, const char *vocab_
         return st;
     cJSON *pre = cJSON_Parse("{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}");
     st = each_step(t, pre, "pretokenizers", add_pre, err);
+    if (st == HP_OK)
+        st = hp_decoder_load(pre, t->path, &t->dec, err);
     cJSON_Delete(pre);
     int32_t eot = vocab_id(t, "<|endoftext|>", 13);
     t->added = calloc(1, sizeof *t->added);
     if (st == HP_OK && !t->added)
         st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
     if (st == HP_OK && eot >= 0) {
-        t->added[0] = (struct added){strdup("<|endoftext|>"), 13, eot, false, false};
+        t->added[0] = (struct added){strdup("<|endoftext|>"), 13, eot, false, false, true};
         t->n_added = t->added[0].s ? 1 : 0;
     }
+    return st;
+}
+
+// --- ids back to token strings ---------------------------------------------------------------
+
+static int piece_cmp(const void *a, const void *b)
+{
+    const struct piece *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    if (x->rank != y->rank)
+        return x->rank - y->rank;
+    int c = memcmp(x->s, y->s, x->n < y->n ? x->n : y->n);
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
+static struct piece *piece_find(const struct hp_tokenizer *t, int32_t id)
+{
+    int lo = 0, hi = t->n_pieces;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (t->pieces[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < t->n_pieces && t->pieces[lo].id == id ? &t->pieces[lo] : NULL;
+}
+
+/*
+ * The id -> token string table: an added token's content over the
+ * vocabulary's string (the library's id_to_token asks the added tokens
+ * first), and a template's special token for an id neither has. Of two
+ * vocabulary strings with one id the first in byte order wins (the library's
+ * pick is a hash map's). Specials, as the library decides them by string: an
+ * added token marked special, and a vocabulary id with the same string.
+ */
+static bool build_pieces(struct hp_tokenizer *t)
+{
+    size_t cap = t->vocab.n + (size_t)t->n_added + (size_t)t->n_tmpl_tokens;
+    struct piece *p = malloc((cap + 1) * sizeof *p);
+    if (!p)
+        return false;
+    size_t n = 0;
+    for (int i = 0; i < t->n_added; i++)
+        p[n++] = (struct piece){t->added[i].id, 0, false, t->added[i].s, t->added[i].n};
+    for (size_t i = 0; i < t->vocab.cap; i++)
+        if (t->vocab.key[i])
+            p[n++] = (struct piece){(int32_t)t->vocab.val[i], 1, false, t->vocab.key[i], t->vocab.klen[i]};
+    for (int i = 0; i < t->n_tmpl_tokens; i++)
+        p[n++] = t->tmpl_tokens[i];
+    qsort(p, n, sizeof *p, piece_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || p[k - 1].id != p[i].id)
+            p[k++] = p[i];
+    t->pieces = p;
+    t->n_pieces = (int)k;
+    for (int i = 0; i < t->n_added; i++) {
+        const struct added *a = &t->added[i];
+        struct piece *x = a->special ? piece_find(t, a->id) : NULL, *y = a->special ? piece_find(t, vocab_id(t, a->s, a->n)) : NULL;
+        if (x && x->n == a->n && memcmp(x->s, a->s, a->n) == 0)
+            x->special = true;
+        if (y && y->n == a->n && memcmp(y->s, a->s, a->n) == 0)
+            y->special = true;
+    }
+    return true;
+}
+
+/* transformers' clean_up_tokenization_spaces from dir's tokenizer_config.json: false when the file or the
+ * key is absent (the default of its fast tokenizers, which BertTokenizer's own default of true does not
+ * reach) or the file is not JSON. */
+static bool read_clean_up(const char *dir)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    enum hp_status st;
+    struct hp_error err;
+    char *text = read_opt(path, &st, &err);
+    cJSON *c = text ? cJSON_Parse(text) : NULL;
+    bool on = jbool(c, "clean_up_tokenization_spaces", false);
+    cJSON_Delete(c);
+    free(text);
+    return on;
+}
+
+const char *hp_tokenizer_piece(const struct hp_tokenizer *t, int32_t id, size_t *n)
+{
+    const struct piece *p = piece_find(t, id);
+    if (n)
+        *n = p ? p->n : 0;
+    return p ? p->s : NULL;
+}
+
+enum hp_status hp_tokenizer_decode(const struct hp_tokenizer *t, const int32_t *ids, int n, bool skip_special,
+                                   char **out, size_t *n_out, struct hp_error *err)
+{
+    *out = NULL;
+    *n_out = 0;
+    const char **tok = malloc(((size_t)(n > 0 ? n : 0) + 1) * sizeof *tok);
+    size_t *len = malloc(((size_t)(n > 0 ? n : 0) + 1) * sizeof *len);
+    int k = 0;
+    enum hp_status st = tok && len ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    for (int i = 0; st == HP_OK && i < n; i++) {
+        const struct piece *p = piece_find(t, ids[i]);
+        if (!p && (ids[i] < 0 || ids[i] >= t->n_ids))
+            st = hp_fail(err, HP_ERR_ARG, "token %d: id %d is not in the vocabulary of %s (ids 0..%d)", i + 1,
+                         ids[i], t->path, t->n_ids - 1);
+        else if (!p)
+            st = hp_fail(err, HP_ERR_ARG, "token %d: no token has id %d in %s (a gap among its ids 0..%d)", i + 1,
+                         ids[i], t->path, t->n_ids - 1);
+        else if (p->rank < 2 && !(skip_special && p->special)) { /* the library cannot decode a template's own */
+            tok[k] = p->s;
+            len[k++] = p->n;
+        }
+    }
+    if (st == HP_OK)
+        st = hp_decoder_run(t->dec, tok, len, k, t->clean_up, out, n_out, err);
+    free(tok);
+    free(len);
     return st;
 }
 
@@ -1606,12 +1791,15 @@ enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, str
         }
     }
     free(text);
+    if (st == HP_OK && !build_pieces(t))
+        st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
     if (st != HP_OK) {
         hp_tokenizer_free(t);
         return st;
     }
     for (int i = 0; i < t->n_added; i++)
         t->added_first[(unsigned char)t->added[i].s[0]] = true;
+    t->clean_up = read_clean_up(dir);
     *out = t;
     return HP_OK;
 }

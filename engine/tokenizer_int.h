@@ -1,8 +1,12 @@
-/* tokenizer_int.h -- what the tokenizer tells the text loader (engine/tokenizer.c). */
+/* tokenizer_int.h -- what the tokenizer (engine/tokenizer.c) tells the text loader, and what it
+ * and its decoder (engine/decoder.c) share. */
 #ifndef HP_TOKENIZER_INT_H
 #define HP_TOKENIZER_INT_H
 
 #include "headprune.h"
+
+/* One text (document or row, or decoded text) is at most this many bytes: sizes stay far from int overflow. */
+#define HP_TEXT_MAX (256 << 20)
 
 /* The id to put after each packed document when the tokenizer's template adds
  * no special tokens of its own (GPT-2's <|endoftext|>), else -1. */
@@ -10,5 +14,33 @@ int32_t hp_tokenizer_separator(const struct hp_tokenizer *t);
 
 /* The padding id: [PAD], <pad>, or 0. Padded positions are masked anyway. */
 int32_t hp_tokenizer_pad(const struct hp_tokenizer *t);
+
+/* The code point GPT-2's byte-level map gives byte b (printable bytes keep theirs; the rest get 256 and up). */
+int32_t hp_byte_level_cp(uint8_t b);
+
+// --- the decoder: token strings back to text (engine/decoder.c) ---------------------------
+
+struct hp_decoder;
+struct cJSON;
+
+/*
+ * The decoder a tokenizer.json declares (j: its "decoder", NULL or null for
+ * none); path names the file in messages. A decoder it cannot run is kept, to
+ * fail each hp_decoder_run with the reason: text to ids does not need it.
+ * Fails only when out of memory. Destructor: hp_decoder_free.
+ */
+enum hp_status hp_decoder_load(const struct cJSON *j, const char *path, struct hp_decoder **out,
+                               struct hp_error *err);
+void hp_decoder_free(struct hp_decoder *d);
+
+/*
+ * The text of the token strings tok[0..n) (len[i] bytes each) as the
+ * tokenizers library's decoder makes it, then, with clean_up, transformers'
+ * clean_up_tokenization (" ." -> ".", " ' " -> "'", " 's" -> "'s", ...).
+ * *out (NUL-terminated, *n_out bytes, which may include NULs) is the
+ * caller's to free.
+ */
+enum hp_status hp_decoder_run(const struct hp_decoder *d, const char *const *tok, const size_t *len, int n,
+                              bool clean_up, char **out, size_t *n_out, struct hp_error *err);
 
 #endif

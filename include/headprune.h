@@ -168,6 +168,29 @@ enum hp_status hp_tokenizer_encode(const struct hp_tokenizer *t, const char *a, 
                                    const char *b, size_t nb, bool special,
                                    struct hp_encoding *out, struct hp_error *err);
 
+/*
+ * The token string of id, as the tokenizers library's Encoding.tokens shows
+ * it (GPT-2's "Ġworld", WordPiece's "##ing", SentencePiece's "▁the", byte
+ * fallback's "<0x0A>"), NUL-terminated, with its length in *n (n may be
+ * NULL); NULL when no token has that id. Owned by t.
+ */
+const char *hp_tokenizer_piece(const struct hp_tokenizer *t, int32_t id, size_t *n);
+
+/*
+ * The text of ids[0..n), as Hugging Face's tokenizer.decode(ids) gives it:
+ * the tokenizer.json's decoder (byte-level bytes that are not UTF-8 become
+ * U+FFFD; WordPiece's "##" joined), then transformers' clean-up of spaces
+ * before punctuation when the directory's tokenizer_config.json sets
+ * clean_up_tokenization_spaces. skip_special leaves out the special tokens
+ * (skip_special_tokens=True). An id no token has is an error naming its
+ * place (1-based) and the id, where Hugging Face would drop it silently;
+ * so is a decoder headprune does not support. *out (NUL-terminated,
+ * *n_out bytes, which may include NULs) is the caller's to free().
+ */
+enum hp_status hp_tokenizer_decode(const struct hp_tokenizer *t, const int32_t *ids, int n,
+                                   bool skip_special, char **out, size_t *n_out,
+                                   struct hp_error *err);
+
 // --- held-out data ----------------------------------------------------------
 
 struct hp_data {

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -451,6 +452,139 @@ Test(cli, tokenize_without_tokenizer_files)
     char args[512];
     snprintf(args, sizeof args, "tokenize --model %s", tmp);
     expect_error(args, "no tokenizer.json, vocab.txt or vocab.json + merges.txt");
+}
+
+#define SP_TOK "tests/fixtures/tokenizers/sp-bpe"
+#define GPT2_TOK "tests/fixtures/tokenizers/gpt2-bpe"
+
+Test(cli, tokenize_pieces_are_hugging_faces_tokens)
+{
+    char args[512];
+    write_file("t.txt", "Hello, world!\nI don't know.\n");
+    snprintf(args, sizeof args, "tokenize --model " MINILM_TOK " --special --pieces %s/t.txt", tmp);
+    cr_assert_eq(hp(args), 0, "%s", errs);
+    /* Encoding.tokens from Hugging Face's tokenizers for these lines */
+    cr_assert_str_eq(out, "[CLS] hello , world ! [SEP]\n[CLS] i don ' t know . [SEP]\n");
+    /* a tab and a backslash in SentencePiece pieces are escaped; byte fallback shows <0xXX> */
+    write_file("sp.txt", "Tab\there \\ \xe4\xb8\xad x\n");
+    snprintf(args, sizeof args, "tokenize --model " SP_TOK " --special --pieces --ids %s/sp.txt", tmp);
+    cr_assert_eq(hp(args), 0, "%s", errs);
+    cr_assert_str_eq(out, "1:<s> 558:\xe2\x96\x81T 499:ab 259:\\t 331:h 648:ere 399:\xe2\x96\x81 319:\\\\ "
+                          "399:\xe2\x96\x81 231:<0xE4> 187:<0xB8> 176:<0xAD> 2054:\xe2\x96\x81x\n");
+}
+
+Test(cli, tokenize_pieces_escape_spaces_and_controls)
+{
+    char args[512], dir[128];
+    snprintf(dir, sizeof dir, "%s/tok", tmp);
+    cr_assert(mkdir(dir, 0755) == 0);
+    write_file("tok/tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a b\": 0, \"\\u00a0\": 1, "
+                                     "\"x\\\\y\": 2, \"\\n\": 3, \"\\u0001\\u2028\": 4, \"\\u00e9\\u2581\": 5}, "
+                                     "\"merges\": []}}");
+    write_file("ids.txt", "0 1 2 3 4 5\n\n5\t0\n");
+    snprintf(args, sizeof args, "tokenize --model %s --decode --pieces %s/ids.txt", dir, tmp);
+    cr_assert_eq(hp(args), 0, "%s", errs);
+    cr_assert_str_eq(out, "a\\u0020b \\u00A0 x\\\\y \\n \\u0001\\u2028 \xc3\xa9\xe2\x96\x81\n\n"
+                          "\xc3\xa9\xe2\x96\x81 a\\u0020b\n");
+    /* no decoder: Hugging Face joins the tokens with spaces */
+    snprintf(args, sizeof args, "tokenize --model %s --decode %s/ids.txt", dir, tmp);
+    cr_assert_eq(hp(args), 0, "%s", errs);
+    cr_assert_str_eq(out, "a b \xc2\xa0 x\\y \n \x01\xe2\x80\xa8 \xc3\xa9\xe2\x96\x81\n\n\xc3\xa9\xe2\x96\x81 a b\n");
+}
+
+Test(cli, tokenize_decode_is_hugging_faces_decode)
+{
+    char args[512];
+    write_file("ids.txt", "101 7592 1010 2088 999 102\n101 1045 2123 1005 1056 2113 1012 102\n\n");
+    snprintf(args, sizeof args, "tokenize --model " MINILM_TOK " --decode %s/ids.txt", tmp);
+    cr_assert_eq(hp(args), 0, "%s", errs);
+    /* transformers' tokenizer.decode(ids) for all-MiniLM-L6-v2 */
+    cr_assert_str_eq(out, "[CLS] hello, world! [SEP]\n[CLS] i don ' t know. [SEP]\n\n");
+    snprintf(args, sizeof args, "tokenize --model " MINILM_TOK " --decode --skip-special %s/ids.txt", tmp);
+    cr_assert_eq(hp(args), 0, "%s", errs);
+    cr_assert_str_eq(out, "hello, world!\ni don ' t know.\n\n");
+    /* byte fallback bytes that are not UTF-8: U+FFFD each, as Hugging Face */
+    write_file("sp.txt", "1 259 231 187\n");
+    snprintf(args, sizeof args, "tokenize --model " SP_TOK " --decode %s/sp.txt", tmp);
+    cr_assert_eq(hp(args), 0, "%s", errs);
+    cr_assert_str_eq(out, "<s>\t\xef\xbf\xbd\xef\xbf\xbd\n");
+}
+
+/* tokenize, then --decode, gives the corpus back byte for byte (byte-level BPE). */
+Test(cli, tokenize_then_decode_is_the_text)
+{
+    char args[512], a[256], b[256];
+    snprintf(args, sizeof args, "tokenize --model " GPT2_TOK " tests/fixtures/tokenizers/corpus.txt");
+    cr_assert_eq(hp(args), 0, "%s", errs);
+    snprintf(a, sizeof a, "%s/out", tmp);
+    snprintf(b, sizeof b, "%s/ids.txt", tmp);
+    cr_assert_eq(rename(a, b), 0);
+    snprintf(args, sizeof args, "tokenize --model " GPT2_TOK " --decode %s/ids.txt", tmp);
+    cr_assert_eq(hp(args), 0, "%s", errs);
+    size_t n;
+    snprintf(a, sizeof a, "%s/../tests/fixtures/tokenizers/corpus.txt", getenv("HP_TESTS"));
+    char *corpus = tu_slurp(a, &n);
+    cr_assert(strlen(out) == n && memcmp(out, corpus, n) == 0, "the corpus did not come back");
+    free(corpus);
+}
+
+Test(cli, tokenize_decode_names_bad_ids)
+{
+    char args[512];
+    write_file("bad.txt", "101 102\n101 7592 abc 102\n");
+    snprintf(args, sizeof args, "tokenize --model " MINILM_TOK " --decode %s/bad.txt", tmp);
+    cr_assert_eq(hp(args), 1, "%s", errs);
+    cr_assert_str_eq(out, "[CLS] [SEP]\n", "the lines before the bad one are printed");
+    char want[512];
+    snprintf(want, sizeof want, "headprune: %s/bad.txt:2: token 3, 'abc', is not a token id (ids are whole numbers "
+                                "from 0 to 30521, separated by spaces)\n", tmp);
+    cr_assert_str_eq(errs, want);
+    write_file("bad.txt", "101 30522\n");
+    snprintf(args, sizeof args, "tokenize --model " MINILM_TOK " --decode --pieces %s/bad.txt", tmp);
+    cr_assert_eq(hp(args), 1, "%s", errs);
+    snprintf(want, sizeof want, "headprune: %s/bad.txt:1: token 2: id 30522 is not in the vocabulary of "
+                                MINILM_TOK " (ids 0..30521)\n", tmp);
+    cr_assert_str_eq(errs, want);
+    write_file("bad.txt", "1,2 -3\n");
+    snprintf(args, sizeof args, "tokenize --model " MINILM_TOK " --decode %s/bad.txt", tmp);
+    expect_error(args, "bad.txt:1: token 1, '1,2', is not a token id");
+    write_file("bad.txt", "99999999999999999999999\n");
+    expect_error(args, "bad.txt:1: token 1: id 99999999999999999999999 is not in the vocabulary");
+    write_file("bad.txt", "-1\n");
+    expect_error(args, "bad.txt:1: token 1, '-1', is not a token id");
+    write_file("bad.txt", "\x01\xff\n");
+    expect_error(args, "bad.txt:1: token 1, '\\u0001\\xFF', is not a token id");
+}
+
+Test(cli, tokenize_decode_names_a_gap_in_the_ids)
+{
+    char args[512], dir[128];
+    snprintf(dir, sizeof dir, "%s/tok", tmp);
+    cr_assert(mkdir(dir, 0755) == 0);
+    write_file("tok/tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"c\": 2}, \"merges\": []}}");
+    write_file("ids.txt", "0 2 1\n");
+    snprintf(args, sizeof args, "tokenize --model %s --decode %s/ids.txt", dir, tmp);
+    expect_error(args, "ids.txt:1: token 3: no token has id 1 in ");
+    snprintf(args, sizeof args, "tokenize --model %s --decode --pieces %s/ids.txt", dir, tmp);
+    expect_error(args, "ids.txt:1: token 3: no token has id 1 in ");
+}
+
+Test(cli, tokenize_option_mistakes_are_usage_errors)
+{
+    static const char *const bad[][2] = {
+        {"--skip-special", "--skip-special goes with --decode"},
+        {"--ids", "--ids goes with --pieces"},
+        {"--decode --special", "--special adds special tokens to text"},
+        {"--decode --pieces --skip-special", "--skip-special applies to decoded text"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "tokenize --model " MINILM_TOK " %s", bad[i][0]);
+        cr_assert_eq(hp(args), 2, "%s: %s", args, errs);
+        cr_assert(strstr(errs, bad[i][1]), "%s: %s", args, errs);
+    }
+    cr_assert_eq(hp("tokenize --help"), 0);
+    cr_assert(strstr(out, "--pieces") && strstr(out, "--decode") && strstr(out, "\\u0020"), "%s", out);
 }
 
 #define BERT_CLS "tests/fixtures/bert-cls"

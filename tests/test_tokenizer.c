@@ -263,6 +263,38 @@ Test(tokenizer, template_special_ids_are_checked_and_counted, .init = mk, .fini 
     hp_tokenizer_free(t);
 }
 
+static void bert_processing_with_ids(char *out, size_t n, const char *cls, const char *sep)
+{
+    snprintf(out, n,
+             "{\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": {\"[UNK]\": 0, \"a\": 1}},"
+             " \"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"[SEP]\", %s], \"cls\": [\"[CLS]\", %s]}}",
+             sep, cls);
+}
+
+Test(tokenizer, bert_processing_ids_are_checked_and_counted, .init = mk, .fini = rm)
+{
+    /* found by fuzzing (the decode harness): BertProcessing's ids went out as unchecked as the template's did */
+    char json[1024];
+    bert_processing_with_ids(json, sizeof json, "9", "-3");
+    expect_open_fails(json, "BertProcessing: the id of cls or sep is not a whole number");
+    bert_processing_with_ids(json, sizeof json, "\"2\"", "3");
+    expect_open_fails(json, "is not a whole number");
+    bert_processing_with_ids(json, sizeof json, "9", "3");
+    char path[256];
+    snprintf(path, sizeof path, "%s/tokenizer.json", g_tmp);
+    tu_spit(path, json, strlen(json));
+    struct hp_error err = {0};
+    struct hp_tokenizer *t;
+    cr_assert_eq(hp_tokenizer_open(g_tmp, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_tokenizer_n_ids(t), 10, "BertProcessing's id 9 is not counted: %d ids", hp_tokenizer_n_ids(t));
+    struct hp_encoding e;
+    cr_assert_eq(hp_tokenizer_encode(t, "a", 1, NULL, 0, true, &e, &err), HP_OK, "%s", err.msg);
+    cr_assert(e.n == 3 && e.ids[0] == 9 && e.ids[1] == 1 && e.ids[2] == 3);
+    cr_assert_str_eq(hp_tokenizer_piece(t, 9, NULL), "[CLS]", "the template's token string");
+    hp_encoding_free(&e);
+    hp_tokenizer_free(t);
+}
+
 Test(tokenizer, no_tokenizer_files, .init = mk, .fini = rm)
 {
     struct hp_error err = {0};
@@ -894,4 +926,415 @@ Test(tokenizer, txt_on_a_causal_model_is_packed_and_counts_its_remainder, .init 
     hp_data_free(d);
     hp_tokenizer_free(t);
     hp_model_close(m);
+}
+
+// --- ids back to token strings and text -------------------------------------------------
+/*
+ * tests/fixtures/tokenizers/<name>/decode.json (tools/gen_tokenizer_decode_cases.py)
+ * holds, per corpus line, Encoding.tokens and what transformers' tokenizer.decode
+ * makes of the line's ids (plain, with specials, skipping specials), and the same
+ * for id sequences no text encodes to: random ids, encodings cut inside a character,
+ * bytes that are not UTF-8, WordPiece punctuation; and every id alone.
+ */
+
+/* A record's text under key, or under key_hex (UTF-8 in hex: texts holding NUL); malloc'd, *n bytes. */
+static char *want_text(const cJSON *o, const char *key, size_t *n)
+{
+    const cJSON *s = cJSON_GetObjectItem(o, key);
+    if (cJSON_IsString(s)) {
+        *n = strlen(s->valuestring);
+        return strdup(s->valuestring);
+    }
+    char hk[64];
+    snprintf(hk, sizeof hk, "%s_hex", key);
+    const char *h = cJSON_GetStringValue(cJSON_GetObjectItem(o, hk));
+    cr_assert(h, "no %s or %s", key, hk);
+    *n = strlen(h) / 2;
+    char *out = malloc(*n + 1);
+    for (size_t i = 0; i < *n; i++) {
+        unsigned v;
+        sscanf(h + 2 * i, "%2x", &v);
+        out[i] = (char)v;
+    }
+    out[*n] = 0;
+    return out;
+}
+
+static int32_t *ids_of(const cJSON *arr, int *n)
+{
+    *n = cJSON_GetArraySize(arr);
+    int32_t *v = malloc(((size_t)*n + 1) * sizeof *v);
+    for (int i = 0; i < *n; i++)
+        v[i] = cJSON_GetArrayItem(arr, i)->valueint;
+    return v;
+}
+
+/* decode(ids, skip) against the record's text under key; 1 (and the first few logged) when they differ. */
+static int check_text(const struct hp_tokenizer *t, const char *name, const char *what, const cJSON *ids_arr, bool skip,
+                      const cJSON *rec, const char *key, int *logged)
+{
+    int n;
+    int32_t *ids = ids_of(ids_arr, &n);
+    size_t nw, ng;
+    char *want = want_text(rec, key, &nw), *got;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_tokenizer_decode(t, ids, n, skip, &got, &ng, &err), HP_OK, "%s %s: %s", name, what, err.msg);
+    int bad = ng != nw || memcmp(got, want, nw) != 0;
+    if (bad && (*logged)++ < 8)
+        cr_log_error("%s %s%s: decoded to \"%.*s\" (%zu bytes), Hugging Face \"%.*s\" (%zu bytes)", name, what,
+                     skip ? " skipping specials" : "", (int)(ng < 300 ? ng : 300), got, ng,
+                     (int)(nw < 300 ? nw : 300), want, nw);
+    free(ids), free(want), free(got);
+    return bad;
+}
+
+static int check_piece(const struct hp_tokenizer *t, const char *name, const char *what, int32_t id, const char *want,
+                       int *logged)
+{
+    size_t n;
+    const char *got = hp_tokenizer_piece(t, id, &n);
+    int bad = !got || n != strlen(want) || strcmp(got, want) != 0;
+    if (bad && (*logged)++ < 8)
+        cr_log_error("%s %s: id %d is the token \"%s\", Hugging Face \"%s\"", name, what, id, got ? got : "(none)",
+                     want);
+    return bad;
+}
+
+static cJSON *load_json_fixture(const char *rel, char **txt)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tokenizers/%s", getenv("HP_FIXTURES"), rel);
+    *txt = tu_slurp(path, NULL);
+    cJSON *j = cJSON_Parse(*txt);
+    cr_assert(j, "%s: bad JSON", path);
+    return j;
+}
+
+/* Every line, sequence and single id of name's decode.json, with the tokenizer read from dir. */
+static void check_decode_in(const char *name, const char *dir)
+{
+    struct corpus c = load_corpus();
+    char rel[256], *t1, *t2;
+    snprintf(rel, sizeof rel, "%s/decode.json", name);
+    cJSON *dec = load_json_fixture(rel, &t1), *exp = load_expected(name, &t2);
+    struct hp_error err = {0};
+    struct hp_tokenizer *t;
+    cr_assert_eq(hp_tokenizer_open(dir, &t, &err), HP_OK, "%s", err.msg);
+    int bad = 0, checks = 0, logged = 0;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItem(dec, "lines"))
+    {
+        int l = cJSON_GetObjectItem(r, "line")->valueint;
+        char what[64];
+        snprintf(what, sizeof what, "line %d", l);
+        /* the pieces of the encoding with specials, token for token */
+        struct hp_encoding e;
+        cr_assert_eq(hp_tokenizer_encode(t, c.line[l], c.len[l], NULL, 0, true, &e, &err), HP_OK, "%s", err.msg);
+        const cJSON *toks = cJSON_GetObjectItem(r, "tokens");
+        cr_assert_eq(e.n, cJSON_GetArraySize(toks), "%s %s: %d ids, %d tokens", name, what, e.n,
+                     cJSON_GetArraySize(toks));
+        for (int k = 0; k < e.n; k++, checks++)
+            bad += check_piece(t, name, what, e.ids[k], cJSON_GetArrayItem(toks, k)->valuestring, &logged);
+        hp_encoding_free(&e);
+        bad += check_text(t, name, what, hf_ids(exp, l, false), false, r, "text", &logged);
+        bad += check_text(t, name, what, hf_ids(exp, l, true), false, r, "text_special", &logged);
+        bad += check_text(t, name, what, hf_ids(exp, l, true), true, r, "text_skip", &logged);
+        checks += 3;
+    }
+    cJSON_ArrayForEach(r, cJSON_GetObjectItem(dec, "seqs"))
+    {
+        const char *what = cJSON_GetObjectItem(r, "what")->valuestring;
+        bad += check_text(t, name, what, cJSON_GetObjectItem(r, "ids"), false, r, "text", &logged);
+        bad += check_text(t, name, what, cJSON_GetObjectItem(r, "ids"), true, r, "text_skip", &logged);
+        checks += 2;
+    }
+    const cJSON *s = cJSON_GetObjectItem(dec, "singles"), *hex = cJSON_GetObjectItem(s, "text_hex");
+    int n = cJSON_GetArraySize(cJSON_GetObjectItem(s, "ids"));
+    for (int i = 0; i < n; i++, checks += 2) {
+        int id = cJSON_GetArrayItem(cJSON_GetObjectItem(s, "ids"), i)->valueint;
+        char what[64], key[16];
+        snprintf(what, sizeof what, "id %d alone", id);
+        bad += check_piece(t, name, what, id, cJSON_GetArrayItem(cJSON_GetObjectItem(s, "tokens"), i)->valuestring,
+                           &logged);
+        /* one text record: "text" from the list, or "text_hex" from the map of ids whose text holds NUL */
+        snprintf(key, sizeof key, "%d", id);
+        cJSON *rec = cJSON_CreateObject(), *one = cJSON_CreateArray();
+        if (cJSON_GetObjectItem(hex, key))
+            cJSON_AddStringToObject(rec, "text_hex", cJSON_GetObjectItem(hex, key)->valuestring);
+        else
+            cJSON_AddStringToObject(rec, "text", cJSON_GetArrayItem(cJSON_GetObjectItem(s, "text"), i)->valuestring);
+        cJSON_AddItemToArray(one, cJSON_CreateNumber(id));
+        bad += check_text(t, name, what, one, false, rec, "text", &logged);
+        cJSON_Delete(rec), cJSON_Delete(one);
+    }
+    cr_log_info("%s (%s): %d pieces and texts", name, dir, checks);
+    cr_assert_gt(checks, 1000);
+    cr_assert_eq(bad, 0, "%s: %d of %d pieces or texts differ from Hugging Face's (see above)", name, bad, checks);
+    hp_tokenizer_free(t);
+    cJSON_Delete(dec), cJSON_Delete(exp);
+    free(t1), free(t2);
+    free(c.text), free(c.line), free(c.len);
+}
+
+static void check_decode(const char *name)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tokenizers/%s", getenv("HP_FIXTURES"), name);
+    check_decode_in(name, dir);
+}
+
+Test(tokenizer, gpt2_pieces_and_decode) { check_decode("gpt2-bpe"); }
+Test(tokenizer, llama3_pieces_and_decode) { check_decode("llama3-bpe"); }
+Test(tokenizer, bert_uncased_pieces_and_decode) { check_decode("bert-wordpiece"); }
+Test(tokenizer, bert_cased_pieces_and_decode) { check_decode("bert-wordpiece-cased"); }
+Test(tokenizer, sentencepiece_byte_fallback_pieces_and_decode) { check_decode("sp-bpe"); }
+Test(tokenizer, minilm_pieces_and_decode) { check_decode("minilm"); }
+
+/* vocab.txt and vocab.json + merges.txt give the pieces and texts Hugging Face gives from tokenizer.json. */
+static void check_decode_fallback(const char *name, const char *const *files, int n_files)
+{
+    char tmp[64], src[1024], cmd[4096];
+    tu_mkdtemp(tmp, sizeof tmp, "decfb");
+    snprintf(src, sizeof src, "%s/tokenizers/%s", getenv("HP_FIXTURES"), name);
+    for (int i = 0; i < n_files; i++) {
+        snprintf(cmd, sizeof cmd, "cp '%s/%s' '%s/'", src, files[i], tmp);
+        cr_assert_eq(system(cmd), 0);
+    }
+    check_decode_in(name, tmp);
+    tu_rmrf(tmp);
+}
+
+Test(tokenizer, vocab_txt_pieces_and_decode)
+{
+    static const char *const f[] = {"vocab.txt"};
+    check_decode_fallback("bert-wordpiece", f, 1);
+}
+
+Test(tokenizer, vocab_json_merges_txt_pieces_and_decode)
+{
+    static const char *const f[] = {"vocab.json", "merges.txt"};
+    check_decode_fallback("gpt2-bpe", f, 2);
+}
+
+/* With clean_up_tokenization_spaces in tokenizer_config.json (Llama-3's and BERT's real ones set it),
+ * transformers cleans spaces before punctuation after the tokenizers library's decoder. */
+static void check_clean_up(const char *name)
+{
+    char tmp[64], cmd[4096], *t1, *t2, path[256], rel[256];
+    tu_mkdtemp(tmp, sizeof tmp, "cleanup");
+    snprintf(cmd, sizeof cmd, "cp '%s/tokenizers/%s/tokenizer.json' '%s/'", getenv("HP_FIXTURES"), name, tmp);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(rel, sizeof rel, "%s/decode.json", name);
+    cJSON *dec = load_json_fixture(rel, &t1), *exp = load_expected(name, &t2);
+    const cJSON *cu = cJSON_GetObjectItem(dec, "clean_up");
+    const char *cfg = cJSON_GetObjectItem(cu, "tokenizer_config")->valuestring;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", tmp);
+    tu_spit(path, cfg, strlen(cfg));
+    struct hp_error err = {0};
+    struct hp_tokenizer *t;
+    cr_assert_eq(hp_tokenizer_open(tmp, &t, &err), HP_OK, "%s", err.msg);
+    int bad = 0, checks = 0, logged = 0;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItem(cu, "lines"))
+    {
+        int l = cJSON_GetObjectItem(r, "line")->valueint;
+        char what[64];
+        snprintf(what, sizeof what, "line %d cleaned up", l);
+        bad += check_text(t, name, what, hf_ids(exp, l, true), false, r, "text_special", &logged);
+        bad += check_text(t, name, what, hf_ids(exp, l, true), true, r, "text_skip", &logged);
+        checks += 2;
+    }
+    cJSON_ArrayForEach(r, cJSON_GetObjectItem(cu, "seqs"))
+    {
+        bad += check_text(t, name, "sequence cleaned up", cJSON_GetObjectItem(r, "ids"), false, r, "text", &logged);
+        bad += check_text(t, name, "sequence cleaned up", cJSON_GetObjectItem(r, "ids"), true, r, "text_skip", &logged);
+        checks += 2;
+    }
+    cr_assert_gt(checks, 500);
+    cr_assert_eq(bad, 0, "%s: %d of %d cleaned-up texts differ from transformers' (see above)", name, bad, checks);
+    hp_tokenizer_free(t);
+    cJSON_Delete(dec), cJSON_Delete(exp);
+    free(t1), free(t2);
+    tu_rmrf(tmp);
+}
+
+Test(tokenizer, llama3_clean_up_tokenization_spaces) { check_clean_up("llama3-bpe"); }
+Test(tokenizer, bert_clean_up_tokenization_spaces) { check_clean_up("bert-wordpiece"); }
+
+/* decode(encode(text)) == text for byte-level BPE: every corpus line and run of up to three lines
+ * (special-token lookalikes too); with the template's special tokens, the text after them. */
+static void check_round_trip(const char *name)
+{
+    struct corpus c = load_corpus();
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tokenizers/%s", getenv("HP_FIXTURES"), name);
+    struct hp_error err = {0};
+    struct hp_tokenizer *t;
+    cr_assert_eq(hp_tokenizer_open(dir, &t, &err), HP_OK, "%s", err.msg);
+    int checks = 0;
+    for (int first = 0; first < c.n; first++)
+        for (int count = 1; count <= 3 && first + count <= c.n; count++) {
+            const char *s = c.line[first];
+            size_t n = (size_t)(c.line[first + count - 1] + c.len[first + count - 1] - s);
+            for (int special = 0; special <= 1; special++, checks++) {
+                struct hp_encoding e;
+                char *text;
+                size_t len;
+                cr_assert_eq(hp_tokenizer_encode(t, s, n, NULL, 0, special, &e, &err), HP_OK, "%s", err.msg);
+                cr_assert_eq(hp_tokenizer_decode(t, e.ids, e.n, false, &text, &len, &err), HP_OK, "%s", err.msg);
+                /* GPT-2's template adds nothing, Llama-3's <|begin_of_text|> before the text */
+                const char *prefix = special && strcmp(name, "llama3-bpe") == 0 ? "<|begin_of_text|>" : "";
+                size_t np = strlen(prefix);
+                cr_assert(len == np + n && memcmp(text, prefix, np) == 0 && memcmp(text + np, s, n) == 0,
+                          "%s lines %d..%d: \"%.*s\" came back as \"%s\"", name, first, first + count - 1, (int)n, s,
+                          text);
+                free(text);
+                hp_encoding_free(&e);
+            }
+        }
+    cr_assert_gt(checks, 800);
+    hp_tokenizer_free(t);
+    free(c.text), free(c.line), free(c.len);
+}
+
+Test(tokenizer, gpt2_decode_of_encode_is_the_text) { check_round_trip("gpt2-bpe"); }
+Test(tokenizer, llama3_decode_of_encode_is_the_text) { check_round_trip("llama3-bpe"); }
+
+/* Hand-made decoders the fixtures do not use (decoder-cases.json): Metaspace, none, WordPiece
+ * without clean-up, Strip, Replace, BPEDecoder, ByteFallback spellings, ByteLevel outside its map. */
+Test(tokenizer, decoder_corner_cases_equal_hugging_face, .init = mk, .fini = rm)
+{
+    char *txt;
+    cJSON *all = load_json_fixture("decoder-cases.json", &txt);
+    int n = 0, bad = 0, logged = 0;
+    const cJSON *c, *r;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(all, "cases"))
+    {
+        struct hp_tokenizer *t = open_json(cJSON_GetObjectItem(c, "json")->valuestring);
+        cJSON_ArrayForEach(r, cJSON_GetObjectItem(c, "seqs"))
+        {
+            bad += check_text(t, c->string, "", cJSON_GetObjectItem(r, "ids"), false, r, "text", &logged);
+            bad += check_text(t, c->string, "", cJSON_GetObjectItem(r, "ids"), true, r, "text_skip", &logged);
+        }
+        cJSON_ArrayForEach(r, cJSON_GetObjectItem(c, "tokens"))
+            bad += check_piece(t, c->string, "vocabulary", atoi(r->string), r->valuestring, &logged);
+        cJSON_ArrayForEach(r, cJSON_GetObjectItem(c, "encodings"))
+        {
+            const char *text = cJSON_GetObjectItem(r, "text")->valuestring;
+            struct hp_encoding e;
+            struct hp_error err = {0};
+            cr_assert_eq(hp_tokenizer_encode(t, text, strlen(text), NULL, 0, true, &e, &err), HP_OK, "%s", err.msg);
+            bad_ids(c->string, &e, cJSON_GetObjectItem(r, "ids"));
+            for (int k = 0; k < e.n; k++)
+                bad += check_piece(t, c->string, text, e.ids[k],
+                                   cJSON_GetArrayItem(cJSON_GetObjectItem(r, "tokens"), k)->valuestring, &logged);
+            hp_encoding_free(&e);
+        }
+        hp_tokenizer_free(t);
+        n++;
+    }
+    cr_assert_eq(n, 14);
+    cr_assert_eq(bad, 0, "%d texts or pieces differ from Hugging Face's (see above)", bad);
+    cJSON_Delete(all);
+    free(txt);
+}
+
+/* An id no token has is an error naming its place and the id (Hugging Face drops it silently). */
+Test(tokenizer, decode_refuses_ids_without_a_token, .init = mk, .fini = rm)
+{
+    struct hp_tokenizer *t = open_json("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"d\": 3}, "
+                                       "\"merges\": []}, \"decoder\": {\"type\": \"Fuse\"}}");
+    char *text = (char *)1;
+    size_t n;
+    struct hp_error err = {0};
+    int32_t ok[] = {0, 1, 3, 0}, past[] = {0, 4}, neg[] = {-1}, gap[] = {1, 0, 2};
+    cr_assert_eq(hp_tokenizer_decode(t, ok, 4, false, &text, &n, &err), HP_OK, "%s", err.msg);
+    cr_assert_str_eq(text, "abda");
+    free(text);
+    cr_assert_eq(hp_tokenizer_decode(t, ok, 0, false, &text, &n, &err), HP_OK, "%s", err.msg);
+    cr_assert(n == 0 && text && !*text);
+    free(text);
+    cr_assert_eq(hp_tokenizer_decode(t, past, 2, false, &text, &n, &err), HP_ERR_ARG);
+    cr_assert_null(text);
+    cr_assert(strstr(err.msg, "token 2: id 4 is not in the vocabulary of ") && strstr(err.msg, "(ids 0..3)"), "%s",
+              err.msg);
+    cr_assert_eq(hp_tokenizer_decode(t, neg, 1, false, &text, &n, &err), HP_ERR_ARG);
+    cr_assert(strstr(err.msg, "token 1: id -1 is not in the vocabulary"), "%s", err.msg);
+    cr_assert_eq(hp_tokenizer_decode(t, gap, 3, false, &text, &n, &err), HP_ERR_ARG);
+    cr_assert(strstr(err.msg, "token 3: no token has id 2 in ") && strstr(err.msg, "a gap"), "%s", err.msg);
+    cr_assert_null(strchr(err.msg, '\n'));
+    cr_assert_null(hp_tokenizer_piece(t, 2, NULL));
+    cr_assert_null(hp_tokenizer_piece(t, -5, NULL));
+    cr_assert_str_eq(hp_tokenizer_piece(t, 3, NULL), "d");
+    hp_tokenizer_free(t);
+}
+
+/* A decoder headprune cannot run does not stop text to ids, but every decode says which it is. */
+Test(tokenizer, unsupported_decoders_are_named_when_decoding, .init = mk, .fini = rm)
+{
+    static const char *const decoders[][2] = {
+        {"{\"type\": \"CTC\", \"pad_token\": \"<pad>\", \"word_delimiter_token\": \"|\", \"cleanup\": true}", "'CTC'"},
+        {"{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Fuse\"}, {\"type\": \"Replace\", \"pattern\": "
+         "{\"Regex\": \"a+\"}, \"content\": \"b\"}]}",
+         "Replace with a regex pattern"},
+        {"{\"type\": \"Metaspace\", \"replacement\": \"ab\"}", "Metaspace whose replacement is not one character"},
+        {"{\"type\": \"Strip\", \"content\": \" \", \"start\": -1, \"stop\": 0}", "Strip without one content"},
+        {"{\"decoders\": []}", "without a \"type\""},
+    };
+    for (size_t i = 0; i < sizeof decoders / sizeof *decoders; i++) {
+        char json[1024], path[256];
+        snprintf(json, sizeof json,
+                 "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []}, \"decoder\": %s}",
+                 decoders[i][0]);
+        struct hp_tokenizer *t = open_json(json);
+        struct hp_encoding e;
+        struct hp_error err = {0};
+        cr_assert_eq(hp_tokenizer_encode(t, "ab", 2, NULL, 0, false, &e, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(e.n, 2);
+        char *text;
+        size_t n;
+        cr_assert_eq(hp_tokenizer_decode(t, e.ids, e.n, false, &text, &n, &err), HP_ERR_UNSUPPORTED, "%s", json);
+        snprintf(path, sizeof path, "%s/tokenizer.json: decoder ", g_tmp);
+        cr_assert(strstr(err.msg, path) && strstr(err.msg, decoders[i][1]) && strstr(err.msg, "is not supported"),
+                  "%s", err.msg);
+        cr_assert_str_eq(hp_tokenizer_piece(t, 1, NULL), "b", "pieces need no decoder");
+        hp_encoding_free(&e);
+        hp_tokenizer_free(t);
+    }
+}
+
+/* Replace steps that each lengthen the text stop at the 256 MB bound with an error, not at the GBs. */
+Test(tokenizer, growing_decoders_are_bounded, .init = mk, .fini = rm)
+{
+    char json[8192];
+    int k = snprintf(json, sizeof json, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+                                        "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [");
+    for (int i = 0; i < 40; i++) /* a -> 16 a: 16^7 bytes would pass the bound at the 7th */
+        k += snprintf(json + k, sizeof json - (size_t)k, "%s{\"type\": \"Replace\", \"pattern\": {\"String\": \"a\"}, "
+                                                          "\"content\": \"aaaaaaaaaaaaaaaa\"}", i ? ", " : "");
+    snprintf(json + k, sizeof json - (size_t)k, "]}}");
+    struct hp_tokenizer *t = open_json(json);
+    int32_t ids[] = {0, 0};
+    char *text;
+    size_t n;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_tokenizer_decode(t, ids, 2, false, &text, &n, &err), HP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "longer than 256 MB") && strstr(err.msg, "chained Replace"), "%s", err.msg);
+    hp_tokenizer_free(t);
+}
+
+/* Where the library panics (Strip's two ends crossing), decoding gives an empty token instead. */
+Test(tokenizer, strip_of_content_only_tokens_is_empty, .init = mk, .fini = rm)
+{
+    struct hp_tokenizer *t = open_json("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"x\": 0, \"xx\": 1, \"ab\": 2, "
+                                       "\"\": 3}, \"merges\": []}, \"decoder\": {\"type\": \"Strip\", \"content\": "
+                                       "\"x\", \"start\": 3, \"stop\": 2}}");
+    int32_t ids[] = {0, 2, 1, 3, 2};
+    char *text;
+    size_t n;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_tokenizer_decode(t, ids, 5, false, &text, &n, &err), HP_OK, "%s", err.msg);
+    cr_assert_str_eq(text, "abab");
+    free(text);
+    hp_tokenizer_free(t);
 }

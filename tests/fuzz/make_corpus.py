@@ -86,6 +86,20 @@ tiny_bpe = {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "\u0120"
             "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False}, "decoder": {"type": "ByteLevel"},
             "added_tokens": [{"id": 5, "content": "<|endoftext|>", "special": True}]}
 put("tokenizer", "tiny-bpe", json.dumps(tiny_bpe).encode() + b"\xffab a ab<|endoftext|>")
+# every decoder step at once (engine/decoder.c), over byte-fallback and metaspace tokens
+tiny_dec = {"model": {"type": "BPE", "vocab": {"<unk>": 0, "<0xE4>": 1, "<0xB8>": 2, "<0x41>": 3, "\u2581a": 4,
+                                               "b": 5, "##b": 6, "a</w>": 7, "\u0120": 8},
+                      "merges": [], "unk_token": "<unk>", "byte_fallback": True},
+            "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                                                               {"type": "Replace", "pattern": {"String": " "},
+                                                                "content": "\u2581"}]},
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False},
+                {"type": "Replace", "pattern": {"String": "b"}, "content": "bb"}, {"type": "ByteFallback"},
+                {"type": "WordPiece", "prefix": "##", "cleanup": True}, {"type": "BPEDecoder", "suffix": "</w>"},
+                {"type": "ByteLevel"}, {"type": "Fuse"}, {"type": "Strip", "content": "a", "start": 1, "stop": 2}]},
+            "added_tokens": [{"id": 0, "content": "<unk>", "special": True}]}
+put("tokenizer", "tiny-decoders", json.dumps(tiny_dec).encode() + "\xffa b\u4e2d a\xffA".encode())
 
 # --- masks: byte 0 = keep (bit 0) | shape (bits 1-2)
 for i, spec in enumerate(["", "0.1", "0.*,1.2,3.3", "kv:1.0,2.5", " 2.1 , 0.3,0.*, kv:1.1", "11.11,kv:11.3"]):
