@@ -1211,7 +1211,8 @@ Test(query, empty_database_lists_no_sweeps_but_has_none_to_query)
 Test(query, unknown_sweep_id)
 {
     build();
-    enum hp_query_kind kinds[] = {HP_QUERY_SWEEPS, HP_QUERY_HEADS, HP_QUERY_CURVE, HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS};
+    enum hp_query_kind kinds[] = {HP_QUERY_SWEEPS, HP_QUERY_HEADS,  HP_QUERY_CURVE,  HP_QUERY_REDUNDANCY,
+                                  HP_QUERY_PAIRS,  HP_QUERY_SETS,   HP_QUERY_COMPARE};
     char want[300];
     snprintf(want, sizeof want, "%s: no sweep 9 (", g_db);
     for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) {
@@ -1219,6 +1220,10 @@ Test(query, unknown_sweep_id)
         o.sweep_id = 9;
         expect_fail(&o, g_db, HP_ERR_ARG, want);
     }
+    struct hp_query_opts o = opts(HP_QUERY_COMPARE); // B's sweep
+    o.sweep_id = 2;
+    o.sweep_id2 = 9;
+    expect_fail(&o, g_db, HP_ERR_ARG, want);
 }
 
 Test(query, studies_the_sweep_lacks_are_named_with_a_sweep_that_has_them)
@@ -1441,7 +1446,8 @@ Test(query, forged_model_shape_is_refused_before_allocating)
     const char *said[] = {"models.n_layers = 100000000 ", "models.n_layers = 2000000000 ",
                           "models.n_layers = 10000000000 ", "models.n_layers = -3 ", "models.n_heads = 4294967300 ",
                           "models.n_heads = 60000 "};
-    enum hp_query_kind kinds[] = {HP_QUERY_REDUNDANCY, HP_QUERY_CURVE, HP_QUERY_HEADS, HP_QUERY_PAIRS};
+    enum hp_query_kind kinds[] = {HP_QUERY_REDUNDANCY, HP_QUERY_CURVE, HP_QUERY_HEADS, HP_QUERY_PAIRS,
+                                  HP_QUERY_SETS,       HP_QUERY_COMPARE};
     for (int i = 0; i < 6; i++) {
         sqlite3 *db;
         cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
@@ -1451,7 +1457,7 @@ Test(query, forged_model_shape_is_refused_before_allocating)
         sqlite3_close(db);
         char want[300];
         snprintf(want, sizeof want, "%s: %s", g_db, said[i]);
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 6; k++)
             expect_fail_fast(kinds[k], HP_ERR_FORMAT, want);
     }
 }
