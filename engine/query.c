@@ -11,7 +11,15 @@
  *
  * Confidence intervals are 95% Student t intervals with n - 1 degrees of
  * freedom (mean +- t * sd / sqrt(n)); with n = 1 there is none (empty cells).
- * `heads` pairs the variant with the baseline sequence by sequence.
+ * `heads` and `sets` pair the variant with the baseline sequence by sequence.
+ *
+ * Studies: `heads` and `compare` read one single study at a time (named, else
+ * the sweep's first over query heads), never heads and KV groups together.
+ * `compare` reads two sweeps, in one database or two (each side its own
+ * connection and snapshot, shared when both name one file), each against its
+ * own baseline, and ranks their units with Spearman's rho and Kendall's tau-b.
+ * A sweep that lacks what a query needs is an error that names another sweep
+ * of the database that has it (lacking).
  *
  * Invariants: the database is opened read-only and version-checked by the
  * store (hp_store_open_read: SQLITE_OPEN_READONLY and PRAGMA query_only), with
@@ -1114,7 +1122,7 @@ static enum hp_status heads_matrix(struct q *q, const struct pick *pk, const str
     others_note(pk, others, sizeof others);
     tb_note(&b,
             "sweep %lld, study %s, %s; rows: layers, columns: %s, each cell the effect of masking that unit alone "
-            "(3 significant digits; --format csv for full precision and intervals)%s",
+            "(3 significant digits; the other formats give full precision and intervals)%s",
             q->sweep, pk->name, effect_convention(q->m), pk->kv ? "KV groups" : "query heads", others);
     return tb_finish(&b, out, q->err);
 }
