@@ -1066,39 +1066,42 @@ static void others_note(const struct pick *p, char *buf, size_t size)
     snprintf(buf, size, "; the sweep's single studies: %s (choose one with --study)", p->all);
 }
 
+static int by_layer_unit(const void *a, const void *b)
+{
+    const struct head_row *x = a, *y = b;
+    if (x->layer != y->layer)
+        return x->layer - y->layer;
+    if (x->unit != y->unit)
+        return x->unit - y->unit;
+    return (x->ord > y->ord) - (x->ord < y->ord);
+}
+
+// Wider than this, a matrix is no use on a terminal (and the model's shape is input: it must not size a table).
+#define MATRIX_MAX_UNITS 1024
+
 /*
  * Matrix layout: one row per layer with a result, one column per unit (query
  * heads, or KV groups for a KV study), each cell the unit's effect to three
  * significant digits, for reading the whole model at a glance on a terminal.
+ * rows (n) are sorted here.
  */
-static enum hp_status heads_matrix(struct q *q, const struct pick *pk, const struct head_row *rows, size_t n,
+static enum hp_status heads_matrix(struct q *q, const struct pick *pk, struct head_row *rows, size_t n,
                                    struct hp_table **out)
 {
     int units = pk->kv && q->n_kv_heads ? q->n_kv_heads : q->n_heads;
     for (size_t i = 0; i < n; i++)
         if (rows[i].unit >= units)
             units = rows[i].unit + 1; // a KV study of a database that names its KV heads oddly: still no overflow
-    const size_t n_cells = (size_t)q->n_layers * (size_t)units;
-    double *eff = malloc(n_cells * sizeof *eff);
-    char (*names)[16] = calloc((size_t)units + 1, sizeof *names);
+    if (units > MATRIX_MAX_UNITS)
+        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld's model has %d %s a layer, too many for a matrix (at most "
+                       "%d; use --format csv)", q->path, q->sweep, units, pk->kv ? "KV groups" : "heads",
+                       MATRIX_MAX_UNITS);
+    char(*names)[16] = calloc((size_t)units + 1, sizeof *names);
     const char **cols = calloc((size_t)units + 1, sizeof *cols);
     bool *num = calloc((size_t)units + 1, sizeof *num);
-    bool *has = calloc((size_t)q->n_layers, sizeof *has);
-    bool *seen = calloc(n_cells, sizeof *seen);
-    if (!eff || !names || !cols || !num || !has || !seen) {
-        free(eff), free(names), free(cols), free(num), free(has), free(seen);
+    if (!names || !cols || !num) {
+        free(names), free(cols), free(num);
         return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
-    }
-    for (size_t i = 0; i < n_cells; i++)
-        eff[i] = NAN;
-    for (size_t i = 0; i < n; i++) {
-        const struct head_row *h = &rows[i];
-        if (h->layer < 0 || h->unit < 0)
-            continue;
-        size_t i_cell = (size_t)h->layer * (size_t)units + (size_t)h->unit;
-        if (!seen[i_cell]) // the first job of a unit, as everywhere
-            eff[i_cell] = h->effect;
-        seen[i_cell] = has[h->layer] = true;
     }
     cols[0] = "layer";
     num[0] = true;
@@ -1109,15 +1112,22 @@ static enum hp_status heads_matrix(struct q *q, const struct pick *pk, const str
     }
     struct tb b;
     tb_init(&b, units + 1, cols, num);
-    for (int l = 0; l < q->n_layers; l++) {
-        if (!has[l])
+    free(names), free(cols), free(num);
+    if (n)
+        qsort(rows, n, sizeof *rows, by_layer_unit);
+    int row = -1;
+    for (size_t i = 0; i < n; i++) {
+        const struct head_row *h = &rows[i];
+        if (h->layer < 0 || h->unit < 0)
             continue;
-        int row = tb_row(&b);
-        tb_int(&b, row, 0, l);
-        for (int u = 0; u < units; u++)
-            tb_num(&b, row, u + 1, "%.3g", eff[(size_t)l * (size_t)units + (size_t)u]);
+        bool new_layer = i == 0 || rows[i - 1].layer != h->layer || rows[i - 1].unit < 0;
+        if (new_layer) {
+            row = tb_row(&b);
+            tb_int(&b, row, 0, h->layer);
+        }
+        if (new_layer || rows[i - 1].unit != h->unit) // the first job of a unit, as everywhere
+            tb_num(&b, row, h->unit + 1, "%.3g", h->effect);
     }
-    free(eff), free(names), free(cols), free(num), free(has), free(seen);
     char others[600];
     others_note(pk, others, sizeof others);
     tb_note(&b,
@@ -1624,9 +1634,9 @@ static bool rank_corr(const double *x, const double *y, size_t n, double *rho, d
 // One sweep of a comparison: its single study's effects by unit.
 struct side {
     struct q q;
-    const char *label; // "A" or "B"
     struct pick pk;
-    double *eff; // (n_layers, n_heads) row-major: the first job's effect of unit (layer, unit); NaN where none
+    struct single_eff *eff; // (n) the first job of each unit, sorted by (layer, unit); effects may be NaN
+    size_t n;
 };
 
 // "sweep 2 of a.db"
@@ -1635,45 +1645,53 @@ static void side_name(const struct side *sd, char *buf, size_t size)
     snprintf(buf, size, "sweep %lld of %s", sd->q.sweep, sd->q.path);
 }
 
+/* The study's units, as many as it has jobs (never a grid of the model's shape: the shape is input
+ * too, and a study may cover a few layers of a large model). */
 static enum hp_status side_load(struct side *sd)
 {
     struct q *q = &sd->q;
-    const size_t n_cells = (size_t)q->n_layers * (size_t)q->n_heads;
-    sd->eff = malloc(n_cells * sizeof *sd->eff);
-    bool *seen = calloc(n_cells, sizeof *seen);
-    if (!sd->eff || !seen) {
-        free(seen);
-        return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
-    }
-    for (size_t i = 0; i < n_cells; i++)
-        sd->eff[i] = NAN;
     sqlite3_stmt *st;
     enum hp_status s = prep_m(q, &st,
-                              "SELECT j.layer, j.unit, r.%s FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
-                              "WHERE j.sweep_id = ? AND j.kind = 'single' AND j.study = ? ORDER BY j.ord");
-    if (s != HP_OK) {
-        free(seen);
+                              "SELECT j.layer, j.unit, r.%s, j.ord FROM sweep_jobs j "
+                              "JOIN results r ON r.variant_id = j.variant_id "
+                              "WHERE j.sweep_id = ? AND j.kind = 'single' AND j.study = ? "
+                              "AND j.layer IS NOT NULL AND j.unit IS NOT NULL");
+    if (s != HP_OK)
         return s;
-    }
     sqlite3_bind_int64(st, 1, q->sweep);
     sqlite3_bind_text(st, 2, sd->pk.name, -1, SQLITE_STATIC);
+    size_t cap = 0;
     int r;
     while ((r = step(q, st, &s)) == 1) {
+        if (sd->n == cap) {
+            cap = cap ? 2 * cap : 64;
+            struct single_eff *g = realloc(sd->eff, cap * sizeof *g);
+            if (!g) {
+                s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+                r = -1;
+                break;
+            }
+            sd->eff = g;
+        }
         int l, u;
         if (!col_index(q, st, 0, q->n_layers, "layer", &l, &s) || !col_index(q, st, 1, q->n_heads, "unit", &u, &s)) {
             r = -1;
             break;
         }
-        if (l < 0 || u < 0)
-            continue;
-        size_t i = (size_t)l * (size_t)q->n_heads + (size_t)u;
-        if (!seen[i])
-            sd->eff[i] = effect_of(q->m, col_num(st, 2), q->base);
-        seen[i] = true;
+        sd->eff[sd->n++] = (struct single_eff){0, l, u, sqlite3_column_int64(st, 3),
+                                                effect_of(q->m, col_num(st, 2), q->base)};
     }
     sqlite3_finalize(st);
-    free(seen);
-    return r < 0 ? s : HP_OK;
+    if (r < 0)
+        return s;
+    if (sd->n)
+        qsort(sd->eff, sd->n, sizeof *sd->eff, by_unit);
+    size_t m = 0; // the first job (lowest ord) of each unit, as everywhere
+    for (size_t i = 0; i < sd->n; i++)
+        if (m == 0 || sd->eff[m - 1].layer != sd->eff[i].layer || sd->eff[m - 1].unit != sd->eff[i].unit)
+            sd->eff[m++] = sd->eff[i];
+    sd->n = m;
+    return HP_OK;
 }
 
 /* Resolve, check and load both sides: the sweeps, one metric, one shape, studies of one kind of unit. */
@@ -1739,14 +1757,13 @@ static int by_abs_diff_desc(const void *x, const void *y)
     return p->unit - q->unit;
 }
 
-/* The correlation and the means over the units of u (n) that both sweeps have, for layer
- * (-1 = every layer); false when out of memory. */
+/* The correlations and the means over the units of u (n) that both sweeps have; false when out of memory. */
 struct cmp_sum {
     size_t n;
     double mean_a, mean_b, rho, tau;
 };
 
-static bool cmp_summary(const struct cmp_unit *u, size_t n, int layer, struct cmp_sum *out)
+static bool cmp_summary(const struct cmp_unit *u, size_t n, struct cmp_sum *out)
 {
     memset(out, 0, sizeof *out);
     double *x = malloc((n ? n : 1) * sizeof *x), *y = malloc((n ? n : 1) * sizeof *y);
@@ -1757,7 +1774,7 @@ static bool cmp_summary(const struct cmp_unit *u, size_t n, int layer, struct cm
     size_t m = 0;
     double sa = 0, sb = 0;
     for (size_t i = 0; i < n; i++)
-        if (!isnan(u[i].diff) && (layer < 0 || u[i].layer == layer)) {
+        if (!isnan(u[i].diff)) {
             x[m] = u[i].a, y[m] = u[i].b;
             sa += u[i].a, sb += u[i].b;
             m++;
@@ -1773,22 +1790,26 @@ static bool cmp_summary(const struct cmp_unit *u, size_t n, int layer, struct cm
 static enum hp_status q_compare(struct side *a, struct side *b, const struct hp_query_opts *o, struct hp_table **out)
 {
     struct q *q = &a->q;
-    const int L = q->n_layers, H = q->n_heads;
-    struct cmp_unit *u = malloc((size_t)L * (size_t)H * sizeof *u);
+    // the units of either sweep, in (layer, unit) order: a merge of the two sorted lists
+    struct cmp_unit *u = malloc((a->n + b->n + 1) * sizeof *u);
     if (!u)
         return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
     size_t n = 0, n_both = 0, n_one = 0;
-    for (int l = 0; l < L; l++)
-        for (int h = 0; h < H; h++) {
-            double ea = a->eff[(size_t)l * H + h], eb = b->eff[(size_t)l * H + h];
-            if (isnan(ea) && isnan(eb))
-                continue;
-            u[n++] = (struct cmp_unit){l, h, ea, eb, eb - ea, NAN, NAN};
-            if (isnan(ea) || isnan(eb))
-                n_one++;
-            else
-                n_both++;
-        }
+    for (size_t i = 0, j = 0; i < a->n || j < b->n;) {
+        const struct single_eff *x = i < a->n ? &a->eff[i] : NULL, *y = j < b->n ? &b->eff[j] : NULL;
+        int c = !x ? 1 : !y ? -1 : x->layer != y->layer ? x->layer - y->layer : x->unit - y->unit;
+        const struct single_eff *k = c <= 0 ? x : y;
+        double ea = c <= 0 ? x->effect : NAN, eb = c >= 0 ? y->effect : NAN;
+        i += c <= 0;
+        j += c >= 0;
+        if (isnan(ea) && isnan(eb))
+            continue;
+        u[n++] = (struct cmp_unit){k->layer, k->unit, ea, eb, eb - ea, NAN, NAN};
+        if (isnan(ea) || isnan(eb))
+            n_one++;
+        else
+            n_both++;
+    }
     if (n_both == 0) {
         free(u);
         char na[700], nb[700];
@@ -1817,7 +1838,7 @@ static enum hp_status q_compare(struct side *a, struct side *b, const struct hp_
         }
     free(x), free(y), free(rx), free(ry);
     struct cmp_sum all;
-    if (!ok || !cmp_summary(u, n, -1, &all)) {
+    if (!ok || !cmp_summary(u, n, &all)) {
         free(u);
         return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
     }
@@ -1860,20 +1881,21 @@ static enum hp_status q_compare(struct side *a, struct side *b, const struct hp_
         static const char *const cols[C_N] = {"label", "layer", "units", "mean_a", "mean_b", "diff", "rho", "tau"};
         static const bool num[C_N] = {false, true, true, true, true, true, true, true};
         tb_init(&t, C_N, cols, num);
-        for (int l = 0; l <= L; l++) {
+        for (size_t i = 0; i <= n;) { // u is in (layer, unit) order: each layer a run, then i == n: all
+            size_t j = i;
+            while (j < n && u[j].layer == u[i].layer)
+                j++;
             struct cmp_sum sm = all;
-            if (l < L && !cmp_summary(u, n, l, &sm)) {
+            if (i < n && !cmp_summary(u + i, j - i, &sm)) {
                 t.nomem = true;
                 break;
             }
-            if (l < L && sm.n == 0)
-                continue;
-            int row = tb_row(&t);
-            if (l < L) {
+            int row = sm.n > 0 || i == n ? tb_row(&t) : -1;
+            if (i < n) {
                 char label[32];
-                snprintf(label, sizeof label, "layer %d", l);
+                snprintf(label, sizeof label, "layer %d", u[i].layer);
                 tb_str(&t, row, C_LABEL, label);
-                tb_int(&t, row, C_LAYER, l);
+                tb_int(&t, row, C_LAYER, u[i].layer);
             } else {
                 tb_str(&t, row, C_LABEL, "all");
             }
@@ -1883,6 +1905,7 @@ static enum hp_status q_compare(struct side *a, struct side *b, const struct hp_
             tb_num(&t, row, C_DIFF, F_EFFECT, sm.mean_b - sm.mean_a);
             tb_num(&t, row, C_RHO, F_EFFECT, sm.rho);
             tb_num(&t, row, C_TAU, F_EFFECT, sm.tau);
+            i = j == i ? n + 1 : j;
         }
     }
     free(u);
@@ -2042,7 +2065,7 @@ static bool same_file(const char *a, const char *b)
 // Compare: B's database opened (or A's shared when it is the same file), both read in one transaction each.
 static enum hp_status run_compare(struct q *qa, const struct hp_query_opts *o, struct hp_table **out)
 {
-    struct side a = {.q = *qa, .label = "A"}, b = {.label = "B"};
+    struct side a = {.q = *qa}, b = {0};
     const char *db2 = o->db2 ? o->db2 : qa->path;
     bool same_db = same_file(qa->path, db2);
     b.q = (struct q){.path = db2, .err = qa->err, .db = same_db ? qa->db : NULL};

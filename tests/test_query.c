@@ -836,6 +836,42 @@ Test(query, compare_refuses_what_cannot_be_compared)
     expect_fail(&o, g_db, HP_ERR_ARG, "sweep 2 has no cos values");
 }
 
+Test(query, a_model_of_many_units_sizes_nothing_by_its_shape)
+{
+    sqlite3 *db = db_build();
+    add_single_sweep(db, 3, "loss", "zero", 1, "single", B_EFF);
+    // 60000 layers x 250 heads (15 million units, under the bound a real shape may reach): the same 8 jobs
+    exec(db, "UPDATE models SET n_layers = 60000, n_heads = 250");
+    sqlite3_close(db);
+    struct hp_query_opts o = opts(HP_QUERY_COMPARE);
+    o.sweep_id = 2;
+    time_t t0 = time(NULL);
+    struct hp_table *t = run(&o);
+    expect_table(t, 10, CMP_COLS, "0111111111", 9, CMP_WANT);
+    hp_table_free(t);
+    o.by_layer = true;
+    t = run(&o);
+    cr_assert_eq(t->n_rows, 3, "layers 0, 1 and all, not 60000 layers");
+    hp_table_free(t);
+    cr_assert_lt(time(NULL) - t0, 5, "took %lld s", (long long)(time(NULL) - t0));
+
+    o = opts(HP_QUERY_HEADS);
+    o.sweep_id = 2;
+    o.matrix = true;
+    t = run(&o); // 250 columns: wide, but a matrix still
+    cr_assert_eq(t->n_cols, 251);
+    cr_assert_eq(t->n_rows, 2);
+    hp_table_free(t);
+    db = NULL;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "UPDATE models SET n_layers = 2, n_heads = 5000");
+    sqlite3_close(db);
+    char want[300];
+    snprintf(want, sizeof want, "%s: sweep 2's model has 5000 heads a layer, too many for a matrix (at most 1024; use "
+             "--format csv)", g_db);
+    expect_fail(&o, g_db, HP_ERR_ARG, want);
+}
+
 Test(query, options_of_other_kinds_are_refused)
 {
     build();
