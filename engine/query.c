@@ -1248,6 +1248,12 @@ static enum hp_status q_redundancy(struct q *q, double eps, struct hp_table **ou
         (s = first_study(q, "only", only, sizeof only, &has_only)) != HP_OK ||
         (s = first_study(q, "layer", layer, sizeof layer, &has_layer)) != HP_OK)
         return s;
+    if (has_single) { // as heads reads it: the first single study over query heads, else the first
+        struct pick pk;
+        if ((s = pick_study(q, "single", NULL, &pk)) != HP_OK)
+            return s;
+        snprintf(single, sizeof single, "%s", pk.name);
+    }
     if (!has_single && !has_only && !has_layer)
         return lacking(q, "'single', 'only', 'layer'", false, NULL, "single, only or layer study",
                        "add a 'single' study to the plan");

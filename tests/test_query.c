@@ -493,6 +493,12 @@ Test(query, heads_default_to_query_heads_even_after_a_kv_study)
     cr_assert_not_null(strstr(t->note, "study heads (query heads)"), "note: %s", t->note);
     cr_assert_not_null(strstr(t->note, "single studies: groups, heads (choose one with --study)"), "note: %s", t->note);
     hp_table_free(t);
+    o.kind = HP_QUERY_REDUNDANCY; // its units too
+    t = run(&o);
+    cr_assert_not_null(strstr(t->note, "each unit removed alone (study heads)"), "note: %s", t->note);
+    cr_assert_str_eq(cell(t, 0, 1), "1");
+    hp_table_free(t);
+    o.kind = HP_QUERY_HEADS;
     o.sweep_id = 4;
     t = run(&o);
     cr_assert_eq(t->n_rows, 1);
