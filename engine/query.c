@@ -11,7 +11,15 @@
  *
  * Confidence intervals are 95% Student t intervals with n - 1 degrees of
  * freedom (mean +- t * sd / sqrt(n)); with n = 1 there is none (empty cells).
- * `heads` pairs the variant with the baseline sequence by sequence.
+ * `heads` and `sets` pair the variant with the baseline sequence by sequence.
+ *
+ * Studies: `heads` and `compare` read one single study at a time (named, else
+ * the sweep's first over query heads), never heads and KV groups together.
+ * `compare` reads two sweeps, in one database or two (each side its own
+ * connection and snapshot, shared when both name one file), each against its
+ * own baseline, and ranks their units with Spearman's rho and Kendall's tau-b.
+ * A sweep that lacks what a query needs is an error that names another sweep
+ * of the database that has it (lacking).
  *
  * Invariants: the database is opened read-only and version-checked by the
  * store (hp_store_open_read: SQLITE_OPEN_READONLY and PRAGMA query_only), with
@@ -40,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 // A sweep may be writing: wait this long for its lock before giving up.
 #define BUSY_TIMEOUT_MS 10000
@@ -195,7 +204,7 @@ static void tb_note(struct tb *b, const char *fmt, ...)
 {
     if (b->nomem)
         return;
-    char buf[1024];
+    char buf[2048];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
@@ -343,6 +352,10 @@ struct q {
     double base; // the baseline's value of the metric
     enum hp_metric ranked; // the sweep's own metric, which its iterative studies ranked units by
     bool ranked_missing; // ... and it has no value (sweeps from before plans were checked against the model)
+    char ablation[16];   // the sweep's: zero, mean, mean-pos
+    char name[128];      // the sweep's (its plan's) name
+    bool newest;         // the caller named no sweep: this is the newest
+    const char *sweep_opt; // the option that names this sweep, for hints: "--sweep" ("--sweep2" for compare's B)
 };
 
 // One line for an SQLite failure on our own statements, naming the database (the store translates it).
@@ -436,6 +449,7 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
 {
     sqlite3_stmt *st;
     enum hp_status s = HP_OK;
+    q->newest = id == 0;
     if (id == 0) {
         if ((s = prep(q, &st, "SELECT max(id) FROM sweeps")) != HP_OK)
             return s;
@@ -452,7 +466,8 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
     q->sweep = id;
 
     if ((s = prep(q, &st,
-                  "SELECT s.metric, m.n_layers, m.n_heads, m.n_kv_heads FROM sweeps s LEFT JOIN models m ON m.id = s.model_id "
+                  "SELECT s.metric, m.n_layers, m.n_heads, m.n_kv_heads, s.ablation, s.name FROM sweeps s "
+                  "LEFT JOIN models m ON m.id = s.model_id "
                   "WHERE s.id = ?")) != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, id);
@@ -466,6 +481,8 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
         n_layers = sqlite3_column_int64(st, 1);
         n_heads = sqlite3_column_int64(st, 2);
         n_kv = sqlite3_column_int64(st, 3);
+        snprintf(q->ablation, sizeof q->ablation, "%s", col_text(st, 4));
+        snprintf(q->name, sizeof q->name, "%s", col_text(st, 5));
     }
     sqlite3_finalize(st);
     if (r < 0)
@@ -545,6 +562,125 @@ static enum hp_status first_study(struct q *q, const char *kind, char *name, siz
         snprintf(name, size, "%s", col_text(st, 0));
     sqlite3_finalize(st);
     return r < 0 ? s : HP_OK;
+}
+
+/*
+ * The error of a sweep that lacks what a query needs, "db: sweep 3 (the
+ * newest) has no single study (sweep 1 does: use --sweep 1)": the hint names
+ * the newest other sweep of the database with a job of the kinds (of every
+ * one of them when all is set; of the study, when one is named), found by
+ * other_sweep (0: none), else it is fix. kinds: SQL string literals from this
+ * file, never the user's text.
+ */
+static enum hp_status other_sweep(struct q *q, const char *kinds, bool all, const char *study, long long *id)
+{
+    int n_kinds = 1;
+    for (const char *c = kinds; *c; c++)
+        n_kinds += *c == ',';
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT sweep_id FROM sweep_jobs WHERE sweep_id <> ?1 AND kind IN (%s) AND (?2 IS NULL OR study = ?2) "
+             "GROUP BY sweep_id HAVING count(DISTINCT kind) >= ?3 ORDER BY sweep_id DESC LIMIT 1",
+             kinds);
+    sqlite3_stmt *st;
+    enum hp_status s = prep(q, &st, sql);
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    if (study)
+        sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 3, all ? n_kinds : 1);
+    int r = step(q, st, &s);
+    *id = r == 1 ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
+}
+
+static enum hp_status lacking(struct q *q, const char *kinds, bool all, const char *study, const char *what,
+                              const char *fix)
+{
+    long long other;
+    enum hp_status s = other_sweep(q, kinds, all, study, &other);
+    if (s != HP_OK)
+        return s;
+    char hint[256];
+    if (other)
+        snprintf(hint, sizeof hint, "sweep %lld does: use %s %lld", other, q->sweep_opt, other);
+    else
+        snprintf(hint, sizeof hint, "%s", fix);
+    return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld%s has no %s (%s)", q->path, q->sweep,
+                   q->newest ? " (the newest)" : "", what, hint);
+}
+
+// A study of the sweep, as pick_study chose it.
+struct pick {
+    char name[128];
+    bool kv;        // its units are KV groups
+    char all[512];  // the sweep's studies of the kind, comma-separated, in plan order
+    int n_all;
+};
+
+/*
+ * The sweep's study of kind (single, explicit) named want; with want NULL its
+ * first over query heads (plan order), else its first, so that heads and KV
+ * groups are never ranked together. None, or none of that name, is an error
+ * naming the studies the sweep has, or another sweep that has one.
+ */
+static enum hp_status pick_study(struct q *q, const char *kind, const char *want, struct pick *p)
+{
+    memset(p, 0, sizeof *p);
+    sqlite3_stmt *st;
+    enum hp_status s = prep(q, &st,
+                            "SELECT study, max(kv) FROM sweep_jobs WHERE sweep_id = ? AND kind = ? "
+                            "GROUP BY study ORDER BY min(ord)");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
+    bool found = false, found_heads = false;
+    size_t o = 0;
+    int r;
+    while ((r = step(q, st, &s)) == 1) {
+        const char *name = col_text(st, 0);
+        bool kv = sqlite3_column_int(st, 1) != 0;
+        if (o + strlen(name) + 8 < sizeof p->all)
+            o += (size_t)snprintf(p->all + o, sizeof p->all - o, "%s%s", o ? ", " : "", name);
+        else if (o + 6 < sizeof p->all && !strstr(p->all, ", ..."))
+            o += (size_t)snprintf(p->all + o, sizeof p->all - o, ", ...");
+        p->n_all++;
+        bool take = want ? !found && strcmp(name, want) == 0 : !found || (!found_heads && !kv);
+        if (take) {
+            snprintf(p->name, sizeof p->name, "%s", name);
+            p->kv = kv;
+            found = true;
+            found_heads |= !kv;
+        }
+    }
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (found)
+        return HP_OK;
+    char kinds[32], what[200], fix[64];
+    snprintf(kinds, sizeof kinds, "'%s'", kind);
+    snprintf(fix, sizeof fix, "add %s '%s' study to the plan", strchr("aeiou", kind[0]) ? "an" : "a", kind);
+    if (!want) {
+        snprintf(what, sizeof what, "%s study", kind);
+        return lacking(q, kinds, false, NULL, what, fix);
+    }
+    if (p->n_all == 0) {
+        snprintf(what, sizeof what, "%s study '%s'", kind, want);
+        return lacking(q, kinds, false, want, what, fix);
+    }
+    long long other;
+    enum hp_status so = other_sweep(q, kinds, false, want, &other);
+    if (so != HP_OK)
+        return so;
+    char elsewhere[160] = "";
+    if (other)
+        snprintf(elsewhere, sizeof elsewhere, "; sweep %lld has it: use %s %lld", other, q->sweep_opt, other);
+    return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld%s has no %s study '%s' (its %s studies: %s%s)", q->path,
+                   q->sweep, q->newest ? " (the newest)" : "", kind, want, kind, p->all, elsewhere);
 }
 
 // --- sweeps -----------------------------------------------------------------
@@ -749,7 +885,7 @@ static enum hp_status curve_random(struct q *q, const char *study, struct tb *b)
     return r < 0 ? s : HP_OK;
 }
 
-static enum hp_status q_curve(struct q *q, struct hp_table **out)
+static enum hp_status q_curve(struct q *q, const char *want, struct hp_table **out)
 {
     const char *cols[CV_N] = {"study", "step", "k", "heads", "pct_heads", "samples", q->mname,
                               "ci_lo", "ci_hi", "effect", "pruned", "mask"};
@@ -764,9 +900,15 @@ static enum hp_status q_curve(struct q *q, struct hp_table **out)
     struct tb b;
     tb_init(&b, q->full_mask ? CV_N : CV_MASK, cols, num); /* the cumulative mask on request */
     int r, n_studies = 0;
+    char all[512] = "";
+    size_t o = 0;
     while ((r = step(q, st, &s)) == 1) {
         char study[256];
         snprintf(study, sizeof study, "%s", col_text(st, 0));
+        if (o + strlen(study) + 8 < sizeof all)
+            o += (size_t)snprintf(all + o, sizeof all - o, "%s%s", o ? ", " : "", study);
+        if (want && strcmp(study, want) != 0)
+            continue;
         s = strcmp(col_text(st, 1), "iterative") == 0 ? curve_iterative(q, study, &b) : curve_random(q, study, &b);
         if (s != HP_OK) {
             r = -1;
@@ -781,9 +923,13 @@ static enum hp_status q_curve(struct q *q, struct hp_table **out)
     }
     if (n_studies == 0) {
         hp_table_free(b.t);
-        return hp_fail(q->err, HP_ERR_ARG,
-                       "%s: sweep %lld has no iterative or random study (add one to the plan for a pruning curve)",
-                       q->path, q->sweep);
+        if (want && *all)
+            return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld has no iterative or random study '%s' (its curve "
+                           "studies: %s)", q->path, q->sweep, want, all);
+        char what[200];
+        snprintf(what, sizeof what, "iterative or random study%s%s%s", want ? " '" : "", want ? want : "",
+                 want ? "'" : "");
+        return lacking(q, "'iterative', 'random'", false, want, what, "add one to the plan for a pruning curve");
     }
     tb_note(&b,
             "sweep %lld, %s; k = units pruned, heads = query heads pruned (pct of the model's %lld); iterative: one row "
@@ -793,16 +939,26 @@ static enum hp_status q_curve(struct q *q, struct hp_table **out)
     return tb_finish(&b, out, q->err);
 }
 
-// --- heads ------------------------------------------------------------------
+// --- heads and sets -----------------------------------------------------------
 
+// A job measured alone against the baseline: a unit of a single study, or a set of an explicit one.
 struct head_row {
     long long ord;
     char study[128];
-    char label[48];
+    char label[128];
     int layer, unit;
+    long long n_ablated;
+    char *mask; // sets: the variant's mask spec (owned); NULL for heads
     double value, effect;
     struct acc d; // per-sequence paired differences
 };
+
+static void rows_free(struct head_row *rows, size_t n)
+{
+    for (size_t i = 0; rows && i < n; i++)
+        free(rows[i].mask);
+    free(rows);
+}
 
 static int by_effect_desc(const void *a, const void *b)
 {
@@ -815,46 +971,51 @@ static int by_effect_desc(const void *a, const void *b)
     return (x->ord > y->ord) - (x->ord < y->ord);
 }
 
-static enum hp_status q_heads(struct q *q, int top, struct hp_table **out)
+/*
+ * Every job of kind (of study, when one is named) in plan order, each with
+ * its sequences paired with the baseline's same sequence; with masks, each
+ * set's mask spec too. *rows is the caller's (rows_free) even on failure.
+ */
+static enum hp_status rows_load(struct q *q, const char *kind, const char *study, bool masks, struct head_row **rows,
+                                size_t *n)
 {
-    enum { C_STUDY, C_LABEL, C_LAYER, C_UNIT, C_VALUE, C_EFFECT, C_LO, C_HI, C_SEQS, C_P, C_N };
-    const char *cols[C_N] = {"study", "label", "layer", "unit", q->mname, "effect", "ci_lo", "ci_hi", "seqs", "p"};
-    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true, true};
     sqlite3_stmt *st;
-    // each single job with its sequences, and the baseline's same sequence beside each
     enum hp_status s = prep_m(q, &st,
-                              "SELECT j.ord, j.study, j.kv, j.layer, j.unit, j.label, r.%s, sv.%s, sb.%s "
-                              "FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
+                              "SELECT j.ord, j.study, j.kv, j.layer, j.unit, j.label, v.n_ablated, v.mask_text, r.%s, "
+                              "sv.%s, sb.%s FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
+                              "JOIN variants v ON v.id = j.variant_id "
                               "LEFT JOIN seq_results sv ON sv.variant_id = j.variant_id "
-                              "LEFT JOIN seq_results sb ON sb.variant_id = ? AND sb.seq = sv.seq "
-                              "WHERE j.sweep_id = ? AND j.kind = 'single' ORDER BY j.ord, sv.seq");
+                              "LEFT JOIN seq_results sb ON sb.variant_id = ?1 AND sb.seq = sv.seq "
+                              "WHERE j.sweep_id = ?2 AND j.kind = ?3 AND (?4 IS NULL OR j.study = ?4) "
+                              "ORDER BY j.ord, sv.seq");
     if (s != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, q->base_variant);
     sqlite3_bind_int64(st, 2, q->sweep);
-    struct head_row *rows = NULL;
-    size_t n = 0, cap = 0;
+    sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
+    if (study)
+        sqlite3_bind_text(st, 4, study, -1, SQLITE_STATIC);
+    size_t cap = 0;
     int r;
     while ((r = step(q, st, &s)) == 1) {
         long long ord = sqlite3_column_int64(st, 0);
-        if (n == 0 || rows[n - 1].ord != ord) {
-            if (n == cap) {
+        if (*n == 0 || (*rows)[*n - 1].ord != ord) {
+            if (*n == cap) {
                 cap = cap ? 2 * cap : 64;
-                struct head_row *g = realloc(rows, cap * sizeof *g);
+                struct head_row *g = realloc(*rows, cap * sizeof *g);
                 if (!g) {
                     s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
                     r = -1;
                     break;
                 }
-                rows = g;
+                *rows = g;
             }
-            struct head_row *h = &rows[n++];
+            struct head_row *h = &(*rows)[(*n)++];
             memset(h, 0, sizeof *h);
             h->ord = ord;
             snprintf(h->study, sizeof h->study, "%s", col_text(st, 1));
             if (!col_index(q, st, 3, q->n_layers, "layer", &h->layer, &s) ||
                 !col_index(q, st, 4, q->n_heads, "unit", &h->unit, &s)) {
-                n--;
                 r = -1;
                 break;
             }
@@ -862,35 +1023,148 @@ static enum hp_status q_heads(struct q *q, int top, struct hp_table **out)
                 hp_unit_label(h->label, sizeof h->label, sqlite3_column_int(st, 2) != 0, h->layer, h->unit);
             else
                 snprintf(h->label, sizeof h->label, "%s", col_text(st, 5));
-            h->value = col_num(st, 6);
+            h->n_ablated = sqlite3_column_int64(st, 6);
+            if (masks && !(h->mask = dup_str(col_text(st, 7)))) {
+                s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+                r = -1;
+                break;
+            }
+            h->value = col_num(st, 8);
             h->effect = effect_of(q->m, h->value, q->base);
         }
-        double v = col_num(st, 7), bs = col_num(st, 8);
+        double v = col_num(st, 9), bs = col_num(st, 10);
         double d = q->m == HP_METRIC_KL ? v : effect_of(q->m, v, bs);
         if (!isnan(d))
-            acc_add(&rows[n - 1].d, d);
+            acc_add(&(*rows)[*n - 1].d, d);
     }
     sqlite3_finalize(st);
-    if (r < 0) {
-        free(rows);
+    return r < 0 ? s : HP_OK;
+}
+
+// The effect with its paired interval, test and sequence count into cols c_effect.. c_effect + 4.
+static void row_effect_cells(struct tb *b, int row, int c_effect, const struct head_row *h)
+{
+    double lo, hi, p;
+    acc_ci(&h->d, &lo, &hi, &p);
+    tb_num(b, row, c_effect, F_EFFECT, h->effect);
+    tb_num(b, row, c_effect + 1, F_EFFECT, lo);
+    tb_num(b, row, c_effect + 2, F_EFFECT, hi);
+    tb_int(b, row, c_effect + 3, h->d.n);
+    tb_num(b, row, c_effect + 4, "%.3g", p);
+}
+
+#define CI_NOTE "ci_lo..ci_hi the paired 95%% t interval (n-1 df) of the per-sequence effect and p its two-sided " \
+                "t test, so the effect (over all tokens) can fall slightly off the interval's centre when " \
+                "sequences differ in length"
+
+// "; the sweep's other single studies: ... (choose one with --study)" or "".
+static void others_note(const struct pick *p, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (p->n_all < 2)
+        return;
+    snprintf(buf, size, "; the sweep's single studies: %s (choose one with --study)", p->all);
+}
+
+static int by_layer_unit(const void *a, const void *b)
+{
+    const struct head_row *x = a, *y = b;
+    if (x->layer != y->layer)
+        return x->layer - y->layer;
+    if (x->unit != y->unit)
+        return x->unit - y->unit;
+    return (x->ord > y->ord) - (x->ord < y->ord);
+}
+
+// Wider than this, a matrix is no use on a terminal (and the model's shape is input: it must not size a table).
+#define MATRIX_MAX_UNITS 1024
+
+/*
+ * Matrix layout: one row per layer with a result, one column per unit (query
+ * heads, or KV groups for a KV study), each cell the unit's effect to three
+ * significant digits, for reading the whole model at a glance on a terminal.
+ * rows (n) are sorted here.
+ */
+static enum hp_status heads_matrix(struct q *q, const struct pick *pk, struct head_row *rows, size_t n,
+                                   struct hp_table **out)
+{
+    int units = pk->kv && q->n_kv_heads ? q->n_kv_heads : q->n_heads;
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].unit >= units)
+            units = rows[i].unit + 1; // a KV study of a database that names its KV heads oddly: still no overflow
+    if (units > MATRIX_MAX_UNITS)
+        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld's model has %d %s a layer, too many for a matrix (at most "
+                       "%d; use --format csv)", q->path, q->sweep, units, pk->kv ? "KV groups" : "heads",
+                       MATRIX_MAX_UNITS);
+    char(*names)[16] = calloc((size_t)units + 1, sizeof *names);
+    const char **cols = calloc((size_t)units + 1, sizeof *cols);
+    bool *num = calloc((size_t)units + 1, sizeof *num);
+    if (!names || !cols || !num) {
+        free(names), free(cols), free(num);
+        return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+    }
+    cols[0] = "layer";
+    num[0] = true;
+    for (int u = 0; u < units; u++) {
+        snprintf(names[u], sizeof names[u], "%d", u);
+        cols[u + 1] = names[u];
+        num[u + 1] = true;
+    }
+    struct tb b;
+    tb_init(&b, units + 1, cols, num);
+    free(names), free(cols), free(num);
+    if (n)
+        qsort(rows, n, sizeof *rows, by_layer_unit);
+    int row = -1;
+    for (size_t i = 0; i < n; i++) {
+        const struct head_row *h = &rows[i];
+        if (h->layer < 0 || h->unit < 0)
+            continue;
+        bool new_layer = i == 0 || rows[i - 1].layer != h->layer || rows[i - 1].unit < 0;
+        if (new_layer) {
+            row = tb_row(&b);
+            tb_int(&b, row, 0, h->layer);
+        }
+        if (new_layer || rows[i - 1].unit != h->unit) // the first job of a unit, as everywhere
+            tb_num(&b, row, h->unit + 1, "%.3g", h->effect);
+    }
+    char others[600];
+    others_note(pk, others, sizeof others);
+    tb_note(&b,
+            "sweep %lld, study %s, %s; rows: layers, columns: %s, each cell the effect of masking that unit alone "
+            "(3 significant digits; the other formats give full precision and intervals)%s",
+            q->sweep, pk->name, effect_convention(q->m), pk->kv ? "KV groups" : "query heads", others);
+    return tb_finish(&b, out, q->err);
+}
+
+static enum hp_status q_heads(struct q *q, const char *study, int top, bool matrix, struct hp_table **out)
+{
+    enum { C_STUDY, C_LABEL, C_LAYER, C_UNIT, C_VALUE, C_EFFECT, C_LO, C_HI, C_SEQS, C_P, C_N };
+    const char *cols[C_N] = {"study", "label", "layer", "unit", q->mname, "effect", "ci_lo", "ci_hi", "seqs", "p"};
+    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true, true};
+    struct pick pk;
+    enum hp_status s = pick_study(q, "single", study, &pk);
+    if (s != HP_OK)
+        return s;
+    struct head_row *rows = NULL;
+    size_t n = 0;
+    if ((s = rows_load(q, "single", pk.name, false, &rows, &n)) != HP_OK) {
+        rows_free(rows, n);
         return s;
     }
-    if (n == 0) {
-        free(rows);
-        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld has no single study (add a 'single' study to the plan)",
-                       q->path, q->sweep);
+    if (matrix) {
+        s = heads_matrix(q, &pk, rows, n, out);
+        rows_free(rows, n);
+        return s;
     }
     qsort(rows, n, sizeof *rows, by_effect_desc);
-    if (top > 0 && (size_t)top < n)
-        n = (size_t)top;
+    size_t shown = top > 0 && (size_t)top < n ? (size_t)top : n;
 
     struct tb b;
     tb_init(&b, C_N, cols, num);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < shown; i++) {
         const struct head_row *h = &rows[i];
         int row = tb_row(&b);
-        double lo, hi, p;
-        acc_ci(&h->d, &lo, &hi, &p);
         tb_str(&b, row, C_STUDY, h->study);
         tb_str(&b, row, C_LABEL, h->label);
         if (h->layer >= 0)
@@ -898,18 +1172,56 @@ static enum hp_status q_heads(struct q *q, int top, struct hp_table **out)
         if (h->unit >= 0)
             tb_int(&b, row, C_UNIT, h->unit);
         tb_num(&b, row, C_VALUE, F_METRIC, h->value);
-        tb_num(&b, row, C_EFFECT, F_EFFECT, h->effect);
-        tb_num(&b, row, C_LO, F_EFFECT, lo);
-        tb_num(&b, row, C_HI, F_EFFECT, hi);
-        tb_int(&b, row, C_SEQS, h->d.n);
-        tb_num(&b, row, C_P, "%.3g", p);
+        row_effect_cells(&b, row, C_EFFECT, h);
     }
-    free(rows);
-    tb_note(&b,
-            "sweep %lld, %s; each unit masked alone, largest effect first; effect is over all tokens, ci_lo..ci_hi the "
-            "paired 95%% t interval (n-1 df) of the per-sequence effect and p its two-sided t test, so the effect "
-            "can fall slightly off the interval's centre when sequences differ in length",
-            q->sweep, effect_convention(q->m));
+    rows_free(rows, n);
+    char others[600];
+    others_note(&pk, others, sizeof others);
+    tb_note(&b, "sweep %lld, study %s (%s), %s; each unit masked alone, largest effect first; " CI_NOTE "%s", q->sweep,
+            pk.name, pk.kv ? "KV groups" : "query heads", effect_convention(q->m), others);
+    return tb_finish(&b, out, q->err);
+}
+
+// Each named set of the sweep's explicit studies (or of the one named), masked together.
+static enum hp_status q_sets(struct q *q, const char *study, int top, struct hp_table **out)
+{
+    enum { C_STUDY, C_SET, C_HEADS, C_VALUE, C_EFFECT, C_LO, C_HI, C_SEQS, C_P, C_MASK, C_N };
+    const char *cols[C_N] = {"study", "set", "heads", q->mname, "effect", "ci_lo", "ci_hi", "seqs", "p", "mask"};
+    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true, false};
+    enum hp_status s;
+    if (study) {
+        struct pick pk;
+        if ((s = pick_study(q, "explicit", study, &pk)) != HP_OK)
+            return s;
+    }
+    struct head_row *rows = NULL;
+    size_t n = 0;
+    if ((s = rows_load(q, "explicit", study, true, &rows, &n)) != HP_OK) {
+        rows_free(rows, n);
+        return s;
+    }
+    if (n == 0) {
+        rows_free(rows, n);
+        return lacking(q, "'explicit'", false, NULL, "explicit study",
+                       "add one to the plan: explicit: {sets: {NAME: MASK}}");
+    }
+    qsort(rows, n, sizeof *rows, by_effect_desc);
+    size_t shown = top > 0 && (size_t)top < n ? (size_t)top : n;
+    struct tb b;
+    tb_init(&b, C_N, cols, num);
+    for (size_t i = 0; i < shown; i++) {
+        const struct head_row *h = &rows[i];
+        int row = tb_row(&b);
+        tb_str(&b, row, C_STUDY, h->study);
+        tb_str(&b, row, C_SET, h->label);
+        tb_int(&b, row, C_HEADS, h->n_ablated);
+        tb_num(&b, row, C_VALUE, F_METRIC, h->value);
+        row_effect_cells(&b, row, C_EFFECT, h);
+        tb_str(&b, row, C_MASK, h->mask);
+    }
+    rows_free(rows, n);
+    tb_note(&b, "sweep %lld, %s; each set's heads masked together (heads: query heads masked), largest effect first; "
+            CI_NOTE, q->sweep, effect_convention(q->m));
     return tb_finish(&b, out, q->err);
 }
 
@@ -936,10 +1248,15 @@ static enum hp_status q_redundancy(struct q *q, double eps, struct hp_table **ou
         (s = first_study(q, "only", only, sizeof only, &has_only)) != HP_OK ||
         (s = first_study(q, "layer", layer, sizeof layer, &has_layer)) != HP_OK)
         return s;
+    if (has_single) { // as heads reads it: the first single study over query heads, else the first
+        struct pick pk;
+        if ((s = pick_study(q, "single", NULL, &pk)) != HP_OK)
+            return s;
+        snprintf(single, sizeof single, "%s", pk.name);
+    }
     if (!has_single && !has_only && !has_layer)
-        return hp_fail(q->err, HP_ERR_ARG,
-                       "%s: sweep %lld has no single, only or layer study (add a 'single' study to the plan)", q->path,
-                       q->sweep);
+        return lacking(q, "'single', 'only', 'layer'", false, NULL, "single, only or layer study",
+                       "add a 'single' study to the plan");
 
     struct layer_sum *ls = calloc((size_t)q->n_layers, sizeof *ls);
     if (!ls)
@@ -1173,14 +1490,12 @@ static enum hp_status q_pairs(struct q *q, int top, struct hp_table **out)
         n_known += !isnan(pairs[i].ea) && !isnan(pairs[i].eb);
     if (n_pairs == 0) {
         free(pairs);
-        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld has no pairs study (add a 'pairs' study to the plan)",
-                       q->path, q->sweep);
+        return lacking(q, "'pairs'", false, NULL, "pairs study", "add a 'pairs' study to the plan");
     }
     if (n_known == 0) {
         free(pairs);
-        return hp_fail(q->err, HP_ERR_ARG,
-                       "%s: no single-unit results in sweep %lld for the units of the pairs study (add a 'single' study)",
-                       q->path, q->sweep);
+        return lacking(q, "'pairs', 'single'", true, NULL,
+                       "single-unit results for the units of its pairs study", "add a 'single' study to the plan");
     }
     qsort(pairs, n_pairs, sizeof *pairs, by_interaction_desc);
 
@@ -1219,6 +1534,409 @@ static enum hp_status q_pairs(struct q *q, int top, struct hp_table **out)
             "< 0 = sub-additive (removing one already does most of the damage); largest first%s",
             q->sweep, effect_convention(q->m), cut ? " (only the top and bottom rows)" : "");
     return tb_finish(&b, out, q->err);
+}
+
+// --- compare ----------------------------------------------------------------
+
+/*
+ * Rank correlations of n pairs (x, y), none NaN, as scipy.stats computes them
+ * by default: Spearman's rho is Pearson's r of the ranks, ties given the
+ * average of the ranks they span; Kendall's tau-b is (concordant - discordant)
+ * / sqrt((n0 - tx) (n0 - ty)) over the n0 = n (n - 1) / 2 pairs of units, tx
+ * and ty the pairs tied in x and in y. Both NaN where undefined: fewer than two
+ * pairs, or every x (or every y) tied. tau counts pairs, n^2 / 2 comparisons:
+ * left out (NaN) past MAX_TAU_UNITS, far more heads than any model has.
+ */
+#define MAX_TAU_UNITS (1 << 15)
+
+struct vi {
+    double v;
+    size_t i;
+};
+
+static int by_value(const void *a, const void *b)
+{
+    const struct vi *x = a, *y = b;
+    if (x->v != y->v)
+        return x->v < y->v ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+// Ranks of x (1 = smallest; ties share their average) into rank: (n); false when out of memory.
+static bool ranks_avg(const double *x, size_t n, double *rank)
+{
+    struct vi *t = malloc((n ? n : 1) * sizeof *t);
+    if (!t)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        t[i] = (struct vi){x[i], i};
+    qsort(t, n, sizeof *t, by_value);
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && t[j].v == t[i].v)
+            j++;
+        double avg = (double)(i + 1 + j) / 2.0; // the mean of ranks i + 1 .. j
+        for (size_t k = i; k < j; k++)
+            rank[t[k].i] = avg;
+        i = j;
+    }
+    free(t);
+    return true;
+}
+
+static double pearson(const double *x, const double *y, size_t n)
+{
+    if (n < 2)
+        return NAN;
+    double mx = 0, my = 0;
+    for (size_t i = 0; i < n; i++)
+        mx += x[i], my += y[i];
+    mx /= (double)n, my /= (double)n;
+    double sxy = 0, sxx = 0, syy = 0;
+    for (size_t i = 0; i < n; i++) {
+        sxy += (x[i] - mx) * (y[i] - my);
+        sxx += (x[i] - mx) * (x[i] - mx);
+        syy += (y[i] - my) * (y[i] - my);
+    }
+    if (sxx == 0 || syy == 0)
+        return NAN;
+    double r = sxy / sqrt(sxx * syy);
+    return r > 1 ? 1 : r < -1 ? -1 : r;
+}
+
+static double kendall_tau_b(const double *x, const double *y, size_t n)
+{
+    if (n < 2 || n > MAX_TAU_UNITS)
+        return NAN;
+    long long conc = 0, disc = 0, tx = 0, ty = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++) {
+            int sx = (x[i] > x[j]) - (x[i] < x[j]), sy = (y[i] > y[j]) - (y[i] < y[j]);
+            tx += sx == 0;
+            ty += sy == 0;
+            conc += sx * sy > 0;
+            disc += sx * sy < 0;
+        }
+    long long n0 = (long long)n * (long long)(n - 1) / 2;
+    if (tx == n0 || ty == n0)
+        return NAN;
+    return (double)(conc - disc) / sqrt((double)(n0 - tx) * (double)(n0 - ty));
+}
+
+// Both correlations of n pairs; false when out of memory.
+static bool rank_corr(const double *x, const double *y, size_t n, double *rho, double *tau)
+{
+    *rho = *tau = NAN;
+    double *rx = malloc((n ? n : 1) * sizeof *rx), *ry = malloc((n ? n : 1) * sizeof *ry);
+    bool ok = rx && ry && ranks_avg(x, n, rx) && ranks_avg(y, n, ry);
+    if (ok) {
+        *rho = pearson(rx, ry, n);
+        *tau = kendall_tau_b(x, y, n);
+    }
+    free(rx), free(ry);
+    return ok;
+}
+
+// One sweep of a comparison: its single study's effects by unit.
+struct side {
+    struct q q;
+    struct pick pk;
+    struct single_eff *eff; // (n) the first job of each unit, sorted by (layer, unit); effects may be NaN
+    size_t n;
+};
+
+// "sweep 2 of a.db"
+static void side_name(const struct side *sd, char *buf, size_t size)
+{
+    snprintf(buf, size, "sweep %lld of %s", sd->q.sweep, sd->q.path);
+}
+
+/* The study's units, as many as it has jobs (never a grid of the model's shape: the shape is input
+ * too, and a study may cover a few layers of a large model). */
+static enum hp_status side_load(struct side *sd)
+{
+    struct q *q = &sd->q;
+    sqlite3_stmt *st;
+    enum hp_status s = prep_m(q, &st,
+                              "SELECT j.layer, j.unit, r.%s, j.ord FROM sweep_jobs j "
+                              "JOIN results r ON r.variant_id = j.variant_id "
+                              "WHERE j.sweep_id = ? AND j.kind = 'single' AND j.study = ? "
+                              "AND j.layer IS NOT NULL AND j.unit IS NOT NULL");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_text(st, 2, sd->pk.name, -1, SQLITE_STATIC);
+    size_t cap = 0;
+    int r;
+    while ((r = step(q, st, &s)) == 1) {
+        if (sd->n == cap) {
+            cap = cap ? 2 * cap : 64;
+            struct single_eff *g = realloc(sd->eff, cap * sizeof *g);
+            if (!g) {
+                s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+                r = -1;
+                break;
+            }
+            sd->eff = g;
+        }
+        int l, u;
+        if (!col_index(q, st, 0, q->n_layers, "layer", &l, &s) || !col_index(q, st, 1, q->n_heads, "unit", &u, &s)) {
+            r = -1;
+            break;
+        }
+        sd->eff[sd->n++] = (struct single_eff){0, l, u, sqlite3_column_int64(st, 3),
+                                                effect_of(q->m, col_num(st, 2), q->base)};
+    }
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (sd->n)
+        qsort(sd->eff, sd->n, sizeof *sd->eff, by_unit);
+    size_t m = 0; // the first job (lowest ord) of each unit, as everywhere
+    for (size_t i = 0; i < sd->n; i++)
+        if (m == 0 || sd->eff[m - 1].layer != sd->eff[i].layer || sd->eff[m - 1].unit != sd->eff[i].unit)
+            sd->eff[m++] = sd->eff[i];
+    sd->n = m;
+    return HP_OK;
+}
+
+/* Resolve, check and load both sides: the sweeps, one metric, one shape, studies of one kind of unit. */
+static enum hp_status compare_prepare(struct side *a, struct side *b, const struct hp_query_opts *o, bool same_db)
+{
+    enum hp_status s;
+    if ((s = resolve_sweep(&a->q, o->sweep_id, o->metric)) != HP_OK ||
+        (s = resolve_sweep(&b->q, o->sweep_id2, o->metric)) != HP_OK)
+        return s;
+    char na[700], nb[700];
+    side_name(a, na, sizeof na);
+    side_name(b, nb, sizeof nb);
+    if (same_db && a->q.sweep == b->q.sweep)
+        return hp_fail(a->q.err, HP_ERR_ARG,
+                       "%s: compare: A and B are both sweep %lld (name another with --sweep ID for A or --sweep2 ID "
+                       "for B; each is the newest sweep unless named)",
+                       a->q.path, a->q.sweep);
+    if ((s = pick_study(&a->q, "single", o->study, &a->pk)) != HP_OK ||
+        (s = pick_study(&b->q, "single", o->study2 ? o->study2 : o->study, &b->pk)) != HP_OK)
+        return s;
+    if (a->q.n_layers != b->q.n_layers || a->q.n_heads != b->q.n_heads)
+        return hp_fail(a->q.err, HP_ERR_SHAPE,
+                       "compare: %s is of a model with %d layers x %d heads but %s of one with %d x %d (compare "
+                       "sweeps of models of one shape)",
+                       na, a->q.n_layers, a->q.n_heads, nb, b->q.n_layers, b->q.n_heads);
+    if (!o->metric && a->q.m != b->q.m)
+        return hp_fail(a->q.err, HP_ERR_ARG,
+                       "compare: %s measures %s but %s measures %s (name the metric to compare with --metric)", na,
+                       a->q.mname, nb, b->q.mname);
+    if (a->pk.kv != b->pk.kv)
+        return hp_fail(a->q.err, HP_ERR_ARG,
+                       "compare: study %s of %s ablates %s but study %s of %s %s (choose studies of one kind of unit "
+                       "with --study and --study2)",
+                       a->pk.name, na, a->pk.kv ? "KV groups" : "query heads", b->pk.name, nb,
+                       b->pk.kv ? "KV groups" : "query heads");
+    if (a->pk.kv && a->q.n_kv_heads != b->q.n_kv_heads)
+        return hp_fail(a->q.err, HP_ERR_SHAPE,
+                       "compare: the KV groups of %s (%d per layer) are not those of %s (%d per layer) (compare query "
+                       "heads instead: --study with a single study over heads)",
+                       na, a->q.n_kv_heads, nb, b->q.n_kv_heads);
+    if ((s = side_load(a)) != HP_OK || (s = side_load(b)) != HP_OK)
+        return s;
+    return HP_OK;
+}
+
+// A unit's row of the comparison.
+struct cmp_unit {
+    int layer, unit;
+    double a, b, diff; // effects (NaN where a sweep lacks the unit), b - a
+    double rank_a, rank_b; // among the units both have, 1 = the largest effect; NaN otherwise
+};
+
+static int by_abs_diff_desc(const void *x, const void *y)
+{
+    const struct cmp_unit *p = x, *q = y;
+    bool np = isnan(p->diff), nq = isnan(q->diff);
+    if (np != nq)
+        return np ? 1 : -1;
+    if (!np && fabs(p->diff) != fabs(q->diff))
+        return fabs(p->diff) < fabs(q->diff) ? 1 : -1;
+    if (p->layer != q->layer)
+        return p->layer - q->layer;
+    return p->unit - q->unit;
+}
+
+/* The correlations and the means over the units of u (n) that both sweeps have; false when out of memory. */
+struct cmp_sum {
+    size_t n;
+    double mean_a, mean_b, rho, tau;
+};
+
+static bool cmp_summary(const struct cmp_unit *u, size_t n, struct cmp_sum *out)
+{
+    memset(out, 0, sizeof *out);
+    double *x = malloc((n ? n : 1) * sizeof *x), *y = malloc((n ? n : 1) * sizeof *y);
+    if (!x || !y) {
+        free(x), free(y);
+        return false;
+    }
+    size_t m = 0;
+    double sa = 0, sb = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isnan(u[i].diff)) {
+            x[m] = u[i].a, y[m] = u[i].b;
+            sa += u[i].a, sb += u[i].b;
+            m++;
+        }
+    out->n = m;
+    out->mean_a = m ? sa / (double)m : NAN;
+    out->mean_b = m ? sb / (double)m : NAN;
+    bool ok = rank_corr(x, y, m, &out->rho, &out->tau);
+    free(x), free(y);
+    return ok;
+}
+
+static enum hp_status q_compare(struct side *a, struct side *b, const struct hp_query_opts *o, struct hp_table **out)
+{
+    struct q *q = &a->q;
+    // the units of either sweep, in (layer, unit) order: a merge of the two sorted lists
+    struct cmp_unit *u = malloc((a->n + b->n + 1) * sizeof *u);
+    if (!u)
+        return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+    size_t n = 0, n_both = 0, n_one = 0;
+    for (size_t i = 0, j = 0; i < a->n || j < b->n;) {
+        const struct single_eff *x = i < a->n ? &a->eff[i] : NULL, *y = j < b->n ? &b->eff[j] : NULL;
+        int c = !x ? 1 : !y ? -1 : x->layer != y->layer ? x->layer - y->layer : x->unit - y->unit;
+        const struct single_eff *k = c <= 0 ? x : y;
+        double ea = c <= 0 ? x->effect : NAN, eb = c >= 0 ? y->effect : NAN;
+        i += c <= 0;
+        j += c >= 0;
+        if (isnan(ea) && isnan(eb))
+            continue;
+        u[n++] = (struct cmp_unit){k->layer, k->unit, ea, eb, eb - ea, NAN, NAN};
+        if (isnan(ea) || isnan(eb))
+            n_one++;
+        else
+            n_both++;
+    }
+    if (n_both == 0) {
+        free(u);
+        char na[700], nb[700];
+        side_name(a, na, sizeof na);
+        side_name(b, nb, sizeof nb);
+        return hp_fail(q->err, HP_ERR_ARG,
+                       "compare: study %s of %s and study %s of %s have no unit in common with a %s value (nothing to "
+                       "compare; choose other studies with --study and --study2)",
+                       a->pk.name, na, b->pk.name, nb, q->mname);
+    }
+    // ranks among the units both have, 1 = the largest effect
+    double *x = malloc(n_both * sizeof *x), *y = malloc(n_both * sizeof *y);
+    double *rx = malloc(n_both * sizeof *rx), *ry = malloc(n_both * sizeof *ry);
+    bool ok = x && y && rx && ry;
+    size_t m = 0;
+    for (size_t i = 0; ok && i < n; i++)
+        if (!isnan(u[i].diff))
+            x[m] = u[i].a, y[m] = u[i].b, m++;
+    ok = ok && ranks_avg(x, n_both, rx) && ranks_avg(y, n_both, ry);
+    m = 0;
+    for (size_t i = 0; ok && i < n; i++)
+        if (!isnan(u[i].diff)) {
+            u[i].rank_a = (double)n_both + 1 - rx[m];
+            u[i].rank_b = (double)n_both + 1 - ry[m];
+            m++;
+        }
+    free(x), free(y), free(rx), free(ry);
+    struct cmp_sum all;
+    if (!ok || !cmp_summary(u, n, &all)) {
+        free(u);
+        return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+    }
+
+    const char *what = a->pk.kv ? "KV groups" : "query heads";
+    struct tb t;
+    if (!o->by_layer) {
+        enum { C_LABEL, C_LAYER, C_UNIT, C_A, C_B, C_DIFF, C_RA, C_RB, C_RHO, C_TAU, C_N };
+        static const char *const cols[C_N] = {"label", "layer", "unit", "effect_a", "effect_b",
+                                              "diff", "rank_a", "rank_b", "rho", "tau"};
+        static const bool num[C_N] = {false, true, true, true, true, true, true, true, true, true};
+        size_t shown = n;
+        if (o->top > 0) {
+            qsort(u, n, sizeof *u, by_abs_diff_desc);
+            shown = (size_t)o->top < n_both ? (size_t)o->top : n_both;
+        }
+        tb_init(&t, C_N, cols, num);
+        for (size_t i = 0; i < shown; i++) {
+            int row = tb_row(&t);
+            char label[48];
+            hp_unit_label(label, sizeof label, a->pk.kv, u[i].layer, u[i].unit);
+            tb_str(&t, row, C_LABEL, label);
+            tb_int(&t, row, C_LAYER, u[i].layer);
+            tb_int(&t, row, C_UNIT, u[i].unit);
+            tb_num(&t, row, C_A, F_EFFECT, u[i].a);
+            tb_num(&t, row, C_B, F_EFFECT, u[i].b);
+            tb_num(&t, row, C_DIFF, F_EFFECT, u[i].diff);
+            tb_num(&t, row, C_RA, F_EFFECT, u[i].rank_a);
+            tb_num(&t, row, C_RB, F_EFFECT, u[i].rank_b);
+        }
+        int row = tb_row(&t);
+        tb_str(&t, row, C_LABEL, "all");
+        tb_num(&t, row, C_A, F_EFFECT, all.mean_a);
+        tb_num(&t, row, C_B, F_EFFECT, all.mean_b);
+        tb_num(&t, row, C_DIFF, F_EFFECT, all.mean_b - all.mean_a);
+        tb_num(&t, row, C_RHO, F_EFFECT, all.rho);
+        tb_num(&t, row, C_TAU, F_EFFECT, all.tau);
+    } else {
+        enum { C_LABEL, C_LAYER, C_UNITS, C_A, C_B, C_DIFF, C_RHO, C_TAU, C_N };
+        static const char *const cols[C_N] = {"label", "layer", "units", "mean_a", "mean_b", "diff", "rho", "tau"};
+        static const bool num[C_N] = {false, true, true, true, true, true, true, true};
+        tb_init(&t, C_N, cols, num);
+        for (size_t i = 0; i <= n;) { // u is in (layer, unit) order: each layer a run, then i == n: all
+            size_t j = i;
+            while (j < n && u[j].layer == u[i].layer)
+                j++;
+            struct cmp_sum sm = all;
+            if (i < n && !cmp_summary(u + i, j - i, &sm)) {
+                t.nomem = true;
+                break;
+            }
+            int row = sm.n > 0 || i == n ? tb_row(&t) : -1;
+            if (i < n) {
+                char label[32];
+                snprintf(label, sizeof label, "layer %d", u[i].layer);
+                tb_str(&t, row, C_LABEL, label);
+                tb_int(&t, row, C_LAYER, u[i].layer);
+            } else {
+                tb_str(&t, row, C_LABEL, "all");
+            }
+            tb_int(&t, row, C_UNITS, (long long)sm.n);
+            tb_num(&t, row, C_A, F_EFFECT, sm.mean_a);
+            tb_num(&t, row, C_B, F_EFFECT, sm.mean_b);
+            tb_num(&t, row, C_DIFF, F_EFFECT, sm.mean_b - sm.mean_a);
+            tb_num(&t, row, C_RHO, F_EFFECT, sm.rho);
+            tb_num(&t, row, C_TAU, F_EFFECT, sm.tau);
+            i = j == i ? n + 1 : j;
+        }
+    }
+    free(u);
+
+    char rho[32] = "undefined", tau[32] = "undefined", one[96] = "";
+    if (!isnan(all.rho))
+        snprintf(rho, sizeof rho, "%.3f", all.rho);
+    if (!isnan(all.tau))
+        snprintf(tau, sizeof tau, "%.3f", all.tau);
+    else if (all.n > MAX_TAU_UNITS)
+        snprintf(tau, sizeof tau, "not computed past %d units", MAX_TAU_UNITS);
+    if (n_one)
+        snprintf(one, sizeof one, "; %zu %s in one sweep only (empty cells) are left out", n_one, what);
+    tb_note(&t,
+            "A = sweep %lld of %s (%s, %s ablation, study %s), B = sweep %lld of %s (%s, %s ablation, study %s); %s, "
+            "each against its own sweep's baseline; diff = B - A%s; over the %zu %s both have: Spearman rho %s, "
+            "Kendall tau-b %s (row all%s; ties share their average rank)%s",
+            a->q.sweep, a->q.path, a->q.name, a->q.ablation, a->pk.name, b->q.sweep, b->q.path, b->q.name,
+            b->q.ablation, b->pk.name, effect_convention(q->m),
+            o->by_layer ? "; mean_a, mean_b: the mean effect of the layer's units"
+            : o->top > 0 ? "; rank 1 = the largest effect; the units whose effects differ most first"
+                         : "; rank 1 = the largest effect",
+            all.n, what, rho, tau, o->by_layer ? "; per layer: over the layer's units" : ", its effects the means",
+            one);
+    return tb_finish(&t, out, q->err);
 }
 
 // --- read-only SQL ----------------------------------------------------------
@@ -1320,17 +2038,76 @@ static enum hp_status q_sql(struct q *q, const char *sql, struct hp_table **out)
 
 // --- entry ------------------------------------------------------------------
 
+// Options that only some kinds take: an error naming the option when o gives one to another kind.
+static enum hp_status check_opts(const struct hp_query_opts *o, struct hp_error *err)
+{
+    if (o->top < 0)
+        return hp_fail(err, HP_ERR_ARG, "query: top must be >= 0 (got %d; 0 = every row)", o->top);
+    if (!isfinite(o->eps))
+        return hp_fail(err, HP_ERR_ARG, "query: eps must be a finite number");
+    if (o->sweep_id < 0 || o->sweep_id2 < 0)
+        return hp_fail(err, HP_ERR_ARG, "query: a sweep id must be positive (0 = the newest)");
+    bool compare = o->kind == HP_QUERY_COMPARE;
+    if (!compare && (o->db2 || o->sweep_id2 || o->study2 || o->by_layer))
+        return hp_fail(err, HP_ERR_ARG, "query: --db2, --sweep2, --study2 and --by apply to compare only");
+    if (o->matrix && o->kind != HP_QUERY_HEADS)
+        return hp_fail(err, HP_ERR_ARG, "query: the matrix format is for heads only");
+    if (o->matrix && o->top)
+        return hp_fail(err, HP_ERR_ARG, "query: --top does not apply to the matrix format (it shows every unit)");
+    if (compare && o->by_layer && o->top)
+        return hp_fail(err, HP_ERR_ARG, "query: --top does not apply to compare --by layer (every layer is shown)");
+    if (o->study && o->kind != HP_QUERY_HEADS && o->kind != HP_QUERY_SETS && o->kind != HP_QUERY_CURVE && !compare)
+        return hp_fail(err, HP_ERR_ARG, "query: --study applies to heads, sets, curve and compare");
+    return HP_OK;
+}
+
+// True when a and b name one existing file (compare's two databases).
+static bool same_file(const char *a, const char *b)
+{
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+// Compare: B's database opened (or A's shared when it is the same file), both read in one transaction each.
+static enum hp_status run_compare(struct q *qa, const struct hp_query_opts *o, struct hp_table **out)
+{
+    struct side a = {.q = *qa}, b = {0};
+    const char *db2 = o->db2 ? o->db2 : qa->path;
+    bool same_db = same_file(qa->path, db2);
+    b.q = (struct q){.path = db2, .err = qa->err, .db = same_db ? qa->db : NULL};
+    a.q.sweep_opt = "--sweep";
+    b.q.sweep_opt = "--sweep2";
+    enum hp_status s = HP_OK;
+    if (!same_db) {
+        s = hp_store_open_read(db2, BUSY_TIMEOUT_MS, &b.q.db, qa->err);
+        if (s == HP_OK) {
+            int rc = sqlite3_exec(b.q.db, "BEGIN", NULL, NULL, NULL);
+            if (rc != SQLITE_OK)
+                s = sql_fail(&b.q, rc);
+        }
+    }
+    if (s == HP_OK)
+        s = compare_prepare(&a, &b, o, same_db);
+    if (s == HP_OK)
+        s = q_compare(&a, &b, o, out);
+    free(a.eff), free(b.eff);
+    if (!same_db && b.q.db) {
+        sqlite3_exec(b.q.db, "COMMIT", NULL, NULL, NULL);
+        sqlite3_close(b.q.db);
+    }
+    return s;
+}
+
 enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, struct hp_table **out,
                         struct hp_error *err)
 {
     assert(db_path && o && out);
     *out = NULL;
-    if (o->top < 0)
-        return hp_fail(err, HP_ERR_ARG, "query: top must be >= 0 (got %d; 0 = every row)", o->top);
-    if (!isfinite(o->eps))
-        return hp_fail(err, HP_ERR_ARG, "query: eps must be a finite number");
-    struct q q = {.path = db_path, .err = err, .full_mask = o->full_mask};
-    enum hp_status s = hp_store_open_read(db_path, BUSY_TIMEOUT_MS, &q.db, err);
+    enum hp_status s = check_opts(o, err);
+    if (s != HP_OK)
+        return s;
+    struct q q = {.path = db_path, .err = err, .full_mask = o->full_mask, .sweep_opt = "--sweep"};
+    s = hp_store_open_read(db_path, BUSY_TIMEOUT_MS, &q.db, err);
     if (s == HP_OK && o->kind == HP_QUERY_SQL) {
         s = q_sql(&q, o->sql, out);
     } else if (s == HP_OK) {
@@ -1341,19 +2118,23 @@ enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, stru
         if (s == HP_OK) {
             switch (o->kind) {
             case HP_QUERY_SWEEPS: s = q_sweeps(&q, o->sweep_id, out); break;
+            case HP_QUERY_COMPARE: s = run_compare(&q, o, out); break;
             case HP_QUERY_CURVE:
             case HP_QUERY_HEADS:
             case HP_QUERY_REDUNDANCY:
             case HP_QUERY_PAIRS:
+            case HP_QUERY_SETS:
                 s = resolve_sweep(&q, o->sweep_id, o->metric);
                 if (s != HP_OK)
                     break;
                 if (o->kind == HP_QUERY_CURVE)
-                    s = q_curve(&q, out);
+                    s = q_curve(&q, o->study, out);
                 else if (o->kind == HP_QUERY_HEADS)
-                    s = q_heads(&q, o->top, out);
+                    s = q_heads(&q, o->study, o->top, o->matrix, out);
                 else if (o->kind == HP_QUERY_REDUNDANCY)
                     s = q_redundancy(&q, o->eps, out);
+                else if (o->kind == HP_QUERY_SETS)
+                    s = q_sets(&q, o->study, o->top, out);
                 else
                     s = q_pairs(&q, o->top, out);
                 break;

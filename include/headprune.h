@@ -705,17 +705,28 @@ enum hp_query_kind {
     HP_QUERY_REDUNDANCY, /* per-layer summary */
     HP_QUERY_PAIRS,      /* interactions */
     HP_QUERY_SQL,        /* read-only SQL */
+    HP_QUERY_SETS,       /* explicit studies: each named set's effect with its paired 95% CI */
+    HP_QUERY_COMPARE,    /* two sweeps' single-unit effects side by side, with rank correlations */
 };
 
 struct hp_query_opts {
     enum hp_query_kind kind;
     int64_t sweep_id;   /* 0 = the newest sweep */
-    const char *metric; /* NULL = the sweep's plan metric */
-    int top;            /* heads, pairs: at most this many rows (0 = all) */
+    const char *metric; /* NULL = the sweep's plan metric (compare: both sweeps' metric, which must agree) */
+    int top;            /* heads, sets, pairs: at most this many rows (0 = all); compare: the units
+                         * whose effects differ most */
     double eps;         /* redundancy: a unit is redundant when its effect is below this */
     const char *sql;    /* HP_QUERY_SQL */
     bool full_mask;     /* curve: each iterative step's whole mask too (column "mask"), not only
                          * the units it pruned (column "pruned") */
+    const char *study;  /* heads, compare: the single study (NULL = the sweep's first over query
+                         * heads, else its first); sets, curve: only this study (NULL = every one) */
+    bool matrix;        /* heads: one row per layer, one column per unit, cells the effects */
+    /* compare: the second sweep (B; the first, A, is db_path's sweep_id) */
+    const char *db2;    /* NULL = db_path */
+    int64_t sweep_id2;  /* 0 = the newest sweep of B's database */
+    const char *study2; /* NULL = study */
+    bool by_layer;      /* one row per layer instead of per unit */
 };
 
 /* Destructor of *out: hp_table_free. Opens the database read-only. */

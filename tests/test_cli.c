@@ -370,6 +370,176 @@ Test(cli, run_then_query_every_kind_and_format)
     cr_assert(strstr(out, "18"), "%s", out);
 }
 
+/* A plan of one single study over FIXTURE (a folder of tests/fixtures with its data.npy), ablated so. */
+static void single_plan(const char *file, const char *name, const char *fixture, const char *ablation)
+{
+    char p[1024];
+    snprintf(p, sizeof p, "name: %s\nmodel: %s/%s\ndata: %s/%s/data.npy\nablation: %s\nstudies: [single]\n", name,
+             getenv("HP_FIXTURES"), fixture, getenv("HP_FIXTURES"), fixture, ablation);
+    write_file(file, p);
+}
+
+/* The cell of the CSV row whose first cell is key (strtok-free: the cells hold no commas). */
+static void csv_cell_of(const char *csv, const char *key, int col, char *buf, size_t n)
+{
+    char start[64];
+    snprintf(start, sizeof start, "\n%s,", key);
+    const char *row = strstr(csv, start);
+    cr_assert(row, "no row %s in %s", key, csv);
+    row++;
+    for (int c = 0; c < col; c++) {
+        row = strchr(row, ',');
+        cr_assert(row, "row %s has no column %d", key, col);
+        row++;
+    }
+    size_t len = strcspn(row, ",\n");
+    cr_assert_lt(len, n);
+    memcpy(buf, row, len);
+    buf[len] = 0;
+}
+
+Test(cli, query_compare_sets_study_and_matrix)
+{
+    char a[1024];
+    // sweep 1 of q.db: every study kind; 2: mean ablation of the same model; 3: a model of another shape
+    snprintf(a, sizeof a, "run tests/plans/sweep.yaml --db %s/q.db --quiet --threads 1", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    single_plan("mean.yaml", "mean", "llama-gqa", "mean");
+    single_plan("small.yaml", "small", "gpt2-noprefix", "zero");
+    single_plan("sharded.yaml", "sharded", "llama-gqa-sharded", "zero");
+    snprintf(a, sizeof a, "run %s/mean.yaml --db %s/q.db --quiet --threads 1", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    snprintf(a, sizeof a, "run %s/small.yaml --db %s/q.db --quiet --threads 1", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    snprintf(a, sizeof a, "run %s/sharded.yaml --db %s/s.db --quiet --threads 1", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+
+    // compare in every format, per unit and per layer
+    const char *views[] = {"", " --by layer", " --top 3"};
+    const char *fmts[] = {"table", "csv", "json"};
+    for (int v = 0; v < 3; v++)
+        for (int f = 0; f < 3; f++) {
+            snprintf(a, sizeof a, "query compare --db %s/q.db --sweep 1 --sweep2 2%s --format %s", tmp, views[v],
+                     fmts[f]);
+            cr_assert_eq(hp(a), 0, "%s: %s", a, errs);
+            if (f == 0)
+                cr_assert(strstr(out, "# A = sweep 1 of") && strstr(out, "zero ablation, study single), B = sweep 2") &&
+                              strstr(out, "mean ablation") && strstr(out, "Spearman rho"),
+                          "%s: %s", a, out);
+            if (f == 2) {
+                cJSON *j = cJSON_Parse(out);
+                cr_assert(cJSON_IsArray(j), "%s: not a JSON array: %s", a, out);
+                cJSON *last = cJSON_GetArrayItem(j, cJSON_GetArraySize(j) - 1);
+                cr_assert_str_eq(cJSON_GetObjectItem(last, "label")->valuestring, "all");
+                cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(last, "rho")), "%s", out);
+                cJSON_Delete(j);
+            }
+        }
+    snprintf(a, sizeof a, "query compare --db %s/q.db --sweep 1 --sweep2 2 --format csv", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    int lines = 0;
+    for (char *c = out; *c; c++)
+        lines += *c == '\n';
+    cr_assert_eq(lines, 14, "header, 12 heads (3 x 4) and all: %s", out);
+
+    // the same weights read from shards, in another database: no difference, the same ranking
+    snprintf(a, sizeof a, "query compare --db %s/q.db --sweep 1 --db2 %s/s.db --format csv", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    char c[64];
+    csv_cell_of(out, "all", 5, c, sizeof c);
+    cr_assert_str_eq(c, "0", "%s", out);
+    csv_cell_of(out, "all", 8, c, sizeof c);
+    cr_assert_str_eq(c, "1", "rho: %s", out);
+    csv_cell_of(out, "all", 9, c, sizeof c);
+    cr_assert_str_eq(c, "1", "tau: %s", out);
+    csv_cell_of(out, "1.2", 5, c, sizeof c);
+    cr_assert_str_eq(c, "0", "%s", out);
+
+    // refusals: another shape; one sweep with itself; KV groups against heads
+    snprintf(a, sizeof a, "query compare --db %s/q.db --sweep 1 --sweep2 3", tmp);
+    expect_error(a, "of a model with 3 layers x 4 heads but sweep 3 of");
+    snprintf(a, sizeof a, "query compare --db %s/q.db", tmp);
+    expect_error(a, "A and B are both sweep 3");
+    snprintf(a, sizeof a, "query compare --db %s/q.db --sweep 1 --sweep2 2 --study single-kv", tmp);
+    expect_error(a, "sweep 2 has no single study 'single-kv' (its single studies: single; sweep 1 has it");
+    snprintf(a, sizeof a, "query compare --db %s/q.db --sweep 1 --sweep2 2 --study single-kv --study2 single", tmp);
+    expect_error(a, "ablates KV groups but study single of sweep 2");
+
+    // heads: one study, by default the one over query heads
+    snprintf(a, sizeof a, "query heads --db %s/q.db --sweep 1 --format csv", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(!strstr(out, "single-kv") && !strstr(out, "kv:"), "KV groups ranked with heads: %s", out);
+    snprintf(a, sizeof a, "query heads --db %s/q.db --sweep 1 --study single-kv --format csv", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    lines = 0;
+    for (char *p = out; *p; p++)
+        lines += *p == '\n';
+    cr_assert_eq(lines, 7, "header and 3 x 2 KV groups: %s", out);
+    cr_assert(strstr(out, "single-kv,kv:"), "%s", out);
+    snprintf(a, sizeof a, "query heads --db %s/q.db --sweep 1", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "study single (query heads)") && strstr(out, "(choose one with --study)"), "%s", out);
+
+    // the matrix: a note, a header of the units, a rule, a row a layer, columns aligned
+    snprintf(a, sizeof a, "query heads --db %s/q.db --sweep 1 --format matrix", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    char *line[8] = {0};
+    int n = 0;
+    for (char *p = strtok(out, "\n"); p && n < 8; p = strtok(NULL, "\n"))
+        line[n++] = p;
+    cr_assert_eq(n, 6, "note, header, rule, 3 layers");
+    cr_assert(line[0][0] == '#', "%s", line[0]);
+    cr_assert(strncmp(line[1], "layer", 5) == 0 && strstr(line[1], "0") && strstr(line[1], "3"), "%s", line[1]);
+    for (int i = 3; i < 6; i++) {
+        cr_assert_eq(strlen(line[i]), strlen(line[1]), "row %d not aligned with the header: '%s' / '%s'", i, line[i],
+                     line[1]);
+        char want[8];
+        snprintf(want, sizeof want, "%d", i - 3);
+        cr_assert_eq(atoi(line[i]), i - 3, "row %d is not layer %s: %s", i, want, line[i]);
+    }
+
+    // sets of the explicit study; the newest sweep lacks one and the error says which has it
+    snprintf(a, sizeof a, "query sets --db %s/q.db --sweep 1 --format csv", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "study,set,heads,loss,effect,ci_lo,ci_hi,seqs,p,mask\n"), "%s", out);
+    cr_assert(strstr(out, ",early,4,") && strstr(out, ",late-kv,2,") && strstr(out, ",mix,3,"), "%s", out);
+    snprintf(a, sizeof a, "query sets --db %s/q.db", tmp);
+    expect_error(a, "sweep 3 (the newest) has no explicit study (sweep 1 does: use --sweep 1)");
+    snprintf(a, sizeof a, "query curve --db %s/q.db --sweep 1 --study iterative-kv --format csv", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "\niterative-kv,") && !strstr(out, "\niterative,") && !strstr(out, "\nrandom,"), "%s", out);
+}
+
+Test(cli, query_option_mistakes_say_so_once)
+{
+    // getopt's own complaint came first, then ours: two messages for one mistake
+    const char *bad[] = {"query heads --db x.db --bogus",   "query heads --db",
+                         "query heads --db x.db -x",        "query heads --db x.db --db2 y.db",
+                         "query curve --db x.db --format matrix", "query heads --db x.db --format matrix --top 3",
+                         "query compare --db x.db --by column",   "query redundancy --db x.db --study single",
+                         "query compare --db x.db --sweep2 0",    "query compare --db x.db --by layer --top 2",
+                         "query heads --db x.db --study ''",      "query frobnicate --db x.db"};
+    const char *said[] = {"unknown option '--bogus'", "option '--db' needs a value", "unknown option '-x'",
+                          "--db2, --sweep2, --study2 and --by are for compare", "--format matrix is for heads",
+                          "--top does not apply to --format matrix", "--by must be head or layer",
+                          "--study is for heads, sets, curve and compare", "--sweep2 must be a positive sweep id",
+                          "--top does not apply to compare --by layer", "--study must name a study",
+                          "KIND must be sweeps, curve, heads, sets, compare, redundancy, pairs or sql"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = hp(bad[i]);
+        cr_assert_eq(rc, 2, "exit %d for '%s' (stderr: %s)", rc, bad[i], errs);
+        cr_assert(strncmp(errs, "headprune query: ", 17) == 0 && strstr(errs, said[i]), "for '%s': %s", bad[i], errs);
+        char *nl = strchr(errs, '\n');
+        cr_assert(nl && strcmp(nl + 1, "Try 'headprune query --help'.\n") == 0, "one message, then the hint: %s",
+                  errs);
+    }
+    cr_assert_eq(hp("query --help"), 0);
+    const char *words[] = {"compare", "--db2", "--sweep2", "--study2", "--by layer", "sets", "--study NAME", "matrix",
+                           "Spearman", "Kendall"};
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+        cr_assert(strstr(out, words[i]), "--help does not mention %s", words[i]);
+}
+
 Test(cli, run_tells_repeats_within_the_plan_from_earlier_results)
 {
     /* a fresh database: a study that repeats another's variants finds them already done, but

@@ -6,7 +6,8 @@
  * engine/schema.sql ($HP_TESTS/../engine/schema.sql) and inserting rows:
  * a tiny model (2 layers x 4 heads, 2 KV heads), 4 held-out sequences of
  * 10, 20, 30 and 40 tokens, and two sweeps:
- *   1 "old" (metric acc): a baseline and a pairs study, nothing else;
+ *   1 "old" (metric acc): a baseline, a pairs study and an explicit study
+ *     "sets" (two sets, the variants of layer 0 and of iterative step 1);
  *   2 "full" (metric loss, the newest): baseline, single, kvsingle (KV
  *     groups of layer 1), only, layer, random (k = 2 x 3 draws, k = 4 x 1),
  *     pairs, iterative (3 steps) and one 'iterative-score' job the curve
@@ -231,7 +232,8 @@ static sqlite3 *db_build(void)
         snprintf(label, sizeof label, "only %d.%d", l, u);
         job(db, 2, ord++, variant(db, mask, 3, only[i]), "only", "only", 0, label, l, u, -1, 0, 0, 3);
     }
-    job(db, 2, ord++, variant(db, "0.*", 4, D(1.6, 1.5, 1.7, 1.4)), "layer", "layer", 0, "layer 0", 0, -1, -1, 0, 0, 4);
+    long long layer0 = variant(db, "0.*", 4, D(1.6, 1.5, 1.7, 1.4));
+    job(db, 2, ord++, layer0, "layer", "layer", 0, "layer 0", 0, -1, -1, 0, 0, 4);
     job(db, 2, ord++, variant(db, "1.*", 4, D(2.5, 2.4, 2.6, 2.3)), "layer", "layer", 0, "layer 1", 1, -1, -1, 0, 0, 4);
     job(db, 2, ord++, variant(db, "0.0,0.3", 2, D(0.3, 0.2, 0.4, 0.3)), "random", "random", 0, "k=2 #0", -1, -1, -1, 0,
         0, 2);
@@ -254,15 +256,17 @@ static sqlite3 *db_build(void)
     job(db, 2, ord++, base, "iterative", "iterative", 0, "step 0", -1, -1, -1, 0, 0, 0);
     job(db, 2, ord++, variant(db, "0.1", 1, D(9, 9, 9, 9)), "iterative", "iterative-score", 0, "step 1: 0.1", 0, 1, -1,
         1, 0, 1);
-    job(db, 2, ord++, variant(db, "0.1,1.2", 2, D(0.01, 0.0, 0.02, 0.005)), "iterative", "iterative", 0, "step 1", -1,
-        -1, -1, 1, 0, 2);
+    long long step1 = variant(db, "0.1,1.2", 2, D(0.01, 0.0, 0.02, 0.005));
+    job(db, 2, ord++, step1, "iterative", "iterative", 0, "step 1", -1, -1, -1, 1, 0, 2);
     job(db, 2, ord++, variant(db, "0.1,0.3,1.0,1.2", 4, D(0.05, 0.04, 0.06, 0.03)), "iterative", "iterative", 0,
         "step 2", -1, -1, -1, 2, 0, 4);
     cr_assert_eq(ord, 34);
 
-    // sweep 1 "old": the same baseline and pair variants, no single study
+    // sweep 1 "old": the same baseline and pair variants, no single study; sets of variants sweep 2 also has
     job(db, 1, 0, base, "baseline", "baseline", 0, "baseline", -1, -1, -1, 0, 0, 0);
     job(db, 1, 1, pair01, "pairs", "pairs", 0, "0.0+0.1", 0, 0, 1, 0, 0, 2);
+    job(db, 1, 2, layer0, "sets", "explicit", 0, "early", -1, -1, -1, 0, 0, 4);
+    job(db, 1, 3, step1, "sets", "explicit", 0, "mix", -1, -1, -1, 0, 0, 2);
     exec(db, "COMMIT");
     return db;
 }
@@ -355,7 +359,7 @@ Test(query, sweeps_lists_every_sweep_with_its_finished_jobs)
     static const char *const cols[] = {"id", "name", "plan", "model", "data", "ablation", "metric", "jobs",
                                        "created", "updated"};
     static const char *const want[] = {
-        "1", "old",  "plans/old.yaml",  "models/tiny", "data/val.npy", "zero", "acc",  "2",
+        "1", "old",  "plans/old.yaml",  "models/tiny", "data/val.npy", "zero", "acc",  "4",
         "2024-01-01T00:00:00Z", "2024-01-01T00:10:00Z",
         "2", "full", "plans/full.yaml", "models/tiny", "data/val.npy", "mean", "loss", "34",
         "2024-02-01T00:00:00Z", "2024-02-01T01:00:00Z"};
@@ -374,10 +378,8 @@ static const char *const HEADS_COLS_LOSS[] = {"study", "label", "layer", "unit",
                                               "ci_lo", "ci_hi", "seqs", "p"};
 
 static const char *const HEADS_LOSS[] = {
-    "kvsingle", "kv:1.0", "1", "0", "3.290000000", "1.15", "0.944573974", "1.35542603", "4", "0.000386",
     "single", "1.1", "1", "1", "3.120000000", "0.98", "0.703246912", "1.24675309", "4", "0.00144",
     "single", "0.2", "0", "2", "2.630000000", "0.49", "0.351623456", "0.623376544", "4", "0.00144",
-    "kvsingle", "kv:1.1", "1", "1", "2.530000000", "0.39", "0.251623456", "0.523376544", "4", "0.00283",
     "single", "1.3", "1", "3", "2.405000000", "0.265", "0.172286987", "0.377713013", "4", "0.0034",
     "single", "0.0", "0", "0", "2.255000000", "0.115", "0.0222869872", "0.227713013", "4", "0.0305",
     "single", "1.0", "1", "0", "2.167000000", "0.027", "0.00445739743", "0.0455426026", "4", "0.0305",
@@ -386,13 +388,22 @@ static const char *const HEADS_LOSS[] = {
     "single", "1.2", "1", "2", "2.137000000", "-0.003", "-0.0255426026", "0.0155426026", "4", "0.495",
 };
 
+// the same rows of study kvsingle, chosen by name (KV groups are never ranked with heads)
+static const char *const HEADS_LOSS_KV[] = {
+    "kvsingle", "kv:1.0", "1", "0", "3.290000000", "1.15", "0.944573974", "1.35542603", "4", "0.000386",
+    "kvsingle", "kv:1.1", "1", "1", "2.530000000", "0.39", "0.251623456", "0.523376544", "4", "0.00283",
+};
+
 Test(query, heads_loss_paired_ci_newest_sweep)
 {
     build();
     struct hp_query_opts o = opts(HP_QUERY_HEADS); // sweep 0 = the newest (2), metric = its own (loss)
     struct hp_table *t = run(&o);
-    expect_table(t, 10, HEADS_COLS_LOSS, "0011111111", 10, HEADS_LOSS);
+    expect_table(t, 10, HEADS_COLS_LOSS, "0011111111", 8, HEADS_LOSS);
     cr_assert_not_null(t->note);
+    cr_assert_not_null(strstr(t->note, "study single (query heads)"), "note: %s", t->note);
+    cr_assert_not_null(strstr(t->note, "single studies: single, kvsingle (choose one with --study)"), "note: %s",
+                       t->note);
     cr_assert_not_null(strstr(t->note, "effect = loss - baseline loss"), "note: %s", t->note);
     cr_assert_not_null(strstr(t->note, "paired"), "note: %s", t->note);
     hp_table_free(t);
@@ -401,6 +412,17 @@ Test(query, heads_loss_paired_ci_newest_sweep)
     o.sweep_id = 2;
     t = run(&o);
     expect_table(t, 10, HEADS_COLS_LOSS, "0011111111", 3, HEADS_LOSS);
+    hp_table_free(t);
+
+    o = opts(HP_QUERY_HEADS);
+    o.study = "kvsingle";
+    t = run(&o);
+    expect_table(t, 10, HEADS_COLS_LOSS, "0011111111", 2, HEADS_LOSS_KV);
+    cr_assert_not_null(strstr(t->note, "study kvsingle (KV groups)"), "note: %s", t->note);
+    hp_table_free(t);
+    o.study = "single";
+    t = run(&o);
+    expect_table(t, 10, HEADS_COLS_LOSS, "0011111111", 8, HEADS_LOSS);
     hp_table_free(t);
 }
 
@@ -413,10 +435,8 @@ Test(query, heads_acc_is_baseline_minus_variant)
     static const char *const cols[] = {"study", "label", "layer", "unit", "acc", "effect",
                                        "ci_lo", "ci_hi", "seqs", "p"};
     static const char *const want[] = {
-        "kvsingle", "kv:1.0", "1", "0", "0.202500000", "0.2875", "0.236143494", "0.338856506", "4", "0.000386",
         "single", "1.1", "1", "1", "0.245000000", "0.245", "0.175811728", "0.311688272", "4", "0.00144",
         "single", "0.2", "0", "2", "0.367500000", "0.1225", "0.087905864", "0.155844136", "4", "0.00144",
-        "kvsingle", "kv:1.1", "1", "1", "0.392500000", "0.0975", "0.062905864", "0.130844136", "4", "0.00283",
         "single", "1.3", "1", "3", "0.423750000", "0.06625", "0.0430717468", "0.0944282532", "4", "0.0034",
         "single", "0.0", "0", "0", "0.461250000", "0.02875", "0.00557174679", "0.0569282532", "4", "0.0305",
         "single", "1.0", "1", "0", "0.483250000", "0.00675", "0.00111434936", "0.0113856506", "4", "0.0305",
@@ -424,7 +444,7 @@ Test(query, heads_acc_is_baseline_minus_variant)
         "single", "0.1", "0", "1", "0.489850000", "0.00015", "-0.000703098784", "0.000953098784", "4", "0.664",
         "single", "1.2", "1", "2", "0.490750000", "-0.00075", "-0.00638565064", "0.00388565064", "4", "0.495",
     };
-    expect_table(t, 10, cols, "0011111111", 10, want);
+    expect_table(t, 10, cols, "0011111111", 8, want);
     cr_assert_not_null(strstr(t->note, "effect = baseline acc - acc"), "note: %s", t->note);
     hp_table_free(t);
 }
@@ -438,10 +458,8 @@ Test(query, heads_kl_uses_the_variants_kl)
     static const char *const cols[] = {"study", "label", "layer", "unit", "kl", "effect",
                                        "ci_lo", "ci_hi", "seqs", "p"};
     static const char *const want[] = {
-        "kvsingle", "kv:1.0", "1", "0", "0.575000000", "0.575", "0.472286987", "0.677713013", "4", "0.000386",
         "single", "1.1", "1", "1", "0.490000000", "0.49", "0.351623456", "0.623376544", "4", "0.00144",
         "single", "0.2", "0", "2", "0.245000000", "0.245", "0.175811728", "0.311688272", "4", "0.00144",
-        "kvsingle", "kv:1.1", "1", "1", "0.195000000", "0.195", "0.125811728", "0.261688272", "4", "0.00283",
         "single", "1.3", "1", "3", "0.132500000", "0.1325", "0.0861434936", "0.188856506", "4", "0.0034",
         "single", "0.0", "0", "0", "0.057500000", "0.0575", "0.0111434936", "0.113856506", "4", "0.0305",
         "single", "1.0", "1", "0", "0.013500000", "0.0135", "0.00222869872", "0.0227713013", "4", "0.0305",
@@ -449,8 +467,454 @@ Test(query, heads_kl_uses_the_variants_kl)
         "single", "0.3", "0", "3", "0.001150000", "0.00115", "0.000222869872", "0.00227713013", "4", "0.0305",
         "single", "0.1", "0", "1", "0.000700000", "0.0007", "-0.000277130128", "0.00177713013", "4", "0.103",
     };
-    expect_table(t, 10, cols, "0011111111", 10, want);
+    expect_table(t, 10, cols, "0011111111", 8, want);
     cr_assert_not_null(strstr(t->note, "KL"), "note: %s", t->note);
+    hp_table_free(t);
+}
+
+Test(query, heads_default_to_query_heads_even_after_a_kv_study)
+{
+    sqlite3 *db = db_build();
+    // sweep 3: a KV-group study before one over heads, in plan order; sweep 4: only a KV-group study
+    exec(db, "INSERT INTO sweeps VALUES (3, 'k3', 2, 1, 1, 'kvfirst', 'zero', 'loss', 'c', 'u'), "
+             "(4, 'k4', 2, 1, 1, 'kvonly', 'zero', 'loss', 'c', 'u')");
+    long long kv00 = variant(db, "0.0,0.1", 2, D(0.5, 0.5, 0.5, 0.5));
+    job(db, 3, 0, 1, "baseline", "baseline", 0, "baseline", -1, -1, -1, 0, 0, 0);
+    job(db, 3, 1, kv00, "groups", "single", 1, "kv:0.0", 0, 0, -1, 0, 0, 1);
+    job(db, 3, 2, variant(db, "0.0", 1, D(0.1, 0.1, 0.1, 0.1)), "heads", "single", 0, "0.0", 0, 0, -1, 0, 0, 1);
+    job(db, 4, 0, 1, "baseline", "baseline", 0, "baseline", -1, -1, -1, 0, 0, 0);
+    job(db, 4, 1, kv00, "groups", "single", 1, "kv:0.0", 0, 0, -1, 0, 0, 1);
+    sqlite3_close(db);
+    struct hp_query_opts o = opts(HP_QUERY_HEADS);
+    o.sweep_id = 3;
+    struct hp_table *t = run(&o);
+    cr_assert_eq(t->n_rows, 1);
+    cr_assert_str_eq(cell(t, 0, 0), "heads");
+    cr_assert_not_null(strstr(t->note, "study heads (query heads)"), "note: %s", t->note);
+    cr_assert_not_null(strstr(t->note, "single studies: groups, heads (choose one with --study)"), "note: %s", t->note);
+    hp_table_free(t);
+    o.kind = HP_QUERY_REDUNDANCY; // its units too
+    t = run(&o);
+    cr_assert_not_null(strstr(t->note, "each unit removed alone (study heads)"), "note: %s", t->note);
+    cr_assert_str_eq(cell(t, 0, 1), "1");
+    hp_table_free(t);
+    o.kind = HP_QUERY_HEADS;
+    o.sweep_id = 4;
+    t = run(&o);
+    cr_assert_eq(t->n_rows, 1);
+    cr_assert_str_eq(cell(t, 0, 1), "kv:0.0");
+    cr_assert_not_null(strstr(t->note, "study groups (KV groups)"), "note: %s", t->note);
+    cr_assert_null(strstr(t->note, "choose one"), "one study, nothing to choose: %s", t->note);
+    hp_table_free(t);
+}
+
+Test(query, heads_as_a_matrix_of_layers_by_units)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_HEADS);
+    o.matrix = true;
+    struct hp_table *t = run(&o);
+    // the effects of HEADS_LOSS to 3 significant digits, layer by layer
+    static const char *const cols[] = {"layer", "0", "1", "2", "3"};
+    static const char *const want[] = {
+        "0", "0.115", "0.0006", "0.49", "0.0023",
+        "1", "0.027", "0.98", "-0.003", "0.265",
+    };
+    expect_table(t, 5, cols, "11111", 2, want);
+    for (int i = 0; i < 10; i++)
+        cr_assert_str_eq(cell(t, i / 5, i % 5), want[i], "matrix cells are written to 3 significant digits");
+    cr_assert_not_null(strstr(t->note, "rows: layers, columns: query heads"), "note: %s", t->note);
+    hp_table_free(t);
+
+    // a KV study: its groups as columns, only the layers it covers
+    o.study = "kvsingle";
+    t = run(&o);
+    static const char *const kv_cols[] = {"layer", "0", "1"};
+    static const char *const kv_want[] = {"1", "1.15", "0.39"};
+    expect_table(t, 3, kv_cols, "111", 1, kv_want);
+    cr_assert_not_null(strstr(t->note, "columns: KV groups"), "note: %s", t->note);
+    hp_table_free(t);
+}
+
+Test(query, sets_of_an_explicit_study_with_paired_ci)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_SETS);
+    o.sweep_id = 1; // its metric: acc
+    struct hp_table *t = run(&o);
+    static const char *const cols[] = {"study", "set", "heads", "acc", "effect", "ci_lo", "ci_hi", "seqs", "p", "mask"};
+    static const char *const want[] = {
+        "sets", "early", "4", "0.107500000", "0.3825", "0.336143494", "0.438856506", "4", "0.000158", "0.*",
+        "sets", "mix", "2", "0.487750000", "0.00225", "-0.0012094136", "0.0055844136", "4", "0.133", "0.1,1.2",
+    };
+    expect_table(t, 10, cols, "0011111110", 2, want);
+    cr_assert_not_null(strstr(t->note, "effect = baseline acc - acc"), "note: %s", t->note);
+    hp_table_free(t);
+    o.top = 1;
+    o.study = "sets";
+    t = run(&o);
+    expect_table(t, 10, cols, "0011111110", 1, want);
+    hp_table_free(t);
+}
+
+// --- compare -------------------------------------------------------------------------
+
+/*
+ * Sweep id on model model_id (1: the 2 x 4 model; 2: a 3 x 4 one, added here
+ * on first use) with the shared baseline (variant 1) and a single study whose
+ * unit i (layer i / 4, unit i % 4) has the loss delta eff[i] on every
+ * sequence, so that its loss effect is eff[i] exactly as a double computes it
+ * (equal deltas give bit-equal effects: exact ties); NaN = no job for the unit.
+ */
+static void add_single_sweep(sqlite3 *db, int id, const char *metric, const char *ablation, int model_id,
+                             const char *study, const double eff[8])
+{
+    char sql[512];
+    if (model_id == 2)
+        exec(db, "INSERT OR IGNORE INTO models VALUES (2, 'md2', 'models/deeper', 'llama', 3, 4, 2, 8, 1500)");
+    snprintf(sql, sizeof sql, "INSERT INTO sweeps VALUES (%d, 'k%d', 2, %d, 1, 'cmp%d', '%s', '%s', 'c', 'u')", id, id,
+             model_id, id, ablation, metric);
+    exec(db, sql);
+    job(db, id, 0, 1, "baseline", "baseline", 0, "baseline", -1, -1, -1, 0, 0, 0);
+    int ord = 1;
+    for (int i = 0; i < 8; i++) {
+        if (isnan(eff[i]))
+            continue;
+        char mask[16];
+        snprintf(mask, sizeof mask, "%d.%d", i / 4, i % 4);
+        job(db, id, ord++, variant(db, mask, 1, D(eff[i], eff[i], eff[i], eff[i])), study, "single", 0, mask, i / 4,
+            i % 4, -1, 0, 0, 1);
+    }
+}
+
+/*
+ * A = sweep 2's single study (loss effects, HEADS_LOSS), B = these, with
+ * three pairs of ties:
+ *   unit   0.0    0.1     0.2   0.3     1.0    1.1   1.2     1.3
+ *   A      0.115  0.0006  0.49  0.0023  0.027  0.98  -0.003  0.265
+ *   B      0.2    0       0.5   0       0.1    0.9   0.1     0.2
+ * Ranks, 1 = smallest, ties averaged:
+ *   rA     5      2       7     3       4      8     1       6
+ *   rB     5.5    1.5     7     1.5     3.5    8     3.5     5.5
+ * Spearman: both rank means are 4.5; sum (rA-4.5)(rB-4.5) = 0.5 + 7.5 + 6.25 + 4.5 + 0.5 + 12.25 + 3.5 + 1.5
+ * = 36.5; sum (rA-4.5)^2 = 42 (8 (64-1) / 12); sum (rB-4.5)^2 = 42 - 3 (2^3-2) / 12 = 40.5;
+ * rho = 36.5 / sqrt(42 * 40.5) = 36.5 / sqrt(1701) = 0.884994777.
+ * Kendall tau-b: B in the order of A (ascending): 3.5 1.5 1.5 3.5 5.5 5.5 7 8; of the 28 pairs 23 are
+ * concordant, 2 discordant (3.5 before each 1.5), 3 tied in B, none in A:
+ * tau-b = (23 - 2) / sqrt((28 - 0) (28 - 3)) = 21 / sqrt(700) = 0.793725393.
+ * The table's ranks are 9 - these (1 = the largest effect). Per layer: in each, A's order puts B as
+ * (t, t, x, y) with t < x < y: rA - 2.5 = -1.5 -0.5 0.5 1.5, rB - 2.5 = -1 -1 0.5 1.5: rho = 4.5 / sqrt(5 * 4.5)
+ * = sqrt(0.9) = 0.948683298; tau-b = 5 / sqrt(6 * 5) = 0.912870929. Means: layer 0 A 0.6079 / 4 = 0.151975,
+ * B 0.7 / 4 = 0.175; layer 1 A 1.269 / 4 = 0.31725, B 1.3 / 4 = 0.325; all A 1.8769 / 8 = 0.2346125, B 0.25.
+ * (scipy.stats.spearmanr and kendalltau give 0.8849947770681915 and 0.7937253933193771, and per layer
+ * 0.9486832980505139 and 0.9128709291752769.)
+ */
+static const double B_EFF[8] = {0.2, 0.0, 0.5, 0.0, 0.1, 0.9, 0.1, 0.2};
+
+static const char *const CMP_COLS[] = {"label", "layer", "unit", "effect_a", "effect_b", "diff",
+                                       "rank_a", "rank_b", "rho", "tau"};
+static const char *const CMP_WANT[] = {
+    "0.0", "0", "0", "0.115", "0.2", "0.085", "4", "3.5", "", "",
+    "0.1", "0", "1", "0.0006", "0", "-0.0006", "7", "7.5", "", "",
+    "0.2", "0", "2", "0.49", "0.5", "0.01", "2", "2", "", "",
+    "0.3", "0", "3", "0.0023", "0", "-0.0023", "6", "7.5", "", "",
+    "1.0", "1", "0", "0.027", "0.1", "0.073", "5", "5.5", "", "",
+    "1.1", "1", "1", "0.98", "0.9", "-0.08", "1", "1", "", "",
+    "1.2", "1", "2", "-0.003", "0.1", "0.103", "8", "5.5", "", "",
+    "1.3", "1", "3", "0.265", "0.2", "-0.065", "3", "3.5", "", "",
+    "all", "", "", "0.2346125", "0.25", "0.0153875", "", "", "0.884994777", "0.793725393",
+};
+
+Test(query, compare_two_sweeps_side_by_side_with_rank_correlations_and_ties)
+{
+    sqlite3 *db = db_build();
+    add_single_sweep(db, 3, "loss", "zero", 1, "single", B_EFF);
+    sqlite3_close(db);
+    struct hp_query_opts o = opts(HP_QUERY_COMPARE);
+    o.sweep_id = 2;
+    o.sweep_id2 = 3;
+    struct hp_table *t = run(&o);
+    expect_table(t, 10, CMP_COLS, "0111111111", 9, CMP_WANT);
+    char want[400];
+    snprintf(want, sizeof want, "A = sweep 2 of %s (full, mean ablation, study single), B = sweep 3 of %s (cmp3, zero "
+             "ablation, study single); effect = loss - baseline loss", g_db, g_db);
+    cr_assert_not_null(strstr(t->note, want), "note: %s", t->note);
+    cr_assert_not_null(strstr(t->note, "diff = B - A"), "note: %s", t->note);
+    cr_assert_not_null(strstr(t->note, "over the 8 query heads both have: Spearman rho 0.885, Kendall tau-b 0.794"),
+                       "note: %s", t->note);
+    hp_table_free(t);
+
+    // B defaults to the newest sweep
+    o.sweep_id2 = 0;
+    t = run(&o);
+    expect_table(t, 10, CMP_COLS, "0111111111", 9, CMP_WANT);
+    hp_table_free(t);
+
+    // the units that differ most: 1.2 (0.103), 0.0 (0.085); the correlations still over every unit
+    o.top = 2;
+    t = run(&o);
+    const char *const top_want[] = {
+        CMP_WANT[60], CMP_WANT[61], CMP_WANT[62], CMP_WANT[63], CMP_WANT[64], CMP_WANT[65], CMP_WANT[66],
+        CMP_WANT[67], CMP_WANT[68], CMP_WANT[69], CMP_WANT[0], CMP_WANT[1], CMP_WANT[2], CMP_WANT[3],
+        CMP_WANT[4], CMP_WANT[5], CMP_WANT[6], CMP_WANT[7], CMP_WANT[8], CMP_WANT[9], CMP_WANT[80],
+        CMP_WANT[81], CMP_WANT[82], CMP_WANT[83], CMP_WANT[84], CMP_WANT[85], CMP_WANT[86], CMP_WANT[87],
+        CMP_WANT[88], CMP_WANT[89]};
+    expect_table(t, 10, CMP_COLS, "0111111111", 3, top_want);
+    hp_table_free(t);
+
+    o.top = 0;
+    o.by_layer = true;
+    t = run(&o);
+    static const char *const layer_cols[] = {"label", "layer", "units", "mean_a", "mean_b", "diff", "rho", "tau"};
+    static const char *const layer_want[] = {
+        "layer 0", "0", "4", "0.151975", "0.175", "0.023025", "0.948683298", "0.912870929",
+        "layer 1", "1", "4", "0.31725", "0.325", "0.00775", "0.948683298", "0.912870929",
+        "all", "", "8", "0.2346125", "0.25", "0.0153875", "0.884994777", "0.793725393",
+    };
+    expect_table(t, 8, layer_cols, "01111111", 3, layer_want);
+    hp_table_free(t);
+}
+
+Test(query, compare_reversed_and_constant_effects)
+{
+    sqlite3 *db = db_build();
+    // B = -A reverses every rank: rho = tau = -1; a constant B ranks nothing: both undefined (empty)
+    const double reversed[8] = {-0.115, -0.0006, -0.49, -0.0023, -0.027, -0.98, 0.003, -0.265};
+    const double constant[8] = {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1};
+    add_single_sweep(db, 3, "loss", "zero", 1, "single", reversed);
+    add_single_sweep(db, 4, "loss", "zero", 1, "single", constant);
+    sqlite3_close(db);
+    struct hp_query_opts o = opts(HP_QUERY_COMPARE);
+    o.sweep_id = 2;
+    o.sweep_id2 = 3;
+    struct hp_table *t = run(&o);
+    cr_assert_eq(t->n_rows, 9);
+    cr_assert_str_eq(cell(t, 8, 8), "-1");
+    cr_assert_str_eq(cell(t, 8, 9), "-1");
+    hp_table_free(t);
+    o.sweep_id2 = 4;
+    t = run(&o);
+    cr_assert_str_eq(cell(t, 8, 0), "all");
+    cr_assert_str_empty(cell(t, 8, 8));
+    cr_assert_str_empty(cell(t, 8, 9));
+    cr_assert_str_eq(cell(t, 0, 7), "4.5", "eight ties share the average of ranks 1..8");
+    cr_assert_not_null(strstr(t->note, "Spearman rho undefined, Kendall tau-b undefined"), "note: %s", t->note);
+    hp_table_free(t);
+}
+
+Test(query, compare_units_only_one_sweep_has)
+{
+    sqlite3 *db = db_build();
+    // B covers layer 0 only: layer 1's rows have no effect_b, and the correlations are layer 0's
+    const double layer0[8] = {0.2, 0.0, 0.5, 0.0, NAN, NAN, NAN, NAN};
+    const double layer1[8] = {NAN, NAN, NAN, NAN, 0.1, 0.9, 0.1, 0.2};
+    add_single_sweep(db, 3, "loss", "zero", 1, "single", layer0);
+    add_single_sweep(db, 4, "loss", "zero", 1, "single", layer1);
+    sqlite3_close(db);
+    struct hp_query_opts o = opts(HP_QUERY_COMPARE);
+    o.sweep_id = 2;
+    o.sweep_id2 = 3;
+    struct hp_table *t = run(&o);
+    static const char *const want[] = {
+        "0.0", "0", "0", "0.115", "0.2", "0.085", "2", "2", "", "",
+        "0.1", "0", "1", "0.0006", "0", "-0.0006", "4", "3.5", "", "",
+        "0.2", "0", "2", "0.49", "0.5", "0.01", "1", "1", "", "",
+        "0.3", "0", "3", "0.0023", "0", "-0.0023", "3", "3.5", "", "",
+        "1.0", "1", "0", "0.027", "", "", "", "", "", "",
+        "1.1", "1", "1", "0.98", "", "", "", "", "", "",
+        "1.2", "1", "2", "-0.003", "", "", "", "", "", "",
+        "1.3", "1", "3", "0.265", "", "", "", "", "", "",
+        "all", "", "", "0.151975", "0.175", "0.023025", "", "", "0.948683298", "0.912870929",
+    };
+    expect_table(t, 10, CMP_COLS, "0111111111", 9, want);
+    cr_assert_not_null(strstr(t->note, "over the 4 query heads both have"), "note: %s", t->note);
+    cr_assert_not_null(strstr(t->note, "4 query heads in one sweep only"), "note: %s", t->note);
+    hp_table_free(t);
+    o.by_layer = true;
+    t = run(&o);
+    cr_assert_eq(t->n_rows, 2, "layer 0 and all: no layer without a unit in both");
+    cr_assert_str_eq(cell(t, 0, 0), "layer 0");
+    hp_table_free(t);
+
+    o = opts(HP_QUERY_COMPARE);
+    o.sweep_id = 3;
+    o.sweep_id2 = 4;
+    char msg[400];
+    snprintf(msg, sizeof msg, "compare: study single of sweep 3 of %s and study single of sweep 4 of %s have no unit in "
+             "common", g_db, g_db);
+    expect_fail(&o, g_db, HP_ERR_ARG, msg);
+}
+
+Test(query, compare_across_two_databases)
+{
+    build();
+    // a second file: the same sweeps, and B's single study as sweep 3
+    char first[128], second[128];
+    snprintf(first, sizeof first, "%s", g_db);
+    snprintf(second, sizeof second, "%s/other.db", g_dir);
+    snprintf(g_db, sizeof g_db, "%s", second);
+    sqlite3 *db = db_build();
+    add_single_sweep(db, 3, "loss", "zero", 1, "single", B_EFF);
+    sqlite3_close(db);
+    snprintf(g_db, sizeof g_db, "%s", first);
+
+    struct hp_query_opts o = opts(HP_QUERY_COMPARE);
+    o.sweep_id = 2;
+    o.db2 = second;
+    struct hp_table *t = run(&o); // B: the newest of other.db
+    expect_table(t, 10, CMP_COLS, "0111111111", 9, CMP_WANT);
+    char want[400];
+    snprintf(want, sizeof want, "B = sweep 3 of %s (cmp3", second);
+    cr_assert_not_null(strstr(t->note, want), "note: %s", t->note);
+    hp_table_free(t);
+
+    // sweep 2 of each file: the same numbers, so no difference and perfect agreement
+    o.sweep_id2 = 2;
+    t = run(&o);
+    cr_assert_str_eq(cell(t, 8, 5), "0");
+    cr_assert_str_eq(cell(t, 8, 8), "1");
+    cr_assert_str_eq(cell(t, 8, 9), "1");
+    hp_table_free(t);
+
+    // the hint for B names B's option
+    o.sweep_id2 = 1;
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no single study (sweep 3 does: use --sweep2 3)");
+    char missing[200];
+    snprintf(missing, sizeof missing, "%s/none.db", g_dir);
+    o.db2 = missing;
+    o.sweep_id2 = 0;
+    snprintf(want, sizeof want, "%s: no such database", missing);
+    expect_fail(&o, g_db, HP_ERR_IO, want);
+}
+
+Test(query, compare_refuses_what_cannot_be_compared)
+{
+    sqlite3 *db = db_build();
+    add_single_sweep(db, 3, "acc", "zero", 1, "single", B_EFF); // another metric
+    add_single_sweep(db, 4, "loss", "zero", 2, "single", B_EFF); // another shape
+    sqlite3_close(db);
+    struct hp_query_opts o = opts(HP_QUERY_COMPARE);
+    char want[600];
+
+    // one sweep with itself: both default to the newest (4)
+    snprintf(want, sizeof want, "%s: compare: A and B are both sweep 4 (name another with --sweep ID for A or "
+             "--sweep2 ID for B", g_db);
+    expect_fail(&o, g_db, HP_ERR_ARG, want);
+
+    o.sweep_id = 2;
+    o.sweep_id2 = 3;
+    snprintf(want, sizeof want, "compare: sweep 2 of %s measures loss but sweep 3 of %s measures acc (name the metric "
+             "to compare with --metric)", g_db, g_db);
+    expect_fail(&o, g_db, HP_ERR_ARG, want);
+    o.metric = "loss"; // then both are read as loss
+    struct hp_table *t = run(&o);
+    expect_table(t, 10, CMP_COLS, "0111111111", 9, CMP_WANT);
+    hp_table_free(t);
+    o.metric = NULL;
+
+    o.sweep_id2 = 4;
+    snprintf(want, sizeof want, "compare: sweep 2 of %s is of a model with 2 layers x 4 heads but sweep 4 of %s of one "
+             "with 3 x 4 (compare sweeps of models of one shape)", g_db, g_db);
+    expect_fail(&o, g_db, HP_ERR_SHAPE, want);
+
+    o.sweep_id2 = 1;
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no single study (sweep 4 does: use --sweep2 4)");
+    o.sweep_id = 1;
+    o.sweep_id2 = 2;
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no single study (sweep 4 does: use --sweep 4)");
+
+    o.sweep_id = 2;
+    o.sweep_id2 = 3;
+    o.metric = "loss";
+    o.study = "kvsingle";
+    o.study2 = "single";
+    snprintf(want, sizeof want, "compare: study kvsingle of sweep 2 of %s ablates KV groups but study single of sweep 3 "
+             "of %s query heads", g_db, g_db);
+    expect_fail(&o, g_db, HP_ERR_ARG, want);
+    o.study2 = "nope";
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 3 has no single study 'nope' (its single studies: single)");
+    o.study = "single";
+    o.study2 = NULL; // --study names both sides' study
+    t = run(&o);
+    expect_table(t, 10, CMP_COLS, "0111111111", 9, CMP_WANT);
+    hp_table_free(t);
+    o.metric = "cos"; // NULL for these models
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 2 has no cos values");
+}
+
+Test(query, a_model_of_many_units_sizes_nothing_by_its_shape)
+{
+    sqlite3 *db = db_build();
+    add_single_sweep(db, 3, "loss", "zero", 1, "single", B_EFF);
+    // 60000 layers x 250 heads (15 million units, under the bound a real shape may reach): the same 8 jobs
+    exec(db, "UPDATE models SET n_layers = 60000, n_heads = 250");
+    sqlite3_close(db);
+    struct hp_query_opts o = opts(HP_QUERY_COMPARE);
+    o.sweep_id = 2;
+    time_t t0 = time(NULL);
+    struct hp_table *t = run(&o);
+    expect_table(t, 10, CMP_COLS, "0111111111", 9, CMP_WANT);
+    hp_table_free(t);
+    o.by_layer = true;
+    t = run(&o);
+    cr_assert_eq(t->n_rows, 3, "layers 0, 1 and all, not 60000 layers");
+    hp_table_free(t);
+    cr_assert_lt(time(NULL) - t0, 5, "took %lld s", (long long)(time(NULL) - t0));
+
+    o = opts(HP_QUERY_HEADS);
+    o.sweep_id = 2;
+    o.matrix = true;
+    t = run(&o); // 250 columns: wide, but a matrix still
+    cr_assert_eq(t->n_cols, 251);
+    cr_assert_eq(t->n_rows, 2);
+    hp_table_free(t);
+    db = NULL;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "UPDATE models SET n_layers = 2, n_heads = 5000");
+    sqlite3_close(db);
+    char want[300];
+    snprintf(want, sizeof want, "%s: sweep 2's model has 5000 heads a layer, too many for a matrix (at most 1024; use "
+             "--format csv)", g_db);
+    expect_fail(&o, g_db, HP_ERR_ARG, want);
+}
+
+Test(query, options_of_other_kinds_are_refused)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_HEADS);
+    o.db2 = g_db;
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: --db2, --sweep2, --study2 and --by apply to compare only");
+    o = opts(HP_QUERY_SETS);
+    o.by_layer = true;
+    expect_fail(&o, g_db, HP_ERR_ARG, "--by apply to compare only");
+    o = opts(HP_QUERY_CURVE);
+    o.matrix = true;
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: the matrix format is for heads only");
+    o = opts(HP_QUERY_HEADS);
+    o.matrix = true;
+    o.top = 3;
+    expect_fail(&o, g_db, HP_ERR_ARG, "--top does not apply to the matrix format");
+    o = opts(HP_QUERY_REDUNDANCY);
+    o.study = "single";
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study applies to heads, sets, curve and compare");
+    o = opts(HP_QUERY_COMPARE);
+    o.by_layer = true;
+    o.top = 2;
+    expect_fail(&o, g_db, HP_ERR_ARG, "--top does not apply to compare --by layer");
+    o = opts(HP_QUERY_COMPARE);
+    o.sweep_id2 = -1;
+    expect_fail(&o, g_db, HP_ERR_ARG, "a sweep id must be positive");
+}
+
+Test(query, curve_of_one_study)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_CURVE);
+    o.study = "iterative";
+    struct hp_table *t = run(&o);
+    cr_assert_eq(t->n_rows, 3, "the iterative study's 3 steps, not the random study's rows");
+    for (int r = 0; r < 3; r++)
+        cr_assert_str_eq(cell(t, r, 0), "iterative");
     hp_table_free(t);
 }
 
@@ -718,7 +1182,7 @@ Test(query, reads_a_snapshot_while_another_connection_writes)
     o = opts(HP_QUERY_HEADS);
     o.top = 1;
     t = run(&o);
-    cr_assert_str_eq(cell(t, 0, 1), "kv:1.0");
+    cr_assert_str_eq(cell(t, 0, 1), "1.1");
     hp_table_free(t);
     exec(w, "COMMIT");
     o = opts(HP_QUERY_SWEEPS);
@@ -789,7 +1253,8 @@ Test(query, empty_database_lists_no_sweeps_but_has_none_to_query)
 Test(query, unknown_sweep_id)
 {
     build();
-    enum hp_query_kind kinds[] = {HP_QUERY_SWEEPS, HP_QUERY_HEADS, HP_QUERY_CURVE, HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS};
+    enum hp_query_kind kinds[] = {HP_QUERY_SWEEPS, HP_QUERY_HEADS,  HP_QUERY_CURVE,  HP_QUERY_REDUNDANCY,
+                                  HP_QUERY_PAIRS,  HP_QUERY_SETS,   HP_QUERY_COMPARE};
     char want[300];
     snprintf(want, sizeof want, "%s: no sweep 9 (", g_db);
     for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) {
@@ -797,9 +1262,13 @@ Test(query, unknown_sweep_id)
         o.sweep_id = 9;
         expect_fail(&o, g_db, HP_ERR_ARG, want);
     }
+    struct hp_query_opts o = opts(HP_QUERY_COMPARE); // B's sweep
+    o.sweep_id = 2;
+    o.sweep_id2 = 9;
+    expect_fail(&o, g_db, HP_ERR_ARG, want);
 }
 
-Test(query, studies_the_sweep_lacks_are_named)
+Test(query, studies_the_sweep_lacks_are_named_with_a_sweep_that_has_them)
 {
     build();
     struct hp_query_opts o = opts(HP_QUERY_PAIRS);
@@ -809,15 +1278,82 @@ Test(query, studies_the_sweep_lacks_are_named)
     cr_assert_eq(hp_query(g_db, &o, &t, &err), HP_ERR_ARG);
     char want[300];
     snprintf(want, sizeof want,
-             "%s: no single-unit results in sweep 1 for the units of the pairs study (add a 'single' study)", g_db);
+             "%s: sweep 1 has no single-unit results for the units of its pairs study (sweep 2 does: use --sweep 2)",
+             g_db);
     cr_assert_str_eq(err.msg, want);
 
     o.kind = HP_QUERY_HEADS;
-    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no single study (add a 'single' study");
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no single study (sweep 2 does: use --sweep 2)");
     o.kind = HP_QUERY_CURVE;
-    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no iterative or random study");
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no iterative or random study (sweep 2 does: use --sweep 2)");
     o.kind = HP_QUERY_REDUNDANCY;
-    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no single, only or layer study (add a 'single' study");
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no single, only or layer study (sweep 2 does: use --sweep 2)");
+
+    // the newest (2) lacks what the earlier sweep 1 has
+    o = opts(HP_QUERY_SETS);
+    snprintf(want, sizeof want, "%s: sweep 2 (the newest) has no explicit study (sweep 1 does: use --sweep 1)", g_db);
+    cr_assert_eq(hp_query(g_db, &o, &t, &err), HP_ERR_ARG);
+    cr_assert_str_eq(err.msg, want);
+}
+
+Test(query, a_newest_sweep_lacking_a_study_names_the_earlier_one)
+{
+    sqlite3 *db = db_build();
+    // sweep 3, the newest: a baseline and nothing else
+    exec(db, "INSERT INTO sweeps VALUES (3, 'k3', 2, 1, 1, 'bare', 'zero', 'loss', 'c', 'u')");
+    job(db, 3, 0, 1, "baseline", "baseline", 0, "baseline", -1, -1, -1, 0, 0, 0);
+    sqlite3_close(db);
+    const enum hp_query_kind kinds[] = {HP_QUERY_HEADS, HP_QUERY_CURVE, HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS,
+                                        HP_QUERY_SETS, HP_QUERY_HEADS};
+    const char *said[] = {"sweep 3 (the newest) has no single study (sweep 2 does: use --sweep 2)",
+                          "sweep 3 (the newest) has no iterative or random study (sweep 2 does: use --sweep 2)",
+                          "sweep 3 (the newest) has no single, only or layer study (sweep 2 does: use --sweep 2)",
+                          "sweep 3 (the newest) has no pairs study (sweep 2 does: use --sweep 2)",
+                          "sweep 3 (the newest) has no explicit study (sweep 1 does: use --sweep 1)",
+                          "sweep 3 (the newest) has no single study 'kvsingle' (sweep 2 does: use --sweep 2)"};
+    for (int i = 0; i < 6; i++) {
+        struct hp_query_opts o = opts(kinds[i]);
+        if (i == 5)
+            o.study = "kvsingle";
+        char want[400];
+        snprintf(want, sizeof want, "%s: %s", g_db, said[i]);
+        struct hp_table *t = NULL;
+        struct hp_error err = {{0}};
+        cr_assert_eq(hp_query(g_db, &o, &t, &err), HP_ERR_ARG, "%s", err.msg);
+        cr_assert_str_eq(err.msg, want);
+    }
+    // a study of that name in another sweep, while this one has others
+    struct hp_query_opts o = opts(HP_QUERY_SETS);
+    o.sweep_id = 2;
+    o.study = "sets";
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 2 has no explicit study 'sets' (sweep 1 does: use --sweep 1)");
+    o = opts(HP_QUERY_HEADS);
+    o.sweep_id = 2;
+    o.study = "nope";
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 2 has no single study 'nope' (its single studies: single, kvsingle)");
+    o = opts(HP_QUERY_CURVE);
+    o.study = "nope";
+    o.sweep_id = 2;
+    expect_fail(&o, g_db, HP_ERR_ARG,
+                "sweep 2 has no iterative or random study 'nope' (its curve studies: random, iterative)");
+}
+
+Test(query, with_no_sweep_to_point_to_the_hint_says_what_to_add)
+{
+    sqlite3 *db = db_build();
+    exec(db, "DELETE FROM sweep_jobs WHERE kind = 'single'");
+    sqlite3_close(db);
+    struct hp_query_opts o = opts(HP_QUERY_HEADS);
+    char want[300];
+    snprintf(want, sizeof want, "%s: sweep 2 (the newest) has no single study (add a 'single' study to the plan)",
+             g_db);
+    expect_fail(&o, g_db, HP_ERR_ARG, want);
+    o = opts(HP_QUERY_SETS);
+    o.sweep_id = 1;
+    o.study = "nope";
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no explicit study 'nope' (its explicit studies: sets)");
+    o.sweep_id = 2;
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 2 has no explicit study 'nope' (add an 'explicit' study to the plan)");
 }
 
 Test(query, bad_options)
@@ -876,13 +1412,18 @@ def head(metric, d):
     h = T3 * s / 2
     return val, eff, m - h, m + h, p3(m / (s / 2))
 for metric in ['loss', 'acc', 'kl']:
-    rows = []
-    for (l, u), d in single.items(): rows.append(("single", f"{l}.{u}", l, u) + head(metric, d))
-    for (l, u), d in kvsingle.items(): rows.append(("kvsingle", f"kv:{l}.{u}", l, u) + head(metric, d))
-    rows.sort(key=lambda r: -r[5])
-    print("heads", metric)
-    for r in rows:
-        print('    "%s", "%s", "%d", "%d", "%.9f", "%.9g", "%.9g", "%.9g", "4", "%.3g",' % r)
+    for study, units, lab in (("single", single, "%d.%d"), ("kvsingle", kvsingle, "kv:%d.%d")):
+        rows = [(study, lab % (l, u), l, u) + head(metric, d) for (l, u), d in units.items()]
+        rows.sort(key=lambda r: -r[5])
+        print("heads", metric, study)
+        for r in rows:
+            print('    "%s", "%s", "%d", "%d", "%.9f", "%.9g", "%.9g", "%.9g", "4", "%.3g",' % r)
+
+print("sets (sweep 1, its metric acc)")
+sets = {"early": ([1.6,1.5,1.7,1.4], 4, "0.*"), "mix": ([0.01,0.0,0.02,0.005], 2, "0.1,1.2")}
+rows = [("sets", n, k) + head('acc', d) + (mask,) for n, (d, k, mask) in sets.items()]
+rows.sort(key=lambda r: -r[4])
+for r in rows: print('    "%s", "%s", "%d", "%.9f", "%.9g", "%.9g", "%.9g", "4", "%.3g", "%s",' % r)
 
 only = {(0,0): [0.9,0.8,1.0,0.7], (0,1): [0.6,0.5,0.7,0.4], (0,2): [0.3,0.2,0.4,0.25], (0,3): [1.5,1.4,1.6,1.3],
         (1,0): [2.0,1.8,2.2,1.9], (1,1): [0.8,0.9,0.7,0.6], (1,2): [1.1,1.0,1.2,0.9], (1,3): [0.95,0.85,1.05,0.75]}
@@ -947,7 +1488,8 @@ Test(query, forged_model_shape_is_refused_before_allocating)
     const char *said[] = {"models.n_layers = 100000000 ", "models.n_layers = 2000000000 ",
                           "models.n_layers = 10000000000 ", "models.n_layers = -3 ", "models.n_heads = 4294967300 ",
                           "models.n_heads = 60000 "};
-    enum hp_query_kind kinds[] = {HP_QUERY_REDUNDANCY, HP_QUERY_CURVE, HP_QUERY_HEADS, HP_QUERY_PAIRS};
+    enum hp_query_kind kinds[] = {HP_QUERY_REDUNDANCY, HP_QUERY_CURVE, HP_QUERY_HEADS, HP_QUERY_PAIRS,
+                                  HP_QUERY_SETS,       HP_QUERY_COMPARE};
     for (int i = 0; i < 6; i++) {
         sqlite3 *db;
         cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
@@ -957,7 +1499,7 @@ Test(query, forged_model_shape_is_refused_before_allocating)
         sqlite3_close(db);
         char want[300];
         snprintf(want, sizeof want, "%s: %s", g_db, said[i]);
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 6; k++)
             expect_fail_fast(kinds[k], HP_ERR_FORMAT, want);
     }
 }

@@ -1,6 +1,6 @@
 /*
  * query.c -- `headprune query`: questions answered from a results database
- * (hp_query), printed as a table, CSV or JSON.
+ * (hp_query), printed as a table, CSV or JSON (heads also as a matrix).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
@@ -10,10 +10,15 @@
 #include "cli_int.h"
 
 static const char query_help[] =
-    "Usage: headprune query KIND --db FILE [--sweep ID] [--format table|csv|json]\n"
-    "                       [--metric loss|kl|acc|cos] [--top K] [--eps E] [--full-mask] [SQL]\n"
+    "Usage: headprune query KIND --db FILE [--sweep ID] [--format table|csv|json|matrix]\n"
+    "                       [--metric loss|kl|acc|cos] [--study NAME] [--top K] [--eps E]\n"
+    "                       [--full-mask] [SQL]\n"
+    "       headprune query compare --db FILE [--sweep ID] [--db2 FILE] [--sweep2 ID]\n"
+    "                       [--study NAME] [--study2 NAME] [--by head|layer] [--top K] ...\n"
     "\n"
-    "Answer questions from a results database (opened read-only).\n"
+    "Answer questions from a results database (opened read-only). Each kind reads\n"
+    "the newest sweep unless --sweep ID names one (`query sweeps` lists them); when\n"
+    "it lacks what a kind needs, the error names a sweep that has it.\n"
     "\n"
     "Effects are differences from the sweep's baseline, signed so that larger is\n"
     "worse: loss and KL rise, accuracy and cosine fall.\n"
@@ -21,11 +26,26 @@ static const char query_help[] =
     "Kinds:\n"
     "  sweeps       the sweeps in the database\n"
     "  curve        pruning curve: metric against heads pruned (number and %),\n"
-    "               iterative and random studies, 95% CIs over random samples;\n"
-    "               each iterative step's units in \"pruned\" (--full-mask: also\n"
-    "               everything pruned so far, in \"mask\")\n"
+    "               iterative and random studies (--study NAME: only that one),\n"
+    "               95% CIs over random samples; each iterative step's units in\n"
+    "               \"pruned\" (--full-mask: also everything pruned so far, in \"mask\")\n"
     "  heads        each head's effect when ablated alone, with a paired 95% CI\n"
-    "               across sequences; sorted, --top K\n"
+    "               across sequences; sorted, --top K. One single study: --study\n"
+    "               NAME, else the sweep's first over query heads (a KV-group\n"
+    "               study such as single-kv only when named or the only one).\n"
+    "               --format matrix: layers as rows, heads as columns\n"
+    "  sets         each named set of the explicit studies (--study NAME: one\n"
+    "               of them) ablated together: its effect with a paired 95% CI;\n"
+    "               sorted, --top K\n"
+    "  compare      two sweeps side by side, A (--db, --sweep) and B (--db2,\n"
+    "               default --db; --sweep2, default the newest): each unit's\n"
+    "               effect in both single studies (--study, --study2), B - A,\n"
+    "               ranks, and over the units both have Spearman's rho and\n"
+    "               Kendall's tau-b (the last row, \"all\"). E.g. zero against\n"
+    "               mean ablation, or a fine-tuned model against its base. The\n"
+    "               models must have one shape; the sweeps one metric (else name\n"
+    "               it with --metric). --by layer: per layer, means and rank\n"
+    "               correlations within it; --top K: the K units that differ most\n"
     "  redundancy   per layer: heads costing less than --eps (default 0.01) alone,\n"
     "               mean and max effect, keeping only the best head, removing the\n"
     "               whole layer\n"
@@ -34,14 +54,24 @@ static const char query_help[] =
     "               (the heads back each other up: redundant); I < 0: less than\n"
     "               the two alone (overlapping damage). --top K of each end.\n"
     "  sql          read-only SQL, e.g. \"SELECT * FROM effects LIMIT 5\"\n"
-    "               (tables, columns and views: docs/database.md)\n";
+    "               (tables, columns and views: docs/database.md)\n"
+    "\n"
+    "Formats: table (aligned, after a # line that states the sweep, the study and\n"
+    "the sign convention), csv, json (an array of objects), matrix (heads only).\n";
+
+static const char kinds_list[] = "sweeps, curve, heads, sets, compare, redundancy, pairs or sql";
 
 int cmd_query(int argc, char **argv)
 {
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},     {"sweep", required_argument, 0, 's'},
-                                         {"format", required_argument, 0, 'f'}, {"metric", required_argument, 0, 'm'},
-                                         {"top", required_argument, 0, 'k'},    {"eps", required_argument, 0, 'e'}, {"full-mask", no_argument, 0, 'M'},
-                                         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    enum { O_DB2 = 256, O_SWEEP2, O_STUDY, O_STUDY2, O_BY };
+    static const struct option opts[] = {
+        {"db", required_argument, 0, 'd'},        {"sweep", required_argument, 0, 's'},
+        {"format", required_argument, 0, 'f'},    {"metric", required_argument, 0, 'm'},
+        {"top", required_argument, 0, 'k'},       {"eps", required_argument, 0, 'e'},
+        {"full-mask", no_argument, 0, 'M'},       {"study", required_argument, 0, O_STUDY},
+        {"db2", required_argument, 0, O_DB2},     {"sweep2", required_argument, 0, O_SWEEP2},
+        {"study2", required_argument, 0, O_STUDY2}, {"by", required_argument, 0, O_BY},
+        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs(query_help, stdout);
         return 0;
@@ -52,26 +82,36 @@ int cmd_query(int argc, char **argv)
     enum fmt f = FMT_TABLE;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "d:s:f:m:k:e:h", opts, NULL)) != -1) {
+    opterr = 0; /* our one line says what is wrong; getopt's own would be a second */
+    while ((c = getopt_long(argc, argv, ":d:s:f:m:k:e:h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
-        case 's': {
+        case 's':
+        case O_SWEEP2: {
             int v;
             if (!parse_int(optarg, 1, 1 << 30, &v))
-                return usage_error("query", "--sweep must be a positive sweep id");
-            q.sweep_id = v;
+                return usage_error("query", c == 's' ? "--sweep must be a positive sweep id"
+                                                     : "--sweep2 must be a positive sweep id");
+            *(c == 's' ? &q.sweep_id : &q.sweep_id2) = v;
             break;
         }
         case 'f':
-            if (!parse_format(optarg, &f))
-                return usage_error("query", "--format must be table, csv or json");
+            if (strcmp(optarg, "matrix") == 0) {
+                q.matrix = true;
+                f = FMT_TABLE;
+            } else if (!parse_format(optarg, &f)) {
+                return usage_error("query", "--format must be table, csv, json or matrix");
+            } else {
+                q.matrix = false;
+            }
             break;
-        case 'm':
+        case 'm': {
             enum hp_metric mt;
             if (!hp_metric_parse(optarg, &mt))
                 return usage_error("query", "--metric must be loss, kl, acc or cos");
             q.metric = optarg;
             break;
+        }
         case 'k':
             if (!parse_int(optarg, 1, 1 << 30, &q.top))
                 return usage_error("query", "--top must be a positive integer");
@@ -81,21 +121,54 @@ int cmd_query(int argc, char **argv)
             if (!parse_double(optarg, 0.0, &q.eps))
                 return usage_error("query", "--eps must be a non-negative number");
             break;
+        case O_STUDY:
+        case O_STUDY2:
+            if (!*optarg)
+                return usage_error("query", c == O_STUDY ? "--study must name a study" : "--study2 must name a study");
+            *(c == O_STUDY ? &q.study : &q.study2) = optarg;
+            break;
+        case O_DB2: q.db2 = optarg; break;
+        case O_BY:
+            if (strcmp(optarg, "layer") == 0)
+                q.by_layer = true;
+            else if (strcmp(optarg, "head") == 0 || strcmp(optarg, "unit") == 0)
+                q.by_layer = false;
+            else
+                return usage_error("query", "--by must be head or layer");
+            break;
         case 'h': fputs(query_help, stdout); return 0;
-        default: return usage_error("query", "unknown option");
+        case ':': {
+            char msg[160];
+            snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind - 1]);
+            return usage_error("query", msg);
+        }
+        default: {
+            char msg[160];
+            if (optopt)
+                snprintf(msg, sizeof msg, "unknown option '-%c'", optopt);
+            else
+                snprintf(msg, sizeof msg, "unknown option '%.100s'", argv[optind - 1]);
+            return usage_error("query", msg);
+        }
         }
     }
-    if (optind >= argc)
-        return usage_error("query", "give a KIND: sweeps, curve, heads, redundancy, pairs or sql");
-    static const char *const kinds[] = {"sweeps", "curve", "heads", "redundancy", "pairs", "sql"};
-    static const enum hp_query_kind kv[] = {HP_QUERY_SWEEPS,     HP_QUERY_CURVE, HP_QUERY_HEADS,
-                                            HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS, HP_QUERY_SQL};
+    if (optind >= argc) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "give a KIND: %s", kinds_list);
+        return usage_error("query", msg);
+    }
+    static const char *const kinds[] = {"sweeps", "curve", "heads", "sets", "compare", "redundancy", "pairs", "sql"};
+    static const enum hp_query_kind kv[] = {HP_QUERY_SWEEPS,  HP_QUERY_CURVE,      HP_QUERY_HEADS, HP_QUERY_SETS,
+                                            HP_QUERY_COMPARE, HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS, HP_QUERY_SQL};
     int ki = -1;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < (int)(sizeof kinds / sizeof *kinds); i++)
         if (strcmp(argv[optind], kinds[i]) == 0)
             ki = i;
-    if (ki < 0)
-        return usage_error("query", "KIND must be sweeps, curve, heads, redundancy, pairs or sql");
+    if (ki < 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "KIND must be %s", kinds_list);
+        return usage_error("query", msg);
+    }
     q.kind = kv[ki];
     optind++;
     if (q.kind == HP_QUERY_SQL) {
@@ -107,6 +180,20 @@ int cmd_query(int argc, char **argv)
     }
     if (!db)
         return usage_error("query", "--db FILE is required");
+
+    /* options another kind takes: a mistake to say so now, not to ignore */
+    bool compare = q.kind == HP_QUERY_COMPARE;
+    if (!compare && (q.db2 || q.sweep_id2 || q.study2 || q.by_layer))
+        return usage_error("query", "--db2, --sweep2, --study2 and --by are for compare");
+    if (q.matrix && q.kind != HP_QUERY_HEADS)
+        return usage_error("query", "--format matrix is for heads");
+    if (q.matrix && q.top)
+        return usage_error("query", "--top does not apply to --format matrix (it shows every unit)");
+    if (compare && q.by_layer && q.top)
+        return usage_error("query", "--top does not apply to compare --by layer (it shows every layer)");
+    if (q.study && q.kind != HP_QUERY_HEADS && q.kind != HP_QUERY_SETS && q.kind != HP_QUERY_CURVE && !compare)
+        return usage_error("query", "--study is for heads, sets, curve and compare");
+
     struct hp_error err = {0};
     struct hp_table *t;
     if (hp_query(db, &q, &t, &err) != HP_OK)

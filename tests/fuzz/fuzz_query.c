@@ -1,6 +1,8 @@
 /*
  * fuzz_query -- a results database as `headprune query` reads it
- * (engine/query.c through hp_query: sweeps, curve, heads, redundancy, pairs).
+ * (engine/query.c through hp_query: sweeps, curve, heads (also as a matrix
+ * and of a named study), sets, redundancy, pairs, and compare of sweep 1
+ * with the newest, per unit and per layer).
  *
  * Input, either:
  *  - a whole SQLite file (any first byte but 'S'), written to a scratch path;
@@ -131,12 +133,11 @@ static void check_table(const struct hp_table *t)
     (void)sink;
 }
 
-static void query(enum hp_query_kind kind, const char *metric, int top)
+static void query_opts(const struct hp_query_opts *o)
 {
-    struct hp_query_opts o = {.kind = kind, .metric = metric, .top = top, .eps = 0.01};
     struct hp_table *t = NULL;
     struct hp_error err = {{0}};
-    if (hp_query(db_path, &o, &t, &err) != HP_OK) {
+    if (hp_query(db_path, o, &t, &err) != HP_OK) {
         FZ_CHECK(t == NULL, "a failed query handed back a table");
         FZ_CHECK_ERR(err);
         return;
@@ -144,6 +145,12 @@ static void query(enum hp_query_kind kind, const char *metric, int top)
     FZ_CHECK(t != NULL, "no table");
     check_table(t);
     hp_table_free(t);
+}
+
+static void query(enum hp_query_kind kind, const char *metric, int top)
+{
+    struct hp_query_opts o = {.kind = kind, .metric = metric, .top = top, .eps = 0.01};
+    query_opts(&o);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -155,8 +162,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         run_sql(data + 1, size - 1);
     else
         fz_write(db_path, data, size);
-    static const enum hp_query_kind kinds[] = {HP_QUERY_SWEEPS, HP_QUERY_CURVE, HP_QUERY_HEADS, HP_QUERY_REDUNDANCY,
-                                               HP_QUERY_PAIRS};
+    static const enum hp_query_kind kinds[] = {HP_QUERY_SWEEPS, HP_QUERY_CURVE,  HP_QUERY_HEADS, HP_QUERY_REDUNDANCY,
+                                               HP_QUERY_PAIRS,  HP_QUERY_SETS,   HP_QUERY_COMPARE};
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
         query(kinds[k], NULL, k == 2 ? 3 : 0);
     static const char *const metrics[] = {"loss", "kl", "acc", "cos"};
@@ -164,6 +171,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         query(HP_QUERY_HEADS, metrics[i], 0);
         query(HP_QUERY_CURVE, metrics[i], 0);
     }
+    /* the shapes and studies a user names: a matrix, a KV study, sweep 1 against the newest
+     * (the seeds' databases hold one sweep or two) per unit, per layer and the most different */
+    const struct hp_query_opts more[] = {
+        {.kind = HP_QUERY_HEADS, .matrix = true},
+        {.kind = HP_QUERY_HEADS, .study = "single-kv", .matrix = true},
+        {.kind = HP_QUERY_SETS, .study = "explicit", .top = 1},
+        {.kind = HP_QUERY_COMPARE, .sweep_id = 1},
+        {.kind = HP_QUERY_COMPARE, .sweep_id = 1, .by_layer = true, .metric = "kl"},
+        {.kind = HP_QUERY_COMPARE, .sweep_id = 1, .top = 2, .study = "single-kv"},
+        {.kind = HP_QUERY_CURVE, .study = "iterative"},
+    };
+    for (size_t i = 0; i < sizeof more / sizeof *more; i++)
+        query_opts(&more[i]);
     clear_files();
     return 0;
 }
