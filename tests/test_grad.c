@@ -125,6 +125,73 @@ static void check_fd(const char *name, const char *data, const float *gates, enu
     fix_close(&f);
 }
 
+/* Every case of <name>/grad.json: loss, grad and atp against torch autograd. */
+static void check_torch(const char *name)
+{
+    const char *root = getenv("HP_FIXTURES");
+    cr_assert(root, "HP_FIXTURES not set (run through meson test)");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s/grad.json", root, name);
+    char *txt = tu_slurp(path, NULL);
+    cJSON *ref = cJSON_Parse(txt);
+    cr_assert(ref, "%s: bad JSON", path);
+    struct fix f;
+    fix_open(&f, name, cJSON_GetObjectItem(ref, "data")->valuestring);
+    const int L = f.in->n_layers, H = f.in->n_heads;
+    cJSON *c;
+    int bad = 0, n_cases = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(ref, "cases")) {
+        const char *cs = cJSON_GetObjectItem(c, "name")->valuestring;
+        enum hp_ablation abl;
+        cr_assert(hp_ablation_parse(cJSON_GetObjectItem(c, "ablation")->valuestring, &abl));
+        struct hp_mask *mk = hp_mask_new(L, H);
+        cJSON *gates = cJSON_GetObjectItem(c, "gates"), *wg = cJSON_GetObjectItem(c, "grad"),
+              *wa = cJSON_GetObjectItem(c, "atp");
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++)
+                mk->gate[l * H + h] = (float)cJSON_GetArrayItem(cJSON_GetArrayItem(gates, l), h)->valuedouble;
+        double grad[L * H], atp[L * H], loss;
+        struct hp_error err = {0};
+        cr_assert_eq(hp_evaluator_grad(f.ev, mk, abl, grad, atp, &loss, &err), HP_OK, "%s", err.msg);
+        double want_loss = cJSON_GetObjectItem(c, "loss")->valuedouble;
+        if (fabs(loss - want_loss) > 1e-5 * fmax(1, fabs(want_loss))) {
+            cr_log_error("%s/%s: loss %.9g, torch %.9g", name, cs, loss, want_loss);
+            bad++;
+        }
+        for (int k = 0; k < 2; k++) {
+            const double *got = k ? atp : grad;
+            cJSON *want = k ? wa : wg;
+            double gmax = 0, emax = 0;
+            for (int i = 0; i < L * H; i++)
+                gmax = fmax(gmax, fabs(cJSON_GetArrayItem(cJSON_GetArrayItem(want, i / H), i % H)->valuedouble));
+            for (int i = 0; i < L * H; i++) {
+                double w = cJSON_GetArrayItem(cJSON_GetArrayItem(want, i / H), i % H)->valuedouble,
+                       e = fabs(got[i] - w);
+                emax = fmax(emax, e);
+                if (e > GRAD_TOL * gmax && bad++ < 8)
+                    cr_log_error("%s/%s: %s of head %d.%d = %.9g, torch %.9g", name, cs, k ? "atp" : "grad", i / H,
+                                 i % H, got[i], w);
+            }
+            cr_log_info("%s/%s (%s): max |%s - torch| = %.3g of max |torch| %.3g (%.2g relative)", name, cs,
+                        hp_ablation_name(abl), k ? "atp" : "grad", emax, gmax, gmax > 0 ? emax / gmax : 0);
+        }
+        hp_mask_free(mk);
+        n_cases++;
+    }
+    cr_assert_gt(n_cases, 0, "%s: no cases", path);
+    cr_expect_eq(bad, 0, "%s: %d values differ from torch by more than %g of the case's largest", name, bad, GRAD_TOL);
+    cJSON_Delete(ref);
+    free(txt);
+    fix_close(&f);
+}
+
+Test(grad, gpt2_matches_torch) { check_torch("gpt2-tiny"); }
+Test(grad, llama_gqa_matches_torch) { check_torch("llama-gqa"); }
+Test(grad, qwen2_bias_matches_torch) { check_torch("qwen2-bias"); }
+Test(grad, stories260K_matches_torch) { check_torch("stories260K"); }
+Test(grad, bert_mlm_matches_torch) { check_torch("bert-mlm"); }
+Test(grad, bert_classifier_matches_torch) { check_torch("bert-cls"); }
+
 Test(grad, gpt2_matches_finite_differences)
 {
     check_fd("gpt2-tiny", "data.npy", NULL, HP_ABLATE_ZERO);
