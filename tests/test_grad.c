@@ -18,6 +18,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "headprune.h"
 #include "testutil.h"
@@ -227,4 +230,168 @@ Test(grad, mean_ablation_matches_finite_differences_at_live_heads)
 {
     float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 1, 1, 1, 0, 1};
     check_fd("gpt2-tiny", "data.npy", g, HP_ABLATE_MEAN);
+}
+
+/*
+ * A pruned checkpoint: its gradients are the masked original's at the heads it has (the same
+ * function of the gates there, up to float rounding), and 0 at the heads it lacks.
+ */
+static void check_pruned(const char *exported, const char *source, const char *spec)
+{
+    struct fix p, o;
+    char name[256];
+    snprintf(name, sizeof name, "exported/%s", exported);
+    char data[256];
+    snprintf(data, sizeof data, "../../%s/data.npy", source);
+    fix_open(&p, name, data);
+    fix_open(&o, source, "data.npy");
+    const int L = o.in->n_layers, H = o.in->n_heads;
+    struct hp_mask *mk;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_mask_parse(spec, false, o.in, &mk, &err), HP_OK, "%s", err.msg);
+    double gp[L * H], go[L * H], ap[L * H], ao[L * H], gmax = 0, emax = 0;
+    cr_assert_eq(hp_evaluator_grad(p.ev, NULL, HP_ABLATE_ZERO, gp, ap, NULL, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad(o.ev, mk, HP_ABLATE_ZERO, go, ao, NULL, &err), HP_OK, "%s", err.msg);
+    for (int i = 0; i < L * H; i++)
+        gmax = fmax(gmax, fabs(go[i]));
+    for (int i = 0; i < L * H; i++) {
+        if (p.in->pruned[i]) {
+            cr_expect(gp[i] == 0 && ap[i] == 0, "%s: pruned head %d.%d has grad %g, atp %g", name, i / H, i % H, gp[i],
+                      ap[i]);
+            continue;
+        }
+        emax = fmax(emax, fabs(gp[i] - go[i]));
+        cr_expect(fabs(gp[i] - go[i]) <= 1e-5 * gmax, "%s: head %d.%d: grad %.9g, masked original %.9g", name, i / H,
+                  i % H, gp[i], go[i]);
+    }
+    cr_log_info("%s: max |grad - masked original's| = %.3g of %.3g", name, emax, gmax);
+    hp_mask_free(mk);
+    fix_close(&o);
+    fix_close(&p);
+}
+
+Test(grad, a_pruned_checkpoint_has_the_masked_originals_gradients)
+{
+    check_pruned("gpt2-tiny", "gpt2-tiny", "0.1,2.0,2.3");
+    check_pruned("llama-gqa-uneven", "llama-gqa", "kv:0.1,1.0");
+}
+
+Test(grad, an_encoder_without_a_loss_is_refused)
+{
+    struct fix f;
+    fix_open(&f, "bert-encoder", "data.jsonl");
+    double g[8];
+    struct hp_error err = {0};
+    cr_assert_eq(hp_evaluator_grad(f.ev, NULL, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "no loss") && !strchr(err.msg, '\n'), "%s", err.msg);
+    fix_close(&f);
+}
+
+Test(grad, a_mask_of_another_shape_is_refused)
+{
+    struct fix f;
+    fix_open(&f, "gpt2-tiny", "data.npy");
+    struct hp_mask *mk = hp_mask_new(2, 4);
+    double g[12];
+    struct hp_error err = {0};
+    cr_assert_eq(hp_evaluator_grad(f.ev, mk, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_ARG);
+    cr_assert(strstr(err.msg, "2 layers x 4 heads"), "%s", err.msg);
+    hp_mask_free(mk);
+    fix_close(&f);
+}
+
+// --- the command line ------------------------------------------------------------
+
+static char cli_out[1 << 16], cli_err[1 << 14];
+
+/* headprune with args from the repository root: exit status, stdout and stderr into the buffers above */
+static int hp(const char *args)
+{
+    char dir[] = "/tmp/hp_grad_XXXXXX", cmd[4096], p[128];
+    cr_assert(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "cd %s/.. && %s %s >%s/out 2>%s/err </dev/null", getenv("HP_TESTS"),
+             getenv("HP_HEADPRUNE"), args, dir, dir);
+    int st = system(cmd);
+    char *bufs[2] = {cli_out, cli_err};
+    size_t sizes[2] = {sizeof cli_out, sizeof cli_err};
+    for (int k = 0; k < 2; k++) {
+        snprintf(p, sizeof p, "%s/%s", dir, k ? "err" : "out");
+        FILE *fp = fopen(p, "rb");
+        cr_assert(fp);
+        size_t r = fread(bufs[k], 1, sizes[k] - 1, fp);
+        bufs[k][r] = 0;
+        fclose(fp);
+        remove(p);
+    }
+    rmdir(dir);
+    cr_assert(WIFEXITED(st), "headprune did not exit normally for: %s", args);
+    return WEXITSTATUS(st);
+}
+
+#define GPT2 "tests/fixtures/gpt2-tiny"
+
+Test(grad, eval_grad_json_gives_torchs_gradients)
+{
+    cr_assert_eq(hp("eval --model " GPT2 " --data " GPT2 "/data.npy --mask 0.1,1.2 --grad --json --threads 1"), 0,
+                 "%s", cli_err);
+    cJSON *o = cJSON_Parse(cli_out), *ref = NULL;
+    cr_assert(o, "not JSON: %s", cli_out);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/gpt2-tiny/grad.json", getenv("HP_FIXTURES"));
+    char *txt = tu_slurp(path, NULL);
+    ref = cJSON_Parse(txt);
+    cJSON *c, *want = NULL;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(ref, "cases")) if (strcmp(cJSON_GetObjectItem(c, "mask")->valuestring,
+                                                                         "0.1,1.2") == 0) want = c;
+    cr_assert(want, "no case 0.1,1.2 in %s", path);
+    const char *keys[2] = {"grad", "atp"};
+    for (int k = 0; k < 2; k++) {
+        cJSON *got = cJSON_GetObjectItem(o, keys[k]), *w = cJSON_GetObjectItem(want, keys[k]);
+        cr_assert_eq(cJSON_GetArraySize(got), 3, "%s: %d layers", keys[k], cJSON_GetArraySize(got));
+        for (int l = 0; l < 3; l++) {
+            cr_assert_eq(cJSON_GetArraySize(cJSON_GetArrayItem(got, l)), 4);
+            for (int h = 0; h < 4; h++) {
+                double g = cJSON_GetArrayItem(cJSON_GetArrayItem(got, l), h)->valuedouble,
+                       t = cJSON_GetArrayItem(cJSON_GetArrayItem(w, l), h)->valuedouble;
+                cr_expect(fabs(g - t) <= GRAD_TOL * 0.25, "%s of %d.%d: %.9g, torch %.9g", keys[k], l, h, g, t);
+            }
+        }
+    }
+    cJSON_Delete(ref);
+    free(txt);
+    cJSON_Delete(o);
+}
+
+Test(grad, eval_grad_table_shows_the_top_heads_by_atp)
+{
+    cr_assert_eq(hp("eval --model " GPT2 " --data " GPT2 "/data.npy --grad --threads 1"), 0, "%s", cli_err);
+    cr_assert(strstr(cli_out, "\ngradient  first-order estimate"), "%s", cli_out);
+    /* the first head listed is the one with torch's largest |atp| at the unmasked model (case "none") */
+    char path[1200];
+    snprintf(path, sizeof path, "%s/gpt2-tiny/grad.json", getenv("HP_FIXTURES"));
+    char *txt = tu_slurp(path, NULL);
+    cJSON *ref = cJSON_Parse(txt), *atp = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "cases"), 0), "atp");
+    int best = 0;
+    double bv = -1;
+    for (int i = 0; i < 12; i++) {
+        double v = fabs(cJSON_GetArrayItem(cJSON_GetArrayItem(atp, i / 4), i % 4)->valuedouble);
+        if (v > bv)
+            bv = v, best = i;
+    }
+    char want[16];
+    snprintf(want, sizeof want, "%d.%d ", best / 4, best % 4);
+    char *first = strstr(cli_out, "\n  ");
+    cr_assert(first && strncmp(first + 3, want, strlen(want)) == 0, "first head listed is not %s: %s", want, cli_out);
+    cJSON_Delete(ref);
+    free(txt);
+}
+
+Test(grad, eval_grad_without_a_loss_is_one_line_and_exit_1)
+{
+    int rc = hp("eval --model tests/fixtures/bert-encoder --data tests/fixtures/bert-encoder/data.jsonl --grad");
+    cr_assert_eq(rc, 1, "exit %d (stderr %s)", rc, cli_err);
+    cr_assert(strncmp(cli_err, "headprune: ", 11) == 0 && strstr(cli_err, "--grad needs a loss"), "%s", cli_err);
+    char *nl = strchr(cli_err, '\n');
+    cr_assert(nl && nl[1] == '\0', "more than one line: %s", cli_err);
+    cr_assert_str_empty(cli_out, "stdout on failure: %s", cli_out);
 }
