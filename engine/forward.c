@@ -475,7 +475,10 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
         hp_op_layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
 
     const struct hp_fwd_save *sv = a->tap->save;
+    float *rs = a->tap->resid;
     for (int l = 0; l < in->n_layers; l++) {
+        if (rs)
+            memcpy(rs + (size_t)l * N * d, w->x, (size_t)N * d * sizeof(float));
         if (sv)
             memcpy(sv->x + (size_t)l * N * d, w->x, (size_t)N * d * sizeof(float));
         attention_part(m, w, a, l, N);
@@ -485,6 +488,8 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
         }
         finish_layer(m, w, l, N);
     }
+    if (rs)
+        memcpy(rs + (size_t)in->n_layers * N * d, w->x, (size_t)N * d * sizeof(float));
     return finish(m, w, a, N);
 }
 

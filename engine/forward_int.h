@@ -76,6 +76,10 @@ struct hp_fwd_taps {
     double *capture;
     const struct hp_fwd_save *save; /* NULL, or filled for later hp_fwd_resume (one block only) */
     float *out; /* NULL or (rows, hp_fwd_out_width): logits, or final hidden states; a classifier: (sequences, n_labels) */
+    /* NULL or (n_layers + 1, rows, d_model): the residual stream entering each layer, then
+     * after the last (before the final norm): what the reverse pass (backward.c) starts from.
+     * hp_fwd_run only (one block); hp_fwd_resume leaves it alone */
+    float *resid;
 };
 
 /*

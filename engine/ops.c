@@ -40,6 +40,39 @@ void hp_op_layer_norm(float *y, const float *x, int T, int d, const float *w, co
 }
 
 
+/*
+ * Its reverse: with xhat = (x - mean) rstd and g = dy w, dx = rstd (g - mean(g) - xhat mean(g xhat)),
+ * added to dx. The statistics are recomputed from x as the forward computed them.
+ */
+void hp_op_layer_norm_backward(float *dx, const float *dy, const float *x, int T, int d, const float *w, float eps)
+{
+#pragma omp parallel for schedule(static) if (hp_op_par((size_t)T * d))
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * d, *gr = dy + (size_t)t * d;
+        float *dr = dx + (size_t)t * d;
+        double s = 0, s2 = 0;
+        for (int i = 0; i < d; i++)
+            s += xr[i];
+        double mean = s / d;
+        for (int i = 0; i < d; i++) {
+            double c = xr[i] - mean;
+            s2 += c * c;
+        }
+        double rstd = 1.0 / sqrt(s2 / d + eps), sg = 0, sgx = 0;
+        for (int i = 0; i < d; i++) {
+            double g = (double)gr[i] * w[i];
+            sg += g;
+            sgx += g * (xr[i] - mean) * rstd;
+        }
+        sg /= d;
+        sgx /= d;
+        for (int i = 0; i < d; i++) {
+            double xh = (xr[i] - mean) * rstd;
+            dr[i] += (float)(rstd * ((double)gr[i] * w[i] - sg - xh * sgx));
+        }
+    }
+}
+
 void hp_op_rms_norm(float *y, const float *x, int T, int d, const float *w, float eps)
 {
 #pragma omp parallel for schedule(static) if (hp_op_par((size_t)T * d))
@@ -55,6 +88,24 @@ void hp_op_rms_norm(float *y, const float *x, int T, int d, const float *w, floa
     }
 }
 
+
+/* Its reverse: with r = 1 / rms(x) and g = dy w, dx = r g - x r^3 mean(g x), added to dx. */
+void hp_op_rms_norm_backward(float *dx, const float *dy, const float *x, int T, int d, const float *w, float eps)
+{
+#pragma omp parallel for schedule(static) if (hp_op_par((size_t)T * d))
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * d, *gr = dy + (size_t)t * d;
+        float *dr = dx + (size_t)t * d;
+        double s2 = 0, sgx = 0;
+        for (int i = 0; i < d; i++) {
+            s2 += (double)xr[i] * xr[i];
+            sgx += (double)gr[i] * w[i] * xr[i];
+        }
+        double r = 1.0 / sqrt(s2 / d + eps), k = r * r * r * sgx / d;
+        for (int i = 0; i < d; i++)
+            dr[i] += (float)(r * gr[i] * w[i] - xr[i] * k);
+    }
+}
 
 // --- activations ------------------------------------------------------------
 
@@ -76,6 +127,27 @@ float hp_op_act(enum hp_act a, float x)
     return x;
 }
 
+
+/* The derivative of activation a at x, in double (the reverse pass's precision). */
+double hp_op_act_grad(enum hp_act a, float x)
+{
+    double v = x;
+    switch (a) {
+    case HP_ACT_GELU:
+        return 0.5 * (1.0 + erf(v * 0.70710678118654752)) + v * exp(-0.5 * v * v) * 0.39894228040143268;
+    case HP_ACT_GELU_TANH: {
+        double c = 0.79788456080286536, th = tanh(c * (v + 0.044715 * v * v * v));
+        return 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * c * (1.0 + 3 * 0.044715 * v * v);
+    }
+    case HP_ACT_RELU:
+        return x > 0 ? 1.0 : 0.0;
+    case HP_ACT_SILU: {
+        double sg = 1.0 / (1.0 + exp(-v));
+        return sg * (1.0 + v * (1.0 - sg));
+    }
+    }
+    return 1.0;
+}
 
 void hp_op_act_span(enum hp_act a, float *y, const float *x, const float *g, size_t n)
 {
@@ -99,8 +171,6 @@ void hp_op_act_span(enum hp_act a, float *y, const float *x, const float *g, siz
         }
     }
 }
-
-/* The MLP block: reads w->h (N, d), writes w->tmp (N, d). */
 
 // --- bias and residual adds -------------------------------------------------
 
@@ -153,6 +223,22 @@ void hp_op_rope(float *x, int N, int T, ptrdiff_t rs, int dh, const float *tab)
 }
 
 
+/* Its reverse: the rotation is orthogonal, so the gradient turns back by the transposed rotation. */
+void hp_op_rope_backward(float *dx, int N, int T, ptrdiff_t rs, int dh, const float *tab)
+{
+    int half = dh / 2;
+    for (int t = 0; t < N; t++) {
+        float *r = dx + t * rs;
+        const float *cs = tab + (size_t)(t % T) * dh;
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float a = r[i], b = r[i + half];
+            r[i] = a * c + b * s;
+            r[i + half] = b * c - a * s;
+        }
+    }
+}
+
 // --- softmax ----------------------------------------------------------------
 
 void hp_op_softmax_rows(float *att, int T, bool causal, const uint8_t *kmask)
@@ -185,3 +271,31 @@ void hp_op_softmax_rows(float *att, int T, bool causal, const uint8_t *kmask)
     }
 }
 
+/*
+ * Its reverse for one (T, T) head: dp holds dL/dP and becomes dL/dS, the
+ * gradient at the scores: P (dP - sum_j P dP) row by row. Entries the
+ * forward masked have P = 0 and get 0; so do rows that saw no key (their
+ * uniform row does not depend on the scores once the mask is applied).
+ */
+void hp_op_softmax_rows_backward(float *dp, const float *p, int T, bool causal, const uint8_t *kmask)
+{
+    for (int i = 0; i < T; i++) {
+        const float *pr = p + (size_t)i * T;
+        float *gr = dp + (size_t)i * T;
+        int n = causal ? i + 1 : T;
+        bool seen = false;
+        for (int j = 0; j < n && !seen; j++)
+            seen = !kmask || kmask[j];
+        if (!seen) {
+            memset(gr, 0, (size_t)T * sizeof(float));
+            continue;
+        }
+        double s = 0;
+        for (int j = 0; j < n; j++)
+            s += (double)pr[j] * gr[j];
+        for (int j = 0; j < n; j++)
+            gr[j] = (float)(pr[j] * (gr[j] - s));
+        for (int j = n; j < T; j++)
+            gr[j] = 0.0f;
+    }
+}

@@ -2,7 +2,8 @@
  * ops_int.h -- the forward's element-wise and row-wise operations (engine/ops.c).
  *
  * Norms, activations, bias adds, rotary embedding and the masked softmax,
- * each over rows of a row-major buffer. They are apart from forward.c so
+ * each over rows of a row-major buffer, and beside each its reverse
+ * (the gradient at its input from the gradient at its output, for backward.c). They are apart from forward.c so
  * that a reverse pass can sit beside each of them, section by section
  * (llm.c's layernorm_forward beside layernorm_backward). None allocates,
  * reads a model or calls BLIS: the forward hands them pointers and shapes.
@@ -27,11 +28,20 @@ static inline bool hp_op_par(size_t work)
 /* y (T, d) = LayerNorm of each row of x (T, d) with weight w and bias b (d). y may equal x. */
 void hp_op_layer_norm(float *y, const float *x, int T, int d, const float *w, const float *b, float eps);
 
+/* dx (T, d) += the gradient at x of hp_op_layer_norm given dy (T, d), the gradient at y. */
+void hp_op_layer_norm_backward(float *dx, const float *dy, const float *x, int T, int d, const float *w, float eps);
+
 /* y (T, d) = RMSNorm of each row of x (T, d) with weight w (d). y may equal x. */
 void hp_op_rms_norm(float *y, const float *x, int T, int d, const float *w, float eps);
 
+/* dx (T, d) += the gradient at x of hp_op_rms_norm given dy (T, d). */
+void hp_op_rms_norm_backward(float *dx, const float *dy, const float *x, int T, int d, const float *w, float eps);
+
 /* The activation a of one number. */
 float hp_op_act(enum hp_act a, float x);
+
+/* The derivative of activation a at x. */
+double hp_op_act_grad(enum hp_act a, float x);
 
 /*
  * y[i] = act(x[i]) (times g[i] when g is given) for n elements; y may equal
@@ -54,8 +64,15 @@ void hp_op_rope_table(float *tab, int T, int d_head, float theta);
  * rs) of sequences of T tokens: row r is at position r % T. */
 void hp_op_rope(float *x, int N, int T, ptrdiff_t rs, int dh, const float *tab);
 
+/* The reverse of hp_op_rope: dx (the gradient at the rotated slice) becomes the gradient at the unrotated one. */
+void hp_op_rope_backward(float *dx, int N, int T, ptrdiff_t rs, int dh, const float *tab);
+
 /* Softmax of each row of att (T, T) over its visible keys (causal: j <= i;
  * kmask NULL or (T), 0 = padding), on the calling thread. */
 void hp_op_softmax_rows(float *att, int T, bool causal, const uint8_t *kmask);
+
+/* Its reverse: dp (T, T), the gradient at the probabilities p (T, T) the forward
+ * made, becomes the gradient at the scores (before the scale). */
+void hp_op_softmax_rows_backward(float *dp, const float *p, int T, bool causal, const uint8_t *kmask);
 
 #endif

@@ -460,6 +460,26 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
                                      int n, enum hp_ablation ablation, struct hp_metrics **out,
                                      struct hp_error *err);
 
+/*
+ * The gradient of the mean loss (the metric "loss", as hp_evaluator_run
+ * computes it: causal LM, MLM over labelled positions, or a classifier's
+ * cross-entropy) with respect to every head's gate, at mask's gates (NULL:
+ * all 1; fractional gates are allowed) under ablation, over the whole
+ * held-out set, chunk by chunk as the evaluator walks it. The gate g_h of a
+ * head multiplies its output a_h where the output projection reads it, so
+ *   grad[l * n_heads + h] = dL/dg_h = sum over tokens of <dL/dctx_h, a_h>
+ * (mean-ablated heads at 0, where the forward jumps to the mean m_h: the
+ * derivative along m_h + g (a_h - m_h), from the mean back to the head);
+ *   atp (may be NULL): the first-order estimate of loss(head h alone
+ * ablated) - loss(at mask): <dL/dctx_h, r_h - g_h a_h> with r_h the
+ * replacement (zero: -g_h dL/dg_h; mean: the head's mean); 0 for heads at 0.
+ *   loss (may be NULL): the mean loss at mask, as hp_evaluator_run gives it.
+ * Pruned heads get 0. The arrays are (n_layers, n_heads), row-major. An
+ * encoder without a loss (metric cos) is refused: HP_ERR_UNSUPPORTED.
+ */
+enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation ablation,
+                                 double *grad, double *atp, double *loss, struct hp_error *err);
+
 /* Mean-ablation statistics: each head's output averaged over the real tokens
  * of the held-out set under the unmasked model. */
 struct hp_means {

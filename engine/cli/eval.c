@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,11 +36,21 @@ static const char eval_help[] =
     "                     mean: replaced by its mean over all held-out tokens;\n"
     "                     mean-pos: replaced by its mean at each position\n"
     "                     (means come from the unmasked model on the same data)\n"
+    "  --grad             also the gradient of the mean loss at every head's gate\n"
+    "                     (dL/dg at the evaluated gates, one forward and one backward\n"
+    "                     pass) and its first-order estimate of each head's effect\n"
+    "                     if ablated alone (atp; larger = worse): the table shows the\n"
+    "                     heads with the largest |atp|, --json gives \"grad\" and \"atp\"\n"
+    "                     (n_layers arrays of n_heads). Needs a loss: a causal LM, an\n"
+    "                     MLM head with labels or a classifier\n"
     "  --threads N        BLIS threads (default: all cores)\n"
     "  --json             print one JSON object, with per-sequence values\n"
     "  --quiet            no progress on stderr\n"
     "\n"
     "Kernel set: skx is chosen on CPUs with AVX-512F unless BLIS_ARCH_TYPE is set.\n";
+
+/* Heads shown by the table, largest |atp| first. */
+#define TOP_ATP 10
 
 static cJSON *num_array(const double *v, int n)
 {
@@ -49,6 +60,32 @@ static cJSON *num_array(const double *v, int n)
     return a;
 }
 
+/* The heads with the largest |atp|, with their gradients. */
+static void print_atp(const struct hp_model_info *in, const double *grad, const double *atp, const char *abl_name)
+{
+    const int HH = in->n_layers * in->n_heads, n = HH < TOP_ATP ? HH : TOP_ATP;
+    int top[TOP_ATP];
+    for (int k = 0; k < n; k++) {
+        int best = -1;
+        for (int i = 0; i < HH; i++) {
+            bool taken = false;
+            for (int j = 0; j < k && !taken; j++)
+                taken = top[j] == i;
+            if (!taken && (best < 0 || fabs(atp[i]) > fabs(atp[best])))
+                best = i;
+        }
+        top[k] = best;
+    }
+    printf("gradient  first-order estimate of each head's effect ablated alone (%s): atp = change of loss, "
+           "larger = worse; grad = dL/dgate\n",
+           abl_name);
+    for (int k = 0; k < n; k++) {
+        char label[32];
+        hp_unit_label(label, sizeof label, false, top[k] / in->n_heads, top[k] % in->n_heads);
+        printf("  %-8s atp %+.6f   grad %+.6f\n", label, atp[top[k]], grad[top[k]]);
+    }
+}
+
 int cmd_eval(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -56,11 +93,12 @@ int cmd_eval(int argc, char **argv)
         {"seq-len", required_argument, 0, 's'}, {"mask", required_argument, 0, 'k'},
         {"keep", required_argument, 0, 'K'}, {"ablation", required_argument, 0, 'a'},
         {"threads", required_argument, 0, 't'}, {"json", no_argument, 0, 'j'},
-        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"quiet", no_argument, 0, 'q'}, {"grad", no_argument, 0, 'g'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     const char *dir = NULL, *data_path = NULL, *spec = NULL, *abl_name = "zero";
-    bool keep = false, json = false, quiet = false;
+    bool keep = false, json = false, quiet = false, want_grad = false;
     int seq_len = 0, threads = 0, c;
-    while ((c = getopt_long(argc, argv, "m:d:s:k:K:a:t:jqh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:d:s:k:K:a:t:jqgh", opts, NULL)) != -1) {
         switch (c) {
         case 'm': dir = optarg; break;
         case 'd': data_path = optarg; break;
@@ -82,6 +120,7 @@ int cmd_eval(int argc, char **argv)
             break;
         case 'j': json = true; break;
         case 'q': quiet = true; break;
+        case 'g': want_grad = true; break;
         case 'h': fputs(eval_help, stdout); return 0;
         default: return usage_error("eval", "unknown option");
         }
@@ -101,6 +140,7 @@ int cmd_eval(int argc, char **argv)
     struct hp_mask *mask = NULL;
     struct hp_evaluator *ev = NULL;
     struct hp_metrics *mt = NULL, *base = NULL;
+    double *grad = NULL, *atp = NULL;
     int rc = 1;
     if (hp_model_open(dir, &m, &err) != HP_OK)
         goto out;
@@ -111,6 +151,14 @@ int cmd_eval(int argc, char **argv)
         goto out;
     if (hp_evaluator_new(m, d, &ev, &err) != HP_OK)
         goto out;
+    if (want_grad && !hp_evaluator_has_metric(ev, "loss")) {
+        snprintf(err.msg, sizeof err.msg,
+                 "%s: --grad needs a loss, and %s has none on this data (an encoder without a head is measured "
+                 "by cos, whose gradient vanishes at the unmasked model): use a causal LM, an MLM head with "
+                 "labels or a classifier",
+                 data_path, dir);
+        goto out;
+    }
     struct progress pr = {!quiet && isatty(STDERR_FILENO), hp_now()};
     hp_evaluator_set_progress(ev, show_progress, &pr);
     double t0 = hp_now();
@@ -122,6 +170,18 @@ int cmd_eval(int argc, char **argv)
         goto out;
     mt = out2[0];
     base = out2[1];
+    const int HH = in->n_layers * in->n_heads;
+    double grad_loss = 0;
+    if (want_grad) {
+        grad = malloc((size_t)HH * sizeof(double));
+        atp = malloc((size_t)HH * sizeof(double));
+        if (!grad || !atp) {
+            snprintf(err.msg, sizeof err.msg, "out of memory");
+            goto out;
+        }
+        if (hp_evaluator_grad(ev, mask, abl, grad, atp, &grad_loss, &err) != HP_OK)
+            goto out;
+    }
     double secs = hp_now() - t0;
     int n_abl = mask ? hp_mask_count_ablated(mask) : 0;
     const struct hp_metrics *un = base ? base : mt;
@@ -159,6 +219,13 @@ int cmd_eval(int argc, char **argv)
             if (mt->has_cos) {
                 cJSON_AddNumberToObject(u, "cos", base->cos);
                 cJSON_AddNumberToObject(dl, "cos", mt->cos - base->cos);
+            }
+        }
+        if (want_grad) {
+            cJSON *ga = cJSON_AddArrayToObject(o, "grad"), *aa = cJSON_AddArrayToObject(o, "atp");
+            for (int l = 0; l < in->n_layers; l++) {
+                cJSON_AddItemToArray(ga, num_array(grad + (size_t)l * in->n_heads, in->n_heads));
+                cJSON_AddItemToArray(aa, num_array(atp + (size_t)l * in->n_heads, in->n_heads));
             }
         }
         cJSON_AddNumberToObject(o, "n_tokens", (double)mt->n_tokens);
@@ -200,6 +267,8 @@ int cmd_eval(int argc, char **argv)
                    base->loss, base->ppl, base->acc, mt->loss - base->loss, mt->ppl - base->ppl, mt->acc - base->acc);
         if (base && mt->has_cos)
             printf("unmasked  cosine %.6f; change %+.6f\n", base->cos, mt->cos - base->cos);
+        if (want_grad)
+            print_atp(in, grad, atp, abl_name);
         printf("tokens    %lld scored in %d sequences, %.2f s (BLIS kernel %s%s)\n", (long long)mt->n_tokens,
                mt->n_seqs, secs, hp_runtime_kernel(), hp_runtime_kernel_from_env() ? ", from BLIS_ARCH_TYPE" : "");
     }
@@ -207,6 +276,8 @@ int cmd_eval(int argc, char **argv)
 out:
     if (rc)
         die(&err);
+    free(grad);
+    free(atp);
     hp_metrics_free(mt);
     hp_metrics_free(base);
     hp_evaluator_free(ev);

@@ -1,0 +1,582 @@
+/*
+ * backward.c -- the reverse pass of forward.c: the gradient of a loss at
+ * every head's gate, for GPT-2, BERT and Llama.
+ *
+ * Sections mirror forward.c's: products, attention, MLP, the pass. The
+ * forward keeps only the residual stream entering each layer (its resid
+ * tap); walking the layers from the last, the pass recomputes a layer's
+ * activations from that input with the forward's own operations (ops.c),
+ * then sends the gradient back through it. So memory is bounded by the
+ * chunk plus one layer, and a layer's attention probabilities are made
+ * again per (head, sequence) where they are needed rather than stored.
+ * The weights are frozen: every product is a data gradient (dY W^T or
+ * P^T dY), none forms a gradient at a weight.
+ * A head whose gate is 0 under zero ablation is skipped by the forward but
+ * not here: the gradient at its gate needs its output a_h (the gradient at
+ * g = 0 is <dL/dctx_h, a_h>). Nothing flows back through such a head (its
+ * output is multiplied by 0), so its own reverse is skipped.
+ * Must not: allocate during a pass, print, or change the model.
+ */
+#include "backward_int.h"
+
+#include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <stdlib.h>
+#include <string.h>
+
+#include "blas_int.h"
+#include "ops_int.h"
+
+struct hp_bwd {
+    int cap_t, cap_b, cap_threads;
+    float *h1;   /* (N, d_model) attention's input (pre-norm: normalised); BERT: the pre-LN2 sum */
+    float *xmid; /* (N, d_model) residual after attention (BERT: before its LN) */
+    float *h2;   /* (N, d_model) the MLP's input */
+    float *tmp;  /* (N, d_model) a block's output */
+    float *dx;   /* (N, d_model) gradient at the residual stream */
+    float *dh;   /* (N, d_model) gradient at a block's input */
+    float *q;    /* (N, n_heads * d_head) rotated queries */
+    float *a;    /* (N, n_heads * d_head) head outputs before their gates */
+    float *ctx;  /* (N, n_heads * d_head) what the output projection reads, then its gradient */
+    float *dq;   /* (N, n_heads * d_head) */
+    float *k, *v, *dk, *dv; /* (N, n_kv_heads * d_head) */
+    float *u, *z, *f;       /* (N, d_ff): up projection, gate projection, activation (then its gradient) */
+    float *att;  /* (cap_threads, 2, T, T) probabilities and their gradient, per thread */
+    float *rope; /* (T, d_head / 2, 2) */
+    float *buf;
+};
+
+static int max_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B)
+{
+    const struct hp_model_info *in = &m->info;
+    size_t t = (size_t)T * B, d = (size_t)in->d_model, qd = (size_t)in->n_heads * in->d_head,
+           kvd = (size_t)in->n_kv_heads * in->d_head, f = (size_t)in->d_ff;
+    int nth = max_threads();
+    size_t n_x = t * d, n_q = t * qd, n_kv = t * kvd, n_att = (size_t)nth * 2 * T * T, n_ff = t * f,
+           n_rope = (size_t)T * in->d_head;
+    size_t total = 6 * n_x + 4 * n_q + 4 * n_kv + 3 * n_ff + n_att + n_rope;
+    struct hp_bwd *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    if (!(w->buf = malloc(total * sizeof(float)))) {
+        free(w);
+        return NULL;
+    }
+    float *p = w->buf;
+    w->h1 = p, p += n_x;
+    w->xmid = p, p += n_x;
+    w->h2 = p, p += n_x;
+    w->tmp = p, p += n_x;
+    w->dx = p, p += n_x;
+    w->dh = p, p += n_x;
+    w->q = p, p += n_q;
+    w->a = p, p += n_q;
+    w->ctx = p, p += n_q;
+    w->dq = p, p += n_q;
+    w->k = p, p += n_kv;
+    w->v = p, p += n_kv;
+    w->dk = p, p += n_kv;
+    w->dv = p, p += n_kv;
+    w->u = p, p += n_ff;
+    w->z = p, p += n_ff;
+    w->f = p, p += n_ff;
+    w->att = p, p += n_att;
+    w->rope = p;
+    w->cap_t = T;
+    w->cap_b = B;
+    w->cap_threads = nth;
+    if (in->arch == HP_ARCH_LLAMA)
+        hp_op_rope_table(w->rope, T, in->d_head, m->rope_theta);
+    return w;
+}
+
+void hp_bwd_free(struct hp_bwd *w)
+{
+    if (!w)
+        return;
+    free(w->buf);
+    free(w);
+}
+
+// --- products -----------------------------------------------------------------
+
+/* y (T, n) = x (T, k) W (k, n) [+ b], as the forward's linear */
+static void linear(float *y, const float *x, int T, int k, int n, struct hp_mat w, const float *b)
+{
+    hp_gemm(T, n, k, 1.0f, x, k, 1, w.p, w.rs, w.cs, 0.0f, y, n, 1);
+    hp_op_add_bias(y, T, n, n, b);
+}
+
+/* dx (T, k) = dy (T, n) W^T (n, k) (+ dx with accumulate): W read transposed through its strides */
+static void linear_backward(float *dx, const float *dy, int T, int k, int n, struct hp_mat w, bool accumulate)
+{
+    hp_gemm(T, k, n, 1.0f, dy, n, 1, w.p, w.cs, w.rs, accumulate ? 1.0f : 0.0f, dx, k, 1);
+}
+
+// --- attention ----------------------------------------------------------------
+
+/* Runs of consecutive equal flags, as forward.c's. */
+static int run_end(const bool *flag, int n, int s)
+{
+    int e = s + 1;
+    while (e < n && flag[e] == flag[s])
+        e++;
+    return e;
+}
+
+/* What the attention sections share about layer l under the pass's gates. */
+struct heads {
+    bool *has;             /* (n_heads): in the checkpoint */
+    bool *live;            /* (n_heads): gate not 0 (gradient flows back through the head) */
+    bool *kv_has, *kv_live; /* (n_kv_heads): some query head of the group has / is live */
+};
+
+struct pass {
+    const struct hp_fwd_in *in;
+    const struct hp_fwd_variants *var;
+    const float *gate; /* NULL or (n_layers, n_heads) */
+    bool mean;
+};
+
+static float gate_at(const struct pass *a, int l, int h, int H)
+{
+    return a->gate ? a->gate[l * H + h] : 1.0f;
+}
+
+/* Head h's replacement at row r: its mean, under mean ablation (else zero: NULL). */
+static const float *mean_at(const struct pass *a, int l, int h, int dh, int r)
+{
+    if (!a->mean)
+        return NULL;
+    return a->var->mean + l * a->var->mean_layer_stride + h * dh + (r % a->in->T) * a->var->mean_pos_stride;
+}
+
+/* Scores then probabilities (T, T) of query head h over KV head kv for the sequence at rows r0.. */
+static void probs(const struct hp_model *m, const struct hp_bwd *w, const struct pass *a, float *att, size_t r0,
+                  int h, int kv, float scale, const uint8_t *km)
+{
+    const int T = a->in->T, qd = m->info.n_heads * m->info.d_head, kvd = m->info.n_kv_heads * m->info.d_head,
+              dh = m->info.d_head;
+    hp_gemm1(T, T, dh, scale, w->q + r0 * qd + h * dh, qd, 1, w->k + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
+    hp_op_softmax_rows(att, T, m->info.causal, km);
+}
+
+static float attn_scale(const struct hp_model *m, int l)
+{
+    float scale = 1.0f / sqrtf((float)m->info.d_head);
+    if (m->scale_by_layer)
+        scale /= (float)(l + 1);
+    return scale;
+}
+
+/*
+ * The attention block again, as the forward ran it, from its input w->h1 (N, d): every head the
+ * checkpoint has, whatever its gate, into w->a; what the projection reads into w->ctx; the
+ * block's output (projection and bias) into w->tmp.
+ */
+static void attention_again(const struct hp_model *m, struct hp_bwd *w, const struct pass *a, int l,
+                            const struct heads *hs, const float *x)
+{
+    const struct hp_model_info *in = &m->info;
+    const struct hp_layer *L = &m->layers[l];
+    const int T = a->in->T, S = a->in->n_seqs, N = S * T, d = in->d_model, H = in->n_heads, KV = in->n_kv_heads,
+              dh = in->d_head, qd = H * dh, kvd = KV * dh, per_kv = H / KV;
+    for (int s = 0, e; s < H; s = e) {
+        e = run_end(hs->has, H, s);
+        if (!hs->has[s])
+            continue;
+        const size_t ws = (size_t)L->q_slot[s] * dh;
+        hp_gemm(N, (e - s) * dh, d, 1.0f, x, d, 1, L->wq.p + ws * L->wq.cs, L->wq.rs, L->wq.cs, 0.0f, w->q + s * dh,
+                qd, 1);
+        if (L->bq)
+            hp_op_add_bias(w->q + s * dh, N, (e - s) * dh, qd, L->bq + ws);
+    }
+    for (int s = 0, e; s < KV; s = e) {
+        e = run_end(hs->kv_has, KV, s);
+        if (!hs->kv_has[s])
+            continue;
+        const size_t ws = (size_t)L->kv_slot[s] * dh;
+        hp_gemm(N, (e - s) * dh, d, 1.0f, x, d, 1, L->wk.p + ws * L->wk.cs, L->wk.rs, L->wk.cs, 0.0f, w->k + s * dh,
+                kvd, 1);
+        hp_gemm(N, (e - s) * dh, d, 1.0f, x, d, 1, L->wv.p + ws * L->wv.cs, L->wv.rs, L->wv.cs, 0.0f, w->v + s * dh,
+                kvd, 1);
+        if (L->bk)
+            hp_op_add_bias(w->k + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
+        if (L->bv)
+            hp_op_add_bias(w->v + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
+    }
+    if (in->arch == HP_ARCH_LLAMA) {
+        for (int kv = 0; kv < KV; kv++)
+            if (hs->kv_has[kv])
+                hp_op_rope(w->k + kv * dh, N, T, kvd, dh, w->rope);
+        for (int h = 0; h < H; h++)
+            if (hs->has[h])
+                hp_op_rope(w->q + h * dh, N, T, qd, dh, w->rope);
+    }
+    const float scale = attn_scale(m, l);
+    const int n_pairs = H * S;
+    const int nth = max_threads() < w->cap_threads ? max_threads() : w->cap_threads;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (n_pairs > 1 && nth > 1)
+    for (int p = 0; p < n_pairs; p++) {
+        const int h = p / S, b = p % S;
+        if (!hs->has[h])
+            continue;
+        const size_t r0 = (size_t)b * T;
+        float *att = w->att + (size_t)thread_num() * 2 * T * T;
+        probs(m, w, a, att, r0, h, h / per_kv, scale, a->in->attn_mask ? a->in->attn_mask + r0 : NULL);
+        hp_gemm1(T, dh, T, 1.0f, att, T, 1, w->v + r0 * kvd + (h / per_kv) * dh, kvd, 1, 0.0f,
+                 w->a + r0 * qd + h * dh, qd, 1);
+    }
+    /* what the projection reads: g a, or the replacement of a head at 0 */
+    for (int h = 0; h < H; h++) {
+        if (!hs->has[h])
+            continue;
+        const float g = gate_at(a, l, h, H);
+        for (int r = 0; r < N; r++) {
+            float *c = w->ctx + (size_t)r * qd + h * dh;
+            const float *ar = w->a + (size_t)r * qd + h * dh, *mu = mean_at(a, l, h, dh, r);
+            for (int i = 0; i < dh; i++)
+                c[i] = g == 1.0f ? ar[i] : g != 0.0f ? g * ar[i] : mu ? mu[i] : 0.0f;
+        }
+    }
+    float beta = 0.0f;
+    for (int s = 0, e; s < H; s = e) {
+        e = run_end(hs->has, H, s);
+        if (!hs->has[s])
+            continue;
+        hp_gemm(N, d, (e - s) * dh, 1.0f, w->ctx + s * dh, qd, 1, L->wo.p + (size_t)L->q_slot[s] * dh * L->wo.rs,
+                L->wo.rs, L->wo.cs, beta, w->tmp, d, 1);
+        beta = 1.0f;
+    }
+    if (beta == 0.0f)
+        memset(w->tmp, 0, (size_t)N * d * sizeof(float));
+    hp_op_add_bias(w->tmp, N, d, d, L->bo);
+}
+
+/*
+ * The attention block's reverse: from dy = w->dx, the gradient at its output, the gates' and the
+ * estimates' sums into g, and the gradient at its input into w->dh (N, d).
+ */
+static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const struct pass *a, int l,
+                               const struct heads *hs, const float *dy, const struct hp_bwd_grads *gr)
+{
+    const struct hp_model_info *in = &m->info;
+    const struct hp_layer *L = &m->layers[l];
+    const int T = a->in->T, S = a->in->n_seqs, N = S * T, d = in->d_model, H = in->n_heads, KV = in->n_kv_heads,
+              dh = in->d_head, qd = H * dh, kvd = KV * dh, per_kv = H / KV;
+    /* dctx (N, qd) = dy (N, d) Wo^T, over the heads the checkpoint has, into w->ctx */
+    for (int s = 0, e; s < H; s = e) {
+        e = run_end(hs->has, H, s);
+        if (!hs->has[s])
+            continue;
+        hp_gemm(N, (e - s) * dh, d, 1.0f, dy, d, 1, L->wo.p + (size_t)L->q_slot[s] * dh * L->wo.rs, L->wo.cs,
+                L->wo.rs, 0.0f, w->ctx + s * dh, qd, 1);
+    }
+    /* the gates' gradients and the estimates, then dL/da = g dctx for the heads gradient flows through */
+    for (int h = 0; h < H; h++) {
+        if (!hs->has[h])
+            continue;
+        const float g = gate_at(a, l, h, H);
+        double sg = 0, sa = 0;
+        for (int r = 0; r < N; r++) {
+            const float *dc = w->ctx + (size_t)r * qd + h * dh, *ar = w->a + (size_t)r * qd + h * dh,
+                        *mu = mean_at(a, l, h, dh, r);
+            for (int i = 0; i < dh; i++) {
+                double rep = mu ? mu[i] : 0.0;
+                sg += (double)dc[i] * (g == 0.0f ? ar[i] - rep : ar[i]);
+                sa += g == 0.0f ? 0.0 : (double)dc[i] * (rep - (double)g * ar[i]);
+            }
+        }
+        gr->gate[l * H + h] += sg;
+        if (gr->atp)
+            gr->atp[l * H + h] += sa;
+        if (hs->live[h] && g != 1.0f)
+            for (int r = 0; r < N; r++)
+                for (int i = 0; i < dh; i++)
+                    w->ctx[(size_t)r * qd + h * dh + i] *= g;
+    }
+    /* per (KV head, sequence): the query heads sharing it, one after another, since they add into its dk, dv */
+    const float scale = attn_scale(m, l);
+    const int n_pairs = KV * S;
+    const int nth = max_threads() < w->cap_threads ? max_threads() : w->cap_threads;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (n_pairs > 1 && nth > 1)
+    for (int p = 0; p < n_pairs; p++) {
+        const int kv = p / S, b = p % S;
+        if (!hs->kv_live[kv])
+            continue;
+        const size_t r0 = (size_t)b * T;
+        float *att = w->att + (size_t)thread_num() * 2 * T * T, *datt = att + (size_t)T * T;
+        const uint8_t *km = a->in->attn_mask ? a->in->attn_mask + r0 : NULL;
+        float *dk = w->dk + r0 * kvd + kv * dh, *dv = w->dv + r0 * kvd + kv * dh;
+        const float *k = w->k + r0 * kvd + kv * dh, *v = w->v + r0 * kvd + kv * dh;
+        float beta = 0.0f;
+        for (int h = kv * per_kv; h < (kv + 1) * per_kv; h++) {
+            if (!hs->live[h])
+                continue;
+            const float *da = w->ctx + r0 * qd + h * dh, *q = w->q + r0 * qd + h * dh;
+            probs(m, w, a, att, r0, h, kv, scale, km);
+            /* dP (T, T) = dA (T, dh) v^T; dv += P^T dA */
+            hp_gemm1(T, T, dh, 1.0f, da, qd, 1, v, 1, kvd, 0.0f, datt, T, 1);
+            hp_gemm1(T, dh, T, 1.0f, att, 1, T, da, qd, 1, beta, dv, kvd, 1);
+            hp_op_softmax_rows_backward(datt, att, T, in->causal, km);
+            /* the scores were scale q k^T: dq = scale dS k, dk += scale dS^T q */
+            hp_gemm1(T, dh, T, scale, datt, T, 1, k, kvd, 1, 0.0f, w->dq + r0 * qd + h * dh, qd, 1);
+            hp_gemm1(T, dh, T, scale, datt, 1, T, q, qd, 1, beta, dk, kvd, 1);
+            beta = 1.0f;
+        }
+    }
+    if (in->arch == HP_ARCH_LLAMA) {
+        for (int kv = 0; kv < KV; kv++)
+            if (hs->kv_live[kv])
+                hp_op_rope_backward(w->dk + kv * dh, N, T, kvd, dh, w->rope);
+        for (int h = 0; h < H; h++)
+            if (hs->live[h])
+                hp_op_rope_backward(w->dq + h * dh, N, T, qd, dh, w->rope);
+    }
+    /* dh (N, d) = dq Wq^T + dk Wk^T + dv Wv^T over the live runs */
+    float beta = 0.0f;
+    for (int s = 0, e; s < H; s = e) {
+        e = run_end(hs->live, H, s);
+        if (!hs->live[s])
+            continue;
+        const size_t ws = (size_t)L->q_slot[s] * dh;
+        hp_gemm(N, d, (e - s) * dh, 1.0f, w->dq + s * dh, qd, 1, L->wq.p + ws * L->wq.cs, L->wq.cs, L->wq.rs, beta,
+                w->dh, d, 1);
+        beta = 1.0f;
+    }
+    for (int s = 0, e; s < KV; s = e) {
+        e = run_end(hs->kv_live, KV, s);
+        if (!hs->kv_live[s])
+            continue;
+        const size_t ws = (size_t)L->kv_slot[s] * dh;
+        hp_gemm(N, d, (e - s) * dh, 1.0f, w->dk + s * dh, kvd, 1, L->wk.p + ws * L->wk.cs, L->wk.cs, L->wk.rs, 1.0f,
+                w->dh, d, 1);
+        hp_gemm(N, d, (e - s) * dh, 1.0f, w->dv + s * dh, kvd, 1, L->wv.p + ws * L->wv.cs, L->wv.cs, L->wv.rs, 1.0f,
+                w->dh, d, 1);
+    }
+    if (beta == 0.0f)
+        memset(w->dh, 0, (size_t)N * d * sizeof(float));
+}
+
+// --- MLP ----------------------------------------------------------------------
+
+/* The MLP block again up to its activation, from its input x (N, d): w->u, w->z (Llama's gate projection). */
+static void mlp_again(const struct hp_model *m, struct hp_bwd *w, const float *x, int N, int l)
+{
+    const struct hp_layer *L = &m->layers[l];
+    const int d = m->info.d_model, f = m->info.d_ff;
+    linear(w->u, x, N, d, f, L->w_up, L->b_up);
+    if (L->w_gate.p)
+        linear(w->z, x, N, d, f, L->w_gate, NULL);
+}
+
+/* The MLP block's reverse: dy (N, d), the gradient at its output, to w->dh (N, d), the gradient at its input. */
+static void mlp_backward(const struct hp_model *m, struct hp_bwd *w, const float *dy, int N, int l)
+{
+    const struct hp_layer *L = &m->layers[l];
+    const int d = m->info.d_model, f = m->info.d_ff;
+    const bool gated = L->w_gate.p != NULL;
+    linear_backward(w->f, dy, N, f, d, L->w_down, false);
+    const size_t n = (size_t)N * f;
+#pragma omp parallel for schedule(static) if (hp_op_par(n))
+    for (size_t i = 0; i < n; i++) {
+        double df = w->f[i];
+        if (gated) {
+            /* act(z) u: du = df act(z), dz = df u act'(z) */
+            double u = w->u[i];
+            w->u[i] = (float)(df * hp_op_act(m->act, w->z[i]));
+            w->z[i] = (float)(df * u * hp_op_act_grad(m->act, w->z[i]));
+        } else {
+            w->u[i] = (float)(df * hp_op_act_grad(m->act, w->u[i]));
+        }
+    }
+    linear_backward(w->dh, w->u, N, d, f, L->w_up, false);
+    if (gated)
+        linear_backward(w->dh, w->z, N, d, f, L->w_gate, true);
+}
+
+// --- the pass -----------------------------------------------------------------
+
+static void norm(const struct hp_model *m, float *y, const float *x, int N, const float *wt, const float *b)
+{
+    if (b)
+        hp_op_layer_norm(y, x, N, m->info.d_model, wt, b, m->norm_eps);
+    else
+        hp_op_rms_norm(y, x, N, m->info.d_model, wt, m->norm_eps);
+}
+
+/* dx += the gradient at x of norm(x) given dy */
+static void norm_backward(const struct hp_model *m, float *dx, const float *dy, const float *x, int N,
+                          const float *wt, const float *b)
+{
+    if (b)
+        hp_op_layer_norm_backward(dx, dy, x, N, m->info.d_model, wt, m->norm_eps);
+    else
+        hp_op_rms_norm_backward(dx, dy, x, N, m->info.d_model, wt, m->norm_eps);
+}
+
+static void heads_of(const struct hp_model *m, const struct pass *a, int l, struct heads *hs)
+{
+    const struct hp_layer *L = &m->layers[l];
+    const int H = m->info.n_heads, KV = m->info.n_kv_heads, per_kv = H / KV;
+    for (int kv = 0; kv < KV; kv++)
+        hs->kv_has[kv] = hs->kv_live[kv] = false;
+    for (int h = 0; h < H; h++) {
+        hs->has[h] = L->q_slot[h] >= 0;
+        hs->live[h] = hs->has[h] && gate_at(a, l, h, H) != 0.0f;
+        hs->kv_has[h / per_kv] |= hs->has[h];
+        hs->kv_live[h / per_kv] |= hs->live[h];
+    }
+}
+
+/*
+ * Layer l's reverse: w->dx holds the gradient at the layer's output and
+ * becomes the gradient at its input x (N, d), the forward's resid tap.
+ */
+static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const struct pass *a, int l, const float *x,
+                           const struct hp_bwd_grads *gr)
+{
+    const struct hp_layer *L = &m->layers[l];
+    const int N = a->in->T * a->in->n_seqs, d = m->info.d_model;
+    const size_t n = (size_t)N * d;
+    bool has[m->info.n_heads], live[m->info.n_heads], kv_has[m->info.n_kv_heads], kv_live[m->info.n_kv_heads];
+    struct heads hs = {has, live, kv_has, kv_live};
+    heads_of(m, a, l, &hs);
+    if (m->info.arch == HP_ARCH_BERT) {
+        /* post-norm: xmid = x + attn(x), h2 = LN1(xmid), h1 = h2 + mlp(h2), out = LN2(h1) */
+        attention_again(m, w, a, l, &hs, x);
+        memcpy(w->xmid, x, n * sizeof(float));
+        hp_op_add_into(w->xmid, w->tmp, n);
+        hp_op_layer_norm(w->h2, w->xmid, N, d, L->ln1_w, L->ln1_b, m->norm_eps);
+        mlp_again(m, w, w->h2, N, l);
+        const size_t nf = (size_t)N * m->info.d_ff;
+        if (L->w_gate.p)
+            hp_op_act_span(m->act, w->f, w->z, w->u, nf);
+        else
+            hp_op_act_span(m->act, w->f, w->u, NULL, nf);
+        linear(w->h1, w->f, N, m->info.d_ff, d, L->w_down, L->b_down);
+        hp_op_add_into(w->h1, w->h2, n);
+        /* back: through LN2, the MLP and its residual, LN1, attention and its residual */
+        memset(w->tmp, 0, n * sizeof(float));
+        hp_op_layer_norm_backward(w->tmp, w->dx, w->h1, N, d, L->ln2_w, m->norm_eps);
+        mlp_backward(m, w, w->tmp, N, l);
+        hp_op_add_into(w->tmp, w->dh, n);
+        memset(w->dx, 0, n * sizeof(float));
+        hp_op_layer_norm_backward(w->dx, w->tmp, w->xmid, N, d, L->ln1_w, m->norm_eps);
+        attention_backward(m, w, a, l, &hs, w->dx, gr);
+        hp_op_add_into(w->dx, w->dh, n);
+        return;
+    }
+    /* pre-norm: xmid = x + attn(norm1(x)), out = xmid + mlp(norm2(xmid)) */
+    norm(m, w->h1, x, N, L->ln1_w, L->ln1_b);
+    attention_again(m, w, a, l, &hs, w->h1);
+    memcpy(w->xmid, x, n * sizeof(float));
+    hp_op_add_into(w->xmid, w->tmp, n);
+    norm(m, w->h2, w->xmid, N, L->ln2_w, L->ln2_b);
+    mlp_again(m, w, w->h2, N, l);
+    mlp_backward(m, w, w->dx, N, l);
+    norm_backward(m, w->dx, w->dh, w->xmid, N, L->ln2_w, L->ln2_b);
+    attention_backward(m, w, a, l, &hs, w->dx, gr);
+    norm_backward(m, w->dx, w->dh, x, N, L->ln1_w, L->ln1_b);
+}
+
+/* The classifier's reverse: dz (n_seqs, n_labels) to the gradient at each sequence's first row of w->dh. */
+static void classify_backward(const struct hp_model *m, struct hp_bwd *w, const float *h, const float *dz, int S,
+                              int T)
+{
+    const int d = m->info.d_model, C = m->info.n_labels;
+    float pooled[d], dp[d];
+    memset(w->dh, 0, (size_t)S * T * d * sizeof(float));
+    for (int b = 0; b < S; b++) {
+        const float *hb = h + (size_t)b * T * d;
+        hp_gemm(1, d, d, 1.0f, hb, d, 1, m->pooler.p, m->pooler.rs, m->pooler.cs, 0.0f, pooled, d, 1);
+        for (int i = 0; i < d; i++)
+            pooled[i] = tanhf(pooled[i] + m->pooler_b[i]);
+        /* dpooled = dz C^T, then through tanh, then P^T */
+        hp_gemm(1, d, C, 1.0f, dz + (size_t)b * C, C, 1, m->classifier.p, m->classifier.cs, m->classifier.rs, 0.0f,
+                dp, d, 1);
+        for (int i = 0; i < d; i++)
+            dp[i] *= 1.0f - pooled[i] * pooled[i];
+        hp_gemm(1, d, d, 1.0f, dp, d, 1, m->pooler.p, m->pooler.cs, m->pooler.rs, 0.0f, w->dh + (size_t)b * T * d, d,
+                1);
+    }
+}
+
+/*
+ * The reverse of the forward's finish: from dout, the gradient at its out
+ * tap, to w->dx, the gradient at the residual stream after the last layer
+ * (xf, the resid tap's last block).
+ */
+static void finish_backward(const struct hp_model *m, struct hp_bwd *w, const struct pass *a, const float *xf,
+                            const float *dout)
+{
+    const struct hp_model_info *in = &m->info;
+    const int T = a->in->T, S = a->in->n_seqs, N = S * T, d = in->d_model;
+    const size_t n = (size_t)N * d;
+    /* the rows the head read, again: final norm (GPT-2, Llama) into h1; the MLM transform into h2 */
+    const float *hfin = xf;
+    if (m->lnf_w) {
+        norm(m, w->h1, xf, N, m->lnf_w, m->lnf_b);
+        hfin = w->h1;
+    }
+    if (m->classifier.p)
+        classify_backward(m, w, hfin, dout, S, T);
+    else if (m->lm_head) /* dh (N, d) = dlogits (N, V) E (V, d) */
+        hp_gemm(N, d, in->n_vocab, 1.0f, dout, in->n_vocab, 1, m->lm_head, in->d_model, 1, 0.0f, w->dh, d, 1);
+    else
+        memcpy(w->dh, dout, n * sizeof(float));
+    if (m->lm_head && m->mlm_dense.p) {
+        /* hfin = LN(act(x Wd + b)): t1 in xmid, act(t1) in h2 */
+        linear(w->xmid, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
+        for (size_t i = 0; i < n; i++)
+            w->h2[i] = hp_op_act(m->act, w->xmid[i]);
+        memset(w->tmp, 0, n * sizeof(float));
+        hp_op_layer_norm_backward(w->tmp, w->dh, w->h2, N, d, m->mlm_ln_w, m->norm_eps);
+        for (size_t i = 0; i < n; i++)
+            w->tmp[i] = (float)(w->tmp[i] * hp_op_act_grad(m->act, w->xmid[i]));
+        linear_backward(w->dh, w->tmp, N, d, d, m->mlm_dense, false);
+    }
+    if (m->lnf_w) {
+        memset(w->dx, 0, n * sizeof(float));
+        norm_backward(m, w->dx, w->dh, xf, N, m->lnf_w, m->lnf_b);
+    } else {
+        memcpy(w->dx, w->dh, n * sizeof(float));
+    }
+}
+
+void hp_bwd_run(const struct hp_model *m, struct hp_bwd *w, const struct hp_fwd_in *in,
+                const struct hp_fwd_variants *var, const float *resid, const float *dout,
+                const struct hp_bwd_grads *g)
+{
+    const struct hp_model_info *mi = &m->info;
+    const int N = in->T * in->n_seqs, d = mi->d_model;
+    const struct pass pa = {
+        .in = in,
+        .var = var,
+        .gate = var && var->gates ? var->gates[0] : NULL,
+        .mean = var && var->ablation != HP_ABLATE_ZERO,
+    };
+    finish_backward(m, w, &pa, resid + (size_t)mi->n_layers * N * d, dout);
+    for (int l = mi->n_layers - 1; l >= 0; l--)
+        layer_backward(m, w, &pa, l, resid + (size_t)l * N * d, g);
+}

@@ -1,0 +1,397 @@
+/*
+ * test_grad.c -- the gradient of the loss at the head gates (hp_evaluator_grad).
+ *
+ * Two independent references:
+ *  - Hugging Face transformers 4.x with torch autograd (tools/gen_grad_fixtures.py
+ *    writes tests/fixtures/<name>/grad.json): HF's head_mask with requires_grad for
+ *    GPT-2 and BERT, a gate on the input of o_proj for Llama/Qwen2, at the unmasked
+ *    model, under a partial mask, at fractional gates and under mean ablation;
+ *    every gradient agrees within GRAD_TOL relative to the case's largest one;
+ *  - central finite differences of the engine's own loss in each gate
+ *    (hp_evaluator_run at g +- FD_EPS): float32 losses differenced over 2 * 1e-2
+ *    leave about 1e-5 of rounding, so these agree within FD_TOL of the largest.
+ * And the refusals: an encoder without a loss.
+ */
+#define _DEFAULT_SOURCE /* mkdtemp, in testutil.h */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "headprune.h"
+#include "testutil.h"
+
+#define GRAD_TOL 1e-4
+#define FD_EPS 1e-2
+#define FD_TOL 1e-3
+
+struct fix {
+    struct hp_model *m;
+    struct hp_data *d;
+    struct hp_evaluator *ev;
+    const struct hp_model_info *in;
+};
+
+static void fix_open(struct fix *f, const char *name, const char *data)
+{
+    const char *root = getenv("HP_FIXTURES");
+    cr_assert(root, "HP_FIXTURES not set (run through meson test)");
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    snprintf(path, sizeof path, "%s/%s", dir, data);
+    struct hp_error err = {0};
+    cr_assert_eq(hp_model_open(dir, &f->m, &err), HP_OK, "%s", err.msg);
+    f->in = hp_model_get_info(f->m);
+    cr_assert_eq(hp_data_load(path, 0, &f->d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(f->m, f->d, &f->ev, &err), HP_OK, "%s", err.msg);
+}
+
+static void fix_close(struct fix *f)
+{
+    hp_evaluator_free(f->ev);
+    hp_data_free(f->d);
+    hp_model_close(f->m);
+}
+
+static double loss_at(struct fix *f, const struct hp_mask *mask, enum hp_ablation abl)
+{
+    struct hp_error err = {0};
+    struct hp_metrics *mt;
+    cr_assert_eq(hp_evaluator_run(f->ev, mask, abl, &mt, &err), HP_OK, "%s", err.msg);
+    double l = mt->loss;
+    hp_metrics_free(mt);
+    return l;
+}
+
+/* The gate of every head set from gates (n_layers * n_heads) or all 1. */
+static struct hp_mask *mask_of(const struct fix *f, const float *gates)
+{
+    struct hp_mask *mk = hp_mask_new(f->in->n_layers, f->in->n_heads);
+    for (int i = 0; gates && i < f->in->n_layers * f->in->n_heads; i++)
+        mk->gate[i] = gates[i];
+    return mk;
+}
+
+/* The engine's gradients against central differences of its own loss, every head. */
+static void check_fd(const char *name, const char *data, const float *gates, enum hp_ablation abl)
+{
+    struct fix f;
+    fix_open(&f, name, data);
+    const int HH = f.in->n_layers * f.in->n_heads;
+    struct hp_mask *mk = mask_of(&f, gates);
+    double grad[HH], loss;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_evaluator_grad(f.ev, mk, abl, grad, NULL, &loss, &err), HP_OK, "%s", err.msg);
+    double l0 = loss_at(&f, mk, abl);
+    cr_expect(fabs(loss - l0) <= 1e-6 * fmax(1, fabs(l0)), "%s: loss %.9g, evaluator %.9g", name, loss, l0);
+    double fd[HH], gmax = 0, emax = 0;
+    /* a mean-ablated head at 0 has no difference quotient: the forward jumps to its mean there */
+    bool skip[HH];
+    for (int i = 0; i < HH; i++)
+        skip[i] = abl != HP_ABLATE_ZERO && mk->gate[i] == 0.0f;
+    for (int i = 0; i < HH; i++) {
+        if (skip[i])
+            continue;
+        /* Richardson: (4 D(eps / 2) - D(eps)) / 3 cancels the eps^2 term of the central difference */
+        double dd[2];
+        for (int k = 0; k < 2; k++) {
+            const float g0 = mk->gate[i], e = (float)(FD_EPS / (1 + k));
+            mk->gate[i] = g0 + e;
+            double lp = loss_at(&f, mk, abl);
+            mk->gate[i] = g0 - e;
+            double lm = loss_at(&f, mk, abl);
+            mk->gate[i] = g0;
+            dd[k] = (lp - lm) / (double)((g0 + e) - (g0 - e));
+        }
+        fd[i] = (4 * dd[1] - dd[0]) / 3;
+        gmax = fmax(gmax, fabs(fd[i]));
+    }
+    int bad = 0;
+    for (int i = 0; i < HH; i++) {
+        if (skip[i])
+            continue;
+        double e = fabs(grad[i] - fd[i]);
+        emax = fmax(emax, e);
+        if (e > FD_TOL * gmax && bad++ < 5)
+            cr_log_error("%s: head %d.%d: grad %.8g, finite differences %.8g", name, i / f.in->n_heads,
+                         i % f.in->n_heads, grad[i], fd[i]);
+    }
+    cr_log_info("%s (%s): max |grad - fd| = %.3g of max |fd| %.3g (%.2g relative)", name, hp_ablation_name(abl), emax,
+                gmax, emax / gmax);
+    cr_expect_eq(bad, 0, "%s: %d gradients differ from finite differences by more than %g of the largest", name, bad,
+                 FD_TOL);
+    hp_mask_free(mk);
+    fix_close(&f);
+}
+
+/* Every case of <name>/grad.json: loss, grad and atp against torch autograd. */
+static void check_torch(const char *name)
+{
+    const char *root = getenv("HP_FIXTURES");
+    cr_assert(root, "HP_FIXTURES not set (run through meson test)");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s/grad.json", root, name);
+    char *txt = tu_slurp(path, NULL);
+    cJSON *ref = cJSON_Parse(txt);
+    cr_assert(ref, "%s: bad JSON", path);
+    struct fix f;
+    fix_open(&f, name, cJSON_GetObjectItem(ref, "data")->valuestring);
+    const int L = f.in->n_layers, H = f.in->n_heads;
+    cJSON *c;
+    int bad = 0, n_cases = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(ref, "cases")) {
+        const char *cs = cJSON_GetObjectItem(c, "name")->valuestring;
+        enum hp_ablation abl;
+        cr_assert(hp_ablation_parse(cJSON_GetObjectItem(c, "ablation")->valuestring, &abl));
+        struct hp_mask *mk = hp_mask_new(L, H);
+        cJSON *gates = cJSON_GetObjectItem(c, "gates"), *wg = cJSON_GetObjectItem(c, "grad"),
+              *wa = cJSON_GetObjectItem(c, "atp");
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++)
+                mk->gate[l * H + h] = (float)cJSON_GetArrayItem(cJSON_GetArrayItem(gates, l), h)->valuedouble;
+        double grad[L * H], atp[L * H], loss;
+        struct hp_error err = {0};
+        cr_assert_eq(hp_evaluator_grad(f.ev, mk, abl, grad, atp, &loss, &err), HP_OK, "%s", err.msg);
+        double want_loss = cJSON_GetObjectItem(c, "loss")->valuedouble;
+        if (fabs(loss - want_loss) > 1e-5 * fmax(1, fabs(want_loss))) {
+            cr_log_error("%s/%s: loss %.9g, torch %.9g", name, cs, loss, want_loss);
+            bad++;
+        }
+        for (int k = 0; k < 2; k++) {
+            const double *got = k ? atp : grad;
+            cJSON *want = k ? wa : wg;
+            double gmax = 0, emax = 0;
+            for (int i = 0; i < L * H; i++)
+                gmax = fmax(gmax, fabs(cJSON_GetArrayItem(cJSON_GetArrayItem(want, i / H), i % H)->valuedouble));
+            for (int i = 0; i < L * H; i++) {
+                double w = cJSON_GetArrayItem(cJSON_GetArrayItem(want, i / H), i % H)->valuedouble,
+                       e = fabs(got[i] - w);
+                emax = fmax(emax, e);
+                if (e > GRAD_TOL * gmax && bad++ < 8)
+                    cr_log_error("%s/%s: %s of head %d.%d = %.9g, torch %.9g", name, cs, k ? "atp" : "grad", i / H,
+                                 i % H, got[i], w);
+            }
+            cr_log_info("%s/%s (%s): max |%s - torch| = %.3g of max |torch| %.3g (%.2g relative)", name, cs,
+                        hp_ablation_name(abl), k ? "atp" : "grad", emax, gmax, gmax > 0 ? emax / gmax : 0);
+        }
+        hp_mask_free(mk);
+        n_cases++;
+    }
+    cr_assert_gt(n_cases, 0, "%s: no cases", path);
+    cr_expect_eq(bad, 0, "%s: %d values differ from torch by more than %g of the case's largest", name, bad, GRAD_TOL);
+    cJSON_Delete(ref);
+    free(txt);
+    fix_close(&f);
+}
+
+Test(grad, gpt2_matches_torch) { check_torch("gpt2-tiny"); }
+Test(grad, llama_gqa_matches_torch) { check_torch("llama-gqa"); }
+Test(grad, qwen2_bias_matches_torch) { check_torch("qwen2-bias"); }
+Test(grad, stories260K_matches_torch) { check_torch("stories260K"); }
+Test(grad, bert_mlm_matches_torch) { check_torch("bert-mlm"); }
+Test(grad, bert_classifier_matches_torch) { check_torch("bert-cls"); }
+
+Test(grad, gpt2_matches_finite_differences)
+{
+    check_fd("gpt2-tiny", "data.npy", NULL, HP_ABLATE_ZERO);
+    float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1};
+    check_fd("gpt2-tiny", "data.npy", g, HP_ABLATE_ZERO);
+}
+
+Test(grad, llama_matches_finite_differences)
+{
+    check_fd("llama-gqa", "data.npy", NULL, HP_ABLATE_ZERO);
+    float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1};
+    check_fd("llama-gqa", "data.npy", g, HP_ABLATE_ZERO);
+}
+
+Test(grad, qwen2_matches_finite_differences)
+{
+    check_fd("qwen2-bias", "data.npy", NULL, HP_ABLATE_ZERO);
+}
+
+Test(grad, bert_mlm_matches_finite_differences)
+{
+    check_fd("bert-mlm", "data.jsonl", NULL, HP_ABLATE_ZERO);
+    float g[8] = {1, 0, 1, 0.5f, 1, 1, 0.25f, 1};
+    check_fd("bert-mlm", "data.jsonl", g, HP_ABLATE_ZERO);
+}
+
+Test(grad, bert_classifier_matches_finite_differences)
+{
+    check_fd("bert-cls", "data.jsonl", NULL, HP_ABLATE_ZERO);
+}
+
+Test(grad, mean_ablation_matches_finite_differences_at_live_heads)
+{
+    float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 1, 1, 1, 0, 1};
+    check_fd("gpt2-tiny", "data.npy", g, HP_ABLATE_MEAN);
+}
+
+/*
+ * A pruned checkpoint: its gradients are the masked original's at the heads it has (the same
+ * function of the gates there, up to float rounding), and 0 at the heads it lacks.
+ */
+static void check_pruned(const char *exported, const char *source, const char *spec)
+{
+    struct fix p, o;
+    char name[256];
+    snprintf(name, sizeof name, "exported/%s", exported);
+    char data[256];
+    snprintf(data, sizeof data, "../../%s/data.npy", source);
+    fix_open(&p, name, data);
+    fix_open(&o, source, "data.npy");
+    const int L = o.in->n_layers, H = o.in->n_heads;
+    struct hp_mask *mk;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_mask_parse(spec, false, o.in, &mk, &err), HP_OK, "%s", err.msg);
+    double gp[L * H], go[L * H], ap[L * H], ao[L * H], gmax = 0, emax = 0;
+    cr_assert_eq(hp_evaluator_grad(p.ev, NULL, HP_ABLATE_ZERO, gp, ap, NULL, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad(o.ev, mk, HP_ABLATE_ZERO, go, ao, NULL, &err), HP_OK, "%s", err.msg);
+    for (int i = 0; i < L * H; i++)
+        gmax = fmax(gmax, fabs(go[i]));
+    for (int i = 0; i < L * H; i++) {
+        if (p.in->pruned[i]) {
+            cr_expect(gp[i] == 0 && ap[i] == 0, "%s: pruned head %d.%d has grad %g, atp %g", name, i / H, i % H, gp[i],
+                      ap[i]);
+            continue;
+        }
+        emax = fmax(emax, fabs(gp[i] - go[i]));
+        cr_expect(fabs(gp[i] - go[i]) <= 1e-5 * gmax, "%s: head %d.%d: grad %.9g, masked original %.9g", name, i / H,
+                  i % H, gp[i], go[i]);
+    }
+    cr_log_info("%s: max |grad - masked original's| = %.3g of %.3g", name, emax, gmax);
+    hp_mask_free(mk);
+    fix_close(&o);
+    fix_close(&p);
+}
+
+Test(grad, a_pruned_checkpoint_has_the_masked_originals_gradients)
+{
+    check_pruned("gpt2-tiny", "gpt2-tiny", "0.1,2.0,2.3");
+    check_pruned("llama-gqa-uneven", "llama-gqa", "kv:0.1,1.0");
+}
+
+Test(grad, an_encoder_without_a_loss_is_refused)
+{
+    struct fix f;
+    fix_open(&f, "bert-encoder", "data.jsonl");
+    double g[8];
+    struct hp_error err = {0};
+    cr_assert_eq(hp_evaluator_grad(f.ev, NULL, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "no loss") && !strchr(err.msg, '\n'), "%s", err.msg);
+    fix_close(&f);
+}
+
+Test(grad, a_mask_of_another_shape_is_refused)
+{
+    struct fix f;
+    fix_open(&f, "gpt2-tiny", "data.npy");
+    struct hp_mask *mk = hp_mask_new(2, 4);
+    double g[12];
+    struct hp_error err = {0};
+    cr_assert_eq(hp_evaluator_grad(f.ev, mk, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_ARG);
+    cr_assert(strstr(err.msg, "2 layers x 4 heads"), "%s", err.msg);
+    hp_mask_free(mk);
+    fix_close(&f);
+}
+
+// --- the command line ------------------------------------------------------------
+
+static char cli_out[1 << 16], cli_err[1 << 14];
+
+/* headprune with args from the repository root: exit status, stdout and stderr into the buffers above */
+static int hp(const char *args)
+{
+    char dir[] = "/tmp/hp_grad_XXXXXX", cmd[4096], p[128];
+    cr_assert(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "cd %s/.. && %s %s >%s/out 2>%s/err </dev/null", getenv("HP_TESTS"),
+             getenv("HP_HEADPRUNE"), args, dir, dir);
+    int st = system(cmd);
+    char *bufs[2] = {cli_out, cli_err};
+    size_t sizes[2] = {sizeof cli_out, sizeof cli_err};
+    for (int k = 0; k < 2; k++) {
+        snprintf(p, sizeof p, "%s/%s", dir, k ? "err" : "out");
+        FILE *fp = fopen(p, "rb");
+        cr_assert(fp);
+        size_t r = fread(bufs[k], 1, sizes[k] - 1, fp);
+        bufs[k][r] = 0;
+        fclose(fp);
+        remove(p);
+    }
+    rmdir(dir);
+    cr_assert(WIFEXITED(st), "headprune did not exit normally for: %s", args);
+    return WEXITSTATUS(st);
+}
+
+#define GPT2 "tests/fixtures/gpt2-tiny"
+
+Test(grad, eval_grad_json_gives_torchs_gradients)
+{
+    cr_assert_eq(hp("eval --model " GPT2 " --data " GPT2 "/data.npy --mask 0.1,1.2 --grad --json --threads 1"), 0,
+                 "%s", cli_err);
+    cJSON *o = cJSON_Parse(cli_out), *ref = NULL;
+    cr_assert(o, "not JSON: %s", cli_out);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/gpt2-tiny/grad.json", getenv("HP_FIXTURES"));
+    char *txt = tu_slurp(path, NULL);
+    ref = cJSON_Parse(txt);
+    cJSON *c, *want = NULL;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(ref, "cases")) if (strcmp(cJSON_GetObjectItem(c, "mask")->valuestring,
+                                                                         "0.1,1.2") == 0) want = c;
+    cr_assert(want, "no case 0.1,1.2 in %s", path);
+    const char *keys[2] = {"grad", "atp"};
+    for (int k = 0; k < 2; k++) {
+        cJSON *got = cJSON_GetObjectItem(o, keys[k]), *w = cJSON_GetObjectItem(want, keys[k]);
+        cr_assert_eq(cJSON_GetArraySize(got), 3, "%s: %d layers", keys[k], cJSON_GetArraySize(got));
+        for (int l = 0; l < 3; l++) {
+            cr_assert_eq(cJSON_GetArraySize(cJSON_GetArrayItem(got, l)), 4);
+            for (int h = 0; h < 4; h++) {
+                double g = cJSON_GetArrayItem(cJSON_GetArrayItem(got, l), h)->valuedouble,
+                       t = cJSON_GetArrayItem(cJSON_GetArrayItem(w, l), h)->valuedouble;
+                cr_expect(fabs(g - t) <= GRAD_TOL * 0.25, "%s of %d.%d: %.9g, torch %.9g", keys[k], l, h, g, t);
+            }
+        }
+    }
+    cJSON_Delete(ref);
+    free(txt);
+    cJSON_Delete(o);
+}
+
+Test(grad, eval_grad_table_shows_the_top_heads_by_atp)
+{
+    cr_assert_eq(hp("eval --model " GPT2 " --data " GPT2 "/data.npy --grad --threads 1"), 0, "%s", cli_err);
+    cr_assert(strstr(cli_out, "\ngradient  first-order estimate"), "%s", cli_out);
+    /* the first head listed is the one with torch's largest |atp| at the unmasked model (case "none") */
+    char path[1200];
+    snprintf(path, sizeof path, "%s/gpt2-tiny/grad.json", getenv("HP_FIXTURES"));
+    char *txt = tu_slurp(path, NULL);
+    cJSON *ref = cJSON_Parse(txt), *atp = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "cases"), 0), "atp");
+    int best = 0;
+    double bv = -1;
+    for (int i = 0; i < 12; i++) {
+        double v = fabs(cJSON_GetArrayItem(cJSON_GetArrayItem(atp, i / 4), i % 4)->valuedouble);
+        if (v > bv)
+            bv = v, best = i;
+    }
+    char want[16];
+    snprintf(want, sizeof want, "%d.%d ", best / 4, best % 4);
+    char *first = strstr(cli_out, "\n  ");
+    cr_assert(first && strncmp(first + 3, want, strlen(want)) == 0, "first head listed is not %s: %s", want, cli_out);
+    cJSON_Delete(ref);
+    free(txt);
+}
+
+Test(grad, eval_grad_without_a_loss_is_one_line_and_exit_1)
+{
+    int rc = hp("eval --model tests/fixtures/bert-encoder --data tests/fixtures/bert-encoder/data.jsonl --grad");
+    cr_assert_eq(rc, 1, "exit %d (stderr %s)", rc, cli_err);
+    cr_assert(strncmp(cli_err, "headprune: ", 11) == 0 && strstr(cli_err, "--grad needs a loss"), "%s", cli_err);
+    char *nl = strchr(cli_err, '\n');
+    cr_assert(nl && nl[1] == '\0', "more than one line: %s", cli_err);
+    cr_assert_str_empty(cli_out, "stdout on failure: %s", cli_out);
+}
