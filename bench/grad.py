@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Gradients at the head gates: headprune's forward+backward against its forward, and against torch autograd.
+
+On the random GPT-2-small that build/bench/bench_forward writes
+(/tmp/hp-bench-gpt2-small; run bench_forward once first), over 8 x 256
+random tokens, in one run, the tools taking turns within each round:
+
+  - headprune: `headprune eval --json` (one pass: forward, loss fused into
+    the LM head) and `headprune eval --grad --json` (the same pass, then
+    hp_evaluator_grad: a forward keeping each layer's input, and the reverse
+    pass). Both report "seconds" (opening the model and reading the data not
+    included); the gradient's cost is their difference;
+  - the peer, with --peer-python: Hugging Face transformers 4.x (eager
+    attention, PyPI torch, weights requires_grad_(False)),
+    `model(ids, labels=ids, head_mask=hm)` timed alone and with
+    `loss.backward()` where `hm.requires_grad_()`: the loss and the gradient
+    at the same gates, as torch's users compute Michel's importance.
+
+Medians of --reps rounds after one warm-up round. Also checks that the two
+gradients agree (max |diff| relative to the largest).
+
+    bench/grad.py [--threads 2] [--reps 5] [--peer-python /work/venv/bin/python]
+
+Only the standard library (the peer's side runs in the peer's Python). Not part of CI.
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HP = os.path.join(REPO, "build", "headprune")
+MODEL = "/tmp/hp-bench-gpt2-small"
+SEQS, T, VOCAB = 8, 256, 50257
+
+PEER = r"""
+import json, os, sys, time
+threads, model, data, reps = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+import numpy as np, torch, transformers
+torch.set_num_threads(threads)
+transformers.logging.set_verbosity_error()
+m = transformers.GPT2LMHeadModel.from_pretrained(model, attn_implementation="eager").eval()
+for p in m.parameters():
+    p.requires_grad_(False)
+ids = torch.from_numpy(np.load(data).astype(np.int64))
+L, H = m.config.n_layer, m.config.n_head
+fw, fb = [], []
+for r in range(reps + 1):
+    with torch.no_grad():
+        t = time.perf_counter(); loss = m(ids, labels=ids, head_mask=torch.ones(L, H)).loss; a = time.perf_counter() - t
+    hm = torch.ones(L, H, requires_grad=True)
+    t = time.perf_counter(); loss = m(ids, labels=ids, head_mask=hm).loss; loss.backward(); b = time.perf_counter() - t
+    if r:
+        fw.append(a); fb.append(b)
+print(json.dumps({"forward_s": fw, "forward_backward_s": fb, "loss": float(loss), "grad": hm.grad.tolist(),
+                  "torch": torch.__version__, "transformers": transformers.__version__}))
+"""
+
+
+def write_npy(path, rows):
+    hdr = "{'descr': '<i4', 'fortran_order': False, 'shape': (%d, %d), }" % (len(rows), len(rows[0]))
+    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
+        for r in rows:
+            f.write(struct.pack("<%di" % len(r), *r))
+
+
+def hp_eval(data, threads, grad):
+    cmd = [HP, "eval", "--model", MODEL, "--data", data, "--threads", str(threads), "--json", "--quiet"]
+    if grad:
+        cmd.append("--grad")
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--peer-python", default=os.environ.get("HP_PEER_PYTHON"))
+    a = ap.parse_args()
+    if not os.path.exists(os.path.join(MODEL, "model.safetensors")):
+        sys.exit(f"{MODEL} is missing: run build/bench/bench_forward --reps 1 once to write it")
+    work = tempfile.mkdtemp(prefix="hp-bench-grad-")
+    data = os.path.join(work, "data.npy")
+    rng = random.Random(0)
+    write_npy(data, [[rng.randrange(VOCAB) for _ in range(T)] for _ in range(SEQS)])
+
+    fw, fg, last = [], [], None
+    for rep in range(a.reps + 1):
+        f = hp_eval(data, a.threads, False)
+        g = hp_eval(data, a.threads, True)
+        if rep:
+            fw.append(f["seconds"])
+            fg.append(g["seconds"])
+        last = g
+        print(f"round {rep} done", file=sys.stderr)
+    peer = None
+    if a.peer_python:
+        r = subprocess.run([a.peer_python, "-c", PEER, str(a.threads), MODEL, data, str(a.reps)], check=True,
+                           capture_output=True, text=True)
+        peer = json.loads(r.stdout)
+
+    t_f = statistics.median(fw)
+    t_fb = statistics.median(g - f for f, g in zip(fw, fg))  # hp_evaluator_grad alone, paired per round
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"{when}, {a.threads} threads, {SEQS} x {T} tokens, medians of {a.reps}\n")
+    print("| | forward (loss) s | forward + backward (loss, dL/dgate) s | ratio |")
+    print("|---|---|---|---|")
+    print(f"| headprune | {t_f:.3f} | {t_fb:.3f} | {t_fb / t_f:.2f}x |")
+    if peer:
+        p_f, p_fb = statistics.median(peer["forward_s"]), statistics.median(peer["forward_backward_s"])
+        print(f"| transformers {peer['transformers']}, torch {peer['torch']} | {p_f:.3f} | {p_fb:.3f} | "
+              f"{p_fb / p_f:.2f}x |")
+        print(f"\nheadprune's forward + backward against torch's: {p_fb / t_fb:.2f}x faster")
+        hg = [x for row in last["grad"] for x in row]
+        pg = [x for row in peer["grad"] for x in row]
+        big = max(abs(x) for x in pg)
+        diff = max(abs(x - y) for x, y in zip(hg, pg))
+        print(f"gradients: max |diff| {diff:.3g}, {diff / big:.2g} of the largest ({big:.3g}); "
+              f"loss {last['loss']:.6f} here, {peer['loss']:.6f} in torch")
+
+
+if __name__ == "__main__":
+    main()
