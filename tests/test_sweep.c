@@ -766,6 +766,73 @@ Test(sweep, gradient_studies_match_independent_references)
     free(sg);
     hp_mask_free(mk);
 
+    /* query attribution: its Spearman rho and top-k overlap against the same worked here from the stored
+     * estimates and the exact single effects (no ties among them: rho = 1 - 6 sum d^2 / (n (n^2 - 1))) */
+    double est[L * H], ex[L * H];
+    cr_assert_eq(stored_scores(db, "attribution", 0, est, H), L * H);
+    {
+        sqlite3 *hh;
+        cr_assert_eq(sqlite3_open_v2(db, &hh, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        sqlite3_stmt *e;
+        cr_assert_eq(sqlite3_prepare_v2(hh, "SELECT layer, unit, d_loss FROM effects WHERE study = 'single'", -1, &e,
+                                        NULL), SQLITE_OK);
+        int n = 0;
+        while (sqlite3_step(e) == SQLITE_ROW)
+            ex[sqlite3_column_int(e, 0) * H + sqlite3_column_int(e, 1)] = sqlite3_column_double(e, 2), n++;
+        cr_assert_eq(n, L * H);
+        sqlite3_finalize(e);
+        sqlite3_close(hh);
+    }
+    const int N = L * H, K = (N + 9) / 10;
+    double d2 = 0;
+    int hits = 0;
+    for (int i = 0; i < N; i++) {
+        int re = 1, rx = 1; /* 1 = the largest */
+        for (int j = 0; j < N; j++)
+            re += est[j] > est[i], rx += ex[j] > ex[i];
+        d2 += (double)(re - rx) * (re - rx);
+        hits += re <= K && rx <= K;
+    }
+    double rho = 1 - 6 * d2 / ((double)N * ((double)N * N - 1));
+    struct hp_query_opts qo = {.kind = HP_QUERY_ATTRIBUTION, .study = "attribution"};
+    struct hp_table *t;
+    cr_assert_eq(hp_query(db, &qo, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(t->n_rows, N + 1);
+    const double *last = t->values + (size_t)(t->n_rows - 1) * t->n_cols;
+    cr_assert_str_eq(t->cells[(size_t)(t->n_rows - 1) * t->n_cols + 1], "all");
+    cr_assert_str_eq(t->cols[9], "rho");
+    cr_assert_str_eq(t->cols[11], "top_k_overlap");
+    cr_expect(fabs(last[9] - rho) < 1e-5, "query rho %.6g, worked here %.6g", last[9], rho);
+    cr_expect(fabs(last[11] - (double)hits / K) < 1e-5, "query overlap %.6g, worked here %d/%d", last[11], hits, K);
+    /* the most wrongly ranked unit first */
+    double worst = 0;
+    for (int r = 0; r < N; r++)
+        worst = fmax(worst, fabs(t->values[(size_t)r * t->n_cols + 8]));
+    cr_expect_eq(fabs(t->values[8]), worst);
+    cr_log_info("attribution on llama-gqa: rho %.3f, top-%d overlap %d", rho, K, hits);
+    hp_table_free(t);
+    /* query heads: the estimate beside the exact effect */
+    qo = (struct hp_query_opts){.kind = HP_QUERY_HEADS, .study = "single"};
+    cr_assert_eq(hp_query(db, &qo, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(t->n_cols, 11);
+    cr_assert_str_eq(t->cols[10], "atp");
+    for (int r = 0; r < t->n_rows; r++) {
+        int l = (int)t->values[(size_t)r * t->n_cols + 2], u = (int)t->values[(size_t)r * t->n_cols + 3];
+        /* the table shows 6 significant digits, and its numbers are what it shows */
+        cr_expect(fabs(t->values[(size_t)r * t->n_cols + 10] - est[l * H + u]) <= 1e-5 * fabs(est[l * H + u]),
+                  "heads: %d.%d atp %s, stored %.9g", l, u, t->cells[(size_t)r * t->n_cols + 10], est[l * H + u]);
+    }
+    hp_table_free(t);
+    qo = (struct hp_query_opts){.kind = HP_QUERY_IMPORTANCE, .study = "importance-kv"};
+    cr_assert_eq(hp_query(db, &qo, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(t->n_rows, L * KV);
+    cr_assert(strstr(t->note, "normalize none"), "%s", t->note);
+    hp_table_free(t);
+    qo = (struct hp_query_opts){.kind = HP_QUERY_ATTRIBUTION, .study = "nope"};
+    cr_assert_eq(hp_query(db, &qo, &t, &err), HP_ERR_ARG);
+    cr_assert(strstr(err.msg, "no attribution study 'nope' (its attribution studies: attribution, attribution-kv)"),
+              "%s", err.msg);
+
     /* run again: every gradient and result is found */
     struct hp_sweep_summary again;
     cr_assert_eq(hp_sweep_run(p, &o, &again, &err), HP_OK, "%s", err.msg);
@@ -788,6 +855,11 @@ Test(sweep, a_gradient_study_on_a_model_without_a_loss_is_refused_before_anythin
     write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl",
                        "studies: [{iterative: {prune: 50%, rank: gradient, name: curve}}]\n");
     refused(p, "study 'curve' needs the gradient of a loss");
+    /* and the mistakes a plan can make with them: one line, exit 1, nothing written */
+    write_fixture_plan(p, sizeof p, "llama-gqa", "data.npy", "studies: [{iterative: {prune: 10%, rank: other}}]\n");
+    refused(p, "'rank' must be exact or gradient, not 'other'");
+    write_fixture_plan(p, sizeof p, "llama-gqa", "data.npy", "studies: [{importance: {normalise: none}}]\n");
+    refused(p, "unknown key 'normalise' in an 'importance' study");
     /* the exact-ranked curve is fine on the same model: it ranks by the cosine */
     write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", "studies: [{iterative: {prune: 50%}}]\n");
     char args[2048], errs[4096];
