@@ -297,14 +297,21 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
         if (!hs->has[h])
             continue;
         const float g = gate_at(a, l, h, H);
-        double sg = 0, sa = 0;
+        double sg = 0, sa = 0, ss = 0; /* ss: sg's share of the row's sequence, flushed at its last row */
         for (int r = 0; r < N; r++) {
             const float *dc = w->ctx + (size_t)r * qd + h * dh, *ar = w->a + (size_t)r * qd + h * dh,
                         *mu = mean_at(a, l, h, dh, r);
+            double rg = 0;
             for (int i = 0; i < dh; i++) {
                 double rep = mu ? mu[i] : 0.0;
-                sg += (double)dc[i] * (g == 0.0f ? ar[i] - rep : ar[i]);
+                rg += (double)dc[i] * (g == 0.0f ? ar[i] - rep : ar[i]);
                 sa += g == 0.0f ? 0.0 : (double)dc[i] * (rep - (double)g * ar[i]);
+            }
+            sg += rg;
+            ss += rg;
+            if (gr->gate_seq && r % T == T - 1) {
+                gr->gate_seq[(size_t)(r / T) * in->n_layers * H + l * H + h] += ss;
+                ss = 0;
             }
         }
         gr->gate[l * H + h] += sg;

@@ -32,11 +32,14 @@ void hp_bwd_free(struct hp_bwd *w);
  *         to the head;
  *   atp:  NULL, or <dctx_h, r_h - ctx_h>: the first-order change of the loss
  *         if the head alone were replaced by r_h (0 for a head already at 0).
- * A pruned head has neither (its entries are left alone).
+ *   gate_seq: NULL, or (n_seqs of the pass, n_layers, n_heads): gate's sums
+ *         split by the sequence the rows belong to (they add up to gate's).
+ * A pruned head has none (its entries are left alone).
  */
 struct hp_bwd_grads {
     double *gate;
     double *atp;
+    double *gate_seq;
 };
 
 /*

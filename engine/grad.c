@@ -85,6 +85,12 @@ static double loss_backward(const struct hp_evaluator *ev, int s0, int nb, float
 enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl,
                                  double *grad, double *atp, double *loss, struct hp_error *err)
 {
+    return hp_evaluator_grad_seq(ev, mask, abl, grad, atp, NULL, loss, err);
+}
+
+enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl,
+                                     double *grad, double *atp, double *seq_grad, double *loss, struct hp_error *err)
+{
     const struct hp_model_info *in = &ev->m->info;
     const struct hp_data *d = ev->d;
     if (!ev->has_loss)
@@ -126,8 +132,9 @@ enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, const struct hp_mask *
         if (atp)
             atp[i] = 0;
     }
+    if (seq_grad)
+        memset(seq_grad, 0, (size_t)d->n_seqs * HH * sizeof *seq_grad);
     const float *gate = mask ? mask->gate : NULL;
-    const struct hp_bwd_grads g = {grad, atp};
     double sum = 0;
     for (int s0 = 0; s0 < d->n_seqs; s0 += B) {
         const int nb = hp_eval_chunk_len(ev, s0);
@@ -137,6 +144,8 @@ enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, const struct hp_mask *
         struct hp_fwd_taps tp = {.out = out, .resid = resid};
         hp_fwd_run(ev->m, fw, &fi, &va, &tp);
         sum += loss_backward(ev, s0, nb, out, (double)n_items, tl);
+        /* the chunk's sequences' shares go straight to their rows of seq_grad */
+        const struct hp_bwd_grads g = {grad, atp, seq_grad ? seq_grad + (size_t)s0 * HH : NULL};
         hp_bwd_run(ev->m, bw, &fi, &va, resid, out, &g);
         if (ev->progress)
             ev->progress(ev->progress_user, s0 + nb, d->n_seqs);
@@ -145,6 +154,8 @@ enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, const struct hp_mask *
     bool finite = isfinite(mean);
     for (int i = 0; i < HH && finite; i++)
         finite = isfinite(grad[i]) && (!atp || isfinite(atp[i]));
+    for (size_t i = 0; seq_grad && finite && i < (size_t)d->n_seqs * HH; i++)
+        finite = isfinite(seq_grad[i]);
     if (!finite)
         st = hp_fail(err, HP_ERR_FORMAT,
                      "%s: the loss (%g) or its gradient is not finite on %s (check the weights and config.json); "

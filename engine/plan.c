@@ -69,8 +69,22 @@ static const char *const kind_names[] = {
     [HP_STUDY_ONLY] = "only",         [HP_STUDY_LAYER] = "layer",
     [HP_STUDY_RANDOM] = "random",     [HP_STUDY_EXPLICIT] = "explicit",
     [HP_STUDY_PAIRS] = "pairs",       [HP_STUDY_ITERATIVE] = "iterative",
+    [HP_STUDY_IMPORTANCE] = "importance", [HP_STUDY_ATTRIBUTION] = "attribution",
 };
 #define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
+
+static const char *const normalize_names[] = {[HP_NORMALIZE_LAYER] = "layer", [HP_NORMALIZE_NONE] = "none"};
+static const char *const rank_names[] = {[HP_RANK_EXACT] = "exact", [HP_RANK_GRADIENT] = "gradient"};
+
+const char *hp_normalize_name(enum hp_normalize n)
+{
+    return (int)n >= 0 && (int)n < 2 ? normalize_names[n] : "unknown";
+}
+
+const char *hp_rank_name(enum hp_rank r)
+{
+    return (int)r >= 0 && (int)r < 2 ? rank_names[r] : "unknown";
+}
 
 const char *hp_study_kind_name(enum hp_study_kind k)
 {
@@ -528,12 +542,12 @@ static enum hp_status get_int_list(const struct loader *ld, const char *key, con
 
 enum opt {
     O_NAME, O_LAYERS, O_HEADS, O_GROUPS, O_KV, O_K, O_SAMPLES, O_SETS, O_PRUNE, O_FLOOR, O_KEEP1,
-    N_OPTS
+    O_RANK, O_NORMALIZE, N_OPTS
 };
 
 static const char *const opt_names[N_OPTS] = {
     "name", "layers", "heads", "groups", "kv", "k", "samples", "sets", "prune", "floor",
-    "keep_one_per_layer",
+    "keep_one_per_layer", "rank", "normalize",
 };
 
 #define BIT(o) (1u << (o))
@@ -548,8 +562,14 @@ static const unsigned kind_opts[N_KINDS] = {
     [HP_STUDY_RANDOM] = BIT(O_NAME) | UNIT_OPTS | BIT(O_K) | BIT(O_SAMPLES),
     [HP_STUDY_EXPLICIT] = BIT(O_NAME) | BIT(O_SETS),
     [HP_STUDY_PAIRS] = BIT(O_NAME) | UNIT_OPTS,
-    [HP_STUDY_ITERATIVE] = BIT(O_NAME) | UNIT_OPTS | BIT(O_PRUNE) | BIT(O_FLOOR) | BIT(O_KEEP1),
+    [HP_STUDY_ITERATIVE] = BIT(O_NAME) | UNIT_OPTS | BIT(O_PRUNE) | BIT(O_FLOOR) | BIT(O_KEEP1) | BIT(O_RANK) |
+                           BIT(O_NORMALIZE),
+    [HP_STUDY_IMPORTANCE] = BIT(O_NAME) | UNIT_OPTS | BIT(O_NORMALIZE),
+    [HP_STUDY_ATTRIBUTION] = BIT(O_NAME) | UNIT_OPTS,
 };
+
+static enum hp_status get_word(const struct loader *ld, const char *key, const yaml_node_t *v,
+                               const char *const *words, int n, int *out);
 
 // "an option that does not apply": which kinds take it, as "random" or
 // "single, only and pairs".
@@ -628,6 +648,18 @@ static enum hp_status get_option(const struct loader *ld, enum opt o, const yaml
     case O_PRUNE: return get_fraction(ld, "prune", v, true, &s->prune_frac);
     case O_FLOOR: return get_fraction(ld, "floor", v, false, &s->floor_frac);
     case O_KEEP1: return get_bool(ld, "keep_one_per_layer", v, &s->keep_one_per_layer);
+    case O_RANK: {
+        int i = 0;
+        enum hp_status st = get_word(ld, "rank", v, rank_names, 2, &i);
+        s->rank = (enum hp_rank)i;
+        return st;
+    }
+    case O_NORMALIZE: {
+        int i = 0;
+        enum hp_status st = get_word(ld, "normalize", v, normalize_names, 2, &i);
+        s->normalize = (enum hp_normalize)i;
+        return st;
+    }
     case N_OPTS: break;
     }
     assert(0);
@@ -719,6 +751,9 @@ static enum hp_status load_study(const struct loader *ld, const yaml_node_t *ite
                 return st;
         }
     }
+    if (seen[O_NORMALIZE] && s->kind == HP_STUDY_ITERATIVE && s->rank != HP_RANK_GRADIENT)
+        return fail_at(ld, seen[O_NORMALIZE], "'normalize' scales gradient importance: it applies to an iterative "
+                       "study with rank: gradient (this one ranks by exact evaluations)");
     if (seen[O_GROUPS] && !s->kv)
         return fail_at(ld, seen[O_GROUPS], "'groups' lists KV groups: add kv: true (or use "
                        "'heads' for query heads)");
@@ -1413,7 +1448,9 @@ static enum hp_status expand_study(struct expander *e)
         return st;
 
     case HP_STUDY_ITERATIVE:
-        return HP_OK; // the sweep runner makes these jobs from results
+    case HP_STUDY_IMPORTANCE:
+    case HP_STUDY_ATTRIBUTION:
+        return HP_OK; // the sweep runner makes these from results and gradients
     }
     assert(0);
     return HP_ERR_PLAN;
@@ -1432,7 +1469,9 @@ static int64_t study_jobs(const struct expander *e)
     case HP_STUDY_PAIRS: return lay * (sel * (sel - 1) / 2);
     case HP_STUDY_RANDOM: return (int64_t)s->n_k * s->samples;
     case HP_STUDY_EXPLICIT: return s->n_sets;
-    case HP_STUDY_ITERATIVE: return 0;
+    case HP_STUDY_ITERATIVE:
+    case HP_STUDY_IMPORTANCE:
+    case HP_STUDY_ATTRIBUTION: return 0;
     }
     return 0;
 }
@@ -1515,6 +1554,8 @@ int hp_iterative_step(const struct hp_iterative_schedule *sc, int left)
  */
 long hp_study_evals(const struct hp_study *s, const struct hp_model_info *info)
 {
+    if (s->kind != HP_STUDY_ITERATIVE)
+        return 0;
     struct hp_iterative_schedule sc = hp_study_schedule(s, info);
     long evals = 0;
     for (int left = sc.n_units;; ) {
@@ -1522,9 +1563,45 @@ long hp_study_evals(const struct hp_study *s, const struct hp_model_info *info)
         int k = hp_iterative_step(&sc, left);
         if (k == 0)
             break;
+        if (s->rank == HP_RANK_GRADIENT) { /* no candidates: a backward ranks them (hp_study_backwards) */
+            left -= k;
+            continue;
+        }
         int at_last = s->keep_one_per_layer && 2 * sc.n_layers > left ? 2 * sc.n_layers - left : 0;
         evals += left - at_last; /* the candidates */
         left -= k;
     }
     return evals;
+}
+
+/* A gradient-ranked curve runs one backward for every point but the last: exactly, since each step
+ * prunes hp_iterative_step units whatever the ranking (keep_one_per_layer only narrows the choice). */
+long hp_study_backwards(const struct hp_study *s, const struct hp_model_info *info)
+{
+    if (s->kind == HP_STUDY_IMPORTANCE || s->kind == HP_STUDY_ATTRIBUTION)
+        return 1;
+    if (s->kind != HP_STUDY_ITERATIVE || s->rank != HP_RANK_GRADIENT)
+        return 0;
+    return hp_study_evals(s, info) - 1;
+}
+
+bool hp_study_needs_grad(const struct hp_study *s)
+{
+    return s->kind == HP_STUDY_IMPORTANCE || s->kind == HP_STUDY_ATTRIBUTION ||
+           (s->kind == HP_STUDY_ITERATIVE && s->rank == HP_RANK_GRADIENT);
+}
+
+enum hp_status hp_plan_check_grad(const struct hp_plan *p, const struct hp_evaluator *ev, struct hp_error *err)
+{
+    if (hp_evaluator_has_metric(ev, "loss"))
+        return HP_OK;
+    for (int i = 0; i < p->n_studies; i++)
+        if (hp_study_needs_grad(&p->studies[i]))
+            return hp_fail(err, HP_ERR_PLAN,
+                           "%s:%d: study '%s' needs the gradient of a loss, but the model has none on this data "
+                           "(an encoder without a head is measured by cos, whose gradient vanishes at the "
+                           "unmasked model; use a causal LM, an MLM head with labelled data or a classifier, "
+                           "or drop the study)",
+                           p->path, p->studies[i].line, p->studies[i].name);
+    return HP_OK;
 }

@@ -1,4 +1,5 @@
--- headprune results database, schema version 2 (2 added ablation_means).
+-- headprune results database, schema version 3 (2 added ablation_means;
+-- 3 added gradients and unit_scores, for the gradient studies).
 -- Embedded into engine/store.c at build time; documented for users in
 -- docs/database.md (keep it in step with this file).
 -- Every statement is idempotent: it runs on each open for writing, which
@@ -98,6 +99,7 @@ CREATE TABLE IF NOT EXISTS sweep_jobs(
   variant_id INTEGER NOT NULL REFERENCES variants(id),
   study      TEXT NOT NULL,          -- the study's name in the plan
   kind       TEXT NOT NULL,          -- baseline | single | only | layer | random | explicit | pairs | iterative
+                                     -- | iterative-score
   kv         INTEGER NOT NULL,       -- 1: units are KV groups
   label      TEXT NOT NULL,
   layer      INTEGER,                -- single/only/layer/pairs; NULL otherwise
@@ -144,3 +146,50 @@ CREATE TABLE IF NOT EXISTS ablation_means(
   mean_pos        BLOB NOT NULL,     -- float32 (n_layers, seq_len, width): per position
   PRIMARY KEY(model_digest, data_digest, numeric_version)
 );
+
+-- The gradient of a variant's mean loss at every head's gate (one forward and
+-- one backward over the held-out set), content-addressed like variants: the
+-- key is the digest of model, data, ablation, the gates (mask_text) and the
+-- numeric version, marked as a gradient. Arrays are float64, native byte
+-- order (little-endian on every platform headprune builds for), row-major.
+CREATE TABLE IF NOT EXISTS gradients(
+  id              INTEGER PRIMARY KEY,
+  key             TEXT NOT NULL UNIQUE,
+  model_id        INTEGER NOT NULL REFERENCES models(id),
+  dataset_id      INTEGER NOT NULL REFERENCES datasets(id),
+  ablation        TEXT NOT NULL,
+  mask_text       TEXT NOT NULL,     -- the heads at gate 0 ('' = none): where the gradient is taken
+  n_layers        INTEGER NOT NULL,
+  n_heads         INTEGER NOT NULL,
+  n_seqs          INTEGER NOT NULL,
+  loss            REAL NOT NULL,     -- the mean loss at those gates
+  grad            BLOB NOT NULL,     -- (n_layers, n_heads) dL/dgate
+  atp             BLOB NOT NULL,     -- (n_layers, n_heads) first-order single-ablation estimates
+  seq_grad        BLOB NOT NULL,     -- (n_seqs, n_layers, n_heads) each sequence's share of grad
+  wall_s          REAL NOT NULL,
+  engine_version  TEXT NOT NULL,
+  numeric_version INTEGER NOT NULL,
+  host            TEXT NOT NULL,
+  threads         INTEGER NOT NULL,
+  kernel          TEXT NOT NULL,
+  created         TEXT NOT NULL
+);
+
+-- Per-unit scores of the gradient studies: importance and attribution
+-- studies (step 0), and the ranking each step of an iterative study with
+-- rank: gradient pruned by (kind 'iterative', step = the step it led to).
+CREATE TABLE IF NOT EXISTS unit_scores(
+  sweep_id    INTEGER NOT NULL REFERENCES sweeps(id),
+  study       TEXT NOT NULL,
+  kind        TEXT NOT NULL,         -- importance | attribution | iterative
+  kv          INTEGER NOT NULL,      -- 1: units are KV groups
+  step        INTEGER NOT NULL,
+  layer       INTEGER NOT NULL,
+  unit        INTEGER NOT NULL,
+  label       TEXT NOT NULL,         -- '3.2', 'kv:1.0'
+  score       REAL NOT NULL,         -- importance: after normalize; attribution: the estimated effect on loss
+  raw         REAL NOT NULL,         -- importance: before normalize; attribution: = score
+  normalize   TEXT,                  -- importance, iterative: layer | none; attribution: NULL
+  gradient_id INTEGER NOT NULL REFERENCES gradients(id),
+  PRIMARY KEY(sweep_id, study, step, layer, unit)
+) WITHOUT ROWID;

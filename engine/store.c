@@ -792,6 +792,21 @@ static const char merge_rest_sql[] =
     "                                  WHERE s.key = main.sweeps.key) "
     "  WHERE key IN (SELECT key FROM src.sweeps);";
 
+static const char merge_grads_sql[] =
+    "INSERT OR IGNORE INTO main.gradients(key, model_id, dataset_id, ablation, mask_text, n_layers, n_heads, n_seqs, "
+    "    loss, grad, atp, seq_grad, wall_s, engine_version, numeric_version, host, threads, kernel, created) "
+    "  SELECT g.key, (SELECT id FROM main.models WHERE digest = m.digest), "
+    "         (SELECT id FROM main.datasets WHERE digest = d.digest), g.ablation, g.mask_text, g.n_layers, g.n_heads, "
+    "         g.n_seqs, g.loss, g.grad, g.atp, g.seq_grad, g.wall_s, g.engine_version, g.numeric_version, g.host, "
+    "         g.threads, g.kernel, g.created "
+    "  FROM src.gradients g JOIN src.models m ON m.id = g.model_id JOIN src.datasets d ON d.id = g.dataset_id "
+    "  ORDER BY g.id;"
+    "INSERT OR IGNORE INTO main.unit_scores(sweep_id, study, kind, kv, step, layer, unit, label, score, raw, "
+    "    normalize, gradient_id) "
+    "  SELECT ms.id, u.study, u.kind, u.kv, u.step, u.layer, u.unit, u.label, u.score, u.raw, u.normalize, mg.id "
+    "  FROM src.unit_scores u JOIN src.sweeps s ON s.id = u.sweep_id JOIN main.sweeps ms ON ms.key = s.key "
+    "       JOIN src.gradients g ON g.id = u.gradient_id JOIN main.gradients mg ON mg.key = g.key;";
+
 enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, int64_t *n_added, struct hp_error *err)
 {
     *n_added = 0;
@@ -841,6 +856,12 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
                             NULL, &has_means, &found);
         if (rc == SQLITE_OK && has_means)
             rc = exec(s, "INSERT OR IGNORE INTO main.ablation_means SELECT * FROM src.ablation_means");
+        int64_t has_grads = 0;
+        if (rc == SQLITE_OK)
+            rc = select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'unit_scores'",
+                            NULL, &has_grads, &found);
+        if (rc == SQLITE_OK && has_grads) /* schema 3 and later: the gradient studies */
+            rc = exec(s, merge_grads_sql);
         if (rc == SQLITE_OK)
             rc = exec(s, "COMMIT");
         if (rc != SQLITE_OK) {
@@ -910,6 +931,130 @@ enum hp_status hp_store_put_means(struct hp_store *s, const char *model_digest, 
         rc = step_done(st);
     }
     return rc == SQLITE_OK ? HP_OK : sql_fail(s, rc, "writing mean-ablation statistics", err);
+}
+
+// --- gradients and the scores made of them ------------------------------------------
+
+enum hp_status hp_store_get_grad(struct hp_store *s, struct hp_store_grad *g, bool *found, struct hp_error *err)
+{
+    *found = false;
+    sqlite3_stmt *st;
+    int rc = prep(s, "SELECT n_layers, n_heads, n_seqs, loss, grad, atp, seq_grad FROM gradients WHERE key = ?", &st);
+    if (rc != SQLITE_OK)
+        return sql_fail(s, rc, "reading a gradient", err);
+    sqlite3_bind_text(st, 1, g->key, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    enum hp_status ret = HP_OK;
+    if (rc == SQLITE_ROW) {
+        size_t hh = (size_t)g->n_layers * g->n_heads, ns = hh * g->n_seqs;
+        if (sqlite3_column_int(st, 0) != g->n_layers || sqlite3_column_int(st, 1) != g->n_heads ||
+            sqlite3_column_int(st, 2) != g->n_seqs || (size_t)sqlite3_column_bytes(st, 4) != hh * sizeof(double) ||
+            (size_t)sqlite3_column_bytes(st, 5) != hh * sizeof(double) ||
+            (size_t)sqlite3_column_bytes(st, 6) != ns * sizeof(double)) {
+            ret = hp_fail(err, HP_ERR_SQL, "%s: a stored gradient has the wrong shape (a damaged database?)", s->path);
+        } else {
+            g->loss = sqlite3_column_double(st, 3);
+            memcpy(g->grad, sqlite3_column_blob(st, 4), hh * sizeof(double));
+            memcpy(g->atp, sqlite3_column_blob(st, 5), hh * sizeof(double));
+            memcpy(g->seq_grad, sqlite3_column_blob(st, 6), ns * sizeof(double));
+            *found = true;
+        }
+    } else if (rc != SQLITE_DONE) {
+        ret = sql_fail(s, rc, "reading a gradient", err);
+    }
+    sqlite3_finalize(st);
+    return ret;
+}
+
+enum hp_status hp_store_put_grad(struct hp_store *s, const struct hp_store_grad *g, double wall_s, int threads,
+                                 const char *kernel, struct hp_error *err)
+{
+    size_t hh = (size_t)g->n_layers * g->n_heads, ns = hh * g->n_seqs;
+    char now[32];
+    now_iso(now);
+    sqlite3_stmt *st;
+    int rc = prep(s,
+                  "INSERT OR IGNORE INTO gradients(key, model_id, dataset_id, ablation, mask_text, n_layers, n_heads, "
+                  "n_seqs, loss, grad, atp, seq_grad, wall_s, engine_version, numeric_version, host, threads, kernel, "
+                  "created) VALUES (?1, (SELECT id FROM models WHERE digest = ?2), "
+                  "(SELECT id FROM datasets WHERE digest = ?3), ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
+                  "?16, ?17, ?18, ?19)",
+                  &st);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, g->key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, g->model_digest, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, g->data_digest, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, g->ablation, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 5, g->mask_text, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 6, g->n_layers);
+        sqlite3_bind_int(st, 7, g->n_heads);
+        sqlite3_bind_int(st, 8, g->n_seqs);
+        sqlite3_bind_double(st, 9, g->loss);
+        sqlite3_bind_blob64(st, 10, g->grad, hh * sizeof(double), SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 11, g->atp, hh * sizeof(double), SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 12, g->seq_grad, ns * sizeof(double), SQLITE_STATIC);
+        sqlite3_bind_double(st, 13, wall_s);
+        sqlite3_bind_text(st, 14, HP_VERSION, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 15, HP_NUMERIC_VERSION);
+        sqlite3_bind_text(st, 16, s->host, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 17, threads);
+        sqlite3_bind_text(st, 18, kernel, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 19, now, -1, SQLITE_TRANSIENT);
+        rc = step_done(st);
+    }
+    return rc == SQLITE_OK ? HP_OK : sql_fail(s, rc, "writing a gradient", err);
+}
+
+enum hp_status hp_store_put_scores(struct hp_store *s, int64_t sweep_id, const char *study, const char *kind, bool kv,
+                                   int step, const char *normalize, const char *grad_key,
+                                   const struct hp_store_score *rows, int n, struct hp_error *err)
+{
+    int rc = exec(s, "BEGIN IMMEDIATE");
+    sqlite3_stmt *st = NULL;
+    if (rc == SQLITE_OK)
+        rc = prep(s,
+                  "INSERT OR REPLACE INTO unit_scores(sweep_id, study, kind, kv, step, layer, unit, label, score, raw, "
+                  "normalize, gradient_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
+                  "(SELECT id FROM gradients WHERE key = ?12))",
+                  &st);
+    for (int i = 0; i < n && rc == SQLITE_OK; i++) {
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, sweep_id);
+        sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 4, kv);
+        sqlite3_bind_int(st, 5, step);
+        sqlite3_bind_int(st, 6, rows[i].layer);
+        sqlite3_bind_int(st, 7, rows[i].unit);
+        sqlite3_bind_text(st, 8, rows[i].label, -1, SQLITE_STATIC);
+        sqlite3_bind_double(st, 9, rows[i].score);
+        sqlite3_bind_double(st, 10, rows[i].raw);
+        if (normalize)
+            sqlite3_bind_text(st, 11, normalize, -1, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(st, 11);
+        sqlite3_bind_text(st, 12, grad_key, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_OK) {
+        char now[32];
+        now_iso(now);
+        if ((rc = prep(s, "UPDATE sweeps SET updated = ? WHERE id = ?", &st)) == SQLITE_OK) {
+            sqlite3_bind_text(st, 1, now, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(st, 2, sweep_id);
+            rc = step_done(st);
+        }
+    }
+    if (rc == SQLITE_OK)
+        rc = exec(s, "COMMIT");
+    if (rc != SQLITE_OK) {
+        enum hp_status e = sql_fail(s, rc, "writing a study's scores", err);
+        exec(s, "ROLLBACK");
+        return e;
+    }
+    return HP_OK;
 }
 
 // --- a study's step, for an export -------------------------------------------

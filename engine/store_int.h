@@ -12,7 +12,7 @@
 
 #include "headprune.h"
 
-#define HP_SCHEMA_VERSION 2
+#define HP_SCHEMA_VERSION 3
 
 struct hp_store;
 struct sqlite3;
@@ -111,6 +111,42 @@ enum hp_status hp_store_link(struct hp_store *s, const struct hp_store_job *j, s
  * wall_s, threads and kernel say how it ran (results.wall_s, .threads, .kernel). */
 enum hp_status hp_store_put(struct hp_store *s, const struct hp_store_job *j, const struct hp_metrics *mt,
                             double wall_s, int threads, const char *kernel, struct hp_error *err);
+
+/* A gradient at some gates (a gradients row). */
+struct hp_store_grad {
+    const char *key;          /* its content address */
+    const char *model_digest, *data_digest, *ablation, *mask_text;
+    int n_layers, n_heads, n_seqs;
+    double loss;
+    double *grad, *atp;       /* (n_layers, n_heads) */
+    double *seq_grad;         /* (n_seqs, n_layers, n_heads) */
+};
+
+/*
+ * The gradient with g->key: *found, and if so its loss and arrays into g's
+ * (sized by g's shape; a stored shape that differs is an error).
+ */
+enum hp_status hp_store_get_grad(struct hp_store *s, struct hp_store_grad *g, bool *found, struct hp_error *err);
+
+/* Store a gradient (one transaction; a copy already there is kept). wall_s, threads, kernel: how it ran. */
+enum hp_status hp_store_put_grad(struct hp_store *s, const struct hp_store_grad *g, double wall_s, int threads,
+                                 const char *kernel, struct hp_error *err);
+
+/* One unit's score in a gradient study (a unit_scores row). */
+struct hp_store_score {
+    int layer, unit;
+    const char *label;
+    double score, raw;
+};
+
+/*
+ * Record a study's scores at one step, all from the gradient with grad_key,
+ * in one transaction (re-recording the same rows is harmless). normalize:
+ * NULL for attribution.
+ */
+enum hp_status hp_store_put_scores(struct hp_store *s, int64_t sweep_id, const char *study, const char *kind, bool kv,
+                                   int step, const char *normalize, const char *grad_key,
+                                   const struct hp_store_score *rows, int n, struct hp_error *err);
 
 /*
  * Stored mean-ablation statistics of (model, data) under this engine's

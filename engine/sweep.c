@@ -3,7 +3,9 @@
  *
  * Owns scheduling: deterministic job order, sharding (ord % N == I), skipping
  * jobs whose content address is already finished in the store, and the
- * iterative pruning procedure, whose jobs depend on earlier results.
+ * iterative pruning procedure, whose jobs depend on earlier results, and the
+ * gradient studies (importance, attribution, gradient-ranked curves), whose
+ * gradients are content-addressed results of their own.
  * Invariant: the same plan, data and threads give the same results whether
  * the sweep ran at once or was resumed after kills, because every job is
  * evaluated alone from the same inputs and iterative choices depend only on
@@ -133,7 +135,7 @@ static void job_done(struct ctx *c, const struct hp_job *job)
         char label[160];
         const struct hp_study *s = &c->plan->studies[job->study];
         if (s->kind == HP_STUDY_ITERATIVE)
-            snprintf(label, sizeof label, "%s, step %d", s->name, job->step);
+            snprintf(label, sizeof label, "%s, step %d%s", s->name, job->step, job->k < 0 ? " (gradient)" : "");
         else
             snprintf(label, sizeof label, "%s", s->name);
         struct hp_sweep_progress p = {c->done,
@@ -304,6 +306,137 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
     return st;
 }
 
+// --- gradients ---------------------------------------------------------------------
+
+/* A gradient's arrays for the model and data, (n_layers, n_heads) and (n_seqs, n_layers, n_heads). */
+struct grad_buf {
+    struct hp_store_grad g;
+    char key[HP_DIGEST_HEX];
+};
+
+static bool grad_buf_init(struct grad_buf *b, const struct ctx *c)
+{
+    const size_t hh = (size_t)c->info->n_layers * c->info->n_heads;
+    memset(b, 0, sizeof *b);
+    b->g = (struct hp_store_grad){.key = b->key, .model_digest = c->model_digest, .data_digest = c->data_digest,
+                                  .ablation = hp_ablation_name(c->plan->ablation), .n_layers = c->info->n_layers,
+                                  .n_heads = c->info->n_heads, .n_seqs = c->data->n_seqs};
+    b->g.grad = malloc(hh * sizeof(double));
+    b->g.atp = malloc(hh * sizeof(double));
+    b->g.seq_grad = malloc(hh * (size_t)c->data->n_seqs * sizeof(double));
+    return b->g.grad && b->g.atp && b->g.seq_grad;
+}
+
+static void grad_buf_free(struct grad_buf *b)
+{
+    free(b->g.grad), free(b->g.atp), free(b->g.seq_grad);
+}
+
+/*
+ * The gradient of the loss at mask's gates (and its per-sequence shares and
+ * estimates) into b: found in the store by its content address, or one
+ * forward and one backward over the held-out set, then stored. The address is
+ * a variant's with the mask text marked "grad:", which no mask spec starts
+ * with. job names the study (and step) for progress.
+ */
+static enum hp_status gradient_at(struct ctx *c, const struct hp_mask *mask, struct grad_buf *b,
+                                  const struct hp_job *job, struct hp_error *err)
+{
+    char *text = hp_mask_format(mask), *marked = text ? malloc(strlen(text) + 6) : NULL;
+    if (!marked) {
+        free(text);
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    }
+    sprintf(marked, "grad:%s", text);
+    hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, marked, b->key);
+    free(marked);
+    b->g.mask_text = text;
+    bool found = false;
+    enum hp_status st = hp_store_get_grad(c->store, &b->g, &found, err);
+    if (st == HP_OK && found) {
+        /* importance, attribution and a gradient-ranked curve's first step share the unmasked model's */
+        if (key_seen(c, b->key))
+            c->sum->n_repeated++;
+        else
+            c->sum->n_cached++;
+    } else if (st == HP_OK) {
+        adapt_threads(c);
+        double t = hp_now();
+        st = hp_evaluator_grad_seq(c->ev, mask, c->plan->ablation, b->g.grad, b->g.atp, b->g.seq_grad, &b->g.loss,
+                                   err);
+        double secs = hp_now() - t;
+        if (st == HP_OK)
+            st = hp_store_put_grad(c->store, &b->g, secs, c->threads, hp_runtime_kernel(), err);
+        if (st == HP_OK) {
+            c->sum->n_run++;
+            key_add(c, b->key);
+        }
+    }
+    free(text);
+    b->g.mask_text = NULL;
+    if (st == HP_OK)
+        job_done(c, job);
+    return st;
+}
+
+/*
+ * The units an importance or attribution study covers, with their scores,
+ * as store rows (labels in labels, (n_units) of 32 bytes); returns how many.
+ */
+static int score_rows(const struct ctx *c, const struct hp_study *s, const double *score, const double *raw,
+                      struct hp_store_score *rows, char (*labels)[32]);
+
+static bool selected(int n, const int *list, int v);
+
+/* An importance or attribution study: one gradient at the unmasked model, every unit's score from it. */
+static enum hp_status run_scores(struct ctx *c, int si, struct hp_error *err)
+{
+    const struct hp_study *s = &c->plan->studies[si];
+    const struct hp_model_info *in = c->info;
+    const size_t nu = (size_t)in->n_layers * hp_unit_count(in, s->kv);
+    struct grad_buf b;
+    struct hp_mask *all = hp_mask_new(in->n_layers, in->n_heads);
+    double *raw = malloc(nu * sizeof *raw), *score = malloc(nu * sizeof *score);
+    struct hp_store_score *rows = malloc(nu * sizeof *rows);
+    char(*labels)[32] = malloc(nu * sizeof *labels);
+    enum hp_status st = grad_buf_init(&b, c) && all && raw && score && rows && labels
+                            ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    struct hp_job job = {.study = si, .layer = -1, .unit = -1, .unit2 = -1, .mask = all};
+    if (st == HP_OK)
+        st = gradient_at(c, all, &b, &job, err);
+    if (st == HP_OK) {
+        if (s->kind == HP_STUDY_IMPORTANCE) {
+            hp_importance(b.g.seq_grad, b.g.n_seqs, in, s->kv, s->normalize, raw, score);
+        } else {
+            hp_attribution(b.g.atp, in, s->kv, raw);
+            memcpy(score, raw, nu * sizeof *raw);
+        }
+        int n = score_rows(c, s, score, raw, rows, labels);
+        st = hp_store_put_scores(c->store, c->sweep_id, s->name, hp_study_kind_name(s->kind), s->kv, 0,
+                                 s->kind == HP_STUDY_IMPORTANCE ? hp_normalize_name(s->normalize) : NULL, b.key, rows,
+                                 n, err);
+    }
+    grad_buf_free(&b);
+    hp_mask_free(all);
+    free(raw), free(score), free(rows), free(labels);
+    return st;
+}
+
+static int score_rows(const struct ctx *c, const struct hp_study *s, const double *score, const double *raw,
+                      struct hp_store_score *rows, char (*labels)[32])
+{
+    const int U = hp_unit_count(c->info, s->kv);
+    int n = 0;
+    for (int l = 0; l < c->info->n_layers; l++)
+        for (int u = 0; u < U; u++)
+            if (selected(s->n_layers_sel, s->layers, l) && selected(s->n_units_sel, s->units, u)) {
+                hp_unit_label(labels[n], sizeof labels[n], s->kv, l, u);
+                rows[n] = (struct hp_store_score){l, u, labels[n], score[l * U + u], raw[l * U + u]};
+                n++;
+            }
+    return n;
+}
+
 // --- iterative pruning --------------------------------------------------------------
 
 struct unit {
@@ -340,8 +473,11 @@ static int by_score(const void *a, const void *b)
 
 /*
  * Michel et al.'s pruning curve: score every remaining unit by the damage of
- * ablating it on top of those already pruned, prune the least damaging
- * prune_frac of all units, record the curve point, repeat down to the floor.
+ * ablating it on top of those already pruned (rank: exact), or by its
+ * importance recomputed at the current mask from one gradient (rank:
+ * gradient, as Hugging Face's bertology script), prune the least damaging
+ * (least important) prune_frac of all units, record the curve point, repeat
+ * down to the floor. Each point is evaluated exactly either way.
  */
 static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct hp_error *err)
 {
@@ -357,9 +493,16 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
     struct hp_job *cjobs = malloc(sizeof *cjobs * nu);
     int64_t *cords = malloc(sizeof *cords * nu);
     struct hp_store_metrics *cres = malloc(sizeof *cres * nu);
-    if (!units || !pruned || !cand || !left_in_layer || !base || !cjobs || !cords || !cres) {
+    const bool by_grad = s->rank == HP_RANK_GRADIENT;
+    struct grad_buf gb = {0};
+    double *raw = by_grad ? malloc(sizeof *raw * nu) : NULL, *imp = by_grad ? malloc(sizeof *imp * nu) : NULL;
+    struct hp_store_score *rows = by_grad ? malloc(sizeof *rows * nu) : NULL;
+    char(*labels)[32] = by_grad ? malloc(sizeof *labels * nu) : NULL;
+    if (!units || !pruned || !cand || !left_in_layer || !base || !cjobs || !cords || !cres ||
+        (by_grad && (!grad_buf_init(&gb, c) || !raw || !imp || !rows || !labels))) {
         free(units), free(pruned), free(cand), free(left_in_layer), hp_mask_free(base);
         free(cjobs), free(cords), free(cres);
+        grad_buf_free(&gb), free(raw), free(imp), free(rows), free(labels);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     }
     int n = 0;
@@ -384,6 +527,39 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
         int want = hp_iterative_step(&sc, n - n_pruned);
         if (st != HP_OK || want == 0)
             break;
+        if (by_grad) {
+            /* rank the candidates by importance at the current mask: one gradient, its scores stored */
+            struct hp_job gj = {.study = si, .step = step, .k = -1, .layer = -1, .unit = -1, .unit2 = -1,
+                                .mask = base};
+            if ((st = gradient_at(c, base, &gb, &gj, err)) != HP_OK || stopping(c))
+                break;
+            hp_importance(gb.g.seq_grad, gb.g.n_seqs, in, s->kv, s->normalize, raw, imp);
+            int nc = 0;
+            for (int i = 0; i < n; i++) {
+                if (pruned[i] || (s->keep_one_per_layer && left_in_layer[units[i].layer] <= 1))
+                    continue;
+                int at = units[i].layer * per_layer + units[i].unit;
+                hp_unit_label(labels[nc], sizeof labels[nc], s->kv, units[i].layer, units[i].unit);
+                rows[nc] = (struct hp_store_score){units[i].layer, units[i].unit, labels[nc], imp[at], raw[at]};
+                cand[nc++] = (struct scored){i, imp[at]};
+            }
+            st = hp_store_put_scores(c->store, c->sweep_id, s->name, "iterative", s->kv, step + 1,
+                                     hp_normalize_name(s->normalize), gb.key, rows, nc, err);
+            if (st != HP_OK || nc == 0)
+                break;
+            qsort(cand, (size_t)nc, sizeof *cand, by_score);
+            for (int i = 0; i < nc && want > 0; i++) {
+                struct unit u = units[cand[i].idx];
+                if (s->keep_one_per_layer && left_in_layer[u.layer] <= 1)
+                    continue;
+                pruned[cand[i].idx] = true;
+                left_in_layer[u.layer]--;
+                ablate_unit(c, s, base, u);
+                n_pruned++;
+                want--;
+            }
+            continue;
+        }
         /* score the candidates, together */
         int nc = 0;
         for (int i = 0; i < n && st == HP_OK; i++) {
@@ -430,6 +606,7 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
     }
     free(units), free(pruned), free(cand), free(left_in_layer), hp_mask_free(base);
     free(cjobs), free(cords), free(cres);
+    grad_buf_free(&gb), free(raw), free(imp), free(rows), free(labels);
     return st;
 }
 
@@ -482,6 +659,8 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         c.plan = plan = &eff;
         hp_evaluator_set_plain(c.ev, o->plain);
     }
+    if (st == HP_OK) /* before the database is touched: nothing is written for a plan refused */
+        st = hp_plan_check_grad(plan, c.ev, err);
     if (st == HP_OK)
         st = hp_plan_expand(plan, c.info, &jobs, err);
     if (st == HP_OK) {
@@ -527,16 +706,18 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
             }
         c.total = n;
         for (int si = 0; o->shard_index == 0 && si < plan->n_studies; si++)
-            if (plan->studies[si].kind == HP_STUDY_ITERATIVE)
-                c.total += hp_study_evals(&plan->studies[si], c.info);
+            c.total += hp_study_evals(&plan->studies[si], c.info) + hp_study_backwards(&plan->studies[si], c.info);
         st = mine && ords ? run_jobs(&c, ords, mine, n, NULL, NULL, err) : hp_fail(err, HP_ERR_NOMEM, "out of memory");
         free(mine);
         free(ords);
     }
     int64_t ord = jobs ? jobs->n : 0;
+    /* iterative and gradient studies in plan order, in shard 0 only: their work depends on earlier results */
     for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !stopping(&c); si++)
         if (plan->studies[si].kind == HP_STUDY_ITERATIVE)
             st = run_iterative(&c, si, &ord, err);
+        else if (plan->studies[si].kind == HP_STUDY_IMPORTANCE || plan->studies[si].kind == HP_STUDY_ATTRIBUTION)
+            st = run_scores(&c, si, err);
     sum->n_jobs = c.done;
     sum->interrupted = stopping(&c);
     sum->seconds = hp_now() - c.t0;

@@ -480,6 +480,19 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
 enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation ablation,
                                  double *grad, double *atp, double *loss, struct hp_error *err);
 
+/*
+ * hp_evaluator_grad, and seq_grad (NULL, or (n_seqs, n_layers, n_heads),
+ * row-major): each held-out sequence's share of grad, the gradient of its
+ * own summed loss divided by what the mean divides by (the scored tokens of
+ * the whole set; a classifier's sequences), so the shares add up to grad.
+ * Michel et al.'s importance takes |.| of them. The workspace is bounded by
+ * the evaluator's chunk, as hp_evaluator_grad's; only seq_grad grows with
+ * the data.
+ */
+enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, const struct hp_mask *mask,
+                                     enum hp_ablation ablation, double *grad, double *atp, double *seq_grad,
+                                     double *loss, struct hp_error *err);
+
 /* Mean-ablation statistics: each head's output averaged over the real tokens
  * of the held-out set under the unmasked model. */
 struct hp_means {
@@ -527,7 +540,19 @@ enum hp_study_kind {
     HP_STUDY_EXPLICIT,  /* named unit sets */
     HP_STUDY_PAIRS,     /* every pair of units within a layer */
     HP_STUDY_ITERATIVE, /* pruning curve; jobs depend on earlier results */
+    HP_STUDY_IMPORTANCE,  /* Michel et al.'s E|dL/dξ| per unit: one forward + backward */
+    HP_STUDY_ATTRIBUTION, /* first-order (AtP) estimate of each unit's single ablation effect */
 };
+
+/* How importance scores are scaled: per layer to unit L2 norm (Michel et al.), or not. */
+enum hp_normalize { HP_NORMALIZE_LAYER, HP_NORMALIZE_NONE };
+/* What an iterative study ranks the remaining units by at each step. */
+enum hp_rank {
+    HP_RANK_EXACT,    /* the measured damage of ablating each one (one evaluation a unit) */
+    HP_RANK_GRADIENT, /* importance recomputed under the current mask (one backward a step) */
+};
+const char *hp_normalize_name(enum hp_normalize n);
+const char *hp_rank_name(enum hp_rank r);
 
 /* Static name as written in plans: "baseline", "single", ... */
 const char *hp_study_kind_name(enum hp_study_kind k);
@@ -554,6 +579,9 @@ struct hp_study {
     double prune_frac;       /* fraction of ALL the study's units pruned per step (Michel et al.), in (0, 1) */
     double floor_frac;       /* stop once at most this fraction of units remains, in [0, 1) */
     bool keep_one_per_layer; /* never prune a layer's last unit */
+    enum hp_rank rank;       /* iterative: how each step ranks the units (default exact) */
+    /* importance, and iterative with rank gradient: how scores are scaled (default layer) */
+    enum hp_normalize normalize;
 };
 
 struct hp_plan {
@@ -630,6 +658,48 @@ int hp_iterative_step(const struct hp_iterative_schedule *sc, int left);
  * layer's unit is then not scored, and the count is an upper bound.
  */
 long hp_study_evals(const struct hp_study *s, const struct hp_model_info *info);
+
+/*
+ * Forward + backward passes over the held-out set a sweep of the study runs
+ * (hp_evaluator_grad_seq): 1 for importance and attribution, one a step but
+ * the last for a gradient-ranked iterative study, else 0. Its evaluations
+ * (curve points) are hp_study_evals'.
+ */
+long hp_study_backwards(const struct hp_study *s, const struct hp_model_info *info);
+
+/* Whether the study needs the gradient of the loss (importance, attribution, iterative rank: gradient). */
+bool hp_study_needs_grad(const struct hp_study *s);
+
+/*
+ * Refuse a plan whose gradient studies the model and data cannot serve (no
+ * loss: an encoder without a head, measured by cos), before anything runs:
+ * one line naming the plan, the study and why. ev: the plan's evaluator.
+ */
+enum hp_status hp_plan_check_grad(const struct hp_plan *p, const struct hp_evaluator *ev, struct hp_error *err);
+
+// --- gradient scores ----------------------------------------------------------
+
+/*
+ * Michel et al.'s importance of every unit from per-sequence gradient
+ * shares seq_grad (n_seqs, n_layers, n_heads) as hp_evaluator_grad_seq gives
+ * them: raw[l, u] = sum over sequences of |sum over the unit's query heads of
+ * seq_grad[s, l, h]| (a query head: its own; a KV group: its heads' sum, the
+ * gradient at one gate shared by the group), the mean over sequences of
+ * |dL_s/dξ| weighted as the loss weights them. score: raw, or with
+ * HP_NORMALIZE_LAYER raw divided by the L2 norm of its layer's raw (every
+ * unit of the layer; a layer of zeros stays zero). raw and score are
+ * (n_layers, units) with units = hp_unit_count(info, kv); may alias.
+ */
+void hp_importance(const double *seq_grad, int n_seqs, const struct hp_model_info *info, bool kv,
+                   enum hp_normalize normalize, double *raw, double *score);
+
+/*
+ * The attribution (AtP) estimate of each unit's single ablation effect on
+ * the loss from hp_evaluator_grad's atp (n_layers, n_heads): a query head's
+ * own, a KV group's the sum of its heads' (first order: linear in the heads).
+ * out: (n_layers, hp_unit_count(info, kv)).
+ */
+void hp_attribution(const double *atp, const struct hp_model_info *info, bool kv, double *out);
 
 /* Append a job (the list takes the mask). HP_ERR_NOMEM on failure (mask freed). */
 enum hp_status hp_joblist_push(struct hp_joblist *jl, const struct hp_job *job);
@@ -727,6 +797,8 @@ enum hp_query_kind {
     HP_QUERY_SQL,        /* read-only SQL */
     HP_QUERY_SETS,       /* explicit studies: each named set's effect with its paired 95% CI */
     HP_QUERY_COMPARE,    /* two sweeps' single-unit effects side by side, with rank correlations */
+    HP_QUERY_IMPORTANCE, /* an importance study's scores, largest first */
+    HP_QUERY_ATTRIBUTION, /* an attribution study's estimates against the exact single effects */
 };
 
 struct hp_query_opts {

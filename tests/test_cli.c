@@ -213,6 +213,16 @@ Test(cli, plan_prints_jobs_and_cost)
     cr_assert_eq(hp("plan tests/plans/sweep.yaml"), 0, "%s", errs);
     cr_assert(strstr(out, "study     pairs            pairs      18 jobs"), "%s", out);
     cr_assert(strstr(out, "jobs      71 expanded"), "%s", out);
+    /* gradient studies, by their forward+backward passes: 1 each, one a step but the last for a gradient-ranked
+     * curve (12 heads, 3 a step: 5 points, 4 backwards) */
+    cr_assert(strstr(out, "study     importance       importance 1 forward+backward pass (heads, normalize layer)"),
+              "%s", out);
+    cr_assert(strstr(out, "study     importance-kv    importance 1 forward+backward pass (KV groups, normalize none)"),
+              "%s", out);
+    cr_assert(strstr(out, "study     attribution      attribution 1 forward+backward pass (heads)"), "%s", out);
+    cr_assert(strstr(out, "study     iterative-grad   iterative  5 evaluations + 4 forward+backward passes (ranked by "
+                          "gradient importance, normalize layer)"), "%s", out);
+    cr_assert(strstr(out, ", and 8 forward+backward passes\n"), "%s", out);
     cr_assert(strstr(out, "GFLOP per evaluation"), "%s", out);
     /* and in seconds, from the machine's measured speed */
     const char *t = strstr(out, "\ntime      about ");
@@ -522,9 +532,9 @@ Test(cli, query_option_mistakes_say_so_once)
     const char *said[] = {"unknown option '--bogus'", "option '--db' needs a value", "unknown option '-x'",
                           "--db2, --sweep2, --study2 and --by are for compare", "--format matrix is for heads",
                           "--top does not apply to --format matrix", "--by must be head or layer",
-                          "--study is for heads, sets, curve and compare", "--sweep2 must be a positive sweep id",
+                          "--study is for heads, sets, curve, compare, importance and attribution", "--sweep2 must be a positive sweep id",
                           "--top does not apply to compare --by layer", "--study must name a study",
-                          "KIND must be sweeps, curve, heads, sets, compare, redundancy, pairs or sql"};
+                          "KIND must be sweeps, curve, heads, sets, compare, redundancy, pairs, importance, attribution or sql"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int rc = hp(bad[i]);
         cr_assert_eq(rc, 2, "exit %d for '%s' (stderr: %s)", rc, bad[i], errs);
@@ -997,4 +1007,34 @@ Test(cli, prune_a_step_of_an_iterative_study)
     expect_error(a, "sweep 7 has no iterative study");
     snprintf(a, sizeof a, "prune --db %s/nothing.db --step 1 --out %s/s9", tmp, tmp);
     expect_error(a, "nothing.db");
+}
+
+Test(cli, query_importance_and_attribution)
+{
+    char a[1024];
+    snprintf(a, sizeof a, "run tests/plans/sweep.yaml --db %s/g.db --quiet --threads 1", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    snprintf(a, sizeof a, "query attribution --db %s/g.db --top 3 --format csv", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strncmp(out, "study,label,layer,unit,estimate,exact,rank_est,rank_exact,rank_diff,rho,tau,top_k_overlap\n",
+                      88) == 0, "%s", out);
+    cr_assert(strstr(out, "\nattribution,all,"), "no summary row: %s", out);
+    int lines = 0;
+    for (const char *c = out; *c; c++)
+        lines += *c == '\n';
+    cr_assert_eq(lines, 5, "header, the 3 most wrongly ranked, all: %s", out);
+    snprintf(a, sizeof a, "query attribution --db %s/g.db --study attribution-kv", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "against single study single-kv (KV groups"), "%s", out);
+    snprintf(a, sizeof a, "query importance --db %s/g.db --top 2", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "study importance (query heads), normalize layer"), "%s", out);
+    snprintf(a, sizeof a, "query importance --db %s/g.db --study nope", tmp);
+    expect_error(a, "has no importance study 'nope' (its importance studies: importance, importance-kv)");
+    /* a sweep without one: the error says how to get one */
+    single_plan("s.yaml", "s", "gpt2-tiny", "zero");
+    snprintf(a, sizeof a, "run %s/s.yaml --db %s/s.db --quiet", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    snprintf(a, sizeof a, "query attribution --db %s/s.db", tmp);
+    expect_error(a, "has no attribution study (add an 'attribution' study to the plan and run it)");
 }

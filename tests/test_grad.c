@@ -10,6 +10,10 @@
  *  - central finite differences of the engine's own loss in each gate
  *    (hp_evaluator_run at g +- FD_EPS): float32 losses differenced over 2 * 1e-2
  *    leave about 1e-5 of rounding, so these agree within FD_TOL of the largest.
+ * Per-sequence shares (hp_evaluator_grad_seq) against torch's, one backward per
+ * sequence (seq_grad in grad.json), and Michel's importance (hp_importance) of
+ * query heads and KV groups, both normalisations, against the same sums worked
+ * here directly from torch's shares.
  * And the refusals: an encoder without a loss.
  */
 #define _DEFAULT_SOURCE /* mkdtemp, in testutil.h */
@@ -128,7 +132,78 @@ static void check_fd(const char *name, const char *data, const float *gates, enu
     fix_close(&f);
 }
 
-/* Every case of <name>/grad.json: loss, grad and atp against torch autograd. */
+/* Importance of every unit worked directly from torch's shares want (n_seqs, L, H), as Michel et al. define it. */
+static void importance_ref(cJSON *want, int S, const struct hp_model_info *in, bool kv, bool by_layer, double *out)
+{
+    const int L = in->n_layers, H = in->n_heads, per = kv ? H / in->n_kv_heads : 1, U = H / per;
+    for (int l = 0; l < L; l++) {
+        double ss = 0;
+        for (int u = 0; u < U; u++) {
+            double v = 0;
+            for (int s = 0; s < S; s++) {
+                double g = 0;
+                for (int h = u * per; h < (u + 1) * per; h++)
+                    g += cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetArrayItem(want, s), l), h)->valuedouble;
+                v += fabs(g);
+            }
+            out[l * U + u] = v;
+            ss += v * v;
+        }
+        for (int u = 0; by_layer && ss > 0 && u < U; u++)
+            out[l * U + u] /= sqrt(ss);
+    }
+}
+
+/* A case's per-sequence shares and the importance made of them against torch; the number of mismatches. */
+static int check_seq(struct fix *f, const char *name, const char *cs, cJSON *c, const struct hp_mask *mk,
+                     enum hp_ablation abl, const double *grad)
+{
+    const int L = f->in->n_layers, H = f->in->n_heads, S = f->d->n_seqs;
+    cJSON *want = cJSON_GetObjectItem(c, "seq_grad");
+    cr_assert(want && cJSON_GetArraySize(want) == S, "%s/%s: seq_grad of %d sequences wanted", name, cs, S);
+    double *sg = malloc(sizeof *sg * (size_t)S * L * H), g2[L * H], atp2[L * H], loss;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_evaluator_grad_seq(f->ev, mk, abl, g2, atp2, sg, &loss, &err), HP_OK, "%s", err.msg);
+    int bad = 0;
+    double gmax = 0, emax = 0;
+    for (int i = 0; i < S * L * H; i++)
+        gmax = fmax(gmax, fabs(cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetArrayItem(want, i / (L * H)),
+                                                                      i / H % L), i % H)->valuedouble));
+    for (int i = 0; i < S * L * H; i++) {
+        double w = cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetArrayItem(want, i / (L * H)), i / H % L),
+                                      i % H)->valuedouble,
+               e = fabs(sg[i] - w);
+        emax = fmax(emax, e);
+        if (e > GRAD_TOL * gmax && bad++ < 8)
+            cr_log_error("%s/%s: seq %d head %d.%d share %.9g, torch %.9g", name, cs, i / (L * H), i / H % L, i % H,
+                         sg[i], w);
+    }
+    cr_log_info("%s/%s: max |seq_grad - torch| = %.3g of max %.3g", name, cs, emax, gmax);
+    for (int i = 0; i < L * H; i++) { /* the shares add up to the gradient hp_evaluator_grad gives */
+        double sum = 0;
+        for (int s = 0; s < S; s++)
+            sum += sg[(size_t)s * L * H + i];
+        if (fabs(sum - grad[i]) > 1e-9 * fmax(1, fabs(grad[i])) || g2[i] != grad[i])
+            bad++, cr_log_error("%s/%s: head %d: shares sum to %.12g, grad %.12g", name, cs, i, sum, grad[i]);
+    }
+    for (int kv = 0; kv < 2; kv++)
+        for (int nz = 0; nz < 2; nz++) {
+            const int U = hp_unit_count(f->in, kv);
+            double raw[L * U], got[L * U], ref[L * U], rmax = 0;
+            hp_importance(sg, S, f->in, kv, nz ? HP_NORMALIZE_NONE : HP_NORMALIZE_LAYER, raw, got);
+            importance_ref(want, S, f->in, kv, !nz, ref);
+            for (int i = 0; i < L * U; i++)
+                rmax = fmax(rmax, fabs(ref[i]));
+            for (int i = 0; i < L * U; i++)
+                if (fabs(got[i] - ref[i]) > GRAD_TOL * rmax && bad++ < 8)
+                    cr_log_error("%s/%s: importance (%s, normalize %s) of %d.%d = %.9g, from torch %.9g", name, cs,
+                                 hp_unit_name(kv, false), nz ? "none" : "layer", i / U, i % U, got[i], ref[i]);
+        }
+    free(sg);
+    return bad;
+}
+
+/* Every case of <name>/grad.json: loss, grad, atp and per-sequence shares against torch autograd. */
 static void check_torch(const char *name)
 {
     const char *root = getenv("HP_FIXTURES");
@@ -156,6 +231,7 @@ static void check_torch(const char *name)
         double grad[L * H], atp[L * H], loss;
         struct hp_error err = {0};
         cr_assert_eq(hp_evaluator_grad(f.ev, mk, abl, grad, atp, &loss, &err), HP_OK, "%s", err.msg);
+        bad += check_seq(&f, name, cs, c, mk, abl, grad);
         double want_loss = cJSON_GetObjectItem(c, "loss")->valuedouble;
         if (fabs(loss - want_loss) > 1e-5 * fmax(1, fabs(want_loss))) {
             cr_log_error("%s/%s: loss %.9g, torch %.9g", name, cs, loss, want_loss);

@@ -426,14 +426,14 @@ Test(plan, unknown_keys_with_suggestions)
     load_fails(HEAD "  - name: x\n", 5, "name", "unknown study 'name'",
                "('name' is an option: write it under a kind, like 'single: {name: ...}')");
     load_fails(HEAD "  - ablate\n", 5, "ablate", "unknown study 'ablate'",
-               "(expected baseline, single, only, layer, random, explicit, pairs or iterative)");
+               "(expected baseline, single, only, layer, random, explicit, pairs, iterative, importance or attribution)");
     load_fails(HEAD "  - random: {k: 2, smples: 3}\n", 5, "smples",
                "unknown key 'smples' in a 'random' study", "(did you mean 'samples'?)");
     load_fails(HEAD "  - single: {layer: [0]}\n", 5, "layer:",
                "unknown key 'layer' in a 'single' study", "(did you mean 'layers'?)");
     load_fails(HEAD "  - iterative: {prune: 10%, retain: true}\n", 5, "retain",
                "unknown key 'retain'", "(expected name, layers, heads, groups, kv, prune, "
-               "floor or keep_one_per_layer)");
+               "floor, keep_one_per_layer, rank or normalize)");
     // an abbreviation of a key is recognised
     load_fails(HEAD "  - iterative: {prune: 10%, keep_one: true}\n", 5, "keep_one",
                "unknown key 'keep_one'", "(did you mean 'keep_one_per_layer'?)");
@@ -445,7 +445,7 @@ Test(plan, options_that_do_not_apply)
                "'samples' does not apply to a 'single' study", "(random studies take it)");
     load_fails(HEAD "  - explicit: {sets: {a: \"0.1\"}, layers: [0]}\n", 5, "layers",
                "'layers' does not apply to an 'explicit' study",
-               "(single, only, layer, random, pairs and iterative studies take it)");
+               "(single, only, layer, random, pairs, iterative, importance and attribution studies take it)");
     load_fails(HEAD "  - layer: {kv: true}\n", 5, "kv", "'kv' does not apply to a 'layer' study",
                NULL);
     load_fails(HEAD "  - baseline: {heads: [1]}\n", 5, "heads",
@@ -1172,4 +1172,79 @@ Test(plan, mask_format_round_trips_large_masks)
         round_trip(m, &info);
         hp_mask_free(m);
     }
+}
+
+// --- gradient studies ----------------------------------------------------------
+
+/* importance, attribution and iterative rank/normalize load with their defaults and options, expand to no jobs,
+ * and are costed in forward+backward passes: 1 each, and one a step but the last for a gradient-ranked curve. */
+Test(plan, gradient_studies_load_with_defaults_and_options)
+{
+    struct hp_plan *p = load_text(HEAD "  - importance\n"
+                                       "  - importance: {kv: true, normalize: none, name: imp-kv}\n"
+                                       "  - attribution: {layers: [1], heads: [0, 2]}\n"
+                                       "  - iterative: {prune: 25%, rank: gradient, name: g}\n"
+                                       "  - iterative: {prune: 25%, rank: gradient, normalize: none, name: g2}\n"
+                                       "  - iterative: {prune: 25%, rank: exact, name: e}\n"
+                                       "  - iterative: {prune: 25%, name: d}\n");
+    cr_assert_eq(p->n_studies, 8); // the inserted baseline first
+    const struct hp_study *s = p->studies;
+    cr_assert_eq(s[1].kind, HP_STUDY_IMPORTANCE);
+    cr_assert_eq(s[1].normalize, HP_NORMALIZE_LAYER, "normalize defaults to layer");
+    cr_assert(!s[1].kv);
+    cr_assert_eq(s[2].normalize, HP_NORMALIZE_NONE);
+    cr_assert(s[2].kv);
+    cr_assert_eq(s[3].kind, HP_STUDY_ATTRIBUTION);
+    cr_assert_eq(s[3].n_units_sel, 2);
+    cr_assert_eq(s[4].rank, HP_RANK_GRADIENT);
+    cr_assert_eq(s[4].normalize, HP_NORMALIZE_LAYER);
+    cr_assert_eq(s[5].normalize, HP_NORMALIZE_NONE);
+    cr_assert_eq(s[6].rank, HP_RANK_EXACT);
+    cr_assert_eq(s[7].rank, HP_RANK_EXACT, "rank defaults to exact");
+    cr_assert_str_eq(hp_study_kind_name(HP_STUDY_IMPORTANCE), "importance");
+    cr_assert_str_eq(hp_study_kind_name(HP_STUDY_ATTRIBUTION), "attribution");
+    cr_assert_str_eq(hp_rank_name(HP_RANK_GRADIENT), "gradient");
+    cr_assert_str_eq(hp_normalize_name(HP_NORMALIZE_LAYER), "layer");
+    for (int i = 1; i <= 5; i++)
+        cr_assert(hp_study_needs_grad(&s[i]), "%s", s[i].name);
+    cr_assert(!hp_study_needs_grad(&s[0]) && !hp_study_needs_grad(&s[6]) && !hp_study_needs_grad(&s[7]));
+
+    struct hp_model_info info = tu_info(3, 4, 2);
+    struct hp_joblist *jl = expand_ok(p, &info);
+    cr_assert_eq(jl->n, 1, "only the baseline expands into jobs");
+    // 12 heads, 3 pruned a step: points at 12, 9, 6, 3, 0 left = 5 evaluations, 4 backwards; the exact curve
+    // scores 12 + 9 + 6 + 3 candidates besides
+    cr_assert_eq(hp_study_backwards(&s[1], &info), 1);
+    cr_assert_eq(hp_study_backwards(&s[3], &info), 1);
+    cr_assert_eq(hp_study_evals(&s[1], &info), 0);
+    cr_assert_eq(hp_study_evals(&s[4], &info), 5);
+    cr_assert_eq(hp_study_backwards(&s[4], &info), 4);
+    cr_assert_eq(hp_study_evals(&s[6], &info), 5 + 12 + 9 + 6 + 3);
+    cr_assert_eq(hp_study_backwards(&s[6], &info), 0);
+    hp_joblist_free(jl);
+    hp_plan_free(p);
+}
+
+Test(plan, gradient_study_mistakes)
+{
+    load_fails(HEAD "  - iterative: {prune: 10%, rank: other}\n", 5, "other", "'rank' must be exact or gradient",
+               "not 'other'");
+    load_fails(HEAD "  - iterative: {prune: 10%, rank: gradiant}\n", 5, "gradiant", "'rank' must be exact or gradient",
+               "did you mean 'gradient'?");
+    load_fails(HEAD "  - importance: {normalize: l2}\n", 5, "l2", "'normalize' must be layer or none", NULL);
+    load_fails(HEAD "  - iterative: {prune: 10%, normalize: none}\n", 5, "normalize",
+               "'normalize' scales gradient importance", "rank: gradient");
+    load_fails(HEAD "  - attribution: {normalize: none}\n", 5, "normalize",
+               "'normalize' does not apply to an 'attribution' study", "(iterative and importance studies take it)");
+    load_fails(HEAD "  - single: {rank: gradient}\n", 5, "rank", "'rank' does not apply to a 'single' study",
+               "(iterative studies take it)");
+    load_fails(HEAD "  - importance: {prune: 10%}\n", 5, "prune", "'prune' does not apply to an 'importance' study",
+               NULL);
+    load_fails(HEAD "  - importance: {nromalize: none}\n", 5, "nromalize", "unknown key 'nromalize' in an 'importance' study",
+               "normalize");
+    load_fails(HEAD "  - importance: {kv: true, name: a}\n  - attribution: {name: a}\n", 6, "attribution",
+               "duplicate study name 'a'", NULL);
+    struct hp_model_info info = tu_info(3, 4, 2);
+    expand_fails(HEAD "  - importance: {layers: [3]}\n", &info, 5, "3", "layer 3 does not exist", NULL);
+    expand_fails(HEAD "  - attribution: {kv: true, groups: [2]}\n", &info, 5, "2", "KV group 2 does not exist", NULL);
 }

@@ -896,7 +896,7 @@ Test(query, options_of_other_kinds_are_refused)
     expect_fail(&o, g_db, HP_ERR_ARG, "--top does not apply to the matrix format");
     o = opts(HP_QUERY_REDUNDANCY);
     o.study = "single";
-    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study applies to heads, sets, curve and compare");
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study applies to heads, sets, curve, compare, importance and attribution");
     o = opts(HP_QUERY_COMPARE);
     o.by_layer = true;
     o.top = 2;
@@ -1231,10 +1231,10 @@ Test(query, not_a_headprune_database)
 
 Test(query, newer_schema_is_refused)
 {
-    sqlite3_close(db_create("3"));
+    sqlite3_close(db_create("4"));
     struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
     char want[300];
-    snprintf(want, sizeof want, "%s: written by a newer headprune (schema 3; this one reads 2", g_db);
+    snprintf(want, sizeof want, "%s: written by a newer headprune (schema 4; this one reads 3", g_db);
     expect_fail(&o, g_db, HP_ERR_UNSUPPORTED, want);
 }
 

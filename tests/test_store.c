@@ -451,3 +451,24 @@ Test(store, open_read_refuses_foreign_and_newer)
     cr_assert_null(h);
     cr_assert(strstr(err.msg, "newer headprune"), "%s", err.msg);
 }
+
+Test(store, schema_2_database_gains_the_gradient_tables)
+{
+    struct hp_error err;
+    struct hp_store *s;
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    /* what a schema 2 database looked like: no gradients, no unit_scores */
+    sql(db, "DROP TABLE unit_scores; DROP TABLE gradients; UPDATE meta SET value = '2' WHERE key = 'schema_version';"
+            "INSERT INTO models(digest, path, model_type, n_layers, n_heads, n_kv_heads, d_head, n_params)"
+            " VALUES ('d', 'p', 'gpt2', 1, 1, 1, 1, 1)");
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    cr_assert_eq(one_int("SELECT count(*) FROM sqlite_master WHERE name IN ('gradients', 'unit_scores')"), 2);
+    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), 3);
+    cr_assert_eq(one_int("SELECT count(*) FROM models"), 1, "existing rows kept");
+    /* and again: idempotent */
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), 3);
+}

@@ -9,7 +9,10 @@
  *  - two shards into two databases, merged (twice), equal one run;
  *  - two workers sharing one database equal one run;
  *  - a disk that fills: exit 1, a clear message, earlier results intact;
- *  - one thread or two: the same numbers, bit for bit.
+ *  - one thread or two: the same numbers, bit for bit;
+ *  - the gradient studies against independent references, and refused on a
+ *    model without a loss.
+ * (Gradients and unit scores are part of what "the same results" compares.)
  *
  * Runs the headprune binary on tests/plans/sweep.yaml (all study kinds on the
  * tiny llama-gqa fixture, ~160 jobs in ~0.2 s).
@@ -18,6 +21,8 @@
 #include <criterion/criterion.h>
 
 #include "testutil.h"
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -104,6 +109,11 @@ static char *dump(const char *db)
         "FROM sweep_jobs j JOIN sweeps s ON s.id = j.sweep_id JOIN variants v ON v.id = j.variant_id "
         "ORDER BY s.key, j.ord",
         "SELECT count(*) FROM variants WHERE id NOT IN (SELECT variant_id FROM results)",
+        "SELECT key, mask_text, ablation, n_layers, n_heads, n_seqs, printf('%.17g', loss), hex(grad), hex(atp), "
+        "hex(seq_grad) FROM gradients ORDER BY key",
+        "SELECT s.key, u.study, u.kind, u.kv, u.step, u.layer, u.unit, u.label, printf('%.17g %.17g', u.score, u.raw), "
+        "u.normalize, g.key FROM unit_scores u JOIN sweeps s ON s.id = u.sweep_id "
+        "JOIN gradients g ON g.id = u.gradient_id ORDER BY s.key, u.study, u.step, u.layer, u.unit",
     };
     size_t cap = 1 << 20, len = 0;
     char *out = malloc(cap);
@@ -557,9 +567,9 @@ Test(sweep, progress_counts_against_the_plans_estimate)
     struct hp_joblist *jl;
     cr_assert_eq(hp_plan_expand(p, hp_model_get_info(m), &jl, &err), HP_OK, "%s", err.msg);
     int64_t estimate = jl->n;
-    for (int i = 0; i < p->n_studies; i++)
-        if (p->studies[i].kind == HP_STUDY_ITERATIVE)
-            estimate += hp_study_evals(&p->studies[i], hp_model_get_info(m));
+    for (int i = 0; i < p->n_studies; i++) /* gradient studies: their forward+backward passes */
+        estimate += hp_study_evals(&p->studies[i], hp_model_get_info(m)) +
+                    hp_study_backwards(&p->studies[i], hp_model_get_info(m));
     hp_joblist_free(jl);
     hp_model_close(m);
     char db[128];
@@ -579,4 +589,280 @@ Test(sweep, progress_counts_against_the_plans_estimate)
                   (long long)estimate);
     cr_assert_not(s.eta_before_a_window);
     cr_assert_not(s.bad_label, "a progress label names a job, not the study at work");
+}
+
+// --- gradient studies --------------------------------------------------------------
+
+/* The scores a sweep stored for a study at a step, by (layer, unit), into out (n_layers * units). */
+static int stored_scores(const char *db, const char *study, int step, double *out, int units)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT layer, unit, score FROM unit_scores WHERE study = ? AND step = ?", -1,
+                                    &st, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_text(st, 1, study, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, step);
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        out[sqlite3_column_int(st, 0) * units + sqlite3_column_int(st, 1)] = sqlite3_column_double(st, 2);
+        n++;
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return n;
+}
+
+/* Every unit's importance worked from torch's per-sequence shares (grad.json, case "none"), as Michel et al. */
+static void torch_importance(int L, int H, int per, bool by_layer, double *out)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/llama-gqa/grad.json", getenv("HP_FIXTURES"));
+    char *txt = tu_slurp(path, NULL);
+    cJSON *ref = cJSON_Parse(txt), *c = cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "cases"), 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(c, "name")->valuestring, "none");
+    cJSON *sg = cJSON_GetObjectItem(c, "seq_grad");
+    const int U = H / per;
+    for (int l = 0; l < L; l++) {
+        double ss = 0;
+        for (int u = 0; u < U; u++) {
+            double v = 0;
+            for (int s = 0; s < cJSON_GetArraySize(sg); s++) {
+                double g = 0;
+                for (int h = u * per; h < (u + 1) * per; h++)
+                    g += cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetArrayItem(sg, s), l), h)->valuedouble;
+                v += fabs(g);
+            }
+            out[l * U + u] = v;
+            ss += v * v;
+        }
+        for (int u = 0; by_layer && u < U; u++)
+            out[l * U + u] /= sqrt(ss);
+    }
+    cJSON_Delete(ref);
+    free(txt);
+}
+
+static void expect_close(const char *what, const double *got, const double *want, int n, double rel)
+{
+    double m = 0;
+    for (int i = 0; i < n; i++)
+        m = fmax(m, fabs(want[i]));
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        if (!(fabs(got[i] - want[i]) <= rel * m) && bad++ < 5)
+            cr_log_error("%s: unit %d: %.12g, reference %.12g", what, i, got[i], want[i]);
+    cr_expect_eq(bad, 0, "%s: %d units differ from the reference by more than %g of the largest", what, bad, rel);
+}
+
+/*
+ * sweep.yaml's gradient studies against independent references:
+ *  - importance (heads, normalize layer; KV groups, none) against Michel's
+ *    formula applied here to torch autograd's per-sequence gradients;
+ *  - attribution (heads; KV groups) against hp_evaluator_grad's atp, summed
+ *    over a group's heads here;
+ *  - the gradient-ranked curve against a loop driven here: gradient at the
+ *    current mask, importance worked here from its per-sequence shares, the
+ *    least important quarter of the heads pruned, the point evaluated;
+ *  - a rerun finds every gradient (nothing runs).
+ */
+Test(sweep, gradient_studies_match_independent_references)
+{
+    char db[128];
+    path(db, sizeof db, "grad.db");
+    struct hp_plan *p;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_plan_load(plan, &p, &err), HP_OK, "%s", err.msg);
+    struct hp_sweep_opts o = {.db_path = db, .shard_count = 1, .threads = 1};
+    struct hp_sweep_summary sum;
+    cr_assert_eq(hp_sweep_run(p, &o, &sum, &err), HP_OK, "%s", err.msg);
+
+    struct hp_model *m;
+    struct hp_data *d;
+    struct hp_evaluator *ev;
+    cr_assert_eq(hp_model_open(p->model, &m, &err), HP_OK, "%s", err.msg);
+    const struct hp_model_info *in = hp_model_get_info(m);
+    cr_assert_eq(hp_data_load(p->data, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    const int L = in->n_layers, H = in->n_heads, KV = in->n_kv_heads, per = H / KV, S = d->n_seqs;
+    double got[L * H], want[L * H];
+
+    torch_importance(L, H, 1, true, want);
+    cr_assert_eq(stored_scores(db, "importance", 0, got, H), L * H);
+    expect_close("importance", got, want, L * H, 1e-4);
+    torch_importance(L, H, per, false, want);
+    cr_assert_eq(stored_scores(db, "importance-kv", 0, got, KV), L * KV);
+    expect_close("importance-kv", got, want, L * KV, 1e-4);
+
+    double grad[L * H], atp[L * H], loss;
+    cr_assert_eq(hp_evaluator_grad(ev, NULL, HP_ABLATE_ZERO, grad, atp, &loss, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(stored_scores(db, "attribution", 0, got, H), L * H);
+    expect_close("attribution", got, atp, L * H, 1e-12);
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < KV; g++) {
+            want[l * KV + g] = 0;
+            for (int h = g * per; h < (g + 1) * per; h++)
+                want[l * KV + g] += atp[l * H + h];
+        }
+    cr_assert_eq(stored_scores(db, "attribution-kv", 0, got, KV), L * KV);
+    expect_close("attribution-kv", got, want, L * KV, 1e-12);
+
+    /* the hand-driven loop: 12 heads, 3 a step (25%), down to none */
+    struct hp_mask *mk = hp_mask_new(L, H);
+    double *sg = malloc(sizeof *sg * (size_t)S * L * H);
+    bool pruned[L * H];
+    memset(pruned, 0, sizeof pruned);
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT loss, mask_text FROM jobs WHERE study = 'iterative-grad' AND "
+                                       "kind = 'iterative' AND step = ?", -1, &q, NULL), SQLITE_OK);
+    for (int step = 0;; step++) {
+        struct hp_metrics *mt;
+        cr_assert_eq(hp_evaluator_run(ev, mk, HP_ABLATE_ZERO, &mt, &err), HP_OK, "%s", err.msg);
+        char *text = hp_mask_format(mk);
+        sqlite3_reset(q);
+        sqlite3_bind_int(q, 1, step);
+        cr_assert_eq(sqlite3_step(q), SQLITE_ROW, "the curve has no step %d", step);
+        cr_expect_str_eq((const char *)sqlite3_column_text(q, 1), text, "step %d: the sweep pruned %s, the loop %s",
+                         step, sqlite3_column_text(q, 1), text);
+        /* the sweep evaluates points in windows (hp_evaluator_run_many): equal up to float rounding */
+        cr_expect(fabs(sqlite3_column_double(q, 0) - mt->loss) <= 1e-6, "step %d: loss %.9g, the loop's %.9g", step,
+                  sqlite3_column_double(q, 0), mt->loss);
+        cr_log_info("step %d: %s loss %.6f", step, text, mt->loss);
+        free(text);
+        hp_metrics_free(mt);
+        int left = 0;
+        for (int i = 0; i < L * H; i++)
+            left += !pruned[i];
+        if (left == 0)
+            break;
+        cr_assert_eq(hp_evaluator_grad_seq(ev, mk, HP_ABLATE_ZERO, grad, NULL, sg, NULL, &err), HP_OK, "%s", err.msg);
+        double imp[L * H];
+        for (int l = 0; l < L; l++) { /* Michel: |.| per sequence, summed; then each layer to unit L2 norm */
+            double ss = 0;
+            for (int k = 0; k < H; k++) {
+                imp[l * H + k] = 0;
+                for (int s = 0; s < S; s++)
+                    imp[l * H + k] += fabs(sg[((size_t)s * L + l) * H + k]);
+                ss += imp[l * H + k] * imp[l * H + k];
+            }
+            for (int k = 0; k < H; k++)
+                imp[l * H + k] /= sqrt(ss);
+        }
+        for (int n = 0; n < 3; n++) { /* the least important unpruned head, the first on ties */
+            int best = -1;
+            for (int i = 0; i < L * H; i++)
+                if (!pruned[i] && (best < 0 || imp[i] < imp[best]))
+                    best = i;
+            pruned[best] = true;
+            mk->gate[best] = 0.0f;
+        }
+    }
+    cr_assert_eq(sqlite3_step(q), SQLITE_DONE);
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+    free(sg);
+    hp_mask_free(mk);
+
+    /* query attribution: its Spearman rho and top-k overlap against the same worked here from the stored
+     * estimates and the exact single effects (no ties among them: rho = 1 - 6 sum d^2 / (n (n^2 - 1))) */
+    double est[L * H], ex[L * H];
+    cr_assert_eq(stored_scores(db, "attribution", 0, est, H), L * H);
+    {
+        sqlite3 *hh;
+        cr_assert_eq(sqlite3_open_v2(db, &hh, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        sqlite3_stmt *e;
+        cr_assert_eq(sqlite3_prepare_v2(hh, "SELECT layer, unit, d_loss FROM effects WHERE study = 'single'", -1, &e,
+                                        NULL), SQLITE_OK);
+        int n = 0;
+        while (sqlite3_step(e) == SQLITE_ROW)
+            ex[sqlite3_column_int(e, 0) * H + sqlite3_column_int(e, 1)] = sqlite3_column_double(e, 2), n++;
+        cr_assert_eq(n, L * H);
+        sqlite3_finalize(e);
+        sqlite3_close(hh);
+    }
+    const int N = L * H, K = (N + 9) / 10;
+    double d2 = 0;
+    int hits = 0;
+    for (int i = 0; i < N; i++) {
+        int re = 1, rx = 1; /* 1 = the largest */
+        for (int j = 0; j < N; j++)
+            re += est[j] > est[i], rx += ex[j] > ex[i];
+        d2 += (double)(re - rx) * (re - rx);
+        hits += re <= K && rx <= K;
+    }
+    double rho = 1 - 6 * d2 / ((double)N * ((double)N * N - 1));
+    struct hp_query_opts qo = {.kind = HP_QUERY_ATTRIBUTION, .study = "attribution"};
+    struct hp_table *t;
+    cr_assert_eq(hp_query(db, &qo, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(t->n_rows, N + 1);
+    const double *last = t->values + (size_t)(t->n_rows - 1) * t->n_cols;
+    cr_assert_str_eq(t->cells[(size_t)(t->n_rows - 1) * t->n_cols + 1], "all");
+    cr_assert_str_eq(t->cols[9], "rho");
+    cr_assert_str_eq(t->cols[11], "top_k_overlap");
+    cr_expect(fabs(last[9] - rho) < 1e-5, "query rho %.6g, worked here %.6g", last[9], rho);
+    cr_expect(fabs(last[11] - (double)hits / K) < 1e-5, "query overlap %.6g, worked here %d/%d", last[11], hits, K);
+    /* the most wrongly ranked unit first */
+    double worst = 0;
+    for (int r = 0; r < N; r++)
+        worst = fmax(worst, fabs(t->values[(size_t)r * t->n_cols + 8]));
+    cr_expect_eq(fabs(t->values[8]), worst);
+    cr_log_info("attribution on llama-gqa: rho %.3f, top-%d overlap %d", rho, K, hits);
+    hp_table_free(t);
+    /* query heads: the estimate beside the exact effect */
+    qo = (struct hp_query_opts){.kind = HP_QUERY_HEADS, .study = "single"};
+    cr_assert_eq(hp_query(db, &qo, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(t->n_cols, 11);
+    cr_assert_str_eq(t->cols[10], "atp");
+    for (int r = 0; r < t->n_rows; r++) {
+        int l = (int)t->values[(size_t)r * t->n_cols + 2], u = (int)t->values[(size_t)r * t->n_cols + 3];
+        /* the table shows 6 significant digits, and its numbers are what it shows */
+        cr_expect(fabs(t->values[(size_t)r * t->n_cols + 10] - est[l * H + u]) <= 1e-5 * fabs(est[l * H + u]),
+                  "heads: %d.%d atp %s, stored %.9g", l, u, t->cells[(size_t)r * t->n_cols + 10], est[l * H + u]);
+    }
+    hp_table_free(t);
+    qo = (struct hp_query_opts){.kind = HP_QUERY_IMPORTANCE, .study = "importance-kv"};
+    cr_assert_eq(hp_query(db, &qo, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(t->n_rows, L * KV);
+    cr_assert(strstr(t->note, "normalize none"), "%s", t->note);
+    hp_table_free(t);
+    qo = (struct hp_query_opts){.kind = HP_QUERY_ATTRIBUTION, .study = "nope"};
+    cr_assert_eq(hp_query(db, &qo, &t, &err), HP_ERR_ARG);
+    cr_assert(strstr(err.msg, "no attribution study 'nope' (its attribution studies: attribution, attribution-kv)"),
+              "%s", err.msg);
+
+    /* run again: every gradient and result is found */
+    struct hp_sweep_summary again;
+    cr_assert_eq(hp_sweep_run(p, &o, &again, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(again.n_run, 0, "a rerun computed %lld things again", (long long)again.n_run);
+    cr_assert_eq(count(db, "SELECT count(*) FROM gradients"), 4, "the unmasked model's gradient (shared by every "
+                 "study), and the curve's at 3, 6 and 9 heads pruned");
+    hp_evaluator_free(ev);
+    hp_data_free(d);
+    hp_model_close(m);
+    hp_plan_free(p);
+}
+
+Test(sweep, a_gradient_study_on_a_model_without_a_loss_is_refused_before_anything_runs)
+{
+    char p[1024];
+    write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", "studies: [single, {importance: {kv: true}}]\n");
+    refused(p, "study 'importance' needs the gradient of a loss");
+    write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", "studies: [attribution]\n");
+    refused(p, "study 'attribution' needs the gradient of a loss");
+    write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl",
+                       "studies: [{iterative: {prune: 50%, rank: gradient, name: curve}}]\n");
+    refused(p, "study 'curve' needs the gradient of a loss");
+    /* and the mistakes a plan can make with them: one line, exit 1, nothing written */
+    write_fixture_plan(p, sizeof p, "llama-gqa", "data.npy", "studies: [{iterative: {prune: 10%, rank: other}}]\n");
+    refused(p, "'rank' must be exact or gradient, not 'other'");
+    write_fixture_plan(p, sizeof p, "llama-gqa", "data.npy", "studies: [{importance: {normalise: none}}]\n");
+    refused(p, "unknown key 'normalise' in an 'importance' study");
+    /* the exact-ranked curve is fine on the same model: it ranks by the cosine */
+    write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", "studies: [{iterative: {prune: 50%}}]\n");
+    char args[2048], errs[4096];
+    snprintf(args, sizeof args, "plan %s", p);
+    cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "%s", errs);
 }

@@ -23,6 +23,11 @@ Two ways of gating, so the reference does not rest on one:
 atp_h = <dL/dctx_h, r_h - ctx_h> summed over tokens, with ctx_h the slice
 the projection reads (its gradient taken by autograd) and r_h the
 replacement: the first-order change of the loss were h alone replaced.
+seq_grad[s] is sequence s's share of the gradient: that of its own summed
+loss divided by what the mean divides by (the scored tokens of the whole
+set, or the sequences of a classifier), each by a backward of its own
+(sequences do not interact: the means of mean ablation are constants), so
+the shares sum to grad. The plan's `importance` study reads them.
 
 Usage (from the repository root; torch 2.x, transformers<5):
     /work/venv/bin/python tools/gen_grad_fixtures.py            # every fixture below
@@ -140,11 +145,13 @@ def forward(model, arch, data, head_mask=None):
     return model(**kw).logits
 
 
-def mean_loss(kind, logits, data):
-    """The token-weighted mean cross-entropy (float64), as headprune's metric "loss"."""
+def mean_loss(kind, logits, data, per_seq=False):
+    """The token-weighted mean cross-entropy (float64), as headprune's metric "loss";
+    per_seq: each sequence's share of it instead, (B,), summing to it."""
     lp = torch.log_softmax(logits.double(), dim=-1)
     if kind == "cls":
-        return -lp.gather(-1, data["label"][:, None])[:, 0].mean()
+        ce = -lp.gather(-1, data["label"][:, None])[:, 0]
+        return ce / ce.shape[0] if per_seq else ce.mean()
     if kind == "causal":
         lp, tgt = lp[:, :-1], data["ids"][:, 1:]
         w = torch.ones_like(tgt, dtype=torch.bool)
@@ -152,6 +159,8 @@ def mean_loss(kind, logits, data):
         tgt = data["labels"]
         w = tgt != -100
     ce = -lp.gather(-1, tgt.clamp(min=0)[..., None])[..., 0]
+    if per_seq:
+        return (ce * w).sum(dim=1) / w.sum()
     return (ce * w).sum() / w.sum()
 
 
@@ -192,6 +201,19 @@ def run_case(model, arch, mods, H, data, kind, spec, fractions, ablation):
         loss = mean_loss(kind, forward(model, arch, data), data)
         loss.backward()
         grad = gates.xi.grad.double()
+        # each sequence's share, by a backward of its own
+        gates.xi = g.clone().requires_grad_()
+        shares = mean_loss(kind, forward(model, arch, data), data, per_seq=True)
+        seq_grad = []
+        for s in range(shares.shape[0]):
+            (gs,) = torch.autograd.grad(shares[s], gates.xi, retain_graph=s + 1 < shares.shape[0])
+            seq_grad.append(gs.double())
+        seq_grad = torch.stack(seq_grad)
+        assert float((seq_grad.sum(dim=0) - grad).abs().max()) <= 1e-6 * max(1.0, float(grad.abs().max()))
+        gates.xi = g.clone().requires_grad_()
+        loss = mean_loss(kind, forward(model, arch, data), data)
+        loss.backward()
+        assert torch.equal(gates.xi.grad.double(), grad)
         atp = torch.zeros(L, H, dtype=torch.float64)
         for l, (out, r) in enumerate(gates.ctx):
             B, T, D = out.shape
@@ -209,7 +231,7 @@ def run_case(model, arch, mods, H, data, kind, spec, fractions, ablation):
             check = float((hm.grad.double() - grad).abs().max())
             assert check <= 1e-6 * max(1.0, float(grad.abs().max())), f"head_mask and hook disagree: {check}"
             assert abs(l2.item() - loss.item()) < 1e-9
-        return float(loss), g, grad, atp, check
+        return float(loss), g, grad, atp, check, seq_grad
     finally:
         for hd in gates.handles:
             hd.remove()
@@ -226,9 +248,10 @@ def main():
                "tool": "tools/gen_grad_fixtures.py", "torch": torch.__version__,
                "transformers": __import__("transformers").__version__, "cases": []}
         for cname, spec, fr, abl in cases:
-            loss, g, grad, atp, check = run_case(model, arch, mods, H, data, kind, spec, fr, abl)
+            loss, g, grad, atp, check, seq_grad = run_case(model, arch, mods, H, data, kind, spec, fr, abl)
             out["cases"].append({"name": cname, "mask": spec, "gates": g.tolist(), "ablation": abl.replace("_", "-"),
-                                 "loss": loss, "grad": grad.tolist(), "atp": atp.tolist()})
+                                 "loss": loss, "grad": grad.tolist(), "atp": atp.tolist(),
+                                 "seq_grad": seq_grad.tolist()})
             print(f"{name:12s} {cname:10s} loss {loss:.6f} max|grad| {float(grad.abs().max()):.4g}"
                   + (f"  head_mask vs hook max|diff| {check:.2g}" if check is not None else ""))
         with open(os.path.join(ROOT, name, "grad.json"), "w") as f:

@@ -17,7 +17,9 @@ static const char plan_help[] =
     "\n"
     "Expand a plan into its jobs and print them, with their count and an estimate\n"
     "of the cost, without running anything. Iterative studies are listed by their\n"
-    "expected number of evaluations: their masks depend on results.\n"
+    "expected number of evaluations: their masks depend on results. Gradient\n"
+    "studies (importance, attribution, iterative with rank: gradient) are listed\n"
+    "by their forward + backward passes, costed as three forwards each.\n"
     "The plan format (keys, study kinds, options): docs/plans.md.\n";
 
 /* Rough forward FLOPs of a variant run from layer `from` on: every matrix product plus attention. */
@@ -60,15 +62,17 @@ int cmd_plan(int argc, char **argv)
         hp_data_load_for(p->data, p->model, hp_model_get_info(m), p->seq_len, &d, &err) != HP_OK ||
         hp_evaluator_new(m, d, &ev, &err) != HP_OK ||
         hp_evaluator_pick_metric(ev, p->path, p->metric, &metric, &err) != HP_OK ||
+        hp_plan_check_grad(p, ev, &err) != HP_OK ||
         hp_plan_expand(p, hp_model_get_info(m), &jl, &err) != HP_OK) {
         die(&err);
         goto out;
     }
     const struct hp_model_info *in = hp_model_get_info(m);
-    long iter = 0;
-    for (int i = 0; i < p->n_studies; i++)
-        if (p->studies[i].kind == HP_STUDY_ITERATIVE)
-            iter += hp_study_evals(&p->studies[i], in);
+    long iter = 0, backs = 0;
+    for (int i = 0; i < p->n_studies; i++) {
+        iter += hp_study_evals(&p->studies[i], in);
+        backs += hp_study_backwards(&p->studies[i], in);
+    }
     if (f == FMT_TABLE) {
         double fl = forward_flops(in, d->n_seqs, d->seq_len, 0), reuse = 0;
         for (int j = 0; j < jl->n; j++) {
@@ -77,6 +81,8 @@ int cmd_plan(int argc, char **argv)
         }
         /* one unmasked pass per window of jobs; iterative candidates counted as whole passes */
         reuse += fl * ((jl->n + HP_SWEEP_BATCH - 1) / HP_SWEEP_BATCH) + fl * iter;
+        /* a forward + backward costs about three forwards (the backward's two products per weight) */
+        reuse += 3 * fl * backs;
         printf("plan      %s (%s)\n", p->name, p->path);
         printf("model     %s (%s, %d layers x %d heads, %d KV heads%s)\n", p->model, in->model_type, in->n_layers,
                in->n_heads, in->n_kv_heads, pruned_note(in));
@@ -89,17 +95,30 @@ int cmd_plan(int argc, char **argv)
             int n = 0;
             for (int j = 0; j < jl->n; j++)
                 n += jl->jobs[j].study == i;
-            if (p->studies[i].kind == HP_STUDY_ITERATIVE)
-                printf("study     %-16s %-10s about %ld evaluations (masks depend on results)\n", p->studies[i].name,
-                       hp_study_kind_name(p->studies[i].kind), hp_study_evals(&p->studies[i], in));
+            const struct hp_study *st = &p->studies[i];
+            if (st->kind == HP_STUDY_ITERATIVE && st->rank == HP_RANK_GRADIENT)
+                printf("study     %-16s %-10s %ld evaluations + %ld forward+backward passes (ranked by gradient "
+                       "importance, normalize %s)\n", st->name, hp_study_kind_name(st->kind), hp_study_evals(st, in),
+                       hp_study_backwards(st, in), hp_normalize_name(st->normalize));
+            else if (st->kind == HP_STUDY_ITERATIVE)
+                printf("study     %-16s %-10s about %ld evaluations (masks depend on results)\n", st->name,
+                       hp_study_kind_name(st->kind), hp_study_evals(st, in));
+            else if (st->kind == HP_STUDY_IMPORTANCE || st->kind == HP_STUDY_ATTRIBUTION)
+                printf("study     %-16s %-10s 1 forward+backward pass (%s%s%s)\n", st->name,
+                       hp_study_kind_name(st->kind), hp_unit_name(st->kv, true),
+                       st->kind == HP_STUDY_IMPORTANCE ? ", normalize " : "",
+                       st->kind == HP_STUDY_IMPORTANCE ? hp_normalize_name(st->normalize) : "");
             else
                 printf("study     %-16s %-10s %d jobs\n", p->studies[i].name, hp_study_kind_name(p->studies[i].kind), n);
         }
-        printf("jobs      %d expanded + about %ld iterative = %ld evaluations\n", jl->n, iter, jl->n + iter);
+        printf("jobs      %d expanded + about %ld iterative = %ld evaluations", jl->n, iter, jl->n + iter);
+        if (backs)
+            printf(", and %ld forward+backward passes", backs);
+        printf("\n");
         printf("cost      at most %.3g GFLOP per evaluation (a whole pass); about %.3g GFLOP in all, as each\n"
                "          variant runs from its first masked layer (%.3g GFLOP as whole passes); jobs\n"
                "          already in the database are skipped\n",
-               fl / 1e9, reuse / 1e9, fl * (jl->n + iter) / 1e9);
+               fl / 1e9, reuse / 1e9, fl * (jl->n + iter + 3 * backs) / 1e9);
         /* The sweep runs within a few percent of sgemm's speed (README). Time one thread's sgemm (a
          * busy machine stalls several threads' barriers, not one) and scale by the threads the sweep
          * would take now: the CPUs other processes leave idle during the measurement. */

@@ -53,13 +53,23 @@ static const char query_help[] =
     "               effects. I > 0: removing both hurts more than the two alone\n"
     "               (the heads back each other up: redundant); I < 0: less than\n"
     "               the two alone (overlapping damage). --top K of each end.\n"
+    "  importance   an importance study (--study NAME, else the first by name):\n"
+    "               each unit's E|dL/dgate| (Michel et al.), under the study's\n"
+    "               normalize, and raw; most important first, --top K\n"
+    "  attribution  an attribution study (--study NAME) against the sweep's\n"
+    "               first single study over the same units: each unit's\n"
+    "               first-order estimate of its loss effect beside the exact\n"
+    "               one, their ranks, the most wrongly ranked first (--top K),\n"
+    "               and in the last row (\"all\") Spearman's rho, Kendall's\n"
+    "               tau-b and the top-k overlap (k = a tenth of the units)\n"
     "  sql          read-only SQL, e.g. \"SELECT * FROM effects LIMIT 5\"\n"
     "               (tables, columns and views: docs/database.md)\n"
     "\n"
     "Formats: table (aligned, after a # line that states the sweep, the study and\n"
     "the sign convention), csv, json (an array of objects), matrix (heads only).\n";
 
-static const char kinds_list[] = "sweeps, curve, heads, sets, compare, redundancy, pairs or sql";
+static const char kinds_list[] =
+    "sweeps, curve, heads, sets, compare, redundancy, pairs, importance, attribution or sql";
 
 int cmd_query(int argc, char **argv)
 {
@@ -157,9 +167,12 @@ int cmd_query(int argc, char **argv)
         snprintf(msg, sizeof msg, "give a KIND: %s", kinds_list);
         return usage_error("query", msg);
     }
-    static const char *const kinds[] = {"sweeps", "curve", "heads", "sets", "compare", "redundancy", "pairs", "sql"};
-    static const enum hp_query_kind kv[] = {HP_QUERY_SWEEPS,  HP_QUERY_CURVE,      HP_QUERY_HEADS, HP_QUERY_SETS,
-                                            HP_QUERY_COMPARE, HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS, HP_QUERY_SQL};
+    static const char *const kinds[] = {"sweeps", "curve",      "heads",       "sets",      "compare",
+                                        "redundancy", "pairs", "importance", "attribution", "sql"};
+    static const enum hp_query_kind kv[] = {HP_QUERY_SWEEPS,     HP_QUERY_CURVE,      HP_QUERY_HEADS,
+                                            HP_QUERY_SETS,       HP_QUERY_COMPARE,    HP_QUERY_REDUNDANCY,
+                                            HP_QUERY_PAIRS,      HP_QUERY_IMPORTANCE, HP_QUERY_ATTRIBUTION,
+                                            HP_QUERY_SQL};
     int ki = -1;
     for (int i = 0; i < (int)(sizeof kinds / sizeof *kinds); i++)
         if (strcmp(argv[optind], kinds[i]) == 0)
@@ -191,8 +204,9 @@ int cmd_query(int argc, char **argv)
         return usage_error("query", "--top does not apply to --format matrix (it shows every unit)");
     if (compare && q.by_layer && q.top)
         return usage_error("query", "--top does not apply to compare --by layer (it shows every layer)");
-    if (q.study && q.kind != HP_QUERY_HEADS && q.kind != HP_QUERY_SETS && q.kind != HP_QUERY_CURVE && !compare)
-        return usage_error("query", "--study is for heads, sets, curve and compare");
+    if (q.study && q.kind != HP_QUERY_HEADS && q.kind != HP_QUERY_SETS && q.kind != HP_QUERY_CURVE && !compare &&
+        q.kind != HP_QUERY_IMPORTANCE && q.kind != HP_QUERY_ATTRIBUTION)
+        return usage_error("query", "--study is for heads, sets, curve, compare, importance and attribution");
 
     struct hp_error err = {0};
     struct hp_table *t;

@@ -5,7 +5,8 @@
  * Input: a plan's text, parsed as "fuzz/plan.yaml" and, when it parses,
  * expanded against two hand-made models (4 layers x 4 heads without GQA;
  * 3 layers x 8 heads in 2 KV groups). Every job must carry a mask of the
- * model's shape, and every iterative schedule must be sane.
+ * model's shape, and every iterative schedule and every study's cost (evaluations,
+ * forward+backward passes) must be sane.
  */
 #include "fuzz_common.h"
 #include "headprune.h"
@@ -52,6 +53,14 @@ static void expand(const struct hp_plan *p, const struct hp_model_info *info)
     }
     hp_joblist_free(jl);
     for (int i = 0; i < p->n_studies; i++) {
+        /* the costs `plan` prints: gradient studies one forward+backward, a gradient-ranked curve one a point but
+         * the last */
+        long evals = hp_study_evals(&p->studies[i], info), backs = hp_study_backwards(&p->studies[i], info);
+        FZ_CHECK(evals >= 0 && backs >= 0 && (backs == 0 || hp_study_needs_grad(&p->studies[i])),
+                 "study %d: %ld evaluations, %ld backwards", i, evals, backs);
+        FZ_CHECK(p->studies[i].kind != HP_STUDY_ITERATIVE || p->studies[i].rank != HP_RANK_GRADIENT ||
+                     backs == evals - 1, "study %d: a gradient-ranked curve of %ld points has %ld backwards", i, evals,
+                 backs);
         if (p->studies[i].kind != HP_STUDY_ITERATIVE)
             continue;
         struct hp_iterative_schedule s = hp_study_schedule(&p->studies[i], info);

@@ -1,8 +1,8 @@
 /*
  * fuzz_query -- a results database as `headprune query` reads it
  * (engine/query.c through hp_query: sweeps, curve, heads (also as a matrix
- * and of a named study), sets, redundancy, pairs, and compare of sweep 1
- * with the newest, per unit and per layer).
+ * and of a named study), sets, redundancy, pairs, importance, attribution,
+ * and compare of sweep 1 with the newest, per unit and per layer).
  *
  * Input, either:
  *  - a whole SQLite file (any first byte but 'S'), written to a scratch path;
@@ -162,8 +162,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         run_sql(data + 1, size - 1);
     else
         fz_write(db_path, data, size);
-    static const enum hp_query_kind kinds[] = {HP_QUERY_SWEEPS, HP_QUERY_CURVE,  HP_QUERY_HEADS, HP_QUERY_REDUNDANCY,
-                                               HP_QUERY_PAIRS,  HP_QUERY_SETS,   HP_QUERY_COMPARE};
+    static const enum hp_query_kind kinds[] = {HP_QUERY_SWEEPS, HP_QUERY_CURVE,      HP_QUERY_HEADS,
+                                               HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS, HP_QUERY_SETS,
+                                               HP_QUERY_COMPARE, HP_QUERY_IMPORTANCE, HP_QUERY_ATTRIBUTION};
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
         query(kinds[k], NULL, k == 2 ? 3 : 0);
     static const char *const metrics[] = {"loss", "kl", "acc", "cos"};
@@ -181,6 +182,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         {.kind = HP_QUERY_COMPARE, .sweep_id = 1, .by_layer = true, .metric = "kl"},
         {.kind = HP_QUERY_COMPARE, .sweep_id = 1, .top = 2, .study = "single-kv"},
         {.kind = HP_QUERY_CURVE, .study = "iterative"},
+        {.kind = HP_QUERY_CURVE, .study = "iterative-grad"},
+        {.kind = HP_QUERY_IMPORTANCE, .study = "importance-kv", .top = 2},
+        {.kind = HP_QUERY_ATTRIBUTION, .study = "attribution-kv", .top = 1},
+        {.kind = HP_QUERY_HEADS, .study = "single-kv"},
     };
     for (size_t i = 0; i < sizeof more / sizeof *more; i++)
         query_opts(&more[i]);

@@ -56,6 +56,8 @@ for d in ("plans", os.path.join("tests", "plans")):
         if f.endswith(".yaml"):
             put("plan", f, read(d, f))
 put("plan", "flow", "{name: flow, model: m, data: d.npy, studies: [single, {random: {k: [1, 2], samples: 3}}]}\n")
+put("plan", "gradient", "name: g\nmodel: m\ndata: d.npy\nstudies:\n  - importance: {kv: true, normalize: none}\n"
+    "  - attribution: {layers: [1]}\n  - iterative: {prune: 20%, rank: gradient, normalize: layer, keep_one_per_layer: true}\n")
 put("plan", "kv-iterative", "name: it\nmodel: m\ndata: d.npy\nstudies:\n  - iterative: {prune: 0.5, floor: 10%, kv: true}\n"
     "  - pairs: {kv: true, layers: [0]}\n  - only: {heads: [1, 3]}\n")
 
