@@ -532,7 +532,7 @@ static enum hp_status get_int_list(const struct loader *ld, const char *key, con
             return st;
         }
     }
-    qsort(xs, (size_t)n, sizeof *xs, cmp_int);
+    hp_qsort(xs, (size_t)n, sizeof *xs, cmp_int);
     *out = xs;
     *n_out = n;
     return HP_OK;

@@ -1114,7 +1114,7 @@ static enum hp_status heads_matrix(struct q *q, const struct pick *pk, struct he
     tb_init(&b, units + 1, cols, num);
     free(names), free(cols), free(num);
     if (n)
-        qsort(rows, n, sizeof *rows, by_layer_unit);
+        hp_qsort(rows, n, sizeof *rows, by_layer_unit);
     int row = -1;
     for (size_t i = 0; i < n; i++) {
         const struct head_row *h = &rows[i];
@@ -1162,7 +1162,7 @@ static enum hp_status q_heads(struct q *q, const char *study, int top, bool matr
         rows_free(rows, n);
         return s;
     }
-    qsort(rows, n, sizeof *rows, by_effect_desc);
+    hp_qsort(rows, n, sizeof *rows, by_effect_desc);
     size_t shown = top > 0 && (size_t)top < n ? (size_t)top : n;
     /* the sweep's attribution study over the same units, if any: its estimates beside the exact effects */
     struct score_row *atp = NULL;
@@ -1225,7 +1225,7 @@ static enum hp_status q_sets(struct q *q, const char *study, int top, struct hp_
         return lacking(q, "'explicit'", false, NULL, "explicit study",
                        "add one to the plan: explicit: {sets: {NAME: MASK}}");
     }
-    qsort(rows, n, sizeof *rows, by_effect_desc);
+    hp_qsort(rows, n, sizeof *rows, by_effect_desc);
     size_t shown = top > 0 && (size_t)top < n ? (size_t)top : n;
     struct tb b;
     tb_init(&b, C_N, cols, num);
@@ -1451,7 +1451,7 @@ static enum hp_status pairs_load(struct q *q, struct single_eff **singles, size_
     if (r < 0)
         return s;
     if (*n_singles)
-        qsort(*singles, *n_singles, sizeof **singles, by_unit);
+        hp_qsort(*singles, *n_singles, sizeof **singles, by_unit);
 
     if ((s = prep_m(q, &st,
                     "SELECT j.ord, j.study, j.kv, j.layer, j.unit, j.unit2, r.%s FROM sweep_jobs j "
@@ -1517,7 +1517,7 @@ static enum hp_status q_pairs(struct q *q, int top, struct hp_table **out)
         return lacking(q, "'pairs', 'single'", true, NULL,
                        "single-unit results for the units of its pairs study", "add a 'single' study to the plan");
     }
-    qsort(pairs, n_pairs, sizeof *pairs, by_interaction_desc);
+    hp_qsort(pairs, n_pairs, sizeof *pairs, by_interaction_desc);
 
     // top K: the K most redundant and the K most sub-additive (undefined interactions dropped)
     size_t n_valid = 0;
@@ -1590,7 +1590,7 @@ static bool ranks_avg(const double *x, size_t n, double *rank)
         return false;
     for (size_t i = 0; i < n; i++)
         t[i] = (struct vi){x[i], i};
-    qsort(t, n, sizeof *t, by_value);
+    hp_qsort(t, n, sizeof *t, by_value);
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
         while (j < n && t[j].v == t[i].v)
@@ -1711,7 +1711,7 @@ static enum hp_status side_load(struct side *sd)
     if (r < 0)
         return s;
     if (sd->n)
-        qsort(sd->eff, sd->n, sizeof *sd->eff, by_unit);
+        hp_qsort(sd->eff, sd->n, sizeof *sd->eff, by_unit);
     size_t m = 0; // the first job (lowest ord) of each unit, as everywhere
     for (size_t i = 0; i < sd->n; i++)
         if (m == 0 || sd->eff[m - 1].layer != sd->eff[i].layer || sd->eff[m - 1].unit != sd->eff[i].unit)
@@ -1878,7 +1878,7 @@ static enum hp_status q_compare(struct side *a, struct side *b, const struct hp_
         static const bool num[C_N] = {false, true, true, true, true, true, true, true, true, true};
         size_t shown = n;
         if (o->top > 0) {
-            qsort(u, n, sizeof *u, by_abs_diff_desc);
+            hp_qsort(u, n, sizeof *u, by_abs_diff_desc);
             shown = (size_t)o->top < n_both ? (size_t)o->top : n_both;
         }
         tb_init(&t, C_N, cols, num);
@@ -2146,7 +2146,7 @@ static enum hp_status q_importance(struct q *q, const char *study, int top, stru
         return s;
     }
     if (n)
-        qsort(rows, n, sizeof *rows, by_score_desc);
+        hp_qsort(rows, n, sizeof *rows, by_score_desc);
     size_t shown = top > 0 && (size_t)top < n ? (size_t)top : n;
     struct tb b;
     tb_init(&b, C_N, cols, num);
@@ -2289,7 +2289,7 @@ static enum hp_status q_attribution(struct q *q, const char *study, int top, str
         free(rows);
         return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
     }
-    qsort(rows, m, sizeof *rows, by_rank_error_desc);
+    hp_qsort(rows, m, sizeof *rows, by_rank_error_desc);
     size_t shown = top > 0 && (size_t)top < m ? (size_t)top : m;
     struct tb b;
     tb_init(&b, C_N, cols, num);

@@ -85,7 +85,7 @@ static enum hp_status index_names(struct hp_st_set *set, const char *path, struc
         return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
     for (int i = 0; i < set->n; i++)
         set->by_name[i] = &set->t[i];
-    qsort(set->by_name, (size_t)set->n, sizeof *set->by_name, cmp_by_name);
+    hp_qsort(set->by_name, (size_t)set->n, sizeof *set->by_name, cmp_by_name);
     for (int i = 1; i < set->n; i++)
         if (strcmp(set->by_name[i - 1]->name, set->by_name[i]->name) == 0)
             return hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' appears twice", path, set->by_name[i]->name);
@@ -215,7 +215,7 @@ static enum hp_status index_header(struct hp_st_set *set, struct shard *sh,
         return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
     for (int i = 0; i < cnt; i++)
         by[i] = &set->t[first + i];
-    qsort(by, (size_t)cnt, sizeof *by, cmp_by_offset);
+    hp_qsort(by, (size_t)cnt, sizeof *by, cmp_by_offset);
     for (int i = 1; i < cnt; i++) {
         const char *prev_end = (const char *)by[i - 1]->data + by[i - 1]->nbytes;
         if ((const char *)by[i]->data < prev_end && by[i]->nbytes > 0) {

@@ -547,7 +547,7 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
                                      hp_normalize_name(s->normalize), gb.key, rows, nc, err);
             if (st != HP_OK || nc == 0)
                 break;
-            qsort(cand, (size_t)nc, sizeof *cand, by_score);
+            hp_qsort(cand, (size_t)nc, sizeof *cand, by_score);
             for (int i = 0; i < nc && want > 0; i++) {
                 struct unit u = units[cand[i].idx];
                 if (s->keep_one_per_layer && left_in_layer[u.layer] <= 1)
@@ -592,7 +592,7 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
         }
         if (st != HP_OK || stopping(c) || nc == 0)
             break;
-        qsort(cand, (size_t)nc, sizeof *cand, by_score);
+        hp_qsort(cand, (size_t)nc, sizeof *cand, by_score);
         for (int i = 0; i < nc && want > 0; i++) {
             struct unit u = units[cand[i].idx];
             if (s->keep_one_per_layer && left_in_layer[u.layer] <= 1)

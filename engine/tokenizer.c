@@ -1685,7 +1685,7 @@ static bool build_pieces(struct hp_tokenizer *t)
             p[n++] = (struct piece){(int32_t)t->vocab.val[i], 1, false, t->vocab.key[i], t->vocab.klen[i]};
     for (int i = 0; i < t->n_tmpl_tokens; i++)
         p[n++] = t->tmpl_tokens[i];
-    qsort(p, n, sizeof *p, piece_cmp);
+    hp_qsort(p, n, sizeof *p, piece_cmp);
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (k == 0 || p[k - 1].id != p[i].id)

@@ -2,6 +2,8 @@
 #ifndef HP_UTIL_INT_H
 #define HP_UTIL_INT_H
 
+#include <stdlib.h>
+
 #include "headprune.h"
 
 /* Format one line into err (may be NULL) and return st. */
@@ -24,5 +26,13 @@ double hp_now(void);
 /* "layers 0-2", or "only layer 0" when n is 1: the range of valid indices for
  * error hints (many/one: the plural and singular noun). */
 void hp_range_text(char *buf, size_t cap, const char *many, const char *one, int n);
+
+/* qsort for arrays that may be empty: qsort's base must not be NULL even for n = 0
+ * (C11 7.22.5), and an empty array is often NULL. */
+static inline void hp_qsort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *))
+{
+    if (n > 1)
+        qsort(base, n, size, cmp);
+}
 
 #endif
