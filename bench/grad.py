@@ -19,6 +19,14 @@ random tokens, in one run, the tools taking turns within each round:
 Medians of --reps rounds after one warm-up round. Also checks that the two
 gradients agree (max |diff| relative to the largest).
 
+With --studies, then: `headprune run` of one-study plans over 4 x 128 random
+tokens on the same model, each into a fresh database, timed as run reports
+it (opening and hashing the model included): the exact `single` sweep
+(baseline + 144 heads) against `attribution` (one forward and one
+backward), and Michel's curve in steps of 10% ranked exactly (`rank:
+exact`: every remaining head evaluated at every step) against ranked by
+gradient (`rank: gradient`: one backward a step). Each once.
+
     bench/grad.py [--threads 2] [--reps 5] [--peer-python /work/venv/bin/python]
 
 Only the standard library (the peer's side runs in the peer's Python). Not part of CI.
@@ -27,6 +35,7 @@ import argparse
 import json
 import os
 import random
+import re
 import statistics
 import struct
 import subprocess
@@ -85,6 +94,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--peer-python", default=os.environ.get("HP_PEER_PYTHON"))
+    ap.add_argument("--studies", action="store_true", help="also time the gradient studies against exact ones")
     a = ap.parse_args()
     if not os.path.exists(os.path.join(MODEL, "model.safetensors")):
         sys.exit(f"{MODEL} is missing: run build/bench/bench_forward --reps 1 once to write it")
@@ -126,6 +136,35 @@ def main():
         diff = max(abs(x - y) for x, y in zip(hg, pg))
         print(f"gradients: max |diff| {diff:.3g}, {diff / big:.2g} of the largest ({big:.3g}); "
               f"loss {last['loss']:.6f} here, {peer['loss']:.6f} in torch")
+    if a.studies:
+        studies(work, a.threads, rng)
+
+
+def run_plan(work, name, study, data, threads):
+    plan = os.path.join(work, name + ".yaml")
+    with open(plan, "w") as f:
+        f.write(f"name: {name}\nmodel: {MODEL}\ndata: {data}\nmetric: loss\nstudies:\n  - {study}\n")
+    db = os.path.join(work, name + ".db")
+    r = subprocess.run([HP, "run", plan, "--db", db, "--threads", str(threads), "--quiet"], check=True,
+                       capture_output=True, text=True)
+    line = [x for x in r.stdout.splitlines() + r.stderr.splitlines() if " jobs (" in x][-1]
+    secs = float(re.search(r"\) in ([0-9.]+) s", line).group(1))
+    return secs, db
+
+
+def studies(work, threads, rng):
+    data = os.path.join(work, "sweep.npy")
+    write_npy(data, [[rng.randrange(VOCAB) for _ in range(128)] for _ in range(4)])
+    pairs = [("single-head effects", "single", "attribution"),
+             ("Michel's curve, steps of 10%", "iterative: {prune: 10%, name: exact}",
+              "iterative: {prune: 10%, rank: gradient, name: gradient}")]
+    print(f"\nstudies on 4 x 128 tokens, {threads} threads, one run each (`headprune run`'s time):\n")
+    print("| | exact s | from gradients s | faster |")
+    print("|---|---|---|---|")
+    for what, exact, fast in pairs:
+        te, _ = run_plan(work, "exact-" + exact.split(":")[0], exact, data, threads)
+        tf, _ = run_plan(work, "fast-" + fast.split(":")[0], fast, data, threads)
+        print(f"| {what} | {te:.1f} | {tf:.1f} | {te / tf:.1f}x |")
 
 
 if __name__ == "__main__":
