@@ -2130,6 +2130,17 @@ static int by_score_desc(const void *a, const void *b)
     return x->layer != y->layer ? x->layer - y->layer : x->unit - y->unit;
 }
 
+/* A unit's first four cells (columns 0-3: study, label, layer, unit) of row, as the score tables lay them out. */
+static void unit_cells(struct tb *b, int row, const char *study, bool kv, int layer, int unit)
+{
+    char label[48];
+    hp_unit_label(label, sizeof label, kv, layer, unit);
+    tb_str(b, row, 0, study);
+    tb_str(b, row, 1, label);
+    tb_int(b, row, 2, layer);
+    tb_int(b, row, 3, unit);
+}
+
 static enum hp_status q_importance(struct q *q, const char *study, int top, struct hp_table **out)
 {
     enum { C_STUDY, C_LABEL, C_LAYER, C_UNIT, C_IMP, C_RAW, C_RANK, C_N };
@@ -2152,12 +2163,7 @@ static enum hp_status q_importance(struct q *q, const char *study, int top, stru
     tb_init(&b, C_N, cols, num);
     for (size_t i = 0; i < shown; i++) {
         int row = tb_row(&b);
-        char label[48];
-        hp_unit_label(label, sizeof label, pk.kv, rows[i].layer, rows[i].unit);
-        tb_str(&b, row, C_STUDY, pk.name);
-        tb_str(&b, row, C_LABEL, label);
-        tb_int(&b, row, C_LAYER, rows[i].layer);
-        tb_int(&b, row, C_UNIT, rows[i].unit);
+        unit_cells(&b, row, pk.name, pk.kv, rows[i].layer, rows[i].unit);
         tb_num(&b, row, C_IMP, F_EFFECT, rows[i].score);
         tb_num(&b, row, C_RAW, F_EFFECT, rows[i].raw);
         tb_int(&b, row, C_RANK, (long long)i + 1);
@@ -2295,12 +2301,7 @@ static enum hp_status q_attribution(struct q *q, const char *study, int top, str
     tb_init(&b, C_N, cols, num);
     for (size_t i = 0; i < shown; i++) {
         int row = tb_row(&b);
-        char label[48];
-        hp_unit_label(label, sizeof label, pk.kv, rows[i].layer, rows[i].unit);
-        tb_str(&b, row, C_STUDY, pk.name);
-        tb_str(&b, row, C_LABEL, label);
-        tb_int(&b, row, C_LAYER, rows[i].layer);
-        tb_int(&b, row, C_UNIT, rows[i].unit);
+        unit_cells(&b, row, pk.name, pk.kv, rows[i].layer, rows[i].unit);
         tb_num(&b, row, C_EST, F_EFFECT, rows[i].score);
         tb_num(&b, row, C_EXACT, F_EFFECT, rows[i].exact);
         tb_num(&b, row, C_RE, F_EFFECT, rows[i].rank_est);
