@@ -88,3 +88,38 @@ int hp_cpu_threads_for(int n_cpus, double others)
     int busy = (int)(others + 0.5);
     return n_cpus - busy >= 1 ? n_cpus - busy : 1;
 }
+
+// --- threads that follow the load ---------------------------------------------
+
+void hp_auto_threads_begin(struct hp_auto_threads *a)
+{
+    a->n_cpus = hp_cpu_count();
+    hp_cpu_meter_read(&a->since);
+}
+
+/* The threads for the load since a->since when at least min_secs passed (the reading then moves on), else 0. */
+static int choose(struct hp_auto_threads *a, double min_secs)
+{
+    struct hp_cpu_meter now;
+    hp_cpu_meter_read(&now);
+    double secs, others = hp_cpu_others(&a->since, &now, &secs);
+    if (secs < min_secs)
+        return 0;
+    a->since = now;
+    return hp_cpu_threads_for(a->n_cpus, others);
+}
+
+int hp_auto_threads_first(struct hp_auto_threads *a)
+{
+    int n = choose(a, 0.1);
+    if (n == 0) {
+        hp_cpu_meter_read(&a->since);
+        n = a->n_cpus;
+    }
+    return n;
+}
+
+int hp_auto_threads_next(struct hp_auto_threads *a)
+{
+    return choose(a, HP_LOAD_INTERVAL);
+}

@@ -27,4 +27,26 @@ double hp_cpu_others(const struct hp_cpu_meter *a, const struct hp_cpu_meter *b,
 /* Threads to run beside others CPUs' worth of other work on n_cpus CPUs: the idle ones, at least 1. */
 int hp_cpu_threads_for(int n_cpus, double others);
 
+/*
+ * Threads that follow the load, for a long computation that can change its
+ * thread count between steps (run's sweep, eval): as many as other
+ * processes leave this process's CPUs idle, measured since the last choice.
+ */
+struct hp_auto_threads {
+    int n_cpus;
+    struct hp_cpu_meter since; /* the reading other processes' work is measured from */
+};
+
+#define HP_LOAD_INTERVAL 0.25 /* seconds between choices: /proc/stat counts in 10 ms ticks */
+
+/* Start measuring (before the work that precedes the first choice, e.g. opening a model). */
+void hp_auto_threads_begin(struct hp_auto_threads *a);
+
+/* The first choice: from the load since begin, or every CPU when that was under 0.1 s, too short to tell. */
+int hp_auto_threads_first(struct hp_auto_threads *a);
+
+/* A later choice: the threads for the load since the last choice, or 0 (keep the current count) when
+ * that was under HP_LOAD_INTERVAL ago. */
+int hp_auto_threads_next(struct hp_auto_threads *a);
+
 #endif

@@ -44,8 +44,8 @@ struct ctx {
     int64_t evaluated;   /* jobs those windows evaluated */
     /* threads: fixed (o->threads > 0), or matched to the idle CPUs between windows */
     bool auto_threads;
-    int n_cpus, threads;
-    struct hp_cpu_meter since; /* the reading other processes' work is measured from */
+    int threads;
+    struct hp_auto_threads load; /* with auto_threads: the load other processes make */
     /* keys this run stored: a job found among them repeats one of this plan, rather than an earlier run's */
     char (*put)[HP_DIGEST_HEX];
     size_t put_cap, put_n;
@@ -151,8 +151,6 @@ static void job_done(struct ctx *c, const struct hp_job *job)
 
 // --- threads matched to idle CPUs ----------------------------------------------------
 
-#define HP_LOAD_INTERVAL 0.25 /* seconds: /proc/stat counts in 10 ms ticks */
-
 static void set_threads(struct ctx *c, int n)
 {
     if (n != c->threads)
@@ -167,15 +165,9 @@ static void set_threads(struct ctx *c, int n)
 /* With automatic threads, as many as other processes left CPUs idle since the last reading. */
 static void adapt_threads(struct ctx *c)
 {
-    if (!c->auto_threads)
-        return;
-    struct hp_cpu_meter now;
-    hp_cpu_meter_read(&now);
-    double secs, others = hp_cpu_others(&c->since, &now, &secs);
-    if (secs < HP_LOAD_INTERVAL)
-        return;
-    set_threads(c, hp_cpu_threads_for(c->n_cpus, others));
-    c->since = now;
+    int n = c->auto_threads ? hp_auto_threads_next(&c->load) : 0;
+    if (n > 0)
+        set_threads(c, n);
 }
 
 static void on_evaluator_progress(void *user, int done, int total)
@@ -188,16 +180,7 @@ static void on_evaluator_progress(void *user, int done, int total)
  * short to tell, every CPU, until the first quarter second of evaluation says otherwise. */
 static void start_threads(struct ctx *c)
 {
-    if (!c->auto_threads) {
-        set_threads(c, c->o->threads);
-        return;
-    }
-    c->n_cpus = hp_cpu_count();
-    struct hp_cpu_meter now;
-    hp_cpu_meter_read(&now);
-    double secs, others = hp_cpu_others(&c->since, &now, &secs);
-    set_threads(c, hp_cpu_threads_for(c->n_cpus, secs >= 0.1 ? others : 0.0));
-    c->since = now;
+    set_threads(c, c->auto_threads ? hp_auto_threads_first(&c->load) : c->o->threads);
 }
 
 /*
@@ -639,7 +622,7 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
 {
     memset(sum, 0, sizeof *sum);
     struct ctx c = {.plan = plan, .o = o, .sum = sum, .t0 = hp_now(), .auto_threads = o->threads <= 0};
-    hp_cpu_meter_read(&c.since);
+    hp_auto_threads_begin(&c.load);
     struct hp_joblist *jobs = NULL;
     enum hp_status st = hp_model_open(plan->model, &c.model, err);
     if (st == HP_OK) {

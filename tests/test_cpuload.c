@@ -50,3 +50,28 @@ Test(cpuload, a_busy_child_is_other_work)
     cr_assert_leq(others, hp_cpu_count() + 0.2, "%.2f CPUs of other work on %d CPUs", others, hp_cpu_count());
     cr_assert_geq(hp_cpu_count(), 1);
 }
+
+/* The choices eval and run make: every CPU when the start was too short to tell, nothing new before
+ * HP_LOAD_INTERVAL, and beside a busy child one CPU fewer (on a machine of two or more). */
+Test(cpuload, auto_threads_follow_a_busy_child)
+{
+    struct hp_auto_threads a;
+    hp_auto_threads_begin(&a);
+    cr_assert_eq(hp_auto_threads_first(&a), hp_cpu_count(), "a start under 0.1 s takes every CPU");
+    cr_assert_eq(hp_auto_threads_next(&a), 0, "no new choice before HP_LOAD_INTERVAL");
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        volatile unsigned long x = 0;
+        for (;;)
+            x++;
+    }
+    struct timespec span = {0, 600 * 1000 * 1000};
+    nanosleep(&span, NULL);
+    int n = hp_auto_threads_next(&a);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    cr_assert_geq(n, 1);
+    if (hp_cpu_count() >= 2)
+        cr_assert_leq(n, hp_cpu_count() - 1, "%d threads chosen beside a busy child on %d CPUs", n, hp_cpu_count());
+}

@@ -18,7 +18,8 @@
 #include <stddef.h>
 
 #include "headprune.h"
-#include "util_int.h" /* hp_now */
+#include "cpuload_int.h" /* hp_auto_threads */
+#include "util_int.h"    /* hp_now */
 
 // --- commands (one file each) ---------------------------------------------------
 
@@ -64,10 +65,13 @@ const char *dropped_note(const struct hp_data *d);
 
 // --- time and progress (stderr) -----------------------------------------------------
 
-/* eval: sequences done, on a terminal only. */
+/* eval: sequences done, on a terminal only; with load, the threads re-chosen between chunks as other
+ * processes' load changes (threads_min..threads_max: the counts it ran with). */
 struct progress {
     bool on;
     double t0;
+    struct hp_auto_threads *load; /* NULL: the threads stay as set */
+    int threads, threads_min, threads_max;
 };
 void show_progress(void *user, int done, int total);
 

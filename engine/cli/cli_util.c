@@ -83,6 +83,13 @@ bool parse_double(const char *s, double lo, double *out)
 void show_progress(void *user, int done, int total)
 {
     struct progress *p = user;
+    int n = p->load ? hp_auto_threads_next(p->load) : 0;
+    if (n > 0 && n != p->threads) {
+        hp_runtime_init(n);
+        p->threads = n;
+        p->threads_min = n < p->threads_min ? n : p->threads_min;
+        p->threads_max = n > p->threads_max ? n : p->threads_max;
+    }
     if (!p->on)
         return;
     double el = hp_now() - p->t0;

@@ -43,7 +43,8 @@ static const char eval_help[] =
     "                     heads with the largest |atp|, --json gives \"grad\" and \"atp\"\n"
     "                     (n_layers arrays of n_heads). Needs a loss: a causal LM, an\n"
     "                     MLM head with labels or a classifier\n"
-    "  --threads N        BLIS threads (default: all cores)\n"
+    "  --threads N        BLIS threads (default: as many as other processes leave\n"
+    "                     CPUs idle, measured as it runs)\n"
     "  --json             print one JSON object, with per-sequence values\n"
     "  --quiet            no progress on stderr\n"
     "\n"
@@ -133,7 +134,14 @@ int cmd_eval(int argc, char **argv)
     if (!hp_ablation_parse(abl_name, &abl))
         return usage_error("eval", "--ablation must be zero, mean or mean-pos");
 
-    hp_runtime_init(threads);
+    /* without --threads, as many as other processes leave CPUs idle: measured over opening the model
+     * and data, then again between chunks (two threads on a CPU another process keeps busy stall
+     * each other at every barrier) */
+    struct hp_auto_threads load;
+    if (threads > 0)
+        hp_runtime_init(threads);
+    else
+        hp_auto_threads_begin(&load);
     struct hp_error err = {0};
     struct hp_model *m = NULL;
     struct hp_data *d = NULL;
@@ -159,7 +167,12 @@ int cmd_eval(int argc, char **argv)
                  data_path, dir);
         goto out;
     }
-    struct progress pr = {!quiet && isatty(STDERR_FILENO), hp_now()};
+    struct progress pr = {!quiet && isatty(STDERR_FILENO), hp_now(), threads > 0 ? NULL : &load, threads, threads,
+                          threads};
+    if (threads <= 0) {
+        pr.threads = pr.threads_min = pr.threads_max = hp_auto_threads_first(&load);
+        hp_runtime_init(pr.threads);
+    }
     hp_evaluator_set_progress(ev, show_progress, &pr);
     double t0 = hp_now();
     /* the unmasked model beside the variant (its pass is the one the variant resumes from) */
@@ -243,6 +256,8 @@ int cmd_eval(int argc, char **argv)
             cJSON_AddItemToArray(tk, cJSON_CreateNumber((double)mt->seq_tokens[i]));
         cJSON_AddItemToObject(ps, "tokens", tk);
         cJSON_AddStringToObject(o, "kernel", hp_runtime_kernel());
+        cJSON_AddNumberToObject(o, "threads_min", pr.threads_min);
+        cJSON_AddNumberToObject(o, "threads_max", pr.threads_max);
         cJSON_AddNumberToObject(o, "seconds", secs);
         char *s = cJSON_PrintUnformatted(o);
         puts(s);
@@ -269,8 +284,14 @@ int cmd_eval(int argc, char **argv)
             printf("unmasked  cosine %.6f; change %+.6f\n", base->cos, mt->cos - base->cos);
         if (want_grad)
             print_atp(in, grad, atp, abl_name);
-        printf("tokens    %lld scored in %d sequences, %.2f s (BLIS kernel %s%s)\n", (long long)mt->n_tokens,
-               mt->n_seqs, secs, hp_runtime_kernel(), hp_runtime_kernel_from_env() ? ", from BLIS_ARCH_TYPE" : "");
+        char thr[48];
+        if (pr.threads_min == pr.threads_max)
+            snprintf(thr, sizeof thr, "%d thread%s", pr.threads_max, pr.threads_max == 1 ? "" : "s");
+        else
+            snprintf(thr, sizeof thr, "%d-%d threads", pr.threads_min, pr.threads_max);
+        printf("tokens    %lld scored in %d sequences, %.2f s; %s%s, BLIS kernel %s%s\n", (long long)mt->n_tokens,
+               mt->n_seqs, secs, thr, threads > 0 ? "" : " (auto)", hp_runtime_kernel(),
+               hp_runtime_kernel_from_env() ? " (from BLIS_ARCH_TYPE)" : "");
     }
     rc = 0;
 out:
