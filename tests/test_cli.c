@@ -1038,3 +1038,35 @@ Test(cli, query_importance_and_attribution)
     snprintf(a, sizeof a, "query attribution --db %s/s.db", tmp);
     expect_error(a, "has no attribution study (add an 'attribution' study to the plan and run it)");
 }
+
+/* A sweep over a pruned checkpoint lists its pruned heads; ablating one changes nothing (README). */
+Test(cli, sweep_over_a_pruned_checkpoint)
+{
+    char a[2048], plan[1024];
+    snprintf(plan, sizeof plan,
+             "name: pruned-sweep\nmodel: %s/fixtures/gpt2-pruned\ndata: %s/fixtures/gpt2-pruned/data.npy\n"
+             "studies:\n  - single\n",
+             getenv("HP_TESTS"), getenv("HP_TESTS"));
+    write_file("plan.yaml", plan);
+    snprintf(a, sizeof a, "run %s/plan.yaml --db %s/p.db --quiet", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    snprintf(a, sizeof a, "query heads --db %s/p.db --format json", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cJSON *rows = cJSON_Parse(out), *row;
+    int n = 0, zero = 0;
+    cJSON_ArrayForEach(row, rows)
+    {
+        const char *label = cJSON_GetObjectItem(row, "label")->valuestring;
+        double effect = cJSON_GetObjectItem(row, "effect")->valuedouble;
+        bool pruned = !strcmp(label, "0.1") || !strcmp(label, "2.0") || !strcmp(label, "2.3");
+        if (pruned)
+            cr_assert_eq(effect, 0.0, "pruned head %s has effect %g", label, effect);
+        else
+            cr_assert_neq(effect, 0.0, "head %s has no effect", label);
+        zero += pruned;
+        n++;
+    }
+    cJSON_Delete(rows);
+    cr_assert_eq(n, 12);
+    cr_assert_eq(zero, 3);
+}
