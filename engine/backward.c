@@ -471,18 +471,15 @@ static void mlp_backward(const struct hp_model *m, struct hp_bwd *w, const float
     const int d = m->info.d_model, f = m->info.d_ff;
     const bool gated = L->w_gate.p != NULL;
     linear_backward(w->f, dy, N, f, d, L->w_down, false);
-    const size_t n = (size_t)N * f;
-#pragma omp parallel for schedule(static) if (hp_op_par(n))
-    for (size_t i = 0; i < n; i++) {
-        double df = w->f[i];
-        if (gated) {
-            /* act(z) u: du = df act(z), dz = df u act'(z) */
-            double u = w->act.u[i];
-            w->act.u[i] = (float)(df * hp_op_act(m->act, w->act.z[i]));
-            w->act.z[i] = (float)(df * u * hp_op_act_grad(m->act, w->act.z[i]));
-        } else {
-            w->act.u[i] = (float)(df * hp_op_act_grad(m->act, w->act.u[i]));
-        }
+    /* act(z) u (gated): du = df act(z), dz = df u act'(z); else du = df act'(u); in place */
+#pragma omp parallel for schedule(static) if (hp_op_par((size_t)N * f))
+    for (int t = 0; t < N; t++) {
+        const size_t o = (size_t)t * f;
+        if (gated)
+            hp_op_act_span_backward(m->act, w->act.z + o, w->act.u + o, w->f + o, w->act.z + o, w->act.u + o,
+                                    (size_t)f);
+        else
+            hp_op_act_span_backward(m->act, w->act.u + o, NULL, w->f + o, w->act.u + o, NULL, (size_t)f);
     }
     linear_backward(w->dh, w->act.u, N, d, f, L->w_up, false);
     if (gated)
