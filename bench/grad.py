@@ -7,8 +7,8 @@ random tokens, in one run, the tools taking turns within each round:
 
   - headprune: `headprune eval --json` (one pass: forward, loss fused into
     the LM head) and `headprune eval --grad --json` (the same pass, then
-    hp_evaluator_grad: a forward keeping each layer's input, and the reverse
-    pass). Both report "seconds" (opening the model and reading the data not
+    hp_evaluator_grad: a forward keeping what the reverse pass reads, the LM
+    head fused with the loss's gradient, and the reverse pass). Both report "seconds" (opening the model and reading the data not
     included); the gradient's cost is their difference;
   - the peer, with --peer-python: Hugging Face transformers 4.x (eager
     attention, PyPI torch, weights requires_grad_(False)),

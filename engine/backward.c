@@ -3,12 +3,15 @@
  * every head's gate, for GPT-2, BERT and Llama.
  *
  * Sections mirror forward.c's: products, attention, MLP, the pass. The
- * forward keeps only the residual stream entering each layer (its resid
- * tap); walking the layers from the last, the pass recomputes a layer's
- * activations from that input with the forward's own operations (ops.c),
- * then sends the gradient back through it. So memory is bounded by the
- * chunk plus one layer, and a layer's attention probabilities are made
- * again per (head, sequence) where they are needed rather than stored.
+ * forward keeps the residual stream entering each layer (its resid tap)
+ * and, for the last layers that fit in HP_BWD_KEEP_BYTES, what the reverse
+ * reads of them (its keep tap: queries, keys, values, head outputs, MLP
+ * projections); walking the layers from the last, the pass reads a kept
+ * layer's activations, or makes a layer's again from its input with the
+ * forward's own operations (ops.c), then sends the gradient back through
+ * it. So memory is bounded by the chunk, one layer and that budget, and a
+ * layer's attention probabilities are made again per (head, sequence)
+ * where they are needed rather than stored.
  * The weights are frozen: every product is a data gradient (dY W^T or
  * P^T dY), none forms a gradient at a weight.
  * A head whose gate is 0 under zero ablation is skipped by the forward but
@@ -31,21 +34,24 @@
 
 struct hp_bwd {
     int cap_t, cap_b, cap_threads;
+    /* the layer being reversed's activations (forward_int.h's shapes): what the forward kept of it, or own */
+    struct hp_fwd_keep act;
+    struct hp_fwd_keep own; /* one layer's, made again from its input */
+    const struct hp_fwd_keep **keep; /* (n_layers): NULL, or where the forward keeps layer l's (kept[..]) */
+    struct hp_fwd_keep *kept;        /* (n_layers) views into kbuf, for the last layers that fit */
     float *h1;   /* (N, d_model) attention's input (pre-norm: normalised); BERT: the pre-LN2 sum */
-    float *xmid; /* (N, d_model) residual after attention (BERT: before its LN) */
     float *h2;   /* (N, d_model) the MLP's input */
     float *tmp;  /* (N, d_model) a block's output */
     float *dx;   /* (N, d_model) gradient at the residual stream */
     float *dh;   /* (N, d_model) gradient at a block's input */
-    float *q;    /* (N, n_heads * d_head) rotated queries */
-    float *a;    /* (N, n_heads * d_head) head outputs before their gates */
     float *ctx;  /* (N, n_heads * d_head) what the output projection reads, then its gradient */
     float *dq;   /* (N, n_heads * d_head) */
-    float *k, *v, *dk, *dv; /* (N, n_kv_heads * d_head) */
-    float *u, *z, *f;       /* (N, d_ff): up projection, gate projection, activation (then its gradient) */
+    float *dk, *dv; /* (N, n_kv_heads * d_head) */
+    float *f;    /* (N, d_ff) the activation, then its gradient */
     float *att;  /* (cap_threads, 2, T, T) probabilities and their gradient, per thread */
     float *rope; /* (T, d_head / 2, 2) */
     float *buf;
+    float *kbuf;
 };
 
 static int max_threads(void)
@@ -66,39 +72,62 @@ static int thread_num(void)
 #endif
 }
 
-struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B)
+/*
+ * One layer's activations for N rows: with base, a's fields pointed at their
+ * places from base on; returns the floats they take (so NULL just measures).
+ */
+static size_t acts_at(struct hp_fwd_keep *a, float *base, size_t N, const struct hp_model_info *in, bool gated)
+{
+    const size_t qd = (size_t)in->n_heads * in->d_head, kvd = (size_t)in->n_kv_heads * in->d_head,
+                 f = (size_t)in->d_ff;
+    const size_t n[7] = {N * qd, N * qd, N * kvd, N * kvd, N * in->d_model, N * f, gated ? N * f : 0};
+    float **field[7] = {&a->q, &a->a, &a->k, &a->v, &a->xmid, &a->u, &a->z};
+    size_t off = 0;
+    for (int i = 0; i < 7; i++) {
+        if (base)
+            *field[i] = n[i] ? base + off : NULL;
+        off += n[i];
+    }
+    return off;
+}
+
+size_t hp_bwd_layer_bytes(const struct hp_model *m, int T, int B)
+{
+    struct hp_fwd_keep k;
+    return acts_at(&k, NULL, (size_t)T * B, &m->info, m->layers[0].w_gate.p != NULL) * sizeof(float);
+}
+
+struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_bytes)
 {
     const struct hp_model_info *in = &m->info;
+    const bool gated = m->layers[0].w_gate.p != NULL;
     size_t t = (size_t)T * B, d = (size_t)in->d_model, qd = (size_t)in->n_heads * in->d_head,
            kvd = (size_t)in->n_kv_heads * in->d_head, f = (size_t)in->d_ff;
     int nth = max_threads();
     size_t n_x = t * d, n_q = t * qd, n_kv = t * kvd, n_att = (size_t)nth * 2 * T * T, n_ff = t * f,
            n_rope = (size_t)T * in->d_head;
-    size_t total = 6 * n_x + 4 * n_q + 4 * n_kv + 3 * n_ff + n_att + n_rope;
+    const size_t n_act = hp_bwd_layer_bytes(m, T, B) / sizeof(float); /* one layer's */
+    size_t total = n_act + 5 * n_x + 2 * n_q + 2 * n_kv + n_ff + n_att + n_rope;
     struct hp_bwd *w = calloc(1, sizeof *w);
     if (!w)
         return NULL;
-    if (!(w->buf = malloc(total * sizeof(float)))) {
-        free(w);
+    w->keep = calloc((size_t)in->n_layers, sizeof *w->keep);
+    w->kept = calloc((size_t)in->n_layers, sizeof *w->kept);
+    w->buf = malloc(total * sizeof(float));
+    if (!w->keep || !w->kept || !w->buf) {
+        hp_bwd_free(w);
         return NULL;
     }
-    float *p = w->buf;
+    float *p = w->buf + acts_at(&w->own, w->buf, t, in, gated);
     w->h1 = p, p += n_x;
-    w->xmid = p, p += n_x;
     w->h2 = p, p += n_x;
     w->tmp = p, p += n_x;
     w->dx = p, p += n_x;
     w->dh = p, p += n_x;
-    w->q = p, p += n_q;
-    w->a = p, p += n_q;
     w->ctx = p, p += n_q;
     w->dq = p, p += n_q;
-    w->k = p, p += n_kv;
-    w->v = p, p += n_kv;
     w->dk = p, p += n_kv;
     w->dv = p, p += n_kv;
-    w->u = p, p += n_ff;
-    w->z = p, p += n_ff;
     w->f = p, p += n_ff;
     w->att = p, p += n_att;
     w->rope = p;
@@ -107,6 +136,19 @@ struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B)
     w->cap_threads = nth;
     if (in->arch == HP_ARCH_LLAMA)
         hp_op_rope_table(w->rope, T, in->d_head, m->rope_theta);
+    /* the last layers' activations, as many as keep_bytes holds: the reverse pass visits them first, and
+     * the forward writes them instead of a scratch it would overwrite. Without the room, or the memory,
+     * the other layers are made again from their input (the same numbers, one more forward's work) */
+    size_t n_keep = keep_bytes / (n_act * sizeof(float));
+    if (n_keep > (size_t)in->n_layers)
+        n_keep = (size_t)in->n_layers;
+    while (n_keep > 0 && !(w->kbuf = malloc(n_keep * n_act * sizeof(float))))
+        n_keep /= 2;
+    p = w->kbuf;
+    for (int l = in->n_layers - (int)n_keep; l < in->n_layers; l++) {
+        p += acts_at(&w->kept[l], p, t, in, gated);
+        w->keep[l] = &w->kept[l];
+    }
     return w;
 }
 
@@ -115,7 +157,15 @@ void hp_bwd_free(struct hp_bwd *w)
     if (!w)
         return;
     free(w->buf);
+    free(w->kbuf);
+    free(w->keep);
+    free(w->kept);
     free(w);
+}
+
+const struct hp_fwd_keep *const *hp_bwd_keep(const struct hp_bwd *w)
+{
+    return w->keep;
 }
 
 // --- products -----------------------------------------------------------------
@@ -177,7 +227,7 @@ static void probs(const struct hp_model *m, const struct hp_bwd *w, const struct
 {
     const int T = a->in->T, qd = m->info.n_heads * m->info.d_head, kvd = m->info.n_kv_heads * m->info.d_head,
               dh = m->info.d_head;
-    hp_gemm1(T, T, dh, scale, w->q + r0 * qd + h * dh, qd, 1, w->k + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
+    hp_gemm1(T, T, dh, scale, w->act.q + r0 * qd + h * dh, qd, 1, w->act.k + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
     hp_op_softmax_rows(att, T, m->info.causal, km);
 }
 
@@ -190,48 +240,48 @@ static float attn_scale(const struct hp_model *m, int l)
 }
 
 /*
- * The attention block again, as the forward ran it, from its input w->h1 (N, d): every head the
- * checkpoint has, whatever its gate, into w->a; what the projection reads into w->ctx; the
- * block's output (projection and bias) into w->tmp.
+ * The heads want (n_heads) again, as the forward ran them, from the attention block's input x
+ * (N, d): their queries and, for the KV heads kv_want (n_kv_heads), keys and values, into
+ * w->act; their outputs before their gates into w->act.a.
  */
-static void attention_again(const struct hp_model *m, struct hp_bwd *w, const struct pass *a, int l,
-                            const struct heads *hs, const float *x)
+static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct pass *a, int l, const bool *want,
+                        const bool *kv_want, const float *x)
 {
     const struct hp_model_info *in = &m->info;
     const struct hp_layer *L = &m->layers[l];
     const int T = a->in->T, S = a->in->n_seqs, N = S * T, d = in->d_model, H = in->n_heads, KV = in->n_kv_heads,
               dh = in->d_head, qd = H * dh, kvd = KV * dh, per_kv = H / KV;
     for (int s = 0, e; s < H; s = e) {
-        e = run_end(hs->has, H, s);
-        if (!hs->has[s])
+        e = run_end(want, H, s);
+        if (!want[s])
             continue;
         const size_t ws = (size_t)L->q_slot[s] * dh;
-        hp_gemm(N, (e - s) * dh, d, 1.0f, x, d, 1, L->wq.p + ws * L->wq.cs, L->wq.rs, L->wq.cs, 0.0f, w->q + s * dh,
+        hp_gemm(N, (e - s) * dh, d, 1.0f, x, d, 1, L->wq.p + ws * L->wq.cs, L->wq.rs, L->wq.cs, 0.0f, w->act.q + s * dh,
                 qd, 1);
         if (L->bq)
-            hp_op_add_bias(w->q + s * dh, N, (e - s) * dh, qd, L->bq + ws);
+            hp_op_add_bias(w->act.q + s * dh, N, (e - s) * dh, qd, L->bq + ws);
     }
     for (int s = 0, e; s < KV; s = e) {
-        e = run_end(hs->kv_has, KV, s);
-        if (!hs->kv_has[s])
+        e = run_end(kv_want, KV, s);
+        if (!kv_want[s])
             continue;
         const size_t ws = (size_t)L->kv_slot[s] * dh;
-        hp_gemm(N, (e - s) * dh, d, 1.0f, x, d, 1, L->wk.p + ws * L->wk.cs, L->wk.rs, L->wk.cs, 0.0f, w->k + s * dh,
+        hp_gemm(N, (e - s) * dh, d, 1.0f, x, d, 1, L->wk.p + ws * L->wk.cs, L->wk.rs, L->wk.cs, 0.0f, w->act.k + s * dh,
                 kvd, 1);
-        hp_gemm(N, (e - s) * dh, d, 1.0f, x, d, 1, L->wv.p + ws * L->wv.cs, L->wv.rs, L->wv.cs, 0.0f, w->v + s * dh,
+        hp_gemm(N, (e - s) * dh, d, 1.0f, x, d, 1, L->wv.p + ws * L->wv.cs, L->wv.rs, L->wv.cs, 0.0f, w->act.v + s * dh,
                 kvd, 1);
         if (L->bk)
-            hp_op_add_bias(w->k + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
+            hp_op_add_bias(w->act.k + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
         if (L->bv)
-            hp_op_add_bias(w->v + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
+            hp_op_add_bias(w->act.v + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
     }
     if (in->arch == HP_ARCH_LLAMA) {
         for (int kv = 0; kv < KV; kv++)
-            if (hs->kv_has[kv])
-                hp_op_rope(w->k + kv * dh, N, T, kvd, dh, w->rope);
+            if (kv_want[kv])
+                hp_op_rope(w->act.k + kv * dh, N, T, kvd, dh, w->rope);
         for (int h = 0; h < H; h++)
-            if (hs->has[h])
-                hp_op_rope(w->q + h * dh, N, T, qd, dh, w->rope);
+            if (want[h])
+                hp_op_rope(w->act.q + h * dh, N, T, qd, dh, w->rope);
     }
     const float scale = attn_scale(m, l);
     const int n_pairs = H * S;
@@ -239,14 +289,28 @@ static void attention_again(const struct hp_model *m, struct hp_bwd *w, const st
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (n_pairs > 1 && nth > 1)
     for (int p = 0; p < n_pairs; p++) {
         const int h = p / S, b = p % S;
-        if (!hs->has[h])
+        if (!want[h])
             continue;
         const size_t r0 = (size_t)b * T;
         float *att = w->att + (size_t)thread_num() * 2 * T * T;
         probs(m, w, a, att, r0, h, h / per_kv, scale, a->in->attn_mask ? a->in->attn_mask + r0 : NULL);
-        hp_gemm1(T, dh, T, 1.0f, att, T, 1, w->v + r0 * kvd + (h / per_kv) * dh, kvd, 1, 0.0f,
-                 w->a + r0 * qd + h * dh, qd, 1);
+        hp_gemm1(T, dh, T, 1.0f, att, T, 1, w->act.v + r0 * kvd + (h / per_kv) * dh, kvd, 1, 0.0f,
+                 w->act.a + r0 * qd + h * dh, qd, 1);
     }
+}
+
+/*
+ * The attention block again, as the forward ran it, from its input x (N, d): every head the
+ * checkpoint has, whatever its gate (heads_again); what the projection reads into w->ctx; the
+ * block's output (projection and bias) into w->tmp.
+ */
+static void attention_again(const struct hp_model *m, struct hp_bwd *w, const struct pass *a, int l,
+                            const struct heads *hs, const float *x)
+{
+    const struct hp_model_info *in = &m->info;
+    const struct hp_layer *L = &m->layers[l];
+    const int N = a->in->n_seqs * a->in->T, d = in->d_model, H = in->n_heads, dh = in->d_head, qd = H * dh;
+    heads_again(m, w, a, l, hs->has, hs->kv_has, x);
     /* what the projection reads: g a, or the replacement of a head at 0 */
     for (int h = 0; h < H; h++) {
         if (!hs->has[h])
@@ -254,7 +318,7 @@ static void attention_again(const struct hp_model *m, struct hp_bwd *w, const st
         const float g = gate_at(a, l, h, H);
         for (int r = 0; r < N; r++) {
             float *c = w->ctx + (size_t)r * qd + h * dh;
-            const float *ar = w->a + (size_t)r * qd + h * dh, *mu = mean_at(a, l, h, dh, r);
+            const float *ar = w->act.a + (size_t)r * qd + h * dh, *mu = mean_at(a, l, h, dh, r);
             for (int i = 0; i < dh; i++)
                 c[i] = g == 1.0f ? ar[i] : g != 0.0f ? g * ar[i] : mu ? mu[i] : 0.0f;
         }
@@ -275,10 +339,11 @@ static void attention_again(const struct hp_model *m, struct hp_bwd *w, const st
 
 /*
  * The attention block's reverse: from dy = w->dx, the gradient at its output, the gates' and the
- * estimates' sums into g, and the gradient at its input into w->dh (N, d).
+ * estimates' sums into g, and with to_input the gradient at its input into w->dh (N, d).
  */
 static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const struct pass *a, int l,
-                               const struct heads *hs, const float *dy, const struct hp_bwd_grads *gr)
+                               const struct heads *hs, const float *dy, const struct hp_bwd_grads *gr,
+                               bool to_input)
 {
     const struct hp_model_info *in = &m->info;
     const struct hp_layer *L = &m->layers[l];
@@ -299,7 +364,7 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
         const float g = gate_at(a, l, h, H);
         double sg = 0, sa = 0, ss = 0; /* ss: sg's share of the row's sequence, flushed at its last row */
         for (int r = 0; r < N; r++) {
-            const float *dc = w->ctx + (size_t)r * qd + h * dh, *ar = w->a + (size_t)r * qd + h * dh,
+            const float *dc = w->ctx + (size_t)r * qd + h * dh, *ar = w->act.a + (size_t)r * qd + h * dh,
                         *mu = mean_at(a, l, h, dh, r);
             double rg = 0;
             for (int i = 0; i < dh; i++) {
@@ -322,6 +387,8 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
                 for (int i = 0; i < dh; i++)
                     w->ctx[(size_t)r * qd + h * dh + i] *= g;
     }
+    if (!to_input)
+        return;
     /* per (KV head, sequence): the query heads sharing it, one after another, since they add into its dk, dv */
     const float scale = attn_scale(m, l);
     const int n_pairs = KV * S;
@@ -335,12 +402,12 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
         float *att = w->att + (size_t)thread_num() * 2 * T * T, *datt = att + (size_t)T * T;
         const uint8_t *km = a->in->attn_mask ? a->in->attn_mask + r0 : NULL;
         float *dk = w->dk + r0 * kvd + kv * dh, *dv = w->dv + r0 * kvd + kv * dh;
-        const float *k = w->k + r0 * kvd + kv * dh, *v = w->v + r0 * kvd + kv * dh;
+        const float *k = w->act.k + r0 * kvd + kv * dh, *v = w->act.v + r0 * kvd + kv * dh;
         float beta = 0.0f;
         for (int h = kv * per_kv; h < (kv + 1) * per_kv; h++) {
             if (!hs->live[h])
                 continue;
-            const float *da = w->ctx + r0 * qd + h * dh, *q = w->q + r0 * qd + h * dh;
+            const float *da = w->ctx + r0 * qd + h * dh, *q = w->act.q + r0 * qd + h * dh;
             probs(m, w, a, att, r0, h, kv, scale, km);
             /* dP (T, T) = dA (T, dh) v^T; dv += P^T dA */
             hp_gemm1(T, T, dh, 1.0f, da, qd, 1, v, 1, kvd, 0.0f, datt, T, 1);
@@ -387,14 +454,14 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
 
 // --- MLP ----------------------------------------------------------------------
 
-/* The MLP block again up to its activation, from its input x (N, d): w->u, w->z (Llama's gate projection). */
+/* The MLP block again up to its activation, from its input x (N, d): w->act.u, w->act.z (Llama's gate projection). */
 static void mlp_again(const struct hp_model *m, struct hp_bwd *w, const float *x, int N, int l)
 {
     const struct hp_layer *L = &m->layers[l];
     const int d = m->info.d_model, f = m->info.d_ff;
-    linear(w->u, x, N, d, f, L->w_up, L->b_up);
+    linear(w->act.u, x, N, d, f, L->w_up, L->b_up);
     if (L->w_gate.p)
-        linear(w->z, x, N, d, f, L->w_gate, NULL);
+        linear(w->act.z, x, N, d, f, L->w_gate, NULL);
 }
 
 /* The MLP block's reverse: dy (N, d), the gradient at its output, to w->dh (N, d), the gradient at its input. */
@@ -404,22 +471,19 @@ static void mlp_backward(const struct hp_model *m, struct hp_bwd *w, const float
     const int d = m->info.d_model, f = m->info.d_ff;
     const bool gated = L->w_gate.p != NULL;
     linear_backward(w->f, dy, N, f, d, L->w_down, false);
-    const size_t n = (size_t)N * f;
-#pragma omp parallel for schedule(static) if (hp_op_par(n))
-    for (size_t i = 0; i < n; i++) {
-        double df = w->f[i];
-        if (gated) {
-            /* act(z) u: du = df act(z), dz = df u act'(z) */
-            double u = w->u[i];
-            w->u[i] = (float)(df * hp_op_act(m->act, w->z[i]));
-            w->z[i] = (float)(df * u * hp_op_act_grad(m->act, w->z[i]));
-        } else {
-            w->u[i] = (float)(df * hp_op_act_grad(m->act, w->u[i]));
-        }
+    /* act(z) u (gated): du = df act(z), dz = df u act'(z); else du = df act'(u); in place */
+#pragma omp parallel for schedule(static) if (hp_op_par((size_t)N * f))
+    for (int t = 0; t < N; t++) {
+        const size_t o = (size_t)t * f;
+        if (gated)
+            hp_op_act_span_backward(m->act, w->act.z + o, w->act.u + o, w->f + o, w->act.z + o, w->act.u + o,
+                                    (size_t)f);
+        else
+            hp_op_act_span_backward(m->act, w->act.u + o, NULL, w->f + o, w->act.u + o, NULL, (size_t)f);
     }
-    linear_backward(w->dh, w->u, N, d, f, L->w_up, false);
+    linear_backward(w->dh, w->act.u, N, d, f, L->w_up, false);
     if (gated)
-        linear_backward(w->dh, w->z, N, d, f, L->w_gate, true);
+        linear_backward(w->dh, w->act.z, N, d, f, L->w_gate, true);
 }
 
 // --- the pass -----------------------------------------------------------------
@@ -457,8 +521,32 @@ static void heads_of(const struct hp_model *m, const struct pass *a, int l, stru
 }
 
 /*
+ * The part of layer l's attention the forward skipped, when it kept the
+ * rest: the heads at gate 0 (their outputs give their gates' gradients)
+ * and the KV heads only they read, from the block's input x (N, d).
+ */
+static void dead_heads_again(const struct hp_model *m, struct hp_bwd *w, const struct pass *a, int l,
+                             const struct heads *hs, const float *x)
+{
+    const int H = m->info.n_heads, KV = m->info.n_kv_heads, per_kv = H / KV;
+    bool want[H], kv_want[KV], any = false;
+    for (int kv = 0; kv < KV; kv++)
+        kv_want[kv] = false;
+    for (int h = 0; h < H; h++) {
+        want[h] = hs->has[h] && !hs->live[h];
+        kv_want[h / per_kv] |= want[h] && !hs->kv_live[h / per_kv];
+        any |= want[h];
+    }
+    if (any)
+        heads_again(m, w, a, l, want, kv_want, x);
+}
+
+/*
  * Layer l's reverse: w->dx holds the gradient at the layer's output and
- * becomes the gradient at its input x (N, d), the forward's resid tap.
+ * becomes the gradient at its input x (N, d), the forward's resid tap
+ * (except below layer 0's gates, where no gradient is asked for). The
+ * layer's activations are the forward's where it kept them (w->keep[l]),
+ * else made again here from x.
  */
 static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const struct pass *a, int l, const float *x,
                            const struct hp_bwd_grads *gr)
@@ -469,18 +557,25 @@ static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const str
     bool has[m->info.n_heads], live[m->info.n_heads], kv_has[m->info.n_kv_heads], kv_live[m->info.n_kv_heads];
     struct heads hs = {has, live, kv_has, kv_live};
     heads_of(m, a, l, &hs);
+    const struct hp_fwd_keep *kept = w->keep[l];
+    w->act = kept ? *kept : w->own;
     if (m->info.arch == HP_ARCH_BERT) {
         /* post-norm: xmid = x + attn(x), h2 = LN1(xmid), h1 = h2 + mlp(h2), out = LN2(h1) */
-        attention_again(m, w, a, l, &hs, x);
-        memcpy(w->xmid, x, n * sizeof(float));
-        hp_op_add_into(w->xmid, w->tmp, n);
-        hp_op_layer_norm(w->h2, w->xmid, N, d, L->ln1_w, L->ln1_b, m->norm_eps);
-        mlp_again(m, w, w->h2, N, l);
+        if (kept) {
+            dead_heads_again(m, w, a, l, &hs, x);
+        } else {
+            attention_again(m, w, a, l, &hs, x);
+            memcpy(w->act.xmid, x, n * sizeof(float));
+            hp_op_add_into(w->act.xmid, w->tmp, n);
+        }
+        hp_op_layer_norm(w->h2, w->act.xmid, N, d, L->ln1_w, L->ln1_b, m->norm_eps);
+        if (!kept)
+            mlp_again(m, w, w->h2, N, l);
         const size_t nf = (size_t)N * m->info.d_ff;
         if (L->w_gate.p)
-            hp_op_act_span(m->act, w->f, w->z, w->u, nf);
+            hp_op_act_span(m->act, w->f, w->act.z, w->act.u, nf);
         else
-            hp_op_act_span(m->act, w->f, w->u, NULL, nf);
+            hp_op_act_span(m->act, w->f, w->act.u, NULL, nf);
         linear(w->h1, w->f, N, m->info.d_ff, d, L->w_down, L->b_down);
         hp_op_add_into(w->h1, w->h2, n);
         /* back: through LN2, the MLP and its residual, LN1, attention and its residual */
@@ -489,32 +584,36 @@ static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const str
         mlp_backward(m, w, w->tmp, N, l);
         hp_op_add_into(w->tmp, w->dh, n);
         memset(w->dx, 0, n * sizeof(float));
-        hp_op_layer_norm_backward(w->dx, w->tmp, w->xmid, N, d, L->ln1_w, m->norm_eps);
-        attention_backward(m, w, a, l, &hs, w->dx, gr);
-        hp_op_add_into(w->dx, w->dh, n);
+        hp_op_layer_norm_backward(w->dx, w->tmp, w->act.xmid, N, d, L->ln1_w, m->norm_eps);
+        attention_backward(m, w, a, l, &hs, w->dx, gr, l > 0);
+        if (l > 0)
+            hp_op_add_into(w->dx, w->dh, n);
         return;
     }
     /* pre-norm: xmid = x + attn(norm1(x)), out = xmid + mlp(norm2(xmid)) */
     norm(m, w->h1, x, N, L->ln1_w, L->ln1_b);
-    attention_again(m, w, a, l, &hs, w->h1);
-    memcpy(w->xmid, x, n * sizeof(float));
-    hp_op_add_into(w->xmid, w->tmp, n);
-    norm(m, w->h2, w->xmid, N, L->ln2_w, L->ln2_b);
-    mlp_again(m, w, w->h2, N, l);
+    if (kept) {
+        dead_heads_again(m, w, a, l, &hs, w->h1);
+    } else {
+        attention_again(m, w, a, l, &hs, w->h1);
+        memcpy(w->act.xmid, x, n * sizeof(float));
+        hp_op_add_into(w->act.xmid, w->tmp, n);
+        norm(m, w->h2, w->act.xmid, N, L->ln2_w, L->ln2_b);
+        mlp_again(m, w, w->h2, N, l);
+    }
     mlp_backward(m, w, w->dx, N, l);
-    norm_backward(m, w->dx, w->dh, w->xmid, N, L->ln2_w, L->ln2_b);
-    attention_backward(m, w, a, l, &hs, w->dx, gr);
-    norm_backward(m, w->dx, w->dh, x, N, L->ln1_w, L->ln1_b);
+    norm_backward(m, w->dx, w->dh, w->act.xmid, N, L->ln2_w, L->ln2_b);
+    attention_backward(m, w, a, l, &hs, w->dx, gr, l > 0);
+    if (l > 0)
+        norm_backward(m, w->dx, w->dh, x, N, L->ln1_w, L->ln1_b);
 }
 
-/* The classifier's reverse: dz (n_seqs, n_labels) to the gradient at each sequence's first row of w->dh. */
-static void classify_backward(const struct hp_model *m, struct hp_bwd *w, const float *h, const float *dz, int S,
-                              int T)
+void hp_bwd_classify(const struct hp_model *m, const float *h, const float *dz, int n_seqs, int T, float *dh)
 {
     const int d = m->info.d_model, C = m->info.n_labels;
     float pooled[d], dp[d];
-    memset(w->dh, 0, (size_t)S * T * d * sizeof(float));
-    for (int b = 0; b < S; b++) {
+    memset(dh, 0, (size_t)n_seqs * T * d * sizeof(float));
+    for (int b = 0; b < n_seqs; b++) {
         const float *hb = h + (size_t)b * T * d;
         hp_gemm(1, d, d, 1.0f, hb, d, 1, m->pooler.p, m->pooler.rs, m->pooler.cs, 0.0f, pooled, d, 1);
         for (int i = 0; i < d; i++)
@@ -524,43 +623,43 @@ static void classify_backward(const struct hp_model *m, struct hp_bwd *w, const 
                 dp, d, 1);
         for (int i = 0; i < d; i++)
             dp[i] *= 1.0f - pooled[i] * pooled[i];
-        hp_gemm(1, d, d, 1.0f, dp, d, 1, m->pooler.p, m->pooler.cs, m->pooler.rs, 0.0f, w->dh + (size_t)b * T * d, d,
-                1);
+        hp_gemm(1, d, d, 1.0f, dp, d, 1, m->pooler.p, m->pooler.cs, m->pooler.rs, 0.0f, dh + (size_t)b * T * d, d, 1);
     }
 }
 
+void hp_bwd_logits(const struct hp_model *m, const float *dz, int N, int v0, int nv, int ldz, float *dh)
+{
+    const int d = m->info.d_model;
+    /* dh (N, d) += dz (N, nv) E[v0 : v0 + nv] (nv, d), E row-major as it is stored */
+    hp_gemm(N, d, nv, 1.0f, dz, ldz, 1, m->lm_head + (size_t)v0 * d, d, 1, 1.0f, dh, d, 1);
+}
+
 /*
- * The reverse of the forward's finish: from dout, the gradient at its out
- * tap, to w->dx, the gradient at the residual stream after the last layer
- * (xf, the resid tap's last block).
+ * The reverse of the forward's finish: from dhead, the gradient at the rows
+ * the head read, to w->dx, the gradient at the residual stream after the
+ * last layer (xf, the resid tap's last block).
  */
 static void finish_backward(const struct hp_model *m, struct hp_bwd *w, const struct pass *a, const float *xf,
-                            const float *dout)
+                            const float *dhead)
 {
     const struct hp_model_info *in = &m->info;
-    const int T = a->in->T, S = a->in->n_seqs, N = S * T, d = in->d_model;
+    const int N = a->in->T * a->in->n_seqs, d = in->d_model;
     const size_t n = (size_t)N * d;
-    /* the rows the head read, again: final norm (GPT-2, Llama) into h1; the MLM transform into h2 */
-    const float *hfin = xf;
-    if (m->lnf_w) {
-        norm(m, w->h1, xf, N, m->lnf_w, m->lnf_b);
-        hfin = w->h1;
-    }
-    if (m->classifier.p)
-        classify_backward(m, w, hfin, dout, S, T);
-    else if (m->lm_head) /* dh (N, d) = dlogits (N, V) E (V, d) */
-        hp_gemm(N, d, in->n_vocab, 1.0f, dout, in->n_vocab, 1, m->lm_head, in->d_model, 1, 0.0f, w->dh, d, 1);
-    else
-        memcpy(w->dh, dout, n * sizeof(float));
+    memcpy(w->dh, dhead, n * sizeof(float));
     if (m->lm_head && m->mlm_dense.p) {
-        /* hfin = LN(act(x Wd + b)): t1 in xmid, act(t1) in h2 */
-        linear(w->xmid, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
+        /* the head read LN(act(hfin Wd + b)), hfin the final norm's rows (or xf): t1 in own.xmid (no layer's yet), act(t1) in h2 */
+        const float *hfin = xf;
+        if (m->lnf_w) {
+            norm(m, w->h1, xf, N, m->lnf_w, m->lnf_b);
+            hfin = w->h1;
+        }
+        linear(w->own.xmid, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
         for (size_t i = 0; i < n; i++)
-            w->h2[i] = hp_op_act(m->act, w->xmid[i]);
+            w->h2[i] = hp_op_act(m->act, w->own.xmid[i]);
         memset(w->tmp, 0, n * sizeof(float));
         hp_op_layer_norm_backward(w->tmp, w->dh, w->h2, N, d, m->mlm_ln_w, m->norm_eps);
         for (size_t i = 0; i < n; i++)
-            w->tmp[i] = (float)(w->tmp[i] * hp_op_act_grad(m->act, w->xmid[i]));
+            w->tmp[i] = (float)(w->tmp[i] * hp_op_act_grad(m->act, w->own.xmid[i]));
         linear_backward(w->dh, w->tmp, N, d, d, m->mlm_dense, false);
     }
     if (m->lnf_w) {
@@ -572,7 +671,7 @@ static void finish_backward(const struct hp_model *m, struct hp_bwd *w, const st
 }
 
 void hp_bwd_run(const struct hp_model *m, struct hp_bwd *w, const struct hp_fwd_in *in,
-                const struct hp_fwd_variants *var, const float *resid, const float *dout,
+                const struct hp_fwd_variants *var, const float *resid, const float *dhead,
                 const struct hp_bwd_grads *g)
 {
     const struct hp_model_info *mi = &m->info;
@@ -583,7 +682,7 @@ void hp_bwd_run(const struct hp_model *m, struct hp_bwd *w, const struct hp_fwd_
         .gate = var && var->gates ? var->gates[0] : NULL,
         .mean = var && var->ablation != HP_ABLATE_ZERO,
     };
-    finish_backward(m, w, &pa, resid + (size_t)mi->n_layers * N * d, dout);
+    finish_backward(m, w, &pa, resid + (size_t)mi->n_layers * N * d, dhead);
     for (int l = mi->n_layers - 1; l >= 0; l--)
         layer_backward(m, w, &pa, l, resid + (size_t)l * N * d, g);
 }

@@ -1,13 +1,16 @@
 /*
  * backward_int.h -- the reverse pass of the masked-attention forward (engine/backward.c).
  *
- * Given the gradient of a loss at a pass's output rows (the forward's out
- * tap: logits, or a classifier's logits) and the residual stream the pass
+ * Given the gradient of a loss at the rows a pass hands its head (the LM
+ * head's or classifier's input; the heads' own reverses are below, for the
+ * loss to call blockwise) and the residual stream the pass
  * kept (the forward's resid tap), it walks the model back to the first
  * layer and hands back the gradient of the loss at every head's gate. The
  * weights are frozen: only gradients at activations are formed, never at
- * weights. Memory is bounded by the chunk, as the forward's: a layer's
- * activations are recomputed from its saved input when the pass reaches it.
+ * weights. Memory is bounded by the chunk, as the forward's, plus a fixed
+ * budget: the last layers' activations are kept by the forward (its keep
+ * tap, from hp_bwd_keep) as far as the budget holds them, and the other
+ * layers' are made again from their saved input when the pass reaches them.
  */
 #ifndef HP_BACKWARD_INT_H
 #define HP_BACKWARD_INT_H
@@ -16,9 +19,22 @@
 
 struct hp_bwd; /* workspace for B sequences of up to T tokens */
 
-/* Workspace for B sequences of T tokens. Destructor: hp_bwd_free. NULL on OOM. */
-struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B);
+/* The room a pass's callers give the forward to keep layers' activations in, by default. */
+#define HP_BWD_KEEP_BYTES ((size_t)1 << 30)
+
+/* What keeping one layer's activations for B sequences of T tokens takes. */
+size_t hp_bwd_layer_bytes(const struct hp_model *m, int T, int B);
+
+/*
+ * Workspace for B sequences of T tokens, keeping the last layers'
+ * activations as far as keep_bytes holds them (0: none; every layer made
+ * again). Destructor: hp_bwd_free. NULL on OOM.
+ */
+struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_bytes);
 void hp_bwd_free(struct hp_bwd *w);
+
+/* The forward's keep tap for a pass this workspace will reverse: (n_layers), NULL for the layers it makes again. */
+const struct hp_fwd_keep *const *hp_bwd_keep(const struct hp_bwd *w);
 
 /*
  * What the reverse pass adds to, per (layer, query head), each (n_layers,
@@ -44,12 +60,25 @@ struct hp_bwd_grads {
 
 /*
  * The reverse of a one-block hp_fwd_run over in under var: resid is the
- * forward's resid tap (n_layers + 1, rows, d_model), dout the gradient at its
- * out tap (rows, hp_fwd_out_width; a classifier: (n_seqs, n_labels)), read
- * only. Adds to g's arrays.
+ * forward's resid tap (n_layers + 1, rows, d_model), dhead the gradient at
+ * the rows the pass returned, the head's input (rows, d_model), read only.
+ * Adds to g's arrays.
  */
 void hp_bwd_run(const struct hp_model *m, struct hp_bwd *w, const struct hp_fwd_in *in,
-                const struct hp_fwd_variants *var, const float *resid, const float *dout,
+                const struct hp_fwd_variants *var, const float *resid, const float *dhead,
                 const struct hp_bwd_grads *g);
+
+/*
+ * The heads' reverses, beside forward.c's hp_fwd_logits and hp_fwd_classify,
+ * so that the loss's gradient can be formed where the logits are made:
+ *   hp_bwd_logits: dh (N, d_model) += dz (N, ldz; its first nv columns) times
+ *     the LM head's rows [v0, v0 + nv): the gradient at the head's input from
+ *     the gradient dz at the logits of that vocabulary block;
+ *   hp_bwd_classify: dh (n_seqs * T, d_model) = the gradient at the rows h
+ *     the classifier read (only each sequence's first row is not 0) from dz
+ *     (n_seqs, n_labels), the gradient at its logits.
+ */
+void hp_bwd_logits(const struct hp_model *m, const float *dz, int N, int v0, int nv, int ldz, float *dh);
+void hp_bwd_classify(const struct hp_model *m, const float *h, const float *dz, int n_seqs, int T, float *dh);
 
 #endif

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backward_int.h"
 #include "eval_int.h"
 #include "util_int.h"
 
@@ -74,6 +75,7 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
     ev->has_loss = has_loss;
     ev->has_cls = has_cls;
     ev->width = hp_fwd_out_width(m);
+    ev->grad_keep_bytes = HP_BWD_KEEP_BYTES;
     /* Sequences go through the forward together, so the products have about
      * HP_CHUNK_ROWS rows, within HP_CHUNK_BYTES of outputs per buffer. */
     size_t per = (size_t)d->seq_len * ev->width * sizeof(float);

@@ -37,10 +37,20 @@ struct hp_evaluator {
     float *mean_pos;  /* NULL or (n_layers, seq_len, n_heads * d_head) */
     bool plain;       /* every variant by a whole pass of its own (the reference path) */
     struct hp_reuse *ru; /* NULL or the reuse path's state (reuse.c), made on first use */
+    size_t grad_keep_bytes; /* room for the gradient's forward to keep activations in (grad.c; backward_int.h) */
     void (*progress)(void *, int, int);
     void *progress_user;
 };
 
+
+/* Logits are made this many vocabulary entries at a time by the fused LM
+ * heads (reuse.c's metrics, grad.c's loss gradient), never a whole row. */
+#define HP_VOCAB_BLOCK 2048
+
+static inline int hp_eval_vocab_block(int V)
+{
+    return V < HP_VOCAB_BLOCK ? V : HP_VOCAB_BLOCK;
+}
 
 /* Sums over scored tokens (and, for encoders, over sequences). */
 struct hp_eval_totals {

@@ -205,7 +205,8 @@ static void tap_capture(const struct pass *a, const float *out, int l, int h, in
  * is live in some block, its scores and weighted sums only in the blocks
  * where it is live.
  */
-static void attention(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l)
+static void attention(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l,
+                      const struct hp_fwd_keep *kp)
 {
     const struct hp_model_info *in = &m->info;
     const struct hp_layer *L = &m->layers[l];
@@ -213,6 +214,8 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
               H = in->n_heads, KV = in->n_kv_heads, dh = in->d_head;
     const int qd = H * dh, kvd = KV * dh, per_kv = H / KV;
     const bool mean = a->var->ablation != HP_ABLATE_ZERO;
+    /* queries, keys and values: where the reverse pass will read them, when it keeps them */
+    float *const qs = kp ? kp->q : w->q, *const ks = kp ? kp->k : w->k, *const vs = kp ? kp->v : w->v;
 
     /* live[v * H + h]: head h computed in block v; any_*: in some block. A
      * head the checkpoint lacks (pruned) is never live and never projected. */
@@ -242,9 +245,9 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
             continue;
         const size_t ws = (size_t)L->q_slot[s] * dh;
         hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wq.p + ws * L->wq.cs, L->wq.rs, L->wq.cs, 0.0f,
-                w->q + s * dh, qd, 1);
+                qs + s * dh, qd, 1);
         if (L->bq)
-            hp_op_add_bias(w->q + s * dh, N, (e - s) * dh, qd, L->bq + ws);
+            hp_op_add_bias(qs + s * dh, N, (e - s) * dh, qd, L->bq + ws);
     }
     for (int s = 0, e; s < KV; s = e) {
         e = run_end(kv_live, KV, s);
@@ -252,13 +255,13 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
             continue;
         const size_t ws = (size_t)L->kv_slot[s] * dh;
         hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wk.p + ws * L->wk.cs, L->wk.rs, L->wk.cs, 0.0f,
-                w->k + s * dh, kvd, 1);
+                ks + s * dh, kvd, 1);
         hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wv.p + ws * L->wv.cs, L->wv.rs, L->wv.cs, 0.0f,
-                w->v + s * dh, kvd, 1);
+                vs + s * dh, kvd, 1);
         if (L->bk)
-            hp_op_add_bias(w->k + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
+            hp_op_add_bias(ks + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
         if (L->bv)
-            hp_op_add_bias(w->v + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
+            hp_op_add_bias(vs + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
     }
 
     float scale = 1.0f / sqrtf((float)dh);
@@ -266,7 +269,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         scale /= (float)(l + 1);
     for (int kv = 0; kv < KV; kv++)
         if (in->arch == HP_ARCH_LLAMA && kv_live[kv])
-            hp_op_rope(w->k + kv * dh, N, T, kvd, dh, w->rope);
+            hp_op_rope(ks + kv * dh, N, T, kvd, dh, w->rope);
 
     for (int h = 0; h < H; h++) {
         if (!any_live[h] && in_proj[h])
@@ -274,7 +277,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         else if (L->q_slot[h] < 0) /* pruned: zero, as kept for resuming */
             fill_dead(w->ctx, qd, dh, 0, N, T, a, l, h, false);
         if (any_live[h] && in->arch == HP_ARCH_LLAMA)
-            hp_op_rope(w->q + h * dh, N, T, qd, dh, w->rope);
+            hp_op_rope(qs + h * dh, N, T, qd, dh, w->rope);
     }
     /* (head, sequence) pairs side by side, each product on one thread: one
      * pair's products are too small to split well */
@@ -295,11 +298,13 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         float *att = w->att + (size_t)thread_num() * T * T;
         const uint8_t *km = a->in->attn_mask ? a->in->attn_mask + (size_t)(b % S) * T : NULL;
         /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T): K read transposed through strides */
-        hp_gemm1(T, T, dh, scale, w->q + r0 * qd + h * dh, qd, 1, w->k + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
+        hp_gemm1(T, T, dh, scale, qs + r0 * qd + h * dh, qd, 1, ks + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
         hp_op_softmax_rows(att, T, in->causal, km);
         /* out (T, dh) = P (T, T) v_kv (T, dh) */
-        hp_gemm1(T, dh, T, 1.0f, att, T, 1, w->v + r0 * kvd + kv * dh, kvd, 1, 0.0f, w->ctx + r0 * qd + h * dh, qd, 1);
+        hp_gemm1(T, dh, T, 1.0f, att, T, 1, vs + r0 * kvd + kv * dh, kvd, 1, 0.0f, w->ctx + r0 * qd + h * dh, qd, 1);
     }
+    if (kp)
+        memcpy(kp->a, w->ctx, (size_t)N * qd * sizeof(float));
     for (int h = 0; h < H; h++) {
         float *out = w->ctx + h * dh;
         if (!any_live[h])
@@ -333,23 +338,25 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
 
 // --- MLP ----------------------------------------------------------------------
 
-/* The MLP block: reads w->h (N, d), writes w->tmp (N, d). */
-static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l)
+/* The MLP block: reads w->h (N, d), writes w->tmp (N, d); kp: NULL, or where the projections are kept. */
+static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l, const struct hp_fwd_keep *kp)
 {
     const struct hp_layer *L = &m->layers[l];
     const int d = m->info.d_model, f = m->info.d_ff;
     size_t n = (size_t)T * f;
-    linear(w->ff, w->h, T, d, f, L->w_up, L->b_up);
+    /* kept, the projections go where the reverse pass reads them and the activation into w->ff */
+    float *const u = kp ? kp->u : w->ff, *const z = kp ? kp->z : w->ff2;
+    linear(u, w->h, T, d, f, L->w_up, L->b_up);
     if (L->w_gate.p)
-        linear(w->ff2, w->h, T, d, f, L->w_gate, NULL);
+        linear(z, w->h, T, d, f, L->w_gate, NULL);
     const bool gated = L->w_gate.p != NULL;
 #pragma omp parallel for schedule(static) if (hp_op_par(n))
     for (int t = 0; t < T; t++) {
         float *row = w->ff + (size_t)t * f;
         if (gated)
-            hp_op_act_span(m->act, row, w->ff2 + (size_t)t * f, row, (size_t)f);
+            hp_op_act_span(m->act, row, z + (size_t)t * f, u + (size_t)t * f, (size_t)f);
         else
-            hp_op_act_span(m->act, row, row, NULL, (size_t)f);
+            hp_op_act_span(m->act, row, u + (size_t)t * f, NULL, (size_t)f);
     }
     linear(w->tmp, w->ff, T, f, d, L->w_down, L->b_down);
 }
@@ -364,32 +371,35 @@ static void norm(const struct hp_model *m, float *y, const float *x, int N, cons
         hp_op_rms_norm(y, x, N, m->info.d_model, wt, m->norm_eps);
 }
 
-/* Layer l's attention: w->x (N, d) in, w->tmp the block's output. */
-static void attention_part(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l, int N)
+/* Layer l's attention: w->x (N, d) in, w->tmp the block's output; kp as attention's. */
+static void attention_part(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l, int N,
+                           const struct hp_fwd_keep *kp)
 {
     const struct hp_layer *L = &m->layers[l];
     if (m->info.arch == HP_ARCH_BERT)
         memcpy(w->h, w->x, (size_t)N * m->info.d_model * sizeof(float));
     else
         norm(m, w->h, w->x, N, L->ln1_w, L->ln1_b);
-    attention(m, w, a, l);
+    attention(m, w, a, l, kp);
 }
 
-/* The rest of layer l once w->tmp holds its attention output: residual, MLP, norms. */
-static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int N)
+/* The rest of layer l once w->tmp holds its attention output: residual, MLP, norms; kp as mlp's. */
+static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int N, const struct hp_fwd_keep *kp)
 {
     const struct hp_layer *L = &m->layers[l];
     const size_t n = (size_t)N * m->info.d_model;
     hp_op_add_into(w->x, w->tmp, n);
+    if (kp)
+        memcpy(kp->xmid, w->x, n * sizeof(float));
     if (m->info.arch == HP_ARCH_BERT) {
         hp_op_layer_norm(w->x, w->x, N, m->info.d_model, L->ln1_w, L->ln1_b, m->norm_eps);
         memcpy(w->h, w->x, n * sizeof(float));
-        mlp(m, w, N, l);
+        mlp(m, w, N, l, kp);
         hp_op_add_into(w->x, w->tmp, n);
         hp_op_layer_norm(w->x, w->x, N, m->info.d_model, L->ln2_w, L->ln2_b, m->norm_eps);
     } else {
         norm(m, w->h, w->x, N, L->ln2_w, L->ln2_b);
-        mlp(m, w, N, l);
+        mlp(m, w, N, l, kp);
         hp_op_add_into(w->x, w->tmp, n);
     }
 }
@@ -477,16 +487,17 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
     const struct hp_fwd_save *sv = a->tap->save;
     float *rs = a->tap->resid;
     for (int l = 0; l < in->n_layers; l++) {
+        const struct hp_fwd_keep *kp = a->tap->keep ? a->tap->keep[l] : NULL;
         if (rs)
             memcpy(rs + (size_t)l * N * d, w->x, (size_t)N * d * sizeof(float));
         if (sv)
             memcpy(sv->x + (size_t)l * N * d, w->x, (size_t)N * d * sizeof(float));
-        attention_part(m, w, a, l, N);
+        attention_part(m, w, a, l, N, kp);
         if (sv) {
             memcpy(sv->attn + (size_t)l * N * d, w->tmp, (size_t)N * d * sizeof(float));
             memcpy(sv->ctx + (size_t)l * N * qd, w->ctx, (size_t)N * qd * sizeof(float));
         }
-        finish_layer(m, w, l, N);
+        finish_layer(m, w, l, N, kp);
     }
     if (rs)
         memcpy(rs + (size_t)in->n_layers * N * d, w->x, (size_t)N * d * sizeof(float));
@@ -535,10 +546,10 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
                         L->wo.p + (size_t)L->q_slot[s] * dh * L->wo.rs, L->wo.rs, L->wo.cs, 1.0f, tmp, d, 1);
         }
     }
-    finish_layer(m, w, l0, N);
+    finish_layer(m, w, l0, N, NULL);
     for (int l = l0 + 1; l < in->n_layers; l++) {
-        attention_part(m, w, a, l, N);
-        finish_layer(m, w, l, N);
+        attention_part(m, w, a, l, N, NULL);
+        finish_layer(m, w, l, N, NULL);
     }
     return finish(m, w, a, N);
 }

@@ -38,6 +38,20 @@ struct hp_fwd_save {
 };
 
 /*
+ * What the reverse pass (backward.c) reads of a layer, kept by the forward so
+ * that it need not make them again; each row-major over the pass's N rows.
+ * Only what the forward computes is written: a head whose gate is 0 has no
+ * query or output here, nor a KV head none of whose query heads is live.
+ */
+struct hp_fwd_keep {
+    float *q;     /* (N, n_heads * d_head) queries (rotated for Llama) */
+    float *k, *v; /* (N, n_kv_heads * d_head) keys (rotated) and values */
+    float *a;     /* (N, n_heads * d_head) the heads' outputs before their gates */
+    float *xmid;  /* (N, d_model) the residual stream after attention (BERT: before its norm) */
+    float *u, *z; /* (N, d_ff) the MLP's up and (gated MLPs) gate projections, before the activation */
+};
+
+/*
  * A pass's arguments come in three parts, so that what a new kind of pass
  * needs (a reverse pass, trained gates, attention-probability taps) is added
  * to the part it belongs to, not beside them:
@@ -80,6 +94,8 @@ struct hp_fwd_taps {
      * after the last (before the final norm): what the reverse pass (backward.c) starts from.
      * hp_fwd_run only (one block); hp_fwd_resume leaves it alone */
     float *resid;
+    /* NULL or (n_layers), each NULL or where layer l's activations are kept (hp_fwd_run only, one block) */
+    const struct hp_fwd_keep *const *keep;
 };
 
 /*

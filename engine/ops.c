@@ -172,6 +172,37 @@ void hp_op_act_span(enum hp_act a, float *y, const float *x, const float *g, siz
     }
 }
 
+void hp_op_act_span_backward(enum hp_act a, float *dx, float *dg, const float *dy, const float *x, const float *g,
+                             size_t n)
+{
+    if (a != HP_ACT_GELU_TANH && a != HP_ACT_SILU) {
+        for (size_t i = 0; i < n; i++) {
+            const double d = dy[i], gi = g ? g[i] : 1.0, xi = x[i];
+            if (dg)
+                dg[i] = (float)(d * hp_op_act(a, (float)xi));
+            dx[i] = (float)(d * gi * hp_op_act_grad(a, (float)xi));
+        }
+        return;
+    }
+    /* both are x sigmoid(s) (see hp_op_act_span): act' = sg + x sg (1 - sg) ds/dx */
+    float e[256];
+    for (size_t i0 = 0; i0 < n; i0 += 256) {
+        size_t k = n - i0 < 256 ? n - i0 : 256;
+        const float *xs = x + i0;
+        for (size_t i = 0; i < k; i++)
+            e[i] = a == HP_ACT_SILU ? -xs[i]
+                                     : -2.0f * (0.79788456080286536f * (xs[i] + 0.044715f * xs[i] * xs[i] * xs[i]));
+        hp_vexpf(e, e, 0.0f, k);
+        for (size_t i = 0; i < k; i++) {
+            const float xi = xs[i], sg = 1.0f / (1.0f + e[i]), d = dy[i0 + i], gi = g ? g[i0 + i] : 1.0f;
+            const float ds = a == HP_ACT_SILU ? 1.0f : 2.0f * 0.79788456080286536f * (1.0f + 3 * 0.044715f * xi * xi);
+            if (dg)
+                dg[i0 + i] = d * xi * sg;
+            dx[i0 + i] = d * gi * (sg + xi * sg * (1.0f - sg) * ds);
+        }
+    }
+}
+
 // --- bias and residual adds -------------------------------------------------
 
 void hp_op_add_bias(float *y, int T, int n, ptrdiff_t rs, const float *b)

@@ -50,6 +50,15 @@ double hp_op_act_grad(enum hp_act a, float x);
  */
 void hp_op_act_span(enum hp_act a, float *y, const float *x, const float *g, size_t n);
 
+/*
+ * The reverse of hp_op_act_span: from dy, the gradient at y, the gradient at
+ * x into dx and (with g; dg may be NULL otherwise) at g into dg. In place:
+ * dx may equal x or dy, dg may equal g. The sigmoid-based activations in
+ * float, with the same exponentials as the forward's.
+ */
+void hp_op_act_span_backward(enum hp_act a, float *dx, float *dg, const float *dy, const float *x, const float *g,
+                             size_t n);
+
 /* y[t * rs + i] += b[i] for T rows of n; nothing when b is NULL. */
 void hp_op_add_bias(float *y, int T, int n, ptrdiff_t rs, const float *b);
 

@@ -26,12 +26,6 @@
 #include "vmath_int.h"
 
 #define HP_REUSE_ROWS 2048
-#define HP_VOCAB_BLOCK 2048
-
-static int vocab_block(int V)
-{
-    return V < HP_VOCAB_BLOCK ? V : HP_VOCAB_BLOCK;
-}
 
 /* Running reduction of one scored row over vocabulary blocks. */
 struct lmrow {
@@ -56,7 +50,7 @@ struct hp_reuse {
     float *base_h;           /* (batch * T, d) unmasked final rows (encoders) */
     float *cls_base, *cls_z; /* (batch, n_labels), (max_blocks * batch, n_labels): classifier logits */
     float *hc;               /* (max_blocks * batch * T, d) gathered rows */
-    float *lg;               /* (max_blocks * batch * T, vocab_block(V)) one logits block */
+    float *lg;               /* (max_blocks * batch * T, hp_eval_vocab_block(V)) one logits block */
     struct lmrow *st;        /* (max_blocks * batch * T) */
 };
 
@@ -102,7 +96,7 @@ static struct hp_reuse *reuse_new(const struct hp_evaluator *ev)
         ru->sc_y = malloc(R * sizeof(int32_t));
         ru->pb = malloc(R * (size_t)in->n_vocab * sizeof(float));
         ru->b_c = malloc(5 * R * sizeof(double));
-        ru->lg = malloc(rows * (size_t)vocab_block(in->n_vocab) * sizeof(float));
+        ru->lg = malloc(rows * (size_t)hp_eval_vocab_block(in->n_vocab) * sizeof(float));
         ru->st = malloc(rows * sizeof(struct lmrow));
     } else {
         ru->base_h = malloc(R * d * sizeof(float));
@@ -126,20 +120,7 @@ static struct hp_reuse *reuse_new(const struct hp_evaluator *ev)
     return ru;
 }
 
-/* Sum and dot product in double over 8 fixed lanes: vectorisable, and the
- * same order of additions whatever the threads or the buffer's alignment. */
-static double sum_d(const float *x, size_t n)
-{
-    double acc[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            acc[j] += x[i + j];
-    for (; i < n; i++)
-        acc[i % 8] += x[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
+/* Dot product in double over 8 fixed lanes, as hp_vsum_d's sum. */
 static double dot_d(const float *x, const float *y, size_t n)
 {
     double acc[8] = {0};
@@ -162,7 +143,7 @@ static void lm_rows(const struct hp_evaluator *ev, struct hp_reuse *ru, int n, b
 {
     const struct hp_model *m = ev->m;
     const int V = m->info.n_vocab, n_sc = ru->n_sc;
-    const int VB = vocab_block(V);
+    const int VB = hp_eval_vocab_block(V);
     for (int v0 = 0; v0 < V; v0 += VB) {
         const int nb = V - v0 < VB ? V - v0 : VB;
         hp_fwd_logits(m, ru->hc, n, v0, nb, ru->lg, VB);
@@ -194,7 +175,7 @@ static void lm_rows(const struct hp_evaluator *ev, struct hp_reuse *ru, int n, b
             if (kl)
                 r->dp += dot_d(pj, z, (size_t)nb);
             hp_vexpf(z, z, r->m, (size_t)nb);
-            r->s += sum_d(z, (size_t)nb);
+            r->s += hp_vsum_d(z, (size_t)nb);
         }
     }
 }
@@ -228,7 +209,7 @@ static void reuse_base(struct hp_evaluator *ev, struct hp_reuse *ru, int s0, int
 {
     if (ru->saved_s0 == s0)
         return;
-    const int T = ev->d->seq_len, R = nb * T, V = ev->m->info.n_vocab, VB = vocab_block(V);
+    const int T = ev->d->seq_len, R = nb * T, V = ev->m->info.n_vocab, VB = hp_eval_vocab_block(V);
     struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
     struct hp_fwd_taps tp = {.save = &ru->save};
     const float *h = hp_fwd_run(ev->m, ru->fwd, &fi, NULL, &tp);
@@ -257,7 +238,7 @@ static void reuse_base(struct hp_evaluator *ev, struct hp_reuse *ru, int s0, int
             int nbk = V - v0 < VB ? V - v0 : VB;
             hp_vexpf(tmp, p + v0, r->m, (size_t)nbk);
             c += dot_d(tmp, p + v0, (size_t)nbk);
-            sp += sum_d(tmp, (size_t)nbk);
+            sp += hp_vsum_d(tmp, (size_t)nbk);
             memcpy(p + v0, tmp, (size_t)nbk * sizeof(float));
         }
         /* the log-sum-exp from the same stored q, so a variant equal to the unmasked model has KL 0 */

@@ -9,4 +9,22 @@
 /* y[i] = expf(x[i] - shift) for i < n; x finite. y may equal x. */
 void hp_vexpf(float *y, const float *x, float shift, size_t n);
 
+/*
+ * The sum of x (n) in double over 8 fixed lanes: vectorisable, and the same
+ * order of additions whatever the threads or the buffer's alignment. Inline,
+ * so it is compiled with its caller's flags, never vmath.c's -ffast-math
+ * (which would let the compiler reorder the additions).
+ */
+static inline double hp_vsum_d(const float *x, size_t n)
+{
+    double acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += x[i + j];
+    for (; i < n; i++)
+        acc[i % 8] += x[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 #endif

@@ -14,6 +14,9 @@
  * sequence (seq_grad in grad.json), and Michel's importance (hp_importance) of
  * query heads and KV groups, both normalisations, against the same sums worked
  * here directly from torch's shares.
+ * The reverse pass reads the activations the forward kept, or makes them
+ * again from each layer's input when its memory budget does not hold them:
+ * the two (and a mix) give the same gradients, a second code path each.
  * And the refusals: an encoder without a loss.
  */
 #define _DEFAULT_SOURCE /* mkdtemp, in testutil.h */
@@ -26,6 +29,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backward_int.h"
+#include "eval_int.h"
 #include "headprune.h"
 #include "testutil.h"
 
@@ -306,6 +311,58 @@ Test(grad, mean_ablation_matches_finite_differences_at_live_heads)
 {
     float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 1, 1, 1, 0, 1};
     check_fd("gpt2-tiny", "data.npy", g, HP_ABLATE_MEAN);
+}
+
+/*
+ * The gradients (and estimates, and loss) of name at gates under abl with
+ * every layer's activations kept by the forward (the default budget), with
+ * none (every layer made again from its input) and with only the last
+ * layer's: equal up to float rounding (the same operations in the same order
+ * but for where some products' rows start).
+ */
+static void check_kept(const char *name, const char *data, const float *gates, enum hp_ablation abl)
+{
+    struct fix f;
+    fix_open(&f, name, data);
+    const int HH = f.in->n_layers * f.in->n_heads;
+    struct hp_mask *mk = mask_of(&f, gates);
+    const size_t budget[3] = {HP_BWD_KEEP_BYTES, 0, hp_bwd_layer_bytes(f.m, f.d->seq_len, f.ev->batch)};
+    double g[3][HH], a[3][HH], loss[3], gmax = 0;
+    struct hp_error err = {0};
+    for (int k = 0; k < 3; k++) {
+        f.ev->grad_keep_bytes = budget[k];
+        cr_assert_eq(hp_evaluator_grad(f.ev, mk, abl, g[k], a[k], &loss[k], &err), HP_OK, "%s", err.msg);
+    }
+    for (int i = 0; i < HH; i++)
+        gmax = fmax(gmax, fmax(fabs(g[0][i]), fabs(a[0][i])));
+    int bad = 0;
+    for (int k = 1; k < 3; k++) {
+        cr_expect(fabs(loss[k] - loss[0]) <= 1e-6 * fabs(loss[0]), "%s: loss %.9g kept, %.9g with budget %zu", name,
+                  loss[0], loss[k], budget[k]);
+        for (int i = 0; i < HH; i++)
+            if ((fabs(g[k][i] - g[0][i]) > 1e-6 * gmax || fabs(a[k][i] - a[0][i]) > 1e-6 * gmax) && bad++ < 5)
+                cr_log_error("%s: head %d.%d: grad %.9g, atp %.9g kept; %.9g, %.9g with budget %zu", name,
+                             i / f.in->n_heads, i % f.in->n_heads, g[0][i], a[0][i], g[k][i], a[k][i], budget[k]);
+    }
+    cr_expect_eq(bad, 0, "%s (%s): %d gradients depend on what the forward kept", name, hp_ablation_name(abl), bad);
+    hp_mask_free(mk);
+    fix_close(&f);
+}
+
+Test(grad, kept_and_made_again_activations_agree)
+{
+    float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1}, gb[8] = {1, 0, 1, 0.5f, 1, 1, 0.25f, 1};
+    check_kept("gpt2-tiny", "data.npy", NULL, HP_ABLATE_ZERO);
+    check_kept("gpt2-tiny", "data.npy", g, HP_ABLATE_ZERO);
+    check_kept("gpt2-tiny", "data.npy", g, HP_ABLATE_MEAN);
+    check_kept("llama-gqa", "data.npy", g, HP_ABLATE_ZERO);
+    /* a KV group all of whose query heads are at 0: the forward computes neither them nor it */
+    float gk[12] = {0, 0, 1, 1, 1, 1, 0, 0, 1, 0.5f, 1, 1};
+    check_kept("llama-gqa", "data.npy", gk, HP_ABLATE_ZERO);
+    check_kept("llama-gqa", "data.npy", gk, HP_ABLATE_MEAN);
+    check_kept("qwen2-bias", "data.npy", NULL, HP_ABLATE_ZERO);
+    check_kept("bert-mlm", "data.jsonl", gb, HP_ABLATE_ZERO);
+    check_kept("bert-cls", "data.jsonl", NULL, HP_ABLATE_MEAN);
 }
 
 /*
