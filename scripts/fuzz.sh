@@ -97,7 +97,9 @@ check_name() {
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-common=(-rss_limit_mb=2048 -timeout=10 -malloc_limit_mb=2048)
+# HP_FUZZ_SEED: libFuzzer's -seed (default 0: a random seed each run). scripts/test.sh, which CI
+# runs, fixes it, so the mutations CI tries are the ones a run here tried.
+common=(-rss_limit_mb=2048 -timeout=10 -malloc_limit_mb=2048 -seed="${HP_FUZZ_SEED:-0}")
 
 run() {
     local secs=${1:-}
