@@ -31,6 +31,7 @@
 
 #include "blas_int.h"
 #include "ops_int.h"
+#include "util_int.h"
 
 struct hp_bwd {
     int cap_t, cap_b, cap_threads;
@@ -54,23 +55,6 @@ struct hp_bwd {
     float *kbuf;
 };
 
-static int max_threads(void)
-{
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
-static int thread_num(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 /*
  * One layer's activations for N rows: with base, a's fields pointed at their
@@ -103,7 +87,7 @@ struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_by
     const bool gated = m->layers[0].w_gate.p != NULL;
     size_t t = (size_t)T * B, d = (size_t)in->d_model, qd = (size_t)in->n_heads * in->d_head,
            kvd = (size_t)in->n_kv_heads * in->d_head, f = (size_t)in->d_ff;
-    int nth = max_threads();
+    int nth = hp_max_threads();
     size_t n_x = t * d, n_q = t * qd, n_kv = t * kvd, n_att = (size_t)nth * 2 * T * T, n_ff = t * f,
            n_rope = (size_t)T * in->d_head;
     const size_t n_act = hp_bwd_layer_bytes(m, T, B) / sizeof(float); /* one layer's */
@@ -285,14 +269,14 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
     }
     const float scale = attn_scale(m, l);
     const int n_pairs = H * S;
-    const int nth = max_threads() < w->cap_threads ? max_threads() : w->cap_threads;
+    const int nth = hp_max_threads() < w->cap_threads ? hp_max_threads() : w->cap_threads;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (n_pairs > 1 && nth > 1)
     for (int p = 0; p < n_pairs; p++) {
         const int h = p / S, b = p % S;
         if (!want[h])
             continue;
         const size_t r0 = (size_t)b * T;
-        float *att = w->att + (size_t)thread_num() * 2 * T * T;
+        float *att = w->att + (size_t)hp_thread_num() * 2 * T * T;
         probs(m, w, a, att, r0, h, h / per_kv, scale, a->in->attn_mask ? a->in->attn_mask + r0 : NULL);
         hp_gemm1(T, dh, T, 1.0f, att, T, 1, w->act.v + r0 * kvd + (h / per_kv) * dh, kvd, 1, 0.0f,
                  w->act.a + r0 * qd + h * dh, qd, 1);
@@ -392,14 +376,14 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
     /* per (KV head, sequence): the query heads sharing it, one after another, since they add into its dk, dv */
     const float scale = attn_scale(m, l);
     const int n_pairs = KV * S;
-    const int nth = max_threads() < w->cap_threads ? max_threads() : w->cap_threads;
+    const int nth = hp_max_threads() < w->cap_threads ? hp_max_threads() : w->cap_threads;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (n_pairs > 1 && nth > 1)
     for (int p = 0; p < n_pairs; p++) {
         const int kv = p / S, b = p % S;
         if (!hs->kv_live[kv])
             continue;
         const size_t r0 = (size_t)b * T;
-        float *att = w->att + (size_t)thread_num() * 2 * T * T, *datt = att + (size_t)T * T;
+        float *att = w->att + (size_t)hp_thread_num() * 2 * T * T, *datt = att + (size_t)T * T;
         const uint8_t *km = a->in->attn_mask ? a->in->attn_mask + r0 : NULL;
         float *dk = w->dk + r0 * kvd + kv * dh, *dv = w->dv + r0 * kvd + kv * dh;
         const float *k = w->act.k + r0 * kvd + kv * dh, *v = w->act.v + r0 * kvd + kv * dh;

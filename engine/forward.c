@@ -45,23 +45,6 @@ struct hp_fwd {
     float *buf;  /* the one allocation behind all of the above */
 };
 
-static int max_threads(void)
-{
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
-static int thread_num(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 int hp_fwd_out_width(const struct hp_model *m)
 {
@@ -73,7 +56,7 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
     const struct hp_model_info *in = &m->info;
     size_t t = (size_t)T * B, d = (size_t)in->d_model, qd = (size_t)in->n_heads * in->d_head,
            kvd = (size_t)in->n_kv_heads * in->d_head, f = (size_t)in->d_ff;
-    int nth = max_threads();
+    int nth = hp_max_threads();
     size_t n_x = t * d, n_q = t * qd, n_kv = t * kvd, n_att = (size_t)nth * T * T, n_ff = t * f,
            n_rope = (size_t)T * in->d_head;
     size_t total = 3 * n_x + 2 * n_q + 2 * n_kv + n_att + 2 * n_ff + n_rope;
@@ -283,7 +266,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
      * pair's products are too small to split well */
     const int n_pairs = H * NB * S;
     /* as many threads as are set now, at most as many as have buffers */
-    const int nth = max_threads() < w->cap_threads ? max_threads() : w->cap_threads;
+    const int nth = hp_max_threads() < w->cap_threads ? hp_max_threads() : w->cap_threads;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (n_pairs > 1 && nth > 1)
     for (int p = 0; p < n_pairs; p++) {
         const int h = p / (NB * S), b = p % (NB * S), v = b / S, kv = h / per_kv;
@@ -295,7 +278,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
             continue;
         }
         const size_t r0 = (size_t)b * T;
-        float *att = w->att + (size_t)thread_num() * T * T;
+        float *att = w->att + (size_t)hp_thread_num() * T * T;
         const uint8_t *km = a->in->attn_mask ? a->in->attn_mask + (size_t)(b % S) * T : NULL;
         /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T): K read transposed through strides */
         hp_gemm1(T, T, dh, scale, qs + r0 * qd + h * dh, qd, 1, ks + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);

@@ -149,6 +149,13 @@ double hp_op_act_grad(enum hp_act a, float x)
     return 1.0;
 }
 
+/* gelu_new and SiLU are both x sigmoid(s): s = 2 sqrt(2/pi) (x + 0.044715 x^3) for gelu_new (0.5 x (1 + tanh(u))
+ * with s = 2u), s = x for SiLU */
+static inline float sigmoid_arg(enum hp_act a, float x)
+{
+    return a == HP_ACT_SILU ? x : 2.0f * (0.79788456080286536f * (x + 0.044715f * x * x * x));
+}
+
 void hp_op_act_span(enum hp_act a, float *y, const float *x, const float *g, size_t n)
 {
     if (a != HP_ACT_GELU_TANH && a != HP_ACT_SILU) {
@@ -160,10 +167,8 @@ void hp_op_act_span(enum hp_act a, float *y, const float *x, const float *g, siz
     for (size_t i0 = 0; i0 < n; i0 += 256) {
         size_t k = n - i0 < 256 ? n - i0 : 256;
         const float *xs = x + i0;
-        /* x sigmoid(s) with s = 2u for gelu_new (0.5 x (1 + tanh(u))), s = x for SiLU */
         for (size_t i = 0; i < k; i++)
-            e[i] = a == HP_ACT_SILU ? -xs[i]
-                                     : -2.0f * (0.79788456080286536f * (xs[i] + 0.044715f * xs[i] * xs[i] * xs[i]));
+            e[i] = -sigmoid_arg(a, xs[i]);
         hp_vexpf(e, e, 0.0f, k);
         for (size_t i = 0; i < k; i++) {
             float v = xs[i] / (1.0f + e[i]);
@@ -190,8 +195,7 @@ void hp_op_act_span_backward(enum hp_act a, float *dx, float *dg, const float *d
         size_t k = n - i0 < 256 ? n - i0 : 256;
         const float *xs = x + i0;
         for (size_t i = 0; i < k; i++)
-            e[i] = a == HP_ACT_SILU ? -xs[i]
-                                     : -2.0f * (0.79788456080286536f * (xs[i] + 0.044715f * xs[i] * xs[i] * xs[i]));
+            e[i] = -sigmoid_arg(a, xs[i]);
         hp_vexpf(e, e, 0.0f, k);
         for (size_t i = 0; i < k; i++) {
             const float xi = xs[i], sg = 1.0f / (1.0f + e[i]), d = dy[i0 + i], gi = g ? g[i0 + i] : 1.0f;

@@ -455,6 +455,27 @@ static int by_score(const void *a, const void *b)
 }
 
 /*
+ * One step's pruning: the want lowest-scored candidates cand (nc), in score order, skipping a
+ * layer's last unit under keep_one_per_layer, ablated in base and marked in pruned. Returns how many.
+ */
+static int prune_best(const struct ctx *c, const struct hp_study *s, struct hp_mask *base, const struct unit *units,
+                      struct scored *cand, int nc, bool *pruned, int *left_in_layer, int want)
+{
+    hp_qsort(cand, (size_t)nc, sizeof *cand, by_score);
+    int n = 0;
+    for (int i = 0; i < nc && n < want; i++) {
+        struct unit u = units[cand[i].idx];
+        if (s->keep_one_per_layer && left_in_layer[u.layer] <= 1)
+            continue;
+        pruned[cand[i].idx] = true;
+        left_in_layer[u.layer]--;
+        ablate_unit(c, s, base, u);
+        n++;
+    }
+    return n;
+}
+
+/*
  * Michel et al.'s pruning curve: score every remaining unit by the damage of
  * ablating it on top of those already pruned (rank: exact), or by its
  * importance recomputed at the current mask from one gradient (rank:
@@ -530,17 +551,7 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
                                      hp_normalize_name(s->normalize), gb.key, rows, nc, err);
             if (st != HP_OK || nc == 0)
                 break;
-            hp_qsort(cand, (size_t)nc, sizeof *cand, by_score);
-            for (int i = 0; i < nc && want > 0; i++) {
-                struct unit u = units[cand[i].idx];
-                if (s->keep_one_per_layer && left_in_layer[u.layer] <= 1)
-                    continue;
-                pruned[cand[i].idx] = true;
-                left_in_layer[u.layer]--;
-                ablate_unit(c, s, base, u);
-                n_pruned++;
-                want--;
-            }
+            n_pruned += prune_best(c, s, base, units, cand, nc, pruned, left_in_layer, want);
             continue;
         }
         /* score the candidates, together */
@@ -575,17 +586,7 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
         }
         if (st != HP_OK || stopping(c) || nc == 0)
             break;
-        hp_qsort(cand, (size_t)nc, sizeof *cand, by_score);
-        for (int i = 0; i < nc && want > 0; i++) {
-            struct unit u = units[cand[i].idx];
-            if (s->keep_one_per_layer && left_in_layer[u.layer] <= 1)
-                continue;
-            pruned[cand[i].idx] = true;
-            left_in_layer[u.layer]--;
-            ablate_unit(c, s, base, u);
-            n_pruned++;
-            want--;
-        }
+        n_pruned += prune_best(c, s, base, units, cand, nc, pruned, left_in_layer, want);
     }
     free(units), free(pruned), free(cand), free(left_in_layer), hp_mask_free(base);
     free(cjobs), free(cords), free(cres);

@@ -3,6 +3,9 @@
 #define HP_UTIL_INT_H
 
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "headprune.h"
 
@@ -33,6 +36,25 @@ static inline void hp_qsort(void *base, size_t n, size_t size, int (*cmp)(const 
 {
     if (n > 1)
         qsort(base, n, size, cmp);
+}
+
+/* OpenMP's thread count and this thread's number, 1 and 0 in a build without OpenMP. */
+static inline int hp_max_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static inline int hp_thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
 }
 
 #endif
