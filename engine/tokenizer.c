@@ -1449,7 +1449,9 @@ static enum hp_status load_added(struct hp_tokenizer *t, const cJSON *list, stru
     {
         const char *s = jstr(a, "content");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
-        if (!s || !cJSON_IsNumber(id) || !note_id(t, (int64_t)id->valuedouble))
+        /* range first: converting a double outside int64_t's range is undefined */
+        if (!s || !cJSON_IsNumber(id) || !(id->valuedouble >= 0 && id->valuedouble < 2147483647.0) ||
+            !note_id(t, (int64_t)id->valuedouble))
             return hp_fail(err, HP_ERR_FORMAT, "%s: an added token without content or a valid id", t->path);
         if (!*s)
             continue;
