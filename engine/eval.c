@@ -371,8 +371,7 @@ enum hp_status hp_evaluator_set_means(struct hp_evaluator *ev, const struct hp_m
     return HP_OK;
 }
 
-/* log-sum-exp of a row, in double */
-static double row_lse(const float *z, int V)
+double hp_eval_row_lse(const float *z, int V)
 {
     float mx = z[0];
     for (int i = 1; i < V; i++)
@@ -412,7 +411,7 @@ static const float *baseline_output(struct hp_evaluator *ev, int s, int nb, cons
             for (int i = 0; i < d->n_seqs; i += ev->batch)
                 run_chunk(ev, i, hp_eval_chunk_len(ev, i), NULL, HP_ABLATE_ZERO, all + per * i, NULL);
             for (size_t r = 0; l && r < rows; r++)
-                l[r] = row_lse(all + r * ev->width, ev->width);
+                l[r] = hp_eval_row_lse(all + r * ev->width, ev->width);
             ev->base_all = all;
             ev->base_lse = l;
         } else {
@@ -449,36 +448,58 @@ bool hp_eval_target_at(const struct hp_data *d, bool causal, int s, int t, int32
     return *target != -100;
 }
 
+int hp_eval_find_scored(const struct hp_evaluator *ev, int s0, int nb, int *row, int32_t *y)
+{
+    const int T = ev->d->seq_len;
+    int n = 0;
+    for (int b = 0; b < nb; b++)
+        for (int t = 0; t < T; t++)
+            if (hp_eval_target_at(ev->d, ev->m->info.causal, s0 + b, t, &y[n]))
+                row[n++] = b * T + t;
+    return n;
+}
+
 /*
- * Cosine between the sentence embeddings of sequence s from outputs a and b
- * (seq_len, D), pooled over its real tokens as the model declares: mean
- * (sentence-transformers' default), the first token, or the maximum.
+ * Dimension i of sequence s's sentence embedding from outputs a (seq_len, D),
+ * pooled over its real tokens as the model declares: mean
+ * (sentence-transformers' default), the first token, or the maximum. *row
+ * (may be NULL) gets the row the value came from (the first real row for
+ * CLS, the first row holding the maximum; -1 for mean or no real token).
  */
+double hp_eval_pool_dim(const struct hp_data *d, enum hp_pooling mode, int s, const float *a, int D, int i, int *row)
+{
+    const size_t base = (size_t)s * d->seq_len;
+    double p = 0;
+    int n = 0, at = -1;
+    for (int t = 0; t < d->seq_len; t++)
+        if (!d->attn_mask || d->attn_mask[base + t]) {
+            double x = a[(size_t)t * D + i];
+            if (mode == HP_POOL_MAX) {
+                if (!n || x > p)
+                    at = t;
+                p = n ? fmax(p, x) : x;
+            } else {
+                p += x;
+            }
+            n++;
+            if (mode == HP_POOL_CLS) {
+                at = t;
+                break;
+            }
+        }
+    if (n && mode == HP_POOL_MEAN)
+        p /= n;
+    if (row)
+        *row = mode == HP_POOL_MEAN ? -1 : at;
+    return p;
+}
+
+/* Cosine between the sentence embeddings (hp_eval_pool_dim) of sequence s from outputs a and b (seq_len, D). */
 double hp_eval_pooled_cos(const struct hp_data *d, enum hp_pooling mode, int s, const float *a, const float *b, int D)
 {
-    size_t row = (size_t)s * d->seq_len;
     double dot = 0, na = 0, nb = 0;
     for (int i = 0; i < D; i++) {
-        double pa = 0, pb = 0;
-        int n = 0;
-        for (int t = 0; t < d->seq_len; t++)
-            if (!d->attn_mask || d->attn_mask[row + t]) {
-                double x = a[(size_t)t * D + i], y = b[(size_t)t * D + i];
-                if (mode == HP_POOL_MAX) {
-                    pa = n ? fmax(pa, x) : x;
-                    pb = n ? fmax(pb, y) : y;
-                } else {
-                    pa += x;
-                    pb += y;
-                }
-                n++;
-                if (mode == HP_POOL_CLS)
-                    break;
-            }
-        if (n && mode == HP_POOL_MEAN) {
-            pa /= n;
-            pb /= n;
-        }
+        const double pa = hp_eval_pool_dim(d, mode, s, a, D, i, NULL), pb = hp_eval_pool_dim(d, mode, s, b, D, i, NULL);
         dot += pa * pb;
         na += pa * pa;
         nb += pb * pb;
@@ -558,12 +579,12 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct hp_
         if (!ok[t])
             continue;
         const float *zm = zm_seq + (size_t)t * W, *zb = zb_seq + (size_t)t * W;
-        double lse_m = row_lse(zm, W);
+        double lse_m = hp_eval_row_lse(zm, W);
         tl[t] = lse_m - zm[y];
         ta[t] = row_argmax(zm, W) == y;
         tk[t] = 0;
         if (scaled) {
-            double lse = lse_b ? lse_b[t] : row_lse(zb, W), kl = 0;
+            double lse = lse_b ? lse_b[t] : hp_eval_row_lse(zb, W), kl = 0;
             for (int v = 0; v < W; v++) {
                 double lb = zb[v] - lse, lm = zm[v] - lse_m;
                 kl += exp(lb) * (lb - lm);
@@ -592,9 +613,9 @@ void hp_eval_score_cls(const struct hp_evaluator *ev, struct hp_metrics *mt, str
                        const float *zm, const float *zb)
 {
     const int C = ev->m->info.n_labels, y = ev->d->seq_labels[s];
-    double lse_m = row_lse(zm, C), kl = 0;
+    double lse_m = hp_eval_row_lse(zm, C), kl = 0;
     if (zb) {
-        double lse_b = row_lse(zb, C);
+        double lse_b = hp_eval_row_lse(zb, C);
         for (int c = 0; c < C; c++) {
             double lb = zb[c] - lse_b, lm = zm[c] - lse_m;
             kl += exp(lb) * (lb - lm);

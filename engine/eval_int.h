@@ -68,8 +68,21 @@ struct hp_fwd_in hp_eval_chunk_in(const struct hp_evaluator *ev, int s, int nb);
  * block, nothing ablated until the caller sets gates (and n_blocks). */
 struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl);
 
+/* The log-sum-exp of a row z (V), in double. */
+double hp_eval_row_lse(const float *z, int V);
+
 /* Whether token position t of sequence s is scored, and against which target (*target). */
 bool hp_eval_target_at(const struct hp_data *d, bool causal, int s, int t, int32_t *target);
+
+/* The scored rows of the chunk of nb sequences at s0 (row = b * seq_len + t),
+ * in order, into row and their targets into y (each room for nb * seq_len);
+ * returns how many. */
+int hp_eval_find_scored(const struct hp_evaluator *ev, int s0, int nb, int *row, int32_t *y);
+
+/* Dimension i of sequence s's sentence embedding from outputs a (seq_len, D),
+ * pooled over its real tokens by mode; *row (may be NULL): the row it came
+ * from (CLS, max), -1 for mean. */
+double hp_eval_pool_dim(const struct hp_data *d, enum hp_pooling mode, int s, const float *a, int D, int i, int *row);
 
 /* Cosine between sequence s's sentence embeddings from outputs a and b
  * (seq_len, D), pooled over its real tokens by mode; NaN when not finite. */

@@ -1,14 +1,17 @@
 /*
- * grad.c -- the gradient of the evaluator's mean loss at every head's gate.
+ * grad.c -- the gradient of the evaluator's mean metric at every head's gate.
  *
- * The evaluator's loss (eval.c: the token-weighted mean cross-entropy of a
- * causal LM over its scored positions, of an MLM over its labelled ones, or
- * a classifier's mean over sequences) differentiated with respect to the
- * gates of a mask, over the whole held-out set: chunk by chunk as the
- * evaluator walks it, a forward that keeps the residual stream (its resid
- * tap), the head fused with the loss's gradient (logits a vocabulary block
- * at a time, never a chunk's rows x n_vocab), then the reverse pass
- * (backward.c). Sums are in double and in chunk order.
+ * The metric (eval.c's): the loss (the token-weighted mean cross-entropy of
+ * a causal LM over its scored positions, of an MLM over its labelled ones, or
+ * a classifier's mean over sequences), the mean KL from the unmasked model
+ * over the same items, or for an encoder without a head 1 - the mean cosine
+ * of its sentence embeddings to the unmasked model's; differentiated with
+ * respect to the gates of a mask, over the whole held-out set: chunk by
+ * chunk as the evaluator walks it, (kl, cos) the unmasked model's pass, a
+ * forward that keeps the residual stream (its resid tap), the head fused
+ * with the metric's gradient (logits a vocabulary block at a time, never a
+ * chunk's rows x n_vocab), then the reverse pass (backward.c). Sums are in
+ * double and in chunk order.
  * Must not: print, exit, or change the evaluator's state beyond its means.
  */
 #include <math.h>
@@ -20,11 +23,11 @@
 #include "util_int.h"
 #include "vmath_int.h"
 
-/* Items the loss averages over: scored tokens, or sequences for a classifier. */
+/* Items the metric averages over: scored tokens, or sequences for a classifier or a cosine. */
 static int64_t scored_items(const struct hp_evaluator *ev)
 {
     const struct hp_data *d = ev->d;
-    if (ev->has_cls)
+    if (ev->has_cls || !ev->has_loss)
         return d->n_seqs;
     int64_t n = 0;
     int32_t y;
@@ -35,56 +38,65 @@ static int64_t scored_items(const struct hp_evaluator *ev)
 }
 
 /*
- * The loss's workspace beside the pass's: the LM head is fused with the
- * loss's gradient, as reuse.c fuses it with the metrics, so that no chunk's
- * logits (rows x n_vocab) are ever held.
+ * The objective's workspace beside the pass's. The LM head is fused with the
+ * gradient, as reuse.c fuses it with the metrics, so that no chunk's logits
+ * (rows x n_vocab) are ever held. Under kl the unmasked model's scored rows
+ * go through the head beside the masked ones (rows n_sc.. of hc, acc, lg,
+ * mx, s), block by block, so its probabilities are never held either.
  */
 struct head_grad {
-    float *dh;     /* (rows, d_model) the gradient at the rows the head reads */
-    float *z;      /* a classifier: (batch, n_labels) its logits, then their gradient */
-    int *sc_row;   /* (rows) an LM's scored rows in the chunk ... */
-    int32_t *sc_y; /* (rows) ... and their targets */
-    float *hc;     /* (rows, d_model) the scored rows, gathered */
-    float *acc;    /* (rows, d_model) sum over the vocabulary of exp(z_v - mx) E_v */
-    float *lg;     /* (rows, hp_eval_vocab_block(n_vocab)) one block of logits, then of exp(z - mx) */
-    float *mx;     /* (rows) running maximum logit */
-    float *zt;     /* (rows) the target's logit */
-    double *s;     /* (rows) sum of exp(z_v - mx) */
-    double *tl;    /* (rows) the row's loss */
-    void *buf;
+    enum hp_metric metric; /* loss, kl, or cos (differentiated as 1 - cos) */
+    int n_sc;              /* an LM's scored rows in the chunk */
+    float *dh;             /* (rows, d_model) the gradient at the rows the head reads */
+    float *z;              /* a classifier: (batch, n_labels) its logits, then their gradient */
+    float *zb;             /* a classifier under kl: (batch, n_labels) the unmasked model's logits */
+    int *sc_row;           /* (rows) an LM's scored rows in the chunk ... */
+    int32_t *sc_y;         /* (rows) ... and their targets */
+    float *hc;             /* (2 rows, d_model) the scored rows gathered: the masked pass's, then (kl) the unmasked's */
+    float *acc;            /* (2 rows, d_model) per row of hc, the sum over the vocabulary of exp(z_v - mx) E_v */
+    float *lg;             /* (2 rows, VB) one block of logits per row of hc, then of exp(z - mx) */
+    float *qb;             /* kl: (rows, VB) one block of the unmasked rows' exp(z - mx) */
+    float *mx;             /* (2 rows) running maximum logit */
+    float *zt;             /* (rows) the target's logit */
+    double *s;             /* (2 rows) sum of exp(z_v - mx) */
+    double *c;             /* kl: (rows) sum of exp(zb_v - mx_b) (zb_v - z_v) */
+    double *tl;            /* (rows) the row's loss, or its KL */
+    double *eb;            /* cos: (batch, d_model) the unmasked model's sentence embeddings */
+    double *em;            /* cos: (d_model) one sequence's masked embedding ... */
+    int *em_row;           /* cos: (d_model) ... and the row each dimension came from */
 };
 
 static void head_grad_free(struct head_grad *hg)
 {
-    free(hg->buf);
+    free(hg->dh), free(hg->z), free(hg->zb), free(hg->sc_row), free(hg->sc_y), free(hg->hc), free(hg->acc);
+    free(hg->lg), free(hg->qb), free(hg->mx), free(hg->zt), free(hg->s), free(hg->c), free(hg->tl), free(hg->eb);
+    free(hg->em), free(hg->em_row);
 }
 
-/* Workspace for chunks of `rows` rows. Destructor: head_grad_free. False on OOM. */
-static bool head_grad_new(const struct hp_evaluator *ev, size_t rows, struct head_grad *hg)
+/* malloc of n items of size bytes, at least one (malloc(0) may be NULL). */
+static void *alloc_items(size_t n, size_t size)
+{
+    return malloc((n ? n : 1) * size);
+}
+
+/* Workspace for chunks of `rows` rows and metric. Destructor: head_grad_free. False on OOM. */
+static bool head_grad_new(const struct hp_evaluator *ev, enum hp_metric metric, size_t rows, struct head_grad *hg)
 {
     const struct hp_model_info *in = &ev->m->info;
-    const size_t d = (size_t)in->d_model, vb = ev->has_cls ? 0 : (size_t)hp_eval_vocab_block(in->n_vocab),
-                 nz = ev->has_cls ? (size_t)ev->batch * in->n_labels : 0, nr = ev->has_cls ? 0 : rows;
-    /* doubles first, then 4-byte items: each part stays aligned */
-    const size_t bytes = 2 * nr * sizeof(double) + (rows * d + nz + 2 * nr * d + nr * vb + 2 * nr) * sizeof(float) +
-                         nr * (sizeof(int) + sizeof(int32_t));
+    const bool lm = ev->has_loss && !ev->has_cls, kl = metric == HP_METRIC_KL, cos = metric == HP_METRIC_COS;
+    const size_t d = (size_t)in->d_model, vb = lm ? (size_t)hp_eval_vocab_block(in->n_vocab) : 0,
+                 nz = ev->has_cls ? (size_t)ev->batch * in->n_labels : 0, nr = lm ? rows : 0,
+                 n2 = kl ? 2 * nr : nr;
     memset(hg, 0, sizeof *hg);
-    if (!(hg->buf = malloc(bytes)))
-        return false;
-    double *pd = hg->buf;
-    hg->s = pd, pd += nr;
-    hg->tl = pd, pd += nr;
-    float *pf = (float *)pd;
-    hg->dh = pf, pf += rows * d;
-    hg->z = pf, pf += nz;
-    hg->hc = pf, pf += nr * d;
-    hg->acc = pf, pf += nr * d;
-    hg->lg = pf, pf += nr * vb;
-    hg->mx = pf, pf += nr;
-    hg->zt = pf, pf += nr;
-    hg->sc_row = (int *)pf;
-    hg->sc_y = (int32_t *)(hg->sc_row + nr);
-    return true;
+    hg->metric = metric;
+#define HG_ALLOC(p, n) ((p) = alloc_items((n), sizeof *(p)))
+    return HG_ALLOC(hg->dh, rows * d) && HG_ALLOC(hg->z, nz) && HG_ALLOC(hg->zb, kl ? nz : 0) &&
+           HG_ALLOC(hg->sc_row, nr) && HG_ALLOC(hg->sc_y, nr) && HG_ALLOC(hg->hc, n2 * d) &&
+           HG_ALLOC(hg->acc, n2 * d) && HG_ALLOC(hg->lg, n2 * vb) && HG_ALLOC(hg->qb, kl ? nr * vb : 0) &&
+           HG_ALLOC(hg->mx, n2) && HG_ALLOC(hg->zt, nr) && HG_ALLOC(hg->s, n2) && HG_ALLOC(hg->c, kl ? nr : 0) &&
+           HG_ALLOC(hg->tl, nr) && HG_ALLOC(hg->eb, cos ? (size_t)ev->batch * d : 0) &&
+           HG_ALLOC(hg->em, cos ? d : 0) && HG_ALLOC(hg->em_row, cos ? d : 0);
+#undef HG_ALLOC
 }
 
 /*
@@ -93,81 +105,126 @@ static bool head_grad_new(const struct hp_evaluator *ev, size_t rows, struct hea
  */
 static double row_xent_backward(float *z, int W, int y, double n)
 {
-    float mx = z[0];
-    for (int i = 1; i < W; i++)
-        if (z[i] > mx)
-            mx = z[i];
-    double s = 0;
-    for (int i = 0; i < W; i++)
-        s += exp((double)z[i] - mx);
-    double lse = mx + log(s), loss = lse - z[y];
+    const double lse = hp_eval_row_lse(z, W), loss = lse - z[y];
     for (int i = 0; i < W; i++)
         z[i] = (float)((exp((double)z[i] - lse) - (i == y)) / n);
     return loss;
 }
 
 /*
- * The LM head and the gradient of the mean loss at its input rows h (nb
- * sequences), into hg->dh; returns the chunk's summed loss. Only scored rows
- * are sent through the head (the others' gradient is 0). The vocabulary goes
- * by in blocks, each row keeping a running maximum mx, the sum s of
- * exp(z - mx) and acc = sum of exp(z_v - mx) E_v, both rescaled when mx
- * grows (the online softmax); at the end the row's gradient is
- * (acc / s - E_y) / n: softmax - onehot, through the head.
+ * One row of logits z (W) against the unmasked model's zb: KL(softmax zb ||
+ * softmax z), and z replaced by the gradient of (KL / n) at it,
+ * softmax z - softmax zb.
  */
-static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, const float *h, int s0, int nb,
-                          double n_items)
+static double row_kl_backward(float *z, const float *zb, int W, double n)
+{
+    const double lse = hp_eval_row_lse(z, W), lse_b = hp_eval_row_lse(zb, W);
+    double kl = 0;
+    for (int i = 0; i < W; i++) {
+        const double lb = zb[i] - lse_b;
+        kl += exp(lb) * (lb - (z[i] - lse));
+        z[i] = (float)((exp(z[i] - lse) - exp(lb)) / n);
+    }
+    return kl;
+}
+
+/*
+ * A row's running maximum over the vocabulary blocks so far, from the block z
+ * (nv): at the first block it starts the sums; on a strictly larger maximum
+ * the sums kept relative to it (s, acc (d), and *c when not NULL) are
+ * rescaled (the online softmax).
+ */
+static void online_max(const float *z, int nv, bool first, float *mx, double *s, float *acc, int d, double *c)
+{
+    float bm = z[0];
+    for (int k = 1; k < nv; k++)
+        if (z[k] > bm)
+            bm = z[k];
+    if (first) {
+        *mx = bm;
+        *s = 0;
+        if (c)
+            *c = 0;
+    } else if (bm > *mx) {
+        const float f = expf(*mx - bm);
+        *s *= f;
+        for (int k = 0; k < d; k++)
+            acc[k] *= f;
+        if (c)
+            *c *= f;
+        *mx = bm;
+    }
+}
+
+/* Gather the chunk's scored rows of h into hc (n_sc, d_model). */
+static void gather_scored(const struct hp_evaluator *ev, const struct head_grad *hg, const float *h, float *hc)
+{
+    const size_t d = (size_t)ev->m->info.d_model;
+    for (int i = 0; i < hg->n_sc; i++)
+        memcpy(hc + (size_t)i * d, h + (size_t)hg->sc_row[i] * d, d * sizeof(float));
+}
+
+/*
+ * The LM head and the gradient of the mean loss (or KL) at its input rows h
+ * (nb sequences), into hg->dh; returns the chunk's summed loss (or KL). Only
+ * scored rows are sent through the head (the others' gradient is 0). The
+ * vocabulary goes by in blocks, each row keeping a running maximum mx, the
+ * sum s of exp(z - mx) and acc = sum of exp(z_v - mx) E_v (online_max). At
+ * the end the row's gradient is, through the head, softmax - onehot:
+ * (acc / s - E_y) / n; under kl softmax - the unmasked model's softmax:
+ * (acc / s - acc_b / s_b) / n, and KL = c / s_b - lse_b + lse.
+ */
+static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, const float *h, double n_items)
 {
     const struct hp_model *m = ev->m;
-    const int T = ev->d->seq_len, R = nb * T, d = m->info.d_model, V = m->info.n_vocab,
-              VB = hp_eval_vocab_block(V);
-    int n = 0;
-    for (int r = 0; r < R; r++) {
-        int32_t y;
-        if (hp_eval_target_at(ev->d, m->info.causal, s0 + r / T, r % T, &y)) {
-            hg->sc_row[n] = r;
-            hg->sc_y[n] = y;
-            memcpy(hg->hc + (size_t)n * d, h + (size_t)r * d, (size_t)d * sizeof(float));
-            n++;
-        }
-    }
-    memset(hg->acc, 0, (size_t)n * d * sizeof(float));
+    const int d = m->info.d_model, V = m->info.n_vocab, VB = hp_eval_vocab_block(V), n = hg->n_sc;
+    const bool kl = hg->metric == HP_METRIC_KL;
+    const int n2 = kl ? 2 * n : n;
+    gather_scored(ev, hg, h, hg->hc);
+    memset(hg->acc, 0, (size_t)n2 * d * sizeof(float));
     for (int v0 = 0; v0 < V; v0 += VB) {
         const int nv = V - v0 < VB ? V - v0 : VB;
-        hp_fwd_logits(m, hg->hc, n, v0, nv, hg->lg, VB);
+        hp_fwd_logits(m, hg->hc, n2, v0, nv, hg->lg, VB);
 #pragma omp parallel for schedule(static) if ((size_t)n * nv >= 65536)
         for (int i = 0; i < n; i++) {
-            float *z = hg->lg + (size_t)i * VB, bm = z[0];
-            for (int k = 1; k < nv; k++)
-                if (z[k] > bm)
-                    bm = z[k];
+            float *z = hg->lg + (size_t)i * VB;
+            if (kl) {
+                /* the unmasked row first: its sums need the masked logits before they become exp */
+                const int j = n + i;
+                float *zb = hg->lg + (size_t)j * VB, *q = hg->qb + (size_t)i * VB;
+                online_max(zb, nv, v0 == 0, &hg->mx[j], &hg->s[j], hg->acc + (size_t)j * d, d, &hg->c[i]);
+                hp_vexpf(q, zb, hg->mx[j], (size_t)nv);
+                hg->s[j] += hp_vsum_d(q, (size_t)nv);
+                hg->c[i] += hp_vdot_d(q, zb, (size_t)nv) - hp_vdot_d(q, z, (size_t)nv);
+                memcpy(zb, q, (size_t)nv * sizeof(float));
+            }
             const int y = hg->sc_y[i];
             if (y >= v0 && y < v0 + nv)
                 hg->zt[i] = z[y - v0];
-            if (v0 == 0) {
-                hg->mx[i] = bm;
-                hg->s[i] = 0;
-            } else if (bm > hg->mx[i]) {
-                const float c = expf(hg->mx[i] - bm);
-                float *ai = hg->acc + (size_t)i * d;
-                hg->s[i] *= c;
-                for (int k = 0; k < d; k++)
-                    ai[k] *= c;
-                hg->mx[i] = bm;
-            }
+            online_max(z, nv, v0 == 0, &hg->mx[i], &hg->s[i], hg->acc + (size_t)i * d, d, NULL);
             hp_vexpf(z, z, hg->mx[i], (size_t)nv);
             hg->s[i] += hp_vsum_d(z, (size_t)nv);
         }
-        hp_bwd_logits(m, hg->lg, n, v0, nv, VB, hg->acc);
+        hp_bwd_logits(m, hg->lg, n2, v0, nv, VB, hg->acc);
     }
-    memset(hg->dh, 0, (size_t)R * d * sizeof(float));
+    memset(hg->dh, 0, (size_t)ev->batch * ev->d->seq_len * d * sizeof(float));
 #pragma omp parallel for schedule(static) if ((size_t)n * d >= 65536)
     for (int i = 0; i < n; i++) {
-        const float *ai = hg->acc + (size_t)i * d, *ey = m->lm_head + (size_t)hg->sc_y[i] * d;
+        const float *ai = hg->acc + (size_t)i * d;
         float *g = hg->dh + (size_t)hg->sc_row[i] * d;
-        for (int k = 0; k < d; k++)
-            g[k] = (float)(((double)ai[k] / hg->s[i] - ey[k]) / n_items);
-        hg->tl[i] = hg->mx[i] + log(hg->s[i]) - hg->zt[i];
+        const double lse = hg->mx[i] + log(hg->s[i]);
+        if (kl) {
+            const int j = n + i;
+            const float *bi = hg->acc + (size_t)j * d;
+            for (int k = 0; k < d; k++)
+                g[k] = (float)(((double)ai[k] / hg->s[i] - (double)bi[k] / hg->s[j]) / n_items);
+            hg->tl[i] = hg->c[i] / hg->s[j] - (hg->mx[j] + log(hg->s[j])) + lse;
+        } else {
+            const float *ey = m->lm_head + (size_t)hg->sc_y[i] * d;
+            for (int k = 0; k < d; k++)
+                g[k] = (float)(((double)ai[k] / hg->s[i] - ey[k]) / n_items);
+            hg->tl[i] = lse - hg->zt[i];
+        }
     }
     double sum = 0;
     for (int i = 0; i < n; i++)
@@ -176,41 +233,126 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
 }
 
 /*
- * The gradient of the mean loss at the rows h (nb sequences) the head reads,
- * into hg->dh; returns the chunk's summed loss.
+ * 1 - the cosine of each sequence's sentence embedding (the final rows h,
+ * pooled as the model declares: hp_eval_pool_dim) to the unmasked model's
+ * (hg->eb), and its gradient over n_items sequences at h, into hg->dh:
+ * d(1 - cos)/de = -(e_b / (|e| |e_b|) - cos e / |e|^2), sent back through the
+ * pooling (a mean spreads it over the real rows; CLS and max hand each
+ * dimension to the row it came from). Returns the chunk's summed 1 - cos.
  */
-static double loss_backward(const struct hp_evaluator *ev, struct head_grad *hg, const float *h, int s0, int nb,
-                            double n_items)
+static double cos_backward(const struct hp_evaluator *ev, struct head_grad *hg, const float *h, int s0, int nb,
+                           double n_items)
 {
-    const struct hp_data *d = ev->d;
-    if (!ev->has_cls)
-        return lm_backward(ev, hg, h, s0, nb, n_items);
-    const int C = ev->width;
-    hp_fwd_classify(ev->m, h, nb, d->seq_len, hg->z);
+    const struct hp_data *dt = ev->d;
+    const enum hp_pooling mode = ev->m->info.pooling;
+    const int T = dt->seq_len, D = ev->m->info.d_model;
+    memset(hg->dh, 0, (size_t)ev->batch * T * D * sizeof(float));
     double sum = 0;
-    for (int j = 0; j < nb; j++)
-        sum += row_xent_backward(hg->z + (size_t)j * C, C, d->seq_labels[s0 + j], n_items);
-    hp_bwd_classify(ev->m, h, hg->z, nb, d->seq_len, hg->dh);
+    for (int j = 0; j < nb; j++) {
+        const float *hj = h + (size_t)j * T * D;
+        const double *eb = hg->eb + (size_t)j * D;
+        double dot = 0, na = 0, nbb = 0;
+        for (int i = 0; i < D; i++) {
+            hg->em[i] = hp_eval_pool_dim(dt, mode, s0 + j, hj, D, i, &hg->em_row[i]);
+            dot += hg->em[i] * eb[i];
+            na += hg->em[i] * hg->em[i];
+            nbb += eb[i] * eb[i];
+        }
+        if (!isfinite(dot) || !isfinite(na) || !isfinite(nbb))
+            return NAN; /* reported by the caller, never a cosine of 0 */
+        const double cs = na > 0 && nbb > 0 ? dot / sqrt(na * nbb) : 0.0;
+        sum += 1 - cs;
+        if (!(na > 0 && nbb > 0))
+            continue;
+        int n_real = 0;
+        for (int t = 0; t < T; t++)
+            n_real += !dt->attn_mask || dt->attn_mask[(size_t)(s0 + j) * T + t];
+        float *gj = hg->dh + (size_t)j * T * D;
+        for (int i = 0; i < D; i++) {
+            const double g = -(eb[i] / sqrt(na * nbb) - cs * hg->em[i] / na) / n_items;
+            if (mode != HP_POOL_MEAN) {
+                if (hg->em_row[i] >= 0)
+                    gj[(size_t)hg->em_row[i] * D + i] = (float)g;
+                continue;
+            }
+            for (int t = 0; t < T; t++)
+                if (!dt->attn_mask || dt->attn_mask[(size_t)(s0 + j) * T + t])
+                    gj[(size_t)t * D + i] = (float)(g / n_real);
+        }
+    }
     return sum;
 }
 
-enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl,
-                                 double *grad, double *atp, double *loss, struct hp_error *err)
+/*
+ * The unmasked model's pass over the chunk (kl, cos), before the masked one
+ * overwrites the workspace: what the objective compares with is kept: an
+ * LM's scored rows (rows n_sc.. of hc), a classifier's logits (zb), or the
+ * sentence embeddings (eb).
+ */
+static void reference_pass(const struct hp_evaluator *ev, struct hp_fwd *fw, const struct hp_fwd_in *fi,
+                           struct head_grad *hg, int s0, int nb)
 {
-    return hp_evaluator_grad_seq(ev, mask, abl, grad, atp, NULL, loss, err);
+    const struct hp_fwd_taps none = {0};
+    const float *h = hp_fwd_run(ev->m, fw, fi, NULL, &none);
+    const int T = ev->d->seq_len, D = ev->m->info.d_model;
+    if (hg->metric == HP_METRIC_COS) {
+        for (int j = 0; j < nb; j++)
+            for (int i = 0; i < D; i++)
+                hg->eb[(size_t)j * D + i] =
+                    hp_eval_pool_dim(ev->d, ev->m->info.pooling, s0 + j, h + (size_t)j * T * D, D, i, NULL);
+    } else if (ev->has_cls) {
+        hp_fwd_classify(ev->m, h, nb, T, hg->zb);
+    } else {
+        gather_scored(ev, hg, h, hg->hc + (size_t)hg->n_sc * D);
+    }
 }
 
-enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl,
-                                     double *grad, double *atp, double *seq_grad, double *loss, struct hp_error *err)
+/*
+ * The gradient of the chunk's objective at the rows h (nb sequences) the
+ * head reads, into hg->dh; returns the chunk's summed loss, KL or 1 - cos.
+ */
+static double objective_backward(const struct hp_evaluator *ev, struct head_grad *hg, const float *h, int s0, int nb,
+                                 double n_items)
+{
+    if (hg->metric == HP_METRIC_COS)
+        return cos_backward(ev, hg, h, s0, nb, n_items);
+    if (!ev->has_cls)
+        return lm_backward(ev, hg, h, n_items);
+    const int C = ev->width;
+    hp_fwd_classify(ev->m, h, nb, ev->d->seq_len, hg->z);
+    double sum = 0;
+    for (int j = 0; j < nb; j++) {
+        float *zj = hg->z + (size_t)j * C;
+        sum += hg->metric == HP_METRIC_KL ? row_kl_backward(zj, hg->zb + (size_t)j * C, C, n_items)
+                                          : row_xent_backward(zj, C, ev->d->seq_labels[s0 + j], n_items);
+    }
+    hp_bwd_classify(ev->m, h, hg->z, nb, ev->d->seq_len, hg->dh);
+    return sum;
+}
+
+enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, enum hp_metric metric, const struct hp_mask *mask,
+                                 enum hp_ablation abl, double *grad, double *atp, double *value, struct hp_error *err)
+{
+    return hp_evaluator_grad_seq(ev, metric, mask, abl, grad, atp, NULL, value, err);
+}
+
+enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric metric, const struct hp_mask *mask,
+                                     enum hp_ablation abl, double *grad, double *atp, double *seq_grad, double *value,
+                                     struct hp_error *err)
 {
     const struct hp_model_info *in = &ev->m->info;
     const struct hp_data *d = ev->d;
-    if (!ev->has_loss)
+    if (metric == HP_METRIC_ACC)
         return hp_fail(err, HP_ERR_UNSUPPORTED,
-                       "%s: %s has no loss on this data (an encoder without a head is measured by cos, whose "
-                       "gradient vanishes at the unmasked model): gradients need a causal LM, an MLM head with "
-                       "labels, or a classifier with labels",
-                       d->path, ev->m->dir);
+                       "acc has no gradient (accuracy is a step function of the gates): use loss or kl");
+    if (!hp_evaluator_has_metric(ev, hp_metric_name(metric)))
+        return hp_fail(err, HP_ERR_UNSUPPORTED,
+                       ev->has_loss ? "%s: %s is a model with a loss on this data; the gradient of %s is for an "
+                                      "encoder without a head (use loss or kl)"
+                                    : "%s: %s has no loss on this data (no labels, or an encoder without a head): "
+                                      "the gradient of %s needs a causal LM, an MLM head with labels or a "
+                                      "classifier; this model's metric is cos",
+                       d->path, ev->m->dir, hp_metric_name(metric));
     if (mask && (mask->n_layers != in->n_layers || mask->n_heads != in->n_heads))
         return hp_fail(err, HP_ERR_ARG, "mask is for %d layers x %d heads but the model has %d x %d", mask->n_layers,
                        mask->n_heads, in->n_layers, in->n_heads);
@@ -232,7 +374,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, const struct hp_ma
     struct hp_bwd *bw = hp_bwd_new(ev->m, T, B, ev->grad_keep_bytes);
     float *resid = malloc((size_t)(L + 1) * rows * in->d_model * sizeof(float));
     struct head_grad hg;
-    const bool hg_ok = head_grad_new(ev, rows, &hg);
+    const bool hg_ok = head_grad_new(ev, metric, rows, &hg);
     enum hp_status st = HP_OK;
     if (!fw || !bw || !resid || !hg_ok) {
         st = hp_fail(err, HP_ERR_NOMEM, "out of memory for a gradient workspace of %d x %d tokens", B, T);
@@ -253,8 +395,12 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, const struct hp_ma
         struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl);
         va.gates = &gate;
         struct hp_fwd_taps tp = {.resid = resid, .keep = hp_bwd_keep(bw)};
+        if (!ev->has_cls && ev->has_loss)
+            hg.n_sc = hp_eval_find_scored(ev, s0, nb, hg.sc_row, hg.sc_y);
+        if (metric != HP_METRIC_LOSS)
+            reference_pass(ev, fw, &fi, &hg, s0, nb);
         const float *h = hp_fwd_run(ev->m, fw, &fi, &va, &tp);
-        sum += loss_backward(ev, &hg, h, s0, nb, (double)n_items);
+        sum += objective_backward(ev, &hg, h, s0, nb, (double)n_items);
         /* the chunk's sequences' shares go straight to their rows of seq_grad */
         const struct hp_bwd_grads g = {grad, atp, seq_grad ? seq_grad + (size_t)s0 * HH : NULL};
         hp_bwd_run(ev->m, bw, &fi, &va, resid, hg.dh, &g);
@@ -269,11 +415,11 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, const struct hp_ma
         finite = isfinite(seq_grad[i]);
     if (!finite)
         st = hp_fail(err, HP_ERR_FORMAT,
-                     "%s: the loss (%g) or its gradient is not finite on %s (check the weights and config.json); "
+                     "%s: the %s (%g) or its gradient is not finite on %s (check the weights and config.json); "
                      "nothing is reported",
-                     ev->m->dir, mean, d->path);
-    else if (loss)
-        *loss = mean;
+                     ev->m->dir, metric == HP_METRIC_COS ? "1 - cos" : hp_metric_name(metric), mean, d->path);
+    else if (value)
+        *value = mean;
 done:
     hp_fwd_free(fw);
     hp_bwd_free(bw);

@@ -120,19 +120,6 @@ static struct hp_reuse *reuse_new(const struct hp_evaluator *ev)
     return ru;
 }
 
-/* Dot product in double over 8 fixed lanes, as hp_vsum_d's sum. */
-static double dot_d(const float *x, const float *y, size_t n)
-{
-    double acc[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            acc[j] += (double)x[i + j] * y[i + j];
-    for (; i < n; i++)
-        acc[i % 8] += (double)x[i] * y[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
 /*
  * The fused LM head over rows hc (n, d): row i is scored row i % n_sc of the
  * chunk. Leaves each row's reduction in ru->st. With keep, the logits are
@@ -173,26 +160,11 @@ static void lm_rows(const struct hp_evaluator *ev, struct hp_reuse *ru, int n, b
             if (y >= v0 && y < v0 + nb)
                 r->zt = z[y - v0];
             if (kl)
-                r->dp += dot_d(pj, z, (size_t)nb);
+                r->dp += hp_vdot_d(pj, z, (size_t)nb);
             hp_vexpf(z, z, r->m, (size_t)nb);
             r->s += hp_vsum_d(z, (size_t)nb);
         }
     }
-}
-
-/* Scored rows of the chunk at s0 (nb sequences) and their targets. */
-static void find_scored(const struct hp_evaluator *ev, struct hp_reuse *ru, int s0, int nb)
-{
-    const int T = ev->d->seq_len;
-    ru->n_sc = 0;
-    for (int b = 0; b < nb; b++)
-        for (int t = 0; t < T; t++) {
-            int32_t y;
-            if (hp_eval_target_at(ev->d, ev->m->info.causal, s0 + b, t, &y)) {
-                ru->sc_row[ru->n_sc] = b * T + t;
-                ru->sc_y[ru->n_sc++] = y;
-            }
-        }
 }
 
 /* Gather the scored rows of n_blocks blocks of R rows of h into ru->hc. */
@@ -222,7 +194,7 @@ static void reuse_base(struct hp_evaluator *ev, struct hp_reuse *ru, int s0, int
         memcpy(ru->base_h, h, (size_t)R * ev->m->info.d_model * sizeof(float));
         return;
     }
-    find_scored(ev, ru, s0, nb);
+    ru->n_sc = hp_eval_find_scored(ev, s0, nb, ru->sc_row, ru->sc_y);
     if (ru->n_sc == 0)
         return;
     gather(ev, ru, h, 1, R);
@@ -237,7 +209,7 @@ static void reuse_base(struct hp_evaluator *ev, struct hp_reuse *ru, int s0, int
         for (int v0 = 0; v0 < V; v0 += VB) {
             int nbk = V - v0 < VB ? V - v0 : VB;
             hp_vexpf(tmp, p + v0, r->m, (size_t)nbk);
-            c += dot_d(tmp, p + v0, (size_t)nbk);
+            c += hp_vdot_d(tmp, p + v0, (size_t)nbk);
             sp += hp_vsum_d(tmp, (size_t)nbk);
             memcpy(p + v0, tmp, (size_t)nbk * sizeof(float));
         }

@@ -345,7 +345,7 @@ static enum hp_status gradient_at(struct ctx *c, const struct hp_mask *mask, str
     } else if (st == HP_OK) {
         adapt_threads(c);
         double t = hp_now();
-        st = hp_evaluator_grad_seq(c->ev, mask, c->plan->ablation, b->g.grad, b->g.atp, b->g.seq_grad, &b->g.loss,
+        st = hp_evaluator_grad_seq(c->ev, HP_METRIC_LOSS, mask, c->plan->ablation, b->g.grad, b->g.atp, b->g.seq_grad, &b->g.loss,
                                    err);
         double secs = hp_now() - t;
         if (st == HP_OK)

@@ -27,4 +27,17 @@ static inline double hp_vsum_d(const float *x, size_t n)
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+/* The dot product of x and y (n) in double, in hp_vsum_d's order of additions. */
+static inline double hp_vdot_d(const float *x, const float *y, size_t n)
+{
+    double acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += (double)x[i + j] * y[i + j];
+    for (; i < n; i++)
+        acc[i % 8] += (double)x[i] * y[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 #endif

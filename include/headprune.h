@@ -461,37 +461,45 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
                                      struct hp_error *err);
 
 /*
- * The gradient of the mean loss (the metric "loss", as hp_evaluator_run
- * computes it: causal LM, MLM over labelled positions, or a classifier's
- * cross-entropy) with respect to every head's gate, at mask's gates (NULL:
- * all 1; fractional gates are allowed) under ablation, over the whole
- * held-out set, chunk by chunk as the evaluator walks it. The gate g_h of a
- * head multiplies its output a_h where the output projection reads it, so
+ * The gradient of the mean metric L with respect to every head's gate, at
+ * mask's gates (NULL: all 1; fractional gates are allowed) under ablation,
+ * over the whole held-out set, chunk by chunk as the evaluator walks it. L
+ * is the metric as hp_evaluator_run computes it, signed as damage (larger =
+ * worse): HP_METRIC_LOSS (causal LM, MLM over labelled positions, or a
+ * classifier's cross-entropy), HP_METRIC_KL (KL(unmasked || masked) over the
+ * same items), or for an encoder without a head HP_METRIC_COS, differentiated
+ * as 1 - cos. KL and 1 - cos are at their minimum, 0, at the unmasked model:
+ * their gradient there is 0 (a first-order estimate says nothing), and means
+ * something only under a mask or fractional gates. The gate g_h of a head
+ * multiplies its output a_h where the output projection reads it, so
  *   grad[l * n_heads + h] = dL/dg_h = sum over tokens of <dL/dctx_h, a_h>
  * (mean-ablated heads at 0, where the forward jumps to the mean m_h: the
  * derivative along m_h + g (a_h - m_h), from the mean back to the head);
- *   atp (may be NULL): the first-order estimate of loss(head h alone
- * ablated) - loss(at mask): <dL/dctx_h, r_h - g_h a_h> with r_h the
- * replacement (zero: -g_h dL/dg_h; mean: the head's mean); 0 for heads at 0.
- *   loss (may be NULL): the mean loss at mask, as hp_evaluator_run gives it.
- * Pruned heads get 0. The arrays are (n_layers, n_heads), row-major. An
- * encoder without a loss (metric cos) is refused: HP_ERR_UNSUPPORTED.
+ *   atp (may be NULL): the first-order estimate of L(head h alone ablated) -
+ * L(at mask): <dL/dctx_h, r_h - g_h a_h> with r_h the replacement (zero:
+ * -g_h dL/dg_h; mean: the head's mean); 0 for heads at 0.
+ *   value (may be NULL): L at mask, as hp_evaluator_run gives it (for cos,
+ * 1 - its cos).
+ * Pruned heads get 0. The arrays are (n_layers, n_heads), row-major. A metric
+ * the model and data do not have (hp_evaluator_has_metric), or acc (a step
+ * function), is refused: HP_ERR_UNSUPPORTED.
  */
-enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation ablation,
-                                 double *grad, double *atp, double *loss, struct hp_error *err);
+enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, enum hp_metric metric, const struct hp_mask *mask,
+                                 enum hp_ablation ablation, double *grad, double *atp, double *value,
+                                 struct hp_error *err);
 
 /*
  * hp_evaluator_grad, and seq_grad (NULL, or (n_seqs, n_layers, n_heads),
  * row-major): each held-out sequence's share of grad, the gradient of its
- * own summed loss divided by what the mean divides by (the scored tokens of
- * the whole set; a classifier's sequences), so the shares add up to grad.
- * Michel et al.'s importance takes |.| of them. The workspace is bounded by
- * the evaluator's chunk, as hp_evaluator_grad's; only seq_grad grows with
- * the data.
+ * own summed metric divided by what the mean divides by (the scored tokens
+ * of the whole set; a classifier's or a cosine's sequences), so the shares
+ * add up to grad. Michel et al.'s importance takes |.| of them. The
+ * workspace is bounded by the evaluator's chunk, as hp_evaluator_grad's;
+ * only seq_grad grows with the data.
  */
-enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, const struct hp_mask *mask,
+enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric metric, const struct hp_mask *mask,
                                      enum hp_ablation ablation, double *grad, double *atp, double *seq_grad,
-                                     double *loss, struct hp_error *err);
+                                     double *value, struct hp_error *err);
 
 /* Mean-ablation statistics: each head's output averaged over the real tokens
  * of the held-out set under the unmasked model. */

@@ -50,7 +50,7 @@ static void fix_open(struct fix *f, const char *name, const char *data)
     const char *root = getenv("HP_FIXTURES");
     cr_assert(root, "HP_FIXTURES not set (run through meson test)");
     char dir[1024], path[1200];
-    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    snprintf(dir, sizeof dir, "%s%s%s", name[0] == '/' ? "" : root, name[0] == '/' ? "" : "/", name);
     snprintf(path, sizeof path, "%s/%s", dir, data);
     struct hp_error err = {0};
     cr_assert_eq(hp_model_open(dir, &f->m, &err), HP_OK, "%s", err.msg);
@@ -66,12 +66,13 @@ static void fix_close(struct fix *f)
     hp_model_close(f->m);
 }
 
-static double loss_at(struct fix *f, const struct hp_mask *mask, enum hp_ablation abl)
+/* The metric as damage, as hp_evaluator_run gives it: loss, KL, or 1 - cos. */
+static double loss_at(struct fix *f, enum hp_metric metric, const struct hp_mask *mask, enum hp_ablation abl)
 {
     struct hp_error err = {0};
     struct hp_metrics *mt;
     cr_assert_eq(hp_evaluator_run(f->ev, mask, abl, &mt, &err), HP_OK, "%s", err.msg);
-    double l = mt->loss;
+    double l = metric == HP_METRIC_KL ? mt->kl : metric == HP_METRIC_COS ? 1 - mt->cos : mt->loss;
     hp_metrics_free(mt);
     return l;
 }
@@ -85,8 +86,9 @@ static struct hp_mask *mask_of(const struct fix *f, const float *gates)
     return mk;
 }
 
-/* The engine's gradients against central differences of its own loss, every head. */
-static void check_fd(const char *name, const char *data, const float *gates, enum hp_ablation abl)
+/* The engine's gradients of metric against central differences of its own metric, every head. */
+static void check_fd_dir(const char *name, const char *data, enum hp_metric metric, const float *gates,
+                         enum hp_ablation abl)
 {
     struct fix f;
     fix_open(&f, name, data);
@@ -94,9 +96,10 @@ static void check_fd(const char *name, const char *data, const float *gates, enu
     struct hp_mask *mk = mask_of(&f, gates);
     double grad[HH], loss;
     struct hp_error err = {0};
-    cr_assert_eq(hp_evaluator_grad(f.ev, mk, abl, grad, NULL, &loss, &err), HP_OK, "%s", err.msg);
-    double l0 = loss_at(&f, mk, abl);
-    cr_expect(fabs(loss - l0) <= 1e-6 * fmax(1, fabs(l0)), "%s: loss %.9g, evaluator %.9g", name, loss, l0);
+    cr_assert_eq(hp_evaluator_grad(f.ev, metric, mk, abl, grad, NULL, &loss, &err), HP_OK, "%s", err.msg);
+    double l0 = loss_at(&f, metric, mk, abl);
+    cr_expect(fabs(loss - l0) <= 1e-6 * fmax(1, fabs(l0)), "%s: %s %.9g, evaluator %.9g", name, hp_metric_name(metric),
+              loss, l0);
     double fd[HH], gmax = 0, emax = 0;
     /* a mean-ablated head at 0 has no difference quotient: the forward jumps to its mean there */
     bool skip[HH];
@@ -110,9 +113,9 @@ static void check_fd(const char *name, const char *data, const float *gates, enu
         for (int k = 0; k < 2; k++) {
             const float g0 = mk->gate[i], e = (float)(FD_EPS / (1 + k));
             mk->gate[i] = g0 + e;
-            double lp = loss_at(&f, mk, abl);
+            double lp = loss_at(&f, metric, mk, abl);
             mk->gate[i] = g0 - e;
-            double lm = loss_at(&f, mk, abl);
+            double lm = loss_at(&f, metric, mk, abl);
             mk->gate[i] = g0;
             dd[k] = (lp - lm) / (double)((g0 + e) - (g0 - e));
         }
@@ -129,12 +132,17 @@ static void check_fd(const char *name, const char *data, const float *gates, enu
             cr_log_error("%s: head %d.%d: grad %.8g, finite differences %.8g", name, i / f.in->n_heads,
                          i % f.in->n_heads, grad[i], fd[i]);
     }
-    cr_log_info("%s (%s): max |grad - fd| = %.3g of max |fd| %.3g (%.2g relative)", name, hp_ablation_name(abl), emax,
-                gmax, emax / gmax);
+    cr_log_info("%s (%s, %s): max |grad - fd| = %.3g of max |fd| %.3g (%.2g relative)", name, hp_metric_name(metric),
+                hp_ablation_name(abl), emax, gmax, emax / gmax);
     cr_expect_eq(bad, 0, "%s: %d gradients differ from finite differences by more than %g of the largest", name, bad,
                  FD_TOL);
     hp_mask_free(mk);
     fix_close(&f);
+}
+
+static void check_fd(const char *name, const char *data, const float *gates, enum hp_ablation abl)
+{
+    check_fd_dir(name, data, HP_METRIC_LOSS, gates, abl);
 }
 
 /* Importance of every unit worked directly from torch's shares want (n_seqs, L, H), as Michel et al. define it. */
@@ -160,15 +168,15 @@ static void importance_ref(cJSON *want, int S, const struct hp_model_info *in, b
 }
 
 /* A case's per-sequence shares and the importance made of them against torch; the number of mismatches. */
-static int check_seq(struct fix *f, const char *name, const char *cs, cJSON *c, const struct hp_mask *mk,
-                     enum hp_ablation abl, const double *grad)
+static int check_seq(struct fix *f, const char *name, const char *cs, cJSON *c, enum hp_metric metric,
+                     const struct hp_mask *mk, enum hp_ablation abl, const double *grad)
 {
     const int L = f->in->n_layers, H = f->in->n_heads, S = f->d->n_seqs;
     cJSON *want = cJSON_GetObjectItem(c, "seq_grad");
     cr_assert(want && cJSON_GetArraySize(want) == S, "%s/%s: seq_grad of %d sequences wanted", name, cs, S);
     double *sg = malloc(sizeof *sg * (size_t)S * L * H), g2[L * H], atp2[L * H], loss;
     struct hp_error err = {0};
-    cr_assert_eq(hp_evaluator_grad_seq(f->ev, mk, abl, g2, atp2, sg, &loss, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad_seq(f->ev, metric, mk, abl, g2, atp2, sg, &loss, &err), HP_OK, "%s", err.msg);
     int bad = 0;
     double gmax = 0, emax = 0;
     for (int i = 0; i < S * L * H; i++)
@@ -208,7 +216,7 @@ static int check_seq(struct fix *f, const char *name, const char *cs, cJSON *c, 
     return bad;
 }
 
-/* Every case of <name>/grad.json: loss, grad, atp and per-sequence shares against torch autograd. */
+/* Every case of <name>/grad.json: its metric's value, grad, atp and per-sequence shares against torch autograd. */
 static void check_torch(const char *name)
 {
     const char *root = getenv("HP_FIXTURES");
@@ -227,6 +235,8 @@ static void check_torch(const char *name)
         const char *cs = cJSON_GetObjectItem(c, "name")->valuestring;
         enum hp_ablation abl;
         cr_assert(hp_ablation_parse(cJSON_GetObjectItem(c, "ablation")->valuestring, &abl));
+        enum hp_metric metric;
+        cr_assert(hp_metric_parse(cJSON_GetObjectItem(c, "metric")->valuestring, &metric));
         struct hp_mask *mk = hp_mask_new(L, H);
         cJSON *gates = cJSON_GetObjectItem(c, "gates"), *wg = cJSON_GetObjectItem(c, "grad"),
               *wa = cJSON_GetObjectItem(c, "atp");
@@ -235,11 +245,11 @@ static void check_torch(const char *name)
                 mk->gate[l * H + h] = (float)cJSON_GetArrayItem(cJSON_GetArrayItem(gates, l), h)->valuedouble;
         double grad[L * H], atp[L * H], loss;
         struct hp_error err = {0};
-        cr_assert_eq(hp_evaluator_grad(f.ev, mk, abl, grad, atp, &loss, &err), HP_OK, "%s", err.msg);
-        bad += check_seq(&f, name, cs, c, mk, abl, grad);
-        double want_loss = cJSON_GetObjectItem(c, "loss")->valuedouble;
+        cr_assert_eq(hp_evaluator_grad(f.ev, metric, mk, abl, grad, atp, &loss, &err), HP_OK, "%s", err.msg);
+        bad += check_seq(&f, name, cs, c, metric, mk, abl, grad);
+        double want_loss = cJSON_GetObjectItem(c, "value")->valuedouble;
         if (fabs(loss - want_loss) > 1e-5 * fmax(1, fabs(want_loss))) {
-            cr_log_error("%s/%s: loss %.9g, torch %.9g", name, cs, loss, want_loss);
+            cr_log_error("%s/%s: %s %.9g, torch %.9g", name, cs, hp_metric_name(metric), loss, want_loss);
             bad++;
         }
         for (int k = 0; k < 2; k++) {
@@ -256,8 +266,9 @@ static void check_torch(const char *name)
                     cr_log_error("%s/%s: %s of head %d.%d = %.9g, torch %.9g", name, cs, k ? "atp" : "grad", i / H,
                                  i % H, got[i], w);
             }
-            cr_log_info("%s/%s (%s): max |%s - torch| = %.3g of max |torch| %.3g (%.2g relative)", name, cs,
-                        hp_ablation_name(abl), k ? "atp" : "grad", emax, gmax, gmax > 0 ? emax / gmax : 0);
+            cr_log_info("%s/%s (%s, %s): max |%s - torch| = %.3g of max |torch| %.3g (%.2g relative)", name, cs,
+                        hp_metric_name(metric), hp_ablation_name(abl), k ? "atp" : "grad", emax, gmax,
+                        gmax > 0 ? emax / gmax : 0);
         }
         hp_mask_free(mk);
         n_cases++;
@@ -275,6 +286,7 @@ Test(grad, qwen2_bias_matches_torch) { check_torch("qwen2-bias"); }
 Test(grad, stories260K_matches_torch) { check_torch("stories260K"); }
 Test(grad, bert_mlm_matches_torch) { check_torch("bert-mlm"); }
 Test(grad, bert_classifier_matches_torch) { check_torch("bert-cls"); }
+Test(grad, bert_encoder_cos_matches_torch) { check_torch("bert-encoder"); }
 
 Test(grad, gpt2_matches_finite_differences)
 {
@@ -307,6 +319,59 @@ Test(grad, bert_classifier_matches_finite_differences)
     check_fd("bert-cls", "data.jsonl", NULL, HP_ABLATE_ZERO);
 }
 
+Test(grad, kl_matches_finite_differences)
+{
+    float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1}, gb[8] = {1, 0, 1, 0.5f, 1, 1, 0.25f, 1};
+    check_fd_dir("gpt2-tiny", "data.npy", HP_METRIC_KL, g, HP_ABLATE_ZERO);
+    check_fd_dir("llama-gqa", "data.npy", HP_METRIC_KL, g, HP_ABLATE_MEAN);
+    check_fd_dir("bert-mlm", "data.jsonl", HP_METRIC_KL, gb, HP_ABLATE_ZERO);
+    check_fd_dir("bert-cls", "data.jsonl", HP_METRIC_KL, gb, HP_ABLATE_ZERO);
+}
+
+/* 1 - cos under another pooling: a copy of bert-encoder whose 1_Pooling/config.json declares mode. */
+static void check_fd_pooling(const char *mode, const float *g)
+{
+    const char *root = getenv("HP_FIXTURES");
+    char tmpl[64], cmd[4096];
+    tu_mkdtemp(tmpl, sizeof tmpl, "pool");
+    snprintf(cmd, sizeof cmd,
+             "cp %s/bert-encoder/config.json %s/bert-encoder/model.safetensors %s/ && mkdir %s/1_Pooling && "
+             "printf '{\"pooling_mode_%s_token%s\": true}' > %s/1_Pooling/config.json && "
+             "cp %s/bert-encoder/data.jsonl %s/",
+             root, root, tmpl, tmpl, mode, strcmp(mode, "cls") ? "s" : "", tmpl, root, tmpl);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    check_fd_dir(tmpl, "data.jsonl", HP_METRIC_COS, g, HP_ABLATE_ZERO);
+    tu_rmrf(tmpl);
+}
+
+Test(grad, cos_matches_finite_differences)
+{
+    float g[8] = {1, 0, 1, 0.5f, 1, 1, 0.25f, 1};
+    check_fd_dir("bert-encoder", "data.jsonl", HP_METRIC_COS, g, HP_ABLATE_ZERO);
+    check_fd_dir("bert-encoder", "data.jsonl", HP_METRIC_COS, g, HP_ABLATE_MEAN);
+    check_fd_pooling("cls", g);
+}
+
+/* KL and 1 - cos are 0 and minimal at the unmasked model: their value and every gradient there are exactly 0. */
+Test(grad, kl_and_cos_vanish_at_the_unmasked_model)
+{
+    const char *name[3] = {"gpt2-tiny", "bert-cls", "bert-encoder"}, *data[3] = {"data.npy", "data.jsonl", "data.jsonl"};
+    const enum hp_metric metric[3] = {HP_METRIC_KL, HP_METRIC_KL, HP_METRIC_COS};
+    for (int k = 0; k < 3; k++) {
+        struct fix f;
+        fix_open(&f, name[k], data[k]);
+        const int HH = f.in->n_layers * f.in->n_heads;
+        double g[HH], a[HH], v = -1;
+        struct hp_error err = {0};
+        cr_assert_eq(hp_evaluator_grad(f.ev, metric[k], NULL, HP_ABLATE_ZERO, g, a, &v, &err), HP_OK, "%s", err.msg);
+        cr_expect(fabs(v) < 1e-12, "%s: %s at the unmasked model is %g", name[k], hp_metric_name(metric[k]), v);
+        for (int i = 0; i < HH; i++)
+            cr_expect(g[i] == 0 && a[i] == 0, "%s: %s: head %d has grad %g, atp %g at the unmasked model", name[k],
+                      hp_metric_name(metric[k]), i, g[i], a[i]);
+        fix_close(&f);
+    }
+}
+
 Test(grad, mean_ablation_matches_finite_differences_at_live_heads)
 {
     float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 1, 1, 1, 0, 1};
@@ -331,7 +396,7 @@ static void check_kept(const char *name, const char *data, const float *gates, e
     struct hp_error err = {0};
     for (int k = 0; k < 3; k++) {
         f.ev->grad_keep_bytes = budget[k];
-        cr_assert_eq(hp_evaluator_grad(f.ev, mk, abl, g[k], a[k], &loss[k], &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(hp_evaluator_grad(f.ev, HP_METRIC_LOSS, mk, abl, g[k], a[k], &loss[k], &err), HP_OK, "%s", err.msg);
     }
     for (int i = 0; i < HH; i++)
         gmax = fmax(gmax, fmax(fabs(g[0][i]), fabs(a[0][i])));
@@ -383,8 +448,8 @@ static void check_pruned(const char *exported, const char *source, const char *s
     struct hp_error err = {0};
     cr_assert_eq(hp_mask_parse(spec, false, o.in, &mk, &err), HP_OK, "%s", err.msg);
     double gp[L * H], go[L * H], ap[L * H], ao[L * H], gmax = 0, emax = 0;
-    cr_assert_eq(hp_evaluator_grad(p.ev, NULL, HP_ABLATE_ZERO, gp, ap, NULL, &err), HP_OK, "%s", err.msg);
-    cr_assert_eq(hp_evaluator_grad(o.ev, mk, HP_ABLATE_ZERO, go, ao, NULL, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad(p.ev, HP_METRIC_LOSS, NULL, HP_ABLATE_ZERO, gp, ap, NULL, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad(o.ev, HP_METRIC_LOSS, mk, HP_ABLATE_ZERO, go, ao, NULL, &err), HP_OK, "%s", err.msg);
     for (int i = 0; i < L * H; i++)
         gmax = fmax(gmax, fabs(go[i]));
     for (int i = 0; i < L * H; i++) {
@@ -415,8 +480,23 @@ Test(grad, an_encoder_without_a_loss_is_refused)
     fix_open(&f, "bert-encoder", "data.jsonl");
     double g[8];
     struct hp_error err = {0};
-    cr_assert_eq(hp_evaluator_grad(f.ev, NULL, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_UNSUPPORTED);
+    cr_assert_eq(hp_evaluator_grad(f.ev, HP_METRIC_LOSS, NULL, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_UNSUPPORTED);
     cr_assert(strstr(err.msg, "no loss") && !strchr(err.msg, '\n'), "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad(f.ev, HP_METRIC_KL, NULL, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "no loss"), "%s", err.msg);
+    fix_close(&f);
+}
+
+Test(grad, metrics_without_a_gradient_here_are_refused)
+{
+    struct fix f;
+    fix_open(&f, "gpt2-tiny", "data.npy");
+    double g[12];
+    struct hp_error err = {0};
+    cr_assert_eq(hp_evaluator_grad(f.ev, HP_METRIC_COS, NULL, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "encoder without a head") && !strchr(err.msg, '\n'), "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad(f.ev, HP_METRIC_ACC, NULL, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "acc has no gradient") && !strchr(err.msg, '\n'), "%s", err.msg);
     fix_close(&f);
 }
 
@@ -427,7 +507,7 @@ Test(grad, a_mask_of_another_shape_is_refused)
     struct hp_mask *mk = hp_mask_new(2, 4);
     double g[12];
     struct hp_error err = {0};
-    cr_assert_eq(hp_evaluator_grad(f.ev, mk, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_ARG);
+    cr_assert_eq(hp_evaluator_grad(f.ev, HP_METRIC_LOSS, mk, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_ARG);
     cr_assert(strstr(err.msg, "2 layers x 4 heads"), "%s", err.msg);
     hp_mask_free(mk);
     fix_close(&f);
@@ -463,20 +543,26 @@ static int hp(const char *args)
 
 #define GPT2 "tests/fixtures/gpt2-tiny"
 
-Test(grad, eval_grad_json_gives_torchs_gradients)
+/* eval --grad --json at mask 0.1,1.2 (with extra options) against torch's case of that mask and metric. */
+static void check_eval_json(const char *extra, const char *metric)
 {
-    cr_assert_eq(hp("eval --model " GPT2 " --data " GPT2 "/data.npy --mask 0.1,1.2 --grad --json --threads 1"), 0,
-                 "%s", cli_err);
+    char args[512];
+    snprintf(args, sizeof args, "eval --model " GPT2 " --data " GPT2 "/data.npy --mask 0.1,1.2 --json --threads 1 %s",
+             extra);
+    cr_assert_eq(hp(args), 0, "%s", cli_err);
     cJSON *o = cJSON_Parse(cli_out), *ref = NULL;
     cr_assert(o, "not JSON: %s", cli_out);
+    cr_assert_str_eq(cJSON_GetObjectItem(o, "grad_metric")->valuestring, metric);
     char path[1200];
     snprintf(path, sizeof path, "%s/gpt2-tiny/grad.json", getenv("HP_FIXTURES"));
     char *txt = tu_slurp(path, NULL);
     ref = cJSON_Parse(txt);
     cJSON *c, *want = NULL;
-    cJSON_ArrayForEach(c, cJSON_GetObjectItem(ref, "cases")) if (strcmp(cJSON_GetObjectItem(c, "mask")->valuestring,
-                                                                         "0.1,1.2") == 0) want = c;
-    cr_assert(want, "no case 0.1,1.2 in %s", path);
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(ref, "cases")) if (
+        strcmp(cJSON_GetObjectItem(c, "mask")->valuestring, "0.1,1.2") == 0 &&
+        strcmp(cJSON_GetObjectItem(c, "ablation")->valuestring, "zero") == 0 &&
+        strcmp(cJSON_GetObjectItem(c, "metric")->valuestring, metric) == 0) want = c;
+    cr_assert(want, "no case 0.1,1.2 of %s in %s", metric, path);
     const char *keys[2] = {"grad", "atp"};
     for (int k = 0; k < 2; k++) {
         cJSON *got = cJSON_GetObjectItem(o, keys[k]), *w = cJSON_GetObjectItem(want, keys[k]);
@@ -486,13 +572,20 @@ Test(grad, eval_grad_json_gives_torchs_gradients)
             for (int h = 0; h < 4; h++) {
                 double g = cJSON_GetArrayItem(cJSON_GetArrayItem(got, l), h)->valuedouble,
                        t = cJSON_GetArrayItem(cJSON_GetArrayItem(w, l), h)->valuedouble;
-                cr_expect(fabs(g - t) <= GRAD_TOL * 0.25, "%s of %d.%d: %.9g, torch %.9g", keys[k], l, h, g, t);
+                cr_expect(fabs(g - t) <= GRAD_TOL * 0.25, "%s %s of %d.%d: %.9g, torch %.9g", metric, keys[k], l, h, g,
+                          t);
             }
         }
     }
     cJSON_Delete(ref);
     free(txt);
     cJSON_Delete(o);
+}
+
+Test(grad, eval_grad_json_gives_torchs_gradients)
+{
+    check_eval_json("--grad", "loss");
+    check_eval_json("--grad-metric kl", "kl");
 }
 
 Test(grad, eval_grad_table_shows_the_top_heads_by_atp)
@@ -519,12 +612,39 @@ Test(grad, eval_grad_table_shows_the_top_heads_by_atp)
     free(txt);
 }
 
-Test(grad, eval_grad_without_a_loss_is_one_line_and_exit_1)
+/* An encoder without a head: --grad takes its metric, 1 - cos, and says that it vanishes unmasked. */
+Test(grad, eval_grad_of_an_encoder_is_of_cos)
 {
     int rc = hp("eval --model tests/fixtures/bert-encoder --data tests/fixtures/bert-encoder/data.jsonl --grad");
-    cr_assert_eq(rc, 1, "exit %d (stderr %s)", rc, cli_err);
-    cr_assert(strncmp(cli_err, "headprune: ", 11) == 0 && strstr(cli_err, "--grad needs a loss"), "%s", cli_err);
+    cr_assert_eq(rc, 0, "exit %d (stderr %s)", rc, cli_err);
+    cr_assert(strstr(cli_out, "atp = change of 1 - cos") && strstr(cli_out, "\nnote      1 - cos is 0 and minimal"),
+              "%s", cli_out);
+    rc = hp("eval --model tests/fixtures/bert-encoder --data tests/fixtures/bert-encoder/data.jsonl --mask 0.1 --grad");
+    cr_assert_eq(rc, 0, "exit %d (stderr %s)", rc, cli_err);
+    cr_assert(strstr(cli_out, "atp = change of 1 - cos") && !strstr(cli_out, "\nnote "), "%s", cli_out);
+}
+
+/* args fail with exit status want_rc (1: bad input, 2: usage) and a line naming what. */
+static void check_one_line_error(const char *args, int want_rc, const char *what)
+{
+    int rc = hp(args);
+    cr_assert_eq(rc, want_rc, "%s: exit %d (stderr %s)", args, rc, cli_err);
+    cr_assert(strncmp(cli_err, want_rc == 1 ? "headprune: " : "headprune eval: ", want_rc == 1 ? 11 : 16) == 0 &&
+                  strstr(cli_err, what),
+              "%s: %s", args, cli_err);
     char *nl = strchr(cli_err, '\n');
-    cr_assert(nl && nl[1] == '\0', "more than one line: %s", cli_err);
+    /* a usage error adds the line that points to --help */
+    cr_assert(nl && (want_rc == 2 || nl[1] == '\0'), "more than one line: %s", cli_err);
     cr_assert_str_empty(cli_out, "stdout on failure: %s", cli_out);
+}
+
+Test(grad, eval_grad_of_a_metric_the_model_lacks_is_one_line_and_exit_1)
+{
+    check_one_line_error("eval --model tests/fixtures/bert-encoder --data tests/fixtures/bert-encoder/data.jsonl "
+                         "--grad-metric loss",
+                         1, "--grad-metric loss needs a loss");
+    check_one_line_error("eval --model " GPT2 " --data " GPT2 "/data.npy --grad-metric cos", 1,
+                         "--grad-metric cos is for an encoder without a head");
+    check_one_line_error("eval --model " GPT2 " --data " GPT2 "/data.npy --grad-metric acc", 2,
+                         "--grad-metric must be loss, kl or cos");
 }

@@ -696,7 +696,7 @@ Test(sweep, gradient_studies_match_independent_references)
     expect_close("importance-kv", got, want, L * KV, 1e-4);
 
     double grad[L * H], atp[L * H], loss;
-    cr_assert_eq(hp_evaluator_grad(ev, NULL, HP_ABLATE_ZERO, grad, atp, &loss, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad(ev, HP_METRIC_LOSS, NULL, HP_ABLATE_ZERO, grad, atp, &loss, &err), HP_OK, "%s", err.msg);
     cr_assert_eq(stored_scores(db, "attribution", 0, got, H), L * H);
     expect_close("attribution", got, atp, L * H, 1e-12);
     for (int l = 0; l < L; l++)
@@ -738,7 +738,7 @@ Test(sweep, gradient_studies_match_independent_references)
             left += !pruned[i];
         if (left == 0)
             break;
-        cr_assert_eq(hp_evaluator_grad_seq(ev, mk, HP_ABLATE_ZERO, grad, NULL, sg, NULL, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(hp_evaluator_grad_seq(ev, HP_METRIC_LOSS, mk, HP_ABLATE_ZERO, grad, NULL, sg, NULL, &err), HP_OK, "%s", err.msg);
         double imp[L * H];
         for (int l = 0; l < L; l++) { /* Michel: |.| per sequence, summed; then each layer to unit L2 norm */
             double ss = 0;

@@ -1,8 +1,16 @@
-"""Reference gradients of the loss at the head gates, from torch autograd.
+"""Reference gradients of the metrics at the head gates, from torch autograd.
 
 For committed fixtures under tests/fixtures/, writes <fixture>/grad.json: the
-gradient dL/dξ of the mean loss (causal LM, MLM over labelled positions, or
-a classifier's cross-entropy, as headprune's metric "loss") with respect to a
+gradient dL/dξ of a case's metric L with respect to a gate ξ per (layer, query
+head), where L is one of headprune's metrics signed as damage:
+  - "loss": the mean loss (causal LM, MLM over labelled positions, or a
+    classifier's cross-entropy);
+  - "kl": the mean over the same items of KL(unmasked || gated), the
+    unmasked model's distribution a constant (its forward without gates);
+  - "cos" (an encoder without a head): 1 - the mean over sequences of the
+    cosine between the mean-pooled final hidden states (over real tokens)
+    of the gated and the unmasked model;
+with respect to a
 gate ξ per (layer, query head) that multiplies the head's output where the
 attention output projection reads it, for a few gate settings and ablations,
 and the first-order estimate of each head's ablation effect (atp).
@@ -41,33 +49,44 @@ import sys
 import numpy as np
 import torch
 from transformers import (AutoModelForCausalLM, BertForMaskedLM,
-                          BertForSequenceClassification)
+                          BertForSequenceClassification, BertModel)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hp_ref  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 
-# fixture -> (kind, data file, cases: (name, ablated spec, {(l, h): fractional gate}, ablation))
+# fixture -> (kind, data file, cases: (name, ablated spec, {(l, h): fractional gate}, ablation[, metric]))
+# KL and 1 - cos have no case at the unmasked model: their gradient there is 0 (test_grad.c checks
+# that exactly), and torch's rounding noise around 0 is no reference.
 PARTIAL = [("none", "", {}, "zero"),
            ("partial", "0.1,1.2", {}, "zero"),
            ("fractional", "0.1", {(1, 0): 0.5, (1, 3): 0.25}, "zero")]
+KL = [("kl_partial", "0.1,1.2", {}, "zero", "kl"),
+      ("kl_fractional", "0.1", {(1, 0): 0.5, (1, 3): 0.25}, "zero", "kl")]
 FIXTURES = {
     "gpt2-tiny": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean"),
-                                                    ("mean_pos", "0.1,2.2", {}, "mean_pos")]),
-    "llama-gqa": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")]),
-    "qwen2-bias": ("causal", "data.npy", PARTIAL),
+                                                    ("mean_pos", "0.1,2.2", {}, "mean_pos")]
+                  + KL + [("kl_mean", "0.1,2.2", {(1, 0): 0.5}, "mean", "kl")]),
+    "llama-gqa": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")]
+                  + KL + [("kl_mean", "0.1,2.2", {(1, 0): 0.5}, "mean", "kl")]),
+    "qwen2-bias": ("causal", "data.npy", PARTIAL + KL[:1]),
     "stories260K": ("causal", "data.npy", [("none", "", {}, "zero"), ("partial", "0.1,2.*,4.7", {(1, 3): 0.5}, "zero"),
-                                           ("mean", "0.1,2.5", {}, "mean")]),
-    "bert-mlm": ("mlm", "data.jsonl", PARTIAL + [("mean", "0.1", {(1, 2): 0.5}, "mean")]),
-    "bert-cls": ("cls", "data.jsonl", PARTIAL),
+                                           ("mean", "0.1,2.5", {}, "mean"),
+                                           ("kl_partial", "0.1,2.*,4.7", {(1, 3): 0.5}, "zero", "kl")]),
+    "bert-mlm": ("mlm", "data.jsonl", PARTIAL + [("mean", "0.1", {(1, 2): 0.5}, "mean")] + KL),
+    "bert-cls": ("cls", "data.jsonl", PARTIAL + KL),
+    "bert-encoder": ("enc", "data.jsonl", [("cos_partial", "0.1,1.2", {}, "zero", "cos"),
+                                           ("cos_fractional", "0.1", {(1, 0): 0.5, (1, 3): 0.25}, "zero", "cos"),
+                                           ("cos_mean", "0.1", {(1, 2): 0.5}, "mean", "cos")]),
 }
 
 
 def load(name, kind, data_file):
     d = os.path.join(ROOT, name)
     cfg = json.load(open(os.path.join(d, "config.json")))
-    cls = {"mlm": BertForMaskedLM, "cls": BertForSequenceClassification}.get(kind, AutoModelForCausalLM)
+    cls = {"mlm": BertForMaskedLM, "cls": BertForSequenceClassification, "enc": BertModel}.get(kind,
+                                                                                                AutoModelForCausalLM)
     model = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
     for p in model.parameters():
         p.requires_grad_(False)
@@ -87,7 +106,8 @@ def load(name, kind, data_file):
         mods = [b.attn.c_proj for b in model.transformer.h]
         H = cfg["n_head"]
     elif arch == "bert":
-        mods = [lay.attention.output.dense for lay in model.bert.encoder.layer]
+        enc = model.encoder if kind == "enc" else model.bert.encoder
+        mods = [lay.attention.output.dense for lay in enc.layer]
         H = cfg["num_attention_heads"]
     else:
         mods = [lay.self_attn.o_proj for lay in model.model.layers]
@@ -142,7 +162,32 @@ def forward(model, arch, data, head_mask=None):
             kw["token_type_ids"] = data["token_type_ids"]
     if head_mask is not None:
         kw["head_mask"] = head_mask
-    return model(**kw).logits
+    out = model(**kw)
+    return out.last_hidden_state if isinstance(model, BertModel) else out.logits
+
+
+def objective(kind, metric, out, base, data, per_seq=False):
+    """The case's metric as damage (float64) from the gated model's outputs and the
+    unmasked model's (base, a constant); per_seq: each sequence's share, (B,)."""
+    if metric == "loss":
+        return mean_loss(kind, out, data, per_seq)
+    if metric == "cos":
+        m = data["attention_mask"].double()[..., None]
+        e, eb = (out.double() * m).sum(1) / m.sum(1), (base.double() * m).sum(1) / m.sum(1)
+        c = 1 - torch.nn.functional.cosine_similarity(e, eb, dim=-1, eps=0)
+        return c / c.shape[0] if per_seq else c.mean()
+    lp, lb = torch.log_softmax(out.double(), dim=-1), torch.log_softmax(base.double(), dim=-1)
+    kl = (lb.exp() * (lb - lp)).sum(-1)
+    if kind == "cls":
+        return kl / kl.shape[0] if per_seq else kl.mean()
+    if kind == "causal":
+        kl = kl[:, :-1]
+        w = torch.ones_like(kl, dtype=torch.bool)
+    else:
+        w = data["labels"] != -100
+    if per_seq:
+        return (kl * w).sum(dim=1) / w.sum()
+    return (kl * w).sum() / w.sum()
 
 
 def mean_loss(kind, logits, data, per_seq=False):
@@ -190,20 +235,22 @@ def means(gates, model, arch, data, kind, ablation):
     return out
 
 
-def run_case(model, arch, mods, H, data, kind, spec, fractions, ablation):
+def run_case(model, arch, mods, H, data, kind, spec, fractions, ablation, metric):
     L = len(mods)
     g = gate_matrix(spec, fractions, L, H)
     gates = Gates(mods, H)
     try:
+        with torch.no_grad():
+            base = forward(model, arch, data)  # the unmasked model: no gates yet
         gates.repl = None if ablation == "zero" else means(gates, model, arch, data, kind, ablation)
         gates.xi = g.clone().requires_grad_()
         gates.ablated = g == 0
-        loss = mean_loss(kind, forward(model, arch, data), data)
+        loss = objective(kind, metric, forward(model, arch, data), base, data)
         loss.backward()
         grad = gates.xi.grad.double()
         # each sequence's share, by a backward of its own
         gates.xi = g.clone().requires_grad_()
-        shares = mean_loss(kind, forward(model, arch, data), data, per_seq=True)
+        shares = objective(kind, metric, forward(model, arch, data), base, data, per_seq=True)
         seq_grad = []
         for s in range(shares.shape[0]):
             (gs,) = torch.autograd.grad(shares[s], gates.xi, retain_graph=s + 1 < shares.shape[0])
@@ -211,7 +258,7 @@ def run_case(model, arch, mods, H, data, kind, spec, fractions, ablation):
         seq_grad = torch.stack(seq_grad)
         assert float((seq_grad.sum(dim=0) - grad).abs().max()) <= 1e-6 * max(1.0, float(grad.abs().max()))
         gates.xi = g.clone().requires_grad_()
-        loss = mean_loss(kind, forward(model, arch, data), data)
+        loss = objective(kind, metric, forward(model, arch, data), base, data)
         loss.backward()
         assert torch.equal(gates.xi.grad.double(), grad)
         atp = torch.zeros(L, H, dtype=torch.float64)
@@ -226,12 +273,12 @@ def run_case(model, arch, mods, H, data, kind, spec, fractions, ablation):
             # Hugging Face's own head_mask, with requires_grad, must agree with the hook
             gates.xi = None
             hm = g.clone().requires_grad_()
-            l2 = mean_loss(kind, forward(model, arch, data, head_mask=hm), data)
+            l2 = objective(kind, metric, forward(model, arch, data, head_mask=hm), base, data)
             l2.backward()
             check = float((hm.grad.double() - grad).abs().max())
             assert check <= 1e-6 * max(1.0, float(grad.abs().max())), f"head_mask and hook disagree: {check}"
             assert abs(l2.item() - loss.item()) < 1e-9
-        return float(loss), g, grad, atp, check, seq_grad
+        return float(loss.detach()), g, grad, atp, check, seq_grad
     finally:
         for hd in gates.handles:
             hd.remove()
@@ -247,10 +294,12 @@ def main():
         out = {"model": name, "data": data_file, "kind": kind, "n_layers": len(mods), "n_heads": H,
                "tool": "tools/gen_grad_fixtures.py", "torch": torch.__version__,
                "transformers": __import__("transformers").__version__, "cases": []}
-        for cname, spec, fr, abl in cases:
-            loss, g, grad, atp, check, seq_grad = run_case(model, arch, mods, H, data, kind, spec, fr, abl)
+        for case in cases:
+            cname, spec, fr, abl = case[:4]
+            metric = case[4] if len(case) > 4 else "loss"
+            loss, g, grad, atp, check, seq_grad = run_case(model, arch, mods, H, data, kind, spec, fr, abl, metric)
             out["cases"].append({"name": cname, "mask": spec, "gates": g.tolist(), "ablation": abl.replace("_", "-"),
-                                 "loss": loss, "grad": grad.tolist(), "atp": atp.tolist(),
+                                 "metric": metric, "value": loss, "grad": grad.tolist(), "atp": atp.tolist(),
                                  "seq_grad": seq_grad.tolist()})
             print(f"{name:12s} {cname:10s} loss {loss:.6f} max|grad| {float(grad.abs().max()):.4g}"
                   + (f"  head_mask vs hook max|diff| {check:.2g}" if check is not None else ""))

@@ -41,8 +41,13 @@ static const char eval_help[] =
     "                     pass) and its first-order estimate of each head's effect\n"
     "                     if ablated alone (atp; larger = worse): the table shows the\n"
     "                     heads with the largest |atp|, --json gives \"grad\" and \"atp\"\n"
-    "                     (n_layers arrays of n_heads). Needs a loss: a causal LM, an\n"
-    "                     MLM head with labels or a classifier\n"
+    "                     (n_layers arrays of n_heads)\n"
+    "  --grad-metric M    what --grad differentiates: loss (default where the model\n"
+    "                     has one), kl (KL from the unmasked model), or for an\n"
+    "                     encoder without a head cos (as 1 - cos, its default).\n"
+    "                     KL and 1 - cos are 0 and minimal at the unmasked model,\n"
+    "                     so their gradient there is 0: use them under a mask or\n"
+    "                     fractional gates. Implies --grad\n"
     "  --threads N        BLIS threads (default: as many as other processes leave\n"
     "                     CPUs idle, measured as it runs)\n"
     "  --json             print one JSON object, with per-sequence values\n"
@@ -62,7 +67,8 @@ static cJSON *num_array(const double *v, int n)
 }
 
 /* The heads with the largest |atp|, with their gradients. */
-static void print_atp(const struct hp_model_info *in, const double *grad, const double *atp, const char *abl_name)
+static void print_atp(const struct hp_model_info *in, const double *grad, const double *atp, const char *abl_name,
+                      const char *what)
 {
     const int HH = in->n_layers * in->n_heads, n = HH < TOP_ATP ? HH : TOP_ATP;
     int top[TOP_ATP];
@@ -77,9 +83,9 @@ static void print_atp(const struct hp_model_info *in, const double *grad, const 
         }
         top[k] = best;
     }
-    printf("gradient  first-order estimate of each head's effect ablated alone (%s): atp = change of loss, "
-           "larger = worse; grad = dL/dgate\n",
-           abl_name);
+    printf("gradient  first-order estimate of each head's effect ablated alone (%s): atp = change of %s, "
+           "larger = worse; grad = d(%s)/dgate\n",
+           abl_name, what, what);
     for (int k = 0; k < n; k++) {
         char label[32];
         hp_unit_label(label, sizeof label, false, top[k] / in->n_heads, top[k] % in->n_heads);
@@ -94,12 +100,13 @@ int cmd_eval(int argc, char **argv)
         {"seq-len", required_argument, 0, 's'}, {"mask", required_argument, 0, 'k'},
         {"keep", required_argument, 0, 'K'}, {"ablation", required_argument, 0, 'a'},
         {"threads", required_argument, 0, 't'}, {"json", no_argument, 0, 'j'},
-        {"quiet", no_argument, 0, 'q'}, {"grad", no_argument, 0, 'g'}, {"help", no_argument, 0, 'h'},
+        {"quiet", no_argument, 0, 'q'}, {"grad", no_argument, 0, 'g'}, {"grad-metric", required_argument, 0, 'G'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    const char *dir = NULL, *data_path = NULL, *spec = NULL, *abl_name = "zero";
+    const char *dir = NULL, *data_path = NULL, *spec = NULL, *abl_name = "zero", *grad_name = NULL;
     bool keep = false, json = false, quiet = false, want_grad = false;
     int seq_len = 0, threads = 0, c;
-    while ((c = getopt_long(argc, argv, "m:d:s:k:K:a:t:jqgh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:d:s:k:K:a:t:jqgG:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': dir = optarg; break;
         case 'd': data_path = optarg; break;
@@ -122,6 +129,10 @@ int cmd_eval(int argc, char **argv)
         case 'j': json = true; break;
         case 'q': quiet = true; break;
         case 'g': want_grad = true; break;
+        case 'G':
+            grad_name = optarg;
+            want_grad = true;
+            break;
         case 'h': fputs(eval_help, stdout); return 0;
         default: return usage_error("eval", "unknown option");
         }
@@ -133,6 +144,9 @@ int cmd_eval(int argc, char **argv)
     enum hp_ablation abl;
     if (!hp_ablation_parse(abl_name, &abl))
         return usage_error("eval", "--ablation must be zero, mean or mean-pos");
+    enum hp_metric grad_metric = HP_METRIC_LOSS;
+    if (grad_name && (!hp_metric_parse(grad_name, &grad_metric) || grad_metric == HP_METRIC_ACC))
+        return usage_error("eval", "--grad-metric must be loss, kl or cos (acc has no gradient)");
 
     /* without --threads, as many as other processes leave CPUs idle: measured over opening the model
      * and data, then again between chunks (two threads on a CPU another process keeps busy stall
@@ -159,12 +173,16 @@ int cmd_eval(int argc, char **argv)
         goto out;
     if (hp_evaluator_new(m, d, &ev, &err) != HP_OK)
         goto out;
-    if (want_grad && !hp_evaluator_has_metric(ev, "loss")) {
+    if (want_grad && !grad_name && !hp_evaluator_has_metric(ev, "loss"))
+        grad_metric = HP_METRIC_COS; /* an encoder without a head: its own metric */
+    if (want_grad && !hp_evaluator_has_metric(ev, hp_metric_name(grad_metric))) {
         snprintf(err.msg, sizeof err.msg,
-                 "%s: --grad needs a loss, and %s has none on this data (an encoder without a head is measured "
-                 "by cos, whose gradient vanishes at the unmasked model): use a causal LM, an MLM head with "
-                 "labels or a classifier",
-                 data_path, dir);
+                 grad_metric == HP_METRIC_COS
+                     ? "%s: --grad-metric cos is for an encoder without a head, and %s has a loss on this data: "
+                       "use loss or kl"
+                     : "%s: --grad-metric %s needs a loss, and %s has none on this data (an encoder without a "
+                       "head, or no labels): use cos, or a causal LM, an MLM head with labels or a classifier",
+                 data_path, grad_metric == HP_METRIC_COS ? dir : hp_metric_name(grad_metric), dir);
         goto out;
     }
     struct progress pr = {!quiet && isatty(STDERR_FILENO), hp_now(), threads > 0 ? NULL : &load, threads, threads,
@@ -185,6 +203,9 @@ int cmd_eval(int argc, char **argv)
     base = out2[1];
     const int HH = in->n_layers * in->n_heads;
     double grad_loss = 0;
+    const char *grad_what = grad_metric == HP_METRIC_COS ? "1 - cos" : grad_metric == HP_METRIC_KL ? "KL" : "loss";
+    /* KL and 1 - cos are 0 and minimal at the unmasked model: their gradient there says nothing */
+    const bool grad_vanishes = grad_metric != HP_METRIC_LOSS && !changed;
     if (want_grad) {
         grad = malloc((size_t)HH * sizeof(double));
         atp = malloc((size_t)HH * sizeof(double));
@@ -192,7 +213,7 @@ int cmd_eval(int argc, char **argv)
             snprintf(err.msg, sizeof err.msg, "out of memory");
             goto out;
         }
-        if (hp_evaluator_grad(ev, mask, abl, grad, atp, &grad_loss, &err) != HP_OK)
+        if (hp_evaluator_grad(ev, grad_metric, mask, abl, grad, atp, &grad_loss, &err) != HP_OK)
             goto out;
     }
     double secs = hp_now() - t0;
@@ -235,6 +256,9 @@ int cmd_eval(int argc, char **argv)
             }
         }
         if (want_grad) {
+            cJSON_AddStringToObject(o, "grad_metric", hp_metric_name(grad_metric));
+            if (grad_vanishes)
+                cJSON_AddStringToObject(o, "grad_note", "the gradient of KL or 1 - cos is 0 at the unmasked model");
             cJSON *ga = cJSON_AddArrayToObject(o, "grad"), *aa = cJSON_AddArrayToObject(o, "atp");
             for (int l = 0; l < in->n_layers; l++) {
                 cJSON_AddItemToArray(ga, num_array(grad + (size_t)l * in->n_heads, in->n_heads));
@@ -283,7 +307,11 @@ int cmd_eval(int argc, char **argv)
         if (base && mt->has_cos)
             printf("unmasked  cosine %.6f; change %+.6f\n", base->cos, mt->cos - base->cos);
         if (want_grad)
-            print_atp(in, grad, atp, abl_name);
+            print_atp(in, grad, atp, abl_name, grad_what);
+        if (want_grad && grad_vanishes)
+            printf("note      %s is 0 and minimal at the unmasked model, so its gradient there is 0 for every "
+                   "head: take it under a mask or fractional gates, or use --grad-metric loss%s\n",
+                   grad_what, grad_metric == HP_METRIC_COS ? " on a model with a loss" : "");
         char thr[48];
         if (pr.threads_min == pr.threads_max)
             snprintf(thr, sizeof thr, "%d thread%s", pr.threads_max, pr.threads_max == 1 ? "" : "s");
