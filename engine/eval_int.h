@@ -38,6 +38,9 @@ struct hp_evaluator {
     bool plain;       /* every variant by a whole pass of its own (the reference path) */
     struct hp_reuse *ru; /* NULL or the reuse path's state (reuse.c), made on first use */
     size_t grad_keep_bytes; /* room for the gradient's forward to keep activations in (grad.c; backward_int.h) */
+    /* NULL or the unmasked model's metrics as a gradient pass at it measured them (grad.c): its forward is
+     * the unmasked pass, so hp_evaluator_run_many hands out a copy instead of running that pass again */
+    struct hp_metrics *unmasked;
     void (*progress)(void *, int, int);
     void *progress_user;
 };
@@ -90,6 +93,14 @@ double hp_eval_pooled_cos(const struct hp_data *d, enum hp_pooling mode, int s, 
 
 /* 1 when sequence s's real rows of x (seq_len, D) are finite, else NaN. */
 double hp_eval_self_cos(const struct hp_data *d, int s, const float *x, int D);
+
+/* Metrics with room for the evaluator's sequences, zeroed; NULL on OOM. hp_metrics_free frees them. */
+struct hp_metrics *hp_eval_metrics_new(const struct hp_evaluator *ev);
+
+/* The whole-set metrics from the sums tot: a metric that is not a finite
+ * number is an error naming the variant (mask under abl). */
+enum hp_status hp_eval_metrics_finish(struct hp_evaluator *ev, struct hp_metrics *mt, const struct hp_eval_totals *tot,
+                                      const struct hp_mask *mask, enum hp_ablation abl, struct hp_error *err);
 
 /* Sequence s's sums over its nt scored items into its per-sequence means and the totals. */
 void hp_eval_record_seq(struct hp_metrics *mt, struct hp_eval_totals *tot, int s, double sl, double sa, double sk,

@@ -62,6 +62,9 @@ struct head_grad {
     double *c;             /* kl: (rows) sum of exp(zb_v - mx_b) (zb_v - z_v) */
     double *tl;            /* (rows) the row's loss, or its KL */
     double *eb;            /* cos: (batch, d_model) the unmasked model's sentence embeddings */
+    int *arg;              /* (rows) the first index of the largest logit */
+    struct hp_metrics *mt; /* NULL, or the metrics of the pass at the unmasked model, recorded as it goes */
+    struct hp_eval_totals tot;
     double *em;            /* cos: (d_model) one sequence's masked embedding ... */
     int *em_row;           /* cos: (d_model) ... and the row each dimension came from */
 };
@@ -70,7 +73,8 @@ static void head_grad_free(struct head_grad *hg)
 {
     free(hg->dh), free(hg->z), free(hg->zb), free(hg->sc_row), free(hg->sc_y), free(hg->hc), free(hg->acc);
     free(hg->lg), free(hg->qb), free(hg->mx), free(hg->zt), free(hg->s), free(hg->c), free(hg->tl), free(hg->eb);
-    free(hg->em), free(hg->em_row);
+    free(hg->em), free(hg->em_row), free(hg->arg);
+    hp_metrics_free(hg->mt);
 }
 
 /* malloc of n items of size bytes, at least one (malloc(0) may be NULL). */
@@ -95,7 +99,7 @@ static bool head_grad_new(const struct hp_evaluator *ev, enum hp_metric metric, 
            HG_ALLOC(hg->acc, n2 * d) && HG_ALLOC(hg->lg, n2 * vb) && HG_ALLOC(hg->qb, kl ? nr * vb : 0) &&
            HG_ALLOC(hg->mx, n2) && HG_ALLOC(hg->zt, nr) && HG_ALLOC(hg->s, n2) && HG_ALLOC(hg->c, kl ? nr : 0) &&
            HG_ALLOC(hg->tl, nr) && HG_ALLOC(hg->eb, cos ? (size_t)ev->batch * d : 0) &&
-           HG_ALLOC(hg->em, cos ? d : 0) && HG_ALLOC(hg->em_row, cos ? d : 0);
+           HG_ALLOC(hg->em, cos ? d : 0) && HG_ALLOC(hg->em_row, cos ? d : 0) && HG_ALLOC(hg->arg, nr);
 #undef HG_ALLOC
 }
 
@@ -130,21 +134,25 @@ static double row_kl_backward(float *z, const float *zb, int W, double n)
 
 /*
  * A row's running maximum over the vocabulary blocks so far, from the block z
- * (nv): at the first block it starts the sums; on a strictly larger maximum
- * the sums kept relative to it (s, acc (d), and *c when not NULL) are
- * rescaled (the online softmax).
+ * (nv entries from v0): at the first block it starts the sums; on a strictly
+ * larger maximum the sums kept relative to it (s, acc (d), and *c when not
+ * NULL) are rescaled (the online softmax). *arg (may be NULL): the first
+ * index of the maximum, as reuse.c's metrics take it.
  */
-static void online_max(const float *z, int nv, bool first, float *mx, double *s, float *acc, int d, double *c)
+static void online_max(const float *z, int nv, int v0, float *mx, double *s, float *acc, int d, double *c, int *arg)
 {
-    float bm = z[0];
+    int ba = 0;
     for (int k = 1; k < nv; k++)
-        if (z[k] > bm)
-            bm = z[k];
-    if (first) {
+        if (z[k] > z[ba])
+            ba = k;
+    const float bm = z[ba];
+    if (v0 == 0) {
         *mx = bm;
         *s = 0;
         if (c)
             *c = 0;
+        if (arg)
+            *arg = ba;
     } else if (bm > *mx) {
         const float f = expf(*mx - bm);
         *s *= f;
@@ -153,6 +161,8 @@ static void online_max(const float *z, int nv, bool first, float *mx, double *s,
         if (c)
             *c *= f;
         *mx = bm;
+        if (arg)
+            *arg = v0 + ba;
     }
 }
 
@@ -192,7 +202,7 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
                 /* the unmasked row first: its sums need the masked logits before they become exp */
                 const int j = n + i;
                 float *zb = hg->lg + (size_t)j * VB, *q = hg->qb + (size_t)i * VB;
-                online_max(zb, nv, v0 == 0, &hg->mx[j], &hg->s[j], hg->acc + (size_t)j * d, d, &hg->c[i]);
+                online_max(zb, nv, v0, &hg->mx[j], &hg->s[j], hg->acc + (size_t)j * d, d, &hg->c[i], NULL);
                 hp_vexpf(q, zb, hg->mx[j], (size_t)nv);
                 hg->s[j] += hp_vsum_d(q, (size_t)nv);
                 hg->c[i] += hp_vdot_d(q, zb, (size_t)nv) - hp_vdot_d(q, z, (size_t)nv);
@@ -201,7 +211,7 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
             const int y = hg->sc_y[i];
             if (y >= v0 && y < v0 + nv)
                 hg->zt[i] = z[y - v0];
-            online_max(z, nv, v0 == 0, &hg->mx[i], &hg->s[i], hg->acc + (size_t)i * d, d, NULL);
+            online_max(z, nv, v0, &hg->mx[i], &hg->s[i], hg->acc + (size_t)i * d, d, NULL, &hg->arg[i]);
             hp_vexpf(z, z, hg->mx[i], (size_t)nv);
             hg->s[i] += hp_vsum_d(z, (size_t)nv);
         }
@@ -230,6 +240,26 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
     for (int i = 0; i < n; i++)
         sum += hg->tl[i];
     return sum;
+}
+
+/*
+ * The unmasked model's metrics of the chunk at s0 (nb sequences) from the
+ * LM head's pass (lm_backward's per-row loss and argmax), per sequence in
+ * token order as reuse.c's are; KL from the same model is 0.
+ */
+static void record_lm(const struct hp_evaluator *ev, struct head_grad *hg, int s0, int nb)
+{
+    const int T = ev->d->seq_len;
+    int i = 0;
+    for (int b = 0; b < nb; b++) {
+        double sl = 0, sa = 0;
+        int64_t nt = 0;
+        for (; i < hg->n_sc && hg->sc_row[i] / T == b; i++, nt++) {
+            sl += hg->tl[i];
+            sa += hg->arg[i] == hg->sc_y[i];
+        }
+        hp_eval_record_seq(hg->mt, &hg->tot, s0 + b, sl, sa, 0, nt);
+    }
 }
 
 /*
@@ -316,13 +346,19 @@ static double objective_backward(const struct hp_evaluator *ev, struct head_grad
 {
     if (hg->metric == HP_METRIC_COS)
         return cos_backward(ev, hg, h, s0, nb, n_items);
-    if (!ev->has_cls)
-        return lm_backward(ev, hg, h, n_items);
+    if (!ev->has_cls) {
+        const double sum = lm_backward(ev, hg, h, n_items);
+        if (hg->mt)
+            record_lm(ev, hg, s0, nb);
+        return sum;
+    }
     const int C = ev->width;
     hp_fwd_classify(ev->m, h, nb, ev->d->seq_len, hg->z);
     double sum = 0;
     for (int j = 0; j < nb; j++) {
         float *zj = hg->z + (size_t)j * C;
+        if (hg->mt)
+            hp_eval_score_cls(ev, hg->mt, &hg->tot, s0 + j, zj, NULL);
         sum += hg->metric == HP_METRIC_KL ? row_kl_backward(zj, hg->zb + (size_t)j * C, C, n_items)
                                           : row_xent_backward(zj, C, ev->d->seq_labels[s0 + j], n_items);
     }
@@ -380,6 +416,9 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         st = hp_fail(err, HP_ERR_NOMEM, "out of memory for a gradient workspace of %d x %d tokens", B, T);
         goto done;
     }
+    /* at the unmasked model the forward is the unmasked pass: its metrics are kept for hp_evaluator_run_many */
+    if (metric == HP_METRIC_LOSS && !ev->unmasked && !ev->plain && hp_mask_first_changed(mask, L) == L)
+        hg.mt = hp_eval_metrics_new(ev); /* NULL (out of memory): the pass is simply not kept */
     for (int i = 0; i < HH; i++) {
         grad[i] = 0;
         if (atp)
@@ -420,6 +459,11 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
                      ev->m->dir, metric == HP_METRIC_COS ? "1 - cos" : hp_metric_name(metric), mean, d->path);
     else if (value)
         *value = mean;
+    struct hp_error ignored;
+    if (st == HP_OK && hg.mt && hp_eval_metrics_finish(ev, hg.mt, &hg.tot, mask, abl, &ignored) == HP_OK) {
+        ev->unmasked = hg.mt;
+        hg.mt = NULL;
+    }
 done:
     hp_fwd_free(fw);
     hp_bwd_free(bw);

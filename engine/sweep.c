@@ -691,17 +691,22 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         c.total = n;
         for (int si = 0; o->shard_index == 0 && si < plan->n_studies; si++)
             c.total += hp_study_evals(&plan->studies[si], c.info) + hp_study_backwards(&plan->studies[si], c.info);
-        st = mine && ords ? run_jobs(&c, ords, mine, n, NULL, NULL, err) : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+        /* importance and attribution first (shard 0): their gradient's forward at the unmasked model is
+         * also the baseline's pass, which the evaluator then hands out instead of running it again */
+        for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !stopping(&c); si++)
+            if (plan->studies[si].kind == HP_STUDY_IMPORTANCE || plan->studies[si].kind == HP_STUDY_ATTRIBUTION)
+                st = run_scores(&c, si, err);
+        if (st == HP_OK)
+            st = mine && ords ? run_jobs(&c, ords, mine, n, NULL, NULL, err)
+                              : hp_fail(err, HP_ERR_NOMEM, "out of memory");
         free(mine);
         free(ords);
     }
     int64_t ord = jobs ? jobs->n : 0;
-    /* iterative and gradient studies in plan order, in shard 0 only: their work depends on earlier results */
+    /* iterative studies in plan order, in shard 0 only: their work depends on earlier results */
     for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !stopping(&c); si++)
         if (plan->studies[si].kind == HP_STUDY_ITERATIVE)
             st = run_iterative(&c, si, &ord, err);
-        else if (plan->studies[si].kind == HP_STUDY_IMPORTANCE || plan->studies[si].kind == HP_STUDY_ATTRIBUTION)
-            st = run_scores(&c, si, err);
     sum->n_jobs = c.done;
     sum->interrupted = stopping(&c);
     sum->seconds = hp_now() - c.t0;

@@ -379,6 +379,59 @@ Test(grad, mean_ablation_matches_finite_differences_at_live_heads)
 }
 
 /*
+ * A gradient at the unmasked model keeps that pass's metrics, and
+ * hp_evaluator_run_many hands them out instead of running it again: equal
+ * to a fresh evaluator's within float rounding (the same forward, the loss's
+ * log-sum-exp summed online), accuracy and token counts exactly, KL 0.
+ */
+static void check_unmasked_kept(const char *name, const char *data)
+{
+    struct fix a, b;
+    fix_open(&a, name, data);
+    fix_open(&b, name, data);
+    const int HH = a.in->n_layers * a.in->n_heads;
+    double g[HH];
+    struct hp_error err = {0};
+    struct hp_metrics *ma, *mb;
+    cr_assert_eq(hp_evaluator_run(a.ev, NULL, HP_ABLATE_ZERO, &ma, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad(b.ev, HP_METRIC_LOSS, NULL, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_OK, "%s",
+                 err.msg);
+    cr_assert(b.ev->unmasked, "%s: the gradient pass kept no metrics", name);
+    struct hp_mask *ones = hp_mask_new(a.in->n_layers, a.in->n_heads); /* all gates 1: the unmasked model too */
+    cr_assert_eq(hp_evaluator_run(b.ev, ones, HP_ABLATE_MEAN, &mb, &err), HP_OK, "%s", err.msg);
+    cr_expect(fabs(mb->loss - ma->loss) <= 1e-6 * ma->loss, "%s: loss %.9g kept, %.9g run", name, mb->loss, ma->loss);
+    cr_expect(mb->acc == ma->acc && mb->n_tokens == ma->n_tokens && mb->kl == 0 && ma->kl == 0,
+              "%s: acc %.9g / %.9g, tokens %lld / %lld, kl %g / %g", name, mb->acc, ma->acc, (long long)mb->n_tokens,
+              (long long)ma->n_tokens, mb->kl, ma->kl);
+    for (int s = 0; s < ma->n_seqs; s++)
+        cr_expect(fabs(mb->seq_loss[s] - ma->seq_loss[s]) <= 1e-6 * fmax(1, ma->seq_loss[s]) &&
+                      mb->seq_acc[s] == ma->seq_acc[s] && mb->seq_tokens[s] == ma->seq_tokens[s] &&
+                      mb->seq_kl[s] == 0,
+                  "%s: sequence %d: loss %.9g / %.9g, acc %g / %g", name, s, mb->seq_loss[s], ma->seq_loss[s],
+                  mb->seq_acc[s], ma->seq_acc[s]);
+    hp_metrics_free(ma);
+    hp_metrics_free(mb);
+    /* a variant is still run, and the plain (reference) path never takes the kept metrics */
+    ones->gate[1] = 0;
+    cr_assert_eq(hp_evaluator_run(b.ev, ones, HP_ABLATE_ZERO, &mb, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_run(a.ev, ones, HP_ABLATE_ZERO, &ma, &err), HP_OK, "%s", err.msg);
+    cr_expect(mb->loss == ma->loss && mb->kl > 0, "%s: variant loss %.9g / %.9g", name, mb->loss, ma->loss);
+    hp_metrics_free(ma);
+    hp_metrics_free(mb);
+    hp_mask_free(ones);
+    fix_close(&a);
+    fix_close(&b);
+}
+
+Test(grad, a_gradient_at_the_unmasked_model_keeps_its_metrics)
+{
+    check_unmasked_kept("gpt2-tiny", "data.npy");
+    check_unmasked_kept("llama-gqa", "data.npy");
+    check_unmasked_kept("bert-mlm", "data.jsonl");
+    check_unmasked_kept("bert-cls", "data.jsonl");
+}
+
+/*
  * The gradients (and estimates, and loss) of name at gates under abl with
  * every layer's activations kept by the forward (the default budget), with
  * none (every layer made again from its input) and with only the last
