@@ -107,7 +107,10 @@ void hp_evaluator_free(struct hp_evaluator *ev)
     free(ev->mean_all);
     free(ev->mean_pos);
     free(ev->base_cls);
-    hp_metrics_free(ev->unmasked);
+    hp_metrics_free(ev->kept);
+    free(ev->kept_gate);
+    free(ev->grad_ref);
+    free(ev->grad_ref_emb);
     hp_eval_reuse_free(ev->ru);
     free(ev);
 }
@@ -741,6 +744,17 @@ static enum hp_status run_plain(struct hp_evaluator *ev, const struct hp_mask *m
     return HP_OK;
 }
 
+bool hp_eval_kept_matches(const struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl)
+{
+    const int L = ev->m->info.n_layers, HH = L * ev->m->info.n_heads;
+    if (!ev->kept)
+        return false;
+    const bool unmasked = hp_mask_first_changed(mask, L) == L;
+    if (!ev->kept_gate || unmasked) /* nothing changed: the ablation does not matter */
+        return !ev->kept_gate && unmasked;
+    return abl == ev->kept_abl && memcmp(mask->gate, ev->kept_gate, (size_t)HH * sizeof(float)) == 0;
+}
+
 /* dst (from hp_eval_metrics_new, for the same evaluator) made equal to src. */
 static void metrics_copy(struct hp_metrics *dst, const struct hp_metrics *src)
 {
@@ -777,7 +791,7 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
         if (st != HP_OK)
             return st;
     }
-    /* the variants to run: all but the unmasked model when a gradient pass at it measured it (a copy) */
+    /* the variants to run: all but one a gradient pass just measured (a copy) */
     const struct hp_mask **run = calloc((size_t)n, sizeof *run);
     struct hp_metrics **run_out = calloc((size_t)n, sizeof *run_out);
     struct hp_eval_totals *tots = calloc((size_t)n, sizeof *tots);
@@ -786,8 +800,8 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
     for (int i = 0; i < n && st == HP_OK; i++) {
         if (!(out[i] = hp_eval_metrics_new(ev))) {
             st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
-        } else if (ev->unmasked && !ev->plain && hp_mask_first_changed(masks[i], in->n_layers) == in->n_layers) {
-            metrics_copy(out[i], ev->unmasked);
+        } else if (!ev->plain && hp_eval_kept_matches(ev, masks[i], abl)) {
+            metrics_copy(out[i], ev->kept);
         } else {
             run[n_run] = masks[i];
             run_out[n_run++] = out[i];

@@ -38,13 +38,29 @@ struct hp_evaluator {
     bool plain;       /* every variant by a whole pass of its own (the reference path) */
     struct hp_reuse *ru; /* NULL or the reuse path's state (reuse.c), made on first use */
     size_t grad_keep_bytes; /* room for the gradient's forward to keep activations in (grad.c; backward_int.h) */
-    /* NULL or the unmasked model's metrics as a gradient pass at it measured them (grad.c): its forward is
-     * the unmasked pass, so hp_evaluator_run_many hands out a copy instead of running that pass again */
-    struct hp_metrics *unmasked;
+    /* grad.c: the unmasked model's outputs that a gradient pass compares with (kl, cos) or takes a
+     * variant's KL from, over the whole set, made once when they fit HP_GRAD_REF_BYTES: an LM's scored
+     * final rows (n_scored, d_model) in chunk order, a classifier's logits (n_seqs, n_labels) in grad_ref;
+     * an encoder's sentence embeddings (n_seqs, d_model) in grad_ref_emb */
+    float *grad_ref;
+    double *grad_ref_emb;
+    bool grad_ref_tried; /* made, or found too big: per chunk instead */
+    /* NULL or the metrics a gradient pass measured at the gates kept_gate ((n_layers, n_heads); NULL: the
+     * unmasked model) under kept_abl: its forward was that variant's pass, so hp_evaluator_run_many hands
+     * out a copy instead of running it again (grad.c fills it) */
+    struct hp_metrics *kept;
+    float *kept_gate;
+    enum hp_ablation kept_abl;
     void (*progress)(void *, int, int);
     void *progress_user;
 };
 
+
+/* The most the unmasked model's reference for gradients (grad_ref) may hold. */
+#define HP_GRAD_REF_BYTES ((size_t)256 << 20)
+
+/* Whether the metrics kept by a gradient pass are those of mask under abl. */
+bool hp_eval_kept_matches(const struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl);
 
 /* Logits are made this many vocabulary entries at a time by the fused LM
  * heads (reuse.c's metrics, grad.c's loss gradient), never a whole row. */

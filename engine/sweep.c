@@ -527,16 +527,17 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
                                .mask = base};
         snprintf(point.label, sizeof point.label, "step %d", step);
         int64_t o_point = (*ord)++;
-        st = run_jobs(c, &o_point, &point, 1, NULL, NULL, err);
         int want = hp_iterative_step(&sc, n - n_pruned);
+        /* ranked by gradient: the gradient at the current mask first, whose forward is also the point's
+         * pass (the evaluator keeps its metrics, so run_jobs does not run it again) */
+        struct hp_job gj = {.study = si, .step = step, .k = -1, .layer = -1, .unit = -1, .unit2 = -1, .mask = base};
+        if (by_grad && want > 0 && ((st = gradient_at(c, base, &gb, &gj, err)) != HP_OK || stopping(c)))
+            break;
+        st = run_jobs(c, &o_point, &point, 1, NULL, NULL, err);
         if (st != HP_OK || want == 0)
             break;
         if (by_grad) {
-            /* rank the candidates by importance at the current mask: one gradient, its scores stored */
-            struct hp_job gj = {.study = si, .step = step, .k = -1, .layer = -1, .unit = -1, .unit2 = -1,
-                                .mask = base};
-            if ((st = gradient_at(c, base, &gb, &gj, err)) != HP_OK || stopping(c))
-                break;
+            /* rank the candidates by importance at the current mask: its scores stored */
             hp_importance(gb.g.seq_grad, gb.g.n_seqs, in, s->kv, s->normalize, raw, imp);
             int nc = 0;
             for (int i = 0; i < n; i++) {
