@@ -84,7 +84,7 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
     w->cap_b = B;
     w->cap_threads = nth;
     if (in->arch == HP_ARCH_LLAMA)
-        hp_op_rope_table(w->rope, T, in->d_head, m->rope_theta);
+        hp_op_rope_table(w->rope, T, in->d_head, &m->rope);
     return w;
 }
 
@@ -282,7 +282,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         const uint8_t *km = a->in->attn_mask ? a->in->attn_mask + (size_t)(b % S) * T : NULL;
         /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T): K read transposed through strides */
         hp_gemm1(T, T, dh, scale, qs + r0 * qd + h * dh, qd, 1, ks + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
-        hp_op_softmax_rows(att, T, in->causal, km);
+        hp_op_softmax_rows(att, T, in->causal, in->window, km);
         /* out (T, dh) = P (T, T) v_kv (T, dh) */
         hp_gemm1(T, dh, T, 1.0f, att, T, 1, vs + r0 * kvd + kv * dh, kvd, 1, 0.0f, w->ctx + r0 * qd + h * dh, qd, 1);
     }

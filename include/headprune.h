@@ -99,6 +99,9 @@ struct hp_model_info {
     int d_ff;
     int n_vocab;
     int n_ctx;      /* maximum positions */
+    /* Mistral's sliding window: each token attends to itself and the window - 1
+     * tokens before it; 0 = no window */
+    int window;
     int64_t n_params;
     char dtype[8];  /* stored dtype of the weights: "f32", "f16", "bf16" */
     bool causal;       /* decoder (GPT-2, Llama) vs encoder (BERT) */

@@ -319,6 +319,15 @@ Test(grad, bert_classifier_matches_finite_differences)
     check_fd("bert-cls", "data.jsonl", NULL, HP_ABLATE_ZERO);
 }
 
+/* The reverse pass through a sliding window and scaled rotary embeddings (their forward: test_reference.c). */
+Test(grad, window_and_rope_scaling_match_finite_differences)
+{
+    float g[8] = {1, 0, 1, 0.5f, 1, 1, 0.25f, 1};
+    check_fd("mistral-window", "data.npy", g, HP_ABLATE_ZERO);
+    check_fd("llama-rope-llama3", "data.npy", g, HP_ABLATE_ZERO);
+    check_fd("llama-rope-dynamic", "data.npy", NULL, HP_ABLATE_ZERO);
+}
+
 Test(grad, kl_matches_finite_differences)
 {
     float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1}, gb[8] = {1, 0, 1, 0.5f, 1, 1, 0.25f, 1};
