@@ -427,16 +427,17 @@ def llama_rope(out, kind):
 
 
 def mistral_window(out):
-    """A Mistral whose sliding window (5) is shorter than its 16-token data."""
+    """A Mistral whose sliding window (20) is shorter than its 96-token data: the engine's causal attention
+    goes by bands of 64 queries, so the second band's keys start inside the data (at 64 - 20 + 1)."""
     name = "mistral-window"
     cfg = MistralConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                        sliding_window=5, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                        sliding_window=20, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
                         initializer_range=INIT, bos_token_id=1, eos_token_id=2)
     model = make(MistralForCausalLM, cfg, 8)
     d = fresh_dir(out, name)
     model.save_pretrained(d, safe_serialization=True)
-    data = write_npy(d, causal_data(97, 108))
+    data = write_npy(d, np.random.default_rng(108).integers(0, 97, size=(N_SEQS, 96)).astype(np.int32))
     cases = finish(out, name, "data.npy", model, "llama", "causal", data, False, MistralForCausalLM)
     full = copy.deepcopy(cfg)
     full.sliding_window = None
