@@ -412,7 +412,8 @@ static int score_rows(const struct ctx *c, const struct hp_study *s, const doubl
     int n = 0;
     for (int l = 0; l < c->info->n_layers; l++)
         for (int u = 0; u < U; u++)
-            if (selected(s->n_layers_sel, s->layers, l) && selected(s->n_units_sel, s->units, u)) {
+            if (selected(s->n_layers_sel, s->layers, l) && selected(s->n_units_sel, s->units, u) &&
+                !hp_unit_pruned(c->info, s->kv, l, u)) {
                 hp_unit_label(labels[n], sizeof labels[n], s->kv, l, u);
                 rows[n] = (struct hp_store_score){l, u, labels[n], score[l * U + u], raw[l * U + u]};
                 n++;
@@ -512,7 +513,8 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
     int n = 0;
     for (int l = 0; l < in->n_layers; l++)
         for (int u = 0; u < per_layer; u++)
-            if (selected(s->n_layers_sel, s->layers, l) && selected(s->n_units_sel, s->units, u)) {
+            if (selected(s->n_layers_sel, s->layers, l) && selected(s->n_units_sel, s->units, u) &&
+                !hp_unit_pruned(in, s->kv, l, u)) {
                 units[n++] = (struct unit){l, u};
                 left_in_layer[l]++;
             }

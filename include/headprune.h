@@ -288,6 +288,12 @@ int hp_unit_count(const struct hp_model_info *info, bool kv);
  * query heads do not group evenly over the KV heads. */
 int hp_unit_width(const struct hp_model_info *info, bool kv);
 
+/* Whether the checkpoint lacks every query head of unit (layer, unit) (a
+ * pruned checkpoint: hp_model_info.pruned). Studies leave such units out:
+ * ablating them changes nothing, and a curve that "pruned" them would
+ * claim heads for free. */
+bool hp_unit_pruned(const struct hp_model_info *info, bool kv, int layer, int unit);
+
 /* "head" or "KV group"; plural: "heads" or "KV groups". Static. */
 const char *hp_unit_name(bool kv, bool plural);
 
