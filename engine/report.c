@@ -227,7 +227,7 @@ static void svg_heading(struct hp_text *s, const char *title, const char *sub)
 
 /*
  * A vertical colour bar for hp_symlog(., m) at (x, y), h px high: +m at the
- * top, -m at the bottom, labels at 0, +-m/10, +-m; its title (the
+ * top, -m at the bottom, labels at 0, +-m/100, +-m/10, +-m; its title (the
  * quantity and unit) above.
  */
 static void legend_diverging(struct hp_text *s, double x, double y, double h, double m, const char *title)
@@ -245,8 +245,8 @@ static void legend_diverging(struct hp_text *s, double x, double y, double h, do
     }
     hp_text_printf(s, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"%.1f\" fill=\"none\" stroke=\"#888\"/>\n", x,
                    y, h);
-    static const double at[] = {1, 0.1, 0, -0.1, -1}; // +-m/100 would crowd 0
-    for (int i = 0; i < 5; i++) {
+    static const double at[] = {1, 0.1, 0.01, 0, -0.01, -0.1, -1};
+    for (int i = 0; i < 7; i++) {
         if (!(m > 0) && at[i] != 0)
             continue;
         double v = at[i] * m, py = y + (1 - hp_symlog(v, m)) / 2 * h;
@@ -309,11 +309,12 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
     ch = ch < 10 ? 10 : ch > cs ? cs : ch;
     const int left = 64, top = 64, gw = U * cs, gh = L * ch;
     const int lx = left + gw + 36; // the legend
+    const double lh = gh < 160 ? 160 : gh > 260 ? 260 : gh;
     int W = lx + 170, H = top + gh + 60;
     if (W < 560)
         W = 560;
-    if (H < top + 300)
-        H = top + 300;
+    if (H < top + lh + 104) // the legend's bar and three lines below it
+        H = top + (int)lh + 104;
     struct hp_text *sv = &f->svg;
     char title[300], sub[400], col[8], b[32];
     snprintf(title, sizeof title, "Effect of ablating each %s alone", what);
@@ -402,10 +403,10 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
             hp_text_add(sv, "</title></rect>\n");
             if (sig) {
                 n_sig++;
-                double rr = (cs < ch ? cs : ch) * 0.14;
+                double rr = (cs < ch ? cs : ch) * 0.08; // a mark, not a second colour: small
                 hp_text_printf(sv, "<circle class=\"sig\" cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"#000000\" "
                                    "stroke=\"#ffffff\" stroke-width=\"1\" pointer-events=\"none\"/>\n",
-                               x + cs / 2.0, y + ch / 2.0, rr < 2 ? 2 : rr);
+                               x + cs / 2.0, y + ch / 2.0, rr < 2 ? 2 : rr > 4 ? 4 : rr);
             }
         }
     hp_text_add(sv, "</g>\n");
@@ -413,7 +414,6 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
     // legend: the colour bar, the mark, a missing cell
     char ltitle[96];
     snprintf(ltitle, sizeof ltitle, "effect (%s)", r->unit);
-    double lh = gh < 160 ? 160 : gh > 260 ? 260 : gh;
     legend_diverging(sv, lx, top + 14, lh, m, ltitle);
     double ly = top + 14 + lh + 24;
     hp_text_printf(sv, "<g class=\"legend\" font-size=\"11\">\n"

@@ -256,7 +256,7 @@ double hp_symlog(double x, double m)
 {
     if (!(m > 0) || isnan(x))
         return 0;
-    double c = m / 100, v = log1p(fabs(x) / c) / log1p(m / c);
+    double c = m / 1000, v = log1p(fabs(x) / c) / log1p(m / c);
     v = v > 1 ? 1 : v;
     return x < 0 ? -v : v;
 }

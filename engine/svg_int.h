@@ -77,7 +77,8 @@ bool hp_color_diverging_dark(double t);
 /*
  * A symmetric log scale for signed values, so a few large effects do not
  * wash out the many small ones: t = sign(x) log(1 + |x|/c) / log(1 + m/c)
- * with c = m / 100, in [-1, 1] for |x| <= m (clamped beyond); 0 when m <= 0.
+ * with c = m / 1000 (three decades below m get a third of the scale each),
+ * in [-1, 1] for |x| <= m (clamped beyond); 0 when m <= 0.
  */
 double hp_symlog(double x, double m);
 

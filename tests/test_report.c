@@ -906,7 +906,8 @@ Test(report, ticks_scales_and_colours_by_hand)
     cr_assert_float_eq(hp_symlog(0, 2), 0.0, 1e-15);
     cr_assert_float_eq(hp_symlog(2, 2), 1.0, 1e-15);
     cr_assert_float_eq(hp_symlog(-2, 2), -1.0, 1e-15);
-    cr_assert_float_eq(hp_symlog(0.2, 2), log(11) / log(101), 1e-15); // m/10
+    cr_assert_float_eq(hp_symlog(0.2, 2), log(101) / log(1001), 1e-15); // m/10
+    cr_assert_float_eq(hp_symlog(-0.02, 2), -log(11) / log(1001), 1e-15); // -m/100
     cr_assert_float_eq(hp_symlog(5, 2), 1.0, 1e-15);                    // clamped
     cr_assert_float_eq(hp_symlog(1, 0), 0.0, 1e-15);
 
