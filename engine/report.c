@@ -46,8 +46,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// A heatmap or pair matrix of more cells than this is left out with a note: no browser draws it well.
+// A heatmap or pair matrix of more cells than this, or a figure of more layers, is left out with a
+// note: no browser draws it well (and the model's shape is input: it must not size a page unchecked).
 #define MAX_CELLS 65536
+#define MAX_ROWS 1024
 
 // --- tables as the queries return them -------------------------------------------
 
@@ -275,10 +277,10 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
         if (tint(t, i, c_unit) >= U)
             U = tint(t, i, c_unit) + 1;
     const char *what = kv ? "KV group" : "head", *whats = kv ? "KV groups" : "heads";
-    if ((long long)L * U > MAX_CELLS) {
-        hp_text_printf(&sec->note, "Left out: %d layers x %d %s are too many cells to draw (at most %d); "
-                                   "<code>headprune query heads --format csv</code> lists them.",
-                       L, U, whats, MAX_CELLS);
+    if ((long long)L * U > MAX_CELLS || L > MAX_ROWS) {
+        hp_text_printf(&sec->note, "Left out: %d layers x %d %s are too many cells to draw (at most %d, in at "
+                                   "most %d layers); <code>headprune query heads --format csv</code> lists them.",
+                       L, U, whats, MAX_CELLS, MAX_ROWS);
         hp_table_free(t);
         return HP_OK;
     }
@@ -400,6 +402,7 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
                 hp_text_add(sv, "; attribution estimate ");
                 hp_text_escape(sv, tcell(t, i, c_atp));
             }
+            /* head roles, once the database has them, join here by (layer, unit), as the atp column does */
             hp_text_add(sv, "</title></rect>\n");
             if (sig) {
                 n_sig++;
@@ -566,10 +569,10 @@ static enum hp_status make_curves(struct report *r, struct section *sec)
         const char *colour = hp_color_category(k);
         hp_text_add(sv, "<g class=\"series\" data-study=\"");
         hp_text_escape(sv, sr[k].study);
-        hp_text_printf(sv, "\" data-kind=\"%s\" data-rank=\"%s\">\n<polyline fill=\"none\" stroke=\"%s\" "
-                           "stroke-width=\"2\"%s points=\"",
-                       sr[k].random ? "random" : "iterative", sr[k].random ? "" : *sr[k].rank ? sr[k].rank : "exact",
-                       colour, sr[k].random ? " stroke-dasharray=\"6 3\"" : "");
+        hp_text_printf(sv, "\" data-kind=\"%s\" data-rank=\"", sr[k].random ? "random" : "iterative");
+        hp_text_escape(sv, sr[k].random ? "" : *sr[k].rank ? sr[k].rank : "exact");
+        hp_text_printf(sv, "\">\n<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", colour,
+                       sr[k].random ? " stroke-dasharray=\"6 3\"" : "");
         for (int j = 0; j < sr[k].n; j++) {
             int i = sr[k].row0 + j;
             double x = tval(t, i, c_pct), v = tval(t, i, c_value);
@@ -683,6 +686,12 @@ static enum hp_status make_redundancy(struct report *r, struct section *sec)
     enum hp_status s = hp_query_read(r->rd, &q, &t, r->err);
     if (s != HP_OK)
         return s;
+    if (t->n_rows > MAX_ROWS) {
+        hp_text_printf(&sec->note, "Left out: %d layers are too many to draw (at most %d); <code>headprune query "
+                                   "redundancy</code> lists them.", t->n_rows, MAX_ROWS);
+        hp_table_free(t);
+        return HP_OK;
+    }
     struct fig *f = fig_new(r, "redundancy");
     if (!f) {
         hp_table_free(t);
@@ -750,7 +759,7 @@ static enum hp_status make_redundancy(struct report *r, struct section *sec)
         }
         // room beyond the longest bars for their labels
         double span = hi - lo > 0 ? hi - lo : 1;
-        hi += hi > 0 || panels[k].count ? 0.3 * span : 0;
+        hi += hi > 0 && !panels[k].count ? 0.3 * span : 0; // a count's label fits in the gap after the panel
         lo -= lo < 0 ? 0.3 * span : 0;
         double ticks[32];
         int nt = hp_ticks(&lo, &hi, 4, ticks, 32);
@@ -900,7 +909,9 @@ static enum hp_status make_pairs(struct report *r, struct section *sec)
             U = a >= U ? a + 1 : U;
             U = bb >= U ? bb + 1 : U;
         }
-        if ((long long)U * U > MAX_CELLS || g[k].layer < 0) {
+        if (g[k].layer < 0) // a pair the query could not place in a layer: nothing to draw it in
+            continue;
+        if ((long long)U * U > MAX_CELLS) {
             n_big++;
             continue;
         }
@@ -1089,9 +1100,9 @@ static void run_section(const struct report *r, struct hp_text *h)
     snprintf(buf, sizeof buf, "%s (%s); baseline %s", info_text(r, "metric"), hp_metric_effect_text(r->m),
              info_text(r, "baseline"));
     run_row(h, "Metric", buf);
-    snprintf(buf, sizeof buf, "%s finished variants, evaluated %s to %s, %s s of evaluation in all",
+    snprintf(buf, sizeof buf, "%s finished variants, evaluated %s to %s, %.1f s of evaluation in all",
              info_text(r, "results"), info_text(r, "first_result"), info_text(r, "last_result"),
-             info_text(r, "wall_s"));
+             isfinite(info_num(r, "wall_s")) ? info_num(r, "wall_s") : 0.0);
     run_row(h, "Results", buf);
     run_row(h, "Engine version", info_text(r, "engine_versions"));
     run_row(h, "Numeric version", info_text(r, "numeric_versions"));
