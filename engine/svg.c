@@ -196,7 +196,7 @@ double hp_scale_map(const struct hp_scale *s, double v)
 
 int hp_ticks(double *lo, double *hi, int want, double *ticks, int max)
 {
-    if (!isfinite(*lo) || !isfinite(*hi)) {
+    if (!isfinite(*lo) || !isfinite(*hi) || !isfinite(*hi - *lo)) { // a forged value: any axis will do
         *lo = 0, *hi = 1;
     }
     if (*hi < *lo) {
