@@ -29,6 +29,7 @@ static const struct command {
     {"run", cmd_run, "run a plan into an SQLite results database (resumable, shardable)"},
     {"query", cmd_query, "pruning curves, head effects, sets, comparisons, redundancy, pairs, gradient scores, SQL"},
     {"merge", cmd_merge, "merge shard databases"},
+    {"slurm", cmd_slurm, "run a plan on a Slurm cluster: a job array of shards, then their merge"},
     {"prune", cmd_prune, "write a checkpoint with heads removed (Hugging Face format)"},
 };
 
