@@ -422,24 +422,37 @@ static bool drain(int fd, char *buf, size_t cap, size_t *len)
     return true;
 }
 
-/* s on one line: each run of blanks and line breaks one space, no blank at either end. */
-static void one_line(char *s)
+/*
+ * sbatch's output on one line, into out: its lines joined with "; ", each
+ * without sbatch's own "sbatch: error: " (or "sbatch: ") prefix, which our
+ * message already names; blanks within a line kept, none at either end.
+ */
+static void one_line(const char *r, char *out, size_t cap)
 {
-    char *w = s;
-    bool blank = true; /* drops leading blanks */
-    for (char *r = s; *r; r++) {
-        if (isspace((unsigned char)*r)) {
-            if (!blank)
-                *w++ = ' ';
-            blank = true;
-        } else {
-            *w++ = *r;
-            blank = false;
+    size_t w = 0;
+    while (*r) {
+        while (*r && isspace((unsigned char)*r)) /* blank lines and leading blanks */
+            r++;
+        if (!*r)
+            break;
+        if (!strncmp(r, "sbatch: error: ", 15))
+            r += 15;
+        else if (!strncmp(r, "sbatch: ", 8))
+            r += 8;
+        if (w > 0 && w + 2 < cap) {
+            out[w++] = ';';
+            out[w++] = ' ';
         }
+        size_t line_end = w;
+        for (; *r && *r != '\n'; r++) {
+            if (w + 1 < cap)
+                out[w++] = isspace((unsigned char)*r) ? ' ' : *r;
+            if (!isspace((unsigned char)*r))
+                line_end = w;
+        }
+        w = line_end; /* trailing blanks dropped */
     }
-    if (w > s && w[-1] == ' ')
-        w--;
-    *w = '\0';
+    out[w] = '\0';
 }
 
 enum hp_status hp_slurm_submit(const char *dir, const char *script, const char *after, char *jobid, size_t cap,
@@ -521,7 +534,8 @@ enum hp_status hp_slurm_submit(const char *dir, const char *script, const char *
                        "a login node; --dry-run writes the scripts without submitting)");
     if (got == (ssize_t)sizeof fail)
         return hp_fail(err, HP_ERR_IO, "sbatch: cannot run it (%s)", strerror(fail[1]));
-    one_line(se);
+    char msg[sizeof se + 64];
+    one_line(se, msg, sizeof msg);
     if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
         char how[48];
         if (WIFEXITED(wst))
@@ -529,15 +543,16 @@ enum hp_status hp_slurm_submit(const char *dir, const char *script, const char *
         else
             snprintf(how, sizeof how, "killed by signal %d", WIFSIGNALED(wst) ? WTERMSIG(wst) : 0);
         return hp_fail(err, HP_ERR_IO, "sbatch %s: %s (%s; the scripts are in %s)", script,
-                       se[0] ? se : "failed, with nothing on stderr", how, dir);
+                       msg[0] ? msg : "failed, with nothing on stderr", how, dir);
     }
     /* --parsable prints "jobid" or "jobid;cluster" */
-    one_line(so);
-    size_t idlen = strcspn(so, ";");
-    if (!digits(so, idlen) || idlen + 1 > cap)
-        return hp_fail(err, HP_ERR_FORMAT, "sbatch %s: printed '%s' where a job id was expected (%s)", script, so,
-                       se[0] ? se : "nothing on stderr");
-    memcpy(jobid, so, idlen);
+    char id[sizeof so + 64];
+    one_line(so, id, sizeof id);
+    size_t idlen = strcspn(id, ";");
+    if (!digits(id, idlen) || idlen + 1 > cap)
+        return hp_fail(err, HP_ERR_FORMAT, "sbatch %s: printed '%s' where a job id was expected (%s)", script, id,
+                       msg[0] ? msg : "nothing on stderr");
+    memcpy(jobid, id, idlen);
     jobid[idlen] = '\0';
     return HP_OK;
 }

@@ -115,7 +115,8 @@ int cmd_slurm(int argc, char **argv)
         return 1;
     }
     int rc = -1;
-    while (rc < 0 && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    opterr = 0; /* our message, naming the option, instead of getopt's */
+    while (rc < 0 && (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
         case 'n':
             if (!parse_int(optarg, 1, 1000000, &shards))
@@ -143,7 +144,12 @@ int cmd_slurm(int argc, char **argv)
             break;
         case 'r': dry = true; break;
         case 'h': fputs(slurm_help, stdout); rc = 0; break;
-        default: rc = usage_error("slurm", "unknown option"); break;
+        default: {
+            char msg[160];
+            snprintf(msg, sizeof msg, c == ':' ? "%.100s needs a value" : "unknown option '%.100s'", argv[optind - 1]);
+            rc = usage_error("slurm", msg);
+            break;
+        }
         }
     }
     if (rc < 0 && optind != argc - 1)
