@@ -132,7 +132,8 @@ enum hp_status hp_slurm_paths_for(const char *db, struct hp_slurm_paths *p, stru
     int a = snprintf(p->dir, sizeof p->dir, "%.*s.slurm", (int)n, db);
     int b = snprintf(p->shards, sizeof p->shards, "%s/shards.sbatch", p->dir);
     int c = snprintf(p->merge, sizeof p->merge, "%s/merge.sbatch", p->dir);
-    if (a < 0 || b < 0 || c < 0 || (size_t)b >= sizeof p->shards || (size_t)c >= sizeof p->merge)
+    if (a < 0 || b < 0 || c < 0 || (size_t)a >= sizeof p->dir || (size_t)b >= sizeof p->shards ||
+        (size_t)c >= sizeof p->merge)
         return hp_fail(err, HP_ERR_ARG, "%s: path too long for the scripts' folder beside it", db);
     return HP_OK;
 }
@@ -222,7 +223,7 @@ static enum hp_status make_dir(const char *path, const char *hint, struct hp_err
     return hp_fail(err, HP_ERR_IO, "%s: cannot make the folder (%s; %s)", path, strerror(errno), hint);
 }
 
-/* The #SBATCH lines both scripts share: partition, time, the user's own options. */
+/* The #SBATCH lines both scripts share: partition, time, the user's own options (check_job made sure each fits q). */
 static void common_directives(struct sbuf *b, const struct hp_slurm_job *j, char *q, size_t cap)
 {
     if (j->partition && sbatch_quote(j->partition, q, cap))
@@ -252,14 +253,15 @@ static enum hp_status check_job(const struct hp_slurm_job *j, struct hp_error *e
     const char *vals[2] = {j->partition, j->time};
     const char *names[2] = {"--partition", "--time"};
     for (int i = 0; i < 2; i++)
-        if (vals[i] && (!vals[i][0] || strchr(vals[i], '\n')))
-            return hp_fail(err, HP_ERR_ARG, "%s: empty or with a newline (give a value for one #SBATCH line)", names[i]);
+        if (vals[i] && (!vals[i][0] || strchr(vals[i], '\n') || strlen(vals[i]) >= PATH_MAX))
+            return hp_fail(err, HP_ERR_ARG, "%s: empty, too long or with a newline (give a value for one #SBATCH line)",
+                           names[i]);
     if (j->time && !hp_slurm_time_ok(j->time))
         return hp_fail(err, HP_ERR_ARG, "--time %s: not a Slurm time (minutes, H:M:S, or D-H:M:S, e.g. 2:00:00)",
                        j->time);
     for (int i = 0; i < j->n_sbatch_args; i++) {
         const char *a = j->sbatch_args[i];
-        if (a[0] != '-' || strchr(a, '\n'))
+        if (a[0] != '-' || strchr(a, '\n') || strlen(a) >= PATH_MAX)
             return hp_fail(err, HP_ERR_ARG, "--sbatch-arg '%s': not one sbatch option (give each as --name=value, "
                            "e.g. --sbatch-arg=--mem=8G)", a);
     }
