@@ -30,6 +30,7 @@ static const struct command {
     {"query", cmd_query, "pruning curves, head effects, sets, comparisons, redundancy, pairs, gradient scores, SQL"},
     {"report", cmd_report, "a sweep's figures as one self-contained HTML file (and SVGs)"},
     {"merge", cmd_merge, "merge shard databases"},
+    {"slurm", cmd_slurm, "run a plan on a Slurm cluster: a job array of shards, then their merge"},
     {"prune", cmd_prune, "write a checkpoint with heads removed (Hugging Face format)"},
 };
 

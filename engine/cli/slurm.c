@@ -1,0 +1,239 @@
+/*
+ * slurm.c -- `headprune slurm`: a plan run on a Slurm cluster as a job array
+ * of shards, each into its own database, and a merge job after it. The
+ * scripts are written (and submitted) by engine/slurm.c; this file reads the
+ * options, resolves every path to an absolute one, and says what it did.
+ */
+#define _XOPEN_SOURCE 700 /* realpath */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli_int.h"
+#include "slurm_int.h"
+
+static const char slurm_help[] =
+    "Usage: headprune slurm PLAN.yaml --shards N [--db OUT] [--partition P] [--time T]\n"
+    "                       [--cpus-per-task C] [--sbatch-arg ARG]... [--dry-run]\n"
+    "\n"
+    "Run a plan on a Slurm cluster: a job array of N tasks, task K running shard K\n"
+    "of N ('headprune run --shard K/N') into a database of its own with one thread\n"
+    "per CPU Slurm gives it, then a merge job into OUT that starts when every task\n"
+    "has ended, however it ended (--dependency=afterany). The merge merges the\n"
+    "shards that finished; when some did not (a time limit, a failed node), its\n"
+    "log names them and prints the command that re-runs them and the merge: a\n"
+    "re-run shard resumes from its database, skipping the jobs it finished. No\n"
+    "SQLite database is ever shared by two tasks (its locking cannot be trusted\n"
+    "over a network file system): one per task, merged.\n"
+    "\n"
+    "The scripts go in a folder beside OUT: OUT without '.db', plus '.slurm'\n"
+    "(results/NAME.slurm/ for the default OUT), with shards.sbatch (the array),\n"
+    "merge.sbatch, the shards' databases shard-K-of-N.db and their exit statuses\n"
+    "shard-K-of-N.status, and logs/. Both are submitted with 'sbatch --parsable'\n"
+    "from that folder; the job ids and the squeue and sacct lines that follow them\n"
+    "are printed. Every path in them is absolute: the headprune binary, the plan,\n"
+    "its model and data and OUT's folder must be on a file system the compute\n"
+    "nodes see.\n"
+    "\n"
+    "Iterative and gradient studies (iterative, importance, attribution) are\n"
+    "sequential: each step's masks depend on the results before it. They run in\n"
+    "shard 1, after its share of the other jobs, with its task's CPUs, exactly as\n"
+    "'run --shard 1/N' runs them: splitting a step's candidates over the array\n"
+    "would make every task wait for the others at every step, through one shared\n"
+    "database. Give --time for shard 1's longer work; a plan whose sequential\n"
+    "study dominates runs best as a plan of its own with --shards 1 and the CPUs\n"
+    "of a node (--cpus-per-task).\n"
+    "\n"
+    "  --shards N           array tasks, one shard each (1 <= N <= 1000000; Slurm's\n"
+    "                       default MaxArraySize takes up to 1000)\n"
+    "  --db OUT             merged database (default results/<plan name>.db)\n"
+    "  --partition P        partition of both jobs (default: the cluster's)\n"
+    "  --time T             time limit of each task and of the merge, as sbatch takes\n"
+    "                       it: minutes, H:M:S, D-H:M:S (default: the partition's)\n"
+    "  --cpus-per-task C    CPUs of each task, and its threads (default 1)\n"
+    "  --sbatch-arg ARG     one more #SBATCH option for both jobs, as one word,\n"
+    "                       e.g. --sbatch-arg=--mem=8G --sbatch-arg=--account=proj;\n"
+    "                       repeatable\n"
+    "  --dry-run            write the scripts and print the sbatch commands, without\n"
+    "                       submitting\n";
+
+/* Whether the plan has studies that run in shard 1 only, and their names into names. */
+static bool sequential_studies(const struct hp_plan *p, char *names, size_t cap)
+{
+    size_t n = 0;
+    names[0] = '\0';
+    for (int i = 0; i < p->n_studies; i++) {
+        enum hp_study_kind k = p->studies[i].kind;
+        if (k == HP_STUDY_ITERATIVE || k == HP_STUDY_IMPORTANCE || k == HP_STUDY_ATTRIBUTION) {
+            int w = snprintf(names + n, cap - n, "%s%s", n ? ", " : "", p->studies[i].name);
+            n = w > 0 && (size_t)w < cap - n ? n + (size_t)w : n;
+        }
+    }
+    return n > 0;
+}
+
+/* OUT made absolute: its folder resolved (it must exist), its name kept. */
+static enum hp_status absolute_db(const char *db, char *out, size_t cap, struct hp_error *err)
+{
+    const char *slash = strrchr(db, '/');
+    char dir[PATH_MAX], real[PATH_MAX];
+    const char *base = slash ? slash + 1 : db;
+    if (!*base)
+        return hp_fail(err, HP_ERR_ARG, "%s: --db names a folder; give a database file, e.g. results/sweep.db", db);
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - db) + (slash == db) : 1, slash ? db : ".");
+    if (!realpath(dir, real))
+        return hp_fail(err, HP_ERR_IO, "%s: cannot use the folder of --db (%s; make it first)", dir, strerror(errno));
+    int w = snprintf(out, cap, "%s/%s", strcmp(real, "/") ? real : "", base);
+    if (w < 0 || (size_t)w >= cap)
+        return hp_fail(err, HP_ERR_ARG, "%s: path too long", db);
+    return HP_OK;
+}
+
+int cmd_slurm(int argc, char **argv)
+{
+    static const struct option opts[] = {{"shards", required_argument, 0, 'n'},
+                                         {"db", required_argument, 0, 'd'},
+                                         {"partition", required_argument, 0, 'p'},
+                                         {"time", required_argument, 0, 't'},
+                                         {"cpus-per-task", required_argument, 0, 'c'},
+                                         {"sbatch-arg", required_argument, 0, 'a'},
+                                         {"dry-run", no_argument, 0, 'r'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *db = NULL, *partition = NULL, *time_limit = NULL;
+    int shards = 0, cpus = 1, c;
+    bool dry = false;
+    const char **extra = calloc((size_t)argc + 1, sizeof *extra); /* at most one a word of argv */
+    int n_extra = 0;
+    if (!extra) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return 1;
+    }
+    int rc = -1;
+    opterr = 0; /* our message, naming the option, instead of getopt's */
+    while (rc < 0 && (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+            if (!parse_int(optarg, 1, 1000000, &shards))
+                rc = usage_error("slurm", "--shards must be an integer from 1 to 1000000");
+            break;
+        case 'd': db = optarg; break;
+        case 'p':
+            partition = optarg;
+            if (!*optarg || strchr(optarg, '\n'))
+                rc = usage_error("slurm", "--partition must name a partition");
+            break;
+        case 't':
+            time_limit = optarg;
+            if (!hp_slurm_time_ok(optarg))
+                rc = usage_error("slurm", "--time must be a Slurm time: minutes, H:M:S or D-H:M:S, e.g. 2:00:00");
+            break;
+        case 'c':
+            if (!parse_int(optarg, 1, 1024, &cpus))
+                rc = usage_error("slurm", "--cpus-per-task must be an integer from 1 to 1024");
+            break;
+        case 'a':
+            if (optarg[0] != '-' || strchr(optarg, '\n'))
+                rc = usage_error("slurm", "--sbatch-arg takes one sbatch option as one word, e.g. --sbatch-arg=--mem=8G");
+            extra[n_extra++] = optarg;
+            break;
+        case 'r': dry = true; break;
+        case 'h': fputs(slurm_help, stdout); rc = 0; break;
+        default: {
+            char msg[160];
+            snprintf(msg, sizeof msg, c == ':' ? "%.100s needs a value" : "unknown option '%.100s'", argv[optind - 1]);
+            rc = usage_error("slurm", msg);
+            break;
+        }
+        }
+    }
+    if (rc < 0 && optind != argc - 1)
+        rc = usage_error("slurm", "give one PLAN.yaml");
+    if (rc < 0 && shards == 0)
+        rc = usage_error("slurm", "give --shards N, the number of array tasks");
+    if (rc >= 0) {
+        free(extra);
+        return rc;
+    }
+
+    struct hp_error err = {0};
+    struct hp_plan *p = NULL;
+    if (hp_plan_load(argv[optind], &p, &err) != HP_OK) {
+        free(extra);
+        return die(&err);
+    }
+    char plan_abs[PATH_MAX], exe[PATH_MAX], db_abs[PATH_MAX], defdb[1200], seq[512];
+    bool sequential = sequential_studies(p, seq, sizeof seq);
+    struct hp_slurm_paths paths;
+    rc = 1;
+    ssize_t n_exe = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (!realpath(p->path, plan_abs)) {
+        hp_fail(&err, HP_ERR_IO, "%s: cannot resolve the plan's path (%s)", p->path, strerror(errno));
+        goto fail;
+    }
+    if (n_exe <= 0 || (size_t)n_exe >= sizeof exe - 1) {
+        hp_fail(&err, HP_ERR_IO, "/proc/self/exe: cannot find the headprune binary the tasks should run (%s)",
+                strerror(errno));
+        goto fail;
+    }
+    exe[n_exe] = '\0';
+    if (!db) {
+        snprintf(defdb, sizeof defdb, "results/%s.db", p->name);
+        db = defdb;
+        mkdir("results", 0777); /* the default folder, as run makes it; an error surfaces below */
+    }
+    if (absolute_db(db, db_abs, sizeof db_abs, &err) != HP_OK || hp_slurm_paths_for(db_abs, &paths, &err) != HP_OK)
+        goto fail;
+    struct hp_slurm_job job = {
+        .headprune = exe, .plan = plan_abs, .name = p->name, .db = db_abs, .shards = shards,
+        .cpus_per_task = cpus, .partition = partition, .time = time_limit,
+        .sbatch_args = extra, .n_sbatch_args = n_extra, .sequential = sequential,
+    };
+    if (hp_slurm_write(&job, &paths, &err) != HP_OK)
+        goto fail;
+
+    char dir_q[4 * PATH_MAX + 8];
+    hp_shell_quote(paths.dir, dir_q, sizeof dir_q);
+    printf("wrote %s: a job array of %d task%s, task K runs shard K of %d into shard-K-of-%d.db with %d CPU%s\n",
+           paths.shards, shards, shards == 1 ? "" : "s", shards, shards, cpus, cpus == 1 ? "" : "s");
+    printf("      %s: after the array, merges the shards that finished into %s\n", paths.merge, db_abs);
+    if (sequential)
+        printf("shard 1 also runs the plan's sequential studies (%s), after its share (see --help)\n", seq);
+    if (dry) {
+        printf("would run, from the scripts' folder:\n"
+               "  cd %s && sbatch --parsable shards.sbatch\n"
+               "  cd %s && sbatch --parsable --dependency=afterany:ARRAY_JOB_ID merge.sbatch\n",
+               dir_q, dir_q);
+        rc = 0;
+        goto out;
+    }
+    char array_id[64], merge_id[64];
+    if (hp_slurm_clear_status(&paths, shards, &err) != HP_OK ||
+        hp_slurm_submit(paths.dir, "shards.sbatch", NULL, array_id, sizeof array_id, &err) != HP_OK)
+        goto fail;
+    if (hp_slurm_submit(paths.dir, "merge.sbatch", array_id, merge_id, sizeof merge_id, &err) != HP_OK) {
+        fprintf(stderr, "%s: %s; job array %s was submitted: cancel it (scancel %s) or submit the merge by hand "
+                "(cd %s && sbatch --dependency=afterany:%s merge.sbatch)\n",
+                prog, err.msg, array_id, array_id, dir_q, array_id);
+        goto out;
+    }
+    printf("submitted job array %s (tasks %s_1 to %s_%d) and merge job %s (after job %s ends, however it ends)\n",
+           array_id, array_id, array_id, shards, merge_id, array_id);
+    printf("follow:  squeue -j %s,%s\n"
+           "         sacct -j %s,%s -X --format=JobID,JobName,State,Elapsed,ExitCode\n"
+           "logs:    %s/logs/shard-K-of-%d.%s.out and merge.%s.out\n",
+           array_id, merge_id, array_id, merge_id, paths.dir, shards, array_id, merge_id);
+    rc = 0;
+    goto out;
+fail:
+    rc = die(&err);
+out:
+    hp_plan_free(p);
+    free(extra);
+    return rc;
+}
