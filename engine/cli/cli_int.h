@@ -44,6 +44,10 @@ int die(const struct hp_error *err);
 /* Print "headprune CMD: msg" and the --help hint; returns 2, the exit status. */
 int usage_error(const char *cmd, const char *msg);
 
+/* usage_error for what getopt_long returned c (':' or '?') for, with an
+ * optstring starting ':': the option named, missing its value or unknown. */
+int option_error(const char *cmd, int c, char **argv);
+
 // --- strict number parsing ----------------------------------------------------------
 
 /* The whole of s a decimal integer in [lo, hi] (no blanks, no overflow); false: refuse it. */

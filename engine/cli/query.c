@@ -147,19 +147,7 @@ int cmd_query(int argc, char **argv)
                 return usage_error("query", "--by must be head or layer");
             break;
         case 'h': fputs(query_help, stdout); return 0;
-        case ':': {
-            char msg[160];
-            snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind - 1]);
-            return usage_error("query", msg);
-        }
-        default: {
-            char msg[160];
-            if (optopt)
-                snprintf(msg, sizeof msg, "unknown option '-%c'", optopt);
-            else
-                snprintf(msg, sizeof msg, "unknown option '%.100s'", argv[optind - 1]);
-            return usage_error("query", msg);
-        }
+        default: return option_error("query", c, argv);
         }
     }
     if (optind >= argc) {

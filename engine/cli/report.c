@@ -81,19 +81,7 @@ int cmd_report(int argc, char **argv)
                 return usage_error("report", "--eps must be a non-negative number");
             break;
         case 'h': fputs(report_help, stdout); return 0;
-        case ':': {
-            char msg[160];
-            snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind - 1]);
-            return usage_error("report", msg);
-        }
-        default: {
-            char msg[160];
-            if (optopt)
-                snprintf(msg, sizeof msg, "unknown option '-%c'", optopt);
-            else
-                snprintf(msg, sizeof msg, "unknown option '%.100s'", argv[optind - 1]);
-            return usage_error("report", msg);
-        }
+        default: return option_error("report", c, argv);
         }
     }
     if (optind != argc)
