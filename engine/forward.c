@@ -285,6 +285,8 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         hp_op_softmax_rows(att, T, in->causal, km);
         /* out (T, dh) = P (T, T) v_kv (T, dh) */
         hp_gemm1(T, dh, T, 1.0f, att, T, 1, vs + r0 * kvd + kv * dh, kvd, 1, 0.0f, w->ctx + r0 * qd + h * dh, qd, 1);
+        if (a->tap->attn) /* the probabilities, still in this thread's buffer */
+            a->tap->attn(a->tap->attn_user, l, h, b, att, T);
     }
     if (kp)
         memcpy(kp->a, w->ctx, (size_t)N * qd * sizeof(float));
