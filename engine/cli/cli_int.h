@@ -32,6 +32,7 @@ int cmd_run(int argc, char **argv);
 int cmd_query(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
+int cmd_roles(int argc, char **argv);
 
 // --- errors -----------------------------------------------------------------------
 
