@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sqlite3.h>
 #include <sys/stat.h>
 
 #include "roles_int.h"
@@ -469,4 +470,151 @@ Test(roles, nan_queries_alone_are_found)
 {
     nan_copy("llama-gqa", "model.layers.2.self_attn.q_proj.weight", 1);
     expect_nonfinite("llama-gqa", "head 2.0's attention on the data");
+}
+
+/* --- the roles study of a sweep ------------------------------------------------------ */
+
+static void write_text(const char *path, const char *text)
+{
+    tu_spit(path, text, strlen(text));
+}
+
+static struct hp_sweep_summary sweep(const char *plan_text, const char *plan_name, const char *db)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmp, plan_name);
+    write_text(path, plan_text);
+    struct hp_plan *p;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_plan_load(path, &p, &err), HP_OK, "%s", err.msg);
+    struct hp_sweep_opts o = {.db_path = db, .shard_count = 1, .threads = 2};
+    struct hp_sweep_summary sum;
+    cr_assert_eq(hp_sweep_run(p, &o, &sum, &err), HP_OK, "%s", err.msg);
+    hp_plan_free(p);
+    return sum;
+}
+
+/* The head_roles rows of the run a sweep's study links to, against r: every score bit for bit. */
+static void stored_equal(const char *db, int64_t sweep_id, const char *study, const struct hp_roles *r)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h,
+                                    "SELECT h.layer, h.head, h.prev_token, h.duplicate_token, h.induction, "
+                                    "h.induction_offset, h.induction_mass, h.first_token, h.dominant_offset, "
+                                    "h.dominant_mass, h.entropy, h.rare_token, r.probe_seqs, r.probe_len, r.n_queries, "
+                                    "r.n_prev, r.n_duplicate, r.n_first, r.n_induction FROM sweep_roles x "
+                                    "JOIN role_runs r ON r.id = x.run_id JOIN head_roles h ON h.run_id = r.id "
+                                    "WHERE x.sweep_id = ? AND x.study = ? ORDER BY h.layer, h.head",
+                                    -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(h));
+    sqlite3_bind_int64(st, 1, sweep_id);
+    sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const int l = sqlite3_column_int(st, 0), hd = sqlite3_column_int(st, 1);
+        const struct hp_head_roles *x = &r->heads[l * r->n_heads + hd];
+        cr_assert(x->present);
+        const double want[10] = {x->prev_token, x->duplicate_token, x->induction, x->induction_offset,
+                                 x->induction_mass, x->first_token, x->dominant_offset, x->dominant_mass, x->entropy,
+                                 x->rare_token};
+        for (int c = 0; c < 10; c++) {
+            double got = sqlite3_column_type(st, 2 + c) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 2 + c);
+            cr_assert((isnan(got) && isnan(want[c])) || got == want[c], "%s head %d.%d column %d: stored %.17g, "
+                      "computed %.17g", study, l, hd, c, got, want[c]);
+        }
+        const int64_t counts[7] = {r->probe_seqs, r->probe_len, r->n_queries, r->n_prev, r->n_duplicate, r->n_first,
+                                   r->n_induction};
+        for (int c = 0; c < 7; c++)
+            cr_assert_eq(sqlite3_column_int64(st, 12 + c), counts[c], "%s: run column %d", study, c);
+        n++;
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    cr_assert_eq(n, r->n_layers * r->n_heads, "%s: %d rows stored", study, n);
+}
+
+static long long db_count(const char *db, const char *q)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    long long n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return n;
+}
+
+Test(roles, a_sweep_stores_the_engines_roles_once_and_query_joins_the_effects)
+{
+    char db[128], plan[1024];
+    snprintf(db, sizeof db, "%s/r.db", tmp);
+    snprintf(plan, sizeof plan,
+             "name: roles-sweep\nmodel: %s/gpt2-tiny\ndata: %s/gpt2-tiny/data.npy\nablation: mean\nstudies:\n"
+             "  - single\n  - roles\n  - roles: {name: short, probe_len: 16, probe_seqs: 4}\n",
+             getenv("HP_FIXTURES"), getenv("HP_FIXTURES"));
+    struct hp_sweep_summary s1 = sweep(plan, "p.yaml", db);
+    cr_assert_eq(s1.n_run, 1 + 12 + 2, "baseline, 12 heads and two roles computations: %lld", (long long)s1.n_run);
+    cr_assert_eq(db_count(db, "SELECT count(*) FROM role_runs"), 2);
+    cr_assert_eq(db_count(db, "SELECT count(*) FROM sweep_roles"), 2);
+
+    /* what was stored is what the engine computes, whatever the plan's ablation */
+    struct hp_roles *r = compute("tests/fixtures/gpt2-tiny", "tests/fixtures/gpt2-tiny/data.npy", 1);
+    stored_equal(db, s1.sweep_id, "roles", r);
+    hp_roles_free(r);
+    char mdir[1024], data[1024];
+    repo_path("tests/fixtures/gpt2-tiny", mdir, sizeof mdir);
+    repo_path("tests/fixtures/gpt2-tiny/data.npy", data, sizeof data);
+    struct hp_error err;
+    struct hp_model *m;
+    struct hp_data *d;
+    cr_assert_eq(hp_model_open(mdir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(data, 0, &d, &err), HP_OK, "%s", err.msg);
+    struct hp_roles_opts ro = {.probe_seqs = 4, .probe_len = 16};
+    cr_assert_eq(hp_roles_compute(m, d, &ro, &r, &err), HP_OK, "%s", err.msg);
+    hp_data_free(d);
+    hp_model_close(m);
+    stored_equal(db, s1.sweep_id, "short", r);
+    hp_roles_free(r);
+
+    /* run again: nothing is computed; another plan on the same model and data finds the roles too */
+    struct hp_sweep_summary s2 = sweep(plan, "p.yaml", db);
+    cr_assert_eq(s2.n_run, 0);
+    cr_assert_eq(s2.n_cached, 1 + 12 + 2);
+    char other[1024];
+    snprintf(other, sizeof other,
+             "name: other\nmodel: %s/gpt2-tiny\ndata: %s/gpt2-tiny/data.npy\nablation: mean\nstudies:\n"
+             "  - roles: {name: again}\n",
+             getenv("HP_FIXTURES"), getenv("HP_FIXTURES"));
+    struct hp_sweep_summary s3 = sweep(other, "o.yaml", db);
+    cr_assert_eq(s3.n_run, 0, "the roles were computed again");
+    cr_assert_eq(db_count(db, "SELECT count(*) FROM role_runs"), 2);
+    cr_assert_eq(db_count(db, "SELECT count(*) FROM sweep_roles"), 3);
+
+    /* query roles: every head's effect is the one `query heads` reports */
+    struct hp_query_opts q = {.kind = HP_QUERY_ROLES, .sweep_id = s1.sweep_id, .study = "roles"};
+    struct hp_table *t, *heads;
+    cr_assert_eq(hp_query(db, &q, &t, &err), HP_OK, "%s", err.msg);
+    q = (struct hp_query_opts){.kind = HP_QUERY_HEADS, .sweep_id = s1.sweep_id};
+    cr_assert_eq(hp_query(db, &q, &heads, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(t->n_rows, 12 + 1, "12 heads and the rho row");
+    int c_effect = t->n_cols - 1, c_label = 2;
+    cr_assert_str_eq(t->cols[c_effect], "effect");
+    for (int i = 0; i < 12; i++) {
+        const char *label = t->cells[(size_t)i * t->n_cols + c_label];
+        int found = 0;
+        for (int j = 0; j < heads->n_rows; j++)
+            if (strcmp(heads->cells[(size_t)j * heads->n_cols + 1], label) == 0) {
+                cr_assert_str_eq(t->cells[(size_t)i * t->n_cols + c_effect], heads->cells[(size_t)j * heads->n_cols + 5],
+                                 "head %s", label);
+                found++;
+            }
+        cr_assert_eq(found, 1, "head %s", label);
+    }
+    cr_assert_str_eq(t->cells[(size_t)12 * t->n_cols + c_label], "rho");
+    hp_table_free(t);
+    hp_table_free(heads);
 }
