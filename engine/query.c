@@ -2341,7 +2341,8 @@ static const bool role_is_offset[N_ROLE_COLS] = {false, false, false, true, fals
 /* One head's row of a roles study, with its single effect (NaN: none). */
 struct role_row {
     int layer, head;
-    double v[N_ROLE_COLS];
+    double v[N_ROLE_COLS];        // scores; NaN = NULL
+    long long off[N_ROLE_COLS];   // the offsets, as integers (where role_is_offset; v is NaN when NULL)
     double effect;
 };
 
@@ -2439,8 +2440,11 @@ static enum hp_status roles_load(struct q *q, long long run, struct role_row **r
             r = -1;
             break;
         }
-        for (int c = 0; c < N_ROLE_COLS; c++)
+        for (int c = 0; c < N_ROLE_COLS; c++) {
             h->v[c] = col_num(st, 2 + c);
+            /* an offset read as an integer: a forged REAL there must not meet an out-of-range conversion */
+            h->off[c] = role_is_offset[c] ? (long long)sqlite3_column_int64(st, 2 + c) : 0;
+        }
         h->effect = NAN;
     }
     sqlite3_finalize(st);
@@ -2533,7 +2537,7 @@ static enum hp_status q_roles(struct q *q, const char *study, struct hp_table **
         for (int c = 0; c < N_ROLE_COLS; c++)
             if (role_is_offset[c]) {
                 if (!isnan(h->v[c]))
-                    tb_int(&b, row, C_ROLE0 + c, (long long)h->v[c]);
+                    tb_int(&b, row, C_ROLE0 + c, h->off[c]);
             } else {
                 tb_num(&b, row, C_ROLE0 + c, F_METRIC, h->v[c]);
             }

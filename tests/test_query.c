@@ -1719,3 +1719,23 @@ for i, c in enumerate(cols):
 rho.append("")
 print("    " + ", ".join('"%s"' % c for c in rho) + ",")
  */
+
+/* head_roles rows are input like any other: a layer the model lacks is refused, a forged offset is no UB */
+Test(query, forged_roles_rows)
+{
+    build();
+    roles_build();
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "UPDATE head_roles SET induction_offset = 1e300, dominant_offset = -1e300 WHERE layer = 0 AND head = 0");
+    sqlite3_close(db);
+    struct hp_query_opts o = opts(HP_QUERY_ROLES);
+    struct hp_table *t = run(&o);
+    cr_assert_str_eq(cell(t, 0, 6), "9223372036854775807");
+    cr_assert_str_eq(cell(t, 0, 9), "-9223372036854775808");
+    hp_table_free(t);
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "UPDATE head_roles SET layer = 7 WHERE layer = 1 AND head = 3");
+    sqlite3_close(db);
+    expect_fail(&o, g_db, HP_ERR_FORMAT, "layer = 7 in sweep 2 is out of range");
+}
