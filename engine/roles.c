@@ -30,9 +30,9 @@
 
 /* Rows a forward call takes, as the evaluator's chunks. */
 #define CHUNK_ROWS 512
-/* Induction offsets: -W..W around the earlier occurrence. */
-#define W HP_ROLES_WINDOW
-#define NW (2 * W + 1)
+/* Induction offsets: -WIN..WIN around the earlier occurrence. */
+#define WIN HP_ROLES_WINDOW
+#define NW (2 * WIN + 1)
 
 // --- the probe ------------------------------------------------------------------
 
@@ -96,7 +96,7 @@ void hp_roles_probe(int n_vocab, int n_seqs, int len, uint64_t seed, int32_t *pe
 /*
  * One head's probe sums from its attention p (2 len, 2 len): for each query i
  * of the second half, whose token's earlier occurrence is e = i - len, the
- * attention at e + d for d in -W..W (keys before 0 skipped), into acc[d + W].
+ * attention at e + d for d in -WIN..WIN (keys before 0 skipped), into acc[d + WIN].
  */
 static void probe_reduce(const float *p, int len, double *acc)
 {
@@ -104,9 +104,9 @@ static void probe_reduce(const float *p, int len, double *acc)
     for (int i = len; i < T; i++) {
         const float *r = p + (size_t)i * T;
         const int e = i - len;
-        for (int d = -W; d <= W; d++)
+        for (int d = -WIN; d <= WIN; d++)
             if (e + d >= 0)
-                acc[d + W] += r[e + d];
+                acc[d + WIN] += r[e + d];
     }
 }
 
@@ -329,7 +329,7 @@ static enum hp_status data_pass(const struct hp_model *m, const struct hp_data *
     return HP_OK;
 }
 
-/* The probe's pass: every head's attention at offsets -W..W of the earlier occurrence, summed into probe_tot. */
+/* The probe's pass: every head's attention at offsets -WIN..WIN of the earlier occurrence, summed into probe_tot. */
 static enum hp_status probe_pass(const struct hp_model *m, const struct hp_roles_opts *o, int done, int total,
                                  struct work *w, double *probe_tot, const struct hp_roles *r, struct hp_error *err)
 {
@@ -404,12 +404,12 @@ static const char *finish_head(const struct hp_roles *r, const double *t, const 
             hr->dominant_mass = v;
         }
     }
-    hr->induction = mean_of(pt[1 + W], probe_count(r->probe_seqs, r->probe_len, 1));
+    hr->induction = mean_of(pt[1 + WIN], probe_count(r->probe_seqs, r->probe_len, 1));
     hr->induction_offset = 0;
     hr->induction_mass = NAN;
     for (int k = 0; k < NW; k++) {
         const int d = tie_order(k);
-        double v = mean_of(pt[d + W], probe_count(r->probe_seqs, r->probe_len, d));
+        double v = mean_of(pt[d + WIN], probe_count(r->probe_seqs, r->probe_len, d));
         if (isnan(hr->induction_mass) || v > hr->induction_mass) {
             hr->induction_offset = d;
             hr->induction_mass = v;
