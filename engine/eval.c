@@ -22,16 +22,12 @@
 #define HP_CHUNK_ROWS 512
 #define HP_CHUNK_BYTES ((size_t)128 << 20)
 
-enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, struct hp_evaluator **out,
-                                struct hp_error *err)
+enum hp_status hp_eval_check_data(const struct hp_model *m, const struct hp_data *d, struct hp_error *err)
 {
-    *out = NULL;
     const struct hp_model_info *in = &m->info;
     if (d->seq_len > in->n_ctx)
         return hp_fail(err, HP_ERR_SHAPE, "%s: sequences of %d tokens exceed the model's %d positions (use a shorter --seq-len)",
                        d->path, d->seq_len, in->n_ctx);
-    if (in->causal && d->seq_len < 2)
-        return hp_fail(err, HP_ERR_SHAPE, "%s: sequences of %d token predict nothing (need at least 2)", d->path, d->seq_len);
     enum hp_status st = hp_data_check_vocab(d, in->n_vocab, err);
     if (st != HP_OK)
         return st;
@@ -53,6 +49,19 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
             return hp_fail(err, HP_ERR_ARG,
                            "%s: row %d (counting from 0) is all padding (its attention_mask is all 0): remove it", d->path, s);
     }
+    return HP_OK;
+}
+
+enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, struct hp_evaluator **out,
+                                struct hp_error *err)
+{
+    *out = NULL;
+    const struct hp_model_info *in = &m->info;
+    if (in->causal && d->seq_len < 2)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: sequences of %d token predict nothing (need at least 2)", d->path, d->seq_len);
+    enum hp_status st = hp_eval_check_data(m, d, err);
+    if (st != HP_OK)
+        return st;
     const bool has_cls = m->classifier.p != NULL;
     if (has_cls && !d->seq_labels)
         return hp_fail(err, HP_ERR_ARG,

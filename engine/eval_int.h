@@ -62,6 +62,14 @@ struct hp_evaluator {
 /* Whether the metrics kept by a gradient pass are those of mask under abl. */
 bool hp_eval_kept_matches(const struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl);
 
+/*
+ * Whether the model can run the data at all, what every pass over it needs
+ * (the evaluator's, head roles'): rows no longer than its positions, ids in
+ * its vocabulary, token types it has, no row all padding. Else one line
+ * naming the data file.
+ */
+enum hp_status hp_eval_check_data(const struct hp_model *m, const struct hp_data *d, struct hp_error *err);
+
 /* Logits are made this many vocabulary entries at a time by the fused LM
  * heads (reuse.c's metrics, grad.c's loss gradient), never a whole row. */
 #define HP_VOCAB_BLOCK 2048

@@ -304,6 +304,8 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
             hp_gemm1(i1 - i0, dh, k1 - k0, 1.0f, att + (size_t)i0 * T + k0, T, 1, vh + (size_t)k0 * kvd, kvd, 1, 0.0f,
                      oh + (size_t)i0 * qd, qd, 1);
         }
+        if (a->tap->attn) /* the probabilities, still in this thread's buffer */
+            a->tap->attn(a->tap->attn_user, l, h, b, att, T);
     }
     if (kp)
         memcpy(kp->a, w->ctx, (size_t)N * qd * sizeof(float));

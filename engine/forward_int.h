@@ -96,6 +96,18 @@ struct hp_fwd_taps {
     float *resid;
     /* NULL or (n_layers), each NULL or where layer l's activations are kept (hp_fwd_run only, one block) */
     const struct hp_fwd_keep *const *keep;
+    /*
+     * NULL, or handed every live head's attention probabilities as the pass makes them, one
+     * (layer, head, row block) at a time: p (T, T), row-major, query i by key j, as the softmax
+     * left them (0 at padding keys and, causal, at keys after i); block b = v * n_seqs + s is
+     * sequence s of variant block v. p is valid during the call only: the callee reduces it on
+     * the fly, so the tap costs no memory beyond the (T, T) buffer per thread the pass has anyway.
+     * Called from inside the attention's parallel loop, concurrently from several threads, each
+     * call for a different (head, block) of one layer: the callee writes state per (layer, head,
+     * block) only. hp_fwd_resume calls it for the layers it runs (after l0).
+     */
+    void (*attn)(void *user, int layer, int head, int block, const float *p, int T);
+    void *attn_user;
 };
 
 /*

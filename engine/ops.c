@@ -307,9 +307,20 @@ void hp_op_softmax_rows(float *att, int T, bool causal, int window, const uint8_
         float *r = att + (size_t)i * T;
         const int n = causal ? i + 1 : T, j0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
         float mx = -INFINITY;
+        bool nan = false;
         for (int j = j0; j < n; j++)
-            if ((!kmask || kmask[j]) && r[j] > mx)
-                mx = r[j];
+            if (!kmask || kmask[j]) {
+                if (r[j] > mx)
+                    mx = r[j];
+                nan |= isnan(r[j]);
+            }
+        if (nan) {
+            /* a score that is not a number makes the row none either, as in Hugging Face: never the uniform
+             * row below, which would hide broken weights from every metric and from head roles */
+            for (int j = 0; j < T; j++)
+                r[j] = j >= j0 && j < n ? NAN : 0.0f;
+            continue;
+        }
         if (mx == -INFINITY) {
             /* no key visible: Hugging Face's additive mask makes this uniform */
             for (int j = 0; j < T; j++)

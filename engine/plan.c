@@ -33,6 +33,7 @@
  */
 #include "headprune.h"
 #include "plan_int.h"
+#include "roles_int.h" /* hp_roles_probe_size: whether the model takes a roles study's probe */
 #include "util_int.h"
 
 #include <assert.h>
@@ -70,6 +71,7 @@ static const char *const kind_names[] = {
     [HP_STUDY_RANDOM] = "random",     [HP_STUDY_EXPLICIT] = "explicit",
     [HP_STUDY_PAIRS] = "pairs",       [HP_STUDY_ITERATIVE] = "iterative",
     [HP_STUDY_IMPORTANCE] = "importance", [HP_STUDY_ATTRIBUTION] = "attribution",
+    [HP_STUDY_ROLES] = "roles",
 };
 #define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
 
@@ -542,12 +544,12 @@ static enum hp_status get_int_list(const struct loader *ld, const char *key, con
 
 enum opt {
     O_NAME, O_LAYERS, O_HEADS, O_GROUPS, O_KV, O_K, O_SAMPLES, O_SETS, O_PRUNE, O_FLOOR, O_KEEP1,
-    O_RANK, O_NORMALIZE, N_OPTS
+    O_RANK, O_NORMALIZE, O_PROBE_SEQS, O_PROBE_LEN, N_OPTS
 };
 
 static const char *const opt_names[N_OPTS] = {
     "name", "layers", "heads", "groups", "kv", "k", "samples", "sets", "prune", "floor",
-    "keep_one_per_layer", "rank", "normalize",
+    "keep_one_per_layer", "rank", "normalize", "probe_seqs", "probe_len",
 };
 
 #define BIT(o) (1u << (o))
@@ -566,6 +568,7 @@ static const unsigned kind_opts[N_KINDS] = {
                            BIT(O_NORMALIZE),
     [HP_STUDY_IMPORTANCE] = BIT(O_NAME) | UNIT_OPTS | BIT(O_NORMALIZE),
     [HP_STUDY_ATTRIBUTION] = BIT(O_NAME) | UNIT_OPTS,
+    [HP_STUDY_ROLES] = BIT(O_NAME) | BIT(O_PROBE_SEQS) | BIT(O_PROBE_LEN),
 };
 
 static enum hp_status get_word(const struct loader *ld, const char *key, const yaml_node_t *v,
@@ -660,6 +663,10 @@ static enum hp_status get_option(const struct loader *ld, enum opt o, const yaml
         s->normalize = (enum hp_normalize)i;
         return st;
     }
+    case O_PROBE_SEQS: return get_int(ld, "'probe_seqs'", v, 1, "a positive integer", &s->probe_seqs);
+    case O_PROBE_LEN:
+        return get_int(ld, "'probe_len'", v, HP_ROLES_PROBE_MIN_LEN, "an integer of at least 8 (tokens a half)",
+                       &s->probe_len);
     case N_OPTS: break;
     }
     assert(0);
@@ -1297,14 +1304,6 @@ static enum hp_status select_units(struct expander *e)
 
 // --- expansion: random draws -------------------------------------------------
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t rotl(uint64_t x, int k)
 {
     return (x << k) | (x >> (64 - k));
@@ -1339,11 +1338,11 @@ static void seed_draw(uint64_t s[4], uint64_t seed, const char *name, int k, int
     for (const unsigned char *c = (const unsigned char *)name; *c; c++)
         h = (h ^ *c) * 0x100000001B3ull;
     uint64_t x = seed;
-    x = splitmix64(&x) ^ h;
-    x = splitmix64(&x) ^ (uint64_t)(unsigned)k;
-    x = splitmix64(&x) ^ (uint64_t)(unsigned)sample;
+    x = hp_splitmix64(&x) ^ h;
+    x = hp_splitmix64(&x) ^ (uint64_t)(unsigned)k;
+    x = hp_splitmix64(&x) ^ (uint64_t)(unsigned)sample;
     for (int i = 0; i < 4; i++)
-        s[i] = splitmix64(&x);
+        s[i] = hp_splitmix64(&x);
 }
 
 // --- expansion: the kinds ----------------------------------------------------
@@ -1481,6 +1480,17 @@ static enum hp_status expand_study(struct expander *e)
     case HP_STUDY_IMPORTANCE:
     case HP_STUDY_ATTRIBUTION:
         return HP_OK; // the sweep runner makes these from results and gradients
+
+    case HP_STUDY_ROLES: {
+        // no jobs (the sweep runs one unmasked pass); a probe the model cannot take is refused here
+        int seqs, len;
+        struct hp_error why;
+        struct hp_roles_opts ro = {.probe_seqs = s->probe_seqs, .probe_len = s->probe_len};
+        if (hp_roles_probe_size(in, &ro, &seqs, &len, &why) != HP_OK)
+            return fail_study(e, s->probe_seqs > HP_ROLES_PROBE_MAX_SEQS ? "probe_seqs" : s->probe_len ? "probe_len" : NULL,
+                              0, NULL, "%s", why.msg);
+        return HP_OK;
+    }
     }
     assert(0);
     return HP_ERR_PLAN;
@@ -1510,7 +1520,8 @@ static int64_t study_jobs(const struct expander *e)
     case HP_STUDY_EXPLICIT: return s->n_sets;
     case HP_STUDY_ITERATIVE:
     case HP_STUDY_IMPORTANCE:
-    case HP_STUDY_ATTRIBUTION: return 0;
+    case HP_STUDY_ATTRIBUTION:
+    case HP_STUDY_ROLES: return 0;
     }
     return 0;
 }

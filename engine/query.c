@@ -2335,6 +2335,241 @@ static enum hp_status q_attribution(struct q *q, const char *study, int top, str
     return tb_finish(&b, out, q->err);
 }
 
+// --- head roles ---------------------------------------------------------------------
+
+/* The scores of head_roles, in its column order: names, and whether each is an offset (no correlation). */
+#define N_ROLE_COLS 10
+static const char *const role_cols[N_ROLE_COLS] = {"prev_token", "duplicate_token", "induction", "induction_offset",
+                                                  "induction_mass", "first_token", "dominant_offset", "dominant_mass",
+                                                  "entropy", "rare_token"};
+static const bool role_is_offset[N_ROLE_COLS] = {false, false, false, true, false, false, true, false, false, false};
+
+/* One head's row of a roles study, with its single effect (NaN: none). */
+struct role_row {
+    int layer, head;
+    double v[N_ROLE_COLS];        // scores; NaN = NULL
+    long long off[N_ROLE_COLS];   // the offsets, as integers (where role_is_offset; v is NaN when NULL)
+    double effect;
+};
+
+/*
+ * The sweep's roles study named want, else its first by name: its run's id and
+ * probe into *run, *seqs, *len. None is an error naming the sweep's roles
+ * studies, or another sweep with one, or saying what to add.
+ */
+static enum hp_status pick_roles(struct q *q, const char *want, char *name, size_t size, long long *run, int *seqs,
+                                 int *len)
+{
+    bool yes = false;
+    enum hp_status s = has_table(q, "sweep_roles", &yes);
+    if (s != HP_OK)
+        return s;
+    if (!yes)
+        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld%s has no roles study (the database predates head roles: "
+                       "add a 'roles' study to the plan and run it)", q->path, q->sweep, q->newest ? " (the newest)" : "");
+    sqlite3_stmt *st;
+    if ((s = prep(q, &st, "SELECT x.study, r.id, r.probe_seqs, r.probe_len FROM sweep_roles x "
+                          "JOIN role_runs r ON r.id = x.run_id WHERE x.sweep_id = ? ORDER BY x.study")) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    char all[512] = "";
+    size_t o = 0;
+    int r, n_all = 0;
+    bool found = false;
+    while ((r = step(q, st, &s)) == 1) {
+        const char *nm = col_text(st, 0);
+        if (o + strlen(nm) + 8 < sizeof all)
+            o += (size_t)snprintf(all + o, sizeof all - o, "%s%s", o ? ", " : "", nm);
+        n_all++;
+        if (!found && (!want || strcmp(nm, want) == 0)) {
+            snprintf(name, size, "%s", nm);
+            *run = sqlite3_column_int64(st, 1);
+            *seqs = sqlite3_column_int(st, 2);
+            *len = sqlite3_column_int(st, 3);
+            found = true;
+        }
+    }
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (found)
+        return HP_OK;
+    if (n_all)
+        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld%s has no roles study '%s' (its roles studies: %s)", q->path,
+                       q->sweep, q->newest ? " (the newest)" : "", want, all);
+    if ((s = prep(q, &st, "SELECT max(sweep_id) FROM sweep_roles WHERE sweep_id <> ?")) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    r = step(q, st, &s);
+    long long other = r == 1 && sqlite3_column_type(st, 0) != SQLITE_NULL ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    char hint[160];
+    if (other)
+        snprintf(hint, sizeof hint, "sweep %lld does: use %s %lld", other, q->sweep_opt, other);
+    else
+        snprintf(hint, sizeof hint, "add a 'roles' study to the plan and run it");
+    return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld%s has no roles study (%s)", q->path, q->sweep,
+                   q->newest ? " (the newest)" : "", hint);
+}
+
+/* The run's heads in (layer, head) order. *rows is the caller's (free) even on failure. */
+static enum hp_status roles_load(struct q *q, long long run, struct role_row **rows, size_t *n)
+{
+    sqlite3_stmt *st;
+    enum hp_status s = prep(q, &st, "SELECT layer, head, prev_token, duplicate_token, induction, induction_offset, "
+                                    "induction_mass, first_token, dominant_offset, dominant_mass, entropy, rare_token "
+                                    "FROM head_roles WHERE run_id = ? ORDER BY layer, head");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, run);
+    size_t cap = 0;
+    int r;
+    while ((r = step(q, st, &s)) == 1) {
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            struct role_row *g = realloc(*rows, cap * sizeof *g);
+            if (!g) {
+                s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+                r = -1;
+                break;
+            }
+            *rows = g;
+        }
+        struct role_row *h = &(*rows)[(*n)++];
+        if (!col_index(q, st, 0, q->n_layers, "layer", &h->layer, &s) ||
+            !col_index(q, st, 1, q->n_heads, "unit", &h->head, &s) || h->layer < 0 || h->head < 0) {
+            if (s == HP_OK)
+                s = hp_fail(q->err, HP_ERR_FORMAT, "%s: head_roles of sweep %lld lacks a layer or head (a damaged "
+                            "database?)", q->path, q->sweep);
+            r = -1;
+            break;
+        }
+        for (int c = 0; c < N_ROLE_COLS; c++) {
+            h->v[c] = col_num(st, 2 + c);
+            /* an offset read as an integer: a forged REAL there must not meet an out-of-range conversion */
+            h->off[c] = role_is_offset[c] ? (long long)sqlite3_column_int64(st, 2 + c) : 0;
+        }
+        h->effect = NAN;
+    }
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
+}
+
+/*
+ * A roles study (named, else the sweep's first by name): every head's scores
+ * in (layer, head) order and, when the sweep has a single study over query
+ * heads (its first), each head's effect there; then a last row, label "rho":
+ * under each score, Spearman's rho (rank_corr, as compare) between that score
+ * and the effect over the heads with both (offsets have none: they are
+ * positions, not amounts).
+ */
+static enum hp_status q_roles(struct q *q, const char *study, struct hp_table **out)
+{
+    enum { C_LAYER, C_HEAD, C_LABEL, C_ROLE0, C_EFFECT = C_ROLE0 + N_ROLE_COLS, C_N };
+    const char *cols[C_N] = {"layer", "head", "label"};
+    bool num[C_N] = {true, true, false};
+    for (int c = 0; c < N_ROLE_COLS; c++)
+        cols[C_ROLE0 + c] = role_cols[c], num[C_ROLE0 + c] = true;
+    cols[C_EFFECT] = "effect";
+    num[C_EFFECT] = true;
+    char name[128], single[128] = "";
+    long long run = 0;
+    int seqs = 0, len = 0;
+    enum hp_status s = pick_roles(q, study, name, sizeof name, &run, &seqs, &len);
+    struct role_row *rows = NULL;
+    size_t n = 0;
+    if (s == HP_OK)
+        s = roles_load(q, run, &rows, &n);
+    /* the effects: the sweep's first single study over query heads (roles are per query head) */
+    sqlite3_stmt *st = NULL;
+    if (s == HP_OK)
+        s = prep(q, &st, "SELECT study FROM sweep_jobs WHERE sweep_id = ? AND kind = 'single' AND kv = 0 "
+                         "ORDER BY ord LIMIT 1");
+    if (s == HP_OK) {
+        sqlite3_bind_int64(st, 1, q->sweep);
+        int r = step(q, st, &s);
+        if (r == 1)
+            snprintf(single, sizeof single, "%s", col_text(st, 0));
+        sqlite3_finalize(st);
+    }
+    struct head_row *eff = NULL;
+    size_t n_eff = 0;
+    if (s == HP_OK && single[0])
+        s = rows_load(q, "single", single, false, &eff, &n_eff);
+    for (size_t i = 0; s == HP_OK && i < n; i++)
+        for (size_t j = 0; j < n_eff; j++)
+            if (eff[j].layer == rows[i].layer && eff[j].unit == rows[i].head) {
+                rows[i].effect = eff[j].effect;
+                break;
+            }
+    rows_free(eff, n_eff);
+    /* each score's rank correlation with the effect, over the heads with both */
+    double rho[N_ROLE_COLS];
+    double *x = malloc((n + 1) * sizeof *x), *y = malloc((n + 1) * sizeof *y);
+    if (s == HP_OK && (!x || !y))
+        s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+    size_t n_both = 0;
+    for (int c = 0; s == HP_OK && c < N_ROLE_COLS; c++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!isnan(rows[i].v[c]) && !isnan(rows[i].effect)) {
+                x[m] = rows[i].v[c];
+                y[m++] = rows[i].effect;
+            }
+        double tau;
+        rho[c] = NAN;
+        if (!role_is_offset[c] && !rank_corr(x, y, m, &rho[c], &tau))
+            s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+        if (c == 0)
+            n_both = m;
+    }
+    free(x), free(y);
+    if (s != HP_OK) {
+        free(rows);
+        return s;
+    }
+    struct tb b;
+    tb_init(&b, C_N, cols, num);
+    for (size_t i = 0; i < n; i++) {
+        const struct role_row *h = &rows[i];
+        int row = tb_row(&b);
+        char label[48];
+        hp_unit_label(label, sizeof label, false, h->layer, h->head);
+        tb_int(&b, row, C_LAYER, h->layer);
+        tb_int(&b, row, C_HEAD, h->head);
+        tb_str(&b, row, C_LABEL, label);
+        for (int c = 0; c < N_ROLE_COLS; c++)
+            if (role_is_offset[c]) {
+                if (!isnan(h->v[c]))
+                    tb_int(&b, row, C_ROLE0 + c, h->off[c]);
+            } else {
+                tb_num(&b, row, C_ROLE0 + c, F_METRIC, h->v[c]);
+            }
+        tb_num(&b, row, C_EFFECT, F_EFFECT, h->effect);
+    }
+    if (single[0]) {
+        int row = tb_row(&b);
+        tb_str(&b, row, C_LABEL, "rho");
+        for (int c = 0; c < N_ROLE_COLS; c++)
+            tb_num(&b, row, C_ROLE0 + c, F_EFFECT, rho[c]);
+    }
+    free(rows);
+    char eff_note[400];
+    if (single[0])
+        snprintf(eff_note, sizeof eff_note,
+                 "effect: masking the head alone in single study %s, %s; last row (label rho): Spearman's rank "
+                 "correlation of each score with the effect over the %zu heads with both (ties share their average "
+                 "rank; none for offsets)", single, effect_convention(q->m), n_both);
+    else
+        snprintf(eff_note, sizeof eff_note, "no effects: the sweep has no single study over query heads (add one "
+                 "to set each head's roles beside its effect)");
+    tb_note(&b, "sweep %lld, roles study %s (probe %d x 2 x %d random tokens); scores as docs/roles.md defines "
+            "them, empty where no query qualifies; %s", q->sweep, name, seqs, len, eff_note);
+    return tb_finish(&b, out, q->err);
+}
+
 // --- read-only SQL ----------------------------------------------------------
 
 // Limits on what `query sql` holds before printing.
@@ -2453,9 +2688,11 @@ static enum hp_status check_opts(const struct hp_query_opts *o, struct hp_error 
     if (compare && o->by_layer && o->top)
         return hp_fail(err, HP_ERR_ARG, "query: --top does not apply to compare --by layer (every layer is shown)");
     if (o->study && o->kind != HP_QUERY_HEADS && o->kind != HP_QUERY_SETS && o->kind != HP_QUERY_CURVE && !compare &&
-        o->kind != HP_QUERY_IMPORTANCE && o->kind != HP_QUERY_ATTRIBUTION)
-        return hp_fail(err, HP_ERR_ARG, "query: --study applies to heads, sets, curve, compare, importance and "
-                       "attribution");
+        o->kind != HP_QUERY_IMPORTANCE && o->kind != HP_QUERY_ATTRIBUTION && o->kind != HP_QUERY_ROLES)
+        return hp_fail(err, HP_ERR_ARG, "query: --study applies to heads, sets, curve, compare, importance, "
+                       "attribution and roles");
+    if (o->top && o->kind == HP_QUERY_ROLES)
+        return hp_fail(err, HP_ERR_ARG, "query: --top does not apply to roles (it shows every head)");
     return HP_OK;
 }
 
@@ -2511,6 +2748,7 @@ static enum hp_status run_kind(struct q *q, const struct hp_query_opts *o, struc
     case HP_QUERY_SETS:
     case HP_QUERY_IMPORTANCE:
     case HP_QUERY_ATTRIBUTION:
+    case HP_QUERY_ROLES:
         if ((s = resolve_sweep(q, o->sweep_id, o->metric)) != HP_OK)
             return s;
         if (o->kind == HP_QUERY_CURVE)
@@ -2525,6 +2763,8 @@ static enum hp_status run_kind(struct q *q, const struct hp_query_opts *o, struc
             return q_importance(q, o->study, o->top, out);
         if (o->kind == HP_QUERY_ATTRIBUTION)
             return q_attribution(q, o->study, o->top, out);
+        if (o->kind == HP_QUERY_ROLES)
+            return q_roles(q, o->study, out);
         return q_pairs(q, o->top, out);
     }
     return hp_fail(q->err, HP_ERR_ARG, "query: unknown query kind %d", (int)o->kind);

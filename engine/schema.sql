@@ -1,5 +1,6 @@
--- headprune results database, schema version 3 (2 added ablation_means;
--- 3 added gradients and unit_scores, for the gradient studies).
+-- headprune results database, schema version 4 (2 added ablation_means;
+-- 3 added gradients and unit_scores, for the gradient studies; 4 added
+-- role_runs, head_roles and sweep_roles, for head roles).
 -- Embedded into engine/store.c at build time; documented for users in
 -- docs/database.md (keep it in step with this file).
 -- Every statement is idempotent: it runs on each open for writing, which
@@ -192,4 +193,59 @@ CREATE TABLE IF NOT EXISTS unit_scores(
   normalize   TEXT,                  -- importance, iterative: layer | none; attribution: NULL
   gradient_id INTEGER NOT NULL REFERENCES gradients(id),
   PRIMARY KEY(sweep_id, study, step, layer, unit)
+) WITHOUT ROWID;
+
+-- Head roles (docs/roles.md): what each query head attends to, from one
+-- unmasked pass over a held-out set and one over a probe of random tokens
+-- repeated twice. Computed once per (model, data, probe, numeric version):
+-- the key is a variant's digest with the mask text marked as roles and the
+-- probe's size. One role_runs row a computation, its heads' scores in
+-- head_roles, and each sweep's roles study linked to it in sweep_roles.
+CREATE TABLE IF NOT EXISTS role_runs(
+  id              INTEGER PRIMARY KEY,
+  key             TEXT NOT NULL UNIQUE,
+  model_id        INTEGER NOT NULL REFERENCES models(id),
+  dataset_id      INTEGER NOT NULL REFERENCES datasets(id),
+  causal          INTEGER NOT NULL,  -- 1: a decoder (rare_token NULL); 0: an encoder
+  probe_seqs      INTEGER NOT NULL,  -- probe rows
+  probe_len       INTEGER NOT NULL,  -- random tokens a half: each row is 2 probe_len tokens
+  probe_seed      INTEGER NOT NULL,
+  n_queries       INTEGER NOT NULL,  -- queries behind entropy, the dominant offset and rare_token
+  n_prev          INTEGER NOT NULL,  -- ... behind prev_token
+  n_duplicate     INTEGER NOT NULL,  -- ... behind duplicate_token
+  n_first         INTEGER NOT NULL,  -- ... behind first_token
+  n_induction     INTEGER NOT NULL,  -- probe queries behind induction
+  wall_s          REAL NOT NULL,
+  engine_version  TEXT NOT NULL,
+  numeric_version INTEGER NOT NULL,
+  host            TEXT NOT NULL,
+  threads         INTEGER NOT NULL,
+  kernel          TEXT NOT NULL,
+  created         TEXT NOT NULL
+);
+
+-- One row per query head the model has (a pruned checkpoint's missing heads
+-- have none). A score is NULL where no query qualifies (docs/roles.md).
+CREATE TABLE IF NOT EXISTS head_roles(
+  run_id           INTEGER NOT NULL REFERENCES role_runs(id),
+  layer            INTEGER NOT NULL,
+  head             INTEGER NOT NULL,  -- query head (GQA too)
+  prev_token       REAL,              -- mean attention to the previous position
+  duplicate_token  REAL,              -- ... to other (causal: earlier) occurrences of the query's token
+  induction        REAL,              -- probe: ... to the token after the earlier occurrence
+  induction_offset INTEGER,           -- probe: offset from the earlier occurrence (-4..4) with most attention
+  induction_mass   REAL,              -- ... and its mean attention
+  first_token      REAL,              -- ... to the first real position
+  dominant_offset  INTEGER,           -- key - query holding the largest share of the attention
+  dominant_mass    REAL,              -- ... and that share
+  entropy          REAL,              -- mean attention entropy, bits
+  rare_token       REAL,              -- encoders: ... to the sequence's least frequent token; NULL for decoders
+  PRIMARY KEY(run_id, layer, head)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS sweep_roles(
+  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),
+  study    TEXT NOT NULL,             -- the roles study's name in the plan
+  run_id   INTEGER NOT NULL REFERENCES role_runs(id),
+  PRIMARY KEY(sweep_id, study)
 ) WITHOUT ROWID;

@@ -807,6 +807,26 @@ static const char merge_grads_sql[] =
     "  FROM src.unit_scores u JOIN src.sweeps s ON s.id = u.sweep_id JOIN main.sweeps ms ON ms.key = s.key "
     "       JOIN src.gradients g ON g.id = u.gradient_id JOIN main.gradients mg ON mg.key = g.key;";
 
+static const char merge_roles_sql[] =
+    "INSERT OR IGNORE INTO main.role_runs(key, model_id, dataset_id, causal, probe_seqs, probe_len, probe_seed, "
+    "    n_queries, n_prev, n_duplicate, n_first, n_induction, wall_s, engine_version, numeric_version, host, threads, "
+    "    kernel, created) "
+    "  SELECT r.key, (SELECT id FROM main.models WHERE digest = m.digest), "
+    "         (SELECT id FROM main.datasets WHERE digest = d.digest), r.causal, r.probe_seqs, r.probe_len, "
+    "         r.probe_seed, r.n_queries, r.n_prev, r.n_duplicate, r.n_first, r.n_induction, r.wall_s, "
+    "         r.engine_version, r.numeric_version, r.host, r.threads, r.kernel, r.created "
+    "  FROM src.role_runs r JOIN src.models m ON m.id = r.model_id JOIN src.datasets d ON d.id = r.dataset_id "
+    "  ORDER BY r.id;"
+    "INSERT OR IGNORE INTO main.head_roles(run_id, layer, head, prev_token, duplicate_token, induction, "
+    "    induction_offset, induction_mass, first_token, dominant_offset, dominant_mass, entropy, rare_token) "
+    "  SELECT mr.id, h.layer, h.head, h.prev_token, h.duplicate_token, h.induction, h.induction_offset, "
+    "         h.induction_mass, h.first_token, h.dominant_offset, h.dominant_mass, h.entropy, h.rare_token "
+    "  FROM src.head_roles h JOIN src.role_runs r ON r.id = h.run_id JOIN main.role_runs mr ON mr.key = r.key;"
+    "INSERT OR IGNORE INTO main.sweep_roles(sweep_id, study, run_id) "
+    "  SELECT ms.id, x.study, mr.id "
+    "  FROM src.sweep_roles x JOIN src.sweeps sw ON sw.id = x.sweep_id JOIN main.sweeps ms ON ms.key = sw.key "
+    "       JOIN src.role_runs r ON r.id = x.run_id JOIN main.role_runs mr ON mr.key = r.key;";
+
 enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, int64_t *n_added, struct hp_error *err)
 {
     *n_added = 0;
@@ -862,6 +882,12 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
                             NULL, &has_grads, &found);
         if (rc == SQLITE_OK && has_grads) /* schema 3 and later: the gradient studies */
             rc = exec(s, merge_grads_sql);
+        int64_t has_roles = 0;
+        if (rc == SQLITE_OK)
+            rc = select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'sweep_roles'",
+                            NULL, &has_roles, &found);
+        if (rc == SQLITE_OK && has_roles) /* schema 4 and later: head roles */
+            rc = exec(s, merge_roles_sql);
         if (rc == SQLITE_OK)
             rc = exec(s, "COMMIT");
         if (rc != SQLITE_OK) {
@@ -1051,6 +1077,153 @@ enum hp_status hp_store_put_scores(struct hp_store *s, int64_t sweep_id, const c
         rc = exec(s, "COMMIT");
     if (rc != SQLITE_OK) {
         enum hp_status e = sql_fail(s, rc, "writing a study's scores", err);
+        exec(s, "ROLLBACK");
+        return e;
+    }
+    return HP_OK;
+}
+
+// --- head roles ------------------------------------------------------------------
+
+enum hp_status hp_store_has_roles(struct hp_store *s, const char *key, bool *found, struct hp_error *err)
+{
+    int64_t id;
+    int rc = select_int(s, "SELECT id FROM role_runs WHERE key = ?", key, &id, found);
+    return rc == SQLITE_OK ? HP_OK : sql_fail(s, rc, "looking up head roles", err);
+}
+
+/* NULL for a score that is undefined (NaN). */
+static void bind_score(sqlite3_stmt *st, int i, double v)
+{
+    if (isnan(v))
+        sqlite3_bind_null(st, i);
+    else
+        sqlite3_bind_double(st, i, v);
+}
+
+static int insert_roles(struct hp_store *s, const struct hp_store_roles *in, double wall_s, int threads,
+                        const char *kernel)
+{
+    const struct hp_roles *r = in->roles;
+    char now[32];
+    now_iso(now);
+    sqlite3_stmt *st;
+    int rc = prep(s,
+                  "INSERT INTO role_runs(key, model_id, dataset_id, causal, probe_seqs, probe_len, probe_seed, "
+                  "n_queries, n_prev, n_duplicate, n_first, n_induction, wall_s, engine_version, numeric_version, host, "
+                  "threads, kernel, created) VALUES (?1, (SELECT id FROM models WHERE digest = ?2), "
+                  "(SELECT id FROM datasets WHERE digest = ?3), ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
+                  "?16, ?17, ?18, ?19)",
+                  &st);
+    if (rc != SQLITE_OK)
+        return rc;
+    sqlite3_bind_text(st, 1, in->key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, in->model_digest, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, in->data_digest, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 4, r->causal);
+    sqlite3_bind_int(st, 5, r->probe_seqs);
+    sqlite3_bind_int(st, 6, r->probe_len);
+    sqlite3_bind_int64(st, 7, (sqlite3_int64)r->probe_seed);
+    sqlite3_bind_int64(st, 8, r->n_queries);
+    sqlite3_bind_int64(st, 9, r->n_prev);
+    sqlite3_bind_int64(st, 10, r->n_duplicate);
+    sqlite3_bind_int64(st, 11, r->n_first);
+    sqlite3_bind_int64(st, 12, r->n_induction);
+    sqlite3_bind_double(st, 13, wall_s);
+    sqlite3_bind_text(st, 14, HP_VERSION, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 15, HP_NUMERIC_VERSION);
+    sqlite3_bind_text(st, 16, s->host, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 17, threads);
+    sqlite3_bind_text(st, 18, kernel, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 19, now, -1, SQLITE_TRANSIENT);
+    if ((rc = step_done(st)) != SQLITE_OK)
+        return rc;
+    const int64_t run = sqlite3_last_insert_rowid(s->db);
+    if ((rc = prep(s,
+                   "INSERT INTO head_roles(run_id, layer, head, prev_token, duplicate_token, induction, "
+                   "induction_offset, induction_mass, first_token, dominant_offset, dominant_mass, entropy, rare_token) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                   &st)) != SQLITE_OK)
+        return rc;
+    for (int i = 0; i < r->n_layers * r->n_heads && rc == SQLITE_OK; i++) {
+        const struct hp_head_roles *h = &r->heads[i];
+        if (!h->present)
+            continue;
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, run);
+        sqlite3_bind_int(st, 2, i / r->n_heads);
+        sqlite3_bind_int(st, 3, i % r->n_heads);
+        bind_score(st, 4, h->prev_token);
+        bind_score(st, 5, h->duplicate_token);
+        bind_score(st, 6, h->induction);
+        if (isnan(h->induction_mass))
+            sqlite3_bind_null(st, 7);
+        else
+            sqlite3_bind_int(st, 7, h->induction_offset);
+        bind_score(st, 8, h->induction_mass);
+        bind_score(st, 9, h->first_token);
+        if (isnan(h->dominant_mass))
+            sqlite3_bind_null(st, 10);
+        else
+            sqlite3_bind_int(st, 10, h->dominant_offset);
+        bind_score(st, 11, h->dominant_mass);
+        bind_score(st, 12, h->entropy);
+        bind_score(st, 13, h->rare_token);
+        rc = sqlite3_step(st);
+        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+enum hp_status hp_store_put_roles(struct hp_store *s, const struct hp_store_roles *r, double wall_s, int threads,
+                                  const char *kernel, struct hp_error *err)
+{
+    int rc = exec(s, "BEGIN IMMEDIATE");
+    int64_t id;
+    bool exists = false;
+    if (rc == SQLITE_OK)
+        rc = select_int(s, "SELECT id FROM role_runs WHERE key = ?", r->key, &id, &exists);
+    /* another worker may have stored the same roles meanwhile: keep theirs */
+    if (rc == SQLITE_OK && !exists)
+        rc = insert_roles(s, r, wall_s, threads, kernel);
+    if (rc == SQLITE_OK)
+        rc = exec(s, "COMMIT");
+    if (rc != SQLITE_OK) {
+        enum hp_status e = sql_fail(s, rc, "writing head roles", err);
+        exec(s, "ROLLBACK");
+        return e;
+    }
+    return HP_OK;
+}
+
+enum hp_status hp_store_link_roles(struct hp_store *s, int64_t sweep_id, const char *study, const char *key,
+                                   struct hp_error *err)
+{
+    int rc = exec(s, "BEGIN IMMEDIATE");
+    sqlite3_stmt *st = NULL;
+    if (rc == SQLITE_OK &&
+        (rc = prep(s, "INSERT OR REPLACE INTO sweep_roles(sweep_id, study, run_id) VALUES "
+                      "(?1, ?2, (SELECT id FROM role_runs WHERE key = ?3))",
+                   &st)) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, sweep_id);
+        sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, key, -1, SQLITE_STATIC);
+        rc = step_done(st);
+    }
+    if (rc == SQLITE_OK) {
+        char now[32];
+        now_iso(now);
+        if ((rc = prep(s, "UPDATE sweeps SET updated = ? WHERE id = ?", &st)) == SQLITE_OK) {
+            sqlite3_bind_text(st, 1, now, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(st, 2, sweep_id);
+            rc = step_done(st);
+        }
+    }
+    if (rc == SQLITE_OK)
+        rc = exec(s, "COMMIT");
+    if (rc != SQLITE_OK) {
+        enum hp_status e = sql_fail(s, rc, "recording a roles study", err);
         exec(s, "ROLLBACK");
         return e;
     }

@@ -12,7 +12,7 @@
 
 #include "headprune.h"
 
-#define HP_SCHEMA_VERSION 3
+#define HP_SCHEMA_VERSION 4
 
 struct hp_store;
 struct sqlite3;
@@ -147,6 +147,24 @@ struct hp_store_score {
 enum hp_status hp_store_put_scores(struct hp_store *s, int64_t sweep_id, const char *study, const char *kind, bool kv,
                                    int step, const char *normalize, const char *grad_key,
                                    const struct hp_store_score *rows, int n, struct hp_error *err);
+
+/* A head-roles computation to store (a role_runs row and its head_roles rows). */
+struct hp_store_roles {
+    const char *key; /* its content address */
+    const char *model_digest, *data_digest;
+    const struct hp_roles *roles;
+};
+
+/* Whether the roles with this key are stored. */
+enum hp_status hp_store_has_roles(struct hp_store *s, const char *key, bool *found, struct hp_error *err);
+
+/* Store them, one transaction (a copy already there is kept). wall_s, threads, kernel: how they ran. */
+enum hp_status hp_store_put_roles(struct hp_store *s, const struct hp_store_roles *r, double wall_s, int threads,
+                                  const char *kernel, struct hp_error *err);
+
+/* Record that the sweep's roles study is the stored roles with key (re-recording is harmless). */
+enum hp_status hp_store_link_roles(struct hp_store *s, int64_t sweep_id, const char *study, const char *key,
+                                   struct hp_error *err);
 
 /*
  * Stored mean-ablation statistics of (model, data) under this engine's

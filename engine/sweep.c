@@ -23,6 +23,7 @@
 
 #include "cpuload_int.h"
 #include "hash_int.h"
+#include "roles_int.h"
 #include "store_int.h"
 #include "util_int.h"
 
@@ -597,6 +598,57 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
     return st;
 }
 
+// --- head roles -------------------------------------------------------------------
+
+/*
+ * A roles study: every head's roles on the plan's model and data (unmasked,
+ * whatever the plan's ablation), found in the store by their content address
+ * (a variant's, with the mask text marked "roles:" and the probe's size and
+ * seed, which no mask spec starts with) or computed once and stored, then
+ * linked to the sweep.
+ */
+static enum hp_status run_roles(struct ctx *c, int si, struct hp_error *err)
+{
+    const struct hp_study *s = &c->plan->studies[si];
+    struct hp_roles_opts ro = {.probe_seqs = s->probe_seqs, .probe_len = s->probe_len,
+                               .progress = on_evaluator_progress, .user = c};
+    struct hp_error why;
+    if (hp_roles_probe_size(c->info, &ro, &ro.probe_seqs, &ro.probe_len, &why) != HP_OK) /* expansion checked it */
+        return hp_fail(err, HP_ERR_PLAN, "%s:%d: study '%s': %s", c->plan->path, s->line, s->name, why.msg);
+    char marked[96], key[HP_DIGEST_HEX];
+    snprintf(marked, sizeof marked, "roles:%dx2x%d:%llx", ro.probe_seqs, ro.probe_len,
+             (unsigned long long)HP_ROLES_PROBE_SEED);
+    hp_digest_job(c->model_digest, c->data_digest, HP_ABLATE_ZERO, marked, key);
+    bool found = false;
+    enum hp_status st = hp_store_has_roles(c->store, key, &found, err);
+    if (st == HP_OK && found) {
+        if (key_seen(c, key))
+            c->sum->n_repeated++;
+        else
+            c->sum->n_cached++;
+    } else if (st == HP_OK) {
+        adapt_threads(c);
+        struct hp_roles *r = NULL;
+        double t = hp_now();
+        st = hp_roles_compute(c->model, c->data, &ro, &r, err);
+        double secs = hp_now() - t;
+        struct hp_store_roles sr = {key, c->model_digest, c->data_digest, r};
+        if (st == HP_OK)
+            st = hp_store_put_roles(c->store, &sr, secs, c->threads, hp_runtime_kernel(), err);
+        if (st == HP_OK) {
+            c->sum->n_run++;
+            key_add(c, key);
+        }
+        hp_roles_free(r);
+    }
+    if (st == HP_OK)
+        st = hp_store_link_roles(c->store, c->sweep_id, s->name, key, err);
+    struct hp_job job = {.study = si, .layer = -1, .unit = -1, .unit2 = -1};
+    if (st == HP_OK)
+        job_done(c, &job);
+    return st;
+}
+
 // --- the run ------------------------------------------------------------------
 
 /* Mean-ablation statistics from the store, or computed once and stored. */
@@ -693,7 +745,8 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
             }
         c.total = n;
         for (int si = 0; o->shard_index == 0 && si < plan->n_studies; si++)
-            c.total += hp_study_evals(&plan->studies[si], c.info) + hp_study_backwards(&plan->studies[si], c.info);
+            c.total += hp_study_evals(&plan->studies[si], c.info) + hp_study_backwards(&plan->studies[si], c.info) +
+                       (plan->studies[si].kind == HP_STUDY_ROLES);
         /* importance and attribution first (shard 0): their gradient's forward at the unmasked model is
          * also the baseline's pass, which the evaluator then hands out instead of running it again */
         for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !stopping(&c); si++)
@@ -706,10 +759,12 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         free(ords);
     }
     int64_t ord = jobs ? jobs->n : 0;
-    /* iterative studies in plan order, in shard 0 only: their work depends on earlier results */
+    /* iterative and roles studies in plan order, in shard 0 only: their work depends on earlier results */
     for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !stopping(&c); si++)
         if (plan->studies[si].kind == HP_STUDY_ITERATIVE)
             st = run_iterative(&c, si, &ord, err);
+        else if (plan->studies[si].kind == HP_STUDY_ROLES)
+            st = run_roles(&c, si, err);
     sum->n_jobs = c.done;
     sum->interrupted = stopping(&c);
     sum->seconds = hp_now() - c.t0;

@@ -38,6 +38,15 @@ static inline void hp_qsort(void *base, size_t n, size_t size, int (*cmp)(const 
         qsort(base, n, size, cmp);
 }
 
+/* splitmix64: the next number of the stream x (Steele, Lea and Flood's generator), for reproducible draws. */
+static inline uint64_t hp_splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 /* OpenMP's thread count and this thread's number, 1 and 0 in a build without OpenMP. */
 static inline int hp_max_threads(void)
 {

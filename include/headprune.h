@@ -554,6 +554,73 @@ enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids,
                                 const struct hp_mask *mask, float *out,
                                 struct hp_error *err);
 
+// --- head roles ---------------------------------------------------------------
+
+/*
+ * What each attention head attends to, from attention probabilities of the
+ * unmasked model: one pass over a held-out set, and one over a probe of
+ * random tokens repeated twice (for induction). docs/roles.md defines every
+ * score: which queries and keys count, how padding and the first position
+ * are handled, how per-query values are averaged. For GQA the heads are the
+ * query heads. Every score is a mean over queries, each query weighted
+ * alike across the whole set; accumulated in double.
+ */
+#define HP_ROLES_PROBE_SEQS 16   /* probe sequences by default */
+#define HP_ROLES_PROBE_LEN 32    /* random tokens per half by default (at most n_ctx / 2 of the model) */
+#define HP_ROLES_PROBE_MIN_LEN 8 /* shortest half allowed */
+#define HP_ROLES_PROBE_SEED 0x726f6c6573ull /* "roles": the probe's fixed seed */
+#define HP_ROLES_WINDOW 4        /* induction offsets looked at: -4..+4 from the earlier occurrence */
+
+struct hp_roles_opts {
+    int probe_seqs; /* 0 = HP_ROLES_PROBE_SEQS */
+    int probe_len;  /* tokens per half; 0 = HP_ROLES_PROBE_LEN, or n_ctx / 2 when that is smaller */
+    /* NULL, or called from the calling thread after each chunk: sequences done (data, then probe) of total */
+    void (*progress)(void *user, int done, int total);
+    void *user;
+};
+
+/* One head's scores; NaN where undefined (no query qualifies: docs/roles.md). */
+struct hp_head_roles {
+    bool present;           /* false: a pruned checkpoint lacks the head; every score NaN */
+    double prev_token;      /* mean attention to the previous position */
+    double duplicate_token; /* mean attention to other occurrences of the query's token (causal: earlier ones) */
+    double induction;       /* probe: mean attention to the token after the earlier occurrence */
+    int induction_offset;   /* probe: the offset from the earlier occurrence with most mass, in
+                             * -HP_ROLES_WINDOW..HP_ROLES_WINDOW (1 = the induction target) */
+    double induction_mass;  /* ... and its mean attention */
+    double first_token;     /* mean attention to the sequence's first real position */
+    int dominant_offset;    /* the relative position (key - query) holding most of the attention */
+    double dominant_mass;   /* ... and its share: mean over queries of the attention at that offset */
+    double entropy;         /* mean attention entropy, bits */
+    double rare_token;      /* encoders: mean attention to the sequence's rarest token (frequencies from the
+                             * data); NaN for causal models */
+};
+
+struct hp_roles {
+    int n_layers, n_heads;
+    bool causal;
+    int n_seqs, seq_len;          /* the held-out set */
+    int probe_seqs, probe_len;    /* the probe: probe_seqs rows of 2 probe_len tokens */
+    uint64_t probe_seed;
+    /* queries each score averages over, the same for every head: */
+    int64_t n_queries;   /* entropy, dominant offset (and rare token for encoders) */
+    int64_t n_prev, n_duplicate, n_first;
+    int64_t n_induction; /* probe queries (second halves) */
+    struct hp_head_roles *heads; /* (n_layers, n_heads), row-major */
+};
+
+/*
+ * Every head's roles on data d (unmasked, zero gates nowhere), chunk by
+ * chunk, reducing each head's attention probabilities as the forward makes
+ * them (memory: rows of a chunk x 2 x n_layers x n_heads doubles besides the
+ * pass's workspace). Data the model cannot run (positions, vocabulary, token
+ * types, an all-padding row), a probe the model cannot take and attention
+ * that is not finite are errors naming the file. Destructor: hp_roles_free.
+ */
+enum hp_status hp_roles_compute(const struct hp_model *m, const struct hp_data *d, const struct hp_roles_opts *o,
+                                struct hp_roles **out, struct hp_error *err);
+void hp_roles_free(struct hp_roles *r);
+
 // --- plans ------------------------------------------------------------------
 
 enum hp_study_kind {
@@ -567,6 +634,7 @@ enum hp_study_kind {
     HP_STUDY_ITERATIVE, /* pruning curve; jobs depend on earlier results */
     HP_STUDY_IMPORTANCE,  /* Michel et al.'s E|dL/dξ| per unit: one forward + backward */
     HP_STUDY_ATTRIBUTION, /* first-order (AtP) estimate of each unit's single ablation effect */
+    HP_STUDY_ROLES,       /* what each head attends to (hp_roles_compute): one unmasked pass */
 };
 
 /* How importance scores are scaled: per layer to unit L2 norm (Michel et al.), or not. */
@@ -607,6 +675,8 @@ struct hp_study {
     enum hp_rank rank;       /* iterative: how each step ranks the units (default exact) */
     /* importance, and iterative with rank gradient: how scores are scaled (default layer) */
     enum hp_normalize normalize;
+    /* roles: the induction probe's size (struct hp_roles_opts; 0 = the default) */
+    int probe_seqs, probe_len;
 };
 
 struct hp_plan {
@@ -824,6 +894,7 @@ enum hp_query_kind {
     HP_QUERY_COMPARE,    /* two sweeps' single-unit effects side by side, with rank correlations */
     HP_QUERY_IMPORTANCE, /* an importance study's scores, largest first */
     HP_QUERY_ATTRIBUTION, /* an attribution study's estimates against the exact single effects */
+    HP_QUERY_ROLES,       /* a roles study's scores per head, with the single effects and rank correlations */
 };
 
 struct hp_query_opts {

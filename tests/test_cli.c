@@ -532,9 +532,11 @@ Test(cli, query_option_mistakes_say_so_once)
     const char *said[] = {"unknown option '--bogus'", "option '--db' needs a value", "unknown option '-x'",
                           "--db2, --sweep2, --study2 and --by are for compare", "--format matrix is for heads",
                           "--top does not apply to --format matrix", "--by must be head or layer",
-                          "--study is for heads, sets, curve, compare, importance and attribution", "--sweep2 must be a positive sweep id",
-                          "--top does not apply to compare --by layer", "--study must name a study",
-                          "KIND must be sweeps, curve, heads, sets, compare, redundancy, pairs, importance, attribution or sql"};
+                          "--study is for heads, sets, curve, compare, importance, attribution and roles",
+                          "--sweep2 must be a positive sweep id", "--top does not apply to compare --by layer",
+                          "--study must name a study",
+                          "KIND must be sweeps, curve, heads, sets, compare, redundancy, pairs, importance, attribution, "
+                          "roles or sql"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int rc = hp(bad[i]);
         cr_assert_eq(rc, 2, "exit %d for '%s' (stderr: %s)", rc, bad[i], errs);
@@ -1067,4 +1069,113 @@ Test(cli, sweep_over_a_pruned_checkpoint)
     cJSON_Delete(rows);
     cr_assert_eq(n, 9);
     cr_assert_eq(zero, 0, "a head the checkpoint lacks is listed");
+}
+
+// --- head roles --------------------------------------------------------------------------
+
+#define GQA "tests/fixtures/llama-gqa"
+
+Test(cli, roles_prints_one_row_per_head_as_a_table_or_json)
+{
+    cr_assert_eq(hp("roles --model " GQA " --data " GQA "/data.npy --threads 1"), 0, "%s", errs);
+    cr_assert(strstr(out, "probe     16 sequences of 2 x 32 random tokens (seed 0x726f6c6573)"), "%s", out);
+    cr_assert(strstr(out, "prev_token") && strstr(out, "induction_offset") && strstr(out, "dominant_offset"), "%s", out);
+    cr_assert_null(strstr(out, "rare_token"), "a decoder has no rare-token column: %s", out);
+    for (int l = 0; l < 3; l++)
+        for (int h = 0; h < 4; h++) {
+            char row[16];
+            snprintf(row, sizeof row, "\n%d.%d ", l, h);
+            cr_assert(strstr(out, row), "no row for query head %d.%d: %s", l, h, out);
+        }
+    cr_assert_eq(hp("roles --model " GQA " --data " GQA "/data.npy --threads 1 --json --probe-seqs 3 --probe-len 9"), 0,
+                 "%s", errs);
+    cJSON *o = cJSON_Parse(out);
+    cr_assert(o, "not JSON: %s", out);
+    cJSON *p = cJSON_GetObjectItem(o, "probe"), *hs = cJSON_GetObjectItem(o, "heads");
+    cr_assert_eq(cJSON_GetObjectItem(p, "seqs")->valueint, 3);
+    cr_assert_eq(cJSON_GetObjectItem(p, "len")->valueint, 9);
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "queries"), "induction")->valueint, 27);
+    cr_assert_eq(cJSON_GetArraySize(hs), 12);
+    const char *keys[] = {"prev_token", "duplicate_token", "induction", "induction_offset", "induction_mass",
+                          "first_token", "dominant_offset", "dominant_mass", "entropy"};
+    cJSON *h;
+    cJSON_ArrayForEach(h, hs)
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(h, keys[k])), "%s is not a number", keys[k]);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(hs, 0), "rare_token")));
+    cJSON_Delete(o);
+    /* an encoder has the rare-token score; a pruned checkpoint's missing heads are named */
+    cr_assert_eq(hp("roles --model tests/fixtures/bert-encoder --data tests/fixtures/bert-encoder/data.jsonl"), 0, "%s",
+                 errs);
+    cr_assert(strstr(out, "rare_token"), "%s", out);
+    cr_assert_eq(hp("roles --model tests/fixtures/gpt2-pruned --data tests/fixtures/gpt2-pruned/data.npy"), 0, "%s",
+                 errs);
+    cr_assert(strstr(out, "\n0.1    (pruned: the checkpoint lacks it)"), "%s", out);
+    cr_assert_eq(hp("roles --help"), 0);
+    cr_assert(strstr(out, "docs/roles.md"), "%s", out);
+}
+
+Test(cli, roles_bad_input)
+{
+    /* usage mistakes: status 2, as every command's */
+    cr_assert_eq(hp("roles --model " GQA " --data " GQA "/data.npy --frobnicate"), 2);
+    cr_assert(strstr(errs, "headprune roles: unknown option '--frobnicate'"), "%s", errs);
+    cr_assert_eq(hp("roles --model " GQA), 2);
+    cr_assert(strstr(errs, "--model DIR and --data FILE are required"), "%s", errs);
+    cr_assert_eq(hp("roles --model " GQA " --data " GQA "/data.npy --probe-len x"), 2);
+    /* what the model cannot run: status 1, one line naming the file */
+    write_file("far.jsonl", "{\"ids\": [1, 2, 300]}\n");
+    char a[512];
+    snprintf(a, sizeof a, "roles --model " GQA " --data %s/far.jsonl", tmp);
+    expect_error(a, "far.jsonl");
+    cr_assert(strstr(errs, "300"), "%s", errs);
+    expect_error("roles --model " GQA " --data " GQA "/data.npy --probe-len 33",
+                 "a probe of 2 x 33 tokens exceeds the model's 64 positions (at most 32 a half)");
+    expect_error("roles --model tests/fixtures/no-such-model --data " GQA "/data.npy", "no-such-model");
+    /* a plan with a bad roles key: one line naming the plan, line and column */
+    char plan[1024];
+    snprintf(plan, sizeof plan, "name: r\nmodel: %s/../" GQA "\ndata: %s/../" GQA "/data.npy\nstudies:\n"
+             "  - roles: {probe_len: 40}\n", getenv("HP_TESTS"), getenv("HP_TESTS"));
+    write_file("r.yaml", plan);
+    snprintf(a, sizeof a, "run %s/r.yaml --db %s/r.db", tmp, tmp);
+    expect_error(a, "r.yaml:5:24: study 'roles': a probe of 2 x 40 tokens exceeds the model's 64 positions");
+    snprintf(plan, sizeof plan, "name: r\nmodel: m\ndata: d.npy\nstudies:\n  - roles: {heads: [1]}\n");
+    write_file("r2.yaml", plan);
+    snprintf(a, sizeof a, "plan %s/r2.yaml", tmp);
+    expect_error(a, "r2.yaml:5:13: 'heads' does not apply to a 'roles' study");
+}
+
+Test(cli, query_roles_after_a_run)
+{
+    char plan[1024], a[512];
+    snprintf(plan, sizeof plan, "name: r\nmodel: %s/../" GQA "\ndata: %s/../" GQA "/data.npy\nstudies:\n"
+             "  - single\n  - roles\n", getenv("HP_TESTS"), getenv("HP_TESTS"));
+    write_file("r.yaml", plan);
+    snprintf(a, sizeof a, "run %s/r.yaml --db %s/r.db --threads 1 --quiet", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    snprintf(a, sizeof a, "query roles --db %s/r.db --format csv", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strncmp(out, "layer,head,label,prev_token,duplicate_token,induction,induction_offset,induction_mass,"
+                           "first_token,dominant_offset,dominant_mass,entropy,rare_token,effect\n", 140) == 0,
+              "%s", out);
+    int lines = 0;
+    for (const char *c = out; *c; c++)
+        lines += *c == '\n';
+    cr_assert_eq(lines, 1 + 12 + 1, "header, 12 heads, rho: %s", out);
+    cr_assert(strstr(out, "\n,,rho,"), "%s", out);
+    snprintf(a, sizeof a, "query roles --db %s/r.db --format json", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cJSON *o = cJSON_Parse(out);
+    cr_assert(o && cJSON_GetArraySize(o) == 13, "%s", out);
+    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetArrayItem(o, 0), "effect")), "%s", out);
+    cJSON_Delete(o);
+    snprintf(a, sizeof a, "query roles --db %s/r.db", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strncmp(out, "# sweep 1, roles study roles (probe 16 x 2 x 32 random tokens)", 60) == 0, "%s", out);
+    snprintf(a, sizeof a, "query roles --db %s/r.db --top 3", tmp);
+    cr_assert_eq(hp(a), 2, "%s", errs);
+    snprintf(a, sizeof a, "query roles --db %s/r.db --format matrix", tmp);
+    cr_assert_eq(hp(a), 2, "%s", errs);
+    snprintf(a, sizeof a, "query roles --db %s/r.db --study other", tmp);
+    expect_error(a, "has no roles study 'other' (its roles studies: roles)");
 }

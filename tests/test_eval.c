@@ -142,6 +142,16 @@ Test(eval, nan_weights_are_an_error_naming_the_variant_and_the_layer)
     cr_assert_eq(eval_dir("clean", data, "0.1", HP_ABLATE_MEAN, false, &err), HP_OK, "%s", err.msg);
 }
 
+/* NaN in the queries alone: the layer's attention scores are NaN while its values are not. The softmax
+ * makes such a row NaN, as Hugging Face's does, not uniform (finite and wrong), so the loss is not finite. */
+Test(eval, nan_queries_alone_are_an_error)
+{
+    char data[1024];
+    fixture_file("llama-gqa", "data.npy", data, sizeof data);
+    copy_with_nan("llama-gqa", "q2", "model.layers.2.self_attn.q_proj.weight");
+    expect_nonfinite("q2", data, NULL, HP_ABLATE_ZERO, "the unmasked model", "layer 2's attention");
+}
+
 Test(eval, a_sweep_over_a_nan_model_fails_and_stores_no_result)
 {
     char data[1024], plan[1024], db[1024], cmd[4096];

@@ -426,7 +426,7 @@ Test(plan, unknown_keys_with_suggestions)
     load_fails(HEAD "  - name: x\n", 5, "name", "unknown study 'name'",
                "('name' is an option: write it under a kind, like 'single: {name: ...}')");
     load_fails(HEAD "  - ablate\n", 5, "ablate", "unknown study 'ablate'",
-               "(expected baseline, single, only, layer, random, explicit, pairs, iterative, importance or attribution)");
+               "(expected baseline, single, only, layer, random, explicit, pairs, iterative, importance, attribution or roles)");
     load_fails(HEAD "  - random: {k: 2, smples: 3}\n", 5, "smples",
                "unknown key 'smples' in a 'random' study", "(did you mean 'samples'?)");
     load_fails(HEAD "  - single: {layer: [0]}\n", 5, "layer:",
@@ -1330,4 +1330,41 @@ Test(plan, a_pruned_checkpoints_missing_units_are_left_out)
     cr_assert_eq(sc.n_layers, 3);
     hp_plan_free(it);
     hp_plan_free(p);
+}
+
+Test(plan, roles_studies_load_and_expand_to_no_jobs)
+{
+    struct hp_plan *p = load_text(HEAD "  - roles\n"
+                                       "  - roles: {name: long, probe_len: 30, probe_seqs: 4}\n");
+    cr_assert_eq(p->n_studies, 3); // the inserted baseline first
+    cr_assert_eq(p->studies[1].kind, HP_STUDY_ROLES);
+    cr_assert_str_eq(hp_study_kind_name(HP_STUDY_ROLES), "roles");
+    cr_assert(p->studies[1].probe_len == 0 && p->studies[1].probe_seqs == 0, "the defaults are 0 (the engine's)");
+    cr_assert(p->studies[2].probe_len == 30 && p->studies[2].probe_seqs == 4);
+    cr_assert(!hp_study_needs_grad(&p->studies[1]));
+    struct hp_model_info info = tu_info(3, 4, 2); // 64 positions, 97 ids
+    struct hp_joblist *jl = expand_ok(p, &info);
+    cr_assert_eq(jl->n, 1, "only the baseline expands into jobs");
+    cr_assert_eq(hp_study_evals(&p->studies[1], &info), 0);
+    cr_assert_eq(hp_study_backwards(&p->studies[1], &info), 0);
+    hp_joblist_free(jl);
+    hp_plan_free(p);
+}
+
+Test(plan, roles_study_mistakes)
+{
+    load_fails(HEAD "  - roles: {probe_len: 4}\n", 5, "4", "'probe_len' must be an integer of at least 8", "not '4'");
+    load_fails(HEAD "  - roles: {probe_seqs: 0}\n", 5, "0", "'probe_seqs' must be a positive integer", NULL);
+    load_fails(HEAD "  - roles: {probe_lenght: 9}\n", 5, "probe_lenght", "unknown key 'probe_lenght' in a 'roles' study",
+               "did you mean 'probe_len'?");
+    load_fails(HEAD "  - roles: {layers: [0]}\n", 5, "layers", "'layers' does not apply to a 'roles' study", NULL);
+    load_fails(HEAD "  - single: {probe_len: 9}\n", 5, "probe_len", "'probe_len' does not apply to a 'single' study",
+               "(roles studies take it)");
+    struct hp_model_info info = tu_info(3, 4, 2); // 64 positions: at most 32 a half
+    expand_fails(HEAD "  - roles: {probe_len: 33}\n", &info, 5, "33",
+                 "study 'roles': a probe of 2 x 33 tokens exceeds the model's 64 positions (at most 32 a half)", NULL);
+    expand_fails(HEAD "  - roles: {probe_seqs: 2000000, name: r}\n", &info, 5, "2000000",
+                 "study 'r': a probe of 2000000 sequences", NULL);
+    info.n_vocab = 20;
+    expand_fails(HEAD "  - roles: {probe_len: 21}\n", &info, 5, "21", "needs at least 21 ids (the model has 20)", NULL);
 }

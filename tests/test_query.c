@@ -897,7 +897,7 @@ Test(query, options_of_other_kinds_are_refused)
     expect_fail(&o, g_db, HP_ERR_ARG, "--top does not apply to the matrix format");
     o = opts(HP_QUERY_REDUNDANCY);
     o.study = "single";
-    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study applies to heads, sets, curve, compare, importance and attribution");
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study applies to heads, sets, curve, compare, importance, attribution and roles");
     o = opts(HP_QUERY_COMPARE);
     o.by_layer = true;
     o.top = 2;
@@ -1232,10 +1232,10 @@ Test(query, not_a_headprune_database)
 
 Test(query, newer_schema_is_refused)
 {
-    sqlite3_close(db_create("4"));
+    sqlite3_close(db_create("5"));
     struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
     char want[300];
-    snprintf(want, sizeof want, "%s: written by a newer headprune (schema 4; this one reads 3", g_db);
+    snprintf(want, sizeof want, "%s: written by a newer headprune (schema 5; this one reads 4", g_db);
     expect_fail(&o, g_db, HP_ERR_UNSUPPORTED, want);
 }
 
@@ -1710,4 +1710,160 @@ Test(query, names_are_files_not_uris)
     struct hp_error err = {{0}};
     cr_assert_eq(hp_query("results.db", &o, &t, &err), HP_OK, "%s", err.msg); // a plain relative name still works
     hp_table_free(t);
+}
+
+// --- head roles ----------------------------------------------------------------------------
+
+/*
+ * A roles run linked to sweep 2 (which has a single study) as study "roles"
+ * and to sweep 1 (which has none) as "roles-old": seven heads (1.2 has no
+ * row, as a pruned head), 0.1's duplicate_token undefined (NULL), rare_token
+ * NULL throughout (a decoder). The expected cells, the rho row included, come
+ * from the script below (pandas: Spearman's rho as Pearson's r of average ranks).
+ */
+static void roles_build(void)
+{
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "INSERT INTO role_runs VALUES (1, 'rk', 1, 1, 1, 16, 32, 491495646579, 60, 60, 20, 60, 512, 1.5, "
+             "'0.1.0', 3, 'test', 1, 'haswell', '2024-02-01T00:00:00Z');"
+             "INSERT INTO head_roles VALUES "
+             "(1, 0, 0, 0.10, 0.20, 0.05, 1, 0.05, 0.30, -1, 0.10, 3.0, NULL),"
+             "(1, 0, 1, 0.90, NULL, 0.01, 0, 0.02, 0.05, -1, 0.90, 0.5, NULL),"
+             "(1, 0, 2, 0.10, 0.40, 0.60, 1, 0.60, 0.20, 0, 0.25, 2.0, NULL),"
+             "(1, 0, 3, 0.20, 0.10, 0.02, -2, 0.03, 0.70, -3, 0.05, 1.0, NULL),"
+             "(1, 1, 0, 0.05, 0.30, 0.03, 2, 0.04, 0.10, 0, 0.30, 2.5, NULL),"
+             "(1, 1, 1, 0.30, 0.50, 0.80, 1, 0.80, 0.15, -1, 0.35, 1.5, NULL),"
+             "(1, 1, 3, 0.40, 0.60, 0.70, 1, 0.70, 0.25, -2, 0.40, 2.2, NULL);"
+             "INSERT INTO sweep_roles VALUES (2, 'roles', 1), (1, 'roles-old', 1)");
+    sqlite3_close(db);
+}
+
+static const char *const ROLES_COLS[] = {"layer", "head", "label", "prev_token", "duplicate_token", "induction",
+                                         "induction_offset", "induction_mass", "first_token", "dominant_offset",
+                                         "dominant_mass", "entropy", "rare_token", "effect"};
+static const char *const ROLES[] = {
+    "0", "0", "0.0", "0.100000", "0.200000", "0.050000", "1", "0.050000", "0.300000", "-1", "0.100000", "3.000000", "", "0.115",
+    "0", "1", "0.1", "0.900000", "", "0.010000", "0", "0.020000", "0.050000", "-1", "0.900000", "0.500000", "", "0.0006",
+    "0", "2", "0.2", "0.100000", "0.400000", "0.600000", "1", "0.600000", "0.200000", "0", "0.250000", "2.000000", "", "0.49",
+    "0", "3", "0.3", "0.200000", "0.100000", "0.020000", "-2", "0.030000", "0.700000", "-3", "0.050000", "1.000000", "", "0.0023",
+    "1", "0", "1.0", "0.050000", "0.300000", "0.030000", "2", "0.040000", "0.100000", "0", "0.300000", "2.500000", "", "0.027",
+    "1", "1", "1.1", "0.300000", "0.500000", "0.800000", "1", "0.800000", "0.150000", "-1", "0.350000", "1.500000", "", "0.98",
+    "1", "3", "1.3", "0.400000", "0.600000", "0.700000", "1", "0.700000", "0.250000", "-2", "0.400000", "2.200000", "", "0.265",
+    "", "", "rho", "-0.144149994", "0.771428571", "0.964285714", "", "0.964285714", "0.107142857", "", "1.38777878e-17", "0.321428571", "", "",
+};
+
+Test(query, roles_beside_single_effects_with_rank_correlations)
+{
+    build();
+    roles_build();
+    struct hp_query_opts o = opts(HP_QUERY_ROLES); // the newest sweep (2), its metric (loss)
+    struct hp_table *t = run(&o);
+    expect_table(t, 14, ROLES_COLS, "11011111111111", 8, ROLES);
+    cr_assert(strstr(t->note, "roles study roles (probe 16 x 2 x 32"), "note: %s", t->note);
+    cr_assert(strstr(t->note, "single study single, effect = loss - baseline loss"), "note: %s", t->note);
+    cr_assert(strstr(t->note, "over the 7 heads with both"), "note: %s", t->note);
+    hp_table_free(t);
+    /* named, the same */
+    o.study = "roles";
+    t = run(&o);
+    expect_table(t, 14, ROLES_COLS, "11011111111111", 8, ROLES);
+    hp_table_free(t);
+    /* a sweep without a single study: the scores alone, no effects, no rho row */
+    o = opts(HP_QUERY_ROLES);
+    o.sweep_id = 1;
+    t = run(&o);
+    cr_assert_eq(t->n_rows, 7);
+    for (int r = 0; r < 7; r++) {
+        cr_assert_str_eq(cell(t, r, 13), "", "row %d has an effect", r);
+        for (int c = 0; c < 13; c++)
+            cr_assert_str_eq(cell(t, r, c), ROLES[r * 14 + c], "row %d column %s", r, ROLES_COLS[c]);
+    }
+    cr_assert(strstr(t->note, "roles study roles-old") && strstr(t->note, "no single study"), "note: %s", t->note);
+    hp_table_free(t);
+}
+
+Test(query, roles_that_are_not_there)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_ROLES);
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 2 (the newest) has no roles study (add a 'roles' study to the plan");
+    roles_build();
+    o.study = "nope";
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 2 (the newest) has no roles study 'nope' (its roles studies: roles)");
+    o = opts(HP_QUERY_ROLES);
+    o.top = 3;
+    expect_fail(&o, g_db, HP_ERR_ARG, "--top does not apply to roles");
+    /* a sweep without one names the sweep that has one */
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "DELETE FROM sweep_roles WHERE sweep_id = 2");
+    sqlite3_close(db);
+    o = opts(HP_QUERY_ROLES);
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 2 (the newest) has no roles study (sweep 1 does: use --sweep 1)");
+    /* a database from before head roles (schema 3) */
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "DROP TABLE sweep_roles; DROP TABLE head_roles; DROP TABLE role_runs; "
+             "UPDATE meta SET value = '3' WHERE key = 'schema_version'");
+    sqlite3_close(db);
+    expect_fail(&o, g_db, HP_ERR_ARG, "the database predates head roles");
+}
+
+/*
+ * The script that computed ROLES (python3 with pandas):
+
+import pandas as pd, math
+N = [10, 20, 30, 40]
+def tw(x): return sum(n * v for n, v in zip(N, x)) / sum(N)
+single = {(0,0): [0.10, 0.20, 0.15, 0.05], (0,1): [0.001, -0.002, 0.003, 0.000],
+          (0,2): [0.50, 0.40, 0.60, 0.45], (0,3): [0.004, 0.002, 0.001, 0.003],
+          (1,0): [0.02, 0.03, 0.01, 0.04], (1,1): [1.0, 0.8, 1.2, 0.9],
+          (1,2): [-0.01, 0.00, -0.02, 0.01], (1,3): [0.30, 0.25, 0.35, 0.20]}
+cols = ["prev_token", "duplicate_token", "induction", "induction_offset", "induction_mass", "first_token",
+        "dominant_offset", "dominant_mass", "entropy", "rare_token"]
+N_ = None
+roles = {(0,0): [0.10, 0.20, 0.05, 1, 0.05, 0.30, -1, 0.10, 3.0, N_],
+         (0,1): [0.90, N_, 0.01, 0, 0.02, 0.05, -1, 0.90, 0.5, N_],
+         (0,2): [0.10, 0.40, 0.60, 1, 0.60, 0.20, 0, 0.25, 2.0, N_],
+         (0,3): [0.20, 0.10, 0.02, -2, 0.03, 0.70, -3, 0.05, 1.0, N_],
+         (1,0): [0.05, 0.30, 0.03, 2, 0.04, 0.10, 0, 0.30, 2.5, N_],
+         (1,1): [0.30, 0.50, 0.80, 1, 0.80, 0.15, -1, 0.35, 1.5, N_],
+         (1,3): [0.40, 0.60, 0.70, 1, 0.70, 0.25, -2, 0.40, 2.2, N_]}
+for (l, h), v in roles.items():
+    cells = [str(l), str(h), f"{l}.{h}"]
+    for c, x in zip(cols, v):
+        cells.append("" if x is None else (str(x) if "offset" in c else "%.6f" % x))
+    cells.append("%.9g" % tw(single[(l, h)]))
+    print("    " + ", ".join('"%s"' % c for c in cells) + ",")
+rho = ["", "", "rho"]
+for i, c in enumerate(cols):
+    if "offset" in c:
+        rho.append(""); continue
+    pairs = [(v[i], tw(single[k])) for k, v in roles.items() if v[i] is not None]
+    if len(pairs) < 2:
+        rho.append(""); continue
+    s = pd.Series([p[0] for p in pairs]).rank().corr(pd.Series([p[1] for p in pairs]).rank())  # Spearman
+    rho.append("" if math.isnan(s) else "%.9g" % s)
+rho.append("")
+print("    " + ", ".join('"%s"' % c for c in rho) + ",")
+ */
+
+/* head_roles rows are input like any other: a layer the model lacks is refused, a forged offset is no UB */
+Test(query, forged_roles_rows)
+{
+    build();
+    roles_build();
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "UPDATE head_roles SET induction_offset = 1e300, dominant_offset = -1e300 WHERE layer = 0 AND head = 0");
+    sqlite3_close(db);
+    struct hp_query_opts o = opts(HP_QUERY_ROLES);
+    struct hp_table *t = run(&o);
+    cr_assert_str_eq(cell(t, 0, 6), "9223372036854775807");
+    cr_assert_str_eq(cell(t, 0, 9), "-9223372036854775808");
+    hp_table_free(t);
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "UPDATE head_roles SET layer = 7 WHERE layer = 1 AND head = 3");
+    sqlite3_close(db);
+    expect_fail(&o, g_db, HP_ERR_FORMAT, "layer = 7 in sweep 2 is out of range");
 }

@@ -6,6 +6,7 @@
  */
 #define _DEFAULT_SOURCE
 #include <criterion/criterion.h>
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -465,10 +466,113 @@ Test(store, schema_2_database_gains_the_gradient_tables)
     cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
     hp_store_close(s);
     cr_assert_eq(one_int("SELECT count(*) FROM sqlite_master WHERE name IN ('gradients', 'unit_scores')"), 2);
-    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), 3);
+    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), HP_SCHEMA_VERSION);
     cr_assert_eq(one_int("SELECT count(*) FROM models"), 1, "existing rows kept");
     /* and again: idempotent */
     cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
     hp_store_close(s);
-    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), 3);
+    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), HP_SCHEMA_VERSION);
+}
+
+Test(store, schema_3_database_gains_the_roles_tables)
+{
+    struct hp_error err;
+    struct hp_store *s;
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    /* what a schema 3 database looked like: no head roles */
+    sql(db, "DROP TABLE sweep_roles; DROP TABLE head_roles; DROP TABLE role_runs;"
+            "UPDATE meta SET value = '3' WHERE key = 'schema_version';"
+            "INSERT INTO models(digest, path, model_type, n_layers, n_heads, n_kv_heads, d_head, n_params)"
+            " VALUES ('d', 'p', 'gpt2', 1, 1, 1, 1, 1)");
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    cr_assert_eq(one_int("SELECT count(*) FROM sqlite_master WHERE name IN ('role_runs', 'head_roles', 'sweep_roles')"),
+                 3);
+    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), 4);
+    cr_assert_eq(one_int("SELECT count(*) FROM models"), 1, "existing rows kept");
+}
+
+#define HP_STR(x) #x
+#define HP_XSTR(x) HP_STR(x)
+
+/* A roles computation of a 2 x 2 model whose head 1.1 the checkpoint lacks, stored once, linked, merged. */
+Test(store, roles_are_written_as_given_once_and_merged)
+{
+    struct hp_error err = {0};
+    struct hp_store *s = NULL;
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    struct hp_store_sweep_row row = {
+        .plan_digest = "p0", .model_digest = "m0", .data_digest = "d0", .name = "r", .plan_path = "/x/p.yaml",
+        .plan_text = "", .ablation = "zero", .metric = "loss", .model_path = "/x/m", .model_type = "gpt2",
+        .n_layers = 2, .n_heads = 2, .n_kv_heads = 2, .d_head = 8, .n_params = 1, .data_path = "/x/d.npy",
+        .n_seqs = 2, .seq_len = 5,
+    };
+    int64_t sweep = 0;
+    cr_assert_eq(hp_store_sweep(s, &row, &sweep, &err), HP_OK, "%s", err.msg);
+    struct hp_head_roles heads[4] = {
+        {true, 0.5, NAN, 0.25, 1, 0.25, 0.125, -1, 0.5, 1.5, NAN},
+        {true, 0.75, 0.0625, 0.5, -2, 0.625, 0.25, 0, 0.375, 2.5, NAN},
+        {true, 0.1, 0.2, 0.3, 0, 0.4, 0.5, -3, 0.6, 0.7, NAN},
+        {false, NAN, NAN, NAN, 0, NAN, NAN, 0, NAN, NAN, NAN},
+    };
+    struct hp_roles r = {.n_layers = 2, .n_heads = 2, .causal = true, .n_seqs = 2, .seq_len = 5, .probe_seqs = 16,
+                         .probe_len = 32, .probe_seed = HP_ROLES_PROBE_SEED, .n_queries = 8, .n_prev = 8,
+                         .n_duplicate = 0, .n_first = 8, .n_induction = 512, .heads = heads};
+    struct hp_store_roles sr = {"rk", "m0", "d0", &r};
+    bool found = true;
+    cr_assert_eq(hp_store_has_roles(s, "rk", &found, &err), HP_OK, "%s", err.msg);
+    cr_assert(!found);
+    cr_assert_eq(hp_store_put_roles(s, &sr, 0.5, 2, "testkernel", &err), HP_OK, "%s", err.msg);
+    heads[0].prev_token = 9; /* a second put keeps the first */
+    cr_assert_eq(hp_store_put_roles(s, &sr, 0.5, 2, "testkernel", &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_store_has_roles(s, "rk", &found, &err), HP_OK, "%s", err.msg);
+    cr_assert(found);
+    cr_assert_eq(hp_store_link_roles(s, sweep, "roles", "rk", &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_store_link_roles(s, sweep, "roles", "rk", &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+
+    cr_assert_eq(one_int("SELECT count(*) FROM role_runs WHERE key = 'rk' AND causal = 1 AND probe_seqs = 16 AND "
+                         "probe_len = 32 AND probe_seed = 491495646579 AND n_queries = 8 AND n_duplicate = 0 AND "
+                         "n_induction = 512 AND threads = 2 AND kernel = 'testkernel' AND numeric_version = "
+                         HP_XSTR(HP_NUMERIC_VERSION)),
+                 1);
+    cr_assert_eq(one_int("SELECT count(*) FROM head_roles"), 3, "no row for the head the checkpoint lacks");
+    cr_assert_eq(one_int("SELECT count(*) FROM head_roles WHERE layer = 0 AND head = 0 AND prev_token = 0.5 AND "
+                         "duplicate_token IS NULL AND induction = 0.25 AND induction_offset = 1 AND "
+                         "induction_mass = 0.25 AND first_token = 0.125 AND dominant_offset = -1 AND "
+                         "dominant_mass = 0.5 AND entropy = 1.5 AND rare_token IS NULL"),
+                 1);
+    cr_assert_eq(one_int("SELECT count(*) FROM head_roles WHERE layer = 0 AND head = 1 AND duplicate_token = 0.0625 "
+                         "AND induction_offset = -2 AND dominant_offset = 0"),
+                 1);
+    cr_assert_eq(one_int("SELECT count(*) FROM sweep_roles x JOIN role_runs r ON r.id = x.run_id WHERE "
+                         "x.study = 'roles' AND r.key = 'rk'"),
+                 1);
+
+    /* merged into another database: the run, its heads and the link, once however often */
+    char out[160];
+    snprintf(out, sizeof out, "%s/merged.db", tmp);
+    const char *in[1] = {db};
+    int64_t added = 0;
+    cr_assert_eq(hp_store_merge(out, in, 1, &added, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_store_merge(out, in, 1, &added, &err), HP_OK, "%s", err.msg);
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open(out, &h), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h,
+                                    "SELECT (SELECT count(*) FROM role_runs), (SELECT count(*) FROM head_roles), "
+                                    "(SELECT count(*) FROM sweep_roles x JOIN role_runs r ON r.id = x.run_id "
+                                    " JOIN sweeps w ON w.id = x.sweep_id JOIN models m ON m.id = r.model_id "
+                                    " WHERE m.digest = 'm0' AND x.study = 'roles'), "
+                                    "(SELECT sum(prev_token) FROM head_roles)",
+                                    -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(h));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int(st, 0), 1);
+    cr_assert_eq(sqlite3_column_int(st, 1), 3);
+    cr_assert_eq(sqlite3_column_int(st, 2), 1);
+    cr_assert_float_eq(sqlite3_column_double(st, 3), 0.5 + 0.75 + 0.1, 1e-12);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
 }

@@ -34,6 +34,7 @@ int cmd_report(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
 int cmd_slurm(int argc, char **argv);
+int cmd_roles(int argc, char **argv);
 
 // --- errors -----------------------------------------------------------------------
 

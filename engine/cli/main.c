@@ -27,6 +27,7 @@ static const struct command {
     {"eval", cmd_eval, "evaluate one masked variant on held-out tokens"},
     {"plan", cmd_plan, "expand a YAML plan into jobs and estimate its cost"},
     {"run", cmd_run, "run a plan into an SQLite results database (resumable, shardable)"},
+    {"roles", cmd_roles, "what each head attends to: previous-token, induction, sink, positional heads"},
     {"query", cmd_query, "pruning curves, head effects, sets, comparisons, redundancy, pairs, gradient scores, SQL"},
     {"report", cmd_report, "a sweep's figures as one self-contained HTML file (and SVGs)"},
     {"merge", cmd_merge, "merge shard databases"},

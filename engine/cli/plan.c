@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli_int.h"
+#include "roles_int.h" /* hp_roles_probe_size: the probe a roles study runs */
 #include "cpuload_int.h"
 
 static const char plan_help[] =
@@ -83,6 +84,9 @@ int cmd_plan(int argc, char **argv)
         reuse += fl * ((jl->n + HP_SWEEP_BATCH - 1) / HP_SWEEP_BATCH) + fl * iter;
         /* a forward + backward costs about three forwards (the backward's two products per weight) */
         reuse += 3 * fl * backs;
+        /* head roles: one unmasked pass (the probe's is small beside it) */
+        for (int i = 0; i < p->n_studies; i++)
+            reuse += p->studies[i].kind == HP_STUDY_ROLES ? fl : 0;
         printf("plan      %s (%s)\n", p->name, p->path);
         printf("model     %s (%s, %d layers x %d heads, %d KV heads%s)\n", p->model, in->model_type, in->n_layers,
                in->n_heads, in->n_kv_heads, pruned_note(in));
@@ -108,7 +112,14 @@ int cmd_plan(int argc, char **argv)
                        hp_study_kind_name(st->kind), hp_unit_name(st->kv, true),
                        st->kind == HP_STUDY_IMPORTANCE ? ", normalize " : "",
                        st->kind == HP_STUDY_IMPORTANCE ? hp_normalize_name(st->normalize) : "");
-            else
+            else if (st->kind == HP_STUDY_ROLES) {
+                /* the probe's size as the sweep will take it (expansion has checked the model takes it) */
+                struct hp_roles_opts ro = {.probe_seqs = st->probe_seqs, .probe_len = st->probe_len};
+                int ps = 0, pl = 0;
+                hp_roles_probe_size(in, &ro, &ps, &pl, &err);
+                printf("study     %-16s %-10s 1 unmasked pass over the data and one over a probe of %d x 2 x %d "
+                       "random tokens\n", st->name, hp_study_kind_name(st->kind), ps, pl);
+            } else
                 printf("study     %-16s %-10s %d jobs\n", p->studies[i].name, hp_study_kind_name(p->studies[i].kind), n);
         }
         printf("jobs      %d expanded + about %ld iterative = %ld evaluations", jl->n, iter, jl->n + iter);

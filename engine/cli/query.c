@@ -62,6 +62,11 @@ static const char query_help[] =
     "               one, their ranks, the most wrongly ranked first (--top K),\n"
     "               and in the last row (\"all\") Spearman's rho, Kendall's\n"
     "               tau-b and the top-k overlap (k = a tenth of the units)\n"
+    "  roles        a roles study (--study NAME, else the first by name): each\n"
+    "               head's scores (docs/roles.md) in layer, head order, its effect\n"
+    "               in the sweep's first single study over query heads when it\n"
+    "               has one, and a last row (label \"rho\") with each score's\n"
+    "               Spearman rank correlation with the effect\n"
     "  sql          read-only SQL, e.g. \"SELECT * FROM effects LIMIT 5\"\n"
     "               (tables, columns and views: docs/database.md)\n"
     "\n"
@@ -69,7 +74,7 @@ static const char query_help[] =
     "the sign convention), csv, json (an array of objects), matrix (heads only).\n";
 
 static const char kinds_list[] =
-    "sweeps, curve, heads, sets, compare, redundancy, pairs, importance, attribution or sql";
+    "sweeps, curve, heads, sets, compare, redundancy, pairs, importance, attribution, roles or sql";
 
 int cmd_query(int argc, char **argv)
 {
@@ -155,12 +160,12 @@ int cmd_query(int argc, char **argv)
         snprintf(msg, sizeof msg, "give a KIND: %s", kinds_list);
         return usage_error("query", msg);
     }
-    static const char *const kinds[] = {"sweeps", "curve",      "heads",       "sets",      "compare",
-                                        "redundancy", "pairs", "importance", "attribution", "sql"};
+    static const char *const kinds[] = {"sweeps",     "curve", "heads",      "sets",        "compare", "redundancy",
+                                        "pairs",      "importance", "attribution", "roles", "sql"};
     static const enum hp_query_kind kv[] = {HP_QUERY_SWEEPS,     HP_QUERY_CURVE,      HP_QUERY_HEADS,
                                             HP_QUERY_SETS,       HP_QUERY_COMPARE,    HP_QUERY_REDUNDANCY,
                                             HP_QUERY_PAIRS,      HP_QUERY_IMPORTANCE, HP_QUERY_ATTRIBUTION,
-                                            HP_QUERY_SQL};
+                                            HP_QUERY_ROLES,      HP_QUERY_SQL};
     int ki = -1;
     for (int i = 0; i < (int)(sizeof kinds / sizeof *kinds); i++)
         if (strcmp(argv[optind], kinds[i]) == 0)
@@ -193,8 +198,10 @@ int cmd_query(int argc, char **argv)
     if (compare && q.by_layer && q.top)
         return usage_error("query", "--top does not apply to compare --by layer (it shows every layer)");
     if (q.study && q.kind != HP_QUERY_HEADS && q.kind != HP_QUERY_SETS && q.kind != HP_QUERY_CURVE && !compare &&
-        q.kind != HP_QUERY_IMPORTANCE && q.kind != HP_QUERY_ATTRIBUTION)
-        return usage_error("query", "--study is for heads, sets, curve, compare, importance and attribution");
+        q.kind != HP_QUERY_IMPORTANCE && q.kind != HP_QUERY_ATTRIBUTION && q.kind != HP_QUERY_ROLES)
+        return usage_error("query", "--study is for heads, sets, curve, compare, importance, attribution and roles");
+    if (q.top && q.kind == HP_QUERY_ROLES)
+        return usage_error("query", "--top does not apply to roles (it shows every head)");
 
     struct hp_error err = {0};
     struct hp_table *t;

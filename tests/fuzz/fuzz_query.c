@@ -2,7 +2,7 @@
  * fuzz_query -- a results database as `headprune query` reads it
  * (engine/query.c through hp_query: sweeps, curve, heads (also as a matrix
  * and of a named study), sets, redundancy, pairs, importance, attribution,
- * and compare of sweep 1 with the newest, per unit and per layer).
+ * roles, and compare of sweep 1 with the newest, per unit and per layer).
  *
  * Input, either:
  *  - a whole SQLite file (any first byte but 'S'), written to a scratch path;
@@ -164,7 +164,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fz_write(db_path, data, size);
     static const enum hp_query_kind kinds[] = {HP_QUERY_SWEEPS, HP_QUERY_CURVE,      HP_QUERY_HEADS,
                                                HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS, HP_QUERY_SETS,
-                                               HP_QUERY_COMPARE, HP_QUERY_IMPORTANCE, HP_QUERY_ATTRIBUTION};
+                                               HP_QUERY_COMPARE, HP_QUERY_IMPORTANCE, HP_QUERY_ATTRIBUTION,
+                                               HP_QUERY_ROLES};
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
         query(kinds[k], NULL, k == 2 ? 3 : 0);
     static const char *const metrics[] = {"loss", "kl", "acc", "cos"};

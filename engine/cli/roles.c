@@ -1,0 +1,259 @@
+/*
+ * roles.c -- `headprune roles`: what each head of one model attends to on
+ * held-out data (hp_roles_compute), one row per head.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_int.h"
+
+static const char roles_help[] =
+    "Usage: headprune roles --model DIR --data FILE [--seq-len N] [--json] [--threads N]\n"
+    "                       [--probe-seqs N] [--probe-len N] [--quiet]\n"
+    "\n"
+    "What each attention head does, from its attention probabilities in one\n"
+    "unmasked pass over held-out data and one over a probe of random tokens\n"
+    "repeated twice. One row per head (query heads, also under GQA):\n"
+    "\n"
+    "  prev_token        mean attention to the previous position\n"
+    "  duplicate_token   mean attention to earlier occurrences of the query's token\n"
+    "                    (encoders: to its other occurrences), over queries that have one\n"
+    "  induction         probe: mean attention to the token after the earlier\n"
+    "                    occurrence of the query's token (Olsson et al.'s prefix matching)\n"
+    "  induction_offset  probe: the offset from that earlier occurrence, -4..4, with the\n"
+    "  induction_mass    most attention (1 = the induction target), and its mean attention\n"
+    "  first_token       mean attention to the sequence's first position (attention sinks)\n"
+    "  dominant_offset   the relative position (key - query; encoders both directions)\n"
+    "  dominant_mass     holding the largest share of the attention, and that share\n"
+    "  entropy           mean attention entropy, bits\n"
+    "  rare_token        encoders: mean attention to the sequence's least frequent token\n"
+    "                    (frequencies counted over the data)\n"
+    "\n"
+    "Every score is a mean over queries (each query of the set weighted alike);\n"
+    "padding is neither a query nor a key; in a causal model the first position is\n"
+    "no query (it sees only itself). An empty cell (null in JSON): no query\n"
+    "qualifies. docs/roles.md defines each exactly.\n"
+    "\n"
+    "  --model DIR        Hugging Face model directory\n"
+    "  --data FILE        held-out data, as for eval (ids or text; labels not needed)\n"
+    "  --seq-len N        rows of N tokens (1-D ids and text)\n"
+    "  --probe-seqs N     probe sequences (default 16)\n"
+    "  --probe-len N      random tokens a half (default 32, at most half the model's\n"
+    "                     positions; at least 8); the probe's seed is fixed\n"
+    "  --threads N        threads (default: as many as other processes leave CPUs idle)\n"
+    "  --json             one JSON object: the model, data, probe, the queries each\n"
+    "                     score averages over, and \"heads\", one object a head\n"
+    "  --quiet            no progress on stderr\n";
+
+/* A score as the table shows it: empty when undefined. */
+static void cell(char *buf, size_t n, double v)
+{
+    if (isnan(v))
+        buf[0] = 0, (void)n;
+    else
+        snprintf(buf, n, "%.6f", v == 0.0 ? 0.0 : v);
+}
+
+static void json_num(cJSON *o, const char *key, double v)
+{
+    if (isnan(v))
+        cJSON_AddNullToObject(o, key);
+    else
+        cJSON_AddNumberToObject(o, key, v);
+}
+
+static void print_json(const char *dir, const char *data, const struct hp_roles *r, double secs)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", dir);
+    cJSON_AddStringToObject(o, "data", data);
+    cJSON_AddNumberToObject(o, "n_layers", r->n_layers);
+    cJSON_AddNumberToObject(o, "n_heads", r->n_heads);
+    cJSON_AddBoolToObject(o, "causal", r->causal);
+    cJSON_AddNumberToObject(o, "n_seqs", r->n_seqs);
+    cJSON_AddNumberToObject(o, "seq_len", r->seq_len);
+    cJSON *p = cJSON_AddObjectToObject(o, "probe");
+    cJSON_AddNumberToObject(p, "seqs", r->probe_seqs);
+    cJSON_AddNumberToObject(p, "len", r->probe_len);
+    char seed[32];
+    snprintf(seed, sizeof seed, "0x%llx", (unsigned long long)r->probe_seed);
+    cJSON_AddStringToObject(p, "seed", seed);
+    cJSON *q = cJSON_AddObjectToObject(o, "queries");
+    cJSON_AddNumberToObject(q, "all", (double)r->n_queries);
+    cJSON_AddNumberToObject(q, "prev_token", (double)r->n_prev);
+    cJSON_AddNumberToObject(q, "duplicate_token", (double)r->n_duplicate);
+    cJSON_AddNumberToObject(q, "first_token", (double)r->n_first);
+    cJSON_AddNumberToObject(q, "induction", (double)r->n_induction);
+    cJSON *hs = cJSON_AddArrayToObject(o, "heads");
+    for (int l = 0; l < r->n_layers; l++)
+        for (int h = 0; h < r->n_heads; h++) {
+            const struct hp_head_roles *x = &r->heads[l * r->n_heads + h];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "layer", l);
+            cJSON_AddNumberToObject(e, "head", h);
+            cJSON_AddBoolToObject(e, "present", x->present);
+            json_num(e, "prev_token", x->prev_token);
+            json_num(e, "duplicate_token", x->duplicate_token);
+            json_num(e, "induction", x->induction);
+            json_num(e, "induction_offset", x->present ? x->induction_offset : NAN);
+            json_num(e, "induction_mass", x->induction_mass);
+            json_num(e, "first_token", x->first_token);
+            json_num(e, "dominant_offset", x->present ? x->dominant_offset : NAN);
+            json_num(e, "dominant_mass", x->dominant_mass);
+            json_num(e, "entropy", x->entropy);
+            json_num(e, "rare_token", x->rare_token);
+            cJSON_AddItemToArray(hs, e);
+        }
+    cJSON_AddNumberToObject(o, "seconds", secs);
+    char *s = cJSON_PrintUnformatted(o);
+    puts(s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+static void print_rows(const struct hp_roles *r)
+{
+    const bool rare = !r->causal;
+    printf("%-6s %10s %15s %9s %16s %14s %11s %15s %13s %7s%s\n", "head", "prev_token", "duplicate_token",
+           "induction", "induction_offset", "induction_mass", "first_token", "dominant_offset", "dominant_mass",
+           "entropy", rare ? "  rare_token" : "");
+    for (int l = 0; l < r->n_layers; l++)
+        for (int h = 0; h < r->n_heads; h++) {
+            const struct hp_head_roles *x = &r->heads[l * r->n_heads + h];
+            char label[32], c[9][32];
+            snprintf(label, sizeof label, "%d.%d", l, h);
+            if (!x->present) {
+                printf("%-6s (pruned: the checkpoint lacks it)\n", label);
+                continue;
+            }
+            cell(c[0], sizeof c[0], x->prev_token);
+            cell(c[1], sizeof c[1], x->duplicate_token);
+            cell(c[2], sizeof c[2], x->induction);
+            cell(c[3], sizeof c[3], x->induction_mass);
+            cell(c[4], sizeof c[4], x->first_token);
+            cell(c[5], sizeof c[5], x->dominant_mass);
+            cell(c[6], sizeof c[6], x->entropy);
+            cell(c[7], sizeof c[7], x->rare_token);
+            printf("%-6s %10s %15s %9s %16d %14s %11s %15d %13s %7s", label, c[0], c[1], c[2], x->induction_offset,
+                   c[3], c[4], x->dominant_offset, c[5], c[6]);
+            if (rare)
+                printf("  %10s", c[7]);
+            putchar('\n');
+        }
+}
+
+int cmd_roles(int argc, char **argv)
+{
+    enum { O_PROBE_SEQS = 256, O_PROBE_LEN };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},          {"data", required_argument, 0, 'd'},
+        {"seq-len", required_argument, 0, 's'},        {"threads", required_argument, 0, 't'},
+        {"json", no_argument, 0, 'j'},                 {"quiet", no_argument, 0, 'q'},
+        {"probe-seqs", required_argument, 0, O_PROBE_SEQS}, {"probe-len", required_argument, 0, O_PROBE_LEN},
+        {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0}};
+    const char *dir = NULL, *data_path = NULL;
+    bool json = false, quiet = false;
+    int seq_len = 0, threads = 0, c;
+    struct hp_roles_opts ro = {0};
+    optind = 1;
+    opterr = 0; /* our one line says what is wrong */
+    while ((c = getopt_long(argc, argv, ":m:d:s:t:jqh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': dir = optarg; break;
+        case 'd': data_path = optarg; break;
+        case 's':
+            if (!parse_int(optarg, 1, 1 << 20, &seq_len))
+                return usage_error("roles", "--seq-len must be a positive integer");
+            break;
+        case 't':
+            if (!parse_int(optarg, 1, 1024, &threads))
+                return usage_error("roles", "--threads must be a positive integer");
+            break;
+        case O_PROBE_SEQS:
+            if (!parse_int(optarg, 1, 1 << 20, &ro.probe_seqs))
+                return usage_error("roles", "--probe-seqs must be a positive integer");
+            break;
+        case O_PROBE_LEN:
+            if (!parse_int(optarg, 1, 1 << 20, &ro.probe_len))
+                return usage_error("roles", "--probe-len must be a positive integer");
+            break;
+        case 'j': json = true; break;
+        case 'q': quiet = true; break;
+        case 'h': fputs(roles_help, stdout); return 0;
+        case ':': {
+            char msg[160];
+            snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind - 1]);
+            return usage_error("roles", msg);
+        }
+        default: {
+            char msg[160];
+            if (optopt)
+                snprintf(msg, sizeof msg, "unknown option '-%c'", optopt);
+            else
+                snprintf(msg, sizeof msg, "unknown option '%.100s'", argv[optind - 1]);
+            return usage_error("roles", msg);
+        }
+        }
+    }
+    if (optind < argc)
+        return usage_error("roles", "unexpected argument");
+    if (!dir || !data_path)
+        return usage_error("roles", "--model DIR and --data FILE are required");
+
+    /* threads as eval chooses them: fixed, or as many as other processes leave idle, re-chosen between chunks */
+    struct hp_auto_threads load;
+    if (threads > 0)
+        hp_runtime_init(threads);
+    else
+        hp_auto_threads_begin(&load);
+    struct hp_error err = {0};
+    struct hp_model *m = NULL;
+    struct hp_data *d = NULL;
+    struct hp_roles *r = NULL;
+    int rc = 1;
+    if (hp_model_open(dir, &m, &err) != HP_OK)
+        goto out;
+    const struct hp_model_info *in = hp_model_get_info(m);
+    if (hp_data_load_for(data_path, dir, in, seq_len, &d, &err) != HP_OK)
+        goto out;
+    struct progress pr = {!quiet && isatty(STDERR_FILENO), hp_now(), threads > 0 ? NULL : &load, threads, threads,
+                          threads};
+    if (threads <= 0) {
+        pr.threads = pr.threads_min = pr.threads_max = hp_auto_threads_first(&load);
+        hp_runtime_init(pr.threads);
+    }
+    ro.progress = show_progress;
+    ro.user = &pr;
+    double t0 = hp_now();
+    if (hp_roles_compute(m, d, &ro, &r, &err) != HP_OK)
+        goto out;
+    double secs = hp_now() - t0;
+    if (json) {
+        print_json(dir, data_path, r, secs);
+    } else {
+        printf("model     %s (%s, %d layers x %d heads, %d KV heads%s)\n", dir, in->model_type, in->n_layers,
+               in->n_heads, in->n_kv_heads, pruned_note(in));
+        printf("data      %s: %d sequences x %d tokens%s\n", data_path, d->n_seqs, d->seq_len, dropped_note(d));
+        printf("probe     %d sequences of 2 x %d random tokens (seed 0x%llx)\n", r->probe_seqs, r->probe_len,
+               (unsigned long long)r->probe_seed);
+        printf("queries   %lld (prev_token %lld, duplicate_token %lld, first_token %lld; induction %lld on the probe)\n",
+               (long long)r->n_queries, (long long)r->n_prev, (long long)r->n_duplicate, (long long)r->n_first,
+               (long long)r->n_induction);
+        printf("time      %.2f s, %d thread%s\n\n", secs, pr.threads_max, pr.threads_max == 1 ? "" : "s");
+        print_rows(r);
+    }
+    rc = 0;
+out:
+    if (rc)
+        die(&err);
+    hp_roles_free(r);
+    hp_data_free(d);
+    hp_model_close(m);
+    return rc;
+}
