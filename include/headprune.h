@@ -829,7 +829,7 @@ void hp_table_free(struct hp_table *t);
 
 enum hp_query_kind {
     HP_QUERY_SWEEPS,     /* the sweeps in the database */
-    HP_QUERY_CURVE,      /* pruning curve (iterative, random) */
+    HP_QUERY_CURVE,      /* pruning curve (iterative, random, gates) */
     HP_QUERY_HEADS,      /* single-unit effects with paired 95% CIs */
     HP_QUERY_REDUNDANCY, /* per-layer summary */
     HP_QUERY_PAIRS,      /* interactions */
@@ -838,6 +838,7 @@ enum hp_query_kind {
     HP_QUERY_COMPARE,    /* two sweeps' single-unit effects side by side, with rank correlations */
     HP_QUERY_IMPORTANCE, /* an importance study's scores, largest first */
     HP_QUERY_ATTRIBUTION, /* an attribution study's estimates against the exact single effects */
+    HP_QUERY_GATES,       /* each lambda of the gates studies against the other curves at its heads kept */
 };
 
 struct hp_query_opts {
@@ -851,8 +852,11 @@ struct hp_query_opts {
     bool full_mask;     /* curve: each iterative step's whole mask too (column "mask"), not only
                          * the units it pruned (column "pruned") */
     const char *study;  /* heads, compare: the single study (NULL = the sweep's first over query
-                         * heads, else its first); sets, curve: only this study (NULL = every one) */
-    bool matrix;        /* heads: one row per layer, one column per unit, cells the effects */
+                         * heads, else its first); sets, curve, gates: only this study (NULL = every one) */
+    bool matrix;        /* heads: one row per layer, one column per unit, cells the effects (with gates: the
+                         * smallest lambda whose test-time gate is 0) */
+    bool gates;         /* heads: a gates study's (--study, else the first) test-time gates at each lambda
+                         * instead of the single effects */
     /* compare: the second sweep (B; the first, A, is db_path's sweep_id) */
     const char *db2;    /* NULL = db_path */
     int64_t sweep_id2;  /* 0 = the newest sweep of B's database */
