@@ -603,8 +603,11 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
 
 // --- gates ---------------------------------------------------------------------------
 
-/* A training run's state is saved at least this often (and when stopping, and when finished): a kill loses at most this */
+/* A training run's state is saved every HP_GATES_SAVE_STEPS steps or HP_GATES_SAVE_S seconds, whichever comes
+ * first, when stopping and when finished: a kill loses at most that much training (each save is one transaction
+ * of a few arrays the size of the heads, cheap beside a step) */
 #define HP_GATES_SAVE_S 10.0
+#define HP_GATES_SAVE_STEPS 25
 
 /* The content address of study s's training run at lambda: what determines every step of it. */
 static void gate_run_key(const struct ctx *c, const struct hp_study *s, const char *train_digest, double lambda,
@@ -687,7 +690,7 @@ static enum hp_status run_gates(struct ctx *c, int si, int64_t *ord, struct hp_e
             }
             gate_step_done(c, si, lambda, gs.step, false);
             const bool done = gs.step == s->steps;
-            if (done || stopping(c) || hp_now() - t_saved >= HP_GATES_SAVE_S) {
+            if (done || stopping(c) || gs.step % HP_GATES_SAVE_STEPS == 0 || hp_now() - t_saved >= HP_GATES_SAVE_S) {
                 r.step = gs.step;
                 memcpy(r.rng, gs.rng, sizeof r.rng);
                 r.objective = gs.objective, r.value = gs.value, r.penalty = gs.penalty;

@@ -133,3 +133,450 @@ Test(gates, adam_and_the_noise_match_the_float64_reference)
     }
     cr_assert_eq(bad, 0, "Adam differs from the reference (max %.3g)", worst);
 }
+
+// --- gates studies in sweeps -------------------------------------------------------------
+
+static char tmp[64];
+
+static void setup(void)
+{
+    tu_mkdtemp(tmp, sizeof tmp, "gates");
+}
+
+static void teardown(void)
+{
+    tu_rmrf(tmp);
+}
+
+TestSuite(gates_sweep, .init = setup, .fini = teardown, .timeout = 900);
+
+/* A .npy of int32 ids [n, T] in tmp/name: a fixed LCG's ids below vocab (distinct from any fixture's data). */
+static void write_ids(const char *name, int n, int T, int vocab, uint32_t seed)
+{
+    char path[256], header[128];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    int hl = snprintf(header, sizeof header, "{'descr': '<i4', 'fortran_order': False, 'shape': (%d, %d), }", n, T);
+    int pad = 64 - (10 + hl + 1) % 64;
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    uint16_t len = (uint16_t)(hl + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fwrite(&len, 2, 1, f);
+    fwrite(header, 1, (size_t)hl, f);
+    for (int i = 0; i < pad; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+    uint32_t x = seed;
+    for (int i = 0; i < n * T; i++) {
+        x = x * 1664525u + 1013904223u;
+        int32_t v = (int32_t)((x >> 8) % (uint32_t)vocab);
+        fwrite(&v, 4, 1, f);
+    }
+    fclose(f);
+}
+
+static const char *write_plan(const char *name, const char *text)
+{
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    tu_spit(path, text, strlen(text));
+    return path;
+}
+
+static const char *fixtures(void)
+{
+    const char *f = getenv("HP_FIXTURES");
+    cr_assert_not_null(f, "HP_FIXTURES not set (run through meson test)");
+    return f;
+}
+
+/* The llama-gqa fixture (3 layers x 4 heads), its 3 sequences held out, gates trained on 8 others. */
+static const char *tiny_plan(const char *extra)
+{
+    write_ids("train.npy", 8, 16, 97, 12345);
+    static char text[2048];
+    snprintf(text, sizeof text,
+             "name: gates-tiny\n"
+             "model: %s/llama-gqa\n"
+             "data: %s/llama-gqa/data.npy\n"
+             "seed: 3\n"
+             "studies:\n"
+             "  - gates: {lambda: [0, 0.05, 5], steps: 60, lr: 0.2, train: train.npy}\n"
+             "%s",
+             fixtures(), fixtures(), extra ? extra : "");
+    return write_plan("tiny.yaml", text);
+}
+
+struct stopper {
+    int calls, stop_at; /* set *stop at the stop_at-th progress call (0: never) */
+    volatile int stop;
+};
+
+static void on_progress(void *user, const struct hp_sweep_progress *p)
+{
+    (void)p;
+    struct stopper *s = user;
+    if (++s->calls == s->stop_at)
+        s->stop = 1;
+}
+
+static enum hp_status sweep(const char *plan, const char *db, int threads, struct stopper *stop,
+                            struct hp_sweep_summary *sum, struct hp_error *err)
+{
+    struct hp_plan *p = NULL;
+    enum hp_status st = hp_plan_load(plan, &p, err);
+    if (st != HP_OK)
+        return st;
+    struct hp_sweep_opts o = {.db_path = db, .shard_count = 1, .threads = threads, .batch = 8};
+    if (stop) {
+        o.progress = on_progress;
+        o.user = stop;
+        o.stop = &stop->stop;
+    }
+    st = hp_sweep_run(p, &o, sum, err);
+    hp_plan_free(p);
+    return st;
+}
+
+/* What a gates sweep's results are, bit for bit: the runs' states and gates, the sweep's lambdas, every variant. */
+static char *dump(const char *db)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    const char *queries[] = {
+        "SELECT key, metric, lambda, steps, step, printf('%.17g %.17g %.17g', objective, value, penalty), hex(log_alpha), "
+        "hex(adam_m), hex(adam_v), hex(rng), n_kept, train_digest, train_seqs FROM gate_runs ORDER BY key",
+        "SELECT g.key, h.layer, h.head, h.label, printf('%.17g %.17g', h.log_alpha, h.gate) FROM gate_heads h "
+        "JOIN gate_runs g ON g.id = h.run_id ORDER BY g.key, h.layer, h.head",
+        "SELECT s.key, x.study, x.idx, x.lambda, g.key FROM sweep_gates x JOIN sweeps s ON s.id = x.sweep_id "
+        "JOIN gate_runs g ON g.id = x.run_id ORDER BY s.key, x.study, x.idx",
+        "SELECT key, mask_text, n_ablated, quote(mask) FROM variants ORDER BY key",
+        "SELECT v.key, printf('%.17g %.17g %.17g', r.loss, r.acc, r.kl) FROM results r "
+        "JOIN variants v ON v.id = r.variant_id ORDER BY v.key",
+        "SELECT s.key, j.ord, j.study, j.kind, j.label, j.step, j.k, v.key FROM sweep_jobs j JOIN sweeps s ON "
+        "s.id = j.sweep_id JOIN variants v ON v.id = j.variant_id ORDER BY s.key, j.ord",
+    };
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    out[0] = 0;
+    for (size_t q = 0; q < sizeof queries / sizeof *queries; q++) {
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(h, queries[q], -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
+        while (sqlite3_step(st) == SQLITE_ROW)
+            for (int c = 0; c < sqlite3_column_count(st); c++) {
+                const char *v = (const char *)sqlite3_column_text(st, c);
+                size_t n = strlen(v ? v : "NULL") + 2;
+                while (len + n + 1 > cap)
+                    out = realloc(out, cap *= 2);
+                len += (size_t)sprintf(out + len, "%s%c", v ? v : "NULL", c + 1 < sqlite3_column_count(st) ? '|' : '\n');
+            }
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(h);
+    return out;
+}
+
+static void assert_same(const char *a, const char *b)
+{
+    char *x = dump(a), *y = dump(b);
+    if (strcmp(x, y) != 0) {
+        size_t i = 0;
+        while (x[i] && x[i] == y[i])
+            i++;
+        size_t s = i > 200 ? i - 200 : 0;
+        cr_log_error("first difference at byte %zu:\n--- %s\n%.400s\n--- %s\n%.400s", i, a, x + s, b, y + s);
+        cr_assert_fail("%s and %s hold different results", a, b);
+    }
+    free(x);
+    free(y);
+}
+
+static long long one_int(const char *db, const char *q)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK, "%s: %s", q, sqlite3_errmsg(h));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", q);
+    long long v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return v;
+}
+
+static void path_in(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", tmp, name);
+}
+
+Test(gates_sweep, stopped_anywhere_and_resumed_equals_uninterrupted)
+{
+    const char *plan = tiny_plan(NULL);
+    char ref[256], db[256];
+    path_in(ref, sizeof ref, "ref.db");
+    struct hp_sweep_summary sum;
+    struct hp_error err = {{0}};
+    struct stopper none = {0};
+    cr_assert_eq(sweep(plan, ref, 1, &none, &sum, &err), HP_OK, "%s", err.msg);
+    cr_assert(!sum.interrupted);
+    const int calls = none.calls; /* one a training step, one a variant */
+    cr_assert_geq(calls, 3 * 60, "%d progress calls", calls);
+    cr_assert_eq(one_int(ref, "SELECT count(*) FROM gate_runs WHERE n_kept IS NOT NULL AND step = 60"), 3);
+    cr_assert_eq(one_int(ref, "SELECT count(*) FROM gate_heads"), 3 * 12);
+    cr_assert_eq(one_int(ref, "SELECT count(*) FROM sweep_gates"), 3);
+    cr_assert_eq(one_int(ref, "SELECT count(*) FROM sweep_jobs WHERE kind IN ('gates', 'gates-frac')"), 6);
+
+    /* stop at progress calls spread over the whole run (mid-step of a lambda, between lambdas, between its two
+     * evaluations), each run resuming the last, until one finishes */
+    path_in(db, sizeof db, "stopped.db");
+    int runs = 0, stops = 0;
+    for (int at = 7;; at += 13) {
+        struct stopper s = {.stop_at = at};
+        cr_assert_eq(sweep(plan, db, 1, &s, &sum, &err), HP_OK, "%s", err.msg);
+        runs++;
+        stops += sum.interrupted;
+        if (!sum.interrupted)
+            break;
+        cr_assert_lt(runs, 100);
+    }
+    cr_log_info("%d runs, %d stopped", runs, stops);
+    cr_assert_geq(stops, 5, "too few stops landed in the run");
+    assert_same(ref, db);
+    /* and a rerun finds everything */
+    cr_assert_eq(sweep(plan, db, 1, NULL, &sum, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(sum.n_run, 0, "a finished gates study ran %lld things again", (long long)sum.n_run);
+    assert_same(ref, db);
+}
+
+// --- the command line: kills, bad input -----------------------------------------------------
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+
+static char g_err[8192];
+
+/* headprune ARGS (cwd: tmp), stderr into g_err; the exit status (128 + signal when killed). */
+static int hp(const char *args)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd %s && %s %s >/dev/null 2>%s/err </dev/null", tmp, getenv("HP_HEADPRUNE"), args, tmp);
+    int st = system(cmd);
+    char p[256];
+    snprintf(p, sizeof p, "%s/err", tmp);
+    FILE *f = fopen(p, "r");
+    size_t n = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
+    g_err[n] = 0;
+    if (f)
+        fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* `run` of plan text fails with exit 1 and one line on stderr naming the plan file and saying words. */
+static void run_fails(const char *text, const char *words)
+{
+    const char *plan = write_plan("bad.yaml", text);
+    char args[512];
+    snprintf(args, sizeof args, "run bad.yaml --db bad.db --threads 1 --quiet");
+    int rc = hp(args);
+    cr_assert_eq(rc, 1, "exit %d (stderr: %s) for:\n%s", rc, g_err, text);
+    cr_assert(strncmp(g_err, "headprune: ", 11) == 0, "stderr: %s", g_err);
+    char *nl = strchr(g_err, '\n');
+    cr_assert(nl && nl[1] == '\0', "more than one line: %s", g_err);
+    (void)plan;
+    cr_assert(strstr(g_err, "bad.yaml:"), "the message does not name the plan: %s", g_err);
+    cr_assert(strstr(g_err, words), "the message does not say '%s': %s", words, g_err);
+    /* `plan` refuses it the same way */
+    rc = hp("plan bad.yaml");
+    cr_assert_eq(rc, 1, "plan: exit %d (stderr: %s)", rc, g_err);
+    cr_assert(strstr(g_err, words), "plan: the message does not say '%s': %s", words, g_err);
+}
+
+#define TINY_HEAD "name: bad\nmodel: %s/llama-gqa\ndata: %s/llama-gqa/data.npy\n%sstudies:\n  - gates: {%s%s}\n"
+
+/* A gates plan on the llama-gqa fixture with top-level keys top and the study's options opts (lambda: [0.1] unless
+ * they give one). */
+static const char *tiny(const char *top, const char *opts)
+{
+    static char text[2048];
+    snprintf(text, sizeof text, TINY_HEAD, fixtures(), fixtures(), top, strstr(opts, "lambda") ? "" : "lambda: [0.1], ",
+             opts);
+    return text;
+}
+
+Test(gates_sweep, bad_settings_are_refused_in_one_line)
+{
+    write_ids("train.npy", 4, 16, 97, 1);
+    run_fails(tiny("", "lambda: [-0.1], train: train.npy"), "'lambda' must be a non-negative number, not '-0.1'");
+    run_fails(tiny("", "steps: 0, train: train.npy"), "'steps' must be a positive integer, not '0'");
+    run_fails(tiny("", "lr: 0, train: train.npy"), "'lr' must be a positive number like 0.05, not '0'");
+    run_fails(tiny("", "lr: -0.5, train: train.npy"), "'lr' must be a positive number");
+    run_fails(tiny("", "beta: 0, train: train.npy"), "'beta' must be a positive number like 0.667, not '0'");
+    run_fails(tiny("", "beta: -1, train: train.npy"), "'beta' must be a positive number");
+    run_fails(tiny("", "steps: 5"), "needs training data apart from the held-out set");
+    run_fails(tiny("", "split: 2, train: train.npy"), "'train' and 'split' both name the training data");
+    run_fails(tiny("ablation: mean\n", "train: train.npy"), "needs 'ablation: zero'");
+    run_fails(tiny("metric: acc\n", "train: train.npy"), "acc has none");
+}
+
+Test(gates_sweep, training_data_that_cannot_serve_is_refused_before_anything_runs)
+{
+    /* ids the model's vocabulary (97) lacks */
+    write_ids("wide.npy", 4, 16, 200, 7);
+    run_fails(tiny("", "train: wide.npy"), "study 'gates': training data:");
+    cr_assert(strstr(g_err, "wide.npy"), "%s", g_err);
+    /* longer than the model's 64 positions */
+    write_ids("long.npy", 2, 80, 97, 7);
+    run_fails(tiny("", "train: long.npy"), "exceed the model's 64 positions");
+    /* a file that is not there */
+    run_fails(tiny("", "train: missing.npy"), "missing.npy");
+    /* the held-out set itself, or any of its rows */
+    char held[1024];
+    snprintf(held, sizeof held, "train: %s/llama-gqa/data.npy", fixtures());
+    run_fails(tiny("", held), "is held-out sequence 0");
+    /* a split that leaves nothing to evaluate on (the fixture has 3 sequences) */
+    run_fails(tiny("", "split: 3"), "split: 3 of the 3 sequences");
+    run_fails(tiny("", "split: 99%"), "leaves none to evaluate on");
+    /* a metric the model does not have: cos on a causal LM */
+    write_ids("train.npy", 4, 16, 97, 1);
+    run_fails(tiny("metric: cos\n", "train: train.npy"), "cos");
+    /* nothing was written for a plan refused */
+    char db[256];
+    path_in(db, sizeof db, "bad.db");
+    cr_assert_neq(access(db, F_OK), 0, "a refused plan left %s", db);
+}
+
+/*
+ * A copy of the llama-gqa fixture whose embedding of one token is NaN, a
+ * token the held-out set lacks (so the sweep's baseline is finite) and every
+ * training sequence starts with: the training objective is NaN at the first step.
+ */
+Test(gates_sweep, a_non_finite_objective_is_an_error)
+{
+    char cmd[1024], path[256];
+    snprintf(cmd, sizeof cmd, "cp -r %s/llama-gqa %s/nan", fixtures(), tmp);
+    cr_assert_eq(system(cmd), 0);
+    /* a token absent from the held-out set */
+    snprintf(path, sizeof path, "%s/llama-gqa/data.npy", fixtures());
+    struct hp_data *d = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_data_load(path, 0, &d, &err), HP_OK, "%s", err.msg);
+    bool seen[97] = {false};
+    for (int i = 0; i < d->n_seqs * d->seq_len; i++)
+        seen[d->ids[i]] = true;
+    hp_data_free(d);
+    int tok = 96;
+    while (tok > 0 && seen[tok])
+        tok--;
+    cr_assert(!seen[tok], "the held-out set uses every token");
+    /* its embedding row poisoned, found through the safetensors header */
+    snprintf(path, sizeof path, "%s/nan/model.safetensors", tmp);
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    uint64_t hl = 0;
+    cr_assert_eq(fread(&hl, 8, 1, f), 1);
+    char *header = calloc(1, hl + 1);
+    cr_assert_eq(fread(header, 1, hl, f), hl);
+    cJSON *h = cJSON_Parse(header);
+    const cJSON *emb = cJSON_GetObjectItemCaseSensitive(h, "model.embed_tokens.weight");
+    cr_assert_not_null(emb, "no embedding in %s", path);
+    const long off = (long)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(emb, "data_offsets"), 0)->valuedouble;
+    const int d_model = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(emb, "shape"), 1)->valueint;
+    fseek(f, (long)(8 + hl) + off + (long)tok * d_model * 4, SEEK_SET);
+    const float nan = NAN;
+    for (int i = 0; i < d_model; i++)
+        fwrite(&nan, 4, 1, f);
+    fclose(f);
+    cJSON_Delete(h);
+    free(header);
+    /* training rows that all start with it */
+    snprintf(path, sizeof path, "%s/train.npy", tmp);
+    write_ids("train.npy", 4, 16, 97, 1);
+    f = fopen(path, "r+b");
+    for (int r = 0; r < 4; r++) {
+        fseek(f, 128 + (long)r * 16 * 4, SEEK_SET);
+        int32_t v = tok;
+        fwrite(&v, 4, 1, f);
+    }
+    fclose(f);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "name: nan\nmodel: nan\ndata: %s/llama-gqa/data.npy\nstudies:\n"
+             "  - gates: {lambda: [0.1], steps: 3, train: train.npy}\n",
+             fixtures());
+    write_plan("nan.yaml", text);
+    int rc = hp("run nan.yaml --db nan.db --threads 1 --quiet");
+    cr_assert_eq(rc, 1, "exit %d: %s", rc, g_err);
+    cr_assert(strstr(g_err, "nan.yaml:5: study 'gates', lambda 0.1") && strstr(g_err, "not finite"), "%s", g_err);
+    char *nl = strchr(g_err, '\n');
+    cr_assert(nl && nl[1] == '\0', "more than one line: %s", g_err);
+    /* the baseline was recorded; no gate run finished */
+    char db[256];
+    path_in(db, sizeof db, "nan.db");
+    cr_assert_eq(one_int(db, "SELECT count(*) FROM gate_runs WHERE n_kept IS NOT NULL"), 0);
+}
+
+Test(gates_sweep, sigkill_at_random_moments_then_resume_equals_uninterrupted)
+{
+    const char *plan = tiny_plan(NULL);
+    (void)plan;
+    char ref[256], db[256];
+    path_in(ref, sizeof ref, "ref.db");
+    path_in(db, sizeof db, "killed.db");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cr_assert_eq(hp("run tiny.yaml --db ref.db --threads 1 --quiet"), 0, "%s", g_err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    srand(4242);
+    long span_us = (long)(secs * 0.6e6) + 1;
+    int runs = 0, killed = 0, rc = -1;
+    char cmd[1024];
+    int mid = 0; /* kills after which a run was saved part-way */
+    while (rc != 0 && runs < 400) {
+        pid_t pid = fork();
+        cr_assert_neq(pid, -1);
+        if (pid == 0) {
+            if (chdir(tmp) != 0)
+                _exit(127);
+            freopen("/dev/null", "w", stdout);
+            freopen("/dev/null", "w", stderr);
+            execl(getenv("HP_HEADPRUNE"), "headprune", "run", "tiny.yaml", "--db", "killed.db", "--threads", "1",
+                  "--quiet", (char *)NULL);
+            _exit(127);
+        }
+        long us = rand() % span_us;
+        struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int ws;
+        cr_assert_eq(waitpid(pid, &ws, 0), pid);
+        rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        cr_assert(rc == 0 || rc == 128 + SIGKILL, "run %d exited %d", runs, rc);
+        killed += rc != 0;
+        runs++;
+        if (rc != 0 && access(db, F_OK) == 0) {
+            sqlite3 *h;
+            sqlite3_stmt *q;
+            if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+                sqlite3_prepare_v2(h, "SELECT count(*) FROM gate_runs WHERE n_kept IS NULL AND step > 0", -1, &q,
+                                   NULL) == SQLITE_OK) {
+                mid += sqlite3_step(q) == SQLITE_ROW && sqlite3_column_int(q, 0) > 0;
+                sqlite3_finalize(q);
+            }
+            sqlite3_close(h);
+        }
+        if (rc == 0 && killed < 10) { /* finished before enough kills landed: start over, killing sooner */
+            snprintf(cmd, sizeof cmd, "rm -f '%s' '%s-wal' '%s-shm'", db, db, db);
+            cr_assert_eq(system(cmd), 0);
+            span_us = span_us / 2 + 1;
+            killed = mid = 0;
+            rc = -1;
+        }
+    }
+    cr_log_info("%d runs, %d killed, %d after a part-way save (kills within %ld us of a %.2f s run)", runs, killed, mid,
+                span_us, secs);
+    cr_assert_geq(killed, 10, "too few kills landed");
+    /* some kill left a run saved mid-way (every 25 steps), which a later run resumed */
+    assert_same(ref, db);
+}
