@@ -1204,7 +1204,7 @@ enum hp_status hp_store_put_gate_run(struct hp_store *s, const struct hp_store_g
             sqlite3_bind_int(st, 3, h);
             sqlite3_bind_text(st, 4, label, -1, SQLITE_TRANSIENT);
             sqlite3_bind_double(st, 5, r->log_alpha[(size_t)l * r->n_heads + h]);
-            sqlite3_bind_double(st, 6, (double)r->gate[(size_t)l * r->n_heads + h]);
+            sqlite3_bind_double(st, 6, r->gate[(size_t)l * r->n_heads + h]);
             rc = sqlite3_step(st);
             rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
         }

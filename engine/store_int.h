@@ -163,7 +163,7 @@ struct hp_store_gate_run {
     double *log_alpha, *adam_m, *adam_v; /* (n_layers, n_heads) */
     uint64_t rng[4];
     int n_kept;                /* finished: heads kept; -1 while training */
-    const float *gate;         /* finished: (n_layers, n_heads) test-time gates (put only) */
+    const double *gate;        /* finished: (n_layers, n_heads) test-time gates (put only) */
     double wall_s;             /* seconds of training so far */
 };
 

@@ -650,7 +650,8 @@ static enum hp_status run_gates(struct ctx *c, int si, int64_t *ord, struct hp_e
     hp_digest_data(c->train, train_digest);
     const char *train_path = s->train ? (realpath(s->train, train_abs) ? train_abs : s->train) : c->train->path;
     struct hp_mask *pruned = hp_mask_new(in->n_layers, in->n_heads), *frac = hp_mask_new(in->n_layers, in->n_heads);
-    enum hp_status st = pruned && frac ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    double *test_gate = malloc((size_t)n * sizeof *test_gate);
+    enum hp_status st = pruned && frac && test_gate ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
     for (int li = 0; st == HP_OK && li < s->n_lambda && !stopping(c); li++) {
         const double lambda = s->lambda[li];
         char key[HP_DIGEST_HEX];
@@ -695,9 +696,11 @@ static enum hp_status run_gates(struct ctx *c, int si, int64_t *ord, struct hp_e
                 memcpy(r.rng, gs.rng, sizeof r.rng);
                 r.objective = gs.objective, r.value = gs.value, r.penalty = gs.penalty;
                 r.wall_s = wall0 + (hp_now() - t0);
-                if (done) {
-                    r.n_kept = hp_gates_state_mask(&gs, in->pruned, frac->gate, NULL);
-                    r.gate = frac->gate;
+                if (done) { /* the test-time gates in double, as the formula gives them (the mask's are floats) */
+                    r.n_kept = hp_gates_state_mask(&gs, in->pruned, NULL, NULL);
+                    for (int h = 0; h < n; h++)
+                        test_gate[h] = in->pruned && in->pruned[h] ? 0.0 : hp_gate_test(gs.log_alpha[h]);
+                    r.gate = test_gate;
                 }
                 st = hp_store_put_gate_run(c->store, &r, c->threads, hp_runtime_kernel(), err);
                 t_saved = hp_now();
@@ -727,6 +730,7 @@ static enum hp_status run_gates(struct ctx *c, int si, int64_t *ord, struct hp_e
     }
     hp_mask_free(pruned);
     hp_mask_free(frac);
+    free(test_gate);
     return st;
 }
 

@@ -580,3 +580,239 @@ Test(gates_sweep, sigkill_at_random_moments_then_resume_equals_uninterrupted)
     /* some kill left a run saved mid-way (every 25 steps), which a later run resumed */
     assert_same(ref, db);
 }
+
+// --- what a gates study records, against independent computations ----------------------------
+
+static double one_real(const char *db, const char *q)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK, "%s: %s", q, sqlite3_errmsg(h));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", q);
+    double v = sqlite3_column_type(st, 0) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return v;
+}
+
+static struct hp_table *query(const char *db, struct hp_query_opts o)
+{
+    struct hp_table *t = NULL;
+    struct hp_error err = {{0}};
+    enum hp_status st = hp_query(db, &o, &t, &err);
+    cr_assert_eq(st, HP_OK, "%s", err.msg);
+    return t;
+}
+
+static int col(const struct hp_table *t, const char *name)
+{
+    for (int c = 0; c < t->n_cols; c++)
+        if (!strcmp(t->cols[c], name))
+            return c;
+    cr_assert_fail("no column '%s'", name);
+    return -1;
+}
+
+static double val(const struct hp_table *t, int r, const char *name)
+{
+    return t->values[(size_t)r * t->n_cols + col(t, name)];
+}
+
+static const char *txt(const struct hp_table *t, int r, const char *name)
+{
+    const char *s = t->cells[(size_t)r * t->n_cols + col(t, name)];
+    return s ? s : "";
+}
+
+/* The tiny plan with the other two curves, run once: its database in db. */
+static void tiny_with_curves(char *db, size_t n)
+{
+    const char *plan = tiny_plan("  - iterative: {prune: 25%}\n  - random: {k: [3, 6, 9, 12], samples: 2}\n");
+    snprintf(db, n, "%s/curves.db", tmp);
+    struct hp_sweep_summary sum;
+    struct hp_error err = {{0}};
+    cr_assert_eq(sweep(plan, db, 1, NULL, &sum, &err), HP_OK, "%s", err.msg);
+}
+
+/* The value of curve (kept[i], v[i]) (ascending kept) at k, linearly between neighbours; NaN outside. */
+static double interp(const double *kept, const double *v, int n, double k)
+{
+    for (int i = 0; i < n; i++) {
+        if (kept[i] == k)
+            return v[i];
+        if (i + 1 < n && kept[i] < k && k < kept[i + 1])
+            return v[i] + (v[i + 1] - v[i]) * (k - kept[i]) / (kept[i + 1] - kept[i]);
+    }
+    return NAN;
+}
+
+Test(gates_sweep, the_curve_points_are_exact_evaluations_of_the_test_time_gates)
+{
+    char db[256];
+    tiny_with_curves(db, sizeof db);
+    /* the penalty's extremes: lambda 0 keeps more heads open than lambda 5, which closes every one */
+    const long long kept0 = one_int(db, "SELECT n_kept FROM gate_runs WHERE lambda = 0");
+    const long long kept5 = one_int(db, "SELECT n_kept FROM gate_runs WHERE lambda = 5");
+    cr_log_info("heads kept: %lld at lambda 0, %lld at lambda 5", kept0, kept5);
+    cr_assert_eq(kept5, 0, "lambda 5 keeps %lld of 12 heads", kept5);
+    cr_assert_gt(kept0, kept5);
+
+    /* each lambda's two points against the evaluator run here on masks made from gate_heads: the pruned set
+     * (heads at gate 0) on the plain path, and the fractional test-time gates */
+    struct hp_model *m = NULL;
+    struct hp_data *d = NULL;
+    struct hp_evaluator *ev = NULL;
+    struct hp_error err = {{0}};
+    char dir[1024], data[1100];
+    snprintf(dir, sizeof dir, "%s/llama-gqa", fixtures());
+    snprintf(data, sizeof data, "%s/data.npy", dir);
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(data, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    hp_evaluator_set_plain(ev, true);
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    for (int idx = 0; idx < 3; idx++) {
+        struct hp_mask *pruned = hp_mask_new(3, 4), *frac = hp_mask_new(3, 4);
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(h, "SELECT h.layer, h.head, h.gate, h.log_alpha FROM gate_heads h JOIN "
+                                           "sweep_gates x ON x.run_id = h.run_id WHERE x.idx = ?",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+        sqlite3_bind_int(st, 1, idx);
+        int n = 0;
+        bool fractional = false;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            const int i = sqlite3_column_int(st, 0) * 4 + sqlite3_column_int(st, 1);
+            const double g = sqlite3_column_double(st, 2);
+            cr_assert_eq(g, hp_gate_test(sqlite3_column_double(st, 3)), "the stored gate is its log alpha's");
+            frac->gate[i] = (float)g;
+            pruned->gate[i] = g > 0 ? 1.0f : 0.0f;
+            fractional |= g > 0 && g < 1;
+            n++;
+        }
+        sqlite3_finalize(st);
+        cr_assert_eq(n, 12);
+        struct hp_metrics *mp = NULL, *mf = NULL;
+        cr_assert_eq(hp_evaluator_run(ev, pruned, HP_ABLATE_ZERO, &mp, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(hp_evaluator_run(ev, frac, HP_ABLATE_ZERO, &mf, &err), HP_OK, "%s", err.msg);
+        char q[512];
+        snprintf(q, sizeof q, "SELECT loss FROM jobs WHERE kind = 'gates' AND step = %d", idx);
+        const double lp = one_real(db, q);
+        snprintf(q, sizeof q, "SELECT loss FROM jobs WHERE kind = 'gates-frac' AND step = %d", idx);
+        const double lf = one_real(db, q);
+        cr_assert(fabs(lp - mp->loss) <= 1e-6 * fabs(mp->loss), "lambda #%d pruned set: %.9g, here %.9g", idx, lp,
+                  mp->loss);
+        cr_assert(fabs(lf - mf->loss) <= 1e-6 * fabs(mf->loss), "lambda #%d test-time gates: %.9g, here %.9g", idx, lf,
+                  mf->loss);
+        /* the pruned set has the key of every variant of its mask; fractional gates are marked in theirs */
+        snprintf(q, sizeof q, "SELECT v.mask_text LIKE 'gates:%%' FROM jobs j JOIN variants v ON v.id = j.variant_id "
+                 "WHERE j.kind = 'gates-frac' AND j.step = %d", idx);
+        cr_assert_eq(one_int(db, q), fractional, "lambda #%d: fractional %d", idx, fractional);
+        hp_metrics_free(mp), hp_metrics_free(mf);
+        hp_mask_free(pruned), hp_mask_free(frac);
+    }
+    sqlite3_close(h);
+    hp_evaluator_free(ev);
+    hp_data_free(d);
+    hp_model_close(m);
+
+    /* an explicit study naming lambda 0's pruned set (or, when none, any 0/1 mask) finds its variant done */
+    char *set = NULL;
+    {
+        sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL);
+        sqlite3_stmt *st;
+        sqlite3_prepare_v2(h, "SELECT mask_text FROM jobs WHERE kind = 'gates' AND step = 2", -1, &st, NULL);
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+        set = strdup((const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+        sqlite3_close(h);
+    }
+    char text[2048];
+    snprintf(text, sizeof text, "name: again\nmodel: %s/llama-gqa\ndata: %s/llama-gqa/data.npy\nstudies:\n"
+             "  - explicit: {sets: {closed: \"%s\"}}\n", fixtures(), fixtures(), set);
+    struct hp_sweep_summary sum;
+    cr_assert_eq(sweep(write_plan("again.yaml", text), db, 1, NULL, &sum, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(sum.n_run, 0, "the explicit set '%s' was evaluated again", set);
+    cr_assert_eq(one_int(db, "SELECT count(DISTINCT j.variant_id) FROM sweep_jobs j WHERE j.kind IN ('gates', 'explicit') "
+                             "AND j.label IN ('closed', 'lambda 5')"), 1);
+    free(set);
+}
+
+Test(gates_sweep, queries_read_the_curves_at_the_gates_heads_kept)
+{
+    char db[256];
+    tiny_with_curves(db, sizeof db);
+    /* curve: one row a lambda beside the iterative and random rows, with heads kept */
+    struct hp_table *t = query(db, (struct hp_query_opts){.kind = HP_QUERY_CURVE});
+    int n_gates = 0;
+    for (int r = 0; r < t->n_rows; r++) {
+        cr_assert_eq(val(t, r, "kept"), 12 - val(t, r, "heads"), "row %d", r);
+        if (strcmp(txt(t, r, "study"), "gates") != 0)
+            continue;
+        char q[256];
+        snprintf(q, sizeof q, "SELECT loss FROM jobs WHERE kind = 'gates-frac' AND step = %d", n_gates);
+        cr_assert(fabs(val(t, r, "gated") - one_real(db, q)) < 1e-6);
+        snprintf(q, sizeof q, "SELECT lambda FROM sweep_gates WHERE idx = %d", n_gates);
+        cr_assert_eq(val(t, r, "lambda"), one_real(db, q));
+        n_gates++;
+    }
+    cr_assert_eq(n_gates, 3);
+    hp_table_free(t);
+
+    /* gates: the other curves at each lambda's heads kept, worked here from the jobs */
+    double ik[64], iv[64], rk[64], rv[64];
+    int ni = 0, nr = 0;
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_prepare_v2(h, "SELECT 12 - n_ablated, loss FROM jobs WHERE kind = 'iterative' ORDER BY n_ablated DESC", -1,
+                       &st, NULL);
+    while (sqlite3_step(st) == SQLITE_ROW)
+        ik[ni] = sqlite3_column_double(st, 0), iv[ni++] = sqlite3_column_double(st, 1);
+    sqlite3_finalize(st);
+    sqlite3_prepare_v2(h, "SELECT 12 - avg(n_ablated), avg(loss) FROM jobs WHERE kind = 'random' GROUP BY k "
+                          "ORDER BY k DESC", -1, &st, NULL);
+    while (sqlite3_step(st) == SQLITE_ROW)
+        rk[nr] = sqlite3_column_double(st, 0), rv[nr++] = sqlite3_column_double(st, 1);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    rk[nr] = 12, rv[nr++] = one_real(db, "SELECT loss FROM jobs WHERE kind = 'baseline'");
+    cr_assert_geq(ni, 4);
+    t = query(db, (struct hp_query_opts){.kind = HP_QUERY_GATES});
+    cr_assert_eq(t->n_rows, 3);
+    for (int r = 0; r < 3; r++) {
+        const double k = val(t, r, "kept"), g = val(t, r, "loss");
+        const double wi = interp(ik, iv, ni, k), wr = interp(rk, rv, nr, k);
+        cr_assert(isnan(wi) ? isnan(val(t, r, "iterative")) : fabs(val(t, r, "iterative") - wi) < 1e-6,
+                  "row %d: iterative %g, want %g", r, val(t, r, "iterative"), wi);
+        cr_assert(isnan(wr) ? isnan(val(t, r, "random")) : fabs(val(t, r, "random") - wr) < 1e-6,
+                  "row %d: random %g, want %g", r, val(t, r, "random"), wr);
+        const char *lower = g <= wi && g <= wr ? "gates" : wi <= wr ? "iterative" : "random";
+        if (!isnan(wi) && !isnan(wr) && g != wi && g != wr && wi != wr)
+            cr_assert_str_eq(txt(t, r, "lower"), lower, "row %d (kept %g: %g %g %g)", r, k, g, wi, wr);
+    }
+    hp_table_free(t);
+
+    /* heads --gates: closes_at from gate_heads, worked here; the last to close first */
+    t = query(db, (struct hp_query_opts){.kind = HP_QUERY_HEADS, .gates = true});
+    cr_assert_eq(t->n_rows, 12);
+    double prev = INFINITY;
+    for (int r = 0; r < 12; r++) {
+        char q[512];
+        snprintf(q, sizeof q,
+                 "SELECT min(x.lambda) FROM sweep_gates x WHERE NOT EXISTS (SELECT 1 FROM sweep_gates y JOIN "
+                 "gate_heads g ON g.run_id = y.run_id WHERE y.lambda >= x.lambda AND g.layer = %d AND g.head = %d AND "
+                 "g.gate > 0)",
+                 (int)val(t, r, "layer"), (int)val(t, r, "head"));
+        const double want = one_real(db, q), got = val(t, r, "closes_at");
+        cr_assert(isnan(want) ? isnan(got) : got == want, "head %s closes at %g, want %g", txt(t, r, "label"), got,
+                  want);
+        const double c = isnan(got) ? INFINITY : got;
+        cr_assert_leq(c, prev, "not sorted by closes_at, last to close first");
+        prev = c;
+    }
+    cr_assert_eq(val(t, 0, "gate@5"), val(t, 0, "gate@5"), "a column for each lambda");
+    hp_table_free(t);
+}
