@@ -873,3 +873,39 @@ Test(gates_sweep, shards_merged_carry_the_gates)
     cr_assert_eq(hp("merge m.db s1.db s2.db"), 0, "%s", g_err); /* re-runnable, no duplicates */
     assert_same(ref, m);
 }
+
+/*
+ * The penalty's two ends on the default model (models/default, trained on
+ * plans/data/default-train.npy, evaluated on its held-out set): without a
+ * penalty the gates stay open and the model at its test-time gates is no
+ * worse than the baseline beyond noise; under a large one every gate closes.
+ */
+Test(gates_sweep, lambda_0_keeps_the_default_model_whole_and_a_large_lambda_closes_every_gate)
+{
+    const char *tests = getenv("HP_TESTS");
+    char text[2048];
+    snprintf(text, sizeof text,
+             "name: ends\nmodel: %s/../models/default\ndata: %s/../models/default/heldout.npy\nstudies:\n"
+             "  - gates: {lambda: [0, 100], steps: 40, lr: 0.2, train: %s/../plans/data/default-train.npy}\n",
+             tests, tests, tests);
+    char db[256];
+    path_in(db, sizeof db, "ends.db");
+    struct hp_sweep_summary sum;
+    struct hp_error err = {{0}};
+    cr_assert_eq(sweep(write_plan("ends.yaml", text), db, 1, NULL, &sum, &err), HP_OK, "%s", err.msg);
+    const double base = one_real(db, "SELECT loss FROM jobs WHERE kind = 'baseline'");
+    const long long kept0 = one_int(db, "SELECT n_kept FROM gate_runs WHERE lambda = 0");
+    const double pruned0 = one_real(db, "SELECT loss FROM jobs WHERE kind = 'gates' AND step = 0");
+    const double gated0 = one_real(db, "SELECT loss FROM jobs WHERE kind = 'gates-frac' AND step = 0");
+    const long long kept100 = one_int(db, "SELECT n_kept FROM gate_runs WHERE lambda = 100");
+    const double pruned100 = one_real(db, "SELECT loss FROM jobs WHERE kind = 'gates' AND step = 1");
+    cr_log_info("baseline %.6f; lambda 0: %lld heads kept, pruned set %.6f, test-time gates %.6f; lambda 100: %lld "
+                "kept, %.6f", base, kept0, pruned0, gated0, kept100, pruned100);
+    cr_assert_eq(kept0, 32, "lambda 0 closed %lld of the 32 gates", 32 - kept0);
+    cr_assert_eq(pruned0, base, "nothing pruned is the baseline itself");
+    cr_assert_leq(gated0, base + 0.01, "the model at lambda 0's gates: %.6f against the baseline's %.6f", gated0, base);
+    cr_assert_eq(kept100, 0, "lambda 100 kept %lld heads", kept100);
+    cr_assert_eq(one_int(db, "SELECT count(*) FROM jobs WHERE kind = 'gates' AND step = 1 AND mask_text = "
+                             "'0.*,1.*,2.*,3.*'"), 1, "every head pruned");
+    cr_assert_gt(pruned100, base + 1, "no attention at all costs more than a nat");
+}
