@@ -149,18 +149,15 @@ void hp_gates_state_free(struct hp_gates_state *st)
     st->log_alpha = st->m = st->v = NULL;
 }
 
-enum hp_status hp_gates_step(struct hp_evaluator *ev, const struct hp_gates_cfg *cfg, struct hp_gates_state *st,
-                             struct hp_error *err)
+enum hp_status hp_gates_objective(struct hp_evaluator *ev, const struct hp_gates_cfg *cfg, const double *log_alpha,
+                                  uint64_t rng[4], double *grad, double *value, double *penalty, struct hp_error *err)
 {
     const struct hp_model_info *in = hp_model_get_info(ev->m);
-    const int n = st->n;
-    assert(n == in->n_layers * in->n_heads);
+    const int n = in->n_layers * in->n_heads;
     struct hp_mask *mask = hp_mask_new(in->n_layers, in->n_heads);
-    double *dz = malloc((size_t)n * sizeof *dz), *grad = malloc((size_t)n * sizeof *grad);
-    uint64_t rng[4];
-    memcpy(rng, st->rng, sizeof rng);
-    enum hp_status s = mask && dz && grad ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory for %d gates", n);
-    double penalty = 0, value = NAN;
+    double *dz = malloc((size_t)n * sizeof *dz);
+    enum hp_status s = mask && dz ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory for %d gates", n);
+    double pen = 0;
     for (int h = 0; s == HP_OK && h < n; h++) {
         const double u = hp_gate_uniform(rng); /* drawn for every head, so the stream does not depend on `fixed` */
         if (cfg->fixed && cfg->fixed[h]) {
@@ -168,11 +165,34 @@ enum hp_status hp_gates_step(struct hp_evaluator *ev, const struct hp_gates_cfg 
             dz[h] = 0;
             continue;
         }
-        mask->gate[h] = (float)hp_gate_sample(st->log_alpha[h], u, cfg->beta, &dz[h]);
-        penalty += hp_gate_l0(st->log_alpha[h], cfg->beta, NULL);
+        mask->gate[h] = (float)hp_gate_sample(log_alpha[h], u, cfg->beta, &dz[h]);
+        pen += hp_gate_l0(log_alpha[h], cfg->beta, NULL);
     }
     if (s == HP_OK)
-        s = hp_evaluator_grad(ev, cfg->metric, mask, HP_ABLATE_ZERO, grad, NULL, &value, err);
+        s = hp_evaluator_grad(ev, cfg->metric, mask, HP_ABLATE_ZERO, grad, NULL, value, err);
+    for (int h = 0; s == HP_OK && h < n; h++) {
+        double dp = 0;
+        if (!(cfg->fixed && cfg->fixed[h]))
+            hp_gate_l0(log_alpha[h], cfg->beta, &dp);
+        grad[h] = grad[h] * dz[h] + cfg->lambda * dp; /* dvalue/dz dz/dlog_alpha + lambda dP/dlog_alpha */
+    }
+    *penalty = pen;
+    hp_mask_free(mask);
+    free(dz);
+    return s;
+}
+
+enum hp_status hp_gates_step(struct hp_evaluator *ev, const struct hp_gates_cfg *cfg, struct hp_gates_state *st,
+                             struct hp_error *err)
+{
+    const int n = st->n;
+    assert(n == hp_model_get_info(ev->m)->n_layers * hp_model_get_info(ev->m)->n_heads);
+    double *grad = malloc((size_t)n * sizeof *grad), value = NAN, penalty = 0;
+    uint64_t rng[4];
+    memcpy(rng, st->rng, sizeof rng);
+    enum hp_status s = grad ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory for %d gates", n);
+    if (s == HP_OK)
+        s = hp_gates_objective(ev, cfg, st->log_alpha, rng, grad, &value, &penalty, err);
     const double objective = value + cfg->lambda * penalty;
     if (s == HP_OK && !isfinite(objective))
         s = hp_fail(err, HP_ERR_FORMAT, "%s: the gates' objective at step %d is not finite (%s %g + %g x %g)",
@@ -181,21 +201,16 @@ enum hp_status hp_gates_step(struct hp_evaluator *ev, const struct hp_gates_cfg 
     if (s == HP_OK) {
         /* Adam on d objective / d log alpha */
         const int t = st->step + 1;
-        for (int h = 0; h < n; h++) {
-            if (cfg->fixed && cfg->fixed[h])
-                continue;
-            double dp;
-            hp_gate_l0(st->log_alpha[h], cfg->beta, &dp);
-            hp_gate_adam(&st->log_alpha[h], &st->m[h], &st->v[h], grad[h] * dz[h] + cfg->lambda * dp, t, cfg->lr);
-        }
+        for (int h = 0; h < n; h++)
+            if (!(cfg->fixed && cfg->fixed[h]))
+                hp_gate_adam(&st->log_alpha[h], &st->m[h], &st->v[h], grad[h], t, cfg->lr);
         memcpy(st->rng, rng, sizeof rng);
         st->step = t;
         st->value = value;
         st->penalty = penalty;
         st->objective = objective;
     }
-    hp_mask_free(mask);
-    free(dz), free(grad);
+    free(grad);
     return s;
 }
 

@@ -74,6 +74,17 @@ struct hp_gates_cfg {
 };
 
 /*
+ * One draw's objective on ev's data and its gradient, the state unchanged:
+ * a noise value a head from rng (advanced past them), each head gated by its
+ * drawn z, *value the metric at those gates (hp_evaluator_grad, zero
+ * ablation), *penalty sum over the heads not fixed of P(z != 0), and grad
+ * (n_layers * n_heads) d(value + lambda * penalty)/dlog_alpha =
+ * dvalue/dz dz/dlog_alpha + lambda dP/dlog_alpha (0 for fixed heads).
+ */
+enum hp_status hp_gates_objective(struct hp_evaluator *ev, const struct hp_gates_cfg *cfg, const double *log_alpha,
+                                  uint64_t rng[4], double *grad, double *value, double *penalty, struct hp_error *err);
+
+/*
  * One training step on ev's data: draw one noise value a head (shared by
  * every sequence), gate each head by its drawn z, take the metric and its
  * gradient at those gates (hp_evaluator_grad, zero ablation), and move every

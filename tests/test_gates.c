@@ -6,8 +6,15 @@
  *    the L0 penalty and its derivative, Adam and the noise generator against
  *    tools/gen_gate_fixtures.py's float64 reference (tests/fixtures/gates.json),
  *    written from the formulas, not from this code;
- *  - a training step's gradient against central differences of its objective
- *    (the reverse pass itself is test_grad.c's);
+ *  - a draw's gradient in log alpha against central differences of its
+ *    objective, for loss, KL and 1 - cos (the reverse pass itself is
+ *    test_grad.c's, against torch);
+ *  - gates studies in sweeps: stopped or killed anywhere and resumed, the same
+ *    results bit for bit as an uninterrupted run (and with one thread or two,
+ *    and through shards and merge); the curve points against the evaluator
+ *    run here on masks made from the stored gates; the queries against the
+ *    same numbers worked from the jobs; the penalty's two ends on the default
+ *    model; every bad input refused in one line naming the plan.
  */
 #define _DEFAULT_SOURCE /* mkdtemp, in testutil.h */
 #include <cjson/cJSON.h>
@@ -132,6 +139,78 @@ Test(gates, adam_and_the_noise_match_the_float64_reference)
         }
     }
     cr_assert_eq(bad, 0, "Adam differs from the reference (max %.3g)", worst);
+}
+
+/*
+ * A draw's gradient in log alpha (hp_gates_objective: the reverse pass's
+ * dL/dz through dz/dlog alpha, plus the penalty's) against central
+ * differences of the same draw's objective, each side one more evaluation of
+ * the loss at the gates the perturbed log alpha draws. float32 losses
+ * differenced over 2e-3 leave about 1e-4 of rounding (measured: at most 1e-3 of the largest); FD_TOL relative to the
+ * largest component.
+ */
+#define FD_H 1e-3
+#define FD_TOL 1e-2
+
+static void fd_case(const char *fixture, const char *data, enum hp_metric metric, double lambda)
+{
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/%s", getenv("HP_FIXTURES"), fixture);
+    snprintf(path, sizeof path, "%s/%s", dir, data);
+    struct hp_model *m = NULL;
+    struct hp_data *d = NULL;
+    struct hp_evaluator *ev = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(path, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    const struct hp_model_info *in = hp_model_get_info(m);
+    const int n = in->n_layers * in->n_heads;
+    double *la = malloc(n * sizeof *la), *grad = malloc(n * sizeof *grad), *g2 = malloc(n * sizeof *g2);
+    for (int h = 0; h < n; h++) /* spread over the range where the gate moves */
+        la[h] = -1.5 + 3.0 * h / (n - 1);
+    const struct hp_gates_cfg cfg = {.metric = metric, .lambda = lambda, .beta = 2.0 / 3.0};
+    uint64_t rng0[4], rng[4];
+    hp_gate_rng_seed(rng0, 11, "fd", lambda);
+    memcpy(rng, rng0, sizeof rng);
+    double value, penalty;
+    cr_assert_eq(hp_gates_objective(ev, &cfg, la, rng, grad, &value, &penalty, &err), HP_OK, "%s", err.msg);
+    double top = 0, worst = 0;
+    for (int h = 0; h < n; h++)
+        top = fmax(top, fabs(grad[h]));
+    int checked = 0;
+    for (int h = 0; h < n; h++) {
+        double f[2];
+        for (int k = 0; k < 2; k++) {
+            const double keep = la[h];
+            la[h] = keep + (k ? FD_H : -FD_H);
+            memcpy(rng, rng0, sizeof rng); /* the same draw */
+            double v, p;
+            cr_assert_eq(hp_gates_objective(ev, &cfg, la, rng, g2, &v, &p, &err), HP_OK, "%s", err.msg);
+            f[k] = v + lambda * p;
+            la[h] = keep;
+        }
+        const double fd = (f[1] - f[0]) / (2 * FD_H), diff = fabs(fd - grad[h]) / top;
+        worst = fmax(worst, diff);
+        cr_assert_leq(diff, FD_TOL, "%s head %d: gradient %.6g, central difference %.6g (top %.3g)", fixture, h, grad[h],
+                      fd, top);
+        checked += grad[h] != lambda * hp_gate_l0(la[h], cfg.beta, NULL) * (1 - hp_gate_l0(la[h], cfg.beta, NULL));
+    }
+    cr_log_info("%s, %s, lambda %g: %d heads, max |fd - grad| / max |grad| = %.3g", fixture, hp_metric_name(metric),
+                lambda, n, worst);
+    cr_assert_gt(checked, n / 4, "too few heads with a gradient through the loss to test");
+    free(la), free(grad), free(g2);
+    hp_evaluator_free(ev);
+    hp_data_free(d);
+    hp_model_close(m);
+}
+
+Test(gates, a_draws_gradient_matches_central_differences_of_its_objective)
+{
+    fd_case("llama-gqa", "data.npy", HP_METRIC_LOSS, 0.0);
+    fd_case("llama-gqa", "data.npy", HP_METRIC_LOSS, 0.05);
+    fd_case("gpt2-tiny", "data.npy", HP_METRIC_KL, 0.01);
+    fd_case("bert-encoder", "data.jsonl", HP_METRIC_COS, 0.01);
 }
 
 // --- gates studies in sweeps -------------------------------------------------------------
@@ -908,4 +987,32 @@ Test(gates_sweep, lambda_0_keeps_the_default_model_whole_and_a_large_lambda_clos
     cr_assert_eq(one_int(db, "SELECT count(*) FROM jobs WHERE kind = 'gates' AND step = 1 AND mask_text = "
                              "'0.*,1.*,2.*,3.*'"), 1, "every head pruned");
     cr_assert_gt(pruned100, base + 1, "no attention at all costs more than a nat");
+}
+
+/* The plan's metric is what the gates train on: KL from the unmasked model, and 1 - cos for an encoder without a head. */
+Test(gates_sweep, gates_train_on_kl_and_on_one_minus_cos)
+{
+    const char *cases[][3] = {{"llama-gqa", "data.npy", "kl"}, {"bert-encoder", "data.jsonl", "cos"}};
+    for (int i = 0; i < 2; i++) {
+        char text[2048], db[256];
+        snprintf(text, sizeof text,
+                 "name: m%d\nmodel: %s/%s\ndata: %s/%s/%s\nmetric: %s\nstudies:\n"
+                 "  - gates: {lambda: [0.01, 10], steps: 30, lr: 0.3, split: 1}\n",
+                 i, fixtures(), cases[i][0], fixtures(), cases[i][0], cases[i][1], cases[i][2]);
+        snprintf(db, sizeof db, "%s/m%d.db", tmp, i);
+        struct hp_sweep_summary sum;
+        struct hp_error err = {{0}};
+        cr_assert_eq(sweep(write_plan("m.yaml", text), db, 1, NULL, &sum, &err), HP_OK, "%s: %s", cases[i][2], err.msg);
+        char q[256];
+        snprintf(q, sizeof q, "SELECT count(*) FROM gate_runs WHERE metric = '%s' AND n_kept IS NOT NULL", cases[i][2]);
+        cr_assert_eq(one_int(db, q), 2, "%s", cases[i][2]);
+        /* the objective is the metric's value (KL >= 0; 1 - cos in [0, 2]) plus lambda times the penalty */
+        snprintf(q, sizeof q, "SELECT count(*) FROM gate_runs WHERE abs(objective - (value + lambda * penalty)) > "
+                 "1e-12 * abs(objective) OR value < -1e-6 OR (metric = 'cos' AND value > 2)");
+        cr_assert_eq(one_int(db, q), 0, "%s", cases[i][2]);
+        cr_assert_eq(one_int(db, "SELECT n_kept FROM gate_runs WHERE lambda = 10"), 0, "%s", cases[i][2]);
+        /* held out: the data's first sequences (the last one trained) */
+        cr_assert_eq(one_int(db, "SELECT n_seqs FROM datasets"), cases[i][2][0] == 'k' ? 2 : 3);
+        cr_assert_eq(one_int(db, "SELECT train_seqs FROM gate_runs LIMIT 1"), 1);
+    }
 }
