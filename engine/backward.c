@@ -119,7 +119,7 @@ struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_by
     w->cap_b = B;
     w->cap_threads = nth;
     if (in->arch == HP_ARCH_LLAMA)
-        hp_op_rope_table(w->rope, T, in->d_head, m->rope_theta);
+        hp_op_rope_table(w->rope, T, in->d_head, &m->rope);
     /* the last layers' activations, as many as keep_bytes holds: the reverse pass visits them first, and
      * the forward writes them instead of a scratch it would overwrite. Without the room, or the memory,
      * the other layers are made again from their input (the same numbers, one more forward's work) */
@@ -212,7 +212,7 @@ static void probs(const struct hp_model *m, const struct hp_bwd *w, const struct
     const int T = a->in->T, qd = m->info.n_heads * m->info.d_head, kvd = m->info.n_kv_heads * m->info.d_head,
               dh = m->info.d_head;
     hp_gemm1(T, T, dh, scale, w->act.q + r0 * qd + h * dh, qd, 1, w->act.k + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
-    hp_op_softmax_rows(att, T, m->info.causal, km);
+    hp_op_softmax_rows(att, T, m->info.causal, m->info.window, km);
 }
 
 static float attn_scale(const struct hp_model *m, int l)
@@ -396,7 +396,7 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
             /* dP (T, T) = dA (T, dh) v^T; dv += P^T dA */
             hp_gemm1(T, T, dh, 1.0f, da, qd, 1, v, 1, kvd, 0.0f, datt, T, 1);
             hp_gemm1(T, dh, T, 1.0f, att, 1, T, da, qd, 1, beta, dv, kvd, 1);
-            hp_op_softmax_rows_backward(datt, att, T, in->causal, km);
+            hp_op_softmax_rows_backward(datt, att, T, in->causal, in->window, km);
             /* the scores were scale q k^T: dq = scale dS k, dk += scale dS^T q */
             hp_gemm1(T, dh, T, scale, datt, T, 1, k, kvd, 1, 0.0f, w->dq + r0 * qd + h * dh, qd, 1);
             hp_gemm1(T, dh, T, scale, datt, 1, T, q, qd, 1, beta, dk, kvd, 1);

@@ -107,6 +107,10 @@ void hp_evaluator_free(struct hp_evaluator *ev)
     free(ev->mean_all);
     free(ev->mean_pos);
     free(ev->base_cls);
+    hp_metrics_free(ev->kept);
+    free(ev->kept_gate);
+    free(ev->grad_ref);
+    free(ev->grad_ref_emb);
     hp_eval_reuse_free(ev->ru);
     free(ev);
 }
@@ -637,7 +641,7 @@ static enum hp_status ensure_base_cls(struct hp_evaluator *ev, struct hp_error *
     return HP_OK;
 }
 
-static struct hp_metrics *metrics_new(const struct hp_evaluator *ev)
+struct hp_metrics *hp_eval_metrics_new(const struct hp_evaluator *ev)
 {
     struct hp_metrics *mt = calloc(1, sizeof *mt);
     if (!mt)
@@ -658,10 +662,8 @@ static struct hp_metrics *metrics_new(const struct hp_evaluator *ev)
     return mt;
 }
 
-/* The whole-set metrics from the sums: a metric that is not a finite number is an error naming the variant. */
-static enum hp_status metrics_finish(struct hp_evaluator *ev, struct hp_metrics *mt,
-                                     const struct hp_eval_totals *tot, const struct hp_mask *mask,
-                                     enum hp_ablation abl, struct hp_error *err)
+enum hp_status hp_eval_metrics_finish(struct hp_evaluator *ev, struct hp_metrics *mt, const struct hp_eval_totals *tot,
+                                      const struct hp_mask *mask, enum hp_ablation abl, struct hp_error *err)
 {
     mt->n_tokens = tot->tokens;
     const char *bad = NULL;
@@ -742,6 +744,31 @@ static enum hp_status run_plain(struct hp_evaluator *ev, const struct hp_mask *m
     return HP_OK;
 }
 
+bool hp_eval_kept_matches(const struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl)
+{
+    const int L = ev->m->info.n_layers, HH = L * ev->m->info.n_heads;
+    if (!ev->kept)
+        return false;
+    const bool unmasked = hp_mask_first_changed(mask, L) == L;
+    if (!ev->kept_gate || unmasked) /* nothing changed: the ablation does not matter */
+        return !ev->kept_gate && unmasked;
+    return abl == ev->kept_abl && memcmp(mask->gate, ev->kept_gate, (size_t)HH * sizeof(float)) == 0;
+}
+
+/* dst (from hp_eval_metrics_new, for the same evaluator) made equal to src. */
+static void metrics_copy(struct hp_metrics *dst, const struct hp_metrics *src)
+{
+    double *sl = dst->seq_loss, *sa = dst->seq_acc, *sk = dst->seq_kl, *sc = dst->seq_cos;
+    int64_t *st = dst->seq_tokens;
+    const size_t ns = (size_t)src->n_seqs;
+    *dst = *src;
+    dst->seq_loss = memcpy(sl, src->seq_loss, ns * sizeof *sl);
+    dst->seq_acc = memcpy(sa, src->seq_acc, ns * sizeof *sa);
+    dst->seq_kl = memcpy(sk, src->seq_kl, ns * sizeof *sk);
+    dst->seq_cos = memcpy(sc, src->seq_cos, ns * sizeof *sc);
+    dst->seq_tokens = memcpy(st, src->seq_tokens, ns * sizeof *st);
+}
+
 // --- evaluation -------------------------------------------------------------------
 
 enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_mask *const *masks, int n,
@@ -764,19 +791,30 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
         if (st != HP_OK)
             return st;
     }
+    /* the variants to run: all but one a gradient pass just measured (a copy) */
+    const struct hp_mask **run = calloc((size_t)n, sizeof *run);
+    struct hp_metrics **run_out = calloc((size_t)n, sizeof *run_out);
     struct hp_eval_totals *tots = calloc((size_t)n, sizeof *tots);
-    enum hp_status st = tots ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < n && st == HP_OK; i++)
-        if (!(out[i] = metrics_new(ev)))
+    enum hp_status st = run && run_out && tots ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    int n_run = 0;
+    for (int i = 0; i < n && st == HP_OK; i++) {
+        if (!(out[i] = hp_eval_metrics_new(ev))) {
             st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    if (st == HP_OK && ev->plain)
-        for (int i = 0; i < n && st == HP_OK; i++)
-            st = run_plain(ev, masks[i], abl, out[i], &tots[i], err);
-    else if (st == HP_OK)
-        st = hp_eval_reuse_run(ev, masks, n, abl, out, tots, err);
-    for (int i = 0; i < n && st == HP_OK; i++)
-        st = metrics_finish(ev, out[i], &tots[i], masks[i], abl, err);
-    free(tots);
+        } else if (!ev->plain && hp_eval_kept_matches(ev, masks[i], abl)) {
+            metrics_copy(out[i], ev->kept);
+        } else {
+            run[n_run] = masks[i];
+            run_out[n_run++] = out[i];
+        }
+    }
+    if (st == HP_OK && n_run > 0 && ev->plain)
+        for (int k = 0; k < n_run && st == HP_OK; k++)
+            st = run_plain(ev, run[k], abl, run_out[k], &tots[k], err);
+    else if (st == HP_OK && n_run > 0)
+        st = hp_eval_reuse_run(ev, run, n_run, abl, run_out, tots, err);
+    for (int k = 0; k < n_run && st == HP_OK; k++)
+        st = hp_eval_metrics_finish(ev, run_out[k], &tots[k], run[k], abl, err);
+    free(run), free(run_out), free(tots);
     if (st != HP_OK)
         for (int i = 0; i < n; i++) {
             hp_metrics_free(out[i]);

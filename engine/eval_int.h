@@ -38,10 +38,29 @@ struct hp_evaluator {
     bool plain;       /* every variant by a whole pass of its own (the reference path) */
     struct hp_reuse *ru; /* NULL or the reuse path's state (reuse.c), made on first use */
     size_t grad_keep_bytes; /* room for the gradient's forward to keep activations in (grad.c; backward_int.h) */
+    /* grad.c: the unmasked model's outputs that a gradient pass compares with (kl, cos) or takes a
+     * variant's KL from, over the whole set, made once when they fit HP_GRAD_REF_BYTES: an LM's scored
+     * final rows (n_scored, d_model) in chunk order, a classifier's logits (n_seqs, n_labels) in grad_ref;
+     * an encoder's sentence embeddings (n_seqs, d_model) in grad_ref_emb */
+    float *grad_ref;
+    double *grad_ref_emb;
+    bool grad_ref_tried; /* made, or found too big: per chunk instead */
+    /* NULL or the metrics a gradient pass measured at the gates kept_gate ((n_layers, n_heads); NULL: the
+     * unmasked model) under kept_abl: its forward was that variant's pass, so hp_evaluator_run_many hands
+     * out a copy instead of running it again (grad.c fills it) */
+    struct hp_metrics *kept;
+    float *kept_gate;
+    enum hp_ablation kept_abl;
     void (*progress)(void *, int, int);
     void *progress_user;
 };
 
+
+/* The most the unmasked model's reference for gradients (grad_ref) may hold. */
+#define HP_GRAD_REF_BYTES ((size_t)256 << 20)
+
+/* Whether the metrics kept by a gradient pass are those of mask under abl. */
+bool hp_eval_kept_matches(const struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl);
 
 /* Logits are made this many vocabulary entries at a time by the fused LM
  * heads (reuse.c's metrics, grad.c's loss gradient), never a whole row. */
@@ -90,6 +109,14 @@ double hp_eval_pooled_cos(const struct hp_data *d, enum hp_pooling mode, int s, 
 
 /* 1 when sequence s's real rows of x (seq_len, D) are finite, else NaN. */
 double hp_eval_self_cos(const struct hp_data *d, int s, const float *x, int D);
+
+/* Metrics with room for the evaluator's sequences, zeroed; NULL on OOM. hp_metrics_free frees them. */
+struct hp_metrics *hp_eval_metrics_new(const struct hp_evaluator *ev);
+
+/* The whole-set metrics from the sums tot: a metric that is not a finite
+ * number is an error naming the variant (mask under abl). */
+enum hp_status hp_eval_metrics_finish(struct hp_evaluator *ev, struct hp_metrics *mt, const struct hp_eval_totals *tot,
+                                      const struct hp_mask *mask, enum hp_ablation abl, struct hp_error *err);
 
 /* Sequence s's sums over its nt scored items into its per-sequence means and the totals. */
 void hp_eval_record_seq(struct hp_metrics *mt, struct hp_eval_totals *tot, int s, double sl, double sa, double sk,

@@ -27,6 +27,11 @@
 #include "ops_int.h"
 #include "util_int.h"
 
+/* Causal attention's scores and weighted sums are made for bands of this many
+ * queries at a time, each against the keys it can see: about half the square's
+ * work at long contexts, and products still wide enough for BLIS's kernels. */
+#define HP_FWD_ROWS 64
+
 struct hp_fwd {
     int cap_t;   /* T capacity */
     int cap_b;   /* sequences per call */
@@ -84,7 +89,7 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
     w->cap_b = B;
     w->cap_threads = nth;
     if (in->arch == HP_ARCH_LLAMA)
-        hp_op_rope_table(w->rope, T, in->d_head, m->rope_theta);
+        hp_op_rope_table(w->rope, T, in->d_head, &m->rope);
     return w;
 }
 
@@ -280,11 +285,25 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         const size_t r0 = (size_t)b * T;
         float *att = w->att + (size_t)hp_thread_num() * T * T;
         const uint8_t *km = a->in->attn_mask ? a->in->attn_mask + (size_t)(b % S) * T : NULL;
-        /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T): K read transposed through strides */
-        hp_gemm1(T, T, dh, scale, qs + r0 * qd + h * dh, qd, 1, ks + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
-        hp_op_softmax_rows(att, T, in->causal, km);
-        /* out (T, dh) = P (T, T) v_kv (T, dh) */
-        hp_gemm1(T, dh, T, 1.0f, att, T, 1, vs + r0 * kvd + kv * dh, kvd, 1, 0.0f, w->ctx + r0 * qd + h * dh, qd, 1);
+        /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T), K read transposed through strides; causal: only
+         * what queries [i0, i1) can see, keys [k0, i1), a band of HP_FWD_ROWS rows at a time */
+        const float *qh = qs + r0 * qd + h * dh, *kh = ks + r0 * kvd + kv * dh, *vh = vs + r0 * kvd + kv * dh;
+        float *oh = w->ctx + r0 * qd + h * dh;
+        const int band = in->causal ? HP_FWD_ROWS : T;
+        for (int i0 = 0; i0 < T; i0 += band) {
+            const int i1 = T - i0 < band ? T : i0 + band, k1 = in->causal ? i1 : T,
+                      k0 = in->window > 0 && i0 - in->window + 1 > 0 ? i0 - in->window + 1 : 0;
+            hp_gemm1(i1 - i0, k1 - k0, dh, scale, qh + (size_t)i0 * qd, qd, 1, kh + (size_t)k0 * kvd, 1, kvd, 0.0f,
+                     att + (size_t)i0 * T + k0, T, 1);
+        }
+        hp_op_softmax_rows(att, T, in->causal, in->window, km); /* writes every entry: 0 where not visible */
+        /* out (T, dh) = P (T, T) v_kv (T, dh), over the same bands */
+        for (int i0 = 0; i0 < T; i0 += band) {
+            const int i1 = T - i0 < band ? T : i0 + band, k1 = in->causal ? i1 : T,
+                      k0 = in->window > 0 && i0 - in->window + 1 > 0 ? i0 - in->window + 1 : 0;
+            hp_gemm1(i1 - i0, dh, k1 - k0, 1.0f, att + (size_t)i0 * T + k0, T, 1, vh + (size_t)k0 * kvd, kvd, 1, 0.0f,
+                     oh + (size_t)i0 * qd, qd, 1);
+        }
     }
     if (kp)
         memcpy(kp->a, w->ctx, (size_t)N * qd * sizeof(float));

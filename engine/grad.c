@@ -60,8 +60,14 @@ struct head_grad {
     float *zt;             /* (rows) the target's logit */
     double *s;             /* (2 rows) sum of exp(z_v - mx) */
     double *c;             /* kl: (rows) sum of exp(zb_v - mx_b) (zb_v - z_v) */
-    double *tl;            /* (rows) the row's loss, or its KL */
+    double *tl;            /* (rows) the row's loss */
+    double *tk;            /* (rows) the row's KL, when the unmasked rows went through the head */
     double *eb;            /* cos: (batch, d_model) the unmasked model's sentence embeddings */
+    int *arg;              /* (rows) the first index of the largest logit */
+    bool ref;              /* the unmasked model's outputs are beside the pass's (kl, cos, or metrics of a variant) */
+    bool masked;           /* the gates change the model (else it is the unmasked pass itself) */
+    struct hp_metrics *mt; /* NULL, or the pass's metrics (hp_evaluator_run's), recorded as it goes */
+    struct hp_eval_totals tot;
     double *em;            /* cos: (d_model) one sequence's masked embedding ... */
     int *em_row;           /* cos: (d_model) ... and the row each dimension came from */
 };
@@ -69,8 +75,10 @@ struct head_grad {
 static void head_grad_free(struct head_grad *hg)
 {
     free(hg->dh), free(hg->z), free(hg->zb), free(hg->sc_row), free(hg->sc_y), free(hg->hc), free(hg->acc);
-    free(hg->lg), free(hg->qb), free(hg->mx), free(hg->zt), free(hg->s), free(hg->c), free(hg->tl), free(hg->eb);
-    free(hg->em), free(hg->em_row);
+    free(hg->lg), free(hg->qb), free(hg->mx), free(hg->zt), free(hg->s), free(hg->c), free(hg->tl), free(hg->tk);
+    free(hg->eb);
+    free(hg->em), free(hg->em_row), free(hg->arg);
+    hp_metrics_free(hg->mt);
 }
 
 /* malloc of n items of size bytes, at least one (malloc(0) may be NULL). */
@@ -83,19 +91,19 @@ static void *alloc_items(size_t n, size_t size)
 static bool head_grad_new(const struct hp_evaluator *ev, enum hp_metric metric, size_t rows, struct head_grad *hg)
 {
     const struct hp_model_info *in = &ev->m->info;
-    const bool lm = ev->has_loss && !ev->has_cls, kl = metric == HP_METRIC_KL, cos = metric == HP_METRIC_COS;
+    const bool lm = ev->has_loss && !ev->has_cls, cos = metric == HP_METRIC_COS;
+    /* an LM's rows twice: the unmasked model's go through the head beside the pass's (kl, or a variant's KL) */
     const size_t d = (size_t)in->d_model, vb = lm ? (size_t)hp_eval_vocab_block(in->n_vocab) : 0,
-                 nz = ev->has_cls ? (size_t)ev->batch * in->n_labels : 0, nr = lm ? rows : 0,
-                 n2 = kl ? 2 * nr : nr;
+                 nz = ev->has_cls ? (size_t)ev->batch * in->n_labels : 0, nr = lm ? rows : 0, n2 = 2 * nr;
     memset(hg, 0, sizeof *hg);
     hg->metric = metric;
 #define HG_ALLOC(p, n) ((p) = alloc_items((n), sizeof *(p)))
-    return HG_ALLOC(hg->dh, rows * d) && HG_ALLOC(hg->z, nz) && HG_ALLOC(hg->zb, kl ? nz : 0) &&
-           HG_ALLOC(hg->sc_row, nr) && HG_ALLOC(hg->sc_y, nr) && HG_ALLOC(hg->hc, n2 * d) &&
-           HG_ALLOC(hg->acc, n2 * d) && HG_ALLOC(hg->lg, n2 * vb) && HG_ALLOC(hg->qb, kl ? nr * vb : 0) &&
-           HG_ALLOC(hg->mx, n2) && HG_ALLOC(hg->zt, nr) && HG_ALLOC(hg->s, n2) && HG_ALLOC(hg->c, kl ? nr : 0) &&
-           HG_ALLOC(hg->tl, nr) && HG_ALLOC(hg->eb, cos ? (size_t)ev->batch * d : 0) &&
-           HG_ALLOC(hg->em, cos ? d : 0) && HG_ALLOC(hg->em_row, cos ? d : 0);
+    return HG_ALLOC(hg->dh, rows * d) && HG_ALLOC(hg->z, nz) && HG_ALLOC(hg->zb, nz) && HG_ALLOC(hg->sc_row, nr) &&
+           HG_ALLOC(hg->sc_y, nr) && HG_ALLOC(hg->hc, n2 * d) && HG_ALLOC(hg->acc, n2 * d) &&
+           HG_ALLOC(hg->lg, n2 * vb) && HG_ALLOC(hg->qb, nr * vb) && HG_ALLOC(hg->mx, n2) && HG_ALLOC(hg->zt, nr) &&
+           HG_ALLOC(hg->s, n2) && HG_ALLOC(hg->c, nr) && HG_ALLOC(hg->tl, nr) && HG_ALLOC(hg->tk, nr) &&
+           HG_ALLOC(hg->eb, (size_t)ev->batch * d) && HG_ALLOC(hg->em, cos ? d : 0) &&
+           HG_ALLOC(hg->em_row, cos ? d : 0) && HG_ALLOC(hg->arg, nr);
 #undef HG_ALLOC
 }
 
@@ -130,21 +138,25 @@ static double row_kl_backward(float *z, const float *zb, int W, double n)
 
 /*
  * A row's running maximum over the vocabulary blocks so far, from the block z
- * (nv): at the first block it starts the sums; on a strictly larger maximum
- * the sums kept relative to it (s, acc (d), and *c when not NULL) are
- * rescaled (the online softmax).
+ * (nv entries from v0): at the first block it starts the sums; on a strictly
+ * larger maximum the sums kept relative to it (s, acc (d), and *c when not
+ * NULL, with d 0) are rescaled (the online softmax). *arg (may be NULL): the first
+ * index of the maximum, as reuse.c's metrics take it.
  */
-static void online_max(const float *z, int nv, bool first, float *mx, double *s, float *acc, int d, double *c)
+static void online_max(const float *z, int nv, int v0, float *mx, double *s, float *acc, int d, double *c, int *arg)
 {
-    float bm = z[0];
+    int ba = 0;
     for (int k = 1; k < nv; k++)
-        if (z[k] > bm)
-            bm = z[k];
-    if (first) {
+        if (z[k] > z[ba])
+            ba = k;
+    const float bm = z[ba];
+    if (v0 == 0) {
         *mx = bm;
         *s = 0;
         if (c)
             *c = 0;
+        if (arg)
+            *arg = ba;
     } else if (bm > *mx) {
         const float f = expf(*mx - bm);
         *s *= f;
@@ -153,6 +165,8 @@ static void online_max(const float *z, int nv, bool first, float *mx, double *s,
         if (c)
             *c *= f;
         *mx = bm;
+        if (arg)
+            *arg = v0 + ba;
     }
 }
 
@@ -172,40 +186,44 @@ static void gather_scored(const struct hp_evaluator *ev, const struct head_grad 
  * sum s of exp(z - mx) and acc = sum of exp(z_v - mx) E_v (online_max). At
  * the end the row's gradient is, through the head, softmax - onehot:
  * (acc / s - E_y) / n; under kl softmax - the unmasked model's softmax:
- * (acc / s - acc_b / s_b) / n, and KL = c / s_b - lse_b + lse.
+ * (acc / s - acc_b / s_b) / n. With the unmasked model's rows beside
+ * (hg->ref: rows n_sc.. of hc), each row's KL = c / s_b - lse_b + lse.
  */
 static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, const float *h, double n_items)
 {
     const struct hp_model *m = ev->m;
     const int d = m->info.d_model, V = m->info.n_vocab, VB = hp_eval_vocab_block(V), n = hg->n_sc;
-    const bool kl = hg->metric == HP_METRIC_KL;
-    const int n2 = kl ? 2 * n : n;
+    const bool kl = hg->metric == HP_METRIC_KL, ref = hg->ref;
+    /* the unmasked rows' logits are made when there is a KL to take; their gradient only under kl */
+    const int n_fwd = ref ? 2 * n : n, n_bwd = kl ? 2 * n : n;
     gather_scored(ev, hg, h, hg->hc);
-    memset(hg->acc, 0, (size_t)n2 * d * sizeof(float));
+    memset(hg->acc, 0, (size_t)n_bwd * d * sizeof(float));
     for (int v0 = 0; v0 < V; v0 += VB) {
         const int nv = V - v0 < VB ? V - v0 : VB;
-        hp_fwd_logits(m, hg->hc, n2, v0, nv, hg->lg, VB);
+        hp_fwd_logits(m, hg->hc, n_fwd, v0, nv, hg->lg, VB);
 #pragma omp parallel for schedule(static) if ((size_t)n * nv >= 65536)
         for (int i = 0; i < n; i++) {
             float *z = hg->lg + (size_t)i * VB;
-            if (kl) {
+            if (ref) {
                 /* the unmasked row first: its sums need the masked logits before they become exp */
                 const int j = n + i;
                 float *zb = hg->lg + (size_t)j * VB, *q = hg->qb + (size_t)i * VB;
-                online_max(zb, nv, v0 == 0, &hg->mx[j], &hg->s[j], hg->acc + (size_t)j * d, d, &hg->c[i]);
+                online_max(zb, nv, v0, &hg->mx[j], &hg->s[j], kl ? hg->acc + (size_t)j * d : NULL, kl ? d : 0,
+                           &hg->c[i], NULL);
                 hp_vexpf(q, zb, hg->mx[j], (size_t)nv);
                 hg->s[j] += hp_vsum_d(q, (size_t)nv);
                 hg->c[i] += hp_vdot_d(q, zb, (size_t)nv) - hp_vdot_d(q, z, (size_t)nv);
-                memcpy(zb, q, (size_t)nv * sizeof(float));
+                if (kl)
+                    memcpy(zb, q, (size_t)nv * sizeof(float));
             }
             const int y = hg->sc_y[i];
             if (y >= v0 && y < v0 + nv)
                 hg->zt[i] = z[y - v0];
-            online_max(z, nv, v0 == 0, &hg->mx[i], &hg->s[i], hg->acc + (size_t)i * d, d, NULL);
+            online_max(z, nv, v0, &hg->mx[i], &hg->s[i], hg->acc + (size_t)i * d, d, NULL, &hg->arg[i]);
             hp_vexpf(z, z, hg->mx[i], (size_t)nv);
             hg->s[i] += hp_vsum_d(z, (size_t)nv);
         }
-        hp_bwd_logits(m, hg->lg, n2, v0, nv, VB, hg->acc);
+        hp_bwd_logits(m, hg->lg, n_bwd, v0, nv, VB, hg->acc);
     }
     memset(hg->dh, 0, (size_t)ev->batch * ev->d->seq_len * d * sizeof(float));
 #pragma omp parallel for schedule(static) if ((size_t)n * d >= 65536)
@@ -213,23 +231,45 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
         const float *ai = hg->acc + (size_t)i * d;
         float *g = hg->dh + (size_t)hg->sc_row[i] * d;
         const double lse = hg->mx[i] + log(hg->s[i]);
+        const int j = n + i;
+        hg->tl[i] = lse - hg->zt[i];
+        hg->tk[i] = ref ? hg->c[i] / hg->s[j] - (hg->mx[j] + log(hg->s[j])) + lse : 0;
         if (kl) {
-            const int j = n + i;
             const float *bi = hg->acc + (size_t)j * d;
             for (int k = 0; k < d; k++)
                 g[k] = (float)(((double)ai[k] / hg->s[i] - (double)bi[k] / hg->s[j]) / n_items);
-            hg->tl[i] = hg->c[i] / hg->s[j] - (hg->mx[j] + log(hg->s[j])) + lse;
         } else {
             const float *ey = m->lm_head + (size_t)hg->sc_y[i] * d;
             for (int k = 0; k < d; k++)
                 g[k] = (float)(((double)ai[k] / hg->s[i] - ey[k]) / n_items);
-            hg->tl[i] = lse - hg->zt[i];
         }
     }
+    const double *obj = kl ? hg->tk : hg->tl;
     double sum = 0;
     for (int i = 0; i < n; i++)
-        sum += hg->tl[i];
+        sum += obj[i];
     return sum;
+}
+
+/*
+ * The pass's metrics of the chunk at s0 (nb sequences) from the LM head's
+ * (lm_backward's per-row loss, KL and argmax), per sequence in token order
+ * as reuse.c's are.
+ */
+static void record_lm(const struct hp_evaluator *ev, struct head_grad *hg, int s0, int nb)
+{
+    const int T = ev->d->seq_len;
+    int i = 0;
+    for (int b = 0; b < nb; b++) {
+        double sl = 0, sa = 0, sk = 0;
+        int64_t nt = 0;
+        for (; i < hg->n_sc && hg->sc_row[i] / T == b; i++, nt++) {
+            sl += hg->tl[i];
+            sa += hg->arg[i] == hg->sc_y[i];
+            sk += hg->tk[i];
+        }
+        hp_eval_record_seq(hg->mt, &hg->tot, s0 + b, sl, sa, sk, nt);
+    }
 }
 
 /*
@@ -262,11 +302,17 @@ static double cos_backward(const struct hp_evaluator *ev, struct head_grad *hg, 
             return NAN; /* reported by the caller, never a cosine of 0 */
         const double cs = na > 0 && nbb > 0 ? dot / sqrt(na * nbb) : 0.0;
         sum += 1 - cs;
-        if (!(na > 0 && nbb > 0))
-            continue;
         int n_real = 0;
         for (int t = 0; t < T; t++)
             n_real += !dt->attn_mask || dt->attn_mask[(size_t)(s0 + j) * T + t];
+        if (hg->mt) { /* as eval.c's: the unmasked model's own cosine is 1 */
+            hg->mt->seq_tokens[s0 + j] = n_real;
+            hg->mt->seq_cos[s0 + j] = hg->masked ? cs : hp_eval_self_cos(dt, s0 + j, hj, D);
+            hg->tot.cos += hg->mt->seq_cos[s0 + j];
+            hg->tot.tokens += n_real;
+        }
+        if (!(na > 0 && nbb > 0))
+            continue;
         float *gj = hg->dh + (size_t)j * T * D;
         for (int i = 0; i < D; i++) {
             const double g = -(eb[i] / sqrt(na * nbb) - cs * hg->em[i] / na) / n_items;
@@ -284,18 +330,32 @@ static double cos_backward(const struct hp_evaluator *ev, struct head_grad *hg, 
 }
 
 /*
- * The unmasked model's pass over the chunk (kl, cos), before the masked one
- * overwrites the workspace: what the objective compares with is kept: an
- * LM's scored rows (rows n_sc.. of hc), a classifier's logits (zb), or the
- * sentence embeddings (eb).
+ * The unmasked model's outputs of the chunk at s0 (nb sequences) that the
+ * pass is compared with, kept before the pass overwrites the workspace: an
+ * LM's scored rows (rows n_sc.. of hc; sc0 of them come before the chunk),
+ * a classifier's logits (zb), or an encoder's sentence embeddings (eb).
+ * From the evaluator's reference when it holds the whole set, else made by
+ * an unmasked pass of their own.
  */
-static void reference_pass(const struct hp_evaluator *ev, struct hp_fwd *fw, const struct hp_fwd_in *fi,
-                           struct head_grad *hg, int s0, int nb)
+static void reference_chunk(const struct hp_evaluator *ev, struct hp_fwd *fw, const struct hp_fwd_in *fi,
+                            struct head_grad *hg, int s0, int nb, int64_t sc0)
 {
+    const int T = ev->d->seq_len, D = ev->m->info.d_model, C = ev->m->info.n_labels;
+    float *rows = hg->hc + (size_t)hg->n_sc * D;
+    if (!ev->has_loss && ev->grad_ref_emb) {
+        memcpy(hg->eb, ev->grad_ref_emb + (size_t)s0 * D, (size_t)nb * D * sizeof(double));
+        return;
+    }
+    if (ev->has_loss && ev->grad_ref) {
+        if (ev->has_cls)
+            memcpy(hg->zb, ev->grad_ref + (size_t)s0 * C, (size_t)nb * C * sizeof(float));
+        else
+            memcpy(rows, ev->grad_ref + (size_t)sc0 * D, (size_t)hg->n_sc * D * sizeof(float));
+        return;
+    }
     const struct hp_fwd_taps none = {0};
     const float *h = hp_fwd_run(ev->m, fw, fi, NULL, &none);
-    const int T = ev->d->seq_len, D = ev->m->info.d_model;
-    if (hg->metric == HP_METRIC_COS) {
+    if (!ev->has_loss) {
         for (int j = 0; j < nb; j++)
             for (int i = 0; i < D; i++)
                 hg->eb[(size_t)j * D + i] =
@@ -303,8 +363,69 @@ static void reference_pass(const struct hp_evaluator *ev, struct hp_fwd *fw, con
     } else if (ev->has_cls) {
         hp_fwd_classify(ev->m, h, nb, T, hg->zb);
     } else {
-        gather_scored(ev, hg, h, hg->hc + (size_t)hg->n_sc * D);
+        gather_scored(ev, hg, h, rows);
     }
+}
+
+/*
+ * The evaluator's reference over the whole set (grad_ref, grad_ref_emb:
+ * eval_int.h), made once by an unmasked pass when it fits
+ * HP_GRAD_REF_BYTES; left NULL (each chunk then makes its own) when it does
+ * not or memory is short. hg's chunk buffers are used on the way.
+ */
+static void reference_fill(struct hp_evaluator *ev, struct hp_fwd *fw, struct head_grad *hg, int64_t n_items)
+{
+    if (ev->grad_ref_tried)
+        return;
+    ev->grad_ref_tried = true;
+    const struct hp_data *d = ev->d;
+    const int D = ev->m->info.d_model, C = ev->m->info.n_labels;
+    const bool emb = !ev->has_loss, cls = ev->has_cls;
+    const size_t per = emb ? (size_t)D * sizeof(double) : cls ? (size_t)C * sizeof(float) : (size_t)D * sizeof(float);
+    const size_t n = emb || cls ? (size_t)d->n_seqs : (size_t)n_items;
+    if (n > HP_GRAD_REF_BYTES / per)
+        return;
+    void *ref = alloc_items(n, per);
+    if (!ref)
+        return;
+    int64_t sc0 = 0;
+    for (int s0 = 0; s0 < d->n_seqs; s0 += ev->batch) {
+        const int nb = hp_eval_chunk_len(ev, s0);
+        struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
+        if (!emb && !cls)
+            hg->n_sc = hp_eval_find_scored(ev, s0, nb, hg->sc_row, hg->sc_y);
+        reference_chunk(ev, fw, &fi, hg, s0, nb, sc0);
+        if (emb)
+            memcpy((double *)ref + (size_t)s0 * D, hg->eb, (size_t)nb * D * sizeof(double));
+        else if (cls)
+            memcpy((float *)ref + (size_t)s0 * C, hg->zb, (size_t)nb * C * sizeof(float));
+        else
+            memcpy((float *)ref + (size_t)sc0 * D, hg->hc + (size_t)hg->n_sc * D, (size_t)hg->n_sc * D * sizeof(float));
+        sc0 += hg->n_sc;
+    }
+    if (emb)
+        ev->grad_ref_emb = ref;
+    else
+        ev->grad_ref = ref;
+}
+
+/* The metrics a pass measured (mt, at mask under abl) kept in the evaluator for hp_evaluator_run_many. */
+static void keep_metrics(struct hp_evaluator *ev, struct hp_metrics *mt, const struct hp_mask *mask,
+                         enum hp_ablation abl)
+{
+    const int L = ev->m->info.n_layers, HH = L * ev->m->info.n_heads;
+    float *gate = NULL;
+    if (hp_mask_first_changed(mask, L) < L && !(gate = malloc((size_t)HH * sizeof *gate))) {
+        hp_metrics_free(mt); /* out of memory: simply not kept */
+        return;
+    }
+    if (gate)
+        memcpy(gate, mask->gate, (size_t)HH * sizeof *gate);
+    hp_metrics_free(ev->kept);
+    free(ev->kept_gate);
+    ev->kept = mt;
+    ev->kept_gate = gate;
+    ev->kept_abl = abl;
 }
 
 /*
@@ -316,13 +437,19 @@ static double objective_backward(const struct hp_evaluator *ev, struct head_grad
 {
     if (hg->metric == HP_METRIC_COS)
         return cos_backward(ev, hg, h, s0, nb, n_items);
-    if (!ev->has_cls)
-        return lm_backward(ev, hg, h, n_items);
+    if (!ev->has_cls) {
+        const double sum = lm_backward(ev, hg, h, n_items);
+        if (hg->mt)
+            record_lm(ev, hg, s0, nb);
+        return sum;
+    }
     const int C = ev->width;
     hp_fwd_classify(ev->m, h, nb, ev->d->seq_len, hg->z);
     double sum = 0;
     for (int j = 0; j < nb; j++) {
         float *zj = hg->z + (size_t)j * C;
+        if (hg->mt)
+            hp_eval_score_cls(ev, hg->mt, &hg->tot, s0 + j, zj, hg->masked ? hg->zb + (size_t)j * C : NULL);
         sum += hg->metric == HP_METRIC_KL ? row_kl_backward(zj, hg->zb + (size_t)j * C, C, n_items)
                                           : row_xent_backward(zj, C, ev->d->seq_labels[s0 + j], n_items);
     }
@@ -380,6 +507,16 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         st = hp_fail(err, HP_ERR_NOMEM, "out of memory for a gradient workspace of %d x %d tokens", B, T);
         goto done;
     }
+    /* the pass's forward is also an evaluation of mask: its metrics are kept for hp_evaluator_run_many.
+     * A variant's KL needs the unmasked model's outputs: from the evaluator's reference of the whole set,
+     * else (too big) a variant's metrics are not worth their extra pass and are left to the reuse path */
+    hg.masked = hp_mask_first_changed(mask, L) < L;
+    if (metric != HP_METRIC_LOSS || (hg.masked && !ev->plain))
+        reference_fill(ev, fw, &hg, n_items);
+    const bool have_ref = ev->grad_ref || ev->grad_ref_emb;
+    if (!ev->plain && (!hg.masked || metric != HP_METRIC_LOSS || have_ref))
+        hg.mt = hp_eval_metrics_new(ev); /* NULL (out of memory): the metrics are simply not kept */
+    hg.ref = metric != HP_METRIC_LOSS || (hg.mt && hg.masked);
     for (int i = 0; i < HH; i++) {
         grad[i] = 0;
         if (atp)
@@ -389,6 +526,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         memset(seq_grad, 0, (size_t)d->n_seqs * HH * sizeof *seq_grad);
     const float *gate = mask ? mask->gate : NULL;
     double sum = 0;
+    int64_t sc0 = 0; /* an LM's scored rows before the chunk */
     for (int s0 = 0; s0 < d->n_seqs; s0 += B) {
         const int nb = hp_eval_chunk_len(ev, s0);
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
@@ -397,8 +535,9 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         struct hp_fwd_taps tp = {.resid = resid, .keep = hp_bwd_keep(bw)};
         if (!ev->has_cls && ev->has_loss)
             hg.n_sc = hp_eval_find_scored(ev, s0, nb, hg.sc_row, hg.sc_y);
-        if (metric != HP_METRIC_LOSS)
-            reference_pass(ev, fw, &fi, &hg, s0, nb);
+        if (hg.ref)
+            reference_chunk(ev, fw, &fi, &hg, s0, nb, sc0);
+        sc0 += hg.n_sc;
         const float *h = hp_fwd_run(ev->m, fw, &fi, &va, &tp);
         sum += objective_backward(ev, &hg, h, s0, nb, (double)n_items);
         /* the chunk's sequences' shares go straight to their rows of seq_grad */
@@ -420,6 +559,11 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
                      ev->m->dir, metric == HP_METRIC_COS ? "1 - cos" : hp_metric_name(metric), mean, d->path);
     else if (value)
         *value = mean;
+    struct hp_error ignored;
+    if (st == HP_OK && hg.mt && hp_eval_metrics_finish(ev, hg.mt, &hg.tot, mask, abl, &ignored) == HP_OK) {
+        keep_metrics(ev, hg.mt, mask, abl);
+        hg.mt = NULL;
+    }
 done:
     hp_fwd_free(fw);
     hp_bwd_free(bw);

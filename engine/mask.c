@@ -110,6 +110,17 @@ int hp_unit_width(const struct hp_model_info *info, bool kv)
     return info->n_heads % n_kv == 0 ? info->n_heads / n_kv : 0;
 }
 
+bool hp_unit_pruned(const struct hp_model_info *info, bool kv, int layer, int unit)
+{
+    const int per = hp_unit_width(info, kv);
+    if (!info->pruned || per == 0)
+        return false;
+    for (int h = unit * per; h < (unit + 1) * per; h++)
+        if (!info->pruned[(size_t)layer * info->n_heads + h])
+            return false;
+    return true;
+}
+
 const char *hp_unit_name(bool kv, bool plural)
 {
     return plural ? units[kv].many : units[kv].one;

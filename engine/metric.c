@@ -45,11 +45,14 @@ bool hp_ablation_parse(const char *name, enum hp_ablation *out)
 static const struct {
     const char *name;
     int sign; // +1: larger is worse; -1: larger is better
+    const char *unit; // what its values (and differences of them) are counted in, for axes
+    const char *effect; // how a variant's effect is taken from it (queries' notes, the report's captions)
 } metrics[HP_N_METRICS] = {
-    [HP_METRIC_LOSS] = {"loss", +1},
-    [HP_METRIC_KL] = {"kl", +1},
-    [HP_METRIC_ACC] = {"acc", -1},
-    [HP_METRIC_COS] = {"cos", -1},
+    [HP_METRIC_LOSS] = {"loss", +1, "nats", "effect = loss - baseline loss (nats; larger = worse)"},
+    [HP_METRIC_KL] = {"kl", +1, "nats",
+                      "effect = the variant's KL(unmasked || masked) (nats; the baseline's is 0; larger = worse)"},
+    [HP_METRIC_ACC] = {"acc", -1, "fraction correct", "effect = baseline acc - acc (larger = worse)"},
+    [HP_METRIC_COS] = {"cos", -1, "cosine similarity", "effect = baseline cos - cos (larger = worse)"},
 };
 
 const char *hp_metric_name(enum hp_metric m)
@@ -72,4 +75,14 @@ bool hp_metric_parse(const char *name, enum hp_metric *out)
 int hp_metric_sign(enum hp_metric m)
 {
     return (int)m >= 0 && (int)m < HP_N_METRICS ? metrics[m].sign : +1;
+}
+
+const char *hp_metric_unit(enum hp_metric m)
+{
+    return (int)m >= 0 && (int)m < HP_N_METRICS ? metrics[m].unit : "";
+}
+
+const char *hp_metric_effect_text(enum hp_metric m)
+{
+    return (int)m >= 0 && (int)m < HP_N_METRICS ? metrics[m].effect : "";
 }

@@ -156,6 +156,58 @@ static bool cfg_bool(struct cfg *c, const char *key, bool def)
     return cJSON_IsTrue(v);
 }
 
+/*
+ * config.json's rope_scaling (NULL or null: none) into m->rope, as Hugging
+ * Face's modeling_rope_utils reads it: "linear", "dynamic" (NTK, past
+ * max_position_embeddings; it then allows factor times as many positions)
+ * and "llama3" (Llama 3.1 / 3.2); "default" is none. Other types are
+ * refused rather than run unscaled.
+ */
+static enum hp_status read_rope_scaling(struct hp_model *m, const char *path, const cJSON *rs, struct hp_error *err)
+{
+    if (!rs || cJSON_IsNull(rs))
+        return HP_OK;
+    if (!cJSON_IsObject(rs))
+        return hp_fail(err, HP_ERR_FORMAT, "%s: \"rope_scaling\" must be an object or null", path);
+    struct cfg c = {path, (cJSON *)rs, err, HP_OK};
+    const char *type = cfg_str(&c, "rope_type", NULL);
+    if (!type)
+        type = cfg_str(&c, "type", "default"); /* the key before transformers 4.45 */
+    struct hp_rope *r = &m->rope;
+    if (strcmp(type, "default") == 0)
+        return c.st;
+    if (strcmp(type, "linear") == 0)
+        r->type = HP_ROPE_LINEAR;
+    else if (strcmp(type, "dynamic") == 0)
+        r->type = HP_ROPE_DYNAMIC;
+    else if (strcmp(type, "llama3") == 0)
+        r->type = HP_ROPE_LLAMA3;
+    else
+        return hp_fail(err, HP_ERR_UNSUPPORTED,
+                       "%s: rope_scaling type \"%s\" is not supported (default, linear, dynamic and llama3 are)", path,
+                       type);
+    /* Hugging Face requires factor >= 1 */
+    r->factor = cfg_num(&c, "factor", NAN, 0, 1e6);
+    if (c.st == HP_OK && !(r->factor >= 1))
+        return hp_fail(err, HP_ERR_FORMAT, "%s: rope_scaling needs a \"factor\" of at least 1", path);
+    struct hp_model_info *in = &m->info;
+    if (r->type == HP_ROPE_DYNAMIC) {
+        r->original_max = in->n_ctx;
+        in->n_ctx = (int)fmin((double)in->n_ctx * r->factor, CFG_MAX_CTX);
+    }
+    if (r->type == HP_ROPE_LLAMA3) {
+        r->low_freq_factor = cfg_num(&c, "low_freq_factor", NAN, 0, 1e6);
+        r->high_freq_factor = cfg_num(&c, "high_freq_factor", NAN, 0, 1e6);
+        r->original_max = cfg_int(&c, "original_max_position_embeddings", -1, CFG_MAX_CTX);
+        if (c.st == HP_OK && !(r->high_freq_factor > r->low_freq_factor))
+            return hp_fail(err, HP_ERR_FORMAT,
+                           "%s: rope_scaling (llama3) needs low_freq_factor and high_freq_factor, the high above the "
+                           "low",
+                           path);
+    }
+    return c.st;
+}
+
 /* a * b as a width: at most CFG_MAX_DIM, computed in 64 bits so it cannot wrap */
 static int cfg_width(struct cfg *c, const char *ka, int a, const char *kb, int b)
 {
@@ -261,17 +313,17 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
         in->n_vocab = cfg_int(&c, "vocab_size", -1, CFG_MAX_VOCAB);
         in->n_ctx = cfg_int(&c, "max_position_embeddings", 2048, CFG_MAX_CTX);
         m->norm_eps = (float)cfg_num(&c, "rms_norm_eps", 1e-6, 0, 1);
-        m->rope_theta = (float)cfg_num(&c, "rope_theta", 10000.0, 0, 1e15);
+        m->rope = (struct hp_rope){.theta = (float)cfg_num(&c, "rope_theta", 10000.0, 0, 1e15)};
         act = cfg_str(&c, "hidden_act", "silu");
         *tied = cfg_bool(&c, "tie_word_embeddings", false);
-        cJSON *rs = json_get(j, "rope_scaling");
-        if (rs && !cJSON_IsNull(rs))
-            return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: rope_scaling is not supported yet (only plain rotary embeddings)", path);
-        if (strcmp(mt, "mistral") == 0) {
-            int sw = cfg_int(&c, "sliding_window", 0, INT_MAX);
-            if (sw > 0 && sw < in->n_ctx)
-                in->n_ctx = sw; /* within the window, sliding attention is full attention */
-        }
+        enum hp_status st = read_rope_scaling(m, path, json_get(j, "rope_scaling"), err);
+        if (st != HP_OK)
+            return st;
+        if (strcmp(mt, "mistral") == 0)
+            in->window = cfg_int(&c, "sliding_window", 0, INT_MAX);
+        if (strcmp(mt, "qwen2") == 0 && cfg_bool(&c, "use_sliding_window", false))
+            return hp_fail(err, HP_ERR_UNSUPPORTED,
+                           "%s: use_sliding_window (Qwen2's window on its upper layers) is not supported", path);
         in->causal = true;
     } else {
         return hp_fail(err, HP_ERR_UNSUPPORTED,

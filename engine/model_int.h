@@ -58,12 +58,22 @@ struct hp_head_tensor {
     bool kv;   /* blocks are KV heads (kv_slot), else query heads (q_slot) */
 };
 
+/* Rotary embedding's frequencies: theta^(-2i / d_head), scaled as config.json's
+ * rope_scaling says (Hugging Face's modeling_rope_utils). */
+struct hp_rope {
+    float theta;
+    enum hp_rope_type { HP_ROPE_DEFAULT, HP_ROPE_LINEAR, HP_ROPE_DYNAMIC, HP_ROPE_LLAMA3 } type;
+    double factor;        /* linear, dynamic, llama3 */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    int original_max;     /* llama3: original_max_position_embeddings; dynamic: max_position_embeddings */
+};
+
 struct hp_model {
     struct hp_model_info info;
     char dir[512];
     char *config_text; /* config.json as read (for the model digest) */
     float norm_eps;
-    float rope_theta;     /* Llama */
+    struct hp_rope rope;  /* Llama: rotary frequencies (ops_int.h) */
     enum hp_act act;
     float attn_scale_div; /* GPT-2 scale_attn_by_inverse_layer_idx: 1 or layer-dependent */
     bool scale_by_layer;

@@ -230,16 +230,41 @@ void hp_op_add_into(float *x, const float *y, size_t n)
 
 // --- rotary embedding -------------------------------------------------------
 
-void hp_op_rope_table(float *tab, int T, int d_head, float theta)
+/* Frequency i of r at length T, as modeling_rope_utils computes it (in float where it does). */
+static float rope_inv_freq(const struct hp_rope *r, int i, int T, int d_head)
+{
+    float base = r->theta;
+    if (r->type == HP_ROPE_DYNAMIC && T > r->original_max) /* NTK: the base grows past the trained length */
+        base = (float)(r->theta * pow(r->factor * T / r->original_max - (r->factor - 1), (double)d_head / (d_head - 2)));
+    float inv = 1.0f / powf(base, (float)(2 * i) / (float)d_head);
+    if (r->type == HP_ROPE_LINEAR)
+        inv /= (float)r->factor;
+    if (r->type == HP_ROPE_LLAMA3) {
+        /* long wavelengths are slowed by factor, short ones kept, those between blended */
+        const float wavelen = 2 * 3.14159265358979323846f / inv, low = (float)(r->original_max / r->low_freq_factor),
+                    high = (float)(r->original_max / r->high_freq_factor);
+        if (wavelen > low)
+            inv /= (float)r->factor;
+        else if (!(wavelen < high)) {
+            const float smooth =
+                (float)((r->original_max / wavelen - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor));
+            inv = (1 - smooth) * inv / (float)r->factor + smooth * inv;
+        }
+    }
+    return inv;
+}
+
+void hp_op_rope_table(float *tab, int T, int d_head, const struct hp_rope *r)
 {
     int half = d_head / 2;
-    for (int pos = 0; pos < T; pos++)
-        for (int i = 0; i < half; i++) {
-            float inv = 1.0f / powf(theta, (float)(2 * i) / (float)d_head);
+    for (int i = 0; i < half; i++) {
+        const float inv = rope_inv_freq(r, i, T, d_head);
+        for (int pos = 0; pos < T; pos++) {
             float ang = (float)pos * inv;
             tab[(size_t)pos * d_head + 2 * i] = (float)cos((double)ang);
             tab[(size_t)pos * d_head + 2 * i + 1] = (float)sin((double)ang);
         }
+    }
 }
 
 void hp_op_rope(float *x, int N, int T, ptrdiff_t rs, int dh, const float *tab)
@@ -276,30 +301,32 @@ void hp_op_rope_backward(float *dx, int N, int T, ptrdiff_t rs, int dh, const fl
 
 // --- softmax ----------------------------------------------------------------
 
-void hp_op_softmax_rows(float *att, int T, bool causal, const uint8_t *kmask)
+void hp_op_softmax_rows(float *att, int T, bool causal, int window, const uint8_t *kmask)
 {
     for (int i = 0; i < T; i++) {
         float *r = att + (size_t)i * T;
-        int n = causal ? i + 1 : T;
+        const int n = causal ? i + 1 : T, j0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
         float mx = -INFINITY;
-        for (int j = 0; j < n; j++)
+        for (int j = j0; j < n; j++)
             if ((!kmask || kmask[j]) && r[j] > mx)
                 mx = r[j];
         if (mx == -INFINITY) {
             /* no key visible: Hugging Face's additive mask makes this uniform */
             for (int j = 0; j < T; j++)
-                r[j] = j < n ? 1.0f / (float)n : 0.0f;
+                r[j] = j >= j0 && j < n ? 1.0f / (float)(n - j0) : 0.0f;
             continue;
         }
-        hp_vexpf(r, r, mx, (size_t)n);
+        for (int j = 0; j < j0; j++)
+            r[j] = 0.0f;
+        hp_vexpf(r + j0, r + j0, mx, (size_t)(n - j0));
         double s = 0;
-        for (int j = 0; j < n; j++) {
+        for (int j = j0; j < n; j++) {
             if (kmask && !kmask[j])
                 r[j] = 0.0f;
             s += r[j];
         }
         float inv = (float)(1.0 / s);
-        for (int j = 0; j < n; j++)
+        for (int j = j0; j < n; j++)
             r[j] *= inv;
         for (int j = n; j < T; j++)
             r[j] = 0.0f;
@@ -312,23 +339,25 @@ void hp_op_softmax_rows(float *att, int T, bool causal, const uint8_t *kmask)
  * forward masked have P = 0 and get 0; so do rows that saw no key (their
  * uniform row does not depend on the scores once the mask is applied).
  */
-void hp_op_softmax_rows_backward(float *dp, const float *p, int T, bool causal, const uint8_t *kmask)
+void hp_op_softmax_rows_backward(float *dp, const float *p, int T, bool causal, int window, const uint8_t *kmask)
 {
     for (int i = 0; i < T; i++) {
         const float *pr = p + (size_t)i * T;
         float *gr = dp + (size_t)i * T;
-        int n = causal ? i + 1 : T;
+        const int n = causal ? i + 1 : T, j0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
         bool seen = false;
-        for (int j = 0; j < n && !seen; j++)
+        for (int j = j0; j < n && !seen; j++)
             seen = !kmask || kmask[j];
         if (!seen) {
             memset(gr, 0, (size_t)T * sizeof(float));
             continue;
         }
         double s = 0;
-        for (int j = 0; j < n; j++)
+        for (int j = j0; j < n; j++)
             s += (double)pr[j] * gr[j];
-        for (int j = 0; j < n; j++)
+        for (int j = 0; j < j0; j++)
+            gr[j] = 0.0f;
+        for (int j = j0; j < n; j++)
             gr[j] = (float)(pr[j] * (gr[j] - s));
         for (int j = n; j < T; j++)
             gr[j] = 0.0f;

@@ -65,9 +65,9 @@ void hp_op_add_bias(float *y, int T, int n, ptrdiff_t rs, const float *b);
 /* x[i] += y[i] for n elements. */
 void hp_op_add_into(float *x, const float *y, size_t n);
 
-/* The rotary table tab (T, d_head / 2, 2): cos and sin of position times
- * theta^(-2i / d_head), computed in float as Hugging Face does. */
-void hp_op_rope_table(float *tab, int T, int d_head, float theta);
+/* The rotary table tab (T, d_head / 2, 2): cos and sin of position times the
+ * frequencies of r at length T, computed in float as Hugging Face does. */
+void hp_op_rope_table(float *tab, int T, int d_head, const struct hp_rope *r);
 
 /* Rotate-half rotary embedding of one head slice (dh) over N rows (strided by
  * rs) of sequences of T tokens: row r is at position r % T. */
@@ -77,11 +77,12 @@ void hp_op_rope(float *x, int N, int T, ptrdiff_t rs, int dh, const float *tab);
 void hp_op_rope_backward(float *dx, int N, int T, ptrdiff_t rs, int dh, const float *tab);
 
 /* Softmax of each row of att (T, T) over its visible keys (causal: j <= i;
- * kmask NULL or (T), 0 = padding), on the calling thread. */
-void hp_op_softmax_rows(float *att, int T, bool causal, const uint8_t *kmask);
+ * window > 0: also j > i - window; kmask NULL or (T), 0 = padding), on the
+ * calling thread. */
+void hp_op_softmax_rows(float *att, int T, bool causal, int window, const uint8_t *kmask);
 
 /* Its reverse: dp (T, T), the gradient at the probabilities p (T, T) the forward
  * made, becomes the gradient at the scores (before the scale). */
-void hp_op_softmax_rows_backward(float *dp, const float *p, int T, bool causal, const uint8_t *kmask);
+void hp_op_softmax_rows_backward(float *dp, const float *p, int T, bool causal, int window, const uint8_t *kmask);
 
 #endif

@@ -1372,6 +1372,21 @@ static enum hp_status fail_study(const struct expander *e, const char *key, long
     return hp_fail(e->err, HP_ERR_PLAN, "%s:%zu: study '%s': %s", path, line, e->s->name, msg);
 }
 
+/* Whether selected unit j of selected layer i is in the checkpoint (not pruned away). */
+static bool live(const struct expander *e, int i, int j)
+{
+    return !hp_unit_pruned(e->info, e->s->kv, e->lay[i], e->sel[j]);
+}
+
+/* Units of a layer the checkpoint has (all of them but for a pruned checkpoint). */
+static int live_in_layer(const struct expander *e, int layer)
+{
+    int n = 0;
+    for (int u = 0; u < e->n_units; u++)
+        n += !hp_unit_pruned(e->info, e->s->kv, layer, u);
+    return n;
+}
+
 static void ablate(const struct expander *e, struct hp_mask *m, int layer, int unit)
 {
     hp_mask_set_unit(m, e->info, e->s->kv, layer, unit, 0.0f);
@@ -1512,6 +1527,8 @@ static enum hp_status expand_study(struct expander *e)
     case HP_STUDY_SINGLE:
         for (int i = 0; st == HP_OK && i < e->n_lay; i++)
             for (int j = 0; st == HP_OK && j < e->n_sel; j++) {
+                if (!live(e, i, j))
+                    continue;
                 struct hp_mask *m = new_mask(e);
                 if (m)
                     ablate(e, m, e->lay[i], e->sel[j]);
@@ -1523,21 +1540,26 @@ static enum hp_status expand_study(struct expander *e)
     case HP_STUDY_ONLY:
         for (int i = 0; st == HP_OK && i < e->n_lay; i++)
             for (int j = 0; st == HP_OK && j < e->n_sel; j++) {
+                if (!live(e, i, j))
+                    continue;
                 struct hp_mask *m = new_mask(e);
                 for (int u = 0; m && u < e->n_units; u++)
                     if (u != e->sel[j])
                         ablate(e, m, e->lay[i], u);
                 unit_text(e, a, sizeof a, e->lay[i], e->sel[j]);
-                st = emit(e, m, e->lay[i], e->sel[j], -1, 0, e->n_units - 1, "only %s", a);
+                st = emit(e, m, e->lay[i], e->sel[j], -1, 0, live_in_layer(e, e->lay[i]) - 1, "only %s", a);
             }
         return st;
 
     case HP_STUDY_LAYER:
         for (int i = 0; st == HP_OK && i < e->n_lay; i++) {
+            const int n_live = live_in_layer(e, e->lay[i]);
+            if (n_live == 0)
+                continue;
             struct hp_mask *m = new_mask(e);
             for (int u = 0; m && u < e->n_units; u++)
                 ablate(e, m, e->lay[i], u);
-            st = emit(e, m, e->lay[i], -1, -1, 0, e->n_units, "layer %d", e->lay[i]);
+            st = emit(e, m, e->lay[i], -1, -1, 0, n_live, "layer %d", e->lay[i]);
         }
         return st;
 
@@ -1546,6 +1568,8 @@ static enum hp_status expand_study(struct expander *e)
         for (int i = 0; st == HP_OK && i < e->n_lay; i++)
             for (int j = 0; st == HP_OK && j < e->n_sel; j++)
                 for (int j2 = j + 1; st == HP_OK && j2 < e->n_sel; j2++) {
+                    if (!live(e, i, j) || !live(e, i, j2))
+                        continue;
                     struct hp_mask *m = new_mask(e);
                     if (m) {
                         ablate(e, m, e->lay[i], e->sel[j]);
@@ -1563,24 +1587,30 @@ static enum hp_status expand_study(struct expander *e)
     }
 
     case HP_STUDY_RANDOM: {
-        // The pool: every selected unit of every selected layer, layer-major.
-        int n = e->n_lay * e->n_sel;
-        int *pool = malloc(sizeof *pool * (size_t)n);
-        if (!pool)
+        // The pool: every selected unit of every selected layer the checkpoint has, layer-major.
+        int n_all = e->n_lay * e->n_sel, n = 0;
+        int *pool = malloc(sizeof *pool * (size_t)n_all), *units = malloc(sizeof *units * (size_t)n_all);
+        if (!pool || !units) {
+            free(pool), free(units);
             return hp_fail(e->err, HP_ERR_NOMEM, "%s: out of memory", e->p->path);
+        }
+        for (int i = 0; i < n_all; i++)
+            if (live(e, i / e->n_sel, i % e->n_sel))
+                units[n++] = i;
         for (int ki = 0; st == HP_OK && ki < s->n_k; ki++) {
             int k = s->k[ki];
             if (k > n) {
                 st = fail_study(e, "k", k, NULL, "k = %d is more than the %d %s it draws from "
-                                "(%d layer%s x %d)", k, n, s->kv ? "KV groups" : "heads",
-                                e->n_lay, e->n_lay == 1 ? "" : "s", e->n_sel);
+                                "(%d layer%s x %d%s)", k, n, s->kv ? "KV groups" : "heads",
+                                e->n_lay, e->n_lay == 1 ? "" : "s", e->n_sel,
+                                n < n_all ? ", less those the pruned checkpoint lacks" : "");
                 break;
             }
             for (int smp = 0; st == HP_OK && smp < s->samples; smp++) {
                 uint64_t rng[4];
                 seed_draw(rng, e->p->seed, s->name, k, smp);
                 for (int i = 0; i < n; i++)
-                    pool[i] = i;
+                    pool[i] = units[i];
                 // A partial Fisher-Yates shuffle: pool[0..k) is the draw.
                 for (int i = 0; i < k; i++) {
                     int j = i + (int)below(rng, (uint64_t)(n - i));
@@ -1594,7 +1624,7 @@ static enum hp_status expand_study(struct expander *e)
                 st = emit(e, m, -1, -1, -1, smp, k, "k=%d #%d", k, smp);
             }
         }
-        free(pool);
+        free(pool), free(units);
         return st;
     }
 
@@ -1626,13 +1656,22 @@ static enum hp_status expand_study(struct expander *e)
 static int64_t study_jobs(const struct expander *e)
 {
     const struct hp_study *s = e->s;
-    const int64_t lay = e->n_lay, sel = e->n_sel;
+    /* per selected layer, its selected units the checkpoint has */
+    int64_t units = 0, pairs = 0, layers = 0;
+    for (int i = 0; i < e->n_lay; i++) {
+        int64_t n = 0;
+        for (int j = 0; j < e->n_sel; j++)
+            n += live(e, i, j);
+        units += n;
+        pairs += n * (n - 1) / 2;
+        layers += live_in_layer(e, e->lay[i]) > 0;
+    }
     switch (s->kind) {
     case HP_STUDY_BASELINE: return 1;
     case HP_STUDY_SINGLE:
-    case HP_STUDY_ONLY: return lay * sel;
-    case HP_STUDY_LAYER: return lay;
-    case HP_STUDY_PAIRS: return lay * (sel * (sel - 1) / 2);
+    case HP_STUDY_ONLY: return units;
+    case HP_STUDY_LAYER: return layers;
+    case HP_STUDY_PAIRS: return pairs;
     case HP_STUDY_RANDOM: return (int64_t)s->n_k * s->samples;
     case HP_STUDY_EXPLICIT: return s->n_sets;
     case HP_STUDY_ITERATIVE:
@@ -1693,9 +1732,20 @@ enum hp_status hp_plan_expand(const struct hp_plan *p, const struct hp_model_inf
 
 struct hp_iterative_schedule hp_study_schedule(const struct hp_study *s, const struct hp_model_info *info)
 {
-    int per_layer = s->kv ? info->n_kv_heads : info->n_heads;
-    int layers = s->n_layers_sel ? s->n_layers_sel : info->n_layers;
-    int n = layers * (s->n_units_sel ? s->n_units_sel : per_layer);
+    /* the selected units the checkpoint has, and the layers that have any */
+    const int per_layer = hp_unit_count(info, s->kv), n_lay = s->n_layers_sel ? s->n_layers_sel : info->n_layers,
+              n_sel = s->n_units_sel ? s->n_units_sel : per_layer;
+    int n = 0, layers = 0;
+    for (int i = 0; i < n_lay; i++) {
+        const int l = s->n_layers_sel ? s->layers[i] : i;
+        int k = 0;
+        for (int j = 0; j < n_sel; j++) {
+            const int u = s->n_units_sel ? s->units[j] : j;
+            k += l < info->n_layers && u < per_layer && !hp_unit_pruned(info, s->kv, l, u);
+        }
+        n += k;
+        layers += k > 0;
+    }
     struct hp_iterative_schedule sc = {n, layers, (int)fmax(1.0, round(s->prune_frac * n)),
                                        (int)ceil(s->floor_frac * n - 1e-9)};
     /* one unit a layer stays: the curve ends there, whatever the floor */

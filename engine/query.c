@@ -21,6 +21,11 @@
  * A sweep that lacks what a query needs is an error that names another sweep
  * of the database that has it (lacking).
  *
+ * Readers (query_int.h): the report asks several of these questions of one
+ * sweep through one connection and one read transaction, and two more that
+ * only it needs: what was run (hp_query_run_info) and which studies a sweep
+ * has (hp_query_studies). hp_query is a reader of one question.
+ *
  * Invariants: the database is opened read-only and version-checked by the
  * store (hp_store_open_read: SQLITE_OPEN_READONLY and PRAGMA query_only), with
  * a busy timeout because a sweep may be writing to it in WAL mode; SQLite's
@@ -36,6 +41,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "headprune.h"
+#include "query_int.h"
 #include "store_int.h" // hp_store_open_read: opened and version-checked by the store
 #include "util_int.h"
 
@@ -217,31 +223,31 @@ static void tb_note(struct tb *b, const char *fmt, ...)
 static const char *col_text(sqlite3_stmt *st, int i);
 
 /*
- * Column c of st's row as SQLite renders it; blobs as x'hex', NULL empty.
+ * Column sc of st's row, as SQLite renders it, into cell (row, c); blobs as x'hex', NULL empty.
  * An integer's number is exact; a real's is the one SQLite's text shows (it
  * renders 15 significant digits), so text and number agree.
  */
-static void tb_sql(struct tb *b, int row, int c, sqlite3_stmt *st)
+static void tb_sql_at(struct tb *b, int row, int c, sqlite3_stmt *st, int sc)
 {
-    int type = sqlite3_column_type(st, c);
+    int type = sqlite3_column_type(st, sc);
     if (type == SQLITE_NULL)
         return;
     if (type == SQLITE_INTEGER) {
-        double v = (double)sqlite3_column_int64(st, c);
-        tb_cell(b, row, c, col_text(st, c), v);
+        double v = (double)sqlite3_column_int64(st, sc);
+        tb_cell(b, row, c, col_text(st, sc), v);
         return;
     }
     if (type == SQLITE_FLOAT) {
-        const char *text = col_text(st, c);
+        const char *text = col_text(st, sc);
         tb_cell(b, row, c, text, strtod(text, NULL));
         return;
     }
     if (type != SQLITE_BLOB) {
-        tb_str(b, row, c, col_text(st, c));
+        tb_str(b, row, c, col_text(st, sc));
         return;
     }
-    const unsigned char *p = sqlite3_column_blob(st, c);
-    size_t n = (size_t)sqlite3_column_bytes(st, c);
+    const unsigned char *p = sqlite3_column_blob(st, sc);
+    size_t n = (size_t)sqlite3_column_bytes(st, sc);
     char *hex = malloc(2 * n + 4);
     if (!hex) {
         b->nomem = true;
@@ -259,6 +265,12 @@ static void tb_sql(struct tb *b, int row, int c, sqlite3_stmt *st)
     *o = '\0';
     tb_str(b, row, c, hex);
     free(hex);
+}
+
+// Column c of st's row into cell (row, c), as tb_sql_at.
+static void tb_sql(struct tb *b, int row, int c, sqlite3_stmt *st)
+{
+    tb_sql_at(b, row, c, st, c);
 }
 
 static enum hp_status tb_finish(struct tb *b, struct hp_table **out, struct hp_error *err)
@@ -326,13 +338,7 @@ static double effect_of(enum hp_metric m, double v, double b)
 
 static const char *effect_convention(enum hp_metric m)
 {
-    switch (m) {
-    case HP_METRIC_LOSS: return "effect = loss - baseline loss (nats; larger = worse)";
-    case HP_METRIC_KL: return "effect = the variant's KL(unmasked || masked) (nats; the baseline's is 0; larger = worse)";
-    case HP_METRIC_ACC: return "effect = baseline acc - acc (larger = worse)";
-    case HP_METRIC_COS: return "effect = baseline cos - cos (larger = worse)";
-    }
-    return "";
+    return hp_metric_effect_text(m);
 }
 
 // --- the connection ---------------------------------------------------------
@@ -2929,6 +2935,45 @@ static enum hp_status run_compare(struct q *qa, const struct hp_query_opts *o, s
     return s;
 }
 
+// The answer to o on q's open connection, inside the caller's read transaction (but sql's).
+static enum hp_status run_kind(struct q *q, const struct hp_query_opts *o, struct hp_table **out)
+{
+    enum hp_status s;
+    switch (o->kind) {
+    case HP_QUERY_SQL: return q_sql(q, o->sql, out);
+    case HP_QUERY_SWEEPS: return q_sweeps(q, o->sweep_id, out);
+    case HP_QUERY_COMPARE: return run_compare(q, o, out);
+    case HP_QUERY_CURVE:
+    case HP_QUERY_HEADS:
+    case HP_QUERY_REDUNDANCY:
+    case HP_QUERY_PAIRS:
+    case HP_QUERY_SETS:
+    case HP_QUERY_IMPORTANCE:
+    case HP_QUERY_ATTRIBUTION:
+    case HP_QUERY_GATES:
+        if ((s = resolve_sweep(q, o->sweep_id, o->metric)) != HP_OK)
+            return s;
+        if (o->kind == HP_QUERY_CURVE)
+            return q_curve(q, o->study, out);
+        if (o->kind == HP_QUERY_HEADS && o->gates)
+            return q_heads_gates(q, o->study, o->top, o->matrix, out);
+        if (o->kind == HP_QUERY_HEADS)
+            return q_heads(q, o->study, o->top, o->matrix, out);
+        if (o->kind == HP_QUERY_GATES)
+            return q_gates(q, o->study, out);
+        if (o->kind == HP_QUERY_REDUNDANCY)
+            return q_redundancy(q, o->eps, out);
+        if (o->kind == HP_QUERY_SETS)
+            return q_sets(q, o->study, o->top, out);
+        if (o->kind == HP_QUERY_IMPORTANCE)
+            return q_importance(q, o->study, o->top, out);
+        if (o->kind == HP_QUERY_ATTRIBUTION)
+            return q_attribution(q, o->study, o->top, out);
+        return q_pairs(q, o->top, out);
+    }
+    return hp_fail(q->err, HP_ERR_ARG, "query: unknown query kind %d", (int)o->kind);
+}
+
 enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, struct hp_table **out,
                         struct hp_error *err)
 {
@@ -2940,51 +2985,241 @@ enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, stru
     struct q q = {.path = db_path, .err = err, .full_mask = o->full_mask, .cv_kept = -1, .sweep_opt = "--sweep"};
     s = hp_store_open_read(db_path, BUSY_TIMEOUT_MS, &q.db, err);
     if (s == HP_OK && o->kind == HP_QUERY_SQL) {
-        s = q_sql(&q, o->sql, out);
+        s = run_kind(&q, o, out);
     } else if (s == HP_OK) {
         // one read transaction: every statement sees the same snapshot while a sweep writes
         int rc = sqlite3_exec(q.db, "BEGIN", NULL, NULL, NULL);
         if (rc != SQLITE_OK)
             s = sql_fail(&q, rc);
-        if (s == HP_OK) {
-            switch (o->kind) {
-            case HP_QUERY_SWEEPS: s = q_sweeps(&q, o->sweep_id, out); break;
-            case HP_QUERY_COMPARE: s = run_compare(&q, o, out); break;
-            case HP_QUERY_CURVE:
-            case HP_QUERY_HEADS:
-            case HP_QUERY_REDUNDANCY:
-            case HP_QUERY_PAIRS:
-            case HP_QUERY_SETS:
-            case HP_QUERY_IMPORTANCE:
-            case HP_QUERY_ATTRIBUTION:
-            case HP_QUERY_GATES:
-                s = resolve_sweep(&q, o->sweep_id, o->metric);
-                if (s != HP_OK)
-                    break;
-                if (o->kind == HP_QUERY_CURVE)
-                    s = q_curve(&q, o->study, out);
-                else if (o->kind == HP_QUERY_HEADS && o->gates)
-                    s = q_heads_gates(&q, o->study, o->top, o->matrix, out);
-                else if (o->kind == HP_QUERY_HEADS)
-                    s = q_heads(&q, o->study, o->top, o->matrix, out);
-                else if (o->kind == HP_QUERY_GATES)
-                    s = q_gates(&q, o->study, out);
-                else if (o->kind == HP_QUERY_REDUNDANCY)
-                    s = q_redundancy(&q, o->eps, out);
-                else if (o->kind == HP_QUERY_SETS)
-                    s = q_sets(&q, o->study, o->top, out);
-                else if (o->kind == HP_QUERY_IMPORTANCE)
-                    s = q_importance(&q, o->study, o->top, out);
-                else if (o->kind == HP_QUERY_ATTRIBUTION)
-                    s = q_attribution(&q, o->study, o->top, out);
-                else
-                    s = q_pairs(&q, o->top, out);
-                break;
-            default: s = hp_fail(err, HP_ERR_ARG, "query: unknown query kind %d", (int)o->kind); break;
-            }
-        }
+        if (s == HP_OK)
+            s = run_kind(&q, o, out);
         sqlite3_exec(q.db, "COMMIT", NULL, NULL, NULL);
     }
     sqlite3_close(q.db);
     return s;
+}
+
+// --- readers: several queries over one snapshot --------------------------------
+
+struct hp_query_reader {
+    sqlite3 *db;
+    char *path;
+};
+
+void hp_query_reader_close(struct hp_query_reader *r)
+{
+    if (!r)
+        return;
+    if (r->db) {
+        sqlite3_exec(r->db, "COMMIT", NULL, NULL, NULL);
+        sqlite3_close(r->db);
+    }
+    free(r->path);
+    free(r);
+}
+
+enum hp_status hp_query_reader_open(const char *db_path, struct hp_query_reader **out, struct hp_error *err)
+{
+    assert(db_path && out);
+    *out = NULL;
+    struct hp_query_reader *r = calloc(1, sizeof *r);
+    if (!r || !(r->path = dup_str(db_path))) {
+        free(r);
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", db_path);
+    }
+    enum hp_status s = hp_store_open_read(db_path, BUSY_TIMEOUT_MS, &r->db, err);
+    if (s == HP_OK) {
+        int rc = sqlite3_exec(r->db, "BEGIN", NULL, NULL, NULL);
+        if (rc != SQLITE_OK)
+            s = hp_store_read_fail(r->db, db_path, rc, err);
+    }
+    if (s != HP_OK) {
+        hp_query_reader_close(r);
+        return s;
+    }
+    *out = r;
+    return HP_OK;
+}
+
+// A query context on the reader's connection.
+static struct q reader_q(struct hp_query_reader *r, struct hp_error *err)
+{
+    return (struct q){.db = r->db, .path = r->path, .err = err, .cv_kept = -1, .sweep_opt = "--sweep"};
+}
+
+enum hp_status hp_query_read(struct hp_query_reader *r, const struct hp_query_opts *o, struct hp_table **out,
+                             struct hp_error *err)
+{
+    assert(r && o && out);
+    *out = NULL;
+    enum hp_status s = check_opts(o, err);
+    if (s != HP_OK)
+        return s;
+    struct q q = reader_q(r, err);
+    q.full_mask = o->full_mask;
+    return run_kind(&q, o, out);
+}
+
+enum hp_status hp_query_has_table(struct hp_query_reader *r, const char *name, bool *yes, struct hp_error *err)
+{
+    struct q q = reader_q(r, err);
+    return has_table(&q, name, yes);
+}
+
+// "a, b, c": the distinct values of one results column over the sweep's variants, ascending.
+static enum hp_status distinct_results(struct q *q, const char *column, struct tb *b, int row)
+{
+    char sql[400];
+    /* column: a name from run_info's list, never the user's text */
+    snprintf(sql, sizeof sql,
+             "SELECT DISTINCT r.%s FROM results r WHERE r.variant_id IN "
+             "(SELECT variant_id FROM sweep_jobs WHERE sweep_id = ?) ORDER BY 1",
+             column);
+    sqlite3_stmt *st;
+    enum hp_status s = prep(q, &st, sql);
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    char buf[1024] = "";
+    size_t o = 0;
+    int r;
+    while ((r = step(q, st, &s)) == 1) {
+        const char *v = col_text(st, 0);
+        if (o + strlen(v) + 8 < sizeof buf)
+            o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s", o ? ", " : "", v);
+        else if (o + 6 < sizeof buf && !strstr(buf, ", ..."))
+            o += (size_t)snprintf(buf + o, sizeof buf - o, ", ...");
+    }
+    sqlite3_finalize(st);
+    tb_str(b, row, 1, buf);
+    return r < 0 ? s : HP_OK;
+}
+
+enum hp_status hp_query_run_info(struct hp_query_reader *rd, int64_t sweep_id, struct hp_table **out,
+                                 struct hp_error *err)
+{
+    static const char *const cols[] = {"field", "value"};
+    static const bool num[] = {false, false};
+    *out = NULL;
+    struct q q = reader_q(rd, err);
+    /* as every sweep query: the sweep exists, has a finished baseline and a model of a sane shape */
+    enum hp_status s = resolve_sweep(&q, sweep_id, NULL);
+    if (s != HP_OK)
+        return s;
+    sqlite3_stmt *st;
+    if ((s = prep(&q, &st,
+                  "SELECT s.id, s.name, s.ablation, s.metric, s.created, s.updated, "
+                  "  p.name, p.path, p.digest, p.text, "
+                  "  m.path, m.model_type, m.n_layers, m.n_heads, m.n_kv_heads, m.d_head, m.n_params, m.digest, "
+                  "  d.path, d.n_seqs, d.seq_len, d.digest "
+                  "FROM sweeps s LEFT JOIN plans p ON p.id = s.plan_id LEFT JOIN models m ON m.id = s.model_id "
+                  "LEFT JOIN datasets d ON d.id = s.dataset_id WHERE s.id = ?")) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q.sweep);
+    static const char *const fields[] = {
+        "sweep_id",   "sweep_name", "ablation",   "metric",     "sweep_created", "sweep_updated",
+        "plan_name",  "plan_path",  "plan_digest", "plan_text", "model_path",    "model_type",
+        "n_layers",   "n_heads",    "n_kv_heads", "d_head",     "n_params",      "model_digest",
+        "data_path",  "n_seqs",     "seq_len",    "data_digest"};
+    struct tb b;
+    tb_init(&b, 2, cols, num);
+    int r = step(&q, st, &s);
+    for (int c = 0; r == 1 && c < (int)(sizeof fields / sizeof *fields); c++) {
+        int row = tb_row(&b);
+        tb_str(&b, row, 0, fields[c]);
+        tb_sql_at(&b, row, 1, st, c);
+    }
+    sqlite3_finalize(st);
+    if (r == 1) { // the value every effect of the sweep is measured against, as the curve shows it
+        int row = tb_row(&b);
+        tb_str(&b, row, 0, "baseline");
+        tb_num(&b, row, 1, F_METRIC, q.base);
+    }
+    if (r == 1 && (s = prep(&q, &st,
+                            "SELECT count(*), min(r.threads), max(r.threads), min(r.created), max(r.created), "
+                            "  sum(r.wall_s) FROM results r WHERE r.variant_id IN "
+                            "(SELECT variant_id FROM sweep_jobs WHERE sweep_id = ?)")) != HP_OK)
+        r = -1;
+    if (r == 1) {
+        sqlite3_bind_int64(st, 1, q.sweep);
+        r = step(&q, st, &s);
+        static const char *const agg[] = {"results", "threads_min", "threads_max", "first_result", "last_result",
+                                          "wall_s"};
+        for (int c = 0; r == 1 && c < 6; c++) {
+            int row = tb_row(&b);
+            tb_str(&b, row, 0, agg[c]);
+            tb_sql_at(&b, row, 1, st, c);
+            if (c == 0) { // the distinct lists follow the count
+                static const char *const lists[][2] = {{"engine_versions", "engine_version"},
+                                                       {"numeric_versions", "numeric_version"},
+                                                       {"kernels", "kernel"},
+                                                       {"hosts", "host"}};
+                for (int k = 0; k < 4 && s == HP_OK; k++) {
+                    int lr = tb_row(&b);
+                    tb_str(&b, lr, 0, lists[k][0]);
+                    s = distinct_results(&q, lists[k][1], &b, lr);
+                }
+                if (s != HP_OK)
+                    r = -1;
+            }
+        }
+        sqlite3_finalize(st);
+    }
+    if (r != 1) {
+        hp_table_free(b.t);
+        return r == 0 ? hp_fail(err, HP_ERR_FORMAT, "%s: sweep %lld vanished while being read", q.path, q.sweep) : s;
+    }
+    tb_note(&b, "sweep %lld: what was run", q.sweep);
+    return tb_finish(&b, out, err);
+}
+
+enum hp_status hp_query_studies(struct hp_query_reader *rd, int64_t sweep_id, struct hp_table **out,
+                                struct hp_error *err)
+{
+    enum { C_STUDY, C_KIND, C_KV, C_JOBS, C_RANK, C_N };
+    static const char *const cols[C_N] = {"study", "kind", "kv", "jobs", "rank"};
+    static const bool num[C_N] = {false, false, true, true, false};
+    *out = NULL;
+    struct q q = reader_q(rd, err);
+    bool scores = false;
+    enum hp_status s = resolve_sweep(&q, sweep_id, NULL);
+    if (s == HP_OK)
+        s = has_table(&q, "unit_scores", &scores);
+    if (s != HP_OK)
+        return s;
+    /* jobs in plan order, then the gradient studies (which have no jobs) by name; an iterative study
+     * ranked by gradient stored the scores it pruned by under its own name; a gates study is its
+     * pruned sets (kind 'gates', one a lambda), its 'gates-frac' points beside them not counted */
+    char sql[1200];
+    snprintf(sql, sizeof sql,
+             "SELECT study, kind, max(kv), count(*), "
+             "  CASE WHEN kind <> 'iterative' THEN NULL %s ELSE 'exact' END, 0, min(ord) "
+             "FROM sweep_jobs j WHERE sweep_id = ?1 AND kind NOT IN ('iterative-score', 'gates-frac') "
+             "GROUP BY study, kind "
+             "%s ORDER BY 6, 7, 1",
+             scores ? "WHEN EXISTS (SELECT 1 FROM unit_scores u WHERE u.sweep_id = ?1 AND u.study = j.study "
+                      "AND u.kind = 'iterative') THEN 'gradient'"
+                    : "",
+             scores ? "UNION ALL SELECT study, kind, max(kv), count(*), NULL, 1, 0 FROM unit_scores "
+                      "WHERE sweep_id = ?1 AND kind <> 'iterative' AND step = 0 GROUP BY study, kind"
+                    : "");
+    sqlite3_stmt *st;
+    if ((s = prep(&q, &st, sql)) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q.sweep);
+    struct tb b;
+    tb_init(&b, C_N, cols, num);
+    int r;
+    while ((r = step(&q, st, &s)) == 1) {
+        int row = tb_row(&b);
+        for (int c = 0; c < C_N; c++)
+            tb_sql(&b, row, c, st);
+    }
+    sqlite3_finalize(st);
+    if (r < 0) {
+        hp_table_free(b.t);
+        return s;
+    }
+    tb_note(&b, "sweep %lld: its studies, in plan order (gradient studies last)", q.sweep);
+    return tb_finish(&b, out, err);
 }

@@ -73,7 +73,9 @@ void hp_eval_reuse_free(struct hp_reuse *ru)
     free(ru);
 }
 
-static struct hp_reuse *reuse_new(const struct hp_evaluator *ev)
+/* The state for up to want variant blocks per pass (at most HP_REUSE_ROWS rows' worth): workspaces sized
+ * to what is asked, not to the most a pass could take. Destructor: hp_eval_reuse_free. */
+static struct hp_reuse *reuse_new(const struct hp_evaluator *ev, int want)
 {
     const struct hp_model_info *in = &ev->m->info;
     const size_t R = (size_t)ev->batch * ev->d->seq_len, d = (size_t)in->d_model,
@@ -82,7 +84,8 @@ static struct hp_reuse *reuse_new(const struct hp_evaluator *ev)
     if (!ru)
         return NULL;
     ru->saved_s0 = -1;
-    ru->max_blocks = (int)(HP_REUSE_ROWS / R) > 1 ? (int)(HP_REUSE_ROWS / R) : 1;
+    const int cap = (int)(HP_REUSE_ROWS / R) > 1 ? (int)(HP_REUSE_ROWS / R) : 1;
+    ru->max_blocks = want < cap ? (want > 1 ? want : 1) : cap;
     size_t rows = (size_t)ru->max_blocks * R;
     ru->fwd = hp_fwd_new(ev->m, ev->d->seq_len, ru->max_blocks * ev->batch);
     ru->save_buf = malloc(L * R * (2 * d + qd) * sizeof(float));
@@ -279,7 +282,13 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
     const struct hp_data *d = ev->d;
     const struct hp_model_info *in = &ev->m->info;
     const int L = in->n_layers, T = d->seq_len;
-    if (!ev->ru && !(ev->ru = reuse_new(ev)))
+    /* made on first use, and again larger when more variants come at once than it was made for */
+    const int cap = (int)(HP_REUSE_ROWS / ((size_t)ev->batch * T)), want = n < cap ? n : cap;
+    if (ev->ru && ev->ru->max_blocks < want) {
+        hp_eval_reuse_free(ev->ru);
+        ev->ru = NULL;
+    }
+    if (!ev->ru && !(ev->ru = reuse_new(ev, n)))
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for the workspace of %d-row chunks", ev->batch * T);
     struct hp_reuse *ru = ev->ru;
     int *first = malloc((size_t)n * sizeof(int)), *order = malloc((size_t)n * sizeof(int));

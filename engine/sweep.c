@@ -419,7 +419,8 @@ static int score_rows(const struct ctx *c, const struct hp_study *s, const doubl
     int n = 0;
     for (int l = 0; l < c->info->n_layers; l++)
         for (int u = 0; u < U; u++)
-            if (selected(s->n_layers_sel, s->layers, l) && selected(s->n_units_sel, s->units, u)) {
+            if (selected(s->n_layers_sel, s->layers, l) && selected(s->n_units_sel, s->units, u) &&
+                !hp_unit_pruned(c->info, s->kv, l, u)) {
                 hp_unit_label(labels[n], sizeof labels[n], s->kv, l, u);
                 rows[n] = (struct hp_store_score){l, u, labels[n], score[l * U + u], raw[l * U + u]};
                 n++;
@@ -519,7 +520,8 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
     int n = 0;
     for (int l = 0; l < in->n_layers; l++)
         for (int u = 0; u < per_layer; u++)
-            if (selected(s->n_layers_sel, s->layers, l) && selected(s->n_units_sel, s->units, u)) {
+            if (selected(s->n_layers_sel, s->layers, l) && selected(s->n_units_sel, s->units, u) &&
+                !hp_unit_pruned(in, s->kv, l, u)) {
                 units[n++] = (struct unit){l, u};
                 left_in_layer[l]++;
             }
@@ -534,16 +536,17 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
                                .mask = base};
         snprintf(point.label, sizeof point.label, "step %d", step);
         int64_t o_point = (*ord)++;
-        st = run_jobs(c, &o_point, &point, 1, NULL, NULL, err);
         int want = hp_iterative_step(&sc, n - n_pruned);
+        /* ranked by gradient: the gradient at the current mask first, whose forward is also the point's
+         * pass (the evaluator keeps its metrics, so run_jobs does not run it again) */
+        struct hp_job gj = {.study = si, .step = step, .k = -1, .layer = -1, .unit = -1, .unit2 = -1, .mask = base};
+        if (by_grad && want > 0 && ((st = gradient_at(c, base, &gb, &gj, err)) != HP_OK || stopping(c)))
+            break;
+        st = run_jobs(c, &o_point, &point, 1, NULL, NULL, err);
         if (st != HP_OK || want == 0)
             break;
         if (by_grad) {
-            /* rank the candidates by importance at the current mask: one gradient, its scores stored */
-            struct hp_job gj = {.study = si, .step = step, .k = -1, .layer = -1, .unit = -1, .unit2 = -1,
-                                .mask = base};
-            if ((st = gradient_at(c, base, &gb, &gj, err)) != HP_OK || stopping(c))
-                break;
+            /* rank the candidates by importance at the current mask: its scores stored */
             hp_importance(gb.g.seq_grad, gb.g.n_seqs, in, s->kv, s->normalize, raw, imp);
             int nc = 0;
             for (int i = 0; i < n; i++) {
@@ -844,17 +847,22 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         c.total = n;
         for (int si = 0; o->shard_index == 0 && si < plan->n_studies; si++)
             c.total += hp_study_evals(&plan->studies[si], c.info) + hp_study_backwards(&plan->studies[si], c.info);
-        st = mine && ords ? run_jobs(&c, ords, mine, n, NULL, NULL, err) : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+        /* importance and attribution first (shard 0): their gradient's forward at the unmasked model is
+         * also the baseline's pass, which the evaluator then hands out instead of running it again */
+        for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !stopping(&c); si++)
+            if (plan->studies[si].kind == HP_STUDY_IMPORTANCE || plan->studies[si].kind == HP_STUDY_ATTRIBUTION)
+                st = run_scores(&c, si, err);
+        if (st == HP_OK)
+            st = mine && ords ? run_jobs(&c, ords, mine, n, NULL, NULL, err)
+                              : hp_fail(err, HP_ERR_NOMEM, "out of memory");
         free(mine);
         free(ords);
     }
     int64_t ord = jobs ? jobs->n : 0;
-    /* iterative and gradient studies in plan order, in shard 0 only: their work depends on earlier results */
+    /* iterative and gates studies in plan order, in shard 0 only: their work depends on earlier results */
     for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !stopping(&c); si++)
         if (plan->studies[si].kind == HP_STUDY_ITERATIVE)
             st = run_iterative(&c, si, &ord, err);
-        else if (plan->studies[si].kind == HP_STUDY_IMPORTANCE || plan->studies[si].kind == HP_STUDY_ATTRIBUTION)
-            st = run_scores(&c, si, err);
         else if (plan->studies[si].kind == HP_STUDY_GATES)
             st = run_gates(&c, si, &ord, err);
     sum->n_jobs = c.done;

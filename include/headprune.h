@@ -99,6 +99,9 @@ struct hp_model_info {
     int d_ff;
     int n_vocab;
     int n_ctx;      /* maximum positions */
+    /* Mistral's sliding window: each token attends to itself and the window - 1
+     * tokens before it; 0 = no window */
+    int window;
     int64_t n_params;
     char dtype[8];  /* stored dtype of the weights: "f32", "f16", "bf16" */
     bool causal;       /* decoder (GPT-2, Llama) vs encoder (BERT) */
@@ -285,6 +288,12 @@ int hp_unit_count(const struct hp_model_info *info, bool kv);
  * query heads do not group evenly over the KV heads. */
 int hp_unit_width(const struct hp_model_info *info, bool kv);
 
+/* Whether the checkpoint lacks every query head of unit (layer, unit) (a
+ * pruned checkpoint: hp_model_info.pruned). Studies leave such units out:
+ * ablating them changes nothing, and a curve that "pruned" them would
+ * claim heads for free. */
+bool hp_unit_pruned(const struct hp_model_info *info, bool kv, int layer, int unit);
+
 /* "head" or "KV group"; plural: "heads" or "KV groups". Static. */
 const char *hp_unit_name(bool kv, bool plural);
 
@@ -372,6 +381,14 @@ bool hp_metric_parse(const char *name, enum hp_metric *out);
 /* +1 when a larger value is worse (loss, kl), -1 when it is better (acc, cos):
  * damage = sign * value ranks variants the same way for every metric. */
 int hp_metric_sign(enum hp_metric m);
+
+/* What the metric's values, and effects on it, are counted in, for axis labels:
+ * "nats" (loss, kl), "fraction correct" (acc), "cosine similarity" (cos). Static. */
+const char *hp_metric_unit(enum hp_metric m);
+
+/* How an effect is measured on the metric, signed so that larger = worse, as one
+ * phrase: "effect = loss - baseline loss (nats; larger = worse)", ... Static. */
+const char *hp_metric_effect_text(enum hp_metric m);
 
 struct hp_metrics {
     int n_seqs;
@@ -867,6 +884,41 @@ struct hp_query_opts {
 /* Destructor of *out: hp_table_free. Opens the database read-only. */
 enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, struct hp_table **out,
                         struct hp_error *err);
+
+// --- reports ----------------------------------------------------------------
+
+struct hp_report_opts {
+    const char *db_path;
+    int64_t sweep_id;    /* 0 = the newest sweep */
+    const char *out;     /* the HTML file to write; replaced whole or not at all */
+    const char *svg_dir; /* NULL, or a folder (made when missing, its parent must exist) to hold each
+                          * figure as its own SVG file, <figure id>.svg */
+    double eps;          /* redundancy: a unit whose effect is below eps counts as redundant, as
+                          * `query redundancy --eps` (0.01 there by default) */
+};
+
+struct hp_report_summary {
+    int64_t sweep_id;  /* the sweep reported */
+    int n_figures;     /* figures drawn (each layer's pair matrix counts as one) */
+    int n_left_out;    /* figures left out, each with a line in the report naming the study that
+                        * would produce it */
+    int n_svg;         /* SVG files written into svg_dir */
+};
+
+/*
+ * Write one self-contained HTML report of a sweep of the database at
+ * db_path (opened read-only; every number is read through the queries, in
+ * one snapshot, so a figure shows what `headprune query` prints): the layers
+ * x heads heatmap of single-head effects (and of KV groups), the pruning
+ * curves, per-layer redundancy, pair interactions, and what was run. No
+ * scripts, no styles, fonts or images from anywhere else: inline SVG and one
+ * inline style sheet, under a Content-Security-Policy that forbids loading
+ * anything. Every string from the database is escaped. The files appear
+ * whole or not at all (each written to a temporary file beside it, then
+ * renamed): on any error nothing was changed. sum may be NULL.
+ */
+enum hp_status hp_report_write(const struct hp_report_opts *o, struct hp_report_summary *sum,
+                               struct hp_error *err);
 
 #ifdef __cplusplus
 }

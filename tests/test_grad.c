@@ -319,6 +319,15 @@ Test(grad, bert_classifier_matches_finite_differences)
     check_fd("bert-cls", "data.jsonl", NULL, HP_ABLATE_ZERO);
 }
 
+/* The reverse pass through a sliding window and scaled rotary embeddings (their forward: test_reference.c). */
+Test(grad, window_and_rope_scaling_match_finite_differences)
+{
+    float g[8] = {1, 0, 1, 0.5f, 1, 1, 0.25f, 1};
+    check_fd("mistral-window", "data.npy", g, HP_ABLATE_ZERO);
+    check_fd("llama-rope-llama3", "data.npy", g, HP_ABLATE_ZERO);
+    check_fd("llama-rope-dynamic", "data.npy", NULL, HP_ABLATE_ZERO);
+}
+
 Test(grad, kl_matches_finite_differences)
 {
     float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1}, gb[8] = {1, 0, 1, 0.5f, 1, 1, 0.25f, 1};
@@ -376,6 +385,134 @@ Test(grad, mean_ablation_matches_finite_differences_at_live_heads)
 {
     float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 1, 1, 1, 0, 1};
     check_fd("gpt2-tiny", "data.npy", g, HP_ABLATE_MEAN);
+}
+
+/*
+ * A gradient at the unmasked model keeps that pass's metrics, and
+ * hp_evaluator_run_many hands them out instead of running it again: equal
+ * to a fresh evaluator's within float rounding (the same forward, the loss's
+ * log-sum-exp summed online), accuracy and token counts exactly, KL 0.
+ */
+static void check_unmasked_kept(const char *name, const char *data)
+{
+    struct fix a, b;
+    fix_open(&a, name, data);
+    fix_open(&b, name, data);
+    const int HH = a.in->n_layers * a.in->n_heads;
+    double g[HH];
+    struct hp_error err = {0};
+    struct hp_metrics *ma, *mb;
+    cr_assert_eq(hp_evaluator_run(a.ev, NULL, HP_ABLATE_ZERO, &ma, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad(b.ev, HP_METRIC_LOSS, NULL, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_OK, "%s",
+                 err.msg);
+    cr_assert(b.ev->kept && !b.ev->kept_gate, "%s: the gradient pass kept no metrics", name);
+    struct hp_mask *ones = hp_mask_new(a.in->n_layers, a.in->n_heads); /* all gates 1: the unmasked model too */
+    cr_assert_eq(hp_evaluator_run(b.ev, ones, HP_ABLATE_MEAN, &mb, &err), HP_OK, "%s", err.msg);
+    cr_expect(fabs(mb->loss - ma->loss) <= 1e-6 * ma->loss, "%s: loss %.9g kept, %.9g run", name, mb->loss, ma->loss);
+    cr_expect(mb->acc == ma->acc && mb->n_tokens == ma->n_tokens && mb->kl == 0 && ma->kl == 0,
+              "%s: acc %.9g / %.9g, tokens %lld / %lld, kl %g / %g", name, mb->acc, ma->acc, (long long)mb->n_tokens,
+              (long long)ma->n_tokens, mb->kl, ma->kl);
+    for (int s = 0; s < ma->n_seqs; s++)
+        cr_expect(fabs(mb->seq_loss[s] - ma->seq_loss[s]) <= 1e-6 * fmax(1, ma->seq_loss[s]) &&
+                      mb->seq_acc[s] == ma->seq_acc[s] && mb->seq_tokens[s] == ma->seq_tokens[s] &&
+                      mb->seq_kl[s] == 0,
+                  "%s: sequence %d: loss %.9g / %.9g, acc %g / %g", name, s, mb->seq_loss[s], ma->seq_loss[s],
+                  mb->seq_acc[s], ma->seq_acc[s]);
+    hp_metrics_free(ma);
+    hp_metrics_free(mb);
+    /* a variant is still run, and the plain (reference) path never takes the kept metrics */
+    ones->gate[1] = 0;
+    cr_assert_eq(hp_evaluator_run(b.ev, ones, HP_ABLATE_ZERO, &mb, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_run(a.ev, ones, HP_ABLATE_ZERO, &ma, &err), HP_OK, "%s", err.msg);
+    cr_expect(mb->loss == ma->loss && mb->kl > 0, "%s: variant loss %.9g / %.9g", name, mb->loss, ma->loss);
+    hp_metrics_free(ma);
+    hp_metrics_free(mb);
+    hp_mask_free(ones);
+    fix_close(&a);
+    fix_close(&b);
+}
+
+/* A gradient of metric at a variant (gates g under abl) keeps that variant's metrics, KL and cosine included. */
+static void check_variant_kept(const char *name, const char *data, enum hp_metric metric, const float *g,
+                               enum hp_ablation abl)
+{
+    struct fix a, b;
+    fix_open(&a, name, data);
+    fix_open(&b, name, data);
+    const int HH = a.in->n_layers * a.in->n_heads;
+    double grad[HH];
+    struct hp_error err = {0};
+    struct hp_metrics *ma, *mb;
+    struct hp_mask *mk = mask_of(&a, g);
+    cr_assert_eq(hp_evaluator_run(a.ev, mk, abl, &ma, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad(b.ev, metric, mk, abl, grad, NULL, NULL, &err), HP_OK, "%s", err.msg);
+    cr_assert(b.ev->kept && b.ev->kept_gate, "%s: the gradient pass kept no metrics", name);
+    cr_assert_eq(hp_evaluator_run(b.ev, mk, abl, &mb, &err), HP_OK, "%s", err.msg);
+    const double tol = 1e-6;
+    cr_expect(fabs(mb->loss - ma->loss) <= tol * fmax(1, ma->loss) && fabs(mb->kl - ma->kl) <= tol * fmax(1, ma->kl) &&
+                  fabs(mb->cos - ma->cos) <= tol && mb->acc == ma->acc && mb->n_tokens == ma->n_tokens,
+              "%s (%s): kept loss %.9g kl %.9g cos %.9g acc %.9g, run %.9g %.9g %.9g %.9g", name, hp_metric_name(metric),
+              mb->loss, mb->kl, mb->cos, mb->acc, ma->loss, ma->kl, ma->cos, ma->acc);
+    for (int s = 0; s < ma->n_seqs; s++)
+        cr_expect(fabs(mb->seq_loss[s] - ma->seq_loss[s]) <= tol * fmax(1, ma->seq_loss[s]) &&
+                      fabs(mb->seq_kl[s] - ma->seq_kl[s]) <= tol * fmax(1, ma->seq_kl[s]) &&
+                      fabs(mb->seq_cos[s] - ma->seq_cos[s]) <= tol && mb->seq_acc[s] == ma->seq_acc[s],
+                  "%s: sequence %d: loss %.9g / %.9g, kl %.9g / %.9g, cos %.9g / %.9g", name, s, mb->seq_loss[s],
+                  ma->seq_loss[s], mb->seq_kl[s], ma->seq_kl[s], mb->seq_cos[s], ma->seq_cos[s]);
+    cr_expect(ma->has_cos || ma->kl > 0, "%s: a variant with no KL", name);
+    hp_metrics_free(ma);
+    hp_metrics_free(mb);
+    hp_mask_free(mk);
+    fix_close(&a);
+    fix_close(&b);
+}
+
+Test(grad, a_gradient_at_a_variant_keeps_its_metrics)
+{
+    float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1}, gb[8] = {1, 0, 1, 0.5f, 1, 1, 0.25f, 1};
+    check_variant_kept("gpt2-tiny", "data.npy", HP_METRIC_LOSS, g, HP_ABLATE_ZERO);
+    check_variant_kept("gpt2-tiny", "data.npy", HP_METRIC_KL, g, HP_ABLATE_MEAN);
+    check_variant_kept("llama-gqa", "data.npy", HP_METRIC_LOSS, g, HP_ABLATE_ZERO);
+    check_variant_kept("bert-mlm", "data.jsonl", HP_METRIC_LOSS, gb, HP_ABLATE_ZERO);
+    check_variant_kept("bert-cls", "data.jsonl", HP_METRIC_LOSS, gb, HP_ABLATE_ZERO);
+    check_variant_kept("bert-cls", "data.jsonl", HP_METRIC_KL, gb, HP_ABLATE_ZERO);
+    check_variant_kept("bert-encoder", "data.jsonl", HP_METRIC_COS, gb, HP_ABLATE_ZERO);
+}
+
+/* Without room for the unmasked model's reference of the whole set, each chunk makes its own: the same
+ * gradients (KL), and a variant's metrics under the loss are left to the reuse path. */
+Test(grad, a_reference_too_big_to_keep_is_made_per_chunk)
+{
+    struct fix a, b;
+    fix_open(&a, "gpt2-tiny", "data.npy");
+    fix_open(&b, "gpt2-tiny", "data.npy");
+    b.ev->grad_ref_tried = true; /* as when the whole set's reference does not fit */
+    float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1};
+    struct hp_mask *mk = mask_of(&a, g);
+    double ga[12], gb[12], va, vb;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_evaluator_grad(a.ev, HP_METRIC_KL, mk, HP_ABLATE_ZERO, ga, NULL, &va, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad(b.ev, HP_METRIC_KL, mk, HP_ABLATE_ZERO, gb, NULL, &vb, &err), HP_OK, "%s", err.msg);
+    cr_assert(a.ev->grad_ref && !b.ev->grad_ref);
+    cr_expect_eq(va, vb, "KL %.17g with the whole set's reference, %.17g per chunk", va, vb);
+    for (int i = 0; i < 12; i++)
+        cr_expect_eq(ga[i], gb[i], "head %d: %.17g / %.17g", i, ga[i], gb[i]);
+    cr_assert(hp_eval_kept_matches(b.ev, mk, HP_ABLATE_ZERO), "the KL pass's metrics are not kept");
+    mk->gate[0] = 0;
+    cr_assert_eq(hp_evaluator_grad(b.ev, HP_METRIC_LOSS, mk, HP_ABLATE_ZERO, gb, NULL, NULL, &err), HP_OK, "%s",
+                 err.msg);
+    cr_expect(!hp_eval_kept_matches(b.ev, mk, HP_ABLATE_ZERO), "a variant's metrics kept without a reference");
+    hp_mask_free(mk);
+    fix_close(&a);
+    fix_close(&b);
+}
+
+Test(grad, a_gradient_at_the_unmasked_model_keeps_its_metrics)
+{
+    check_unmasked_kept("gpt2-tiny", "data.npy");
+    check_unmasked_kept("llama-gqa", "data.npy");
+    check_unmasked_kept("bert-mlm", "data.jsonl");
+    check_unmasked_kept("bert-cls", "data.jsonl");
 }
 
 /*

@@ -459,3 +459,45 @@ Test(model, llama_config_opens)
     cr_assert_eq(hp_model_get_info(m)->d_head, 8);
     hp_model_close(m);
 }
+
+/* config.json of fixture name in the temporary model folder, then an edit as edit_config. */
+static void llama_config(const char *name, const char *from, const char *to)
+{
+    char p[1200];
+    size_t n;
+    snprintf(p, sizeof p, "%s/%s/config.json", getenv("HP_FIXTURES"), name);
+    char *c = tu_slurp(p, &n);
+    spit("config.json", c, n);
+    free(c);
+    edit_config(from, to);
+}
+
+Test(model, rope_scaling_of_an_unknown_type)
+{
+    llama_config("llama-rope-linear", "\"rope_type\": \"linear\"", "\"rope_type\": \"yarn\"");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "rope_scaling type \"yarn\" is not supported");
+}
+
+Test(model, rope_scaling_factor_below_1)
+{
+    llama_config("llama-rope-linear", "\"factor\": 4.0", "\"factor\": 0.5");
+    expect_fail(HP_ERR_FORMAT, "config.json", "\"factor\" of at least 1");
+}
+
+Test(model, rope_scaling_llama3_without_its_frequencies)
+{
+    llama_config("llama-rope-llama3", "\"high_freq_factor\": 4.0,", "");
+    expect_fail(HP_ERR_FORMAT, "config.json", "low_freq_factor and high_freq_factor");
+}
+
+Test(model, rope_scaling_not_an_object)
+{
+    llama_config("llama-rope-linear", "\"rope_scaling\": {", "\"rope_scaling\": 3, \"x\": {");
+    expect_fail(HP_ERR_FORMAT, "config.json", "\"rope_scaling\" must be an object or null");
+}
+
+Test(model, qwen2_sliding_window_layers)
+{
+    llama_config("qwen2-bias", "\"use_sliding_window\": false", "\"use_sliding_window\": true");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "use_sliding_window");
+}

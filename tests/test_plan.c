@@ -1324,3 +1324,86 @@ Test(plan, gates_study_mistakes)
     load_fails("name: t\nmodel: m\ndata: d.npy\nmetric: acc\nstudies:\n  - gates: {lambda: 1, split: 2}\n", 4,
                "metric", "acc has none", NULL);
 }
+
+// --- pruned checkpoints --------------------------------------------------------------
+
+/*
+ * A pruned checkpoint's missing units are left out of every study: ablating
+ * them changes nothing, and a curve that "pruned" them would claim heads for
+ * free. 3 layers x 4 heads lacking 0.1, 1.0, 1.1, 2.0 and 2.3;
+ * KV groups of 2: kv:1.0 is gone, kv:0.0, kv:2.0 and kv:2.1 are half there.
+ */
+Test(plan, a_pruned_checkpoints_missing_units_are_left_out)
+{
+    struct hp_model_info info = tu_info(3, 4, 2);
+    uint8_t pruned[12] = {0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 1};
+    info.pruned = pruned;
+    info.n_pruned = 5;
+    struct hp_plan *p = load_text("name: t\nmodel: m\ndata: d.npy\nseed: 3\nstudies:\n"
+                                  "  - single\n"
+                                  "  - single: {kv: true, name: single-kv}\n"
+                                  "  - pairs: {layers: [1]}\n"
+                                  "  - layer\n"
+                                  "  - only: {layers: [1]}\n"
+                                  "  - random: {k: [7], samples: 20}\n");
+    struct hp_joblist *jl = expand_ok(p, &info);
+    int n_single = 0, n_kv = 0, n_pairs = 0, n_layer = 0, n_only = 0, n_random = 0;
+    for (int i = 0; i < jl->n; i++) {
+        const struct hp_job *j = &jl->jobs[i];
+        const char *study = p->studies[j->study].name;
+        /* no job ablates only heads the checkpoint lacks, and none is the same as the unmasked model */
+        bool changes = false;
+        for (int h = 0; h < 12; h++)
+            changes |= j->mask->gate[h] == 0.0f && !pruned[h];
+        cr_assert(changes || strcmp(study, "baseline") == 0, "%s: '%s' ablates nothing the checkpoint has", study,
+                  j->label);
+        if (strcmp(study, "single") == 0)
+            n_single++;
+        else if (strcmp(study, "single-kv") == 0)
+            n_kv++;
+        else if (strcmp(study, "pairs") == 0)
+        {
+            n_pairs++;
+            cr_assert_eq(j->k, 2);
+        }
+        else if (strcmp(study, "layer") == 0)
+        {
+            n_layer++;
+            cr_assert_eq(j->k, j->layer == 0 ? 3 : 2, "%s: k %d", j->label, j->k);
+        }
+        else if (strcmp(study, "only") == 0)
+        {
+            n_only++;
+            cr_assert_eq(j->k, 1, "%s: k %d", j->label, j->k);
+        }
+        else if (strcmp(study, "random") == 0) {
+            n_random++;
+            int live = 0;
+            for (int h = 0; h < 12; h++)
+                live += j->mask->gate[h] == 0.0f && !pruned[h];
+            cr_assert_eq(live, 7, "%s ablates %d heads the checkpoint has", j->label, live);
+        }
+    }
+    cr_assert_eq(n_single, 7);
+    cr_assert_eq(n_kv, 5, "KV groups: kv:1.0 is gone, kv:0.0, kv:2.0 and kv:2.1 half there: 5 of 6");
+    cr_assert_eq(n_pairs, 1, "layer 1 has heads 1.2 and 1.3 only");
+    cr_assert_eq(n_layer, 3);
+    cr_assert_eq(n_only, 2);
+    cr_assert_eq(n_random, 20);
+    hp_joblist_free(jl);
+    /* too many to draw from the heads left: the message says why */
+    struct hp_plan *q = load_text("name: t\nmodel: m\ndata: d.npy\nstudies:\n  - random: {k: [8]}\n");
+    struct hp_joblist *jq = (struct hp_joblist *)&jq;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_plan_expand(q, &info, &jq, &err), HP_ERR_PLAN);
+    cr_assert(strstr(err.msg, "k = 8 is more than the 7 heads") && strstr(err.msg, "pruned checkpoint lacks"), "%s",
+              err.msg);
+    hp_plan_free(q);
+    /* the iterative schedule counts the units left, and the layers that have any */
+    struct hp_plan *it = load_text("name: t\nmodel: m\ndata: d.npy\nstudies:\n  - iterative: {prune: 20%}\n");
+    struct hp_iterative_schedule sc = hp_study_schedule(&it->studies[1], &info);
+    cr_assert_eq(sc.n_units, 7);
+    cr_assert_eq(sc.n_layers, 3);
+    hp_plan_free(it);
+    hp_plan_free(p);
+}

@@ -30,6 +30,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "headprune.h"
+#include "query_int.h" // readers: several queries over one snapshot (the report's)
 
 #include <criterion/criterion.h>
 #include <sqlite3.h>
@@ -1375,6 +1376,133 @@ Test(query, bad_options)
 Test(query, table_free_accepts_null)
 {
     hp_table_free(NULL);
+}
+
+// --- readers (query_int.h) ----------------------------------------------------------------
+
+static struct hp_query_reader *reader(void)
+{
+    struct hp_query_reader *rd = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_query_reader_open(g_db, &rd, &err), HP_OK, "%s", err.msg);
+    return rd;
+}
+
+Test(query, a_reader_tells_what_was_run)
+{
+    build();
+    struct hp_query_reader *rd = reader();
+    struct hp_table *t = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_query_run_info(rd, 0, &t, &err), HP_OK, "%s", err.msg);
+    static const char *const cols[] = {"field", "value"};
+    /* sweep 2 as db_build wrote it; 33 distinct variants (the baseline twice, the scored candidate once), each
+     * with wall_s 0.5; the baseline's loss the token-weighted mean of 2.0 2.2 1.8 2.4 over 10 20 30 40 */
+    static const char *const want[] = {
+        "sweep_id", "2", "sweep_name", "full", "ablation", "mean", "metric", "loss",
+        "sweep_created", "2024-02-01T00:00:00Z", "sweep_updated", "2024-02-01T01:00:00Z",
+        "plan_name", "full", "plan_path", "plans/full.yaml", "plan_digest", "p2", "plan_text", "",
+        "model_path", "models/tiny", "model_type", "llama", "n_layers", "2", "n_heads", "4", "n_kv_heads", "2",
+        "d_head", "8", "n_params", "1000", "model_digest", "md",
+        "data_path", "data/val.npy", "n_seqs", "4", "seq_len", "16", "data_digest", "dd",
+        "baseline", "2.140000",
+        "results", "33", "engine_versions", "0.1.0", "numeric_versions", "1", "kernels", "haswell", "hosts", "test",
+        "threads_min", "1", "threads_max", "1", "first_result", "2024-01-01T00:00:00Z",
+        "last_result", "2024-01-01T00:00:00Z", "wall_s", "16.5"};
+    expect_table(t, 2, cols, "00", 33, want);
+    // numbers where the field is one
+    cr_assert_eq(t->values[2 * 12 + 1], 2.0, "n_layers as a number");
+    cr_assert_eq(t->values[2 * 22 + 1], 2.14, "baseline as a number");
+    hp_table_free(t);
+
+    // sweep 1, named; an unknown sweep
+    cr_assert_eq(hp_query_run_info(rd, 1, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_str_eq(cell(t, 1, 1), "old");
+    cr_assert_str_eq(cell(t, 3, 1), "acc");
+    // the baseline's acc: (10 x 0.5 + 20 x 0.4 + 30 x 0.6 + 40 x 0.45) / 100
+    cr_assert_str_eq(cell(t, 22, 1), "0.490000");
+    hp_table_free(t);
+    t = (struct hp_table *)1;
+    cr_assert_eq(hp_query_run_info(rd, 9, &t, &err), HP_ERR_ARG);
+    cr_assert_null(t);
+    cr_assert(strstr(err.msg, "no sweep 9"), "%s", err.msg);
+    hp_query_reader_close(rd);
+}
+
+Test(query, a_reader_lists_a_sweeps_studies_in_plan_order)
+{
+    build();
+    struct hp_query_reader *rd = reader();
+    struct hp_table *t = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_query_studies(rd, 2, &t, &err), HP_OK, "%s", err.msg);
+    static const char *const cols[] = {"study", "kind", "kv", "jobs", "rank"};
+    static const char *const want[] = {
+        "baseline", "baseline", "0", "1", "",      "single",    "single",    "0", "8", "",
+        "kvsingle", "single",   "1", "2", "",      "only",      "only",      "0", "8", "",
+        "layer",    "layer",    "0", "2", "",      "random",    "random",    "0", "4", "",
+        "pairs",    "pairs",    "0", "5", "",      "iterative", "iterative", "0", "3", "exact"};
+    expect_table(t, 5, cols, "00110", 8, want);
+    hp_table_free(t);
+    cr_assert_eq(hp_query_studies(rd, 1, &t, &err), HP_OK, "%s", err.msg);
+    static const char *const want1[] = {"baseline", "baseline", "0", "1", "", "pairs", "pairs", "0", "1", "",
+                                        "sets",     "explicit", "0", "2", ""};
+    expect_table(t, 5, cols, "00110", 3, want1);
+    hp_table_free(t);
+
+    // an iterative study that stored gradient scores is gradient-ranked; gradient studies come last
+    hp_query_reader_close(rd);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "INSERT INTO gradients VALUES (1, 'g', 1, 1, 'zero', '', 2, 4, 4, 2.0, x'', x'', x'', 0.1, '0.1.0', 1, "
+             "'test', 1, 'haswell', '2024-01-01T00:00:00Z');"
+             "INSERT INTO unit_scores VALUES (2, 'iterative', 'iterative', 0, 1, 0, 0, '0.0', 1, 1, 'layer', 1),"
+             "(2, 'imp', 'importance', 0, 0, 0, 0, '0.0', 1, 1, 'layer', 1),"
+             "(2, 'imp', 'importance', 0, 0, 0, 1, '0.1', 1, 1, 'layer', 1)");
+    sqlite3_close(db);
+    rd = reader();
+    cr_assert_eq(hp_query_studies(rd, 2, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(t->n_rows, 9);
+    cr_assert_str_eq(cell(t, 7, 4), "gradient");
+    cr_assert_str_eq(cell(t, 8, 0), "imp");
+    cr_assert_str_eq(cell(t, 8, 1), "importance");
+    cr_assert_str_eq(cell(t, 8, 3), "2");
+    hp_table_free(t);
+    hp_query_reader_close(rd);
+}
+
+Test(query, a_reader_sees_one_snapshot)
+{
+    build();
+    struct hp_query_reader *rd = reader();
+    struct hp_table *t = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_query_run_info(rd, 0, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_str_eq(cell(t, 0, 1), "2");
+    hp_table_free(t);
+    // another connection adds a newer sweep (sweep 1's jobs again) while the reader is open
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "INSERT INTO sweeps VALUES (3, 'k3', 1, 1, 1, 'new', 'zero', 'loss', '2024-03-01T00:00:00Z', "
+             "'2024-03-01T00:00:00Z');"
+             "INSERT INTO sweep_jobs SELECT 3, ord, variant_id, study, kind, kv, label, layer, unit, unit2, step, "
+             "sample, k FROM sweep_jobs WHERE sweep_id = 1");
+    sqlite3_close(db);
+    struct hp_query_opts o = opts(HP_QUERY_HEADS);
+    cr_assert_eq(hp_query_read(rd, &o, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert(strstr(t->note, "sweep 2,"), "the newest sweep of the reader's snapshot is 2: %s", t->note);
+    hp_table_free(t);
+    cr_assert_eq(hp_query_run_info(rd, 0, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_str_eq(cell(t, 0, 1), "2");
+    hp_table_free(t);
+    hp_query_reader_close(rd);
+    // a new reader sees it
+    rd = reader();
+    cr_assert_eq(hp_query_run_info(rd, 0, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_str_eq(cell(t, 0, 1), "3");
+    hp_table_free(t);
+    hp_query_reader_close(rd);
+    hp_query_reader_close(NULL);
 }
 
 /*

@@ -182,6 +182,10 @@ Test(reference, bert_encoder_noprefix_cosine) { check_fixture("bert-encoder"); }
 Test(reference, llama_gqa) { check_fixture("llama-gqa"); }
 Test(reference, llama_gqa_sharded) { check_fixture("llama-gqa-sharded"); }
 Test(reference, llama_tied_bf16) { check_fixture("llama-tied-bf16"); }
+Test(reference, llama_rope_scaling_llama3) { check_fixture("llama-rope-llama3"); }
+Test(reference, llama_rope_scaling_linear) { check_fixture("llama-rope-linear"); }
+Test(reference, llama_rope_scaling_dynamic) { check_fixture("llama-rope-dynamic"); }
+Test(reference, mistral_sliding_window) { check_fixture("mistral-window"); }
 Test(reference, qwen2_bias_f16) { check_fixture("qwen2-bias"); }
 Test(reference, stories260K_real_checkpoint) { check_fixture("stories260K"); }
 Test(reference, bert_sequence_classification) { check_fixture("bert-cls"); }

@@ -866,3 +866,27 @@ Test(sweep, a_gradient_study_on_a_model_without_a_loss_is_refused_before_anythin
     snprintf(args, sizeof args, "plan %s", p);
     cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "%s", errs);
 }
+
+/*
+ * A pruned checkpoint (the exported gpt2-tiny lacks 0.1, 2.0 and 2.3): its
+ * missing heads are in no study's jobs or scores, and the iterative curve
+ * prunes only heads it has.
+ */
+Test(sweep, a_pruned_checkpoints_missing_heads_are_left_out)
+{
+    char p[1024], db[128], args[2048], errs[4096];
+    write_fixture_plan(p, sizeof p, "exported/gpt2-tiny", "../../gpt2-tiny/data.npy",
+                       "studies:\n  - single\n  - attribution\n  - iterative: {prune: 25%}\n");
+    path(db, sizeof db, "pruned.db");
+    snprintf(args, sizeof args, "run %s --db %s --quiet --threads 1", p, db);
+    cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "%s", errs);
+    cr_assert_eq(count(db, "SELECT count(*) FROM jobs WHERE kind = 'single'"), 9);
+    cr_assert_eq(count(db, "SELECT count(*) FROM jobs WHERE kind = 'single' AND label IN ('0.1', '2.0', '2.3')"), 0);
+    cr_assert_eq(count(db, "SELECT count(*) FROM unit_scores"), 9, "attribution scores only the heads it has");
+    cr_assert_eq(count(db, "SELECT count(*) FROM jobs WHERE kind = 'iterative' AND (mask_text LIKE '%0.1%' OR "
+                           "mask_text LIKE '%2.0%' OR mask_text LIKE '%2.3%')"),
+                 0, "the curve prunes heads the checkpoint lacks");
+    /* 9 heads, 2 a step (25% of 9, rounded) down to none: the points ablate 0, 2, 4, 6, 8 and 9 heads */
+    cr_assert_eq(count(db, "SELECT max(k) FROM jobs WHERE kind = 'iterative'"), 9);
+    cr_assert_eq(count(db, "SELECT count(*) FROM jobs WHERE kind = 'iterative'"), 6);
+}

@@ -26,7 +26,7 @@ import hp_ref  # noqa: E402
 
 from transformers import (  # noqa: E402
     BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel,
-    LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+    LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
 )
 import transformers  # noqa: E402
 
@@ -393,6 +393,63 @@ def llama_tied_bf16(out):
     return finish(out, name, "data.npy", model, "llama", "causal", data, False, LlamaForCausalLM)
 
 
+def llama_rope(out, kind):
+    """A Llama whose rotary embedding is scaled as config.json's rope_scaling says."""
+    name = "llama-rope-" + kind
+    # llama3 at d_head 16: of the frequencies at theta 500000, one falls between the wavelengths the
+    # type blends (original 16 / high 4 .. 16 / low 1) and the rest beyond them (slowed by factor);
+    # dynamic applies past max_position_embeddings: 16-token data on a model of 8 positions
+    scaling = {"llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 16},
+               "linear": {"rope_type": "linear", "factor": 4.0},
+               "dynamic": {"rope_type": "dynamic", "factor": 2.0}}[kind]
+    cfg = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=8 if kind == "dynamic" else 64, rope_theta=500000.0,
+                      rope_scaling=scaling, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                      initializer_range=INIT, bos_token_id=1, eos_token_id=2)
+    model = make(LlamaForCausalLM, cfg, {"llama3": 7, "linear": 7, "dynamic": 10}[kind])
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    data = write_npy(d, causal_data(97, 107))
+    cases = finish(out, name, "data.npy", model, "llama", "causal", data, False, LlamaForCausalLM)
+    # the scaling must matter: the same weights without it give other logits
+    plain = copy.deepcopy(cfg)
+    plain.rope_scaling = None
+    plain.max_position_embeddings = 64
+    unscaled = LlamaForCausalLM(plain).eval()
+    unscaled.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        diff = float((unscaled(data["ids"]).logits - model(data["ids"]).logits).abs().max())
+    print(f"    {name}: max |logits - unscaled logits| = {diff:.3g}")
+    assert diff > 1e-3, diff
+    return cases
+
+
+def mistral_window(out):
+    """A Mistral whose sliding window (20) is shorter than its 96-token data: the engine's causal attention
+    goes by bands of 64 queries, so the second band's keys start inside the data (at 64 - 20 + 1)."""
+    name = "mistral-window"
+    cfg = MistralConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                        sliding_window=20, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                        initializer_range=INIT, bos_token_id=1, eos_token_id=2)
+    model = make(MistralForCausalLM, cfg, 8)
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    data = write_npy(d, np.random.default_rng(108).integers(0, 97, size=(N_SEQS, 96)).astype(np.int32))
+    cases = finish(out, name, "data.npy", model, "llama", "causal", data, False, MistralForCausalLM)
+    full = copy.deepcopy(cfg)
+    full.sliding_window = None
+    nowin = MistralForCausalLM(full).eval()
+    nowin.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        diff = float((nowin(data["ids"]).logits - model(data["ids"]).logits).abs().max())
+    print(f"    {name}: max |logits - logits without the window| = {diff:.3g}")
+    assert diff > 1e-3, diff
+    return cases
+
+
 def qwen2_bias(out):
     name = "qwen2-bias"
     cfg = Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -496,6 +553,10 @@ FIXTURES = {
     "llama-gqa": llama_gqa,  # also writes llama-gqa-sharded
     "llama-tied-bf16": llama_tied_bf16,
     "qwen2-bias": qwen2_bias,
+    "llama-rope-llama3": lambda out: llama_rope(out, "llama3"),
+    "llama-rope-linear": lambda out: llama_rope(out, "linear"),
+    "llama-rope-dynamic": lambda out: llama_rope(out, "dynamic"),
+    "mistral-window": mistral_window,
     "gpt2-pruned": gpt2_pruned,
     "bert-mlm-pruned": bert_mlm_pruned,
 }

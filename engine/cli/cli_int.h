@@ -30,6 +30,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_query(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
 

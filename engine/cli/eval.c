@@ -195,12 +195,6 @@ int cmd_eval(int argc, char **argv)
     double t0 = hp_now();
     /* the unmasked model beside the variant (its pass is the one the variant resumes from) */
     const bool changed = hp_mask_first_changed(mask, in->n_layers) < in->n_layers;
-    const struct hp_mask *both[2] = {mask, NULL};
-    struct hp_metrics *out2[2] = {NULL, NULL};
-    if (hp_evaluator_run_many(ev, both, changed ? 2 : 1, abl, out2, &err) != HP_OK)
-        goto out;
-    mt = out2[0];
-    base = out2[1];
     const int HH = in->n_layers * in->n_heads;
     double grad_loss = 0;
     const char *grad_what = grad_metric == HP_METRIC_COS ? "1 - cos" : grad_metric == HP_METRIC_KL ? "KL" : "loss";
@@ -216,6 +210,13 @@ int cmd_eval(int argc, char **argv)
         if (hp_evaluator_grad(ev, grad_metric, mask, abl, grad, atp, &grad_loss, &err) != HP_OK)
             goto out;
     }
+    /* after the gradient: at the unmasked model its forward was the unmasked pass, and is not run again */
+    const struct hp_mask *both[2] = {mask, NULL};
+    struct hp_metrics *out2[2] = {NULL, NULL};
+    if (hp_evaluator_run_many(ev, both, changed ? 2 : 1, abl, out2, &err) != HP_OK)
+        goto out;
+    mt = out2[0];
+    base = out2[1];
     double secs = hp_now() - t0;
     int n_abl = mask ? hp_mask_count_ablated(mask) : 0;
     const struct hp_metrics *un = base ? base : mt;

@@ -68,6 +68,8 @@ int cmd_inspect(int argc, char **argv)
         cJSON_AddNumberToObject(o, "d_ff", in->d_ff);
         cJSON_AddNumberToObject(o, "n_vocab", in->n_vocab);
         cJSON_AddNumberToObject(o, "n_ctx", in->n_ctx);
+        if (in->window > 0)
+            cJSON_AddNumberToObject(o, "window", in->window);
         cJSON_AddNumberToObject(o, "n_params", (double)in->n_params);
         cJSON_AddStringToObject(o, "dtype", in->dtype);
         cJSON_AddBoolToObject(o, "causal", in->causal);
@@ -92,6 +94,9 @@ int cmd_inspect(int argc, char **argv)
         printf("hidden size    %d (MLP %d)\n", in->d_model, in->d_ff);
         printf("vocabulary     %d\n", in->n_vocab);
         printf("positions      %d\n", in->n_ctx);
+        if (in->window > 0)
+            printf("window         %d (each token attends to itself and the %d before it)\n", in->window,
+                   in->window - 1);
         printf("parameters     %lld\n", (long long)in->n_params);
         printf("dtype          %s\n", in->dtype);
         printf("LM head        %s\n", in->has_lm_head ? (in->causal ? "yes" : "yes (MLM)") : "no");

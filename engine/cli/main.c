@@ -28,6 +28,7 @@ static const struct command {
     {"plan", cmd_plan, "expand a YAML plan into jobs and estimate its cost"},
     {"run", cmd_run, "run a plan into an SQLite results database (resumable, shardable)"},
     {"query", cmd_query, "pruning curves, head effects, sets, comparisons, redundancy, pairs, gradient scores, SQL"},
+    {"report", cmd_report, "a sweep's figures as one self-contained HTML file (and SVGs)"},
     {"merge", cmd_merge, "merge shard databases"},
     {"prune", cmd_prune, "write a checkpoint with heads removed (Hugging Face format)"},
 };

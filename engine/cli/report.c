@@ -1,0 +1,116 @@
+/*
+ * report.c -- `headprune report`: a sweep of a results database as one
+ * self-contained HTML file of figures (hp_report_write), and each figure as
+ * its own SVG file on request.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_int.h"
+
+static const char report_help[] =
+    "Usage: headprune report --db FILE [--sweep ID] --out REPORT.html [--svg DIR] [--eps E]\n"
+    "\n"
+    "Write a sweep of a results database (opened read-only) as one HTML file that\n"
+    "needs nothing else: open it in any browser, offline, or mail it. It loads\n"
+    "nothing (no scripts, fonts or images from anywhere); the figures are inline\n"
+    "SVG, labelled with units, in colour-blind-safe palettes, and every mark's\n"
+    "numbers are in its tooltip. Each figure is read through the query that prints\n"
+    "the same numbers as a table (its caption names it), in one snapshot of the\n"
+    "database, so a sweep may be writing meanwhile.\n"
+    "\n"
+    "Figures, when the sweep has the study that produces them (else one line in\n"
+    "the report says which study would):\n"
+    "  single-head effects  layers x heads heatmap of each head's effect when\n"
+    "                       ablated alone (single), a diverging colour scale\n"
+    "                       centred on 0, a dot where the paired 95% CI excludes 0;\n"
+    "                       the same for KV groups (single: {kv: true}) on a model\n"
+    "                       with grouped-query attention\n"
+    "  pruning curves       the metric against % of heads pruned: iterative\n"
+    "                       studies (exact- or gradient-ranked), random studies with\n"
+    "                       their 95% band, the baseline\n"
+    "  redundancy           per layer, side by side: units costing less than --eps\n"
+    "                       alone (default 0.01), the effect of removing the layer's\n"
+    "                       attention (layer), of keeping only its best unit (only)\n"
+    "  pair interactions    for each layer with a pairs study, the matrix of\n"
+    "                       I = D(a and b) - D(a) - D(b)\n"
+    "and what was run: model, data, plan and its text, ablation, metric, engine and\n"
+    "numeric versions, BLIS kernels, threads, hosts and dates.\n"
+    "\n"
+    "Options:\n"
+    "  --db FILE       the results database (`headprune run` writes it)\n"
+    "  --sweep ID      the sweep to show (default: the newest; `headprune query\n"
+    "                  sweeps` lists them)\n"
+    "  --out FILE      the HTML file to write; replaced whole or not at all\n"
+    "  --svg DIR       also write each figure as DIR/<figure>.svg (heatmap.svg,\n"
+    "                  heatmap-kv.svg, curves.svg, redundancy.svg,\n"
+    "                  pairs-layer<L>.svg), for papers; DIR is made if missing\n"
+    "  --eps E         redundancy threshold, as `query redundancy --eps`\n"
+    "\n"
+    "Prints the report's path. A database that is missing, damaged or not\n"
+    "headprune's, an unknown sweep, or an output that cannot be written is one\n"
+    "line on stderr and exit status 1, with nothing written.\n";
+
+int cmd_report(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"db", required_argument, 0, 'd'},  {"sweep", required_argument, 0, 's'},
+        {"out", required_argument, 0, 'o'}, {"svg", required_argument, 0, 'g'},
+        {"eps", required_argument, 0, 'e'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    struct hp_report_opts o = {.eps = 0.01};
+    int c;
+    optind = 1;
+    opterr = 0; /* our one line says what is wrong; getopt's own would be a second */
+    while ((c = getopt_long(argc, argv, ":d:s:o:g:e:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': o.db_path = optarg; break;
+        case 's': {
+            int v;
+            if (!parse_int(optarg, 1, 1 << 30, &v))
+                return usage_error("report", "--sweep must be a positive sweep id");
+            o.sweep_id = v;
+            break;
+        }
+        case 'o': o.out = optarg; break;
+        case 'g': o.svg_dir = optarg; break;
+        case 'e':
+            if (!parse_double(optarg, 0.0, &o.eps))
+                return usage_error("report", "--eps must be a non-negative number");
+            break;
+        case 'h': fputs(report_help, stdout); return 0;
+        case ':': {
+            char msg[160];
+            snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind - 1]);
+            return usage_error("report", msg);
+        }
+        default: {
+            char msg[160];
+            if (optopt)
+                snprintf(msg, sizeof msg, "unknown option '-%c'", optopt);
+            else
+                snprintf(msg, sizeof msg, "unknown option '%.100s'", argv[optind - 1]);
+            return usage_error("report", msg);
+        }
+        }
+    }
+    if (optind != argc)
+        return usage_error("report", "unexpected argument (every input is an option: --db, --out, ...)");
+    if (!o.db_path)
+        return usage_error("report", "--db FILE is required");
+    if (!o.out)
+        return usage_error("report", "--out FILE is required (the HTML file to write)");
+
+    struct hp_error err = {0};
+    struct hp_report_summary sum;
+    if (hp_report_write(&o, &sum, &err) != HP_OK)
+        return die(&err);
+    printf("%s\n", o.out);
+    fprintf(stderr, "%s: report of sweep %lld: %d figure%s, %d left out (the report says which study would draw "
+                    "each)%s%s%s\n",
+            prog, (long long)sum.sweep_id, sum.n_figures, sum.n_figures == 1 ? "" : "s", sum.n_left_out,
+            o.svg_dir ? "; SVG files in " : "", o.svg_dir ? o.svg_dir : "", o.svg_dir ? "/" : "");
+    return 0;
+}

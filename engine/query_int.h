@@ -1,0 +1,60 @@
+/*
+ * query_int.h -- the queries, as other readers of the store use them.
+ *
+ * hp_query (headprune.h) opens the database, answers one question and closes
+ * it. A reader that asks several questions of one sweep (the report: heads,
+ * curve, redundancy, pairs and what was run) must see them all in one
+ * snapshot, even while a sweep writes: a reader holds one read-only
+ * connection and one read transaction for all of them. Every table it
+ * returns is the one `headprune query` prints for the same options, so a
+ * figure shows the numbers the tables show.
+ */
+#ifndef HP_QUERY_INT_H
+#define HP_QUERY_INT_H
+
+#include "headprune.h"
+
+struct hp_query_reader;
+
+/* Open db_path read-only (as hp_query does) and begin one read transaction.
+ * Destructor: hp_query_reader_close. */
+enum hp_status hp_query_reader_open(const char *db_path, struct hp_query_reader **out, struct hp_error *err);
+void hp_query_reader_close(struct hp_query_reader *r);
+
+/* hp_query's answer to o, read in r's snapshot. Destructor of *out: hp_table_free. */
+enum hp_status hp_query_read(struct hp_query_reader *r, const struct hp_query_opts *o, struct hp_table **out,
+                             struct hp_error *err);
+
+/*
+ * What was run for sweep sweep_id (0 = the newest): a table of two columns,
+ * "field" and "value", one row per field, in this order:
+ *   sweep_id, sweep_name, ablation, metric, sweep_created, sweep_updated,
+ *   plan_name, plan_path, plan_digest, plan_text,
+ *   model_path, model_type, n_layers, n_heads, n_kv_heads, d_head, n_params, model_digest,
+ *   data_path, n_seqs, seq_len, data_digest,
+ *   baseline (the baseline's value of the sweep's metric, as the curve's k = 0 row shows it),
+ *   results (finished variants of the sweep), engine_versions, numeric_versions, kernels, hosts
+ *   (each the distinct values of the results, ascending, comma-separated), threads_min,
+ *   threads_max, first_result, last_result (results.created), wall_s (their sum).
+ * Numeric fields carry their number (struct hp_table's values). The sweep is checked as every
+ * sweep query checks it: an unknown sweep (or none), one without a finished baseline or with a
+ * model shape out of range is an error.
+ */
+enum hp_status hp_query_run_info(struct hp_query_reader *r, int64_t sweep_id, struct hp_table **out,
+                                 struct hp_error *err);
+
+/*
+ * The studies of sweep sweep_id (which must exist), in plan order: columns study, kind (as
+ * sweep_jobs and unit_scores name it: single, pairs, iterative, importance, ...), kv (0 or 1),
+ * jobs (its finished jobs, an iterative study's candidates not counted; a gradient study: its
+ * units scored; a gates study: its finished lambdas, their test-time-gate points not counted) and rank (an iterative study's ranking: "exact", or "gradient" when the sweep
+ * stored the gradient scores it pruned by; empty for other kinds).
+ */
+enum hp_status hp_query_studies(struct hp_query_reader *r, int64_t sweep_id, struct hp_table **out,
+                                struct hp_error *err);
+
+/* Whether the database has a table of this name (tables come with schema versions: unit_scores
+ * with 3; a later study's table with its version). */
+enum hp_status hp_query_has_table(struct hp_query_reader *r, const char *name, bool *yes, struct hp_error *err);
+
+#endif
