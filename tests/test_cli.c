@@ -1058,15 +1058,13 @@ Test(cli, sweep_over_a_pruned_checkpoint)
     {
         const char *label = cJSON_GetObjectItem(row, "label")->valuestring;
         double effect = cJSON_GetObjectItem(row, "effect")->valuedouble;
+        /* the heads the checkpoint lacks are no units of the sweep: they are not listed */
         bool pruned = !strcmp(label, "0.1") || !strcmp(label, "2.0") || !strcmp(label, "2.3");
-        if (pruned)
-            cr_assert_eq(effect, 0.0, "pruned head %s has effect %g", label, effect);
-        else
-            cr_assert_neq(effect, 0.0, "head %s has no effect", label);
+        cr_assert_neq(effect, 0.0, "head %s has no effect", label);
         zero += pruned;
         n++;
     }
     cJSON_Delete(rows);
-    cr_assert_eq(n, 12);
-    cr_assert_eq(zero, 3);
+    cr_assert_eq(n, 9);
+    cr_assert_eq(zero, 0, "a head the checkpoint lacks is listed");
 }
