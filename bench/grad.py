@@ -6,10 +6,12 @@ On the random GPT-2-small that build/bench/bench_forward writes
 random tokens, in one run, the tools taking turns within each round:
 
   - headprune: `headprune eval --json` (one pass: forward, loss fused into
-    the LM head) and `headprune eval --grad --json` (the same pass, then
-    hp_evaluator_grad: a forward keeping what the reverse pass reads, the LM
-    head fused with the loss's gradient, and the reverse pass). Both report "seconds" (opening the model and reading the data not
-    included); the gradient's cost is their difference;
+    the LM head) and `headprune eval --grad --json` (hp_evaluator_grad: a
+    forward keeping what the reverse pass reads, the LM head fused with the
+    loss's gradient, and the reverse pass; the unmasked model's metrics are
+    that forward's, not another pass). Both report "seconds" (opening the
+    model and reading the data not included): the forward's, and the
+    forward + backward's;
   - the peer, with --peer-python: Hugging Face transformers 4.x (eager
     attention, PyPI torch, weights requires_grad_(False)),
     `model(ids, labels=ids, head_mask=hm)` timed alone and with
@@ -119,7 +121,7 @@ def main():
         peer = json.loads(r.stdout)
 
     t_f = statistics.median(fw)
-    t_fb = statistics.median(g - f for f, g in zip(fw, fg))  # hp_evaluator_grad alone, paired per round
+    t_fb = statistics.median(fg)  # eval --grad: hp_evaluator_grad, whose forward also gives the metrics
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"{when}, {a.threads} threads, {SEQS} x {T} tokens, medians of {a.reps}\n")
     print("| | forward (loss) s | forward + backward (loss, dL/dgate) s | ratio |")

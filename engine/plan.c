@@ -72,6 +72,7 @@ static const char *const kind_names[] = {
     [HP_STUDY_PAIRS] = "pairs",       [HP_STUDY_ITERATIVE] = "iterative",
     [HP_STUDY_IMPORTANCE] = "importance", [HP_STUDY_ATTRIBUTION] = "attribution",
     [HP_STUDY_ROLES] = "roles",
+    [HP_STUDY_GATES] = "gates",
 };
 #define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
 
@@ -137,6 +138,8 @@ static void study_clear(struct hp_study *s)
     }
     free(s->set_names);
     free(s->set_specs);
+    free(s->lambda);
+    free(s->train);
     memset(s, 0, sizeof *s);
 }
 
@@ -540,16 +543,132 @@ static enum hp_status get_int_list(const struct loader *ld, const char *key, con
     return HP_OK;
 }
 
+// A decimal number (no inf, nan or hex); false if the text is not one.
+static bool scan_number(const char *s, size_t len, double *out)
+{
+    char buf[64];
+    if (len == 0 || len >= sizeof buf)
+        return false;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    // strtod alone would also take "inf", "nan" and hex.
+    for (size_t i = 0; i < len; i++)
+        if (!isdigit((unsigned char)buf[i]) && !strchr(".eE+-", buf[i]))
+            return false;
+    char *end = NULL;
+    double x = strtod(buf, &end);
+    if (end != buf + len || !isfinite(x))
+        return false;
+    *out = x;
+    return true;
+}
+
+// A number above lo (open: lo itself excluded); want names what is expected in messages.
+static enum hp_status get_number(const struct loader *ld, const char *key, const yaml_node_t *v, double lo,
+                                 bool open, const char *want, double *out)
+{
+    if (v->type != YAML_SCALAR_NODE || is_null(v))
+        return fail_at(ld, v, "'%s' must be %s, not %s", key, want, type_word(v));
+    double x = 0;
+    if (!scan_number(text_of(v), v->data.scalar.length, &x) || x < lo || (open && x == lo))
+        return fail_at(ld, v, "'%s' must be %s, not '%.*s%s'", key, want, shown(v), text_of(v), more(v));
+    *out = x;
+    return HP_OK;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// A list of numbers >= 0, or one number; sorted, no repeats.
+static enum hp_status get_lambda_list(const struct loader *ld, const yaml_node_t *v, double **out, int *n_out)
+{
+    const char *want = "a non-negative number or a list of them, like [0.001, 0.01, 0.1]";
+    int n = v->type == YAML_SEQUENCE_NODE ? n_items(v) : 1;
+    if (v->type == YAML_MAPPING_NODE || is_null(v))
+        return fail_at(ld, v, "'lambda' must be %s, not %s", want, type_word(v));
+    if (n == 0)
+        return fail_at(ld, v, "'lambda' is an empty list (give at least one penalty weight)");
+    double *xs = malloc(sizeof *xs * (size_t)n);
+    if (!xs)
+        return hp_fail(ld->err, HP_ERR_NOMEM, "%s: out of memory", ld->path);
+    for (int i = 0; i < n; i++) {
+        const yaml_node_t *it = v->type == YAML_SEQUENCE_NODE ? node(ld, v->data.sequence.items.start[i]) : v;
+        enum hp_status st = it->type == YAML_SCALAR_NODE && !is_null(it)
+                                ? get_number(ld, "lambda", it, 0, false, "a non-negative number", &xs[i])
+                                : fail_at(ld, it, "'lambda' must be %s, not a list of %s", want,
+                                          it->type == YAML_SCALAR_NODE ? "empty items" : "lists");
+        for (int j = 0; st == HP_OK && j < i; j++)
+            if (xs[j] == xs[i])
+                st = fail_at(ld, it, "'lambda' lists %.*s twice", shown(it), text_of(it));
+        if (st) {
+            free(xs);
+            return st;
+        }
+    }
+    hp_qsort(xs, (size_t)n, sizeof *xs, cmp_double);
+    *out = xs;
+    *n_out = n;
+    return HP_OK;
+}
+
+// An unsigned 64-bit seed (the plan's and a gates study's).
+static enum hp_status get_seed(const struct loader *ld, const char *key, const yaml_node_t *v, uint64_t *out)
+{
+    uint64_t x = 0;
+    enum int_scan sc = v->type == YAML_SCALAR_NODE && !is_null(v) ? scan_uint(text_of(v), &x) : INT_NOT;
+    if (sc == INT_OK) {
+        *out = x;
+        return HP_OK;
+    }
+    if (sc == INT_HUGE)
+        return fail_at(ld, v, "'%s' must be below 2^64", key);
+    if (v->type != YAML_SCALAR_NODE || is_null(v))
+        return fail_at(ld, v, "'%s' must be a non-negative integer, not %s", key, type_word(v));
+    return fail_at(ld, v, "'%s' must be a non-negative integer, not '%.*s%s'", key, shown(v), text_of(v), more(v));
+}
+
+// split: a fraction of the sequences (25% or 0.25) or a count of them (8).
+static enum hp_status get_split(const struct loader *ld, const yaml_node_t *v, struct hp_study *s)
+{
+    const char *want = "a fraction of the data's sequences in (0, 1) like 25% or 0.25, or a number of them like 8";
+    if (v->type != YAML_SCALAR_NODE || is_null(v))
+        return fail_at(ld, v, "'split' must be %s, not %s", want, type_word(v));
+    uint64_t n = 0;
+    enum int_scan sc = scan_uint(text_of(v), &n);
+    if (sc == INT_OK && n >= 1 && n <= INT_MAX) {
+        s->split_count = (int)n;
+        return HP_OK;
+    }
+    const char *t = text_of(v);
+    size_t len = v->data.scalar.length;
+    bool percent = len > 1 && t[len - 1] == '%';
+    double x = 0;
+    if (sc == INT_NOT && scan_number(t, percent ? len - 1 : len, &x)) {
+        if (percent)
+            x /= 100.0;
+        if (x > 0 && x < 1) {
+            s->split_frac = x;
+            return HP_OK;
+        }
+    }
+    return fail_at(ld, v, "'split' must be %s, not '%.*s%s'", want, shown(v), t, more(v));
+}
+
 // --- loading: studies --------------------------------------------------------
 
 enum opt {
     O_NAME, O_LAYERS, O_HEADS, O_GROUPS, O_KV, O_K, O_SAMPLES, O_SETS, O_PRUNE, O_FLOOR, O_KEEP1,
-    O_RANK, O_NORMALIZE, O_PROBE_SEQS, O_PROBE_LEN, N_OPTS
+    O_RANK, O_NORMALIZE, O_PROBE_SEQS, O_PROBE_LEN, O_LAMBDA, O_STEPS, O_LR, O_BETA, O_INIT, O_SEED, O_TRAIN,
+    O_SPLIT, N_OPTS
 };
 
 static const char *const opt_names[N_OPTS] = {
     "name", "layers", "heads", "groups", "kv", "k", "samples", "sets", "prune", "floor",
-    "keep_one_per_layer", "rank", "normalize", "probe_seqs", "probe_len",
+    "keep_one_per_layer", "rank", "normalize", "probe_seqs", "probe_len", "lambda", "steps", "lr", "beta", "init",
+    "seed", "train", "split",
 };
 
 #define BIT(o) (1u << (o))
@@ -569,6 +688,8 @@ static const unsigned kind_opts[N_KINDS] = {
     [HP_STUDY_IMPORTANCE] = BIT(O_NAME) | UNIT_OPTS | BIT(O_NORMALIZE),
     [HP_STUDY_ATTRIBUTION] = BIT(O_NAME) | UNIT_OPTS,
     [HP_STUDY_ROLES] = BIT(O_NAME) | BIT(O_PROBE_SEQS) | BIT(O_PROBE_LEN),
+    [HP_STUDY_GATES] = BIT(O_NAME) | BIT(O_LAMBDA) | BIT(O_STEPS) | BIT(O_LR) | BIT(O_BETA) | BIT(O_INIT) |
+                       BIT(O_SEED) | BIT(O_TRAIN) | BIT(O_SPLIT),
 };
 
 static enum hp_status get_word(const struct loader *ld, const char *key, const yaml_node_t *v,
@@ -667,6 +788,26 @@ static enum hp_status get_option(const struct loader *ld, enum opt o, const yaml
     case O_PROBE_LEN:
         return get_int(ld, "'probe_len'", v, HP_ROLES_PROBE_MIN_LEN, "an integer of at least 8 (tokens a half)",
                        &s->probe_len);
+    case O_LAMBDA: return get_lambda_list(ld, v, &s->lambda, &s->n_lambda);
+    case O_STEPS: return get_int(ld, "'steps'", v, 1, "a positive integer", &s->steps);
+    case O_LR: return get_number(ld, "lr", v, 0, true, "a positive number like 0.05", &s->lr);
+    case O_BETA: return get_number(ld, "beta", v, 0, true, "a positive number like 0.667", &s->beta);
+    case O_INIT: return get_number(ld, "init", v, -HUGE_VAL, false, "a number like 3", &s->init);
+    case O_SEED: {
+        enum hp_status st = get_seed(ld, "seed", v, &s->gate_seed);
+        s->gate_seed_set = st == HP_OK;
+        return st;
+    }
+    case O_TRAIN: {
+        char path[sizeof ((struct hp_plan *)0)->data];
+        enum hp_status st = get_path(ld, "train", v, path, sizeof path);
+        if (st == HP_OK && !(s->train = malloc(strlen(path) + 1)))
+            st = hp_fail(ld->err, HP_ERR_NOMEM, "%s: out of memory", ld->path);
+        if (st == HP_OK)
+            strcpy(s->train, path);
+        return st;
+    }
+    case O_SPLIT: return get_split(ld, v, s);
     case N_OPTS: break;
     }
     assert(0);
@@ -721,6 +862,12 @@ static enum hp_status load_study(const struct loader *ld, const yaml_node_t *ite
     s->line = (int)item->start_mark.line + 1;
     snprintf(s->name, sizeof s->name, "%s", kind);
     s->samples = 1;
+    if (s->kind == HP_STUDY_GATES) { /* docs/plans.md, "Gate training": why these */
+        s->steps = 300;
+        s->lr = 0.05;
+        s->beta = 2.0 / 3.0;
+        s->init = 3.0;
+    }
 
     const yaml_node_t *seen[N_OPTS] = {0};
     if (ov && !is_null(ov)) {
@@ -768,11 +915,17 @@ static enum hp_status load_study(const struct loader *ld, const yaml_node_t *ite
         {HP_STUDY_RANDOM, O_K, "random: {k: [2, 4], samples: 5}"},
         {HP_STUDY_EXPLICIT, O_SETS, "explicit: {sets: {early: \"0.*\"}}"},
         {HP_STUDY_ITERATIVE, O_PRUNE, "iterative: {prune: 10%}"},
+        {HP_STUDY_GATES, O_LAMBDA, "gates: {lambda: [0.001, 0.01, 0.1], split: 25%}"},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (s->kind == need[i].kind && !seen[need[i].o])
             return fail_at(ld, kn, "%s '%s' study needs '%s' (e.g. %s)", article(kind), kind,
                            opt_names[need[i].o], need[i].example);
+    if (s->kind == HP_STUDY_GATES && seen[O_TRAIN] && seen[O_SPLIT])
+        return fail_at(ld, seen[O_SPLIT], "'train' and 'split' both name the training data: give one");
+    if (s->kind == HP_STUDY_GATES && !seen[O_TRAIN] && !seen[O_SPLIT])
+        return fail_at(ld, kn, "a 'gates' study needs training data apart from the held-out set: 'train: FILE', or "
+                       "'split: 25%%' to train on that share of the data's sequences (never the ones evaluated)");
     return HP_OK;
 }
 
@@ -802,6 +955,20 @@ static enum hp_status load_studies(const struct loader *ld, const yaml_node_t *v
                 return fail_at(ld, item, "duplicate study name '%s' (the study at line %d has "
                                "it too; give one a 'name:')", s->name, p->studies[j].line);
         has_baseline |= s->kind == HP_STUDY_BASELINE;
+        /* one training set a plan: with split, the held-out set of every study is what the split leaves */
+        for (int j = 1; s->kind == HP_STUDY_GATES && j <= i; j++) {
+            const struct hp_study *g = &p->studies[j];
+            if (g->kind != HP_STUDY_GATES)
+                continue;
+            bool same = g->train && s->train ? strcmp(g->train, s->train) == 0
+                                             : !g->train && !s->train && g->split_frac == s->split_frac &&
+                                                   g->split_count == s->split_count;
+            if (!same)
+                return fail_at(ld, item, "gates studies '%s' (line %d) and '%s' train on different data (a plan "
+                               "has one training set: give them the same 'train' or 'split')", g->name, g->line,
+                               s->name);
+            break;
+        }
     }
     // The spare, first: a baseline (line 0: not in the file), or nothing.
     if (has_baseline) {
@@ -880,21 +1047,7 @@ static enum hp_status load_top(const struct loader *ld, enum top t, const yaml_n
         p->ablation = (enum hp_ablation)i;
         return HP_OK;
     }
-    case T_SEED: {
-        uint64_t x = 0;
-        enum int_scan sc = v->type == YAML_SCALAR_NODE && !is_null(v)
-                               ? scan_uint(text_of(v), &x) : INT_NOT;
-        if (sc == INT_OK) {
-            p->seed = x;
-            return HP_OK;
-        }
-        if (sc == INT_HUGE)
-            return fail_at(ld, v, "'seed' must be below 2^64");
-        if (v->type != YAML_SCALAR_NODE || is_null(v))
-            return fail_at(ld, v, "'seed' must be a non-negative integer, not %s", type_word(v));
-        return fail_at(ld, v, "'seed' must be a non-negative integer, not '%.*s%s'", shown(v),
-                       text_of(v), more(v));
-    }
+    case T_SEED: return get_seed(ld, "seed", v, &p->seed);
     case T_STUDIES: return load_studies(ld, v, p);
     case N_TOP: break;
     }
@@ -939,6 +1092,20 @@ static enum hp_status load_root(const struct loader *ld, const yaml_node_t *root
         if (!seen[required[i]])
             return fail_at(ld, NULL, "missing '%s' (a plan needs name, model, data and studies)",
                            top_names[required[i]]);
+    for (int i = 0; i < p->n_studies; i++) {
+        struct hp_study *s = &p->studies[i];
+        if (s->kind != HP_STUDY_GATES)
+            continue;
+        if (!s->gate_seed_set)
+            s->gate_seed = p->seed;
+        if (p->ablation != HP_ABLATE_ZERO)
+            return fail_at(ld, seen[T_ABLATION], "gates study '%s' (line %d) multiplies each head's output by its "
+                           "gate, so a closed gate is zero ablation: it needs 'ablation: zero' (the default), not %s",
+                           s->name, s->line, hp_ablation_name(p->ablation));
+        if (!strcmp(p->metric, "acc"))
+            return fail_at(ld, seen[T_METRIC], "gates study '%s' (line %d) trains on the metric's gradient, and acc "
+                           "has none (a step function of the gates): use loss, kl or cos", s->name, s->line);
+    }
     return HP_OK;
 }
 
@@ -1491,6 +1658,9 @@ static enum hp_status expand_study(struct expander *e)
                               0, NULL, "%s", why.msg);
         return HP_OK;
     }
+
+    case HP_STUDY_GATES:
+        return HP_OK; // the sweep runner makes these from results, gradients and trained gates
     }
     assert(0);
     return HP_ERR_PLAN;
@@ -1521,7 +1691,8 @@ static int64_t study_jobs(const struct expander *e)
     case HP_STUDY_ITERATIVE:
     case HP_STUDY_IMPORTANCE:
     case HP_STUDY_ATTRIBUTION:
-    case HP_STUDY_ROLES: return 0;
+    case HP_STUDY_ROLES:
+    case HP_STUDY_GATES: return 0;
     }
     return 0;
 }
@@ -1615,6 +1786,8 @@ int hp_iterative_step(const struct hp_iterative_schedule *sc, int left)
  */
 long hp_study_evals(const struct hp_study *s, const struct hp_model_info *info)
 {
+    if (s->kind == HP_STUDY_GATES) /* each lambda's pruned set, and the model at its fractional gates */
+        return 2L * s->n_lambda;
     if (s->kind != HP_STUDY_ITERATIVE)
         return 0;
     struct hp_iterative_schedule sc = hp_study_schedule(s, info);
@@ -1641,6 +1814,8 @@ long hp_study_backwards(const struct hp_study *s, const struct hp_model_info *in
 {
     if (s->kind == HP_STUDY_IMPORTANCE || s->kind == HP_STUDY_ATTRIBUTION)
         return 1;
+    if (s->kind == HP_STUDY_GATES) /* one a training step, over the training set */
+        return (long)s->steps * s->n_lambda;
     if (s->kind != HP_STUDY_ITERATIVE || s->rank != HP_RANK_GRADIENT)
         return 0;
     return hp_study_evals(s, info) - 1;

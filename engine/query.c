@@ -354,6 +354,7 @@ struct q {
     int n_layers, n_heads;
     int n_kv_heads; // 0 when unknown or uneven
     bool full_mask; // curve: also each step's cumulative mask
+    int cv_kept;    // curve: the column of query heads kept (-1: none, for a curve without gates studies)
     long long base_variant;
     double base; // the baseline's value of the metric
     enum hp_metric ranked; // the sweep's own metric, which its iterative studies ranked units by
@@ -732,11 +733,16 @@ enum { CV_STUDY, CV_STEP, CV_K, CV_HEADS, CV_PCT, CV_SAMPLES, CV_VALUE, CV_LO, C
 
 static void curve_pct(struct q *q, struct tb *b, int row, double n_ablated)
 {
+    const double all = (double)q->n_layers * q->n_heads;
     if (n_ablated == floor(n_ablated))
         tb_int(b, row, CV_HEADS, (long long)n_ablated);
     else
         tb_num(b, row, CV_HEADS, "%.4g", n_ablated);
-    tb_num(b, row, CV_PCT, F_PCT, 100.0 * n_ablated / ((double)q->n_layers * q->n_heads));
+    tb_num(b, row, CV_PCT, F_PCT, 100.0 * n_ablated / all);
+    if (q->cv_kept >= 0 && n_ablated == floor(n_ablated))
+        tb_int(b, row, q->cv_kept, (long long)(all - n_ablated));
+    else if (q->cv_kept >= 0)
+        tb_num(b, row, q->cv_kept, "%.4g", all - n_ablated);
 }
 
 /*
@@ -891,57 +897,126 @@ static enum hp_status curve_random(struct q *q, const char *study, struct tb *b)
     return r < 0 ? s : HP_OK;
 }
 
-static enum hp_status q_curve(struct q *q, const char *want, struct hp_table **out)
+/*
+ * A gates study's curve: one row a lambda, in the order of the study's
+ * (ascending) list: the pruned set (the heads whose test-time gate is 0)
+ * evaluated exactly, and in `gated` the model at the fractional test-time
+ * gates. A lambda shows once its run and both points are finished.
+ */
+static enum hp_status curve_gates(struct q *q, const char *study, struct tb *b, int c_lambda, int c_gated)
 {
-    const char *cols[CV_N] = {"study", "step", "k", "heads", "pct_heads", "samples", q->mname,
-                              "ci_lo", "ci_hi", "effect", "pruned", "mask"};
-    static const bool num[CV_N] = {false, true, true, true, true, true, true, true, true, true, false, false};
     sqlite3_stmt *st;
-    enum hp_status s = prep(q, &st,
-                            "SELECT study, kind FROM sweep_jobs WHERE sweep_id = ? AND kind IN ('iterative', 'random') "
-                            "GROUP BY study ORDER BY min(ord)");
+    enum hp_status s = prep_m(q, &st,
+                              "SELECT x.idx, x.lambda, j.k, v.n_ablated, r.%s, v.mask_text, f.%s "
+                              "FROM sweep_gates x JOIN sweep_jobs j ON j.sweep_id = x.sweep_id AND j.study = x.study "
+                              "  AND j.kind = 'gates' AND j.step = x.idx "
+                              "JOIN variants v ON v.id = j.variant_id JOIN results r ON r.variant_id = j.variant_id "
+                              "LEFT JOIN sweep_jobs jf ON jf.sweep_id = x.sweep_id AND jf.study = x.study "
+                              "  AND jf.kind = 'gates-frac' AND jf.step = x.idx "
+                              "LEFT JOIN results f ON f.variant_id = jf.variant_id "
+                              "WHERE x.sweep_id = ? AND x.study = ? GROUP BY x.idx ORDER BY x.idx");
     if (s != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, q->sweep);
-    struct tb b;
-    tb_init(&b, q->full_mask ? CV_N : CV_MASK, cols, num); /* the cumulative mask on request */
-    int r, n_studies = 0;
+    sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
+    int r;
+    while ((r = step(q, st, &s)) == 1) {
+        int row = tb_row(b);
+        double v = col_num(st, 4);
+        tb_str(b, row, CV_STUDY, study);
+        tb_int(b, row, CV_STEP, sqlite3_column_int64(st, 0));
+        tb_int(b, row, CV_K, sqlite3_column_int64(st, 2));
+        curve_pct(q, b, row, sqlite3_column_double(st, 3));
+        tb_num(b, row, CV_VALUE, F_METRIC, v);
+        tb_num(b, row, CV_EFFECT, F_EFFECT, effect_of(q->m, v, q->base));
+        tb_str(b, row, CV_PRUNED, col_text(st, 5));
+        tb_num(b, row, c_lambda, "%.6g", col_num(st, 1));
+        tb_num(b, row, c_gated, F_METRIC, col_num(st, 6));
+    }
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
+}
+
+#define CURVE_MAX_STUDIES 256
+
+static enum hp_status q_curve(struct q *q, const char *want, struct hp_table **out)
+{
+    sqlite3_stmt *st;
+    enum hp_status s = prep(q, &st,
+                            "SELECT study, kind FROM sweep_jobs WHERE sweep_id = ? AND kind IN ('iterative', 'random', "
+                            "'gates') GROUP BY study ORDER BY min(ord)");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    /* the studies first: a curve with a gates study has three columns more */
+    char(*names)[128] = malloc(CURVE_MAX_STUDIES * sizeof *names), kinds[CURVE_MAX_STUDIES];
+    if (!names) {
+        sqlite3_finalize(st);
+        return hp_fail(q->err, HP_ERR_NOMEM, "%s: out of memory", q->path);
+    }
+    int r, n = 0;
     char all[512] = "";
     size_t o = 0;
-    while ((r = step(q, st, &s)) == 1) {
-        char study[256];
-        snprintf(study, sizeof study, "%s", col_text(st, 0));
+    bool gates = false;
+    while ((r = step(q, st, &s)) == 1 && n < CURVE_MAX_STUDIES) {
+        const char *study = col_text(st, 0), *kind = col_text(st, 1);
         if (o + strlen(study) + 8 < sizeof all)
             o += (size_t)snprintf(all + o, sizeof all - o, "%s%s", o ? ", " : "", study);
         if (want && strcmp(study, want) != 0)
             continue;
-        s = strcmp(col_text(st, 1), "iterative") == 0 ? curve_iterative(q, study, &b) : curve_random(q, study, &b);
-        if (s != HP_OK) {
-            r = -1;
-            break;
-        }
-        n_studies++;
+        snprintf(names[n], sizeof names[n], "%s", study);
+        kinds[n] = kind[0];
+        gates |= kind[0] == 'g';
+        n++;
     }
     sqlite3_finalize(st);
-    if (r < 0) {
+    if (r < 0 || n == 0)
+        free(names);
+    if (r < 0)
+        return s;
+    if (n == 0) {
+        if (want && *all)
+            return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld has no iterative, random or gates study '%s' (its "
+                           "curve studies: %s)", q->path, q->sweep, want, all);
+        char what[200];
+        snprintf(what, sizeof what, "iterative, random or gates study%s%s%s", want ? " '" : "", want ? want : "",
+                 want ? "'" : "");
+        return lacking(q, "'iterative', 'random', 'gates'", false, want, what,
+                       "add one to the plan for a pruning curve");
+    }
+    const char *cols[CV_N + 3] = {"study", "step", "k", "heads", "pct_heads", "samples", q->mname,
+                                  "ci_lo", "ci_hi", "effect", "pruned", "mask"};
+    bool num[CV_N + 3] = {false, true, true, true, true, true, true, true, true, true, false, false};
+    int n_cols = q->full_mask ? CV_N : CV_MASK; /* the cumulative mask on request */
+    int c_lambda = -1, c_gated = -1;
+    q->cv_kept = -1;
+    if (gates) {
+        q->cv_kept = n_cols, c_lambda = n_cols + 1, c_gated = n_cols + 2;
+        cols[q->cv_kept] = "kept", cols[c_lambda] = "lambda", cols[c_gated] = "gated";
+        num[q->cv_kept] = num[c_lambda] = num[c_gated] = true;
+        n_cols += 3;
+    }
+    struct tb b;
+    tb_init(&b, n_cols, cols, num);
+    for (int i = 0; i < n && s == HP_OK; i++)
+        s = kinds[i] == 'i'   ? curve_iterative(q, names[i], &b)
+            : kinds[i] == 'r' ? curve_random(q, names[i], &b)
+                              : curve_gates(q, names[i], &b, c_lambda, c_gated);
+    q->cv_kept = -1;
+    free(names);
+    if (s != HP_OK) {
         hp_table_free(b.t);
         return s;
-    }
-    if (n_studies == 0) {
-        hp_table_free(b.t);
-        if (want && *all)
-            return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld has no iterative or random study '%s' (its curve "
-                           "studies: %s)", q->path, q->sweep, want, all);
-        char what[200];
-        snprintf(what, sizeof what, "iterative or random study%s%s%s", want ? " '" : "", want ? want : "",
-                 want ? "'" : "");
-        return lacking(q, "'iterative', 'random'", false, want, what, "add one to the plan for a pruning curve");
     }
     tb_note(&b,
             "sweep %lld, %s; k = units pruned, heads = query heads pruned (pct of the model's %lld); iterative: one row "
             "per step; random: %s = mean over the samples with its 95%% t interval (n-1 df) in ci_lo..ci_hi, "
-            "k = 0 = the baseline",
-            q->sweep, effect_convention(q->m), (long long)q->n_layers * q->n_heads, q->mname);
+            "k = 0 = the baseline%s",
+            q->sweep, effect_convention(q->m), (long long)q->n_layers * q->n_heads, q->mname,
+            gates ? "; gates: one row per lambda, the heads whose test-time gate is 0 pruned (pruned: all of them), "
+                    "kept = query heads kept, gated = the model at the fractional test-time gates (query gates: which "
+                    "curve is lower at each lambda's heads kept)"
+                  : "");
     return tb_finish(&b, out, q->err);
 }
 
@@ -2667,6 +2742,368 @@ static enum hp_status q_sql(struct q *q, const char *sql, struct hp_table **out)
     return tb_finish(&b, out, q->err);
 }
 
+// --- gates -------------------------------------------------------------------
+
+/* A curve as points (heads kept, value), ascending in kept, for reading it at another number of heads kept. */
+struct curve_pts {
+    int n;
+    double kept[1024], value[1024];
+};
+
+/* The value of the curve at kept heads, linear between its two neighbouring points; NaN outside it. */
+static double curve_at(const struct curve_pts *c, double kept)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (c->kept[i] == kept)
+            return c->value[i];
+        if (i + 1 < c->n && c->kept[i] < kept && kept < c->kept[i + 1])
+            return c->value[i] + (c->value[i + 1] - c->value[i]) * (kept - c->kept[i]) / (c->kept[i + 1] - c->kept[i]);
+    }
+    return NAN;
+}
+
+static int by_kept(const void *a, const void *b)
+{
+    const double *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/*
+ * The sweep's first study of kind (iterative or random, over query heads)
+ * as points (kept, value): an iterative study's steps, a random study's
+ * mean at each k and the baseline at k = 0. name gets the study ("" if none).
+ */
+static enum hp_status curve_load(struct q *q, const char *kind, struct curve_pts *c, char *name, size_t size)
+{
+    c->n = 0;
+    name[0] = '\0';
+    sqlite3_stmt *st;
+    enum hp_status s = prep(q, &st, "SELECT study FROM sweep_jobs WHERE sweep_id = ? AND kind = ? AND kv = 0 "
+                                    "ORDER BY ord LIMIT 1");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
+    int r = step(q, st, &s);
+    if (r == 1)
+        snprintf(name, size, "%s", col_text(st, 0));
+    sqlite3_finalize(st);
+    if (r <= 0)
+        return r < 0 ? s : HP_OK;
+    const bool iterative = kind[0] == 'i';
+    s = prep_m(q, &st, iterative ? "SELECT min(v.n_ablated), min(r.%s) FROM sweep_jobs j JOIN variants v ON v.id = "
+                                   "j.variant_id JOIN results r ON r.variant_id = j.variant_id WHERE j.sweep_id = ? AND "
+                                   "j.study = ? AND j.kind = 'iterative' GROUP BY j.step ORDER BY j.step"
+                                 : "SELECT avg(v.n_ablated), avg(r.%s) FROM sweep_jobs j JOIN variants v ON v.id = "
+                                   "j.variant_id JOIN results r ON r.variant_id = j.variant_id WHERE j.sweep_id = ? AND "
+                                   "j.study = ? AND j.kind = 'random' GROUP BY j.k ORDER BY j.k");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    const double all = (double)q->n_layers * q->n_heads;
+    if (!iterative) { /* the random curve starts at the baseline */
+        c->kept[0] = all;
+        c->value[0] = q->base;
+        c->n = 1;
+    }
+    while ((r = step(q, st, &s)) == 1 && c->n < 1024) {
+        double v = col_num(st, 1);
+        if (isnan(v))
+            continue;
+        c->kept[c->n] = all - sqlite3_column_double(st, 0);
+        c->value[c->n++] = v;
+    }
+    sqlite3_finalize(st);
+    /* ascending in kept: pairs (kept, value) sorted together */
+    double pairs[1024][2];
+    for (int i = 0; i < c->n; i++)
+        pairs[i][0] = c->kept[i], pairs[i][1] = c->value[i];
+    hp_qsort(pairs, (size_t)c->n, sizeof pairs[0], by_kept);
+    for (int i = 0; i < c->n; i++)
+        c->kept[i] = pairs[i][0], c->value[i] = pairs[i][1];
+    return r < 0 ? s : HP_OK;
+}
+
+/*
+ * Each lambda of the sweep's gates studies (or of the one named): its run,
+ * heads kept, the pruned set's value and effect, the model at its test-time
+ * gates, and beside them the sweep's first iterative and first random curves
+ * over query heads read at the same number of heads kept (linear between
+ * their two nearest points), with the curve that is lowest there (least
+ * damage) named in `lower`.
+ */
+static enum hp_status q_gates(struct q *q, const char *want, struct hp_table **out)
+{
+    enum { C_STUDY, C_LAMBDA, C_STEPS, C_OBJ, C_KEPT, C_PCT, C_VALUE, C_EFFECT, C_GATED, C_ITER, C_RAND, C_LOWER, C_N };
+    const char *cols[C_N] = {"study", "lambda", "steps", "objective", "kept", "pct_kept", q->mname, "effect", "gated",
+                             "iterative", "random", "lower"};
+    static const bool num[C_N] = {false, true, true, true, true, true, true, true, true, true, true, false};
+    sqlite3_stmt *st;
+    bool has = false;
+    enum hp_status s = has_table(q, "sweep_gates", &has);
+    if (s != HP_OK)
+        return s;
+    long long n_gates = 0;
+    if (has) {
+        if ((s = prep(q, &st, "SELECT count(*) FROM sweep_gates WHERE sweep_id = ?1 AND (?2 IS NULL OR study = ?2)")) !=
+            HP_OK)
+            return s;
+        sqlite3_bind_int64(st, 1, q->sweep);
+        if (want)
+            sqlite3_bind_text(st, 2, want, -1, SQLITE_STATIC);
+        int r = step(q, st, &s);
+        n_gates = r == 1 ? sqlite3_column_int64(st, 0) : 0;
+        sqlite3_finalize(st);
+        if (r < 0)
+            return s;
+    }
+    if (n_gates == 0) {
+        char what[200];
+        snprintf(what, sizeof what, "finished gates study%s%s%s", want ? " '" : "", want ? want : "", want ? "'" : "");
+        return lacking(q, "'gates'", false, want, what, "add a gates study to the plan, and let its first lambda finish");
+    }
+    struct curve_pts *it = malloc(sizeof *it), *rd = malloc(sizeof *rd);
+    char it_name[128], rd_name[128];
+    if (!it || !rd) {
+        free(it), free(rd);
+        return hp_fail(q->err, HP_ERR_NOMEM, "%s: out of memory", q->path);
+    }
+    if ((s = curve_load(q, "iterative", it, it_name, sizeof it_name)) == HP_OK)
+        s = curve_load(q, "random", rd, rd_name, sizeof rd_name);
+    if (s == HP_OK)
+        s = prep_m(q, &st,
+                   "SELECT x.study, x.lambda, g.steps, g.objective, v.n_ablated, r.%s, f.%s "
+                   "FROM sweep_gates x JOIN gate_runs g ON g.id = x.run_id "
+                   "JOIN sweep_jobs j ON j.sweep_id = x.sweep_id AND j.study = x.study AND j.kind = 'gates' "
+                   "  AND j.step = x.idx "
+                   "JOIN variants v ON v.id = j.variant_id JOIN results r ON r.variant_id = j.variant_id "
+                   "LEFT JOIN sweep_jobs jf ON jf.sweep_id = x.sweep_id AND jf.study = x.study "
+                   "  AND jf.kind = 'gates-frac' AND jf.step = x.idx "
+                   "LEFT JOIN results f ON f.variant_id = jf.variant_id "
+                   "WHERE x.sweep_id = ?1 AND (?2 IS NULL OR x.study = ?2) "
+                   "GROUP BY x.study, x.idx ORDER BY min(j.ord)");
+    if (s != HP_OK) {
+        free(it), free(rd);
+        return s;
+    }
+    sqlite3_bind_int64(st, 1, q->sweep);
+    if (want)
+        sqlite3_bind_text(st, 2, want, -1, SQLITE_STATIC);
+    struct tb b;
+    tb_init(&b, C_N, cols, num);
+    const double all = (double)q->n_layers * q->n_heads;
+    const int sign = hp_metric_sign(q->m);
+    int r;
+    while ((r = step(q, st, &s)) == 1) {
+        int row = tb_row(&b);
+        const double kept = all - sqlite3_column_double(st, 4), v = col_num(st, 5);
+        const double vi = curve_at(it, kept), vr = curve_at(rd, kept);
+        tb_str(&b, row, C_STUDY, col_text(st, 0));
+        tb_num(&b, row, C_LAMBDA, "%.6g", col_num(st, 1));
+        tb_int(&b, row, C_STEPS, sqlite3_column_int64(st, 2));
+        tb_num(&b, row, C_OBJ, F_METRIC, col_num(st, 3));
+        tb_num(&b, row, C_KEPT, "%.6g", kept);
+        tb_num(&b, row, C_PCT, F_PCT, 100.0 * kept / all);
+        tb_num(&b, row, C_VALUE, F_METRIC, v);
+        tb_num(&b, row, C_EFFECT, F_EFFECT, effect_of(q->m, v, q->base));
+        tb_num(&b, row, C_GATED, F_METRIC, col_num(st, 6));
+        tb_num(&b, row, C_ITER, F_METRIC, vi);
+        tb_num(&b, row, C_RAND, F_METRIC, vr);
+        /* the least damage at these heads kept, of the curves that reach them */
+        const char *lower = NULL;
+        double best = INFINITY;
+        const double vals[3] = {v, vi, vr};
+        const char *names[3] = {"gates", "iterative", "random"};
+        int n_vals = 0;
+        for (int k = 0; k < 3; k++)
+            if (!isnan(vals[k])) {
+                n_vals++;
+                if (sign * vals[k] < best)
+                    best = sign * vals[k], lower = names[k];
+                else if (sign * vals[k] == best)
+                    lower = "tie";
+            }
+        if (n_vals > 1 && lower)
+            tb_str(&b, row, C_LOWER, lower);
+    }
+    sqlite3_finalize(st);
+    free(it), free(rd);
+    if (r < 0) {
+        hp_table_free(b.t);
+        return s;
+    }
+    tb_note(&b,
+            "sweep %lld, %s; one row per lambda: the heads whose test-time gate is 0 pruned and evaluated exactly (%s, "
+            "effect), kept = query heads kept (pct of %lld), objective = the last training step's, gated = the model at "
+            "the fractional test-time gates; iterative = %s%s%s, random = %s%s%s, each read at the same heads kept "
+            "(linear between its two nearest points; empty where it does not reach); lower = the curve with the least "
+            "damage there",
+            q->sweep, effect_convention(q->m), q->mname, (long long)all, it_name[0] ? "study " : "(none)", it_name,
+            it_name[0] ? "'s curve" : "", rd_name[0] ? "study " : "(none)", rd_name, rd_name[0] ? "'s means" : "");
+    return tb_finish(&b, out, q->err);
+}
+
+/* One head of a gates study: its test-time gate at each lambda, and the lambda from which it stays closed. */
+struct gate_head {
+    int layer, head;
+    double closes_at; /* the smallest lambda at which it is closed and stays so at every larger one; INF: never */
+    double *gate;     /* (n_lambda) */
+};
+
+static int by_closing_desc(const void *a, const void *b)
+{
+    const struct gate_head *x = a, *y = b;
+    if (x->closes_at != y->closes_at)
+        return x->closes_at < y->closes_at ? 1 : -1;
+    if (x->layer != y->layer)
+        return x->layer - y->layer;
+    return x->head - y->head;
+}
+
+/*
+ * heads --gates: every query head of a gates study (named, else the sweep's
+ * first) with its test-time gate at each lambda and closes_at, the lambda
+ * from which its gate stays 0; the last to close first. Matrix: layers as
+ * rows, heads as columns, each cell closes_at.
+ */
+static enum hp_status q_heads_gates(struct q *q, const char *study, int top, bool matrix, struct hp_table **out)
+{
+    struct pick pk;
+    enum hp_status s = pick_study(q, "gates", study, &pk);
+    if (s != HP_OK)
+        return s;
+    sqlite3_stmt *st;
+    /* the study's lambdas, ascending */
+    double lambdas[256];
+    int n_lambda = 0, r;
+    if ((s = prep(q, &st, "SELECT lambda FROM sweep_gates WHERE sweep_id = ? AND study = ? ORDER BY idx")) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_text(st, 2, pk.name, -1, SQLITE_STATIC);
+    while ((r = step(q, st, &s)) == 1 && n_lambda < 256)
+        lambdas[n_lambda++] = sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (n_lambda == 0)
+        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld's gates study '%s' has no finished lambda yet (let it run)",
+                       q->path, q->sweep, pk.name);
+    const int H = q->n_heads, n = q->n_layers * H;
+    struct gate_head *rows = calloc((size_t)n, sizeof *rows);
+    double *gates = malloc((size_t)n * n_lambda * sizeof *gates);
+    if (!rows || !gates) {
+        free(rows), free(gates);
+        return hp_fail(q->err, HP_ERR_NOMEM, "%s: out of memory", q->path);
+    }
+    for (int i = 0; i < n; i++) {
+        rows[i] = (struct gate_head){i / H, i % H, INFINITY, gates + (size_t)i * n_lambda};
+        for (int k = 0; k < n_lambda; k++)
+            rows[i].gate[k] = NAN;
+    }
+    s = prep(q, &st, "SELECT x.idx, h.layer, h.head, h.gate FROM sweep_gates x JOIN gate_heads h ON h.run_id = x.run_id "
+                     "WHERE x.sweep_id = ? AND x.study = ? ORDER BY x.idx");
+    if (s == HP_OK) {
+        sqlite3_bind_int64(st, 1, q->sweep);
+        sqlite3_bind_text(st, 2, pk.name, -1, SQLITE_STATIC);
+        while ((r = step(q, st, &s)) == 1) {
+            int k = sqlite3_column_int(st, 0), l, h;
+            if (!col_index(q, st, 1, q->n_layers, "layer", &l, &s) || !col_index(q, st, 2, H, "head", &h, &s)) {
+                r = -1;
+                break;
+            }
+            if (k >= 0 && k < n_lambda)
+                rows[l * H + h].gate[k] = sqlite3_column_double(st, 3);
+        }
+        sqlite3_finalize(st);
+        if (r < 0 && s == HP_OK)
+            s = HP_ERR_FORMAT;
+    }
+    if (s != HP_OK) {
+        free(rows), free(gates);
+        return s;
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = n_lambda - 1; k >= 0 && rows[i].gate[k] == 0.0; k--)
+            rows[i].closes_at = lambdas[k];
+    struct tb b;
+    if (matrix) {
+        if (H > MATRIX_MAX_UNITS) {
+            free(rows), free(gates);
+            return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld's model has %d heads a layer, too many for a matrix (at "
+                           "most %d; use --format csv)", q->path, q->sweep, H, MATRIX_MAX_UNITS);
+        }
+        const char **cols = calloc((size_t)H + 1, sizeof *cols);
+        bool *num = calloc((size_t)H + 1, sizeof *num);
+        char(*names)[16] = calloc((size_t)H + 1, sizeof *names);
+        if (!cols || !num || !names) {
+            free(cols), free(num), free(names), free(rows), free(gates);
+            return hp_fail(q->err, HP_ERR_NOMEM, "%s: out of memory", q->path);
+        }
+        cols[0] = "layer";
+        num[0] = true;
+        for (int h = 0; h < H; h++) {
+            snprintf(names[h], sizeof names[h], "%d", h);
+            cols[h + 1] = names[h];
+            num[h + 1] = true;
+        }
+        tb_init(&b, H + 1, cols, num);
+        free(cols), free(num), free(names);
+        for (int l = 0; l < q->n_layers; l++) {
+            int row = tb_row(&b);
+            tb_int(&b, row, 0, l);
+            for (int h = 0; h < H; h++)
+                tb_num(&b, row, h + 1, "%.3g", isinf(rows[l * H + h].closes_at) ? NAN : rows[l * H + h].closes_at);
+        }
+        tb_note(&b, "sweep %lld, gates study %s; rows: layers, columns: query heads, each cell the lambda from which "
+                "the head's test-time gate stays 0 (empty: open at every lambda, %d of them from %g to %g)",
+                q->sweep, pk.name, n_lambda, lambdas[0], lambdas[n_lambda - 1]);
+    } else {
+        enum { C_STUDY, C_LABEL, C_LAYER, C_HEAD, C_CLOSES, C_FIRST };
+        const int n_cols = C_FIRST + n_lambda;
+        const char **cols = calloc((size_t)n_cols, sizeof *cols);
+        bool *num = calloc((size_t)n_cols, sizeof *num);
+        char(*names)[40] = calloc((size_t)n_lambda, sizeof *names);
+        if (!cols || !num || !names) {
+            free(cols), free(num), free(names), free(rows), free(gates);
+            return hp_fail(q->err, HP_ERR_NOMEM, "%s: out of memory", q->path);
+        }
+        const char *fixed[] = {"study", "label", "layer", "head", "closes_at"};
+        for (int c = 0; c < C_FIRST; c++)
+            cols[c] = fixed[c], num[c] = c >= C_LAYER;
+        for (int k = 0; k < n_lambda; k++) {
+            snprintf(names[k], sizeof names[k], "gate@%g", lambdas[k]);
+            cols[C_FIRST + k] = names[k];
+            num[C_FIRST + k] = true;
+        }
+        tb_init(&b, n_cols, cols, num);
+        free(cols), free(num), free(names);
+        hp_qsort(rows, (size_t)n, sizeof *rows, by_closing_desc);
+        const int shown = top > 0 && top < n ? top : n;
+        for (int i = 0; i < shown; i++) {
+            int row = tb_row(&b);
+            char label[32];
+            hp_unit_label(label, sizeof label, false, rows[i].layer, rows[i].head);
+            tb_str(&b, row, C_STUDY, pk.name);
+            tb_str(&b, row, C_LABEL, label);
+            tb_int(&b, row, C_LAYER, rows[i].layer);
+            tb_int(&b, row, C_HEAD, rows[i].head);
+            tb_num(&b, row, C_CLOSES, "%.6g", isinf(rows[i].closes_at) ? NAN : rows[i].closes_at);
+            for (int k = 0; k < n_lambda; k++)
+                tb_num(&b, row, C_FIRST + k, "%.6g", rows[i].gate[k]);
+        }
+        char others[600];
+        others[0] = '\0';
+        if (pk.n_all > 1)
+            snprintf(others, sizeof others, "; the sweep's gates studies: %s (choose one with --study)", pk.all);
+        tb_note(&b, "sweep %lld, gates study %s; each head's test-time gate at each lambda (0 = pruned), closes_at = "
+                "the lambda from which it stays 0 (empty: open at every lambda); the last to close first%s",
+                q->sweep, pk.name, others);
+    }
+    free(rows), free(gates);
+    return tb_finish(&b, out, q->err);
+}
+
 // --- entry ------------------------------------------------------------------
 
 // Options that only some kinds take: an error naming the option when o gives one to another kind.
@@ -2683,14 +3120,17 @@ static enum hp_status check_opts(const struct hp_query_opts *o, struct hp_error 
         return hp_fail(err, HP_ERR_ARG, "query: --db2, --sweep2, --study2 and --by apply to compare only");
     if (o->matrix && o->kind != HP_QUERY_HEADS)
         return hp_fail(err, HP_ERR_ARG, "query: the matrix format is for heads only");
+    if (o->gates && o->kind != HP_QUERY_HEADS)
+        return hp_fail(err, HP_ERR_ARG, "query: --gates applies to heads only");
     if (o->matrix && o->top)
         return hp_fail(err, HP_ERR_ARG, "query: --top does not apply to the matrix format (it shows every unit)");
     if (compare && o->by_layer && o->top)
         return hp_fail(err, HP_ERR_ARG, "query: --top does not apply to compare --by layer (every layer is shown)");
     if (o->study && o->kind != HP_QUERY_HEADS && o->kind != HP_QUERY_SETS && o->kind != HP_QUERY_CURVE && !compare &&
-        o->kind != HP_QUERY_IMPORTANCE && o->kind != HP_QUERY_ATTRIBUTION && o->kind != HP_QUERY_ROLES)
+        o->kind != HP_QUERY_IMPORTANCE && o->kind != HP_QUERY_ATTRIBUTION && o->kind != HP_QUERY_ROLES &&
+        o->kind != HP_QUERY_GATES)
         return hp_fail(err, HP_ERR_ARG, "query: --study applies to heads, sets, curve, compare, importance, "
-                       "attribution and roles");
+                       "attribution, roles and gates");
     if (o->top && o->kind == HP_QUERY_ROLES)
         return hp_fail(err, HP_ERR_ARG, "query: --top does not apply to roles (it shows every head)");
     return HP_OK;
@@ -2749,12 +3189,17 @@ static enum hp_status run_kind(struct q *q, const struct hp_query_opts *o, struc
     case HP_QUERY_IMPORTANCE:
     case HP_QUERY_ATTRIBUTION:
     case HP_QUERY_ROLES:
+    case HP_QUERY_GATES:
         if ((s = resolve_sweep(q, o->sweep_id, o->metric)) != HP_OK)
             return s;
         if (o->kind == HP_QUERY_CURVE)
             return q_curve(q, o->study, out);
+        if (o->kind == HP_QUERY_HEADS && o->gates)
+            return q_heads_gates(q, o->study, o->top, o->matrix, out);
         if (o->kind == HP_QUERY_HEADS)
             return q_heads(q, o->study, o->top, o->matrix, out);
+        if (o->kind == HP_QUERY_GATES)
+            return q_gates(q, o->study, out);
         if (o->kind == HP_QUERY_REDUNDANCY)
             return q_redundancy(q, o->eps, out);
         if (o->kind == HP_QUERY_SETS)
@@ -2778,7 +3223,7 @@ enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, stru
     enum hp_status s = check_opts(o, err);
     if (s != HP_OK)
         return s;
-    struct q q = {.path = db_path, .err = err, .full_mask = o->full_mask, .sweep_opt = "--sweep"};
+    struct q q = {.path = db_path, .err = err, .full_mask = o->full_mask, .cv_kept = -1, .sweep_opt = "--sweep"};
     s = hp_store_open_read(db_path, BUSY_TIMEOUT_MS, &q.db, err);
     if (s == HP_OK && o->kind == HP_QUERY_SQL) {
         s = run_kind(&q, o, out);
@@ -2840,7 +3285,7 @@ enum hp_status hp_query_reader_open(const char *db_path, struct hp_query_reader 
 // A query context on the reader's connection.
 static struct q reader_q(struct hp_query_reader *r, struct hp_error *err)
 {
-    return (struct q){.db = r->db, .path = r->path, .err = err, .sweep_opt = "--sweep"};
+    return (struct q){.db = r->db, .path = r->path, .err = err, .cv_kept = -1, .sweep_opt = "--sweep"};
 }
 
 enum hp_status hp_query_read(struct hp_query_reader *r, const struct hp_query_opts *o, struct hp_table **out,
@@ -2984,12 +3429,14 @@ enum hp_status hp_query_studies(struct hp_query_reader *rd, int64_t sweep_id, st
     if (s != HP_OK)
         return s;
     /* jobs in plan order, then the gradient studies (which have no jobs) by name; an iterative study
-     * ranked by gradient stored the scores it pruned by under its own name */
+     * ranked by gradient stored the scores it pruned by under its own name; a gates study is its
+     * pruned sets (kind 'gates', one a lambda), its 'gates-frac' points beside them not counted */
     char sql[1200];
     snprintf(sql, sizeof sql,
              "SELECT study, kind, max(kv), count(*), "
              "  CASE WHEN kind <> 'iterative' THEN NULL %s ELSE 'exact' END, 0, min(ord) "
-             "FROM sweep_jobs j WHERE sweep_id = ?1 AND kind <> 'iterative-score' GROUP BY study, kind "
+             "FROM sweep_jobs j WHERE sweep_id = ?1 AND kind NOT IN ('iterative-score', 'gates-frac') "
+             "GROUP BY study, kind "
              "%s ORDER BY 6, 7, 1",
              scores ? "WHEN EXISTS (SELECT 1 FROM unit_scores u WHERE u.sweep_id = ?1 AND u.study = j.study "
                       "AND u.kind = 'iterative') THEN 'gradient'"

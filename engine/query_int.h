@@ -47,7 +47,7 @@ enum hp_status hp_query_run_info(struct hp_query_reader *r, int64_t sweep_id, st
  * The studies of sweep sweep_id (which must exist), in plan order: columns study, kind (as
  * sweep_jobs and unit_scores name it: single, pairs, iterative, importance, ...), kv (0 or 1),
  * jobs (its finished jobs, an iterative study's candidates not counted; a gradient study: its
- * units scored) and rank (an iterative study's ranking: "exact", or "gradient" when the sweep
+ * units scored; a gates study: its finished lambdas, their test-time-gate points not counted) and rank (an iterative study's ranking: "exact", or "gradient" when the sweep
  * stored the gradient scores it pruned by; empty for other kinds).
  */
 enum hp_status hp_query_studies(struct hp_query_reader *r, int64_t sweep_id, struct hp_table **out,

@@ -1,6 +1,7 @@
 -- headprune results database, schema version 4 (2 added ablation_means;
 -- 3 added gradients and unit_scores, for the gradient studies; 4 added
--- role_runs, head_roles and sweep_roles, for head roles).
+-- role_runs, head_roles and sweep_roles, for head roles; gate_runs, gate_heads and sweep_gates, for
+-- gates studies).
 -- Embedded into engine/store.c at build time; documented for users in
 -- docs/database.md (keep it in step with this file).
 -- Every statement is idempotent: it runs on each open for writing, which
@@ -100,7 +101,7 @@ CREATE TABLE IF NOT EXISTS sweep_jobs(
   variant_id INTEGER NOT NULL REFERENCES variants(id),
   study      TEXT NOT NULL,          -- the study's name in the plan
   kind       TEXT NOT NULL,          -- baseline | single | only | layer | random | explicit | pairs | iterative
-                                     -- | iterative-score
+                                     -- | iterative-score | gates | gates-frac
   kv         INTEGER NOT NULL,       -- 1: units are KV groups
   label      TEXT NOT NULL,
   layer      INTEGER,                -- single/only/layer/pairs; NULL otherwise
@@ -249,3 +250,69 @@ CREATE TABLE IF NOT EXISTS sweep_roles(
   run_id   INTEGER NOT NULL REFERENCES role_runs(id),
   PRIMARY KEY(sweep_id, study)
 ) WITHOUT ROWID;
+-- A gate training run of a gates study: a Hard Concrete gate on every query
+-- head, its log alpha trained by Adam under an L0 penalty of weight lambda
+-- with the weights frozen, on a training set apart from the held-out data.
+-- Content-addressed like variants (the key digests model, training data,
+-- metric, lambda, steps, lr, beta, init, seed, the study's name, which seeds
+-- the noise, and the numeric version), so any sweep with the same ones reuses
+-- it. Its state is saved as it trains: a killed run resumes at the step it
+-- reached and ends as an uninterrupted one. Arrays are float64 (rng: uint64),
+-- native byte order (little-endian on every platform headprune builds for).
+CREATE TABLE IF NOT EXISTS gate_runs(
+  id              INTEGER PRIMARY KEY,
+  key             TEXT NOT NULL UNIQUE,
+  model_id        INTEGER NOT NULL REFERENCES models(id),
+  train_digest    TEXT NOT NULL,     -- the training set, digested as datasets.digest
+  train_path      TEXT NOT NULL,
+  train_seqs      INTEGER NOT NULL,
+  metric          TEXT NOT NULL,     -- the objective's metric: loss | kl | cos (trained as 1 - cos)
+  lambda          REAL NOT NULL,
+  steps           INTEGER NOT NULL,  -- the Adam steps it trains for
+  lr              REAL NOT NULL,
+  beta            REAL NOT NULL,     -- the Hard Concrete temperature
+  init            REAL NOT NULL,     -- every log alpha at step 0
+  seed            TEXT NOT NULL,     -- the noise's seed, a decimal uint64
+  n_layers        INTEGER NOT NULL,
+  n_heads         INTEGER NOT NULL,
+  step            INTEGER NOT NULL,  -- steps done (= steps when finished)
+  objective       REAL,              -- the last step's: value + lambda * penalty; NULL before the first
+  value           REAL,              -- its metric on the training set at the drawn gates
+  penalty         REAL,              -- its expected number of open gates, sum of P(z != 0)
+  log_alpha       BLOB NOT NULL,     -- (n_layers, n_heads)
+  adam_m          BLOB NOT NULL,     -- (n_layers, n_heads) Adam's first moment
+  adam_v          BLOB NOT NULL,     -- (n_layers, n_heads) and its second
+  rng             BLOB NOT NULL,     -- the noise generator's state (4 uint64) after `step` steps
+  n_kept          INTEGER,           -- finished: heads whose test-time gate is above 0; NULL while training
+  wall_s          REAL NOT NULL,     -- seconds of training so far
+  engine_version  TEXT NOT NULL,
+  numeric_version INTEGER NOT NULL,
+  host            TEXT NOT NULL,
+  threads         INTEGER NOT NULL,  -- the threads of the last steps saved
+  kernel          TEXT NOT NULL,
+  created         TEXT NOT NULL,
+  updated         TEXT NOT NULL
+);
+
+-- A finished gate run's gates, one row a query head.
+CREATE TABLE IF NOT EXISTS gate_heads(
+  run_id    INTEGER NOT NULL REFERENCES gate_runs(id),
+  layer     INTEGER NOT NULL,
+  head      INTEGER NOT NULL,
+  label     TEXT NOT NULL,           -- '3.2'
+  log_alpha REAL NOT NULL,
+  gate      REAL NOT NULL,           -- the test-time gate; 0 = pruned
+  PRIMARY KEY(run_id, layer, head)
+) WITHOUT ROWID;
+
+-- Each lambda of a sweep's gates studies and the finished run that trained it;
+-- its curve points are the sweep_jobs of the study with step = idx (kind
+-- 'gates': the pruned set; 'gates-frac': the model at the test-time gates).
+CREATE TABLE IF NOT EXISTS sweep_gates(
+  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),
+  study    TEXT NOT NULL,
+  idx      INTEGER NOT NULL,         -- the lambda's place in the study's ascending list, from 0
+  lambda   REAL NOT NULL,
+  run_id   INTEGER NOT NULL REFERENCES gate_runs(id),
+  PRIMARY KEY(sweep_id, study, idx)
+);

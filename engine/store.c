@@ -826,6 +826,28 @@ static const char merge_roles_sql[] =
     "  SELECT ms.id, x.study, mr.id "
     "  FROM src.sweep_roles x JOIN src.sweeps sw ON sw.id = x.sweep_id JOIN main.sweeps ms ON ms.key = sw.key "
     "       JOIN src.role_runs r ON r.id = x.run_id JOIN main.role_runs mr ON mr.key = r.key;";
+/* A finished run replaces one still training (a shard may have got further); never the other way. */
+static const char merge_gates_sql[] =
+    "INSERT INTO main.gate_runs(key, model_id, train_digest, train_path, train_seqs, metric, lambda, steps, lr, beta, "
+    "    init, seed, n_layers, n_heads, step, objective, value, penalty, log_alpha, adam_m, adam_v, rng, n_kept, wall_s, "
+    "    engine_version, numeric_version, host, threads, kernel, created, updated) "
+    "  SELECT g.key, (SELECT id FROM main.models WHERE digest = m.digest), g.train_digest, g.train_path, g.train_seqs, "
+    "         g.metric, g.lambda, g.steps, g.lr, g.beta, g.init, g.seed, g.n_layers, g.n_heads, g.step, g.objective, "
+    "         g.value, g.penalty, g.log_alpha, g.adam_m, g.adam_v, g.rng, g.n_kept, g.wall_s, g.engine_version, "
+    "         g.numeric_version, g.host, g.threads, g.kernel, g.created, g.updated "
+    "  FROM src.gate_runs g JOIN src.models m ON m.id = g.model_id WHERE true ORDER BY g.id "
+    "  ON CONFLICT(key) DO UPDATE SET step = excluded.step, objective = excluded.objective, value = excluded.value, "
+    "    penalty = excluded.penalty, log_alpha = excluded.log_alpha, adam_m = excluded.adam_m, "
+    "    adam_v = excluded.adam_v, rng = excluded.rng, n_kept = excluded.n_kept, wall_s = excluded.wall_s, "
+    "    updated = excluded.updated "
+    "  WHERE main.gate_runs.n_kept IS NULL AND (excluded.n_kept IS NOT NULL OR excluded.step > main.gate_runs.step);"
+    "INSERT OR IGNORE INTO main.gate_heads(run_id, layer, head, label, log_alpha, gate) "
+    "  SELECT mg.id, h.layer, h.head, h.label, h.log_alpha, h.gate "
+    "  FROM src.gate_heads h JOIN src.gate_runs g ON g.id = h.run_id JOIN main.gate_runs mg ON mg.key = g.key;"
+    "INSERT OR IGNORE INTO main.sweep_gates(sweep_id, study, idx, lambda, run_id) "
+    "  SELECT ms.id, x.study, x.idx, x.lambda, mg.id "
+    "  FROM src.sweep_gates x JOIN src.sweeps s ON s.id = x.sweep_id JOIN main.sweeps ms ON ms.key = s.key "
+    "       JOIN src.gate_runs g ON g.id = x.run_id JOIN main.gate_runs mg ON mg.key = g.key;";
 
 enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, int64_t *n_added, struct hp_error *err)
 {
@@ -888,6 +910,12 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
                             NULL, &has_roles, &found);
         if (rc == SQLITE_OK && has_roles) /* schema 4 and later: head roles */
             rc = exec(s, merge_roles_sql);
+        int64_t has_gates = 0;
+        if (rc == SQLITE_OK)
+            rc = select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'sweep_gates'",
+                            NULL, &has_gates, &found);
+        if (rc == SQLITE_OK && has_gates) /* schema 4 and later: gates studies */
+            rc = exec(s, merge_gates_sql);
         if (rc == SQLITE_OK)
             rc = exec(s, "COMMIT");
         if (rc != SQLITE_OK) {
@@ -1224,6 +1252,173 @@ enum hp_status hp_store_link_roles(struct hp_store *s, int64_t sweep_id, const c
         rc = exec(s, "COMMIT");
     if (rc != SQLITE_OK) {
         enum hp_status e = sql_fail(s, rc, "recording a roles study", err);
+        exec(s, "ROLLBACK");
+        return e;
+    }
+    return HP_OK;
+}
+
+// --- gate training runs -----------------------------------------------------------------
+
+enum hp_status hp_store_get_gate_run(struct hp_store *s, struct hp_store_gate_run *r, bool *found, struct hp_error *err)
+{
+    *found = false;
+    sqlite3_stmt *st;
+    int rc = prep(s,
+                  "SELECT n_layers, n_heads, step, objective, value, penalty, log_alpha, adam_m, adam_v, rng, n_kept, "
+                  "wall_s FROM gate_runs WHERE key = ?",
+                  &st);
+    if (rc != SQLITE_OK)
+        return sql_fail(s, rc, "reading a gate run", err);
+    sqlite3_bind_text(st, 1, r->key, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    enum hp_status ret = HP_OK;
+    if (rc == SQLITE_ROW) {
+        const size_t n = (size_t)r->n_layers * r->n_heads, b = n * sizeof(double);
+        if (sqlite3_column_int(st, 0) != r->n_layers || sqlite3_column_int(st, 1) != r->n_heads ||
+            (size_t)sqlite3_column_bytes(st, 6) != b || (size_t)sqlite3_column_bytes(st, 7) != b ||
+            (size_t)sqlite3_column_bytes(st, 8) != b || sqlite3_column_bytes(st, 9) != (int)sizeof r->rng) {
+            ret = hp_fail(err, HP_ERR_SQL, "%s: a stored gate run has the wrong shape (a damaged database?)", s->path);
+        } else {
+            double *v[3] = {&r->objective, &r->value, &r->penalty};
+            r->step = sqlite3_column_int(st, 2);
+            for (int i = 0; i < 3; i++)
+                *v[i] = sqlite3_column_type(st, 3 + i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 3 + i);
+            memcpy(r->log_alpha, sqlite3_column_blob(st, 6), b);
+            memcpy(r->adam_m, sqlite3_column_blob(st, 7), b);
+            memcpy(r->adam_v, sqlite3_column_blob(st, 8), b);
+            memcpy(r->rng, sqlite3_column_blob(st, 9), sizeof r->rng);
+            r->n_kept = sqlite3_column_type(st, 10) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 10);
+            r->wall_s = sqlite3_column_double(st, 11);
+            *found = true;
+        }
+    } else if (rc != SQLITE_DONE) {
+        ret = sql_fail(s, rc, "reading a gate run", err);
+    }
+    sqlite3_finalize(st);
+    return ret;
+}
+
+enum hp_status hp_store_put_gate_run(struct hp_store *s, const struct hp_store_gate_run *r, int threads,
+                                     const char *kernel, struct hp_error *err)
+{
+    const size_t n = (size_t)r->n_layers * r->n_heads;
+    char now[32], seed[24];
+    now_iso(now);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->seed);
+    int rc = exec(s, "BEGIN IMMEDIATE");
+    sqlite3_stmt *st = NULL;
+    /* in place (the id stays: gate_heads and sweep_gates refer to it), never over a finished run */
+    if (rc == SQLITE_OK)
+        rc = prep(s,
+                  "INSERT INTO gate_runs(key, model_id, train_digest, train_path, train_seqs, metric, lambda, steps, lr, "
+                  "beta, init, seed, n_layers, n_heads, step, objective, value, penalty, log_alpha, adam_m, adam_v, rng, "
+                  "n_kept, wall_s, engine_version, numeric_version, host, threads, kernel, created, updated) VALUES "
+                  "(?1, (SELECT id FROM models WHERE digest = ?2), ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+                  "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?30) "
+                  "ON CONFLICT(key) DO UPDATE SET step = excluded.step, objective = excluded.objective, "
+                  "value = excluded.value, penalty = excluded.penalty, log_alpha = excluded.log_alpha, "
+                  "adam_m = excluded.adam_m, adam_v = excluded.adam_v, rng = excluded.rng, n_kept = excluded.n_kept, "
+                  "wall_s = excluded.wall_s, engine_version = excluded.engine_version, host = excluded.host, "
+                  "threads = excluded.threads, kernel = excluded.kernel, updated = excluded.updated "
+                  "WHERE gate_runs.n_kept IS NULL",
+                  &st);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, r->key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, r->model_digest, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, r->train_digest, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, r->train_path, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 5, r->train_seqs);
+        sqlite3_bind_text(st, 6, r->metric, -1, SQLITE_STATIC);
+        sqlite3_bind_double(st, 7, r->lambda);
+        sqlite3_bind_int(st, 8, r->steps);
+        sqlite3_bind_double(st, 9, r->lr);
+        sqlite3_bind_double(st, 10, r->beta);
+        sqlite3_bind_double(st, 11, r->init);
+        sqlite3_bind_text(st, 12, seed, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, 13, r->n_layers);
+        sqlite3_bind_int(st, 14, r->n_heads);
+        sqlite3_bind_int(st, 15, r->step);
+        bind_metric(st, 16, true, r->objective);
+        bind_metric(st, 17, true, r->value);
+        bind_metric(st, 18, true, r->penalty);
+        sqlite3_bind_blob64(st, 19, r->log_alpha, n * sizeof(double), SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 20, r->adam_m, n * sizeof(double), SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 21, r->adam_v, n * sizeof(double), SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 22, r->rng, sizeof r->rng, SQLITE_STATIC);
+        if (r->n_kept >= 0)
+            sqlite3_bind_int(st, 23, r->n_kept);
+        else
+            sqlite3_bind_null(st, 23);
+        sqlite3_bind_double(st, 24, r->wall_s);
+        sqlite3_bind_text(st, 25, HP_VERSION, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 26, HP_NUMERIC_VERSION);
+        sqlite3_bind_text(st, 27, s->host, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 28, threads);
+        sqlite3_bind_text(st, 29, kernel, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 30, now, -1, SQLITE_TRANSIENT);
+        rc = step_done(st);
+        st = NULL;
+    }
+    /* a finished run's gates, once (INSERT OR IGNORE: a second writer's are the same) */
+    if (rc == SQLITE_OK && r->n_kept >= 0)
+        rc = prep(s,
+                  "INSERT OR IGNORE INTO gate_heads(run_id, layer, head, label, log_alpha, gate) VALUES "
+                  "((SELECT id FROM gate_runs WHERE key = ?1), ?2, ?3, ?4, ?5, ?6)",
+                  &st);
+    for (int l = 0; rc == SQLITE_OK && r->n_kept >= 0 && l < r->n_layers; l++)
+        for (int h = 0; rc == SQLITE_OK && h < r->n_heads; h++) {
+            char label[32];
+            hp_unit_label(label, sizeof label, false, l, h);
+            sqlite3_reset(st);
+            sqlite3_bind_text(st, 1, r->key, -1, SQLITE_STATIC);
+            sqlite3_bind_int(st, 2, l);
+            sqlite3_bind_int(st, 3, h);
+            sqlite3_bind_text(st, 4, label, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_double(st, 5, r->log_alpha[(size_t)l * r->n_heads + h]);
+            sqlite3_bind_double(st, 6, r->gate[(size_t)l * r->n_heads + h]);
+            rc = sqlite3_step(st);
+            rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+        }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_OK)
+        rc = exec(s, "COMMIT");
+    if (rc != SQLITE_OK) {
+        enum hp_status e = sql_fail(s, rc, "saving a gate run", err);
+        exec(s, "ROLLBACK");
+        return e;
+    }
+    return HP_OK;
+}
+
+enum hp_status hp_store_put_sweep_gate(struct hp_store *s, int64_t sweep_id, const char *study, int idx,
+                                       double lambda, const char *run_key, struct hp_error *err)
+{
+    char now[32];
+    now_iso(now);
+    sqlite3_stmt *st;
+    int rc = exec(s, "BEGIN IMMEDIATE");
+    if (rc == SQLITE_OK &&
+        (rc = prep(s,
+                   "INSERT OR REPLACE INTO sweep_gates(sweep_id, study, idx, lambda, run_id) VALUES "
+                   "(?1, ?2, ?3, ?4, (SELECT id FROM gate_runs WHERE key = ?5))",
+                   &st)) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, sweep_id);
+        sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, idx);
+        sqlite3_bind_double(st, 4, lambda);
+        sqlite3_bind_text(st, 5, run_key, -1, SQLITE_STATIC);
+        rc = step_done(st);
+    }
+    if (rc == SQLITE_OK && (rc = prep(s, "UPDATE sweeps SET updated = ? WHERE id = ?", &st)) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, now, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 2, sweep_id);
+        rc = step_done(st);
+    }
+    if (rc == SQLITE_OK)
+        rc = exec(s, "COMMIT");
+    if (rc != SQLITE_OK) {
+        enum hp_status e = sql_fail(s, rc, "recording a gates study's run", err);
         exec(s, "ROLLBACK");
         return e;
     }

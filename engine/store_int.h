@@ -165,6 +165,45 @@ enum hp_status hp_store_put_roles(struct hp_store *s, const struct hp_store_role
 /* Record that the sweep's roles study is the stored roles with key (re-recording is harmless). */
 enum hp_status hp_store_link_roles(struct hp_store *s, int64_t sweep_id, const char *study, const char *key,
                                    struct hp_error *err);
+/* A gate training run (a gate_runs row): its identity, settings and state. */
+struct hp_store_gate_run {
+    const char *key;           /* its content address */
+    const char *model_digest, *train_digest, *train_path;
+    int train_seqs;
+    const char *metric;        /* "loss", "kl", "cos" */
+    double lambda, lr, beta, init;
+    uint64_t seed;
+    int steps, n_layers, n_heads;
+    /* the state */
+    int step;
+    double objective, value, penalty; /* NaN before the first step */
+    double *log_alpha, *adam_m, *adam_v; /* (n_layers, n_heads) */
+    uint64_t rng[4];
+    int n_kept;                /* finished: heads kept; -1 while training */
+    const double *gate;        /* finished: (n_layers, n_heads) test-time gates (put only) */
+    double wall_s;             /* seconds of training so far */
+};
+
+/*
+ * The state of the run with r->key into r (step, objective, value, penalty,
+ * the arrays, sized by r's shape, rng, n_kept, wall_s): *found says whether
+ * it was there (a stored shape that differs is an error).
+ */
+enum hp_status hp_store_get_gate_run(struct hp_store *s, struct hp_store_gate_run *r, bool *found,
+                                     struct hp_error *err);
+
+/*
+ * Save a run's state (created, or updated in place), and once finished
+ * (n_kept >= 0) its gates, one gate_heads row a head, in one transaction. A
+ * finished run already there is kept as it is. threads, kernel: how the
+ * last steps ran.
+ */
+enum hp_status hp_store_put_gate_run(struct hp_store *s, const struct hp_store_gate_run *r, int threads,
+                                     const char *kernel, struct hp_error *err);
+
+/* Record that lambda (the idx-th of study's) of sweep_id is the finished run run_key. */
+enum hp_status hp_store_put_sweep_gate(struct hp_store *s, int64_t sweep_id, const char *study, int idx,
+                                       double lambda, const char *run_key, struct hp_error *err);
 
 /*
  * Stored mean-ablation statistics of (model, data) under this engine's

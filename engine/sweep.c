@@ -5,7 +5,8 @@
  * jobs whose content address is already finished in the store, and the
  * iterative pruning procedure, whose jobs depend on earlier results, and the
  * gradient studies (importance, attribution, gradient-ranked curves), whose
- * gradients are content-addressed results of their own.
+ * gradients are content-addressed results of their own, and the gates
+ * studies, whose training runs (gates.c) are saved as they go.
  * Invariant: the same plan, data and threads give the same results whether
  * the sweep ran at once or was resumed after kills, because every job is
  * evaluated alone from the same inputs and iterative choices depend only on
@@ -22,6 +23,7 @@
 #include <time.h>
 
 #include "cpuload_int.h"
+#include "gates_int.h"
 #include "hash_int.h"
 #include "roles_int.h"
 #include "store_int.h"
@@ -36,6 +38,8 @@ struct ctx {
     const struct hp_model_info *info;
     struct hp_data *data;
     struct hp_evaluator *ev;
+    struct hp_data *train;         /* NULL, or the gates studies' training set */
+    struct hp_evaluator *train_ev; /* ... and its evaluator */
     struct hp_store *store;
     char model_digest[HP_DIGEST_HEX], data_digest[HP_DIGEST_HEX], plan_digest[HP_DIGEST_HEX];
     int64_t sweep_id;
@@ -133,10 +137,12 @@ static void job_done(struct ctx *c, const struct hp_job *job)
         c->total = c->done;
     if (c->o->progress) {
         /* results arrive a window at a time: name the study (and step) at work, not one job */
-        char label[160];
+        char label[192];
         const struct hp_study *s = &c->plan->studies[job->study];
         if (s->kind == HP_STUDY_ITERATIVE)
             snprintf(label, sizeof label, "%s, step %d%s", s->name, job->step, job->k < 0 ? " (gradient)" : "");
+        else if (s->kind == HP_STUDY_GATES)
+            snprintf(label, sizeof label, "%s, %s", s->name, job->label);
         else
             snprintf(label, sizeof label, "%s", s->name);
         struct hp_sweep_progress p = {c->done,
@@ -210,7 +216,8 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
         int n_new = 0;
         for (int i = 0; i < nw && st == HP_OK; i++) {
             const struct hp_job *job = &jobs[w0 + i];
-            char *mask_text = hp_mask_format(job->mask);
+            /* hp_mask_format's text, but marked with the gates where some are fractional (gates studies) */
+            char *mask_text = hp_gates_mask_text(job->mask);
             if (!mask_text) {
                 st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
                 break;
@@ -649,6 +656,139 @@ static enum hp_status run_roles(struct ctx *c, int si, struct hp_error *err)
     return st;
 }
 
+// --- gates ---------------------------------------------------------------------------
+
+/* A training run's state is saved every HP_GATES_SAVE_STEPS steps or HP_GATES_SAVE_S seconds, whichever comes
+ * first, when stopping and when finished: a kill loses at most that much training (each save is one transaction
+ * of a few arrays the size of the heads, cheap beside a step) */
+#define HP_GATES_SAVE_S 10.0
+#define HP_GATES_SAVE_STEPS 25
+
+/* The content address of study s's training run at lambda: what determines every step of it. */
+static void gate_run_key(const struct ctx *c, const struct hp_study *s, const char *train_digest, double lambda,
+                         char key[HP_DIGEST_HEX])
+{
+    char text[1024];
+    snprintf(text, sizeof text, "headprune-gates-1|%d|%s|%s|%s|%a|%d|%a|%a|%a|%llu|%s", HP_NUMERIC_VERSION,
+             c->model_digest, train_digest, hp_metric_name(c->metric), lambda, s->steps, s->lr, s->beta, s->init,
+             (unsigned long long)s->gate_seed, s->name);
+    hp_digest_text(text, key);
+}
+
+/* Progress (and the summary's counts) for one training step: run now, or found done. */
+static void gate_step_done(struct ctx *c, int si, double lambda, int step, bool found)
+{
+    struct hp_job j = {.study = si, .step = step, .layer = -1, .unit = -1, .unit2 = -1};
+    snprintf(j.label, sizeof j.label, "lambda %g, step %d", lambda, step);
+    if (found)
+        c->sum->n_cached++;
+    else
+        c->sum->n_run++;
+    job_done(c, &j);
+}
+
+/*
+ * A gates study: for each lambda, its training run (gates.c), found
+ * finished in the store, resumed from the state saved there, or started;
+ * saved every HP_GATES_SAVE_S seconds, when stopping and once finished.
+ * Then its two curve points, evaluated exactly on the held-out set like any
+ * variant: the pruned set (the heads whose test-time gate is 0 ablated, kind
+ * 'gates', the key of every variant of that mask) and the model at its
+ * test-time gates (kind 'gates-frac'), each at step = the lambda's index.
+ */
+static enum hp_status run_gates(struct ctx *c, int si, int64_t *ord, struct hp_error *err)
+{
+    const struct hp_study *s = &c->plan->studies[si];
+    const struct hp_model_info *in = c->info;
+    const int n = in->n_layers * in->n_heads;
+    char train_digest[HP_DIGEST_HEX], train_abs[PATH_MAX];
+    hp_digest_data(c->train, train_digest);
+    const char *train_path = s->train ? (realpath(s->train, train_abs) ? train_abs : s->train) : c->train->path;
+    struct hp_mask *pruned = hp_mask_new(in->n_layers, in->n_heads), *frac = hp_mask_new(in->n_layers, in->n_heads);
+    double *test_gate = malloc((size_t)n * sizeof *test_gate);
+    enum hp_status st = pruned && frac && test_gate ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    for (int li = 0; st == HP_OK && li < s->n_lambda && !stopping(c); li++) {
+        const double lambda = s->lambda[li];
+        char key[HP_DIGEST_HEX];
+        gate_run_key(c, s, train_digest, lambda, key);
+        struct hp_gates_state gs;
+        if (!hp_gates_state_init(&gs, n, s->init, s->gate_seed, s->name, lambda)) {
+            st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
+            break;
+        }
+        struct hp_store_gate_run r = {
+            .key = key, .model_digest = c->model_digest, .train_digest = train_digest, .train_path = train_path,
+            .train_seqs = c->train->n_seqs, .metric = hp_metric_name(c->metric), .lambda = lambda, .lr = s->lr,
+            .beta = s->beta, .init = s->init, .seed = s->gate_seed, .steps = s->steps, .n_layers = in->n_layers,
+            .n_heads = in->n_heads, .log_alpha = gs.log_alpha, .adam_m = gs.m, .adam_v = gs.v, .n_kept = -1,
+        };
+        bool found = false;
+        st = hp_store_get_gate_run(c->store, &r, &found, err);
+        if (st == HP_OK && found) { /* resume where it was saved */
+            gs.step = r.step;
+            memcpy(gs.rng, r.rng, sizeof gs.rng);
+            gs.objective = r.objective, gs.value = r.value, gs.penalty = r.penalty;
+            for (int k = 1; k <= gs.step; k++)
+                gate_step_done(c, si, lambda, k, true);
+        }
+        const struct hp_gates_cfg cfg = {.metric = c->metric, .lambda = lambda, .lr = s->lr, .beta = s->beta,
+                                         .fixed = in->pruned};
+        const double wall0 = found ? r.wall_s : 0;
+        double t0 = hp_now(), t_saved = t0;
+        while (st == HP_OK && r.n_kept < 0 && gs.step < s->steps) {
+            adapt_threads(c);
+            if ((st = hp_gates_step(c->train_ev, &cfg, &gs, err)) != HP_OK) {
+                char inner[HP_ERR_MSG_MAX];
+                snprintf(inner, sizeof inner, "%s", err ? err->msg : "");
+                st = hp_fail(err, st, "%s:%d: study '%s', lambda %g: %s", c->plan->path, s->line, s->name, lambda,
+                             inner);
+                break;
+            }
+            gate_step_done(c, si, lambda, gs.step, false);
+            const bool done = gs.step == s->steps;
+            if (done || stopping(c) || gs.step % HP_GATES_SAVE_STEPS == 0 || hp_now() - t_saved >= HP_GATES_SAVE_S) {
+                r.step = gs.step;
+                memcpy(r.rng, gs.rng, sizeof r.rng);
+                r.objective = gs.objective, r.value = gs.value, r.penalty = gs.penalty;
+                r.wall_s = wall0 + (hp_now() - t0);
+                if (done) { /* the test-time gates in double, as the formula gives them (the mask's are floats) */
+                    r.n_kept = hp_gates_state_mask(&gs, in->pruned, NULL, NULL);
+                    for (int h = 0; h < n; h++)
+                        test_gate[h] = in->pruned && in->pruned[h] ? 0.0 : hp_gate_test(gs.log_alpha[h]);
+                    r.gate = test_gate;
+                }
+                st = hp_store_put_gate_run(c->store, &r, c->threads, hp_runtime_kernel(), err);
+                t_saved = hp_now();
+            }
+            if (stopping(c))
+                break;
+        }
+        if (st != HP_OK || gs.step < s->steps) { /* stopped (saved above) or failed */
+            hp_gates_state_free(&gs);
+            break;
+        }
+        /* the lambda's points: the pruned set, and the model at the test-time gates */
+        const int kept = hp_gates_state_mask(&gs, in->pruned, frac->gate, pruned->gate);
+        hp_gates_state_free(&gs);
+        struct hp_job jobs[2];
+        for (int k = 0; k < 2; k++) {
+            jobs[k] = (struct hp_job){.study = si, .step = li, .k = n - kept, .layer = -1, .unit = -1, .unit2 = -1,
+                                      .mask = k == 0 ? pruned : frac};
+            snprintf(jobs[k].label, sizeof jobs[k].label, "lambda %g%s", lambda, k == 0 ? "" : ", test-time gates");
+        }
+        int64_t o0 = (*ord)++, o1 = (*ord)++;
+        st = run_jobs(c, &o0, &jobs[0], 1, "gates", NULL, err);
+        if (st == HP_OK && !stopping(c))
+            st = run_jobs(c, &o1, &jobs[1], 1, "gates-frac", NULL, err);
+        if (st == HP_OK && !stopping(c))
+            st = hp_store_put_sweep_gate(c->store, c->sweep_id, s->name, li, lambda, key, err);
+    }
+    hp_mask_free(pruned);
+    hp_mask_free(frac);
+    free(test_gate);
+    return st;
+}
+
 // --- the run ------------------------------------------------------------------
 
 /* Mean-ablation statistics from the store, or computed once and stored. */
@@ -700,6 +840,17 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
     }
     if (st == HP_OK) /* before the database is touched: nothing is written for a plan refused */
         st = hp_plan_check_grad(plan, c.ev, err);
+    if (st == HP_OK) /* gates studies: their training set, and with split the held-out set is what it leaves */
+        st = hp_gates_data_load(plan, metric, c.model, &c.data, &c.train, err);
+    if (st == HP_OK && c.train) {
+        hp_evaluator_free(c.ev);
+        c.ev = NULL;
+        st = hp_evaluator_new(c.model, c.data, &c.ev, err);
+        if (st == HP_OK) {
+            hp_evaluator_set_plain(c.ev, o->plain);
+            st = hp_evaluator_new(c.model, c.train, &c.train_ev, err);
+        }
+    }
     if (st == HP_OK)
         st = hp_plan_expand(plan, c.info, &jobs, err);
     if (st == HP_OK) {
@@ -713,6 +864,8 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         /* between the evaluator's chunks and blocks too, so a run that starts beside another
          * (both measuring an idle start) drops its threads within a quarter second */
         hp_evaluator_set_progress(c.ev, on_evaluator_progress, &c);
+        if (c.train_ev)
+            hp_evaluator_set_progress(c.train_ev, on_evaluator_progress, &c);
     }
     if (st == HP_OK && plan->ablation != HP_ABLATE_ZERO)
         st = load_means(&c, err);
@@ -759,12 +912,14 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         free(ords);
     }
     int64_t ord = jobs ? jobs->n : 0;
-    /* iterative and roles studies in plan order, in shard 0 only: their work depends on earlier results */
+    /* iterative, roles and gates studies in plan order, in shard 0 only: their work depends on earlier results */
     for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !stopping(&c); si++)
         if (plan->studies[si].kind == HP_STUDY_ITERATIVE)
             st = run_iterative(&c, si, &ord, err);
         else if (plan->studies[si].kind == HP_STUDY_ROLES)
             st = run_roles(&c, si, err);
+        else if (plan->studies[si].kind == HP_STUDY_GATES)
+            st = run_gates(&c, si, &ord, err);
     sum->n_jobs = c.done;
     sum->interrupted = stopping(&c);
     sum->seconds = hp_now() - c.t0;
@@ -773,6 +928,8 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
     hp_joblist_free(jobs);
     hp_evaluator_free(c.ev);
     hp_data_free(c.data);
+    hp_evaluator_free(c.train_ev);
+    hp_data_free(c.train);
     hp_model_close(c.model);
     return st;
 }

@@ -635,6 +635,7 @@ enum hp_study_kind {
     HP_STUDY_IMPORTANCE,  /* Michel et al.'s E|dL/dξ| per unit: one forward + backward */
     HP_STUDY_ATTRIBUTION, /* first-order (AtP) estimate of each unit's single ablation effect */
     HP_STUDY_ROLES,       /* what each head attends to (hp_roles_compute): one unmasked pass */
+    HP_STUDY_GATES,       /* Voita et al.'s L0-regularised Hard Concrete gates, trained per lambda (weights frozen) */
 };
 
 /* How importance scores are scaled: per layer to unit L2 norm (Michel et al.), or not. */
@@ -677,6 +678,19 @@ struct hp_study {
     enum hp_normalize normalize;
     /* roles: the induction probe's size (struct hp_roles_opts; 0 = the default) */
     int probe_seqs, probe_len;
+    /* gates (docs/plans.md, "Gate training"): one gate a query head, trained with Adam on its log alpha
+     * for `steps` steps per penalty weight, on training data separate from the held-out set */
+    int n_lambda;
+    double *lambda;     /* (n_lambda) L0 penalty weights, ascending, each >= 0 */
+    int steps;          /* Adam steps per lambda, >= 1 (default 300) */
+    double lr;          /* Adam's step size, > 0 (default 0.05) */
+    double beta;        /* the Hard Concrete temperature, > 0 (default 2/3) */
+    double init;        /* every head's log alpha at step 0 (default 3: every test-time gate open) */
+    uint64_t gate_seed; /* the noise's seed (default: the plan's seed) */
+    bool gate_seed_set; /* whether the study gave `seed:` (else gate_seed follows the plan's) */
+    char *train;        /* training data, resolved against the plan file's folder; NULL with split */
+    double split_frac;  /* split: this fraction of the data's sequences (the last ones) trains, in (0, 1) ... */
+    int split_count;    /* ... or this many (0 when a fraction is given); the rest is the held-out set */
 };
 
 struct hp_plan {
@@ -757,10 +771,27 @@ long hp_study_evals(const struct hp_study *s, const struct hp_model_info *info);
 /*
  * Forward + backward passes over the held-out set a sweep of the study runs
  * (hp_evaluator_grad_seq): 1 for importance and attribution, one a step but
- * the last for a gradient-ranked iterative study, else 0. Its evaluations
- * (curve points) are hp_study_evals'.
+ * the last for a gradient-ranked iterative study, steps x lambdas for a gates
+ * study (over its training set), else 0. Its evaluations (curve points; a
+ * gates study's two a lambda) are hp_study_evals'.
  */
 long hp_study_backwards(const struct hp_study *s, const struct hp_model_info *info);
+
+/*
+ * The training data of a plan's gates studies (docs/plans.md, "Gate
+ * training"), made and checked before anything runs: with `train:` the file
+ * (with the plan's seq_len), refused when any of its rows is also a row of
+ * the held-out set *data; with `split:` the last sequences of *data, which is
+ * replaced by the rest (freed and made anew: every study of the plan is then
+ * evaluated on those), refused when that leaves no sequence on either side.
+ * The training set must fit the model (vocabulary, positions, labels) and
+ * give the plan's metric (as hp_evaluator_pick_metric resolved it: loss, kl
+ * or cos; acc is refused). *train is NULL for a plan without a gates study.
+ * Errors are one line naming the plan, the study's line and the study.
+ * Destructor of *train: hp_data_free.
+ */
+enum hp_status hp_gates_data_load(const struct hp_plan *p, const char *metric, struct hp_model *m,
+                                  struct hp_data **data, struct hp_data **train, struct hp_error *err);
 
 /* Whether the study needs the gradient of the loss (importance, attribution, iterative rank: gradient). */
 bool hp_study_needs_grad(const struct hp_study *s);
@@ -885,7 +916,7 @@ void hp_table_free(struct hp_table *t);
 
 enum hp_query_kind {
     HP_QUERY_SWEEPS,     /* the sweeps in the database */
-    HP_QUERY_CURVE,      /* pruning curve (iterative, random) */
+    HP_QUERY_CURVE,      /* pruning curve (iterative, random, gates) */
     HP_QUERY_HEADS,      /* single-unit effects with paired 95% CIs */
     HP_QUERY_REDUNDANCY, /* per-layer summary */
     HP_QUERY_PAIRS,      /* interactions */
@@ -895,6 +926,7 @@ enum hp_query_kind {
     HP_QUERY_IMPORTANCE, /* an importance study's scores, largest first */
     HP_QUERY_ATTRIBUTION, /* an attribution study's estimates against the exact single effects */
     HP_QUERY_ROLES,       /* a roles study's scores per head, with the single effects and rank correlations */
+    HP_QUERY_GATES,       /* each lambda of the gates studies against the other curves at its heads kept */
 };
 
 struct hp_query_opts {
@@ -908,8 +940,11 @@ struct hp_query_opts {
     bool full_mask;     /* curve: each iterative step's whole mask too (column "mask"), not only
                          * the units it pruned (column "pruned") */
     const char *study;  /* heads, compare: the single study (NULL = the sweep's first over query
-                         * heads, else its first); sets, curve: only this study (NULL = every one) */
-    bool matrix;        /* heads: one row per layer, one column per unit, cells the effects */
+                         * heads, else its first); sets, curve, gates: only this study (NULL = every one) */
+    bool matrix;        /* heads: one row per layer, one column per unit, cells the effects (with gates: the
+                         * smallest lambda whose test-time gate is 0) */
+    bool gates;         /* heads: a gates study's (--study, else the first) test-time gates at each lambda
+                         * instead of the single effects */
     /* compare: the second sweep (B; the first, A, is db_path's sweep_id) */
     const char *db2;    /* NULL = db_path */
     int64_t sweep_id2;  /* 0 = the newest sweep of B's database */

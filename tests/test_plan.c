@@ -426,7 +426,7 @@ Test(plan, unknown_keys_with_suggestions)
     load_fails(HEAD "  - name: x\n", 5, "name", "unknown study 'name'",
                "('name' is an option: write it under a kind, like 'single: {name: ...}')");
     load_fails(HEAD "  - ablate\n", 5, "ablate", "unknown study 'ablate'",
-               "(expected baseline, single, only, layer, random, explicit, pairs, iterative, importance, attribution or roles)");
+               "(expected baseline, single, only, layer, random, explicit, pairs, iterative, importance, attribution, roles or gates)");
     load_fails(HEAD "  - random: {k: 2, smples: 3}\n", 5, "smples",
                "unknown key 'smples' in a 'random' study", "(did you mean 'samples'?)");
     load_fails(HEAD "  - single: {layer: [0]}\n", 5, "layer:",
@@ -1247,6 +1247,82 @@ Test(plan, gradient_study_mistakes)
     struct hp_model_info info = tu_info(3, 4, 2);
     expand_fails(HEAD "  - importance: {layers: [3]}\n", &info, 5, "3", "layer 3 does not exist", NULL);
     expand_fails(HEAD "  - attribution: {kv: true, groups: [2]}\n", &info, 5, "2", "KV group 2 does not exist", NULL);
+}
+
+Test(plan, gates_study_loads_with_defaults_and_options)
+{
+    struct hp_plan *p = load_text(HEAD "  - gates: {lambda: [0.1, 0, 0.01], split: 25%}\n"
+                                       "  - gates: {lambda: 0.5, steps: 10, lr: 0.2, beta: 0.33, init: -1.5, seed: 5, "
+                                       "split: 0.25, name: g2}\n"
+                                       "seed: 9\n");
+    cr_assert_eq(p->n_studies, 3);
+    const struct hp_study *s = &p->studies[1];
+    cr_assert_eq(s->kind, HP_STUDY_GATES);
+    cr_assert_str_eq(hp_study_kind_name(HP_STUDY_GATES), "gates");
+    cr_assert_eq(s->n_lambda, 3);
+    cr_assert(s->lambda[0] == 0 && s->lambda[1] == 0.01 && s->lambda[2] == 0.1, "lambdas sorted");
+    cr_assert_eq(s->steps, 300);
+    cr_assert_eq(s->lr, 0.05);
+    cr_assert_eq(s->beta, 2.0 / 3.0);
+    cr_assert_eq(s->init, 3.0);
+    cr_assert_eq(s->gate_seed, 9, "the plan's seed, even given after the studies");
+    cr_assert_eq(s->split_frac, 0.25);
+    cr_assert_eq(s->split_count, 0);
+    cr_assert_null(s->train);
+    const struct hp_study *g = &p->studies[2];
+    cr_assert(g->n_lambda == 1 && g->lambda[0] == 0.5 && g->steps == 10 && g->lr == 0.2 && g->beta == 0.33 &&
+              g->init == -1.5 && g->gate_seed == 5);
+    struct hp_model_info info = tu_info(3, 4, 2);
+    cr_assert_eq(hp_study_evals(s, &info), 6, "two evaluations a lambda");
+    cr_assert_eq(hp_study_backwards(s, &info), 900, "a forward+backward a step");
+    cr_assert(!hp_study_needs_grad(s), "gates train on any metric with a gradient, cos included");
+    struct hp_joblist *jl = expand_ok(p, &info);
+    cr_assert_eq(jl->n, 1, "only the baseline expands into jobs");
+    hp_joblist_free(jl);
+    hp_plan_free(p);
+
+    p = load_text(HEAD "  - gates: {lambda: 1, train: sub/t.npy}\n");
+    char want[256];
+    snprintf(want, sizeof want, "%s/sub/t.npy", tmp);
+    cr_assert_str_eq(p->studies[1].train, want, "train resolves against the plan's folder");
+    hp_plan_free(p);
+    p = load_text(HEAD "  - gates: {lambda: 1, split: 8}\n");
+    cr_assert_eq(p->studies[1].split_count, 8);
+    cr_assert_eq(p->studies[1].split_frac, 0);
+    hp_plan_free(p);
+}
+
+Test(plan, gates_study_mistakes)
+{
+    load_fails(HEAD "  - gates: {split: 25%}\n", 5, "gates", "a 'gates' study needs 'lambda'", NULL);
+    load_fails(HEAD "  - gates: {lambda: [-0.1], split: 2}\n", 5, "-0.1", "'lambda' must be a non-negative number",
+               "not '-0.1'");
+    load_fails(HEAD "  - gates: {lambda: [0.1, 0.1], split: 2}\n", 5, "0.1]", "'lambda' lists 0.1 twice", NULL);
+    load_fails(HEAD "  - gates: {lambda: [], split: 2}\n", 5, "[]", "'lambda' is an empty list", NULL);
+    load_fails(HEAD "  - gates: {lambda: nan, split: 2}\n", 5, "nan", "'lambda' must be a non-negative number", NULL);
+    load_fails(HEAD "  - gates: {lambda: 1, steps: 0, split: 2}\n", 5, "0,", "'steps' must be a positive integer",
+               NULL);
+    load_fails(HEAD "  - gates: {lambda: 1, lr: 0, split: 2}\n", 5, "0,", "'lr' must be a positive number", NULL);
+    load_fails(HEAD "  - gates: {lambda: 1, lr: -1, split: 2}\n", 5, "-1", "'lr' must be a positive number", NULL);
+    load_fails(HEAD "  - gates: {lambda: 1, beta: 0, split: 2}\n", 5, "0,", "'beta' must be a positive number", NULL);
+    load_fails(HEAD "  - gates: {lambda: 1, init: x, split: 2}\n", 5, "x,", "'init' must be a number", NULL);
+    load_fails(HEAD "  - gates: {lambda: 1, seed: -3, split: 2}\n", 5, "-3", "'seed' must be a non-negative integer",
+               NULL);
+    load_fails(HEAD "  - gates: {lambda: 1, split: 0}\n", 5, "0}", "'split' must be a fraction", NULL);
+    load_fails(HEAD "  - gates: {lambda: 1, split: 1.5}\n", 5, "1.5", "'split' must be a fraction", NULL);
+    load_fails(HEAD "  - gates: {lambda: 1, split: 100%}\n", 5, "100%", "'split' must be a fraction", NULL);
+    load_fails(HEAD "  - gates: {lambda: 1}\n", 5, "gates", "needs training data apart from the held-out set", NULL);
+    load_fails(HEAD "  - gates: {lambda: 1, train: t.npy, split: 2}\n", 5, "split", "'train' and 'split' both", NULL);
+    load_fails(HEAD "  - gates: {lambda: 1, split: 2}\n  - gates: {lambda: 2, split: 3, name: g2}\n", 6, "gates",
+               "gates studies 'gates' (line 5) and 'g2' train on different data", NULL);
+    load_fails(HEAD "  - gates: {lambda: 1, prune: 10%, split: 2}\n", 5, "prune",
+               "'prune' does not apply to a 'gates' study", NULL);
+    load_fails(HEAD "  - single: {lambda: 1}\n", 5, "lambda", "'lambda' does not apply to a 'single' study",
+               "(gates studies take it)");
+    load_fails("name: t\nmodel: m\ndata: d.npy\nablation: mean\nstudies:\n  - gates: {lambda: 1, split: 2}\n", 4,
+               "ablation", "gates study 'gates' (line 6)", "needs 'ablation: zero'");
+    load_fails("name: t\nmodel: m\ndata: d.npy\nmetric: acc\nstudies:\n  - gates: {lambda: 1, split: 2}\n", 4,
+               "metric", "acc has none", NULL);
 }
 
 // --- pruned checkpoints --------------------------------------------------------------

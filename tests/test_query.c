@@ -897,7 +897,7 @@ Test(query, options_of_other_kinds_are_refused)
     expect_fail(&o, g_db, HP_ERR_ARG, "--top does not apply to the matrix format");
     o = opts(HP_QUERY_REDUNDANCY);
     o.study = "single";
-    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study applies to heads, sets, curve, compare, importance, attribution and roles");
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study applies to heads, sets, curve, compare, importance, attribution, roles and gates");
     o = opts(HP_QUERY_COMPARE);
     o.by_layer = true;
     o.top = 2;
@@ -1286,7 +1286,7 @@ Test(query, studies_the_sweep_lacks_are_named_with_a_sweep_that_has_them)
     o.kind = HP_QUERY_HEADS;
     expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no single study (sweep 2 does: use --sweep 2)");
     o.kind = HP_QUERY_CURVE;
-    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no iterative or random study (sweep 2 does: use --sweep 2)");
+    expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no iterative, random or gates study (sweep 2 does: use --sweep 2)");
     o.kind = HP_QUERY_REDUNDANCY;
     expect_fail(&o, g_db, HP_ERR_ARG, "sweep 1 has no single, only or layer study (sweep 2 does: use --sweep 2)");
 
@@ -1307,7 +1307,7 @@ Test(query, a_newest_sweep_lacking_a_study_names_the_earlier_one)
     const enum hp_query_kind kinds[] = {HP_QUERY_HEADS, HP_QUERY_CURVE, HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS,
                                         HP_QUERY_SETS, HP_QUERY_HEADS};
     const char *said[] = {"sweep 3 (the newest) has no single study (sweep 2 does: use --sweep 2)",
-                          "sweep 3 (the newest) has no iterative or random study (sweep 2 does: use --sweep 2)",
+                          "sweep 3 (the newest) has no iterative, random or gates study (sweep 2 does: use --sweep 2)",
                           "sweep 3 (the newest) has no single, only or layer study (sweep 2 does: use --sweep 2)",
                           "sweep 3 (the newest) has no pairs study (sweep 2 does: use --sweep 2)",
                           "sweep 3 (the newest) has no explicit study (sweep 1 does: use --sweep 1)",
@@ -1336,7 +1336,7 @@ Test(query, a_newest_sweep_lacking_a_study_names_the_earlier_one)
     o.study = "nope";
     o.sweep_id = 2;
     expect_fail(&o, g_db, HP_ERR_ARG,
-                "sweep 2 has no iterative or random study 'nope' (its curve studies: random, iterative)");
+                "sweep 2 has no iterative, random or gates study 'nope' (its curve studies: random, iterative)");
 }
 
 Test(query, with_no_sweep_to_point_to_the_hint_says_what_to_add)

@@ -474,14 +474,15 @@ Test(store, schema_2_database_gains_the_gradient_tables)
     cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), HP_SCHEMA_VERSION);
 }
 
-Test(store, schema_3_database_gains_the_roles_tables)
+Test(store, schema_3_database_gains_the_roles_and_gate_tables)
 {
     struct hp_error err;
     struct hp_store *s;
     cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
     hp_store_close(s);
-    /* what a schema 3 database looked like: no head roles */
+    /* what a schema 3 database looked like: no head roles, no gates studies */
     sql(db, "DROP TABLE sweep_roles; DROP TABLE head_roles; DROP TABLE role_runs;"
+            "DROP TABLE sweep_gates; DROP TABLE gate_heads; DROP TABLE gate_runs;"
             "UPDATE meta SET value = '3' WHERE key = 'schema_version';"
             "INSERT INTO models(digest, path, model_type, n_layers, n_heads, n_kv_heads, d_head, n_params)"
             " VALUES ('d', 'p', 'gpt2', 1, 1, 1, 1, 1)");
@@ -489,8 +490,13 @@ Test(store, schema_3_database_gains_the_roles_tables)
     hp_store_close(s);
     cr_assert_eq(one_int("SELECT count(*) FROM sqlite_master WHERE name IN ('role_runs', 'head_roles', 'sweep_roles')"),
                  3);
+    cr_assert_eq(one_int("SELECT count(*) FROM sqlite_master WHERE name IN ('gate_runs', 'gate_heads', 'sweep_gates')"),
+                 3);
     cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), 4);
     cr_assert_eq(one_int("SELECT count(*) FROM models"), 1, "existing rows kept");
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), 4);
 }
 
 #define HP_STR(x) #x

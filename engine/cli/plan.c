@@ -20,7 +20,10 @@ static const char plan_help[] =
     "of the cost, without running anything. Iterative studies are listed by their\n"
     "expected number of evaluations: their masks depend on results. Gradient\n"
     "studies (importance, attribution, iterative with rank: gradient) are listed\n"
-    "by their forward + backward passes, costed as three forwards each.\n"
+    "by their forward + backward passes, costed as three forwards each; gates\n"
+    "studies by their training steps (a forward + backward over the training set\n"
+    "each, four forwards under kl or cos, whose reference pass runs too) and the\n"
+    "two evaluations of each lambda.\n"
     "The plan format (keys, study kinds, options): docs/plans.md.\n";
 
 /* Rough forward FLOPs of a variant run from layer `from` on: every matrix product plus attention. */
@@ -54,7 +57,7 @@ int cmd_plan(int argc, char **argv)
     struct hp_error err = {0};
     struct hp_plan *p = NULL;
     struct hp_model *m = NULL;
-    struct hp_data *d = NULL;
+    struct hp_data *d = NULL, *train = NULL;
     struct hp_joblist *jl = NULL;
     struct hp_evaluator *ev = NULL;
     const char *metric = NULL;
@@ -64,16 +67,25 @@ int cmd_plan(int argc, char **argv)
         hp_evaluator_new(m, d, &ev, &err) != HP_OK ||
         hp_evaluator_pick_metric(ev, p->path, p->metric, &metric, &err) != HP_OK ||
         hp_plan_check_grad(p, ev, &err) != HP_OK ||
+        hp_gates_data_load(p, metric, m, &d, &train, &err) != HP_OK ||
         hp_plan_expand(p, hp_model_get_info(m), &jl, &err) != HP_OK) {
         die(&err);
         goto out;
     }
     const struct hp_model_info *in = hp_model_get_info(m);
-    long iter = 0, backs = 0;
+    long iter = 0, backs = 0, gate_steps = 0;
     for (int i = 0; i < p->n_studies; i++) {
         iter += hp_study_evals(&p->studies[i], in);
-        backs += hp_study_backwards(&p->studies[i], in);
+        if (p->studies[i].kind == HP_STUDY_GATES)
+            gate_steps += hp_study_backwards(&p->studies[i], in);
+        else
+            backs += hp_study_backwards(&p->studies[i], in);
     }
+    bool split = false;
+    for (int i = 0; i < p->n_studies; i++)
+        split |= p->studies[i].kind == HP_STUDY_GATES && !p->studies[i].train;
+    /* a gate step differentiates the plan's metric over the training set: kl and cos run the unmasked pass too */
+    const int per_step = strcmp(metric, "loss") == 0 ? 3 : 4;
     if (f == FMT_TABLE) {
         double fl = forward_flops(in, d->n_seqs, d->seq_len, 0), reuse = 0;
         for (int j = 0; j < jl->n; j++) {
@@ -87,10 +99,16 @@ int cmd_plan(int argc, char **argv)
         /* head roles: one unmasked pass (the probe's is small beside it) */
         for (int i = 0; i < p->n_studies; i++)
             reuse += p->studies[i].kind == HP_STUDY_ROLES ? fl : 0;
+        const double fl_train = train ? forward_flops(in, train->n_seqs, train->seq_len, 0) : 0;
+        reuse += per_step * fl_train * gate_steps;
         printf("plan      %s (%s)\n", p->name, p->path);
         printf("model     %s (%s, %d layers x %d heads, %d KV heads%s)\n", p->model, in->model_type, in->n_layers,
                in->n_heads, in->n_kv_heads, pruned_note(in));
-        printf("data      %s: %d sequences x %d tokens%s\n", p->data, d->n_seqs, d->seq_len, dropped_note(d));
+        printf("data      %s: %d sequences x %d tokens%s%s\n", p->data, d->n_seqs, d->seq_len, dropped_note(d),
+               split ? " (what the gates studies' split leaves)" : "");
+        if (train)
+            printf("train     %s: %d sequences x %d tokens (the gates studies' training set)\n", train->path,
+                   train->n_seqs, train->seq_len);
         printf("ablation  %s, metric %s%s, seed %llu\n",
                hp_ablation_name(p->ablation), metric,
                p->metric[0] ? "" : " (the model's own)",
@@ -107,6 +125,11 @@ int cmd_plan(int argc, char **argv)
             else if (st->kind == HP_STUDY_ITERATIVE)
                 printf("study     %-16s %-10s about %ld evaluations (masks depend on results)\n", st->name,
                        hp_study_kind_name(st->kind), hp_study_evals(st, in));
+            else if (st->kind == HP_STUDY_GATES)
+                printf("study     %-16s %-10s %d lambda%s x %d steps = %ld forward+backward passes over the training "
+                       "set (%s), then %ld evaluations\n", st->name, hp_study_kind_name(st->kind), st->n_lambda,
+                       st->n_lambda == 1 ? "" : "s", st->steps, hp_study_backwards(st, in),
+                       per_step == 3 ? "loss" : "with the unmasked pass", hp_study_evals(st, in));
             else if (st->kind == HP_STUDY_IMPORTANCE || st->kind == HP_STUDY_ATTRIBUTION)
                 printf("study     %-16s %-10s 1 forward+backward pass (%s%s%s)\n", st->name,
                        hp_study_kind_name(st->kind), hp_unit_name(st->kv, true),
@@ -122,14 +145,15 @@ int cmd_plan(int argc, char **argv)
             } else
                 printf("study     %-16s %-10s %d jobs\n", p->studies[i].name, hp_study_kind_name(p->studies[i].kind), n);
         }
-        printf("jobs      %d expanded + about %ld iterative = %ld evaluations", jl->n, iter, jl->n + iter);
-        if (backs)
-            printf(", and %ld forward+backward passes", backs);
+        printf("jobs      %d expanded + about %ld %s = %ld evaluations", jl->n, iter,
+               gate_steps ? "iterative and gates" : "iterative", jl->n + iter);
+        if (backs + gate_steps)
+            printf(", and %ld forward+backward passes", backs + gate_steps);
         printf("\n");
         printf("cost      at most %.3g GFLOP per evaluation (a whole pass); about %.3g GFLOP in all, as each\n"
                "          variant runs from its first masked layer (%.3g GFLOP as whole passes); jobs\n"
                "          already in the database are skipped\n",
-               fl / 1e9, reuse / 1e9, fl * (jl->n + iter + 3 * backs) / 1e9);
+               fl / 1e9, reuse / 1e9, (fl * (jl->n + iter + 3 * backs) + per_step * fl_train * gate_steps) / 1e9);
         /* The sweep runs within a few percent of sgemm's speed (README). Time one thread's sgemm (a
          * busy machine stalls several threads' barriers, not one) and scale by the threads the sweep
          * would take now: the CPUs other processes leave idle during the measurement. */
@@ -194,6 +218,7 @@ out:
     hp_joblist_free(jl);
     hp_evaluator_free(ev);
     hp_data_free(d);
+    hp_data_free(train);
     hp_model_close(m);
     hp_plan_free(p);
     return rc;

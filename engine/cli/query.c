@@ -12,7 +12,7 @@
 static const char query_help[] =
     "Usage: headprune query KIND --db FILE [--sweep ID] [--format table|csv|json|matrix]\n"
     "                       [--metric loss|kl|acc|cos] [--study NAME] [--top K] [--eps E]\n"
-    "                       [--full-mask] [SQL]\n"
+    "                       [--full-mask] [--gates] [SQL]\n"
     "       headprune query compare --db FILE [--sweep ID] [--db2 FILE] [--sweep2 ID]\n"
     "                       [--study NAME] [--study2 NAME] [--by head|layer] [--top K] ...\n"
     "\n"
@@ -26,14 +26,19 @@ static const char query_help[] =
     "Kinds:\n"
     "  sweeps       the sweeps in the database\n"
     "  curve        pruning curve: metric against heads pruned (number and %),\n"
-    "               iterative and random studies (--study NAME: only that one),\n"
-    "               95% CIs over random samples; each iterative step's units in\n"
-    "               \"pruned\" (--full-mask: also everything pruned so far, in \"mask\")\n"
+    "               iterative, random and gates studies (--study NAME: only that\n"
+    "               one), 95% CIs over random samples; each iterative step's units\n"
+    "               in \"pruned\" (--full-mask: also everything pruned so far, in\n"
+    "               \"mask\"); with a gates study also heads kept, each gates row's\n"
+    "               lambda and the model at its test-time gates (\"gated\")\n"
     "  heads        each head's effect when ablated alone, with a paired 95% CI\n"
     "               across sequences; sorted, --top K. One single study: --study\n"
     "               NAME, else the sweep's first over query heads (a KV-group\n"
     "               study such as single-kv only when named or the only one).\n"
-    "               --format matrix: layers as rows, heads as columns\n"
+    "               --format matrix: layers as rows, heads as columns.\n"
+    "               --gates: a gates study's (--study NAME) test-time gate of each\n"
+    "               head at each lambda, and the lambda from which it stays closed\n"
+    "               (closes_at; the matrix shows that), the last to close first\n"
     "  sets         each named set of the explicit studies (--study NAME: one\n"
     "               of them) ablated together: its effect with a paired 95% CI;\n"
     "               sorted, --top K\n"
@@ -67,6 +72,10 @@ static const char query_help[] =
     "               in the sweep's first single study over query heads when it\n"
     "               has one, and a last row (label \"rho\") with each score's\n"
     "               Spearman rank correlation with the effect\n"
+    "  gates        each lambda of the gates studies (--study NAME: one): heads\n"
+    "               kept, the pruned set's metric, the model at its test-time\n"
+    "               gates, and the sweep's iterative and random curves read at the\n"
+    "               same heads kept; \"lower\" names the curve that is lowest there\n"
     "  sql          read-only SQL, e.g. \"SELECT * FROM effects LIMIT 5\"\n"
     "               (tables, columns and views: docs/database.md)\n"
     "\n"
@@ -74,11 +83,11 @@ static const char query_help[] =
     "the sign convention), csv, json (an array of objects), matrix (heads only).\n";
 
 static const char kinds_list[] =
-    "sweeps, curve, heads, sets, compare, redundancy, pairs, importance, attribution, roles or sql";
+    "sweeps, curve, heads, sets, compare, redundancy, pairs, importance, attribution, roles, gates or sql";
 
 int cmd_query(int argc, char **argv)
 {
-    enum { O_DB2 = 256, O_SWEEP2, O_STUDY, O_STUDY2, O_BY };
+    enum { O_DB2 = 256, O_SWEEP2, O_STUDY, O_STUDY2, O_BY, O_GATES };
     static const struct option opts[] = {
         {"db", required_argument, 0, 'd'},        {"sweep", required_argument, 0, 's'},
         {"format", required_argument, 0, 'f'},    {"metric", required_argument, 0, 'm'},
@@ -86,6 +95,7 @@ int cmd_query(int argc, char **argv)
         {"full-mask", no_argument, 0, 'M'},       {"study", required_argument, 0, O_STUDY},
         {"db2", required_argument, 0, O_DB2},     {"sweep2", required_argument, 0, O_SWEEP2},
         {"study2", required_argument, 0, O_STUDY2}, {"by", required_argument, 0, O_BY},
+        {"gates", no_argument, 0, O_GATES},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs(query_help, stdout);
@@ -132,6 +142,7 @@ int cmd_query(int argc, char **argv)
                 return usage_error("query", "--top must be a positive integer");
             break;
         case 'M': q.full_mask = true; break;
+        case O_GATES: q.gates = true; break;
         case 'e':
             if (!parse_double(optarg, 0.0, &q.eps))
                 return usage_error("query", "--eps must be a non-negative number");
@@ -161,11 +172,11 @@ int cmd_query(int argc, char **argv)
         return usage_error("query", msg);
     }
     static const char *const kinds[] = {"sweeps",     "curve", "heads",      "sets",        "compare", "redundancy",
-                                        "pairs",      "importance", "attribution", "roles", "sql"};
+                                        "pairs",      "importance", "attribution", "roles", "gates", "sql"};
     static const enum hp_query_kind kv[] = {HP_QUERY_SWEEPS,     HP_QUERY_CURVE,      HP_QUERY_HEADS,
                                             HP_QUERY_SETS,       HP_QUERY_COMPARE,    HP_QUERY_REDUNDANCY,
                                             HP_QUERY_PAIRS,      HP_QUERY_IMPORTANCE, HP_QUERY_ATTRIBUTION,
-                                            HP_QUERY_ROLES,      HP_QUERY_SQL};
+                                            HP_QUERY_ROLES,      HP_QUERY_GATES,      HP_QUERY_SQL};
     int ki = -1;
     for (int i = 0; i < (int)(sizeof kinds / sizeof *kinds); i++)
         if (strcmp(argv[optind], kinds[i]) == 0)
@@ -193,13 +204,17 @@ int cmd_query(int argc, char **argv)
         return usage_error("query", "--db2, --sweep2, --study2 and --by are for compare");
     if (q.matrix && q.kind != HP_QUERY_HEADS)
         return usage_error("query", "--format matrix is for heads");
+    if (q.gates && q.kind != HP_QUERY_HEADS)
+        return usage_error("query", "--gates is for heads");
     if (q.matrix && q.top)
         return usage_error("query", "--top does not apply to --format matrix (it shows every unit)");
     if (compare && q.by_layer && q.top)
         return usage_error("query", "--top does not apply to compare --by layer (it shows every layer)");
     if (q.study && q.kind != HP_QUERY_HEADS && q.kind != HP_QUERY_SETS && q.kind != HP_QUERY_CURVE && !compare &&
-        q.kind != HP_QUERY_IMPORTANCE && q.kind != HP_QUERY_ATTRIBUTION && q.kind != HP_QUERY_ROLES)
-        return usage_error("query", "--study is for heads, sets, curve, compare, importance, attribution and roles");
+        q.kind != HP_QUERY_IMPORTANCE && q.kind != HP_QUERY_ATTRIBUTION && q.kind != HP_QUERY_ROLES &&
+        q.kind != HP_QUERY_GATES)
+        return usage_error("query",
+                           "--study is for heads, sets, curve, compare, importance, attribution, roles and gates");
     if (q.top && q.kind == HP_QUERY_ROLES)
         return usage_error("query", "--top does not apply to roles (it shows every head)");
 

@@ -58,6 +58,9 @@ for d in ("plans", os.path.join("tests", "plans")):
 put("plan", "flow", "{name: flow, model: m, data: d.npy, studies: [single, {random: {k: [1, 2], samples: 3}}]}\n")
 put("plan", "gradient", "name: g\nmodel: m\ndata: d.npy\nstudies:\n  - importance: {kv: true, normalize: none}\n"
     "  - attribution: {layers: [1]}\n  - iterative: {prune: 20%, rank: gradient, normalize: layer, keep_one_per_layer: true}\n")
+put("plan", "gates", "name: g\nmodel: m\ndata: d.npy\nseed: 7\nstudies:\n"
+    "  - gates: {lambda: [0, 0.01, 1e-1], steps: 20, lr: 0.1, beta: 0.33, init: -0.5, seed: 3, split: 25%}\n"
+    "  - gates: {lambda: 2, split: 0.25, name: g2}\n")
 put("plan", "kv-iterative", "name: it\nmodel: m\ndata: d.npy\nstudies:\n  - iterative: {prune: 0.5, floor: 10%, kv: true}\n"
     "  - pairs: {kv: true, layers: [0]}\n  - only: {heads: [1, 3]}\n")
 

@@ -1,0 +1,1018 @@
+/*
+ * test_gates.c -- Hard Concrete gates trained under an L0 penalty (gates.c,
+ * the sweep's gates studies).
+ *
+ *  - the gate's sampling and its derivative in log alpha, the test-time gate,
+ *    the L0 penalty and its derivative, Adam and the noise generator against
+ *    tools/gen_gate_fixtures.py's float64 reference (tests/fixtures/gates.json),
+ *    written from the formulas, not from this code;
+ *  - a draw's gradient in log alpha against central differences of its
+ *    objective, for loss, KL and 1 - cos (the reverse pass itself is
+ *    test_grad.c's, against torch);
+ *  - gates studies in sweeps: stopped or killed anywhere and resumed, the same
+ *    results bit for bit as an uninterrupted run (and with one thread or two,
+ *    and through shards and merge); the curve points against the evaluator
+ *    run here on masks made from the stored gates; the queries against the
+ *    same numbers worked from the jobs; the penalty's two ends on the default
+ *    model; every bad input refused in one line naming the plan.
+ */
+#define _DEFAULT_SOURCE /* mkdtemp, in testutil.h */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gates_int.h"
+#include "headprune.h"
+#include "testutil.h"
+
+static cJSON *g_fix;
+
+static cJSON *fixture(void)
+{
+    if (!g_fix) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/gates.json", getenv("HP_FIXTURES"));
+        char *text = tu_slurp(path, NULL);
+        g_fix = cJSON_Parse(text);
+        free(text);
+        cr_assert_not_null(g_fix, "%s does not parse", path);
+    }
+    return g_fix;
+}
+
+static double num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsNumber(v), "no number '%s'", key);
+    return v->valuedouble;
+}
+
+/* |got - want| <= tol * max(1, |want|), else counted; the first few printed */
+static int check(const char *what, int i, double got, double want, double tol, int *bad, double *worst)
+{
+    const double d = fabs(got - want) / fmax(1.0, fabs(want));
+    if (d > *worst)
+        *worst = d;
+    if (d > tol || isnan(got) != isnan(want)) {
+        if (*bad < 5)
+            cr_log_error("%s case %d: got %.17g, want %.17g", what, i, got, want);
+        (*bad)++;
+    }
+    return *bad;
+}
+
+#define MATH_TOL 1e-12
+
+Test(gates, sampling_and_its_derivative_match_the_float64_reference)
+{
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(fixture(), "sample");
+    int i = 0, bad = 0, n_mid = 0, n_clip = 0;
+    double worst = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        double dz = NAN;
+        const double z = hp_gate_sample(num(c, "log_alpha"), num(c, "u"), num(c, "beta"), &dz);
+        check("z", i, z, num(c, "z"), MATH_TOL, &bad, &worst);
+        check("dz/dlog_alpha", i, dz, num(c, "dz"), MATH_TOL, &bad, &worst);
+        n_mid += z > 0 && z < 1;
+        n_clip += z == 0 || z == 1;
+        i++;
+    }
+    cr_log_info("%d samples (%d inside (0, 1), %d clipped): max relative difference %.3g", i, n_mid, n_clip, worst);
+    cr_assert_gt(n_mid, 50, "too few samples inside (0, 1) to test the derivative");
+    cr_assert_gt(n_clip, 50, "too few clipped samples");
+    cr_assert_eq(bad, 0, "%d of %d samples differ from the reference (max %.3g)", bad, i, worst);
+}
+
+Test(gates, test_time_gate_and_l0_penalty_match_the_float64_reference)
+{
+    int i = 0, bad = 0;
+    double worst = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(fixture(), "test")) {
+        check("test-time gate", i++, hp_gate_test(num(c, "log_alpha")), num(c, "gate"), MATH_TOL, &bad, &worst);
+    }
+    i = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(fixture(), "l0")) {
+        double dp = NAN;
+        const double p = hp_gate_l0(num(c, "log_alpha"), num(c, "beta"), &dp);
+        check("P(z != 0)", i, p, num(c, "p"), MATH_TOL, &bad, &worst);
+        check("dP/dlog_alpha", i, dp, num(c, "dp"), MATH_TOL, &bad, &worst);
+        i++;
+    }
+    cr_assert_eq(bad, 0, "%d values differ from the reference (max %.3g)", bad, worst);
+    // the edges of the test-time gate: closed at or below -ln 11, open at or above ln 11
+    cr_assert_eq(hp_gate_test(-log(11.0) - 1e-9), 0.0);
+    cr_assert_eq(hp_gate_test(log(11.0) + 1e-9), 1.0);
+    cr_assert(hp_gate_test(0.0) > 0.49 && hp_gate_test(0.0) < 0.51);
+}
+
+Test(gates, adam_and_the_noise_match_the_float64_reference)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(fixture(), "adam");
+    double x = num(a, "init"), m = 0, v = 0;
+    int t = 0, bad = 0;
+    double worst = 0;
+    const cJSON *g, *want = cJSON_GetObjectItemCaseSensitive(a, "log_alpha");
+    cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(a, "grads")) {
+        hp_gate_adam(&x, &m, &v, g->valuedouble, t + 1, num(a, "lr"));
+        check("Adam", t, x, cJSON_GetArrayItem(want, t)->valuedouble, MATH_TOL, &bad, &worst);
+        t++;
+    }
+    const cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(fixture(), "rng")) {
+        uint64_t rng[4];
+        const char *seed = cJSON_GetObjectItemCaseSensitive(r, "seed")->valuestring;
+        hp_gate_rng_seed(rng, strtoull(seed, NULL, 10), cJSON_GetObjectItemCaseSensitive(r, "study")->valuestring,
+                         num(r, "lambda"));
+        int k = 0;
+        const cJSON *u;
+        cJSON_ArrayForEach(u, cJSON_GetObjectItemCaseSensitive(r, "uniforms")) {
+            const double got = hp_gate_uniform(rng);
+            cr_assert_eq(got, u->valuedouble, "seed %s draw %d: %.17g, want %.17g", seed, k, got, u->valuedouble);
+            k++;
+        }
+    }
+    cr_assert_eq(bad, 0, "Adam differs from the reference (max %.3g)", worst);
+}
+
+/*
+ * A draw's gradient in log alpha (hp_gates_objective: the reverse pass's
+ * dL/dz through dz/dlog alpha, plus the penalty's) against central
+ * differences of the same draw's objective, each side one more evaluation of
+ * the loss at the gates the perturbed log alpha draws. float32 losses
+ * differenced over 2e-3 leave about 1e-4 of rounding (measured: at most 1e-3 of the largest); FD_TOL relative to the
+ * largest component.
+ */
+#define FD_H 1e-3
+#define FD_TOL 1e-2
+
+static void fd_case(const char *fixture, const char *data, enum hp_metric metric, double lambda)
+{
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/%s", getenv("HP_FIXTURES"), fixture);
+    snprintf(path, sizeof path, "%s/%s", dir, data);
+    struct hp_model *m = NULL;
+    struct hp_data *d = NULL;
+    struct hp_evaluator *ev = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(path, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    const struct hp_model_info *in = hp_model_get_info(m);
+    const int n = in->n_layers * in->n_heads;
+    double *la = malloc(n * sizeof *la), *grad = malloc(n * sizeof *grad), *g2 = malloc(n * sizeof *g2);
+    for (int h = 0; h < n; h++) /* spread over the range where the gate moves */
+        la[h] = -1.5 + 3.0 * h / (n - 1);
+    const struct hp_gates_cfg cfg = {.metric = metric, .lambda = lambda, .beta = 2.0 / 3.0};
+    uint64_t rng0[4], rng[4];
+    hp_gate_rng_seed(rng0, 11, "fd", lambda);
+    memcpy(rng, rng0, sizeof rng);
+    double value, penalty;
+    cr_assert_eq(hp_gates_objective(ev, &cfg, la, rng, grad, &value, &penalty, &err), HP_OK, "%s", err.msg);
+    double top = 0, worst = 0;
+    for (int h = 0; h < n; h++)
+        top = fmax(top, fabs(grad[h]));
+    int checked = 0;
+    for (int h = 0; h < n; h++) {
+        double f[2];
+        for (int k = 0; k < 2; k++) {
+            const double keep = la[h];
+            la[h] = keep + (k ? FD_H : -FD_H);
+            memcpy(rng, rng0, sizeof rng); /* the same draw */
+            double v, p;
+            cr_assert_eq(hp_gates_objective(ev, &cfg, la, rng, g2, &v, &p, &err), HP_OK, "%s", err.msg);
+            f[k] = v + lambda * p;
+            la[h] = keep;
+        }
+        const double fd = (f[1] - f[0]) / (2 * FD_H), diff = fabs(fd - grad[h]) / top;
+        worst = fmax(worst, diff);
+        cr_assert_leq(diff, FD_TOL, "%s head %d: gradient %.6g, central difference %.6g (top %.3g)", fixture, h, grad[h],
+                      fd, top);
+        checked += grad[h] != lambda * hp_gate_l0(la[h], cfg.beta, NULL) * (1 - hp_gate_l0(la[h], cfg.beta, NULL));
+    }
+    cr_log_info("%s, %s, lambda %g: %d heads, max |fd - grad| / max |grad| = %.3g", fixture, hp_metric_name(metric),
+                lambda, n, worst);
+    cr_assert_gt(checked, n / 4, "too few heads with a gradient through the loss to test");
+    free(la), free(grad), free(g2);
+    hp_evaluator_free(ev);
+    hp_data_free(d);
+    hp_model_close(m);
+}
+
+Test(gates, a_draws_gradient_matches_central_differences_of_its_objective)
+{
+    fd_case("llama-gqa", "data.npy", HP_METRIC_LOSS, 0.0);
+    fd_case("llama-gqa", "data.npy", HP_METRIC_LOSS, 0.05);
+    fd_case("gpt2-tiny", "data.npy", HP_METRIC_KL, 0.01);
+    fd_case("bert-encoder", "data.jsonl", HP_METRIC_COS, 0.01);
+}
+
+// --- gates studies in sweeps -------------------------------------------------------------
+
+static char tmp[64];
+
+static void setup(void)
+{
+    tu_mkdtemp(tmp, sizeof tmp, "gates");
+}
+
+static void teardown(void)
+{
+    tu_rmrf(tmp);
+}
+
+TestSuite(gates_sweep, .init = setup, .fini = teardown, .timeout = 900);
+
+/* A .npy of int32 ids [n, T] in tmp/name: a fixed LCG's ids below vocab (distinct from any fixture's data). */
+static void write_ids(const char *name, int n, int T, int vocab, uint32_t seed)
+{
+    char path[256], header[128];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    int hl = snprintf(header, sizeof header, "{'descr': '<i4', 'fortran_order': False, 'shape': (%d, %d), }", n, T);
+    int pad = 64 - (10 + hl + 1) % 64;
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    uint16_t len = (uint16_t)(hl + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fwrite(&len, 2, 1, f);
+    fwrite(header, 1, (size_t)hl, f);
+    for (int i = 0; i < pad; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+    uint32_t x = seed;
+    for (int i = 0; i < n * T; i++) {
+        x = x * 1664525u + 1013904223u;
+        int32_t v = (int32_t)((x >> 8) % (uint32_t)vocab);
+        fwrite(&v, 4, 1, f);
+    }
+    fclose(f);
+}
+
+static const char *write_plan(const char *name, const char *text)
+{
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    tu_spit(path, text, strlen(text));
+    return path;
+}
+
+static const char *fixtures(void)
+{
+    const char *f = getenv("HP_FIXTURES");
+    cr_assert_not_null(f, "HP_FIXTURES not set (run through meson test)");
+    return f;
+}
+
+/* The llama-gqa fixture (3 layers x 4 heads), its 3 sequences held out, gates trained on 8 others. */
+static const char *tiny_plan(const char *extra)
+{
+    write_ids("train.npy", 8, 16, 97, 12345);
+    static char text[2048];
+    snprintf(text, sizeof text,
+             "name: gates-tiny\n"
+             "model: %s/llama-gqa\n"
+             "data: %s/llama-gqa/data.npy\n"
+             "seed: 3\n"
+             "studies:\n"
+             "  - gates: {lambda: [0, 0.05, 5], steps: 60, lr: 0.2, train: train.npy}\n"
+             "%s",
+             fixtures(), fixtures(), extra ? extra : "");
+    return write_plan("tiny.yaml", text);
+}
+
+struct stopper {
+    int calls, stop_at; /* set *stop at the stop_at-th progress call (0: never) */
+    volatile int stop;
+};
+
+static void on_progress(void *user, const struct hp_sweep_progress *p)
+{
+    (void)p;
+    struct stopper *s = user;
+    if (++s->calls == s->stop_at)
+        s->stop = 1;
+}
+
+static enum hp_status sweep(const char *plan, const char *db, int threads, struct stopper *stop,
+                            struct hp_sweep_summary *sum, struct hp_error *err)
+{
+    struct hp_plan *p = NULL;
+    enum hp_status st = hp_plan_load(plan, &p, err);
+    if (st != HP_OK)
+        return st;
+    struct hp_sweep_opts o = {.db_path = db, .shard_count = 1, .threads = threads, .batch = 8};
+    if (stop) {
+        o.progress = on_progress;
+        o.user = stop;
+        o.stop = &stop->stop;
+    }
+    st = hp_sweep_run(p, &o, sum, err);
+    hp_plan_free(p);
+    return st;
+}
+
+/* What a gates sweep's results are, bit for bit: the runs' states and gates, the sweep's lambdas, every variant. */
+static char *dump(const char *db)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    const char *queries[] = {
+        "SELECT key, metric, lambda, steps, step, printf('%.17g %.17g %.17g', objective, value, penalty), hex(log_alpha), "
+        "hex(adam_m), hex(adam_v), hex(rng), n_kept, train_digest, train_seqs FROM gate_runs ORDER BY key",
+        "SELECT g.key, h.layer, h.head, h.label, printf('%.17g %.17g', h.log_alpha, h.gate) FROM gate_heads h "
+        "JOIN gate_runs g ON g.id = h.run_id ORDER BY g.key, h.layer, h.head",
+        "SELECT s.key, x.study, x.idx, x.lambda, g.key FROM sweep_gates x JOIN sweeps s ON s.id = x.sweep_id "
+        "JOIN gate_runs g ON g.id = x.run_id ORDER BY s.key, x.study, x.idx",
+        "SELECT key, mask_text, n_ablated, quote(mask) FROM variants ORDER BY key",
+        "SELECT v.key, printf('%.17g %.17g %.17g', r.loss, r.acc, r.kl) FROM results r "
+        "JOIN variants v ON v.id = r.variant_id ORDER BY v.key",
+        "SELECT s.key, j.ord, j.study, j.kind, j.label, j.step, j.k, v.key FROM sweep_jobs j JOIN sweeps s ON "
+        "s.id = j.sweep_id JOIN variants v ON v.id = j.variant_id ORDER BY s.key, j.ord",
+    };
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    out[0] = 0;
+    for (size_t q = 0; q < sizeof queries / sizeof *queries; q++) {
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(h, queries[q], -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
+        while (sqlite3_step(st) == SQLITE_ROW)
+            for (int c = 0; c < sqlite3_column_count(st); c++) {
+                const char *v = (const char *)sqlite3_column_text(st, c);
+                size_t n = strlen(v ? v : "NULL") + 2;
+                while (len + n + 1 > cap)
+                    out = realloc(out, cap *= 2);
+                len += (size_t)sprintf(out + len, "%s%c", v ? v : "NULL", c + 1 < sqlite3_column_count(st) ? '|' : '\n');
+            }
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(h);
+    return out;
+}
+
+static void assert_same(const char *a, const char *b)
+{
+    char *x = dump(a), *y = dump(b);
+    if (strcmp(x, y) != 0) {
+        size_t i = 0;
+        while (x[i] && x[i] == y[i])
+            i++;
+        size_t s = i > 200 ? i - 200 : 0;
+        cr_log_error("first difference at byte %zu:\n--- %s\n%.400s\n--- %s\n%.400s", i, a, x + s, b, y + s);
+        cr_assert_fail("%s and %s hold different results", a, b);
+    }
+    free(x);
+    free(y);
+}
+
+static long long one_int(const char *db, const char *q)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK, "%s: %s", q, sqlite3_errmsg(h));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", q);
+    long long v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return v;
+}
+
+static void path_in(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", tmp, name);
+}
+
+Test(gates_sweep, stopped_anywhere_and_resumed_equals_uninterrupted)
+{
+    const char *plan = tiny_plan(NULL);
+    char ref[256], db[256];
+    path_in(ref, sizeof ref, "ref.db");
+    struct hp_sweep_summary sum;
+    struct hp_error err = {{0}};
+    struct stopper none = {0};
+    cr_assert_eq(sweep(plan, ref, 1, &none, &sum, &err), HP_OK, "%s", err.msg);
+    cr_assert(!sum.interrupted);
+    const int calls = none.calls; /* one a training step, one a variant */
+    cr_assert_geq(calls, 3 * 60, "%d progress calls", calls);
+    cr_assert_eq(one_int(ref, "SELECT count(*) FROM gate_runs WHERE n_kept IS NOT NULL AND step = 60"), 3);
+    cr_assert_eq(one_int(ref, "SELECT count(*) FROM gate_heads"), 3 * 12);
+    cr_assert_eq(one_int(ref, "SELECT count(*) FROM sweep_gates"), 3);
+    cr_assert_eq(one_int(ref, "SELECT count(*) FROM sweep_jobs WHERE kind IN ('gates', 'gates-frac')"), 6);
+
+    /* stop at progress calls spread over the whole run (mid-step of a lambda, between lambdas, between its two
+     * evaluations), each run resuming the last, until one finishes */
+    path_in(db, sizeof db, "stopped.db");
+    int runs = 0, stops = 0;
+    for (int at = 7;; at += 13) {
+        struct stopper s = {.stop_at = at};
+        cr_assert_eq(sweep(plan, db, 1, &s, &sum, &err), HP_OK, "%s", err.msg);
+        runs++;
+        stops += sum.interrupted;
+        if (!sum.interrupted)
+            break;
+        cr_assert_lt(runs, 100);
+    }
+    cr_log_info("%d runs, %d stopped", runs, stops);
+    cr_assert_geq(stops, 5, "too few stops landed in the run");
+    assert_same(ref, db);
+    /* and a rerun finds everything */
+    cr_assert_eq(sweep(plan, db, 1, NULL, &sum, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(sum.n_run, 0, "a finished gates study ran %lld things again", (long long)sum.n_run);
+    assert_same(ref, db);
+}
+
+// --- the command line: kills, bad input -----------------------------------------------------
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+
+static char g_err[8192];
+
+/* headprune ARGS (cwd: tmp), stderr into g_err; the exit status (128 + signal when killed). */
+static int hp(const char *args)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd %s && %s %s >/dev/null 2>%s/err </dev/null", tmp, getenv("HP_HEADPRUNE"), args, tmp);
+    int st = system(cmd);
+    char p[256];
+    snprintf(p, sizeof p, "%s/err", tmp);
+    FILE *f = fopen(p, "r");
+    size_t n = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
+    g_err[n] = 0;
+    if (f)
+        fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* `run` of plan text fails with exit 1 and one line on stderr naming the plan file and saying words. */
+static void run_fails(const char *text, const char *words)
+{
+    const char *plan = write_plan("bad.yaml", text);
+    char args[512];
+    snprintf(args, sizeof args, "run bad.yaml --db bad.db --threads 1 --quiet");
+    int rc = hp(args);
+    cr_assert_eq(rc, 1, "exit %d (stderr: %s) for:\n%s", rc, g_err, text);
+    cr_assert(strncmp(g_err, "headprune: ", 11) == 0, "stderr: %s", g_err);
+    char *nl = strchr(g_err, '\n');
+    cr_assert(nl && nl[1] == '\0', "more than one line: %s", g_err);
+    (void)plan;
+    cr_assert(strstr(g_err, "bad.yaml:"), "the message does not name the plan: %s", g_err);
+    cr_assert(strstr(g_err, words), "the message does not say '%s': %s", words, g_err);
+    /* `plan` refuses it the same way */
+    rc = hp("plan bad.yaml");
+    cr_assert_eq(rc, 1, "plan: exit %d (stderr: %s)", rc, g_err);
+    cr_assert(strstr(g_err, words), "plan: the message does not say '%s': %s", words, g_err);
+}
+
+#define TINY_HEAD "name: bad\nmodel: %s/llama-gqa\ndata: %s/llama-gqa/data.npy\n%sstudies:\n  - gates: {%s%s}\n"
+
+/* A gates plan on the llama-gqa fixture with top-level keys top and the study's options opts (lambda: [0.1] unless
+ * they give one). */
+static const char *tiny(const char *top, const char *opts)
+{
+    static char text[2048];
+    snprintf(text, sizeof text, TINY_HEAD, fixtures(), fixtures(), top, strstr(opts, "lambda") ? "" : "lambda: [0.1], ",
+             opts);
+    return text;
+}
+
+Test(gates_sweep, bad_settings_are_refused_in_one_line)
+{
+    write_ids("train.npy", 4, 16, 97, 1);
+    run_fails(tiny("", "lambda: [-0.1], train: train.npy"), "'lambda' must be a non-negative number, not '-0.1'");
+    run_fails(tiny("", "steps: 0, train: train.npy"), "'steps' must be a positive integer, not '0'");
+    run_fails(tiny("", "lr: 0, train: train.npy"), "'lr' must be a positive number like 0.05, not '0'");
+    run_fails(tiny("", "lr: -0.5, train: train.npy"), "'lr' must be a positive number");
+    run_fails(tiny("", "beta: 0, train: train.npy"), "'beta' must be a positive number like 0.667, not '0'");
+    run_fails(tiny("", "beta: -1, train: train.npy"), "'beta' must be a positive number");
+    run_fails(tiny("", "steps: 5"), "needs training data apart from the held-out set");
+    run_fails(tiny("", "split: 2, train: train.npy"), "'train' and 'split' both name the training data");
+    run_fails(tiny("ablation: mean\n", "train: train.npy"), "needs 'ablation: zero'");
+    run_fails(tiny("metric: acc\n", "train: train.npy"), "acc has none");
+}
+
+Test(gates_sweep, training_data_that_cannot_serve_is_refused_before_anything_runs)
+{
+    /* ids the model's vocabulary (97) lacks */
+    write_ids("wide.npy", 4, 16, 200, 7);
+    run_fails(tiny("", "train: wide.npy"), "study 'gates': training data:");
+    cr_assert(strstr(g_err, "wide.npy"), "%s", g_err);
+    /* longer than the model's 64 positions */
+    write_ids("long.npy", 2, 80, 97, 7);
+    run_fails(tiny("", "train: long.npy"), "exceed the model's 64 positions");
+    /* a file that is not there */
+    run_fails(tiny("", "train: missing.npy"), "missing.npy");
+    /* the held-out set itself, or any of its rows */
+    char held[1024];
+    snprintf(held, sizeof held, "train: %s/llama-gqa/data.npy", fixtures());
+    run_fails(tiny("", held), "is held-out sequence 0");
+    /* a split that leaves nothing to evaluate on (the fixture has 3 sequences) */
+    run_fails(tiny("", "split: 3"), "split: 3 of the 3 sequences");
+    run_fails(tiny("", "split: 99%"), "leaves none to evaluate on");
+    /* a metric the model does not have: cos on a causal LM */
+    write_ids("train.npy", 4, 16, 97, 1);
+    run_fails(tiny("metric: cos\n", "train: train.npy"), "cos");
+    /* nothing was written for a plan refused */
+    char db[256];
+    path_in(db, sizeof db, "bad.db");
+    cr_assert_neq(access(db, F_OK), 0, "a refused plan left %s", db);
+}
+
+/*
+ * A copy of the llama-gqa fixture whose embedding of one token is NaN, a
+ * token the held-out set lacks (so the sweep's baseline is finite) and every
+ * training sequence starts with: the training objective is NaN at the first step.
+ */
+Test(gates_sweep, a_non_finite_objective_is_an_error)
+{
+    char cmd[1024], path[256];
+    snprintf(cmd, sizeof cmd, "cp -r %s/llama-gqa %s/nan", fixtures(), tmp);
+    cr_assert_eq(system(cmd), 0);
+    /* a token absent from the held-out set */
+    snprintf(path, sizeof path, "%s/llama-gqa/data.npy", fixtures());
+    struct hp_data *d = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_data_load(path, 0, &d, &err), HP_OK, "%s", err.msg);
+    bool seen[97] = {false};
+    for (int i = 0; i < d->n_seqs * d->seq_len; i++)
+        seen[d->ids[i]] = true;
+    hp_data_free(d);
+    int tok = 96;
+    while (tok > 0 && seen[tok])
+        tok--;
+    cr_assert(!seen[tok], "the held-out set uses every token");
+    /* its embedding row poisoned, found through the safetensors header */
+    snprintf(path, sizeof path, "%s/nan/model.safetensors", tmp);
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    uint64_t hl = 0;
+    cr_assert_eq(fread(&hl, 8, 1, f), 1);
+    char *header = calloc(1, hl + 1);
+    cr_assert_eq(fread(header, 1, hl, f), hl);
+    cJSON *h = cJSON_Parse(header);
+    const cJSON *emb = cJSON_GetObjectItemCaseSensitive(h, "model.embed_tokens.weight");
+    cr_assert_not_null(emb, "no embedding in %s", path);
+    const long off = (long)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(emb, "data_offsets"), 0)->valuedouble;
+    const int d_model = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(emb, "shape"), 1)->valueint;
+    fseek(f, (long)(8 + hl) + off + (long)tok * d_model * 4, SEEK_SET);
+    const float nan = NAN;
+    for (int i = 0; i < d_model; i++)
+        fwrite(&nan, 4, 1, f);
+    fclose(f);
+    cJSON_Delete(h);
+    free(header);
+    /* training rows that all start with it */
+    snprintf(path, sizeof path, "%s/train.npy", tmp);
+    write_ids("train.npy", 4, 16, 97, 1);
+    f = fopen(path, "r+b");
+    for (int r = 0; r < 4; r++) {
+        fseek(f, 128 + (long)r * 16 * 4, SEEK_SET);
+        int32_t v = tok;
+        fwrite(&v, 4, 1, f);
+    }
+    fclose(f);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "name: nan\nmodel: nan\ndata: %s/llama-gqa/data.npy\nstudies:\n"
+             "  - gates: {lambda: [0.1], steps: 3, train: train.npy}\n",
+             fixtures());
+    write_plan("nan.yaml", text);
+    int rc = hp("run nan.yaml --db nan.db --threads 1 --quiet");
+    cr_assert_eq(rc, 1, "exit %d: %s", rc, g_err);
+    cr_assert(strstr(g_err, "nan.yaml:5: study 'gates', lambda 0.1") && strstr(g_err, "not finite"), "%s", g_err);
+    char *nl = strchr(g_err, '\n');
+    cr_assert(nl && nl[1] == '\0', "more than one line: %s", g_err);
+    /* the baseline was recorded; no gate run finished */
+    char db[256];
+    path_in(db, sizeof db, "nan.db");
+    cr_assert_eq(one_int(db, "SELECT count(*) FROM gate_runs WHERE n_kept IS NOT NULL"), 0);
+}
+
+Test(gates_sweep, sigkill_at_random_moments_then_resume_equals_uninterrupted)
+{
+    const char *plan = tiny_plan(NULL);
+    (void)plan;
+    char ref[256], db[256];
+    path_in(ref, sizeof ref, "ref.db");
+    path_in(db, sizeof db, "killed.db");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cr_assert_eq(hp("run tiny.yaml --db ref.db --threads 1 --quiet"), 0, "%s", g_err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    srand(4242);
+    long span_us = (long)(secs * 0.6e6) + 1;
+    int runs = 0, killed = 0, rc = -1;
+    char cmd[1024];
+    int mid = 0; /* kills after which a run was saved part-way */
+    while (rc != 0 && runs < 400) {
+        pid_t pid = fork();
+        cr_assert_neq(pid, -1);
+        if (pid == 0) {
+            if (chdir(tmp) != 0)
+                _exit(127);
+            freopen("/dev/null", "w", stdout);
+            freopen("/dev/null", "w", stderr);
+            execl(getenv("HP_HEADPRUNE"), "headprune", "run", "tiny.yaml", "--db", "killed.db", "--threads", "1",
+                  "--quiet", (char *)NULL);
+            _exit(127);
+        }
+        long us = rand() % span_us;
+        struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int ws;
+        cr_assert_eq(waitpid(pid, &ws, 0), pid);
+        rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        cr_assert(rc == 0 || rc == 128 + SIGKILL, "run %d exited %d", runs, rc);
+        killed += rc != 0;
+        runs++;
+        if (rc != 0 && access(db, F_OK) == 0) {
+            sqlite3 *h;
+            sqlite3_stmt *q;
+            if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+                sqlite3_prepare_v2(h, "SELECT count(*) FROM gate_runs WHERE n_kept IS NULL AND step > 0", -1, &q,
+                                   NULL) == SQLITE_OK) {
+                mid += sqlite3_step(q) == SQLITE_ROW && sqlite3_column_int(q, 0) > 0;
+                sqlite3_finalize(q);
+            }
+            sqlite3_close(h);
+        }
+        if (rc == 0 && killed < 10) { /* finished before enough kills landed: start over, killing sooner */
+            snprintf(cmd, sizeof cmd, "rm -f '%s' '%s-wal' '%s-shm'", db, db, db);
+            cr_assert_eq(system(cmd), 0);
+            span_us = span_us / 2 + 1;
+            killed = mid = 0;
+            rc = -1;
+        }
+    }
+    cr_log_info("%d runs, %d killed, %d after a part-way save (kills within %ld us of a %.2f s run)", runs, killed, mid,
+                span_us, secs);
+    cr_assert_geq(killed, 10, "too few kills landed");
+    /* some kill left a run saved mid-way (every 25 steps), which a later run resumed */
+    assert_same(ref, db);
+}
+
+// --- what a gates study records, against independent computations ----------------------------
+
+static double one_real(const char *db, const char *q)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK, "%s: %s", q, sqlite3_errmsg(h));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", q);
+    double v = sqlite3_column_type(st, 0) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return v;
+}
+
+static struct hp_table *query(const char *db, struct hp_query_opts o)
+{
+    struct hp_table *t = NULL;
+    struct hp_error err = {{0}};
+    enum hp_status st = hp_query(db, &o, &t, &err);
+    cr_assert_eq(st, HP_OK, "%s", err.msg);
+    return t;
+}
+
+static int col(const struct hp_table *t, const char *name)
+{
+    for (int c = 0; c < t->n_cols; c++)
+        if (!strcmp(t->cols[c], name))
+            return c;
+    cr_assert_fail("no column '%s'", name);
+    return -1;
+}
+
+static double val(const struct hp_table *t, int r, const char *name)
+{
+    return t->values[(size_t)r * t->n_cols + col(t, name)];
+}
+
+static const char *txt(const struct hp_table *t, int r, const char *name)
+{
+    const char *s = t->cells[(size_t)r * t->n_cols + col(t, name)];
+    return s ? s : "";
+}
+
+/* The tiny plan with the other two curves, run once: its database in db. */
+static void tiny_with_curves(char *db, size_t n)
+{
+    const char *plan = tiny_plan("  - iterative: {prune: 25%}\n  - random: {k: [3, 6, 9, 12], samples: 2}\n");
+    snprintf(db, n, "%s/curves.db", tmp);
+    struct hp_sweep_summary sum;
+    struct hp_error err = {{0}};
+    cr_assert_eq(sweep(plan, db, 1, NULL, &sum, &err), HP_OK, "%s", err.msg);
+}
+
+/* The value of curve (kept[i], v[i]) (ascending kept) at k, linearly between neighbours; NaN outside. */
+static double interp(const double *kept, const double *v, int n, double k)
+{
+    for (int i = 0; i < n; i++) {
+        if (kept[i] == k)
+            return v[i];
+        if (i + 1 < n && kept[i] < k && k < kept[i + 1])
+            return v[i] + (v[i + 1] - v[i]) * (k - kept[i]) / (kept[i + 1] - kept[i]);
+    }
+    return NAN;
+}
+
+Test(gates_sweep, the_curve_points_are_exact_evaluations_of_the_test_time_gates)
+{
+    char db[256];
+    tiny_with_curves(db, sizeof db);
+    /* the penalty's extremes: lambda 0 keeps more heads open than lambda 5, which closes every one */
+    const long long kept0 = one_int(db, "SELECT n_kept FROM gate_runs WHERE lambda = 0");
+    const long long kept5 = one_int(db, "SELECT n_kept FROM gate_runs WHERE lambda = 5");
+    cr_log_info("heads kept: %lld at lambda 0, %lld at lambda 5", kept0, kept5);
+    cr_assert_eq(kept5, 0, "lambda 5 keeps %lld of 12 heads", kept5);
+    cr_assert_gt(kept0, kept5);
+
+    /* each lambda's two points against the evaluator run here on masks made from gate_heads: the pruned set
+     * (heads at gate 0) on the plain path, and the fractional test-time gates */
+    struct hp_model *m = NULL;
+    struct hp_data *d = NULL;
+    struct hp_evaluator *ev = NULL;
+    struct hp_error err = {{0}};
+    char dir[1024], data[1100];
+    snprintf(dir, sizeof dir, "%s/llama-gqa", fixtures());
+    snprintf(data, sizeof data, "%s/data.npy", dir);
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(data, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    hp_evaluator_set_plain(ev, true);
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    for (int idx = 0; idx < 3; idx++) {
+        struct hp_mask *pruned = hp_mask_new(3, 4), *frac = hp_mask_new(3, 4);
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(h, "SELECT h.layer, h.head, h.gate, h.log_alpha FROM gate_heads h JOIN "
+                                           "sweep_gates x ON x.run_id = h.run_id WHERE x.idx = ?",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+        sqlite3_bind_int(st, 1, idx);
+        int n = 0;
+        bool fractional = false;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            const int i = sqlite3_column_int(st, 0) * 4 + sqlite3_column_int(st, 1);
+            const double g = sqlite3_column_double(st, 2);
+            cr_assert_eq(g, hp_gate_test(sqlite3_column_double(st, 3)), "the stored gate is its log alpha's");
+            frac->gate[i] = (float)g;
+            pruned->gate[i] = g > 0 ? 1.0f : 0.0f;
+            fractional |= g > 0 && g < 1;
+            n++;
+        }
+        sqlite3_finalize(st);
+        cr_assert_eq(n, 12);
+        struct hp_metrics *mp = NULL, *mf = NULL;
+        cr_assert_eq(hp_evaluator_run(ev, pruned, HP_ABLATE_ZERO, &mp, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(hp_evaluator_run(ev, frac, HP_ABLATE_ZERO, &mf, &err), HP_OK, "%s", err.msg);
+        char q[512];
+        snprintf(q, sizeof q, "SELECT loss FROM jobs WHERE kind = 'gates' AND step = %d", idx);
+        const double lp = one_real(db, q);
+        snprintf(q, sizeof q, "SELECT loss FROM jobs WHERE kind = 'gates-frac' AND step = %d", idx);
+        const double lf = one_real(db, q);
+        cr_assert(fabs(lp - mp->loss) <= 1e-6 * fabs(mp->loss), "lambda #%d pruned set: %.9g, here %.9g", idx, lp,
+                  mp->loss);
+        cr_assert(fabs(lf - mf->loss) <= 1e-6 * fabs(mf->loss), "lambda #%d test-time gates: %.9g, here %.9g", idx, lf,
+                  mf->loss);
+        /* the pruned set has the key of every variant of its mask; fractional gates are marked in theirs */
+        snprintf(q, sizeof q, "SELECT v.mask_text LIKE 'gates:%%' FROM jobs j JOIN variants v ON v.id = j.variant_id "
+                 "WHERE j.kind = 'gates-frac' AND j.step = %d", idx);
+        cr_assert_eq(one_int(db, q), fractional, "lambda #%d: fractional %d", idx, fractional);
+        hp_metrics_free(mp), hp_metrics_free(mf);
+        hp_mask_free(pruned), hp_mask_free(frac);
+    }
+    sqlite3_close(h);
+    hp_evaluator_free(ev);
+    hp_data_free(d);
+    hp_model_close(m);
+
+    /* an explicit study naming lambda 0's pruned set (or, when none, any 0/1 mask) finds its variant done */
+    char *set = NULL;
+    {
+        sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL);
+        sqlite3_stmt *st;
+        sqlite3_prepare_v2(h, "SELECT mask_text FROM jobs WHERE kind = 'gates' AND step = 2", -1, &st, NULL);
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+        set = strdup((const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+        sqlite3_close(h);
+    }
+    char text[2048];
+    snprintf(text, sizeof text, "name: again\nmodel: %s/llama-gqa\ndata: %s/llama-gqa/data.npy\nstudies:\n"
+             "  - explicit: {sets: {closed: \"%s\"}}\n", fixtures(), fixtures(), set);
+    struct hp_sweep_summary sum;
+    cr_assert_eq(sweep(write_plan("again.yaml", text), db, 1, NULL, &sum, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(sum.n_run, 0, "the explicit set '%s' was evaluated again", set);
+    cr_assert_eq(one_int(db, "SELECT count(DISTINCT j.variant_id) FROM sweep_jobs j WHERE j.kind IN ('gates', 'explicit') "
+                             "AND j.label IN ('closed', 'lambda 5')"), 1);
+    free(set);
+}
+
+Test(gates_sweep, queries_read_the_curves_at_the_gates_heads_kept)
+{
+    char db[256];
+    tiny_with_curves(db, sizeof db);
+    /* curve: one row a lambda beside the iterative and random rows, with heads kept */
+    struct hp_table *t = query(db, (struct hp_query_opts){.kind = HP_QUERY_CURVE});
+    int n_gates = 0;
+    for (int r = 0; r < t->n_rows; r++) {
+        cr_assert_eq(val(t, r, "kept"), 12 - val(t, r, "heads"), "row %d", r);
+        if (strcmp(txt(t, r, "study"), "gates") != 0)
+            continue;
+        char q[256];
+        snprintf(q, sizeof q, "SELECT loss FROM jobs WHERE kind = 'gates-frac' AND step = %d", n_gates);
+        cr_assert(fabs(val(t, r, "gated") - one_real(db, q)) < 1e-6);
+        snprintf(q, sizeof q, "SELECT lambda FROM sweep_gates WHERE idx = %d", n_gates);
+        cr_assert_eq(val(t, r, "lambda"), one_real(db, q));
+        n_gates++;
+    }
+    cr_assert_eq(n_gates, 3);
+    hp_table_free(t);
+
+    /* gates: the other curves at each lambda's heads kept, worked here from the jobs */
+    double ik[64], iv[64], rk[64], rv[64];
+    int ni = 0, nr = 0;
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_prepare_v2(h, "SELECT 12 - n_ablated, loss FROM jobs WHERE kind = 'iterative' ORDER BY n_ablated DESC", -1,
+                       &st, NULL);
+    while (sqlite3_step(st) == SQLITE_ROW)
+        ik[ni] = sqlite3_column_double(st, 0), iv[ni++] = sqlite3_column_double(st, 1);
+    sqlite3_finalize(st);
+    sqlite3_prepare_v2(h, "SELECT 12 - avg(n_ablated), avg(loss) FROM jobs WHERE kind = 'random' GROUP BY k "
+                          "ORDER BY k DESC", -1, &st, NULL);
+    while (sqlite3_step(st) == SQLITE_ROW)
+        rk[nr] = sqlite3_column_double(st, 0), rv[nr++] = sqlite3_column_double(st, 1);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    rk[nr] = 12, rv[nr++] = one_real(db, "SELECT loss FROM jobs WHERE kind = 'baseline'");
+    cr_assert_geq(ni, 4);
+    t = query(db, (struct hp_query_opts){.kind = HP_QUERY_GATES});
+    cr_assert_eq(t->n_rows, 3);
+    for (int r = 0; r < 3; r++) {
+        const double k = val(t, r, "kept"), g = val(t, r, "loss");
+        const double wi = interp(ik, iv, ni, k), wr = interp(rk, rv, nr, k);
+        cr_assert(isnan(wi) ? isnan(val(t, r, "iterative")) : fabs(val(t, r, "iterative") - wi) < 1e-6,
+                  "row %d: iterative %g, want %g", r, val(t, r, "iterative"), wi);
+        cr_assert(isnan(wr) ? isnan(val(t, r, "random")) : fabs(val(t, r, "random") - wr) < 1e-6,
+                  "row %d: random %g, want %g", r, val(t, r, "random"), wr);
+        const char *lower = g <= wi && g <= wr ? "gates" : wi <= wr ? "iterative" : "random";
+        if (!isnan(wi) && !isnan(wr) && g != wi && g != wr && wi != wr)
+            cr_assert_str_eq(txt(t, r, "lower"), lower, "row %d (kept %g: %g %g %g)", r, k, g, wi, wr);
+    }
+    hp_table_free(t);
+
+    /* heads --gates: closes_at from gate_heads, worked here; the last to close first */
+    t = query(db, (struct hp_query_opts){.kind = HP_QUERY_HEADS, .gates = true});
+    cr_assert_eq(t->n_rows, 12);
+    double prev = INFINITY;
+    for (int r = 0; r < 12; r++) {
+        char q[512];
+        snprintf(q, sizeof q,
+                 "SELECT min(x.lambda) FROM sweep_gates x WHERE NOT EXISTS (SELECT 1 FROM sweep_gates y JOIN "
+                 "gate_heads g ON g.run_id = y.run_id WHERE y.lambda >= x.lambda AND g.layer = %d AND g.head = %d AND "
+                 "g.gate > 0)",
+                 (int)val(t, r, "layer"), (int)val(t, r, "head"));
+        const double want = one_real(db, q), got = val(t, r, "closes_at");
+        cr_assert(isnan(want) ? isnan(got) : got == want, "head %s closes at %g, want %g", txt(t, r, "label"), got,
+                  want);
+        const double c = isnan(got) ? INFINITY : got;
+        cr_assert_leq(c, prev, "not sorted by closes_at, last to close first");
+        prev = c;
+    }
+    cr_assert_eq(val(t, 0, "gate@5"), val(t, 0, "gate@5"), "a column for each lambda");
+    hp_table_free(t);
+}
+
+Test(gates_sweep, deterministic_for_a_seed_and_the_same_with_two_threads)
+{
+    const char *plan = tiny_plan(NULL);
+    char a[256], b[256], c[256];
+    path_in(a, sizeof a, "a.db");
+    path_in(b, sizeof b, "b.db");
+    path_in(c, sizeof c, "c.db");
+    struct hp_sweep_summary sum;
+    struct hp_error err = {{0}};
+    cr_assert_eq(sweep(plan, a, 1, NULL, &sum, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(sweep(plan, b, 1, NULL, &sum, &err), HP_OK, "%s", err.msg);
+    assert_same(a, b);
+    cr_assert_eq(sweep(plan, c, 2, NULL, &sum, &err), HP_OK, "%s", err.msg);
+    assert_same(a, c);
+    /* another seed draws other noise: other log alphas */
+    char text[4096];
+    char *orig = tu_slurp(plan, NULL);
+    snprintf(text, sizeof text, "%s", orig);
+    free(orig);
+    char *at = strstr(text, "seed: 3");
+    cr_assert_not_null(at);
+    at[6] = '4';
+    path_in(c, sizeof c, "d.db");
+    cr_assert_eq(sweep(write_plan("seed4.yaml", text), c, 1, NULL, &sum, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(one_int(c, "SELECT count(*) FROM gate_runs"), 3);
+    char q[512];
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(c, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    snprintf(q, sizeof q, "ATTACH '%s' AS o", a);
+    cr_assert_eq(sqlite3_exec(h, q, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT count(*) FROM gate_runs g JOIN o.gate_runs x ON x.lambda = g.lambda "
+                                       "WHERE x.log_alpha = g.log_alpha OR x.key = g.key", -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int(st, 0), 0, "seed 4 trained the same gates as seed 3");
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+}
+
+Test(gates_sweep, shards_merged_carry_the_gates)
+{
+    const char *plan = tiny_plan("  - single\n");
+    (void)plan;
+    char ref[256], s1[256], s2[256], m[256];
+    path_in(ref, sizeof ref, "ref.db");
+    path_in(s1, sizeof s1, "s1.db");
+    path_in(s2, sizeof s2, "s2.db");
+    path_in(m, sizeof m, "m.db");
+    cr_assert_eq(hp("run tiny.yaml --db ref.db --threads 1 --quiet"), 0, "%s", g_err);
+    cr_assert_eq(hp("run tiny.yaml --db s1.db --shard 1/2 --threads 1 --quiet"), 0, "%s", g_err);
+    cr_assert_eq(hp("run tiny.yaml --db s2.db --shard 2/2 --threads 1 --quiet"), 0, "%s", g_err);
+    cr_assert_eq(one_int(s2, "SELECT count(*) FROM gate_runs"), 0, "gates studies run in shard 1 only");
+    cr_assert_eq(hp("merge m.db s1.db s2.db"), 0, "%s", g_err);
+    cr_assert_eq(hp("merge m.db s1.db s2.db"), 0, "%s", g_err); /* re-runnable, no duplicates */
+    assert_same(ref, m);
+}
+
+/*
+ * The penalty's two ends on the default model (models/default, trained on
+ * plans/data/default-train.npy, evaluated on its held-out set): without a
+ * penalty the gates stay open and the model at its test-time gates is no
+ * worse than the baseline beyond noise; under a large one every gate closes.
+ */
+Test(gates_sweep, lambda_0_keeps_the_default_model_whole_and_a_large_lambda_closes_every_gate)
+{
+    const char *tests = getenv("HP_TESTS");
+    char text[2048];
+    snprintf(text, sizeof text,
+             "name: ends\nmodel: %s/../models/default\ndata: %s/../models/default/heldout.npy\nstudies:\n"
+             "  - gates: {lambda: [0, 100], steps: 40, lr: 0.2, train: %s/../plans/data/default-train.npy}\n",
+             tests, tests, tests);
+    char db[256];
+    path_in(db, sizeof db, "ends.db");
+    struct hp_sweep_summary sum;
+    struct hp_error err = {{0}};
+    cr_assert_eq(sweep(write_plan("ends.yaml", text), db, 1, NULL, &sum, &err), HP_OK, "%s", err.msg);
+    const double base = one_real(db, "SELECT loss FROM jobs WHERE kind = 'baseline'");
+    const long long kept0 = one_int(db, "SELECT n_kept FROM gate_runs WHERE lambda = 0");
+    const double pruned0 = one_real(db, "SELECT loss FROM jobs WHERE kind = 'gates' AND step = 0");
+    const double gated0 = one_real(db, "SELECT loss FROM jobs WHERE kind = 'gates-frac' AND step = 0");
+    const long long kept100 = one_int(db, "SELECT n_kept FROM gate_runs WHERE lambda = 100");
+    const double pruned100 = one_real(db, "SELECT loss FROM jobs WHERE kind = 'gates' AND step = 1");
+    cr_log_info("baseline %.6f; lambda 0: %lld heads kept, pruned set %.6f, test-time gates %.6f; lambda 100: %lld "
+                "kept, %.6f", base, kept0, pruned0, gated0, kept100, pruned100);
+    cr_assert_eq(kept0, 32, "lambda 0 closed %lld of the 32 gates", 32 - kept0);
+    cr_assert_eq(pruned0, base, "nothing pruned is the baseline itself");
+    cr_assert_leq(gated0, base + 0.01, "the model at lambda 0's gates: %.6f against the baseline's %.6f", gated0, base);
+    cr_assert_eq(kept100, 0, "lambda 100 kept %lld heads", kept100);
+    cr_assert_eq(one_int(db, "SELECT count(*) FROM jobs WHERE kind = 'gates' AND step = 1 AND mask_text = "
+                             "'0.*,1.*,2.*,3.*'"), 1, "every head pruned");
+    cr_assert_gt(pruned100, base + 1, "no attention at all costs more than a nat");
+}
+
+/* The plan's metric is what the gates train on: KL from the unmasked model, and 1 - cos for an encoder without a head. */
+Test(gates_sweep, gates_train_on_kl_and_on_one_minus_cos)
+{
+    const char *cases[][3] = {{"llama-gqa", "data.npy", "kl"}, {"bert-encoder", "data.jsonl", "cos"}};
+    for (int i = 0; i < 2; i++) {
+        char text[2048], db[256];
+        snprintf(text, sizeof text,
+                 "name: m%d\nmodel: %s/%s\ndata: %s/%s/%s\nmetric: %s\nstudies:\n"
+                 "  - gates: {lambda: [0.01, 10], steps: 30, lr: 0.3, split: 1}\n",
+                 i, fixtures(), cases[i][0], fixtures(), cases[i][0], cases[i][1], cases[i][2]);
+        snprintf(db, sizeof db, "%s/m%d.db", tmp, i);
+        struct hp_sweep_summary sum;
+        struct hp_error err = {{0}};
+        cr_assert_eq(sweep(write_plan("m.yaml", text), db, 1, NULL, &sum, &err), HP_OK, "%s: %s", cases[i][2], err.msg);
+        char q[256];
+        snprintf(q, sizeof q, "SELECT count(*) FROM gate_runs WHERE metric = '%s' AND n_kept IS NOT NULL", cases[i][2]);
+        cr_assert_eq(one_int(db, q), 2, "%s", cases[i][2]);
+        /* the objective is the metric's value (KL >= 0; 1 - cos in [0, 2]) plus lambda times the penalty */
+        snprintf(q, sizeof q, "SELECT count(*) FROM gate_runs WHERE abs(objective - (value + lambda * penalty)) > "
+                 "1e-12 * abs(objective) OR value < -1e-6 OR (metric = 'cos' AND value > 2)");
+        cr_assert_eq(one_int(db, q), 0, "%s", cases[i][2]);
+        cr_assert_eq(one_int(db, "SELECT n_kept FROM gate_runs WHERE lambda = 10"), 0, "%s", cases[i][2]);
+        /* held out: the data's first sequences (the last one trained) */
+        cr_assert_eq(one_int(db, "SELECT n_seqs FROM datasets"), cases[i][2][0] == 'k' ? 2 : 3);
+        cr_assert_eq(one_int(db, "SELECT train_seqs FROM gate_runs LIMIT 1"), 1);
+    }
+}
