@@ -247,6 +247,28 @@ void hp_color_diverging(double t, char out[8])
     snprintf(out, 8, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
 }
 
+// Viridis at t = 0, 1/8, ..., 1 (matplotlib's table, every 32nd of its 256 entries).
+static const unsigned char VIRIDIS[9][3] = {
+    {0x44, 0x01, 0x54}, {0x47, 0x2d, 0x7b}, {0x3b, 0x52, 0x8b}, {0x2c, 0x72, 0x8e}, {0x21, 0x91, 0x8c},
+    {0x28, 0xae, 0x80}, {0x5e, 0xc9, 0x62}, {0xad, 0xdc, 0x30}, {0xfd, 0xe7, 0x25},
+};
+
+void hp_color_sequential(double t, char out[8])
+{
+    if (isnan(t))
+        t = 0;
+    t = t < 0 ? 0 : t > 1 ? 1 : t;
+    double x = t * 8; // 0 .. 8 over the 9 anchors
+    int i = (int)floor(x);
+    if (i >= 8)
+        i = 7;
+    double f = x - i;
+    int rgb[3];
+    for (int c = 0; c < 3; c++)
+        rgb[c] = (int)lround(VIRIDIS[i][c] * (1 - f) + VIRIDIS[i + 1][c] * f);
+    snprintf(out, 8, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
+}
+
 bool hp_color_diverging_dark(double t)
 {
     return fabs(t) > 0.6;

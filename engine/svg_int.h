@@ -82,6 +82,11 @@ bool hp_color_diverging_dark(double t);
  */
 double hp_symlog(double x, double m);
 
+/* Viridis (sequential, perceptually uniform, colour-blind safe; matplotlib's
+ * default) at t in [0, 1]: 0 dark purple, 0.5 teal, 1 yellow; "#rrggbb" into
+ * out (8 bytes). For an ordered quantity (a layer's depth), not a signed one. */
+void hp_color_sequential(double t, char out[8]);
+
 /* Okabe and Ito's palette for categories (distinct under every common colour
  * vision deficiency), cycling: blue, vermillion, green, purple, orange, sky
  * blue, black. Static "#rrggbb". */

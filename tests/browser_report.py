@@ -2,7 +2,8 @@
 """browser_report.py -- `headprune report` opened in a real headless browser.
 
 Runs a sweep of tests/plans/sweep.yaml (the llama-gqa fixture: 3 layers x 4
-heads, 2 KV heads), writes its report (and its SVGs), and the report of a copy
+heads, 2 KV heads) with a roles study added (a copy of the plan in a temporary
+folder), writes its report (and its SVGs), and the report of a copy
 of the database rewritten with hostile strings (markup, an <img> with a URL,
 invalid UTF-8), then opens each in Debian's chromium, headless, driven over
 the DevTools protocol on a pipe (--remote-debugging-pipe: no port, no
@@ -16,7 +17,9 @@ third-party client), at a laptop's 1366 x 768, and checks:
   - a screenshot is not blank: many distinct colours, and each heatmap cell's
     pixels are its fill colour;
   - the heatmaps have n_layers x n_heads (and n_layers x n_kv_heads) cells,
-    each with a non-empty box after layout; no page is wider than the window;
+    each with a non-empty box after layout; each panel of the roles figure has
+    n_layers x n_heads points, each with a box; no page is wider than the
+    window;
   - each SVG file is well-formed XML (xml.etree) and renders as an SVG.
 
 The checker is tested first on pages that do make a request or log an error:
@@ -249,11 +252,20 @@ def check_report(b, path, label, hostile=False):
                    "c.getBoundingClientRect(); return r.width > 1 && r.height > 1; }).length" % fig)
         if got != n:
             raise Fail("%s: %s has %s rendered cells, want %d" % (label, fig, got, n))
+    panels = b.js("[...document.querySelectorAll('#fig-roles g.role-panel')].map(g => [g.dataset.role, "
+                  "[...g.querySelectorAll('path.point')].filter(p => { const r = p.getBoundingClientRect(); "
+                  "return r.width > 1 && r.height > 1; }).length])")
+    if len(panels) < 7:  # a decoder: every score but rare_token
+        raise Fail("%s: the roles figure has %d panels, want 7: %s" % (label, len(panels), panels))
+    for role, got in panels:
+        if got != LAYERS * HEADS:
+            raise Fail("%s: roles panel %s has %d rendered points, want %d" % (label, role, got, LAYERS * HEADS))
     wide = b.js("[document.documentElement.scrollWidth, window.innerWidth]")
     if wide[0] > wide[1]:
         raise Fail("%s: the page is %d px wide in a %d px window" % (label, wide[0], wide[1]))
     if hostile:
-        injected = b.js("document.querySelectorAll('img, iframe, object, embed, b, i, a[href^=\"http\"]').length")
+        injected = b.js("document.querySelectorAll('img, image, iframe, object, embed, b, i, "
+                        "a[href^=\"http\"]').length")
         if injected:
             raise Fail("%s: %d injected elements in the DOM" % (label, injected))
         return
@@ -308,9 +320,20 @@ def make_hostile(db, tmp):
         "UPDATE results SET kernel = '<embed src=\"http://x.invalid/e\">';")
     dst.execute("UPDATE sweep_jobs SET study = ? WHERE study = 'single'", (bad,))
     dst.execute("UPDATE sweep_jobs SET study = ? WHERE study = 'random'", ("<a href='http://x.invalid/'>r</a>",))
+    dst.execute("UPDATE sweep_roles SET study = ?", ('</text><image href="http://x.invalid/r.png"/>',))
     dst.commit()
     dst.close()
     return hostile
+
+
+def plan_with_roles(tests, tmp):
+    """tests/plans/sweep.yaml with a roles study added, its fixtures named by absolute path."""
+    with open(os.path.join(tests, "plans", "sweep.yaml")) as f:
+        text = f.read().replace("../fixtures/", os.path.join(tests, "fixtures") + "/")
+    path = os.path.join(tmp, "sweep-roles.yaml")
+    with open(path, "w") as f:
+        f.write(text.rstrip("\n") + "\n  - roles\n")
+    return path
 
 
 def main():
@@ -325,7 +348,7 @@ def main():
     b = None
     try:
         db = os.path.join(tmp, "s.db")
-        run([hp, "run", "tests/plans/sweep.yaml", "--db", db, "--threads", "1", "--quiet"], root)
+        run([hp, "run", plan_with_roles(tests, tmp), "--db", db, "--threads", "1", "--quiet"], root)
         html = os.path.join(tmp, "report.html")
         svg = os.path.join(tmp, "svg")
         printed = run([hp, "report", "--db", db, "--out", html, "--svg", svg], root)
@@ -339,8 +362,8 @@ def main():
         check_report(b, html, "report.html")
         check_report(b, hostile_html, "hostile.html", hostile=True)
         check_svgs(b, svg)
-        print("ok: the report renders in %s with no request, no console error, %d x %d heatmap cells, "
-              "a non-blank screenshot; hostile strings stay text; %d SVG files render"
+        print("ok: the report renders in %s with no request, no console error, %d x %d heatmap cells and "
+              "roles points a panel, a non-blank screenshot; hostile strings stay text; %d SVG files render"
               % (exe, LAYERS, HEADS, len(os.listdir(svg))))
         return 0
     except (Fail, ET.ParseError, subprocess.TimeoutExpired) as e:

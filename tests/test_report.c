@@ -12,6 +12,13 @@
  *    within what the printed digits can round away; the drawn geometry is
  *    checked against the values too (cells in layer/unit order, curve
  *    vertices on one linear y scale with the baseline).
+ *  - Head roles: a copy of that plan with a roles study added: each panel
+ *    of the roles figure has n_layers x n_heads points whose scores are
+ *    head_roles' (read by this file's SQL) and whose effects are computed
+ *    here, on linear scales (one effect scale for every panel); each panel's
+ *    rho is the rho row `headprune query roles` prints; every heatmap
+ *    tooltip holds its head's scores. Without a single study the scores are
+ *    drawn by layer; a database from before head roles says so.
  *  - Every string from the database is escaped: a database rewritten with
  *    markup, quotes, invalid UTF-8 and control characters in its plan text,
  *    names, paths, study names and kernels yields output whose every '<'
@@ -95,6 +102,36 @@ static void sweep(const char *plan)
 {
     char args[512];
     snprintf(args, sizeof args, "run tests/plans/%s --db %s --threads 1 --quiet", plan, db);
+    cr_assert_eq(hp(args), 0, "run failed: %s", errs);
+}
+
+/*
+ * A sweep of tests/plans/sweep.yaml with a roles study added (its copy in
+ * tmp, the fixtures named by absolute path), so the plan every other test
+ * runs stays the one source of the studies. single = false: the copy keeps
+ * only its baseline and the roles study (roles without effects).
+ */
+static void sweep_with_roles(bool single)
+{
+    char src[512], plan[160], args[512];
+    snprintf(src, sizeof src, "%s/plans/sweep.yaml", getenv("HP_TESTS"));
+    snprintf(plan, sizeof plan, "%s/roles.yaml", tmp);
+    char *text = tu_slurp(src, NULL);
+    FILE *f = fopen(plan, "w");
+    cr_assert(f);
+    bool studies = false;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char *rel = strstr(line, "../fixtures/");
+        if (rel) // model: ../fixtures/llama-gqa -> model: <HP_FIXTURES>/llama-gqa
+            fprintf(f, "%.*s%s/%s\n", (int)(rel - line), line, getenv("HP_FIXTURES"), rel + strlen("../fixtures/"));
+        else if (!studies || single || strcmp(line, "  - baseline") == 0)
+            fprintf(f, "%s\n", line);
+        studies |= strcmp(line, "studies:") == 0;
+    }
+    fprintf(f, "  - roles\n");
+    fclose(f);
+    free(text);
+    snprintf(args, sizeof args, "run %s --db %s --threads 1 --quiet", plan, db);
     cr_assert_eq(hp(args), 0, "run failed: %s", errs);
 }
 
@@ -584,20 +621,283 @@ Test(report, values_drawn_equal_the_database)
     cr_assert(strstr(html, "<th>Engine version</th><td>" HP_VERSION "</td>"), "engine version");
     cr_assert(strstr(html, "Content-Security-Policy\" content=\"default-src 'none'"), "no CSP");
     cr_assert_null(strstr(html, "<script"), "a script in the page");
-    cr_assert(strstr(html, "Left out: the database has no head roles"), "the roles line");
+    cr_assert(strstr(html, "Left out: sweep 1 has no roles study; <code>- roles</code> in the plan computes"),
+              "the roles line");
     free(text);
     free(html);
 }
 
 Test(report, the_output_is_a_function_of_the_database)
 {
-    sweep("sweep.yaml");
+    sweep_with_roles(true);
     write_report(NULL);
     char *a = tu_slurp(out_html, NULL);
     write_report(NULL);
     char *b = tu_slurp(out_html, NULL);
     cr_assert_str_eq(a, b, "two reports of one database differ");
     free(a), free(b);
+}
+
+// --- head roles against effect ------------------------------------------------------------
+
+// The columns the roles figure draws a panel of (each when some head has it), in its order.
+static const char *const ROLE_PANEL_COLS[] = {"prev_token",  "duplicate_token", "induction", "induction_mass",
+                                              "first_token", "dominant_mass",   "entropy",   "rare_token"};
+
+// head_roles.<col> of (layer, head) in sweep 1's roles study; *null when NULL.
+static double role_score(sqlite3 *h, const char *col, int layer, int head, bool *null)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT h.%s FROM head_roles h JOIN sweep_roles x ON x.run_id = h.run_id WHERE x.sweep_id = 1 AND "
+             "h.layer = %d AND h.head = %d",
+             col, layer, head);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(h));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "no head_roles row for %d.%d", layer, head);
+    *null = sqlite3_column_type(st, 0) == SQLITE_NULL;
+    double v = sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+// A CSV line's field k (no quoting: `query roles` writes none for these numbers) into out.
+static void csv_field(const char *line, int k, char *out, size_t size)
+{
+    for (int i = 0; i < k && line; i++)
+        line = strchr(line, ',') ? strchr(line, ',') + 1 : NULL;
+    cr_assert(line, "no field %d", k);
+    size_t n = strcspn(line, ",\n");
+    snprintf(out, size, "%.*s", (int)(n < size ? n : size - 1), line);
+}
+
+// Field index of name in a CSV header line.
+static int csv_col(const char *header, const char *name)
+{
+    char f[64];
+    for (int k = 0; k < 64; k++) {
+        csv_field(header, k, f, sizeof f);
+        if (strcmp(f, name) == 0)
+            return k;
+    }
+    cr_assert_fail("no column %s in %s", name, header);
+    return -1;
+}
+
+// The drawn point's centre: its path starts "M<x - r> <y>" (a circle of radius 3.5, svg.c's marker 0).
+static void point_centre(const struct elem *e, double *x, double *y)
+{
+    const char *d = attr(e, "d");
+    cr_assert(d && sscanf(d, "M%lf %lf", x, y) == 2, "a point without its path: %s", d ? d : "(none)");
+    *x += 3.5;
+}
+
+// Every px[i] on one line through v (a linear scale): its slope.
+static double expect_linear(const double *v, const double *px, int n, const char *what)
+{
+    int lo = 0, hi = 0;
+    for (int i = 0; i < n; i++) {
+        lo = v[i] < v[lo] ? i : lo;
+        hi = v[i] > v[hi] ? i : hi;
+    }
+    cr_assert_gt(v[hi], v[lo], "%s: every value is the same", what);
+    double slope = (px[hi] - px[lo]) / (v[hi] - v[lo]);
+    for (int i = 0; i < n; i++)
+        cr_assert(fabs(px[i] - (px[lo] + slope * (v[i] - v[lo]))) < 0.05,
+                  "%s: value %g drawn at %.2f, the scale puts it at %.2f", what, v[i], px[i],
+                  px[lo] + slope * (v[i] - v[lo]));
+    return slope;
+}
+
+/*
+ * The roles figure of sweep 1 (3 layers x 4 heads) against the database: a
+ * panel for each score some head has, n_layers x n_heads points in each whose
+ * scores (and offsets) are head_roles' and whose effects are the test's own
+ * (single_effect), on linear scales; with_effect: the panel's rho is the rho
+ * row of `query roles` (CLI, csv). Returns how many panels were drawn.
+ */
+static int check_roles(sqlite3 *h, bool with_effect)
+{
+    char *svg = slurp_path(svg_dir, "roles.svg");
+    char args[512];
+    snprintf(args, sizeof args, "query roles --db %s --format csv", db);
+    cr_assert_eq(hp(args), 0, "%s", errs);
+    const char *header = out, *rho_line = NULL;
+    for (const char *p = strchr(out, '\n'); p && p[1]; p = strchr(p + 1, '\n'))
+        if (strncmp(p + 1, ",,rho,", 6) == 0)
+            rho_line = p + 1;
+    cr_assert_eq(rho_line != NULL, with_effect, "query roles %s a rho row", with_effect ? "lacks" : "has");
+    int n_panels = 0;
+    double y_slope = NAN;
+    for (size_t k = 0; k < sizeof ROLE_PANEL_COLS / sizeof *ROLE_PANEL_COLS; k++) {
+        const char *col = ROLE_PANEL_COLS[k];
+        char sql[256], key[96];
+        snprintf(sql, sizeof sql, "SELECT count(h.%s) FROM head_roles h JOIN sweep_roles x ON x.run_id = h.run_id "
+                                  "WHERE x.sweep_id = 1", col);
+        int have = (int)sql_num(h, sql);
+        snprintf(key, sizeof key, "<g class=\"role-panel\" data-role=\"%s\"", col);
+        const char *g = strstr(svg, key);
+        cr_assert_eq(g != NULL, have > 0, "panel %s: drawn %d, %d heads have the score", col, g != NULL, have);
+        if (!g)
+            continue;
+        n_panels++;
+        // the panel's own text: up to the next panel
+        const char *next = strstr(g + 1, "<g class=\"role-panel\"");
+        size_t len = next ? (size_t)(next - g) : strlen(g);
+        char *panel = strndup(g, len);
+        struct elem pe;
+        cr_assert_eq(find_elems(panel, "<g class=\"role-panel\"", &pe, 1), 1);
+        if (with_effect) {
+            char want[64];
+            csv_field(rho_line, csv_col(header, col), want, sizeof want);
+            cr_assert(*want, "query roles has no rho for %s", col);
+            cr_assert_str_eq(attr(&pe, "data-rho") ? attr(&pe, "data-rho") : "(none)", want, "panel %s's rho", col);
+            char caption[128];
+            snprintf(caption, sizeof caption, ">Spearman rho = %s (12 heads)</text>", want);
+            cr_assert(strstr(panel, caption), "panel %s: no caption '%s'", col, caption);
+        } else {
+            cr_assert_null(attr(&pe, "data-rho"), "panel %s has a rho without effects", col);
+            cr_assert(strstr(panel, ">12 heads; no effects to rank against</text>"), "panel %s's caption", col);
+        }
+        static struct elem es[64];
+        int n = find_elems(panel, "<path d=", es, 64);
+        cr_assert_eq(n, 3 * 4, "panel %s: %d points for 3 layers x 4 heads", col, n);
+        double v[64], e[64], px[64], py[64];
+        for (int i = 0; i < n; i++) {
+            cr_assert_str_eq(attr(&es[i], "class"), "point");
+            int l = (int)attr_num(&es[i], "data-layer"), u = (int)attr_num(&es[i], "data-head");
+            cr_assert(l == i / 4 && u == i % 4, "panel %s: point %d is %d.%d (points go head by head)", col, i, l, u);
+            char what[96], label[16];
+            snprintf(what, sizeof what, "panel %s head %d.%d", col, l, u);
+            snprintf(label, sizeof label, "%d.%d", l, u);
+            cr_assert_str_eq(attr(&es[i], "data-label"), label, "%s", what);
+            bool null;
+            double want = role_score(h, col, l, u, &null);
+            cr_assert_not(null, "%s: drawn, but NULL in head_roles", what);
+            v[i] = attr_num(&es[i], "data-score");
+            expect_close(v[i], want, 0, 6, what);
+            // the mass's offset, where the score is one
+            const char *off = strcmp(col, "induction_mass") == 0 ? "induction_offset"
+                              : strcmp(col, "dominant_mass") == 0 ? "dominant_offset"
+                                                                 : NULL;
+            if (off)
+                cr_assert_eq((int)attr_num(&es[i], "data-offset"), (int)role_score(h, off, l, u, &null), "%s", what);
+            else
+                cr_assert_null(attr(&es[i], "data-offset"), "%s", what);
+            point_centre(&es[i], &px[i], &py[i]);
+            // the tooltip: the head, its score (and effect)
+            char tip[160];
+            snprintf(tip, sizeof tip, "<title>%s: %s %s", label, col, attr(&es[i], "data-score"));
+            cr_assert(strstr(panel, tip), "%s: no tooltip '%s'", what, tip);
+            if (with_effect) {
+                double eff, lo, hi, loss;
+                single_effect(h, "single", l, u, &eff, &lo, &hi, &loss);
+                e[i] = attr_num(&es[i], "data-effect");
+                expect_close(e[i], eff, 6, 0, what);
+            } else {
+                cr_assert_null(attr(&es[i], "data-effect"), "%s", what);
+                e[i] = l + (u + 0.5) / 4; // its place: layer l, heads top to bottom
+            }
+        }
+        // geometry: x linear in the score (rightwards), y linear in the effect (upwards) on one scale for
+        // every panel, or in the head's place (downwards)
+        char what[96];
+        snprintf(what, sizeof what, "panel %s x", col);
+        cr_assert_gt(expect_linear(v, px, n, what), 0, "%s: a larger score drawn further left", what);
+        snprintf(what, sizeof what, "panel %s y", col);
+        double ys = expect_linear(e, py, n, what);
+        cr_assert(with_effect ? ys < 0 : ys > 0, "%s: drawn the wrong way up", what);
+        if (!isnan(y_slope))
+            cr_assert(fabs(ys - y_slope) < 1e-3 * fabs(y_slope), "%s: not the other panels' scale", what);
+        y_slope = ys;
+        free(panel);
+    }
+    free(svg);
+    return n_panels;
+}
+
+// The <title> text of the heatmap cell of (layer, unit), into out.
+static void cell_title(const char *svg, int layer, int unit, char *out, size_t size)
+{
+    for (const char *p = strstr(svg, "<rect class=\"cell"); p; p = strstr(p + 1, "<rect class=\"cell")) {
+        struct elem e;
+        cr_assert_eq(find_elems(p, "<rect class=\"cell", &e, 1), 1);
+        if ((int)attr_num(&e, "data-layer") != layer || (int)attr_num(&e, "data-unit") != unit)
+            continue;
+        const char *a = strstr(p, "<title>"), *b = a ? strstr(a, "</title>") : NULL;
+        cr_assert(a && b);
+        snprintf(out, size, "%.*s", (int)(b - a - 7), a + 7);
+        return;
+    }
+    cr_assert_fail("no cell %d.%d", layer, unit);
+}
+
+Test(report, roles_drawn_equal_the_database)
+{
+    sweep_with_roles(true);
+    write_report(svg_dir);
+    sqlite3 *h = open_ro();
+    cr_assert_eq(check_roles(h, true), 7, "a decoder's panels: every score but rare_token");
+    // the heatmap's tooltips give each head's roles, as head_roles has them
+    char *svg = slurp_path(svg_dir, "heatmap.svg");
+    static const char *const all[] = {"prev_token",    "duplicate_token", "induction",     "induction_offset",
+                                      "induction_mass", "first_token",    "dominant_offset", "dominant_mass",
+                                      "entropy",       "rare_token"};
+    for (int l = 0; l < 3; l++)
+        for (int u = 0; u < 4; u++) {
+            char title[2048];
+            cell_title(svg, l, u, title, sizeof title);
+            for (size_t k = 0; k < sizeof all / sizeof *all; k++) {
+                bool null, offset = strstr(all[k], "_offset") != NULL;
+                double v = role_score(h, all[k], l, u, &null);
+                char want[96];
+                if (offset)
+                    snprintf(want, sizeof want, " %s %d%s", all[k], (int)v, k + 1 < 10 ? "," : "");
+                else
+                    snprintf(want, sizeof want, " %s %.6f", all[k], v);
+                if (null)
+                    cr_assert_null(strstr(title, all[k]), "cell %d.%d: %s is NULL, yet in: %s", l, u, all[k], title);
+                else
+                    cr_assert(strstr(title, want), "cell %d.%d: no '%s' in: %s", l, u, want, title);
+            }
+            cr_assert(strstr(title, " bits"), "cell %d.%d: entropy without its unit: %s", l, u, title);
+        }
+    free(svg);
+    sqlite3_close(h);
+    // the KV groups' heatmap has none (roles are per query head); the page names the query and lists the study
+    svg = slurp_path(svg_dir, "heatmap-kv.svg");
+    cr_assert_null(strstr(svg, "head roles"), "roles in a KV group's tooltip");
+    free(svg);
+    char *html = tu_slurp(out_html, NULL);
+    char want[512];
+    snprintf(want, sizeof want, "<code>headprune query roles --db %s --sweep 1 --study roles</code>", db);
+    cr_assert(strstr(html, want), "the roles figure does not name its query");
+    cr_assert(strstr(html, "<tr><td>roles</td><td>roles</td><td>heads</td>"), "what was run lacks the roles study");
+    cr_assert_null(strstr(html, "Left out"), "a figure left out of a sweep with every study");
+    free(html);
+}
+
+Test(report, roles_without_a_single_study_are_drawn_by_layer)
+{
+    sweep_with_roles(false);
+    write_report(svg_dir);
+    sqlite3 *h = open_ro();
+    cr_assert_eq(check_roles(h, false), 7);
+    sqlite3_close(h);
+    char *html = tu_slurp(out_html, NULL);
+    cr_assert(strstr(html, "The sweep has no single study over query heads, so there are no effects"), "caption");
+    cr_assert(strstr(html, "Left out: sweep 1 has no single study over query heads"), "the heatmap's line");
+    free(html);
+}
+
+Test(report, a_database_from_before_head_roles_says_so)
+{
+    sweep("sweep-small.yaml");
+    exec_sql(db, "DROP TABLE sweep_roles; DROP TABLE head_roles; DROP TABLE role_runs");
+    write_report(NULL);
+    char *html = tu_slurp(out_html, NULL);
+    cr_assert(strstr(html, "Left out: the database predates head roles"), "the roles line");
+    free(html);
 }
 
 // --- escaping ---------------------------------------------------------------------
@@ -658,7 +958,7 @@ static void expect_clean_utf8(const char *s, const char *what)
 
 Test(report, a_hostile_database_injects_no_markup)
 {
-    sweep("sweep.yaml");
+    sweep_with_roles(true);
     exec_sql(db, "UPDATE plans SET text = '</pre><script>alert(1)</script>' || char(1) || char(27) || "
                  "CAST(X'FF2080C0AFEDA080' AS TEXT), name = '<i>plan</i>', path = 'a\" onmouseover=\"alert(1)';"
                  "UPDATE sweeps SET name = '<img src=x onerror=alert(1)>';"
@@ -667,7 +967,8 @@ Test(report, a_hostile_database_injects_no_markup)
                  "UPDATE results SET kernel = '<script src=http://x.invalid/k.js></script>', host = '&amp;<b>';"
                  "UPDATE sweep_jobs SET study = '<b class=\"x\">s''&</b>' WHERE study = 'single';"
                  "UPDATE sweep_jobs SET study = '</text><script>p</script>' WHERE study = 'pairs';"
-                 "UPDATE sweep_jobs SET study = '<a href=\"http://x.invalid/\">it</a>' WHERE study = 'iterative';");
+                 "UPDATE sweep_jobs SET study = '<a href=\"http://x.invalid/\">it</a>' WHERE study = 'iterative';"
+                 "UPDATE sweep_roles SET study = '</text><g onload=\"x\">r''&';");
     write_report(svg_dir);
     char *html = tu_slurp(out_html, NULL);
     expect_only_our_tags(html, "report.html");
@@ -675,6 +976,8 @@ Test(report, a_hostile_database_injects_no_markup)
     cr_assert(strstr(html, "&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;"), "the plan text, escaped");
     cr_assert(strstr(html, "&lt;img src=x onerror=alert(1)&gt;"), "the sweep's name, escaped");
     cr_assert(strstr(html, "&lt;b class=&quot;x&quot;&gt;s&#39;&amp;&lt;/b&gt;"), "the study's name, escaped");
+    cr_assert(strstr(html, "&lt;/text&gt;&lt;g onload=&quot;x&quot;&gt;r&#39;&amp;"), "the roles study, escaped");
+    cr_assert(strstr(html, "<g class=\"role-panel\""), "the roles figure of the renamed study is drawn");
     cr_assert(strstr(html, "\xEF\xBF\xBD"), "invalid UTF-8 and control characters become U+FFFD");
     cr_assert_null(strstr(html, "x.invalid/\""), "a URL reached an attribute");
     DIR *d = opendir(svg_dir);
@@ -920,6 +1223,16 @@ Test(report, ticks_scales_and_colours_by_hand)
     cr_assert_str_eq(c, "#053061");
     hp_color_diverging(0.1, c); // halfway between #f7f7f7 and #fddbc7
     cr_assert_str_eq(c, "#fae9df");
+    hp_color_sequential(0, c); // viridis: matplotlib's first, middle and last entries
+    cr_assert_str_eq(c, "#440154");
+    hp_color_sequential(0.5, c);
+    cr_assert_str_eq(c, "#21918c");
+    hp_color_sequential(1, c);
+    cr_assert_str_eq(c, "#fde725");
+    hp_color_sequential(2, c); // clamped
+    cr_assert_str_eq(c, "#fde725");
+    hp_color_sequential(1.0 / 16, c); // halfway between #440154 and #472d7b
+    cr_assert_str_eq(c, "#461768");
     cr_assert_str_eq(hp_color_category(0), "#0072b2");
     cr_assert_str_eq(hp_color_category(7), "#0072b2");
 
