@@ -262,7 +262,7 @@ static const char config_json[] =
     "  \"_comment\": \"random weights written by headprune bench_forward; not a trained model\"\n"
     "}\n";
 
-/* Write the random GPT-2-small directory unless it is already there with the right size. */
+/* Write the random GPT-2-small directory unless it already holds a model. */
 static int ensure_model(const char *dir)
 {
     static struct tensor_spec t[2 + 12 * N_LAYER + 2];
@@ -282,8 +282,10 @@ static int ensure_model(const char *dir)
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     snprintf(st, sizeof st, "%s/model.safetensors", dir);
     snprintf(tmp, sizeof tmp, "%s/model.safetensors.tmp", dir);
+    /* a directory that has a model is used as it is (another dtype, say: bench/to_bf16.py's copy), never
+     * overwritten; an interrupted write leaves only model.safetensors.tmp */
     struct stat sb;
-    if (stat(cfg, &sb) == 0 && stat(st, &sb) == 0 && (int64_t)sb.st_size == want) {
+    if (stat(cfg, &sb) == 0 && stat(st, &sb) == 0) {
         free(hdr);
         return 0;
     }
