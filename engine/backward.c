@@ -340,8 +340,8 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
         e = run_end(hs->has, H, s);
         if (!hs->has[s])
             continue;
-        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, dy, d, 1, hp_mat_t(hp_mat_at(L->wo, (ptrdiff_t)L->q_slot[s] * dh, 0)),
-                    0.0f, w->ctx + s * dh, qd, 1);
+        const struct hp_mat wo_t = hp_mat_t(hp_mat_at(L->wo, (ptrdiff_t)L->q_slot[s] * dh, 0));
+        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, dy, d, 1, wo_t, 0.0f, w->ctx + s * dh, qd, 1);
     }
     /* the gates' gradients and the estimates, then dL/da = g dctx for the heads gradient flows through */
     for (int h = 0; h < H; h++) {

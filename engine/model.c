@@ -802,7 +802,8 @@ static void bind_llama(struct binder *b, bool tied)
     m->lnf_w = bind(b, "norm.weight", d, VEC, false);
     static const char *const none[] = {"", NULL};
     struct binder hb = {m, none, b->err, b->st, NULL};
-    const struct hp_mat head = b->st == HP_OK ? bind_mat(&hb, "lm_head.weight", in->n_vocab, d, tied) : (struct hp_mat){0};
+    const struct hp_mat head =
+        b->st == HP_OK ? bind_mat(&hb, "lm_head.weight", in->n_vocab, d, tied) : (struct hp_mat){0};
     b->st = hb.st;
     m->lm_head = head.p ? head : m->wte;
 }

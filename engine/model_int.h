@@ -103,7 +103,8 @@ struct hp_model {
     struct hp_head_tensor *head_tensors; /* (n_head_tensors): every bound tensor that holds heads */
     int n_head_tensors;
     unsigned flags;         /* hp_model_open_ex's */
-    void **owned;           /* converted vectors (f16/bf16), realigned f32 tensors; HP_MODEL_CONVERT: every 16-bit tensor */
+    /* converted vectors (f16/bf16) and realigned f32 tensors; with HP_MODEL_CONVERT every 16-bit tensor */
+    void **owned;
     int n_owned, cap_owned;
     /* Nothing here changes after hp_model_open: passes keep their state in
      * workspaces of their own (forward_int.h), so threads may share a model. */

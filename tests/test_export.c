@@ -538,8 +538,8 @@ static void export_as_stored(const char *fixture, const char *spec)
         }
         hp_model_close(m);
     }
-    cr_assert(same_file(path[0], path[1]), "%s without %s: the streamed model's export differs from the converted one's",
-              fixture, spec);
+    cr_assert(same_file(path[0], path[1]),
+              "%s without %s: the streamed model's export differs from the converted one's", fixture, spec);
 }
 
 Test(export, bf16_streamed_writes_as_converted) { export_as_stored("llama-tied-bf16", "0.0,1.3"); }

@@ -310,7 +310,8 @@ Test(model, bf16_matrix_span_disagrees_with_shape)
 Test(model, bf16_label_on_f32_bytes)
 {
     write_weights(ln_f_as_bf16, 0);
-    expect_fail(HP_ERR_FORMAT, "model.safetensors", "'transformer.ln_f.bias' spans 128 bytes but BF16 x shape needs 64");
+    expect_fail(HP_ERR_FORMAT, "model.safetensors",
+                "'transformer.ln_f.bias' spans 128 bytes but BF16 x shape needs 64");
 }
 
 /* the same bytes, another shape: the span agrees, the config does not */
