@@ -4,8 +4,9 @@
  *
  * For each thread count, every rep times, back to back: one square sgemm
  * (2048^3), one sgemm of the MLP-up shape (m x n x k = rows x 3072 x 768), the
- * headprune forward over all sequences in one pass, and a replay of exactly the hp_gemm
- * calls that forward makes (same shapes, strides and weights) so the time
+ * headprune forward over all sequences in one pass, and a replay of exactly the
+ * weight products (hp_mat_gemm: a bf16 or f16 model's include their panels'
+ * conversion) and hp_gemm calls that forward makes (same shapes, strides and weights) so the time
  * outside BLIS can be read off as forward - replay. Figures are medians over
  * the reps; one warm-up rep (which also faults the mapped weights in) is not
  * counted. The CPU time other processes took meanwhile is measured and
@@ -261,7 +262,7 @@ static const char config_json[] =
     "  \"_comment\": \"random weights written by headprune bench_forward; not a trained model\"\n"
     "}\n";
 
-/* Write the random GPT-2-small directory unless it is already there with the right size. */
+/* Write the random GPT-2-small directory unless it already holds a model. */
 static int ensure_model(const char *dir)
 {
     static struct tensor_spec t[2 + 12 * N_LAYER + 2];
@@ -281,8 +282,10 @@ static int ensure_model(const char *dir)
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     snprintf(st, sizeof st, "%s/model.safetensors", dir);
     snprintf(tmp, sizeof tmp, "%s/model.safetensors.tmp", dir);
+    /* a directory that has a model is used as it is (another dtype, say: bench/to_bf16.py's copy), never
+     * overwritten; an interrupted write leaves only model.safetensors.tmp */
     struct stat sb;
-    if (stat(cfg, &sb) == 0 && stat(st, &sb) == 0 && (int64_t)sb.st_size == want) {
+    if (stat(cfg, &sb) == 0 && stat(st, &sb) == 0) {
         free(hdr);
         return 0;
     }
@@ -366,7 +369,8 @@ struct replay_buf {
  * in one pass (N = S * T rows) with no head masked, in the same order on the
  * model's own weights; time per part is added into secs[N_PART].
  */
-static void replay_forward(const struct hp_model *m, int T, int S, struct replay_buf *b, double *secs)
+static void replay_forward(const struct hp_model *m, struct hp_mat_buf *mb, int T, int S, struct replay_buf *b,
+                           double *secs)
 {
     const struct hp_model_info *in = &m->info;
     const int d = in->d_model, f = in->d_ff, H = in->n_heads, dh = in->d_head, qd = H * dh, kvd = qd, N = S * T;
@@ -374,9 +378,9 @@ static void replay_forward(const struct hp_model *m, int T, int S, struct replay
     for (int l = 0; l < in->n_layers; l++) {
         const struct hp_layer *L = &m->layers[l];
         double t0 = now();
-        hp_gemm(N, qd, d, 1.0f, b->h, d, 1, L->wq.p, L->wq.rs, L->wq.cs, 0.0f, b->q, qd, 1);
-        hp_gemm(N, kvd, d, 1.0f, b->h, d, 1, L->wk.p, L->wk.rs, L->wk.cs, 0.0f, b->k, kvd, 1);
-        hp_gemm(N, kvd, d, 1.0f, b->h, d, 1, L->wv.p, L->wv.rs, L->wv.cs, 0.0f, b->v, kvd, 1);
+        hp_mat_gemm(mb, N, qd, d, 1.0f, b->h, d, 1, L->wq, 0.0f, b->q, qd, 1);
+        hp_mat_gemm(mb, N, kvd, d, 1.0f, b->h, d, 1, L->wk, 0.0f, b->k, kvd, 1);
+        hp_mat_gemm(mb, N, kvd, d, 1.0f, b->h, d, 1, L->wv, 0.0f, b->v, kvd, 1);
         double t1 = now();
         /* (head, sequence) pairs side by side, each product on one thread, as forward.c runs them */
 #pragma omp parallel for schedule(dynamic, 1)
@@ -388,11 +392,11 @@ static void replay_forward(const struct hp_model *m, int T, int S, struct replay
             hp_gemm1(T, dh, T, 1.0f, att, T, 1, b->v + r0 * kvd + h * dh, kvd, 1, 0.0f, b->ctx + r0 * qd + h * dh, qd, 1);
         }
         double t2 = now();
-        hp_gemm(N, d, qd, 1.0f, b->ctx, qd, 1, L->wo.p, L->wo.rs, L->wo.cs, 0.0f, b->tmp, d, 1);
+        hp_mat_gemm(mb, N, d, qd, 1.0f, b->ctx, qd, 1, L->wo, 0.0f, b->tmp, d, 1);
         double t3 = now();
-        hp_gemm(N, f, d, 1.0f, b->h, d, 1, L->w_up.p, L->w_up.rs, L->w_up.cs, 0.0f, b->ff, f, 1);
+        hp_mat_gemm(mb, N, f, d, 1.0f, b->h, d, 1, L->w_up, 0.0f, b->ff, f, 1);
         double t4 = now();
-        hp_gemm(N, d, f, 1.0f, b->ff, f, 1, L->w_down.p, L->w_down.rs, L->w_down.cs, 0.0f, b->tmp, d, 1);
+        hp_mat_gemm(mb, N, d, f, 1.0f, b->ff, f, 1, L->w_down, 0.0f, b->tmp, d, 1);
         double t5 = now();
         secs[P_QKV] += t1 - t0;
         secs[P_ATTN] += t2 - t1;
@@ -401,7 +405,7 @@ static void replay_forward(const struct hp_model *m, int T, int S, struct replay
         secs[P_DOWN] += t5 - t4;
     }
     double t0 = now();
-    hp_gemm(N, in->n_vocab, d, 1.0f, b->h, d, 1, m->lm_head, 1, d, 0.0f, b->out, in->n_vocab, 1);
+    hp_mat_gemm(mb, N, in->n_vocab, d, 1.0f, b->h, d, 1, hp_mat_t(m->lm_head), 0.0f, b->out, in->n_vocab, 1);
     secs[P_LM] += now() - t0;
 }
 
@@ -516,7 +520,7 @@ int main(int argc, char **argv)
         return 1;
     }
     const struct hp_model_info *in = hp_model_get_info(m);
-    if (in->arch != HP_ARCH_GPT2 || !m->lm_head) {
+    if (in->arch != HP_ARCH_GPT2 || !m->lm_head.p) {
         fprintf(stderr, "bench_forward: %s is not a GPT-2 model with an LM head\n", dir);
         hp_model_close(m);
         return 1;
@@ -574,7 +578,8 @@ int main(int argc, char **argv)
     const double flops = forward_flops(in, T) * n_seqs;
     hp_runtime_init(max_threads); /* the workspace sizes its per-thread buffers for this many */
     struct hp_fwd *fw = hp_fwd_new(m, T, n_seqs);
-    if (!fw) {
+    struct hp_mat_buf *mb = hp_mat_buf_new(m); /* the replay's panel, as the forward's workspace has one */
+    if (!fw || !mb) {
         fprintf(stderr, "bench_forward: out of memory for the forward's workspace\n");
         return 1;
     }
@@ -600,7 +605,7 @@ int main(int argc, char **argv)
             double fwd = now() - t0;
             double part[N_PART] = {0};
             t0 = now();
-            replay_forward(m, T, n_seqs, &rb, part);
+            replay_forward(m, mb, T, n_seqs, &rb, part);
             double rep_s = now() - t0;
             if (rep < 0)
                 continue; /* warm-up: page faults on the mapped weights, BLIS packing buffers, OpenMP pool */
@@ -729,6 +734,7 @@ int main(int argc, char **argv)
     free(rb.h), free(rb.q), free(rb.k), free(rb.v), free(rb.att), free(rb.ctx), free(rb.tmp), free(rb.ff);
     free(v_sq), free(v_fs), free(v_fwd), free(v_rep), free(v_out), free(v_part);
     hp_fwd_free(fw);
+    hp_mat_buf_free(mb);
     hp_model_close(m);
     return 0;
 }

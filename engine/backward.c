@@ -53,6 +53,7 @@ struct hp_bwd {
     float *rope; /* (T, d_head / 2, 2) */
     float *buf;
     float *kbuf;
+    struct hp_mat_buf *mb; /* the panel products with 16-bit weights convert into (mat_int.h) */
 };
 
 
@@ -98,7 +99,8 @@ struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_by
     w->keep = calloc((size_t)in->n_layers, sizeof *w->keep);
     w->kept = calloc((size_t)in->n_layers, sizeof *w->kept);
     w->buf = malloc(total * sizeof(float));
-    if (!w->keep || !w->kept || !w->buf) {
+    w->mb = hp_mat_buf_new(m);
+    if (!w->keep || !w->kept || !w->buf || !w->mb) {
         hp_bwd_free(w);
         return NULL;
     }
@@ -142,6 +144,7 @@ void hp_bwd_free(struct hp_bwd *w)
         return;
     free(w->buf);
     free(w->kbuf);
+    hp_mat_buf_free(w->mb);
     free(w->keep);
     free(w->kept);
     free(w);
@@ -155,16 +158,18 @@ const struct hp_fwd_keep *const *hp_bwd_keep(const struct hp_bwd *w)
 // --- products -----------------------------------------------------------------
 
 /* y (T, n) = x (T, k) W (k, n) [+ b], as the forward's linear */
-static void linear(float *y, const float *x, int T, int k, int n, struct hp_mat w, const float *b)
+static void linear(struct hp_mat_buf *mb, float *y, const float *x, int T, int k, int n, struct hp_mat w,
+                   const float *b)
 {
-    hp_gemm(T, n, k, 1.0f, x, k, 1, w.p, w.rs, w.cs, 0.0f, y, n, 1);
+    hp_mat_gemm(mb, T, n, k, 1.0f, x, k, 1, w, 0.0f, y, n, 1);
     hp_op_add_bias(y, T, n, n, b);
 }
 
 /* dx (T, k) = dy (T, n) W^T (n, k) (+ dx with accumulate): W read transposed through its strides */
-static void linear_backward(float *dx, const float *dy, int T, int k, int n, struct hp_mat w, bool accumulate)
+static void linear_backward(struct hp_mat_buf *mb, float *dx, const float *dy, int T, int k, int n, struct hp_mat w,
+                            bool accumulate)
 {
-    hp_gemm(T, k, n, 1.0f, dy, n, 1, w.p, w.cs, w.rs, accumulate ? 1.0f : 0.0f, dx, k, 1);
+    hp_mat_gemm(mb, T, k, n, 1.0f, dy, n, 1, hp_mat_t(w), accumulate ? 1.0f : 0.0f, dx, k, 1);
 }
 
 // --- attention ----------------------------------------------------------------
@@ -240,8 +245,7 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
         if (!want[s])
             continue;
         const size_t ws = (size_t)L->q_slot[s] * dh;
-        hp_gemm(N, (e - s) * dh, d, 1.0f, x, d, 1, L->wq.p + ws * L->wq.cs, L->wq.rs, L->wq.cs, 0.0f, w->act.q + s * dh,
-                qd, 1);
+        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, x, d, 1, hp_mat_at(L->wq, 0, ws), 0.0f, w->act.q + s * dh, qd, 1);
         if (L->bq)
             hp_op_add_bias(w->act.q + s * dh, N, (e - s) * dh, qd, L->bq + ws);
     }
@@ -250,10 +254,8 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
         if (!kv_want[s])
             continue;
         const size_t ws = (size_t)L->kv_slot[s] * dh;
-        hp_gemm(N, (e - s) * dh, d, 1.0f, x, d, 1, L->wk.p + ws * L->wk.cs, L->wk.rs, L->wk.cs, 0.0f, w->act.k + s * dh,
-                kvd, 1);
-        hp_gemm(N, (e - s) * dh, d, 1.0f, x, d, 1, L->wv.p + ws * L->wv.cs, L->wv.rs, L->wv.cs, 0.0f, w->act.v + s * dh,
-                kvd, 1);
+        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, x, d, 1, hp_mat_at(L->wk, 0, ws), 0.0f, w->act.k + s * dh, kvd, 1);
+        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, x, d, 1, hp_mat_at(L->wv, 0, ws), 0.0f, w->act.v + s * dh, kvd, 1);
         if (L->bk)
             hp_op_add_bias(w->act.k + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
         if (L->bv)
@@ -312,8 +314,8 @@ static void attention_again(const struct hp_model *m, struct hp_bwd *w, const st
         e = run_end(hs->has, H, s);
         if (!hs->has[s])
             continue;
-        hp_gemm(N, d, (e - s) * dh, 1.0f, w->ctx + s * dh, qd, 1, L->wo.p + (size_t)L->q_slot[s] * dh * L->wo.rs,
-                L->wo.rs, L->wo.cs, beta, w->tmp, d, 1);
+        hp_mat_gemm(w->mb, N, d, (e - s) * dh, 1.0f, w->ctx + s * dh, qd, 1,
+                    hp_mat_at(L->wo, (ptrdiff_t)L->q_slot[s] * dh, 0), beta, w->tmp, d, 1);
         beta = 1.0f;
     }
     if (beta == 0.0f)
@@ -338,8 +340,8 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
         e = run_end(hs->has, H, s);
         if (!hs->has[s])
             continue;
-        hp_gemm(N, (e - s) * dh, d, 1.0f, dy, d, 1, L->wo.p + (size_t)L->q_slot[s] * dh * L->wo.rs, L->wo.cs,
-                L->wo.rs, 0.0f, w->ctx + s * dh, qd, 1);
+        const struct hp_mat wo_t = hp_mat_t(hp_mat_at(L->wo, (ptrdiff_t)L->q_slot[s] * dh, 0));
+        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, dy, d, 1, wo_t, 0.0f, w->ctx + s * dh, qd, 1);
     }
     /* the gates' gradients and the estimates, then dL/da = g dctx for the heads gradient flows through */
     for (int h = 0; h < H; h++) {
@@ -418,8 +420,8 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
         if (!hs->live[s])
             continue;
         const size_t ws = (size_t)L->q_slot[s] * dh;
-        hp_gemm(N, d, (e - s) * dh, 1.0f, w->dq + s * dh, qd, 1, L->wq.p + ws * L->wq.cs, L->wq.cs, L->wq.rs, beta,
-                w->dh, d, 1);
+        hp_mat_gemm(w->mb, N, d, (e - s) * dh, 1.0f, w->dq + s * dh, qd, 1, hp_mat_t(hp_mat_at(L->wq, 0, ws)), beta,
+                    w->dh, d, 1);
         beta = 1.0f;
     }
     for (int s = 0, e; s < KV; s = e) {
@@ -427,10 +429,10 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
         if (!hs->kv_live[s])
             continue;
         const size_t ws = (size_t)L->kv_slot[s] * dh;
-        hp_gemm(N, d, (e - s) * dh, 1.0f, w->dk + s * dh, kvd, 1, L->wk.p + ws * L->wk.cs, L->wk.cs, L->wk.rs, 1.0f,
-                w->dh, d, 1);
-        hp_gemm(N, d, (e - s) * dh, 1.0f, w->dv + s * dh, kvd, 1, L->wv.p + ws * L->wv.cs, L->wv.cs, L->wv.rs, 1.0f,
-                w->dh, d, 1);
+        hp_mat_gemm(w->mb, N, d, (e - s) * dh, 1.0f, w->dk + s * dh, kvd, 1, hp_mat_t(hp_mat_at(L->wk, 0, ws)), 1.0f,
+                    w->dh, d, 1);
+        hp_mat_gemm(w->mb, N, d, (e - s) * dh, 1.0f, w->dv + s * dh, kvd, 1, hp_mat_t(hp_mat_at(L->wv, 0, ws)), 1.0f,
+                    w->dh, d, 1);
     }
     if (beta == 0.0f)
         memset(w->dh, 0, (size_t)N * d * sizeof(float));
@@ -443,9 +445,9 @@ static void mlp_again(const struct hp_model *m, struct hp_bwd *w, const float *x
 {
     const struct hp_layer *L = &m->layers[l];
     const int d = m->info.d_model, f = m->info.d_ff;
-    linear(w->act.u, x, N, d, f, L->w_up, L->b_up);
+    linear(w->mb, w->act.u, x, N, d, f, L->w_up, L->b_up);
     if (L->w_gate.p)
-        linear(w->act.z, x, N, d, f, L->w_gate, NULL);
+        linear(w->mb, w->act.z, x, N, d, f, L->w_gate, NULL);
 }
 
 /* The MLP block's reverse: dy (N, d), the gradient at its output, to w->dh (N, d), the gradient at its input. */
@@ -454,7 +456,7 @@ static void mlp_backward(const struct hp_model *m, struct hp_bwd *w, const float
     const struct hp_layer *L = &m->layers[l];
     const int d = m->info.d_model, f = m->info.d_ff;
     const bool gated = L->w_gate.p != NULL;
-    linear_backward(w->f, dy, N, f, d, L->w_down, false);
+    linear_backward(w->mb, w->f, dy, N, f, d, L->w_down, false);
     /* act(z) u (gated): du = df act(z), dz = df u act'(z); else du = df act'(u); in place */
 #pragma omp parallel for schedule(static) if (hp_op_par((size_t)N * f))
     for (int t = 0; t < N; t++) {
@@ -465,9 +467,9 @@ static void mlp_backward(const struct hp_model *m, struct hp_bwd *w, const float
         else
             hp_op_act_span_backward(m->act, w->act.u + o, NULL, w->f + o, w->act.u + o, NULL, (size_t)f);
     }
-    linear_backward(w->dh, w->act.u, N, d, f, L->w_up, false);
+    linear_backward(w->mb, w->dh, w->act.u, N, d, f, L->w_up, false);
     if (gated)
-        linear_backward(w->dh, w->act.z, N, d, f, L->w_gate, true);
+        linear_backward(w->mb, w->dh, w->act.z, N, d, f, L->w_gate, true);
 }
 
 // --- the pass -----------------------------------------------------------------
@@ -560,7 +562,7 @@ static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const str
             hp_op_act_span(m->act, w->f, w->act.z, w->act.u, nf);
         else
             hp_op_act_span(m->act, w->f, w->act.u, NULL, nf);
-        linear(w->h1, w->f, N, m->info.d_ff, d, L->w_down, L->b_down);
+        linear(w->mb, w->h1, w->f, N, m->info.d_ff, d, L->w_down, L->b_down);
         hp_op_add_into(w->h1, w->h2, n);
         /* back: through LN2, the MLP and its residual, LN1, attention and its residual */
         memset(w->tmp, 0, n * sizeof(float));
@@ -592,30 +594,31 @@ static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const str
         norm_backward(m, w->dx, w->dh, x, N, L->ln1_w, L->ln1_b);
 }
 
-void hp_bwd_classify(const struct hp_model *m, const float *h, const float *dz, int n_seqs, int T, float *dh)
+void hp_bwd_classify(const struct hp_model *m, struct hp_bwd *w, const float *h, const float *dz, int n_seqs, int T,
+                     float *dh)
 {
     const int d = m->info.d_model, C = m->info.n_labels;
     float pooled[d], dp[d];
     memset(dh, 0, (size_t)n_seqs * T * d * sizeof(float));
     for (int b = 0; b < n_seqs; b++) {
         const float *hb = h + (size_t)b * T * d;
-        hp_gemm(1, d, d, 1.0f, hb, d, 1, m->pooler.p, m->pooler.rs, m->pooler.cs, 0.0f, pooled, d, 1);
+        hp_mat_gemm(w->mb, 1, d, d, 1.0f, hb, d, 1, m->pooler, 0.0f, pooled, d, 1);
         for (int i = 0; i < d; i++)
             pooled[i] = tanhf(pooled[i] + m->pooler_b[i]);
         /* dpooled = dz C^T, then through tanh, then P^T */
-        hp_gemm(1, d, C, 1.0f, dz + (size_t)b * C, C, 1, m->classifier.p, m->classifier.cs, m->classifier.rs, 0.0f,
-                dp, d, 1);
+        hp_mat_gemm(w->mb, 1, d, C, 1.0f, dz + (size_t)b * C, C, 1, hp_mat_t(m->classifier), 0.0f, dp, d, 1);
         for (int i = 0; i < d; i++)
             dp[i] *= 1.0f - pooled[i] * pooled[i];
-        hp_gemm(1, d, d, 1.0f, dp, d, 1, m->pooler.p, m->pooler.cs, m->pooler.rs, 0.0f, dh + (size_t)b * T * d, d, 1);
+        hp_mat_gemm(w->mb, 1, d, d, 1.0f, dp, d, 1, hp_mat_t(m->pooler), 0.0f, dh + (size_t)b * T * d, d, 1);
     }
 }
 
-void hp_bwd_logits(const struct hp_model *m, const float *dz, int N, int v0, int nv, int ldz, float *dh)
+void hp_bwd_logits(const struct hp_model *m, struct hp_bwd *w, const float *dz, int N, int v0, int nv, int ldz,
+                   float *dh)
 {
     const int d = m->info.d_model;
     /* dh (N, d) += dz (N, nv) E[v0 : v0 + nv] (nv, d), E row-major as it is stored */
-    hp_gemm(N, d, nv, 1.0f, dz, ldz, 1, m->lm_head + (size_t)v0 * d, d, 1, 1.0f, dh, d, 1);
+    hp_mat_gemm(w->mb, N, d, nv, 1.0f, dz, ldz, 1, hp_mat_at(m->lm_head, v0, 0), 1.0f, dh, d, 1);
 }
 
 /*
@@ -630,21 +633,21 @@ static void finish_backward(const struct hp_model *m, struct hp_bwd *w, const st
     const int N = a->in->T * a->in->n_seqs, d = in->d_model;
     const size_t n = (size_t)N * d;
     memcpy(w->dh, dhead, n * sizeof(float));
-    if (m->lm_head && m->mlm_dense.p) {
+    if (m->lm_head.p && m->mlm_dense.p) {
         /* the head read LN(act(hfin Wd + b)), hfin the final norm's rows (or xf): t1 in own.xmid (no layer's yet), act(t1) in h2 */
         const float *hfin = xf;
         if (m->lnf_w) {
             norm(m, w->h1, xf, N, m->lnf_w, m->lnf_b);
             hfin = w->h1;
         }
-        linear(w->own.xmid, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
+        linear(w->mb, w->own.xmid, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
         for (size_t i = 0; i < n; i++)
             w->h2[i] = hp_op_act(m->act, w->own.xmid[i]);
         memset(w->tmp, 0, n * sizeof(float));
         hp_op_layer_norm_backward(w->tmp, w->dh, w->h2, N, d, m->mlm_ln_w, m->norm_eps);
         for (size_t i = 0; i < n; i++)
             w->tmp[i] = (float)(w->tmp[i] * hp_op_act_grad(m->act, w->own.xmid[i]));
-        linear_backward(w->dh, w->tmp, N, d, d, m->mlm_dense, false);
+        linear_backward(w->mb, w->dh, w->tmp, N, d, d, m->mlm_dense, false);
     }
     if (m->lnf_w) {
         memset(w->dx, 0, n * sizeof(float));

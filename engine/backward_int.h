@@ -77,8 +77,11 @@ void hp_bwd_run(const struct hp_model *m, struct hp_bwd *w, const struct hp_fwd_
  *   hp_bwd_classify: dh (n_seqs * T, d_model) = the gradient at the rows h
  *     the classifier read (only each sequence's first row is not 0) from dz
  *     (n_seqs, n_labels), the gradient at its logits.
+ * w lends them its panel for 16-bit weights (nothing else of it is touched).
  */
-void hp_bwd_logits(const struct hp_model *m, const float *dz, int N, int v0, int nv, int ldz, float *dh);
-void hp_bwd_classify(const struct hp_model *m, const float *h, const float *dz, int n_seqs, int T, float *dh);
+void hp_bwd_logits(const struct hp_model *m, struct hp_bwd *w, const float *dz, int N, int v0, int nv, int ldz,
+                   float *dh);
+void hp_bwd_classify(const struct hp_model *m, struct hp_bwd *w, const float *h, const float *dz, int n_seqs, int T,
+                     float *dh);
 
 #endif

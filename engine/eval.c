@@ -71,8 +71,8 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
         if (d->seq_labels[i] < 0 || d->seq_labels[i] >= in->n_labels)
             return hp_fail(err, HP_ERR_ARG, "%s: label %d of row %d is not one of the model's %d classes (0..%d)",
                            d->path, d->seq_labels[i], i, in->n_labels, in->n_labels - 1);
-    bool has_loss = in->causal || (m->lm_head && d->labels) || has_cls;
-    if (!in->causal && m->lm_head && !d->labels)
+    bool has_loss = in->causal || (m->lm_head.p && d->labels) || has_cls;
+    if (!in->causal && m->lm_head.p && !d->labels)
         return hp_fail(err, HP_ERR_ARG,
                        "%s: %s has an MLM head but the data has no \"labels\" (give labels with -100 for unscored positions)",
                        d->path, m->dir);

@@ -4,9 +4,11 @@
  * A call runs B sequences of T tokens as N = B*T rows: every projection is
  * one product over all rows, attention runs per sequence and head.
  * Activations live in one workspace sized up front for N rows; nothing is
- * allocated or read from disk during a pass. Matrix products go through
- * hp_gemm with strides: per-head slices of Q/K/V, K transposed and slices of
- * the output projection are views, never copies.
+ * allocated or read from disk during a pass. Products with weights go
+ * through hp_mat_gemm (mat.c: 16-bit weights a converted panel at a time),
+ * those of activations through hp_gemm, all with strides: per-head slices of
+ * Q/K/V, K transposed and slices of the output projection are views, never
+ * copies.
  * Invariants: a gate of exactly 1 changes nothing (bit for bit, the same
  * operations run as with no gate); a gate of 0 under zero ablation skips the
  * head's work entirely rather than multiplying it by zero.
@@ -48,12 +50,13 @@ struct hp_fwd {
     float *ff2;  /* (N, d_ff) Llama gate */
     float *rope; /* (T, d_head / 2, 2) cos, sin */
     float *buf;  /* the one allocation behind all of the above */
+    struct hp_mat_buf *mb; /* the panel products with 16-bit weights convert into (mat_int.h) */
 };
 
 
 int hp_fwd_out_width(const struct hp_model *m)
 {
-    return m->classifier.p ? m->info.n_labels : m->lm_head ? m->info.n_vocab : m->info.d_model;
+    return m->classifier.p ? m->info.n_labels : m->lm_head.p ? m->info.n_vocab : m->info.d_model;
 }
 
 struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
@@ -69,8 +72,9 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
     if (!w)
         return NULL;
     w->buf = malloc(total * sizeof(float));
-    if (!w->buf) {
-        free(w);
+    w->mb = hp_mat_buf_new(m);
+    if (!w->buf || !w->mb) {
+        hp_fwd_free(w);
         return NULL;
     }
     float *p = w->buf;
@@ -98,6 +102,7 @@ void hp_fwd_free(struct hp_fwd *w)
     if (!w)
         return;
     free(w->buf);
+    hp_mat_buf_free(w->mb);
     free(w);
 }
 
@@ -107,10 +112,11 @@ int hp_fwd_batch(const struct hp_fwd *w) { return w->cap_b; }
 
 // --- products -----------------------------------------------------------------
 
-/* y (T, n) = x (T, k) W (k, n) [+ b] */
-static void linear(float *y, const float *x, int T, int k, int n, struct hp_mat w, const float *b)
+/* y (T, n) = x (T, k) W (k, n) [+ b], W's panels converted in mb when it is stored 16-bit */
+static void linear(struct hp_mat_buf *mb, float *y, const float *x, int T, int k, int n, struct hp_mat w,
+                   const float *b)
 {
-    hp_gemm(T, n, k, 1.0f, x, k, 1, w.p, w.rs, w.cs, 0.0f, y, n, 1);
+    hp_mat_gemm(mb, T, n, k, 1.0f, x, k, 1, w, 0.0f, y, n, 1);
     hp_op_add_bias(y, T, n, n, b);
 }
 
@@ -232,8 +238,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         if (!any_live[s])
             continue;
         const size_t ws = (size_t)L->q_slot[s] * dh;
-        hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wq.p + ws * L->wq.cs, L->wq.rs, L->wq.cs, 0.0f,
-                qs + s * dh, qd, 1);
+        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, w->h, d, 1, hp_mat_at(L->wq, 0, ws), 0.0f, qs + s * dh, qd, 1);
         if (L->bq)
             hp_op_add_bias(qs + s * dh, N, (e - s) * dh, qd, L->bq + ws);
     }
@@ -242,10 +247,8 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         if (!kv_live[s])
             continue;
         const size_t ws = (size_t)L->kv_slot[s] * dh;
-        hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wk.p + ws * L->wk.cs, L->wk.rs, L->wk.cs, 0.0f,
-                ks + s * dh, kvd, 1);
-        hp_gemm(N, (e - s) * dh, d, 1.0f, w->h, d, 1, L->wv.p + ws * L->wv.cs, L->wv.rs, L->wv.cs, 0.0f,
-                vs + s * dh, kvd, 1);
+        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, w->h, d, 1, hp_mat_at(L->wk, 0, ws), 0.0f, ks + s * dh, kvd, 1);
+        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, w->h, d, 1, hp_mat_at(L->wv, 0, ws), 0.0f, vs + s * dh, kvd, 1);
         if (L->bk)
             hp_op_add_bias(ks + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
         if (L->bv)
@@ -331,8 +334,8 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         e = run_end(in_proj, H, s);
         if (!in_proj[s])
             continue;
-        hp_gemm(N, d, (e - s) * dh, 1.0f, w->ctx + s * dh, qd, 1, L->wo.p + (size_t)L->q_slot[s] * dh * L->wo.rs,
-                L->wo.rs, L->wo.cs, beta, w->tmp, d, 1);
+        hp_mat_gemm(w->mb, N, d, (e - s) * dh, 1.0f, w->ctx + s * dh, qd, 1,
+                    hp_mat_at(L->wo, (ptrdiff_t)L->q_slot[s] * dh, 0), beta, w->tmp, d, 1);
         beta = 1.0f;
     }
     if (beta == 0.0f)
@@ -350,9 +353,9 @@ static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l, const 
     size_t n = (size_t)T * f;
     /* kept, the projections go where the reverse pass reads them and the activation into w->ff */
     float *const u = kp ? kp->u : w->ff, *const z = kp ? kp->z : w->ff2;
-    linear(u, w->h, T, d, f, L->w_up, L->b_up);
+    linear(w->mb, u, w->h, T, d, f, L->w_up, L->b_up);
     if (L->w_gate.p)
-        linear(z, w->h, T, d, f, L->w_gate, NULL);
+        linear(w->mb, z, w->h, T, d, f, L->w_gate, NULL);
     const bool gated = L->w_gate.p != NULL;
 #pragma omp parallel for schedule(static) if (hp_op_par(n))
     for (int t = 0; t < T; t++) {
@@ -362,7 +365,7 @@ static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l, const 
         else
             hp_op_act_span(m->act, row, u + (size_t)t * f, NULL, (size_t)f);
     }
-    linear(w->tmp, w->ff, T, f, d, L->w_down, L->b_down);
+    linear(w->mb, w->tmp, w->ff, T, f, d, L->w_down, L->b_down);
 }
 
 // --- the pass -----------------------------------------------------------------
@@ -423,8 +426,8 @@ static const float *finish(const struct hp_model *m, struct hp_fwd *w, const str
         norm(m, w->h, w->x, N, m->lnf_w, m->lnf_b);
         hfin = w->h;
     }
-    if (m->lm_head && m->mlm_dense.p) {
-        linear(w->tmp, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
+    if (m->lm_head.p && m->mlm_dense.p) {
+        linear(w->mb, w->tmp, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
         for (size_t i = 0; i < n; i++)
             w->tmp[i] = hp_op_act(m->act, w->tmp[i]);
         hp_op_layer_norm(w->tmp, w->tmp, N, d, m->mlm_ln_w, m->mlm_ln_b, m->norm_eps);
@@ -433,38 +436,37 @@ static const float *finish(const struct hp_model *m, struct hp_fwd *w, const str
     if (!a->tap->out)
         return hfin;
     if (m->classifier.p) {
-        hp_fwd_classify(m, hfin, N / a->in->T, a->in->T, a->tap->out);
+        hp_fwd_classify(m, w, hfin, N / a->in->T, a->in->T, a->tap->out);
         return hfin;
     }
-    if (!m->lm_head)
+    if (!m->lm_head.p)
         memcpy(a->tap->out, hfin, n * sizeof(float));
     else
-        hp_fwd_logits(m, hfin, N, 0, in->n_vocab, a->tap->out, in->n_vocab);
+        hp_fwd_logits(m, w, hfin, N, 0, in->n_vocab, a->tap->out, in->n_vocab);
     return hfin;
 }
 
-void hp_fwd_classify(const struct hp_model *m, const float *h, int n_seqs, int T, float *out)
+void hp_fwd_classify(const struct hp_model *m, struct hp_fwd *w, const float *h, int n_seqs, int T, float *out)
 {
     const int d = m->info.d_model, C = m->info.n_labels;
     float pooled[d];
     for (int b = 0; b < n_seqs; b++) {
         /* the pooler reads the first token ([CLS]) of each sequence */
-        hp_gemm(1, d, d, 1.0f, h + (size_t)b * T * d, d, 1, m->pooler.p, m->pooler.rs, m->pooler.cs, 0.0f, pooled, d,
-                1);
+        hp_mat_gemm(w->mb, 1, d, d, 1.0f, h + (size_t)b * T * d, d, 1, m->pooler, 0.0f, pooled, d, 1);
         for (int i = 0; i < d; i++)
             pooled[i] = tanhf(pooled[i] + m->pooler_b[i]);
-        hp_gemm(1, C, d, 1.0f, pooled, d, 1, m->classifier.p, m->classifier.rs, m->classifier.cs, 0.0f,
-                out + (size_t)b * C, C, 1);
+        hp_mat_gemm(w->mb, 1, C, d, 1.0f, pooled, d, 1, m->classifier, 0.0f, out + (size_t)b * C, C, 1);
         for (int i = 0; i < C; i++)
             out[(size_t)b * C + i] += m->classifier_b[i];
     }
 }
 
-void hp_fwd_logits(const struct hp_model *m, const float *h, int N, int v0, int nv, float *out, int ldo)
+void hp_fwd_logits(const struct hp_model *m, struct hp_fwd *w, const float *h, int N, int v0, int nv, float *out,
+                   int ldo)
 {
     const int d = m->info.d_model;
     /* logits (N, nv) = h (N, d) E[v0 : v0 + nv]^T: E (V, d) row-major read transposed */
-    hp_gemm(N, nv, d, 1.0f, h, d, 1, m->lm_head + (size_t)v0 * d, 1, d, 0.0f, out, ldo, 1);
+    hp_mat_gemm(w->mb, N, nv, d, 1.0f, h, d, 1, hp_mat_t(hp_mat_at(m->lm_head, v0, 0)), 0.0f, out, ldo, 1);
     hp_op_add_bias(out, N, nv, ldo, m->mlm_bias ? m->mlm_bias + v0 : NULL);
 }
 
@@ -479,11 +481,11 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
     for (int r = 0; r < N; r++) {
         float *x = w->x + (size_t)r * d;
         int rr = r % Rb;
-        memcpy(x, m->wte + (size_t)a->in->ids[rr] * d, (size_t)d * sizeof(float));
-        if (m->wpe)
-            hp_op_add_into(x, m->wpe + (size_t)(r % T) * d, (size_t)d);
-        if (m->wtt)
-            hp_op_add_into(x, m->wtt + (size_t)(a->in->type_ids ? a->in->type_ids[rr] : 0) * d, (size_t)d);
+        hp_mat_row(m->wte, a->in->ids[rr], d, x);
+        if (m->wpe.p)
+            hp_mat_row_add(m->wpe, r % T, d, x);
+        if (m->wtt.p)
+            hp_mat_row_add(m->wtt, a->in->type_ids ? a->in->type_ids[rr] : 0, d, x);
     }
     if (in->arch == HP_ARCH_BERT)
         hp_op_layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
@@ -546,8 +548,8 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
         for (int s = 0, e; s < H; s = e) {
             e = run_end(changed, H, s);
             if (changed[s])
-                hp_gemm(Rb, d, (e - s) * dh, 1.0f, ctx + s * dh, qd, 1,
-                        L->wo.p + (size_t)L->q_slot[s] * dh * L->wo.rs, L->wo.rs, L->wo.cs, 1.0f, tmp, d, 1);
+                hp_mat_gemm(w->mb, Rb, d, (e - s) * dh, 1.0f, ctx + s * dh, qd, 1,
+                            hp_mat_at(L->wo, (ptrdiff_t)L->q_slot[s] * dh, 0), 1.0f, tmp, d, 1);
         }
     }
     finish_layer(m, w, l0, N, NULL);

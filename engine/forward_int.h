@@ -132,10 +132,13 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
                            const struct hp_fwd_save *base, int l0);
 
 /* Classifier logits (n_seqs, n_labels) of a sequence-classification model from
- * its final rows h (n_seqs * T, d_model): pooler on each first token, then the classifier. */
-void hp_fwd_classify(const struct hp_model *m, const float *h, int n_seqs, int T, float *out);
+ * its final rows h (n_seqs * T, d_model): pooler on each first token, then the
+ * classifier. w lends its panel for 16-bit weights (nothing else of it is touched). */
+void hp_fwd_classify(const struct hp_model *m, struct hp_fwd *w, const float *h, int n_seqs, int T, float *out);
 
-/* Logits of the vocabulary block [v0, v0 + nv) for N rows h (N, d_model), into out (N, ldo). */
-void hp_fwd_logits(const struct hp_model *m, const float *h, int N, int v0, int nv, float *out, int ldo);
+/* Logits of the vocabulary block [v0, v0 + nv) for N rows h (N, d_model), into
+ * out (N, ldo); w lends its panel as hp_fwd_classify's. */
+void hp_fwd_logits(const struct hp_model *m, struct hp_fwd *w, const float *h, int N, int v0, int nv, float *out,
+                   int ldo);
 
 #endif

@@ -70,6 +70,8 @@ struct head_grad {
     struct hp_eval_totals tot;
     double *em;            /* cos: (d_model) one sequence's masked embedding ... */
     int *em_row;           /* cos: (d_model) ... and the row each dimension came from */
+    struct hp_fwd *fw;     /* the pass's workspaces, whose panels the head's products with 16-bit weights use */
+    struct hp_bwd *bw;
 };
 
 static void head_grad_free(struct head_grad *hg)
@@ -200,7 +202,7 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
     memset(hg->acc, 0, (size_t)n_bwd * d * sizeof(float));
     for (int v0 = 0; v0 < V; v0 += VB) {
         const int nv = V - v0 < VB ? V - v0 : VB;
-        hp_fwd_logits(m, hg->hc, n_fwd, v0, nv, hg->lg, VB);
+        hp_fwd_logits(m, hg->fw, hg->hc, n_fwd, v0, nv, hg->lg, VB);
 #pragma omp parallel for schedule(static) if ((size_t)n * nv >= 65536)
         for (int i = 0; i < n; i++) {
             float *z = hg->lg + (size_t)i * VB;
@@ -223,7 +225,7 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
             hp_vexpf(z, z, hg->mx[i], (size_t)nv);
             hg->s[i] += hp_vsum_d(z, (size_t)nv);
         }
-        hp_bwd_logits(m, hg->lg, n_bwd, v0, nv, VB, hg->acc);
+        hp_bwd_logits(m, hg->bw, hg->lg, n_bwd, v0, nv, VB, hg->acc);
     }
     memset(hg->dh, 0, (size_t)ev->batch * ev->d->seq_len * d * sizeof(float));
 #pragma omp parallel for schedule(static) if ((size_t)n * d >= 65536)
@@ -239,9 +241,8 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
             for (int k = 0; k < d; k++)
                 g[k] = (float)(((double)ai[k] / hg->s[i] - (double)bi[k] / hg->s[j]) / n_items);
         } else {
-            const float *ey = m->lm_head + (size_t)hg->sc_y[i] * d;
             for (int k = 0; k < d; k++)
-                g[k] = (float)(((double)ai[k] / hg->s[i] - ey[k]) / n_items);
+                g[k] = (float)(((double)ai[k] / hg->s[i] - hp_mat_get(m->lm_head, hg->sc_y[i], k)) / n_items);
         }
     }
     const double *obj = kl ? hg->tk : hg->tl;
@@ -361,7 +362,7 @@ static void reference_chunk(const struct hp_evaluator *ev, struct hp_fwd *fw, co
                 hg->eb[(size_t)j * D + i] =
                     hp_eval_pool_dim(ev->d, ev->m->info.pooling, s0 + j, h + (size_t)j * T * D, D, i, NULL);
     } else if (ev->has_cls) {
-        hp_fwd_classify(ev->m, h, nb, T, hg->zb);
+        hp_fwd_classify(ev->m, fw, h, nb, T, hg->zb);
     } else {
         gather_scored(ev, hg, h, rows);
     }
@@ -444,7 +445,7 @@ static double objective_backward(const struct hp_evaluator *ev, struct head_grad
         return sum;
     }
     const int C = ev->width;
-    hp_fwd_classify(ev->m, h, nb, ev->d->seq_len, hg->z);
+    hp_fwd_classify(ev->m, hg->fw, h, nb, ev->d->seq_len, hg->z);
     double sum = 0;
     for (int j = 0; j < nb; j++) {
         float *zj = hg->z + (size_t)j * C;
@@ -453,7 +454,7 @@ static double objective_backward(const struct hp_evaluator *ev, struct head_grad
         sum += hg->metric == HP_METRIC_KL ? row_kl_backward(zj, hg->zb + (size_t)j * C, C, n_items)
                                           : row_xent_backward(zj, C, ev->d->seq_labels[s0 + j], n_items);
     }
-    hp_bwd_classify(ev->m, h, hg->z, nb, ev->d->seq_len, hg->dh);
+    hp_bwd_classify(ev->m, hg->bw, h, hg->z, nb, ev->d->seq_len, hg->dh);
     return sum;
 }
 
@@ -510,6 +511,8 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     /* the pass's forward is also an evaluation of mask: its metrics are kept for hp_evaluator_run_many.
      * A variant's KL needs the unmasked model's outputs: from the evaluator's reference of the whole set,
      * else (too big) a variant's metrics are not worth their extra pass and are left to the reuse path */
+    hg.fw = fw;
+    hg.bw = bw;
     hg.masked = hp_mask_first_changed(mask, L) < L;
     if (metric != HP_METRIC_LOSS || (hg.masked && !ev->plain))
         reference_fill(ev, fw, &hg, n_items);

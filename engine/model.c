@@ -3,7 +3,11 @@
  *
  * Reads config.json (cJSON), maps model.safetensors or the shards named by
  * model.safetensors.index.json, and points every layer weight at its tensor:
- * f32 in place, f16/bf16 converted once into owned buffers.
+ * matrices in place in their stored dtype (f32, f16 or bf16: mat_int.h says
+ * how products read them), so the model takes about its stored size in
+ * memory; vectors (norms, biases) as f32, converted once when stored 16-bit.
+ * HP_MODEL_CONVERT converts 16-bit matrices at load too, the path before
+ * they were streamed, kept for the tests to compare with.
  * Invariant: after hp_model_open succeeds every pointer the forward pass
  * uses is valid and has the shape the config implies.
  * Must not: compute anything but conversions; print; exit.
@@ -11,6 +15,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "model_int.h"
 
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
@@ -475,31 +480,6 @@ static const char *dtype_label(enum hp_dtype dt)
     return dt == HP_DT_F32 ? "f32" : dt == HP_DT_F16 ? "f16" : dt == HP_DT_BF16 ? "bf16" : "?";
 }
 
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: renormalise */
-            int e = -1;
-            do {
-                e++;
-                man <<= 1;
-            } while (!(man & 0x400));
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 static enum hp_status keep_owned(struct hp_model *m, void *p, struct hp_error *err)
 {
     if (m->n_owned == m->cap_owned) {
@@ -540,10 +520,11 @@ static struct hp_st_tensor *lookup(struct binder *b, const char *name)
 #define VEC (-1) /* d1 of a vector: one dimension (a pruned layer's matrices may have a 0 dimension) */
 
 /*
- * Bind a tensor of the given shape (d0, d1; d1 = VEC for vectors) as f32.
- * Optional tensors return NULL when absent; required ones set b->st.
+ * Find and check a tensor of the given shape (d0, d1; d1 = VEC for vectors):
+ * NULL when absent (an optional one) or wrong (b->st set). Counts its
+ * parameters once.
  */
-static const float *bind(struct binder *b, const char *name, int64_t d0, int64_t d1, bool optional)
+static struct hp_st_tensor *find(struct binder *b, const char *name, int64_t d0, int64_t d1, bool optional)
 {
     b->last = NULL;
     if (b->st != HP_OK)
@@ -574,40 +555,72 @@ static const float *bind(struct binder *b, const char *name, int64_t d0, int64_t
                         t->name, t->dtype_name);
         return NULL;
     }
-    const int64_t n_el = d0 * (d1 != VEC ? d1 : 1);
+    /* the checkpoint's spans were checked against dtype x shape when it was mapped (safetensors.c) */
+    assert(t->nbytes == (size_t)(d0 * (d1 != VEC ? d1 : 1)) * (size_t)t->esize);
     if (!t->used)
-        b->m->info.n_params += n_el;
+        b->m->info.n_params += d0 * (d1 != VEC ? d1 : 1);
     if (b->m->info.dtype[0] == '\0')
         snprintf(b->m->info.dtype, sizeof b->m->info.dtype, "%s", dtype_label(t->dtype));
     t->used = true;
     b->last = t;
-    size_t n = (size_t)n_el;
-    static const float empty[1];
-    if (n == 0)
-        return empty; /* a pruned layer's matrix with no heads: never read */
-    if (t->dtype == HP_DT_F32 && ((uintptr_t)t->data % sizeof(float)) == 0)
-        return t->data; /* in place, in the mapping */
+    return t;
+}
+
+/* t's n elements as an owned f32 copy (NULL and b->st set when out of memory). */
+static float *owned_f32(struct binder *b, const struct hp_st_tensor *t, size_t n)
+{
     float *f = malloc(n * sizeof *f);
     if (!f) {
         b->st = hp_fail(b->err, HP_ERR_NOMEM, "%s: out of memory converting '%s'", t->file, t->name);
         return NULL;
     }
-    const unsigned char *src = t->data;
-    for (size_t i = 0; i < n; i++) {
-        if (t->dtype == HP_DT_F32) {
-            memcpy(&f[i], src + 4 * i, 4);
-        } else {
-            uint16_t h = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
-            if (t->dtype == HP_DT_F16) {
-                f[i] = half_to_float(h);
-            } else {
-                uint32_t bits = (uint32_t)h << 16;
-                memcpy(&f[i], &bits, sizeof bits);
-            }
-        }
-    }
+    hp_mat_cvt(f, t->data, t->dtype, n);
     b->st = keep_owned(b->m, f, b->err);
     return b->st == HP_OK ? f : NULL;
+}
+
+/*
+ * Bind a vector (d0), or a tensor of shape (d0, d1) read as plain f32: in
+ * place when stored f32 and aligned, else converted once into an owned
+ * buffer. Optional tensors return NULL when absent; required ones set b->st.
+ */
+static const float *bind(struct binder *b, const char *name, int64_t d0, int64_t d1, bool optional)
+{
+    struct hp_st_tensor *t = find(b, name, d0, d1, optional);
+    if (!t)
+        return NULL;
+    size_t n = (size_t)(d0 * (d1 != VEC ? d1 : 1));
+    static const float empty[1];
+    if (n == 0)
+        return empty; /* a pruned layer's bias with no heads: never read */
+    if (t->dtype == HP_DT_F32 && ((uintptr_t)t->data % sizeof(float)) == 0)
+        return t->data; /* in place, in the mapping */
+    return owned_f32(b, t, n);
+}
+
+/*
+ * Bind a matrix stored (d0, d1) row-major, as that view: f16 and bf16 stay
+ * in the mapping (mat.c converts the panels each product reads) unless the
+ * model was opened with HP_MODEL_CONVERT; f32 is in place when aligned. p is
+ * NULL when an optional matrix is absent.
+ */
+static struct hp_mat bind_mat(struct binder *b, const char *name, int64_t d0, int64_t d1, bool optional)
+{
+    struct hp_mat w = {NULL, d1, 1, HP_DT_F32};
+    struct hp_st_tensor *t = find(b, name, d0, d1, optional);
+    if (!t)
+        return w;
+    size_t n = (size_t)(d0 * d1);
+    static const float empty[1];
+    if (n == 0)
+        w.p = empty; /* a pruned layer's matrix with no heads: never read */
+    else if (t->dtype == HP_DT_F32 && ((uintptr_t)t->data % sizeof(float)) == 0)
+        w.p = t->data; /* in place, in the mapping */
+    else if (t->dtype != HP_DT_F32 && !(b->m->flags & HP_MODEL_CONVERT))
+        w.p = t->data, w.dt = t->dtype; /* 16-bit, in the mapping: any alignment (mat.c loads bytes) */
+    else
+        w.p = owned_f32(b, t, n);
+    return w;
 }
 
 /* The tensor just bound holds layer l's heads along axis, n_seg times (struct hp_head_tensor). */
@@ -630,8 +643,7 @@ static void note_heads(struct binder *b, int l, int axis, int n_seg, bool kv)
 /* A Hugging Face nn.Linear weight (out, in) as the B operand (in, out). */
 static struct hp_mat bind_linear(struct binder *b, const char *name, int in, int out)
 {
-    struct hp_mat w = {bind(b, name, out, in, false), 1, in};
-    return w;
+    return hp_mat_t(bind_mat(b, name, out, in, false));
 }
 
 static void bind_gpt2(struct binder *b)
@@ -640,8 +652,8 @@ static void bind_gpt2(struct binder *b)
     const struct hp_model_info *in = &m->info;
     int d = in->d_model, f = in->d_ff;
     char n[128];
-    m->wte = bind(b, "wte.weight", in->n_vocab, d, false);
-    m->wpe = bind(b, "wpe.weight", in->n_ctx, d, false);
+    m->wte = bind_mat(b, "wte.weight", in->n_vocab, d, false);
+    m->wpe = bind_mat(b, "wpe.weight", in->n_ctx, d, false);
     for (int l = 0; l < in->n_layers && b->st == HP_OK; l++) {
         struct hp_layer *L = &m->layers[l];
 #define G(s) (snprintf(n, sizeof n, "h.%d.%s", l, s), n)
@@ -649,28 +661,28 @@ static void bind_gpt2(struct binder *b)
         L->ln1_b = bind(b, G("ln_1.bias"), d, VEC, false);
         /* Conv1D: weight (in, out) row-major, so B = W directly; q, k, v side by side, qd wide each */
         const int qd = L->n_q * in->d_head;
-        const float *qkv = bind(b, G("attn.c_attn.weight"), d, 3 * qd, false);
+        const struct hp_mat qkv = bind_mat(b, G("attn.c_attn.weight"), d, 3 * qd, false);
         note_heads(b, l, 1, 3, false);
         const float *qkv_b = bind(b, G("attn.c_attn.bias"), 3 * qd, VEC, false);
         note_heads(b, l, 0, 3, false);
-        if (qkv) {
-            L->wq = (struct hp_mat){qkv, 3 * qd, 1};
-            L->wk = (struct hp_mat){qkv + qd, 3 * qd, 1};
-            L->wv = (struct hp_mat){qkv + 2 * qd, 3 * qd, 1};
+        if (qkv.p) {
+            L->wq = qkv;
+            L->wk = hp_mat_at(qkv, 0, qd);
+            L->wv = hp_mat_at(qkv, 0, 2 * qd);
         }
         if (qkv_b) {
             L->bq = qkv_b;
             L->bk = qkv_b + qd;
             L->bv = qkv_b + 2 * qd;
         }
-        L->wo = (struct hp_mat){bind(b, G("attn.c_proj.weight"), qd, d, false), d, 1};
+        L->wo = bind_mat(b, G("attn.c_proj.weight"), qd, d, false);
         note_heads(b, l, 0, 1, false);
         L->bo = bind(b, G("attn.c_proj.bias"), d, VEC, false);
         L->ln2_w = bind(b, G("ln_2.weight"), d, VEC, false);
         L->ln2_b = bind(b, G("ln_2.bias"), d, VEC, false);
-        L->w_up = (struct hp_mat){bind(b, G("mlp.c_fc.weight"), d, f, false), f, 1};
+        L->w_up = bind_mat(b, G("mlp.c_fc.weight"), d, f, false);
         L->b_up = bind(b, G("mlp.c_fc.bias"), f, VEC, false);
-        L->w_down = (struct hp_mat){bind(b, G("mlp.c_proj.weight"), f, d, false), d, 1};
+        L->w_down = bind_mat(b, G("mlp.c_proj.weight"), f, d, false);
         L->b_down = bind(b, G("mlp.c_proj.bias"), d, VEC, false);
 #undef G
     }
@@ -686,9 +698,9 @@ static void bind_bert(struct binder *b)
     const struct hp_model_info *in = &m->info;
     int d = in->d_model, f = in->d_ff;
     char n[160];
-    m->wte = bind(b, "embeddings.word_embeddings.weight", in->n_vocab, d, false);
-    m->wpe = bind(b, "embeddings.position_embeddings.weight", in->n_ctx, d, false);
-    m->wtt = bind(b, "embeddings.token_type_embeddings.weight", m->n_types, d, false);
+    m->wte = bind_mat(b, "embeddings.word_embeddings.weight", in->n_vocab, d, false);
+    m->wpe = bind_mat(b, "embeddings.position_embeddings.weight", in->n_ctx, d, false);
+    m->wtt = bind_mat(b, "embeddings.token_type_embeddings.weight", m->n_types, d, false);
     m->emb_ln_w = bind(b, "embeddings.LayerNorm.weight", d, VEC, false);
     m->emb_ln_b = bind(b, "embeddings.LayerNorm.bias", d, VEC, false);
     for (int l = 0; l < in->n_layers && b->st == HP_OK; l++) {
@@ -747,8 +759,8 @@ static void bind_bert(struct binder *b)
         if (!m->mlm_bias)
             m->mlm_bias = bind(&hb, "cls.predictions.decoder.bias", in->n_vocab, VEC, false);
         /* the decoder is tied to the word embeddings */
-        m->lm_head = bind(&hb, "cls.predictions.decoder.weight", in->n_vocab, d, true);
-        if (!m->lm_head)
+        m->lm_head = bind_mat(&hb, "cls.predictions.decoder.weight", in->n_vocab, d, true);
+        if (!m->lm_head.p)
             m->lm_head = m->wte;
         b->st = hb.st;
     }
@@ -760,7 +772,7 @@ static void bind_llama(struct binder *b, bool tied)
     const struct hp_model_info *in = &m->info;
     int d = in->d_model, f = in->d_ff;
     char n[128];
-    m->wte = bind(b, "embed_tokens.weight", in->n_vocab, d, false);
+    m->wte = bind_mat(b, "embed_tokens.weight", in->n_vocab, d, false);
     for (int l = 0; l < in->n_layers && b->st == HP_OK; l++) {
         struct hp_layer *L = &m->layers[l];
         const int qd = L->n_q * in->d_head, kvd = L->n_kv * in->d_head;
@@ -790,9 +802,10 @@ static void bind_llama(struct binder *b, bool tied)
     m->lnf_w = bind(b, "norm.weight", d, VEC, false);
     static const char *const none[] = {"", NULL};
     struct binder hb = {m, none, b->err, b->st, NULL};
-    const float *head = b->st == HP_OK ? bind(&hb, "lm_head.weight", in->n_vocab, d, tied) : NULL;
+    const struct hp_mat head =
+        b->st == HP_OK ? bind_mat(&hb, "lm_head.weight", in->n_vocab, d, tied) : (struct hp_mat){0};
     b->st = hb.st;
-    m->lm_head = head ? head : m->wte;
+    m->lm_head = head.p ? head : m->wte;
 }
 
 // --- opening ----------------------------------------------------------------
@@ -879,11 +892,17 @@ static enum hp_status read_pooling(struct hp_model *m, const char *dir, struct h
 
 enum hp_status hp_model_open(const char *dir, struct hp_model **out, struct hp_error *err)
 {
+    return hp_model_open_ex(dir, 0, out, err);
+}
+
+enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model **out, struct hp_error *err)
+{
     *out = NULL;
     struct hp_model *m = calloc(1, sizeof *m);
     if (!m)
         return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", dir);
     snprintf(m->dir, sizeof m->dir, "%s", dir);
+    m->flags = flags;
 
     char path[1024];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -920,7 +939,7 @@ enum hp_status hp_model_open(const char *dir, struct hp_model **out, struct hp_e
         hp_model_close(m);
         return st;
     }
-    m->info.has_lm_head = m->lm_head != NULL;
+    m->info.has_lm_head = m->lm_head.p != NULL;
     st = read_pooling(m, dir, err);
     if (st != HP_OK) {
         hp_model_close(m);

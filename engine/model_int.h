@@ -1,20 +1,20 @@
 /*
  * model_int.h -- the private shape of a loaded model.
  *
- * Every weight matrix is held as a hp_mat: the logical B operand (in, out) of
- * y = x B, given by pointer and strides, so Hugging Face Linear weights
- * (out, in) and GPT-2 Conv1D weights (in, out) both go into BLIS uncopied.
+ * Every weight matrix is held as a hp_mat (mat_int.h): the logical B operand
+ * (in, out) of y = x B, given by pointer, strides and the dtype it is stored
+ * in, so Hugging Face Linear weights (out, in) and GPT-2 Conv1D weights
+ * (in, out) both go into products uncopied, and f16 / bf16 stay 16-bit in
+ * the mapping. The embedding tables and the LM head are hp_mats too, as
+ * stored (rows = tokens or positions). Vectors are f32 (converted at load
+ * when stored 16-bit: they are small).
  */
 #ifndef HP_MODEL_INT_H
 #define HP_MODEL_INT_H
 
 #include "headprune.h"
+#include "mat_int.h"
 #include "safetensors_int.h"
-
-struct hp_mat {
-    const float *p;   /* element (i, j) at p[i * rs + j * cs] */
-    ptrdiff_t rs, cs; /* strides over (in, out) */
-};
 
 enum hp_act { HP_ACT_GELU, HP_ACT_GELU_TANH, HP_ACT_RELU, HP_ACT_SILU };
 
@@ -79,15 +79,15 @@ struct hp_model {
     bool scale_by_layer;
     int n_types;          /* BERT token types */
 
-    const float *wte;  /* (n_vocab, d_model) */
-    const float *wpe;  /* NULL or (n_ctx, d_model) */
-    const float *wtt;  /* NULL or (n_types, d_model) */
+    struct hp_mat wte; /* (n_vocab, d_model) as stored, row-major */
+    struct hp_mat wpe; /* p NULL or (n_ctx, d_model), row-major */
+    struct hp_mat wtt; /* p NULL or (n_types, d_model), row-major */
     const float *emb_ln_w, *emb_ln_b; /* BERT embedding LayerNorm */
     struct hp_layer *layers; /* (n_layers) */
     uint8_t *pruned;         /* NULL, or (n_layers, n_heads): 1 = the checkpoint lacks the head (info.pruned) */
     int *slots;              /* (n_layers, n_heads + n_kv_heads): the layers' q_slot, kv_slot */
     const float *lnf_w, *lnf_b; /* final norm (GPT-2, Llama); NULL for BERT */
-    const float *lm_head;       /* NULL or (n_vocab, d_model), row-major */
+    struct hp_mat lm_head;      /* p NULL or (n_vocab, d_model) as stored, row-major (wte's when tied) */
     /* BERT MLM head: logits = LN(act(h W + b)) E^T + bias */
     struct hp_mat mlm_dense;    /* (d_model, d_model) */
     const float *mlm_dense_b, *mlm_ln_w, *mlm_ln_b, *mlm_bias;
@@ -102,10 +102,23 @@ struct hp_model {
     struct hp_st_set *st;   /* mapped shards */
     struct hp_head_tensor *head_tensors; /* (n_head_tensors): every bound tensor that holds heads */
     int n_head_tensors;
-    void **owned;           /* converted (f16/bf16) or realigned tensors */
+    unsigned flags;         /* hp_model_open_ex's */
+    /* converted vectors (f16/bf16) and realigned f32 tensors; with HP_MODEL_CONVERT every 16-bit tensor */
+    void **owned;
     int n_owned, cap_owned;
     /* Nothing here changes after hp_model_open: passes keep their state in
      * workspaces of their own (forward_int.h), so threads may share a model. */
 };
+
+/* hp_model_open_ex's flags */
+enum {
+    /* f16 and bf16 matrices converted to owned f32 at load, as before they were
+     * streamed (twice the stored size in memory): the second path the tests
+     * compare the streamed one with */
+    HP_MODEL_CONVERT = 1,
+};
+
+/* hp_model_open with flags (above). Destructor: hp_model_close. */
+enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model **out, struct hp_error *err);
 
 #endif

@@ -136,7 +136,7 @@ static void lm_rows(const struct hp_evaluator *ev, struct hp_reuse *ru, int n, b
     const int VB = hp_eval_vocab_block(V);
     for (int v0 = 0; v0 < V; v0 += VB) {
         const int nb = V - v0 < VB ? V - v0 : VB;
-        hp_fwd_logits(m, ru->hc, n, v0, nb, ru->lg, VB);
+        hp_fwd_logits(m, ru->fwd, ru->hc, n, v0, nb, ru->lg, VB);
 #pragma omp parallel for schedule(static) if ((size_t)n * nb >= 65536)
         for (int i = 0; i < n; i++) {
             float *z = ru->lg + (size_t)i * VB;
@@ -190,7 +190,7 @@ static void reuse_base(struct hp_evaluator *ev, struct hp_reuse *ru, int s0, int
     const float *h = hp_fwd_run(ev->m, ru->fwd, &fi, NULL, &tp);
     ru->saved_s0 = s0;
     if (ev->has_cls) {
-        hp_fwd_classify(ev->m, h, nb, T, ru->cls_base);
+        hp_fwd_classify(ev->m, ru->fwd, h, nb, T, ru->cls_base);
         return;
     }
     if (!ev->has_loss) {
@@ -337,7 +337,7 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
             const float *h = hp_fwd_resume(ev->m, ru->fwd, &fi, &va, NULL, &ru->save, l0);
             if (ev->has_cls) {
                 const int C = in->n_labels;
-                hp_fwd_classify(ev->m, h, k * nb, T, ru->cls_z);
+                hp_fwd_classify(ev->m, ru->fwd, h, k * nb, T, ru->cls_z);
                 for (int j = 0; j < k; j++)
                     for (int b = 0; b < nb; b++)
                         hp_eval_score_cls(ev, mts[order[g + j]], &tots[order[g + j]], s0 + b,

@@ -126,8 +126,9 @@ struct hp_model;
 
 /*
  * Open a Hugging Face model directory: config.json plus model.safetensors or
- * the shards named by model.safetensors.index.json. f32 weights are
- * memory-mapped and used in place; f16/bf16 are converted once.
+ * the shards named by model.safetensors.index.json. Weights are
+ * memory-mapped and used in place in their stored dtype (f32, f16 or bf16):
+ * the model takes about its stored size in memory.
  * Destructor: hp_model_close.
  */
 enum hp_status hp_model_open(const char *dir, struct hp_model **out,

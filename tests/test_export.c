@@ -7,7 +7,9 @@
  * pruned in the gpt2-pruned / bert-mlm-pruned fixtures): every fixture
  * architecture is exported, loaded back and evaluated, and its metrics and
  * outputs must equal the masked original's within 1e-6 relative. Parameter
- * counts are checked against a count by hand.
+ * counts are checked against a count by hand. A 16-bit checkpoint, whose
+ * matrices stay in the mapping, exports the same bytes as when converted at
+ * load, and removing nothing writes every tensor as stored.
  */
 #define _DEFAULT_SOURCE /* mkdtemp, in testutil.h */
 #include <cjson/cJSON.h>
@@ -21,6 +23,8 @@
 #include <unistd.h>
 
 #include "headprune.h"
+#include "model_int.h"
+#include "safetensors_int.h"
 #include "testutil.h"
 
 #define REL_TOL 1e-6
@@ -464,7 +468,7 @@ Test(export, headprune_record_not_an_object)
     bad_pruned_config("gpt2-tiny", "\"headprune\":3", "\"headprune\" must be an object");
 }
 
-// --- what transformers loaded (tools/check_export.py) ------------------------------------
+// --- 16-bit weights: written as stored -------------------------------------------------
 
 static bool same_file(const char *a, const char *b)
 {
@@ -475,6 +479,73 @@ static bool same_file(const char *a, const char *b)
     free(y);
     return same;
 }
+
+
+/* Every tensor of a (a safetensors file) is in b under its name, with its dtype, shape and bytes. */
+static void tensors_as_stored(const char *a, const char *b)
+{
+    struct hp_st_set *x, *y;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_st_open(a, &x, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_st_open(b, &y, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_st_count(x), hp_st_count(y));
+    for (int i = 0; i < hp_st_count(x); i++) {
+        const struct hp_st_tensor *t = hp_st_at(x, i), *u = hp_st_find(y, t->name);
+        cr_assert(u, "%s: no tensor %s", b, t->name);
+        cr_assert_str_eq(u->dtype_name, t->dtype_name, "%s", t->name);
+        cr_assert_eq(u->n_dims, t->n_dims);
+        cr_assert(memcmp(u->shape, t->shape, (size_t)t->n_dims * sizeof *t->shape) == 0, "%s: shape", t->name);
+        cr_assert(u->nbytes == t->nbytes && memcmp(u->data, t->data, t->nbytes) == 0, "%s: another value", t->name);
+    }
+    hp_st_close(x);
+    hp_st_close(y);
+}
+
+/*
+ * A 16-bit checkpoint's matrices stay in the mapping (mat_int.h): exporting
+ * it writes the same bytes as exporting it converted at load
+ * (HP_MODEL_CONVERT), whose export tools/check_export.py showed transformers;
+ * removing nothing writes every tensor as stored, dtype included.
+ */
+static void export_as_stored(const char *fixture, const char *spec)
+{
+    char dir[1024], out[2][1100], path[2][1200], src[1200];
+    fixture_dir(dir, sizeof dir, fixture);
+    struct hp_error err = {0};
+    for (int conv = 0; conv <= 1; conv++) {
+        struct hp_model *m;
+        struct hp_mask *mask;
+        struct hp_export_info info;
+        cr_assert_eq(hp_model_open_ex(dir, conv ? HP_MODEL_CONVERT : 0, &m, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(m->layers[0].wq.dt == HP_DT_F32, conv, "%s: the matrices %s", fixture,
+                     conv ? "are converted at load" : "stay 16-bit");
+        cr_assert_eq(hp_mask_parse(spec, false, hp_model_get_info(m), &mask, &err), HP_OK, "%s", err.msg);
+        snprintf(out[conv], sizeof out[conv], "%s/%s", tmp, conv ? "converted" : "streamed");
+        cr_assert_eq(hp_model_export(m, mask, out[conv], &info, &err), HP_OK, "%s", err.msg);
+        snprintf(path[conv], sizeof path[conv], "%s/model.safetensors", out[conv]);
+        hp_mask_free(mask);
+        if (!conv) { /* nothing removed: the source's tensors, as stored */
+            struct hp_mask *none;
+            char all[1100];
+            snprintf(all, sizeof all, "%s/all", tmp);
+            cr_assert_eq(hp_mask_parse("", false, hp_model_get_info(m), &none, &err), HP_OK, "%s", err.msg);
+            cr_assert_eq(hp_model_export(m, none, all, &info, &err), HP_OK, "%s", err.msg);
+            hp_mask_free(none);
+            snprintf(src, sizeof src, "%s/model.safetensors", dir);
+            char written[1200];
+            snprintf(written, sizeof written, "%s/model.safetensors", all);
+            tensors_as_stored(src, written);
+        }
+        hp_model_close(m);
+    }
+    cr_assert(same_file(path[0], path[1]),
+              "%s without %s: the streamed model's export differs from the converted one's", fixture, spec);
+}
+
+Test(export, bf16_streamed_writes_as_converted) { export_as_stored("llama-tied-bf16", "0.0,1.3"); }
+Test(export, f16_streamed_writes_as_converted) { export_as_stored("qwen2-bias", "0.1,kv:1.1"); }
+
+// --- what transformers loaded (tools/check_export.py) ------------------------------------
 
 /*
  * tests/fixtures/exported/<name> holds what `headprune prune` wrote and

@@ -261,6 +261,74 @@ Test(model, heads_do_not_divide_hidden)
     expect_fail(HP_ERR_SHAPE, "config.json", "not divisible");
 }
 
+/* ---- 16-bit weights, read in place from the mapping --------------------------------- */
+
+/* Take the checkpoint from fixture name instead of gpt2-tiny (its config.json too). */
+static void use_fixture(const char *name)
+{
+    snprintf(src, sizeof src, "%s/%s", getenv("HP_FIXTURES"), name);
+    char p[1200];
+    size_t n;
+    snprintf(p, sizeof p, "%s/config.json", src);
+    char *c = tu_slurp(p, &n);
+    spit("config.json", c, n);
+    free(c);
+}
+
+Test(model, bf16_copy_opens)
+{
+    use_fixture("llama-tied-bf16");
+    write_weights(NULL, 0);
+    struct hp_error err;
+    struct hp_model *m;
+    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_str_eq(hp_model_get_info(m)->dtype, "bf16");
+    hp_model_close(m);
+}
+
+#define Q0 "model.layers.0.self_attn.q_proj.weight"
+
+static void q0_shape(cJSON *h, const char *shape)
+{
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(h, Q0), "shape", cJSON_Parse(shape));
+}
+static void q0_wider(cJSON *h) { q0_shape(h, "[64, 65]"); }
+static void q0_reshaped(cJSON *h) { q0_shape(h, "[32, 128]"); }
+static void ln_f_as_bf16(cJSON *h)
+{
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(h, "transformer.ln_f.bias"), "dtype", cJSON_CreateString("BF16"));
+}
+
+Test(model, bf16_matrix_span_disagrees_with_shape)
+{
+    use_fixture("llama-tied-bf16");
+    write_weights(q0_wider, 0);
+    expect_fail(HP_ERR_FORMAT, "model.safetensors", "'" Q0 "' spans 8192 bytes but BF16 x shape needs 8320");
+}
+
+/* an f32 tensor relabelled BF16: its span is twice what BF16 needs */
+Test(model, bf16_label_on_f32_bytes)
+{
+    write_weights(ln_f_as_bf16, 0);
+    expect_fail(HP_ERR_FORMAT, "model.safetensors",
+                "'transformer.ln_f.bias' spans 128 bytes but BF16 x shape needs 64");
+}
+
+/* the same bytes, another shape: the span agrees, the config does not */
+Test(model, bf16_matrix_shape_disagrees_with_config)
+{
+    use_fixture("llama-tied-bf16");
+    write_weights(q0_reshaped, 0);
+    expect_fail(HP_ERR_SHAPE, "model.safetensors", "'" Q0 "' has shape [32, 128] but config.json implies [64, 64]");
+}
+
+Test(model, bf16_truncated)
+{
+    use_fixture("llama-tied-bf16");
+    write_weights(NULL, 1000);
+    expect_fail(HP_ERR_FORMAT, "model.safetensors", "outside the data area");
+}
+
 /* ---- many names: the duplicate check is a sort, not a pairwise scan ------------ */
 
 /* ",\"z0\":{...},..." for n zero-size tensors, then the given tail */

@@ -1,0 +1,120 @@
+/*
+ * mat_int.h -- weight matrices in the dtype they are stored in, and the
+ * products that read them (engine/mat.c).
+ *
+ * Why: an 8B-class checkpoint in bf16 is 16 GB; converted to f32 at load it
+ * would be 32 GB, more than a 24 GB machine holds. So a weight matrix stays
+ * a view into the mapped checkpoint, f32, f16 or bf16 as stored (only
+ * vectors, norms and biases, are converted at load: model.c), and every
+ * product that reads one goes through hp_mat_gemm:
+ * - f32: hp_gemm on the view, with the same arguments as before 16-bit
+ *   weights were streamed (bit for bit the old path);
+ * - f16 / bf16: the B operand goes a panel of output columns at a time
+ *   through a scratch buffer (hp_mat_buf): each panel, every one of its k
+ *   rows, is converted to f32 (by all threads), then hp_gemm runs on it.
+ *   A panel holds the whole depth k and BLIS's threads split only the m and
+ *   n loops, so every output element is the same sum, in the same order, as
+ *   a product with the whole matrix converted: the result equals the
+ *   converted-at-load path (hp_model_open_ex's HP_MODEL_CONVERT) bit for
+ *   bit. Never splitting k is what keeps that; it costs a panel of at least
+ *   k x HP_MAT_NB_MIN floats.
+ * BLIS 0.9 has no 16-bit float datatype (its num_t: float, double, scomplex,
+ * dcomplex; its mixed-datatype gemm mixes only those), so there is no
+ * mixed-precision product to call instead.
+ * Conversions are exact (every f16 and bf16 value is an f32 value): bf16 is
+ * the high half of an f32 (a 16-bit shift), f16 goes through F16C's
+ * vcvtph2ps; both vectorised with AVX-512 when the build targets it
+ * (-march=native on such a CPU), else plain C. A NaN stays a NaN (F16C
+ * quiets a signalling one).
+ * Memory: the mapping (the stored bytes, paged in as they are read) plus one
+ * bounded panel per workspace: at most HP_MAT_PANEL floats, or k x
+ * HP_MAT_NB_MIN when a matrix is deeper, never more than its largest matrix.
+ * Must not: call BLIS but through blas.c, allocate outside hp_mat_buf_new,
+ * print, or run inside an OpenMP parallel region (the conversion splits
+ * over threads itself).
+ */
+#ifndef HP_MAT_INT_H
+#define HP_MAT_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "safetensors_int.h"
+
+/* A panel's floats (8 MB): wide enough that BLIS's packing of the left
+ * operand, repeated per panel, stays small beside the product. */
+#define HP_MAT_PANEL ((size_t)1 << 21)
+/* The narrowest panel, in columns: BLIS's micro-tiles are 12 to 32 wide. */
+#define HP_MAT_NB_MIN 32
+
+/*
+ * A weight matrix as the B operand (k, n) of y = x B, or a stored table:
+ * element (i, j) is p[i * rs + j * cs] of dtype dt. Views into the mapping
+ * (or an f32 copy model.c owns); they never own.
+ */
+struct hp_mat {
+    const void *p;    /* NULL: absent */
+    ptrdiff_t rs, cs; /* strides over (rows, columns), in elements */
+    enum hp_dtype dt; /* HP_DT_F32, HP_DT_F16 or HP_DT_BF16 */
+};
+
+static inline size_t hp_dtype_size(enum hp_dtype dt)
+{
+    return dt == HP_DT_F32 ? 4 : 2;
+}
+
+/* The view whose element (0, 0) is w's (i, j). */
+static inline struct hp_mat hp_mat_at(struct hp_mat w, ptrdiff_t i, ptrdiff_t j)
+{
+    w.p = (const char *)w.p + (i * w.rs + j * w.cs) * (ptrdiff_t)hp_dtype_size(w.dt);
+    return w;
+}
+
+/* The transpose: rows become columns (a weight's B^T for a data gradient). */
+static inline struct hp_mat hp_mat_t(struct hp_mat w)
+{
+    ptrdiff_t r = w.rs;
+    w.rs = w.cs;
+    w.cs = r;
+    return w;
+}
+
+/* y[i] = x[i] as f32 for n elements of dtype dt at x (any alignment). y must not overlap x. */
+void hp_mat_cvt(float *y, const void *x, enum hp_dtype dt, size_t n);
+
+/* Element (i, j) of w. */
+static inline float hp_mat_get(struct hp_mat w, ptrdiff_t i, ptrdiff_t j)
+{
+    const void *p = hp_mat_at(w, i, j).p;
+    float f;
+    if (w.dt == HP_DT_F32)
+        memcpy(&f, p, sizeof f);
+    else
+        hp_mat_cvt(&f, p, w.dt, 1);
+    return f;
+}
+
+/* out (n) = row i of w, whose columns are contiguous (cs == 1). */
+void hp_mat_row(struct hp_mat w, ptrdiff_t i, int n, float *out);
+
+/* x (n) += row i of w (cs == 1), each sum in f32 as hp_op_add_into's. */
+void hp_mat_row_add(struct hp_mat w, ptrdiff_t i, int n, float *x);
+
+struct hp_model;
+struct hp_mat_buf; /* the scratch panel of one workspace */
+
+/* A scratch for products with m's 16-bit matrices; holds nothing for an f32
+ * model. Destructor: hp_mat_buf_free. NULL on OOM. */
+struct hp_mat_buf *hp_mat_buf_new(const struct hp_model *m);
+void hp_mat_buf_free(struct hp_mat_buf *b);
+
+/*
+ * C (m, n) = alpha * A (m, k) * W (k, n) + beta * C, A and C f32 by pointer
+ * and strides as hp_gemm's, W a view of a matrix of the model b was made for.
+ * With beta == 0, C need not be initialised. Not from inside a parallel region.
+ */
+void hp_mat_gemm(struct hp_mat_buf *b, int m, int n, int k, float alpha, const float *a, ptrdiff_t rsa,
+                 ptrdiff_t csa, struct hp_mat w, float beta, float *c, ptrdiff_t rsc, ptrdiff_t csc);
+
+#endif
