@@ -124,6 +124,11 @@ void hp_evaluator_free(struct hp_evaluator *ev)
     free(ev);
 }
 
+void hp_evaluator_keep_grad_metrics(struct hp_evaluator *ev, bool on)
+{
+    ev->keep_grad_metrics = on;
+}
+
 void hp_evaluator_set_plain(struct hp_evaluator *ev, bool plain)
 {
     ev->plain = plain;

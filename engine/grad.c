@@ -517,7 +517,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     if (metric != HP_METRIC_LOSS || (hg.masked && !ev->plain))
         reference_fill(ev, fw, &hg, n_items);
     const bool have_ref = ev->grad_ref || ev->grad_ref_emb;
-    if (!ev->plain && (!hg.masked || metric != HP_METRIC_LOSS || have_ref))
+    if (ev->keep_grad_metrics && !ev->plain && (!hg.masked || metric != HP_METRIC_LOSS || have_ref))
         hg.mt = hp_eval_metrics_new(ev); /* NULL (out of memory): the metrics are simply not kept */
     hg.ref = metric != HP_METRIC_LOSS || (hg.mt && hg.masked);
     for (int i = 0; i < HH; i++) {

@@ -507,6 +507,16 @@ enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, enum hp_metric metric,
                                  struct hp_error *err);
 
 /*
+ * Let a gradient pass keep the metrics of the gates it ran at (off by
+ * default), so that hp_evaluator_run_many hands out a copy instead of
+ * running that variant again (eval --grad: its forward is the unmasked
+ * pass). The copy equals a pass of its own within float rounding, not bit
+ * for bit, so sweeps leave it off: a resumed or shared sweep must store the
+ * same bits whichever process evaluated a variant.
+ */
+void hp_evaluator_keep_grad_metrics(struct hp_evaluator *ev, bool on);
+
+/*
  * hp_evaluator_grad, and seq_grad (NULL, or (n_seqs, n_layers, n_heads),
  * row-major): each held-out sequence's share of grad, the gradient of its
  * own summed metric divided by what the mean divides by (the scored tokens

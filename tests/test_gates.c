@@ -656,6 +656,11 @@ Test(gates_sweep, sigkill_at_random_moments_then_resume_equals_uninterrupted)
     cr_log_info("%d runs, %d killed, %d after a part-way save (kills within %ld us of a %.2f s run)", runs, killed, mid,
                 span_us, secs);
     cr_assert_geq(killed, 10, "too few kills landed");
+    /* on a loaded machine every run may be killed before it ends: the last one then resumes uninterrupted */
+    if (rc != 0) {
+        snprintf(cmd, sizeof cmd, "run '%s' --db '%s' --threads 1 --quiet", "tiny.yaml", "killed.db");
+        cr_assert_eq(hp(cmd), 0, "%s", g_err);
+    }
     /* some kill left a run saved mid-way (every 25 steps), which a later run resumed */
     assert_same(ref, db);
 }

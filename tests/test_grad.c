@@ -57,6 +57,7 @@ static void fix_open(struct fix *f, const char *name, const char *data)
     f->in = hp_model_get_info(f->m);
     cr_assert_eq(hp_data_load(path, 0, &f->d, &err), HP_OK, "%s", err.msg);
     cr_assert_eq(hp_evaluator_new(f->m, f->d, &f->ev, &err), HP_OK, "%s", err.msg);
+    hp_evaluator_keep_grad_metrics(f->ev, true);
 }
 
 static void fix_close(struct fix *f)

@@ -173,6 +173,7 @@ int cmd_eval(int argc, char **argv)
         goto out;
     if (hp_evaluator_new(m, d, &ev, &err) != HP_OK)
         goto out;
+    hp_evaluator_keep_grad_metrics(ev, true); /* --grad's forward is also the evaluation */
     if (want_grad && !grad_name && !hp_evaluator_has_metric(ev, "loss"))
         grad_metric = HP_METRIC_COS; /* an encoder without a head: its own metric */
     if (want_grad && !hp_evaluator_has_metric(ev, hp_metric_name(grad_metric))) {
