@@ -514,7 +514,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     hg.fw = fw;
     hg.bw = bw;
     hg.masked = hp_mask_first_changed(mask, L) < L;
-    if (metric != HP_METRIC_LOSS || (hg.masked && !ev->plain))
+    if (metric != HP_METRIC_LOSS || (hg.masked && ev->keep_grad_metrics && !ev->plain))
         reference_fill(ev, fw, &hg, n_items);
     const bool have_ref = ev->grad_ref || ev->grad_ref_emb;
     if (ev->keep_grad_metrics && !ev->plain && (!hg.masked || metric != HP_METRIC_LOSS || have_ref))
