@@ -49,7 +49,7 @@ struct hp_evaluator {
      * unmasked model) under kept_abl: its forward was that variant's pass, so hp_evaluator_run_many hands
      * out a copy instead of running it again (grad.c fills it) */
     struct hp_metrics *kept;
-    bool keep_grad_metrics; /* whether a gradient pass keeps its metrics (hp_evaluator_keep_grad_metrics) */
+    bool keep_grad_metrics; /* whether a gradient pass at masked gates keeps its metrics (hp_evaluator_keep_grad_metrics) */
     float *kept_gate;
     enum hp_ablation kept_abl;
     void (*progress)(void *, int, int);

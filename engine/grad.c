@@ -161,7 +161,7 @@ static void online_max(const float *z, int nv, int v0, float *mx, double *s, flo
             *arg = ba;
     } else if (bm > *mx) {
         const float f = expf(*mx - bm);
-        *s *= f;
+        *s *= exp((double)*mx - (double)bm); /* as reuse.c's lm_rows: the same loss bits (record_lm) */
         for (int k = 0; k < d; k++)
             acc[k] *= f;
         if (c)
@@ -267,7 +267,7 @@ static void record_lm(const struct hp_evaluator *ev, struct head_grad *hg, int s
         for (; i < hg->n_sc && hg->sc_row[i] / T == b; i++, nt++) {
             sl += hg->tl[i];
             sa += hg->arg[i] == hg->sc_y[i];
-            sk += hg->tk[i];
+            sk += hg->masked ? hg->tk[i] : 0; /* the unmasked model's KL to itself is 0, as reuse.c's */
         }
         hp_eval_record_seq(hg->mt, &hg->tot, s0 + b, sl, sa, sk, nt);
     }
@@ -517,7 +517,10 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     if (metric != HP_METRIC_LOSS || (hg.masked && ev->keep_grad_metrics && !ev->plain))
         reference_fill(ev, fw, &hg, n_items);
     const bool have_ref = ev->grad_ref || ev->grad_ref_emb;
-    if (ev->keep_grad_metrics && !ev->plain && (!hg.masked || metric != HP_METRIC_LOSS || have_ref))
+    /* the unmasked model's are always kept: they are the bits the reuse path measures (test_grad), so a sweep's
+     * baseline is the same whether this pass or its own measured it; a variant's equal its own pass only
+     * within float rounding, and are kept only when asked (hp_evaluator_keep_grad_metrics) */
+    if (!ev->plain && (!hg.masked || (ev->keep_grad_metrics && (metric != HP_METRIC_LOSS || have_ref))))
         hg.mt = hp_eval_metrics_new(ev); /* NULL (out of memory): the metrics are simply not kept */
     hg.ref = metric != HP_METRIC_LOSS || (hg.mt && hg.masked);
     for (int i = 0; i < HH; i++) {

@@ -216,12 +216,14 @@ static void reuse_base(struct hp_evaluator *ev, struct hp_reuse *ru, int s0, int
             sp += hp_vsum_d(tmp, (size_t)nbk);
             memcpy(p + v0, tmp, (size_t)nbk * sizeof(float));
         }
-        /* the log-sum-exp from the same stored q, so a variant equal to the unmasked model has KL 0 */
-        double lse = r->m + log(sp);
+        /* KL's log-sum-exp from the same stored q, so a variant equal to the unmasked model has KL 0; the
+         * loss's from the online sum, as a variant's (score_lm) and a gradient pass's (grad.c) are: the
+         * unmasked model's loss is then the same bits whichever of them measured it */
+        const double lse = r->m + log(sp);
         ru->b_lse[j] = lse;
         ru->b_c[j] = c;
         ru->b_p[j] = sp;
-        ru->b_tl[j] = lse - r->zt;
+        ru->b_tl[j] = (r->m + log(r->s)) - r->zt;
         ru->b_ta[j] = r->arg == ru->sc_y[j];
     }
 }

@@ -538,8 +538,8 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
         snprintf(point.label, sizeof point.label, "step %d", step);
         int64_t o_point = (*ord)++;
         int want = hp_iterative_step(&sc, n - n_pruned);
-        /* ranked by gradient: the gradient at the current mask, then the point (the evaluator's own pass:
-         * a gradient pass's metrics are not reused in sweeps, see hp_evaluator_keep_grad_metrics) */
+        /* ranked by gradient: the gradient at the current mask, then the point (the evaluator's own pass but
+         * at step 0, where the gradient's forward was the unmasked model's: see hp_evaluator_keep_grad_metrics) */
         struct hp_job gj = {.study = si, .step = step, .k = -1, .layer = -1, .unit = -1, .unit2 = -1, .mask = base};
         if (by_grad && want > 0 && ((st = gradient_at(c, base, &gb, &gj, err)) != HP_OK || stopping(c)))
             break;
@@ -900,7 +900,8 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         for (int si = 0; o->shard_index == 0 && si < plan->n_studies; si++)
             c.total += hp_study_evals(&plan->studies[si], c.info) + hp_study_backwards(&plan->studies[si], c.info) +
                        (plan->studies[si].kind == HP_STUDY_ROLES);
-        /* importance and attribution (shard 0), then the jobs: the studies need no results */
+        /* importance and attribution first (shard 0): their gradient's forward at the unmasked model is also
+         * the baseline's pass, whose metrics (the same bits) the evaluator then hands to the baseline's job */
         for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !stopping(&c); si++)
             if (plan->studies[si].kind == HP_STUDY_IMPORTANCE || plan->studies[si].kind == HP_STUDY_ATTRIBUTION)
                 st = run_scores(&c, si, err);

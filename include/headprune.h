@@ -507,12 +507,14 @@ enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, enum hp_metric metric,
                                  struct hp_error *err);
 
 /*
- * Let a gradient pass keep the metrics of the gates it ran at (off by
- * default), so that hp_evaluator_run_many hands out a copy instead of
- * running that variant again (eval --grad: its forward is the unmasked
- * pass). The copy equals a pass of its own within float rounding, not bit
- * for bit, so sweeps leave it off: a resumed or shared sweep must store the
- * same bits whichever process evaluated a variant.
+ * A gradient pass at the unmasked model always keeps its metrics, so that
+ * hp_evaluator_run_many hands out a copy instead of running that pass again:
+ * they are the same bits as the evaluator's own pass. This lets a gradient
+ * pass at masked gates keep its metrics too (off by default; eval --grad
+ * --mask: its forward is that variant's pass). A variant's copy equals a
+ * pass of its own within float rounding, not bit for bit, so sweeps leave it
+ * off: a resumed or shared sweep must store the same bits whichever process
+ * evaluated a variant.
  */
 void hp_evaluator_keep_grad_metrics(struct hp_evaluator *ev, bool on);
 

@@ -177,6 +177,7 @@ static void check_fixture(const char *name)
 
 Test(reference, gpt2_tiny) { check_fixture("gpt2-tiny"); }
 Test(reference, gpt2_noprefix_with_attn_bias_buffers) { check_fixture("gpt2-noprefix"); }
+Test(reference, gpt2_vocabulary_of_three_blocks) { check_fixture("gpt2-vocab"); }
 Test(reference, bert_mlm_padding_token_types) { check_fixture("bert-mlm"); }
 Test(reference, bert_encoder_noprefix_cosine) { check_fixture("bert-encoder"); }
 Test(reference, llama_gqa) { check_fixture("llama-gqa"); }

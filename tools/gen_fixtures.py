@@ -256,6 +256,35 @@ def gpt2_tiny(out):
     return finish(out, name, "data.npy", model, "gpt2", "causal", data, True, GPT2LMHeadModel)
 
 
+def gpt2_vocab(out):
+    """A GPT-2 whose vocabulary (4500) spans three of the engine's 2048-logit blocks (HP_VOCAB_BLOCK), so the
+    LM head's online softmax rescales its running sums when a later block holds a larger logit; every other
+    fixture's vocabulary fits one block. Only the unmasked case keeps its logits (432 KiB); the masked cases
+    are checked by their metrics."""
+    name = "gpt2-vocab"
+    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=16, vocab_size=4500, n_positions=32,
+                     initializer_range=INIT, bos_token_id=0, eos_token_id=0)
+    model = make(GPT2LMHeadModel, cfg, 7)
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    rng = np.random.default_rng(107)
+    data = write_npy(d, rng.integers(0, 4500, size=(2, 12)).astype(np.int32))
+    r = Runner(model, "gpt2", "causal", data)
+    cases, outputs = run_cases(r, case_list(r.n_layers, r.n_heads, r.n_kv, True))
+    for c in cases[1:]:
+        del c["output"]
+    # where each scored row's largest logit lies: the test is only worth its name if some lie past block 0
+    z = outputs["none"][:, :-1, :]
+    blocks = (z.argmax(-1) // 2048).flatten().tolist()
+    print(f"    largest logit in vocabulary block 0/1/2: {[blocks.count(b) for b in range(3)]}")
+    assert blocks.count(1) + blocks.count(2) > 0
+    hp_ref.write_reference(d, meta(name, "data.npy", r, data, "causal"), cases, {"none": outputs["none"]})
+    check_reload(GPT2LMHeadModel, d, r, outputs["none"])
+    report(name, d, cases, {c[0] for c in case_list(r.n_layers, r.n_heads, r.n_kv, False)[1:3]})
+    r.abl.remove()
+    return cases
+
+
 def gpt2_noprefix(out):
     name = "gpt2-noprefix"
     cfg = GPT2Config(n_layer=2, n_head=2, n_embd=16, vocab_size=97, n_positions=64,
@@ -548,6 +577,7 @@ def bert_mlm_pruned(out):
 FIXTURES = {
     "gpt2-tiny": gpt2_tiny,
     "gpt2-noprefix": gpt2_noprefix,
+    "gpt2-vocab": gpt2_vocab,
     "bert-mlm": bert_mlm,
     "bert-encoder": bert_encoder,
     "llama-gqa": llama_gqa,  # also writes llama-gqa-sharded
