@@ -406,6 +406,22 @@ static enum hp_status prep_m(struct q *q, sqlite3_stmt **st, const char *sql)
 }
 
 // sqlite3_step: 1 = a row, 0 = done, -1 = failed (err set via *st_out).
+/* arr (n elements of size bytes used, *cap held) with room for one more, doubling; NULL when out of memory
+ * (*st and q's error set; arr is left as it was, for its owner to free). */
+static void *room_for(struct q *q, void *arr, size_t n, size_t *cap, size_t size, enum hp_status *st)
+{
+    if (n < *cap)
+        return arr;
+    const size_t want = *cap ? 2 * *cap : 64;
+    void *g = realloc(arr, want * size);
+    if (!g) {
+        *st = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+        return NULL;
+    }
+    *cap = want;
+    return g;
+}
+
 static int step(struct q *q, sqlite3_stmt *st, enum hp_status *st_out)
 {
     return hp_store_read_step(q->db, q->path, q->err, st, st_out);
@@ -1081,16 +1097,12 @@ static enum hp_status rows_load(struct q *q, const char *kind, const char *study
     while ((r = step(q, st, &s)) == 1) {
         long long ord = sqlite3_column_int64(st, 0);
         if (*n == 0 || (*rows)[*n - 1].ord != ord) {
-            if (*n == cap) {
-                cap = cap ? 2 * cap : 64;
-                struct head_row *g = realloc(*rows, cap * sizeof *g);
-                if (!g) {
-                    s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
-                    r = -1;
-                    break;
-                }
-                *rows = g;
+            struct head_row *g = room_for(q, *rows, (size_t)*n, &cap, sizeof *g, &s);
+            if (!g) {
+                r = -1;
+                break;
             }
+            *rows = g;
             struct head_row *h = &(*rows)[(*n)++];
             memset(h, 0, sizeof *h);
             h->ord = ord;
@@ -1509,16 +1521,12 @@ static enum hp_status pairs_load(struct q *q, struct single_eff **singles, size_
     sqlite3_bind_int64(st, 1, q->sweep);
     int r;
     while ((r = step(q, st, &s)) == 1) {
-        if (*n_singles == cap) {
-            cap = cap ? 2 * cap : 64;
-            struct single_eff *g = realloc(*singles, cap * sizeof *g);
-            if (!g) {
-                s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
-                r = -1;
-                break;
-            }
-            *singles = g;
+        struct single_eff *g = room_for(q, *singles, (size_t)*n_singles, &cap, sizeof *g, &s);
+        if (!g) {
+            r = -1;
+            break;
         }
+        *singles = g;
         int l, u;
         if (!col_index(q, st, 1, q->n_layers, "layer", &l, &s) || !col_index(q, st, 2, q->n_heads, "unit", &u, &s)) {
             r = -1;
@@ -1542,16 +1550,12 @@ static enum hp_status pairs_load(struct q *q, struct single_eff **singles, size_
     sqlite3_bind_int64(st, 1, q->sweep);
     cap = 0;
     while ((r = step(q, st, &s)) == 1) {
-        if (*n_pairs == cap) {
-            cap = cap ? 2 * cap : 64;
-            struct pair_row *g = realloc(*pairs, cap * sizeof *g);
-            if (!g) {
-                s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
-                r = -1;
-                break;
-            }
-            *pairs = g;
+        struct pair_row *g = room_for(q, *pairs, (size_t)*n_pairs, &cap, sizeof *g, &s);
+        if (!g) {
+            r = -1;
+            break;
         }
+        *pairs = g;
         struct pair_row *p = &(*pairs)[(*n_pairs)++];
         memset(p, 0, sizeof *p);
         p->ord = sqlite3_column_int64(st, 0);
@@ -1770,16 +1774,12 @@ static enum hp_status side_load(struct side *sd)
     size_t cap = 0;
     int r;
     while ((r = step(q, st, &s)) == 1) {
-        if (sd->n == cap) {
-            cap = cap ? 2 * cap : 64;
-            struct single_eff *g = realloc(sd->eff, cap * sizeof *g);
-            if (!g) {
-                s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
-                r = -1;
-                break;
-            }
-            sd->eff = g;
+        struct single_eff *g = room_for(q, sd->eff, (size_t)sd->n, &cap, sizeof *g, &s);
+        if (!g) {
+            r = -1;
+            break;
         }
+        sd->eff = g;
         int l, u;
         if (!col_index(q, st, 0, q->n_layers, "layer", &l, &s) || !col_index(q, st, 1, q->n_heads, "unit", &u, &s)) {
             r = -1;
@@ -2147,16 +2147,12 @@ static enum hp_status scores_load(struct q *q, const char *study, struct score_r
     size_t cap = 0;
     int r;
     while ((r = step(q, st, &s)) == 1) {
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 64;
-            struct score_row *g = realloc(*rows, cap * sizeof *g);
-            if (!g) {
-                s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
-                r = -1;
-                break;
-            }
-            *rows = g;
+        struct score_row *g = room_for(q, *rows, (size_t)*n, &cap, sizeof *g, &s);
+        if (!g) {
+            r = -1;
+            break;
         }
+        *rows = g;
         struct score_row *h = &(*rows)[(*n)++];
         memset(h, 0, sizeof *h);
         if (!col_index(q, st, 0, q->n_layers, "layer", &h->layer, &s) ||
@@ -2502,16 +2498,12 @@ static enum hp_status roles_load(struct q *q, long long run, struct role_row **r
     size_t cap = 0;
     int r;
     while ((r = step(q, st, &s)) == 1) {
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 64;
-            struct role_row *g = realloc(*rows, cap * sizeof *g);
-            if (!g) {
-                s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
-                r = -1;
-                break;
-            }
-            *rows = g;
+        struct role_row *g = room_for(q, *rows, (size_t)*n, &cap, sizeof *g, &s);
+        if (!g) {
+            r = -1;
+            break;
         }
+        *rows = g;
         struct role_row *h = &(*rows)[(*n)++];
         if (!col_index(q, st, 0, q->n_layers, "layer", &h->layer, &s) ||
             !col_index(q, st, 1, q->n_heads, "unit", &h->head, &s) || h->layer < 0 || h->head < 0) {

@@ -81,6 +81,32 @@ static int prep(struct hp_store *s, const char *sql, sqlite3_stmt **st)
     return sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
 }
 
+/* Mark sweep_id as written now (within the caller's transaction): `query sweeps` shows when. */
+static int touch_sweep(struct hp_store *s, int64_t sweep_id)
+{
+    char now[32];
+    now_iso(now);
+    sqlite3_stmt *st;
+    int rc = prep(s, "UPDATE sweeps SET updated = ? WHERE id = ?", &st);
+    if (rc != SQLITE_OK)
+        return rc;
+    sqlite3_bind_text(st, 1, now, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, sweep_id);
+    return step_done(st);
+}
+
+/* End a write's transaction: COMMIT when rc is SQLITE_OK, else roll it back and say what failed. */
+static enum hp_status commit_or_fail(struct hp_store *s, int rc, const char *what, struct hp_error *err)
+{
+    if (rc == SQLITE_OK)
+        rc = exec(s, "COMMIT");
+    if (rc == SQLITE_OK)
+        return HP_OK;
+    enum hp_status e = sql_fail(s, rc, what, err);
+    exec(s, "ROLLBACK");
+    return e;
+}
+
 /* SELECT returning one integer; *found false when no row. */
 static int select_int(struct hp_store *s, const char *sql, const char *arg, int64_t *out, bool *found)
 {
@@ -506,14 +532,7 @@ enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_ro
     bool found = false;
     if (rc == SQLITE_OK)
         rc = select_int(s, "SELECT id FROM sweeps WHERE key = ?", key, sweep_id, &found);
-    if (rc == SQLITE_OK)
-        rc = exec(s, "COMMIT");
-    if (rc != SQLITE_OK) {
-        enum hp_status e = sql_fail(s, rc, "recording the sweep", err);
-        exec(s, "ROLLBACK");
-        return e;
-    }
-    return HP_OK;
+    return commit_or_fail(s, rc, "recording the sweep", err);
 }
 
 // --- results ------------------------------------------------------------------
@@ -570,13 +589,7 @@ static int link_row(struct hp_store *s, const struct hp_store_job *j)
     rc = step_done(st);
     if (rc != SQLITE_OK)
         return rc;
-    char now[32];
-    now_iso(now);
-    if ((rc = prep(s, "UPDATE sweeps SET updated = ? WHERE id = ?", &st)) != SQLITE_OK)
-        return rc;
-    sqlite3_bind_text(st, 1, now, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, j->sweep_id);
-    return step_done(st);
+    return touch_sweep(s, j->sweep_id);
 }
 
 enum hp_status hp_store_link(struct hp_store *s, const struct hp_store_job *j, struct hp_error *err)
@@ -584,14 +597,7 @@ enum hp_status hp_store_link(struct hp_store *s, const struct hp_store_job *j, s
     int rc = exec(s, "BEGIN IMMEDIATE");
     if (rc == SQLITE_OK)
         rc = link_row(s, j);
-    if (rc == SQLITE_OK)
-        rc = exec(s, "COMMIT");
-    if (rc != SQLITE_OK) {
-        enum hp_status e = sql_fail(s, rc, "recording a job", err);
-        exec(s, "ROLLBACK");
-        return e;
-    }
-    return HP_OK;
+    return commit_or_fail(s, rc, "recording a job", err);
 }
 
 static void bind_metric(sqlite3_stmt *st, int i, bool has, double v)
@@ -689,14 +695,7 @@ enum hp_status hp_store_put(struct hp_store *s, const struct hp_store_job *j, co
         rc = insert_variant(s, j, mt, wall_s, threads, kernel);
     if (rc == SQLITE_OK)
         rc = link_row(s, j);
-    if (rc == SQLITE_OK)
-        rc = exec(s, "COMMIT");
-    if (rc != SQLITE_OK) {
-        enum hp_status e = sql_fail(s, rc, "writing a result", err);
-        exec(s, "ROLLBACK");
-        return e;
-    }
-    return HP_OK;
+    return commit_or_fail(s, rc, "writing a result", err);
 }
 
 // --- merging ------------------------------------------------------------------
@@ -1092,23 +1091,9 @@ enum hp_status hp_store_put_scores(struct hp_store *s, int64_t sweep_id, const c
         rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
     }
     sqlite3_finalize(st);
-    if (rc == SQLITE_OK) {
-        char now[32];
-        now_iso(now);
-        if ((rc = prep(s, "UPDATE sweeps SET updated = ? WHERE id = ?", &st)) == SQLITE_OK) {
-            sqlite3_bind_text(st, 1, now, -1, SQLITE_TRANSIENT);
-            sqlite3_bind_int64(st, 2, sweep_id);
-            rc = step_done(st);
-        }
-    }
     if (rc == SQLITE_OK)
-        rc = exec(s, "COMMIT");
-    if (rc != SQLITE_OK) {
-        enum hp_status e = sql_fail(s, rc, "writing a study's scores", err);
-        exec(s, "ROLLBACK");
-        return e;
-    }
-    return HP_OK;
+        rc = touch_sweep(s, sweep_id);
+    return commit_or_fail(s, rc, "writing a study's scores", err);
 }
 
 // --- head roles ------------------------------------------------------------------
@@ -1215,14 +1200,7 @@ enum hp_status hp_store_put_roles(struct hp_store *s, const struct hp_store_role
     /* another worker may have stored the same roles meanwhile: keep theirs */
     if (rc == SQLITE_OK && !exists)
         rc = insert_roles(s, r, wall_s, threads, kernel);
-    if (rc == SQLITE_OK)
-        rc = exec(s, "COMMIT");
-    if (rc != SQLITE_OK) {
-        enum hp_status e = sql_fail(s, rc, "writing head roles", err);
-        exec(s, "ROLLBACK");
-        return e;
-    }
-    return HP_OK;
+    return commit_or_fail(s, rc, "writing head roles", err);
 }
 
 enum hp_status hp_store_link_roles(struct hp_store *s, int64_t sweep_id, const char *study, const char *key,
@@ -1239,23 +1217,9 @@ enum hp_status hp_store_link_roles(struct hp_store *s, int64_t sweep_id, const c
         sqlite3_bind_text(st, 3, key, -1, SQLITE_STATIC);
         rc = step_done(st);
     }
-    if (rc == SQLITE_OK) {
-        char now[32];
-        now_iso(now);
-        if ((rc = prep(s, "UPDATE sweeps SET updated = ? WHERE id = ?", &st)) == SQLITE_OK) {
-            sqlite3_bind_text(st, 1, now, -1, SQLITE_TRANSIENT);
-            sqlite3_bind_int64(st, 2, sweep_id);
-            rc = step_done(st);
-        }
-    }
     if (rc == SQLITE_OK)
-        rc = exec(s, "COMMIT");
-    if (rc != SQLITE_OK) {
-        enum hp_status e = sql_fail(s, rc, "recording a roles study", err);
-        exec(s, "ROLLBACK");
-        return e;
-    }
-    return HP_OK;
+        rc = touch_sweep(s, sweep_id);
+    return commit_or_fail(s, rc, "recording a roles study", err);
 }
 
 // --- gate training runs -----------------------------------------------------------------
@@ -1381,21 +1345,12 @@ enum hp_status hp_store_put_gate_run(struct hp_store *s, const struct hp_store_g
             rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
         }
     sqlite3_finalize(st);
-    if (rc == SQLITE_OK)
-        rc = exec(s, "COMMIT");
-    if (rc != SQLITE_OK) {
-        enum hp_status e = sql_fail(s, rc, "saving a gate run", err);
-        exec(s, "ROLLBACK");
-        return e;
-    }
-    return HP_OK;
+    return commit_or_fail(s, rc, "saving a gate run", err);
 }
 
 enum hp_status hp_store_put_sweep_gate(struct hp_store *s, int64_t sweep_id, const char *study, int idx,
                                        double lambda, const char *run_key, struct hp_error *err)
 {
-    char now[32];
-    now_iso(now);
     sqlite3_stmt *st;
     int rc = exec(s, "BEGIN IMMEDIATE");
     if (rc == SQLITE_OK &&
@@ -1410,19 +1365,9 @@ enum hp_status hp_store_put_sweep_gate(struct hp_store *s, int64_t sweep_id, con
         sqlite3_bind_text(st, 5, run_key, -1, SQLITE_STATIC);
         rc = step_done(st);
     }
-    if (rc == SQLITE_OK && (rc = prep(s, "UPDATE sweeps SET updated = ? WHERE id = ?", &st)) == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, now, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(st, 2, sweep_id);
-        rc = step_done(st);
-    }
     if (rc == SQLITE_OK)
-        rc = exec(s, "COMMIT");
-    if (rc != SQLITE_OK) {
-        enum hp_status e = sql_fail(s, rc, "recording a gates study's run", err);
-        exec(s, "ROLLBACK");
-        return e;
-    }
-    return HP_OK;
+        rc = touch_sweep(s, sweep_id);
+    return commit_or_fail(s, rc, "recording a gates study's run", err);
 }
 
 // --- a study's step, for an export -------------------------------------------

@@ -81,6 +81,12 @@ struct progress {
     int threads, threads_min, threads_max;
 };
 void show_progress(void *user, int done, int total);
+/* Threads as --threads says (n > 0: fixed) or, without it, as many as other processes leave CPUs idle:
+ * measured from now, over opening the model and data (into *load), then chosen by progress_start and
+ * again between chunks (two threads on a CPU another process keeps busy stall each other at every barrier). */
+void threads_begin(int n, struct hp_auto_threads *load);
+/* A pass's progress (shown on a terminal unless quiet), its threads chosen as threads_begin(n, load) began. */
+struct progress progress_start(bool quiet, int n, struct hp_auto_threads *load);
 
 /* run: jobs done, a bar on a terminal, a line every 5 s otherwise. */
 struct run_progress {

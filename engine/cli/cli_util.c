@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli_int.h"
 
@@ -92,6 +93,24 @@ bool parse_double(const char *s, double lo, double *out)
 }
 
 // --- time and progress (stderr) -----------------------------------------------------
+
+void threads_begin(int n, struct hp_auto_threads *load)
+{
+    if (n > 0)
+        hp_runtime_init(n);
+    else
+        hp_auto_threads_begin(load);
+}
+
+struct progress progress_start(bool quiet, int n, struct hp_auto_threads *load)
+{
+    struct progress pr = {!quiet && isatty(STDERR_FILENO), hp_now(), n > 0 ? NULL : load, n, n, n};
+    if (n <= 0) {
+        pr.threads = pr.threads_min = pr.threads_max = hp_auto_threads_first(load);
+        hp_runtime_init(pr.threads);
+    }
+    return pr;
+}
 
 void show_progress(void *user, int done, int total)
 {

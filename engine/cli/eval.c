@@ -148,14 +148,8 @@ int cmd_eval(int argc, char **argv)
     if (grad_name && (!hp_metric_parse(grad_name, &grad_metric) || grad_metric == HP_METRIC_ACC))
         return usage_error("eval", "--grad-metric must be loss, kl or cos (acc has no gradient)");
 
-    /* without --threads, as many as other processes leave CPUs idle: measured over opening the model
-     * and data, then again between chunks (two threads on a CPU another process keeps busy stall
-     * each other at every barrier) */
     struct hp_auto_threads load;
-    if (threads > 0)
-        hp_runtime_init(threads);
-    else
-        hp_auto_threads_begin(&load);
+    threads_begin(threads, &load);
     struct hp_error err = {0};
     struct hp_model *m = NULL;
     struct hp_data *d = NULL;
@@ -186,12 +180,7 @@ int cmd_eval(int argc, char **argv)
                  data_path, grad_metric == HP_METRIC_COS ? dir : hp_metric_name(grad_metric), dir);
         goto out;
     }
-    struct progress pr = {!quiet && isatty(STDERR_FILENO), hp_now(), threads > 0 ? NULL : &load, threads, threads,
-                          threads};
-    if (threads <= 0) {
-        pr.threads = pr.threads_min = pr.threads_max = hp_auto_threads_first(&load);
-        hp_runtime_init(pr.threads);
-    }
+    struct progress pr = progress_start(quiet, threads, &load);
     hp_evaluator_set_progress(ev, show_progress, &pr);
     double t0 = hp_now();
     /* the unmasked model beside the variant (its pass is the one the variant resumes from) */

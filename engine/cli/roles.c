@@ -206,12 +206,8 @@ int cmd_roles(int argc, char **argv)
     if (!dir || !data_path)
         return usage_error("roles", "--model DIR and --data FILE are required");
 
-    /* threads as eval chooses them: fixed, or as many as other processes leave idle, re-chosen between chunks */
     struct hp_auto_threads load;
-    if (threads > 0)
-        hp_runtime_init(threads);
-    else
-        hp_auto_threads_begin(&load);
+    threads_begin(threads, &load);
     struct hp_error err = {0};
     struct hp_model *m = NULL;
     struct hp_data *d = NULL;
@@ -222,12 +218,7 @@ int cmd_roles(int argc, char **argv)
     const struct hp_model_info *in = hp_model_get_info(m);
     if (hp_data_load_for(data_path, dir, in, seq_len, &d, &err) != HP_OK)
         goto out;
-    struct progress pr = {!quiet && isatty(STDERR_FILENO), hp_now(), threads > 0 ? NULL : &load, threads, threads,
-                          threads};
-    if (threads <= 0) {
-        pr.threads = pr.threads_min = pr.threads_max = hp_auto_threads_first(&load);
-        hp_runtime_init(pr.threads);
-    }
+    struct progress pr = progress_start(quiet, threads, &load);
     ro.progress = show_progress;
     ro.user = &pr;
     double t0 = hp_now();
