@@ -94,6 +94,29 @@ static void path(char *out, size_t n, const char *name)
     snprintf(out, n, "%s/%s", tmp, name);
 }
 
+/* The rows of query q on db, one line each, columns joined by '|'. */
+static char *rows_of(const char *db, const char *q)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    out[0] = 0;
+    while (sqlite3_step(st) == SQLITE_ROW)
+        for (int c = 0; c < sqlite3_column_count(st); c++) {
+            const char *v = (const char *)sqlite3_column_text(st, c);
+            size_t n = strlen(v ? v : "NULL") + 2;
+            if (len + n + 1 > cap)
+                out = realloc(out, cap *= 2);
+            len += (size_t)sprintf(out + len, "%s%c", v ? v : "NULL", c + 1 < sqlite3_column_count(st) ? '|' : '\n');
+        }
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return out;
+}
+
 /* A canonical text dump of everything a sweep's results consist of. */
 static char *dump(const char *db)
 {
@@ -115,22 +138,15 @@ static char *dump(const char *db)
         "u.normalize, g.key FROM unit_scores u JOIN sweeps s ON s.id = u.sweep_id "
         "JOIN gradients g ON g.id = u.gradient_id ORDER BY s.key, u.study, u.step, u.layer, u.unit",
     };
-    size_t cap = 1 << 20, len = 0;
-    char *out = malloc(cap);
-    out[0] = 0;
+    size_t len = 0;
+    char *out = NULL;
     for (size_t q = 0; q < sizeof queries / sizeof *queries; q++) {
-        sqlite3_stmt *st;
-        cr_assert_eq(sqlite3_prepare_v2(h, queries[q], -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            for (int c = 0; c < sqlite3_column_count(st); c++) {
-                const char *v = (const char *)sqlite3_column_text(st, c);
-                size_t n = strlen(v ? v : "NULL") + 2;
-                if (len + n + 1 > cap)
-                    out = realloc(out, cap *= 2);
-                len += (size_t)sprintf(out + len, "%s%c", v ? v : "NULL", c + 1 < sqlite3_column_count(st) ? '|' : '\n');
-            }
-        }
-        sqlite3_finalize(st);
+        char *r = rows_of(db, queries[q]);
+        size_t n = strlen(r);
+        out = realloc(out, len + n + 1);
+        memcpy(out + len, r, n + 1);
+        len += n;
+        free(r);
     }
     sqlite3_stmt *st;
     sqlite3_prepare_v2(h, "PRAGMA integrity_check", -1, &st, NULL);
@@ -889,29 +905,6 @@ Test(sweep, a_pruned_checkpoints_missing_heads_are_left_out)
     /* 9 heads, 2 a step (25% of 9, rounded) down to none: the points ablate 0, 2, 4, 6, 8 and 9 heads */
     cr_assert_eq(count(db, "SELECT max(k) FROM jobs WHERE kind = 'iterative'"), 9);
     cr_assert_eq(count(db, "SELECT count(*) FROM jobs WHERE kind = 'iterative'"), 6);
-}
-
-/* The rows of query q on db, one line each, columns joined by '|'. */
-static char *rows_of(const char *db, const char *q)
-{
-    sqlite3 *h;
-    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
-    size_t cap = 1 << 16, len = 0;
-    char *out = malloc(cap);
-    out[0] = 0;
-    while (sqlite3_step(st) == SQLITE_ROW)
-        for (int c = 0; c < sqlite3_column_count(st); c++) {
-            const char *v = (const char *)sqlite3_column_text(st, c);
-            size_t n = strlen(v ? v : "NULL") + 2;
-            if (len + n + 1 > cap)
-                out = realloc(out, cap *= 2);
-            len += (size_t)sprintf(out + len, "%s%c", v ? v : "NULL", c + 1 < sqlite3_column_count(st) ? '|' : '\n');
-        }
-    sqlite3_finalize(st);
-    sqlite3_close(h);
-    return out;
 }
 
 /*
