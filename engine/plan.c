@@ -1778,7 +1778,8 @@ int hp_iterative_step(const struct hp_iterative_schedule *sc, int left)
 
 /*
  * The sweep's loop without the scores: each step records its curve point,
- * scores every unit still prunable, and prunes hp_iterative_step of them.
+ * scores every unit still prunable (none when the step prunes them all), and
+ * prunes hp_iterative_step of them.
  * With keep_one_per_layer a layer down to its last unit is not scored; how
  * many layers are down to one depends on the scores, but with `left` units in
  * n_layers layers (each keeping at least one) at least 2 n_layers - left
@@ -1797,7 +1798,7 @@ long hp_study_evals(const struct hp_study *s, const struct hp_model_info *info)
         int k = hp_iterative_step(&sc, left);
         if (k == 0)
             break;
-        if (s->rank == HP_RANK_GRADIENT) { /* no candidates: a backward ranks them (hp_study_backwards) */
+        if (s->rank == HP_RANK_GRADIENT || k == left) { /* a backward ranks them (hp_study_backwards); or all go */
             left -= k;
             continue;
         }
@@ -1808,8 +1809,9 @@ long hp_study_evals(const struct hp_study *s, const struct hp_model_info *info)
     return evals;
 }
 
-/* A gradient-ranked curve runs one backward for every point but the last: exactly, since each step
- * prunes hp_iterative_step units whatever the ranking (keep_one_per_layer only narrows the choice). */
+/* A gradient-ranked curve runs one backward for every point but the last, and but a step that prunes
+ * every unit left: exactly, since each step prunes hp_iterative_step units whatever the ranking
+ * (keep_one_per_layer only narrows the choice). */
 long hp_study_backwards(const struct hp_study *s, const struct hp_model_info *info)
 {
     if (s->kind == HP_STUDY_IMPORTANCE || s->kind == HP_STUDY_ATTRIBUTION)
@@ -1818,7 +1820,11 @@ long hp_study_backwards(const struct hp_study *s, const struct hp_model_info *in
         return (long)s->steps * s->n_lambda;
     if (s->kind != HP_STUDY_ITERATIVE || s->rank != HP_RANK_GRADIENT)
         return 0;
-    return hp_study_evals(s, info) - 1;
+    struct hp_iterative_schedule sc = hp_study_schedule(s, info);
+    long n = 0;
+    for (int left = sc.n_units, k; (k = hp_iterative_step(&sc, left)) > 0; left -= k)
+        n += k < left;
+    return n;
 }
 
 bool hp_study_needs_grad(const struct hp_study *s)

@@ -490,7 +490,8 @@ static int prune_best(const struct ctx *c, const struct hp_study *s, struct hp_m
  * importance recomputed at the current mask from one gradient (rank:
  * gradient, as Hugging Face's bertology script), prune the least damaging
  * (least important) prune_frac of all units, record the curve point, repeat
- * down to the floor. Each point is evaluated exactly either way.
+ * down to the floor. Each point is evaluated exactly either way. A step that
+ * prunes every unit left (no floor) ranks nothing: no scores, no gradient.
  */
 static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct hp_error *err)
 {
@@ -538,14 +539,23 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
         snprintf(point.label, sizeof point.label, "step %d", step);
         int64_t o_point = (*ord)++;
         int want = hp_iterative_step(&sc, n - n_pruned);
+        const bool all = want == n - n_pruned; /* hp_study_evals and hp_study_backwards count the same */
         /* ranked by gradient: the gradient at the current mask, then the point (the evaluator's own pass but
          * at step 0, where the gradient's forward was the unmasked model's: see hp_evaluator_keep_grad_metrics) */
         struct hp_job gj = {.study = si, .step = step, .k = -1, .layer = -1, .unit = -1, .unit2 = -1, .mask = base};
-        if (by_grad && want > 0 && ((st = gradient_at(c, base, &gb, &gj, err)) != HP_OK || stopping(c)))
+        if (by_grad && want > 0 && !all && ((st = gradient_at(c, base, &gb, &gj, err)) != HP_OK || stopping(c)))
             break;
         st = run_jobs(c, &o_point, &point, 1, NULL, NULL, err);
         if (st != HP_OK || want == 0)
             break;
+        if (all) {
+            int nc = 0;
+            for (int i = 0; i < n; i++)
+                if (!pruned[i])
+                    cand[nc++] = (struct scored){i, 0};
+            n_pruned += prune_best(c, s, base, units, cand, nc, pruned, left_in_layer, want);
+            continue;
+        }
         if (by_grad) {
             /* rank the candidates by importance at the current mask: its scores stored */
             hp_importance(gb.g.seq_grad, gb.g.n_seqs, in, s->kv, s->normalize, raw, imp);

@@ -1212,14 +1212,14 @@ Test(plan, gradient_studies_load_with_defaults_and_options)
     struct hp_model_info info = tu_info(3, 4, 2);
     struct hp_joblist *jl = expand_ok(p, &info);
     cr_assert_eq(jl->n, 1, "only the baseline expands into jobs");
-    // 12 heads, 3 pruned a step: points at 12, 9, 6, 3, 0 left = 5 evaluations, 4 backwards; the exact curve
-    // scores 12 + 9 + 6 + 3 candidates besides
+    // 12 heads, 3 pruned a step: points at 12, 9, 6, 3, 0 left = 5 evaluations, 3 backwards (the last step
+    // prunes all 3 left: nothing to rank); the exact curve scores 12 + 9 + 6 candidates besides
     cr_assert_eq(hp_study_backwards(&s[1], &info), 1);
     cr_assert_eq(hp_study_backwards(&s[3], &info), 1);
     cr_assert_eq(hp_study_evals(&s[1], &info), 0);
     cr_assert_eq(hp_study_evals(&s[4], &info), 5);
-    cr_assert_eq(hp_study_backwards(&s[4], &info), 4);
-    cr_assert_eq(hp_study_evals(&s[6], &info), 5 + 12 + 9 + 6 + 3);
+    cr_assert_eq(hp_study_backwards(&s[4], &info), 3);
+    cr_assert_eq(hp_study_evals(&s[6], &info), 5 + 12 + 9 + 6);
     cr_assert_eq(hp_study_backwards(&s[6], &info), 0);
     hp_joblist_free(jl);
     hp_plan_free(p);

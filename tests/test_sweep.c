@@ -853,8 +853,11 @@ Test(sweep, gradient_studies_match_independent_references)
     struct hp_sweep_summary again;
     cr_assert_eq(hp_sweep_run(p, &o, &again, &err), HP_OK, "%s", err.msg);
     cr_assert_eq(again.n_run, 0, "a rerun computed %lld things again", (long long)again.n_run);
-    cr_assert_eq(count(db, "SELECT count(*) FROM gradients"), 4, "the unmasked model's gradient (shared by every "
-                 "study), and the curve's at 3, 6 and 9 heads pruned");
+    cr_assert_eq(count(db, "SELECT count(*) FROM gradients"), 3, "the unmasked model's gradient (shared by every "
+                 "study), and the curve's at 3 and 6 heads pruned (at 9 the last step prunes all 3 left: no ranking)");
+    cr_assert_eq(count(db, "SELECT count(*) FROM unit_scores WHERE study = 'iterative-grad' AND step = 4"), 0);
+    cr_assert_eq(count(db, "SELECT count(*) FROM jobs WHERE study = 'iterative-grad' AND k = 12"), 1,
+                 "the curve ends with every head pruned");
     hp_evaluator_free(ev);
     hp_data_free(d);
     hp_model_close(m);
