@@ -814,8 +814,8 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
     for (int i = 0; i < n && st == HP_OK; i++) {
         if (!(out[i] = hp_eval_metrics_new(ev))) {
             st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
-        } else if (!ev->plain && hp_eval_kept_matches(ev, masks[i], abl)) {
-            metrics_copy(out[i], ev->kept);
+        } else if (!ev->plain && !ev->kept_gate && hp_eval_kept_matches(ev, masks[i], abl)) {
+            metrics_copy(out[i], ev->kept); /* the unmasked model's: the same bits (grad.c) */
         } else {
             run[n_run] = masks[i];
             run_out[n_run++] = out[i];

@@ -577,3 +577,29 @@ done:
     head_grad_free(&hg);
     return st;
 }
+
+enum hp_status hp_evaluator_grad_pass_metrics(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl,
+                                              struct hp_metrics **out, struct hp_error *err)
+{
+    *out = NULL;
+    const int L = ev->m->info.n_layers, HH = L * ev->m->info.n_heads;
+    if (!hp_eval_kept_matches(ev, mask, abl) && !ev->plain && ev->has_loss) {
+        double *g = malloc((size_t)HH * sizeof *g);
+        if (!g)
+            return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+        const bool keep = ev->keep_grad_metrics;
+        ev->keep_grad_metrics = true;
+        enum hp_status st = hp_evaluator_grad(ev, HP_METRIC_LOSS, mask, abl, g, NULL, NULL, err);
+        ev->keep_grad_metrics = keep;
+        free(g);
+        if (st != HP_OK)
+            return st;
+    }
+    if (!hp_eval_kept_matches(ev, mask, abl) || !ev->kept_gate)
+        return hp_evaluator_run(ev, mask, abl, out, err); /* not kept, or the unmasked model's: the same bits */
+    *out = ev->kept; /* a variant's: handed over, once */
+    ev->kept = NULL;
+    free(ev->kept_gate);
+    ev->kept_gate = NULL;
+    return HP_OK;
+}

@@ -222,7 +222,19 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
                 st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
                 break;
             }
-            hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, mask_text, keys[i]);
+            if (job->grad_pass) { /* its own address: "gradpass:" starts no mask spec (gradient_at's are "grad:") */
+                char *marked = malloc(strlen(mask_text) + 10);
+                if (!marked) {
+                    free(mask_text);
+                    st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
+                    break;
+                }
+                sprintf(marked, "gradpass:%s", mask_text);
+                hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, marked, keys[i]);
+                free(marked);
+            } else {
+                hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, mask_text, keys[i]);
+            }
             const struct hp_study *sd = &c->plan->studies[job->study];
             sj[i] = (struct hp_store_job){
                 .sweep_id = c->sweep_id,
@@ -255,7 +267,9 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
         if (n_new > 0)
             adapt_threads(c);
         double t = hp_now();
-        if (st == HP_OK && n_new > 0)
+        if (st == HP_OK && n_new > 0 && jobs[w0].grad_pass) /* alone in its window (run_iterative) */
+            st = hp_evaluator_grad_pass_metrics(c->ev, masks[0], c->plan->ablation, &mts[0], err);
+        else if (st == HP_OK && n_new > 0)
             st = hp_evaluator_run_many(c->ev, masks, nw, c->plan->ablation, mts, err);
         if (n_new > 0) { /* the window's evaluations, counted at once: they finished together */
             c->eval_seconds += hp_now() - t;
@@ -540,11 +554,12 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
         int64_t o_point = (*ord)++;
         int want = hp_iterative_step(&sc, n - n_pruned);
         const bool all = want == n - n_pruned; /* hp_study_evals and hp_study_backwards count the same */
-        /* ranked by gradient: the gradient at the current mask, then the point (the evaluator's own pass but
-         * at step 0, where the gradient's forward was the unmasked model's: see hp_evaluator_keep_grad_metrics) */
+        /* ranked by gradient: the gradient at the current mask, then the point: that pass's metrics (at step 0
+         * the unmasked model's, the baseline's bits; past it a result of its own, job.grad_pass) */
         struct hp_job gj = {.study = si, .step = step, .k = -1, .layer = -1, .unit = -1, .unit2 = -1, .mask = base};
         if (by_grad && want > 0 && !all && ((st = gradient_at(c, base, &gb, &gj, err)) != HP_OK || stopping(c)))
             break;
+        point.grad_pass = by_grad && want > 0 && !all && n_pruned > 0 && !c->o->plain;
         st = run_jobs(c, &o_point, &point, 1, NULL, NULL, err);
         if (st != HP_OK || want == 0)
             break;
@@ -847,6 +862,7 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         hp_metric_parse(metric, &c.metric); /* a name from the metric table: always found */
         c.plan = plan = &eff;
         hp_evaluator_set_plain(c.ev, o->plain);
+        hp_evaluator_keep_grad_metrics(c.ev, true); /* a gradient-ranked curve's points (hp_job.grad_pass) */
     }
     if (st == HP_OK) /* before the database is touched: nothing is written for a plan refused */
         st = hp_plan_check_grad(plan, c.ev, err);
@@ -858,6 +874,7 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         st = hp_evaluator_new(c.model, c.data, &c.ev, err);
         if (st == HP_OK) {
             hp_evaluator_set_plain(c.ev, o->plain);
+            hp_evaluator_keep_grad_metrics(c.ev, true);
             st = hp_evaluator_new(c.model, c.train, &c.train_ev, err);
         }
     }

@@ -510,13 +510,26 @@ enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, enum hp_metric metric,
  * A gradient pass at the unmasked model always keeps its metrics, so that
  * hp_evaluator_run_many hands out a copy instead of running that pass again:
  * they are the same bits as the evaluator's own pass. This lets a gradient
- * pass at masked gates keep its metrics too (off by default; eval --grad
- * --mask: its forward is that variant's pass). A variant's copy equals a
- * pass of its own within float rounding, not bit for bit, so sweeps leave it
- * off: a resumed or shared sweep must store the same bits whichever process
- * evaluated a variant.
+ * pass at masked gates keep its metrics too (off by default), for
+ * hp_evaluator_grad_pass_metrics only: they equal a pass of the variant's
+ * own within float rounding, not bit for bit, so hp_evaluator_run_many never
+ * hands them out (a resumed or shared sweep must store the same bits
+ * whichever process evaluated a variant).
  */
 void hp_evaluator_keep_grad_metrics(struct hp_evaluator *ev, bool on);
+
+/*
+ * The metrics of mask under ablation as the forward of a gradient pass at
+ * those gates measures them (eval --grad --mask; a gradient-ranked curve's
+ * points, hp_job.grad_pass): those the last pass kept when it was there
+ * (hp_evaluator_keep_grad_metrics), else a gradient pass for them. Where a
+ * pass cannot keep them (an LM whose unmasked reference of the whole set
+ * does not fit in memory), the evaluator's own pass. *out: destructor
+ * hp_metrics_free.
+ */
+enum hp_status hp_evaluator_grad_pass_metrics(struct hp_evaluator *ev, const struct hp_mask *mask,
+                                              enum hp_ablation ablation, struct hp_metrics **out,
+                                              struct hp_error *err);
 
 /*
  * hp_evaluator_grad, and seq_grad (NULL, or (n_seqs, n_layers, n_heads),
@@ -739,6 +752,9 @@ struct hp_job {
     int unit2;        /* pairs: the second unit; else -1 */
     char label[96];   /* "3.2", "layer 1", "only 2.5", "k=8 #3", "1.0+1.3", a set name */
     struct hp_mask *mask;
+    /* iterative, rank gradient: a point measured by the forward of its step's gradient pass (the same gates),
+     * a result of its own: its content address is marked so, apart from any other pass of the same mask */
+    bool grad_pass;
 };
 
 struct hp_joblist {

@@ -438,7 +438,11 @@ static void check_unmasked_kept(const char *name, const char *data, enum hp_metr
     fix_close(&b);
 }
 
-/* A gradient of metric at a variant (gates g under abl) keeps that variant's metrics, KL and cosine included. */
+/*
+ * A gradient of metric at a variant (gates g under abl) keeps that variant's metrics, KL and cosine included,
+ * for hp_evaluator_grad_pass_metrics (handed over once, no pass of their own), within float rounding of the
+ * variant's own pass; hp_evaluator_run_many never takes them (its own pass, the same bits as a fresh evaluator).
+ */
 static void check_variant_kept(const char *name, const char *data, enum hp_metric metric, const float *g,
                                enum hp_ablation abl)
 {
@@ -453,7 +457,15 @@ static void check_variant_kept(const char *name, const char *data, enum hp_metri
     cr_assert_eq(hp_evaluator_run(a.ev, mk, abl, &ma, &err), HP_OK, "%s", err.msg);
     cr_assert_eq(hp_evaluator_grad(b.ev, metric, mk, abl, grad, NULL, NULL, &err), HP_OK, "%s", err.msg);
     cr_assert(b.ev->kept && b.ev->kept_gate, "%s: the gradient pass kept no metrics", name);
-    cr_assert_eq(hp_evaluator_run(b.ev, mk, abl, &mb, &err), HP_OK, "%s", err.msg);
+    struct hp_metrics *mr;
+    cr_assert_eq(hp_evaluator_run(b.ev, mk, abl, &mr, &err), HP_OK, "%s", err.msg);
+    cr_expect(mr->loss == ma->loss && mr->kl == ma->kl && mr->cos == ma->cos,
+              "%s: hp_evaluator_run took the gradient pass's metrics (loss %.17g, its own pass %.17g)", name,
+              mr->loss, ma->loss);
+    hp_metrics_free(mr);
+    struct hp_metrics *kept = b.ev->kept;
+    cr_assert_eq(hp_evaluator_grad_pass_metrics(b.ev, mk, abl, &mb, &err), HP_OK, "%s", err.msg);
+    cr_assert(mb == kept && !b.ev->kept, "%s: the kept metrics were not handed over", name);
     const double tol = 1e-6;
     cr_expect(fabs(mb->loss - ma->loss) <= tol * fmax(1, ma->loss) && fabs(mb->kl - ma->kl) <= tol * fmax(1, ma->kl) &&
                   fabs(mb->cos - ma->cos) <= tol && mb->acc == ma->acc && mb->n_tokens == ma->n_tokens,
@@ -478,6 +490,15 @@ Test(grad, a_gradient_at_a_variant_keeps_its_metrics)
     float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1}, gb[8] = {1, 0, 1, 0.5f, 1, 1, 0.25f, 1};
     check_variant_kept("gpt2-tiny", "data.npy", HP_METRIC_LOSS, g, HP_ABLATE_ZERO);
     check_variant_kept("gpt2-tiny", "data.npy", HP_METRIC_KL, g, HP_ABLATE_MEAN);
+    check_variant_kept("gpt2-tiny", "data.npy", HP_METRIC_LOSS, g, HP_ABLATE_MEAN_POS);
+    check_variant_kept("gpt2-vocab", "data.npy", HP_METRIC_LOSS, gb, HP_ABLATE_ZERO);
+    check_variant_kept("gpt2-vocab", "data.npy", HP_METRIC_KL, gb, HP_ABLATE_MEAN);
+    check_variant_kept("qwen2-bias", "data.npy", HP_METRIC_LOSS, gb, HP_ABLATE_ZERO);
+    check_variant_kept("mistral-window", "data.npy", HP_METRIC_LOSS, gb, HP_ABLATE_ZERO);
+    float gs[40];
+    for (int i = 0; i < 40; i++)
+        gs[i] = i % 7 == 3 ? 0 : i % 11 == 5 ? 0.5f : 1;
+    check_variant_kept("stories260K", "data.npy", HP_METRIC_LOSS, gs, HP_ABLATE_ZERO);
     check_variant_kept("llama-gqa", "data.npy", HP_METRIC_LOSS, g, HP_ABLATE_ZERO);
     check_variant_kept("bert-mlm", "data.jsonl", HP_METRIC_LOSS, gb, HP_ABLATE_ZERO);
     check_variant_kept("bert-cls", "data.jsonl", HP_METRIC_LOSS, gb, HP_ABLATE_ZERO);

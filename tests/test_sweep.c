@@ -856,6 +856,12 @@ Test(sweep, gradient_studies_match_independent_references)
     cr_assert_eq(count(db, "SELECT count(*) FROM gradients"), 3, "the unmasked model's gradient (shared by every "
                  "study), and the curve's at 3 and 6 heads pruned (at 9 the last step prunes all 3 left: no ranking)");
     cr_assert_eq(count(db, "SELECT count(*) FROM unit_scores WHERE study = 'iterative-grad' AND step = 4"), 0);
+    /* the points at 3 and 6 pruned are their gradient pass's forward: its loss to the last bits (a pass of
+     * their own differs at ~1e-8 here) */
+    cr_assert_eq(count(db, "SELECT count(*) FROM jobs j JOIN gradients g ON g.mask_text = j.mask_text "
+                           "WHERE j.study = 'iterative-grad' AND j.kind = 'iterative' AND j.step IN (1, 2) "
+                           "AND abs(j.loss - g.loss) <= 1e-13 * g.loss"),
+                 2, "a gradient-ranked curve's point is not its gradient pass's");
     cr_assert_eq(count(db, "SELECT count(*) FROM jobs WHERE study = 'iterative-grad' AND k = 12"), 1,
                  "the curve ends with every head pruned");
     hp_evaluator_free(ev);

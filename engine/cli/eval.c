@@ -200,11 +200,18 @@ int cmd_eval(int argc, char **argv)
         if (hp_evaluator_grad(ev, grad_metric, mask, abl, grad, atp, &grad_loss, &err) != HP_OK)
             goto out;
     }
-    /* after the gradient: at the unmasked model its forward was the unmasked pass, and is not run again */
+    /* after the gradient: its forward was this variant's pass (or the unmasked one), not run again */
     const struct hp_mask *both[2] = {mask, NULL};
     struct hp_metrics *out2[2] = {NULL, NULL};
-    if (hp_evaluator_run_many(ev, both, changed ? 2 : 1, abl, out2, &err) != HP_OK)
+    if (want_grad && changed) {
+        if (hp_evaluator_grad_pass_metrics(ev, mask, abl, &out2[0], &err) != HP_OK ||
+            hp_evaluator_run(ev, NULL, abl, &out2[1], &err) != HP_OK) {
+            hp_metrics_free(out2[0]);
+            goto out;
+        }
+    } else if (hp_evaluator_run_many(ev, both, changed ? 2 : 1, abl, out2, &err) != HP_OK) {
         goto out;
+    }
     mt = out2[0];
     base = out2[1];
     double secs = hp_now() - t0;
