@@ -2652,7 +2652,7 @@ static enum hp_status q_sql(struct q *q, const char *sql, struct hp_table **out)
     int rc = sqlite3_prepare_v2(q->db, sql, -1, &st, &tail);
     if (rc != SQLITE_OK) {
         int code = rc & 0xff;
-        if (code == SQLITE_NOTADB || code == SQLITE_BUSY || code == SQLITE_CORRUPT)
+        if (code == SQLITE_NOTADB || code == SQLITE_BUSY || code == SQLITE_CORRUPT || code == SQLITE_INTERRUPT)
             return sql_fail(q, rc);
         return hp_fail(q->err, HP_ERR_SQL, "query: %s", sqlite3_errmsg(q->db));
     }
@@ -2716,7 +2716,7 @@ static enum hp_status q_sql(struct q *q, const char *sql, struct hp_table **out)
     }
     if (s == HP_OK && rc != SQLITE_DONE) {
         int code = rc & 0xff;
-        s = code == SQLITE_BUSY || code == SQLITE_CORRUPT
+        s = code == SQLITE_BUSY || code == SQLITE_CORRUPT || code == SQLITE_INTERRUPT
                 ? sql_fail(q, rc)
                 : hp_fail(q->err, HP_ERR_SQL, "query: %s", sqlite3_errmsg(q->db));
     }
@@ -3146,7 +3146,7 @@ static enum hp_status run_compare(struct q *qa, const struct hp_query_opts *o, s
     b.q.sweep_opt = "--sweep2";
     enum hp_status s = HP_OK;
     if (!same_db) {
-        s = hp_store_open_read(db2, BUSY_TIMEOUT_MS, &b.q.db, qa->err);
+        s = hp_store_open_read(db2, BUSY_TIMEOUT_MS, o->timeout_s, &b.q.db, qa->err);
         if (s == HP_OK) {
             int rc = sqlite3_exec(b.q.db, "BEGIN", NULL, NULL, NULL);
             if (rc != SQLITE_OK)
@@ -3216,7 +3216,7 @@ enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, stru
     if (s != HP_OK)
         return s;
     struct q q = {.path = db_path, .err = err, .full_mask = o->full_mask, .cv_kept = -1, .sweep_opt = "--sweep"};
-    s = hp_store_open_read(db_path, BUSY_TIMEOUT_MS, &q.db, err);
+    s = hp_store_open_read(db_path, BUSY_TIMEOUT_MS, o->timeout_s, &q.db, err);
     if (s == HP_OK && o->kind == HP_QUERY_SQL) {
         s = run_kind(&q, o, out);
     } else if (s == HP_OK) {
@@ -3251,7 +3251,8 @@ void hp_query_reader_close(struct hp_query_reader *r)
     free(r);
 }
 
-enum hp_status hp_query_reader_open(const char *db_path, struct hp_query_reader **out, struct hp_error *err)
+enum hp_status hp_query_reader_open(const char *db_path, double seconds, struct hp_query_reader **out,
+                                    struct hp_error *err)
 {
     assert(db_path && out);
     *out = NULL;
@@ -3260,7 +3261,7 @@ enum hp_status hp_query_reader_open(const char *db_path, struct hp_query_reader 
         free(r);
         return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", db_path);
     }
-    enum hp_status s = hp_store_open_read(db_path, BUSY_TIMEOUT_MS, &r->db, err);
+    enum hp_status s = hp_store_open_read(db_path, BUSY_TIMEOUT_MS, seconds, &r->db, err);
     if (s == HP_OK) {
         int rc = sqlite3_exec(r->db, "BEGIN", NULL, NULL, NULL);
         if (rc != SQLITE_OK)

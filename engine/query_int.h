@@ -16,9 +16,10 @@
 
 struct hp_query_reader;
 
-/* Open db_path read-only (as hp_query does) and begin one read transaction.
- * Destructor: hp_query_reader_close. */
-enum hp_status hp_query_reader_open(const char *db_path, struct hp_query_reader **out, struct hp_error *err);
+/* Open db_path read-only (as hp_query does, reading for at most seconds: hp_store_open_read) and begin
+ * one read transaction. Destructor: hp_query_reader_close. */
+enum hp_status hp_query_reader_open(const char *db_path, double seconds, struct hp_query_reader **out,
+                                    struct hp_error *err);
 void hp_query_reader_close(struct hp_query_reader *r);
 
 /* hp_query's answer to o, read in r's snapshot. Destructor of *out: hp_table_free. */

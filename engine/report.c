@@ -1762,7 +1762,7 @@ enum hp_status hp_report_write(const struct hp_report_opts *o, struct hp_report_
     struct hp_text html = {0};
     struct staged *files = NULL;
     int n_files = 0;
-    s = hp_query_reader_open(o->db_path, &r.rd, err);
+    s = hp_query_reader_open(o->db_path, o->timeout_s, &r.rd, err);
     if (s == HP_OK)
         s = hp_query_run_info(r.rd, o->sweep_id, &r.info, err);
     if (s == HP_OK)

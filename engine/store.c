@@ -247,6 +247,10 @@ enum hp_status hp_store_read_fail(sqlite3 *db, const char *path, int rc, struct 
     const char *msg = sqlite3_errmsg(db);
     if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
         return hp_fail(err, HP_ERR_SQL, "%s: database is busy (another process holds a lock; try again)", path);
+    if (code == SQLITE_INTERRUPT)
+        return hp_fail(err, HP_ERR_SQL,
+                       "%s: reading stopped at its time limit (views or SQL that do not end? a hostile file? "
+                       "--timeout S allows longer; default %.0f s)", path, HP_READ_SECONDS);
     if (code == SQLITE_NOTADB)
         return hp_fail(err, HP_ERR_FORMAT, "%s: not a headprune database (not an SQLite file)", path);
     if (code == SQLITE_CORRUPT)
@@ -283,6 +287,35 @@ int hp_store_read_step(sqlite3 *db, const char *path, struct hp_error *err, sqli
     return -1;
 }
 
+/*
+ * Whether every table the schema creates (schema.sql's CREATE TABLE IF NOT
+ * EXISTS) that db holds is a table: a file can hold a view, or anything else,
+ * by that name (whose rows might never end), and CREATE TABLE IF NOT EXISTS
+ * keeps it. SQLITE_OK with what[0] = 0, or with the name and what it is.
+ */
+static int schema_tables_are_tables(sqlite3 *db, char name[64], char what[16])
+{
+    static const char mark[] = "CREATE TABLE IF NOT EXISTS ";
+    name[0] = what[0] = 0;
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, "SELECT type FROM sqlite_master WHERE name = ?1 COLLATE NOCASE AND type != 'table'",
+                                -1, &st, NULL);
+    for (const char *p = schema_sql; rc == SQLITE_OK && (p = strstr(p, mark)) != NULL && !what[0];) {
+        p += sizeof mark - 1;
+        const size_t n = strcspn(p, "( \n");
+        snprintf(name, 64, "%.*s", (int)(n < 63 ? n : 63), p);
+        sqlite3_reset(st);
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+        int r = sqlite3_step(st);
+        if (r == SQLITE_ROW)
+            snprintf(what, 16, "%s", (const char *)sqlite3_column_text(st, 0));
+        else if (r != SQLITE_DONE)
+            rc = r;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
 /* The reader's settings, then: a headprune database of a schema this version reads. */
 static enum hp_status check_read(sqlite3 *db, const char *path, int busy_ms, struct hp_error *err)
 {
@@ -310,6 +343,12 @@ static enum hp_status check_read(sqlite3 *db, const char *path, int busy_ms, str
                        "`headprune run` has written to it)", path);
     if (!has_meta)
         return hp_fail(err, HP_ERR_FORMAT, "%s: not a headprune database (no meta table)", path);
+    char name[64], what[16];
+    int rc2 = schema_tables_are_tables(db, name, what);
+    if (rc2 != SQLITE_OK)
+        return hp_store_read_fail(db, path, rc2, err);
+    if (what[0])
+        return hp_fail(err, HP_ERR_FORMAT, "%s: not a headprune database (%s is a %s, not a table)", path, name, what);
 
     if ((s = read_prep(db, path, err, &st, "SELECT value FROM meta WHERE key = 'schema_version'")) != HP_OK)
         return s;
@@ -337,12 +376,41 @@ static enum hp_status check_read(sqlite3 *db, const char *path, int busy_ms, str
     return HP_OK;
 }
 
-enum hp_status hp_store_open_read(const char *path, int busy_ms, sqlite3 **db_out, struct hp_error *err)
+/* A reader's deadline (hp_now() seconds): the progress handler's, freed with the connection. */
+static void deadline_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc, (void)argv;
+    sqlite3_result_double(ctx, *(const double *)sqlite3_user_data(ctx) - hp_now());
+}
+
+static int past_deadline(void *deadline)
+{
+    return hp_now() > *(const double *)deadline;
+}
+
+/* Interrupt db's statements once seconds have passed: a progress handler whose deadline lives as long
+ * as db (the user data of a function, hp_read_seconds_left(), which SQLite frees when db closes). */
+static int limit_time(sqlite3 *db, double seconds)
+{
+    double *deadline = malloc(sizeof *deadline);
+    if (!deadline)
+        return SQLITE_NOMEM;
+    *deadline = hp_now() + (seconds > 0 ? seconds : HP_READ_SECONDS);
+    int rc = sqlite3_create_function_v2(db, "hp_read_seconds_left", 0, SQLITE_UTF8, deadline, deadline_fn, NULL,
+                                        NULL, free);
+    if (rc == SQLITE_OK)
+        sqlite3_progress_handler(db, 10000, past_deadline, deadline);
+    return rc; /* on failure SQLite has already called free */
+}
+
+enum hp_status hp_store_open_read(const char *path, int busy_ms, double seconds, sqlite3 **db_out,
+                                  struct hp_error *err)
 {
     enum hp_status s = hp_store_db_open(path, false, db_out, err);
     if (s != HP_OK)
         return s;
-    s = check_read(*db_out, path, busy_ms, err);
+    int rc = limit_time(*db_out, seconds);
+    s = rc == SQLITE_OK ? check_read(*db_out, path, busy_ms, err) : hp_store_read_fail(*db_out, path, rc, err);
     if (s != HP_OK) {
         sqlite3_close(*db_out);
         *db_out = NULL;
@@ -423,6 +491,12 @@ enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_
         if (rc == SQLITE_OK && version > HP_SCHEMA_VERSION) {
             st = hp_fail(err, HP_ERR_SQL, "%s: written by a newer headprune (schema %lld; this one reads %d): upgrade headprune",
                          path, (long long)version, HP_SCHEMA_VERSION);
+            hp_store_close(s);
+            return st;
+        }
+        char name[64], what[16];
+        if (rc == SQLITE_OK && (rc = schema_tables_are_tables(db, name, what)) == SQLITE_OK && what[0]) {
+            st = hp_fail(err, HP_ERR_SQL, "%s: not a headprune database (%s is a %s, not a table)", path, name, what);
             hp_store_close(s);
             return st;
         }
@@ -1385,7 +1459,7 @@ enum hp_status hp_store_step_mask(const char *db_path, int64_t sweep_id, const c
 {
     *mask = *model_path = *model_digest = NULL;
     sqlite3 *db;
-    enum hp_status s = hp_store_open_read(db_path, 5000, &db, err);
+    enum hp_status s = hp_store_open_read(db_path, 5000, 0, &db, err);
     if (s != HP_OK)
         return s;
     sqlite3_stmt *st = NULL;

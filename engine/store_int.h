@@ -39,10 +39,16 @@ bool hp_store_ro_uri(const char *path, char *buf, size_t size);
  * Open a results database to read (queries): hp_store_db_open read-only, a
  * busy timeout of busy_ms (a sweep may be writing), PRAGMA query_only, no
  * attached databases, and the schema checked: an empty file, a foreign one or
- * one written by a newer headprune is an error saying so. *db is NULL on
- * failure. Destructor: sqlite3_close.
+ * one written by a newer headprune is an error saying so. Reading stops with
+ * an error once `seconds` have passed since the opening (<= 0:
+ * HP_READ_SECONDS): a hostile file's views, or SQL, that would run for ever.
+ * *db is NULL on failure. Destructor: sqlite3_close.
  */
-enum hp_status hp_store_open_read(const char *path, int busy_ms, struct sqlite3 **db, struct hp_error *err);
+enum hp_status hp_store_open_read(const char *path, int busy_ms, double seconds, struct sqlite3 **db,
+                                  struct hp_error *err);
+
+/* A reader's time limit when none is given: long enough for any real sweep's queries. */
+#define HP_READ_SECONDS 600.0
 
 /* A reader's SQLite failure (rc) on db as one line naming the database: busy,
  * not a database, corrupt, unreadable without writing beside it, ... */

@@ -979,6 +979,8 @@ struct hp_query_opts {
     int64_t sweep_id2;  /* 0 = the newest sweep of B's database */
     const char *study2; /* NULL = study */
     bool by_layer;      /* one row per layer instead of per unit */
+    double timeout_s;   /* reading stops with an error after this long (a hostile file's views; runaway
+                         * SQL); <= 0: 600 s */
 };
 
 /* Destructor of *out: hp_table_free. Opens the database read-only. */
@@ -995,6 +997,7 @@ struct hp_report_opts {
                           * figure as its own SVG file, <figure id>.svg */
     double eps;          /* redundancy: a unit whose effect is below eps counts as redundant, as
                           * `query redundancy --eps` (0.01 there by default) */
+    double timeout_s;    /* reading the database stops with an error after this long; <= 0: 600 s */
 };
 
 struct hp_report_summary {

@@ -320,6 +320,14 @@ Test(cli, run_then_query_every_kind_and_format)
     cr_assert(strstr(out, "18"), "%s", out);
     snprintf(a, sizeof a, "query sql --db %s/q.db \"DELETE FROM results\"", tmp);
     cr_assert_eq(hp(a), 1, "a write was not refused");
+    /* SQL that never ends stops at --timeout, in one line */
+    snprintf(a, sizeof a, "query sql --db %s/q.db --timeout 1 \"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL "
+             "SELECT x + 1 FROM c) SELECT count(*) FROM c\"", tmp);
+    time_t t0 = time(NULL);
+    cr_assert_eq(hp(a), 1, "%s", errs);
+    cr_assert_lt(time(NULL) - t0, 5);
+    cr_assert(strstr(errs, "q.db: reading stopped at its time limit") && strchr(errs, '\n') == errs + strlen(errs) - 1,
+              "%s", errs);
     /* the run started with a relative plan path: the database names the files absolutely */
     snprintf(a, sizeof a, "query --db %s/q.db --format csv sql \"SELECT (SELECT path FROM models) || ' ' || "
              "(SELECT path FROM datasets) || ' ' || (SELECT path FROM plans)\"", tmp);
@@ -815,6 +823,11 @@ Test(cli, numbers_on_the_command_line_are_parsed_strictly)
                          "query redundancy --db x.db --eps ''",
                          "query redundancy --db x.db --eps nan",
                          "query redundancy --db x.db --eps 1e999",
+                         "query heads --db x.db --timeout 0",
+                         "query heads --db x.db --timeout -5",
+                         "query heads --db x.db --timeout soon",
+                         "report --db x.db --out x.html --timeout 0",
+                         "report --db x.db --out x.html --timeout nan",
                          "eval --model " STORIES " --data " STORIES "/data.npy --seq-len 4294967424",
                          "eval --model " STORIES " --data " STORIES "/data.npy --threads -1"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

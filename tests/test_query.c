@@ -1384,7 +1384,7 @@ static struct hp_query_reader *reader(void)
 {
     struct hp_query_reader *rd = NULL;
     struct hp_error err = {{0}};
-    cr_assert_eq(hp_query_reader_open(g_db, &rd, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_query_reader_open(g_db, 0, &rd, &err), HP_OK, "%s", err.msg);
     return rd;
 }
 
@@ -1681,6 +1681,45 @@ Test(query, a_runaway_sql_result_stops_with_a_message)
     expect_fail(&o, g_db, HP_ERR_ARG, "result rows (add a LIMIT");
     o.sql = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x, zeroblob(100000) FROM c";
     expect_fail(&o, g_db, HP_ERR_ARG, "MB (add a LIMIT");
+}
+
+/* SQL that would run for ever (one row at the end of an endless count) stops at the time limit, in bounded time */
+Test(query, sql_that_never_ends_stops_at_the_time_limit)
+{
+    build();
+    struct hp_query_opts o = opts(HP_QUERY_SQL);
+    o.sql = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c";
+    o.timeout_s = 1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    expect_fail(&o, g_db, HP_ERR_SQL, "reading stopped at its time limit");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    cr_expect(secs >= 0.9 && secs < 5, "stopped after %.2f s with a limit of 1 s", secs);
+}
+
+/*
+ * A hostile file: a table of the schema replaced by a view whose rows never
+ * end (the built-in queries read the tables). Refused at opening, naming the
+ * table, before any query runs; and were it not, the time limit would stop it.
+ */
+Test(query, a_table_that_is_a_view_is_refused)
+{
+    build();
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "PRAGMA foreign_keys = OFF; ALTER TABLE sweep_jobs RENAME TO sweep_jobs_real;"
+             "CREATE VIEW sweep_jobs AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+             "SELECT s.* FROM sweep_jobs_real s, c WHERE c.x < 0");
+    sqlite3_close(db);
+    const enum hp_query_kind kinds[] = {HP_QUERY_SWEEPS, HP_QUERY_CURVE, HP_QUERY_HEADS, HP_QUERY_SQL};
+    for (int i = 0; i < 4; i++) {
+        struct hp_query_opts o = opts(kinds[i]);
+        o.sql = "SELECT count(*) FROM sweep_jobs";
+        time_t t0 = time(NULL);
+        expect_fail(&o, g_db, HP_ERR_FORMAT, "not a headprune database (sweep_jobs is a view, not a table)");
+        cr_assert_lt(time(NULL) - t0, 5);
+    }
 }
 
 Test(query, a_database_being_created_has_no_results_yet)

@@ -12,7 +12,7 @@
 static const char query_help[] =
     "Usage: headprune query KIND --db FILE [--sweep ID] [--format table|csv|json|matrix]\n"
     "                       [--metric loss|kl|acc|cos] [--study NAME] [--top K] [--eps E]\n"
-    "                       [--full-mask] [--gates] [SQL]\n"
+    "                       [--full-mask] [--gates] [--timeout S] [SQL]\n"
     "       headprune query compare --db FILE [--sweep ID] [--db2 FILE] [--sweep2 ID]\n"
     "                       [--study NAME] [--study2 NAME] [--by head|layer] [--top K] ...\n"
     "\n"
@@ -80,14 +80,17 @@ static const char query_help[] =
     "               (tables, columns and views: docs/database.md)\n"
     "\n"
     "Formats: table (aligned, after a # line that states the sweep, the study and\n"
-    "the sign convention), csv, json (an array of objects), matrix (heads only).\n";
+    "the sign convention), csv, json (an array of objects), matrix (heads only).\n"
+    "\n"
+    "--timeout S: reading stops with an error after S seconds (default 600): a\n"
+    "database whose views, or SQL, would never end cannot hang the command.\n";
 
 static const char kinds_list[] =
     "sweeps, curve, heads, sets, compare, redundancy, pairs, importance, attribution, roles, gates or sql";
 
 int cmd_query(int argc, char **argv)
 {
-    enum { O_DB2 = 256, O_SWEEP2, O_STUDY, O_STUDY2, O_BY, O_GATES };
+    enum { O_DB2 = 256, O_SWEEP2, O_STUDY, O_STUDY2, O_BY, O_GATES, O_TIMEOUT };
     static const struct option opts[] = {
         {"db", required_argument, 0, 'd'},        {"sweep", required_argument, 0, 's'},
         {"format", required_argument, 0, 'f'},    {"metric", required_argument, 0, 'm'},
@@ -95,7 +98,7 @@ int cmd_query(int argc, char **argv)
         {"full-mask", no_argument, 0, 'M'},       {"study", required_argument, 0, O_STUDY},
         {"db2", required_argument, 0, O_DB2},     {"sweep2", required_argument, 0, O_SWEEP2},
         {"study2", required_argument, 0, O_STUDY2}, {"by", required_argument, 0, O_BY},
-        {"gates", no_argument, 0, O_GATES},
+        {"gates", no_argument, 0, O_GATES},       {"timeout", required_argument, 0, O_TIMEOUT},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs(query_help, stdout);
@@ -146,6 +149,10 @@ int cmd_query(int argc, char **argv)
         case 'e':
             if (!parse_double(optarg, 0.0, &q.eps))
                 return usage_error("query", "--eps must be a non-negative number");
+            break;
+        case O_TIMEOUT:
+            if (!parse_double(optarg, 0.0, &q.timeout_s) || q.timeout_s <= 0)
+                return usage_error("query", "--timeout must be a positive number of seconds");
             break;
         case O_STUDY:
         case O_STUDY2:

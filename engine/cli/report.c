@@ -12,6 +12,7 @@
 
 static const char report_help[] =
     "Usage: headprune report --db FILE [--sweep ID] --out REPORT.html [--svg DIR] [--eps E]\n"
+    "                        [--timeout S]\n"
     "\n"
     "Write a sweep of a results database (opened read-only) as one HTML file that\n"
     "needs nothing else: open it in any browser, offline, or mail it. It loads\n"
@@ -52,6 +53,8 @@ static const char report_help[] =
     "                  pairs-layer<L>.svg, roles.svg), for papers; DIR is made\n"
     "                  if missing\n"
     "  --eps E         redundancy threshold, as `query redundancy --eps`\n"
+    "  --timeout S     reading the database stops with an error after S seconds\n"
+    "                  (default 600): a hostile file cannot hang the report\n"
     "\n"
     "Prints the report's path. A database that is missing, damaged or not\n"
     "headprune's, an unknown sweep, or an output that cannot be written is one\n"
@@ -62,13 +65,14 @@ int cmd_report(int argc, char **argv)
     static const struct option opts[] = {
         {"db", required_argument, 0, 'd'},  {"sweep", required_argument, 0, 's'},
         {"out", required_argument, 0, 'o'}, {"svg", required_argument, 0, 'g'},
-        {"eps", required_argument, 0, 'e'}, {"help", no_argument, 0, 'h'},
+        {"eps", required_argument, 0, 'e'}, {"timeout", required_argument, 0, 't'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     struct hp_report_opts o = {.eps = 0.01};
     int c;
     optind = 1;
     opterr = 0; /* our one line says what is wrong; getopt's own would be a second */
-    while ((c = getopt_long(argc, argv, ":d:s:o:g:e:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":d:s:o:g:e:t:h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': o.db_path = optarg; break;
         case 's': {
@@ -83,6 +87,10 @@ int cmd_report(int argc, char **argv)
         case 'e':
             if (!parse_double(optarg, 0.0, &o.eps))
                 return usage_error("report", "--eps must be a non-negative number");
+            break;
+        case 't':
+            if (!parse_double(optarg, 0.0, &o.timeout_s) || o.timeout_s <= 0)
+                return usage_error("report", "--timeout must be a positive number of seconds");
             break;
         case 'h': fputs(report_help, stdout); return 0;
         default: return option_error("report", c, argv);
