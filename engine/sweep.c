@@ -559,7 +559,7 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
         struct hp_job gj = {.study = si, .step = step, .k = -1, .layer = -1, .unit = -1, .unit2 = -1, .mask = base};
         if (by_grad && want > 0 && !all && ((st = gradient_at(c, base, &gb, &gj, err)) != HP_OK || stopping(c)))
             break;
-        point.grad_pass = by_grad && want > 0 && !all && n_pruned > 0 && !c->o->plain;
+        point.grad_pass = by_grad && want > 0 && !all && n_pruned > 0; /* --plain: its own whole pass */
         st = run_jobs(c, &o_point, &point, 1, NULL, NULL, err);
         if (st != HP_OK || want == 0)
             break;

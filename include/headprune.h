@@ -524,8 +524,8 @@ void hp_evaluator_keep_grad_metrics(struct hp_evaluator *ev, bool on);
  * points, hp_job.grad_pass): those the last pass kept when it was there
  * (hp_evaluator_keep_grad_metrics), else a gradient pass for them. Where a
  * pass cannot keep them (an LM whose unmasked reference of the whole set
- * does not fit in memory), the evaluator's own pass. *out: destructor
- * hp_metrics_free.
+ * does not fit in memory), and on the plain path (hp_evaluator_set_plain),
+ * the evaluator's own pass. *out: destructor hp_metrics_free.
  */
 enum hp_status hp_evaluator_grad_pass_metrics(struct hp_evaluator *ev, const struct hp_mask *mask,
                                               enum hp_ablation ablation, struct hp_metrics **out,
