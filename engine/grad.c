@@ -519,7 +519,8 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     const bool have_ref = ev->grad_ref || ev->grad_ref_emb;
     /* the unmasked model's are always kept: they are the bits the reuse path measures (test_grad), so a sweep's
      * baseline is the same whether this pass or its own measured it; a variant's equal its own pass only
-     * within float rounding, and are kept only when asked (hp_evaluator_keep_grad_metrics) */
+     * within float rounding, and are kept only when asked (hp_evaluator_keep_grad_metrics), for
+     * hp_evaluator_grad_pass_metrics alone */
     if (!ev->plain && (!hg.masked || (ev->keep_grad_metrics && (metric != HP_METRIC_LOSS || have_ref))))
         hg.mt = hp_eval_metrics_new(ev); /* NULL (out of memory): the metrics are simply not kept */
     hg.ref = metric != HP_METRIC_LOSS || (hg.mt && hg.masked);
