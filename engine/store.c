@@ -81,6 +81,20 @@ static int prep(struct hp_store *s, const char *sql, sqlite3_stmt **st)
     return sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
 }
 
+/* How a result was made, in the seven columns from i on: wall_s, engine_version, numeric_version, host,
+ * threads, kernel, created (every result table ends with them). */
+static void bind_provenance(const struct hp_store *s, sqlite3_stmt *st, int i, double wall_s, int threads,
+                            const char *kernel, const char *now)
+{
+    sqlite3_bind_double(st, i, wall_s);
+    sqlite3_bind_text(st, i + 1, HP_VERSION, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, i + 2, HP_NUMERIC_VERSION);
+    sqlite3_bind_text(st, i + 3, s->host, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, i + 4, threads);
+    sqlite3_bind_text(st, i + 5, kernel, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, i + 6, now, -1, SQLITE_TRANSIENT);
+}
+
 /* Mark sweep_id as written now (within the caller's transaction): `query sweeps` shows when. */
 static int touch_sweep(struct hp_store *s, int64_t sweep_id)
 {
@@ -727,13 +741,7 @@ static int insert_variant(struct hp_store *s, const struct hp_store_job *j, cons
     bind_metric(st, 6, mt->has_cos, mt->cos);
     sqlite3_bind_int64(st, 7, mt->n_tokens);
     sqlite3_bind_int(st, 8, mt->n_seqs);
-    sqlite3_bind_double(st, 9, wall_s);
-    sqlite3_bind_text(st, 10, HP_VERSION, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 11, HP_NUMERIC_VERSION);
-    sqlite3_bind_text(st, 12, s->host, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 13, threads);
-    sqlite3_bind_text(st, 14, kernel, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 15, now, -1, SQLITE_TRANSIENT);
+    bind_provenance(s, st, 9, wall_s, threads, kernel, now);
     if ((rc = step_done(st)) != SQLITE_OK)
         return rc;
 
@@ -1120,13 +1128,7 @@ enum hp_status hp_store_put_grad(struct hp_store *s, const struct hp_store_grad 
         sqlite3_bind_blob64(st, 10, g->grad, hh * sizeof(double), SQLITE_STATIC);
         sqlite3_bind_blob64(st, 11, g->atp, hh * sizeof(double), SQLITE_STATIC);
         sqlite3_bind_blob64(st, 12, g->seq_grad, ns * sizeof(double), SQLITE_STATIC);
-        sqlite3_bind_double(st, 13, wall_s);
-        sqlite3_bind_text(st, 14, HP_VERSION, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 15, HP_NUMERIC_VERSION);
-        sqlite3_bind_text(st, 16, s->host, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 17, threads);
-        sqlite3_bind_text(st, 18, kernel, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 19, now, -1, SQLITE_TRANSIENT);
+        bind_provenance(s, st, 13, wall_s, threads, kernel, now);
         rc = step_done(st);
     }
     return rc == SQLITE_OK ? HP_OK : sql_fail(s, rc, "writing a gradient", err);
@@ -1216,13 +1218,7 @@ static int insert_roles(struct hp_store *s, const struct hp_store_roles *in, dou
     sqlite3_bind_int64(st, 10, r->n_duplicate);
     sqlite3_bind_int64(st, 11, r->n_first);
     sqlite3_bind_int64(st, 12, r->n_induction);
-    sqlite3_bind_double(st, 13, wall_s);
-    sqlite3_bind_text(st, 14, HP_VERSION, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 15, HP_NUMERIC_VERSION);
-    sqlite3_bind_text(st, 16, s->host, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 17, threads);
-    sqlite3_bind_text(st, 18, kernel, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 19, now, -1, SQLITE_TRANSIENT);
+    bind_provenance(s, st, 13, wall_s, threads, kernel, now);
     if ((rc = step_done(st)) != SQLITE_OK)
         return rc;
     const int64_t run = sqlite3_last_insert_rowid(s->db);
@@ -1388,13 +1384,7 @@ enum hp_status hp_store_put_gate_run(struct hp_store *s, const struct hp_store_g
             sqlite3_bind_int(st, 23, r->n_kept);
         else
             sqlite3_bind_null(st, 23);
-        sqlite3_bind_double(st, 24, r->wall_s);
-        sqlite3_bind_text(st, 25, HP_VERSION, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 26, HP_NUMERIC_VERSION);
-        sqlite3_bind_text(st, 27, s->host, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 28, threads);
-        sqlite3_bind_text(st, 29, kernel, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 30, now, -1, SQLITE_TRANSIENT);
+        bind_provenance(s, st, 24, r->wall_s, threads, kernel, now);
         rc = step_done(st);
         st = NULL;
     }
