@@ -33,29 +33,12 @@ static void teardown(void)
 
 TestSuite(cli, .init = setup, .fini = teardown);
 
-static void read_all(const char *path, char *buf, size_t n)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert(f);
-    size_t r = fread(buf, 1, n - 1, f);
-    buf[r] = 0;
-    fclose(f);
-}
-
-/* Run headprune with args (a shell fragment); returns its exit status. */
+/* Run headprune with args (a shell fragment) from the repository's root; its exit status. */
 static int hp(const char *args)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cd %s/.. && %s %s >%s/out 2>%s/err </dev/null", getenv("HP_TESTS"),
-             getenv("HP_HEADPRUNE"), args, tmp, tmp);
-    int st = system(cmd);
-    char p[128];
-    snprintf(p, sizeof p, "%s/out", tmp);
-    read_all(p, out, sizeof out);
-    snprintf(p, sizeof p, "%s/err", tmp);
-    read_all(p, errs, sizeof errs);
-    cr_assert(WIFEXITED(st), "headprune did not exit normally (signal?) for: %s", args);
-    return WEXITSTATUS(st);
+    int rc = tu_headprune(NULL, args, tmp, out, sizeof out, errs, sizeof errs);
+    cr_assert_lt(rc, 128, "headprune did not exit normally (signal?) for: %s", args);
+    return rc;
 }
 
 static void write_file(const char *name, const char *text)
@@ -852,7 +835,7 @@ Test(cli, db_names_are_files_not_uris)
     int st = system(cmd);
     char p[160];
     snprintf(p, sizeof p, "%s/err", tmp);
-    read_all(p, errs, sizeof errs);
+    tu_read_into(p, errs, sizeof errs);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", errs);
     snprintf(p, sizeof p, "%s/:memory:", tmp);
     cr_assert_eq(access(p, F_OK), 0, "no file ':memory:'");
@@ -902,7 +885,7 @@ Test(cli, a_file_size_limit_fails_like_a_full_disk)
     }
     int st;
     cr_assert_eq(waitpid(pid, &st, 0), pid);
-    read_all(err_path, errs, sizeof errs);
+    tu_read_into(err_path, errs, sizeof errs);
     cr_assert(WIFEXITED(st), "killed by signal %d (SIGXFSZ is %d)", WIFSIGNALED(st) ? WTERMSIG(st) : 0, SIGXFSZ);
     cr_assert_eq(WEXITSTATUS(st), 1, "exit %d: %s", WEXITSTATUS(st), errs);
     cr_assert(strstr(errs, "fs.db") && strstr(errs, "disk full"), "%s", errs);

@@ -438,17 +438,7 @@ static char g_err[8192];
 /* headprune ARGS (cwd: tmp), stderr into g_err; the exit status (128 + signal when killed). */
 static int hp(const char *args)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cd %s && %s %s >/dev/null 2>%s/err </dev/null", tmp, getenv("HP_HEADPRUNE"), args, tmp);
-    int st = system(cmd);
-    char p[256];
-    snprintf(p, sizeof p, "%s/err", tmp);
-    FILE *f = fopen(p, "r");
-    size_t n = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
-    g_err[n] = 0;
-    if (f)
-        fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return tu_headprune(tmp, args, tmp, NULL, 0, g_err, sizeof g_err);
 }
 
 /* `run` of plan text fails with exit 1 and one line on stderr naming the plan file and saying words. */

@@ -693,25 +693,12 @@ static char cli_out[1 << 16], cli_err[1 << 14];
 /* headprune with args from the repository root: exit status, stdout and stderr into the buffers above */
 static int hp(const char *args)
 {
-    char dir[] = "/tmp/hp_grad_XXXXXX", cmd[4096], p[128];
-    cr_assert(mkdtemp(dir));
-    snprintf(cmd, sizeof cmd, "cd %s/.. && %s %s >%s/out 2>%s/err </dev/null", getenv("HP_TESTS"),
-             getenv("HP_HEADPRUNE"), args, dir, dir);
-    int st = system(cmd);
-    char *bufs[2] = {cli_out, cli_err};
-    size_t sizes[2] = {sizeof cli_out, sizeof cli_err};
-    for (int k = 0; k < 2; k++) {
-        snprintf(p, sizeof p, "%s/%s", dir, k ? "err" : "out");
-        FILE *fp = fopen(p, "rb");
-        cr_assert(fp);
-        size_t r = fread(bufs[k], 1, sizes[k] - 1, fp);
-        bufs[k][r] = 0;
-        fclose(fp);
-        remove(p);
-    }
-    rmdir(dir);
-    cr_assert(WIFEXITED(st), "headprune did not exit normally for: %s", args);
-    return WEXITSTATUS(st);
+    char dir[64];
+    tu_mkdtemp(dir, sizeof dir, "grad");
+    int rc = tu_headprune(NULL, args, dir, cli_out, sizeof cli_out, cli_err, sizeof cli_err);
+    tu_rmrf(dir);
+    cr_assert_lt(rc, 128, "headprune did not exit normally for: %s", args);
+    return rc;
 }
 
 #define GPT2 "tests/fixtures/gpt2-tiny"

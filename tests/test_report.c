@@ -70,31 +70,12 @@ TestSuite(report, .init = setup, .fini = teardown, .timeout = 300);
 
 // --- running headprune --------------------------------------------------------------
 
-static void read_all(const char *p, char *buf, size_t n)
-{
-    buf[0] = '\0';
-    FILE *f = fopen(p, "rb");
-    if (!f)
-        return;
-    size_t k = fread(buf, 1, n - 1, f);
-    buf[k] = '\0';
-    fclose(f);
-}
-
 // Run `headprune ARGS` from the repository's root (a shell line: ARGS are this file's own); its exit status.
 static int hp(const char *args)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cd %s/.. && %s %s >%s/out 2>%s/err </dev/null", getenv("HP_TESTS"),
-             getenv("HP_HEADPRUNE"), args, tmp, tmp);
-    int st = system(cmd);
-    char p[128];
-    snprintf(p, sizeof p, "%s/out", tmp);
-    read_all(p, out, sizeof out);
-    snprintf(p, sizeof p, "%s/err", tmp);
-    read_all(p, errs, sizeof errs);
-    cr_assert(WIFEXITED(st), "headprune did not exit normally for: %s", args);
-    return WEXITSTATUS(st);
+    int rc = tu_headprune(NULL, args, tmp, out, sizeof out, errs, sizeof errs);
+    cr_assert_lt(rc, 128, "headprune did not exit normally for: %s", args);
+    return rc;
 }
 
 // A sweep of tests/plans/<plan> into db.
@@ -1138,7 +1119,7 @@ Test(report, a_full_disk_leaves_the_old_report_whole)
     int st = system(cmd);
     char p[160];
     snprintf(p, sizeof p, "%s/err", tmp);
-    read_all(p, errs, sizeof errs);
+    tu_read_into(p, errs, sizeof errs);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d, stderr: %s", st, errs);
     cr_assert(strstr(errs, "nothing was written"), "stderr: %s", errs);
     char *nl = strchr(errs, '\n');

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "headprune.h"
 
@@ -32,6 +33,44 @@ static inline void tu_spit(const char *path, const void *p, size_t n)
     cr_assert(f, "cannot write %s", path);
     cr_assert(fwrite(p, 1, n, f) == n);
     fclose(f);
+}
+
+/* The first n - 1 bytes of file path into buf, NUL-terminated ("" when it cannot be read). */
+static inline void tu_read_into(const char *path, char *buf, size_t n)
+{
+    buf[0] = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return;
+    size_t r = fread(buf, 1, n - 1, f);
+    buf[r] = 0;
+    fclose(f);
+}
+
+/*
+ * Run `headprune ARGS` (HP_HEADPRUNE; args a shell fragment) in folder cwd
+ * (NULL: the repository's root), stdin from /dev/null, its stdout and stderr
+ * through files in folder scratch into out and err (NULL: not kept), n_out
+ * and n_err bytes at most, NUL-terminated. Its exit status, or 128 + the
+ * signal that ended it.
+ */
+static inline int tu_headprune(const char *cwd, const char *args, const char *scratch, char *out, size_t n_out,
+                               char *err, size_t n_err)
+{
+    char cmd[8192], root[1024], p[1024];
+    snprintf(root, sizeof root, "%s/..", getenv("HP_TESTS"));
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s/out' 2>'%s/err' </dev/null", cwd ? cwd : root,
+             getenv("HP_HEADPRUNE"), args, scratch, scratch);
+    int st = system(cmd);
+    if (out) {
+        snprintf(p, sizeof p, "%s/out", scratch);
+        tu_read_into(p, out, n_out);
+    }
+    if (err) {
+        snprintf(p, sizeof p, "%s/err", scratch);
+        tu_read_into(p, err, n_err);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 /* A fresh folder /tmp/hp_<tag>_XXXXXX into dir (at least 64 bytes). */
