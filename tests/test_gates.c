@@ -320,8 +320,6 @@ static enum hp_status sweep(const char *plan, const char *db, int threads, struc
 /* What a gates sweep's results are, bit for bit: the runs' states and gates, the sweep's lambdas, every variant. */
 static char *dump(const char *db)
 {
-    sqlite3 *h;
-    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     const char *queries[] = {
         "SELECT key, metric, lambda, steps, step, printf('%.17g %.17g %.17g', objective, value, penalty), hex(log_alpha), "
         "hex(adam_m), hex(adam_v), hex(rng), n_kept, train_digest, train_seqs FROM gate_runs ORDER BY key",
@@ -335,39 +333,12 @@ static char *dump(const char *db)
         "SELECT s.key, j.ord, j.study, j.kind, j.label, j.step, j.k, v.key FROM sweep_jobs j JOIN sweeps s ON "
         "s.id = j.sweep_id JOIN variants v ON v.id = j.variant_id ORDER BY s.key, j.ord",
     };
-    size_t cap = 1 << 16, len = 0;
-    char *out = malloc(cap);
-    out[0] = 0;
-    for (size_t q = 0; q < sizeof queries / sizeof *queries; q++) {
-        sqlite3_stmt *st;
-        cr_assert_eq(sqlite3_prepare_v2(h, queries[q], -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
-        while (sqlite3_step(st) == SQLITE_ROW)
-            for (int c = 0; c < sqlite3_column_count(st); c++) {
-                const char *v = (const char *)sqlite3_column_text(st, c);
-                size_t n = strlen(v ? v : "NULL") + 2;
-                while (len + n + 1 > cap)
-                    out = realloc(out, cap *= 2);
-                len += (size_t)sprintf(out + len, "%s%c", v ? v : "NULL", c + 1 < sqlite3_column_count(st) ? '|' : '\n');
-            }
-        sqlite3_finalize(st);
-    }
-    sqlite3_close(h);
-    return out;
+    return tu_rows(db, queries, sizeof queries / sizeof *queries);
 }
 
 static void assert_same(const char *a, const char *b)
 {
-    char *x = dump(a), *y = dump(b);
-    if (strcmp(x, y) != 0) {
-        size_t i = 0;
-        while (x[i] && x[i] == y[i])
-            i++;
-        size_t s = i > 200 ? i - 200 : 0;
-        cr_log_error("first difference at byte %zu:\n--- %s\n%.400s\n--- %s\n%.400s", i, a, x + s, b, y + s);
-        cr_assert_fail("%s and %s hold different results", a, b);
-    }
-    free(x);
-    free(y);
+    tu_assert_same_text(a, dump(a), b, dump(b));
 }
 
 static long long one_int(const char *db, const char *q)

@@ -243,8 +243,6 @@ Test(slurm, default_db_is_results_plan_name_in_the_working_folder)
 /* A canonical text dump of a results database (as tests/test_sweep.c's). */
 static char *dump(const char *db)
 {
-    sqlite3 *h;
-    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", db);
     const char *queries[] = {
         "SELECT key, mask_text, n_ablated, ablation FROM variants ORDER BY key",
         "SELECT v.key, printf('%.17g %.17g %.17g %.17g', r.loss, r.ppl, r.acc, r.kl), r.n_tokens, r.n_seqs "
@@ -258,25 +256,7 @@ static char *dump(const char *db)
         "FROM unit_scores u JOIN sweeps s ON s.id = u.sweep_id JOIN gradients g ON g.id = u.gradient_id "
         "ORDER BY s.key, u.study, u.step, u.layer, u.unit",
     };
-    size_t cap = 1 << 20, len = 0;
-    char *text = malloc(cap);
-    text[0] = 0;
-    for (size_t q = 0; q < sizeof queries / sizeof *queries; q++) {
-        sqlite3_stmt *st;
-        cr_assert_eq(sqlite3_prepare_v2(h, queries[q], -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
-        while (sqlite3_step(st) == SQLITE_ROW)
-            for (int c = 0; c < sqlite3_column_count(st); c++) {
-                const char *v = (const char *)sqlite3_column_text(st, c);
-                size_t n = strlen(v ? v : "NULL") + 2;
-                while (len + n + 1 > cap)
-                    text = realloc(text, cap *= 2);
-                len += (size_t)sprintf(text + len, "%s%c", v ? v : "NULL",
-                                       c + 1 < sqlite3_column_count(st) ? '|' : '\n');
-            }
-        sqlite3_finalize(st);
-    }
-    sqlite3_close(h);
-    return text;
+    return tu_rows(db, queries, sizeof queries / sizeof *queries);
 }
 
 static long count_results(const char *db)

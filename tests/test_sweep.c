@@ -94,29 +94,6 @@ static void path(char *out, size_t n, const char *name)
     snprintf(out, n, "%s/%s", tmp, name);
 }
 
-/* The rows of query q on db, one line each, columns joined by '|'. */
-static char *rows_of(const char *db, const char *q)
-{
-    sqlite3 *h;
-    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
-    size_t cap = 1 << 16, len = 0;
-    char *out = malloc(cap);
-    out[0] = 0;
-    while (sqlite3_step(st) == SQLITE_ROW)
-        for (int c = 0; c < sqlite3_column_count(st); c++) {
-            const char *v = (const char *)sqlite3_column_text(st, c);
-            size_t n = strlen(v ? v : "NULL") + 2;
-            if (len + n + 1 > cap)
-                out = realloc(out, cap *= 2);
-            len += (size_t)sprintf(out + len, "%s%c", v ? v : "NULL", c + 1 < sqlite3_column_count(st) ? '|' : '\n');
-        }
-    sqlite3_finalize(st);
-    sqlite3_close(h);
-    return out;
-}
-
 /* A canonical text dump of everything a sweep's results consist of. */
 static char *dump(const char *db)
 {
@@ -138,16 +115,7 @@ static char *dump(const char *db)
         "u.normalize, g.key FROM unit_scores u JOIN sweeps s ON s.id = u.sweep_id "
         "JOIN gradients g ON g.id = u.gradient_id ORDER BY s.key, u.study, u.step, u.layer, u.unit",
     };
-    size_t len = 0;
-    char *out = NULL;
-    for (size_t q = 0; q < sizeof queries / sizeof *queries; q++) {
-        char *r = rows_of(db, queries[q]);
-        size_t n = strlen(r);
-        out = realloc(out, len + n + 1);
-        memcpy(out + len, r, n + 1);
-        len += n;
-        free(r);
-    }
+    char *out = tu_rows(db, queries, sizeof queries / sizeof *queries);
     sqlite3_stmt *st;
     sqlite3_prepare_v2(h, "PRAGMA integrity_check", -1, &st, NULL);
     cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
@@ -172,17 +140,7 @@ static long count(const char *db, const char *q)
 
 static void assert_same(const char *a, const char *b)
 {
-    char *x = dump(a), *y = dump(b);
-    if (strcmp(x, y) != 0) {
-        size_t i = 0;
-        while (x[i] && x[i] == y[i])
-            i++;
-        size_t s = i > 200 ? i - 200 : 0;
-        cr_log_error("first difference at byte %zu:\n--- %s\n%.400s\n--- %s\n%.400s", i, a, x + s, b, y + s);
-        cr_assert_fail("%s and %s hold different results", a, b);
-    }
-    free(x);
-    free(y);
+    tu_assert_same_text(a, dump(a), b, dump(b));
 }
 
 static double g_ref_seconds; /* how long the uninterrupted run took */
@@ -928,7 +886,7 @@ Test(sweep, the_baseline_is_the_same_bits_whoever_measured_it)
         path(db[i], sizeof db[i], i ? "with-grad.db" : "without.db");
         snprintf(args, sizeof args, "run %s --db %s --quiet --threads 1", p, db[i]);
         cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "%s", errs);
-        rows[i] = rows_of(db[i], q);
+        rows[i] = tu_rows(db[i], &q, 1);
     }
     cr_assert_eq(count(db[1], "SELECT count(*) FROM gradients"), 1, "the attribution study stored no gradient");
     cr_assert_eq(count(db[0], "SELECT count(*) FROM results"), 9, "the baseline and 8 heads");

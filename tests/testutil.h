@@ -3,6 +3,7 @@
 #define HP_TESTUTIL_H
 
 #include <criterion/criterion.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,49 @@ static inline int tu_headprune(const char *cwd, const char *args, const char *sc
         tu_read_into(p, err, n_err);
     }
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The rows of the n queries on database db (opened read-only), in order, one line each, columns joined by '|'
+ * (NULL as "NULL"): a text two databases can be compared by. free() it. */
+static inline char *tu_rows(const char *db, const char *const *queries, size_t n)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "cannot open %s", db);
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    out[0] = 0;
+    for (size_t q = 0; q < n; q++) {
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(h, queries[q], -1, &st, NULL), SQLITE_OK, "%s: %s", queries[q],
+                     sqlite3_errmsg(h));
+        while (sqlite3_step(st) == SQLITE_ROW)
+            for (int c = 0; c < sqlite3_column_count(st); c++) {
+                const char *v = (const char *)sqlite3_column_text(st, c);
+                size_t k = strlen(v ? v : "NULL") + 2;
+                while (len + k + 1 > cap)
+                    out = realloc(out, cap *= 2);
+                len += (size_t)sprintf(out + len, "%s%c", v ? v : "NULL", c + 1 < sqlite3_column_count(st) ? '|' : '\n');
+            }
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(h);
+    return out;
+}
+
+/* Texts x (of database a) and y (of b), as tu_rows makes them, are the same, else the test fails showing where
+ * they part. Frees both. */
+static inline void tu_assert_same_text(const char *a, char *x, const char *b, char *y)
+{
+    if (strcmp(x, y) != 0) {
+        size_t i = 0;
+        while (x[i] && x[i] == y[i])
+            i++;
+        size_t s = i > 200 ? i - 200 : 0;
+        cr_log_error("first difference at byte %zu:\n--- %s\n%.400s\n--- %s\n%.400s", i, a, x + s, b, y + s);
+        cr_assert_fail("%s and %s hold different results", a, b);
+    }
+    free(x);
+    free(y);
 }
 
 /* A fresh folder /tmp/hp_<tag>_XXXXXX into dir (at least 64 bytes). */
