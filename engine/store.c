@@ -1454,34 +1454,39 @@ enum hp_status hp_store_step_mask(const char *db_path, int64_t sweep_id, const c
         return s;
     sqlite3_stmt *st = NULL;
     if (sweep_id == 0) {
-        s = read_prep(db, db_path, err, &st, "SELECT max(sweep_id) FROM sweep_jobs WHERE kind = 'iterative'");
+        s = read_prep(db, db_path, err, &st,
+                      "SELECT max(sweep_id) FROM sweep_jobs WHERE kind IN ('iterative', 'gates')");
         int r = s == HP_OK ? hp_store_read_step(db, db_path, err, st, &s) : -1;
         if (r == 1 && sqlite3_column_type(st, 0) != SQLITE_NULL)
             sweep_id = sqlite3_column_int64(st, 0);
         else if (r >= 0)
-            s = hp_fail(err, HP_ERR_ARG, "%s: no sweep has an iterative study (whose steps name heads to prune)", db_path);
+            s = hp_fail(err, HP_ERR_ARG,
+                        "%s: no sweep has an iterative or gates study (whose steps or lambdas name heads to prune)",
+                        db_path);
         sqlite3_finalize(st);
         st = NULL;
     }
-    /* the sweep's iterative studies and their last steps */
+    /* the sweep's iterative and gates studies and their last steps (a gates study's: its lambdas, in plan order) */
     char studies[512] = "";
     int n_studies = 0, last = -1;
-    bool found = false;
+    bool found = false, found_gates = false;
     if (s == HP_OK)
         s = read_prep(db, db_path, err, &st,
-                      "SELECT study, max(step) FROM sweep_jobs WHERE sweep_id = ?1 AND kind = 'iterative' "
-                      "GROUP BY study ORDER BY study");
+                      "SELECT study, max(step), max(kind) FROM sweep_jobs WHERE sweep_id = ?1 AND kind IN "
+                      "('iterative', 'gates') GROUP BY study ORDER BY study");
     if (s == HP_OK) {
         sqlite3_bind_int64(st, 1, sweep_id);
         int r;
         while ((r = hp_store_read_step(db, db_path, err, st, &s)) == 1) {
             const char *name = (const char *)sqlite3_column_text(st, 0);
             size_t u = strlen(studies);
-            snprintf(studies + u, sizeof studies - u, "%s'%s' (steps 0-%d)", n_studies ? ", " : "", name ? name : "",
-                     sqlite3_column_int(st, 1));
+            const bool gates = strcmp((const char *)sqlite3_column_text(st, 2), "gates") == 0;
+            snprintf(studies + u, sizeof studies - u, "%s'%s' (%s 0-%d)", n_studies ? ", " : "", name ? name : "",
+                     gates ? "lambdas" : "steps", sqlite3_column_int(st, 1));
             n_studies++;
             if (!study || (name && strcmp(name, study) == 0)) {
                 found = true;
+                found_gates = gates;
                 last = sqlite3_column_int(st, 1);
             }
         }
@@ -1489,22 +1494,24 @@ enum hp_status hp_store_step_mask(const char *db_path, int64_t sweep_id, const c
         st = NULL;
     }
     if (s == HP_OK && n_studies == 0)
-        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld has no iterative study (whose steps name heads to prune)", db_path,
-                    (long long)sweep_id);
+        s = hp_fail(err, HP_ERR_ARG,
+                    "%s: sweep %lld has no iterative or gates study (whose steps or lambdas name heads to prune)",
+                    db_path, (long long)sweep_id);
     else if (s == HP_OK && !study && n_studies > 1)
-        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld has %d iterative studies: %s (choose one with --study)", db_path,
-                    (long long)sweep_id, n_studies, studies);
+        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld has %d iterative or gates studies: %s (choose one with --study)",
+                    db_path, (long long)sweep_id, n_studies, studies);
     else if (s == HP_OK && !found)
-        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld has no iterative study '%s' (it has %s)", db_path,
+        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld has no iterative or gates study '%s' (it has %s)", db_path,
                     (long long)sweep_id, study, studies);
     else if (s == HP_OK && (step < 0 || step > last))
-        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld's study %s has no step %d (the study ran steps 0-%d)", db_path,
-                    (long long)sweep_id, studies, step, last);
+        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld's study %s has no step %d (%s 0-%d)", db_path,
+                    (long long)sweep_id, studies, step, found_gates ? "the study has lambdas" : "the study ran steps",
+                    last);
     if (s == HP_OK)
         s = read_prep(db, db_path, err, &st,
                       "SELECT v.mask_text, m.path, m.digest FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id "
-                      "JOIN models m ON m.id = v.model_id WHERE j.sweep_id = ?1 AND j.kind = 'iterative' AND "
-                      "j.step = ?2 AND (?3 IS NULL OR j.study = ?3) LIMIT 1");
+                      "JOIN models m ON m.id = v.model_id WHERE j.sweep_id = ?1 AND j.kind IN ('iterative', "
+                      "'gates') AND j.step = ?2 AND (?3 IS NULL OR j.study = ?3) LIMIT 1");
     if (s == HP_OK) {
         sqlite3_bind_int64(st, 1, sweep_id);
         sqlite3_bind_int(st, 2, step);

@@ -910,13 +910,14 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
                             struct hp_sweep_summary *sum, struct hp_error *err);
 
 /*
- * What an iterative study had pruned after step `step` (0 = nothing) of sweep
- * sweep_id (0 = the newest sweep with an iterative study) in the database at
- * db_path, read-only: the canonical mask text of the pruned heads, and the
- * path and digest of the model the sweep measured, into *mask, *model_path
- * and *model_digest (each freed by the caller). study names the study; NULL
- * takes the sweep's only iterative study, and more than one is refused,
- * naming them. A step past the study's last is refused, naming it.
+ * What an iterative study had pruned after step `step` (0 = nothing), or
+ * what a gates study's lambda number `step` (0 = its first, in plan order)
+ * pruned, in sweep sweep_id (0 = the newest sweep with either) of the
+ * database at db_path, read-only: the canonical mask text of the pruned
+ * heads, and the path and digest of the model the sweep measured, into
+ * *mask, *model_path and *model_digest (each freed by the caller). study
+ * names the study; NULL takes the sweep's only such study, and more than one
+ * is refused, naming them. A step past the study's last is refused, naming it.
  */
 enum hp_status hp_store_step_mask(const char *db_path, int64_t sweep_id, const char *study, int step, char **mask,
                                   char **model_path, char **model_digest, struct hp_error *err);

@@ -998,11 +998,11 @@ Test(cli, prune_a_step_of_an_iterative_study)
     snprintf(a, sizeof a, "prune --db %s/p.db --step 9 --out %s/s9", tmp, tmp);
     expect_error(a, "has no step 9 (the study ran steps 0-");
     snprintf(a, sizeof a, "prune --db %s/p.db --study other --step 1 --out %s/s9", tmp, tmp);
-    expect_error(a, "has no iterative study 'other' (it has 'iterative");
+    expect_error(a, "has no iterative or gates study 'other' (it has 'iterative");
     snprintf(a, sizeof a, "prune --db %s/p.db --step 1 --model tests/fixtures/gpt2-noprefix --out %s/s9", tmp, tmp);
     expect_error(a, "gpt2-noprefix: not the model the sweep measured");
     snprintf(a, sizeof a, "prune --db %s/p.db --sweep 7 --step 1 --out %s/s9", tmp, tmp);
-    expect_error(a, "sweep 7 has no iterative study");
+    expect_error(a, "sweep 7 has no iterative or gates study");
     snprintf(a, sizeof a, "prune --db %s/nothing.db --step 1 --out %s/s9", tmp, tmp);
     expect_error(a, "nothing.db");
 }

@@ -982,3 +982,46 @@ Test(gates_sweep, gates_train_on_kl_and_on_one_minus_cos)
         cr_assert_eq(one_int(db, "SELECT train_seqs FROM gate_runs LIMIT 1"), 1);
     }
 }
+
+/*
+ * prune --db --step N of a gates study: the checkpoint without the heads its
+ * N-th lambda pruned (the same set the sweep evaluated), which evaluates as
+ * the original with that mask; a lambda past the last is refused.
+ */
+Test(gates_sweep, prune_exports_a_lambdas_pruned_set)
+{
+    tiny_plan(NULL);
+    cr_assert_eq(hp("run tiny.yaml --db g.db --threads 1 --quiet"), 0, "%s", g_err);
+    char mask[256] = "", db[256], exp3[256];
+    path_in(db, sizeof db, "g.db");
+    path_in(exp3, sizeof exp3, "exp3");
+    {
+        sqlite3 *h;
+        cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(h, "SELECT v.mask_text FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id "
+                                           "WHERE j.kind = 'gates' AND j.step = 1", -1, &st, NULL), SQLITE_OK);
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+        snprintf(mask, sizeof mask, "%s", (const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+        sqlite3_close(h);
+    }
+    cr_assert(mask[0], "lambda 0.05 pruned nothing: no test");
+    cr_assert_eq(hp("prune --db g.db --step 1 --out exp --quiet"), 0, "%s", g_err);
+    char a[1024], b[1024];
+    snprintf(a, sizeof a, "eval --model exp --data %s/llama-gqa/data.npy --json", fixtures());
+    snprintf(b, sizeof b, "eval --model %s/llama-gqa --data %s/llama-gqa/data.npy --mask %s --json", fixtures(),
+             fixtures(), mask);
+    char out_a[1 << 14], out_b[1 << 14];
+    cr_assert_eq(tu_headprune(tmp, a, tmp, out_a, sizeof out_a, g_err, sizeof g_err), 0, "%s", g_err);
+    cr_assert_eq(tu_headprune(tmp, b, tmp, out_b, sizeof out_b, g_err, sizeof g_err), 0, "%s", g_err);
+    cJSON *ja = cJSON_Parse(out_a), *jb = cJSON_Parse(out_b);
+    cr_assert(ja && jb);
+    const double la = cJSON_GetObjectItem(ja, "loss")->valuedouble, lb = cJSON_GetObjectItem(jb, "loss")->valuedouble;
+    cr_expect(fabs(la - lb) <= 1e-6 * fabs(lb), "the export's loss %.9g, the original with %s masked %.9g", la, mask, lb);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    cr_assert_eq(hp("prune --db g.db --step 3 --out exp3 --quiet"), 1);
+    cr_assert(strstr(g_err, "has no step 3 (the study has lambdas 0-2)"), "%s", g_err);
+    cr_assert(access(exp3, F_OK) != 0, "a refused export left a folder");
+}
