@@ -24,8 +24,9 @@ extern "C" {
 
 #define HP_VERSION "0.1.0"
 
-/* Bumped whenever a change can alter any number the engine computes. */
-#define HP_NUMERIC_VERSION 3
+/* Bumped whenever a change can alter any number the engine computes (4: the unmasked model's loss from the
+ * LM head's online sum, as every variant's and gradient pass's). */
+#define HP_NUMERIC_VERSION 4
 
 // --- errors -----------------------------------------------------------------
 
