@@ -302,31 +302,46 @@ int hp_store_read_step(sqlite3 *db, const char *path, struct hp_error *err, sqli
 }
 
 /*
- * Whether every table the schema creates (schema.sql's CREATE TABLE IF NOT
- * EXISTS) that db holds is a table: a file can hold a view, or anything else,
- * by that name (whose rows might never end), and CREATE TABLE IF NOT EXISTS
- * keeps it. SQLITE_OK with what[0] = 0, or with the name and what it is.
+ * What in db headprune's schema would not have put there, as why (at least
+ * 200 bytes; "" when nothing): a table the schema creates (schema.sql's
+ * CREATE TABLE IF NOT EXISTS) that is something else by that name (a view
+ * whose rows might never end), which CREATE TABLE IF NOT EXISTS keeps; or a
+ * trigger, which would run on every write (the schema makes none). An SQLite
+ * error code, else SQLITE_OK.
  */
-static int schema_tables_are_tables(sqlite3 *db, char name[64], char what[16])
+static int foreign_schema(sqlite3 *db, char why[200])
 {
     static const char mark[] = "CREATE TABLE IF NOT EXISTS ";
-    name[0] = what[0] = 0;
+    why[0] = 0;
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(db, "SELECT type FROM sqlite_master WHERE name = ?1 COLLATE NOCASE AND type != 'table'",
                                 -1, &st, NULL);
-    for (const char *p = schema_sql; rc == SQLITE_OK && (p = strstr(p, mark)) != NULL && !what[0];) {
+    for (const char *p = schema_sql; rc == SQLITE_OK && (p = strstr(p, mark)) != NULL && !why[0];) {
         p += sizeof mark - 1;
-        const size_t n = strcspn(p, "( \n");
-        snprintf(name, 64, "%.*s", (int)(n < 63 ? n : 63), p);
+        const int n = (int)strcspn(p, "( \n");
         sqlite3_reset(st);
-        sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 1, p, n, SQLITE_TRANSIENT);
         int r = sqlite3_step(st);
-        if (r == SQLITE_ROW)
-            snprintf(what, 16, "%s", (const char *)sqlite3_column_text(st, 0));
-        else if (r != SQLITE_DONE)
+        if (r == SQLITE_ROW) {
+            const char *type = (const char *)sqlite3_column_text(st, 0);
+            snprintf(why, 200, "%.*s is %s %.16s, not a table", n < 64 ? n : 64, p,
+                     type && strchr("aeiou", type[0]) ? "an" : "a", type ? type : "?");
+        } else if (r != SQLITE_DONE) {
             rc = r;
+        }
     }
     sqlite3_finalize(st);
+    if (rc == SQLITE_OK && !why[0] &&
+        (rc = sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type = 'trigger' LIMIT 1", -1, &st, NULL)) ==
+            SQLITE_OK) {
+        int r = sqlite3_step(st);
+        if (r == SQLITE_ROW)
+            snprintf(why, 200, "it holds a trigger, '%.64s', which would run on every write; headprune makes none",
+                     (const char *)sqlite3_column_text(st, 0));
+        else if (r != SQLITE_DONE)
+            rc = r;
+        sqlite3_finalize(st);
+    }
     return rc;
 }
 
@@ -357,12 +372,12 @@ static enum hp_status check_read(sqlite3 *db, const char *path, int busy_ms, str
                        "`headprune run` has written to it)", path);
     if (!has_meta)
         return hp_fail(err, HP_ERR_FORMAT, "%s: not a headprune database (no meta table)", path);
-    char name[64], what[16];
-    int rc2 = schema_tables_are_tables(db, name, what);
+    char why[200];
+    int rc2 = foreign_schema(db, why);
     if (rc2 != SQLITE_OK)
         return hp_store_read_fail(db, path, rc2, err);
-    if (what[0])
-        return hp_fail(err, HP_ERR_FORMAT, "%s: not a headprune database (%s is a %s, not a table)", path, name, what);
+    if (why[0])
+        return hp_fail(err, HP_ERR_FORMAT, "%s: not a headprune database (%s)", path, why);
 
     if ((s = read_prep(db, path, err, &st, "SELECT value FROM meta WHERE key = 'schema_version'")) != HP_OK)
         return s;
@@ -508,9 +523,9 @@ enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_
             hp_store_close(s);
             return st;
         }
-        char name[64], what[16];
-        if (rc == SQLITE_OK && (rc = schema_tables_are_tables(db, name, what)) == SQLITE_OK && what[0]) {
-            st = hp_fail(err, HP_ERR_SQL, "%s: not a headprune database (%s is a %s, not a table)", path, name, what);
+        char why[200];
+        if (rc == SQLITE_OK && (rc = foreign_schema(db, why)) == SQLITE_OK && why[0]) {
+            st = hp_fail(err, HP_ERR_SQL, "%s: not a headprune database (%s)", path, why);
             hp_store_close(s);
             return st;
         }
@@ -803,10 +818,15 @@ static enum hp_status check_source(const char *path, struct hp_error *err)
         sqlite3_step(q) == SQLITE_ROW)
         version = sqlite3_column_int64(q, 0);
     sqlite3_finalize(q);
+    char why[200] = "";
+    if (rc == SQLITE_OK && version >= 1)
+        rc = foreign_schema(db, why); /* views and triggers would run in the merge's own connection */
     int base = rc & 0xff;
     char msg[256];
     snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(db));
     sqlite3_close(db);
+    if (why[0])
+        return hp_fail(err, HP_ERR_FORMAT, "%s: not a headprune database (%s)", path, why);
     if (base == SQLITE_READONLY || base == SQLITE_CANTOPEN)
         return hp_fail(err, HP_ERR_IO,
                        "%s: cannot be read without writing beside it (%s; a writer may be at work in a folder this "
@@ -1504,9 +1524,9 @@ enum hp_status hp_store_step_mask(const char *db_path, int64_t sweep_id, const c
         s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld has no iterative or gates study '%s' (it has %s)", db_path,
                     (long long)sweep_id, study, studies);
     else if (s == HP_OK && (step < 0 || step > last))
-        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld's study %s has no step %d (%s 0-%d)", db_path,
-                    (long long)sweep_id, studies, step, found_gates ? "the study has lambdas" : "the study ran steps",
-                    last);
+        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld's study %s%s%s has no step %d (%s 0-%d)", db_path,
+                    (long long)sweep_id, study ? "'" : "", study ? study : studies, study ? "'" : "", step,
+                    found_gates ? "the study has lambdas" : "the study ran steps", last);
     if (s == HP_OK)
         s = read_prep(db, db_path, err, &st,
                       "SELECT v.mask_text, m.path, m.digest FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id "

@@ -195,6 +195,36 @@ Test(store, merge_refuses_a_newer_shard_and_leaves_out_unchanged)
     cr_assert(access(db, F_OK) != 0, "merge created its output before refusing");
 }
 
+/* A file with a trigger (which would run on every write: one whose work never ends hung run) or a schema table
+ * that is a view: refused by the writer, by a reader and as a merge's shard, naming it, the files unchanged. */
+Test(store, a_trigger_or_a_view_in_place_of_a_table_is_refused_everywhere)
+{
+    struct hp_error err;
+    struct hp_store *s;
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    sql(db, "CREATE TRIGGER tr AFTER UPDATE ON sweeps BEGIN SELECT (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL "
+            "SELECT x + 1 FROM c) SELECT max(x) FROM c); END");
+    expect_refused("not a headprune database (it holds a trigger, 'tr', which would run on every write");
+    sqlite3 *h = (sqlite3 *)1;
+    cr_assert_eq(hp_store_open_read(db, 1000, 0, &h, &err), HP_ERR_FORMAT);
+    cr_assert_null(h);
+    cr_assert(strstr(err.msg, "it holds a trigger, 'tr'"), "%s", err.msg);
+    char out[160];
+    snprintf(out, sizeof out, "%s/merged.db", tmp);
+    const char *in[] = {db};
+    int64_t added;
+    cr_assert_neq(hp_store_merge(out, in, 1, &added, &err), HP_OK);
+    cr_assert(strstr(err.msg, db) && strstr(err.msg, "it holds a trigger, 'tr'"), "%s", err.msg);
+    cr_assert(access(out, F_OK) != 0, "merge created its output before refusing");
+    sql(db, "DROP TRIGGER tr; PRAGMA foreign_keys = OFF; ALTER TABLE results RENAME TO r0;"
+            "CREATE VIEW results AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+            "SELECT r0.* FROM r0, c WHERE c.x < 0");
+    cr_assert_neq(hp_store_merge(out, in, 1, &added, &err), HP_OK);
+    cr_assert(strstr(err.msg, "not a headprune database (results is a view, not a table)"), "%s", err.msg);
+    cr_assert(access(out, F_OK) != 0, "merge created its output before refusing");
+}
+
 // --- database paths are files ----------------------------------------------------
 
 /* A store made through the store, with one finished variant (SQL rows as the runner writes them). */
