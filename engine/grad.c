@@ -584,7 +584,10 @@ enum hp_status hp_evaluator_grad_pass_metrics(struct hp_evaluator *ev, const str
 {
     *out = NULL;
     const int L = ev->m->info.n_layers, HH = L * ev->m->info.n_heads;
-    if (!hp_eval_kept_matches(ev, mask, abl) && !ev->plain && ev->has_loss) {
+    /* a pass keeps a variant's metrics only beside the unmasked model's reference of the whole set: without it
+     * (too big), not a pass more for nothing */
+    const bool can_keep = !ev->grad_ref_tried || ev->grad_ref || ev->grad_ref_emb;
+    if (!hp_eval_kept_matches(ev, mask, abl) && !ev->plain && ev->has_loss && can_keep) {
         double *g = malloc((size_t)HH * sizeof *g);
         if (!g)
             return hp_fail(err, HP_ERR_NOMEM, "out of memory");
