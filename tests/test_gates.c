@@ -321,14 +321,14 @@ static enum hp_status sweep(const char *plan, const char *db, int threads, struc
 static char *dump(const char *db)
 {
     const char *queries[] = {
-        "SELECT key, metric, lambda, steps, step, printf('%.17g %.17g %.17g', objective, value, penalty), hex(log_alpha), "
+        "SELECT key, metric, lambda, steps, step, printf('%!.17g %!.17g %!.17g', objective, value, penalty), hex(log_alpha), "
         "hex(adam_m), hex(adam_v), hex(rng), n_kept, train_digest, train_seqs FROM gate_runs ORDER BY key",
-        "SELECT g.key, h.layer, h.head, h.label, printf('%.17g %.17g', h.log_alpha, h.gate) FROM gate_heads h "
+        "SELECT g.key, h.layer, h.head, h.label, printf('%!.17g %!.17g', h.log_alpha, h.gate) FROM gate_heads h "
         "JOIN gate_runs g ON g.id = h.run_id ORDER BY g.key, h.layer, h.head",
         "SELECT s.key, x.study, x.idx, x.lambda, g.key FROM sweep_gates x JOIN sweeps s ON s.id = x.sweep_id "
         "JOIN gate_runs g ON g.id = x.run_id ORDER BY s.key, x.study, x.idx",
         "SELECT key, mask_text, n_ablated, quote(mask) FROM variants ORDER BY key",
-        "SELECT v.key, printf('%.17g %.17g %.17g', r.loss, r.acc, r.kl) FROM results r "
+        "SELECT v.key, printf('%!.17g %!.17g %!.17g', r.loss, r.acc, r.kl) FROM results r "
         "JOIN variants v ON v.id = r.variant_id ORDER BY v.key",
         "SELECT s.key, j.ord, j.study, j.kind, j.label, j.step, j.k, v.key FROM sweep_jobs j JOIN sweeps s ON "
         "s.id = j.sweep_id JOIN variants v ON v.id = j.variant_id ORDER BY s.key, j.ord",

@@ -245,14 +245,14 @@ static char *dump(const char *db)
 {
     const char *queries[] = {
         "SELECT key, mask_text, n_ablated, ablation FROM variants ORDER BY key",
-        "SELECT v.key, printf('%.17g %.17g %.17g %.17g', r.loss, r.ppl, r.acc, r.kl), r.n_tokens, r.n_seqs "
+        "SELECT v.key, printf('%!.17g %!.17g %!.17g %!.17g', r.loss, r.ppl, r.acc, r.kl), r.n_tokens, r.n_seqs "
         "FROM results r JOIN variants v ON v.id = r.variant_id ORDER BY v.key",
-        "SELECT v.key, q.seq, printf('%.17g %.17g %.17g', q.loss, q.acc, q.kl), q.n_tokens "
+        "SELECT v.key, q.seq, printf('%!.17g %!.17g %!.17g', q.loss, q.acc, q.kl), q.n_tokens "
         "FROM seq_results q JOIN variants v ON v.id = q.variant_id ORDER BY v.key, q.seq",
         "SELECT s.key, j.ord, j.study, j.kind, j.label, j.step, v.key "
         "FROM sweep_jobs j JOIN sweeps s ON s.id = j.sweep_id JOIN variants v ON v.id = j.variant_id "
         "ORDER BY s.key, j.ord",
-        "SELECT s.key, u.study, u.step, u.layer, u.unit, printf('%.17g %.17g', u.score, u.raw), g.key "
+        "SELECT s.key, u.study, u.step, u.layer, u.unit, printf('%!.17g %!.17g', u.score, u.raw), g.key "
         "FROM unit_scores u JOIN sweeps s ON s.id = u.sweep_id JOIN gradients g ON g.id = u.gradient_id "
         "ORDER BY s.key, u.study, u.step, u.layer, u.unit",
     };

@@ -101,17 +101,17 @@ static char *dump(const char *db)
     cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     const char *queries[] = {
         "SELECT key, mask_text, n_ablated, ablation, quote(mask) FROM variants ORDER BY key",
-        "SELECT v.key, printf('%.17g %.17g %.17g %.17g', r.loss, r.ppl, r.acc, r.kl), r.n_tokens, r.n_seqs "
+        "SELECT v.key, printf('%!.17g %!.17g %!.17g %!.17g', r.loss, r.ppl, r.acc, r.kl), r.n_tokens, r.n_seqs "
         "FROM results r JOIN variants v ON v.id = r.variant_id ORDER BY v.key",
-        "SELECT v.key, q.seq, printf('%.17g %.17g %.17g', q.loss, q.acc, q.kl), q.n_tokens "
+        "SELECT v.key, q.seq, printf('%!.17g %!.17g %!.17g', q.loss, q.acc, q.kl), q.n_tokens "
         "FROM seq_results q JOIN variants v ON v.id = q.variant_id ORDER BY v.key, q.seq",
         "SELECT s.key, j.ord, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2, j.step, j.sample, j.k, v.key "
         "FROM sweep_jobs j JOIN sweeps s ON s.id = j.sweep_id JOIN variants v ON v.id = j.variant_id "
         "ORDER BY s.key, j.ord",
         "SELECT count(*) FROM variants WHERE id NOT IN (SELECT variant_id FROM results)",
-        "SELECT key, mask_text, ablation, n_layers, n_heads, n_seqs, printf('%.17g', loss), hex(grad), hex(atp), "
+        "SELECT key, mask_text, ablation, n_layers, n_heads, n_seqs, printf('%!.17g', loss), hex(grad), hex(atp), "
         "hex(seq_grad) FROM gradients ORDER BY key",
-        "SELECT s.key, u.study, u.kind, u.kv, u.step, u.layer, u.unit, u.label, printf('%.17g %.17g', u.score, u.raw), "
+        "SELECT s.key, u.study, u.kind, u.kv, u.step, u.layer, u.unit, u.label, printf('%!.17g %!.17g', u.score, u.raw), "
         "u.normalize, g.key FROM unit_scores u JOIN sweeps s ON s.id = u.sweep_id "
         "JOIN gradients g ON g.id = u.gradient_id ORDER BY s.key, u.study, u.step, u.layer, u.unit",
     };
@@ -368,7 +368,7 @@ Test(sweep, mean_statistics_are_stored_once_and_reused)
     cr_assert_eq(count(db, "SELECT count(*) FROM ablation_means"), 1, "computed again instead of reused");
     cr_assert_eq(run(p3, zdb, NULL), 0);
     char *a = NULL, *b = NULL;
-    const char *q = "SELECT group_concat(printf('%s %.17g %.17g', v.mask_text, r.loss, r.kl), ';') FROM "
+    const char *q = "SELECT group_concat(printf('%s %!.17g %!.17g', v.mask_text, r.loss, r.kl), ';') FROM "
                     "(SELECT * FROM variants ORDER BY mask_text) v JOIN results r ON r.variant_id = v.id "
                     "WHERE v.n_ablated > 0 AND v.mask_text NOT LIKE '%,%' AND v.mask_text LIKE '%*'";
     a = query_text(db, q);
@@ -876,8 +876,8 @@ Test(sweep, the_baseline_is_the_same_bits_whoever_measured_it)
 {
     char p[1024], db[2][128], args[2048], errs[4096];
     const char *studies[2] = {"studies: [single]\n", "studies: [attribution, single]\n"};
-    const char *q = "SELECT v.key, printf('%.17g %.17g %.17g %.17g', r.loss, r.ppl, r.acc, r.kl), r.n_tokens, "
-                    "(SELECT group_concat(printf('%.17g %.17g %.17g', q.loss, q.acc, q.kl), ' ') FROM seq_results q "
+    const char *q = "SELECT v.key, printf('%!.17g %!.17g %!.17g %!.17g', r.loss, r.ppl, r.acc, r.kl), r.n_tokens, "
+                    "(SELECT group_concat(printf('%!.17g %!.17g %!.17g', q.loss, q.acc, q.kl), ' ') FROM seq_results q "
                     "WHERE q.variant_id = v.id ORDER BY q.seq) FROM results r JOIN variants v ON v.id = r.variant_id "
                     "ORDER BY v.n_ablated, v.key";
     char *rows[2];
