@@ -580,9 +580,11 @@ void hp_store_close(struct hp_store *s)
 enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_row *d, int64_t *sweep_id,
                               struct hp_error *err)
 {
-    char now[32], key[HP_DIGEST_HEX], cat[3 * HP_DIGEST_HEX + 8];
+    char now[32], key[HP_DIGEST_HEX], cat[3 * HP_DIGEST_HEX + 32];
     now_iso(now);
-    snprintf(cat, sizeof cat, "%s/%s/%s", d->plan_digest, d->model_digest, d->data_digest);
+    /* and the numeric version: a sweep's jobs are linked by their place in it, so a sweep of another version's
+     * results is another sweep (else a rerun after an upgrade kept the old links to the old numbers) */
+    snprintf(cat, sizeof cat, "%s/%s/%s/%d", d->plan_digest, d->model_digest, d->data_digest, HP_NUMERIC_VERSION);
     hp_digest_text(cat, key);
     int rc = exec(s, "BEGIN IMMEDIATE");
     sqlite3_stmt *st = NULL;

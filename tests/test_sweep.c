@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hash_int.h"
+
 static char tmp[64], plan[1024], small_plan[1024];
 
 static void setup(void)
@@ -897,4 +899,49 @@ Test(sweep, the_baseline_is_the_same_bits_whoever_measured_it)
     cr_expect_str_eq(rows[1], rows[0], "the other variants differ");
     free(rows[0]);
     free(rows[1]);
+}
+
+/*
+ * A sweep is a (plan, model, data) triple of one numeric version: its jobs
+ * are linked by their place in it, so were a rerun by another version the
+ * same sweep, its new results (other content addresses) would never replace
+ * the old links. The key therefore digests the numeric version too: a sweep
+ * keyed as another version had it is left as it is, and the rerun is a sweep
+ * of its own with every job linked.
+ */
+Test(sweep, another_numeric_version_is_another_sweep)
+{
+    char db[128], args[2048], errs[4096];
+    path(db, sizeof db, "v.db");
+    snprintf(args, sizeof args, "run %s --db %s --quiet --threads 1", small_plan, db);
+    cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "%s", errs);
+    const char *dq = "SELECT p.digest || '/' || m.digest || '/' || d.digest FROM sweeps s JOIN plans p ON p.id = "
+                     "s.plan_id JOIN models m ON m.id = s.model_id JOIN datasets d ON d.id = s.dataset_id";
+    char *digests = tu_rows(db, &dq, 1);
+    *strchr(digests, '\n') = 0;
+    char text[512], key[HP_DIGEST_HEX], old[HP_DIGEST_HEX];
+    snprintf(text, sizeof text, "%s/%d", digests, HP_NUMERIC_VERSION);
+    hp_digest_text(text, key);
+    snprintf(text, sizeof text, "%s/%d", digests, HP_NUMERIC_VERSION - 1);
+    hp_digest_text(text, old);
+    free(digests);
+    char q[512];
+    snprintf(q, sizeof q, "SELECT count(*) FROM sweeps WHERE key = '%s'", key);
+    cr_assert_eq(count(db, q), 1, "the sweep's key is not its triple's and numeric version's digest");
+    const long n_jobs = count(db, "SELECT count(*) FROM sweep_jobs");
+    cr_assert_gt(n_jobs, 0);
+    /* the sweep as the version before left it (its key) */
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    snprintf(q, sizeof q, "UPDATE sweeps SET key = '%s'", old);
+    cr_assert_eq(sqlite3_exec(h, q, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(h);
+    cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "%s", errs);
+    cr_assert_eq(count(db, "SELECT count(*) FROM sweeps"), 2, "the rerun joined the other version's sweep");
+    snprintf(q, sizeof q, "SELECT count(*) FROM sweep_jobs j JOIN sweeps s ON s.id = j.sweep_id WHERE s.key = '%s'",
+             key);
+    cr_assert_eq(count(db, q), n_jobs, "the new sweep does not link every job");
+    snprintf(q, sizeof q, "SELECT count(*) FROM sweep_jobs j JOIN sweeps s ON s.id = j.sweep_id WHERE s.key = '%s'",
+             old);
+    cr_assert_eq(count(db, q), n_jobs, "the old sweep's links changed");
 }
