@@ -92,6 +92,11 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
     while (b > 1 && (size_t)b * per > HP_CHUNK_BYTES)
         b--;
     ev->batch = b < 1 ? 1 : b > d->n_seqs ? d->n_seqs : b;
+    const size_t resid_seq = (size_t)(in->n_layers + 1) * d->seq_len * in->d_model * sizeof(float);
+    int gb = HP_GRAD_CHUNK_ROWS / d->seq_len;
+    while (gb > ev->batch && (size_t)gb * resid_seq > HP_GRAD_RESID_BYTES)
+        gb--;
+    ev->grad_batch = gb < ev->batch ? ev->batch : gb > d->n_seqs ? d->n_seqs : gb;
     ev->tok = malloc(3 * (size_t)d->seq_len * sizeof(double));
     ev->tok_ok = malloc((size_t)d->seq_len);
     if (!ev->tok || !ev->tok_ok) {

@@ -22,6 +22,7 @@ struct hp_evaluator {
     struct hp_model *m;
     const struct hp_data *d;
     int batch;        /* sequences per forward call */
+    int grad_batch;   /* sequences per gradient pass's chunk (grad.c): at least batch, HP_GRAD_CHUNK_ROWS rows */
     int width;        /* forward output row width */
     bool has_loss;    /* causal LM, or MLM with labels, or a classifier */
     bool has_cls;     /* sequence classifier: one (n_labels) row of logits per sequence */
@@ -56,6 +57,18 @@ struct hp_evaluator {
     void *progress_user;
 };
 
+
+/*
+ * A gradient pass holds no chunk's logits (its LM head is fused with the
+ * loss's gradient), so its chunks are not bound by a logits buffer as the
+ * forward's are: about HP_GRAD_CHUNK_ROWS rows, while the residual stream it
+ * keeps per chunk (n_layers + 1 rows x d_model) fits HP_GRAD_RESID_BYTES.
+ * Products with more rows run nearer BLIS's peak (bench/README.md,
+ * "Gradients at the gates": 7% off a GPT-2-small pass at 1024 rows, none
+ * more at 2048).
+ */
+#define HP_GRAD_CHUNK_ROWS 1024
+#define HP_GRAD_RESID_BYTES ((size_t)256 << 20)
 
 /* The most the unmasked model's reference for gradients (grad_ref) may hold. */
 #define HP_GRAD_REF_BYTES ((size_t)256 << 20)

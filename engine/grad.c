@@ -23,6 +23,13 @@
 #include "util_int.h"
 #include "vmath_int.h"
 
+/* Sequences in the gradient pass's chunk that starts at sequence s. */
+static int chunk_len(const struct hp_evaluator *ev, int s)
+{
+    const int left = ev->d->n_seqs - s;
+    return left < ev->grad_batch ? left : ev->grad_batch;
+}
+
 /* Items the metric averages over: scored tokens, or sequences for a classifier or a cosine. */
 static int64_t scored_items(const struct hp_evaluator *ev)
 {
@@ -96,7 +103,7 @@ static bool head_grad_new(const struct hp_evaluator *ev, enum hp_metric metric, 
     const bool lm = ev->has_loss && !ev->has_cls, cos = metric == HP_METRIC_COS;
     /* an LM's rows twice: the unmasked model's go through the head beside the pass's (kl, or a variant's KL) */
     const size_t d = (size_t)in->d_model, vb = lm ? (size_t)hp_eval_vocab_block(in->n_vocab) : 0,
-                 nz = ev->has_cls ? (size_t)ev->batch * in->n_labels : 0, nr = lm ? rows : 0, n2 = 2 * nr;
+                 nz = ev->has_cls ? (size_t)ev->grad_batch * in->n_labels : 0, nr = lm ? rows : 0, n2 = 2 * nr;
     memset(hg, 0, sizeof *hg);
     hg->metric = metric;
 #define HG_ALLOC(p, n) ((p) = alloc_items((n), sizeof *(p)))
@@ -104,7 +111,7 @@ static bool head_grad_new(const struct hp_evaluator *ev, enum hp_metric metric, 
            HG_ALLOC(hg->sc_y, nr) && HG_ALLOC(hg->hc, n2 * d) && HG_ALLOC(hg->acc, n2 * d) &&
            HG_ALLOC(hg->lg, n2 * vb) && HG_ALLOC(hg->qb, nr * vb) && HG_ALLOC(hg->mx, n2) && HG_ALLOC(hg->zt, nr) &&
            HG_ALLOC(hg->s, n2) && HG_ALLOC(hg->c, nr) && HG_ALLOC(hg->tl, nr) && HG_ALLOC(hg->tk, nr) &&
-           HG_ALLOC(hg->eb, (size_t)ev->batch * d) && HG_ALLOC(hg->em, cos ? d : 0) &&
+           HG_ALLOC(hg->eb, (size_t)ev->grad_batch * d) && HG_ALLOC(hg->em, cos ? d : 0) &&
            HG_ALLOC(hg->em_row, cos ? d : 0) && HG_ALLOC(hg->arg, nr);
 #undef HG_ALLOC
 }
@@ -227,7 +234,7 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
         }
         hp_bwd_logits(m, hg->bw, hg->lg, n_bwd, v0, nv, VB, hg->acc);
     }
-    memset(hg->dh, 0, (size_t)ev->batch * ev->d->seq_len * d * sizeof(float));
+    memset(hg->dh, 0, (size_t)ev->grad_batch * ev->d->seq_len * d * sizeof(float));
 #pragma omp parallel for schedule(static) if ((size_t)n * d >= 65536)
     for (int i = 0; i < n; i++) {
         const float *ai = hg->acc + (size_t)i * d;
@@ -287,7 +294,7 @@ static double cos_backward(const struct hp_evaluator *ev, struct head_grad *hg, 
     const struct hp_data *dt = ev->d;
     const enum hp_pooling mode = ev->m->info.pooling;
     const int T = dt->seq_len, D = ev->m->info.d_model;
-    memset(hg->dh, 0, (size_t)ev->batch * T * D * sizeof(float));
+    memset(hg->dh, 0, (size_t)ev->grad_batch * T * D * sizeof(float));
     double sum = 0;
     for (int j = 0; j < nb; j++) {
         const float *hj = h + (size_t)j * T * D;
@@ -390,8 +397,8 @@ static void reference_fill(struct hp_evaluator *ev, struct hp_fwd *fw, struct he
     if (!ref)
         return;
     int64_t sc0 = 0;
-    for (int s0 = 0; s0 < d->n_seqs; s0 += ev->batch) {
-        const int nb = hp_eval_chunk_len(ev, s0);
+    for (int s0 = 0; s0 < d->n_seqs; s0 += ev->grad_batch) {
+        const int nb = chunk_len(ev, s0);
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
         if (!emb && !cls)
             hg->n_sc = hp_eval_find_scored(ev, s0, nb, hg->sc_row, hg->sc_y);
@@ -496,7 +503,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         if (st != HP_OK)
             return st;
     }
-    const int T = d->seq_len, B = ev->batch, L = in->n_layers, HH = L * in->n_heads;
+    const int T = d->seq_len, B = ev->grad_batch, L = in->n_layers, HH = L * in->n_heads;
     const size_t rows = (size_t)B * T;
     struct hp_fwd *fw = hp_fwd_new(ev->m, T, B);
     struct hp_bwd *bw = hp_bwd_new(ev->m, T, B, ev->grad_keep_bytes);
@@ -535,7 +542,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     double sum = 0;
     int64_t sc0 = 0; /* an LM's scored rows before the chunk */
     for (int s0 = 0; s0 < d->n_seqs; s0 += B) {
-        const int nb = hp_eval_chunk_len(ev, s0);
+        const int nb = chunk_len(ev, s0);
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
         struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl);
         va.gates = &gate;

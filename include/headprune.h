@@ -25,8 +25,9 @@ extern "C" {
 #define HP_VERSION "0.1.0"
 
 /* Bumped whenever a change can alter any number the engine computes (4: the unmasked model's loss from the
- * LM head's online sum, as every variant's and gradient pass's). */
-#define HP_NUMERIC_VERSION 4
+ * LM head's online sum, as every variant's and gradient pass's; 5: gradients summed over chunks of their own,
+ * of more rows than the forward's). */
+#define HP_NUMERIC_VERSION 5
 
 // --- errors -----------------------------------------------------------------
 

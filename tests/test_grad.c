@@ -396,12 +396,14 @@ Test(grad, mean_ablation_matches_finite_differences_at_live_heads)
  * bits as a fresh evaluator's reuse path, so a sweep's baseline does not
  * depend on which of the two measured it (a resumed or shared sweep).
  */
-static void check_unmasked_kept(const char *name, const char *data, enum hp_metric metric)
+static void check_unmasked_kept_in(const char *name, const char *data, enum hp_metric metric, int grad_batch)
 {
     struct fix a, b;
     fix_open(&a, name, data);
     fix_open(&b, name, data);
     hp_evaluator_keep_grad_metrics(b.ev, false);
+    if (grad_batch)
+        b.ev->grad_batch = grad_batch;
     const int HH = a.in->n_layers * a.in->n_heads;
     double g[HH];
     struct hp_error err = {0};
@@ -436,6 +438,11 @@ static void check_unmasked_kept(const char *name, const char *data, enum hp_metr
     hp_mask_free(ones);
     fix_close(&a);
     fix_close(&b);
+}
+
+static void check_unmasked_kept(const char *name, const char *data, enum hp_metric metric)
+{
+    check_unmasked_kept_in(name, data, metric, 0);
 }
 
 /*
@@ -552,6 +559,55 @@ Test(grad, a_gradient_at_the_unmasked_model_keeps_its_metrics)
 }
 
 /*
+ * A gradient pass takes chunks of its own size (grad_batch, more rows than
+ * the forward's batch: eval_int.h). However the set is cut, the gradients
+ * are the same but for the order of their sums, and the metrics it keeps are
+ * the same bits as the reuse path's, which walks the set in the forward's
+ * chunks: one sequence a chunk and two here, against the whole set in one.
+ */
+static void check_chunks(const char *name, const char *data, enum hp_metric metric, const float *gates,
+                         enum hp_ablation abl)
+{
+    struct fix f;
+    fix_open(&f, name, data);
+    const int HH = f.in->n_layers * f.in->n_heads, n = f.d->n_seqs, sizes[3] = {n, 1, 2};
+    cr_assert(f.ev->grad_batch == n, "%s: %d sequences, a gradient chunk of %d", name, n, f.ev->grad_batch);
+    struct hp_mask *mk = mask_of(&f, gates);
+    double g[3][HH], a[3][HH], v[3], gmax = 0;
+    struct hp_error err = {0};
+    for (int k = 0; k < 3; k++) {
+        f.ev->grad_batch = sizes[k];
+        cr_assert_eq(hp_evaluator_grad(f.ev, metric, mk, abl, g[k], a[k], &v[k], &err), HP_OK, "%s", err.msg);
+    }
+    for (int i = 0; i < HH; i++)
+        gmax = fmax(gmax, fmax(fabs(g[0][i]), fabs(a[0][i])));
+    cr_assert(gmax > 0, "%s: every gradient is 0", name);
+    for (int k = 1; k < 3; k++) {
+        cr_expect(fabs(v[k] - v[0]) <= 1e-12 * fabs(v[0]), "%s: %.17g in one chunk, %.17g in chunks of %d", name,
+                  v[0], v[k], sizes[k]);
+        for (int i = 0; i < HH; i++)
+            cr_expect(fabs(g[k][i] - g[0][i]) <= 1e-12 * gmax && fabs(a[k][i] - a[0][i]) <= 1e-12 * gmax,
+                      "%s: head %d: grad %.17g, atp %.17g in one chunk; %.17g, %.17g in chunks of %d", name, i,
+                      g[0][i], a[0][i], g[k][i], a[k][i], sizes[k]);
+    }
+    hp_mask_free(mk);
+    fix_close(&f);
+    check_unmasked_kept_in(name, data, metric, 1);
+}
+
+Test(grad, a_gradient_pass_cut_into_any_chunks_agrees)
+{
+    const float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1}, gb[8] = {1, 0, 1, 0.5f, 1, 1, 0.25f, 1};
+    check_chunks("gpt2-tiny", "data.npy", HP_METRIC_LOSS, g, HP_ABLATE_MEAN);
+    check_chunks("gpt2-tiny", "data.npy", HP_METRIC_KL, g, HP_ABLATE_ZERO);
+    check_chunks("gpt2-vocab", "data.npy", HP_METRIC_LOSS, NULL, HP_ABLATE_ZERO);
+    check_chunks("llama-gqa", "data.npy", HP_METRIC_LOSS, g, HP_ABLATE_ZERO);
+    check_chunks("bert-mlm", "data.jsonl", HP_METRIC_LOSS, gb, HP_ABLATE_ZERO);
+    check_chunks("bert-cls", "data.jsonl", HP_METRIC_KL, gb, HP_ABLATE_ZERO);
+    check_chunks("bert-encoder", "data.jsonl", HP_METRIC_COS, gb, HP_ABLATE_ZERO);
+}
+
+/*
  * The gradients (and estimates, and loss) of name at gates under abl with
  * every layer's activations kept by the forward (the default budget), with
  * none (every layer made again from its input) and with only the last
@@ -564,7 +620,7 @@ static void check_kept(const char *name, const char *data, const float *gates, e
     fix_open(&f, name, data);
     const int HH = f.in->n_layers * f.in->n_heads;
     struct hp_mask *mk = mask_of(&f, gates);
-    const size_t budget[3] = {HP_BWD_KEEP_BYTES, 0, hp_bwd_layer_bytes(f.m, f.d->seq_len, f.ev->batch)};
+    const size_t budget[3] = {HP_BWD_KEEP_BYTES, 0, hp_bwd_layer_bytes(f.m, f.d->seq_len, f.ev->grad_batch)};
     double g[3][HH], a[3][HH], loss[3], gmax = 0;
     struct hp_error err = {0};
     for (int k = 0; k < 3; k++) {

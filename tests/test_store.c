@@ -542,9 +542,6 @@ Test(store, schema_3_database_gains_the_roles_and_gate_tables)
     cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), 4);
 }
 
-#define HP_STR(x) #x
-#define HP_XSTR(x) HP_STR(x)
-
 /* A roles computation of a 2 x 2 model whose head 1.1 the checkpoint lacks, stored once, linked, merged. */
 Test(store, roles_are_written_as_given_once_and_merged)
 {

@@ -11,6 +11,10 @@
 
 #include "headprune.h"
 
+/* A macro's value as a string literal: HP_XSTR(HP_NUMERIC_VERSION) is "5". */
+#define HP_STR(x) #x
+#define HP_XSTR(x) HP_STR(x)
+
 /* Whole file, NUL-terminated; *n (may be NULL) gets its length. Fails the test if unreadable. */
 static inline char *tu_slurp(const char *path, size_t *n)
 {
