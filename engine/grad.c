@@ -154,11 +154,11 @@ static double row_kl_backward(float *z, const float *zb, int W, double n)
  */
 static void online_max(const float *z, int nv, int v0, float *mx, double *s, float *acc, int d, double *c, int *arg)
 {
-    int ba = 0;
-    for (int k = 1; k < nv; k++)
-        if (z[k] > z[ba])
-            ba = k;
-    const float bm = z[ba];
+    const float bm = hp_vmax(z, (size_t)nv);
+    int ba = 0; /* the first index of the block's maximum, looked for only where it is taken */
+    if (arg && (v0 == 0 || bm > *mx))
+        while (ba < nv - 1 && !(z[ba] == bm))
+            ba++;
     if (v0 == 0) {
         *mx = bm;
         *s = 0;

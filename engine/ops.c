@@ -18,21 +18,40 @@
 
 // --- norms ------------------------------------------------------------------
 
+/*
+ * Row statistics in double over 8 fixed lanes, as hp_vsum_d sums (vmath_int.h): vectorisable, and the same
+ * order of additions whatever the threads or the buffer's alignment.
+ */
+#define LANES 8
+
+static inline double lanes_total(const double *acc)
+{
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* The sum of (x_i - mean)^2 over a row of d (with mean 0, of x_i^2). */
+static double row_dev2(const float *x, int d, double mean)
+{
+    double acc[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= d; i += LANES)
+        for (int j = 0; j < LANES; j++) {
+            const double c = x[i + j] - mean;
+            acc[j] += c * c;
+        }
+    for (; i < d; i++)
+        acc[i % LANES] += (x[i] - mean) * (x[i] - mean);
+    return lanes_total(acc);
+}
+
 void hp_op_layer_norm(float *y, const float *x, int T, int d, const float *w, const float *b, float eps)
 {
 #pragma omp parallel for schedule(static) if (hp_op_par((size_t)T * d))
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * d;
         float *yr = y + (size_t)t * d;
-        double s = 0, s2 = 0;
-        for (int i = 0; i < d; i++)
-            s += xr[i];
-        double mean = s / d;
-        for (int i = 0; i < d; i++) {
-            double c = xr[i] - mean;
-            s2 += c * c;
-        }
-        float rstd = (float)(1.0 / sqrt(s2 / d + eps));
+        const double mean = hp_vsum_d(xr, (size_t)d) / d;
+        float rstd = (float)(1.0 / sqrt(row_dev2(xr, d, mean) / d + eps));
         float mu = (float)mean;
         for (int i = 0; i < d; i++)
             yr[i] = (xr[i] - mu) * rstd * w[i] + b[i];
@@ -50,24 +69,23 @@ void hp_op_layer_norm_backward(float *dx, const float *dy, const float *x, int T
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * d, *gr = dy + (size_t)t * d;
         float *dr = dx + (size_t)t * d;
-        double s = 0, s2 = 0;
-        for (int i = 0; i < d; i++)
-            s += xr[i];
-        double mean = s / d;
-        for (int i = 0; i < d; i++) {
-            double c = xr[i] - mean;
-            s2 += c * c;
+        const double mean = hp_vsum_d(xr, (size_t)d) / d, rstd = 1.0 / sqrt(row_dev2(xr, d, mean) / d + eps);
+        double ag[LANES] = {0}, agx[LANES] = {0};
+        int i = 0;
+        for (; i + LANES <= d; i += LANES)
+            for (int j = 0; j < LANES; j++) {
+                const double g = (double)gr[i + j] * w[i + j];
+                ag[j] += g;
+                agx[j] += g * (xr[i + j] - mean);
+            }
+        for (; i < d; i++) {
+            const double g = (double)gr[i] * w[i];
+            ag[i % LANES] += g;
+            agx[i % LANES] += g * (xr[i] - mean);
         }
-        double rstd = 1.0 / sqrt(s2 / d + eps), sg = 0, sgx = 0;
-        for (int i = 0; i < d; i++) {
-            double g = (double)gr[i] * w[i];
-            sg += g;
-            sgx += g * (xr[i] - mean) * rstd;
-        }
-        sg /= d;
-        sgx /= d;
-        for (int i = 0; i < d; i++) {
-            double xh = (xr[i] - mean) * rstd;
+        const double sg = lanes_total(ag) / d, sgx = lanes_total(agx) * rstd / d;
+        for (i = 0; i < d; i++) {
+            const double xh = (xr[i] - mean) * rstd;
             dr[i] += (float)(rstd * ((double)gr[i] * w[i] - sg - xh * sgx));
         }
     }
@@ -79,10 +97,7 @@ void hp_op_rms_norm(float *y, const float *x, int T, int d, const float *w, floa
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * d;
         float *yr = y + (size_t)t * d;
-        double s2 = 0;
-        for (int i = 0; i < d; i++)
-            s2 += (double)xr[i] * xr[i];
-        float r = (float)(1.0 / sqrt(s2 / d + eps));
+        float r = (float)(1.0 / sqrt(row_dev2(xr, d, 0.0) / d + eps));
         for (int i = 0; i < d; i++)
             yr[i] = w[i] * (xr[i] * r);
     }
@@ -96,13 +111,15 @@ void hp_op_rms_norm_backward(float *dx, const float *dy, const float *x, int T, 
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * d, *gr = dy + (size_t)t * d;
         float *dr = dx + (size_t)t * d;
-        double s2 = 0, sgx = 0;
-        for (int i = 0; i < d; i++) {
-            s2 += (double)xr[i] * xr[i];
-            sgx += (double)gr[i] * w[i] * xr[i];
-        }
-        double r = 1.0 / sqrt(s2 / d + eps), k = r * r * r * sgx / d;
-        for (int i = 0; i < d; i++)
+        double agx[LANES] = {0};
+        int i = 0;
+        for (; i + LANES <= d; i += LANES)
+            for (int j = 0; j < LANES; j++)
+                agx[j] += (double)gr[i + j] * w[i + j] * xr[i + j];
+        for (; i < d; i++)
+            agx[i % LANES] += (double)gr[i] * w[i] * xr[i];
+        double r = 1.0 / sqrt(row_dev2(xr, d, 0.0) / d + eps), k = r * r * r * lanes_total(agx) / d;
+        for (i = 0; i < d; i++)
             dr[i] += (float)(r * gr[i] * w[i] - xr[i] * k);
     }
 }
@@ -301,24 +318,33 @@ void hp_op_rope_backward(float *dx, int N, int T, ptrdiff_t rs, int dh, const fl
 
 // --- softmax ----------------------------------------------------------------
 
+/* A row of scores that cannot be a distribution: not a number over its visible span [j0, n), 0 elsewhere. */
+static void row_none(float *r, int T, int j0, int n)
+{
+    for (int j = 0; j < T; j++)
+        r[j] = j >= j0 && j < n ? NAN : 0.0f;
+}
+
 void hp_op_softmax_rows(float *att, int T, bool causal, int window, const uint8_t *kmask)
 {
     for (int i = 0; i < T; i++) {
         float *r = att + (size_t)i * T;
         const int n = causal ? i + 1 : T, j0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+        /* a score that is not a number makes the row none either, as in Hugging Face: never the uniform
+         * row below, which would hide broken weights from every metric and from head roles. Without a key
+         * mask the maximum is vectorised and such a score shows in the sum instead */
         float mx = -INFINITY;
         bool nan = false;
-        for (int j = j0; j < n; j++)
+        if (!kmask && n > j0)
+            mx = hp_vmax(r + j0, (size_t)(n - j0));
+        for (int j = j0; j < n && (kmask || mx == -INFINITY); j++)
             if (!kmask || kmask[j]) {
                 if (r[j] > mx)
                     mx = r[j];
                 nan |= isnan(r[j]);
             }
         if (nan) {
-            /* a score that is not a number makes the row none either, as in Hugging Face: never the uniform
-             * row below, which would hide broken weights from every metric and from head roles */
-            for (int j = 0; j < T; j++)
-                r[j] = j >= j0 && j < n ? NAN : 0.0f;
+            row_none(r, T, j0, n);
             continue;
         }
         if (mx == -INFINITY) {
@@ -330,11 +356,13 @@ void hp_op_softmax_rows(float *att, int T, bool causal, int window, const uint8_
         for (int j = 0; j < j0; j++)
             r[j] = 0.0f;
         hp_vexpf(r + j0, r + j0, mx, (size_t)(n - j0));
-        double s = 0;
-        for (int j = j0; j < n; j++) {
-            if (kmask && !kmask[j])
+        for (int j = j0; kmask && j < n; j++)
+            if (!kmask[j])
                 r[j] = 0.0f;
-            s += r[j];
+        const double s = hp_vsum_d(r + j0, (size_t)(n - j0));
+        if (isnan(s)) { /* a score that is not a number (unmasked rows), or +inf */
+            row_none(r, T, j0, n);
+            continue;
         }
         float inv = (float)(1.0 / s);
         for (int j = j0; j < n; j++)

@@ -5,6 +5,9 @@
 #define HP_VMATH_INT_H
 
 #include <stddef.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 /* y[i] = expf(x[i] - shift) for i < n; x finite. y may equal x. */
 void hp_vexpf(float *y, const float *x, float shift, size_t n);
@@ -38,6 +41,27 @@ static inline double hp_vdot_d(const float *x, const float *y, size_t n)
     for (; i < n; i++)
         acc[i % 8] += (double)x[i] * y[i];
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/*
+ * The largest of x (n >= 1), x finite: 16 running maxima side by side (one
+ * AVX-512 register), then the largest of them; the same number as a scan's.
+ */
+static inline float hp_vmax(const float *x, size_t n)
+{
+    float m = x[0];
+    size_t i = 0;
+#ifdef __AVX512F__
+    if (n >= 16) {
+        __m512 v = _mm512_loadu_ps(x);
+        for (i = 16; i + 16 <= n; i += 16)
+            v = _mm512_max_ps(_mm512_loadu_ps(x + i), v);
+        m = _mm512_reduce_max_ps(v);
+    }
+#endif
+    for (; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
 }
 
 #endif
