@@ -155,10 +155,8 @@ static double row_kl_backward(float *z, const float *zb, int W, double n)
 static void online_max(const float *z, int nv, int v0, float *mx, double *s, float *acc, int d, double *c, int *arg)
 {
     const float bm = hp_vmax(z, (size_t)nv);
-    int ba = 0; /* the first index of the block's maximum, looked for only where it is taken */
-    if (arg && (v0 == 0 || bm > *mx))
-        while (ba < nv - 1 && !(z[ba] == bm))
-            ba++;
+    /* the first index of the block's maximum, looked for only where it is taken */
+    const int ba = arg && (v0 == 0 || bm > *mx) ? (int)hp_vfind(z, (size_t)nv, bm) : 0;
     if (v0 == 0) {
         *mx = bm;
         *s = 0;

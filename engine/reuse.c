@@ -145,20 +145,17 @@ static void lm_rows(const struct hp_evaluator *ev, struct hp_reuse *ru, int n, b
             float *pj = ru->pb + (size_t)j * V + v0;
             if (keep)
                 memcpy(pj, z, (size_t)nb * sizeof(float));
-            int ba = 0;
-            for (int k = 1; k < nb; k++)
-                if (z[k] > z[ba])
-                    ba = k;
+            const float bm = hp_vmax(z, (size_t)nb);
             if (v0 == 0) {
                 r->s = 0;
                 r->dp = 0;
-                r->m = z[ba];
-                r->arg = ba;
-            } else if (z[ba] > r->m) {
+                r->m = bm;
+                r->arg = (int)hp_vfind(z, (size_t)nb, bm);
+            } else if (bm > r->m) {
                 /* a strictly larger maximum: rescale the running sum */
-                r->s *= exp((double)r->m - (double)z[ba]);
-                r->m = z[ba];
-                r->arg = v0 + ba;
+                r->s *= exp((double)r->m - (double)bm);
+                r->m = bm;
+                r->arg = v0 + (int)hp_vfind(z, (size_t)nb, bm);
             }
             if (y >= v0 && y < v0 + nb)
                 r->zt = z[y - v0];

@@ -64,4 +64,13 @@ static inline float hp_vmax(const float *x, size_t n)
     return m;
 }
 
+/* The first index of v in x (n), or n: with hp_vmax, the first index of the largest, as a scan finds it. */
+static inline size_t hp_vfind(const float *x, size_t n, float v)
+{
+    size_t i = 0;
+    while (i < n && !(x[i] == v))
+        i++;
+    return i;
+}
+
 #endif
