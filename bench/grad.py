@@ -18,8 +18,13 @@ random tokens, in one run, the tools taking turns within each round:
     `loss.backward()` where `hm.requires_grad_()`: the loss and the gradient
     at the same gates, as torch's users compute Michel's importance.
 
-Medians of --reps rounds after one warm-up round. Also checks that the two
-gradients agree (max |diff| relative to the largest).
+The peer runs in one process that loads the model once and then waits;
+each round runs headprune's two commands and then one peer round (forward,
+then forward+backward), so that both see the same machine: on a shared VM
+torch's time moves with the load by a third from one minute to the next.
+Medians of --reps rounds after one warm-up round, and the median of the
+rounds' own ratios. Also checks that the two gradients agree (max |diff|
+relative to the largest).
 
 With --studies, then: `headprune run` of one-study plans over 4 x 128 random
 tokens on the same model, each into a fresh database, timed as run reports
@@ -52,7 +57,7 @@ SEQS, T, VOCAB = 8, 256, 50257
 
 PEER = r"""
 import json, os, sys, time
-threads, model, data, reps = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+threads, model, data = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
 import numpy as np, torch, transformers
 torch.set_num_threads(threads)
@@ -62,16 +67,14 @@ for p in m.parameters():
     p.requires_grad_(False)
 ids = torch.from_numpy(np.load(data).astype(np.int64))
 L, H = m.config.n_layer, m.config.n_head
-fw, fb = [], []
-for r in range(reps + 1):
+print(json.dumps({"ready": True, "torch": torch.__version__, "transformers": transformers.__version__}), flush=True)
+for line in sys.stdin:  # one round a line: a forward, then a forward + backward
     with torch.no_grad():
         t = time.perf_counter(); loss = m(ids, labels=ids, head_mask=torch.ones(L, H)).loss; a = time.perf_counter() - t
     hm = torch.ones(L, H, requires_grad=True)
     t = time.perf_counter(); loss = m(ids, labels=ids, head_mask=hm).loss; loss.backward(); b = time.perf_counter() - t
-    if r:
-        fw.append(a); fb.append(b)
-print(json.dumps({"forward_s": fw, "forward_backward_s": fb, "loss": float(loss), "grad": hm.grad.tolist(),
-                  "torch": torch.__version__, "transformers": transformers.__version__}))
+    print(json.dumps({"forward_s": a, "forward_backward_s": b, "loss": float(loss), "grad": hm.grad.tolist()}),
+          flush=True)
 """
 
 
@@ -105,20 +108,30 @@ def main():
     rng = random.Random(0)
     write_npy(data, [[rng.randrange(VOCAB) for _ in range(T)] for _ in range(SEQS)])
 
-    fw, fg, last = [], [], None
+    peer = None
+    if a.peer_python:
+        peer = subprocess.Popen([a.peer_python, "-c", PEER, str(a.threads), MODEL, data], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        info = json.loads(peer.stdout.readline())
+    fw, fg, pf, pfb, last, plast = [], [], [], [], None, None
     for rep in range(a.reps + 1):
         f = hp_eval(data, a.threads, False)
         g = hp_eval(data, a.threads, True)
+        if peer:
+            peer.stdin.write("round\n")
+            peer.stdin.flush()
+            plast = json.loads(peer.stdout.readline())
         if rep:
             fw.append(f["seconds"])
             fg.append(g["seconds"])
+            if peer:
+                pf.append(plast["forward_s"])
+                pfb.append(plast["forward_backward_s"])
         last = g
         print(f"round {rep} done", file=sys.stderr)
-    peer = None
-    if a.peer_python:
-        r = subprocess.run([a.peer_python, "-c", PEER, str(a.threads), MODEL, data, str(a.reps)], check=True,
-                           capture_output=True, text=True)
-        peer = json.loads(r.stdout)
+    if peer:
+        peer.stdin.close()
+        peer.wait()
 
     t_f = statistics.median(fw)
     t_fb = statistics.median(fg)  # eval --grad: hp_evaluator_grad, whose forward also gives the metrics
@@ -128,16 +141,18 @@ def main():
     print("|---|---|---|---|")
     print(f"| headprune | {t_f:.3f} | {t_fb:.3f} | {t_fb / t_f:.2f}x |")
     if peer:
-        p_f, p_fb = statistics.median(peer["forward_s"]), statistics.median(peer["forward_backward_s"])
-        print(f"| transformers {peer['transformers']}, torch {peer['torch']} | {p_f:.3f} | {p_fb:.3f} | "
+        p_f, p_fb = statistics.median(pf), statistics.median(pfb)
+        print(f"| transformers {info['transformers']}, torch {info['torch']} | {p_f:.3f} | {p_fb:.3f} | "
               f"{p_fb / p_f:.2f}x |")
-        print(f"\nheadprune's forward + backward against torch's: {p_fb / t_fb:.2f}x faster")
+        rounds = [p / h for p, h in zip(pfb, fg)]
+        print(f"\nheadprune's forward + backward against torch's: {p_fb / t_fb:.2f}x faster (medians); "
+              f"per round {', '.join(f'{x:.2f}' for x in rounds)}, median {statistics.median(rounds):.2f}x")
         hg = [x for row in last["grad"] for x in row]
-        pg = [x for row in peer["grad"] for x in row]
+        pg = [x for row in plast["grad"] for x in row]
         big = max(abs(x) for x in pg)
         diff = max(abs(x - y) for x, y in zip(hg, pg))
         print(f"gradients: max |diff| {diff:.3g}, {diff / big:.2g} of the largest ({big:.3g}); "
-              f"loss {last['loss']:.6f} here, {peer['loss']:.6f} in torch")
+              f"loss {last['loss']:.6f} here, {plast['loss']:.6f} in torch")
     if a.studies:
         studies(work, a.threads, rng)
 
