@@ -22,8 +22,12 @@ The peer runs in one process that loads the model once and then waits;
 each round runs headprune's two commands and then one peer round (forward,
 then forward+backward), so that both see the same machine: on a shared VM
 torch's time moves with the load by a third from one minute to the next.
-Medians of --reps rounds after one warm-up round, and the median of the
-rounds' own ratios. Also checks that the two gradients agree (max |diff|
+Each round also measures BLIS's sgemm 2048^3 (bench_forward's), and the
+backward's rate is taken against it: eval --grad's `grad_seconds` split the
+pass into forward, head (logits and their gradient, fused) and reverse, and
+the backward is the reverse with the head's gradient half, over the FLOPs
+of their products (grad_gflop). Medians of --reps rounds after one warm-up
+round, and the median of the rounds' own ratios. Also checks that the two gradients agree (max |diff|
 relative to the largest).
 
 With --studies, then: `headprune run` of one-study plans over 4 x 128 random
@@ -94,6 +98,30 @@ def hp_eval(data, threads, grad):
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
+def sgemm_gflops(threads):
+    """BLIS sgemm 2048^3 at this many threads, now (bench_forward's own measurement, a tiny forward beside it)."""
+    out = os.path.join(tempfile.mkdtemp(prefix="hp-bench-sgemm-"), "sgemm.json")
+    subprocess.run([os.path.join(REPO, "build", "bench", "bench_forward"), "--threads", str(threads), "--reps", "1",
+                    "--seqs", "1", "--seq-len", "16", "--json", out], check=True, capture_output=True)
+    with open(out) as f:
+        return json.load(f)["results"][0]["sgemm_gflops"]
+
+
+def grad_gflop():
+    """GFLOP of eval --grad's head (logits and their gradient at the scored rows) and of its reverse pass through
+    the layers: every data-gradient product (layer 0 sends none to its input, so it has no q/k/v products and no
+    attention reverse) and attention's four T x T x d_head gradient products a head and sequence. The product
+    that makes the probabilities again is work the pass does but is not counted: a reverse that stored them
+    would not do it."""
+    with open(os.path.join(MODEL, "config.json")) as f:
+        c = json.load(f)
+    L, d, H, V = c["n_layer"], c["n_embd"], c["n_head"], c["vocab_size"]
+    dh, N = d // H, SEQS * T
+    head = 2 * 2 * SEQS * (T - 1) * V * d
+    reverse = 2 * N * (12 * L - 3) * d * d + 2 * 4 * (L - 1) * H * SEQS * T * T * dh
+    return head / 1e9, reverse / 1e9
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
@@ -113,10 +141,11 @@ def main():
         peer = subprocess.Popen([a.peer_python, "-c", PEER, str(a.threads), MODEL, data], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
         info = json.loads(peer.stdout.readline())
-    fw, fg, pf, pfb, last, plast = [], [], [], [], None, None
+    fw, fg, pf, pfb, ph, sgemm, last, plast = [], [], [], [], [], [], None, None
     for rep in range(a.reps + 1):
         f = hp_eval(data, a.threads, False)
         g = hp_eval(data, a.threads, True)
+        sg = sgemm_gflops(a.threads)
         if peer:
             peer.stdin.write("round\n")
             peer.stdin.flush()
@@ -124,6 +153,8 @@ def main():
         if rep:
             fw.append(f["seconds"])
             fg.append(g["seconds"])
+            ph.append(g["grad_seconds"])
+            sgemm.append(sg)
             if peer:
                 pf.append(plast["forward_s"])
                 pfb.append(plast["forward_backward_s"])
@@ -140,6 +171,20 @@ def main():
     print("| | forward (loss) s | forward + backward (loss, dL/dgate) s | ratio |")
     print("|---|---|---|---|")
     print(f"| headprune | {t_f:.3f} | {t_fb:.3f} | {t_fb / t_f:.2f}x |")
+    g_head, g_rev = grad_gflop()
+    t_head = statistics.median(p["head"] for p in ph)
+    t_rev = statistics.median(p["reverse"] for p in ph)
+    t_fwd = statistics.median(p["forward"] for p in ph)
+    t_sg = statistics.median(sgemm)
+    # the backward alone: the reverse through the layers and the head's gradient half (its products are the
+    # logits' transposed, fused in one loop: half the head's time stands for them)
+    bwd = [(g_rev + g_head / 2) / (p["reverse"] + p["head"] / 2) / sg for p, sg in zip(ph, sgemm)]
+    print(f"\neval --grad by phase (medians): forward {t_fwd:.3f} s, head {t_head:.3f} s ({g_head:.0f} GFLOP, "
+          f"{g_head / t_head:.0f} GFLOPS), reverse {t_rev:.3f} s ({g_rev:.0f} GFLOP, {g_rev / t_rev:.0f} GFLOPS); "
+          f"BLIS sgemm 2048^3 {t_sg:.0f} GFLOPS in the same rounds")
+    print(f"the backward (the reverse and the head's gradient half) at {statistics.median(bwd):.0%} of that "
+          f"round's sgemm (median; per round {', '.join(f'{x:.0%}' for x in bwd)}); the reverse alone at "
+          f"{statistics.median(g_rev / p['reverse'] / sg for p, sg in zip(ph, sgemm)):.0%}")
     if peer:
         p_f, p_fb = statistics.median(pf), statistics.median(pfb)
         print(f"| transformers {info['transformers']}, torch {info['torch']} | {p_f:.3f} | {p_fb:.3f} | "

@@ -46,6 +46,7 @@ struct hp_evaluator {
     float *grad_ref;
     double *grad_ref_emb;
     bool grad_ref_tried; /* made, or found too big: per chunk instead */
+    struct hp_grad_phases grad_phases; /* the last gradient pass's time (grad.c) */
     /* NULL or the metrics a gradient pass measured at the gates kept_gate ((n_layers, n_heads); NULL: the
      * unmasked model) under kept_abl: its forward was that variant's pass, so hp_evaluator_run_many hands
      * out a copy instead of running it again (grad.c fills it) */

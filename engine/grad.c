@@ -537,6 +537,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     if (seq_grad)
         memset(seq_grad, 0, (size_t)d->n_seqs * HH * sizeof *seq_grad);
     const float *gate = mask ? mask->gate : NULL;
+    struct hp_grad_phases ph = {0};
     double sum = 0;
     int64_t sc0 = 0; /* an LM's scored rows before the chunk */
     for (int s0 = 0; s0 < d->n_seqs; s0 += B) {
@@ -550,14 +551,21 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         if (hg.ref)
             reference_chunk(ev, fw, &fi, &hg, s0, nb, sc0);
         sc0 += hg.n_sc;
+        const double t0 = hp_now();
         const float *h = hp_fwd_run(ev->m, fw, &fi, &va, &tp);
+        const double t1 = hp_now();
         sum += objective_backward(ev, &hg, h, s0, nb, (double)n_items);
+        const double t2 = hp_now();
         /* the chunk's sequences' shares go straight to their rows of seq_grad */
         const struct hp_bwd_grads g = {grad, atp, seq_grad ? seq_grad + (size_t)s0 * HH : NULL};
         hp_bwd_run(ev->m, bw, &fi, &va, resid, hg.dh, &g);
+        ph.forward += t1 - t0;
+        ph.head += t2 - t1;
+        ph.reverse += hp_now() - t2;
         if (ev->progress)
             ev->progress(ev->progress_user, s0 + nb, d->n_seqs);
     }
+    ev->grad_phases = ph;
     const double mean = sum / (double)n_items;
     bool finite = isfinite(mean);
     for (int i = 0; i < HH && finite; i++)
@@ -582,6 +590,11 @@ done:
     free(resid);
     head_grad_free(&hg);
     return st;
+}
+
+void hp_evaluator_grad_phases(const struct hp_evaluator *ev, struct hp_grad_phases *out)
+{
+    *out = ev->grad_phases;
 }
 
 enum hp_status hp_evaluator_grad_pass_metrics(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl,

@@ -508,6 +508,14 @@ enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, enum hp_metric metric,
                                  enum hp_ablation ablation, double *grad, double *atp, double *value,
                                  struct hp_error *err);
 
+/* Where the evaluator's last gradient pass spent its time, in seconds, summed over its chunks: the layers'
+ * forward (keeping what the reverse reads), the head with the metric's gradient at its input (an LM's logits
+ * and their gradient, fused a vocabulary block at a time), and the layers' reverse pass. All 0 before any. */
+struct hp_grad_phases {
+    double forward, head, reverse;
+};
+void hp_evaluator_grad_phases(const struct hp_evaluator *ev, struct hp_grad_phases *out);
+
 /*
  * A gradient pass at the unmasked model always keeps its metrics, so that
  * hp_evaluator_run_many hands out a copy instead of running that pass again:

@@ -793,6 +793,18 @@ static void check_eval_json(const char *extra, const char *metric)
             }
         }
     }
+    /* where the pass spent its time: three phases within the command's own seconds */
+    cJSON *ph = cJSON_GetObjectItem(o, "grad_seconds");
+    cr_assert(ph, "no grad_seconds in %s", cli_out);
+    double sum = 0;
+    const char *phases[3] = {"forward", "head", "reverse"};
+    for (int i = 0; i < 3; i++) {
+        cJSON *v = cJSON_GetObjectItem(ph, phases[i]);
+        cr_assert(cJSON_IsNumber(v) && v->valuedouble >= 0, "grad_seconds.%s missing or negative", phases[i]);
+        sum += v->valuedouble;
+    }
+    const double secs = cJSON_GetObjectItem(o, "seconds")->valuedouble;
+    cr_expect(sum > 0 && sum <= secs, "the phases take %g s of the command's %g s", sum, secs);
     cJSON_Delete(ref);
     free(txt);
     cJSON_Delete(o);

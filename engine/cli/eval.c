@@ -187,6 +187,7 @@ int cmd_eval(int argc, char **argv)
     const bool changed = hp_mask_first_changed(mask, in->n_layers) < in->n_layers;
     const int HH = in->n_layers * in->n_heads;
     double grad_loss = 0;
+    struct hp_grad_phases ph = {0}; /* where --grad's pass spent its time */
     const char *grad_what = grad_metric == HP_METRIC_COS ? "1 - cos" : grad_metric == HP_METRIC_KL ? "KL" : "loss";
     /* KL and 1 - cos are 0 and minimal at the unmasked model: their gradient there says nothing */
     const bool grad_vanishes = grad_metric != HP_METRIC_LOSS && !changed;
@@ -199,6 +200,7 @@ int cmd_eval(int argc, char **argv)
         }
         if (hp_evaluator_grad(ev, grad_metric, mask, abl, grad, atp, &grad_loss, &err) != HP_OK)
             goto out;
+        hp_evaluator_grad_phases(ev, &ph);
     }
     /* after the gradient: its forward was this variant's pass (or the unmasked one), not run again */
     const struct hp_mask *both[2] = {mask, NULL};
@@ -281,6 +283,12 @@ int cmd_eval(int argc, char **argv)
         cJSON_AddNumberToObject(o, "threads_min", pr.threads_min);
         cJSON_AddNumberToObject(o, "threads_max", pr.threads_max);
         cJSON_AddNumberToObject(o, "seconds", secs);
+        if (want_grad) {
+            cJSON *so = cJSON_AddObjectToObject(o, "grad_seconds");
+            cJSON_AddNumberToObject(so, "forward", ph.forward);
+            cJSON_AddNumberToObject(so, "head", ph.head);
+            cJSON_AddNumberToObject(so, "reverse", ph.reverse);
+        }
         char *s = cJSON_PrintUnformatted(o);
         puts(s);
         free(s);
