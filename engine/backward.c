@@ -32,6 +32,7 @@
 #include "blas_int.h"
 #include "ops_int.h"
 #include "util_int.h"
+#include "vmath_int.h"
 
 struct hp_bwd {
     int cap_t, cap_b, cap_threads;
@@ -352,12 +353,12 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
         for (int r = 0; r < N; r++) {
             const float *dc = w->ctx + (size_t)r * qd + h * dh, *ar = w->act.a + (size_t)r * qd + h * dh,
                         *mu = mean_at(a, l, h, dh, r);
-            double rg = 0;
-            for (int i = 0; i < dh; i++) {
-                double rep = mu ? mu[i] : 0.0;
-                rg += (double)dc[i] * (g == 0.0f ? ar[i] - rep : ar[i]);
-                sa += g == 0.0f ? 0.0 : (double)dc[i] * (rep - (double)g * ar[i]);
-            }
+            /* the gate multiplies a, or at 0 chooses between a and its replacement: <dc, a - rep> there */
+            double rg = hp_vdot_d(dc, ar, (size_t)dh);
+            if (g == 0.0f && mu)
+                rg -= hp_vdot_d(dc, mu, (size_t)dh);
+            else if (g != 0.0f) /* the estimate: <dc, rep - g a> */
+                sa += (mu ? hp_vdot_d(dc, mu, (size_t)dh) : 0.0) - (double)g * rg;
             sg += rg;
             ss += rg;
             if (gr->gate_seq && r % T == T - 1) {

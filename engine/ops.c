@@ -391,9 +391,7 @@ void hp_op_softmax_rows_backward(float *dp, const float *p, int T, bool causal, 
             memset(gr, 0, (size_t)T * sizeof(float));
             continue;
         }
-        double s = 0;
-        for (int j = j0; j < n; j++)
-            s += (double)pr[j] * gr[j];
+        const double s = hp_vdot_d(pr + j0, gr + j0, (size_t)(n - j0));
         for (int j = 0; j < j0; j++)
             gr[j] = 0.0f;
         for (int j = j0; j < n; j++)
