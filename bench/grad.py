@@ -171,6 +171,19 @@ def main():
     print("| | forward (loss) s | forward + backward (loss, dL/dgate) s | ratio |")
     print("|---|---|---|---|")
     print(f"| headprune | {t_f:.3f} | {t_fb:.3f} | {t_fb / t_f:.2f}x |")
+    if peer:
+        p_f, p_fb = statistics.median(pf), statistics.median(pfb)
+        print(f"| transformers {info['transformers']}, torch {info['torch']} | {p_f:.3f} | {p_fb:.3f} | "
+              f"{p_fb / p_f:.2f}x |")
+        rounds = [p / h for p, h in zip(pfb, fg)]
+        print(f"\nheadprune's forward + backward against torch's: {p_fb / t_fb:.2f}x faster (medians); "
+              f"per round {', '.join(f'{x:.2f}' for x in rounds)}, median {statistics.median(rounds):.2f}x")
+        hg = [x for row in last["grad"] for x in row]
+        pg = [x for row in plast["grad"] for x in row]
+        big = max(abs(x) for x in pg)
+        diff = max(abs(x - y) for x, y in zip(hg, pg))
+        print(f"gradients: max |diff| {diff:.3g}, {diff / big:.2g} of the largest ({big:.3g}); "
+              f"loss {last['loss']:.6f} here, {plast['loss']:.6f} in torch")
     g_head, g_rev = grad_gflop()
     t_head = statistics.median(p["head"] for p in ph)
     t_rev = statistics.median(p["reverse"] for p in ph)
@@ -185,19 +198,6 @@ def main():
     print(f"the backward (the reverse and the head's gradient half) at {statistics.median(bwd):.0%} of that "
           f"round's sgemm (median; per round {', '.join(f'{x:.0%}' for x in bwd)}); the reverse alone at "
           f"{statistics.median(g_rev / p['reverse'] / sg for p, sg in zip(ph, sgemm)):.0%}")
-    if peer:
-        p_f, p_fb = statistics.median(pf), statistics.median(pfb)
-        print(f"| transformers {info['transformers']}, torch {info['torch']} | {p_f:.3f} | {p_fb:.3f} | "
-              f"{p_fb / p_f:.2f}x |")
-        rounds = [p / h for p, h in zip(pfb, fg)]
-        print(f"\nheadprune's forward + backward against torch's: {p_fb / t_fb:.2f}x faster (medians); "
-              f"per round {', '.join(f'{x:.2f}' for x in rounds)}, median {statistics.median(rounds):.2f}x")
-        hg = [x for row in last["grad"] for x in row]
-        pg = [x for row in plast["grad"] for x in row]
-        big = max(abs(x) for x in pg)
-        diff = max(abs(x - y) for x, y in zip(hg, pg))
-        print(f"gradients: max |diff| {diff:.3g}, {diff / big:.2g} of the largest ({big:.3g}); "
-              f"loss {last['loss']:.6f} here, {plast['loss']:.6f} in torch")
     if a.studies:
         studies(work, a.threads, rng)
 
