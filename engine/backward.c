@@ -131,6 +131,8 @@ struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_by
         n_keep = (size_t)in->n_layers;
     while (n_keep > 0 && !(w->kbuf = malloc(n_keep * n_act * sizeof(float))))
         n_keep /= 2;
+    if (w->kbuf)
+        hp_prefault(w->kbuf, n_keep * n_act * sizeof(float));
     p = w->kbuf;
     for (int l = in->n_layers - (int)n_keep; l < in->n_layers; l++) {
         p += acts_at(&w->kept[l], p, t, in, gated);

@@ -516,6 +516,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     /* the pass's forward is also an evaluation of mask: its metrics are kept for hp_evaluator_run_many.
      * A variant's KL needs the unmasked model's outputs: from the evaluator's reference of the whole set,
      * else (too big) a variant's metrics are not worth their extra pass and are left to the reuse path */
+    hp_prefault(resid, (size_t)(L + 1) * rows * in->d_model * sizeof(float));
     hg.fw = fw;
     hg.bw = bw;
     hg.masked = hp_mask_first_changed(mask, L) < L;

@@ -72,6 +72,16 @@ enum hp_status hp_read_text(const char *path, size_t max_bytes, enum hp_status t
     return HP_OK;
 }
 
+void hp_prefault(void *p, size_t bytes)
+{
+    const size_t page = 4096; /* the smallest page: a larger one is touched more than once, harmlessly */
+    volatile char *c = p;
+    const long n = (long)(bytes / page);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++)
+        c[(size_t)i * page] = 0;
+}
+
 double hp_now(void)
 {
     struct timespec ts;

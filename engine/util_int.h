@@ -23,6 +23,17 @@ enum hp_status hp_fail(struct hp_error *err, enum hp_status st, const char *fmt,
 enum hp_status hp_read_text(const char *path, size_t max_bytes, enum hp_status too_big, const char *what,
                             char **out, size_t *len, struct hp_error *err);
 
+/*
+ * Write one byte of each page of a fresh buffer of this many bytes, the
+ * pages split over the OpenMP threads, so that the kernel maps (and zeroes)
+ * them now. Touched first inside a product instead, a page fault stalls one
+ * of BLIS's threads while the other waits at its barrier: a gradient pass's
+ * kept activations (hundreds of MB) cost about twice as long that way. For
+ * buffers that are wholly written before they are read; the contents are
+ * unspecified afterwards, as malloc's.
+ */
+void hp_prefault(void *p, size_t bytes);
+
 /* Seconds on the monotonic clock: for durations only (its zero is arbitrary). */
 double hp_now(void);
 
