@@ -595,6 +595,28 @@ static void check_chunks(const char *name, const char *data, enum hp_metric metr
     check_unmasked_kept_in(name, data, metric, 1);
 }
 
+/*
+ * The gradient pass's chunk: as many sequences as HP_GRAD_CHUNK_ROWS rows hold, fewer where the residual
+ * stream or every layer's kept activations would not fit their budgets, never fewer than the forward's.
+ * Worked from the shapes: gpt2-tiny at 16 tokens, 64 sequences fill 1024 rows.
+ */
+Test(grad, a_gradient_chunk_is_as_large_as_its_budgets_allow)
+{
+    struct fix f;
+    fix_open(&f, "gpt2-tiny", "data.npy");
+    const int T = 16, L = f.in->n_layers;
+    const size_t resid_seq = (size_t)(L + 1) * T * f.in->d_model * sizeof(float), big = (size_t)1 << 40,
+                 layer5 = hp_bwd_layer_bytes(f.m, T, 5);
+    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, big, big), 1024 / T);
+    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, big, 7 * resid_seq), 7, "the residual stream bounds it");
+    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, (size_t)L * layer5, big), 5, "the kept activations bound it");
+    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, (size_t)L * layer5 - 1, big), 4);
+    cr_expect_eq(hp_eval_grad_batch(f.m, T, 9, 0, 0), 9, "never fewer than the forward's batch");
+    cr_expect_eq(hp_eval_grad_batch(f.m, 2048, 1, big, big), 1, "a sequence longer than the rows");
+    cr_expect_eq(f.ev->grad_batch, f.d->n_seqs, "the evaluator's: every one of its %d sequences", f.d->n_seqs);
+    fix_close(&f);
+}
+
 Test(grad, a_gradient_pass_cut_into_any_chunks_agrees)
 {
     const float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1}, gb[8] = {1, 0, 1, 0.5f, 1, 1, 0.25f, 1};
