@@ -565,32 +565,65 @@ Test(grad, a_gradient_at_the_unmasked_model_keeps_its_metrics)
  * the same bits as the reuse path's, which walks the set in the forward's
  * chunks: one sequence a chunk and two here, against the whole set in one.
  */
+/* A pass's setting, by the index of the pass (0, 1, 2): its gradient chunk, or its budget for kept activations. */
+struct setting {
+    const char *what;
+    int grad_batch[3]; /* 0: as the evaluator chose */
+    size_t keep[3];    /* 0: no layer's activations kept, each made again */
+};
+
+/*
+ * Three gradient passes of metric at gates under abl, one per setting: the
+ * value, the gradients and the estimates of the second and third equal the
+ * first's within tol (relative to the value, and to the largest gradient).
+ */
+static void passes_agree(struct fix *f, const char *name, enum hp_metric metric, const float *gates,
+                         enum hp_ablation abl, const struct setting *st, double tol)
+{
+    const int HH = f->in->n_layers * f->in->n_heads;
+    struct hp_mask *mk = mask_of(f, gates);
+    double g[3][HH], a[3][HH], v[3], gmax = 0;
+    struct hp_error err = {0};
+    const int gb0 = f->ev->grad_batch;
+    for (int k = 0; k < 3; k++) {
+        f->ev->grad_batch = st->grad_batch[k] ? st->grad_batch[k] : gb0;
+        f->ev->grad_keep_bytes = st->keep[k];
+        cr_assert_eq(hp_evaluator_grad(f->ev, metric, mk, abl, g[k], a[k], &v[k], &err), HP_OK, "%s", err.msg);
+    }
+    for (int i = 0; i < HH; i++)
+        gmax = fmax(gmax, fmax(fabs(g[0][i]), fabs(a[0][i])));
+    cr_assert(gmax > 0, "%s: every gradient is 0", name);
+    int bad = 0;
+    for (int k = 1; k < 3; k++) {
+        cr_expect(fabs(v[k] - v[0]) <= tol * fabs(v[0]), "%s: %.17g, %.17g with %s %d", name, v[0], v[k], st->what, k);
+        for (int i = 0; i < HH; i++)
+            if ((fabs(g[k][i] - g[0][i]) > tol * gmax || fabs(a[k][i] - a[0][i]) > tol * gmax) && bad++ < 5)
+                cr_log_error("%s: head %d.%d: grad %.17g, atp %.17g; %.17g, %.17g with %s %d", name,
+                             i / f->in->n_heads, i % f->in->n_heads, g[0][i], a[0][i], g[k][i], a[k][i], st->what, k);
+    }
+    cr_expect_eq(bad, 0, "%s (%s, %s): %d gradients depend on the %s", name, hp_metric_name(metric),
+                 hp_ablation_name(abl), bad, st->what);
+    f->ev->grad_batch = gb0;
+    hp_mask_free(mk);
+}
+
+/*
+ * A gradient pass takes chunks of its own size (grad_batch, more rows than
+ * the forward's batch: eval_int.h). However the set is cut, the gradients
+ * are the same but for the order of their sums (1e-12), and the metrics it
+ * keeps are the same bits as the reuse path's, which walks the set in the
+ * forward's chunks: one sequence a chunk and two here, against the whole
+ * set in one.
+ */
 static void check_chunks(const char *name, const char *data, enum hp_metric metric, const float *gates,
                          enum hp_ablation abl)
 {
     struct fix f;
     fix_open(&f, name, data);
-    const int HH = f.in->n_layers * f.in->n_heads, n = f.d->n_seqs, sizes[3] = {n, 1, 2};
+    const int n = f.d->n_seqs;
     cr_assert(f.ev->grad_batch == n, "%s: %d sequences, a gradient chunk of %d", name, n, f.ev->grad_batch);
-    struct hp_mask *mk = mask_of(&f, gates);
-    double g[3][HH], a[3][HH], v[3], gmax = 0;
-    struct hp_error err = {0};
-    for (int k = 0; k < 3; k++) {
-        f.ev->grad_batch = sizes[k];
-        cr_assert_eq(hp_evaluator_grad(f.ev, metric, mk, abl, g[k], a[k], &v[k], &err), HP_OK, "%s", err.msg);
-    }
-    for (int i = 0; i < HH; i++)
-        gmax = fmax(gmax, fmax(fabs(g[0][i]), fabs(a[0][i])));
-    cr_assert(gmax > 0, "%s: every gradient is 0", name);
-    for (int k = 1; k < 3; k++) {
-        cr_expect(fabs(v[k] - v[0]) <= 1e-12 * fabs(v[0]), "%s: %.17g in one chunk, %.17g in chunks of %d", name,
-                  v[0], v[k], sizes[k]);
-        for (int i = 0; i < HH; i++)
-            cr_expect(fabs(g[k][i] - g[0][i]) <= 1e-12 * gmax && fabs(a[k][i] - a[0][i]) <= 1e-12 * gmax,
-                      "%s: head %d: grad %.17g, atp %.17g in one chunk; %.17g, %.17g in chunks of %d", name, i,
-                      g[0][i], a[0][i], g[k][i], a[k][i], sizes[k]);
-    }
-    hp_mask_free(mk);
+    const struct setting st = {"chunk setting", {n, 1, 2}, {HP_BWD_KEEP_BYTES, HP_BWD_KEEP_BYTES, HP_BWD_KEEP_BYTES}};
+    passes_agree(&f, name, metric, gates, abl, &st, 1e-12);
     fix_close(&f);
     check_unmasked_kept_in(name, data, metric, 1);
 }
@@ -640,28 +673,9 @@ static void check_kept(const char *name, const char *data, const float *gates, e
 {
     struct fix f;
     fix_open(&f, name, data);
-    const int HH = f.in->n_layers * f.in->n_heads;
-    struct hp_mask *mk = mask_of(&f, gates);
-    const size_t budget[3] = {HP_BWD_KEEP_BYTES, 0, hp_bwd_layer_bytes(f.m, f.d->seq_len, f.ev->grad_batch)};
-    double g[3][HH], a[3][HH], loss[3], gmax = 0;
-    struct hp_error err = {0};
-    for (int k = 0; k < 3; k++) {
-        f.ev->grad_keep_bytes = budget[k];
-        cr_assert_eq(hp_evaluator_grad(f.ev, HP_METRIC_LOSS, mk, abl, g[k], a[k], &loss[k], &err), HP_OK, "%s", err.msg);
-    }
-    for (int i = 0; i < HH; i++)
-        gmax = fmax(gmax, fmax(fabs(g[0][i]), fabs(a[0][i])));
-    int bad = 0;
-    for (int k = 1; k < 3; k++) {
-        cr_expect(fabs(loss[k] - loss[0]) <= 1e-6 * fabs(loss[0]), "%s: loss %.9g kept, %.9g with budget %zu", name,
-                  loss[0], loss[k], budget[k]);
-        for (int i = 0; i < HH; i++)
-            if ((fabs(g[k][i] - g[0][i]) > 1e-6 * gmax || fabs(a[k][i] - a[0][i]) > 1e-6 * gmax) && bad++ < 5)
-                cr_log_error("%s: head %d.%d: grad %.9g, atp %.9g kept; %.9g, %.9g with budget %zu", name,
-                             i / f.in->n_heads, i % f.in->n_heads, g[0][i], a[0][i], g[k][i], a[k][i], budget[k]);
-    }
-    cr_expect_eq(bad, 0, "%s (%s): %d gradients depend on what the forward kept", name, hp_ablation_name(abl), bad);
-    hp_mask_free(mk);
+    const struct setting st = {
+        "activation budget", {0, 0, 0}, {HP_BWD_KEEP_BYTES, 0, hp_bwd_layer_bytes(f.m, f.d->seq_len, f.ev->grad_batch)}};
+    passes_agree(&f, name, HP_METRIC_LOSS, gates, abl, &st, 1e-6);
     fix_close(&f);
 }
 
