@@ -572,23 +572,50 @@ struct setting {
     size_t keep[3];    /* 0: no layer's activations kept, each made again */
 };
 
+/* The sequences done at each progress report of a pass: the ends of its chunks. */
+struct chunk_ends {
+    int n, end[64];
+};
+
+static void chunk_end(void *user, int done, int total)
+{
+    (void)total;
+    struct chunk_ends *c = user;
+    if (c->n < 64)
+        c->end[c->n] = done;
+    c->n++;
+}
+
 /*
  * Three gradient passes of metric at gates under abl, one per setting: the
  * value, the gradients and the estimates of the second and third equal the
  * first's within tol (relative to the value, and to the largest gradient).
+ * Each pass is checked to walk the set in the chunks it was given (its
+ * progress reports), else two passes alike would compare a pass with itself.
  */
 static void passes_agree(struct fix *f, const char *name, enum hp_metric metric, const float *gates,
                          enum hp_ablation abl, const struct setting *st, double tol)
 {
-    const int HH = f->in->n_layers * f->in->n_heads;
+    const int HH = f->in->n_layers * f->in->n_heads, n = f->d->n_seqs;
     struct hp_mask *mk = mask_of(f, gates);
     double g[3][HH], a[3][HH], v[3], gmax = 0;
     struct hp_error err = {0};
     const int gb0 = f->ev->grad_batch;
+    struct hp_means mm;
+    if (abl != HP_ABLATE_ZERO) /* made now, so that the progress reports below are the passes' alone */
+        cr_assert_eq(hp_evaluator_means(f->ev, &mm, &err), HP_OK, "%s", err.msg);
     for (int k = 0; k < 3; k++) {
-        f->ev->grad_batch = st->grad_batch[k] ? st->grad_batch[k] : gb0;
+        const int size = st->grad_batch[k] ? st->grad_batch[k] : gb0;
+        struct chunk_ends ce = {0};
+        f->ev->grad_batch = size;
         f->ev->grad_keep_bytes = st->keep[k];
+        hp_evaluator_set_progress(f->ev, chunk_end, &ce);
         cr_assert_eq(hp_evaluator_grad(f->ev, metric, mk, abl, g[k], a[k], &v[k], &err), HP_OK, "%s", err.msg);
+        hp_evaluator_set_progress(f->ev, NULL, NULL);
+        cr_assert_eq(ce.n, (n + size - 1) / size, "%s: %d chunks of %d over %d sequences", name, ce.n, size, n);
+        for (int c = 0; c < ce.n && c < 64; c++)
+            cr_assert_eq(ce.end[c], c + 1 < ce.n ? (c + 1) * size : n, "%s: chunk %d of %d ends at %d", name, c, size,
+                         ce.end[c]);
     }
     for (int i = 0; i < HH; i++)
         gmax = fmax(gmax, fmax(fabs(g[0][i]), fabs(a[0][i])));
@@ -622,6 +649,7 @@ static void check_chunks(const char *name, const char *data, enum hp_metric metr
     fix_open(&f, name, data);
     const int n = f.d->n_seqs;
     cr_assert(f.ev->grad_batch == n, "%s: %d sequences, a gradient chunk of %d", name, n, f.ev->grad_batch);
+    cr_assert(n > 1, "%s: %d sequence cannot be cut in chunks", name, n);
     const struct setting st = {"chunk setting", {n, 1, 2}, {HP_BWD_KEEP_BYTES, HP_BWD_KEEP_BYTES, HP_BWD_KEEP_BYTES}};
     passes_agree(&f, name, metric, gates, abl, &st, 1e-12);
     fix_close(&f);
