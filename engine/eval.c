@@ -92,7 +92,7 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
     while (b > 1 && (size_t)b * per > HP_CHUNK_BYTES)
         b--;
     ev->batch = b < 1 ? 1 : b > d->n_seqs ? d->n_seqs : b;
-    const int gb = hp_eval_grad_batch(m, d->seq_len, ev->batch, ev->grad_keep_bytes, HP_GRAD_RESID_BYTES);
+    const int gb = hp_eval_grad_batch(m, d->seq_len, ev->batch, ev->grad_keep_bytes, HP_GRAD_CHUNK_BYTES);
     ev->grad_batch = gb > d->n_seqs ? d->n_seqs : gb;
     ev->tok = malloc(3 * (size_t)d->seq_len * sizeof(double));
     ev->tok_ok = malloc((size_t)d->seq_len);
@@ -179,16 +179,18 @@ enum hp_status hp_evaluator_pick_metric(const struct hp_evaluator *ev, const cha
                    ev->m->dir, in->model_type, ev->d->path, why);
 }
 
-int hp_eval_grad_batch(const struct hp_model *m, int seq_len, int batch, size_t keep_bytes, size_t resid_bytes)
+int hp_eval_grad_batch(const struct hp_model *m, int seq_len, int batch, size_t keep_bytes, size_t chunk_bytes)
 {
-    /* larger while the residual stream fits, and while every layer's kept activations still fit their
-     * budget (else more rows would cost layers made again: a whole forward's worth on an 8B model) */
+    /* larger while what the pass keeps fits, and every layer's kept activations their budget (else more
+     * rows would cost layers made again: a whole forward's worth on an 8B model) */
     const struct hp_model_info *in = &m->info;
     const size_t resid_seq = (size_t)(in->n_layers + 1) * seq_len * in->d_model * sizeof(float);
     int gb = HP_GRAD_CHUNK_ROWS / seq_len;
-    while (gb > batch && ((size_t)gb * resid_seq > resid_bytes ||
-                          (size_t)in->n_layers * hp_bwd_layer_bytes(m, seq_len, gb) > keep_bytes))
-        gb--;
+    for (; gb > batch; gb--) {
+        const size_t kept = (size_t)in->n_layers * hp_bwd_layer_bytes(m, seq_len, gb);
+        if (kept <= keep_bytes && (size_t)gb * resid_seq + kept <= chunk_bytes)
+            break;
+    }
     return gb < batch ? batch : gb;
 }
 

@@ -62,20 +62,23 @@ struct hp_evaluator {
 /*
  * A gradient pass holds no chunk's logits (its LM head is fused with the
  * loss's gradient), so its chunks are not bound by a logits buffer as the
- * forward's are: about HP_GRAD_CHUNK_ROWS rows, while the residual stream it
- * keeps per chunk (n_layers + 1 rows x d_model) fits HP_GRAD_RESID_BYTES and
- * every layer's kept activations fit grad_keep_bytes (backward_int.h).
- * Products with more rows run nearer BLIS's peak (bench/README.md,
- * "Gradients at the gates": 7% off a GPT-2-small pass at 1024 rows, none
- * more at 2048).
+ * forward's are: up to HP_GRAD_CHUNK_ROWS rows, while what it keeps of a
+ * chunk (the residual stream entering every layer, and every layer's kept
+ * activations: backward_int.h) fits HP_GRAD_CHUNK_BYTES, and those
+ * activations their own budget. Its other workspaces (the forward's, the
+ * reverse's, the head's) grow with the rows too, by about half as much
+ * again. Products with more rows run nearer BLIS's peak: on GPT-2-small at
+ * 8 x 256 tokens, 1024 rows took 7% off the pass against 512 and 2048 rows
+ * nothing more (alternating runs, 2026-12-01; bench/README.md, "Gradients
+ * at the gates").
  */
 #define HP_GRAD_CHUNK_ROWS 1024
-#define HP_GRAD_RESID_BYTES ((size_t)256 << 20)
+#define HP_GRAD_CHUNK_BYTES ((size_t)512 << 20)
 
 /* The sequences of seq_len tokens a gradient pass of m takes at once: at least batch (the forward's),
- * more while HP_GRAD_CHUNK_ROWS rows hold them, their residual stream fits resid_bytes and every layer's
+ * more while HP_GRAD_CHUNK_ROWS rows hold them, what it keeps of them fits chunk_bytes and every layer's
  * kept activations fit keep_bytes. */
-int hp_eval_grad_batch(const struct hp_model *m, int seq_len, int batch, size_t keep_bytes, size_t resid_bytes);
+int hp_eval_grad_batch(const struct hp_model *m, int seq_len, int batch, size_t keep_bytes, size_t chunk_bytes);
 
 /* The most the unmasked model's reference for gradients (grad_ref) may hold. */
 #define HP_GRAD_REF_BYTES ((size_t)256 << 20)

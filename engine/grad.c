@@ -475,6 +475,8 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
 {
     const struct hp_model_info *in = &ev->m->info;
     const struct hp_data *d = ev->d;
+    ev->grad_phases = (struct hp_grad_phases){0}; /* a pass that fails leaves none */
+    struct hp_grad_phases ph = {0};
     if (metric == HP_METRIC_ACC)
         return hp_fail(err, HP_ERR_UNSUPPORTED,
                        "acc has no gradient (accuracy is a step function of the gates): use loss or kl");
@@ -497,7 +499,9 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         return hp_fail(err, HP_ERR_ARG, "%s: no token is scored (all labels are -100 or padding)", d->path);
     if (abl != HP_ABLATE_ZERO) {
         struct hp_means mm;
+        const double t = hp_now();
         enum hp_status st = hp_evaluator_means(ev, &mm, err);
+        ph.reference += hp_now() - t;
         if (st != HP_OK)
             return st;
     }
@@ -520,8 +524,11 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     hg.fw = fw;
     hg.bw = bw;
     hg.masked = hp_mask_first_changed(mask, L) < L;
-    if (metric != HP_METRIC_LOSS || (hg.masked && ev->keep_grad_metrics && !ev->plain))
+    if (metric != HP_METRIC_LOSS || (hg.masked && ev->keep_grad_metrics && !ev->plain)) {
+        const double t = hp_now();
         reference_fill(ev, fw, &hg, n_items);
+        ph.reference += hp_now() - t;
+    }
     const bool have_ref = ev->grad_ref || ev->grad_ref_emb;
     /* the unmasked model's are always kept: they are the bits the reuse path measures (test_grad), so a sweep's
      * baseline is the same whether this pass or its own measured it; a variant's equal its own pass only
@@ -538,7 +545,6 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     if (seq_grad)
         memset(seq_grad, 0, (size_t)d->n_seqs * HH * sizeof *seq_grad);
     const float *gate = mask ? mask->gate : NULL;
-    struct hp_grad_phases ph = {0};
     double sum = 0;
     int64_t sc0 = 0; /* an LM's scored rows before the chunk */
     for (int s0 = 0; s0 < d->n_seqs; s0 += B) {
@@ -549,8 +555,11 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         struct hp_fwd_taps tp = {.resid = resid, .keep = hp_bwd_keep(bw)};
         if (!ev->has_cls && ev->has_loss)
             hg.n_sc = hp_eval_find_scored(ev, s0, nb, hg.sc_row, hg.sc_y);
-        if (hg.ref)
+        if (hg.ref) {
+            const double t = hp_now();
             reference_chunk(ev, fw, &fi, &hg, s0, nb, sc0);
+            ph.reference += hp_now() - t;
+        }
         sc0 += hg.n_sc;
         const double t0 = hp_now();
         const float *h = hp_fwd_run(ev->m, fw, &fi, &va, &tp);

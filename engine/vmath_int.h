@@ -64,7 +64,9 @@ static inline float hp_vmax(const float *x, size_t n)
     return m;
 }
 
-/* The first index of v in x (n), or n: with hp_vmax, the first index of the largest, as a scan finds it. */
+/* The first index of v in x (n), or n: with hp_vmax, the first index of the largest, as a scan finds it.
+ * n only for a NaN maximum, whose row's sum of exponentials is NaN too: the LM heads' callers compare the
+ * index with a target and never index with it, and report the row's loss as not finite. */
 static inline size_t hp_vfind(const float *x, size_t n, float v)
 {
     size_t i = 0;

@@ -26,7 +26,8 @@ extern "C" {
 
 /* Bumped whenever a change can alter any number the engine computes (4: the unmasked model's loss from the
  * LM head's online sum, as every variant's and gradient pass's; 5: gradients summed over chunks of their own,
- * of more rows than the forward's). */
+ * of more rows than the forward's; the norms', the softmax's and the gate sums' additions in 8 lanes; libmvec's
+ * 16-wide expf on AVX-512). */
 #define HP_NUMERIC_VERSION 5
 
 // --- errors -----------------------------------------------------------------
@@ -508,11 +509,13 @@ enum hp_status hp_evaluator_grad(struct hp_evaluator *ev, enum hp_metric metric,
                                  enum hp_ablation ablation, double *grad, double *atp, double *value,
                                  struct hp_error *err);
 
-/* Where the evaluator's last gradient pass spent its time, in seconds, summed over its chunks: the layers'
- * forward (keeping what the reverse reads), the head with the metric's gradient at its input (an LM's logits
- * and their gradient, fused a vocabulary block at a time), and the layers' reverse pass. All 0 before any. */
+/* Where the evaluator's last gradient pass spent its time, in seconds, summed over its chunks: the unmasked
+ * model's outputs it compares with or ablates toward (kl and cos's reference, a variant's KL, mean ablation's
+ * means; 0 when made by an earlier pass), the layers' forward (keeping what the reverse reads), the head with
+ * the metric's gradient at its input (an LM's logits and their gradient, fused a vocabulary block at a time),
+ * and the layers' reverse pass. All 0 before any pass, and after one that failed. */
 struct hp_grad_phases {
-    double forward, head, reverse;
+    double reference, forward, head, reverse;
 };
 void hp_evaluator_grad_phases(const struct hp_evaluator *ev, struct hp_grad_phases *out);
 

@@ -657,8 +657,9 @@ static void check_chunks(const char *name, const char *data, enum hp_metric metr
 }
 
 /*
- * The gradient pass's chunk: as many sequences as HP_GRAD_CHUNK_ROWS rows hold, fewer where the residual
- * stream or every layer's kept activations would not fit their budgets, never fewer than the forward's.
+ * The gradient pass's chunk: as many sequences as HP_GRAD_CHUNK_ROWS rows hold, fewer where what the pass
+ * keeps of them (residual stream and kept activations) or the kept activations alone would not fit their
+ * budgets, never fewer than the forward's.
  * Worked from the shapes: gpt2-tiny at 16 tokens, 64 sequences fill 1024 rows.
  */
 Test(grad, a_gradient_chunk_is_as_large_as_its_budgets_allow)
@@ -669,8 +670,10 @@ Test(grad, a_gradient_chunk_is_as_large_as_its_budgets_allow)
     const size_t resid_seq = (size_t)(L + 1) * T * f.in->d_model * sizeof(float), big = (size_t)1 << 40,
                  layer5 = hp_bwd_layer_bytes(f.m, T, 5);
     cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, big, big), 1024 / T);
-    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, big, 7 * resid_seq), 7, "the residual stream bounds it");
-    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, (size_t)L * layer5, big), 5, "the kept activations bound it");
+    const size_t kept7 = 7 * (resid_seq + (size_t)L * hp_bwd_layer_bytes(f.m, T, 1));
+    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, big, kept7), 7, "what the pass keeps bounds it");
+    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, big, kept7 - 1), 6);
+    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, (size_t)L * layer5, big), 5, "the kept activations' budget bounds it");
     cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, (size_t)L * layer5 - 1, big), 4);
     cr_expect_eq(hp_eval_grad_batch(f.m, T, 9, 0, 0), 9, "never fewer than the forward's batch");
     cr_expect_eq(hp_eval_grad_batch(f.m, 2048, 1, big, big), 1, "a sequence longer than the rows");
@@ -857,12 +860,12 @@ static void check_eval_json(const char *extra, const char *metric)
             }
         }
     }
-    /* where the pass spent its time: three phases within the command's own seconds */
+    /* where the pass spent its time: four phases within the command's own seconds */
     cJSON *ph = cJSON_GetObjectItem(o, "grad_seconds");
     cr_assert(ph, "no grad_seconds in %s", cli_out);
     double sum = 0;
-    const char *phases[3] = {"forward", "head", "reverse"};
-    for (int i = 0; i < 3; i++) {
+    const char *phases[4] = {"reference", "forward", "head", "reverse"};
+    for (int i = 0; i < 4; i++) {
         cJSON *v = cJSON_GetObjectItem(ph, phases[i]);
         cr_assert(cJSON_IsNumber(v) && v->valuedouble >= 0, "grad_seconds.%s missing or negative", phases[i]);
         sum += v->valuedouble;

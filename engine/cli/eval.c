@@ -285,6 +285,7 @@ int cmd_eval(int argc, char **argv)
         cJSON_AddNumberToObject(o, "seconds", secs);
         if (want_grad) {
             cJSON *so = cJSON_AddObjectToObject(o, "grad_seconds");
+            cJSON_AddNumberToObject(so, "reference", ph.reference);
             cJSON_AddNumberToObject(so, "forward", ph.forward);
             cJSON_AddNumberToObject(so, "head", ph.head);
             cJSON_AddNumberToObject(so, "reverse", ph.reverse);
