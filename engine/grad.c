@@ -517,10 +517,10 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         st = hp_fail(err, HP_ERR_NOMEM, "out of memory for a gradient workspace of %d x %d tokens", B, T);
         goto done;
     }
+    hp_prefault(resid, (size_t)(L + 1) * rows * in->d_model * sizeof(float));
     /* the pass's forward is also an evaluation of mask: its metrics are kept for hp_evaluator_run_many.
      * A variant's KL needs the unmasked model's outputs: from the evaluator's reference of the whole set,
      * else (too big) a variant's metrics are not worth their extra pass and are left to the reuse path */
-    hp_prefault(resid, (size_t)(L + 1) * rows * in->d_model * sizeof(float));
     hg.fw = fw;
     hg.bw = bw;
     hg.masked = hp_mask_first_changed(mask, L) < L;
@@ -575,7 +575,6 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         if (ev->progress)
             ev->progress(ev->progress_user, s0 + nb, d->n_seqs);
     }
-    ev->grad_phases = ph;
     const double mean = sum / (double)n_items;
     bool finite = isfinite(mean);
     for (int i = 0; i < HH && finite; i++)
@@ -589,6 +588,8 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
                      ev->m->dir, metric == HP_METRIC_COS ? "1 - cos" : hp_metric_name(metric), mean, d->path);
     else if (value)
         *value = mean;
+    if (st == HP_OK)
+        ev->grad_phases = ph;
     struct hp_error ignored;
     if (st == HP_OK && hg.mt && hp_eval_metrics_finish(ev, hg.mt, &hg.tot, mask, abl, &ignored) == HP_OK) {
         keep_metrics(ev, hg.mt, mask, abl);
