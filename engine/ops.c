@@ -19,29 +19,22 @@
 // --- norms ------------------------------------------------------------------
 
 /*
- * Row statistics in double over 8 fixed lanes, as hp_vsum_d sums (vmath_int.h): vectorisable, and the same
- * order of additions whatever the threads or the buffer's alignment.
+ * The sum of (x_i - mean)^2 over a row of d (with mean 0, of x_i^2). The norms' row statistics are all taken
+ * over HP_VLANES fixed lanes, as hp_vsum_d sums (vmath_int.h): vectorisable, and the same order of additions
+ * whatever the threads or the buffer's alignment.
  */
-#define LANES 8
-
-static inline double lanes_total(const double *acc)
-{
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-/* The sum of (x_i - mean)^2 over a row of d (with mean 0, of x_i^2). */
 static double row_dev2(const float *x, int d, double mean)
 {
-    double acc[LANES] = {0};
+    double acc[HP_VLANES] = {0};
     int i = 0;
-    for (; i + LANES <= d; i += LANES)
-        for (int j = 0; j < LANES; j++) {
+    for (; i + HP_VLANES <= d; i += HP_VLANES)
+        for (int j = 0; j < HP_VLANES; j++) {
             const double c = x[i + j] - mean;
             acc[j] += c * c;
         }
     for (; i < d; i++)
-        acc[i % LANES] += (x[i] - mean) * (x[i] - mean);
-    return lanes_total(acc);
+        acc[i % HP_VLANES] += (x[i] - mean) * (x[i] - mean);
+    return hp_vlanes_total(acc);
 }
 
 void hp_op_layer_norm(float *y, const float *x, int T, int d, const float *w, const float *b, float eps)
@@ -70,20 +63,20 @@ void hp_op_layer_norm_backward(float *dx, const float *dy, const float *x, int T
         const float *xr = x + (size_t)t * d, *gr = dy + (size_t)t * d;
         float *dr = dx + (size_t)t * d;
         const double mean = hp_vsum_d(xr, (size_t)d) / d, rstd = 1.0 / sqrt(row_dev2(xr, d, mean) / d + eps);
-        double ag[LANES] = {0}, agx[LANES] = {0};
+        double ag[HP_VLANES] = {0}, agx[HP_VLANES] = {0};
         int i = 0;
-        for (; i + LANES <= d; i += LANES)
-            for (int j = 0; j < LANES; j++) {
+        for (; i + HP_VLANES <= d; i += HP_VLANES)
+            for (int j = 0; j < HP_VLANES; j++) {
                 const double g = (double)gr[i + j] * w[i + j];
                 ag[j] += g;
                 agx[j] += g * (xr[i + j] - mean);
             }
         for (; i < d; i++) {
             const double g = (double)gr[i] * w[i];
-            ag[i % LANES] += g;
-            agx[i % LANES] += g * (xr[i] - mean);
+            ag[i % HP_VLANES] += g;
+            agx[i % HP_VLANES] += g * (xr[i] - mean);
         }
-        const double sg = lanes_total(ag) / d, sgx = lanes_total(agx) * rstd / d;
+        const double sg = hp_vlanes_total(ag) / d, sgx = hp_vlanes_total(agx) * rstd / d;
         for (i = 0; i < d; i++) {
             const double xh = (xr[i] - mean) * rstd;
             dr[i] += (float)(rstd * ((double)gr[i] * w[i] - sg - xh * sgx));
@@ -111,14 +104,14 @@ void hp_op_rms_norm_backward(float *dx, const float *dy, const float *x, int T, 
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * d, *gr = dy + (size_t)t * d;
         float *dr = dx + (size_t)t * d;
-        double agx[LANES] = {0};
+        double agx[HP_VLANES] = {0};
         int i = 0;
-        for (; i + LANES <= d; i += LANES)
-            for (int j = 0; j < LANES; j++)
+        for (; i + HP_VLANES <= d; i += HP_VLANES)
+            for (int j = 0; j < HP_VLANES; j++)
                 agx[j] += (double)gr[i + j] * w[i + j] * xr[i + j];
         for (; i < d; i++)
-            agx[i % LANES] += (double)gr[i] * w[i] * xr[i];
-        double r = 1.0 / sqrt(row_dev2(xr, d, 0.0) / d + eps), k = r * r * r * lanes_total(agx) / d;
+            agx[i % HP_VLANES] += (double)gr[i] * w[i] * xr[i];
+        double r = 1.0 / sqrt(row_dev2(xr, d, 0.0) / d + eps), k = r * r * r * hp_vlanes_total(agx) / d;
         for (i = 0; i < d; i++)
             dr[i] += (float)(r * gr[i] * w[i] - xr[i] * k);
     }

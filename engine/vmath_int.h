@@ -13,6 +13,18 @@
 void hp_vexpf(float *y, const float *x, float shift, size_t n);
 
 /*
+ * The lanes of the engine's double sums (hp_vsum_d, hp_vdot_d, ops.c's row
+ * statistics), and their total in one fixed tree: the order of additions its
+ * numbers rest on (HP_NUMERIC_VERSION).
+ */
+#define HP_VLANES 8
+
+static inline double hp_vlanes_total(const double acc[HP_VLANES])
+{
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/*
  * The sum of x (n) in double over 8 fixed lanes: vectorisable, and the same
  * order of additions whatever the threads or the buffer's alignment. Inline,
  * so it is compiled with its caller's flags, never vmath.c's -ffast-math
@@ -20,27 +32,27 @@ void hp_vexpf(float *y, const float *x, float shift, size_t n);
  */
 static inline double hp_vsum_d(const float *x, size_t n)
 {
-    double acc[8] = {0};
+    double acc[HP_VLANES] = {0};
     size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
+    for (; i + HP_VLANES <= n; i += HP_VLANES)
+        for (int j = 0; j < HP_VLANES; j++)
             acc[j] += x[i + j];
     for (; i < n; i++)
-        acc[i % 8] += x[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        acc[i % HP_VLANES] += x[i];
+    return hp_vlanes_total(acc);
 }
 
 /* The dot product of x and y (n) in double, in hp_vsum_d's order of additions. */
 static inline double hp_vdot_d(const float *x, const float *y, size_t n)
 {
-    double acc[8] = {0};
+    double acc[HP_VLANES] = {0};
     size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
+    for (; i + HP_VLANES <= n; i += HP_VLANES)
+        for (int j = 0; j < HP_VLANES; j++)
             acc[j] += (double)x[i + j] * y[i + j];
     for (; i < n; i++)
-        acc[i % 8] += (double)x[i] * y[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        acc[i % HP_VLANES] += (double)x[i] * y[i];
+    return hp_vlanes_total(acc);
 }
 
 /*
