@@ -192,6 +192,40 @@ static void tap_capture(const struct pass *a, const float *out, int l, int h, in
 }
 
 /*
+ * The attention block's output w->tmp (NB * Rb, d), projection and bias, from the heads' outputs
+ * w->ctx (NB * Rb, n_heads * d_head): one product per run of consecutive heads that contribute to a
+ * block (proj[v * n_heads + h]). Blocks that agree on their heads run as one product; where they
+ * differ, each block runs its own, so a block's sums are the same bits whichever blocks share its
+ * pass (a head left out is not the same as its zero output added: the products' rounding differs).
+ * attention() and hp_fwd_resume share it.
+ */
+static void out_projection(const struct hp_model *m, struct hp_fwd *w, const struct hp_layer *L, const bool *proj,
+                           int NB, int Rb)
+{
+    const int d = m->info.d_model, H = m->info.n_heads, dh = m->info.d_head, qd = H * dh;
+    bool same = true;
+    for (int v = 1; v < NB && same; v++)
+        same = memcmp(proj, proj + (size_t)v * H, (size_t)H * sizeof *proj) == 0;
+    const int n_runs = same ? 1 : NB, rows = same ? NB * Rb : Rb;
+    for (int v = 0; v < n_runs; v++) {
+        const bool *in = proj + (size_t)v * H;
+        float *ctx = w->ctx + (size_t)v * rows * qd, *out = w->tmp + (size_t)v * rows * d;
+        float beta = 0.0f;
+        for (int s = 0, e; s < H; s = e) {
+            e = run_end(in, H, s);
+            if (!in[s])
+                continue;
+            hp_mat_gemm(w->mb, rows, d, (e - s) * dh, 1.0f, ctx + s * dh, qd, 1,
+                        hp_mat_at(L->wo, (ptrdiff_t)L->q_slot[s] * dh, 0), beta, out, d, 1);
+            beta = 1.0f;
+        }
+        if (beta == 0.0f)
+            memset(out, 0, (size_t)rows * d * sizeof(float));
+    }
+    hp_op_add_bias(w->tmp, NB * Rb, d, d, L->bo);
+}
+
+/*
  * The attention block: reads w->h (N, d), writes the block's output
  * (projection and bias, before the residual add) to w->tmp (N, d) and the
  * heads' outputs to w->ctx. Rows are n_blocks variant blocks of n_seqs
@@ -213,7 +247,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
 
     /* live[v * H + h]: head h computed in block v; any_*: in some block. A
      * head the checkpoint lacks (pruned) is never live and never projected. */
-    bool live[NB * H], any_live[H], in_proj[H], kv_live[KV];
+    bool live[NB * H], any_live[H], in_proj[H], kv_live[KV], proj[NB * H];
     for (int h = 0; h < H; h++)
         any_live[h] = in_proj[h] = false;
     for (int v = 0; v < NB; v++) {
@@ -221,8 +255,9 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         for (int h = 0; h < H; h++) {
             bool has = L->q_slot[h] >= 0, on = has && (!g || g[l * H + h] != 0.0f);
             live[v * H + h] = on;
+            proj[v * H + h] = on || (mean && has);
             any_live[h] |= on;
-            in_proj[h] |= on || (mean && has);
+            in_proj[h] |= proj[v * H + h];
         }
     }
     for (int kv = 0; kv < KV; kv++) {
@@ -328,19 +363,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         }
     }
 
-    /* output projection over the heads that contribute, run by run */
-    float beta = 0.0f;
-    for (int s = 0, e; s < H; s = e) {
-        e = run_end(in_proj, H, s);
-        if (!in_proj[s])
-            continue;
-        hp_mat_gemm(w->mb, N, d, (e - s) * dh, 1.0f, w->ctx + s * dh, qd, 1,
-                    hp_mat_at(L->wo, (ptrdiff_t)L->q_slot[s] * dh, 0), beta, w->tmp, d, 1);
-        beta = 1.0f;
-    }
-    if (beta == 0.0f)
-        memset(w->tmp, 0, (size_t)N * d * sizeof(float));
-    hp_op_add_bias(w->tmp, N, d, d, L->bo);
+    out_projection(m, w, L, proj, NB, Rb);
 }
 
 // --- MLP ----------------------------------------------------------------------
@@ -500,7 +523,8 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
             memcpy(sv->x + (size_t)l * N * d, w->x, (size_t)N * d * sizeof(float));
         attention_part(m, w, a, l, N, kp);
         if (sv) {
-            memcpy(sv->attn + (size_t)l * N * d, w->tmp, (size_t)N * d * sizeof(float));
+            if (sv->attn)
+                memcpy(sv->attn + (size_t)l * N * d, w->tmp, (size_t)N * d * sizeof(float));
             memcpy(sv->ctx + (size_t)l * N * qd, w->ctx, (size_t)N * qd * sizeof(float));
         }
         finish_layer(m, w, l, N, kp);
@@ -521,37 +545,41 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
               dh = in->d_head, qd = H * dh;
     const bool mean = a->var->ablation != HP_ABLATE_ZERO;
     const size_t xs = (size_t)Rb * d, cs = (size_t)Rb * qd;
-    const float *bx = base->x + (size_t)l0 * xs, *ba = base->attn + (size_t)l0 * xs, *bc = base->ctx + (size_t)l0 * cs;
+    const float *bx = base->x + (size_t)l0 * xs, *bc = base->ctx + (size_t)l0 * cs;
 
+    /*
+     * Layer l0's attention output is made again from its heads' outputs, the kept ones as saved and
+     * the changed ones replaced, rather than by subtracting the changed heads' saved contribution
+     * from the saved layer output: where an ablated head's contribution dwarfs the rest (massive
+     * activations), that float subtraction cancelled, and the ablated model's result depended on
+     * the weights of the head it no longer has. A block's heads in the projection are attention()'s:
+     * live, or a mean to add.
+     */
+    bool proj[NB * H];
     for (int v = 0; v < NB; v++) {
-        float *x = w->x + v * xs, *tmp = w->tmp + v * xs, *ctx = w->ctx + v * cs;
-        memcpy(x, bx, xs * sizeof(float));
-        memcpy(tmp, ba, xs * sizeof(float));
-        /* heads whose output changes: their replacement minus their unmasked output */
         const float *g = gate_of(a, v);
-        bool changed[H];
+        for (int h = 0; h < H; h++)
+            proj[v * H + h] = L->q_slot[h] >= 0 && (mean || !g || g[l0 * H + h] != 0.0f);
+    }
+    for (int v = 0; v < NB; v++) {
+        float *ctx = w->ctx + v * cs;
+        memcpy(w->x + v * xs, bx, xs * sizeof(float));
+        memcpy(ctx, bc, cs * sizeof(float));
+        const float *g = gate_of(a, v);
         for (int h = 0; h < H; h++) {
-            float gh = g ? g[l0 * H + h] : 1.0f;
-            changed[h] = gh != 1.0f && L->q_slot[h] >= 0; /* a pruned head stays zero */
-            if (!changed[h])
+            const float gh = g ? g[l0 * H + h] : 1.0f;
+            if (gh == 1.0f || L->q_slot[h] < 0) /* unchanged, or pruned: saved as zero */
                 continue;
-            if (gh == 0.0f)
+            if (gh == 0.0f) {
                 fill_dead(ctx, qd, dh, 0, Rb, T, a, l0, h, mean);
-            for (int r = 0; r < Rb; r++) {
-                float *o = ctx + (size_t)r * qd + h * dh;
-                const float *u = bc + (size_t)r * qd + h * dh;
-                for (int i = 0; i < dh; i++)
-                    o[i] = (gh == 0.0f ? o[i] : gh * u[i]) - u[i];
+                continue;
             }
-        }
-        /* ... added through their rows of the output projection, run by run */
-        for (int s = 0, e; s < H; s = e) {
-            e = run_end(changed, H, s);
-            if (changed[s])
-                hp_mat_gemm(w->mb, Rb, d, (e - s) * dh, 1.0f, ctx + s * dh, qd, 1,
-                            hp_mat_at(L->wo, (ptrdiff_t)L->q_slot[s] * dh, 0), 1.0f, tmp, d, 1);
+            for (int r = 0; r < Rb; r++) /* a fractional gate scales the output, as attention() does */
+                for (int i = 0; i < dh; i++)
+                    ctx[(size_t)r * qd + h * dh + i] *= gh;
         }
     }
+    out_projection(m, w, L, proj, NB, Rb);
     finish_layer(m, w, l0, N, NULL);
     for (int l = l0 + 1; l < in->n_layers; l++) {
         attention_part(m, w, a, l, N, NULL);

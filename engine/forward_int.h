@@ -28,10 +28,11 @@ int hp_fwd_out_width(const struct hp_model *m);
 
 /*
  * What a pass keeps for later resumption, per layer l, over its N rows:
- * x (n_layers, N, d_model), the residual stream entering layer l; attn
+ * x (n_layers, N, d_model), the residual stream entering layer l; ctx
+ * (n_layers, N, n_heads * d_head), its heads' outputs; attn NULL or
  * (n_layers, N, d_model), layer l's attention output (projection and bias,
- * before the residual add); ctx (n_layers, N, n_heads * d_head), its heads'
- * outputs.
+ * before the residual add), which hp_fwd_resume does not read (it makes the
+ * output again from ctx) and only diagnostics keep.
  */
 struct hp_fwd_save {
     float *x, *attn, *ctx;
@@ -121,11 +122,13 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
 /*
  * The same pass for variants whose layers before l0 are unmasked, from a
  * one-block pass's save of the same sequences: each block starts from the
- * saved residual stream, and layer l0's attention output is the saved one
- * plus, for each head whose gate is not 1, (its replacement - its saved
- * output) through its rows of the output projection; layers after l0 run
- * in full. Equal to hp_fwd_run up to float rounding. The taps' save is
- * not filled; capture, if given, sees only the layers after l0.
+ * saved residual stream, and layer l0's attention output is its output
+ * projection over the saved heads' outputs, those whose gate is not 1
+ * replaced (never the saved layer output minus the changed heads' part, whose
+ * float cancellation made an ablated model depend on the removed head's
+ * weights); layers after l0 run in full. Equal to hp_fwd_run up to float
+ * rounding. The taps' save is not filled; capture, if given, sees only the
+ * layers after l0.
  */
 const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_in *in,
                            const struct hp_fwd_variants *var, const struct hp_fwd_taps *tap,

@@ -3,8 +3,10 @@
  *
  * Variants inside chunks: per chunk of sequences, the unmasked model runs
  * once and keeps each layer's input and attention output; a variant starts
- * at its first changed layer, where only the changed heads' outputs are
- * replaced (through their slice of the output projection); variants with the
+ * at its first changed layer, where the changed heads' outputs are replaced
+ * and the layer's output projection made again from all its heads' outputs
+ * (never the kept layer output minus the changed heads' part: that float
+ * subtraction cancels when an ablated head's output is large); variants with the
  * same first changed layer run the rest of the model together as blocks of
  * one pass. The LM head is fused with the metrics: logits are made a
  * vocabulary block at a time and reduced on the fly to each scored row's
@@ -88,7 +90,7 @@ static struct hp_reuse *reuse_new(const struct hp_evaluator *ev, int want)
     ru->max_blocks = want < cap ? (want > 1 ? want : 1) : cap;
     size_t rows = (size_t)ru->max_blocks * R;
     ru->fwd = hp_fwd_new(ev->m, ev->d->seq_len, ru->max_blocks * ev->batch);
-    ru->save_buf = malloc(L * R * (2 * d + qd) * sizeof(float));
+    ru->save_buf = malloc(L * R * (d + qd) * sizeof(float));
     ru->hc = malloc(rows * d * sizeof(float));
     if (ev->has_cls) {
         size_t C = (size_t)in->n_labels;
@@ -117,9 +119,8 @@ static struct hp_reuse *reuse_new(const struct hp_evaluator *ev, int want)
         ru->b_tl = ru->b_c + 3 * R;
         ru->b_ta = ru->b_c + 4 * R;
     }
-    ru->save.x = ru->save_buf;
-    ru->save.attn = ru->save_buf + L * R * d;
-    ru->save.ctx = ru->save_buf + 2 * L * R * d;
+    ru->save.x = ru->save_buf; /* save.attn NULL: the resumed layer makes its output again from ctx */
+    ru->save.ctx = ru->save_buf + L * R * d;
     return ru;
 }
 

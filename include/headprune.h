@@ -27,8 +27,9 @@ extern "C" {
 /* Bumped whenever a change can alter any number the engine computes (4: the unmasked model's loss from the
  * LM head's online sum, as every variant's and gradient pass's; 5: gradients summed over chunks of their own,
  * of more rows than the forward's; the norms', the softmax's and the gate sums' additions in 8 lanes; libmvec's
- * 16-wide expf on AVX-512). */
-#define HP_NUMERIC_VERSION 5
+ * 16-wide expf on AVX-512; 6: the reuse path makes a resumed layer's output projection again from its heads'
+ * outputs instead of subtracting the changed heads' part from the saved one). */
+#define HP_NUMERIC_VERSION 6
 
 // --- errors -----------------------------------------------------------------
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "headprune.h"
+#include "testmodel.h"
 #include "testutil.h"
 
 static void fixture(const char *name, char *dir, size_t n)
@@ -82,46 +83,6 @@ Test(invariants, all_ones_mask_is_bit_identical_encoder) { all_ones_is_identity(
 
 // --- ablation == zeroed output-projection columns -------------------------------
 
-/*
- * Copy a single-file f32 fixture to a temp dir, zeroing in tensor `name` the
- * inputs of head h: columns [h*dh, (h+1)*dh) of a Linear (out, in) weight, or
- * rows of a Conv1D (in, out) weight.
- */
-static void zeroed_copy(const char *src, const char *tmp, const char *name, bool conv1d, int h, int dh)
-{
-    char path[1200];
-    size_t n;
-    snprintf(path, sizeof path, "%s/config.json", src);
-    char *cfg = tu_slurp(path, &n);
-    snprintf(path, sizeof path, "%s/config.json", tmp);
-    tu_spit(path, cfg, n);
-    free(cfg);
-    snprintf(path, sizeof path, "%s/model.safetensors", src);
-    char *st = tu_slurp(path, &n);
-    uint64_t hl = 0;
-    memcpy(&hl, st, 8); /* little-endian host */
-    cJSON *hdr = cJSON_ParseWithLength(st + 8, hl);
-    cJSON *t = cJSON_GetObjectItem(hdr, name);
-    cr_assert(t, "no tensor %s", name);
-    cJSON *shape = cJSON_GetObjectItem(t, "shape");
-    int rows = cJSON_GetArrayItem(shape, 0)->valueint, cols = cJSON_GetArrayItem(shape, 1)->valueint;
-    size_t off = 8 + hl + (size_t)cJSON_GetArrayItem(cJSON_GetObjectItem(t, "data_offsets"), 0)->valuedouble;
-    cr_assert_str_eq(cJSON_GetObjectItem(t, "dtype")->valuestring, "F32");
-    float *w = (float *)(st + off);
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) {
-            int in_idx = conv1d ? r : c;
-            if (in_idx >= h * dh && in_idx < (h + 1) * dh) {
-                float z = 0.0f;
-                memcpy(&w[(size_t)r * cols + c], &z, sizeof z);
-            }
-        }
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    tu_spit(path, st, n);
-    cJSON_Delete(hdr);
-    free(st);
-}
-
 static void ablation_equals_zeroed_projection(const char *name, const char *data, const char *fmt, bool conv1d,
                                               int layer, int head)
 {
@@ -133,7 +94,7 @@ static void ablation_equals_zeroed_projection(const char *name, const char *data
     struct hp_model *m, *z;
     cr_assert_eq(hp_model_open(src, &m, &err), HP_OK, "%s", err.msg);
     const struct hp_model_info *in = hp_model_get_info(m);
-    zeroed_copy(src, tmp, tensor, conv1d, head, in->d_head);
+    tu_scaled_head_copy(src, tmp, tensor, conv1d, head, in->d_head, 0.0f);
     cr_assert_eq(hp_model_open(tmp, &z, &err), HP_OK, "%s", err.msg);
     snprintf(path, sizeof path, "%s/%s", src, data);
     struct hp_data *d;
