@@ -1046,3 +1046,19 @@ Test(data, jsonl_ids_key_with_a_nul_is_refused)
     expect_fail(write_text("k.jsonl", "{\"ids\": [1, 2]}\n{\"ids\\u0000x\": [3, 4]}\n"), 0, HP_ERR_FORMAT,
                 ":2: the string \"ids\\u0000x\" holds a NUL");
 }
+
+// Every JSON text the engine reads goes through hp_json_parse, which refuses a NUL in a string:
+// a reader that called cJSON itself would bring the cut strings back.
+Test(data, json_is_parsed_in_one_place)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s/../engine' && grep -n 'cJSON_Parse' *.c cli/*.c | grep -v '^json\\.c:'", getenv("HP_TESTS"));
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char out[4096] = "";
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    cr_assert_eq(n, 0, "cJSON parsed outside engine/json.c (use hp_json_parse):\n%s", out);
+}
