@@ -9,7 +9,7 @@
  * it holds), so the text is scanned instead, string by string with their
  * escapes, over exactly the bytes cJSON parsed, and such a string is refused
  * with the string as written. Supporting the NUL would need every reader to
- * carry lengths; no supported format needs it (see docs/data.md).
+ * carry lengths; no supported format needs it (README, "Held-out data").
  *
  * Invariants: a tree handed out holds no string that a NUL cut short; other
  * escapes (an escaped backslash before "u0000" among them) are cJSON's.
