@@ -1522,6 +1522,19 @@ static char *read_opt(const char *path, size_t *len, enum hp_status *st, struct 
 
 // --- fallback files: vocab.txt (BERT WordPiece), vocab.json + merges.txt (GPT-2 BPE) --------
 
+/* vocab.txt and merges.txt are cut into lines as C strings: a NUL byte would end the file there
+ * (every token after it lost, so known words became [UNK]). */
+static enum hp_status no_nul(const char *path, const char *text, size_t len, struct hp_error *err)
+{
+    const char *z = memchr(text, 0, len);
+    if (!z)
+        return HP_OK;
+    size_t line = 1;
+    for (const char *c = text; c < z; c++)
+        line += *c == '\n';
+    return hp_fail(err, HP_ERR_FORMAT, "%s:%zu: holds a NUL byte (is this a text file?)", path, line);
+}
+
 static enum hp_status load_vocab_txt(struct hp_tokenizer *t, const char *dir, char *text, struct hp_error *err)
 {
     enum hp_status st = HP_OK;
@@ -1793,10 +1806,12 @@ enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, str
     } else if (st == HP_OK) {
         snprintf(path, sizeof path, "%s/vocab.txt", dir);
         snprintf(path2, sizeof path2, "%s/merges.txt", dir);
-        if ((text = read_opt(path, NULL, &st, err))) {
+        if ((text = read_opt(path, &n_text, &st, err))) {
             snprintf(t->path, sizeof t->path, "%s", path);
-            st = load_vocab_txt(t, dir, text, err);
-        } else if (st == HP_OK && (text = read_opt(path2, NULL, &st, err))) {
+            if ((st = no_nul(path, text, n_text, err)) == HP_OK)
+                st = load_vocab_txt(t, dir, text, err);
+        } else if (st == HP_OK && (text = read_opt(path2, &n_text, &st, err)) &&
+                   (st = no_nul(path2, text, n_text, err)) == HP_OK) {
             snprintf(path, sizeof path, "%s/vocab.json", dir);
             snprintf(t->path, sizeof t->path, "%s", path);
             size_t n_vj = 0;

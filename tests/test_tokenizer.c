@@ -1418,3 +1418,18 @@ Test(tokenizer, other_escapes_in_tokens_still_read, .init = mk, .fini = rm)
     cr_assert(p && n == 1 && *p == 'a');
     hp_tokenizer_free(t);
 }
+
+/* vocab.txt and merges.txt were cut into lines as C strings, so a NUL byte ended them there: every
+ * token after "he\0llo" was lost and "world" became [UNK], exit 0. */
+Test(tokenizer, nul_byte_in_vocab_txt_or_merges_txt_is_refused, .init = mk, .fini = rm)
+{
+    static const char vocab[] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nhe\0llo\nworld\n";
+    expect_file_fails("vocab.txt", vocab, sizeof vocab - 1, "vocab.txt", ":6: holds a NUL byte");
+    char path[256];
+    snprintf(path, sizeof path, "%s/vocab.txt", g_tmp);
+    remove(path);
+    snprintf(path, sizeof path, "%s/vocab.json", g_tmp);
+    tu_spit(path, "{\"a\": 0, \"b\": 1, \"ab\": 2}", 25);
+    static const char merges[] = "#version: 0.2\na\0 b\n";
+    expect_file_fails("merges.txt", merges, sizeof merges - 1, "merges.txt", ":2: holds a NUL byte");
+}
