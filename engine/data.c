@@ -23,6 +23,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "data_int.h"
+#include "json_int.h"
 #include "util_int.h"
 
 #include <cjson/cJSON.h>
@@ -833,9 +834,17 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
                           "text file?)", s->path, j.line);
                 break;
             }
-            *le = '\0';
             const char *stop = NULL;
-            cJSON *obj = cJSON_ParseWithOpts(p, &stop, 1);
+            cJSON *obj;
+            if ((st = hp_json_parse(s->path, (size_t)j.line, p, (size_t)(le - p), &stop, &obj, err)) != HP_OK)
+                break;
+            /* after the object only whitespace, as cJSON counts it (bytes up to the space) */
+            while (obj && stop < le && (unsigned char)*stop <= ' ')
+                stop++;
+            if (obj && stop != le) {
+                cJSON_Delete(obj);
+                obj = NULL;
+            }
             if (!obj) {
                 long col = stop && stop >= p && stop <= le ? (long)(stop - p) + 1 : 1;
                 st = hp_fail(err, HP_ERR_FORMAT, "%s:%d: invalid JSON at column %ld (each line "

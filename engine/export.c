@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "json_int.h"
 #include "util_int.h"
 
 // --- which heads stay -----------------------------------------------------------
@@ -257,7 +258,9 @@ static enum hp_status write_config(const struct hp_model *m, const struct keep *
                                    const struct hp_export_info *info, struct hp_error *err)
 {
     const struct hp_model_info *in = &m->info;
-    cJSON *c = cJSON_Parse(m->config_text);
+    /* the text read_json accepted: one JSON value, no NUL anywhere */
+    cJSON *c = NULL;
+    hp_json_parse(path, 1, m->config_text, strlen(m->config_text), NULL, &c, NULL);
     if (!c)
         return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
     cJSON *rec = cJSON_CreateObject();

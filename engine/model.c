@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "json_int.h"
 #include "util_int.h"
 
 // --- reading files ----------------------------------------------------------
@@ -54,11 +55,14 @@ static enum hp_status read_json(const char *path, cJSON **out, char **keep_text,
     enum hp_status st = hp_read_text(path, (size_t)64 << 20, HP_ERR_FORMAT, "a JSON file", &txt, &len, err);
     if (st != HP_OK)
         return st;
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithOpts(txt, &end, 0);
-    const char *at = j ? end : cJSON_GetErrorPtr();
+    const char *at = NULL;
+    cJSON *j;
+    if ((st = hp_json_parse(path, 1, txt, len, &at, &j, err)) != HP_OK) {
+        free(txt);
+        return st;
+    }
     /* after the value only whitespace may follow, up to the real end of the
-     * file (a NUL byte would otherwise hide what comes after it) */
+     * file (a NUL byte among it too is not whitespace) */
     bool trailing = false;
     if (j) {
         while (at < txt + len && (*at == ' ' || *at == '\t' || *at == '\n' || *at == '\r'))

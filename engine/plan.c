@@ -309,11 +309,13 @@ static int n_items(const yaml_node_t *n)
     return (int)(n->data.sequence.items.top - n->data.sequence.items.start);
 }
 
-// Keys must be plain text.
+// Keys must be plain text, without NUL bytes: compared as C strings, "model\0x" would be model.
 static enum hp_status key_text(const struct loader *ld, const yaml_node_t *k, const char **out)
 {
     if (k->type != YAML_SCALAR_NODE || is_null(k))
         return fail_at(ld, k, "a key must be a word like 'model', not %s", type_word(k));
+    if (strlen(text_of(k)) != k->data.scalar.length)
+        return fail_at(ld, k, "a key contains a NUL character");
     *out = text_of(k);
     return HP_OK;
 }

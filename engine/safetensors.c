@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "json_int.h"
 #include "util_int.h"
 
 struct shard {
@@ -109,12 +110,14 @@ static enum hp_status index_header(struct hp_st_set *set, struct shard *sh,
                                    struct hp_error *err)
 {
     const char *path = sh->path;
-    cJSON *root = cJSON_ParseWithLength(json, json_len);
+    cJSON *root;
+    enum hp_status st = hp_json_parse(path, 0, json, json_len, NULL, &root, err);
+    if (st != HP_OK)
+        return st; /* a tensor name cut at a NUL would be bound as another tensor */
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return hp_fail(err, HP_ERR_FORMAT, "%s: header is not a JSON object (corrupt or not a safetensors file)", path);
     }
-    enum hp_status st = HP_OK;
     int first = set->n;
     cJSON *e;
     cJSON_ArrayForEach(e, root) {

@@ -34,6 +34,7 @@
 #include <xxhash.h>
 
 #include "data_int.h"
+#include "json_int.h"
 #include "util_int.h"
 
 /*
@@ -53,7 +54,9 @@ static bool jsonl_has_text(const char *path)
     while ((n = getline(&line, &cap, f)) >= 0) {
         if (hp_blank(line, (size_t)n - (n > 0 && line[n - 1] == '\n')))
             continue;
-        cJSON *o = cJSON_ParseWithLength(line, (size_t)n);
+        /* a string with a NUL says no here: the ids loader then names it */
+        cJSON *o;
+        hp_json_parse(path, 1, line, (size_t)n, NULL, &o, NULL);
         text = o && (cJSON_GetObjectItemCaseSensitive(o, "text") || cJSON_GetObjectItemCaseSensitive(o, "text_a"));
         cJSON_Delete(o);
         break;
@@ -316,7 +319,9 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
         size_t e = i++;
         if (hp_blank(buf + s, e - s))
             continue;
-        cJSON *o = cJSON_ParseWithLength(buf + s, e - s);
+        cJSON *o;
+        if ((st = hp_json_parse(path, line, buf + s, e - s, NULL, &o, err)) != HP_OK)
+            break;
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "text");
         const cJSON *b = NULL;
         if (!a) {
@@ -401,7 +406,7 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
 static const char cache_magic[8] = {'H', 'P', 'T', 'O', 'K', '3', 0, 0};
 
 /* Bumped whenever tokenization or this file's format changes, so old entries are not used. */
-#define HP_TEXT_CACHE_VERSION "headprune-text-3"
+#define HP_TEXT_CACHE_VERSION "headprune-text-4" /* 4: a .jsonl string with a NUL is refused, not cut */
 
 /* XXH3-64 of an entry's arrays, stored after its header. */
 static uint64_t payload_sum(const struct hp_data *d)

@@ -29,6 +29,7 @@
 #include <utf8proc.h>
 #include <xxhash.h>
 
+#include "json_int.h"
 #include "tokenizer_int.h"
 #include "util_int.h"
 
@@ -1483,10 +1484,12 @@ static enum hp_status add_pipeline(struct hp_tokenizer *t, const cJSON *j, struc
     return st;
 }
 
-static enum hp_status load_json(struct hp_tokenizer *t, const char *text, struct hp_error *err)
+static enum hp_status load_json(struct hp_tokenizer *t, const char *text, size_t len, struct hp_error *err)
 {
-    enum hp_status st = HP_OK;
-    cJSON *j = cJSON_Parse(text);
+    cJSON *j;
+    enum hp_status st = hp_json_parse(t->path, 1, text, len, NULL, &j, err);
+    if (st != HP_OK)
+        return st;
     if (!j)
         return FAIL("%s: not valid JSON", t->path);
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model");
@@ -1506,18 +1509,31 @@ static enum hp_status load_json(struct hp_tokenizer *t, const char *text, struct
     return st;
 }
 
-/* A tokenizer file's text; NULL with *st HP_OK when there is no such file. */
-static char *read_opt(const char *path, enum hp_status *st, struct hp_error *err)
+/* A tokenizer file's text and its length (len may be NULL); NULL with *st HP_OK when there is no such file. */
+static char *read_opt(const char *path, size_t *len, enum hp_status *st, struct hp_error *err)
 {
     char *out = NULL;
     *st = HP_OK;
     if (access(path, F_OK) != 0)
         return NULL;
-    *st = hp_read_text(path, (size_t)1 << 30, HP_ERR_FORMAT, "a tokenizer file", &out, NULL, err);
+    *st = hp_read_text(path, (size_t)1 << 30, HP_ERR_FORMAT, "a tokenizer file", &out, len, err);
     return *st == HP_OK ? out : NULL;
 }
 
 // --- fallback files: vocab.txt (BERT WordPiece), vocab.json + merges.txt (GPT-2 BPE) --------
+
+/* vocab.txt and merges.txt are cut into lines as C strings: a NUL byte would end the file there
+ * (every token after it lost, so known words became [UNK]). */
+static enum hp_status no_nul(const char *path, const char *text, size_t len, struct hp_error *err)
+{
+    const char *z = memchr(text, 0, len);
+    if (!z)
+        return HP_OK;
+    size_t line = 1;
+    for (const char *c = text; c < z; c++)
+        line += *c == '\n';
+    return hp_fail(err, HP_ERR_FORMAT, "%s:%zu: holds a NUL byte (is this a text file?)", path, line);
+}
 
 static enum hp_status load_vocab_txt(struct hp_tokenizer *t, const char *dir, char *text, struct hp_error *err)
 {
@@ -1544,12 +1560,17 @@ static enum hp_status load_vocab_txt(struct hp_tokenizer *t, const char *dir, ch
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     enum hp_status cst;
     struct hp_error cerr;
-    char *cfg = read_opt(path, &cst, &cerr);
+    size_t n_cfg;
+    char *cfg = read_opt(path, &n_cfg, &cst, &cerr);
     if (cfg) {
-        cJSON *c = cJSON_Parse(cfg);
+        /* a file that is not JSON is ignored, as before; a key cut at a NUL would be read as another */
+        cJSON *c;
+        st = hp_json_parse(path, 1, cfg, n_cfg, NULL, &c, err);
         lower = jbool(c, "do_lower_case", true);
         cJSON_Delete(c);
         free(cfg);
+        if (st != HP_OK)
+            return st;
     }
     t->model = M_WORDPIECE;
     snprintf(t->prefix, sizeof t->prefix, "##");
@@ -1576,27 +1597,30 @@ static enum hp_status load_vocab_txt(struct hp_tokenizer *t, const char *dir, ch
              "\"BertPreTokenizer\"}, \"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"[SEP]\", %d], "
              "\"cls\": [\"[CLS]\", %d]}}",
              lower ? "true" : "false", sep, cls);
-    cJSON *j = cJSON_Parse(json);
+    cJSON *j;
+    hp_json_parse(t->path, 0, json, strlen(json), NULL, &j, NULL);
     st = add_pipeline(t, j, err);
     cJSON_Delete(j);
     /* what transformers' converter gives BertTokenizer */
-    cJSON *dec = cJSON_Parse("{\"type\": \"WordPiece\", \"prefix\": \"##\", \"cleanup\": true}");
+    static const char wordpiece[] = "{\"type\": \"WordPiece\", \"prefix\": \"##\", \"cleanup\": true}";
+    cJSON *dec;
+    hp_json_parse(t->path, 0, wordpiece, sizeof wordpiece - 1, NULL, &dec, NULL);
     if (st == HP_OK)
         st = hp_decoder_load(dec, t->path, &t->dec, err);
     cJSON_Delete(dec);
     return st;
 }
 
-static enum hp_status load_gpt2_files(struct hp_tokenizer *t, const char *vocab_json, char *merges,
-                                      struct hp_error *err)
+static enum hp_status load_gpt2_files(struct hp_tokenizer *t, const char *vocab_json, size_t n_vocab_json,
+                                      char *merges, struct hp_error *err)
 {
     /* the same as a tokenizer.json with that vocabulary and those merges */
     cJSON *model = cJSON_CreateObject(), *m = cJSON_CreateArray();
-    cJSON *v = cJSON_Parse(vocab_json);
-    enum hp_status st = HP_OK;
-    if (!model || !m)
+    cJSON *v;
+    enum hp_status st = hp_json_parse(t->path, 1, vocab_json, n_vocab_json, NULL, &v, err);
+    if (st == HP_OK && (!model || !m))
         st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    else if (!cJSON_IsObject(v))
+    else if (st == HP_OK && !cJSON_IsObject(v))
         FAIL("%s: vocab.json is not an object of token: id", t->path);
     int line = 0;
     for (char *p = merges, *nl; st == HP_OK && p && *p; p = nl ? nl + 1 : NULL, line++) {
@@ -1623,7 +1647,9 @@ static enum hp_status load_gpt2_files(struct hp_tokenizer *t, const char *vocab_
     cJSON_Delete(v);
     if (st != HP_OK)
         return st;
-    cJSON *pre = cJSON_Parse("{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}");
+    static const char byte_level[] = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}";
+    cJSON *pre;
+    hp_json_parse(t->path, 0, byte_level, sizeof byte_level - 1, NULL, &pre, NULL);
     st = each_step(t, pre, "pretokenizers", add_pre, err);
     if (st == HP_OK)
         st = hp_decoder_load(pre, t->path, &t->dec, err);
@@ -1707,19 +1733,22 @@ static bool build_pieces(struct hp_tokenizer *t)
 
 /* transformers' clean_up_tokenization_spaces from dir's tokenizer_config.json: false when the file or the
  * key is absent (the default of its fast tokenizers, which BertTokenizer's own default of true does not
- * reach) or the file is not JSON. */
-static bool read_clean_up(const char *dir)
+ * reach) or the file is not JSON; an error only for a string holding a NUL (json.c). */
+static enum hp_status read_clean_up(const char *dir, bool *on, struct hp_error *err)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     enum hp_status st;
-    struct hp_error err;
-    char *text = read_opt(path, &st, &err);
-    cJSON *c = text ? cJSON_Parse(text) : NULL;
-    bool on = jbool(c, "clean_up_tokenization_spaces", false);
+    struct hp_error rerr;
+    size_t n = 0;
+    char *text = read_opt(path, &n, &st, &rerr);
+    cJSON *c = NULL;
+    /* a key cut at a NUL would be read as another: refused, as everywhere */
+    st = text ? hp_json_parse(path, 1, text, n, NULL, &c, err) : HP_OK;
+    *on = jbool(c, "clean_up_tokenization_spaces", false);
     cJSON_Delete(c);
     free(text);
-    return on;
+    return st;
 }
 
 const char *hp_tokenizer_piece(const struct hp_tokenizer *t, int32_t id, size_t *n)
@@ -1770,21 +1799,25 @@ enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, str
     char path[1200], path2[1200];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     snprintf(t->path, sizeof t->path, "%s", path);
-    char *text = read_opt(path, &st, err);
+    size_t n_text = 0;
+    char *text = read_opt(path, &n_text, &st, err);
     if (text) {
-        st = load_json(t, text, err);
+        st = load_json(t, text, n_text, err);
     } else if (st == HP_OK) {
         snprintf(path, sizeof path, "%s/vocab.txt", dir);
         snprintf(path2, sizeof path2, "%s/merges.txt", dir);
-        if ((text = read_opt(path, &st, err))) {
+        if ((text = read_opt(path, &n_text, &st, err))) {
             snprintf(t->path, sizeof t->path, "%s", path);
-            st = load_vocab_txt(t, dir, text, err);
-        } else if (st == HP_OK && (text = read_opt(path2, &st, err))) {
+            if ((st = no_nul(path, text, n_text, err)) == HP_OK)
+                st = load_vocab_txt(t, dir, text, err);
+        } else if (st == HP_OK && (text = read_opt(path2, &n_text, &st, err)) &&
+                   (st = no_nul(path2, text, n_text, err)) == HP_OK) {
             snprintf(path, sizeof path, "%s/vocab.json", dir);
             snprintf(t->path, sizeof t->path, "%s", path);
-            char *vj = read_opt(path, &st, err);
+            size_t n_vj = 0;
+            char *vj = read_opt(path, &n_vj, &st, err);
             if (vj)
-                st = load_gpt2_files(t, vj, text, err);
+                st = load_gpt2_files(t, vj, n_vj, text, err);
             else if (st == HP_OK)
                 st = hp_fail(err, HP_ERR_IO, "%s: merges.txt without vocab.json", dir);
             free(vj);
@@ -1801,7 +1834,10 @@ enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, str
     }
     for (int i = 0; i < t->n_added; i++)
         t->added_first[(unsigned char)t->added[i].s[0]] = true;
-    t->clean_up = read_clean_up(dir);
+    if ((st = read_clean_up(dir, &t->clean_up, err)) != HP_OK) {
+        hp_tokenizer_free(t);
+        return st;
+    }
     *out = t;
     return HP_OK;
 }

@@ -973,3 +973,92 @@ Test(data, cache_entry_header_checked_against_its_size)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
     cr_assert_eq(system(cmd), 0);
 }
+
+// --- JSON strings holding a NUL -----------------------------------------------------------
+//
+// cJSON reads a string only up to a NUL character: the text row "hello\u0000 world the cat" was
+// evaluated as "hello" (one token) and an "ids\u0000..." key was read as "ids", exit 0. Such a
+// string (escaped, or a raw 0 byte) is refused, naming the file, the row and the string as written.
+
+// hp_data_load_for with the gpt2-bpe fixture fails with HP_ERR_FORMAT and a one-line message that
+// starts with path:line and contains what.
+static void expect_text_fail(const char *path, int line, const char *what)
+{
+    char tok[1024], head[1100];
+    snprintf(tok, sizeof tok, "%s/tokenizers/gpt2-bpe", getenv("HP_FIXTURES"));
+    snprintf(head, sizeof head, "%s:%d: ", path, line);
+    struct hp_data *d = (struct hp_data *)&d;
+    struct hp_error err = {{0}};
+    enum hp_status st = hp_data_load_for(path, tok, NULL, 0, &d, &err);
+    cr_assert_eq(st, HP_ERR_FORMAT, "%s: status %s (%d rows of %d): %s", path, hp_status_name(st),
+                 st == HP_OK ? d->n_seqs : 0, st == HP_OK ? d->seq_len : 0, err.msg);
+    cr_assert_null(d);
+    cr_assert(strncmp(err.msg, head, strlen(head)) == 0, "message does not start with %s: %s", head, err.msg);
+    cr_assert_not_null(strstr(err.msg, what), "message lacks \"%s\": %s", what, err.msg);
+    cr_assert_not_null(strstr(err.msg, "NUL"), "message does not say NUL: %s", err.msg);
+    cr_assert_null(strchr(err.msg, '\n'), "message is not one line: %s", err.msg);
+}
+
+Test(data, text_jsonl_string_with_a_nul_is_refused)
+{
+    expect_text_fail(write_text("a.jsonl", "{\"text\": \"hello\\u0000 world the cat\"}\n"), 1,
+                     "the string \"hello\\u0000 world the cat\" holds a NUL");
+    expect_text_fail(write_text("b.jsonl", "{\"text\": \"one\"}\n\n{\"text\": \"hello\\u0000 world the cat\"}\n"), 3,
+                     "the string \"hello\\u0000 world the cat\" holds a NUL");
+    expect_text_fail(write_text("c.jsonl", "{\"text_a\": \"one\", \"text_b\": \"two\"}\n"
+                                           "{\"text_a\": \"three\", \"text_b\": \"fo\\u0000ur\"}\n"),
+                     2, "\"fo\\u0000ur\"");
+    // a raw 0 byte inside the string: cJSON copies it and the string ends there too
+    static const char raw[] = "{\"text\": \"one\"}\n{\"text\": \"hello\0 world\"}\n";
+    expect_text_fail(write_file("d.jsonl", raw, sizeof raw - 1), 2, "\"hello\\u0000 world\"");
+    // a key: "text\u0000junk" was read as "text"
+    expect_text_fail(write_text("e.jsonl", "{\"text\": \"one\"}\n{\"text\\u0000junk\": \"hello\", \"text\": \"x\"}\n"),
+                     2, "\"text\\u0000junk\"");
+    // a long row shows the part around the NUL, its column and the row's line
+    char longrow[400];
+    snprintf(longrow, sizeof longrow, "{\"text\": \"one\"}\n{\"text\": \"%0200d and then\\u0000 more words after it\"}\n", 0);
+    expect_text_fail(write_text("f.jsonl", longrow), 2, "\"...000000000000000 and then\\u0000 more words after it\" holds a NUL "
+                                                       "character at column 220");
+}
+
+Test(data, text_jsonl_other_escapes_still_read)
+{
+    // an escaped backslash before "u0000" is six plain characters, and \t, \u00e9 decode as before
+    const char *p = write_text("e.jsonl", "{\"text\": \"a\\\\u0000 b\\t\\u00e9\"}\n");
+    char tok[1024];
+    snprintf(tok, sizeof tok, "%s/tokenizers/gpt2-bpe", getenv("HP_FIXTURES"));
+    struct hp_tokenizer *t;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_tokenizer_open(tok, &t, &err), HP_OK, "%s", err.msg);
+    struct hp_encoding want;
+    cr_assert_eq(hp_tokenizer_encode(t, "a\\u0000 b\t\xc3\xa9", 12, NULL, 0, true, &want, &err), HP_OK);
+    struct hp_data *d;
+    cr_assert_eq(hp_data_load_for(p, tok, NULL, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(d->seq_len, want.n);
+    cr_assert_arr_eq(d->ids, want.ids, (size_t)want.n * sizeof(int32_t));
+    hp_data_free(d);
+    hp_encoding_free(&want);
+    hp_tokenizer_free(t);
+}
+
+Test(data, jsonl_ids_key_with_a_nul_is_refused)
+{
+    expect_fail(write_text("k.jsonl", "{\"ids\": [1, 2]}\n{\"ids\\u0000x\": [3, 4]}\n"), 0, HP_ERR_FORMAT,
+                ":2: the string \"ids\\u0000x\" holds a NUL");
+}
+
+// Every JSON text the engine reads goes through hp_json_parse, which refuses a NUL in a string:
+// a reader that called cJSON itself would bring the cut strings back.
+Test(data, json_is_parsed_in_one_place)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s/../engine' && grep -n 'cJSON_Parse' *.c cli/*.c | grep -v '^json\\.c:'", getenv("HP_TESTS"));
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char out[4096] = "";
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    cr_assert_eq(n, 0, "cJSON parsed outside engine/json.c (use hp_json_parse):\n%s", out);
+}

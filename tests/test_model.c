@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "headprune.h"
 #include "testutil.h"
@@ -568,4 +569,66 @@ Test(model, qwen2_sliding_window_layers)
 {
     llama_config("qwen2-bias", "\"use_sliding_window\": false", "\"use_sliding_window\": true");
     expect_fail(HP_ERR_UNSUPPORTED, "config.json", "use_sliding_window");
+}
+
+/* ---- a JSON string holding a NUL is refused, not cut ------------------------------------ */
+
+/* cJSON reads a string only up to a NUL: "gpt2\u0000" was read as "gpt2", a key
+ * "layer_norm_epsilon\u0000" as layer_norm_epsilon (overriding it), a tensor named
+ * "transformer.ln_f.bias\u0000x" as transformer.ln_f.bias. Each is refused naming the file and
+ * the string as written. */
+Test(model, config_string_with_a_nul_is_refused)
+{
+    write_weights(NULL, 0);
+    edit_config("\"model_type\": \"gpt2\"", "\"model_type\": \"gpt2\\u0000\"");
+    expect_fail(HP_ERR_FORMAT, "config.json", "the string \"gpt2\\u0000\" holds a NUL");
+    edit_config("\"model_type\": \"gpt2\\u0000\"", "\"model_type\": \"gpt2\"");
+    edit_config("\"vocab_size\": 97", "\"vocab_size\": 97,\n  \"layer_norm_epsilon\\u0000\": 0.5");
+    expect_fail(HP_ERR_FORMAT, "config.json:31:", "the string \"layer_norm_epsilon\\u0000\" holds a NUL");
+}
+
+Test(model, index_shard_name_with_a_nul_is_refused)
+{
+    char from[1200], to[256];
+    snprintf(from, sizeof from, "%s/model.safetensors", src);
+    snprintf(to, sizeof to, "%s/model-00001-of-00001.safetensors", tmp);
+    cr_assert_eq(symlink(from, to), 0);
+    const char idx[] = "{\"weight_map\": {\"transformer.wte.weight\": \"model-00001-of-00001.safetensors\\u0000.bak\"}}";
+    spit("model.safetensors.index.json", idx, sizeof idx - 1);
+    expect_fail(HP_ERR_FORMAT, "model.safetensors.index.json:1:",
+                "the string \"model-00001-of-00001.safetensors\\u0000.bak\" holds a NUL");
+}
+
+/* model.safetensors with the header's text from -> to (the data unchanged) */
+static void write_weights_renamed(const char *from, const char *to, size_t n_to)
+{
+    char p[1200];
+    size_t n;
+    snprintf(p, sizeof p, "%s/model.safetensors", src);
+    char *st = tu_slurp(p, &n);
+    uint64_t hl;
+    memcpy(&hl, st, 8);
+    char *at = strstr(st + 8, from); /* the header comes first and holds no NUL */
+    cr_assert(at && at < st + 8 + hl, "header has no %s", from);
+    uint64_t nh = hl - strlen(from) + n_to;
+    char *out = malloc(8 + nh + (n - 8 - hl));
+    size_t pre = (size_t)(at - st - 8);
+    memcpy(out, &nh, 8);
+    memcpy(out + 8, st + 8, pre);
+    memcpy(out + 8 + pre, to, n_to);
+    memcpy(out + 8 + pre + n_to, at + strlen(from), n - 8 - pre - strlen(from));
+    spit("model.safetensors", out, 8 + nh + (n - 8 - hl));
+    free(out);
+    free(st);
+}
+
+Test(model, tensor_name_with_a_nul_is_refused)
+{
+    const char esc[] = "\"transformer.ln_f.bias\\u0000x\"";
+    write_weights_renamed("\"transformer.ln_f.bias\"", esc, sizeof esc - 1);
+    expect_fail(HP_ERR_FORMAT, "model.safetensors", "the string \"transformer.ln_f.bias\\u0000x\" holds a NUL");
+    /* a raw 0 byte: cJSON copies it into the name, which ends there too */
+    const char raw[] = "\"transformer.ln_f.bias\0x\"";
+    write_weights_renamed("\"transformer.ln_f.bias\"", raw, sizeof raw - 1);
+    expect_fail(HP_ERR_FORMAT, "model.safetensors", "the string \"transformer.ln_f.bias\\u0000x\" holds a NUL");
 }

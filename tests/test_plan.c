@@ -1444,3 +1444,12 @@ Test(plan, roles_study_mistakes)
     info.n_vocab = 20;
     expand_fails(HEAD "  - roles: {probe_len: 21}\n", &info, 5, "21", "needs at least 21 ids (the model has 20)", NULL);
 }
+
+// libyaml gives a scalar's length, but keys were compared as C strings: the double-quoted key
+// "model\0junk" was read as model, and a study's "prune\0x" as prune. Refused as values are.
+Test(plan, key_with_a_nul_is_refused)
+{
+    load_fails("name: t\n\"model\\0junk\": m\ndata: d.npy\nstudies:\n  - baseline\n", 2, "\"model",
+               "a key contains a NUL character", NULL);
+    load_fails(HEAD "  - iterative: {\"prune\\0x\": 25%}\n", 5, "\"prune", "a key contains a NUL character", NULL);
+}

@@ -1338,3 +1338,98 @@ Test(tokenizer, strip_of_content_only_tokens_is_empty, .init = mk, .fini = rm)
     free(text);
     hp_tokenizer_free(t);
 }
+
+// --- JSON strings holding a NUL ----------------------------------------------------------------
+
+/* name (holding n bytes) in g_tmp; hp_tokenizer_open(g_tmp) then fails naming file, saying words and NUL. */
+static void expect_file_fails(const char *name, const void *bytes, size_t n, const char *file, const char *words)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", g_tmp, name);
+    tu_spit(path, bytes, n);
+    struct hp_error err = {0};
+    struct hp_tokenizer *t = (struct hp_tokenizer *)1;
+    enum hp_status st = hp_tokenizer_open(g_tmp, &t, &err);
+    if (st == HP_OK)
+        hp_tokenizer_free(t);
+    cr_assert_eq(st, HP_ERR_FORMAT, "%s: status %s: %s", name, hp_status_name(st), err.msg);
+    cr_assert_null(t);
+    snprintf(path, sizeof path, "%s/%s", g_tmp, file);
+    cr_assert(strstr(err.msg, path), "message does not name %s: %s", path, err.msg);
+    cr_assert(strstr(err.msg, words), "message does not say '%s': %s", words, err.msg);
+    cr_assert(strstr(err.msg, "NUL"), "message does not say NUL: %s", err.msg);
+    cr_assert_null(strchr(err.msg, '\n'), "one line: %s", err.msg);
+}
+
+/* cJSON reads a string only up to a NUL: the vocabulary entry "a\u0000" was read as "a" and took its
+ * id, an added token "<x\u0000>" matched "<x". Such a string is refused, naming the file, its line and
+ * the string as written (the library would keep it whole; no supported tokenizer's text can reach it:
+ * byte-level BPE writes byte 0 as "Ā", SentencePiece's byte fallback as "<0x00>", and BERT's
+ * normalizer deletes it). */
+Test(tokenizer, tokenizer_json_string_with_a_nul_is_refused, .init = mk, .fini = rm)
+{
+    const char *vocab = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0,\n\"a\\u0000\": 1}, \"merges\": []}}";
+    expect_file_fails("tokenizer.json", vocab, strlen(vocab), "tokenizer.json", ":2: the string \"a\\u0000\"");
+    const char *added = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []},\n"
+                        "\"added_tokens\": [{\"id\": 2, \"content\": \"<x\\u0000>\", \"special\": true}]}";
+    expect_file_fails("tokenizer.json", added, strlen(added), "tokenizer.json", ":2: the string \"<x\\u0000>\"");
+    static const char raw[] = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"a\0\": 1}, \"merges\": []}}";
+    expect_file_fails("tokenizer.json", raw, sizeof raw - 1, "tokenizer.json", ":1: the string \"a\\u0000\"");
+}
+
+Test(tokenizer, vocab_json_string_with_a_nul_is_refused, .init = mk, .fini = rm)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/merges.txt", g_tmp);
+    tu_spit(path, "#version: 0.2\n", 14);
+    const char *vocab = "{\"a\": 0, \"b\": 1,\n \"a\\u0000\": 2}";
+    expect_file_fails("vocab.json", vocab, strlen(vocab), "vocab.json", ":2: the string \"a\\u0000\"");
+}
+
+/* "do_lower_case\u0000" was read as do_lower_case (the library reads another key, and lowercases) */
+Test(tokenizer, tokenizer_config_string_with_a_nul_is_refused, .init = mk, .fini = rm)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/vocab.txt", g_tmp);
+    tu_spit(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n", 29);
+    const char *cfg = "{\"do_lower_case\\u0000\": false}";
+    expect_file_fails("tokenizer_config.json", cfg, strlen(cfg), "tokenizer_config.json",
+                      ":1: the string \"do_lower_case\\u0000\"");
+    remove(path);
+    const char *json = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}";
+    snprintf(path, sizeof path, "%s/tokenizer.json", g_tmp);
+    tu_spit(path, json, strlen(json));
+    cfg = "{\"clean_up_tokenization_spaces\\u0000\": true}";
+    expect_file_fails("tokenizer_config.json", cfg, strlen(cfg), "tokenizer_config.json",
+                      ":1: the string \"clean_up_tokenization_spaces\\u0000\"");
+}
+
+/* Other escapes are read as before: an escaped backslash before "u0000" is six plain characters. */
+Test(tokenizer, other_escapes_in_tokens_still_read, .init = mk, .fini = rm)
+{
+    struct hp_tokenizer *t = open_json("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"a\\\\u0000\": 1, "
+                                       "\"\\t\\u00e9\\ud83d\\ude00\": 2}, \"merges\": []}}");
+    size_t n;
+    const char *p = hp_tokenizer_piece(t, 1, &n);
+    cr_assert(p && n == 7 && memcmp(p, "a\\u0000", 7) == 0, "piece 1: %zu bytes '%.*s'", n, (int)n, p ? p : "");
+    p = hp_tokenizer_piece(t, 2, &n);
+    cr_assert(p && n == 7 && memcmp(p, "\t\xc3\xa9\xf0\x9f\x98\x80", 7) == 0, "piece 2: %zu bytes", n);
+    p = hp_tokenizer_piece(t, 0, &n);
+    cr_assert(p && n == 1 && *p == 'a');
+    hp_tokenizer_free(t);
+}
+
+/* vocab.txt and merges.txt were cut into lines as C strings, so a NUL byte ended them there: every
+ * token after "he\0llo" was lost and "world" became [UNK], exit 0. */
+Test(tokenizer, nul_byte_in_vocab_txt_or_merges_txt_is_refused, .init = mk, .fini = rm)
+{
+    static const char vocab[] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nhe\0llo\nworld\n";
+    expect_file_fails("vocab.txt", vocab, sizeof vocab - 1, "vocab.txt", ":6: holds a NUL byte");
+    char path[256];
+    snprintf(path, sizeof path, "%s/vocab.txt", g_tmp);
+    remove(path);
+    snprintf(path, sizeof path, "%s/vocab.json", g_tmp);
+    tu_spit(path, "{\"a\": 0, \"b\": 1, \"ab\": 2}", 25);
+    static const char merges[] = "#version: 0.2\na\0 b\n";
+    expect_file_fails("merges.txt", merges, sizeof merges - 1, "merges.txt", ":2: holds a NUL byte");
+}
