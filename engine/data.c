@@ -174,14 +174,14 @@ static enum hp_status src_open(const char *path, struct src *s, struct hp_error 
     s->f = fopen(path, "rb");
     if (!s->f)
         return hp_fail(err, HP_ERR_IO, "%s: cannot open: %s (check the path)", path,
-                    strerror(errno));
+                    hp_strerror(errno));
     struct stat st;
     if (fstat(fileno(s->f), &st) != 0) {
         int e = errno;
         fclose(s->f);
         s->f = NULL;
         return hp_fail(err, HP_ERR_IO, "%s: cannot stat: %s (check the path)", path,
-                    strerror(e));
+                    hp_strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         fclose(s->f);
@@ -204,7 +204,7 @@ static enum hp_status src_read(struct src *s, void *buf, size_t n, struct hp_err
 {
     if (n && fread(buf, 1, n, s->f) != n)
         return hp_fail(err, HP_ERR_IO, "%s: short read: %s (was the file changed while "
-                    "loading?)", s->path, ferror(s->f) ? strerror(errno) : "end of file");
+                    "loading?)", s->path, ferror(s->f) ? hp_strerror(errno) : "end of file");
     return HP_OK;
 }
 
@@ -623,7 +623,7 @@ static enum hp_status load_bin(struct src *s, int seq_len, struct hp_data **out,
                     "tokens)", s->path, (unsigned long long)s->size, LLMC_MAGIC_GPT2);
     if (fseek(s->f, 0, SEEK_SET) != 0)
         return hp_fail(err, HP_ERR_IO, "%s: cannot seek: %s (give a regular file)", s->path,
-                    strerror(errno));
+                    hp_strerror(errno));
     return load_stream(s, EL_U16, s->size / 2, seq_len, out, err);
 }
 

@@ -196,7 +196,7 @@ static enum hp_status write_weights(const struct hp_model *m, const struct keep 
     }
     FILE *f = fopen(path, "wb");
     enum hp_status st = f ? hp_st_write_header(f, path, o, n, err)
-                          : hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+                          : hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", path, hp_strerror(errno));
     bool ok = st == HP_OK;
     for (int i = 0; ok && i < n; i++) {
         const struct hp_st_tensor *t = hp_st_at(set, i);
@@ -206,7 +206,7 @@ static enum hp_status write_weights(const struct hp_model *m, const struct keep 
     if (f) {
         bool closed = close_synced(f);
         if (st == HP_OK && !(ok && closed))
-            st = hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+            st = hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", path, hp_strerror(errno));
     }
     if (st == HP_OK) {
         struct stat sb;
@@ -285,7 +285,7 @@ static enum hp_status write_config(const struct hp_model *m, const struct keep *
     bool closed = f && close_synced(f);
     free(txt);
     if (!f || !ok || !closed)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", path, hp_strerror(errno));
     return HP_OK;
 }
 
@@ -322,11 +322,11 @@ static enum hp_status copy_file(const char *from, const char *to, struct hp_erro
 {
     FILE *in = fopen(from, "rb");
     if (!in)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot read: %s", from, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot read: %s", from, hp_strerror(errno));
     FILE *out = fopen(to, "wb");
     if (!out) {
         fclose(in);
-        return hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", to, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", to, hp_strerror(errno));
     }
     char buf[1 << 16];
     size_t n;
@@ -339,7 +339,7 @@ static enum hp_status copy_file(const char *from, const char *to, struct hp_erro
     if (!rd)
         return hp_fail(err, HP_ERR_IO, "%s: cannot read", from);
     if (!ok || !closed)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", to, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", to, hp_strerror(errno));
     return HP_OK;
 }
 
@@ -348,7 +348,7 @@ static enum hp_status copy_rest(const char *from, const char *to, int depth, str
 {
     DIR *d = opendir(from);
     if (!d)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot list: %s", from, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot list: %s", from, hp_strerror(errno));
     enum hp_status st = HP_OK;
     struct dirent *e;
     while (st == HP_OK && (e = readdir(d))) {
@@ -364,7 +364,7 @@ static enum hp_status copy_rest(const char *from, const char *to, int depth, str
             st = copy_file(src, dst, err);
         } else if (S_ISDIR(sb.st_mode) && depth == 0 && module_dir(e->d_name)) {
             if (mkdir(dst, 0755) != 0)
-                st = hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", dst, strerror(errno));
+                st = hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", dst, hp_strerror(errno));
             else
                 st = copy_rest(src, dst, 1, err);
         }
@@ -428,7 +428,7 @@ enum hp_status hp_model_export(const struct hp_model *m, const struct hp_mask *r
     }
     snprintf(tmp, sizeof tmp, "%s.partial-%ld", out, (long)getpid());
     if (mkdir(tmp, 0755) != 0) {
-        st = hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        st = hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", tmp, hp_strerror(errno));
         keep_free(&k);
         return st;
     }
@@ -441,7 +441,7 @@ enum hp_status hp_model_export(const struct hp_model *m, const struct hp_mask *r
     if (st == HP_OK)
         st = copy_rest(m->dir, tmp, 0, err);
     if (st == HP_OK && rename(tmp, out) != 0)
-        st = hp_fail(err, HP_ERR_IO, "%s: cannot rename to %s: %s", tmp, out, strerror(errno));
+        st = hp_fail(err, HP_ERR_IO, "%s: cannot rename to %s: %s", tmp, out, hp_strerror(errno));
     if (st != HP_OK)
         remove_tree(tmp, 0);
     keep_free(&k);

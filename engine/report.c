@@ -1600,10 +1600,10 @@ static enum hp_status write_fail(const char *path, int e, struct hp_error *err)
         return hp_fail(err, HP_ERR_IO, "%s: folder '%s' does not exist (create it first)", path, d);
     if (e == EACCES || e == EPERM || e == EROFS)
         return hp_fail(err, HP_ERR_IO, "%s: cannot write in folder '%s' (%s; choose another place)", path, d,
-                       strerror(e));
+                       hp_strerror(e));
     if (e == ENOSPC || e == EFBIG || e == EDQUOT)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot write (%s; nothing was written)", path, strerror(e));
-    return hp_fail(err, HP_ERR_IO, "%s: cannot write (%s)", path, strerror(e));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot write (%s; nothing was written)", path, hp_strerror(e));
+    return hp_fail(err, HP_ERR_IO, "%s: cannot write (%s)", path, hp_strerror(e));
 }
 
 /* Write n bytes of data to a new temporary file beside dst (made with the
@@ -1707,7 +1707,7 @@ static enum hp_status check_outputs(const struct hp_report_opts *o, bool *made_d
             return hp_fail(err, HP_ERR_IO, "%s: is not a folder (name a folder for the SVG files)", o->svg_dir);
         if (access(o->svg_dir, W_OK) != 0)
             return hp_fail(err, HP_ERR_IO, "%s: cannot write in this folder (%s; choose another)", o->svg_dir,
-                           strerror(errno));
+                           hp_strerror(errno));
         return HP_OK;
     }
     if (mkdir(o->svg_dir, 0777) != 0) {
@@ -1716,7 +1716,7 @@ static enum hp_status check_outputs(const struct hp_report_opts *o, bool *made_d
         if (e == ENOENT || e == ENOTDIR)
             return hp_fail(err, HP_ERR_IO, "%s: cannot make the SVG folder: folder '%s' does not exist (create it "
                            "first)", o->svg_dir, d);
-        return hp_fail(err, HP_ERR_IO, "%s: cannot make the SVG folder (%s)", o->svg_dir, strerror(e));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot make the SVG folder (%s)", o->svg_dir, hp_strerror(e));
     }
     *made_dir = true;
     return HP_OK;

@@ -212,7 +212,7 @@ enum hp_status hp_store_db_open(const char *path, bool write, sqlite3 **db, stru
     struct stat sb;
     bool exists = stat(path, &sb) == 0;
     if (!exists && errno != ENOENT)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, hp_strerror(errno));
     if (exists && S_ISDIR(sb.st_mode))
         return hp_fail(err, HP_ERR_IO, "%s: is a folder, not a database", path);
     /* a device or a pipe is no database; SQLite would also make its journal beside it (/dev/null-journal) */
@@ -221,7 +221,7 @@ enum hp_status hp_store_db_open(const char *path, bool write, sqlite3 **db, stru
     if (!exists && !write)
         return hp_fail(err, HP_ERR_IO, "%s: no such database (check the path; `headprune run` creates it)", path);
     if (!write && access(path, R_OK) != 0)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot read (%s)", path, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot read (%s)", path, hp_strerror(errno));
     if (write) {
         enum hp_status st = check_folder(path, err);
         if (st != HP_OK)
