@@ -20,6 +20,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <errno.h>
 #include <cjson/cJSON.h>
 #include <pcre2.h>
 #include <stdio.h>
@@ -217,7 +218,7 @@ struct piece {
 enum model_kind { M_BPE, M_WORDPIECE };
 
 struct hp_tokenizer {
-    char path[1300];
+    char *path; /* the file the tokenizer was read from (owned) */
     enum model_kind model;
     struct map vocab; /* token -> id */
     size_t longest;   /* bytes of the vocabulary's longest token */
@@ -895,6 +896,7 @@ void hp_tokenizer_free(struct hp_tokenizer *t)
 {
     if (!t)
         return;
+    free(t->path);
     map_free(&t->vocab);
     map_free(&t->merges);
     for (int i = 0; i < t->n_norm; i++)
@@ -1511,8 +1513,11 @@ static char *read_opt(const char *path, enum hp_status *st, struct hp_error *err
 {
     char *out = NULL;
     *st = HP_OK;
-    if (access(path, F_OK) != 0)
+    if (access(path, F_OK) != 0) {
+        if (errno == ENAMETOOLONG) /* not a missing file */
+            *st = hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, hp_strerror(errno));
         return NULL;
+    }
     *st = hp_read_text(path, (size_t)1 << 30, HP_ERR_FORMAT, "a tokenizer file", &out, NULL, err);
     return *st == HP_OK ? out : NULL;
 }
@@ -1540,11 +1545,13 @@ static enum hp_status load_vocab_txt(struct hp_tokenizer *t, const char *dir, ch
     }
     /* do_lower_case from tokenizer_config.json when present; uncased otherwise, as BertTokenizer */
     bool lower = true;
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    char *path;
+    if ((st = hp_path_make(&path, err, "%s/tokenizer_config.json", dir)) != HP_OK)
+        return st;
     enum hp_status cst;
     struct hp_error cerr;
     char *cfg = read_opt(path, &cst, &cerr);
+    free(path);
     if (cfg) {
         cJSON *c = cJSON_Parse(cfg);
         lower = jbool(c, "do_lower_case", true);
@@ -1710,11 +1717,11 @@ static bool build_pieces(struct hp_tokenizer *t)
  * reach) or the file is not JSON. */
 static bool read_clean_up(const char *dir)
 {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    char *path;
     enum hp_status st;
     struct hp_error err;
-    char *text = read_opt(path, &st, &err);
+    char *text = hp_path_make(&path, NULL, "%s/tokenizer_config.json", dir) == HP_OK ? read_opt(path, &st, &err) : NULL;
+    free(path);
     cJSON *c = text ? cJSON_Parse(text) : NULL;
     bool on = jbool(c, "clean_up_tokenization_spaces", false);
     cJSON_Delete(c);
@@ -1767,22 +1774,23 @@ enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, str
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     t->unk_id = -1;
     enum hp_status st;
-    char path[1200], path2[1200];
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    snprintf(t->path, sizeof t->path, "%s", path);
-    char *text = read_opt(path, &st, err);
+    char *path = NULL, *path2 = NULL, *text = NULL;
+    if ((st = hp_path_make(&t->path, err, "%s/tokenizer.json", dir)) == HP_OK)
+        text = read_opt(t->path, &st, err);
     if (text) {
         st = load_json(t, text, err);
     } else if (st == HP_OK) {
-        snprintf(path, sizeof path, "%s/vocab.txt", dir);
-        snprintf(path2, sizeof path2, "%s/merges.txt", dir);
-        if ((text = read_opt(path, &st, err))) {
-            snprintf(t->path, sizeof t->path, "%s", path);
+        free(t->path);
+        t->path = NULL;
+        if ((st = hp_path_make(&path, err, "%s/vocab.txt", dir)) == HP_OK)
+            st = hp_path_make(&path2, err, "%s/merges.txt", dir);
+        if (st == HP_OK && (text = read_opt(path, &st, err))) {
+            t->path = path;
+            path = NULL;
             st = load_vocab_txt(t, dir, text, err);
         } else if (st == HP_OK && (text = read_opt(path2, &st, err))) {
-            snprintf(path, sizeof path, "%s/vocab.json", dir);
-            snprintf(t->path, sizeof t->path, "%s", path);
-            char *vj = read_opt(path, &st, err);
+            char *vj = (st = hp_path_make(&t->path, err, "%s/vocab.json", dir)) == HP_OK ? read_opt(t->path, &st, err)
+                                                                                        : NULL;
             if (vj)
                 st = load_gpt2_files(t, vj, text, err);
             else if (st == HP_OK)
@@ -1793,6 +1801,8 @@ enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, str
         }
     }
     free(text);
+    free(path);
+    free(path2);
     if (st == HP_OK && !build_pieces(t))
         st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
     if (st != HP_OK) {
