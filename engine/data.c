@@ -88,19 +88,6 @@ bool hp_path_has_ext(const char *path, const char *ext)
     return ext_is(path_ext(path), ext);
 }
 
-// Copy path into dst, truncating on a UTF-8 character boundary.
-static void set_path(char *dst, size_t cap, const char *path)
-{
-    size_t n = strlen(path);
-    if (n >= cap) {
-        n = cap - 1;
-        while (n > 0 && ((unsigned char)path[n] & 0xC0) == 0x80)
-            n--;
-    }
-    memcpy(dst, path, n);
-    dst[n] = '\0';
-}
-
 // --- the result ---------------------------------------------------------------
 
 // Allocates d and its arrays (n_seqs, seq_len); the caller checked the sizes.
@@ -117,9 +104,9 @@ enum hp_status hp_data_alloc(const char *path, int n_seqs, int seq_len, bool lab
         goto nomem;
     d->n_seqs = n_seqs;
     d->seq_len = seq_len;
-    set_path(d->path, sizeof d->path, path);
+    d->path = strdup(path);
     d->ids = malloc(n * sizeof *d->ids);
-    if (!d->ids)
+    if (!d->path || !d->ids)
         goto nomem;
     if (labels && !(d->labels = malloc(n * sizeof *d->labels)))
         goto nomem;
@@ -144,6 +131,7 @@ void hp_data_free(struct hp_data *d)
     free(d->attn_mask);
     free(d->type_ids);
     free(d->seq_labels);
+    free(d->path);
     free(d);
 }
 

@@ -210,7 +210,7 @@ struct hp_data {
     int32_t *seq_labels; /* NULL or (n_seqs): each sequence's class (classification) */
     int64_t n_dropped;   /* text only: tokens left out to fit the rows (a causal model's packed
                           * remainder, an encoder's documents or .jsonl rows cut to seq_len) */
-    char path[512];
+    char *path;          /* the file as given (owned; hp_data_free frees it) */
 };
 
 /*
