@@ -733,10 +733,10 @@ struct hp_study {
 };
 
 struct hp_plan {
-    char path[1024];
+    char *path;       /* the plan file as given (owned, as model and data) */
     char name[128];
-    char model[1024]; /* resolved against the plan file's folder */
-    char data[1024];  /* likewise */
+    char *model;      /* resolved against the plan file's folder */
+    char *data;       /* likewise */
     int seq_len;      /* 0 = from the data file */
     char metric[16];  /* "loss", "kl", "acc" or "cos": what iterative scoring and queries rank by;
                        * "" when the plan gives none (the model's own: hp_evaluator_pick_metric) */
