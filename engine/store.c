@@ -1074,9 +1074,11 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
         if (rc == SQLITE_OK)
             rc = exec(s, "COMMIT");
         if (rc != SQLITE_OK) {
-            char what[1100];
-            snprintf(what, sizeof what, "merging %s", in[i]);
-            st = sql_fail(s, rc, what, err);
+            char *what;
+            st = hp_path_make(&what, err, "merging %s", in[i]);
+            if (st == HP_OK)
+                st = sql_fail(s, rc, what, err);
+            free(what);
             exec(s, "ROLLBACK");
         }
         exec(s, "DETACH DATABASE src");
