@@ -89,19 +89,6 @@ bool hp_path_has_ext(const char *path, const char *ext)
     return ext_is(path_ext(path), ext);
 }
 
-// Copy path into dst, truncating on a UTF-8 character boundary.
-static void set_path(char *dst, size_t cap, const char *path)
-{
-    size_t n = strlen(path);
-    if (n >= cap) {
-        n = cap - 1;
-        while (n > 0 && ((unsigned char)path[n] & 0xC0) == 0x80)
-            n--;
-    }
-    memcpy(dst, path, n);
-    dst[n] = '\0';
-}
-
 // --- the result ---------------------------------------------------------------
 
 // Allocates d and its arrays (n_seqs, seq_len); the caller checked the sizes.
@@ -118,9 +105,9 @@ enum hp_status hp_data_alloc(const char *path, int n_seqs, int seq_len, bool lab
         goto nomem;
     d->n_seqs = n_seqs;
     d->seq_len = seq_len;
-    set_path(d->path, sizeof d->path, path);
+    d->path = strdup(path);
     d->ids = malloc(n * sizeof *d->ids);
-    if (!d->ids)
+    if (!d->path || !d->ids)
         goto nomem;
     if (labels && !(d->labels = malloc(n * sizeof *d->labels)))
         goto nomem;
@@ -145,6 +132,7 @@ void hp_data_free(struct hp_data *d)
     free(d->attn_mask);
     free(d->type_ids);
     free(d->seq_labels);
+    free(d->path);
     free(d);
 }
 
@@ -175,14 +163,14 @@ static enum hp_status src_open(const char *path, struct src *s, struct hp_error 
     s->f = fopen(path, "rb");
     if (!s->f)
         return hp_fail(err, HP_ERR_IO, "%s: cannot open: %s (check the path)", path,
-                    strerror(errno));
+                    hp_strerror(errno));
     struct stat st;
     if (fstat(fileno(s->f), &st) != 0) {
         int e = errno;
         fclose(s->f);
         s->f = NULL;
         return hp_fail(err, HP_ERR_IO, "%s: cannot stat: %s (check the path)", path,
-                    strerror(e));
+                    hp_strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         fclose(s->f);
@@ -205,7 +193,7 @@ static enum hp_status src_read(struct src *s, void *buf, size_t n, struct hp_err
 {
     if (n && fread(buf, 1, n, s->f) != n)
         return hp_fail(err, HP_ERR_IO, "%s: short read: %s (was the file changed while "
-                    "loading?)", s->path, ferror(s->f) ? strerror(errno) : "end of file");
+                    "loading?)", s->path, ferror(s->f) ? hp_strerror(errno) : "end of file");
     return HP_OK;
 }
 
@@ -624,7 +612,7 @@ static enum hp_status load_bin(struct src *s, int seq_len, struct hp_data **out,
                     "tokens)", s->path, (unsigned long long)s->size, LLMC_MAGIC_GPT2);
     if (fseek(s->f, 0, SEEK_SET) != 0)
         return hp_fail(err, HP_ERR_IO, "%s: cannot seek: %s (give a regular file)", s->path,
-                    strerror(errno));
+                    hp_strerror(errno));
     return load_stream(s, EL_U16, s->size / 2, seq_len, out, err);
 }
 

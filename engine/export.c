@@ -197,7 +197,7 @@ static enum hp_status write_weights(const struct hp_model *m, const struct keep 
     }
     FILE *f = fopen(path, "wb");
     enum hp_status st = f ? hp_st_write_header(f, path, o, n, err)
-                          : hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+                          : hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", path, hp_strerror(errno));
     bool ok = st == HP_OK;
     for (int i = 0; ok && i < n; i++) {
         const struct hp_st_tensor *t = hp_st_at(set, i);
@@ -207,7 +207,7 @@ static enum hp_status write_weights(const struct hp_model *m, const struct keep 
     if (f) {
         bool closed = close_synced(f);
         if (st == HP_OK && !(ok && closed))
-            st = hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+            st = hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", path, hp_strerror(errno));
     }
     if (st == HP_OK) {
         struct stat sb;
@@ -288,7 +288,7 @@ static enum hp_status write_config(const struct hp_model *m, const struct keep *
     bool closed = f && close_synced(f);
     free(txt);
     if (!f || !ok || !closed)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", path, hp_strerror(errno));
     return HP_OK;
 }
 
@@ -325,11 +325,11 @@ static enum hp_status copy_file(const char *from, const char *to, struct hp_erro
 {
     FILE *in = fopen(from, "rb");
     if (!in)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot read: %s", from, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot read: %s", from, hp_strerror(errno));
     FILE *out = fopen(to, "wb");
     if (!out) {
         fclose(in);
-        return hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", to, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", to, hp_strerror(errno));
     }
     char buf[1 << 16];
     size_t n;
@@ -342,7 +342,7 @@ static enum hp_status copy_file(const char *from, const char *to, struct hp_erro
     if (!rd)
         return hp_fail(err, HP_ERR_IO, "%s: cannot read", from);
     if (!ok || !closed)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", to, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", to, hp_strerror(errno));
     return HP_OK;
 }
 
@@ -351,26 +351,30 @@ static enum hp_status copy_rest(const char *from, const char *to, int depth, str
 {
     DIR *d = opendir(from);
     if (!d)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot list: %s", from, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot list: %s", from, hp_strerror(errno));
     enum hp_status st = HP_OK;
     struct dirent *e;
     while (st == HP_OK && (e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        char src[2048], dst[2048];
-        snprintf(src, sizeof src, "%s/%s", from, e->d_name);
-        snprintf(dst, sizeof dst, "%s/%s", to, e->d_name);
+        char *src = NULL, *dst = NULL;
+        if ((st = hp_path_make(&src, err, "%s/%s", from, e->d_name)) == HP_OK)
+            st = hp_path_make(&dst, err, "%s/%s", to, e->d_name);
         struct stat sb;
-        if (stat(src, &sb) != 0)
-            continue; /* a dangling link */
-        if (S_ISREG(sb.st_mode) && (depth > 0 || copied(e->d_name))) {
+        if (st != HP_OK || stat(src, &sb) != 0) {
+            /* a dangling link is left out; a name over the system's limit is not */
+            if (st == HP_OK && errno == ENAMETOOLONG)
+                st = hp_fail(err, HP_ERR_IO, "%s: cannot read: %s", src, hp_strerror(errno));
+        } else if (S_ISREG(sb.st_mode) && (depth > 0 || copied(e->d_name))) {
             st = copy_file(src, dst, err);
         } else if (S_ISDIR(sb.st_mode) && depth == 0 && module_dir(e->d_name)) {
             if (mkdir(dst, 0755) != 0)
-                st = hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", dst, strerror(errno));
+                st = hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", dst, hp_strerror(errno));
             else
                 st = copy_rest(src, dst, 1, err);
         }
+        free(src);
+        free(dst);
     }
     closedir(d);
     return st;
@@ -385,13 +389,16 @@ static void remove_tree(const char *dir, int depth)
         while ((e = readdir(d))) {
             if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
                 continue;
-            char p[2048];
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            /* a name that cannot be made is left: a cut one could be another file */
+            char *p;
+            if (hp_path_make(&p, NULL, "%s/%s", dir, e->d_name) != HP_OK)
+                continue;
             struct stat sb;
             if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && depth < 2)
                 remove_tree(p, depth + 1);
             else
                 unlink(p);
+            free(p);
         }
         closedir(d);
     }
@@ -415,38 +422,55 @@ enum hp_status hp_model_export(const struct hp_model *m, const struct hp_mask *r
     size_t n = strlen(out_dir);
     while (n > 1 && out_dir[n - 1] == '/')
         n--;
-    char out[1024], tmp[1100], path[1200];
-    if (n == 0 || n >= sizeof out)
+    if (n == 0)
         return hp_fail(err, HP_ERR_ARG, "'%s': not a usable output directory name", out_dir);
-    snprintf(out, sizeof out, "%.*s", (int)n, out_dir);
+    char *out, *tmp = NULL, *path = NULL;
+    enum hp_status st = hp_path_make(&out, err, "%.*s", (int)n, out_dir);
+    if (st != HP_OK)
+        return st;
     struct stat sb;
-    if (stat(out, &sb) == 0)
-        return hp_fail(err, HP_ERR_ARG, "%s: already exists (name a new directory, or remove it first)", out);
+    if (stat(out, &sb) == 0) {
+        st = hp_fail(err, HP_ERR_ARG, "%s: already exists (name a new directory, or remove it first)", out);
+        free(out);
+        return st;
+    }
+    if (errno == ENAMETOOLONG) {
+        st = hp_fail(err, HP_ERR_ARG, "%s: cannot create: %s", out, hp_strerror(errno));
+        free(out);
+        return st;
+    }
 
     struct keep k = {0};
-    enum hp_status st = keep_make(m, remove, &k, info, err);
-    if (st != HP_OK) {
-        keep_free(&k);
-        return st;
+    st = keep_make(m, remove, &k, info, err);
+    if (st == HP_OK)
+        st = hp_path_make(&tmp, err, "%s.partial-%ld", out, (long)getpid());
+    if (st == HP_OK && mkdir(tmp, 0755) != 0) {
+        /* tmp is the export's own: the user named out, and its folder */
+        int e = errno;
+        const char *slash = strrchr(out, '/');
+        if (e == ENOENT || e == ENOTDIR)
+            st = hp_fail(err, HP_ERR_IO, "%s: folder '%.*s' does not exist (create it first)", out,
+                         slash ? (slash == out ? 1 : (int)(slash - out)) : 1, slash ? out : ".");
+        else
+            st = hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", out, hp_strerror(e));
+        free(tmp);
+        tmp = NULL;
     }
-    snprintf(tmp, sizeof tmp, "%s.partial-%ld", out, (long)getpid());
-    if (mkdir(tmp, 0755) != 0) {
-        st = hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        keep_free(&k);
-        return st;
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    st = write_weights(m, &k, path, info, err);
-    if (st == HP_OK) {
-        snprintf(path, sizeof path, "%s/config.json", tmp);
+    if (st == HP_OK && (st = hp_path_make(&path, err, "%s/model.safetensors", tmp)) == HP_OK)
+        st = write_weights(m, &k, path, info, err);
+    free(path);
+    path = NULL;
+    if (st == HP_OK && (st = hp_path_make(&path, err, "%s/config.json", tmp)) == HP_OK)
         st = write_config(m, &k, path, info, err);
-    }
+    free(path);
     if (st == HP_OK)
         st = copy_rest(m->dir, tmp, 0, err);
     if (st == HP_OK && rename(tmp, out) != 0)
-        st = hp_fail(err, HP_ERR_IO, "%s: cannot rename to %s: %s", tmp, out, strerror(errno));
-    if (st != HP_OK)
+        st = hp_fail(err, HP_ERR_IO, "%s: cannot rename to %s: %s", tmp, out, hp_strerror(errno));
+    if (st != HP_OK && tmp)
         remove_tree(tmp, 0);
     keep_free(&k);
+    free(tmp);
+    free(out);
     return st;
 }

@@ -261,11 +261,9 @@ static struct hp_data *take_rows(const struct hp_data *d, int r0, int n, bool na
     const size_t T = (size_t)d->seq_len, at = (size_t)r0 * T, cnt = (size_t)n * T;
     o->n_seqs = n;
     o->seq_len = d->seq_len;
-    if (name_rows)
-        snprintf(o->path, sizeof o->path, "%.400s (rows %d-%d)", d->path, r0, r0 + n - 1);
-    else
-        snprintf(o->path, sizeof o->path, "%s", d->path);
-    bool ok = (o->ids = malloc(cnt * sizeof *o->ids)) != NULL;
+    bool ok = (name_rows ? hp_path_make(&o->path, NULL, "%s (rows %d-%d)", d->path, r0, r0 + n - 1)
+                         : hp_path_make(&o->path, NULL, "%s", d->path)) == HP_OK;
+    ok = ok && (o->ids = malloc(cnt * sizeof *o->ids)) != NULL;
 #define TAKE(f, per)                                                                                     \
     if (ok && d->f) {                                                                                    \
         ok = (o->f = malloc((size_t)n * (per) * sizeof *o->f)) != NULL;                                  \

@@ -816,26 +816,41 @@ static void bind_llama(struct binder *b, bool tied)
 
 static enum hp_status open_weights(struct hp_model *m, const char *dir, struct hp_error *err)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    char *path;
+    enum hp_status st = hp_path_make(&path, err, "%s/model.safetensors", dir);
+    if (st != HP_OK)
+        return st;
     FILE *probe = fopen(path, "rb");
     if (probe) {
         fclose(probe);
-        return hp_st_open(path, &m->st, err);
+        st = hp_st_open(path, &m->st, err);
+        free(path);
+        return st;
     }
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    free(path);
+    if ((st = hp_path_make(&path, err, "%s/model.safetensors.index.json", dir)) != HP_OK)
+        return st;
     cJSON *idx;
     probe = fopen(path, "rb");
-    if (!probe)
-        return hp_fail(err, HP_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json (is this a Hugging Face model directory?)", dir);
-    fclose(probe);
-    enum hp_status st = read_json(path, &idx, NULL, err);
-    if (st != HP_OK)
+    if (!probe) {
+        /* a path over the system's limit is no missing file */
+        st = errno == ENAMETOOLONG ? hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, hp_strerror(errno))
+                                   : hp_fail(err, HP_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json (is this a Hugging Face model directory?)", dir);
+        free(path);
         return st;
+    }
+    fclose(probe);
+    st = read_json(path, &idx, NULL, err);
+    if (st != HP_OK) {
+        free(path);
+        return st;
+    }
     cJSON *map = json_get(idx, "weight_map");
     if (!cJSON_IsObject(map)) {
         cJSON_Delete(idx);
-        return hp_fail(err, HP_ERR_FORMAT, "%s: no \"weight_map\" object", path);
+        st = hp_fail(err, HP_ERR_FORMAT, "%s: no \"weight_map\" object", path);
+        free(path);
+        return st;
     }
     /* open each distinct shard once, in order of first mention */
     cJSON *e;
@@ -856,15 +871,18 @@ static enum hp_status open_weights(struct hp_model *m, const char *dir, struct h
             st = hp_fail(err, HP_ERR_FORMAT, "%s: shard name '%s' must be a plain file name", path, e->valuestring);
             break;
         }
-        char shard[1024];
-        snprintf(shard, sizeof shard, "%s/%s", dir, e->valuestring);
+        char *shard;
+        if ((st = hp_path_make(&shard, err, "%s/%s", dir, e->valuestring)) != HP_OK)
+            break;
         st = m->st ? hp_st_add(m->st, shard, err) : hp_st_open(shard, &m->st, err);
+        free(shard);
         if (st != HP_OK)
             break;
     }
     cJSON_Delete(idx);
     if (st == HP_OK && !m->st)
         st = hp_fail(err, HP_ERR_FORMAT, "%s: weight_map is empty", path);
+    free(path);
     return st;
 }
 
@@ -872,14 +890,21 @@ static enum hp_status open_weights(struct hp_model *m, const char *dir, struct h
 static enum hp_status read_pooling(struct hp_model *m, const char *dir, struct hp_error *err)
 {
     m->info.pooling = HP_POOL_MEAN;
-    char path[1100];
-    snprintf(path, sizeof path, "%s/1_Pooling/config.json", dir);
-    if (access(path, F_OK) != 0)
-        return HP_OK;
-    cJSON *c;
-    enum hp_status st = read_json(path, &c, NULL, err);
+    char *path;
+    enum hp_status st = hp_path_make(&path, err, "%s/1_Pooling/config.json", dir);
     if (st != HP_OK)
         return st;
+    if (access(path, F_OK) != 0) {
+        st = errno == ENAMETOOLONG ? hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, hp_strerror(errno)) : HP_OK;
+        free(path);
+        return st;
+    }
+    cJSON *c;
+    st = read_json(path, &c, NULL, err);
+    if (st != HP_OK) {
+        free(path);
+        return st;
+    }
     bool mean = cJSON_IsTrue(json_get(c, "pooling_mode_mean_tokens")),
          cls = cJSON_IsTrue(json_get(c, "pooling_mode_cls_token")),
          max = cJSON_IsTrue(json_get(c, "pooling_mode_max_tokens")),
@@ -888,8 +913,11 @@ static enum hp_status read_pooling(struct hp_model *m, const char *dir, struct h
                  cJSON_IsTrue(json_get(c, "pooling_mode_lasttoken"));
     cJSON_Delete(c);
     if (other || mean + cls + max != 1)
-        return hp_fail(err, HP_ERR_UNSUPPORTED,
-                       "%s: pooling other than exactly one of mean, CLS or max tokens is not supported", path);
+        st = hp_fail(err, HP_ERR_UNSUPPORTED,
+                     "%s: pooling other than exactly one of mean, CLS or max tokens is not supported", path);
+    free(path);
+    if (st != HP_OK)
+        return st;
     m->info.pooling = cls ? HP_POOL_CLS : max ? HP_POOL_MAX : HP_POOL_MEAN;
     return HP_OK;
 }
@@ -905,19 +933,22 @@ enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model
     struct hp_model *m = calloc(1, sizeof *m);
     if (!m)
         return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", dir);
-    snprintf(m->dir, sizeof m->dir, "%s", dir);
     m->flags = flags;
 
-    char path[1024];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *path = NULL;
     cJSON *cfg = NULL;
-    enum hp_status st = read_json(path, &cfg, &m->config_text, err);
+    enum hp_status st = (m->dir = strdup(dir)) ? hp_path_make(&path, err, "%s/config.json", dir)
+                                               : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK)
+        st = read_json(path, &cfg, &m->config_text, err);
     if (st == HP_OK) {
         bool tied = false;
         st = parse_config(m, cfg, path, &tied, err);
         if (st == HP_OK)
             st = parse_pruned(m, cfg, path, err);
         cJSON_Delete(cfg);
+        free(path);
+        path = NULL;
         if (st == HP_OK)
             st = open_weights(m, dir, err);
         if (st == HP_OK) {
@@ -939,6 +970,7 @@ enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model
             st = b.st;
         }
     }
+    free(path);
     if (st != HP_OK) {
         hp_model_close(m);
         return st;
@@ -965,6 +997,7 @@ void hp_model_close(struct hp_model *m)
     free(m->head_tensors);
     free(m->pruned);
     free(m->config_text);
+    free(m->dir);
     for (int i = 0; i < m->n_label_names; i++)
         free(m->label_names[i]);
     free(m->label_names);

@@ -70,7 +70,7 @@ struct hp_rope {
 
 struct hp_model {
     struct hp_model_info info;
-    char dir[512];
+    char *dir;         /* the folder as given (owned) */
     char *config_text; /* config.json as read (for the model digest) */
     float norm_eps;
     struct hp_rope rope;  /* Llama: rotary frequencies (ops_int.h) */

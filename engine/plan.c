@@ -151,6 +151,9 @@ void hp_plan_free(struct hp_plan *p)
         study_clear(&p->studies[i]);
     free(p->studies);
     free(p->text);
+    free(p->path);
+    free(p->model);
+    free(p->data);
     free(p);
 }
 
@@ -475,8 +478,8 @@ static enum hp_status get_name(const struct loader *ld, const char *what, const 
 // A path relative to the plan file's folder, as written for the working
 // directory. ".." is kept, not folded: "plans/../models/x" is right even
 // when plans/ is a symbolic link, and a lexical "models/x" would not be.
-static enum hp_status get_path(const struct loader *ld, const char *key, const yaml_node_t *v,
-                               char *out, size_t cap)
+// *out: a fresh string (free() it; a value it held is freed first).
+static enum hp_status get_path(const struct loader *ld, const char *key, const yaml_node_t *v, char **out)
 {
     char what[32];
     snprintf(what, sizeof what, "'%s'", key);
@@ -487,16 +490,12 @@ static enum hp_status get_path(const struct loader *ld, const char *key, const y
     while (s[0] == '.' && s[1] == '/')
         for (s += 2; *s == '/'; s++)
             ;
-    int n;
+    free(*out);
     if (s[0] == '/' || !ld->dir[0])
-        n = snprintf(out, cap, "%s", *s ? s : ".");
-    else if (!*s)
-        n = snprintf(out, cap, "%s", ld->dir);
-    else
-        n = snprintf(out, cap, "%s%s%s", ld->dir, !strcmp(ld->dir, "/") ? "" : "/", s);
-    if (n < 0 || (size_t)n >= cap)
-        return fail_at(ld, v, "'%s' path is longer than %zu characters", key, cap - 1);
-    return HP_OK;
+        return hp_path_make(out, ld->err, "%s", *s ? s : ".");
+    if (!*s)
+        return hp_path_make(out, ld->err, "%s", ld->dir);
+    return hp_path_make(out, ld->err, "%s%s%s", ld->dir, !strcmp(ld->dir, "/") ? "" : "/", s);
 }
 
 static int cmp_int(const void *a, const void *b)
@@ -800,15 +799,7 @@ static enum hp_status get_option(const struct loader *ld, enum opt o, const yaml
         s->gate_seed_set = st == HP_OK;
         return st;
     }
-    case O_TRAIN: {
-        char path[sizeof ((struct hp_plan *)0)->data];
-        enum hp_status st = get_path(ld, "train", v, path, sizeof path);
-        if (st == HP_OK && !(s->train = malloc(strlen(path) + 1)))
-            st = hp_fail(ld->err, HP_ERR_NOMEM, "%s: out of memory", ld->path);
-        if (st == HP_OK)
-            strcpy(s->train, path);
-        return st;
-    }
+    case O_TRAIN: return get_path(ld, "train", v, &s->train);
     case O_SPLIT: return get_split(ld, v, s);
     case N_OPTS: break;
     }
@@ -1025,8 +1016,8 @@ static enum hp_status load_top(const struct loader *ld, enum top t, const yaml_n
     enum hp_status st;
     switch (t) {
     case T_NAME: return get_name(ld, "'name'", v, NAME_MAX_PLAN, p->name);
-    case T_MODEL: return get_path(ld, "model", v, p->model, sizeof p->model);
-    case T_DATA: return get_path(ld, "data", v, p->data, sizeof p->data);
+    case T_MODEL: return get_path(ld, "model", v, &p->model);
+    case T_DATA: return get_path(ld, "data", v, &p->data);
     case T_SEQ_LEN:
         return get_int(ld, "'seq_len'", v, 0, "a positive integer (or 0 for the data file's)",
                        &p->seq_len);
@@ -1209,12 +1200,10 @@ enum hp_status hp_plan_parse(const char *path, const char *text, size_t len, str
     struct hp_plan *p = calloc(1, sizeof *p);
     if (!p)
         return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-    if (strlen(path) >= sizeof p->path) {
+    if (hp_path_make(&p->path, err, "%s", path) != HP_OK) {
         free(p);
-        return hp_fail(err, HP_ERR_IO, "%.64s...: path longer than %zu characters", path,
-                       sizeof p->path - 1);
+        return HP_ERR_NOMEM;
     }
-    strcpy(p->path, path);
     p->metric[0] = '\0'; /* not given: the model's own, resolved against it (hp_evaluator_pick_metric) */
     p->ablation = HP_ABLATE_ZERO;
 
@@ -1228,18 +1217,17 @@ enum hp_status hp_plan_parse(const char *path, const char *text, size_t len, str
     p->text[len] = 0;
     enum hp_status st;
 
-    char dir[sizeof p->path];
     const char *slash = strrchr(path, '/');
-    if (!slash)
-        dir[0] = 0;
-    else if (slash == path)
-        strcpy(dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    char *dir;
+    if (hp_path_make(&dir, err, "%.*s", !slash ? 0 : slash == path ? 1 : (int)(slash - path), path) != HP_OK) {
+        hp_plan_free(p);
+        return HP_ERR_NOMEM;
+    }
 
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser)) {
+        free(dir);
         hp_plan_free(p);
         return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
     }
@@ -1266,6 +1254,7 @@ enum hp_status hp_plan_parse(const char *path, const char *text, size_t len, str
         yaml_document_delete(&doc);
     }
     yaml_parser_delete(&parser);
+    free(dir);
     if (st) {
         hp_plan_free(p);
         return st;
@@ -1376,7 +1365,7 @@ static enum hp_status fail_study(const struct expander *e, const char *key, long
     va_end(ap);
     size_t line, col;
     locate(e->p, e->si, key, value, set, &line, &col);
-    const char *path = e->p->path[0] ? e->p->path : "plan";
+    const char *path = e->p->path && e->p->path[0] ? e->p->path : "plan";
     if (col)
         return hp_fail(e->err, HP_ERR_PLAN, "%s:%zu:%zu: study '%s': %s", path, line, col,
                        e->s->name, msg);

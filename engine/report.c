@@ -42,6 +42,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1434,6 +1435,26 @@ static void run_row(struct hp_text *h, const char *head, const char *text)
     hp_text_add(h, "</td></tr>\n");
 }
 
+/* A row whose text holds paths, as long as they are: built in a text of its own, then escaped. */
+static void run_row_paths(struct hp_text *h, const char *head, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void run_row_paths(struct hp_text *h, const char *head, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!text) {
+        h->nomem = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(text, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    run_row(h, head, text);
+    free(text);
+}
+
 static void run_section(const struct report *r, struct hp_text *h)
 {
     char buf[1024];
@@ -1442,18 +1463,15 @@ static void run_section(const struct report *r, struct hp_text *h)
              info_text(r, "sweep_id"), info_text(r, "sweep_created"), info_text(r, "sweep_updated"));
     run_row(h, "Sweep", buf);
     run_row(h, "Database", r->o->db_path);
-    snprintf(buf, sizeof buf, "%s (%s): %d layers x %d heads, %s KV heads, d_head %s, %s parameters",
-             info_text(r, "model_path"), info_text(r, "model_type"), r->n_layers, r->n_heads,
-             info_text(r, "n_kv_heads"), info_text(r, "d_head"), info_text(r, "n_params"));
-    run_row(h, "Model", buf);
+    run_row_paths(h, "Model", "%s (%s): %d layers x %d heads, %s KV heads, d_head %s, %s parameters",
+                  info_text(r, "model_path"), info_text(r, "model_type"), r->n_layers, r->n_heads,
+                  info_text(r, "n_kv_heads"), info_text(r, "d_head"), info_text(r, "n_params"));
     run_row(h, "Model digest", info_text(r, "model_digest"));
-    snprintf(buf, sizeof buf, "%s: %s sequences of %s tokens", info_text(r, "data_path"), info_text(r, "n_seqs"),
-             info_text(r, "seq_len"));
-    run_row(h, "Data", buf);
+    run_row_paths(h, "Data", "%s: %s sequences of %s tokens", info_text(r, "data_path"), info_text(r, "n_seqs"),
+                  info_text(r, "seq_len"));
     run_row(h, "Data digest", info_text(r, "data_digest"));
-    snprintf(buf, sizeof buf, "%s (%s; digest %s)", info_text(r, "plan_name"), info_text(r, "plan_path"),
-             info_text(r, "plan_digest"));
-    run_row(h, "Plan", buf);
+    run_row_paths(h, "Plan", "%s (%s; digest %s)", info_text(r, "plan_name"), info_text(r, "plan_path"),
+                  info_text(r, "plan_digest"));
     run_row(h, "Ablation", info_text(r, "ablation"));
     snprintf(buf, sizeof buf, "%s (%s); baseline %s", info_text(r, "metric"), hp_metric_effect_text(r->m),
              info_text(r, "baseline"));
@@ -1585,25 +1603,31 @@ static void unstage(struct staged *f, int n)
     }
 }
 
-// The folder of path, into buf.
-static const char *folder_of(const char *path, char *buf, size_t size)
+// The folder of path, a fresh string (free() it), NULL when out of memory.
+static char *folder_of(const char *path)
 {
-    snprintf(buf, size, "%s", path);
-    return dirname(buf);
+    char *tmp = strdup(path), *dir = tmp ? strdup(dirname(tmp)) : NULL;
+    free(tmp);
+    return dir;
 }
 
 static enum hp_status write_fail(const char *path, int e, struct hp_error *err)
 {
-    char dir[4096];
-    const char *d = folder_of(path, dir, sizeof dir);
-    if (e == ENOENT || e == ENOTDIR)
-        return hp_fail(err, HP_ERR_IO, "%s: folder '%s' does not exist (create it first)", path, d);
-    if (e == EACCES || e == EPERM || e == EROFS)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot write in folder '%s' (%s; choose another place)", path, d,
-                       strerror(e));
-    if (e == ENOSPC || e == EFBIG || e == EDQUOT)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot write (%s; nothing was written)", path, strerror(e));
-    return hp_fail(err, HP_ERR_IO, "%s: cannot write (%s)", path, strerror(e));
+    char *d = folder_of(path);
+    enum hp_status st;
+    if (!d)
+        st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    else if (e == ENOENT || e == ENOTDIR)
+        st = hp_fail(err, HP_ERR_IO, "%s: folder '%s' does not exist (create it first)", path, d);
+    else if (e == EACCES || e == EPERM || e == EROFS)
+        st = hp_fail(err, HP_ERR_IO, "%s: cannot write in folder '%s' (%s; choose another place)", path, d,
+                     hp_strerror(e));
+    else if (e == ENOSPC || e == EFBIG || e == EDQUOT)
+        st = hp_fail(err, HP_ERR_IO, "%s: cannot write (%s; nothing was written)", path, hp_strerror(e));
+    else
+        st = hp_fail(err, HP_ERR_IO, "%s: cannot write (%s)", path, hp_strerror(e));
+    free(d);
+    return st;
 }
 
 /* Write n bytes of data to a new temporary file beside dst (made with the
@@ -1686,18 +1710,24 @@ static enum hp_status check_outputs(const struct hp_report_opts *o, bool *made_d
 {
     *made_dir = false;
     struct stat sb;
-    char dir[4096];
     if (!*o->out)
         return hp_fail(err, HP_ERR_ARG, "report: the output path is empty (name a file)");
     if (stat(o->out, &sb) == 0 && S_ISDIR(sb.st_mode))
         return hp_fail(err, HP_ERR_IO, "%s: is a folder (name the HTML file to write)", o->out);
     if (same_file(o->out, o->db_path))
         return hp_fail(err, HP_ERR_ARG, "%s: is the database itself (write the report to another file)", o->out);
-    const char *d = folder_of(o->out, dir, sizeof dir);
-    if (stat(d, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return hp_fail(err, HP_ERR_IO, "%s: folder '%s' does not exist (create it first)", o->out, d);
-    if (access(d, W_OK) != 0)
-        return write_fail(o->out, errno, err);
+    char *d = folder_of(o->out);
+    enum hp_status st = HP_OK;
+    if (!d)
+        st = hp_fail(err, HP_ERR_NOMEM, "report: out of memory");
+    else if (stat(d, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        st = errno == ENAMETOOLONG ? write_fail(o->out, errno, err)
+                                   : hp_fail(err, HP_ERR_IO, "%s: folder '%s' does not exist (create it first)", o->out, d);
+    else if (access(d, W_OK) != 0)
+        st = write_fail(o->out, errno, err);
+    free(d);
+    if (st != HP_OK)
+        return st;
     if (!o->svg_dir)
         return HP_OK;
     if (!*o->svg_dir)
@@ -1707,16 +1737,18 @@ static enum hp_status check_outputs(const struct hp_report_opts *o, bool *made_d
             return hp_fail(err, HP_ERR_IO, "%s: is not a folder (name a folder for the SVG files)", o->svg_dir);
         if (access(o->svg_dir, W_OK) != 0)
             return hp_fail(err, HP_ERR_IO, "%s: cannot write in this folder (%s; choose another)", o->svg_dir,
-                           strerror(errno));
+                           hp_strerror(errno));
         return HP_OK;
     }
     if (mkdir(o->svg_dir, 0777) != 0) {
         int e = errno;
-        d = folder_of(o->svg_dir, dir, sizeof dir);
-        if (e == ENOENT || e == ENOTDIR)
-            return hp_fail(err, HP_ERR_IO, "%s: cannot make the SVG folder: folder '%s' does not exist (create it "
-                           "first)", o->svg_dir, d);
-        return hp_fail(err, HP_ERR_IO, "%s: cannot make the SVG folder (%s)", o->svg_dir, strerror(e));
+        if ((e == ENOENT || e == ENOTDIR) && (d = folder_of(o->svg_dir))) {
+            st = hp_fail(err, HP_ERR_IO, "%s: cannot make the SVG folder: folder '%s' does not exist (create it "
+                         "first)", o->svg_dir, d);
+            free(d);
+            return st;
+        }
+        return hp_fail(err, HP_ERR_IO, "%s: cannot make the SVG folder (%s)", o->svg_dir, hp_strerror(e));
     }
     *made_dir = true;
     return HP_OK;

@@ -268,11 +268,11 @@ enum hp_status hp_st_add(struct hp_st_set *set, const char *path, struct hp_erro
 {
     int fd = open(path, O_RDONLY);
     if (fd < 0)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, hp_strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         close(fd);
-        return hp_fail(err, HP_ERR_IO, "%s: cannot stat (%s)", path, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot stat (%s)", path, hp_strerror(errno));
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
@@ -287,7 +287,7 @@ enum hp_status hp_st_add(struct hp_st_set *set, const char *path, struct hp_erro
     void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot map (%s)", path, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot map (%s)", path, hp_strerror(errno));
 
     return add_bytes(set, path, map, len, false, err);
 }
@@ -399,6 +399,6 @@ enum hp_status hp_st_write_header(FILE *f, const char *path, const struct hp_st_
         wrote = fputc(' ', f) != EOF;
     free(js);
     if (!wrote)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", path, hp_strerror(errno));
     return HP_OK;
 }

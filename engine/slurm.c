@@ -186,7 +186,7 @@ static enum hp_status write_whole(const char *path, const char *text, size_t n, 
     snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
     int fd = mkstemp(tmp);
     if (fd < 0)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot write (%s)", path, hp_strerror(errno));
     size_t done = 0;
     while (done < n) {
         ssize_t w = write(fd, text + done, n - done);
@@ -207,7 +207,7 @@ static enum hp_status write_whole(const char *path, const char *text, size_t n, 
     if (ok)
         e = errno;
     unlink(tmp);
-    return hp_fail(err, HP_ERR_IO, "%s: cannot write (%s)", path, strerror(e));
+    return hp_fail(err, HP_ERR_IO, "%s: cannot write (%s)", path, hp_strerror(e));
 }
 
 /* mkdir that accepts a folder already there. */
@@ -219,7 +219,7 @@ static enum hp_status make_dir(const char *path, const char *hint, struct hp_err
             return HP_OK;
         return hp_fail(err, HP_ERR_IO, "%s: exists and is not a folder (%s)", path, hint);
     }
-    return hp_fail(err, HP_ERR_IO, "%s: cannot make the folder (%s; %s)", path, strerror(errno), hint);
+    return hp_fail(err, HP_ERR_IO, "%s: cannot make the folder (%s; %s)", path, hp_strerror(errno), hint);
 }
 
 /* The #SBATCH lines both scripts share: partition, time, the user's own options (check_job made sure each fits q). */
@@ -398,7 +398,7 @@ enum hp_status hp_slurm_clear_status(const struct hp_slurm_paths *p, int n, stru
         snprintf(path, sizeof path, "%s/shard-%d-of-%d.status", p->dir, k, n);
         if (unlink(path) != 0 && errno != ENOENT)
             return hp_fail(err, HP_ERR_IO, "%s: cannot remove an earlier submission's status (%s)", path,
-                           strerror(errno));
+                           hp_strerror(errno));
     }
     return HP_OK;
 }
@@ -471,7 +471,7 @@ enum hp_status hp_slurm_submit(const char *dir, const char *script, const char *
             if (errp[i] >= 0) close(errp[i]);
             if (exe[i] >= 0) close(exe[i]);
         }
-        return hp_fail(err, HP_ERR_IO, "sbatch: cannot start (%s)", strerror(e));
+        return hp_fail(err, HP_ERR_IO, "sbatch: cannot start (%s)", hp_strerror(e));
     }
     pid_t pid = fork();
     if (pid == 0) {
@@ -498,7 +498,7 @@ enum hp_status hp_slurm_submit(const char *dir, const char *script, const char *
     if (pid < 0) {
         int e = errno;
         close(out[0]), close(errp[0]), close(exe[0]);
-        return hp_fail(err, HP_ERR_IO, "sbatch: cannot start (%s)", strerror(e));
+        return hp_fail(err, HP_ERR_IO, "sbatch: cannot start (%s)", hp_strerror(e));
     }
     char so[512] = "", se[2048] = "";
     size_t no = 0, ne = 0;
@@ -529,12 +529,12 @@ enum hp_status hp_slurm_submit(const char *dir, const char *script, const char *
     }
     if (got == (ssize_t)sizeof fail && fail[0] == 1)
         return hp_fail(err, HP_ERR_IO, "%s: cannot enter the scripts' folder to submit from it (%s)", dir,
-                       strerror(fail[1]));
+                       hp_strerror(fail[1]));
     if (got == (ssize_t)sizeof fail && fail[1] == ENOENT)
         return hp_fail(err, HP_ERR_IO, "sbatch: not found on PATH (submit from a machine with the Slurm client, "
                        "a login node; --dry-run writes the scripts without submitting)");
     if (got == (ssize_t)sizeof fail)
-        return hp_fail(err, HP_ERR_IO, "sbatch: cannot run it (%s)", strerror(fail[1]));
+        return hp_fail(err, HP_ERR_IO, "sbatch: cannot run it (%s)", hp_strerror(fail[1]));
     char msg[sizeof se + 64];
     one_line(se, msg, sizeof msg);
     if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {

@@ -9,7 +9,7 @@
  * Must not: know about tensors, models, plans or jobs: it is given rows of
  * plain fields (store_int.h), and the kernel and thread count by its caller.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "store_int.h"
 
 #include <errno.h>
@@ -29,7 +29,7 @@
 
 struct hp_store {
     sqlite3 *db;
-    char path[1024];
+    char *path; /* the file as given (owned) */
     char host[256];
 };
 
@@ -152,56 +152,88 @@ static bool uri_plain(unsigned char c)
  * a special name. An absolute path gets an empty authority ("file:///a/b",
  * so "//x" is not a host); a relative one "./" (":memory:" stays a file).
  */
-static bool build_uri(const char *path, const char *query, char *buf, size_t size)
+static char *build_uri(const char *path, const char *query)
 {
-    int n = snprintf(buf, size, "file:%s", path[0] == '/' ? "//" : "./");
-    if (n < 0 || (size_t)n >= size)
-        return false;
-    size_t o = (size_t)n;
+    char *buf = malloc(strlen("file:") + 2 + 3 * strlen(path) + 1 + strlen(query) + 1);
+    if (!buf)
+        return NULL;
+    size_t o = (size_t)sprintf(buf, "file:%s", path[0] == '/' ? "//" : "./");
     for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
-        if (o + 4 >= size)
-            return false;
         if (uri_plain(*p))
             buf[o++] = (char)*p;
         else
-            o += (size_t)snprintf(buf + o, 4, "%%%02X", *p);
+            o += (size_t)sprintf(buf + o, "%%%02X", *p);
     }
-    n = snprintf(buf + o, size - o, "?%s", query);
-    return n >= 0 && (size_t)n < size - o;
+    sprintf(buf + o, "?%s", query);
+    return buf;
+}
+
+/* path's folder, a fresh string (free() it; NULL when out of memory): dirname() works on a copy */
+static char *folder_of(const char *path)
+{
+    char *tmp = strdup(path), *dir = tmp ? strdup(dirname(tmp)) : NULL;
+    free(tmp);
+    return dir;
 }
 
 static bool folder_writable(const char *path)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    return access(dirname(tmp), W_OK) == 0;
+    char *dir = folder_of(path);
+    bool w = dir && access(dir, W_OK) == 0;
+    free(dir);
+    return w;
 }
 
-bool hp_store_ro_uri(const char *path, char *buf, size_t size)
+char *hp_store_ro_uri(const char *path)
 {
     /* A reader of a WAL database needs its -shm file, and creates it (and
      * -wal) when absent: impossible in a folder it cannot write. With no -wal
      * file no writer is at work (a writer holds one open), so the file can be
      * read as immutable: no locks, no side files. */
-    char wal[4096];
-    snprintf(wal, sizeof wal, "%s-wal", path);
+    char *wal;
+    if (hp_path_make(&wal, NULL, "%s-wal", path) != HP_OK)
+        return NULL;
     bool immutable = !folder_writable(path) && access(wal, F_OK) != 0;
-    return build_uri(path, immutable ? "mode=ro&immutable=1" : "mode=ro", buf, size);
+    free(wal);
+    return build_uri(path, immutable ? "mode=ro&immutable=1" : "mode=ro");
+}
+
+/*
+ * SQLite's unix files take names of at most mxPathname bytes (512 in SQLite
+ * 3.40), measured on the name made absolute with its symbolic links resolved:
+ * a database in a deep folder fails to open with a bare "unable to open
+ * database file". Whether that is why: the name's length as SQLite sees it
+ * into *n, and the limit into *max.
+ */
+bool hp_store_too_long(const char *path, size_t *n, int *max)
+{
+    sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
+    char *dir = folder_of(path), *real = dir ? realpath(dir, NULL) : NULL;
+    const char *base = strrchr(path, '/');
+    *n = real ? strlen(real) + 1 + strlen(base ? base + 1 : path) : strlen(path);
+    *max = vfs ? vfs->mxPathname : 512;
+    free(real);
+    free(dir);
+    return *n >= (size_t)*max;
 }
 
 static enum hp_status check_folder(const char *path, struct hp_error *err)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    const char *dir = dirname(tmp);
+    char *dir = folder_of(path);
+    if (!dir)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
     struct stat sb;
+    enum hp_status st = HP_OK;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return hp_fail(err, HP_ERR_IO, "%s: folder '%s' does not exist (create it first)", path, dir);
-    if (access(dir, W_OK) != 0)
-        return hp_fail(err, HP_ERR_IO, "%s: folder '%s' is not writable (SQLite needs to write its journal there)", path, dir);
-    if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
-        return hp_fail(err, HP_ERR_IO, "%s: file is read-only", path);
-    return HP_OK;
+        st = errno == ENAMETOOLONG
+                 ? hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, hp_strerror(errno))
+                 : hp_fail(err, HP_ERR_IO, "%s: folder '%s' does not exist (create it first)", path, dir);
+    else if (access(dir, W_OK) != 0)
+        st = hp_fail(err, HP_ERR_IO, "%s: folder '%s' is not writable (SQLite needs to write its journal there)", path, dir);
+    else if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
+        st = hp_fail(err, HP_ERR_IO, "%s: file is read-only", path);
+    free(dir);
+    return st;
 }
 
 enum hp_status hp_store_db_open(const char *path, bool write, sqlite3 **db, struct hp_error *err)
@@ -212,7 +244,7 @@ enum hp_status hp_store_db_open(const char *path, bool write, sqlite3 **db, stru
     struct stat sb;
     bool exists = stat(path, &sb) == 0;
     if (!exists && errno != ENOENT)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, hp_strerror(errno));
     if (exists && S_ISDIR(sb.st_mode))
         return hp_fail(err, HP_ERR_IO, "%s: is a folder, not a database", path);
     /* a device or a pipe is no database; SQLite would also make its journal beside it (/dev/null-journal) */
@@ -221,21 +253,29 @@ enum hp_status hp_store_db_open(const char *path, bool write, sqlite3 **db, stru
     if (!exists && !write)
         return hp_fail(err, HP_ERR_IO, "%s: no such database (check the path; `headprune run` creates it)", path);
     if (!write && access(path, R_OK) != 0)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot read (%s)", path, strerror(errno));
+        return hp_fail(err, HP_ERR_IO, "%s: cannot read (%s)", path, hp_strerror(errno));
     if (write) {
         enum hp_status st = check_folder(path, err);
         if (st != HP_OK)
             return st;
     }
-    char uri[4 * 4096];
-    if (!(write ? build_uri(path, "mode=rwc", uri, sizeof uri) : hp_store_ro_uri(path, uri, sizeof uri)))
-        return hp_fail(err, HP_ERR_ARG, "%s: path too long", path);
+    char *uri = write ? build_uri(path, "mode=rwc") : hp_store_ro_uri(path);
+    if (!uri)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
     /* SQLITE_OPEN_URI: the name is the URI built above, never the user's text */
     int flags = (write ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY) | SQLITE_OPEN_URI;
     int rc = sqlite3_open_v2(uri, db, flags, NULL);
+    free(uri);
+    size_t n;
+    int max;
     if (rc != SQLITE_OK) {
-        enum hp_status st = hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path,
-                                    *db ? sqlite3_errmsg(*db) : sqlite3_errstr(rc));
+        enum hp_status st =
+            (rc & 0xff) == SQLITE_CANTOPEN && hp_store_too_long(path, &n, &max)
+                ? hp_fail(err, HP_ERR_IO,
+                          "%s: cannot open: path too long for SQLite (%zu bytes with its folder resolved, SQLite "
+                          "takes %d; put the database in a folder with a shorter path)",
+                          path, n, max - 1)
+                : hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, *db ? sqlite3_errmsg(*db) : sqlite3_errstr(rc));
         sqlite3_close(*db);
         *db = NULL;
         return st;
@@ -496,7 +536,10 @@ enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     }
     s->db = db;
-    snprintf(s->path, sizeof s->path, "%s", path);
+    if (!(s->path = strdup(path))) {
+        hp_store_close(s);
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    }
     if (gethostname(s->host, sizeof s->host) != 0)
         snprintf(s->host, sizeof s->host, "unknown");
     int rc;
@@ -572,6 +615,7 @@ void hp_store_close(struct hp_store *s)
         exec(s, "PRAGMA journal_mode = DELETE");
     }
     sqlite3_close(s->db);
+    free(s->path);
     free(s);
 }
 
@@ -970,9 +1014,9 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
         /* the output may have been created just now as one of the inputs' name */
         if ((st = check_distinct(out, in[i], err)) != HP_OK)
             break;
-        char uri[4 * 4096];
-        if (!hp_store_ro_uri(in[i], uri, sizeof uri)) {
-            st = hp_fail(err, HP_ERR_ARG, "%s: path too long", in[i]);
+        char *uri = hp_store_ro_uri(in[i]);
+        if (!uri) {
+            st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", in[i]);
             break;
         }
         sqlite3_stmt *a;
@@ -981,8 +1025,16 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
             sqlite3_bind_text(a, 1, uri, -1, SQLITE_STATIC);
             rc = step_done(a);
         }
+        free(uri);
+        size_t n;
+        int max;
         if (rc != SQLITE_OK) {
-            st = hp_fail(err, HP_ERR_SQL, "%s: cannot attach: %s", in[i], sqlite3_errmsg(s->db));
+            st = (rc & 0xff) == SQLITE_CANTOPEN && hp_store_too_long(in[i], &n, &max)
+                     ? hp_fail(err, HP_ERR_IO,
+                               "%s: cannot attach: path too long for SQLite (%zu bytes with its folder resolved, "
+                               "SQLite takes %d; move the database to a folder with a shorter path)",
+                               in[i], n, max - 1)
+                     : hp_fail(err, HP_ERR_SQL, "%s: cannot attach: %s", in[i], sqlite3_errmsg(s->db));
             break;
         }
         rc = exec(s, "BEGIN IMMEDIATE");
@@ -1022,9 +1074,11 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
         if (rc == SQLITE_OK)
             rc = exec(s, "COMMIT");
         if (rc != SQLITE_OK) {
-            char what[1100];
-            snprintf(what, sizeof what, "merging %s", in[i]);
-            st = sql_fail(s, rc, what, err);
+            char *what;
+            st = hp_path_make(&what, err, "merging %s", in[i]);
+            if (st == HP_OK)
+                st = sql_fail(s, rc, what, err);
+            free(what);
             exec(s, "ROLLBACK");
         }
         exec(s, "DETACH DATABASE src");

@@ -32,8 +32,13 @@ struct sqlite3_stmt;
  */
 enum hp_status hp_store_db_open(const char *path, bool write, struct sqlite3 **db, struct hp_error *err);
 
-/* The URI under which path is opened read-only (as hp_store_db_open would); false if it does not fit. */
-bool hp_store_ro_uri(const char *path, char *buf, size_t size);
+/* The URI under which path is opened read-only (as hp_store_db_open would): a fresh string (free() it), NULL
+ * when out of memory. */
+char *hp_store_ro_uri(const char *path);
+
+/* Whether SQLite cannot open path because its name is too long for SQLite's files (*n: its length as SQLite
+ * measures it, *max: SQLite's limit with the terminator): to say so when an open fails. */
+bool hp_store_too_long(const char *path, size_t *n, int *max);
 
 /*
  * Open a results database to read (queries): hp_store_db_open read-only, a

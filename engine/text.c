@@ -24,6 +24,7 @@
  * which the contract in headprune.h names.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -428,36 +429,42 @@ static uint64_t payload_sum(const struct hp_data *d)
     return v;
 }
 
-/* name, then the file's bytes (nothing more when it does not exist) */
-static void hash_file(XXH3_state_t *h, const char *dir, const char *name)
+/* name, then the file's bytes (nothing more when it does not exist); false when the file cannot be named
+ * (out of memory, or a path over the system's limit): its bytes would be missing from the key */
+static bool hash_file(XXH3_state_t *h, const char *dir, const char *name)
 {
-    char path[1200], chunk[65536];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *path, chunk[65536];
+    if (hp_path_make(&path, NULL, "%s/%s", dir, name) != HP_OK)
+        return false;
     XXH3_128bits_update(h, name, strlen(name) + 1);
     FILE *f = fopen(path, "rb");
+    bool named = f || errno != ENAMETOOLONG;
+    free(path);
     size_t n;
     while (f && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
         XXH3_128bits_update(h, chunk, n);
     if (f)
         fclose(f);
+    return named;
 }
 
-static bool cache_path(const char *text, size_t len, bool txt, const char *model_dir,
-                       const struct hp_model_info *info, int seq_len, char *out, size_t cap)
+/* The cache entry's file name, a fresh string (free() it), or NULL when there is no cache to use. */
+static char *cache_path(const char *text, size_t len, bool txt, const char *model_dir,
+                        const struct hp_model_info *info, int seq_len)
 {
     const char *base = getenv("HP_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char dir[1024];
+    char *dir = NULL, *mk = NULL, *out = NULL;
     if (base && *base)
-        snprintf(dir, sizeof dir, "%s", base);
+        dir = strdup(base);
     else if (xdg && *xdg)
-        snprintf(dir, sizeof dir, "%s/headprune", xdg);
+        hp_path_make(&dir, NULL, "%s/headprune", xdg);
     else if (home && *home)
-        snprintf(dir, sizeof dir, "%s/.cache/headprune", home);
-    else
-        return false;
-    XXH3_state_t *h = XXH3_createState();
-    if (!h)
-        return false;
+        hp_path_make(&dir, NULL, "%s/.cache/headprune", home);
+    XXH3_state_t *h = dir ? XXH3_createState() : NULL;
+    if (!h) {
+        free(dir);
+        return NULL;
+    }
     XXH3_128bits_reset(h);
     XXH3_128bits_update(h, HP_TEXT_CACHE_VERSION, sizeof HP_TEXT_CACHE_VERSION - 1);
     XXH3_128bits_update(h, text, len);
@@ -466,18 +473,22 @@ static bool cache_path(const char *text, size_t len, bool txt, const char *model
     XXH3_128bits_update(h, shape, sizeof shape);
     static const char *const files[] = {"tokenizer.json", "vocab.txt", "vocab.json", "merges.txt",
                                         "tokenizer_config.json"};
+    bool named = true;
     for (size_t i = 0; i < sizeof files / sizeof *files; i++)
-        hash_file(h, model_dir, files[i]);
+        named = hash_file(h, model_dir, files[i]) && named;
     for (int i = 0; info && i < info->n_labels; i++)
         XXH3_128bits_update(h, info->label_names[i], strlen(info->label_names[i]) + 1);
     XXH128_hash_t d = XXH3_128bits_digest(h);
     XXH3_freeState(h);
-    char mk[1100];
-    snprintf(mk, sizeof mk, "%s/tokens", dir);
-    mkdir(dir, 0777); /* failures show up when the file is written */
-    mkdir(mk, 0777);
-    snprintf(out, cap, "%s/%016llx%016llx.bin", mk, (unsigned long long)d.high64, (unsigned long long)d.low64);
-    return true;
+    if (named && hp_path_make(&mk, NULL, "%s/tokens", dir) == HP_OK) {
+        mkdir(dir, 0777); /* failures show up when the file is written */
+        mkdir(mk, 0777);
+        hp_path_make(&out, NULL, "%s/%016llx%016llx.bin", mk, (unsigned long long)d.high64,
+                     (unsigned long long)d.low64);
+    }
+    free(mk);
+    free(dir);
+    return out;
 }
 
 static bool cache_read(const char *cpath, const char *path, struct hp_data **out)
@@ -526,11 +537,14 @@ static bool cache_read(const char *cpath, const char *path, struct hp_data **out
 
 static void cache_write(const char *cpath, const struct hp_data *d)
 {
-    char tmp[1300];
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", cpath, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
+    char *tmp;
+    if (hp_path_make(&tmp, NULL, "%s.%ld.tmp", cpath, (long)getpid()) != HP_OK)
         return;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        free(tmp);
+        return;
+    }
     size_t n = (size_t)d->n_seqs * d->seq_len;
     int32_t head[3] = {d->n_seqs, d->seq_len, (d->attn_mask ? 1 : 0) | (d->type_ids ? 2 : 0) | (d->seq_labels ? 4 : 0)};
     uint64_t sum = payload_sum(d);
@@ -543,6 +557,7 @@ static void cache_write(const char *cpath, const struct hp_data *d)
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, cpath) != 0)
         remove(tmp);
+    free(tmp);
 }
 
 enum hp_status hp_data_load_for(const char *path, const char *model_dir, const struct hp_model_info *info,
@@ -557,8 +572,8 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
     enum hp_status st = hp_read_text(path, (size_t)1 << 32, HP_ERR_SHAPE, "held-out text", &buf, &len, err);
     if (st != HP_OK)
         return st;
-    char cpath[1200];
-    bool cached = cache_path(buf, len, txt, model_dir, info, seq_len, cpath, sizeof cpath);
+    char *cpath = cache_path(buf, len, txt, model_dir, info, seq_len);
+    bool cached = cpath != NULL;
     struct hp_tokenizer *t = NULL;
     st = hp_tokenizer_open(model_dir, &t, err);
     if (st == HP_OK && info && hp_tokenizer_n_ids(t) > info->n_vocab)
@@ -581,6 +596,7 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
         (*out)->type_ids = NULL;
     }
     hp_tokenizer_free(t);
+    free(cpath);
     free(buf);
     return st;
 }

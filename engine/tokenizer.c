@@ -20,6 +20,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <errno.h>
 #include <cjson/cJSON.h>
 #include <pcre2.h>
 #include <stdio.h>
@@ -218,7 +219,7 @@ struct piece {
 enum model_kind { M_BPE, M_WORDPIECE };
 
 struct hp_tokenizer {
-    char path[1300];
+    char *path; /* the file the tokenizer was read from (owned) */
     enum model_kind model;
     struct map vocab; /* token -> id */
     size_t longest;   /* bytes of the vocabulary's longest token */
@@ -896,6 +897,7 @@ void hp_tokenizer_free(struct hp_tokenizer *t)
 {
     if (!t)
         return;
+    free(t->path);
     map_free(&t->vocab);
     map_free(&t->merges);
     for (int i = 0; i < t->n_norm; i++)
@@ -1514,8 +1516,11 @@ static char *read_opt(const char *path, size_t *len, enum hp_status *st, struct 
 {
     char *out = NULL;
     *st = HP_OK;
-    if (access(path, F_OK) != 0)
+    if (access(path, F_OK) != 0) {
+        if (errno == ENAMETOOLONG) /* not a missing file */
+            *st = hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", path, hp_strerror(errno));
         return NULL;
+    }
     *st = hp_read_text(path, (size_t)1 << 30, HP_ERR_FORMAT, "a tokenizer file", &out, len, err);
     return *st == HP_OK ? out : NULL;
 }
@@ -1556,8 +1561,9 @@ static enum hp_status load_vocab_txt(struct hp_tokenizer *t, const char *dir, ch
     }
     /* do_lower_case from tokenizer_config.json when present; uncased otherwise, as BertTokenizer */
     bool lower = true;
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    char *path;
+    if ((st = hp_path_make(&path, err, "%s/tokenizer_config.json", dir)) != HP_OK)
+        return st;
     enum hp_status cst;
     struct hp_error cerr;
     size_t n_cfg;
@@ -1569,9 +1575,12 @@ static enum hp_status load_vocab_txt(struct hp_tokenizer *t, const char *dir, ch
         lower = jbool(c, "do_lower_case", true);
         cJSON_Delete(c);
         free(cfg);
-        if (st != HP_OK)
+        if (st != HP_OK) {
+            free(path);
             return st;
+        }
     }
+    free(path);
     t->model = M_WORDPIECE;
     snprintf(t->prefix, sizeof t->prefix, "##");
     t->max_chars = 100;
@@ -1736,16 +1745,18 @@ static bool build_pieces(struct hp_tokenizer *t)
  * reach) or the file is not JSON; an error only for a string holding a NUL (json.c). */
 static enum hp_status read_clean_up(const char *dir, bool *on, struct hp_error *err)
 {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    char *path;
     enum hp_status st;
     struct hp_error rerr;
     size_t n = 0;
+    if ((st = hp_path_make(&path, err, "%s/tokenizer_config.json", dir)) != HP_OK)
+        return st;
     char *text = read_opt(path, &n, &st, &rerr);
     cJSON *c = NULL;
     /* a key cut at a NUL would be read as another: refused, as everywhere */
     st = text ? hp_json_parse(path, 1, text, n, NULL, &c, err) : HP_OK;
     *on = jbool(c, "clean_up_tokenization_spaces", false);
+    free(path);
     cJSON_Delete(c);
     free(text);
     return st;
@@ -1796,26 +1807,28 @@ enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, str
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     t->unk_id = -1;
     enum hp_status st;
-    char path[1200], path2[1200];
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    snprintf(t->path, sizeof t->path, "%s", path);
+    char *path = NULL, *path2 = NULL, *text = NULL;
     size_t n_text = 0;
-    char *text = read_opt(path, &n_text, &st, err);
+    if ((st = hp_path_make(&t->path, err, "%s/tokenizer.json", dir)) == HP_OK)
+        text = read_opt(t->path, &n_text, &st, err);
     if (text) {
         st = load_json(t, text, n_text, err);
     } else if (st == HP_OK) {
-        snprintf(path, sizeof path, "%s/vocab.txt", dir);
-        snprintf(path2, sizeof path2, "%s/merges.txt", dir);
-        if ((text = read_opt(path, &n_text, &st, err))) {
-            snprintf(t->path, sizeof t->path, "%s", path);
-            if ((st = no_nul(path, text, n_text, err)) == HP_OK)
+        free(t->path);
+        t->path = NULL;
+        if ((st = hp_path_make(&path, err, "%s/vocab.txt", dir)) == HP_OK)
+            st = hp_path_make(&path2, err, "%s/merges.txt", dir);
+        if (st == HP_OK && (text = read_opt(path, &n_text, &st, err))) {
+            t->path = path;
+            path = NULL;
+            if ((st = no_nul(t->path, text, n_text, err)) == HP_OK)
                 st = load_vocab_txt(t, dir, text, err);
         } else if (st == HP_OK && (text = read_opt(path2, &n_text, &st, err)) &&
                    (st = no_nul(path2, text, n_text, err)) == HP_OK) {
-            snprintf(path, sizeof path, "%s/vocab.json", dir);
-            snprintf(t->path, sizeof t->path, "%s", path);
             size_t n_vj = 0;
-            char *vj = read_opt(path, &n_vj, &st, err);
+            char *vj = (st = hp_path_make(&t->path, err, "%s/vocab.json", dir)) == HP_OK
+                           ? read_opt(t->path, &n_vj, &st, err)
+                           : NULL;
             if (vj)
                 st = load_gpt2_files(t, vj, n_vj, text, err);
             else if (st == HP_OK)
@@ -1826,6 +1839,8 @@ enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, str
         }
     }
     free(text);
+    free(path);
+    free(path2);
     if (st == HP_OK && !build_pieces(t))
         st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
     if (st != HP_OK) {

@@ -16,6 +16,19 @@ __attribute__((format(printf, 3, 4)))
 enum hp_status hp_fail(struct hp_error *err, enum hp_status st, const char *fmt, ...);
 
 /*
+ * A file name built from a path, printf-style, into a fresh string *out
+ * (free() it): paths have no fixed limit here, the system says when one is
+ * too long. Out of memory: *out is NULL, HP_ERR_NOMEM.
+ */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+enum hp_status hp_path_make(char **out, struct hp_error *err, const char *fmt, ...);
+
+/* strerror(e), except that ENAMETOOLONG says which limits a path is over. */
+const char *hp_strerror(int e);
+
+/*
  * Read a whole text file (NUL-terminated) into *out, freed by the caller.
  * A file over max_bytes fails with too_big and "path: over N bytes, too large
  * for <what>"; a missing or unreadable one with HP_ERR_IO.

@@ -211,7 +211,7 @@ struct hp_data {
     int32_t *seq_labels; /* NULL or (n_seqs): each sequence's class (classification) */
     int64_t n_dropped;   /* text only: tokens left out to fit the rows (a causal model's packed
                           * remainder, an encoder's documents or .jsonl rows cut to seq_len) */
-    char path[512];
+    char *path;          /* the file as given (owned; hp_data_free frees it) */
 };
 
 /*
@@ -734,10 +734,10 @@ struct hp_study {
 };
 
 struct hp_plan {
-    char path[1024];
+    char *path;       /* the plan file as given (owned, as model and data) */
     char name[128];
-    char model[1024]; /* resolved against the plan file's folder */
-    char data[1024];  /* likewise */
+    char *model;      /* resolved against the plan file's folder */
+    char *data;       /* likewise */
     int seq_len;      /* 0 = from the data file */
     char metric[16];  /* "loss", "kl", "acc" or "cos": what iterative scoring and queries rank by;
                        * "" when the plan gives none (the model's own: hp_evaluator_pick_metric) */

@@ -966,6 +966,103 @@ Test(cli, prune_a_mask_then_eval)
     expect_error(a, "5.0");
 }
 
+/* Issue 23, item 6: names were built in 1024-byte buffers, so a model under a folder of ~1,010 bytes read
+ * config.js, and the message was cut before its reason. The system takes 4095 bytes of path. */
+Test(cli, a_model_data_and_plan_under_a_long_path_work_as_under_a_short_one)
+{
+    char *deep = tu_long_dir(tmp, 2600), *a = malloc(16384), want[64], got[64];
+    snprintf(a, 16384, "ln -s \"$HP_TESTS/fixtures/gpt2-tiny\" %s/m && ln -s \"$HP_TESTS/fixtures/llama-gqa-sharded\" %s/s "
+             "&& cp \"$HP_TESTS/fixtures/gpt2-tiny/data.npy\" %s/data.npy && ln -s \"$HP_TESTS/fixtures/tokenizers/minilm\" %s/t",
+             deep, deep, deep, deep);
+    cr_assert_eq(system(a), 0);
+    cr_assert_eq(hp("eval --model tests/fixtures/gpt2-tiny --data tests/fixtures/gpt2-tiny/data.npy --mask 0.1 --quiet"), 0,
+                 "%s", errs);
+    field("loss", want, sizeof want);
+    snprintf(a, 16384, "eval --model %s/m --data %s/data.npy --mask 0.1 --quiet", deep, deep);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    field("loss", got, sizeof got);
+    cr_assert_str_eq(got, want, "the same model and data under a %zu-byte folder", strlen(deep));
+    /* sharded weights: the index and each shard are named from the folder */
+    cr_assert_eq(hp("eval --model tests/fixtures/llama-gqa-sharded --data tests/fixtures/llama-gqa-sharded/data.npy --quiet"),
+                 0, "%s", errs);
+    field("loss", want, sizeof want);
+    snprintf(a, 16384, "eval --model %s/s --data %s/s/data.npy --quiet", deep, deep);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    field("loss", got, sizeof got);
+    cr_assert_str_eq(got, want, "the sharded model under a long folder");
+    /* the tokenizer's files */
+    write_file("t.txt", "Hello, world!\n");
+    snprintf(a, 16384, "tokenize --model " MINILM_TOK " %s/t.txt", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    char *short_ids = strdup(out);
+    snprintf(a, 16384, "tokenize --model %s/t %s/t.txt", deep, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert_str_eq(out, short_ids, "the tokenizer under a long folder");
+    free(short_ids);
+    /* a plan there, naming its model and data beside it; the database where SQLite can open it */
+    snprintf(a, 16384, "printf 'name: deep\\nmodel: m\\ndata: data.npy\\nstudies: [single]\\n' >%s/plan.yaml", deep);
+    cr_assert_eq(system(a), 0);
+    snprintf(a, 16384, "run %s/plan.yaml --db %s/r.db --quiet", deep, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "13 jobs"), "%s", out);
+    snprintf(a, 16384, "query heads --db %s/r.db --top 1", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    free(a);
+    free(deep);
+}
+
+/* A message about a long path keeps its reason (the path loses its middle), and a path over the system's
+ * limit, or over SQLite's for a database, is said to be too long, in one line. */
+Test(cli, a_long_path_keeps_the_reason_and_a_path_too_long_is_said_to_be)
+{
+    char *deep = tu_long_dir(tmp, 3000), *a = malloc(16384);
+    snprintf(a, 16384, "eval --model %s --data tests/fixtures/gpt2-tiny/data.npy", deep);
+    expect_error(a, "config.json: cannot open (No such file or directory)");
+    cr_assert(strstr(errs, " ... "), "the cut is marked: %s", errs);
+    /* over PATH_MAX: "./" repeated needs no folders */
+    char *over = malloc(8192);
+    size_t n = (size_t)sprintf(over, "%s", tmp);
+    while (n < 4200)
+        n += (size_t)sprintf(over + n, "/.");
+    sprintf(over + n, "/m");
+    snprintf(a, 16384, "eval --model %s --data tests/fixtures/gpt2-tiny/data.npy", over);
+    expect_error(a, "path too long");
+    snprintf(a, 16384, "eval --model tests/fixtures/gpt2-tiny --data %s.npy", over);
+    expect_error(a, "path too long");
+    snprintf(a, 16384, "run tests/plans/sweep-small.yaml --db %s/r.db", deep);
+    expect_error(a, "path too long for SQLite");
+    free(over);
+    free(a);
+    free(deep);
+}
+
+/* Issue 23: a missing folder named the export's own OUT.partial-PID, not OUT. */
+Test(cli, prune_into_a_missing_folder_names_out_and_its_folder)
+{
+    char a[512], want[256];
+    snprintf(a, sizeof a, "prune --model tests/fixtures/gpt2-tiny --mask 0.1 --out %s/none/p", tmp);
+    snprintf(want, sizeof want, "%s/none/p: folder '%s/none' does not exist", tmp, tmp);
+    expect_error(a, want);
+    cr_assert(!strstr(errs, "partial"), "%s", errs);
+}
+
+/* A pruned checkpoint written under a long folder (its name, its temporary name and its files). */
+Test(cli, prune_into_a_long_path)
+{
+    char *deep = tu_long_dir(tmp, 2000), *a = malloc(8192), want[64], got[64];
+    snprintf(a, 8192, "prune --model tests/fixtures/gpt2-tiny --mask 0.1 --out %s/p --quiet", deep);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert_eq(hp("eval --model tests/fixtures/gpt2-tiny --data tests/fixtures/gpt2-tiny/data.npy --mask 0.1 --quiet"), 0,
+                 "%s", errs);
+    field("loss", want, sizeof want);
+    snprintf(a, 8192, "eval --model %s/p --data tests/fixtures/gpt2-tiny/data.npy --quiet", deep);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    field("loss", got, sizeof got);
+    cr_assert_str_eq(got, want);
+    free(a);
+    free(deep);
+}
+
 Test(cli, prune_a_step_of_an_iterative_study)
 {
     char a[2048], plan[1024];

@@ -362,7 +362,10 @@ Test(export, a_missing_parent_folder_leaves_nothing)
     struct hp_export_info info;
     struct hp_error err = {0};
     cr_assert_eq(hp_model_export(m, mask, out, &info, &err), HP_ERR_IO);
-    cr_assert(strstr(err.msg, "cannot create"), "%s", err.msg);
+    /* issue 23: named as OUT's folder, not as the export's own OUT.partial-PID */
+    char want[512];
+    snprintf(want, sizeof want, "%s: folder '%s/no/such' does not exist (create it first)", out, tmp);
+    cr_assert_str_eq(err.msg, want);
     entries_in_tmp(0);
     hp_mask_free(mask);
     hp_model_close(m);
@@ -613,3 +616,28 @@ Test(export, transformers_loads_llama_bf16) { hf_checked("llama-tied-bf16"); }
 Test(export, transformers_loads_qwen2) { hf_checked("qwen2-bias"); }
 Test(export, transformers_refuses_uneven_llama) { hf_checked("llama-gqa-uneven"); }
 Test(export, transformers_refuses_a_layer_without_heads) { hf_checked("gpt2-empty-layer"); }
+
+/* Issue 23, item 6: the output's name (1024 bytes), its temporary OUT.partial-PID and the copied files' names
+ * (2048) were fixed-size. A checkpoint written under 2,500 bytes of folder loads back, its files copied. */
+Test(export, writes_under_a_long_folder)
+{
+    struct hp_model *m = open_fixture("gpt2-tiny"), *back = NULL;
+    struct hp_mask *mask = hp_mask_new(3, 4);
+    mask->gate[1] = 0;
+    char *deep = tu_long_dir(tmp, 2500), *out = malloc(3000), *gen = malloc(3100);
+    sprintf(out, "%s/out", deep);
+    sprintf(gen, "%s/generation_config.json", out);
+    struct hp_export_info info;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_model_export(m, mask, out, &info, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_model_open(out, &back, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_model_get_info(back)->n_pruned, 1);
+    cr_assert_eq(access(gen, F_OK), 0, "generation_config.json is copied");
+    hp_model_close(back);
+    free(gen);
+    free(out);
+    free(deep);
+    hp_mask_free(mask);
+    hp_model_close(m);
+}
+

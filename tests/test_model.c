@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <unistd.h>
+
 #include "headprune.h"
 #include "testutil.h"
 
@@ -631,4 +633,36 @@ Test(model, tensor_name_with_a_nul_is_refused)
     const char raw[] = "\"transformer.ln_f.bias\0x\"";
     write_weights_renamed("\"transformer.ln_f.bias\"", raw, sizeof raw - 1);
     expect_fail(HP_ERR_FORMAT, "model.safetensors", "the string \"transformer.ln_f.bias\\u0000x\" holds a NUL");
+}
+
+/* Issue 23, item 6: under a folder of ~1,010 bytes or more config.json was read as config.js (1024-byte names).
+ * Whole, single-file and sharded checkpoints open under 1,500 and 3,000 bytes of folder as they do under a short one. */
+Test(model, opens_under_a_long_folder_as_under_a_short_one)
+{
+    static const char *const fixtures[] = {"gpt2-tiny", "llama-gqa-sharded", "gpt2-pruned", "bert-cls"};
+    for (size_t depth = 1500; depth <= 3000; depth += 1500) {
+        char *deep = tu_long_dir(tmp, depth);
+        for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
+            char *near = malloc(1200), *far = malloc(depth + 600);
+            snprintf(near, 1200, "%s/%s", getenv("HP_FIXTURES"), fixtures[i]);
+            sprintf(far, "%s/%s", deep, fixtures[i]);
+            cr_assert_eq(symlink(near, far), 0);
+            struct hp_model *a = NULL, *b = NULL;
+            struct hp_error err;
+            cr_assert_eq(hp_model_open(near, &a, &err), HP_OK, "%s", err.msg);
+            cr_assert_eq(hp_model_open(far, &b, &err), HP_OK, "%s under %zu bytes: %s", fixtures[i], strlen(far), err.msg);
+            const struct hp_model_info *x = hp_model_get_info(a), *y = hp_model_get_info(b);
+            cr_assert_str_eq(x->model_type, y->model_type);
+            cr_assert_eq(x->n_layers, y->n_layers);
+            cr_assert_eq(x->n_heads, y->n_heads);
+            cr_assert_eq(x->n_params, y->n_params, "%s", fixtures[i]);
+            cr_assert_eq(x->n_pruned, y->n_pruned, "%s", fixtures[i]);
+            cr_assert_eq(x->n_labels, y->n_labels, "%s", fixtures[i]);
+            hp_model_close(a);
+            hp_model_close(b);
+            free(near);
+            free(far);
+        }
+        free(deep);
+    }
 }

@@ -3,10 +3,12 @@
 #define HP_TESTUTIL_H
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "headprune.h"
@@ -62,10 +64,11 @@ static inline void tu_read_into(const char *path, char *buf, size_t n)
 static inline int tu_headprune(const char *cwd, const char *args, const char *scratch, char *out, size_t n_out,
                                char *err, size_t n_err)
 {
-    char cmd[8192], root[1024], p[1024];
+    char cmd[16384], root[1024], p[1024];
     snprintf(root, sizeof root, "%s/..", getenv("HP_TESTS"));
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s/out' 2>'%s/err' </dev/null", cwd ? cwd : root,
-             getenv("HP_HEADPRUNE"), args, scratch, scratch);
+    int w = snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s/out' 2>'%s/err' </dev/null", cwd ? cwd : root,
+                     getenv("HP_HEADPRUNE"), args, scratch, scratch);
+    cr_assert(w > 0 && (size_t)w < sizeof cmd, "the command for '%.80s...' is over %zu bytes", args, sizeof cmd);
     int st = system(cmd);
     if (out) {
         snprintf(p, sizeof p, "%s/out", scratch);
@@ -126,6 +129,27 @@ static inline void tu_mkdtemp(char *dir, size_t n, const char *tag)
 {
     snprintf(dir, n, "/tmp/hp_%s_XXXXXX", tag);
     cr_assert(mkdtemp(dir), "cannot make a temp folder %s", dir);
+}
+
+/*
+ * Folders under base, nested until the path is at least `at_least` bytes
+ * (one name is limited to 255, a path to PATH_MAX: tests of long paths need
+ * many), made on disk; the path, malloc'd (free() it).
+ */
+static inline char *tu_long_dir(const char *base, size_t at_least)
+{
+    char name[201];
+    memset(name, 'd', 200);
+    name[200] = 0;
+    size_t n = strlen(base);
+    char *p = malloc(at_least + 2 * sizeof name + n);
+    strcpy(p, base);
+    for (int i = 0; n < at_least; i++) {
+        name[0] = (char)('a' + i % 26); /* each level its own name, so a cut path names another folder */
+        n += (size_t)sprintf(p + n, "/%s", name);
+        cr_assert(mkdir(p, 0755) == 0 || errno == EEXIST, "cannot make a folder %zu bytes deep", n);
+    }
+    return p;
 }
 
 /* Remove a folder made by tu_mkdtemp, with everything in it. */

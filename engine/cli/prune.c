@@ -122,9 +122,9 @@ int cmd_prune(int argc, char **argv)
         char digest[HP_DIGEST_HEX];
         hp_digest_model(m, digest);
         if (strcmp(digest, db_digest) != 0) {
-            snprintf(err.msg, sizeof err.msg,
-                     "%s: not the model the sweep measured (%s; their config or weights differ): prune that one",
-                     dir, db_model);
+            hp_fail(&err, HP_ERR_ARG,
+                    "%s: not the model the sweep measured (%s; their config or weights differ): prune that one", dir,
+                    db_model);
             goto out;
         }
     }
@@ -136,9 +136,9 @@ int cmd_prune(int argc, char **argv)
         goto out;
     /* what was written must load: the checkpoint the user gets is one headprune reads */
     if (hp_model_open(out, &back, &err) != HP_OK) {
-        char msg[sizeof err.msg / 2];
-        snprintf(msg, sizeof msg, "%.500s", err.msg);
-        snprintf(err.msg, sizeof err.msg, "%.300s: written but does not load back (%s): please report this", out, msg);
+        char msg[sizeof err.msg];
+        memcpy(msg, err.msg, sizeof msg);
+        hp_fail(&err, HP_ERR_FORMAT, "%s: written but does not load back (%s): please report this", out, msg);
         goto out;
     }
     if (!quiet) {

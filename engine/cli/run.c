@@ -109,9 +109,12 @@ int cmd_run(int argc, char **argv)
     struct hp_plan *p = NULL;
     if (hp_plan_load(argv[optind], &p, &err) != HP_OK)
         return die(&err);
-    char dbpath[1200];
+    char *dbpath = NULL;
     if (!db) {
-        snprintf(dbpath, sizeof dbpath, "results/%s.db", p->name);
+        if (hp_path_make(&dbpath, &err, "results/%s.db", p->name) != HP_OK) {
+            hp_plan_free(p);
+            return die(&err);
+        }
         db = dbpath;
         mkdir("results", 0777); /* the default folder; an error surfaces when the database opens */
     }
@@ -136,19 +139,19 @@ int cmd_run(int argc, char **argv)
     enum hp_status st = hp_sweep_run(p, &o, &sum, &err);
     if (rp.tty && !quiet)
         fputs("\r\033[K", stderr);
-    char p_data[sizeof p->data], p_model[sizeof p->model];
-    snprintf(p_data, sizeof p_data, "%s", p->data);
-    snprintf(p_model, sizeof p_model, "%s", p->model);
+    if (st == HP_OK && !sum.interrupted && sum.foreign)
+        warn_foreign(p->data, p->model, sum.base_loss, sum.base_acc);
     hp_plan_free(p);
-    if (st != HP_OK)
+    if (st != HP_OK) {
+        free(dbpath);
         return die(&err);
+    }
     if (sum.interrupted) {
         fprintf(stderr, "headprune: interrupted after %lld jobs (%lld run, %lld already done); run the same command to resume\n",
                 (long long)sum.n_jobs, (long long)sum.n_run, (long long)(sum.n_cached + sum.n_repeated));
+        free(dbpath);
         return 130;
     }
-    if (sum.foreign)
-        warn_foreign(p_data, p_model, sum.base_loss, sum.base_acc);
     char thr[32] = "";
     if (sum.threads_min > 0 && sum.threads_min == sum.threads_max)
         snprintf(thr, sizeof thr, ", %d thread%s", sum.threads_min, sum.threads_min == 1 ? "" : "s");
@@ -159,5 +162,6 @@ int cmd_run(int argc, char **argv)
            (long long)sum.sweep_id, (long long)sum.n_jobs, (long long)sum.n_run, (long long)sum.n_repeated,
            (long long)sum.n_cached, sum.seconds,
            thr, threads ? "" : " (auto)", peak_mb(), db);
+    free(dbpath);
     return 0;
 }

@@ -81,17 +81,25 @@ static bool sequential_studies(const struct hp_plan *p, char *names, size_t cap)
 static enum hp_status absolute_db(const char *db, char *out, size_t cap, struct hp_error *err)
 {
     const char *slash = strrchr(db, '/');
-    char dir[PATH_MAX], real[PATH_MAX];
     const char *base = slash ? slash + 1 : db;
     if (!*base)
         return hp_fail(err, HP_ERR_ARG, "%s: --db names a folder; give a database file, e.g. results/sweep.db", db);
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - db) + (slash == db) : 1, slash ? db : ".");
-    if (!realpath(dir, real))
-        return hp_fail(err, HP_ERR_IO, "%s: cannot use the folder of --db (%s; make it first)", dir, strerror(errno));
+    char *dir, *real;
+    enum hp_status st =
+        hp_path_make(&dir, err, "%.*s", slash ? (int)(slash - db) + (slash == db) : 1, slash ? db : ".");
+    if (st != HP_OK)
+        return st;
+    if (!(real = realpath(dir, NULL))) {
+        st = hp_fail(err, HP_ERR_IO, "%s: cannot use the folder of --db (%s; make it first)", dir, hp_strerror(errno));
+        free(dir);
+        return st;
+    }
     int w = snprintf(out, cap, "%s/%s", strcmp(real, "/") ? real : "", base);
     if (w < 0 || (size_t)w >= cap)
-        return hp_fail(err, HP_ERR_ARG, "%s: path too long", db);
-    return HP_OK;
+        st = hp_fail(err, HP_ERR_ARG, "%s: path too long: %d bytes made absolute, the system takes %zu", db, w, cap - 1);
+    free(real);
+    free(dir);
+    return st;
 }
 
 int cmd_slurm(int argc, char **argv)
@@ -173,12 +181,12 @@ int cmd_slurm(int argc, char **argv)
     rc = 1;
     ssize_t n_exe = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (!realpath(p->path, plan_abs)) {
-        hp_fail(&err, HP_ERR_IO, "%s: cannot resolve the plan's path (%s)", p->path, strerror(errno));
+        hp_fail(&err, HP_ERR_IO, "%s: cannot resolve the plan's path (%s)", p->path, hp_strerror(errno));
         goto fail;
     }
     if (n_exe <= 0 || (size_t)n_exe >= sizeof exe - 1) {
         hp_fail(&err, HP_ERR_IO, "/proc/self/exe: cannot find the headprune binary the tasks should run (%s)",
-                strerror(errno));
+                hp_strerror(errno));
         goto fail;
     }
     exe[n_exe] = '\0';

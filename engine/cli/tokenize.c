@@ -201,7 +201,7 @@ int cmd_tokenize(int argc, char **argv)
     const char *name = optind < argc ? argv[optind] : "<stdin>";
     FILE *f = optind < argc ? fopen(name, "rb") : stdin;
     if (!f) {
-        fprintf(stderr, "%s: %s: %s\n", prog, name, strerror(errno));
+        fprintf(stderr, "%s: %s: %s\n", prog, name, hp_strerror(errno));
         return 1;
     }
     struct hp_error err = {0};
@@ -255,7 +255,7 @@ int cmd_tokenize(int argc, char **argv)
         hp_encoding_free(&e);
     }
     if (rc == 0 && ferror(f)) { /* a directory, or a failing disk: not an empty file */
-        fprintf(stderr, "%s: %s: cannot read (%s)\n", prog, name, strerror(errno));
+        fprintf(stderr, "%s: %s: cannot read (%s)\n", prog, name, hp_strerror(errno));
         rc = 1;
     }
     free(ids.v);

@@ -99,7 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; d->seq_labels && i < d->n_seqs; i++)
         sink += d->seq_labels[i];
     (void)sink;
-    FZ_CHECK(memchr(d->path, 0, sizeof d->path) != NULL, "path not terminated");
+    FZ_CHECK(d->path && strcmp(d->path, path) == 0, "path not the file's");
     if (hp_data_check_vocab(d, 97, &err) != HP_OK)
         FZ_CHECK_ERR(err);
     hp_data_free(d);
