@@ -601,6 +601,16 @@ enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_ro
         sqlite3_bind_int64(st, 8, d->n_params);
         rc = step_done(st);
     }
+    /* every time, so a database from before schema 5 learns its pruned models' missing heads at their next run */
+    for (int i = 0; d->pruned && rc == SQLITE_OK && i < d->n_layers * d->n_heads; i++)
+        if (d->pruned[i] && (rc = prep(s, "INSERT OR IGNORE INTO pruned_heads(model_id, layer, head) VALUES "
+                                          "((SELECT id FROM models WHERE digest = ?1), ?2, ?3)",
+                                       &st)) == SQLITE_OK) {
+            sqlite3_bind_text(st, 1, d->model_digest, -1, SQLITE_STATIC);
+            sqlite3_bind_int(st, 2, i / d->n_heads);
+            sqlite3_bind_int(st, 3, i % d->n_heads);
+            rc = step_done(st);
+        }
     if (rc == SQLITE_OK &&
         (rc = prep(s, "INSERT OR IGNORE INTO datasets(digest, path, n_seqs, seq_len) VALUES (?,?,?,?)", &st)) ==
             SQLITE_OK) {
@@ -1019,6 +1029,14 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
                             NULL, &has_gates, &found);
         if (rc == SQLITE_OK && has_gates) /* schema 4 and later: gates studies */
             rc = exec(s, merge_gates_sql);
+        int64_t has_pruned = 0;
+        if (rc == SQLITE_OK)
+            rc = select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'pruned_heads'",
+                            NULL, &has_pruned, &found);
+        if (rc == SQLITE_OK && has_pruned) /* schema 5 and later: the heads pruned checkpoints lack */
+            rc = exec(s, "INSERT OR IGNORE INTO main.pruned_heads(model_id, layer, head) "
+                         "  SELECT mm.id, p.layer, p.head FROM src.pruned_heads p JOIN src.models m ON m.id = p.model_id "
+                         "       JOIN main.models mm ON mm.digest = m.digest");
         if (rc == SQLITE_OK)
             rc = exec(s, "COMMIT");
         if (rc != SQLITE_OK) {
