@@ -119,8 +119,8 @@ int cmd_slurm(int argc, char **argv)
     while (rc < 0 && (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
         case 'n':
-            if (!parse_int(optarg, 1, 1000000, &shards))
-                rc = usage_error("slurm", "--shards must be an integer from 1 to 1000000");
+            if ((c = int_option("slurm", "--shards", NULL, optarg, 1, 1000000, &shards)) != 0)
+                rc = c;
             break;
         case 'd': db = optarg; break;
         case 'p':
@@ -134,8 +134,8 @@ int cmd_slurm(int argc, char **argv)
                 rc = usage_error("slurm", "--time must be a Slurm time: minutes, H:M:S or D-H:M:S, e.g. 2:00:00");
             break;
         case 'c':
-            if (!parse_int(optarg, 1, 1024, &cpus))
-                rc = usage_error("slurm", "--cpus-per-task must be an integer from 1 to 1024");
+            if ((c = int_option("slurm", "--cpus-per-task", NULL, optarg, 1, 1024, &cpus)) != 0)
+                rc = c;
             break;
         case 'a':
             if (optarg[0] != '-' || strchr(optarg, '\n'))
