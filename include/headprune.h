@@ -704,6 +704,10 @@ const char *hp_rank_name(enum hp_rank r);
 /* Static name as written in plans: "baseline", "single", ... */
 const char *hp_study_kind_name(enum hp_study_kind k);
 
+/* Whether a study of kind k runs in the first shard only (iterative, importance, attribution, roles, gates: each
+ * step's work depends on results before it, or it is one computation): the sweep and `slurm` both ask here. */
+bool hp_study_first_shard_only(enum hp_study_kind k);
+
 /* A unit is a query head, or with kv = true a KV group. */
 struct hp_study {
     enum hp_study_kind kind;
