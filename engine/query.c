@@ -716,6 +716,10 @@ static enum hp_status pick_study(struct q *q, const char *kind, const char *want
         return s;
     if (found)
         return HP_OK;
+    if (q->n_present == 0) /* the plan may well have the study: it expanded to nothing */
+        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld%s has no %s jobs: its model is a pruned checkpoint without "
+                       "any heads (all %d x %d pruned), so a %s study has none to ablate", q->path, q->sweep,
+                       q->newest ? " (the newest)" : "", kind, q->n_layers, q->n_heads, kind);
     char kinds[32], what[200], fix[64];
     snprintf(kinds, sizeof kinds, "'%s'", kind);
     snprintf(fix, sizeof fix, "add %s '%s' study to the plan", strchr("aeiou", kind[0]) ? "an" : "a", kind);

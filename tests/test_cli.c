@@ -1068,6 +1068,23 @@ Test(cli, sweep_over_a_pruned_checkpoint)
     cr_assert_eq(zero, 0, "a head the checkpoint lacks is listed");
 }
 
+/* A checkpoint with every head pruned: its single study expands to nothing, and query heads says the model has no
+ * heads, not that the plan lacks the single study it has. */
+Test(cli, a_checkpoint_without_heads_is_said_to_have_none)
+{
+    char a[2048], plan[1024];
+    snprintf(a, sizeof a, "prune --model tests/fixtures/gpt2-tiny --mask 0.*,1.*,2.* --out %s/none --quiet", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    snprintf(plan, sizeof plan, "name: none\nmodel: none\ndata: %s/fixtures/gpt2-tiny/data.npy\nstudies:\n  - single\n",
+             getenv("HP_TESTS"));
+    write_file("plan.yaml", plan);
+    snprintf(a, sizeof a, "run %s/plan.yaml --db %s/n.db --quiet", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    snprintf(a, sizeof a, "query heads --db %s/n.db", tmp);
+    expect_error(a, "its model is a pruned checkpoint without any heads (all 3 x 4 pruned)");
+    cr_assert(!strstr(errs, "add a 'single'"), "%s", errs);
+}
+
 // --- head roles --------------------------------------------------------------------------
 
 #define GQA "tests/fixtures/llama-gqa"
