@@ -962,6 +962,21 @@ static const char merge_gates_sql[] =
     "  FROM src.sweep_gates x JOIN src.sweeps s ON s.id = x.sweep_id JOIN main.sweeps ms ON ms.key = s.key "
     "       JOIN src.gate_runs g ON g.id = x.run_id JOIN main.gate_runs mg ON mg.key = g.key;";
 
+/* A database file this process made, with the journal, WAL and shared-memory files beside it. */
+static void remove_db_files(const char *path)
+{
+    static const char *const tails[] = {"", "-journal", "-wal", "-shm"};
+    const size_t n = strlen(path) + 16;
+    char *name = malloc(n);
+    for (size_t i = 0; name && i < sizeof tails / sizeof *tails; i++) {
+        snprintf(name, n, "%s%s", path, tails[i]);
+        unlink(name);
+    }
+    if (!name)
+        unlink(path);
+    free(name);
+}
+
 enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, int64_t *n_added, struct hp_error *err)
 {
     *n_added = 0;
@@ -972,10 +987,16 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
         if (st != HP_OK)
             return st;
     }
+    /* a merge into a new file that fails leaves no file: an empty database would pass for a merge that ran */
+    struct stat before;
+    const bool made = stat(out, &before) != 0 && errno == ENOENT;
     struct hp_store *s;
     enum hp_status st = hp_store_open(out, &s, err);
-    if (st != HP_OK)
+    if (st != HP_OK) {
+        if (made)
+            remove_db_files(out);
         return st;
+    }
     for (int i = 0; i < n_in && st == HP_OK; i++) {
         /* the output may have been created just now as one of the inputs' name */
         if ((st = check_distinct(out, in[i], err)) != HP_OK)
@@ -1048,6 +1069,8 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
         exec(s, "DETACH DATABASE src");
     }
     hp_store_close(s);
+    if (st != HP_OK && made)
+        remove_db_files(out);
     return st;
 }
 

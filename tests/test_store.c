@@ -195,6 +195,31 @@ Test(store, merge_refuses_a_newer_shard_and_leaves_out_unchanged)
     cr_assert(access(db, F_OK) != 0, "merge created its output before refusing");
 }
 
+/* A merge that fails once it has begun (a shard whose tables lack a column) leaves no file where there was none,
+ * and an existing output as it was. */
+Test(store, a_failed_merge_into_a_new_file_leaves_nothing)
+{
+    char shard[160], wal[200];
+    snprintf(shard, sizeof shard, "%s/shard.db", tmp);
+    struct hp_error err = {0};
+    struct hp_store *s;
+    cr_assert_eq(hp_store_open(shard, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    sql(shard, "DROP VIEW effects; DROP VIEW baselines; DROP VIEW jobs; ALTER TABLE seq_results RENAME COLUMN kl TO kk");
+    const char *in[] = {shard};
+    int64_t added;
+    cr_assert_neq(hp_store_merge(db, in, 1, &added, &err), HP_OK);
+    cr_assert(strstr(err.msg, "merging") && strstr(err.msg, "shard.db"), "%s", err.msg);
+    cr_assert(access(db, F_OK) != 0, "a failed merge left %s behind", db);
+    snprintf(wal, sizeof wal, "%s-wal", db);
+    cr_assert(access(wal, F_OK) != 0, "a failed merge left %s behind", wal);
+    /* an output that was there stays */
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    cr_assert_neq(hp_store_merge(db, in, 1, &added, &err), HP_OK);
+    cr_assert(access(db, F_OK) == 0, "the existing output was removed");
+}
+
 /* A file with a trigger (which would run on every write: one whose work never ends hung run) or a schema table
  * that is a view: refused by the writer, by a reader and as a merge's shard, naming it, the files unchanged. */
 Test(store, a_trigger_or_a_view_in_place_of_a_table_is_refused_everywhere)
