@@ -1357,6 +1357,33 @@ enum hp_status hp_store_link_roles(struct hp_store *s, int64_t sweep_id, const c
 
 // --- gate training runs -----------------------------------------------------------------
 
+/* What is wrong with a gate run's state as read (NULL: nothing), into why: no step of training makes any of it. */
+static bool gate_state_damaged(const struct hp_store_gate_run *r, size_t n, char *why, size_t size)
+{
+    const double *arr[3] = {r->log_alpha, r->adam_m, r->adam_v};
+    static const char *const names[3] = {"log_alpha", "adam_m", "adam_v"};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(arr[k][i]) || (k == 2 && arr[k][i] < 0)) {
+                snprintf(why, size, "%s of head %zu.%zu is %g", names[k], i / (size_t)r->n_heads,
+                         i % (size_t)r->n_heads, arr[k][i]);
+                return true;
+            }
+    if (r->step < 0 || r->step > r->steps) {
+        snprintf(why, size, "step %d is not one of 0..%d", r->step, r->steps);
+        return true;
+    }
+    if (r->n_kept < -1 || r->n_kept > (int)n || (r->n_kept >= 0 && r->step != r->steps)) {
+        snprintf(why, size, "n_kept %d at step %d of %d", r->n_kept, r->step, r->steps);
+        return true;
+    }
+    if (!(r->wall_s >= 0) || !isfinite(r->wall_s)) {
+        snprintf(why, size, "wall_s is %g", r->wall_s);
+        return true;
+    }
+    return false;
+}
+
 enum hp_status hp_store_get_gate_run(struct hp_store *s, struct hp_store_gate_run *r, bool *found, struct hp_error *err)
 {
     *found = false;
@@ -1387,7 +1414,13 @@ enum hp_status hp_store_get_gate_run(struct hp_store *s, struct hp_store_gate_ru
             memcpy(r->rng, sqlite3_column_blob(st, 9), sizeof r->rng);
             r->n_kept = sqlite3_column_type(st, 10) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 10);
             r->wall_s = sqlite3_column_double(st, 11);
-            *found = true;
+            char why[96];
+            if (gate_state_damaged(r, n, why, sizeof why))
+                ret = hp_fail(err, HP_ERR_FORMAT, "%s: the saved state of gate run %.12s (lambda %g) is damaged: %s "
+                              "(a damaged database? delete its gate_runs row to train it again, or run into a new "
+                              "database)", s->path, r->key, r->lambda, why);
+            else
+                *found = true;
         }
     } else if (rc != SQLITE_DONE) {
         ret = sql_fail(s, rc, "reading a gate run", err);

@@ -1256,3 +1256,30 @@ Test(gates_sweep, on_a_pruned_checkpoint_every_curve_counts_the_heads_the_model_
     hp_data_free(d);
     hp_model_close(m);
 }
+
+/* A gate run's state damaged in the database (a NaN log alpha) is named as that, with the database: not reported
+ * as weights or data that give a non-finite objective. */
+Test(gates_sweep, a_damaged_saved_state_is_named_as_such)
+{
+    const char *plan = tiny_plan(NULL);
+    char db[256], hex[12 * 16 + 1] = "", q[512];
+    path_in(db, sizeof db, "damaged.db");
+    struct hp_sweep_summary sum;
+    struct hp_error err = {{0}};
+    struct stopper stop = {.stop_at = 20}; /* stopped while training its first lambda: a state saved mid-run */
+    cr_assert_eq(sweep(plan, db, 1, &stop, &sum, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(one_int(db, "SELECT count(*) FROM gate_runs WHERE n_kept IS NULL"), 1, "no run stopped mid-way");
+    for (int i = 0; i < 12; i++)
+        strcat(hex, i == 5 ? "000000000000F87F" : "0000000000000840"); /* head 1.1 NaN, the others 3.0 */
+    snprintf(q, sizeof q, "UPDATE gate_runs SET log_alpha = X'%s' WHERE n_kept IS NULL", hex);
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(h, q, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
+    sqlite3_close(h);
+    cr_assert_neq(sweep(plan, db, 1, NULL, &sum, &err), HP_OK);
+    cr_log_info("%s", err.msg);
+    cr_assert(strstr(err.msg, db) && strstr(err.msg, "the saved state of gate run") && strstr(err.msg, "is damaged") &&
+                  strstr(err.msg, "log_alpha of head 1.1 is nan"),
+              "%s", err.msg);
+    cr_assert(!strstr(err.msg, "weights") && !strstr(err.msg, "not finite"), "%s", err.msg);
+}
