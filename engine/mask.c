@@ -75,6 +75,25 @@ int hp_mask_count_ablated(const struct hp_mask *m)
     return k;
 }
 
+int hp_heads_present(const struct hp_model_info *info)
+{
+    return info->n_layers * info->n_heads - (info->pruned ? info->n_pruned : 0);
+}
+
+int hp_mask_drop_absent(struct hp_mask *m, const struct hp_model_info *info)
+{
+    int n = 0;
+    if (!m || !info->pruned)
+        return 0;
+    assert(m->n_layers == info->n_layers && m->n_heads == info->n_heads);
+    for (size_t i = 0; i < (size_t)m->n_layers * (size_t)m->n_heads; i++)
+        if (info->pruned[i] && m->gate[i] != 1.0f) {
+            m->gate[i] = 1.0f;
+            n++;
+        }
+    return n;
+}
+
 /* The mask's first layer with a gate that is not 1 (n_layers: none). */
 int hp_mask_first_changed(const struct hp_mask *m, int n_layers)
 {

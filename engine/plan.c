@@ -96,6 +96,12 @@ const char *hp_study_kind_name(enum hp_study_kind k)
     return kind_names[k];
 }
 
+bool hp_study_first_shard_only(enum hp_study_kind k)
+{
+    return k == HP_STUDY_ITERATIVE || k == HP_STUDY_IMPORTANCE || k == HP_STUDY_ATTRIBUTION || k == HP_STUDY_ROLES ||
+           k == HP_STUDY_GATES;
+}
+
 // --- job lists ---------------------------------------------------------------
 
 enum hp_status hp_joblist_push(struct hp_joblist *jl, const struct hp_job *job)

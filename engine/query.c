@@ -353,6 +353,7 @@ struct q {
     const char *mname; // hp_metric_name(m): safe to paste into SQL
     int n_layers, n_heads;
     int n_kv_heads; // 0 when unknown or uneven
+    int n_present;  // the query heads the model has: n_layers * n_heads less those a pruned checkpoint lacks
     bool full_mask; // curve: also each step's cumulative mask
     int cv_kept;    // curve: the column of query heads kept (-1: none, for a curve without gates studies)
     long long base_variant;
@@ -468,6 +469,35 @@ static bool col_index(struct q *q, sqlite3_stmt *st, int i, int lim, const char 
 
 // --- the sweep, its metric and baseline --------------------------------------
 
+static enum hp_status has_table(struct q *q, const char *name, bool *yes);
+
+/*
+ * q->n_present: the heads the sweep's model has, the one count every curve,
+ * query and figure measures "kept" and "pruned" against (a head a pruned
+ * checkpoint lacks is neither; docs/database.md). A database from before
+ * schema 5 names no missing heads: every head counts.
+ */
+static enum hp_status count_present(struct q *q)
+{
+    q->n_present = q->n_layers * q->n_heads;
+    bool has = false;
+    enum hp_status s = has_table(q, "pruned_heads", &has);
+    if (s != HP_OK || !has)
+        return s;
+    sqlite3_stmt *st;
+    if ((s = prep(q, &st, "SELECT count(*) FROM pruned_heads p JOIN sweeps s ON s.model_id = p.model_id "
+                          "WHERE s.id = ? AND p.layer >= 0 AND p.layer < ? AND p.head >= 0 AND p.head < ?")) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_int(st, 2, q->n_layers);
+    sqlite3_bind_int(st, 3, q->n_heads);
+    int r = step(q, st, &s);
+    if (r == 1)
+        q->n_present -= (int)sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
+}
+
 static enum hp_status resolve_sweep(struct q *q, long long id, const char *metric)
 {
     sqlite3_stmt *st;
@@ -525,6 +555,8 @@ static enum hp_status resolve_sweep(struct q *q, long long id, const char *metri
     q->n_heads = (int)n_heads;
     /* only for naming KV groups: a count that does not divide the heads names heads instead */
     q->n_kv_heads = n_kv >= 1 && n_kv <= n_heads && n_heads % n_kv == 0 ? (int)n_kv : 0;
+    if ((s = count_present(q)) != HP_OK)
+        return s;
 
     if (metric) {
         if (!hp_metric_parse(metric, &q->m))
@@ -684,6 +716,10 @@ static enum hp_status pick_study(struct q *q, const char *kind, const char *want
         return s;
     if (found)
         return HP_OK;
+    if (q->n_present == 0) /* the plan may well have the study: it expanded to nothing */
+        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld%s has no %s jobs: its model is a pruned checkpoint without "
+                       "any heads (all %d x %d pruned), so a %s study has none to ablate", q->path, q->sweep,
+                       q->newest ? " (the newest)" : "", kind, q->n_layers, q->n_heads, kind);
     char kinds[32], what[200], fix[64];
     snprintf(kinds, sizeof kinds, "'%s'", kind);
     snprintf(fix, sizeof fix, "add %s '%s' study to the plan", strchr("aeiou", kind[0]) ? "an" : "a", kind);
@@ -745,16 +781,27 @@ static enum hp_status q_sweeps(struct q *q, long long id, struct hp_table **out)
 
 // --- curve ------------------------------------------------------------------
 
+/* For a note: "; the pruned checkpoint lacks N of its L x H" when it is pruned, else "" (into buf). */
+static const char *absent_note(const struct q *q, char *buf, size_t size)
+{
+    const int all = q->n_layers * q->n_heads;
+    buf[0] = '\0';
+    if (q->n_present != all)
+        snprintf(buf, size, "; the pruned checkpoint lacks %d of its %d x %d", all - q->n_present, q->n_layers,
+                 q->n_heads);
+    return buf;
+}
+
 enum { CV_STUDY, CV_STEP, CV_K, CV_HEADS, CV_PCT, CV_SAMPLES, CV_VALUE, CV_LO, CV_HI, CV_EFFECT, CV_PRUNED, CV_MASK, CV_N };
 
 static void curve_pct(struct q *q, struct tb *b, int row, double n_ablated)
 {
-    const double all = (double)q->n_layers * q->n_heads;
+    const double all = q->n_present;
     if (n_ablated == floor(n_ablated))
         tb_int(b, row, CV_HEADS, (long long)n_ablated);
     else
         tb_num(b, row, CV_HEADS, "%.4g", n_ablated);
-    tb_num(b, row, CV_PCT, F_PCT, 100.0 * n_ablated / all);
+    tb_num(b, row, CV_PCT, F_PCT, all > 0 ? 100.0 * n_ablated / all : 0.0);
     if (q->cv_kept >= 0 && n_ablated == floor(n_ablated))
         tb_int(b, row, q->cv_kept, (long long)(all - n_ablated));
     else if (q->cv_kept >= 0)
@@ -1024,11 +1071,13 @@ static enum hp_status q_curve(struct q *q, const char *want, struct hp_table **o
         hp_table_free(b.t);
         return s;
     }
+    char absent[96];
     tb_note(&b,
-            "sweep %lld, %s; k = units pruned, heads = query heads pruned (pct of the model's %lld); iterative: one row "
-            "per step; random: %s = mean over the samples with its 95%% t interval (n-1 df) in ci_lo..ci_hi, "
+            "sweep %lld, %s; k = units pruned, heads = query heads pruned (pct of the model's %lld%s); iterative: one "
+            "row per step; random: %s = mean over the samples with its 95%% t interval (n-1 df) in ci_lo..ci_hi, "
             "k = 0 = the baseline%s",
-            q->sweep, effect_convention(q->m), (long long)q->n_layers * q->n_heads, q->mname,
+            q->sweep, effect_convention(q->m), (long long)q->n_present, absent_note(q, absent, sizeof absent),
+            q->mname,
             gates ? "; gates: one row per lambda, the heads whose test-time gate is 0 pruned (pruned: all of them), "
                     "kept = query heads kept, gated = the model at the fractional test-time gates (query gates: which "
                     "curve is lower at each lambda's heads kept)"
@@ -2793,7 +2842,7 @@ static enum hp_status curve_load(struct q *q, const char *kind, struct curve_pts
         return s;
     sqlite3_bind_int64(st, 1, q->sweep);
     sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-    const double all = (double)q->n_layers * q->n_heads;
+    const double all = q->n_present;
     if (!iterative) { /* the random curve starts at the baseline */
         c->kept[0] = all;
         c->value[0] = q->base;
@@ -2884,7 +2933,7 @@ static enum hp_status q_gates(struct q *q, const char *want, struct hp_table **o
         sqlite3_bind_text(st, 2, want, -1, SQLITE_STATIC);
     struct tb b;
     tb_init(&b, C_N, cols, num);
-    const double all = (double)q->n_layers * q->n_heads;
+    const double all = q->n_present;
     const int sign = hp_metric_sign(q->m);
     int r;
     while ((r = step(q, st, &s)) == 1) {
@@ -2896,7 +2945,7 @@ static enum hp_status q_gates(struct q *q, const char *want, struct hp_table **o
         tb_int(&b, row, C_STEPS, sqlite3_column_int64(st, 2));
         tb_num(&b, row, C_OBJ, F_METRIC, col_num(st, 3));
         tb_num(&b, row, C_KEPT, "%.6g", kept);
-        tb_num(&b, row, C_PCT, F_PCT, 100.0 * kept / all);
+        tb_num(&b, row, C_PCT, F_PCT, all > 0 ? 100.0 * kept / all : 0.0);
         tb_num(&b, row, C_VALUE, F_METRIC, v);
         tb_num(&b, row, C_EFFECT, F_EFFECT, effect_of(q->m, v, q->base));
         tb_num(&b, row, C_GATED, F_METRIC, col_num(st, 6));
@@ -2925,13 +2974,15 @@ static enum hp_status q_gates(struct q *q, const char *want, struct hp_table **o
         hp_table_free(b.t);
         return s;
     }
+    char absent[96];
     tb_note(&b,
             "sweep %lld, %s; one row per lambda: the heads whose test-time gate is 0 pruned and evaluated exactly (%s, "
-            "effect), kept = query heads kept (pct of %lld), objective = the last training step's, gated = the model at "
-            "the fractional test-time gates; iterative = %s%s%s, random = %s%s%s, each read at the same heads kept "
-            "(linear between its two nearest points; empty where it does not reach); lower = the curve with the least "
-            "damage there",
-            q->sweep, effect_convention(q->m), q->mname, (long long)all, it_name[0] ? "study " : "(none)", it_name,
+            "effect), kept = query heads kept (pct of the model's %lld%s), objective = the last training step's, gated = "
+            "the model at the fractional test-time gates; iterative = %s%s%s, random = %s%s%s, each read at the same "
+            "heads kept (linear between its two nearest points; empty where it does not reach); lower = the curve with "
+            "the least damage there",
+            q->sweep, effect_convention(q->m), q->mname, (long long)all, absent_note(q, absent, sizeof absent),
+            it_name[0] ? "study " : "(none)", it_name,
             it_name[0] ? "'s curve" : "", rd_name[0] ? "study " : "(none)", rd_name, rd_name[0] ? "'s means" : "");
     return tb_finish(&b, out, q->err);
 }
@@ -3368,6 +3419,9 @@ enum hp_status hp_query_run_info(struct hp_query_reader *rd, int64_t sweep_id, s
         int row = tb_row(&b);
         tb_str(&b, row, 0, "baseline");
         tb_num(&b, row, 1, F_METRIC, q.base);
+        row = tb_row(&b); // the heads the model has, which curves count kept and pruned heads of
+        tb_str(&b, row, 0, "n_present");
+        tb_int(&b, row, 1, q.n_present);
     }
     if (r == 1 && (s = prep(&q, &st,
                             "SELECT count(*), min(r.threads), max(r.threads), min(r.created), max(r.created), "

@@ -625,7 +625,13 @@ static enum hp_status make_curves(struct report *r, struct section *sec)
     struct hp_text *sv = &f->svg;
     char b[32], b2[32], ylabel[96], xlabel[160], sub[300];
     snprintf(ylabel, sizeof ylabel, "%s (%s)", r->mname, r->unit);
-    snprintf(xlabel, sizeof xlabel, "heads pruned (%% of the model's %d query heads)", r->n_layers * r->n_heads);
+    const double present = info_num(r, "n_present");
+    const int n_present = isfinite(present) ? (int)present : r->n_layers * r->n_heads;
+    if (n_present == r->n_layers * r->n_heads)
+        snprintf(xlabel, sizeof xlabel, "heads pruned (%% of the model's %d query heads)", n_present);
+    else /* the rule every curve counts by: a head the checkpoint lacks is neither kept nor pruned */
+        snprintf(xlabel, sizeof xlabel, "heads pruned (%% of the %d query heads the checkpoint has, of %d)", n_present,
+                 r->n_layers * r->n_heads);
     snprintf(sub, sizeof sub, "sweep %lld; %s against the share of heads pruned (%s is better)", r->sweep, r->mname,
              hp_metric_sign(r->m) > 0 ? "lower" : "higher");
     hp_svg_open(sv, "fig-curves", W, H, "Pruning curves");

@@ -1,7 +1,7 @@
--- headprune results database, schema version 4 (2 added ablation_means;
+-- headprune results database, schema version 5 (2 added ablation_means;
 -- 3 added gradients and unit_scores, for the gradient studies; 4 added
 -- role_runs, head_roles and sweep_roles, for head roles; gate_runs, gate_heads and sweep_gates, for
--- gates studies).
+-- gates studies; 5 added pruned_heads, so queries count the heads a pruned checkpoint has).
 -- Embedded into engine/store.c at build time; documented for users in
 -- docs/database.md (keep it in step with this file).
 -- Every statement is idempotent: it runs on each open for writing, which
@@ -25,6 +25,16 @@ CREATE TABLE IF NOT EXISTS models(
   d_head     INTEGER NOT NULL,
   n_params   INTEGER NOT NULL
 );
+
+-- The query heads a pruned checkpoint lacks, one row each (none for a complete
+-- checkpoint): a model's heads are n_layers * n_heads less these, and no
+-- variant's mask names one (docs/database.md: how heads are counted).
+CREATE TABLE IF NOT EXISTS pruned_heads(
+  model_id INTEGER NOT NULL REFERENCES models(id),
+  layer    INTEGER NOT NULL,
+  head     INTEGER NOT NULL,
+  PRIMARY KEY(model_id, layer, head)
+) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS datasets(
   id      INTEGER PRIMARY KEY,

@@ -304,8 +304,8 @@ enum hp_status hp_slurm_write(const struct hp_slurm_job *j, const struct hp_slur
                "# again resumes: the jobs its database already has are skipped.\n",
            j->name, n, n == 1 ? "" : "s", n, n, n);
     if (j->sequential)
-        sb_add(&a, "# Shard 1 also runs the plan's iterative and gradient studies, after its share of\n"
-                   "# the other jobs: each of their steps depends on the results of the steps before.\n");
+        sb_add(&a, "# Shard 1 also runs the plan's iterative, gradient, gates and roles studies, after its\n"
+                   "# share of the other jobs: each of their steps depends on the results of the steps before.\n");
     sb_add(&a, "# A task ends by writing its exit status to shard-K-of-%d.status, from which\n"
                "# merge.sbatch tells the shards that finished from those that did not.\n"
                "#\n"

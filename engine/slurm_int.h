@@ -23,7 +23,7 @@ struct hp_slurm_job {
     const char *time;      /* NULL: the partition's default; else as hp_slurm_time_ok takes it */
     const char *const *sbatch_args; /* (n_sbatch_args) more sbatch options, each one word: "--mem=8G" */
     int n_sbatch_args;
-    bool sequential; /* the plan has iterative or gradient studies (shard 1 runs them): said in the script */
+    bool sequential; /* the plan has studies shard 1 runs alone (hp_study_first_shard_only): said in the script */
 };
 
 /* Where the scripts and the shards' files go: a folder beside OUT. */

@@ -645,6 +645,16 @@ enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_ro
         sqlite3_bind_int64(st, 8, d->n_params);
         rc = step_done(st);
     }
+    /* every time, so a database from before schema 5 learns its pruned models' missing heads at their next run */
+    for (int i = 0; d->pruned && rc == SQLITE_OK && i < d->n_layers * d->n_heads; i++)
+        if (d->pruned[i] && (rc = prep(s, "INSERT OR IGNORE INTO pruned_heads(model_id, layer, head) VALUES "
+                                          "((SELECT id FROM models WHERE digest = ?1), ?2, ?3)",
+                                       &st)) == SQLITE_OK) {
+            sqlite3_bind_text(st, 1, d->model_digest, -1, SQLITE_STATIC);
+            sqlite3_bind_int(st, 2, i / d->n_heads);
+            sqlite3_bind_int(st, 3, i % d->n_heads);
+            rc = step_done(st);
+        }
     if (rc == SQLITE_OK &&
         (rc = prep(s, "INSERT OR IGNORE INTO datasets(digest, path, n_seqs, seq_len) VALUES (?,?,?,?)", &st)) ==
             SQLITE_OK) {
@@ -996,6 +1006,21 @@ static const char merge_gates_sql[] =
     "  FROM src.sweep_gates x JOIN src.sweeps s ON s.id = x.sweep_id JOIN main.sweeps ms ON ms.key = s.key "
     "       JOIN src.gate_runs g ON g.id = x.run_id JOIN main.gate_runs mg ON mg.key = g.key;";
 
+/* A database file this process made, with the journal, WAL and shared-memory files beside it. */
+static void remove_db_files(const char *path)
+{
+    static const char *const tails[] = {"", "-journal", "-wal", "-shm"};
+    const size_t n = strlen(path) + 16;
+    char *name = malloc(n);
+    for (size_t i = 0; name && i < sizeof tails / sizeof *tails; i++) {
+        snprintf(name, n, "%s%s", path, tails[i]);
+        unlink(name);
+    }
+    if (!name)
+        unlink(path);
+    free(name);
+}
+
 enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, int64_t *n_added, struct hp_error *err)
 {
     *n_added = 0;
@@ -1006,10 +1031,16 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
         if (st != HP_OK)
             return st;
     }
+    /* a merge into a new file that fails leaves no file: an empty database would pass for a merge that ran */
+    struct stat before;
+    const bool made = stat(out, &before) != 0 && errno == ENOENT;
     struct hp_store *s;
     enum hp_status st = hp_store_open(out, &s, err);
-    if (st != HP_OK)
+    if (st != HP_OK) {
+        if (made)
+            remove_db_files(out);
         return st;
+    }
     for (int i = 0; i < n_in && st == HP_OK; i++) {
         /* the output may have been created just now as one of the inputs' name */
         if ((st = check_distinct(out, in[i], err)) != HP_OK)
@@ -1071,6 +1102,14 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
                             NULL, &has_gates, &found);
         if (rc == SQLITE_OK && has_gates) /* schema 4 and later: gates studies */
             rc = exec(s, merge_gates_sql);
+        int64_t has_pruned = 0;
+        if (rc == SQLITE_OK)
+            rc = select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'pruned_heads'",
+                            NULL, &has_pruned, &found);
+        if (rc == SQLITE_OK && has_pruned) /* schema 5 and later: the heads pruned checkpoints lack */
+            rc = exec(s, "INSERT OR IGNORE INTO main.pruned_heads(model_id, layer, head) "
+                         "  SELECT mm.id, p.layer, p.head FROM src.pruned_heads p JOIN src.models m ON m.id = p.model_id "
+                         "       JOIN main.models mm ON mm.digest = m.digest");
         if (rc == SQLITE_OK)
             rc = exec(s, "COMMIT");
         if (rc != SQLITE_OK) {
@@ -1084,6 +1123,8 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
         exec(s, "DETACH DATABASE src");
     }
     hp_store_close(s);
+    if (st != HP_OK && made)
+        remove_db_files(out);
     return st;
 }
 
@@ -1370,6 +1411,33 @@ enum hp_status hp_store_link_roles(struct hp_store *s, int64_t sweep_id, const c
 
 // --- gate training runs -----------------------------------------------------------------
 
+/* What is wrong with a gate run's state as read (NULL: nothing), into why: no step of training makes any of it. */
+static bool gate_state_damaged(const struct hp_store_gate_run *r, size_t n, char *why, size_t size)
+{
+    const double *arr[3] = {r->log_alpha, r->adam_m, r->adam_v};
+    static const char *const names[3] = {"log_alpha", "adam_m", "adam_v"};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(arr[k][i]) || (k == 2 && arr[k][i] < 0)) {
+                snprintf(why, size, "%s of head %zu.%zu is %g", names[k], i / (size_t)r->n_heads,
+                         i % (size_t)r->n_heads, arr[k][i]);
+                return true;
+            }
+    if (r->step < 0 || r->step > r->steps) {
+        snprintf(why, size, "step %d is not one of 0..%d", r->step, r->steps);
+        return true;
+    }
+    if (r->n_kept < -1 || r->n_kept > (int)n || (r->n_kept >= 0 && r->step != r->steps)) {
+        snprintf(why, size, "n_kept %d at step %d of %d", r->n_kept, r->step, r->steps);
+        return true;
+    }
+    if (!(r->wall_s >= 0) || !isfinite(r->wall_s)) {
+        snprintf(why, size, "wall_s is %g", r->wall_s);
+        return true;
+    }
+    return false;
+}
+
 enum hp_status hp_store_get_gate_run(struct hp_store *s, struct hp_store_gate_run *r, bool *found, struct hp_error *err)
 {
     *found = false;
@@ -1400,7 +1468,13 @@ enum hp_status hp_store_get_gate_run(struct hp_store *s, struct hp_store_gate_ru
             memcpy(r->rng, sqlite3_column_blob(st, 9), sizeof r->rng);
             r->n_kept = sqlite3_column_type(st, 10) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 10);
             r->wall_s = sqlite3_column_double(st, 11);
-            *found = true;
+            char why[96];
+            if (gate_state_damaged(r, n, why, sizeof why))
+                ret = hp_fail(err, HP_ERR_FORMAT, "%s: the saved state of gate run %.12s (lambda %g) is damaged: %s "
+                              "(a damaged database? delete its gate_runs row to train it again, or run into a new "
+                              "database)", s->path, r->key, r->lambda, why);
+            else
+                *found = true;
         }
     } else if (rc != SQLITE_DONE) {
         ret = sql_fail(s, rc, "reading a gate run", err);

@@ -12,7 +12,7 @@
 
 #include "headprune.h"
 
-#define HP_SCHEMA_VERSION 4
+#define HP_SCHEMA_VERSION 5
 
 struct hp_store;
 struct sqlite3;
@@ -80,6 +80,7 @@ struct hp_store_sweep_row {
     const char *model_type;    /* models.model_type */
     int n_layers, n_heads, n_kv_heads, d_head;
     int64_t n_params;
+    const uint8_t *pruned;     /* NULL or (n_layers, n_heads): the heads the checkpoint lacks (pruned_heads rows) */
     const char *data_path;     /* datasets.path */
     int n_seqs, seq_len;
 };

@@ -200,6 +200,28 @@ static void start_threads(struct ctx *c)
  * bits as an uninterrupted one. ords[i] is job i's place in the sweep; res
  * (NULL or (n)) receives the metrics. Stops between windows when asked to.
  */
+/*
+ * The mask a job's variant is: its own, or where it names heads the checkpoint lacks (a gates study's
+ * held-closed heads, an explicit set naming one) a copy without them in *own (hp_mask_drop_absent: the rule
+ * every count of heads follows), so that its text, key and n_ablated count only heads the model has. NULL: out
+ * of memory.
+ */
+static const struct hp_mask *settled_mask(const struct ctx *c, const struct hp_mask *m, struct hp_mask **own)
+{
+    *own = NULL;
+    const size_t n = (size_t)m->n_layers * m->n_heads;
+    bool names_absent = false;
+    for (size_t i = 0; c->info->pruned && i < n && !names_absent; i++)
+        names_absent = c->info->pruned[i] && m->gate[i] != 1.0f;
+    if (!names_absent)
+        return m;
+    if (!(*own = hp_mask_new(m->n_layers, m->n_heads)))
+        return NULL;
+    memcpy((*own)->gate, m->gate, n * sizeof *m->gate);
+    hp_mask_drop_absent(*own, c->info);
+    return *own;
+}
+
 static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct hp_job *jobs, int n,
                                const char *kind, struct hp_store_metrics *res, struct hp_error *err)
 {
@@ -210,14 +232,17 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
     const struct hp_mask **masks = calloc((size_t)batch, sizeof *masks);
     struct hp_metrics **mts = calloc((size_t)batch, sizeof *mts);
     struct hp_store_metrics *lm = calloc((size_t)batch, sizeof *lm); /* what the database holds of found jobs */
-    enum hp_status st = sj && keys && found && masks && mts && lm ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    struct hp_mask **own = calloc((size_t)batch, sizeof *own);      /* settled_mask's copies */
+    enum hp_status st = sj && keys && found && masks && mts && lm && own ? HP_OK
+                                                                        : hp_fail(err, HP_ERR_NOMEM, "out of memory");
     for (int w0 = 0; w0 < n && st == HP_OK && !stopping(c); w0 += batch) {
         const int nw = n - w0 < batch ? n - w0 : batch;
         int n_new = 0;
         for (int i = 0; i < nw && st == HP_OK; i++) {
             const struct hp_job *job = &jobs[w0 + i];
+            const struct hp_mask *mask = settled_mask(c, job->mask, &own[i]);
             /* hp_mask_format's text, but marked with the gates where some are fractional (gates studies) */
-            char *mask_text = hp_gates_mask_text(job->mask);
+            char *mask_text = mask ? hp_gates_mask_text(mask) : NULL;
             if (!mask_text) {
                 st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
                 break;
@@ -252,13 +277,13 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
                 .key = keys[i],
                 .ablation = hp_ablation_name(c->plan->ablation),
                 .mask_text = mask_text,
-                .n_layers = job->mask->n_layers,
-                .n_heads = job->mask->n_heads,
-                .gate = job->mask->gate,
+                .n_layers = mask->n_layers,
+                .n_heads = mask->n_heads,
+                .gate = mask->gate,
                 .model_digest = c->model_digest,
                 .data_digest = c->data_digest,
             };
-            masks[i] = job->mask;
+            masks[i] = mask;
             st = hp_store_lookup(c->store, keys[i], &found[i], &lm[i], err);
             if (st == HP_OK && found[i] && res)
                 res[w0 + i] = lm[i];
@@ -294,7 +319,7 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
                 c->sum->n_run++;
                 key_add(c, keys[i]);
             }
-            if (st == HP_OK && hp_mask_first_changed(jobs[w0 + i].mask, c->info->n_layers) == c->info->n_layers)
+            if (st == HP_OK && hp_mask_first_changed(masks[i], c->info->n_layers) == c->info->n_layers)
                 note_unmasked(c, found[i] ? lm[i].loss : mts[i]->has_loss ? mts[i]->loss : NAN,
                               found[i] ? lm[i].acc : mts[i]->has_loss ? mts[i]->acc : NAN);
             if (st == HP_OK)
@@ -305,9 +330,11 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
             sj[i].mask_text = NULL;
             hp_metrics_free(mts[i]);
             mts[i] = NULL;
+            hp_mask_free(own[i]);
+            own[i] = NULL;
         }
     }
-    free(sj), free(keys), free(found), free(masks), free(mts), free(lm);
+    free(sj), free(keys), free(found), free(masks), free(mts), free(lm), free(own);
     return st;
 }
 
@@ -793,11 +820,15 @@ static enum hp_status run_gates(struct ctx *c, int si, int64_t *ord, struct hp_e
             break;
         }
         /* the lambda's points: the pruned set, and the model at the test-time gates */
-        const int kept = hp_gates_state_mask(&gs, in->pruned, frac->gate, pruned->gate);
+        hp_gates_state_mask(&gs, in->pruned, frac->gate, pruned->gate);
         hp_gates_state_free(&gs);
+        /* the heads the checkpoint lacks are held closed in training but are not the lambda's to prune */
+        hp_mask_drop_absent(pruned, in);
+        hp_mask_drop_absent(frac, in);
+        const int k_pruned = hp_mask_count_ablated(pruned);
         struct hp_job jobs[2];
         for (int k = 0; k < 2; k++) {
-            jobs[k] = (struct hp_job){.study = si, .step = li, .k = n - kept, .layer = -1, .unit = -1, .unit2 = -1,
+            jobs[k] = (struct hp_job){.study = si, .step = li, .k = k_pruned, .layer = -1, .unit = -1, .unit2 = -1,
                                       .mask = k == 0 ? pruned : frac};
             snprintf(jobs[k].label, sizeof jobs[k].label, "lambda %g%s", lambda, k == 0 ? "" : ", test-time gates");
         }
@@ -906,7 +937,7 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
             .plan_text = plan->text, .ablation = hp_ablation_name(plan->ablation), .metric = plan->metric,
             .model_path = realpath(plan->model, model_abs) ? model_abs : plan->model, .model_type = in->model_type,
             .n_layers = in->n_layers, .n_heads = in->n_heads, .n_kv_heads = in->n_kv_heads, .d_head = in->d_head,
-            .n_params = in->n_params, .data_path = realpath(plan->data, data_abs) ? data_abs : plan->data,
+            .n_params = in->n_params, .pruned = in->pruned, .data_path = realpath(plan->data, data_abs) ? data_abs : plan->data,
             .n_seqs = c.data->n_seqs, .seq_len = c.data->seq_len,
         };
         st = hp_store_sweep(c.store, &d, &c.sweep_id, err);

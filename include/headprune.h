@@ -280,6 +280,20 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
 int hp_mask_count_ablated(const struct hp_mask *m);
 
 /*
+ * How every count of heads is made (the sweep's rows, queries, figures): a
+ * head a pruned checkpoint lacks is neither kept nor pruned; it is not
+ * there. The model has hp_heads_present(info) query heads: n_layers *
+ * n_heads less the n_pruned it lacks. hp_mask_drop_absent sets m's gate of
+ * every head the checkpoint lacks to 1 (such a head's output is zero
+ * whatever its gate: the same variant) and returns how many it changed;
+ * after it a mask, its text, its key and its count of ablated heads name only
+ * heads the model has, and heads kept = hp_heads_present(info) -
+ * hp_mask_count_ablated(m). Every job of a sweep goes through it.
+ */
+int hp_heads_present(const struct hp_model_info *info);
+int hp_mask_drop_absent(struct hp_mask *m, const struct hp_model_info *info);
+
+/*
  * Units: what a study ablates one at a time, a query head or (kv = true) a KV
  * group, every query head sharing one key/value head. One table in mask.c
  * names them ("head" / "KV group") and labels them ("L.H" / "kv:L.G").
@@ -690,6 +704,10 @@ const char *hp_rank_name(enum hp_rank r);
 
 /* Static name as written in plans: "baseline", "single", ... */
 const char *hp_study_kind_name(enum hp_study_kind k);
+
+/* Whether a study of kind k runs in the first shard only (iterative, importance, attribution, roles, gates: each
+ * step's work depends on results before it, or it is one computation): the sweep and `slurm` both ask here. */
+bool hp_study_first_shard_only(enum hp_study_kind k);
 
 /* A unit is a query head, or with kv = true a KV group. */
 struct hp_study {

@@ -524,7 +524,8 @@ Test(cli, query_option_mistakes_say_so_once)
                           "--db2, --sweep2, --study2 and --by are for compare", "--format matrix is for heads",
                           "--top does not apply to --format matrix", "--by must be head or layer",
                           "--study is for heads, sets, curve, compare, importance, attribution, roles and gates",
-                          "--sweep2 must be a positive sweep id", "--top does not apply to compare --by layer",
+                          "--sweep2 must be a sweep id, an integer from 1 to 1073741824",
+                          "--top does not apply to compare --by layer",
                           "--study must name a study",
                           "KIND must be sweeps, curve, heads, sets, compare, redundancy, pairs, importance, attribution, "
                           "roles, gates or sql"};
@@ -1164,6 +1165,23 @@ Test(cli, sweep_over_a_pruned_checkpoint)
     cr_assert_eq(zero, 0, "a head the checkpoint lacks is listed");
 }
 
+/* A checkpoint with every head pruned: its single study expands to nothing, and query heads says the model has no
+ * heads, not that the plan lacks the single study it has. */
+Test(cli, a_checkpoint_without_heads_is_said_to_have_none)
+{
+    char a[2048], plan[1024];
+    snprintf(a, sizeof a, "prune --model tests/fixtures/gpt2-tiny --mask 0.*,1.*,2.* --out %s/none --quiet", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    snprintf(plan, sizeof plan, "name: none\nmodel: none\ndata: %s/fixtures/gpt2-tiny/data.npy\nstudies:\n  - single\n",
+             getenv("HP_TESTS"));
+    write_file("plan.yaml", plan);
+    snprintf(a, sizeof a, "run %s/plan.yaml --db %s/n.db --quiet", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    snprintf(a, sizeof a, "query heads --db %s/n.db", tmp);
+    expect_error(a, "its model is a pruned checkpoint without any heads (all 3 x 4 pruned)");
+    cr_assert(!strstr(errs, "add a 'single'"), "%s", errs);
+}
+
 // --- head roles --------------------------------------------------------------------------
 
 #define GQA "tests/fixtures/llama-gqa"
@@ -1271,4 +1289,33 @@ Test(cli, query_roles_after_a_run)
     cr_assert_eq(hp(a), 2, "%s", errs);
     snprintf(a, sizeof a, "query roles --db %s/r.db --study other", tmp);
     expect_error(a, "has no roles study 'other' (its roles studies: roles)");
+}
+
+/* A number past an option's limit is not "not a positive integer": every integer option names its range, and
+ * what it was given, in one line (cli_util.c's int_option, which every command's integer options go through). */
+Test(cli, an_integer_option_out_of_range_names_its_range)
+{
+    const struct {
+        const char *args, *said;
+    } cases[] = {
+        {"eval --model m --data d --threads 100000", "eval: --threads must be an integer from 1 to 1024 (not '100000')"},
+        {"eval --model m --data d --seq-len 2147483648",
+         "eval: --seq-len must be an integer from 1 to 1048576 (not '2147483648')"},
+        {"roles --model m --data d --probe-seqs 1000000000",
+         "roles: --probe-seqs must be an integer from 1 to 1048576 (not '1000000000')"},
+        {"roles --model m --data d --threads 0", "roles: --threads must be an integer from 1 to 1024 (not '0')"},
+        {"run p.yaml --batch 1e12", "run: --batch must be an integer from 1 to 1048576 (not '1e12')"},
+        {"run p.yaml --threads two", "run: --threads must be an integer from 1 to 1024 (not 'two')"},
+        {"query heads --db x.db --top 1e20", "query: --top must be an integer from 1 to 1073741824 (not '1e20')"},
+        {"report --db x.db --out r.html --sweep 99999999999",
+         "report: --sweep must be a sweep id, an integer from 1 to 1073741824 (not '99999999999')"},
+        {"prune --db x.db --step -1 --out o", "prune: --step must be a step number, an integer from 0 to 1073741824"},
+        {"slurm p.yaml --shards 2000000", "slurm: --shards must be an integer from 1 to 1000000 (not '2000000')"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int rc = hp(cases[i].args);
+        cr_assert_eq(rc, 2, "exit %d for '%s' (stderr: %s)", rc, cases[i].args, errs);
+        cr_assert(strstr(errs, cases[i].said), "for '%s': %s", cases[i].args, errs);
+        cr_assert(!strstr(errs, "positive integer"), "for '%s': %s", cases[i].args, errs);
+    }
 }

@@ -1025,3 +1025,261 @@ Test(gates_sweep, prune_exports_a_lambdas_pruned_set)
     cr_assert(strstr(g_err, "has no step 3 (the study has lambdas 0-2)"), "%s", g_err);
     cr_assert(access(exp3, F_OK) != 0, "a refused export left a folder");
 }
+
+// --- a pruned checkpoint: one count of heads kept for every curve, query and figure -----------------
+
+/* Heads of the model that m ablates, counted here from the model's own list of the heads it lacks. */
+static int present_ablated(const struct hp_model_info *in, const struct hp_mask *m)
+{
+    int n = 0;
+    for (int i = 0; i < in->n_layers * in->n_heads; i++)
+        n += m->gate[i] == 0.0f && !(in->pruned && in->pruned[i]);
+    return n;
+}
+
+/* A curve point worked here: heads kept (of those the checkpoint has) and the evaluator's loss. */
+struct point {
+    double kept, loss;
+};
+
+/* The evaluator's loss at mask spec text (from the database), and the heads the checkpoint has that it keeps. */
+static struct point point_of(struct hp_evaluator *ev, const struct hp_model_info *in, int n_present, const char *text)
+{
+    struct hp_mask *m = NULL;
+    struct hp_metrics *mt = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_mask_parse(text, false, in, &m, &err), HP_OK, "'%s': %s", text, err.msg);
+    cr_assert_eq(hp_evaluator_run(ev, m, HP_ABLATE_ZERO, &mt, &err), HP_OK, "%s", err.msg);
+    struct point p = {n_present - present_ablated(in, m), mt->loss};
+    hp_metrics_free(mt);
+    hp_mask_free(m);
+    return p;
+}
+
+static int by_kept_asc(const void *a, const void *b)
+{
+    const struct point *x = a, *y = b;
+    return (x->kept > y->kept) - (x->kept < y->kept);
+}
+
+/* The x coordinates and data-pct of the points of series study in the curves figure (svg), up to max. */
+static int series_points(const char *svg, const char *study, double *x, double *pct, int max)
+{
+    char start[160];
+    snprintf(start, sizeof start, "<g class=\"series\" data-study=\"%s\"", study);
+    const char *g = strstr(svg, start);
+    cr_assert(g, "no series %s in the curves figure", study);
+    const char *end = strstr(g, "</g>");
+    int n = 0;
+    for (const char *p = strstr(g, "<path d=\"M"); p && p < end && n < max; p = strstr(p + 1, "<path d=\"M")) {
+        const char *tag_end = strchr(p, '>'), *c = strstr(p, "class=\"point\""), *a = strstr(p, "data-pct=\"");
+        if (!c || c > tag_end || !a || a > tag_end)
+            continue;
+        x[n] = strtod(p + 10, NULL);
+        pct[n++] = strtod(a + 10, NULL);
+    }
+    return n;
+}
+
+Test(gates_sweep, on_a_pruned_checkpoint_every_curve_counts_the_heads_the_model_has)
+{
+    /* gpt2-pruned: 3 layers x 4 heads, 0.1, 2.0 and 2.3 pruned by transformers: 9 heads */
+    write_ids("train.npy", 8, 16, 97, 4242);
+    char text[2048], db[256];
+    snprintf(text, sizeof text,
+             "name: pruned-curves\nmodel: %s/gpt2-pruned\ndata: %s/gpt2-pruned/data.npy\nseed: 3\nstudies:\n"
+             "  - iterative: {prune: 25%%}\n"
+             "  - random: {k: [2, 4, 6], samples: 2}\n"
+             "  - iterative: {name: grad, prune: 25%%, rank: gradient}\n"
+             "  - gates: {lambda: [0, 0.02, 5], steps: 60, lr: 0.2, train: train.npy}\n"
+             "  - gates: {name: untrained, lambda: 0, steps: 1, train: train.npy}\n",
+             fixtures(), fixtures());
+    snprintf(db, sizeof db, "%s/pruned.db", tmp);
+    struct hp_sweep_summary sum;
+    struct hp_error err = {{0}};
+    cr_assert_eq(sweep(write_plan("pruned.yaml", text), db, 1, NULL, &sum, &err), HP_OK, "%s", err.msg);
+
+    struct hp_model *m = NULL;
+    struct hp_data *d = NULL;
+    struct hp_evaluator *ev = NULL;
+    char dir[1024], data[1100];
+    snprintf(dir, sizeof dir, "%s/gpt2-pruned", fixtures());
+    snprintf(data, sizeof data, "%s/data.npy", dir);
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(data, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    hp_evaluator_set_plain(ev, true);
+    const struct hp_model_info *in = hp_model_get_info(m);
+    int n_present = 0;
+    for (int i = 0; i < in->n_layers * in->n_heads; i++)
+        n_present += !in->pruned[i];
+    cr_assert_eq(n_present, 9, "the fixture has %d heads", n_present);
+    const struct point whole = point_of(ev, in, n_present, "");
+
+    /* every curve point, worked here: its mask's heads kept and the evaluator's loss at it */
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    struct point it[32], rs[32], rd[32];
+    int n_it = 0, n_rs = 0, n_rd = 0;
+    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT step, mask_text FROM jobs WHERE study = 'iterative' AND kind = "
+                                       "'iterative' ORDER BY step", -1, &st, NULL), SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW && n_it < 32)
+        it[n_it++] = point_of(ev, in, n_present, (const char *)sqlite3_column_text(st, 1));
+    sqlite3_finalize(st);
+    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT k, mask_text FROM jobs WHERE study = 'random' ORDER BY k, sample", -1,
+                                    &st, NULL), SQLITE_OK);
+    rd[n_rd++] = whole; /* the random curve starts at the whole model */
+    while (sqlite3_step(st) == SQLITE_ROW && n_rs < 32)
+        rs[n_rs++] = point_of(ev, in, n_present, (const char *)sqlite3_column_text(st, 1));
+    sqlite3_finalize(st);
+    for (int i = 0; i + 1 < n_rs; i += 2) { /* two samples a k: their means */
+        cr_assert_eq(rs[i].kept, rs[i + 1].kept, "random draws of one k keep the same heads");
+        rd[n_rd++] = (struct point){rs[i].kept, (rs[i].loss + rs[i + 1].loss) / 2};
+    }
+    /* each lambda's pruned set from its gates: gate 0 on a head the checkpoint has */
+    struct point gp[8];
+    int n_gp = 0;
+    for (int idx = 0; idx < 3; idx++) {
+        char q[400];
+        snprintf(q, sizeof q, "SELECT h.layer, h.head, h.gate FROM gate_heads h JOIN sweep_gates x ON x.run_id = "
+                 "h.run_id WHERE x.study = 'gates' AND x.idx = %d", idx);
+        cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK);
+        char spec[256] = "";
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            const int l = sqlite3_column_int(st, 0), u = sqlite3_column_int(st, 1);
+            if (sqlite3_column_double(st, 2) == 0 && !in->pruned[l * in->n_heads + u])
+                snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "%s%d.%d", *spec ? "," : "", l, u);
+        }
+        sqlite3_finalize(st);
+        gp[n_gp++] = point_of(ev, in, n_present, spec);
+    }
+    sqlite3_close(h);
+    cr_assert_eq(it[0].kept, 9);
+    cr_assert_eq(it[n_it - 1].kept, 0, "the curve ends with no heads (floor 0)");
+
+    /* curve: heads and kept of the heads the model has, and every curve's start is the whole model */
+    struct hp_table *t = query(db, (struct hp_query_opts){.kind = HP_QUERY_CURVE});
+    int seen_it = 0, seen_gp = 0;
+    for (int r = 0; r < t->n_rows; r++) {
+        const char *study = txt(t, r, "study");
+        const double kept = val(t, r, "kept"), heads = val(t, r, "heads");
+        cr_assert_eq(kept + heads, 9, "row %d (%s): kept %g + pruned %g is not the model's 9 heads", r, study, kept,
+                     heads);
+        cr_assert(fabs(val(t, r, "pct_heads") - 100.0 * heads / 9) < 0.006, "row %d: pct %g", r, val(t, r, "pct_heads"));
+        const bool start = !strcmp(study, "untrained") || (!strcmp(study, "random") && val(t, r, "k") == 0) ||
+                           ((!strcmp(study, "iterative") || !strcmp(study, "grad")) && val(t, r, "step") == 0);
+        if (start) {
+            cr_assert_eq(kept, 9, "%s starts at %g heads kept, not the checkpoint's 9", study, kept);
+            cr_assert(fabs(val(t, r, "loss") - whole.loss) <= 1e-5 * whole.loss, "%s starts at loss %g, not %g", study,
+                      val(t, r, "loss"), whole.loss);
+        }
+        if (!strcmp(study, "iterative")) {
+            cr_assert_eq(kept, it[seen_it].kept, "step %d keeps %g, its mask %g", seen_it, kept, it[seen_it].kept);
+            seen_it++;
+        }
+        if (!strcmp(study, "gates")) {
+            cr_assert_eq(kept, gp[seen_gp].kept, "lambda #%d keeps %g, its gates %g", seen_gp, kept, gp[seen_gp].kept);
+            cr_assert(fabs(val(t, r, "loss") - gp[seen_gp].loss) <= 1e-5 * gp[seen_gp].loss);
+            seen_gp++;
+        }
+    }
+    cr_assert_eq(seen_it, n_it);
+    cr_assert_eq(seen_gp, 3);
+    hp_table_free(t);
+
+    /* gates: the other curves read at each lambda's heads kept, and the lowest named */
+    qsort(it, (size_t)n_it, sizeof *it, by_kept_asc);
+    qsort(rd, (size_t)n_rd, sizeof *rd, by_kept_asc);
+    double ik[32], iv[32], rk[32], rv[32];
+    for (int i = 0; i < n_it; i++)
+        ik[i] = it[i].kept, iv[i] = it[i].loss;
+    for (int i = 0; i < n_rd; i++)
+        rk[i] = rd[i].kept, rv[i] = rd[i].loss;
+    t = query(db, (struct hp_query_opts){.kind = HP_QUERY_GATES, .study = "gates"});
+    cr_assert_eq(t->n_rows, 3);
+    for (int r = 0; r < 3; r++) {
+        const double k = gp[r].kept, wi = interp(ik, iv, n_it, k), wr = interp(rk, rv, n_rd, k);
+        cr_log_info("lambda #%d: kept %g, gates %.6f, iterative %.6f, random %.6f", r, k, gp[r].loss, wi, wr);
+        cr_assert_eq(val(t, r, "kept"), k, "lambda #%d: kept %g, its gates keep %g", r, val(t, r, "kept"), k);
+        cr_assert(fabs(val(t, r, "pct_kept") - 100.0 * k / 9) < 0.006);
+        cr_assert(fabs(val(t, r, "iterative") - wi) <= 1e-5 * fabs(wi), "lambda #%d: iterative %.6f, at %g kept %.6f",
+                  r, val(t, r, "iterative"), k, wi);
+        cr_assert(isnan(wr) ? isnan(val(t, r, "random")) : fabs(val(t, r, "random") - wr) <= 1e-5 * fabs(wr),
+                  "lambda #%d: random %.6f, at %g kept %.6f", r, val(t, r, "random"), k, wr);
+        /* the lowest, where it is clear (a tie within float rounding is the same variant reached twice) */
+        const double vals[3] = {gp[r].loss, wi, wr};
+        const char *names[3] = {"gates", "iterative", "random"};
+        int best = 0, n_near = 0;
+        for (int i = 1; i < 3; i++)
+            if (!isnan(vals[i]) && vals[i] < vals[best])
+                best = i;
+        for (int i = 0; i < 3; i++)
+            n_near += !isnan(vals[i]) && vals[i] - vals[best] <= 1e-5 * fabs(vals[best]);
+        if (n_near == 1)
+            cr_assert_str_eq(txt(t, r, "lower"), names[best], "lambda #%d (kept %g)", r, k);
+        else
+            cr_assert(!strcmp(txt(t, r, "lower"), "tie") || !strcmp(txt(t, r, "lower"), names[best]), "lambda #%d: %s",
+                      r, txt(t, r, "lower"));
+    }
+    hp_table_free(t);
+
+    /* the report's curves: x is the share of the model's 9 heads, the same x for the same heads kept */
+    char html[300], svg_dir[300];
+    snprintf(html, sizeof html, "%s/r.html", tmp);
+    snprintf(svg_dir, sizeof svg_dir, "%s/svg", tmp);
+    struct hp_report_opts o = {.db_path = db, .out = html, .svg_dir = svg_dir, .eps = 0.01};
+    struct hp_report_summary rs_sum;
+    cr_assert_eq(hp_report_write(&o, &rs_sum, &err), HP_OK, "%s", err.msg);
+    char path[400];
+    snprintf(path, sizeof path, "%s/curves.svg", svg_dir);
+    char *svg = tu_slurp(path, NULL);
+    cr_assert(svg);
+    cr_assert(strstr(svg, "heads pruned (% of the 9 query heads the checkpoint has, of 12)"), "the x axis' label");
+    double xi[32], pi[32], xg[8], pg[8];
+    int ni = series_points(svg, "iterative", xi, pi, 32), ng = series_points(svg, "gates", xg, pg, 8);
+    cr_assert_eq(ng, 3);
+    cr_assert_geq(ni, 2);
+    for (int g = 0; g < ng; g++)
+        cr_assert(fabs(pg[g] - 100.0 * (9 - gp[g].kept) / 9) < 0.006, "gates #%d drawn at %g%%", g, pg[g]);
+    for (int i = 0; i < ni; i++)
+        cr_assert(fabs(pi[i] - 100.0 * (9 - it[n_it - 1 - i].kept) / 9) < 0.006, "step %d drawn at %g%%", i, pi[i]);
+    cr_assert_eq(pi[0], 0, "the iterative curve starts at 0%% pruned");
+    /* the untrained gates study (every gate open) is the whole model: at the iterative curve's start */
+    double xu[4], pu[4];
+    cr_assert_eq(series_points(svg, "untrained", xu, pu, 4), 1);
+    cr_assert_eq(pu[0], 0, "the whole model drawn at %g%% pruned", pu[0]);
+    (void)xi, (void)xg;
+    free(svg);
+
+    hp_evaluator_free(ev);
+    hp_data_free(d);
+    hp_model_close(m);
+}
+
+/* A gate run's state damaged in the database (a NaN log alpha) is named as that, with the database: not reported
+ * as weights or data that give a non-finite objective. */
+Test(gates_sweep, a_damaged_saved_state_is_named_as_such)
+{
+    const char *plan = tiny_plan(NULL);
+    char db[256], hex[12 * 16 + 1] = "", q[512];
+    path_in(db, sizeof db, "damaged.db");
+    struct hp_sweep_summary sum;
+    struct hp_error err = {{0}};
+    struct stopper stop = {.stop_at = 20}; /* stopped while training its first lambda: a state saved mid-run */
+    cr_assert_eq(sweep(plan, db, 1, &stop, &sum, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(one_int(db, "SELECT count(*) FROM gate_runs WHERE n_kept IS NULL"), 1, "no run stopped mid-way");
+    for (int i = 0; i < 12; i++)
+        strcat(hex, i == 5 ? "000000000000F87F" : "0000000000000840"); /* head 1.1 NaN, the others 3.0 */
+    snprintf(q, sizeof q, "UPDATE gate_runs SET log_alpha = X'%s' WHERE n_kept IS NULL", hex);
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(h, q, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
+    sqlite3_close(h);
+    cr_assert_neq(sweep(plan, db, 1, NULL, &sum, &err), HP_OK);
+    cr_log_info("%s", err.msg);
+    cr_assert(strstr(err.msg, db) && strstr(err.msg, "the saved state of gate run") && strstr(err.msg, "is damaged") &&
+                  strstr(err.msg, "log_alpha of head 1.1 is nan"),
+              "%s", err.msg);
+    cr_assert(!strstr(err.msg, "weights") && !strstr(err.msg, "not finite"), "%s", err.msg);
+}

@@ -1232,10 +1232,10 @@ Test(query, not_a_headprune_database)
 
 Test(query, newer_schema_is_refused)
 {
-    sqlite3_close(db_create("5"));
+    sqlite3_close(db_create("6"));
     struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
     char want[300];
-    snprintf(want, sizeof want, "%s: written by a newer headprune (schema 5; this one reads 4", g_db);
+    snprintf(want, sizeof want, "%s: written by a newer headprune (schema 6; this one reads 5", g_db);
     expect_fail(&o, g_db, HP_ERR_UNSUPPORTED, want);
 }
 
@@ -1405,11 +1405,11 @@ Test(query, a_reader_tells_what_was_run)
         "model_path", "models/tiny", "model_type", "llama", "n_layers", "2", "n_heads", "4", "n_kv_heads", "2",
         "d_head", "8", "n_params", "1000", "model_digest", "md",
         "data_path", "data/val.npy", "n_seqs", "4", "seq_len", "16", "data_digest", "dd",
-        "baseline", "2.140000",
+        "baseline", "2.140000", "n_present", "8",
         "results", "33", "engine_versions", "0.1.0", "numeric_versions", "1", "kernels", "haswell", "hosts", "test",
         "threads_min", "1", "threads_max", "1", "first_result", "2024-01-01T00:00:00Z",
         "last_result", "2024-01-01T00:00:00Z", "wall_s", "16.5"};
-    expect_table(t, 2, cols, "00", 33, want);
+    expect_table(t, 2, cols, "00", 34, want);
     // numbers where the field is one
     cr_assert_eq(t->values[2 * 12 + 1], 2.0, "n_layers as a number");
     cr_assert_eq(t->values[2 * 22 + 1], 2.14, "baseline as a number");

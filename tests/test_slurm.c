@@ -491,3 +491,42 @@ Test(slurm, shell_quote_round_trips_through_bash)
     char small[4];
     cr_assert(!hp_shell_quote("abcd", small, sizeof small), "a quote that does not fit must fail");
 }
+
+/* Gates and roles studies run in shard 1 as iterative ones do, and say so; a plan of nothing else leaves the other
+ * tasks nothing to run, which is said too rather than left to be found idle. */
+Test(slurm, gates_and_roles_studies_are_named_as_shard_1s_and_idle_tasks_said)
+{
+    char plan[600], db[600], text[1200];
+    snprintf(plan, sizeof plan, "%s/g.yaml", work);
+    snprintf(db, sizeof db, "%s/g.db", work);
+    const char *fx = getenv("HP_FIXTURES");
+    snprintf(text, sizeof text,
+             "name: g\nmodel: %s/llama-gqa\ndata: %s/llama-gqa/data.npy\nstudies:\n"
+             "  - gates: {lambda: [0, 1], split: 1}\n  - roles\n", fx, fx);
+    tu_spit(plan, text, strlen(text));
+    const char *argv[] = {hp(), "slurm", plan, "--shards", "4", "--db", db, "--dry-run", NULL};
+    cr_assert_eq(runv(NULL, NULL, argv), 0, "stderr: %s", errs);
+    cr_assert(has_line(out, "shard 1 runs the whole plan: its studies (gates, roles) are all sequential, so tasks 2 "
+                            "to 4 have nothing to run (--shards 1 does the same work; see --help)"),
+              "%s", out);
+    char script[700], body[1 << 14];
+    snprintf(script, sizeof script, "%s/g.slurm/shards.sbatch", work);
+    read_into(script, body, sizeof body);
+    cr_assert(strstr(body, "iterative, gradient, gates and roles studies"), "%s", body);
+
+    /* with other studies beside them: shard 1 also runs them, named */
+    snprintf(text, sizeof text,
+             "name: g\nmodel: %s/llama-gqa\ndata: %s/llama-gqa/data.npy\nstudies:\n"
+             "  - single\n  - gates: {lambda: [0, 1], split: 1}\n  - roles\n", fx, fx);
+    tu_spit(plan, text, strlen(text));
+    const char *argv2[] = {hp(), "slurm", plan, "--shards", "2", "--db", db, "--dry-run", NULL};
+    cr_assert_eq(runv(NULL, NULL, argv2), 0, "stderr: %s", errs);
+    cr_assert(has_line(out, "shard 1 also runs the plan's sequential studies (gates, roles), after its share (see "
+                            "--help)"),
+              "%s", out);
+    cr_assert(!strstr(out, "nothing to run"), "%s", out);
+
+    const char *help[] = {hp(), "slurm", "--help", NULL};
+    cr_assert_eq(runv(NULL, NULL, help), 0);
+    cr_assert(strstr(out, "gates and roles studies are"), "%s", out);
+}

@@ -195,6 +195,31 @@ Test(store, merge_refuses_a_newer_shard_and_leaves_out_unchanged)
     cr_assert(access(db, F_OK) != 0, "merge created its output before refusing");
 }
 
+/* A merge that fails once it has begun (a shard whose tables lack a column) leaves no file where there was none,
+ * and an existing output as it was. */
+Test(store, a_failed_merge_into_a_new_file_leaves_nothing)
+{
+    char shard[160], wal[200];
+    snprintf(shard, sizeof shard, "%s/shard.db", tmp);
+    struct hp_error err = {0};
+    struct hp_store *s;
+    cr_assert_eq(hp_store_open(shard, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    sql(shard, "DROP VIEW effects; DROP VIEW baselines; DROP VIEW jobs; ALTER TABLE seq_results RENAME COLUMN kl TO kk");
+    const char *in[] = {shard};
+    int64_t added;
+    cr_assert_neq(hp_store_merge(db, in, 1, &added, &err), HP_OK);
+    cr_assert(strstr(err.msg, "merging") && strstr(err.msg, "shard.db"), "%s", err.msg);
+    cr_assert(access(db, F_OK) != 0, "a failed merge left %s behind", db);
+    snprintf(wal, sizeof wal, "%s-wal", db);
+    cr_assert(access(wal, F_OK) != 0, "a failed merge left %s behind", wal);
+    /* an output that was there stays */
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    cr_assert_neq(hp_store_merge(db, in, 1, &added, &err), HP_OK);
+    cr_assert(access(db, F_OK) == 0, "the existing output was removed");
+}
+
 /* A file with a trigger (which would run on every write: one whose work never ends hung run) or a schema table
  * that is a view: refused by the writer, by a reader and as a merge's shard, naming it, the files unchanged. */
 Test(store, a_trigger_or_a_view_in_place_of_a_table_is_refused_everywhere)
@@ -535,11 +560,11 @@ Test(store, schema_3_database_gains_the_roles_and_gate_tables)
                  3);
     cr_assert_eq(one_int("SELECT count(*) FROM sqlite_master WHERE name IN ('gate_runs', 'gate_heads', 'sweep_gates')"),
                  3);
-    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), 4);
+    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), HP_SCHEMA_VERSION);
     cr_assert_eq(one_int("SELECT count(*) FROM models"), 1, "existing rows kept");
     cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
     hp_store_close(s);
-    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), 4);
+    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), HP_SCHEMA_VERSION);
 }
 
 /* A roles computation of a 2 x 2 model whose head 1.1 the checkpoint lacks, stored once, linked, merged. */
@@ -621,4 +646,47 @@ Test(store, roles_are_written_as_given_once_and_merged)
     cr_assert_float_eq(sqlite3_column_double(st, 3), 0.5 + 0.75 + 0.1, 1e-12);
     sqlite3_finalize(st);
     sqlite3_close(h);
+}
+
+/* The heads a pruned checkpoint lacks: a row each, written at every sweep (a schema 4 database learns them at its
+ * next run), never twice, and merged with their model. */
+Test(store, the_heads_a_pruned_checkpoint_lacks_are_recorded_and_merged)
+{
+    struct hp_error err = {0};
+    struct hp_store *s = NULL;
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    /* what a schema 4 database looked like */
+    sql(db, "DROP TABLE pruned_heads; UPDATE meta SET value = '4' WHERE key = 'schema_version'");
+    cr_assert_eq(hp_store_open(db, &s, &err), HP_OK, "%s", err.msg);
+    const uint8_t pruned[6] = {0, 1, 0, 0, 1, 1}; /* 2 layers x 3 heads: 0.1, 1.1, 1.2 */
+    struct hp_store_sweep_row row = {
+        .plan_digest = "p0", .model_digest = "m0", .data_digest = "d0", .name = "r", .plan_path = "/x/p.yaml",
+        .plan_text = "", .ablation = "zero", .metric = "loss", .model_path = "/x/m", .model_type = "gpt2",
+        .n_layers = 2, .n_heads = 3, .n_kv_heads = 3, .d_head = 8, .n_params = 1, .pruned = pruned,
+        .data_path = "/x/d.npy", .n_seqs = 2, .seq_len = 5,
+    };
+    int64_t sweep = 0;
+    cr_assert_eq(hp_store_sweep(s, &row, &sweep, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_store_sweep(s, &row, &sweep, &err), HP_OK, "%s", err.msg);
+    row.model_digest = "m1", row.pruned = NULL; /* a complete checkpoint: none */
+    cr_assert_eq(hp_store_sweep(s, &row, &sweep, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    cr_assert_eq(one_int("SELECT value FROM meta WHERE key = 'schema_version'"), HP_SCHEMA_VERSION);
+    cr_assert_eq(one_int("SELECT count(*) FROM pruned_heads"), 3);
+    cr_assert_eq(one_int("SELECT count(*) FROM pruned_heads p JOIN models m ON m.id = p.model_id WHERE m.digest = "
+                         "'m0' AND ((p.layer = 0 AND p.head = 1) OR (p.layer = 1 AND p.head IN (1, 2)))"),
+                 3);
+
+    char out[sizeof db];
+    snprintf(out, sizeof out, "%s/merged.db", tmp);
+    const char *in[1] = {db};
+    int64_t added = 0;
+    cr_assert_eq(hp_store_merge(out, in, 1, &added, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_store_merge(out, in, 1, &added, &err), HP_OK, "%s", err.msg);
+    snprintf(db, sizeof db, "%s", out);
+    cr_assert_eq(one_int("SELECT count(*) FROM pruned_heads p JOIN models m ON m.id = p.model_id WHERE m.digest = "
+                         "'m0' AND ((p.layer = 0 AND p.head = 1) OR (p.layer = 1 AND p.head IN (1, 2)))"),
+                 3);
+    cr_assert_eq(one_int("SELECT count(*) FROM pruned_heads"), 3);
 }

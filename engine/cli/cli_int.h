@@ -53,6 +53,9 @@ int option_error(const char *cmd, int c, char **argv);
 
 /* The whole of s a decimal integer in [lo, hi] (no blanks, no overflow); false: refuse it. */
 bool parse_int(const char *s, int lo, int hi, int *out);
+/* An integer option's value (name: "--threads") in [lo, hi] into *out: 0, or the usage error's exit status after
+ * one line naming the option and its range. what: NULL ("an integer") or e.g. "a sweep id, an integer". */
+int int_option(const char *cmd, const char *name, const char *what, const char *s, int lo, int hi, int *out);
 /* "I/N" with 1 <= I <= N. */
 bool parse_shard(const char *s, int *si, int *sn);
 /* The whole of s a finite number >= lo. */

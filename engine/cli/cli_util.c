@@ -68,6 +68,22 @@ bool parse_int(const char *s, int lo, int hi, int *out)
     return true;
 }
 
+/*
+ * An integer option: parse_int's, or one line that names the option and the
+ * range it takes (and what was given), whichever way the text is wrong: not
+ * a number, or a number past a limit, which "not a positive integer" would
+ * misdescribe. what: "an integer", or e.g. "a sweep id, an integer".
+ */
+int int_option(const char *cmd, const char *name, const char *what, const char *s, int lo, int hi, int *out)
+{
+    if (parse_int(s, lo, hi, out))
+        return 0;
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s must be %s from %d to %d (not '%.40s%s')", name, what ? what : "an integer", lo, hi,
+             s, strlen(s) > 40 ? "..." : "");
+    return usage_error(cmd, msg);
+}
+
 /* "I/N" with 1 <= I <= N, each part a number as parse_int takes it. */
 bool parse_shard(const char *s, int *si, int *sn)
 {

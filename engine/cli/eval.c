@@ -111,8 +111,8 @@ int cmd_eval(int argc, char **argv)
         case 'm': dir = optarg; break;
         case 'd': data_path = optarg; break;
         case 's':
-            if (!parse_int(optarg, 1, 1 << 20, &seq_len))
-                return usage_error("eval", "--seq-len must be a positive integer");
+            if ((c = int_option("eval", "--seq-len", NULL, optarg, 1, 1 << 20, &seq_len)) != 0)
+                return c;
             break;
         case 'k':
         case 'K':
@@ -123,8 +123,8 @@ int cmd_eval(int argc, char **argv)
             break;
         case 'a': abl_name = optarg; break;
         case 't':
-            if (!parse_int(optarg, 1, 1024, &threads))
-                return usage_error("eval", "--threads must be a positive integer");
+            if ((c = int_option("eval", "--threads", NULL, optarg, 1, 1024, &threads)) != 0)
+                return c;
             break;
         case 'j': json = true; break;
         case 'q': quiet = true; break;

@@ -80,13 +80,14 @@ int cmd_prune(int argc, char **argv)
             break;
         case 'd': db = optarg; break;
         case 's':
-            if (!parse_int(optarg, 1, 1 << 30, &sweep))
-                return usage_error("prune", "--sweep must be a sweep id (a positive integer; `headprune query sweeps` lists them)");
+            if ((c = int_option("prune", "--sweep", "a sweep id (`headprune query sweeps` lists them), an integer", optarg,
+                                1, 1 << 30, &sweep)) != 0)
+                return c;
             break;
         case 'S': study = optarg; break;
         case 'n':
-            if (!parse_int(optarg, 0, 1 << 30, &step))
-                return usage_error("prune", "--step must be a step number (0 or more)");
+            if ((c = int_option("prune", "--step", "a step number, an integer", optarg, 0, 1 << 30, &step)) != 0)
+                return c;
             break;
         case 'o': out = optarg; break;
         case 'q': quiet = true; break;

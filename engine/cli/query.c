@@ -116,10 +116,10 @@ int cmd_query(int argc, char **argv)
         case 'd': db = optarg; break;
         case 's':
         case O_SWEEP2: {
-            int v;
-            if (!parse_int(optarg, 1, 1 << 30, &v))
-                return usage_error("query", c == 's' ? "--sweep must be a positive sweep id"
-                                                     : "--sweep2 must be a positive sweep id");
+            int v, e;
+            if ((e = int_option("query", c == 's' ? "--sweep" : "--sweep2", "a sweep id, an integer", optarg, 1, 1 << 30,
+                                &v)) != 0)
+                return e;
             *(c == 's' ? &q.sweep_id : &q.sweep_id2) = v;
             break;
         }
@@ -141,8 +141,8 @@ int cmd_query(int argc, char **argv)
             break;
         }
         case 'k':
-            if (!parse_int(optarg, 1, 1 << 30, &q.top))
-                return usage_error("query", "--top must be a positive integer");
+            if ((c = int_option("query", "--top", NULL, optarg, 1, 1 << 30, &q.top)) != 0)
+                return c;
             break;
         case 'M': q.full_mask = true; break;
         case O_GATES: q.gates = true; break;

@@ -76,9 +76,9 @@ int cmd_report(int argc, char **argv)
         switch (c) {
         case 'd': o.db_path = optarg; break;
         case 's': {
-            int v;
-            if (!parse_int(optarg, 1, 1 << 30, &v))
-                return usage_error("report", "--sweep must be a positive sweep id");
+            int v, e;
+            if ((e = int_option("report", "--sweep", "a sweep id, an integer", optarg, 1, 1 << 30, &v)) != 0)
+                return e;
             o.sweep_id = v;
             break;
         }

@@ -168,20 +168,20 @@ int cmd_roles(int argc, char **argv)
         case 'm': dir = optarg; break;
         case 'd': data_path = optarg; break;
         case 's':
-            if (!parse_int(optarg, 1, 1 << 20, &seq_len))
-                return usage_error("roles", "--seq-len must be a positive integer");
+            if ((c = int_option("roles", "--seq-len", NULL, optarg, 1, 1 << 20, &seq_len)) != 0)
+                return c;
             break;
         case 't':
-            if (!parse_int(optarg, 1, 1024, &threads))
-                return usage_error("roles", "--threads must be a positive integer");
+            if ((c = int_option("roles", "--threads", NULL, optarg, 1, 1024, &threads)) != 0)
+                return c;
             break;
         case O_PROBE_SEQS:
-            if (!parse_int(optarg, 1, 1 << 20, &ro.probe_seqs))
-                return usage_error("roles", "--probe-seqs must be a positive integer");
+            if ((c = int_option("roles", "--probe-seqs", NULL, optarg, 1, 1 << 20, &ro.probe_seqs)) != 0)
+                return c;
             break;
         case O_PROBE_LEN:
-            if (!parse_int(optarg, 1, 1 << 20, &ro.probe_len))
-                return usage_error("roles", "--probe-len must be a positive integer");
+            if ((c = int_option("roles", "--probe-len", NULL, optarg, 1, 1 << 20, &ro.probe_len)) != 0)
+                return c;
             break;
         case 'j': json = true; break;
         case 'q': quiet = true; break;

@@ -90,12 +90,12 @@ int cmd_run(int argc, char **argv)
                 return usage_error("run", "--shard must be I/N with 1 <= I <= N, e.g. 2/4");
             break;
         case 't':
-            if (!parse_int(optarg, 1, 1024, &threads))
-                return usage_error("run", "--threads must be a positive integer");
+            if ((c = int_option("run", "--threads", NULL, optarg, 1, 1024, &threads)) != 0)
+                return c;
             break;
         case 'b':
-            if (!parse_int(optarg, 1, 1 << 20, &batch))
-                return usage_error("run", "--batch must be a positive integer");
+            if ((c = int_option("run", "--batch", NULL, optarg, 1, 1 << 20, &batch)) != 0)
+                return c;
             break;
         case 'p': plain = true; break;
         case 'q': quiet = true; break;

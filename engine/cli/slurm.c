@@ -40,14 +40,16 @@ static const char slurm_help[] =
     "its model and data and OUT's folder must be on a file system the compute\n"
     "nodes see.\n"
     "\n"
-    "Iterative and gradient studies (iterative, importance, attribution) are\n"
-    "sequential: each step's masks depend on the results before it. They run in\n"
-    "shard 1, after its share of the other jobs, with its task's CPUs, exactly as\n"
-    "'run --shard 1/N' runs them: splitting a step's candidates over the array\n"
+    "Iterative, gradient (importance, attribution), gates and roles studies are\n"
+    "sequential: each step's masks depend on the results before it (a gates\n"
+    "study's training steps likewise; a roles study is one computation). They run\n"
+    "in shard 1, after its share of the other jobs, with its task's CPUs, exactly\n"
+    "as 'run --shard 1/N' runs them: splitting a step's candidates over the array\n"
     "would make every task wait for the others at every step, through one shared\n"
     "database. Give --time for shard 1's longer work; a plan whose sequential\n"
     "study dominates runs best as a plan of its own with --shards 1 and the CPUs\n"
-    "of a node (--cpus-per-task).\n"
+    "of a node (--cpus-per-task). A plan with nothing else leaves shards 2..N\n"
+    "nothing to do, which slurm says.\n"
     "\n"
     "  --shards N           array tasks, one shard each (1 <= N <= 1000000; Slurm's\n"
     "                       default MaxArraySize takes up to 1000)\n"
@@ -62,14 +64,17 @@ static const char slurm_help[] =
     "  --dry-run            write the scripts and print the sbatch commands, without\n"
     "                       submitting\n";
 
-/* Whether the plan has studies that run in shard 1 only, and their names into names. */
-static bool sequential_studies(const struct hp_plan *p, char *names, size_t cap)
+/* Whether the plan has studies that run in shard 1 only, and their names into names; *only: whether every study
+ * but its baselines does (then the other shards have nothing to run: the baseline is the first job, shard 1's). */
+static bool sequential_studies(const struct hp_plan *p, char *names, size_t cap, bool *only)
 {
     size_t n = 0;
     names[0] = '\0';
+    *only = true;
     for (int i = 0; i < p->n_studies; i++) {
         enum hp_study_kind k = p->studies[i].kind;
-        if (k == HP_STUDY_ITERATIVE || k == HP_STUDY_IMPORTANCE || k == HP_STUDY_ATTRIBUTION) {
+        *only &= k == HP_STUDY_BASELINE || hp_study_first_shard_only(k);
+        if (hp_study_first_shard_only(k)) {
             int w = snprintf(names + n, cap - n, "%s%s", n ? ", " : "", p->studies[i].name);
             n = w > 0 && (size_t)w < cap - n ? n + (size_t)w : n;
         }
@@ -127,8 +132,8 @@ int cmd_slurm(int argc, char **argv)
     while (rc < 0 && (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
         case 'n':
-            if (!parse_int(optarg, 1, 1000000, &shards))
-                rc = usage_error("slurm", "--shards must be an integer from 1 to 1000000");
+            if ((c = int_option("slurm", "--shards", NULL, optarg, 1, 1000000, &shards)) != 0)
+                rc = c;
             break;
         case 'd': db = optarg; break;
         case 'p':
@@ -142,8 +147,8 @@ int cmd_slurm(int argc, char **argv)
                 rc = usage_error("slurm", "--time must be a Slurm time: minutes, H:M:S or D-H:M:S, e.g. 2:00:00");
             break;
         case 'c':
-            if (!parse_int(optarg, 1, 1024, &cpus))
-                rc = usage_error("slurm", "--cpus-per-task must be an integer from 1 to 1024");
+            if ((c = int_option("slurm", "--cpus-per-task", NULL, optarg, 1, 1024, &cpus)) != 0)
+                rc = c;
             break;
         case 'a':
             if (optarg[0] != '-' || strchr(optarg, '\n'))
@@ -176,7 +181,7 @@ int cmd_slurm(int argc, char **argv)
         return die(&err);
     }
     char plan_abs[PATH_MAX], exe[PATH_MAX], db_abs[PATH_MAX], defdb[1200], seq[512];
-    bool sequential = sequential_studies(p, seq, sizeof seq);
+    bool seq_only = false, sequential = sequential_studies(p, seq, sizeof seq, &seq_only);
     struct hp_slurm_paths paths;
     rc = 1;
     ssize_t n_exe = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -210,7 +215,12 @@ int cmd_slurm(int argc, char **argv)
     printf("wrote %s: a job array of %d task%s, task K runs shard K of %d into shard-K-of-%d.db with %d CPU%s\n",
            paths.shards, shards, shards == 1 ? "" : "s", shards, shards, cpus, cpus == 1 ? "" : "s");
     printf("      %s: after the array, merges the shards that finished into %s\n", paths.merge, db_abs);
-    if (sequential)
+    char idle[64];
+    snprintf(idle, sizeof idle, shards > 2 ? "tasks 2 to %d have" : "task %d has", shards);
+    if (sequential && seq_only && shards > 1)
+        printf("shard 1 runs the whole plan: its studies (%s) are all sequential, so %s nothing to run (--shards 1 "
+               "does the same work; see --help)\n", seq, idle);
+    else if (sequential)
         printf("shard 1 also runs the plan's sequential studies (%s), after its share (see --help)\n", seq);
     if (dry) {
         printf("would run, from the scripts' folder:\n"
