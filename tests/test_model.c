@@ -485,19 +485,22 @@ Test(model, config_number_out_of_range)
     expect_fail(HP_ERR_FORMAT, "config.json", "\"layer_norm_epsilon\" must be a number above 0");
 }
 
-/* the llama-gqa fixture, config and weights, into tmp */
-static void copy_llama(void)
+/* fixture name's config and weights (one model.safetensors) into tmp */
+static void copy_fixture(const char *name)
 {
     static const char *const files[] = {"config.json", "model.safetensors"};
     for (int i = 0; i < 2; i++) {
         char p[1200];
         size_t n;
-        snprintf(p, sizeof p, "%s/llama-gqa/%s", getenv("HP_FIXTURES"), files[i]);
+        snprintf(p, sizeof p, "%s/%s/%s", getenv("HP_FIXTURES"), name, files[i]);
         char *c = tu_slurp(p, &n);
         spit(files[i], c, n);
         free(c);
     }
 }
+
+/* the llama-gqa fixture, config and weights, into tmp */
+static void copy_llama(void) { copy_fixture("llama-gqa"); }
 
 /* 65536 x 65536 wrapped to 0 in int, and the model opened */
 Test(model, llama_attention_width_overflows)
@@ -568,4 +571,111 @@ Test(model, qwen2_sliding_window_layers)
 {
     llama_config("qwen2-bias", "\"use_sliding_window\": false", "\"use_sliding_window\": true");
     expect_fail(HP_ERR_UNSUPPORTED, "config.json", "use_sliding_window");
+}
+
+/* ---- every tensor read, every config key decided ------------------------------------ */
+
+static void expect_open(void)
+{
+    struct hp_error err = {0};
+    struct hp_model *m = NULL;
+    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+    hp_model_close(m);
+}
+
+#define ZERO_F32 "{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}"
+
+/* a tensor the loader never reads was ignored, and the model evaluated without it */
+Test(model, tensor_not_read_is_refused)
+{
+    write_weights_ex(NULL, 0, ",\"transformer.h.0.mlp.c_gate.weight\":" ZERO_F32);
+    expect_fail(HP_ERR_UNSUPPORTED, "model.safetensors", "tensor 'transformer.h.0.mlp.c_gate.weight' is not read");
+}
+
+/* the buffers transformers keeps beside the weights are no part of the maths */
+Test(model, known_buffers_are_accepted)
+{
+    write_weights_ex(NULL, 0, ",\"transformer.h.0.attn.masked_bias\":" ZERO_F32 ",\"transformer.h.2.attn.bias\":" ZERO_F32);
+    expect_open();
+}
+
+Test(model, llama_rotary_cache_is_accepted)
+{
+    use_fixture("llama-gqa");
+    write_weights_ex(NULL, 0, ",\"model.layers.1.self_attn.rotary_emb.inv_freq\":" ZERO_F32);
+    expect_open();
+}
+
+/* mlp_bias false: transformers' LlamaMLP has no biases, so stored ones are not part of the model */
+Test(model, llama_mlp_biases_without_mlp_bias)
+{
+    copy_fixture("llama-mlp-bias");
+    edit_config("\"mlp_bias\": true", "\"mlp_bias\": false");
+    expect_fail(HP_ERR_UNSUPPORTED, "model.safetensors", "mlp.down_proj.bias' is not read");
+}
+
+Test(model, llama_attention_biases_without_attention_bias)
+{
+    copy_fixture("llama-mlp-bias");
+    edit_config("\"attention_bias\": true", "\"attention_bias\": false");
+    expect_fail(HP_ERR_UNSUPPORTED, "model.safetensors", "self_attn.k_proj.bias' is not read");
+}
+
+Test(model, llama_mlp_bias_without_its_tensors)
+{
+    copy_llama();
+    edit_config("\"mlp_bias\": false", "\"mlp_bias\": true");
+    expect_fail(HP_ERR_SHAPE, tmp, "mlp.gate_proj.bias' is missing");
+}
+
+/* tied, the head is the embedding: a stored head that differs from it is one or the other */
+Test(model, gpt2_tied_with_a_different_head)
+{
+    copy_fixture("gpt2-untied");
+    edit_config("\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");
+    expect_fail(HP_ERR_UNSUPPORTED, "model.safetensors", "'lm_head.weight' differs from the embedding");
+}
+
+/* transformers 4.57 refuses it ("Missing required keys in `rope_scaling` for 'rope_type'='None'") */
+Test(model, rope_scaling_factor_without_a_type)
+{
+    llama_config("llama-rope-linear", ",\n    \"rope_type\": \"linear\"", "");
+    expect_fail(HP_ERR_FORMAT, "config.json", "rope_scaling has no \"rope_type\"");
+}
+
+Test(model, headprune_record_kv_heads_named)
+{
+    write_weights(NULL, 0);
+    edit_config("\"model_type\": \"gpt2\"", "\"model_type\": \"gpt2\", \"headprune\": {\"n_heads\": 4, \"n_kv_heads\": 2}");
+    expect_fail(HP_ERR_FORMAT, "config.json", "\"headprune\".\"n_kv_heads\" 2");
+}
+
+/* BertModel with is_decoder builds a causal mask (get_extended_attention_mask) */
+Test(model, bert_as_a_decoder_is_refused)
+{
+    copy_fixture("bert-mlm");
+    edit_config("\"model_type\": \"bert\"", "\"model_type\": \"bert\", \"is_decoder\": true");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "\"is_decoder\"");
+}
+
+/* a key that changes transformers' maths, at a value the engine does not implement, is named */
+Test(model, math_key_not_implemented_is_named)
+{
+    copy_llama();
+    edit_config("\"mlp_bias\": false", "\"mlp_bias\": false, \"partial_rotary_factor\": 0.5");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "\"partial_rotary_factor\"");
+}
+
+Test(model, math_key_at_its_default_opens)
+{
+    copy_llama();
+    edit_config("\"mlp_bias\": false", "\"mlp_bias\": false, \"partial_rotary_factor\": 1.0");
+    expect_open();
+}
+
+Test(model, gpt2_cross_attention_is_refused)
+{
+    write_weights(NULL, 0);
+    edit_config("\"model_type\": \"gpt2\"", "\"model_type\": \"gpt2\", \"add_cross_attention\": true");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "\"add_cross_attention\"");
 }
