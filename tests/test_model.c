@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "headprune.h"
+#include "model_int.h"
 #include "testutil.h"
 
 static char src[1024], tmp[64];
@@ -675,4 +676,92 @@ Test(model, gpt2_cross_attention_is_refused)
     write_weights(NULL, 0);
     edit_config("\"model_type\": \"gpt2\"", "\"model_type\": \"gpt2\", \"add_cross_attention\": true");
     expect_fail(HP_ERR_UNSUPPORTED, "config.json", "\"add_cross_attention\"");
+}
+
+/* The key's entry in the fixture's list for model_type, or NULL. */
+static cJSON *fixture_key(cJSON *archs, const char *model_type, const char *key)
+{
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(archs, model_type))
+        if (strcmp(cJSON_GetObjectItem(e, "key")->valuestring, key) == 0)
+            return e;
+    return NULL;
+}
+
+/*
+ * tests/fixtures/config-keys.json lists every key transformers' configuration
+ * class and modeling code know for each architecture (tools/gen_config_keys.py):
+ * the engine's tables must decide each one, and hold no row transformers does
+ * not know. Regenerated for a new transformers release, a new key fails here
+ * until engine/config_keys.c and docs/checkpoints.md decide it.
+ */
+Test(model, every_transformers_config_key_is_decided)
+{
+    char p[1200];
+    size_t n;
+    snprintf(p, sizeof p, "%s/config-keys.json", getenv("HP_FIXTURES"));
+    char *txt = tu_slurp(p, &n);
+    cJSON *j = cJSON_Parse(txt), *archs = cJSON_GetObjectItem(j, "architectures"), *a, *e;
+    cr_assert(cJSON_IsObject(archs), "%s: no \"architectures\"", p);
+    int bad = 0, n_arch = 0, n_keys = 0;
+    cJSON_ArrayForEach(a, archs)
+    {
+        int nr;
+        const struct hp_config_key *rows = hp_config_keys(a->string, &nr);
+        cr_assert(rows, "no table of config keys for model_type %s", a->string);
+        n_arch++;
+        cJSON_ArrayForEach(e, a)
+        {
+            const char *key = cJSON_GetObjectItem(e, "key")->valuestring;
+            char *from = cJSON_PrintUnformatted(cJSON_GetObjectItem(e, "from"));
+            n_keys++;
+            if (!hp_config_key_find(a->string, key) && ++bad <= 10)
+                cr_log_error("%s: \"%s\" (transformers' %s) has no row in engine/config_keys.c", a->string, key, from);
+            free(from);
+        }
+        /* no stale rows: each of the architecture's own is a key transformers knows for it */
+        for (int i = 0; i < nr; i++)
+            if (!fixture_key(archs, a->string, rows[i].key) && ++bad <= 10)
+                cr_log_error("%s: engine/config_keys.c decides \"%s\", which transformers %s does not know", a->string,
+                             rows[i].key, cJSON_GetObjectItem(j, "transformers")->valuestring);
+    }
+    /* the shared rows are PretrainedConfig's: every architecture knows them (headprune's record aside) */
+    int ns;
+    const struct hp_config_key *shared = hp_config_keys(NULL, &ns);
+    for (int i = 0; i < ns; i++) {
+        bool anywhere = strcmp(shared[i].key, "headprune") == 0;
+        cJSON_ArrayForEach(a, archs) anywhere |= fixture_key(archs, a->string, shared[i].key) != NULL;
+        if (!anywhere && ++bad <= 10)
+            cr_log_error("engine/config_keys.c's shared row \"%s\" is a key no architecture knows", shared[i].key);
+        /* an accepted default is JSON text */
+        for (int k = 0; shared[i].rule == HP_KEY_DEFAULT && shared[i].ok[k]; k++) {
+            cJSON *v = cJSON_Parse(shared[i].ok[k]);
+            cr_assert(v, "\"%s\": accepted value %s is not JSON", shared[i].key, shared[i].ok[k]);
+            cJSON_Delete(v);
+        }
+    }
+    cr_assert_eq(n_arch, 5, "gpt2, bert, llama, mistral and qwen2 expected in %s", p);
+    cr_assert_eq(bad, 0, "%d config keys undecided or stale (first 10 above; %d keys checked)", bad, n_keys);
+    cJSON_Delete(j);
+    free(txt);
+}
+
+/* every accepted default of every table is JSON, and the audit accepts it */
+Test(model, config_key_defaults_are_accepted)
+{
+    static const char *const archs[] = {"gpt2", "bert", "llama", "mistral", "qwen2"};
+    for (int a = 0; a < 5; a++) {
+        int nr;
+        const struct hp_config_key *rows = hp_config_keys(archs[a], &nr);
+        for (int i = 0; i < nr; i++)
+            for (int k = 0; rows[i].rule == HP_KEY_DEFAULT && rows[i].ok[k]; k++) {
+                char text[256];
+                snprintf(text, sizeof text, "{\"%s\": %s}", rows[i].key, rows[i].ok[k]);
+                cJSON *c = cJSON_Parse(text);
+                cr_assert(c, "%s: \"%s\": accepted value %s is not JSON", archs[a], rows[i].key, rows[i].ok[k]);
+                struct hp_error err = {0};
+                cr_assert_eq(hp_config_audit(archs[a], c, "config.json", &err), HP_OK, "%s", err.msg);
+                cJSON_Delete(c);
+            }
+    }
 }
