@@ -27,8 +27,9 @@ extern "C" {
 /* Bumped whenever a change can alter any number the engine computes (4: the unmasked model's loss from the
  * LM head's online sum, as every variant's and gradient pass's; 5: gradients summed over chunks of their own,
  * of more rows than the forward's; the norms', the softmax's and the gate sums' additions in 8 lanes; libmvec's
- * 16-wide expf on AVX-512). */
-#define HP_NUMERIC_VERSION 5
+ * 16-wide expf on AVX-512; 6: checkpoints whose untied GPT-2 head or Llama MLP biases were ignored are read whole,
+ * so a store's results for them from before are not reused). */
+#define HP_NUMERIC_VERSION 6
 
 // --- errors -----------------------------------------------------------------
 
