@@ -9,7 +9,10 @@
  * HP_MODEL_CONVERT converts 16-bit matrices at load too, the path before
  * they were streamed, kept for the tests to compare with.
  * Invariant: after hp_model_open succeeds every pointer the forward pass
- * uses is valid and has the shape the config implies.
+ * uses is valid and has the shape the config implies; every tensor of the
+ * files was read or is a known buffer (harmless()), and every config.json
+ * key that changes transformers' maths was honoured or refused
+ * (config_keys.c): a checkpoint is never run as a model without some of it.
  * Must not: compute anything but conversions; print; exit.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -181,7 +184,7 @@ static enum hp_status read_rope_scaling(struct hp_model *m, const char *path, co
     if (c.st != HP_OK)
         return c.st;
     /* transformers 4.57 refuses it too ("Missing required keys in `rope_scaling` for 'rope_type'='None'"):
-     * run unscaled, a factor would be silently dropped */
+     * run unscaled, its factor would be dropped silently */
     if (!type)
         return hp_fail(err, HP_ERR_FORMAT,
                        "%s: rope_scaling has no \"rope_type\" (or \"type\"): name one (default, linear, dynamic, "
