@@ -450,7 +450,7 @@ static void mlp_again(const struct hp_model *m, struct hp_bwd *w, const float *x
     const int d = m->info.d_model, f = m->info.d_ff;
     linear(w->mb, w->act.u, x, N, d, f, L->w_up, L->b_up);
     if (L->w_gate.p)
-        linear(w->mb, w->act.z, x, N, d, f, L->w_gate, NULL);
+        linear(w->mb, w->act.z, x, N, d, f, L->w_gate, L->b_gate);
 }
 
 /* The MLP block's reverse: dy (N, d), the gradient at its output, to w->dh (N, d), the gradient at its input. */

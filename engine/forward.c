@@ -378,7 +378,7 @@ static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l, const 
     float *const u = kp ? kp->u : w->ff, *const z = kp ? kp->z : w->ff2;
     linear(w->mb, u, w->h, T, d, f, L->w_up, L->b_up);
     if (L->w_gate.p)
-        linear(w->mb, z, w->h, T, d, f, L->w_gate, NULL);
+        linear(w->mb, z, w->h, T, d, f, L->w_gate, L->b_gate);
     const bool gated = L->w_gate.p != NULL;
 #pragma omp parallel for schedule(static) if (hp_op_par(n))
     for (int t = 0; t < T; t++) {

@@ -9,7 +9,10 @@
  * HP_MODEL_CONVERT converts 16-bit matrices at load too, the path before
  * they were streamed, kept for the tests to compare with.
  * Invariant: after hp_model_open succeeds every pointer the forward pass
- * uses is valid and has the shape the config implies.
+ * uses is valid and has the shape the config implies; every tensor of the
+ * files was read or is a known buffer (harmless()), and every config.json
+ * key that changes transformers' maths was honoured or refused
+ * (config_keys.c): a checkpoint is never run as a model without some of it.
  * Must not: compute anything but conversions; print; exit.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -181,7 +184,16 @@ static enum hp_status read_rope_scaling(struct hp_model *m, const char *path, co
     struct cfg c = {path, (cJSON *)rs, err, HP_OK};
     const char *type = cfg_str(&c, "rope_type", NULL);
     if (!type)
-        type = cfg_str(&c, "type", "default"); /* the key before transformers 4.45 */
+        type = cfg_str(&c, "type", NULL); /* the key before transformers 4.45 */
+    if (c.st != HP_OK)
+        return c.st;
+    /* transformers 4.57 refuses it too ("Missing required keys in `rope_scaling` for 'rope_type'='None'"):
+     * run unscaled, its factor would be dropped silently */
+    if (!type)
+        return hp_fail(err, HP_ERR_FORMAT,
+                       "%s: rope_scaling has no \"rope_type\" (or \"type\"): name one (default, linear, dynamic, "
+                       "llama3), as transformers requires",
+                       path);
     struct hp_rope *r = &m->rope;
     if (strcmp(type, "default") == 0)
         return c.st;
@@ -247,7 +259,17 @@ static enum hp_status parse_act(struct cfg *c, const char *name, enum hp_act *ou
     return HP_OK;
 }
 
-static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *path, bool *tied, struct hp_error *err)
+/* What config.json says about tensors some checkpoints of an architecture have and others lack. */
+struct bind_opts {
+    bool tied;          /* tie_word_embeddings: the LM head is the embedding matrix */
+    bool qkv_bias;      /* Llama family: q/k/v_proj biases (Llama's attention_bias, always for Qwen2) */
+    bool o_bias;        /* Llama's attention_bias: o_proj bias */
+    bool mlp_bias;      /* Llama's mlp_bias: gate/up/down_proj biases */
+    bool no_problem;    /* BERT: no problem_type, so one class is regression in transformers */
+};
+
+static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *path, struct bind_opts *o,
+                                   struct hp_error *err)
 {
     struct cfg c = {path, j, err, HP_OK};
     struct hp_model_info *in = &m->info;
@@ -258,7 +280,7 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
     const char *act = NULL;
     /* the keys naming the head count and the hidden size, for messages */
     const char *k_heads = "num_attention_heads", *k_hidden = "hidden_size";
-    *tied = false;
+    *o = (struct bind_opts){0};
     if (strcmp(mt, "gpt2") == 0) {
         in->arch = HP_ARCH_GPT2;
         k_heads = "n_head";
@@ -274,6 +296,8 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
         m->scale_by_layer = cfg_bool(&c, "scale_attn_by_inverse_layer_idx", false);
         if (!cfg_bool(&c, "scale_attn_weights", true) && c.st == HP_OK)
             return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: scale_attn_weights = false is not supported", path);
+        /* GPT2LMHeadModel ties by default (PretrainedConfig's default) */
+        o->tied = cfg_bool(&c, "tie_word_embeddings", true);
         in->n_kv_heads = in->n_heads;
         in->causal = true;
     } else if (strcmp(mt, "bert") == 0) {
@@ -292,6 +316,14 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
             return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: position_embedding_type \"%s\" is not supported (absolute only)", path, pet);
         in->n_kv_heads = in->n_heads;
         in->causal = false;
+        o->tied = cfg_bool(&c, "tie_word_embeddings", true);
+        /* BertForSequenceClassification's loss: cross-entropy is what headprune computes */
+        const char *pt = cfg_str(&c, "problem_type", NULL);
+        if (c.st == HP_OK && pt && strcmp(pt, "single_label_classification") != 0)
+            return hp_fail(err, HP_ERR_UNSUPPORTED,
+                           "%s: \"problem_type\" \"%s\" is not supported (a classifier's loss is cross-entropy: "
+                           "single_label_classification)", path, pt);
+        o->no_problem = !pt;
         /* classes of a ForSequenceClassification checkpoint, by id */
         const cJSON *i2l = json_get(j, "id2label");
         int nl = cJSON_IsObject(i2l) ? cJSON_GetArraySize(i2l) : 0;
@@ -324,7 +356,14 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
         m->norm_eps = (float)cfg_num(&c, "rms_norm_eps", 1e-6, 0, 1);
         m->rope = (struct hp_rope){.theta = (float)cfg_num(&c, "rope_theta", 10000.0, 0, 1e15)};
         act = cfg_str(&c, "hidden_act", "silu");
-        *tied = cfg_bool(&c, "tie_word_embeddings", false);
+        o->tied = cfg_bool(&c, "tie_word_embeddings", false);
+        /* the biases each modeling file builds: LlamaAttention's and LlamaMLP's by the config, Qwen2's q/k/v
+         * always, Mistral's none */
+        if (strcmp(mt, "llama") == 0) {
+            o->qkv_bias = o->o_bias = cfg_bool(&c, "attention_bias", false);
+            o->mlp_bias = cfg_bool(&c, "mlp_bias", false);
+        }
+        o->qkv_bias |= strcmp(mt, "qwen2") == 0;
         enum hp_status st = read_rope_scaling(m, path, json_get(j, "rope_scaling"), err);
         if (st != HP_OK)
             return st;
@@ -333,6 +372,18 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
         if (strcmp(mt, "qwen2") == 0 && cfg_bool(&c, "use_sliding_window", false))
             return hp_fail(err, HP_ERR_UNSUPPORTED,
                            "%s: use_sliding_window (Qwen2's window on its upper layers) is not supported", path);
+        /* Qwen2's layer types: a sliding layer is one with a window, which headprune does not implement here */
+        const cJSON *lt = json_get(j, "layer_types"), *t;
+        if (strcmp(mt, "qwen2") == 0 && lt && !cJSON_IsNull(lt)) {
+            if (!cJSON_IsArray(lt))
+                return hp_fail(err, HP_ERR_FORMAT, "%s: \"layer_types\" must be a list", path);
+            cJSON_ArrayForEach(t, lt)
+            {
+                if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0)
+                    return hp_fail(err, HP_ERR_UNSUPPORTED,
+                                   "%s: \"layer_types\" other than \"full_attention\" are not supported", path);
+            }
+        }
         in->causal = true;
     } else {
         return hp_fail(err, HP_ERR_UNSUPPORTED,
@@ -340,6 +391,10 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
     }
     if (c.st != HP_OK)
         return c.st;
+    /* the keys that change transformers' maths and headprune implements only at their defaults */
+    enum hp_status ast = hp_config_audit(mt, j, path, err);
+    if (ast != HP_OK)
+        return ast;
     /* A checkpoint headprune pruned names its original grid: for Llama, whose
      * config then counts only the heads left when Hugging Face can load it. */
     const cJSON *rec = json_get(j, "headprune");
@@ -350,9 +405,13 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
         int h = cfg_int(&rc, "n_heads", -1, CFG_MAX_COUNT), kv = cfg_int(&rc, "n_kv_heads", h, CFG_MAX_COUNT);
         if (rc.st != HP_OK)
             return rc.st;
-        if (in->arch != HP_ARCH_LLAMA && (h != in->n_heads || kv != in->n_heads))
-            return hp_fail(err, HP_ERR_FORMAT, "%s: the headprune record's %d heads differ from \"%s\" %d", path, h,
+        if (in->arch != HP_ARCH_LLAMA && h != in->n_heads)
+            return hp_fail(err, HP_ERR_FORMAT, "%s: \"headprune\".\"n_heads\" %d differs from \"%s\" %d", path, h,
                            k_heads, in->n_heads);
+        if (in->arch != HP_ARCH_LLAMA && kv != in->n_heads)
+            return hp_fail(err, HP_ERR_FORMAT,
+                           "%s: \"headprune\".\"n_kv_heads\" %d differs from \"%s\" %d (a %s model has one key/value "
+                           "head per query head)", path, kv, k_heads, in->n_heads, mt);
         in->n_heads = h;
         in->n_kv_heads = kv;
     }
@@ -644,19 +703,45 @@ static void note_heads(struct binder *b, int l, int axis, int n_seg, bool kv)
     m->head_tensors[m->n_head_tensors++] = (struct hp_head_tensor){b->last, l, axis, n_seg, kv};
 }
 
+/*
+ * A tensor transformers ties to one already bound (lm_head.weight to the
+ * embedding when tie_word_embeddings, BERT's decoder bias to the MLM bias):
+ * when stored it is read only to check that it is the same, byte for byte,
+ * and refused when it differs, since it is unclear which of the two the
+ * checkpoint means.
+ */
+static void check_tied_copy(struct binder *b, const char *name, const struct hp_st_tensor *to, const char *what,
+                            const char *hint)
+{
+    if (b->st != HP_OK || !to)
+        return;
+    struct hp_st_tensor *t = lookup(b, name);
+    if (!t)
+        return;
+    bool same = t->dtype == to->dtype && t->n_dims == to->n_dims && t->nbytes == to->nbytes &&
+                memcmp(t->shape, to->shape, (size_t)t->n_dims * sizeof t->shape[0]) == 0 &&
+                (t->nbytes == 0 || memcmp(t->data, to->data, t->nbytes) == 0);
+    if (!same)
+        b->st = hp_fail(b->err, HP_ERR_UNSUPPORTED, "%s: tensor '%s' differs from %s '%s', which config.json ties it to (%s)",
+                        t->file, t->name, what, to->name, hint);
+    else
+        t->used = true;
+}
+
 /* A Hugging Face nn.Linear weight (out, in) as the B operand (in, out). */
 static struct hp_mat bind_linear(struct binder *b, const char *name, int in, int out)
 {
     return hp_mat_t(bind_mat(b, name, out, in, false));
 }
 
-static void bind_gpt2(struct binder *b)
+static void bind_gpt2(struct binder *b, const struct bind_opts *o)
 {
     struct hp_model *m = b->m;
     const struct hp_model_info *in = &m->info;
     int d = in->d_model, f = in->d_ff;
     char n[128];
     m->wte = bind_mat(b, "wte.weight", in->n_vocab, d, false);
+    const struct hp_st_tensor *wte = b->last;
     m->wpe = bind_mat(b, "wpe.weight", in->n_ctx, d, false);
     for (int l = 0; l < in->n_layers && b->st == HP_OK; l++) {
         struct hp_layer *L = &m->layers[l];
@@ -692,17 +777,27 @@ static void bind_gpt2(struct binder *b)
     }
     m->lnf_w = bind(b, "ln_f.weight", d, VEC, false);
     m->lnf_b = bind(b, "ln_f.bias", d, VEC, false);
-    /* the LM head is tied to the embedding (lm_head.weight, if saved, is the same) */
-    m->lm_head = m->wte;
+    /* GPT2LMHeadModel's head, outside the "transformer." prefix: the embedding when tied, else its own */
+    static const char *const none[] = {"", NULL};
+    struct binder hb = {m, none, b->err, b->st, NULL};
+    if (o->tied) {
+        check_tied_copy(&hb, "lm_head.weight", wte, "the embedding",
+                        "\"tie_word_embeddings\" is true; set it false to use the stored head");
+        m->lm_head = m->wte;
+    } else {
+        m->lm_head = bind_mat(&hb, "lm_head.weight", in->n_vocab, d, false);
+    }
+    b->st = hb.st;
 }
 
-static void bind_bert(struct binder *b)
+static void bind_bert(struct binder *b, const struct bind_opts *o)
 {
     struct hp_model *m = b->m;
     const struct hp_model_info *in = &m->info;
     int d = in->d_model, f = in->d_ff;
     char n[160];
     m->wte = bind_mat(b, "embeddings.word_embeddings.weight", in->n_vocab, d, false);
+    const struct hp_st_tensor *wte = b->last;
     m->wpe = bind_mat(b, "embeddings.position_embeddings.weight", in->n_ctx, d, false);
     m->wtt = bind_mat(b, "embeddings.token_type_embeddings.weight", m->n_types, d, false);
     m->emb_ln_w = bind(b, "embeddings.LayerNorm.weight", d, VEC, false);
@@ -744,6 +839,12 @@ static void bind_bert(struct binder *b)
             b->st = hp_fail(b->err, HP_ERR_FORMAT, "%s: a classifier without id2label in config.json", m->dir);
             return;
         }
+        if (in->n_labels == 1 && o->no_problem) {
+            b->st = hp_fail(b->err, HP_ERR_UNSUPPORTED,
+                            "%s: a classifier of one class is a regression (mean squared error) in transformers, which "
+                            "headprune does not implement", m->dir);
+            return;
+        }
         m->pooler = bind_linear(b, "pooler.dense.weight", d, d);
         m->pooler_b = bind(b, "pooler.dense.bias", d, VEC, false);
         hb.st = b->st;
@@ -760,23 +861,31 @@ static void bind_bert(struct binder *b)
         m->mlm_ln_w = bind(&hb, "cls.predictions.transform.LayerNorm.weight", d, VEC, false);
         m->mlm_ln_b = bind(&hb, "cls.predictions.transform.LayerNorm.bias", d, VEC, false);
         m->mlm_bias = bind(&hb, "cls.predictions.bias", in->n_vocab, VEC, true);
-        if (!m->mlm_bias)
+        if (m->mlm_bias)
+            check_tied_copy(&hb, "cls.predictions.decoder.bias", hb.last, "the bias",
+                            "BertLMPredictionHead's decoder adds cls.predictions.bias");
+        else
             m->mlm_bias = bind(&hb, "cls.predictions.decoder.bias", in->n_vocab, VEC, false);
-        /* the decoder is tied to the word embeddings */
-        m->lm_head = bind_mat(&hb, "cls.predictions.decoder.weight", in->n_vocab, d, true);
-        if (!m->lm_head.p)
+        /* the decoder: the word embeddings when tied (BERT's default), else its own */
+        if (o->tied) {
+            check_tied_copy(&hb, "cls.predictions.decoder.weight", wte, "the embedding",
+                            "\"tie_word_embeddings\" is true; set it false to use the stored decoder");
             m->lm_head = m->wte;
+        } else {
+            m->lm_head = bind_mat(&hb, "cls.predictions.decoder.weight", in->n_vocab, d, false);
+        }
         b->st = hb.st;
     }
 }
 
-static void bind_llama(struct binder *b, bool tied)
+static void bind_llama(struct binder *b, const struct bind_opts *o)
 {
     struct hp_model *m = b->m;
     const struct hp_model_info *in = &m->info;
     int d = in->d_model, f = in->d_ff;
     char n[128];
     m->wte = bind_mat(b, "embed_tokens.weight", in->n_vocab, d, false);
+    const struct hp_st_tensor *wte = b->last;
     for (int l = 0; l < in->n_layers && b->st == HP_OK; l++) {
         struct hp_layer *L = &m->layers[l];
         const int qd = L->n_q * in->d_head, kvd = L->n_kv * in->d_head;
@@ -788,28 +897,81 @@ static void bind_llama(struct binder *b, bool tied)
         note_heads(b, l, 0, 1, true);
         L->wv = bind_linear(b, G("self_attn.v_proj.weight"), d, kvd);
         note_heads(b, l, 0, 1, true);
-        L->bq = bind(b, G("self_attn.q_proj.bias"), qd, VEC, true); /* Qwen2 */
-        note_heads(b, l, 0, 1, false);
-        L->bk = bind(b, G("self_attn.k_proj.bias"), kvd, VEC, true);
-        note_heads(b, l, 0, 1, true);
-        L->bv = bind(b, G("self_attn.v_proj.bias"), kvd, VEC, true);
-        note_heads(b, l, 0, 1, true);
+        if (o->qkv_bias) {
+            L->bq = bind(b, G("self_attn.q_proj.bias"), qd, VEC, false);
+            note_heads(b, l, 0, 1, false);
+            L->bk = bind(b, G("self_attn.k_proj.bias"), kvd, VEC, false);
+            note_heads(b, l, 0, 1, true);
+            L->bv = bind(b, G("self_attn.v_proj.bias"), kvd, VEC, false);
+            note_heads(b, l, 0, 1, true);
+        }
         L->wo = bind_linear(b, G("self_attn.o_proj.weight"), qd, d);
         note_heads(b, l, 1, 1, false);
-        L->bo = bind(b, G("self_attn.o_proj.bias"), d, VEC, true);
+        if (o->o_bias)
+            L->bo = bind(b, G("self_attn.o_proj.bias"), d, VEC, false);
         L->ln2_w = bind(b, G("post_attention_layernorm.weight"), d, VEC, false);
         L->w_gate = bind_linear(b, G("mlp.gate_proj.weight"), d, f);
         L->w_up = bind_linear(b, G("mlp.up_proj.weight"), d, f);
         L->w_down = bind_linear(b, G("mlp.down_proj.weight"), f, d);
+        if (o->mlp_bias) {
+            L->b_gate = bind(b, G("mlp.gate_proj.bias"), f, VEC, false);
+            L->b_up = bind(b, G("mlp.up_proj.bias"), f, VEC, false);
+            L->b_down = bind(b, G("mlp.down_proj.bias"), d, VEC, false);
+        }
 #undef G
     }
     m->lnf_w = bind(b, "norm.weight", d, VEC, false);
     static const char *const none[] = {"", NULL};
     struct binder hb = {m, none, b->err, b->st, NULL};
-    const struct hp_mat head =
-        b->st == HP_OK ? bind_mat(&hb, "lm_head.weight", in->n_vocab, d, tied) : (struct hp_mat){0};
+    if (o->tied) {
+        check_tied_copy(&hb, "lm_head.weight", wte, "the embedding",
+                        "\"tie_word_embeddings\" is true; set it false to use the stored head");
+        m->lm_head = m->wte;
+    } else {
+        m->lm_head = bind_mat(&hb, "lm_head.weight", in->n_vocab, d, false);
+    }
     b->st = hb.st;
-    m->lm_head = head.p ? head : m->wte;
+}
+
+// --- every tensor accounted for -------------------------------------------------
+
+/*
+ * Buffers transformers keeps in some checkpoints beside the weights, and
+ * heads headprune never runs, that take no part in what it computes
+ * (docs/checkpoints.md): matched at the end of a tensor's name, after a dot.
+ */
+static bool harmless(const struct hp_model *m, const char *name)
+{
+    static const char *const gpt2[] = {"attn.bias", "attn.masked_bias", NULL}; /* causal-mask buffers */
+    static const char *const bert[] = {"embeddings.position_ids", "embeddings.token_type_ids", /* index buffers */
+                                       "cls.seq_relationship.weight", "cls.seq_relationship.bias", NULL};
+    static const char *const bert_pooler[] = {"pooler.dense.weight", "pooler.dense.bias", NULL};
+    static const char *const llama[] = {"rotary_emb.inv_freq", NULL}; /* recomputed from rope_theta */
+    const enum hp_arch a = m->info.arch;
+    const char *const *lists[] = {a == HP_ARCH_GPT2 ? gpt2 : a == HP_ARCH_BERT ? bert : llama,
+                                  a == HP_ARCH_BERT && !m->pooler.p ? bert_pooler : NULL};
+    const size_t n = strlen(name);
+    for (int i = 0; i < 2; i++)
+        for (const char *const *p = lists[i]; p && *p; p++) {
+            size_t k = strlen(*p);
+            if (n >= k && strcmp(name + n - k, *p) == 0 && (n == k || name[n - k - 1] == '.'))
+                return true;
+        }
+    return false;
+}
+
+/* Refuse a tensor the binder did not read: the model would run without it, which is another model. */
+static enum hp_status check_all_read(struct hp_model *m, struct hp_error *err)
+{
+    for (int i = 0; i < hp_st_count(m->st); i++) {
+        const struct hp_st_tensor *t = hp_st_at(m->st, i);
+        if (!t->used && !harmless(m, t->name))
+            return hp_fail(err, HP_ERR_UNSUPPORTED,
+                           "%s: tensor '%s' is not read: headprune's %s model has no place for it and would run "
+                           "without it (docs/checkpoints.md lists what it reads)",
+                           t->file, t->name, m->info.model_type);
+    }
+    return HP_OK;
 }
 
 // --- opening ----------------------------------------------------------------
@@ -942,8 +1104,8 @@ enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model
     if (st == HP_OK)
         st = read_json(path, &cfg, &m->config_text, err);
     if (st == HP_OK) {
-        bool tied = false;
-        st = parse_config(m, cfg, path, &tied, err);
+        struct bind_opts o;
+        st = parse_config(m, cfg, path, &o, err);
         if (st == HP_OK)
             st = parse_pruned(m, cfg, path, err);
         cJSON_Delete(cfg);
@@ -962,12 +1124,14 @@ enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model
             const char *const *pre = m->info.arch == HP_ARCH_GPT2 ? gpt2 : m->info.arch == HP_ARCH_BERT ? bert : llama;
             struct binder b = {m, pre, err, HP_OK, NULL};
             if (m->info.arch == HP_ARCH_GPT2)
-                bind_gpt2(&b);
+                bind_gpt2(&b, &o);
             else if (m->info.arch == HP_ARCH_BERT)
-                bind_bert(&b);
+                bind_bert(&b, &o);
             else
-                bind_llama(&b, tied);
+                bind_llama(&b, &o);
             st = b.st;
+            if (st == HP_OK)
+                st = check_all_read(m, err);
         }
     }
     free(path);

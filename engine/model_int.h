@@ -43,6 +43,7 @@ struct hp_layer {
     struct hp_mat w_gate;       /* Llama only: (d_model, d_ff); p NULL otherwise */
     struct hp_mat w_down;       /* (d_ff, d_model) */
     const float *b_up, *b_down; /* NULL or (d_ff), (d_model) */
+    const float *b_gate;        /* NULL or (d_ff): Llama's mlp_bias */
 };
 
 /*
@@ -117,6 +118,33 @@ enum {
      * compare the streamed one with */
     HP_MODEL_CONVERT = 1,
 };
+
+/*
+ * config.json keys transformers 4.x knows, per model_type, with what headprune
+ * does with each (config_keys.c; docs/checkpoints.md has them as tables).
+ */
+enum hp_key_rule {
+    HP_KEY_HONOUR,  /* model.c reads it, implementing or refusing each value itself */
+    HP_KEY_DEFAULT, /* changes the maths; only the values in ok are implemented, any other is refused */
+    HP_KEY_IGNORE,  /* changes nothing headprune computes */
+};
+
+struct hp_config_key {
+    const char *key;
+    enum hp_key_rule rule;
+    const char *ok[4]; /* HP_KEY_DEFAULT: the accepted values as JSON text, NULL-terminated (none: only absence) */
+    const char *why;   /* what the key does in transformers, and why the rule */
+};
+
+/* The rows of model_type's own table (NULL: PretrainedConfig's, which every architecture shares), n of them;
+ * NULL for a model_type without a table. */
+const struct hp_config_key *hp_config_keys(const char *model_type, int *n);
+/* key's row for model_type: its own table's, else the shared one's; NULL when neither has it. */
+const struct hp_config_key *hp_config_key_find(const char *model_type, const char *key);
+struct cJSON;
+/* Refuse the first key of cfg whose rule is HP_KEY_DEFAULT and whose value is not one it accepts, naming it. */
+enum hp_status hp_config_audit(const char *model_type, const struct cJSON *cfg, const char *path,
+                               struct hp_error *err);
 
 /* hp_model_open with flags (above). Destructor: hp_model_close. */
 enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model **out, struct hp_error *err);

@@ -28,7 +28,8 @@ extern "C" {
  * LM head's online sum, as every variant's and gradient pass's; 5: gradients summed over chunks of their own,
  * of more rows than the forward's; the norms', the softmax's and the gate sums' additions in 8 lanes; libmvec's
  * 16-wide expf on AVX-512; 6: the reuse path makes a resumed layer's output projection again from its heads'
- * outputs instead of subtracting the changed heads' part from the saved one). */
+ * outputs instead of subtracting the changed heads' part from the saved one; checkpoints whose untied GPT-2
+ * head or Llama MLP biases were ignored are read whole). */
 #define HP_NUMERIC_VERSION 6
 
 // --- errors -----------------------------------------------------------------

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <signal.h>
@@ -191,6 +192,49 @@ Test(export, llama_sharded_source) { roundtrip("llama-gqa-sharded", "kv:2.0"); }
 Test(export, llama_tied_bf16_keeps_bf16) { roundtrip("llama-tied-bf16", "0.0,1.3"); }
 Test(export, qwen2_biases) { roundtrip("qwen2-bias", "0.1,kv:1.1"); }
 Test(export, stories260K_real_checkpoint) { roundtrip("stories260K", "0.0,0.1,3.*,4.5"); }
+
+Test(export, gpt2_untied_lm_head) { roundtrip("gpt2-untied", "0.1,1.*"); }
+Test(export, llama_mlp_bias) { roundtrip("llama-mlp-bias", "0.1,kv:1.0"); }
+
+/*
+ * The export without a reference case's heads, evaluated on its own, against
+ * the number Hugging Face computed for that case on the unpruned model: the
+ * tensors only some checkpoints have (an untied LM head, MLP biases) must
+ * survive the export and be read back.
+ */
+static void export_against_hf(const char *fixture, const char *case_name)
+{
+    char dir[1024], path[1100];
+    fixture_dir(dir, sizeof dir, fixture);
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    size_t n;
+    char *txt = tu_slurp(path, &n);
+    cJSON *ref = cJSON_Parse(txt), *c, *hit = NULL;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(ref, "cases"))
+        if (strcmp(cJSON_GetObjectItem(c, "name")->valuestring, case_name) == 0)
+            hit = c;
+    cr_assert(hit, "%s: no case %s", path, case_name);
+    struct hp_model *m, *p;
+    struct hp_mask *mask;
+    struct hp_export_info info;
+    export_fixture(fixture, cJSON_GetObjectItem(hit, "mask")->valuestring, "hf", &m, &mask, &p, &info);
+    struct hp_data *d = fixture_data(dir);
+    struct hp_metrics *got = metrics_of(p, d, NULL, HP_ABLATE_ZERO, false);
+    /* float32 on both sides, different orders of summation: test_reference.c's tolerance */
+    const double want = cJSON_GetObjectItem(hit, "loss")->valuedouble;
+    cr_expect(fabs(got->loss - want) <= 1e-5 * fmax(1.0, fabs(want)), "%s without %s: loss %.9g, Hugging Face %.9g",
+              fixture, case_name, got->loss, want);
+    hp_metrics_free(got);
+    hp_data_free(d);
+    hp_mask_free(mask);
+    hp_model_close(p);
+    hp_model_close(m);
+    cJSON_Delete(ref);
+    free(txt);
+}
+
+Test(export, gpt2_untied_head_against_transformers) { export_against_hf("gpt2-untied", "mix"); }
+Test(export, llama_mlp_bias_against_transformers) { export_against_hf("llama-mlp-bias", "mix"); }
 
 /* Removing three heads of GPT-2 (d_model 32, d_head 8) drops, per head, its
  * q, k and v columns of c_attn (3 x 32 x 8), their biases (3 x 8) and its

@@ -285,6 +285,8 @@ Test(grad, gpt2_matches_torch) { check_torch("gpt2-tiny"); }
 Test(grad, gpt2_vocabulary_of_three_blocks_matches_torch) { check_torch("gpt2-vocab"); }
 Test(grad, llama_gqa_matches_torch) { check_torch("llama-gqa"); }
 Test(grad, qwen2_bias_matches_torch) { check_torch("qwen2-bias"); }
+Test(grad, gpt2_untied_lm_head_matches_torch) { check_torch("gpt2-untied"); }
+Test(grad, llama_mlp_bias_matches_torch) { check_torch("llama-mlp-bias"); }
 Test(grad, stories260K_matches_torch) { check_torch("stories260K"); }
 Test(grad, bert_mlm_matches_torch) { check_torch("bert-mlm"); }
 Test(grad, bert_classifier_matches_torch) { check_torch("bert-cls"); }

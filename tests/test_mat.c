@@ -219,8 +219,11 @@ static void write_copy(const char *name, const char *out, enum copy_mode mode, b
     struct hp_st_out *o = calloc((size_t)n + 1, sizeof *o);
     enum hp_dtype *dts = calloc((size_t)n, sizeof *dts);
     int k = 0;
+    /* the padding is named as a buffer transformers keeps beside the weights, which the loader accepts unread
+     * (every other tensor it does not read is refused) */
+    const char *pad = strncmp(name, "gpt2", 4) == 0 ? "transformer.h.0.attn.masked_bias" : "embeddings.position_ids";
     if (odd)
-        o[k++] = (struct hp_st_out){"zz_odd_padding", "U8", 1, {1}, 1};
+        o[k++] = (struct hp_st_out){pad, "U8", 1, {1}, 1};
     for (int i = 0; i < n; i++) {
         const struct hp_st_tensor *t = hp_st_at(set, i);
         cr_assert_eq(t->dtype, HP_DT_F32, "%s: %s is not f32", name, t->name);

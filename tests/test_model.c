@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "headprune.h"
+#include "model_int.h"
 #include "testutil.h"
 
 static char src[1024], tmp[64];
@@ -346,17 +347,14 @@ static char *zero_size_tensors(int n, const char *tail)
     return s;
 }
 
-/* 200k names took minutes with the quadratic check (100k: 16 s); a sort takes well under a second. */
+/* 200k names took minutes with the quadratic check (100k: 16 s); a sort takes well under a second.
+ * None of them is read, so the first is refused once they are all indexed. */
 Test(model, many_tensor_names_open_quickly, .timeout = 60)
 {
     char *extra = zero_size_tensors(200000, "");
     write_weights_ex(NULL, 0, extra);
     free(extra);
-    struct hp_error err;
-    struct hp_model *m;
-    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
-    cr_assert_eq(hp_model_get_info(m)->n_layers, 3);
-    hp_model_close(m);
+    expect_fail(HP_ERR_UNSUPPORTED, "model.safetensors", "tensor 'z0' is not read");
 }
 
 Test(model, duplicate_among_many_names, .timeout = 60)
@@ -488,19 +486,22 @@ Test(model, config_number_out_of_range)
     expect_fail(HP_ERR_FORMAT, "config.json", "\"layer_norm_epsilon\" must be a number above 0");
 }
 
-/* the llama-gqa fixture, config and weights, into tmp */
-static void copy_llama(void)
+/* fixture name's config and weights (one model.safetensors) into tmp */
+static void copy_fixture(const char *name)
 {
     static const char *const files[] = {"config.json", "model.safetensors"};
     for (int i = 0; i < 2; i++) {
         char p[1200];
         size_t n;
-        snprintf(p, sizeof p, "%s/llama-gqa/%s", getenv("HP_FIXTURES"), files[i]);
+        snprintf(p, sizeof p, "%s/%s/%s", getenv("HP_FIXTURES"), name, files[i]);
         char *c = tu_slurp(p, &n);
         spit(files[i], c, n);
         free(c);
     }
 }
+
+/* the llama-gqa fixture, config and weights, into tmp */
+static void copy_llama(void) { copy_fixture("llama-gqa"); }
 
 /* 65536 x 65536 wrapped to 0 in int, and the model opened */
 Test(model, llama_attention_width_overflows)
@@ -664,5 +665,200 @@ Test(model, opens_under_a_long_folder_as_under_a_short_one)
             free(far);
         }
         free(deep);
+    }
+}
+
+/* ---- every tensor read, every config key decided ------------------------------------ */
+
+static void expect_open(void)
+{
+    struct hp_error err = {0};
+    struct hp_model *m = NULL;
+    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+    hp_model_close(m);
+}
+
+#define ZERO_F32 "{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}"
+
+/* a tensor the loader never reads was ignored, and the model evaluated without it */
+Test(model, tensor_not_read_is_refused)
+{
+    write_weights_ex(NULL, 0, ",\"transformer.h.0.mlp.c_gate.weight\":" ZERO_F32);
+    expect_fail(HP_ERR_UNSUPPORTED, "model.safetensors", "tensor 'transformer.h.0.mlp.c_gate.weight' is not read");
+}
+
+/* the buffers transformers keeps beside the weights are no part of the maths */
+Test(model, known_buffers_are_accepted)
+{
+    write_weights_ex(NULL, 0, ",\"transformer.h.0.attn.masked_bias\":" ZERO_F32 ",\"transformer.h.2.attn.bias\":" ZERO_F32);
+    expect_open();
+}
+
+Test(model, llama_rotary_cache_is_accepted)
+{
+    use_fixture("llama-gqa");
+    write_weights_ex(NULL, 0, ",\"model.layers.1.self_attn.rotary_emb.inv_freq\":" ZERO_F32);
+    expect_open();
+}
+
+/* mlp_bias false: transformers' LlamaMLP has no biases, so stored ones are not part of the model */
+Test(model, llama_mlp_biases_without_mlp_bias)
+{
+    copy_fixture("llama-mlp-bias");
+    edit_config("\"mlp_bias\": true", "\"mlp_bias\": false");
+    expect_fail(HP_ERR_UNSUPPORTED, "model.safetensors", "mlp.down_proj.bias' is not read");
+}
+
+Test(model, llama_attention_biases_without_attention_bias)
+{
+    copy_fixture("llama-mlp-bias");
+    edit_config("\"attention_bias\": true", "\"attention_bias\": false");
+    expect_fail(HP_ERR_UNSUPPORTED, "model.safetensors", "self_attn.k_proj.bias' is not read");
+}
+
+Test(model, llama_mlp_bias_without_its_tensors)
+{
+    copy_llama();
+    edit_config("\"mlp_bias\": false", "\"mlp_bias\": true");
+    expect_fail(HP_ERR_SHAPE, tmp, "mlp.gate_proj.bias' is missing");
+}
+
+/* tied, the head is the embedding: a stored head that differs from it is one or the other */
+Test(model, gpt2_tied_with_a_different_head)
+{
+    copy_fixture("gpt2-untied");
+    edit_config("\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");
+    expect_fail(HP_ERR_UNSUPPORTED, "model.safetensors", "'lm_head.weight' differs from the embedding");
+}
+
+/* transformers 4.57 refuses it ("Missing required keys in `rope_scaling` for 'rope_type'='None'") */
+Test(model, rope_scaling_factor_without_a_type)
+{
+    llama_config("llama-rope-linear", ",\n    \"rope_type\": \"linear\"", "");
+    expect_fail(HP_ERR_FORMAT, "config.json", "rope_scaling has no \"rope_type\"");
+}
+
+Test(model, headprune_record_kv_heads_named)
+{
+    write_weights(NULL, 0);
+    edit_config("\"model_type\": \"gpt2\"", "\"model_type\": \"gpt2\", \"headprune\": {\"n_heads\": 4, \"n_kv_heads\": 2}");
+    expect_fail(HP_ERR_FORMAT, "config.json", "\"headprune\".\"n_kv_heads\" 2");
+}
+
+/* BertModel with is_decoder builds a causal mask (get_extended_attention_mask) */
+Test(model, bert_as_a_decoder_is_refused)
+{
+    copy_fixture("bert-mlm");
+    edit_config("\"model_type\": \"bert\"", "\"model_type\": \"bert\", \"is_decoder\": true");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "\"is_decoder\"");
+}
+
+/* a key that changes transformers' maths, at a value the engine does not implement, is named */
+Test(model, math_key_not_implemented_is_named)
+{
+    copy_llama();
+    edit_config("\"mlp_bias\": false", "\"mlp_bias\": false, \"partial_rotary_factor\": 0.5");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "\"partial_rotary_factor\"");
+}
+
+Test(model, math_key_at_its_default_opens)
+{
+    copy_llama();
+    edit_config("\"mlp_bias\": false", "\"mlp_bias\": false, \"partial_rotary_factor\": 1.0");
+    expect_open();
+}
+
+Test(model, gpt2_cross_attention_is_refused)
+{
+    write_weights(NULL, 0);
+    edit_config("\"model_type\": \"gpt2\"", "\"model_type\": \"gpt2\", \"add_cross_attention\": true");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "\"add_cross_attention\"");
+}
+
+/* The key's entry in the fixture's list for model_type, or NULL. */
+static cJSON *fixture_key(cJSON *archs, const char *model_type, const char *key)
+{
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(archs, model_type))
+        if (strcmp(cJSON_GetObjectItem(e, "key")->valuestring, key) == 0)
+            return e;
+    return NULL;
+}
+
+/*
+ * tests/fixtures/config-keys.json lists every key transformers' configuration
+ * class and modeling code know for each architecture (tools/gen_config_keys.py):
+ * the engine's tables must decide each one, and hold no row transformers does
+ * not know. Regenerated for a new transformers release, a new key fails here
+ * until engine/config_keys.c and docs/checkpoints.md decide it.
+ */
+Test(model, every_transformers_config_key_is_decided)
+{
+    char p[1200];
+    size_t n;
+    snprintf(p, sizeof p, "%s/config-keys.json", getenv("HP_FIXTURES"));
+    char *txt = tu_slurp(p, &n);
+    cJSON *j = cJSON_Parse(txt), *archs = cJSON_GetObjectItem(j, "architectures"), *a, *e;
+    cr_assert(cJSON_IsObject(archs), "%s: no \"architectures\"", p);
+    int bad = 0, n_arch = 0, n_keys = 0;
+    cJSON_ArrayForEach(a, archs)
+    {
+        int nr;
+        const struct hp_config_key *rows = hp_config_keys(a->string, &nr);
+        cr_assert(rows, "no table of config keys for model_type %s", a->string);
+        n_arch++;
+        cJSON_ArrayForEach(e, a)
+        {
+            const char *key = cJSON_GetObjectItem(e, "key")->valuestring;
+            char *from = cJSON_PrintUnformatted(cJSON_GetObjectItem(e, "from"));
+            n_keys++;
+            if (!hp_config_key_find(a->string, key) && ++bad <= 10)
+                cr_log_error("%s: \"%s\" (transformers' %s) has no row in engine/config_keys.c", a->string, key, from);
+            free(from);
+        }
+        /* no stale rows: each of the architecture's own is a key transformers knows for it */
+        for (int i = 0; i < nr; i++)
+            if (!fixture_key(archs, a->string, rows[i].key) && ++bad <= 10)
+                cr_log_error("%s: engine/config_keys.c decides \"%s\", which transformers %s does not know", a->string,
+                             rows[i].key, cJSON_GetObjectItem(j, "transformers")->valuestring);
+    }
+    /* the shared rows are PretrainedConfig's: every architecture knows them (headprune's record aside) */
+    int ns;
+    const struct hp_config_key *shared = hp_config_keys(NULL, &ns);
+    for (int i = 0; i < ns; i++) {
+        bool anywhere = strcmp(shared[i].key, "headprune") == 0;
+        cJSON_ArrayForEach(a, archs) anywhere |= fixture_key(archs, a->string, shared[i].key) != NULL;
+        if (!anywhere && ++bad <= 10)
+            cr_log_error("engine/config_keys.c's shared row \"%s\" is a key no architecture knows", shared[i].key);
+        /* an accepted default is JSON text */
+        for (int k = 0; shared[i].rule == HP_KEY_DEFAULT && shared[i].ok[k]; k++) {
+            cJSON *v = cJSON_Parse(shared[i].ok[k]);
+            cr_assert(v, "\"%s\": accepted value %s is not JSON", shared[i].key, shared[i].ok[k]);
+            cJSON_Delete(v);
+        }
+    }
+    cr_assert_eq(n_arch, 5, "gpt2, bert, llama, mistral and qwen2 expected in %s", p);
+    cr_assert_eq(bad, 0, "%d config keys undecided or stale (first 10 above; %d keys checked)", bad, n_keys);
+    cJSON_Delete(j);
+    free(txt);
+}
+
+/* every accepted default of every table is JSON, and the audit accepts it */
+Test(model, config_key_defaults_are_accepted)
+{
+    static const char *const archs[] = {"gpt2", "bert", "llama", "mistral", "qwen2"};
+    for (int a = 0; a < 5; a++) {
+        int nr;
+        const struct hp_config_key *rows = hp_config_keys(archs[a], &nr);
+        for (int i = 0; i < nr; i++)
+            for (int k = 0; rows[i].rule == HP_KEY_DEFAULT && rows[i].ok[k]; k++) {
+                char text[256];
+                snprintf(text, sizeof text, "{\"%s\": %s}", rows[i].key, rows[i].ok[k]);
+                cJSON *c = cJSON_Parse(text);
+                cr_assert(c, "%s: \"%s\": accepted value %s is not JSON", archs[a], rows[i].key, rows[i].ok[k]);
+                struct hp_error err = {0};
+                cr_assert_eq(hp_config_audit(archs[a], c, "config.json", &err), HP_OK, "%s", err.msg);
+                cJSON_Delete(c);
+            }
     }
 }

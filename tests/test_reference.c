@@ -188,6 +188,8 @@ Test(reference, llama_rope_scaling_linear) { check_fixture("llama-rope-linear");
 Test(reference, llama_rope_scaling_dynamic) { check_fixture("llama-rope-dynamic"); }
 Test(reference, mistral_sliding_window) { check_fixture("mistral-window"); }
 Test(reference, qwen2_bias_f16) { check_fixture("qwen2-bias"); }
+Test(reference, gpt2_untied_lm_head) { check_fixture("gpt2-untied"); }
+Test(reference, llama_mlp_and_attention_biases) { check_fixture("llama-mlp-bias"); }
 Test(reference, stories260K_real_checkpoint) { check_fixture("stories260K"); }
 Test(reference, bert_sequence_classification) { check_fixture("bert-cls"); }
 /* checkpoints pruned by transformers' own prune_heads + save_pretrained ("pruned_heads" in config.json) */

@@ -495,6 +495,56 @@ def qwen2_bias(out):
     return finish(out, name, "data.npy", model, "llama", "causal", data, False, Qwen2ForCausalLM)
 
 
+def gpt2_untied(out):
+    """A GPT-2 with tie_word_embeddings false and its own lm_head.weight, which GPT2LMHeadModel uses: a loader
+    that takes the embedding matrix as the head gives other logits (checked below)."""
+    name = "gpt2-untied"
+    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=97, n_positions=64, tie_word_embeddings=False,
+                     initializer_range=INIT, bos_token_id=0, eos_token_id=0)
+    model = make(GPT2LMHeadModel, cfg, 11)
+    assert model.lm_head.weight.data_ptr() != model.transformer.wte.weight.data_ptr()
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    assert "lm_head.weight" in load_file(os.path.join(d, "model.safetensors"))
+    data = write_npy(d, causal_data(97, 111))
+    cases = finish(out, name, "data.npy", model, "gpt2", "causal", data, True, GPT2LMHeadModel)
+    tied = copy.deepcopy(model)
+    with torch.no_grad():
+        tied.lm_head.weight.copy_(tied.transformer.wte.weight)
+        diff = float((tied(data["ids"]).logits - model(data["ids"]).logits).abs().max())
+    print(f"    {name}: max |logits - logits with the embedding as the head| = {diff:.3g}")
+    assert diff > 1e-3, diff
+    return cases
+
+
+def llama_mlp_bias(out):
+    """A Llama with mlp_bias and attention_bias: gate/up/down_proj and q/k/v/o_proj biases, all random and
+    non-zero, which LlamaMLP and LlamaAttention add (checked below: without them the logits differ)."""
+    name = "llama-mlp-bias"
+    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                      mlp_bias=True, attention_bias=True,
+                      initializer_range=INIT, bos_token_id=1, eos_token_id=2)
+    model = make(LlamaForCausalLM, cfg, 13)
+    mlp = model.model.layers[0].mlp
+    assert mlp.gate_proj.bias is not None and mlp.up_proj.bias is not None and mlp.down_proj.bias is not None
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    data = write_npy(d, causal_data(97, 112))
+    cases = finish(out, name, "data.npy", model, "llama", "causal", data, True, LlamaForCausalLM)
+    for what in ("mlp", "self_attn"):
+        plain = copy.deepcopy(model)
+        with torch.no_grad():
+            for n, p in plain.named_parameters():
+                if f".{what}." in n and n.endswith(".bias"):
+                    p.zero_()
+            diff = float((plain(data["ids"]).logits - model(data["ids"]).logits).abs().max())
+        print(f"    {name}: max |logits - logits without the {what} biases| = {diff:.3g}")
+        assert diff > 1e-3, diff
+    return cases
+
+
 def check_stored(d, model, dtype):
     """The stored low-precision tensors are exactly the model's rounded f32 weights."""
     st = load_file(os.path.join(d, "model.safetensors"))
@@ -589,6 +639,8 @@ FIXTURES = {
     "mistral-window": mistral_window,
     "gpt2-pruned": gpt2_pruned,
     "bert-mlm-pruned": bert_mlm_pruned,
+    "gpt2-untied": gpt2_untied,
+    "llama-mlp-bias": llama_mlp_bias,
 }
 
 

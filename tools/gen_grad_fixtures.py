@@ -71,6 +71,8 @@ FIXTURES = {
     "llama-gqa": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")]
                   + KL + [("kl_mean", "0.1,2.2", {(1, 0): 0.5}, "mean", "kl")]),
     "qwen2-bias": ("causal", "data.npy", PARTIAL + KL[:1]),
+    "gpt2-untied": ("causal", "data.npy", PARTIAL + KL[:1]),
+    "llama-mlp-bias": ("causal", "data.npy", PARTIAL + [("mean", "0.1,1.2", {(1, 0): 0.5}, "mean")] + KL[:1]),
     "gpt2-vocab": ("causal", "data.npy", PARTIAL + KL[:1]),
     "stories260K": ("causal", "data.npy", [("none", "", {}, "zero"), ("partial", "0.1,2.*,4.7", {(1, 3): 0.5}, "zero"),
                                            ("mean", "0.1,2.5", {}, "mean"),

@@ -1,0 +1,273 @@
+/*
+ * config_keys.c -- every config.json key transformers 4.x knows for each
+ * supported model_type, and what headprune does with it.
+ *
+ * One table per model_type plus one for PretrainedConfig's keys, which every
+ * architecture shares (a model_type's row overrides the shared one). Each row
+ * carries its decision:
+ *   HONOUR   model.c reads the key and implements the values it accepts,
+ *            refusing the others itself, naming the key;
+ *   DEFAULT  the key changes the maths in transformers' modeling code and
+ *            headprune implements only its default: any other value is
+ *            refused here, naming the key (hp_config_audit);
+ *   IGNORE   the key changes nothing headprune computes (training, dropout,
+ *            generation, output format, heads headprune never runs).
+ * docs/checkpoints.md gives the same tables for people; tests/test_model.c
+ * holds them to tests/fixtures/config-keys.json, the keys tools/gen_config_keys.py
+ * lists from transformers' configuration classes and modeling code, so a key a
+ * new release adds fails that test until it has a row here.
+ * A key no row knows is one transformers stores and its modeling code never
+ * reads (the fixture lists every key it reads): it changes nothing.
+ * Must not: print; know anything of tensors.
+ */
+#include "model_int.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util_int.h"
+
+#define H(k, why) {k, HP_KEY_HONOUR, {NULL}, why}
+#define I(k, why) {k, HP_KEY_IGNORE, {NULL}, why}
+#define D(k, why, ...) {k, HP_KEY_DEFAULT, {__VA_ARGS__, NULL}, why}
+
+#define GEN "a generation setting"
+
+/* PretrainedConfig (configuration_utils.py): every architecture's */
+static const struct hp_config_key shared[] = {
+    H("model_type", "the architecture"),
+    H("pruned_heads", "heads the checkpoint lacks (GPT-2, BERT; refused on the Llama family)"),
+    H("tie_word_embeddings", "the LM head is the embedding matrix"),
+    H("headprune", "headprune's own record of a pruned checkpoint"),
+    I("id2label", "class names of a sequence-classification head, which headprune runs only for BERT"),
+    I("label2id", "the inverse of id2label"),
+    I("num_labels", "the size of id2label when it is absent; headprune reads id2label and checks the classifier's shape"),
+    I("problem_type", "the loss of a sequence-classification head headprune does not run for this architecture"),
+    I("is_decoder", "read only by models with cross-attention (BERT's row decides it there)"),
+    I("add_cross_attention", "not read by this architecture's modeling code"),
+    I("cross_attention_hidden_size", "encoder-decoder models only"),
+    I("is_encoder_decoder", "encoder-decoder wrappers and generation only"),
+    I("tie_encoder_decoder", "encoder-decoder wrappers only"),
+    I("chunk_size_feed_forward", "computes the feed-forward in chunks of positions: the same numbers"),
+    I("output_hidden_states", "what the forward returns, not how"),
+    I("output_attentions", "what the forward returns, not how"),
+    I("return_dict", "the forward's return type"),
+    I("use_return_dict", "the forward's return type (a property)"),
+    I("torchscript", "export to TorchScript"),
+    I("dtype", "the dtype transformers loads in when asked for \"auto\"; headprune computes in f32 from the stored weights"),
+    I("torch_dtype", "the old name of dtype"),
+    I("use_bfloat16", "a deprecated TensorFlow setting"),
+    I("tf_legacy_loss", "a deprecated TensorFlow setting"),
+    I("architectures", "the class that saved the checkpoint; headprune goes by model_type and the tensors present"),
+    I("finetuning_task", "a label"),
+    I("task_specific_params", "pipeline settings"),
+    I("tokenizer_class", "the tokenizer's class"),
+    I("prefix", "a generation prompt prefix"),
+    I("bos_token_id", "a tokenizer id"),
+    I("eos_token_id", "a tokenizer id"),
+    I("sep_token_id", "a tokenizer id"),
+    I("pad_token_id", "the embedding's padding_idx: no gradient to that row in training; the forward reads it as any other"),
+    I("decoder_start_token_id", "encoder-decoder generation"),
+    I("name_or_path", "where the checkpoint came from"),
+    I("_name_or_path", "where the checkpoint came from"),
+    I("_commit_hash", "where the checkpoint came from"),
+    I("transformers_version", "the version that saved it"),
+    I("attn_implementation", "eager, sdpa or flash attention: the same maths"),
+    I("_attn_implementation", "eager, sdpa or flash attention: the same maths"),
+    I("gradient_checkpointing", "training only"),
+    I("use_cache", "the KV cache of generation"),
+    I("max_length", GEN),
+    I("min_length", GEN),
+    I("do_sample", GEN),
+    I("early_stopping", GEN),
+    I("num_beams", GEN),
+    I("num_beam_groups", GEN),
+    I("diversity_penalty", GEN),
+    I("temperature", GEN),
+    I("top_k", GEN),
+    I("top_p", GEN),
+    I("typical_p", GEN),
+    I("repetition_penalty", GEN),
+    I("length_penalty", GEN),
+    I("no_repeat_ngram_size", GEN),
+    I("encoder_no_repeat_ngram_size", GEN),
+    I("bad_words_ids", GEN),
+    I("num_return_sequences", GEN),
+    I("output_scores", GEN),
+    I("return_dict_in_generate", GEN),
+    I("forced_bos_token_id", GEN),
+    I("forced_eos_token_id", GEN),
+    I("remove_invalid_values", GEN),
+    I("exponential_decay_length_penalty", GEN),
+    I("suppress_tokens", GEN),
+    I("begin_suppress_tokens", GEN),
+};
+
+static const struct hp_config_key gpt2[] = {
+    H("vocab_size", "rows of wte"),
+    H("n_positions", "rows of wpe"),
+    H("n_embd", "the hidden size"),
+    H("n_layer", "layers"),
+    H("n_head", "heads per layer"),
+    H("n_inner", "the MLP's width (null: 4 n_embd)"),
+    H("activation_function", "the MLP's activation (gelu, gelu_new, relu, silu ...; others refused)"),
+    H("layer_norm_epsilon", "the LayerNorms' epsilon"),
+    H("scale_attn_by_inverse_layer_idx", "scores also divided by the layer's index + 1"),
+    D("scale_attn_weights", "scores divided by sqrt(d_head); false leaves them unscaled", "true"),
+    D("add_cross_attention", "cross-attention blocks in every layer (an encoder-decoder's decoder)", "false"),
+    D("hidden_size", "attribute_map alias of n_embd, which it would override", NULL),
+    D("max_position_embeddings", "attribute_map alias of n_positions, which it would override", NULL),
+    D("num_attention_heads", "attribute_map alias of n_head, which it would override", NULL),
+    D("num_hidden_layers", "attribute_map alias of n_layer, which it would override", NULL),
+    I("reorder_and_upcast_attn", "computes the scores in float32 with the scale applied first: the same maths"),
+    I("resid_pdrop", "dropout (training)"),
+    I("embd_pdrop", "dropout (training)"),
+    I("attn_pdrop", "dropout (training)"),
+    I("initializer_range", "initialisation (training)"),
+    I("summary_type", "GPT2DoubleHeadsModel's multiple-choice head, which headprune does not run"),
+    I("summary_use_proj", "GPT2DoubleHeadsModel's multiple-choice head"),
+    I("summary_activation", "GPT2DoubleHeadsModel's multiple-choice head"),
+    I("summary_proj_to_labels", "GPT2DoubleHeadsModel's multiple-choice head"),
+    I("summary_first_dropout", "GPT2DoubleHeadsModel's multiple-choice head"),
+    I("summary_last_dropout", "GPT2DoubleHeadsModel's multiple-choice head"),
+    I("hidden_dropout", "GPT2ForTokenClassification's dropout"),
+    I("classifier_dropout", "GPT2ForTokenClassification's dropout"),
+};
+
+static const struct hp_config_key bert[] = {
+    H("vocab_size", "rows of the word embeddings"),
+    H("hidden_size", "the hidden size"),
+    H("num_hidden_layers", "layers"),
+    H("num_attention_heads", "heads per layer"),
+    H("intermediate_size", "the feed-forward's width"),
+    H("hidden_act", "the feed-forward's and the MLM head's activation"),
+    H("max_position_embeddings", "rows of the position embeddings"),
+    H("type_vocab_size", "rows of the token-type embeddings"),
+    H("layer_norm_eps", "the LayerNorms' epsilon"),
+    H("position_embedding_type", "absolute (relative_key and relative_key_query refused)"),
+    H("id2label", "a classifier's classes"),
+    H("problem_type", "the classifier's loss: cross-entropy is implemented (null or single_label_classification "
+                      "with two or more classes); regression and multi-label refused"),
+    D("is_decoder", "a causal attention mask (BertLMHeadModel); headprune runs BERT bidirectionally", "false"),
+    D("add_cross_attention", "cross-attention blocks in every layer (an encoder-decoder's decoder)", "false"),
+    I("hidden_dropout_prob", "dropout (training)"),
+    I("attention_probs_dropout_prob", "dropout (training)"),
+    I("classifier_dropout", "dropout (training)"),
+    I("initializer_range", "initialisation (training)"),
+};
+
+/* the keys the three Llama-family rotary models read alike */
+#define LLAMA_FAMILY                                                                                                   \
+    H("vocab_size", "rows of the embedding and the head"), H("hidden_size", "the hidden size"),                      \
+        H("intermediate_size", "the MLP's width"), H("num_hidden_layers", "layers"),                                 \
+        H("num_attention_heads", "query heads per layer"), H("num_key_value_heads", "key/value heads per layer"),    \
+        H("head_dim", "each head's width (else hidden_size / num_attention_heads)"),                                 \
+        H("hidden_act", "the gated MLP's activation"),                                                               \
+        H("max_position_embeddings", "the positions (and dynamic rotary scaling's threshold)"),                      \
+        H("rms_norm_eps", "the RMSNorms' epsilon"), H("rope_theta", "the rotary base"),                              \
+        H("rope_scaling", "rotary scaling: default, linear, dynamic and llama3 (others, and none named, refused)"),  \
+        D("partial_rotary_factor", "rotary embedding on only this fraction of each head (modeling_rope_utils)",     \
+          "1"),                                                                                                      \
+        I("original_max_position_embeddings", "read by modeling_rope_utils for longrope only, which is refused"),  \
+        I("attention_dropout", "dropout (training)"), I("initializer_range", "initialisation (training)")
+
+static const struct hp_config_key llama[] = {
+    LLAMA_FAMILY,
+    H("attention_bias", "biases on q_proj, k_proj, v_proj and o_proj"),
+    H("mlp_bias", "biases on gate_proj, up_proj and down_proj"),
+    I("pretraining_tp", "no longer read by modeling_llama (it split the matrix products: the same maths)"),
+};
+
+static const struct hp_config_key mistral[] = {
+    LLAMA_FAMILY,
+    H("sliding_window", "each query sees this many keys back (null: all)"),
+};
+
+static const struct hp_config_key qwen2[] = {
+    LLAMA_FAMILY,
+    H("layer_types", "full or sliding attention per layer: every layer full is implemented"),
+    D("use_sliding_window", "a sliding window on the layers from max_window_layers up", "false"),
+    I("sliding_window", "null unless use_sliding_window, which is refused"),
+    I("max_window_layers", "where the window starts, with use_sliding_window only"),
+};
+
+#define N(t) ((int)(sizeof t / sizeof t[0]))
+
+static const struct {
+    const char *model_type;
+    const struct hp_config_key *rows;
+    int n;
+} tables[] = {
+    {"gpt2", gpt2, N(gpt2)}, {"bert", bert, N(bert)}, {"llama", llama, N(llama)},
+    {"mistral", mistral, N(mistral)}, {"qwen2", qwen2, N(qwen2)}, {NULL, shared, N(shared)},
+};
+
+const struct hp_config_key *hp_config_keys(const char *model_type, int *n)
+{
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
+        if (model_type ? tables[i].model_type && strcmp(tables[i].model_type, model_type) == 0 : !tables[i].model_type) {
+            *n = tables[i].n;
+            return tables[i].rows;
+        }
+    *n = 0;
+    return NULL;
+}
+
+static const struct hp_config_key *find_in(const struct hp_config_key *rows, int n, const char *key)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(rows[i].key, key) == 0)
+            return &rows[i];
+    return NULL;
+}
+
+const struct hp_config_key *hp_config_key_find(const char *model_type, const char *key)
+{
+    int n;
+    const struct hp_config_key *rows = hp_config_keys(model_type, &n), *hit = rows ? find_in(rows, n, key) : NULL;
+    if (hit)
+        return hit;
+    rows = hp_config_keys(NULL, &n);
+    return find_in(rows, n, key);
+}
+
+/* v equals one of the row's accepted values (JSON texts); none listed: only absence (or null) is. */
+static bool accepted(const struct hp_config_key *r, const cJSON *v)
+{
+    for (int i = 0; r->ok[i]; i++) {
+        cJSON *want = cJSON_Parse(r->ok[i]);
+        bool same = want && (cJSON_Compare(v, want, true) ||
+                             (cJSON_IsNumber(v) && cJSON_IsNumber(want) && v->valuedouble == want->valuedouble));
+        cJSON_Delete(want);
+        if (same)
+            return true;
+    }
+    return false;
+}
+
+enum hp_status hp_config_audit(const char *model_type, const struct cJSON *cfg, const char *path,
+                               struct hp_error *err)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cfg)
+    {
+        if (!e->string || cJSON_IsNull(e))
+            continue;
+        const struct hp_config_key *r = hp_config_key_find(model_type, e->string);
+        if (!r || r->rule != HP_KEY_DEFAULT || accepted(r, e))
+            continue;
+        char *txt = cJSON_PrintUnformatted(e);
+        char ok[96] = "";
+        for (int i = 0; r->ok[i]; i++)
+            snprintf(ok + strlen(ok), sizeof ok - strlen(ok), "%s%s", i ? " or " : "", r->ok[i]);
+        enum hp_status st =
+            hp_fail(err, HP_ERR_UNSUPPORTED, "%s: \"%s\" = %.40s%s is not supported: %s (headprune %s%s)", path,
+                    e->string, txt ? txt : "?", txt && strlen(txt) > 40 ? "..." : "", r->why,
+                    r->ok[0] ? "implements only " : "needs the key left out", ok);
+        free(txt);
+        return st;
+    }
+    return HP_OK;
+}
