@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_int.h"
 #include "util_int.h"
 
 #define H(k, why) {k, HP_KEY_HONOUR, {NULL}, why}
@@ -237,7 +238,9 @@ const struct hp_config_key *hp_config_key_find(const char *model_type, const cha
 static bool accepted(const struct hp_config_key *r, const cJSON *v)
 {
     for (int i = 0; r->ok[i]; i++) {
-        cJSON *want = cJSON_Parse(r->ok[i]);
+        cJSON *want = NULL; /* the table's own texts: a NUL is not among them */
+        struct hp_error ignored;
+        hp_json_parse("config_keys.c", 0, r->ok[i], strlen(r->ok[i]), NULL, &want, &ignored);
         bool same = want && (cJSON_Compare(v, want, true) ||
                              (cJSON_IsNumber(v) && cJSON_IsNumber(want) && v->valuedouble == want->valuedouble));
         cJSON_Delete(want);
