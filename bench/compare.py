@@ -81,8 +81,9 @@ def sweep_flops():
     lm = 2 * scored * D * V
     total = L * layer_flops(rows, SWEEP_SEQS, SWEEP_T) + lm  # the unmasked pass, once (the baseline is free)
     for l in range(L):
-        # layer l: the masked head's share of the output projection, then its MLP; later layers whole; LM head
-        per = 2 * rows * DH * D + 4 * rows * D * F + (L - 1 - l) * layer_flops(rows, SWEEP_SEQS, SWEEP_T) + lm
+        # layer l: its output projection made again from the heads' outputs (never the saved output minus
+        # the masked head's share, which cancels in float), then its MLP; later layers whole; LM head
+        per = 2 * rows * D * D + 4 * rows * D * F + (L - 1 - l) * layer_flops(rows, SWEEP_SEQS, SWEEP_T) + lm
         total += H * per
     return total
 
