@@ -728,6 +728,23 @@ static void check_tied_copy(struct binder *b, const char *name, const struct hp_
         t->used = true;
 }
 
+/*
+ * The LM head (n_vocab, d_model) at `name`: the embedding wte when the config ties them (a stored
+ * copy must then equal it: check_tied_copy), else the checkpoint's own tensor. GPT-2's and Llama's
+ * lm_head.weight and BERT's decoder all follow transformers' tie_word_embeddings this way.
+ */
+static void bind_head(struct binder *b, const char *name, const struct hp_st_tensor *wte, bool tied)
+{
+    struct hp_model *m = b->m;
+    if (tied) {
+        check_tied_copy(b, name, wte, "the embedding",
+                        "\"tie_word_embeddings\" is true; set it false to use the stored one");
+        m->lm_head = m->wte;
+    } else {
+        m->lm_head = bind_mat(b, name, m->info.n_vocab, m->info.d_model, false);
+    }
+}
+
 /* A Hugging Face nn.Linear weight (out, in) as the B operand (in, out). */
 static struct hp_mat bind_linear(struct binder *b, const char *name, int in, int out)
 {
@@ -780,13 +797,7 @@ static void bind_gpt2(struct binder *b, const struct bind_opts *o)
     /* GPT2LMHeadModel's head, outside the "transformer." prefix: the embedding when tied, else its own */
     static const char *const none[] = {"", NULL};
     struct binder hb = {m, none, b->err, b->st, NULL};
-    if (o->tied) {
-        check_tied_copy(&hb, "lm_head.weight", wte, "the embedding",
-                        "\"tie_word_embeddings\" is true; set it false to use the stored head");
-        m->lm_head = m->wte;
-    } else {
-        m->lm_head = bind_mat(&hb, "lm_head.weight", in->n_vocab, d, false);
-    }
+    bind_head(&hb, "lm_head.weight", wte, o->tied);
     b->st = hb.st;
 }
 
@@ -867,13 +878,7 @@ static void bind_bert(struct binder *b, const struct bind_opts *o)
         else
             m->mlm_bias = bind(&hb, "cls.predictions.decoder.bias", in->n_vocab, VEC, false);
         /* the decoder: the word embeddings when tied (BERT's default), else its own */
-        if (o->tied) {
-            check_tied_copy(&hb, "cls.predictions.decoder.weight", wte, "the embedding",
-                            "\"tie_word_embeddings\" is true; set it false to use the stored decoder");
-            m->lm_head = m->wte;
-        } else {
-            m->lm_head = bind_mat(&hb, "cls.predictions.decoder.weight", in->n_vocab, d, false);
-        }
+        bind_head(&hb, "cls.predictions.decoder.weight", wte, o->tied);
         b->st = hb.st;
     }
 }
@@ -923,13 +928,7 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
     m->lnf_w = bind(b, "norm.weight", d, VEC, false);
     static const char *const none[] = {"", NULL};
     struct binder hb = {m, none, b->err, b->st, NULL};
-    if (o->tied) {
-        check_tied_copy(&hb, "lm_head.weight", wte, "the embedding",
-                        "\"tie_word_embeddings\" is true; set it false to use the stored head");
-        m->lm_head = m->wte;
-    } else {
-        m->lm_head = bind_mat(&hb, "lm_head.weight", in->n_vocab, d, false);
-    }
+    bind_head(&hb, "lm_head.weight", wte, o->tied);
     b->st = hb.st;
 }
 
