@@ -694,6 +694,37 @@ Test(model, known_buffers_are_accepted)
     expect_open();
 }
 
+/* The audit on every fixture architecture: a stray tensor beside the weights (under the checkpoint's own
+ * prefix, where a real extra weight would sit) is refused naming it, each architecture's known buffers are not. */
+Test(model, every_architecture_refuses_an_unread_tensor)
+{
+    static const struct {
+        const char *fixture, *stray, *buffer;
+    } cases[] = {
+        {"gpt2-tiny", "transformer.h.1.attn.q_norm.weight", "transformer.h.1.attn.bias"},
+        {"gpt2-noprefix", "h.1.attn.q_norm.weight", "h.1.attn.masked_bias"},
+        {"bert-encoder", "encoder.layer.0.attention.self.q_norm.weight", "embeddings.position_ids"},
+        {"bert-mlm", "bert.encoder.layer.0.attention.self.q_norm.weight", "bert.embeddings.position_ids"},
+        {"bert-cls", "bert.encoder.layer.0.attention.self.q_norm.weight", "bert.embeddings.position_ids"},
+        {"llama-gqa", "model.layers.1.self_attn.q_norm.weight", "model.layers.1.self_attn.rotary_emb.inv_freq"},
+        {"qwen2-bias", "model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"},
+        {"mistral-window", "model.layers.0.self_attn.k_norm.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"},
+        {"llama-tied-bf16", "model.layers.0.post_feedforward_layernorm.weight", "model.rotary_emb.inv_freq"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char extra[256], words[160];
+        use_fixture(cases[i].fixture);
+        snprintf(extra, sizeof extra, ",\"%s\":" ZERO_F32, cases[i].stray);
+        write_weights_ex(NULL, 0, extra);
+        snprintf(words, sizeof words, "tensor '%s' is not read", cases[i].stray);
+        cr_log_info("%s: %s", cases[i].fixture, cases[i].stray);
+        expect_fail(HP_ERR_UNSUPPORTED, "model.safetensors", words);
+        snprintf(extra, sizeof extra, ",\"%s\":" ZERO_F32, cases[i].buffer);
+        write_weights_ex(NULL, 0, extra);
+        expect_open();
+    }
+}
+
 Test(model, llama_rotary_cache_is_accepted)
 {
     use_fixture("llama-gqa");
