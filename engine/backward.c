@@ -160,14 +160,6 @@ const struct hp_fwd_keep *const *hp_bwd_keep(const struct hp_bwd *w)
 
 // --- products -----------------------------------------------------------------
 
-/* y (T, n) = x (T, k) W (k, n) [+ b], as the forward's linear */
-static void linear(struct hp_mat_buf *mb, float *y, const float *x, int T, int k, int n, struct hp_mat w,
-                   const float *b)
-{
-    hp_mat_gemm(mb, T, n, k, 1.0f, x, k, 1, w, 0.0f, y, n, 1);
-    hp_op_add_bias(y, T, n, n, b);
-}
-
 /* dx (T, k) = dy (T, n) W^T (n, k) (+ dx with accumulate): W read transposed through its strides */
 static void linear_backward(struct hp_mat_buf *mb, float *dx, const float *dy, int T, int k, int n, struct hp_mat w,
                             bool accumulate)
@@ -176,15 +168,6 @@ static void linear_backward(struct hp_mat_buf *mb, float *dx, const float *dy, i
 }
 
 // --- attention ----------------------------------------------------------------
-
-/* Runs of consecutive equal flags, as forward.c's. */
-static int run_end(const bool *flag, int n, int s)
-{
-    int e = s + 1;
-    while (e < n && flag[e] == flag[s])
-        e++;
-    return e;
-}
 
 /* What the attention sections share about layer l under the pass's gates. */
 struct heads {
@@ -205,12 +188,10 @@ static float gate_at(const struct pass *a, int l, int h, int H)
     return a->gate ? a->gate[l * H + h] : 1.0f;
 }
 
-/* Head h's replacement at row r: its mean, under mean ablation (else zero: NULL). */
+/* Head h's replacement at row r, the forward's rule (hp_fwd_replacement): its mean, or zero (NULL). */
 static const float *mean_at(const struct pass *a, int l, int h, int dh, int r)
 {
-    if (!a->mean)
-        return NULL;
-    return a->var->mean + l * a->var->mean_layer_stride + h * dh + (r % a->in->T) * a->var->mean_pos_stride;
+    return a->mean ? hp_fwd_replacement(a->var, a->in->T, l, h, dh, r) : NULL;
 }
 
 /* Scores then probabilities (T, T) of query head h over KV head kv for the sequence at rows r0.. */
@@ -221,14 +202,6 @@ static void probs(const struct hp_model *m, const struct hp_bwd *w, const struct
               dh = m->info.d_head;
     hp_gemm1(T, T, dh, scale, w->act.q + r0 * qd + h * dh, qd, 1, w->act.k + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
     hp_op_softmax_rows(att, T, m->info.causal, m->info.window, km);
-}
-
-static float attn_scale(const struct hp_model *m, int l)
-{
-    float scale = 1.0f / sqrtf((float)m->info.d_head);
-    if (m->scale_by_layer)
-        scale /= (float)(l + 1);
-    return scale;
 }
 
 /*
@@ -244,7 +217,7 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
     const int T = a->in->T, S = a->in->n_seqs, N = S * T, d = in->d_model, H = in->n_heads, KV = in->n_kv_heads,
               dh = in->d_head, qd = H * dh, kvd = KV * dh, per_kv = H / KV;
     for (int s = 0, e; s < H; s = e) {
-        e = run_end(want, H, s);
+        e = hp_fwd_run_end(want, H, s);
         if (!want[s])
             continue;
         const size_t ws = (size_t)L->q_slot[s] * dh;
@@ -253,7 +226,7 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
             hp_op_add_bias(w->act.q + s * dh, N, (e - s) * dh, qd, L->bq + ws);
     }
     for (int s = 0, e; s < KV; s = e) {
-        e = run_end(kv_want, KV, s);
+        e = hp_fwd_run_end(kv_want, KV, s);
         if (!kv_want[s])
             continue;
         const size_t ws = (size_t)L->kv_slot[s] * dh;
@@ -272,7 +245,7 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
             if (want[h])
                 hp_op_rope(w->act.q + h * dh, N, T, qd, dh, w->rope);
     }
-    const float scale = attn_scale(m, l);
+    const float scale = hp_fwd_attn_scale(m, l);
     const int n_pairs = H * S;
     const int nth = hp_max_threads() < w->cap_threads ? hp_max_threads() : w->cap_threads;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (n_pairs > 1 && nth > 1)
@@ -314,7 +287,7 @@ static void attention_again(const struct hp_model *m, struct hp_bwd *w, const st
     }
     float beta = 0.0f;
     for (int s = 0, e; s < H; s = e) {
-        e = run_end(hs->has, H, s);
+        e = hp_fwd_run_end(hs->has, H, s);
         if (!hs->has[s])
             continue;
         hp_mat_gemm(w->mb, N, d, (e - s) * dh, 1.0f, w->ctx + s * dh, qd, 1,
@@ -340,7 +313,7 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
               dh = in->d_head, qd = H * dh, kvd = KV * dh, per_kv = H / KV;
     /* dctx (N, qd) = dy (N, d) Wo^T, over the heads the checkpoint has, into w->ctx */
     for (int s = 0, e; s < H; s = e) {
-        e = run_end(hs->has, H, s);
+        e = hp_fwd_run_end(hs->has, H, s);
         if (!hs->has[s])
             continue;
         const struct hp_mat wo_t = hp_mat_t(hp_mat_at(L->wo, (ptrdiff_t)L->q_slot[s] * dh, 0));
@@ -379,7 +352,7 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
     if (!to_input)
         return;
     /* per (KV head, sequence): the query heads sharing it, one after another, since they add into its dk, dv */
-    const float scale = attn_scale(m, l);
+    const float scale = hp_fwd_attn_scale(m, l);
     const int n_pairs = KV * S;
     const int nth = hp_max_threads() < w->cap_threads ? hp_max_threads() : w->cap_threads;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (n_pairs > 1 && nth > 1)
@@ -419,7 +392,7 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
     /* dh (N, d) = dq Wq^T + dk Wk^T + dv Wv^T over the live runs */
     float beta = 0.0f;
     for (int s = 0, e; s < H; s = e) {
-        e = run_end(hs->live, H, s);
+        e = hp_fwd_run_end(hs->live, H, s);
         if (!hs->live[s])
             continue;
         const size_t ws = (size_t)L->q_slot[s] * dh;
@@ -428,7 +401,7 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
         beta = 1.0f;
     }
     for (int s = 0, e; s < KV; s = e) {
-        e = run_end(hs->kv_live, KV, s);
+        e = hp_fwd_run_end(hs->kv_live, KV, s);
         if (!hs->kv_live[s])
             continue;
         const size_t ws = (size_t)L->kv_slot[s] * dh;
@@ -448,9 +421,9 @@ static void mlp_again(const struct hp_model *m, struct hp_bwd *w, const float *x
 {
     const struct hp_layer *L = &m->layers[l];
     const int d = m->info.d_model, f = m->info.d_ff;
-    linear(w->mb, w->act.u, x, N, d, f, L->w_up, L->b_up);
+    hp_fwd_linear(w->mb, w->act.u, x, N, d, f, L->w_up, L->b_up);
     if (L->w_gate.p)
-        linear(w->mb, w->act.z, x, N, d, f, L->w_gate, L->b_gate);
+        hp_fwd_linear(w->mb, w->act.z, x, N, d, f, L->w_gate, L->b_gate);
 }
 
 /* The MLP block's reverse: dy (N, d), the gradient at its output, to w->dh (N, d), the gradient at its input. */
@@ -476,14 +449,6 @@ static void mlp_backward(const struct hp_model *m, struct hp_bwd *w, const float
 }
 
 // --- the pass -----------------------------------------------------------------
-
-static void norm(const struct hp_model *m, float *y, const float *x, int N, const float *wt, const float *b)
-{
-    if (b)
-        hp_op_layer_norm(y, x, N, m->info.d_model, wt, b, m->norm_eps);
-    else
-        hp_op_rms_norm(y, x, N, m->info.d_model, wt, m->norm_eps);
-}
 
 /* dx += the gradient at x of norm(x) given dy */
 static void norm_backward(const struct hp_model *m, float *dx, const float *dy, const float *x, int N,
@@ -565,7 +530,7 @@ static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const str
             hp_op_act_span(m->act, w->f, w->act.z, w->act.u, nf);
         else
             hp_op_act_span(m->act, w->f, w->act.u, NULL, nf);
-        linear(w->mb, w->h1, w->f, N, m->info.d_ff, d, L->w_down, L->b_down);
+        hp_fwd_linear(w->mb, w->h1, w->f, N, m->info.d_ff, d, L->w_down, L->b_down);
         hp_op_add_into(w->h1, w->h2, n);
         /* back: through LN2, the MLP and its residual, LN1, attention and its residual */
         memset(w->tmp, 0, n * sizeof(float));
@@ -580,14 +545,14 @@ static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const str
         return;
     }
     /* pre-norm: xmid = x + attn(norm1(x)), out = xmid + mlp(norm2(xmid)) */
-    norm(m, w->h1, x, N, L->ln1_w, L->ln1_b);
+    hp_fwd_norm(m, w->h1, x, N, L->ln1_w, L->ln1_b);
     if (kept) {
         dead_heads_again(m, w, a, l, &hs, w->h1);
     } else {
         attention_again(m, w, a, l, &hs, w->h1);
         memcpy(w->act.xmid, x, n * sizeof(float));
         hp_op_add_into(w->act.xmid, w->tmp, n);
-        norm(m, w->h2, w->act.xmid, N, L->ln2_w, L->ln2_b);
+        hp_fwd_norm(m, w->h2, w->act.xmid, N, L->ln2_w, L->ln2_b);
         mlp_again(m, w, w->h2, N, l);
     }
     mlp_backward(m, w, w->dx, N, l);
@@ -640,10 +605,10 @@ static void finish_backward(const struct hp_model *m, struct hp_bwd *w, const st
         /* the head read LN(act(hfin Wd + b)), hfin the final norm's rows (or xf): t1 in own.xmid (no layer's yet), act(t1) in h2 */
         const float *hfin = xf;
         if (m->lnf_w) {
-            norm(m, w->h1, xf, N, m->lnf_w, m->lnf_b);
+            hp_fwd_norm(m, w->h1, xf, N, m->lnf_w, m->lnf_b);
             hfin = w->h1;
         }
-        linear(w->mb, w->own.xmid, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
+        hp_fwd_linear(w->mb, w->own.xmid, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
         for (size_t i = 0; i < n; i++)
             w->h2[i] = hp_op_act(m->act, w->own.xmid[i]);
         memset(w->tmp, 0, n * sizeof(float));

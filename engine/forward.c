@@ -112,18 +112,33 @@ int hp_fwd_batch(const struct hp_fwd *w) { return w->cap_b; }
 
 // --- products -----------------------------------------------------------------
 
-/* y (T, n) = x (T, k) W (k, n) [+ b], W's panels converted in mb when it is stored 16-bit */
-static void linear(struct hp_mat_buf *mb, float *y, const float *x, int T, int k, int n, struct hp_mat w,
+void hp_fwd_linear(struct hp_mat_buf *mb, float *y, const float *x, int N, int k, int n, struct hp_mat w,
                    const float *b)
 {
-    hp_mat_gemm(mb, T, n, k, 1.0f, x, k, 1, w, 0.0f, y, n, 1);
-    hp_op_add_bias(y, T, n, n, b);
+    hp_mat_gemm(mb, N, n, k, 1.0f, x, k, 1, w, 0.0f, y, n, 1);
+    hp_op_add_bias(y, N, n, n, b);
 }
 
 // --- attention ----------------------------------------------------------------
 
-/* Runs of consecutive set flags: for (s = 0; s < n; s = e) with [s, e) a run. */
-static int run_end(const bool *flag, int n, int s)
+float hp_fwd_attn_scale(const struct hp_model *m, int l)
+{
+    float scale = 1.0f / sqrtf((float)m->info.d_head);
+    if (m->scale_by_layer)
+        scale /= (float)(l + 1);
+    return scale;
+}
+
+const float *hp_fwd_replacement(const struct hp_fwd_variants *var, int T, int l, int h, int dh, int r)
+{
+    if (var->ablation == HP_ABLATE_ZERO)
+        return NULL;
+    return var->mean + l * var->mean_layer_stride + h * dh + (r % T) * var->mean_pos_stride;
+}
+
+
+
+int hp_fwd_run_end(const bool *flag, int n, int s)
 {
     int e = s + 1;
     while (e < n && flag[e] == flag[s])
@@ -169,9 +184,9 @@ static void fill_dead(float *out, int qd, int dh, int r0, int n, int T, const st
 {
     for (int r = r0; r < r0 + n; r++) {
         float *o = out + (size_t)r * qd + h * dh;
-        if (mean)
-            memcpy(o, a->var->mean + l * a->var->mean_layer_stride + h * dh + (r % T) * a->var->mean_pos_stride,
-                   (size_t)dh * sizeof(float));
+        const float *rep = mean ? hp_fwd_replacement(a->var, T, l, h, dh, r) : NULL;
+        if (rep)
+            memcpy(o, rep, (size_t)dh * sizeof(float));
         else
             memset(o, 0, (size_t)dh * sizeof(float));
     }
@@ -212,7 +227,7 @@ static void out_projection(const struct hp_model *m, struct hp_fwd *w, const str
         float *ctx = w->ctx + (size_t)v * rows * qd, *out = w->tmp + (size_t)v * rows * d;
         float beta = 0.0f;
         for (int s = 0, e; s < H; s = e) {
-            e = run_end(in, H, s);
+            e = hp_fwd_run_end(in, H, s);
             if (!in[s])
                 continue;
             hp_mat_gemm(w->mb, rows, d, (e - s) * dh, 1.0f, ctx + s * dh, qd, 1,
@@ -269,7 +284,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
     /* projections of live heads only, one GEMM per run of consecutive live
      * heads, whose blocks of the weights (from slot ws on) are consecutive too */
     for (int s = 0, e; s < H; s = e) {
-        e = run_end(any_live, H, s);
+        e = hp_fwd_run_end(any_live, H, s);
         if (!any_live[s])
             continue;
         const size_t ws = (size_t)L->q_slot[s] * dh;
@@ -278,7 +293,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
             hp_op_add_bias(qs + s * dh, N, (e - s) * dh, qd, L->bq + ws);
     }
     for (int s = 0, e; s < KV; s = e) {
-        e = run_end(kv_live, KV, s);
+        e = hp_fwd_run_end(kv_live, KV, s);
         if (!kv_live[s])
             continue;
         const size_t ws = (size_t)L->kv_slot[s] * dh;
@@ -290,9 +305,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
             hp_op_add_bias(vs + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
     }
 
-    float scale = 1.0f / sqrtf((float)dh);
-    if (m->scale_by_layer)
-        scale /= (float)(l + 1);
+    const float scale = hp_fwd_attn_scale(m, l);
     for (int kv = 0; kv < KV; kv++)
         if (in->arch == HP_ARCH_LLAMA && kv_live[kv])
             hp_op_rope(ks + kv * dh, N, T, kvd, dh, w->rope);
@@ -376,9 +389,9 @@ static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l, const 
     size_t n = (size_t)T * f;
     /* kept, the projections go where the reverse pass reads them and the activation into w->ff */
     float *const u = kp ? kp->u : w->ff, *const z = kp ? kp->z : w->ff2;
-    linear(w->mb, u, w->h, T, d, f, L->w_up, L->b_up);
+    hp_fwd_linear(w->mb, u, w->h, T, d, f, L->w_up, L->b_up);
     if (L->w_gate.p)
-        linear(w->mb, z, w->h, T, d, f, L->w_gate, L->b_gate);
+        hp_fwd_linear(w->mb, z, w->h, T, d, f, L->w_gate, L->b_gate);
     const bool gated = L->w_gate.p != NULL;
 #pragma omp parallel for schedule(static) if (hp_op_par(n))
     for (int t = 0; t < T; t++) {
@@ -388,12 +401,12 @@ static void mlp(const struct hp_model *m, struct hp_fwd *w, int T, int l, const 
         else
             hp_op_act_span(m->act, row, u + (size_t)t * f, NULL, (size_t)f);
     }
-    linear(w->mb, w->tmp, w->ff, T, f, d, L->w_down, L->b_down);
+    hp_fwd_linear(w->mb, w->tmp, w->ff, T, f, d, L->w_down, L->b_down);
 }
 
 // --- the pass -----------------------------------------------------------------
 
-static void norm(const struct hp_model *m, float *y, const float *x, int N, const float *wt, const float *b)
+void hp_fwd_norm(const struct hp_model *m, float *y, const float *x, int N, const float *wt, const float *b)
 {
     if (b)
         hp_op_layer_norm(y, x, N, m->info.d_model, wt, b, m->norm_eps);
@@ -409,7 +422,7 @@ static void attention_part(const struct hp_model *m, struct hp_fwd *w, const str
     if (m->info.arch == HP_ARCH_BERT)
         memcpy(w->h, w->x, (size_t)N * m->info.d_model * sizeof(float));
     else
-        norm(m, w->h, w->x, N, L->ln1_w, L->ln1_b);
+        hp_fwd_norm(m, w->h, w->x, N, L->ln1_w, L->ln1_b);
     attention(m, w, a, l, kp);
 }
 
@@ -428,7 +441,7 @@ static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int 
         hp_op_add_into(w->x, w->tmp, n);
         hp_op_layer_norm(w->x, w->x, N, m->info.d_model, L->ln2_w, L->ln2_b, m->norm_eps);
     } else {
-        norm(m, w->h, w->x, N, L->ln2_w, L->ln2_b);
+        hp_fwd_norm(m, w->h, w->x, N, L->ln2_w, L->ln2_b);
         mlp(m, w, N, l, kp);
         hp_op_add_into(w->x, w->tmp, n);
     }
@@ -446,11 +459,11 @@ static const float *finish(const struct hp_model *m, struct hp_fwd *w, const str
     const size_t n = (size_t)N * d;
     const float *hfin = w->x;
     if (m->lnf_w) {
-        norm(m, w->h, w->x, N, m->lnf_w, m->lnf_b);
+        hp_fwd_norm(m, w->h, w->x, N, m->lnf_w, m->lnf_b);
         hfin = w->h;
     }
     if (m->lm_head.p && m->mlm_dense.p) {
-        linear(w->mb, w->tmp, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
+        hp_fwd_linear(w->mb, w->tmp, hfin, N, d, d, m->mlm_dense, m->mlm_dense_b);
         for (size_t i = 0; i < n; i++)
             w->tmp[i] = hp_op_act(m->act, w->tmp[i]);
         hp_op_layer_norm(w->tmp, w->tmp, N, d, m->mlm_ln_w, m->mlm_ln_b, m->norm_eps);

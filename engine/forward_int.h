@@ -144,4 +144,24 @@ void hp_fwd_classify(const struct hp_model *m, struct hp_fwd *w, const float *h,
 void hp_fwd_logits(const struct hp_model *m, struct hp_fwd *w, const float *h, int N, int v0, int nv, float *out,
                    int ldo);
 
+// --- rules the forward and its reverse pass (backward.c) share: written once ---------
+
+/* The attention scores' scale at layer l: 1 / sqrt(d_head), and also 1 / (l + 1) where the model
+ * scales by the layer (GPT-2's scale_attn_by_inverse_layer_idx). */
+float hp_fwd_attn_scale(const struct hp_model *m, int l);
+
+/* What an ablated head h's output (d_head wide) is at row r of a pass of T-token sequences, at layer
+ * l: its mean under mean and mean-pos ablation (a view into var's means), NULL (zero) under zero. */
+const float *hp_fwd_replacement(const struct hp_fwd_variants *var, int T, int l, int h, int dh, int r);
+
+/* y (N, n) = x (N, k) W (k, n) [+ b], W's panels converted in mb when it is stored 16-bit. */
+void hp_fwd_linear(struct hp_mat_buf *mb, float *y, const float *x, int N, int k, int n, struct hp_mat w,
+                   const float *b);
+
+/* The model's norm of rows x (N, d_model) into y: LayerNorm where it has a bias, else RMSNorm. */
+void hp_fwd_norm(const struct hp_model *m, float *y, const float *x, int N, const float *wt, const float *b);
+
+/* Runs of consecutive equal flags: for (s = 0; s < n; s = e) with [s, e) a run, e = hp_fwd_run_end(..). */
+int hp_fwd_run_end(const bool *flag, int n, int s);
+
 #endif
