@@ -75,49 +75,21 @@ void hp_gate_adam(double *x, double *m, double *v, double g, int t, double lr)
 
 // --- the noise ---------------------------------------------------------------------
 
-/* splitmix64 and xoshiro256** (Vigna), as plan.c draws random studies: small, fast, and the same everywhere */
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t xoshiro256ss(uint64_t s[4])
-{
-    const uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return r;
-}
-
 void hp_gate_rng_seed(uint64_t rng[4], uint64_t seed, const char *study, double lambda)
 {
-    uint64_t h = 0xCBF29CE484222325ull; /* FNV-1a of the name */
-    for (const unsigned char *c = (const unsigned char *)study; *c; c++)
-        h = (h ^ *c) * 0x100000001B3ull;
+    /* as plan.c seeds a random draw (util_int.h's generators): the same everywhere */
     uint64_t bits;
     memcpy(&bits, &lambda, sizeof bits);
     uint64_t x = seed;
-    x = splitmix64(&x) ^ h;
-    x = splitmix64(&x) ^ bits;
+    x = hp_splitmix64(&x) ^ hp_fnv1a(study);
+    x = hp_splitmix64(&x) ^ bits;
     for (int i = 0; i < 4; i++)
-        rng[i] = splitmix64(&x);
+        rng[i] = hp_splitmix64(&x);
 }
 
 double hp_gate_uniform(uint64_t rng[4])
 {
-    return ((double)(xoshiro256ss(rng) >> 11) + 0.5) * 0x1p-53;
+    return ((double)(hp_xoshiro256ss(rng) >> 11) + 0.5) * 0x1p-53;
 }
 
 // --- training ----------------------------------------------------------------------

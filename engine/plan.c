@@ -1468,29 +1468,12 @@ static enum hp_status select_units(struct expander *e)
 
 // --- expansion: random draws -------------------------------------------------
 
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t xoshiro256ss(uint64_t s[4])
-{
-    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return r;
-}
-
 // Uniform in [0, n), without modulo bias.
 static uint64_t below(uint64_t s[4], uint64_t n)
 {
     uint64_t limit = UINT64_MAX - UINT64_MAX % n, r;
     do
-        r = xoshiro256ss(s);
+        r = hp_xoshiro256ss(s);
     while (r >= limit);
     return r % n;
 }
@@ -1498,11 +1481,8 @@ static uint64_t below(uint64_t s[4], uint64_t n)
 // The generator for one draw: a function of seed, study name, k and sample.
 static void seed_draw(uint64_t s[4], uint64_t seed, const char *name, int k, int sample)
 {
-    uint64_t h = 0xCBF29CE484222325ull; // FNV-1a of the name
-    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
-        h = (h ^ *c) * 0x100000001B3ull;
     uint64_t x = seed;
-    x = hp_splitmix64(&x) ^ h;
+    x = hp_splitmix64(&x) ^ hp_fnv1a(name);
     x = hp_splitmix64(&x) ^ (uint64_t)(unsigned)k;
     x = hp_splitmix64(&x) ^ (uint64_t)(unsigned)sample;
     for (int i = 0; i < 4; i++)

@@ -71,6 +71,29 @@ static inline uint64_t hp_splitmix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
+/* xoshiro256** (Blackman and Vigna): the next number of the generator s, seeded from hp_splitmix64. Plans'
+ * random draws and gate training's noise both use it: small, fast, and the same on every machine. */
+static inline uint64_t hp_xoshiro256ss(uint64_t s[4])
+{
+    const uint64_t x = s[1] * 5, r = ((x << 7) | (x >> 57)) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    return r;
+}
+
+/* FNV-1a (64-bit) of a NUL-terminated name: what a study's name adds to its generator's seed. */
+static inline uint64_t hp_fnv1a(const char *name)
+{
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+        h = (h ^ *c) * 0x100000001B3ull;
+    return h;
+}
+
 /* OpenMP's thread count and this thread's number, 1 and 0 in a build without OpenMP. */
 static inline int hp_max_threads(void)
 {
