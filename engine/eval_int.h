@@ -6,10 +6,10 @@
  * of up to `batch` sequences, each one forward call. eval.c owns validation,
  * the metrics, the mean-ablation statistics, the plain path and the public
  * entry points; reuse.c owns the reuse path and its fused LM head. Work that
- * runs over the same chunks (the reuse path today; gate training and head
- * roles later) builds its passes from hp_eval_chunk_in / _variants and
- * scores sequences through the functions below, so every path chunks,
- * scores and sums in the same order.
+ * runs over the same chunks (the reuse path and the gradient pass, grad.c)
+ * builds its passes from hp_eval_chunk_in / _variants and scores sequences
+ * through the functions below, so every path chunks, scores and sums in the
+ * same order. (Gate training and head roles run passes of their own.)
  */
 #ifndef HP_EVAL_INT_H
 #define HP_EVAL_INT_H

@@ -35,8 +35,6 @@
 #define HP_FWD_ROWS 64
 
 struct hp_fwd {
-    int cap_t;   /* T capacity */
-    int cap_b;   /* sequences per call */
     int cap_threads; /* threads attention may use: one att buffer each */
     float *x;    /* (N, d_model) residual stream, N = B * T rows */
     float *h;    /* (N, d_model) normalised input of a block */
@@ -89,8 +87,6 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
     w->ff = p, p += n_ff;
     w->ff2 = p, p += n_ff;
     w->rope = p;
-    w->cap_t = T;
-    w->cap_b = B;
     w->cap_threads = nth;
     if (in->arch == HP_ARCH_LLAMA)
         hp_op_rope_table(w->rope, T, in->d_head, &m->rope);
@@ -105,10 +101,6 @@ void hp_fwd_free(struct hp_fwd *w)
     hp_mat_buf_free(w->mb);
     free(w);
 }
-
-int hp_fwd_capacity(const struct hp_fwd *w) { return w->cap_t; }
-
-int hp_fwd_batch(const struct hp_fwd *w) { return w->cap_b; }
 
 // --- products -----------------------------------------------------------------
 

@@ -19,8 +19,6 @@ struct hp_fwd; /* workspace for sequences of up to T tokens */
 /* Workspace for B sequences of T tokens. Destructor: hp_fwd_free. NULL on OOM. */
 struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B);
 void hp_fwd_free(struct hp_fwd *w);
-int hp_fwd_capacity(const struct hp_fwd *w); /* T */
-int hp_fwd_batch(const struct hp_fwd *w);    /* B */
 
 /* Width of the forward output: n_labels for a classifier (one row per
  * sequence), n_vocab with an LM head, else d_model. */

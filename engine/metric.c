@@ -3,9 +3,11 @@
  * head is taken out (ablation methods): one table each.
  *
  * The evaluator computes them; plans, digests, the sweep's iterative scoring,
- * the store, queries and the CLI name them and rank by them, all through this
- * file, so a new metric or method is one row here. A metric's sign is the
- * only statement anywhere of which way is worse.
+ * the store, queries and the CLI name them and rank by them through this
+ * file. Their names are one row here; what computes and stores a metric is
+ * not yet (the evaluator's paths score it, the store has a column for it), and
+ * nor is the rule of which way is worse, which query.c, sweep.c and the
+ * schema's effects view restate beside the sign here.
  *
  * Invariants: names are what the database stores and digests hash (job keys
  * include the ablation name): changing one changes every content address.

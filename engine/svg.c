@@ -269,11 +269,6 @@ void hp_color_sequential(double t, char out[8])
     snprintf(out, 8, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
 }
 
-bool hp_color_diverging_dark(double t)
-{
-    return fabs(t) > 0.6;
-}
-
 double hp_symlog(double x, double m)
 {
     if (!(m > 0) || isnan(x))

@@ -71,9 +71,6 @@ int hp_ticks(double *lo, double *hi, int want, double *ticks, int max);
  * blue, 0 near-white, +1 dark red; "#rrggbb" into out (8 bytes). */
 void hp_color_diverging(double t, char out[8]);
 
-/* Whether text on that colour (t as above) should be white rather than black. */
-bool hp_color_diverging_dark(double t);
-
 /*
  * A symmetric log scale for signed values, so a few large effects do not
  * wash out the many small ones: t = sign(x) log(1 + |x|/c) / log(1 + m/c)

@@ -8,7 +8,8 @@
  * Each command lives in its own file (engine/cli/<command>.c, as git's
  * builtin/); the table below is the one list of them: main dispatches
  * through it and the top-level help is printed from it, so a new command is
- * one file and one row here.
+ * one file (listed in meson.build, its entry point declared in cli_int.h)
+ * and one row here.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
