@@ -10,7 +10,7 @@
  * then add special tokens with the post-processor's template. Back the other
  * way, an id's token string is the added token's, else the vocabulary's (as
  * the library's id_to_token), and text is those strings through the file's
- * decoder (engine/decoder.c).
+ * decoder (engine/detokenize.c).
  * Unicode normalisation and categories come from utf8proc, the
  * pre-tokenisers' regexes from PCRE2 (UTF + UCP).
  * Owns: the vocabulary (both ways), merges and pipeline; nothing about models or data.

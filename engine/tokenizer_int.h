@@ -1,5 +1,5 @@
 /* tokenizer_int.h -- what the tokenizer (engine/tokenizer.c) tells the text loader, and what it
- * and its decoder (engine/decoder.c) share. */
+ * and its decoder (engine/detokenize.c) share. */
 #ifndef HP_TOKENIZER_INT_H
 #define HP_TOKENIZER_INT_H
 
@@ -18,7 +18,7 @@ int32_t hp_tokenizer_pad(const struct hp_tokenizer *t);
 /* The code point GPT-2's byte-level map gives byte b (printable bytes keep theirs; the rest get 256 and up). */
 int32_t hp_byte_level_cp(uint8_t b);
 
-// --- the decoder: token strings back to text (engine/decoder.c) ---------------------------
+// --- the decoder: token strings back to text (engine/detokenize.c) ---------------------------
 
 struct hp_decoder;
 struct cJSON;

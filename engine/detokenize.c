@@ -1,5 +1,6 @@
 /*
- * decoder.c -- token strings back to text: the "decoder" of a tokenizer.json.
+ * detokenize.c -- token strings back to text: the "decoder" of a tokenizer.json (named apart from
+ * the models: in a transformer engine "decoder" reads as a decoder-only model).
  *
  * The reverse of tokenizer.c's pipeline. hp_tokenizer_decode turns ids into
  * their token strings (the vocabulary's, added tokens first) and hands them
