@@ -182,11 +182,18 @@ static enum hp_status read_rope_scaling(struct hp_model *m, const char *path, co
     if (!cJSON_IsObject(rs))
         return hp_fail(err, HP_ERR_FORMAT, "%s: \"rope_scaling\" must be an object or null", path);
     struct cfg c = {path, (cJSON *)rs, err, HP_OK};
-    const char *type = cfg_str(&c, "rope_type", NULL);
-    if (!type)
-        type = cfg_str(&c, "type", NULL); /* the key before transformers 4.45 */
+    const char *type = cfg_str(&c, "rope_type", NULL), *old = cfg_str(&c, "type", NULL); /* old: before 4.45 */
     if (c.st != HP_OK)
         return c.st;
+    /* Both named and different: transformers' Llama and Qwen2 configs copy "type" over "rope_type", its
+     * Mistral reads "rope_type" first; either choice here would run some of them with the other scaling */
+    if (type && old && strcmp(type, old) != 0)
+        return hp_fail(err, HP_ERR_FORMAT,
+                       "%s: rope_scaling names \"rope_type\" \"%.40s\" and \"type\" \"%.40s\": transformers' Llama "
+                       "and Qwen2 use \"type\", its Mistral \"rope_type\" (keep one of them)",
+                       path, type, old);
+    if (!type)
+        type = old;
     /* transformers 4.57 refuses it too ("Missing required keys in `rope_scaling` for 'rope_type'='None'"):
      * run unscaled, its factor would be dropped silently */
     if (!type)

@@ -769,6 +769,28 @@ Test(model, rope_scaling_factor_without_a_type)
     expect_fail(HP_ERR_FORMAT, "config.json", "rope_scaling has no \"rope_type\"");
 }
 
+/*
+ * Both keys, different: LlamaConfig and Qwen2Config copy "type" over "rope_type" (this config is linear
+ * scaling by 4 in transformers 4.57, loss 7.066591 on the fixture's data), MistralConfig keeps "rope_type".
+ * headprune read "rope_type" alone and ran it unscaled (6.796194), exit 0.
+ */
+Test(model, rope_scaling_with_two_different_types)
+{
+    llama_config("llama-rope-linear", "\"rope_type\": \"linear\"", "\"rope_type\": \"default\", \"type\": \"linear\"");
+    expect_fail(HP_ERR_FORMAT, "config.json", "rope_scaling names \"rope_type\" \"default\" and \"type\" \"linear\"");
+}
+
+/* the same name twice, as configs saved by transformers from an old one carry it: the scaling they name */
+Test(model, rope_scaling_with_both_keys_alike_opens)
+{
+    copy_fixture("llama-rope-linear");
+    edit_config("\"rope_type\": \"linear\"", "\"rope_type\": \"linear\", \"type\": \"linear\"");
+    struct hp_model *m;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+    hp_model_close(m);
+}
+
 Test(model, headprune_record_kv_heads_named)
 {
     write_weights(NULL, 0);
