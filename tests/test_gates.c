@@ -1070,12 +1070,20 @@ static int series_points(const char *svg, const char *study, double *x, double *
     const char *g = strstr(svg, start);
     cr_assert(g, "no series %s in the curves figure", study);
     const char *end = strstr(g, "</g>");
+    /* x from the series' polyline ("x,y " a point, in the order the markers follow), not from a marker's
+     * path, whose first coordinate depends on its shape */
+    const char *line = strstr(g, "points=\"");
+    cr_assert(line && line < end, "series %s has no polyline", study);
+    line += 8;
     int n = 0;
     for (const char *p = strstr(g, "<path d=\"M"); p && p < end && n < max; p = strstr(p + 1, "<path d=\"M")) {
         const char *tag_end = strchr(p, '>'), *c = strstr(p, "class=\"point\""), *a = strstr(p, "data-pct=\"");
         if (!c || c > tag_end || !a || a > tag_end)
             continue;
-        x[n] = strtod(p + 10, NULL);
+        char *after;
+        x[n] = strtod(line, &after);
+        cr_assert(after != line && *after == ',', "series %s: the polyline has fewer points than markers", study);
+        line = strchr(after, ' ') + 1;
         pct[n++] = strtod(a + 10, NULL);
     }
     return n;
@@ -1249,7 +1257,17 @@ Test(gates_sweep, on_a_pruned_checkpoint_every_curve_counts_the_heads_the_model_
     double xu[4], pu[4];
     cr_assert_eq(series_points(svg, "untrained", xu, pu, 4), 1);
     cr_assert_eq(pu[0], 0, "the whole model drawn at %g%% pruned", pu[0]);
-    (void)xi, (void)xg;
+    /* and drawn there: one linear map from the share to x for every series, so the same heads kept are the
+     * same x (the old mismatch drew the gates points 3 heads to the right of the iterative ones) */
+    cr_assert(pi[ni - 1] > pi[0], "the iterative curve spans more than one share");
+    const double slope = (xi[ni - 1] - xi[0]) / (pi[ni - 1] - pi[0]);
+    cr_assert(slope > 0, "x grows with the share pruned");
+    for (int g = 0; g < ng; g++)
+        cr_assert(fabs(xg[g] - (xi[0] + slope * (pg[g] - pi[0]))) < 0.05, "gates #%d at x %g, not where %g%% is", g,
+                  xg[g], pg[g]);
+    for (int i = 0; i < ni; i++)
+        cr_assert(fabs(xi[i] - (xi[0] + slope * (pi[i] - pi[0]))) < 0.05, "step %d at x %g", i, xi[i]);
+    cr_assert(fabs(xu[0] - xi[0]) < 0.05, "the whole model at x %g, the iterative start at %g", xu[0], xi[0]);
     free(svg);
 
     hp_evaluator_free(ev);
