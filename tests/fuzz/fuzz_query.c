@@ -1,6 +1,6 @@
 /*
  * fuzz_query -- a results database as `headprune query` reads it
- * (engine/query.c through hp_query: sweeps, curve, heads (also as a matrix
+ * (engine/query*.c through hp_query: sweeps, curve, heads (also as a matrix
  * and of a named study), sets, redundancy, pairs, importance, attribution,
  * roles, and compare of sweep 1 with the newest, per unit and per layer).
  *
