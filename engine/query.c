@@ -57,78 +57,170 @@
 #include <stdlib.h>
 #include <string.h>
 
-// --- entry ------------------------------------------------------------------
+// --- the kinds ---------------------------------------------------------------
 
-// Options that only some kinds take: an error naming the option when o gives one to another kind.
-static enum hp_status check_opts(const struct hp_query_opts *o, struct hp_error *err)
+enum {
+    STUDY = HP_QUERY_TAKES_STUDY,
+    TOP = HP_QUERY_TAKES_TOP,
+    MATRIX = HP_QUERY_TAKES_MATRIX,
+    GATES = HP_QUERY_TAKES_GATES,
+    B = HP_QUERY_TAKES_B,
+    SQL = HP_QUERY_TAKES_SQL,
+};
+
+const struct hp_query_kind_row hp_query_kinds[] = {
+    {HP_QUERY_SWEEPS, "sweeps", TOP, false, "the sweeps in the database", hq_sweeps},
+    {HP_QUERY_CURVE, "curve", STUDY | TOP, true,
+     "pruning curve: metric against heads pruned (number and %),\n"
+     "iterative, random and gates studies (--study NAME: only that\n"
+     "one), 95% CIs over random samples; each iterative step's units\n"
+     "in \"pruned\" (--full-mask: also everything pruned so far, in\n"
+     "\"mask\"); with a gates study also heads kept, each gates row's\n"
+     "lambda and the model at its test-time gates (\"gated\")",
+     hq_curve},
+    {HP_QUERY_HEADS, "heads", STUDY | TOP | MATRIX | GATES, true,
+     "each head's effect when ablated alone, with a paired 95% CI\n"
+     "across sequences; sorted, --top K. One single study: --study\n"
+     "NAME, else the sweep's first over query heads (a KV-group\n"
+     "study such as single-kv only when named or the only one).\n"
+     "--format matrix: layers as rows, heads as columns.\n"
+     "--gates: a gates study's (--study NAME) test-time gate of each\n"
+     "head at each lambda, and the lambda from which it stays closed\n"
+     "(closes_at; the matrix shows that), the last to close first",
+     hq_heads},
+    {HP_QUERY_SETS, "sets", STUDY | TOP, true,
+     "each named set of the explicit studies (--study NAME: one\n"
+     "of them) ablated together: its effect with a paired 95% CI;\n"
+     "sorted, --top K",
+     hq_sets},
+    {HP_QUERY_COMPARE, "compare", STUDY | TOP | B, false,
+     "two sweeps side by side, A (--db, --sweep) and B (--db2,\n"
+     "default --db; --sweep2, default the newest): each unit's\n"
+     "effect in both single studies (--study, --study2), B - A,\n"
+     "ranks, and over the units both have Spearman's rho and\n"
+     "Kendall's tau-b (the last row, \"all\"). E.g. zero against\n"
+     "mean ablation, or a fine-tuned model against its base. The\n"
+     "models must have one shape; the sweeps one metric (else name\n"
+     "it with --metric). --by layer: per layer, means and rank\n"
+     "correlations within it; --top K: the K units that differ most",
+     hq_compare},
+    {HP_QUERY_REDUNDANCY, "redundancy", TOP, true,
+     "per layer: heads costing less than --eps (default 0.01) alone,\n"
+     "mean and max effect, keeping only the best head, removing the\n"
+     "whole layer",
+     hq_redundancy},
+    {HP_QUERY_PAIRS, "pairs", TOP, true,
+     "interaction I = D(a and b) - D(a) - D(b) of head pairs, D the\n"
+     "effects. I > 0: removing both hurts more than the two alone\n"
+     "(the heads back each other up: redundant); I < 0: less than\n"
+     "the two alone (overlapping damage). --top K of each end.",
+     hq_pairs},
+    {HP_QUERY_IMPORTANCE, "importance", STUDY | TOP, true,
+     "an importance study (--study NAME, else the first by name):\n"
+     "each unit's E|dL/dgate| (Michel et al.), under the study's\n"
+     "normalize, and raw; most important first, --top K",
+     hq_importance},
+    {HP_QUERY_ATTRIBUTION, "attribution", STUDY | TOP, true,
+     "an attribution study (--study NAME) against the sweep's\n"
+     "first single study over the same units: each unit's\n"
+     "first-order estimate of its loss effect beside the exact\n"
+     "one, their ranks, the most wrongly ranked first (--top K),\n"
+     "and in the last row (\"all\") Spearman's rho, Kendall's\n"
+     "tau-b and the top-k overlap (k = a tenth of the units)",
+     hq_attribution},
+    {HP_QUERY_ROLES, "roles", STUDY, true,
+     "a roles study (--study NAME, else the first by name): each\n"
+     "head's scores (docs/roles.md) in layer, head order, its effect\n"
+     "in the sweep's first single study over query heads when it\n"
+     "has one, and a last row (label \"rho\") with each score's\n"
+     "Spearman rank correlation with the effect",
+     hq_roles},
+    {HP_QUERY_GATES, "gates", STUDY | TOP, true,
+     "each lambda of the gates studies (--study NAME: one): heads\n"
+     "kept, the pruned set's metric, the model at its test-time\n"
+     "gates, and the sweep's iterative and random curves read at the\n"
+     "same heads kept; \"lower\" names the curve that is lowest there",
+     hq_gates},
+    {HP_QUERY_SQL, "sql", TOP | SQL, false,
+     "read-only SQL, e.g. \"SELECT * FROM effects LIMIT 5\"\n"
+     "(tables, columns and views: docs/database.md)",
+     hq_sql},
+};
+static_assert(sizeof hp_query_kinds / sizeof hp_query_kinds[0] == HP_QUERY_KIND_COUNT,
+              "hp_query_kinds: one row per enum hp_query_kind");
+
+const struct hp_query_kind_row *hp_query_kind_named(const char *name)
 {
-    if (o->top < 0)
+    for (int i = 0; i < HP_QUERY_KIND_COUNT; i++)
+        if (strcmp(name, hp_query_kinds[i].name) == 0)
+            return &hp_query_kinds[i];
+    return NULL;
+}
+
+const struct hp_query_kind_row *hp_query_kind_row(enum hp_query_kind k)
+{
+    for (int i = 0; i < HP_QUERY_KIND_COUNT; i++)
+        if (hp_query_kinds[i].kind == k)
+            return &hp_query_kinds[i];
+    return NULL;
+}
+
+/*
+ * The options' mistakes, in the order they are reported: one given (every bit of when) to a kind
+ * that does not take need (need 0: never right together), worded for the command line and the API.
+ * BY_LAYER is --by layer alone (also under B: the clash with --top is its own).
+ */
+enum { BY_LAYER = 1u << 8 };
+static const struct {
+    unsigned when, need;
+    const char *cli, *api;
+} opt_rules[] = {
+    {B, B, "--db2, --sweep2, --study2 and --by are for compare",
+     "query: --db2, --sweep2, --study2 and --by apply to compare only"},
+    {MATRIX, MATRIX, "--format matrix is for heads", "query: the matrix format is for heads only"},
+    {GATES, GATES, "--gates is for heads", "query: --gates applies to heads only"},
+    {MATRIX | TOP, 0, "--top does not apply to --format matrix (it shows every unit)",
+     "query: --top does not apply to the matrix format (it shows every unit)"},
+    {BY_LAYER | TOP, 0, "--top does not apply to compare --by layer (it shows every layer)",
+     "query: --top does not apply to compare --by layer (every layer is shown)"},
+    {STUDY, STUDY, "--study is for heads, sets, curve, compare, importance, attribution, roles and gates",
+     "query: --study applies to heads, sets, curve, compare, importance, attribution, roles and gates"},
+    {TOP, TOP, "--top does not apply to roles (it shows every head)",
+     "query: --top does not apply to roles (it shows every head)"},
+};
+
+enum hp_status hp_query_opts_check(const struct hp_query_opts *o, bool cli, struct hp_error *err)
+{
+    if (!cli && o->top < 0)
         return hp_fail(err, HP_ERR_ARG, "query: top must be >= 0 (got %d; 0 = every row)", o->top);
-    if (!isfinite(o->eps))
+    if (!cli && !isfinite(o->eps))
         return hp_fail(err, HP_ERR_ARG, "query: eps must be a finite number");
-    if (o->sweep_id < 0 || o->sweep_id2 < 0)
+    if (!cli && (o->sweep_id < 0 || o->sweep_id2 < 0))
         return hp_fail(err, HP_ERR_ARG, "query: a sweep id must be positive (0 = the newest)");
-    bool compare = o->kind == HP_QUERY_COMPARE;
-    if (!compare && (o->db2 || o->sweep_id2 || o->study2 || o->by_layer))
-        return hp_fail(err, HP_ERR_ARG, "query: --db2, --sweep2, --study2 and --by apply to compare only");
-    if (o->matrix && o->kind != HP_QUERY_HEADS)
-        return hp_fail(err, HP_ERR_ARG, "query: the matrix format is for heads only");
-    if (o->gates && o->kind != HP_QUERY_HEADS)
-        return hp_fail(err, HP_ERR_ARG, "query: --gates applies to heads only");
-    if (o->matrix && o->top)
-        return hp_fail(err, HP_ERR_ARG, "query: --top does not apply to the matrix format (it shows every unit)");
-    if (compare && o->by_layer && o->top)
-        return hp_fail(err, HP_ERR_ARG, "query: --top does not apply to compare --by layer (every layer is shown)");
-    if (o->study && o->kind != HP_QUERY_HEADS && o->kind != HP_QUERY_SETS && o->kind != HP_QUERY_CURVE && !compare &&
-        o->kind != HP_QUERY_IMPORTANCE && o->kind != HP_QUERY_ATTRIBUTION && o->kind != HP_QUERY_ROLES &&
-        o->kind != HP_QUERY_GATES)
-        return hp_fail(err, HP_ERR_ARG, "query: --study applies to heads, sets, curve, compare, importance, "
-                       "attribution, roles and gates");
-    if (o->top && o->kind == HP_QUERY_ROLES)
-        return hp_fail(err, HP_ERR_ARG, "query: --top does not apply to roles (it shows every head)");
+    const struct hp_query_kind_row *k = hp_query_kind_row(o->kind);
+    if (!k)
+        return hp_fail(err, HP_ERR_ARG, "query: unknown query kind %d", (int)o->kind);
+    const unsigned given = (o->study ? STUDY : 0) | (o->top ? TOP : 0) | (o->matrix ? MATRIX : 0) |
+                           (o->gates ? GATES : 0) | (o->db2 || o->sweep_id2 || o->study2 || o->by_layer ? B : 0) |
+                           (o->by_layer ? BY_LAYER : 0);
+    for (size_t i = 0; i < sizeof opt_rules / sizeof *opt_rules; i++)
+        if ((given & opt_rules[i].when) == opt_rules[i].when && (!opt_rules[i].need || !(k->takes & opt_rules[i].need)))
+            return hp_fail(err, HP_ERR_ARG, "%s", cli ? opt_rules[i].cli : opt_rules[i].api);
     return HP_OK;
 }
+
+// --- entry ------------------------------------------------------------------
 
 // The answer to o on q's open connection, inside the caller's read transaction (but sql's).
 static enum hp_status run_kind(struct hq_query *q, const struct hp_query_opts *o, struct hp_table **out)
 {
+    const struct hp_query_kind_row *k = hp_query_kind_row(o->kind);
+    if (!k)
+        return hp_fail(q->err, HP_ERR_ARG, "query: unknown query kind %d", (int)o->kind);
     enum hp_status s;
-    switch (o->kind) {
-    case HP_QUERY_SQL: return hq_sql(q, o->sql, out);
-    case HP_QUERY_SWEEPS: return hq_sweeps(q, o->sweep_id, out);
-    case HP_QUERY_COMPARE: return hq_compare(q, o, out);
-    case HP_QUERY_CURVE:
-    case HP_QUERY_HEADS:
-    case HP_QUERY_REDUNDANCY:
-    case HP_QUERY_PAIRS:
-    case HP_QUERY_SETS:
-    case HP_QUERY_IMPORTANCE:
-    case HP_QUERY_ATTRIBUTION:
-    case HP_QUERY_ROLES:
-    case HP_QUERY_GATES:
-        if ((s = hq_resolve_sweep(q, o->sweep_id, o->metric)) != HP_OK)
-            return s;
-        if (o->kind == HP_QUERY_CURVE)
-            return hq_curve(q, o->study, out);
-        if (o->kind == HP_QUERY_HEADS && o->gates)
-            return hq_heads_gates(q, o->study, o->top, o->matrix, out);
-        if (o->kind == HP_QUERY_HEADS)
-            return hq_heads(q, o->study, o->top, o->matrix, out);
-        if (o->kind == HP_QUERY_GATES)
-            return hq_gates(q, o->study, out);
-        if (o->kind == HP_QUERY_REDUNDANCY)
-            return hq_redundancy(q, o->eps, out);
-        if (o->kind == HP_QUERY_SETS)
-            return hq_sets(q, o->study, o->top, out);
-        if (o->kind == HP_QUERY_IMPORTANCE)
-            return hq_importance(q, o->study, o->top, out);
-        if (o->kind == HP_QUERY_ATTRIBUTION)
-            return hq_attribution(q, o->study, o->top, out);
-        if (o->kind == HP_QUERY_ROLES)
-            return hq_roles(q, o->study, out);
-        return hq_pairs(q, o->top, out);
-    }
-    return hp_fail(q->err, HP_ERR_ARG, "query: unknown query kind %d", (int)o->kind);
+    if (k->sweep && (s = hq_resolve_sweep(q, o->sweep_id, o->metric)) != HP_OK)
+        return s;
+    return k->run(q, o, out);
 }
 
 enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, struct hp_table **out,
@@ -136,12 +228,13 @@ enum hp_status hp_query(const char *db_path, const struct hp_query_opts *o, stru
 {
     assert(db_path && o && out);
     *out = NULL;
-    enum hp_status s = check_opts(o, err);
+    enum hp_status s = hp_query_opts_check(o, false, err);
     if (s != HP_OK)
         return s;
     struct hq_query q = {.path = db_path, .err = err, .full_mask = o->full_mask, .cv_kept = -1, .sweep_opt = "--sweep"};
     s = hp_store_open_read(db_path, BUSY_TIMEOUT_MS, o->timeout_s, &q.db, err);
-    if (s == HP_OK && o->kind == HP_QUERY_SQL) {
+    /* the caller's own statement runs as SQLite runs one, outside our transaction */
+    if (s == HP_OK && (hp_query_kind_row(o->kind)->takes & HP_QUERY_TAKES_SQL)) {
         s = run_kind(&q, o, out);
     } else if (s == HP_OK) {
         // one read transaction: every statement sees the same snapshot while a sweep writes
@@ -210,7 +303,7 @@ enum hp_status hp_query_read(struct hp_query_reader *r, const struct hp_query_op
 {
     assert(r && o && out);
     *out = NULL;
-    enum hp_status s = check_opts(o, err);
+    enum hp_status s = hp_query_opts_check(o, false, err);
     if (s != HP_OK)
         return s;
     struct hq_query q = reader_q(r, err);

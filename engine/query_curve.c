@@ -233,8 +233,9 @@ static enum hp_status curve_gates(struct hq_query *q, const char *study, struct 
 
 #define CURVE_MAX_STUDIES 256
 
-enum hp_status hq_curve(struct hq_query *q, const char *want, struct hp_table **out)
+enum hp_status hq_curve(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
+    const char *want = opts->study;
     sqlite3_stmt *st;
     enum hp_status s = hq_prep(q, &st,
                             "SELECT study, kind FROM sweep_jobs WHERE sweep_id = ? AND kind IN ('iterative', 'random', "

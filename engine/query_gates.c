@@ -112,8 +112,9 @@ static enum hp_status curve_load(struct hq_query *q, const char *kind, struct cu
  * their two nearest points), with the curve that is lowest there (least
  * damage) named in `lower`.
  */
-enum hp_status hq_gates(struct hq_query *q, const char *want, struct hp_table **out)
+enum hp_status hq_gates(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
+    const char *want = opts->study;
     enum { C_STUDY, C_LAMBDA, C_STEPS, C_OBJ, C_KEPT, C_PCT, C_VALUE, C_EFFECT, C_GATED, C_ITER, C_RAND, C_LOWER, C_N };
     const char *cols[C_N] = {"study", "lambda", "steps", "objective", "kept", "pct_kept", q->mname, "effect", "gated",
                              "iterative", "random", "lower"};

@@ -202,8 +202,13 @@ static enum hp_status heads_matrix(struct hq_query *q, const struct pick *pk, st
     return hq_tb_finish(&b, out, q->err);
 }
 
-enum hp_status hq_heads(struct hq_query *q, const char *study, int top, bool matrix, struct hp_table **out)
+enum hp_status hq_heads(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
+    if (opts->gates) /* a gates study's test-time gates instead of the single effects (query_gates.c) */
+        return hq_heads_gates(q, opts->study, opts->top, opts->matrix, out);
+    const char *study = opts->study;
+    const int top = opts->top;
+    const bool matrix = opts->matrix;
     enum { C_STUDY, C_LABEL, C_LAYER, C_UNIT, C_VALUE, C_EFFECT, C_LO, C_HI, C_SEQS, C_P, C_ATP, C_N };
     const char *cols[C_N] = {"study", "label", "layer", "unit", q->mname, "effect", "ci_lo", "ci_hi", "seqs", "p",
                              "atp"};
@@ -264,8 +269,10 @@ enum hp_status hq_heads(struct hq_query *q, const char *study, int top, bool mat
 }
 
 // Each named set of the sweep's explicit studies (or of the one named), masked together.
-enum hp_status hq_sets(struct hq_query *q, const char *study, int top, struct hp_table **out)
+enum hp_status hq_sets(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
+    const char *study = opts->study;
+    const int top = opts->top;
     enum { C_STUDY, C_SET, C_HEADS, C_VALUE, C_EFFECT, C_LO, C_HI, C_SEQS, C_P, C_MASK, C_N };
     const char *cols[C_N] = {"study", "set", "heads", q->mname, "effect", "ci_lo", "ci_hi", "seqs", "p", "mask"};
     static const bool num[C_N] = {false, false, true, true, true, true, true, true, true, false};

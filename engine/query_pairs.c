@@ -32,8 +32,9 @@ struct layer_sum {
     double layer_effect;
 };
 
-enum hp_status hq_redundancy(struct hq_query *q, double eps, struct hp_table **out)
+enum hp_status hq_redundancy(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
+    const double eps = opts->eps;
     enum { C_LAYER, C_UNITS, C_BELOW, C_MEAN, C_MAX, C_ONLY, C_ONLY_UNIT, C_WHOLE, C_N };
     static const char *const cols[C_N] = {"layer", "units", "below_eps", "mean_effect", "max_effect",
                                           "only_effect", "only_unit", "layer_effect"};
@@ -253,8 +254,9 @@ static enum hp_status pairs_load(struct hq_query *q, struct single_eff **singles
     return r < 0 ? s : HP_OK;
 }
 
-enum hp_status hq_pairs(struct hq_query *q, int top, struct hp_table **out)
+enum hp_status hq_pairs(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
+    const int top = opts->top;
     enum { C_STUDY, C_PAIR, C_LAYER, C_A, C_B, C_AB, C_EA, C_EB, C_I, C_N };
     static const char *const cols[C_N] = {"study", "pair", "layer", "unit_a", "unit_b",
                                           "effect_ab", "effect_a", "effect_b", "interaction"};

@@ -214,19 +214,27 @@ double hq_score_at(const struct score_row *rows, size_t n, int layer, int unit);
 
 // --- the questions, one file each or a few -------------------------------------------
 
-enum hp_status hq_sweeps(struct hq_query *q, long long id, struct hp_table **out);              // query_sql.c
-enum hp_status hq_sql(struct hq_query *q, const char *sql, struct hp_table **out);              // query_sql.c
-enum hp_status hq_curve(struct hq_query *q, const char *want, struct hp_table **out);           // query_curve.c
-enum hp_status hq_heads(struct hq_query *q, const char *study, int top, bool matrix, struct hp_table **out);
-enum hp_status hq_sets(struct hq_query *q, const char *study, int top, struct hp_table **out);   // query_heads.c
-enum hp_status hq_redundancy(struct hq_query *q, double eps, struct hp_table **out);            // query_pairs.c
-enum hp_status hq_pairs(struct hq_query *q, int top, struct hp_table **out);                    // query_pairs.c
-enum hp_status hq_importance(struct hq_query *q, const char *study, int top, struct hp_table **out);
-enum hp_status hq_attribution(struct hq_query *q, const char *study, int top, struct hp_table **out);
-enum hp_status hq_roles(struct hq_query *q, const char *study, struct hp_table **out);          // query_roles.c
-enum hp_status hq_gates(struct hq_query *q, const char *want, struct hp_table **out);           // query_gates.c
+/*
+ * Each kind's row function (hp_query_kinds, query.c): the answer to opts on q's
+ * connection, inside the caller's read transaction; q's sweep already resolved
+ * for a row with .sweep set. Destructor of *out: hp_table_free.
+ */
+enum hp_status hq_sweeps(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);  // query_sql.c
+enum hp_status hq_sql(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);     // query_sql.c
+enum hp_status hq_curve(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);   // query_curve.c
+enum hp_status hq_heads(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);   // query_heads.c
+enum hp_status hq_sets(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);    // query_heads.c
+enum hp_status hq_redundancy(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out); // _pairs.c
+enum hp_status hq_pairs(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);   // query_pairs.c
+enum hp_status hq_importance(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out); // _scores.c
+enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);
+enum hp_status hq_roles(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);   // query_roles.c
+enum hp_status hq_gates(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);   // query_gates.c
+/* compare (query_compare.c): q is A's connection; B's is opened here (or A's shared: one file) and
+ * both sweeps resolved */
+enum hp_status hq_compare(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);
+
+/* heads --gates (query_gates.c; hq_heads answers with it when opts->gates is set) */
 enum hp_status hq_heads_gates(struct hq_query *q, const char *study, int top, bool matrix, struct hp_table **out);
-/* compare (query_compare.c): qa is A's resolved connection; B's is opened (or shared) here */
-enum hp_status hq_compare(struct hq_query *qa, const struct hp_query_opts *o, struct hp_table **out);
 
 #endif

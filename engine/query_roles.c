@@ -146,8 +146,9 @@ static enum hp_status roles_load(struct hq_query *q, long long run, struct role_
  * and the effect over the heads with both (offsets have none: they are
  * positions, not amounts).
  */
-enum hp_status hq_roles(struct hq_query *q, const char *study, struct hp_table **out)
+enum hp_status hq_roles(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
+    const char *study = opts->study;
     enum { C_LAYER, C_HEAD, C_LABEL, C_ROLE0, C_EFFECT = C_ROLE0 + N_ROLE_COLS, C_N };
     const char *cols[C_N] = {"layer", "head", "label"};
     bool num[C_N] = {true, true, false};

@@ -176,8 +176,10 @@ static void unit_cells(struct tb *b, int row, const char *study, bool kv, int la
     hq_tb_int(b, row, 3, unit);
 }
 
-enum hp_status hq_importance(struct hq_query *q, const char *study, int top, struct hp_table **out)
+enum hp_status hq_importance(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
+    const char *study = opts->study;
+    const int top = opts->top;
     enum { C_STUDY, C_LABEL, C_LAYER, C_UNIT, C_IMP, C_RAW, C_RANK, C_N };
     static const char *const cols[C_N] = {"study", "label", "layer", "unit", "importance", "raw", "rank"};
     static const bool num[C_N] = {false, false, true, true, true, true, true};
@@ -277,8 +279,10 @@ static enum hp_status attribution_exact(struct hq_query *q, const struct pick *p
  * "all" with Spearman's rho, Kendall's tau-b (hq_rank_corr, as compare) and the
  * top-k overlap, k a tenth of the units (at least 1).
  */
-enum hp_status hq_attribution(struct hq_query *q, const char *study, int top, struct hp_table **out)
+enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
+    const char *study = opts->study;
+    const int top = opts->top;
     enum { C_STUDY, C_LABEL, C_LAYER, C_UNIT, C_EST, C_EXACT, C_RE, C_RX, C_RD, C_RHO, C_TAU, C_OVL, C_N };
     static const char *const cols[C_N] = {"study", "label", "layer", "unit", "estimate", "exact", "rank_est",
                                           "rank_exact", "rank_diff", "rho", "tau", "top_k_overlap"};

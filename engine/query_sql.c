@@ -21,8 +21,9 @@
 
 // --- sweeps -----------------------------------------------------------------
 
-enum hp_status hq_sweeps(struct hq_query *q, long long id, struct hp_table **out)
+enum hp_status hq_sweeps(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
+    const long long id = opts->sweep_id;
     static const char *const cols[] = {"id", "name", "plan", "model", "data", "ablation", "metric", "jobs",
                                        "created", "updated"};
     static const bool num[] = {true, false, false, false, false, false, false, true, false, false};
@@ -62,8 +63,9 @@ enum hp_status hq_sweeps(struct hq_query *q, long long id, struct hp_table **out
 #define SQL_MAX_ROWS 1000000
 #define SQL_MAX_BYTES (256 << 20)
 
-enum hp_status hq_sql(struct hq_query *q, const char *sql, struct hp_table **out)
+enum hp_status hq_sql(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
+    const char *sql = opts->sql;
     if (!sql)
         return hp_fail(q->err, HP_ERR_ARG, "query: no SQL given");
     sqlite3_stmt *st = NULL;
