@@ -44,6 +44,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "headprune.h"
+#include "job_int.h" // the job kinds the sweep writes
 #include "query_int.h"
 #include "query_priv.h"
 #include "store_int.h" // hp_store_open_read: opened and version-checked by the store
@@ -448,7 +449,7 @@ enum hp_status hp_query_studies(struct hp_query_reader *rd, int64_t sweep_id, st
     snprintf(sql, sizeof sql,
              "SELECT study, kind, max(kv), count(*), "
              "  CASE WHEN kind <> 'iterative' THEN NULL %s ELSE 'exact' END, 0, min(ord) "
-             "FROM sweep_jobs j WHERE sweep_id = ?1 AND kind NOT IN ('iterative-score', 'gates-frac') "
+             "FROM sweep_jobs j WHERE sweep_id = ?1 AND kind NOT IN ('" HP_JOB_ITERATIVE_SCORE "', '" HP_JOB_GATES_FRAC "') "
              "GROUP BY study, kind "
              "%s ORDER BY 6, 7, 1",
              scores ? "WHEN EXISTS (SELECT 1 FROM unit_scores u WHERE u.sweep_id = ?1 AND u.study = j.study "

@@ -12,6 +12,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "headprune.h"
+#include "job_int.h" // the job kinds the sweep writes
 #include "query_priv.h"
 #include "util_int.h"
 
@@ -206,7 +207,7 @@ static enum hp_status curve_gates(struct hq_query *q, const char *study, struct 
                               "  AND j.kind = 'gates' AND j.step = x.idx "
                               "JOIN variants v ON v.id = j.variant_id JOIN results r ON r.variant_id = j.variant_id "
                               "LEFT JOIN sweep_jobs jf ON jf.sweep_id = x.sweep_id AND jf.study = x.study "
-                              "  AND jf.kind = 'gates-frac' AND jf.step = x.idx "
+                              "  AND jf.kind = '" HP_JOB_GATES_FRAC "' AND jf.step = x.idx "
                               "LEFT JOIN results f ON f.variant_id = jf.variant_id "
                               "WHERE x.sweep_id = ? AND x.study = ? GROUP BY x.idx ORDER BY x.idx");
     if (s != HP_OK)

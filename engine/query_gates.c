@@ -12,6 +12,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "headprune.h"
+#include "job_int.h" // the job kinds the sweep writes
 #include "query_priv.h"
 #include "util_int.h"
 
@@ -159,7 +160,7 @@ enum hp_status hq_gates(struct hq_query *q, const struct hp_query_opts *opts, st
                    "  AND j.step = x.idx "
                    "JOIN variants v ON v.id = j.variant_id JOIN results r ON r.variant_id = j.variant_id "
                    "LEFT JOIN sweep_jobs jf ON jf.sweep_id = x.sweep_id AND jf.study = x.study "
-                   "  AND jf.kind = 'gates-frac' AND jf.step = x.idx "
+                   "  AND jf.kind = '" HP_JOB_GATES_FRAC "' AND jf.step = x.idx "
                    "LEFT JOIN results f ON f.variant_id = jf.variant_id "
                    "WHERE x.sweep_id = ?1 AND (?2 IS NULL OR x.study = ?2) "
                    "GROUP BY x.study, x.idx ORDER BY min(j.ord)");
