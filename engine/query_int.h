@@ -8,6 +8,10 @@
  * connection and one read transaction for all of them. Every table it
  * returns is the one `headprune query` prints for the same options, so a
  * figure shows the numbers the tables show.
+ *
+ * The kinds' table (below) is here too: the CLI reads each kind's name,
+ * options and help from it, and checks options with the engine's one check.
+ * The family's private insides are query_priv.h, included by no one else.
  */
 #ifndef HP_QUERY_INT_H
 #define HP_QUERY_INT_H
@@ -63,8 +67,9 @@ enum hp_status hp_query_has_table(struct hp_query_reader *r, const char *name, b
 /*
  * One row per query kind (hp_query_kinds, query.c): its name, the options it
  * takes, its help and its function. `headprune query` reads names, options
- * and help from it; hp_query and the readers dispatch through it; a new kind
- * is a file with its function and one row here.
+ * and help from it; hp_query and the readers dispatch through it. A new kind
+ * is its value in enum hp_query_kind, a file with its function (declared in
+ * query_priv.h, listed in meson.build) and its row in query.c.
  */
 
 /* Options only some kinds take (a row's .takes), and a few that clash: hp_query_opts_check. Every kind
