@@ -8,6 +8,10 @@
  * connection and one read transaction for all of them. Every table it
  * returns is the one `headprune query` prints for the same options, so a
  * figure shows the numbers the tables show.
+ *
+ * The kinds' table (below) is here too: the CLI reads each kind's name,
+ * options and help from it, and checks options with the engine's one check.
+ * The family's private insides are query_priv.h, included by no one else.
  */
 #ifndef HP_QUERY_INT_H
 #define HP_QUERY_INT_H
@@ -57,5 +61,56 @@ enum hp_status hp_query_studies(struct hp_query_reader *r, int64_t sweep_id, str
 /* Whether the database has a table of this name (tables come with schema versions: unit_scores
  * with 3; a later study's table with its version). */
 enum hp_status hp_query_has_table(struct hp_query_reader *r, const char *name, bool *yes, struct hp_error *err);
+
+// --- the kinds ---------------------------------------------------------------
+
+/*
+ * One row per query kind (hp_query_kinds, query.c): its name, the options it
+ * takes, its help and its function. `headprune query` reads names, options
+ * and help from it; hp_query and the readers dispatch through it. A new kind
+ * is its value in enum hp_query_kind, a file with its function (declared in
+ * query_priv.h, listed in meson.build) and its row in query.c.
+ */
+
+/* Options only some kinds take (a row's .takes), and a few that clash: hp_query_opts_check. Every kind
+ * accepts the others (--sweep, --metric, --eps, --full-mask, --timeout; --top where .takes says so). */
+enum {
+    HP_QUERY_TAKES_STUDY = 1u << 0,  /* --study NAME */
+    HP_QUERY_TAKES_TOP = 1u << 1,    /* --top K (a kind without it refuses it: it shows every row) */
+    HP_QUERY_TAKES_MATRIX = 1u << 2, /* --format matrix */
+    HP_QUERY_TAKES_GATES = 1u << 3,  /* --gates */
+    HP_QUERY_TAKES_B = 1u << 4,      /* a second sweep: --db2, --sweep2, --study2, --by */
+    HP_QUERY_TAKES_SQL = 1u << 5,    /* one SQL statement (the operand after the kind) */
+};
+
+/* The kinds of enum hp_query_kind (headprune.h), which has no count of its own: its last plus one.
+ * A kind added there must move this, and then the table's static_assert asks for its row. */
+#define HP_QUERY_KIND_COUNT (HP_QUERY_GATES + 1)
+
+struct hq_query; /* a question being answered: its connection and sweep (query_priv.h) */
+
+struct hp_query_kind_row {
+    enum hp_query_kind kind;
+    const char *name;  /* as `headprune query NAME` spells it */
+    unsigned takes;    /* HP_QUERY_TAKES_* */
+    bool sweep;        /* reads one sweep: it is resolved (--sweep, --metric) before .run */
+    const char *help;  /* `query --help`'s lines beside the name, '\n' between them */
+    enum hp_status (*run)(struct hq_query *q, const struct hp_query_opts *o, struct hp_table **out);
+};
+
+/* Every kind once, in the order `query --help` lists them. */
+extern const struct hp_query_kind_row hp_query_kinds[HP_QUERY_KIND_COUNT];
+
+/* The row of the kind named name, or of kind k; NULL when there is none. */
+const struct hp_query_kind_row *hp_query_kind_named(const char *name);
+const struct hp_query_kind_row *hp_query_kind_row(enum hp_query_kind k);
+
+/*
+ * Whether o's options suit its kind: an option the kind does not take, or two that clash, is an
+ * HP_ERR_ARG naming it, worded for the command line ("--gates is for heads") with cli, else for
+ * the API ("query: --gates applies to heads only"), which also checks the values the command line's
+ * parsers already bound (top >= 0, a finite eps, sweep ids >= 0). hp_query and hp_query_read call it.
+ */
+enum hp_status hp_query_opts_check(const struct hp_query_opts *o, bool cli, struct hp_error *err);
 
 #endif

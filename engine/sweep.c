@@ -25,6 +25,7 @@
 #include "cpuload_int.h"
 #include "gates_int.h"
 #include "hash_int.h"
+#include "job_int.h" // the job kinds and key prefixes the queries read back
 #include "roles_int.h"
 #include "store_int.h"
 #include "util_int.h"
@@ -247,14 +248,14 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
                 st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
                 break;
             }
-            if (job->grad_pass) { /* its own address: "gradpass:" starts no mask spec (gradient_at's are "grad:") */
-                char *marked = malloc(strlen(mask_text) + 10);
+            if (job->grad_pass) { /* its own address: HP_KEY_GRAD_PASS starts no mask spec (gradient_at's: HP_KEY_GRAD) */
+                char *marked = malloc(strlen(mask_text) + sizeof HP_KEY_GRAD_PASS);
                 if (!marked) {
                     free(mask_text);
                     st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
                     break;
                 }
-                sprintf(marked, "gradpass:%s", mask_text);
+                sprintf(marked, HP_KEY_GRAD_PASS "%s", mask_text);
                 hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, marked, keys[i]);
                 free(marked);
             } else {
@@ -374,12 +375,12 @@ static void grad_buf_free(struct grad_buf *b)
 static enum hp_status gradient_at(struct ctx *c, const struct hp_mask *mask, struct grad_buf *b,
                                   const struct hp_job *job, struct hp_error *err)
 {
-    char *text = hp_mask_format(mask), *marked = text ? malloc(strlen(text) + 6) : NULL;
+    char *text = hp_mask_format(mask), *marked = text ? malloc(strlen(text) + sizeof HP_KEY_GRAD) : NULL;
     if (!marked) {
         free(text);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     }
-    sprintf(marked, "grad:%s", text);
+    sprintf(marked, HP_KEY_GRAD "%s", text);
     hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, marked, b->key);
     free(marked);
     b->g.mask_text = text;
@@ -638,7 +639,7 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
             cand[nc++] = (struct scored){i, 0};
         }
         if (st == HP_OK)
-            st = run_jobs(c, cords, cjobs, nc, "iterative-score", cres, err);
+            st = run_jobs(c, cords, cjobs, nc, HP_JOB_ITERATIVE_SCORE, cres, err);
         for (int i = 0; i < nc; i++) {
             hp_mask_free(cjobs[i].mask);
             cand[i].score = damage(c, &cres[i]);
@@ -835,7 +836,7 @@ static enum hp_status run_gates(struct ctx *c, int si, int64_t *ord, struct hp_e
         int64_t o0 = (*ord)++, o1 = (*ord)++;
         st = run_jobs(c, &o0, &jobs[0], 1, "gates", NULL, err);
         if (st == HP_OK && !stopping(c))
-            st = run_jobs(c, &o1, &jobs[1], 1, "gates-frac", NULL, err);
+            st = run_jobs(c, &o1, &jobs[1], 1, HP_JOB_GATES_FRAC, NULL, err);
         if (st == HP_OK && !stopping(c))
             st = hp_store_put_sweep_gate(c->store, c->sweep_id, s->name, li, lambda, key, err);
     }

@@ -26,6 +26,9 @@
  * Numeric cells are compared with |got - want| <= 6e-7 + 1e-5 |want|
  * (what %.6f and %.6g can round away); text cells exactly. A mismatching
  * table logs its first mismatches and the largest difference, then fails.
+ *
+ * Last, the kinds' table (hp_query_kinds, query_int.h) against its one
+ * options check: the kinds each rule refuses, and the kinds its message names.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -1905,4 +1908,81 @@ Test(query, forged_roles_rows)
     exec(db, "UPDATE head_roles SET layer = 7 WHERE layer = 1 AND head = 3");
     sqlite3_close(db);
     expect_fail(&o, g_db, HP_ERR_FORMAT, "layer = 7 in sweep 2 is out of range");
+}
+
+// --- the kinds' table ----------------------------------------------------------------------
+
+/* The kind names among the words of s (after its last " to " or " for "): a bit per row of hp_query_kinds. */
+static unsigned kinds_named(const char *s)
+{
+    const char *to = NULL;
+    for (const char *p = s; (p = strstr(p, " to ")) != NULL; p++)
+        to = p;
+    for (const char *p = s; (p = strstr(p, " for ")) != NULL; p++)
+        to = !to || p > to ? p : to;
+    cr_assert_not_null(to, "no list of kinds in '%s'", s);
+    unsigned named = 0;
+    char word[32];
+    for (const char *p = to; *p;) {
+        size_t n = 0;
+        while (*p && !(*p >= 'a' && *p <= 'z'))
+            p++;
+        while (*p >= 'a' && *p <= 'z' && n + 1 < sizeof word)
+            word[n++] = *p++;
+        word[n] = '\0';
+        for (int i = 0; n && i < HP_QUERY_KIND_COUNT; i++)
+            named |= strcmp(word, hp_query_kinds[i].name) == 0 ? 1u << i : 0;
+    }
+    return named;
+}
+
+/*
+ * hp_query_kinds against itself and against its check: every kind once, found by its name and by
+ * its enum; each option refused, in both wordings, exactly by the kinds whose row does not take
+ * it; and the message names exactly the kinds that take it (those that refuse it, for --top):
+ * the wording lives beside the rule, the kinds in the rows, and they must not drift apart.
+ */
+Test(query, the_kind_table_and_its_one_check_agree)
+{
+    for (int i = 0; i < HP_QUERY_KIND_COUNT; i++) {
+        const struct hp_query_kind_row *k = &hp_query_kinds[i];
+        cr_assert_eq(hp_query_kind_named(k->name), k, "%s: found by name", k->name);
+        cr_assert_eq(hp_query_kind_row(k->kind), k, "%s: found by kind", k->name);
+        cr_assert(k->run && k->help && *k->help, "%s: a function and help", k->name);
+    }
+    cr_assert_null(hp_query_kind_named("frobnicate"));
+    static const struct {
+        unsigned bit;
+        bool refusers_named; // the message lists the kinds that refuse the option, not those that take it
+    } opts[] = {{HP_QUERY_TAKES_STUDY, false}, {HP_QUERY_TAKES_MATRIX, false}, {HP_QUERY_TAKES_GATES, false},
+                {HP_QUERY_TAKES_B, false},     {HP_QUERY_TAKES_TOP, true}};
+    for (size_t j = 0; j < sizeof opts / sizeof *opts; j++) {
+        unsigned takers = 0;
+        for (int i = 0; i < HP_QUERY_KIND_COUNT; i++)
+            takers |= hp_query_kinds[i].takes & opts[j].bit ? 1u << i : 0;
+        for (int i = 0; i < HP_QUERY_KIND_COUNT; i++)
+            for (int cli = 0; cli < 2; cli++) {
+                struct hp_query_opts o = {.kind = hp_query_kinds[i].kind};
+                if (opts[j].bit == HP_QUERY_TAKES_STUDY)
+                    o.study = "x";
+                else if (opts[j].bit == HP_QUERY_TAKES_MATRIX)
+                    o.matrix = true;
+                else if (opts[j].bit == HP_QUERY_TAKES_GATES)
+                    o.gates = true;
+                else if (opts[j].bit == HP_QUERY_TAKES_B)
+                    o.db2 = "b.db";
+                else
+                    o.top = 3;
+                struct hp_error err = {0};
+                enum hp_status s = hp_query_opts_check(&o, cli, &err);
+                bool takes = takers >> i & 1;
+                cr_assert_eq(s, takes ? HP_OK : HP_ERR_ARG, "%s, option %#x: %s", hp_query_kinds[i].name,
+                             opts[j].bit, err.msg);
+                if (!takes) {
+                    unsigned want = opts[j].refusers_named ? ~takers & ((1u << HP_QUERY_KIND_COUNT) - 1) : takers;
+                    cr_assert_eq(kinds_named(err.msg), want, "'%s' names kinds %#x, the table %#x", err.msg,
+                                 kinds_named(err.msg), want);
+                }
+            }
+    }
 }

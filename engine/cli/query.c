@@ -1,6 +1,10 @@
 /*
  * query.c -- `headprune query`: questions answered from a results database
  * (hp_query), printed as a table, CSV or JSON (heads also as a matrix).
+ *
+ * The kinds, the options each takes and their help lines are the engine's
+ * table (hp_query_kinds, query_int.h), and so is the check of options against
+ * the kind (hp_query_opts_check): this file parses argv and words nothing twice.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
@@ -8,7 +12,9 @@
 #include <string.h>
 
 #include "cli_int.h"
+#include "query_int.h" /* hp_query_kinds: names, options and help of each kind */
 
+/* before the kinds (hp_query_kinds: each its name and lines) */
 static const char query_help[] =
     "Usage: headprune query KIND --db FILE [--sweep ID] [--format table|csv|json|matrix]\n"
     "                       [--metric loss|kl|acc|cos] [--study NAME] [--top K] [--eps E]\n"
@@ -23,61 +29,10 @@ static const char query_help[] =
     "Effects are differences from the sweep's baseline, signed so that larger is\n"
     "worse: loss and KL rise, accuracy and cosine fall.\n"
     "\n"
-    "Kinds:\n"
-    "  sweeps       the sweeps in the database\n"
-    "  curve        pruning curve: metric against heads pruned (number and %),\n"
-    "               iterative, random and gates studies (--study NAME: only that\n"
-    "               one), 95% CIs over random samples; each iterative step's units\n"
-    "               in \"pruned\" (--full-mask: also everything pruned so far, in\n"
-    "               \"mask\"); with a gates study also heads kept, each gates row's\n"
-    "               lambda and the model at its test-time gates (\"gated\")\n"
-    "  heads        each head's effect when ablated alone, with a paired 95% CI\n"
-    "               across sequences; sorted, --top K. One single study: --study\n"
-    "               NAME, else the sweep's first over query heads (a KV-group\n"
-    "               study such as single-kv only when named or the only one).\n"
-    "               --format matrix: layers as rows, heads as columns.\n"
-    "               --gates: a gates study's (--study NAME) test-time gate of each\n"
-    "               head at each lambda, and the lambda from which it stays closed\n"
-    "               (closes_at; the matrix shows that), the last to close first\n"
-    "  sets         each named set of the explicit studies (--study NAME: one\n"
-    "               of them) ablated together: its effect with a paired 95% CI;\n"
-    "               sorted, --top K\n"
-    "  compare      two sweeps side by side, A (--db, --sweep) and B (--db2,\n"
-    "               default --db; --sweep2, default the newest): each unit's\n"
-    "               effect in both single studies (--study, --study2), B - A,\n"
-    "               ranks, and over the units both have Spearman's rho and\n"
-    "               Kendall's tau-b (the last row, \"all\"). E.g. zero against\n"
-    "               mean ablation, or a fine-tuned model against its base. The\n"
-    "               models must have one shape; the sweeps one metric (else name\n"
-    "               it with --metric). --by layer: per layer, means and rank\n"
-    "               correlations within it; --top K: the K units that differ most\n"
-    "  redundancy   per layer: heads costing less than --eps (default 0.01) alone,\n"
-    "               mean and max effect, keeping only the best head, removing the\n"
-    "               whole layer\n"
-    "  pairs        interaction I = D(a and b) - D(a) - D(b) of head pairs, D the\n"
-    "               effects. I > 0: removing both hurts more than the two alone\n"
-    "               (the heads back each other up: redundant); I < 0: less than\n"
-    "               the two alone (overlapping damage). --top K of each end.\n"
-    "  importance   an importance study (--study NAME, else the first by name):\n"
-    "               each unit's E|dL/dgate| (Michel et al.), under the study's\n"
-    "               normalize, and raw; most important first, --top K\n"
-    "  attribution  an attribution study (--study NAME) against the sweep's\n"
-    "               first single study over the same units: each unit's\n"
-    "               first-order estimate of its loss effect beside the exact\n"
-    "               one, their ranks, the most wrongly ranked first (--top K),\n"
-    "               and in the last row (\"all\") Spearman's rho, Kendall's\n"
-    "               tau-b and the top-k overlap (k = a tenth of the units)\n"
-    "  roles        a roles study (--study NAME, else the first by name): each\n"
-    "               head's scores (docs/roles.md) in layer, head order, its effect\n"
-    "               in the sweep's first single study over query heads when it\n"
-    "               has one, and a last row (label \"rho\") with each score's\n"
-    "               Spearman rank correlation with the effect\n"
-    "  gates        each lambda of the gates studies (--study NAME: one): heads\n"
-    "               kept, the pruned set's metric, the model at its test-time\n"
-    "               gates, and the sweep's iterative and random curves read at the\n"
-    "               same heads kept; \"lower\" names the curve that is lowest there\n"
-    "  sql          read-only SQL, e.g. \"SELECT * FROM effects LIMIT 5\"\n"
-    "               (tables, columns and views: docs/database.md)\n"
+    "Kinds:\n";
+
+/* after the kinds */
+static const char query_help_tail[] =
     "\n"
     "Formats: table (aligned, after a # line that states the sweep, the study and\n"
     "the sign convention), csv, json (an array of objects), matrix (heads only).\n"
@@ -85,8 +40,31 @@ static const char query_help[] =
     "--timeout S: reading stops with an error after S seconds (default 600): a\n"
     "database whose views, or SQL, would never end cannot hang the command.\n";
 
-static const char kinds_list[] =
-    "sweeps, curve, heads, sets, compare, redundancy, pairs, importance, attribution, roles, gates or sql";
+static void print_help(void)
+{
+    fputs(query_help, stdout);
+    for (int i = 0; i < HP_QUERY_KIND_COUNT; i++) {
+        printf("  %-13s", hp_query_kinds[i].name);
+        for (const char *h = hp_query_kinds[i].help; *h; h++)
+            if (*h == '\n')
+                fputs("\n               ", stdout);
+            else
+                putchar(*h);
+        putchar('\n');
+    }
+    fputs(query_help_tail, stdout);
+}
+
+/* "prefix sweeps, curve, ... or sql": the kinds' names, from the table */
+static int usage_kinds(const char *prefix)
+{
+    char msg[256];
+    size_t o = (size_t)snprintf(msg, sizeof msg, "%s", prefix);
+    for (int i = 0; i < HP_QUERY_KIND_COUNT && o < sizeof msg; i++)
+        o += (size_t)snprintf(msg + o, sizeof msg - o, "%s%s",
+                              i == 0 ? "" : i == HP_QUERY_KIND_COUNT - 1 ? " or " : ", ", hp_query_kinds[i].name);
+    return usage_error("query", msg);
+}
 
 int cmd_query(int argc, char **argv)
 {
@@ -101,7 +79,7 @@ int cmd_query(int argc, char **argv)
         {"gates", no_argument, 0, O_GATES},       {"timeout", required_argument, 0, O_TIMEOUT},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        fputs(query_help, stdout);
+        print_help();
         return 0;
     }
     /* options may come before or after the kind (getopt moves the operands to the end) */
@@ -169,33 +147,18 @@ int cmd_query(int argc, char **argv)
             else
                 return usage_error("query", "--by must be head or layer");
             break;
-        case 'h': fputs(query_help, stdout); return 0;
+        case 'h': print_help(); return 0;
         default: return option_error("query", c, argv);
         }
     }
-    if (optind >= argc) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "give a KIND: %s", kinds_list);
-        return usage_error("query", msg);
-    }
-    static const char *const kinds[] = {"sweeps",     "curve", "heads",      "sets",        "compare", "redundancy",
-                                        "pairs",      "importance", "attribution", "roles", "gates", "sql"};
-    static const enum hp_query_kind kv[] = {HP_QUERY_SWEEPS,     HP_QUERY_CURVE,      HP_QUERY_HEADS,
-                                            HP_QUERY_SETS,       HP_QUERY_COMPARE,    HP_QUERY_REDUNDANCY,
-                                            HP_QUERY_PAIRS,      HP_QUERY_IMPORTANCE, HP_QUERY_ATTRIBUTION,
-                                            HP_QUERY_ROLES,      HP_QUERY_GATES,      HP_QUERY_SQL};
-    int ki = -1;
-    for (int i = 0; i < (int)(sizeof kinds / sizeof *kinds); i++)
-        if (strcmp(argv[optind], kinds[i]) == 0)
-            ki = i;
-    if (ki < 0) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "KIND must be %s", kinds_list);
-        return usage_error("query", msg);
-    }
-    q.kind = kv[ki];
+    if (optind >= argc)
+        return usage_kinds("give a KIND: ");
+    const struct hp_query_kind_row *kind = hp_query_kind_named(argv[optind]);
+    if (!kind)
+        return usage_kinds("KIND must be ");
+    q.kind = kind->kind;
     optind++;
-    if (q.kind == HP_QUERY_SQL) {
+    if (kind->takes & HP_QUERY_TAKES_SQL) {
         if (optind != argc - 1)
             return usage_error("query", "sql needs one SQL statement");
         q.sql = argv[optind];
@@ -205,27 +168,11 @@ int cmd_query(int argc, char **argv)
     if (!db)
         return usage_error("query", "--db FILE is required");
 
-    /* options another kind takes: a mistake to say so now, not to ignore */
-    bool compare = q.kind == HP_QUERY_COMPARE;
-    if (!compare && (q.db2 || q.sweep_id2 || q.study2 || q.by_layer))
-        return usage_error("query", "--db2, --sweep2, --study2 and --by are for compare");
-    if (q.matrix && q.kind != HP_QUERY_HEADS)
-        return usage_error("query", "--format matrix is for heads");
-    if (q.gates && q.kind != HP_QUERY_HEADS)
-        return usage_error("query", "--gates is for heads");
-    if (q.matrix && q.top)
-        return usage_error("query", "--top does not apply to --format matrix (it shows every unit)");
-    if (compare && q.by_layer && q.top)
-        return usage_error("query", "--top does not apply to compare --by layer (it shows every layer)");
-    if (q.study && q.kind != HP_QUERY_HEADS && q.kind != HP_QUERY_SETS && q.kind != HP_QUERY_CURVE && !compare &&
-        q.kind != HP_QUERY_IMPORTANCE && q.kind != HP_QUERY_ATTRIBUTION && q.kind != HP_QUERY_ROLES &&
-        q.kind != HP_QUERY_GATES)
-        return usage_error("query",
-                           "--study is for heads, sets, curve, compare, importance, attribution, roles and gates");
-    if (q.top && q.kind == HP_QUERY_ROLES)
-        return usage_error("query", "--top does not apply to roles (it shows every head)");
-
+    /* options another kind takes: a mistake to say so now, not to ignore (the engine's one check) */
     struct hp_error err = {0};
+    if (hp_query_opts_check(&q, true, &err) != HP_OK)
+        return usage_error("query", err.msg);
+
     struct hp_table *t;
     if (hp_query(db, &q, &t, &err) != HP_OK)
         return die(&err);

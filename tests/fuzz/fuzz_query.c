@@ -1,8 +1,8 @@
 /*
  * fuzz_query -- a results database as `headprune query` reads it
- * (engine/query.c through hp_query: sweeps, curve, heads (also as a matrix
- * and of a named study), sets, redundancy, pairs, importance, attribution,
- * roles, and compare of sweep 1 with the newest, per unit and per layer).
+ * (engine/query*.c through hp_query: every kind of hp_query_kinds but sql,
+ * heads also as a matrix, of a named study and with --gates, and compare of
+ * sweep 1 with the newest, per unit and per layer).
  *
  * Input, either:
  *  - a whole SQLite file (any first byte but 'S'), written to a scratch path;
@@ -16,6 +16,7 @@
  */
 #include "fuzz_common.h"
 #include "headprune.h"
+#include "query_int.h" // hp_query_kinds: every kind, gates among them
 #include "store_int.h"
 
 #include <sqlite3.h>
@@ -162,12 +163,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         run_sql(data + 1, size - 1);
     else
         fz_write(db_path, data, size);
-    static const enum hp_query_kind kinds[] = {HP_QUERY_SWEEPS, HP_QUERY_CURVE,      HP_QUERY_HEADS,
-                                               HP_QUERY_REDUNDANCY, HP_QUERY_PAIRS, HP_QUERY_SETS,
-                                               HP_QUERY_COMPARE, HP_QUERY_IMPORTANCE, HP_QUERY_ATTRIBUTION,
-                                               HP_QUERY_ROLES};
-    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
-        query(kinds[k], NULL, k == 2 ? 3 : 0);
+    for (int k = 0; k < HP_QUERY_KIND_COUNT; k++) /* every kind of the table but sql (no statement here) */
+        if (!(hp_query_kinds[k].takes & HP_QUERY_TAKES_SQL))
+            query(hp_query_kinds[k].kind, NULL, hp_query_kinds[k].kind == HP_QUERY_HEADS ? 3 : 0);
     static const char *const metrics[] = {"loss", "kl", "acc", "cos"};
     for (int i = 0; i < 4; i++) {
         query(HP_QUERY_HEADS, metrics[i], 0);
@@ -187,6 +185,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         {.kind = HP_QUERY_IMPORTANCE, .study = "importance-kv", .top = 2},
         {.kind = HP_QUERY_ATTRIBUTION, .study = "attribution-kv", .top = 1},
         {.kind = HP_QUERY_HEADS, .study = "single-kv"},
+        {.kind = HP_QUERY_HEADS, .gates = true},
+        {.kind = HP_QUERY_HEADS, .gates = true, .matrix = true},
     };
     for (size_t i = 0; i < sizeof more / sizeof *more; i++)
         query_opts(&more[i]);

@@ -1,0 +1,322 @@
+/*
+ * query_pairs.c -- how heads back each other up: `redundancy` (per layer, the
+ * units cheap to remove alone, keeping only the best one, removing the whole
+ * layer) and `pairs` (the interaction of two units removed together against
+ * the two alone).
+ *
+ * Invariants: the singles a pair is measured against are each unit's first
+ * single job; an interaction is undefined (NaN, left out of --top) when a
+ * single is missing.
+ *
+ * Must not: print, or exit.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "headprune.h"
+#include "query_priv.h"
+#include "util_int.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// --- redundancy -------------------------------------------------------------
+
+struct layer_sum {
+    long long units, below;
+    double sum, max;
+    double only_min;
+    char only_label[48];
+    double layer_effect;
+};
+
+enum hp_status hq_redundancy(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
+{
+    const double eps = opts->eps;
+    enum { C_LAYER, C_UNITS, C_BELOW, C_MEAN, C_MAX, C_ONLY, C_ONLY_UNIT, C_WHOLE, C_N };
+    static const char *const cols[C_N] = {"layer", "units", "below_eps", "mean_effect", "max_effect",
+                                          "only_effect", "only_unit", "layer_effect"};
+    static const bool num[C_N] = {true, true, true, true, true, true, false, true};
+    char single[128], only[128], layer[128];
+    bool has_single, has_only, has_layer;
+    enum hp_status s;
+    if ((s = hq_first_study(q, "single", single, sizeof single, &has_single)) != HP_OK ||
+        (s = hq_first_study(q, "only", only, sizeof only, &has_only)) != HP_OK ||
+        (s = hq_first_study(q, "layer", layer, sizeof layer, &has_layer)) != HP_OK)
+        return s;
+    if (has_single) { // as heads reads it: the first single study over query heads, else the first
+        struct pick pk;
+        if ((s = hq_pick_study(q, "single", NULL, &pk)) != HP_OK)
+            return s;
+        snprintf(single, sizeof single, "%s", pk.name);
+    }
+    if (!has_single && !has_only && !has_layer)
+        return hq_lacking(q, "'single', 'only', 'layer'", false, NULL, "single, only or layer study",
+                       "add a 'single' study to the plan");
+
+    struct layer_sum *ls = calloc((size_t)q->n_layers, sizeof *ls);
+    if (!ls)
+        return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+    for (int l = 0; l < q->n_layers; l++) {
+        ls[l].max = ls[l].only_min = ls[l].layer_effect = NAN;
+    }
+    const char *studies[3] = {has_single ? single : NULL, has_only ? only : NULL, has_layer ? layer : NULL};
+    for (int which = 0; which < 3 && s == HP_OK; which++) {
+        if (!studies[which])
+            continue;
+        sqlite3_stmt *st;
+        if ((s = hq_prep_m(q, &st,
+                        "SELECT j.kv, j.layer, j.unit, r.%s FROM sweep_jobs j "
+                        "JOIN results r ON r.variant_id = j.variant_id "
+                        "WHERE j.sweep_id = ? AND j.study = ? ORDER BY j.ord")) != HP_OK)
+            break;
+        sqlite3_bind_int64(st, 1, q->sweep);
+        sqlite3_bind_text(st, 2, studies[which], -1, SQLITE_STATIC);
+        int r;
+        while ((r = hq_step(q, st, &s)) == 1) {
+            int l, u;
+            if (!hq_col_index(q, st, 1, q->n_layers, "layer", &l, &s) || !hq_col_index(q, st, 2, q->n_heads, "unit", &u, &s)) {
+                r = -1;
+                break;
+            }
+            double e = hq_effect_of(q->m, hq_col_num(st, 3), q->base);
+            if (l < 0 || isnan(e))
+                continue;
+            struct layer_sum *x = &ls[l];
+            if (which == 0) {
+                x->units++;
+                x->below += e < eps;
+                x->sum += e;
+                if (isnan(x->max) || e > x->max)
+                    x->max = e;
+            } else if (which == 1) {
+                if (u >= 0 && (isnan(x->only_min) || e < x->only_min)) {
+                    x->only_min = e;
+                    hp_unit_label(x->only_label, sizeof x->only_label, sqlite3_column_int(st, 0) != 0, l, u);
+                }
+            } else if (isnan(x->layer_effect)) {
+                x->layer_effect = e;
+            }
+        }
+        sqlite3_finalize(st);
+    }
+    if (s != HP_OK) {
+        free(ls);
+        return s;
+    }
+
+    struct tb b;
+    hq_tb_init(&b, C_N, cols, num);
+    for (int l = 0; l < q->n_layers; l++) {
+        const struct layer_sum *x = &ls[l];
+        int row = hq_tb_row(&b);
+        hq_tb_int(&b, row, C_LAYER, l);
+        if (has_single) {
+            hq_tb_int(&b, row, C_UNITS, x->units);
+            hq_tb_int(&b, row, C_BELOW, x->below);
+            if (x->units > 0)
+                hq_tb_num(&b, row, C_MEAN, F_EFFECT, x->sum / (double)x->units);
+            hq_tb_num(&b, row, C_MAX, F_EFFECT, x->max);
+        }
+        hq_tb_num(&b, row, C_ONLY, F_EFFECT, x->only_min);
+        if (!isnan(x->only_min))
+            hq_tb_str(&b, row, C_ONLY_UNIT, x->only_label);
+        hq_tb_num(&b, row, C_WHOLE, F_EFFECT, x->layer_effect);
+    }
+    free(ls);
+    hq_tb_note(&b,
+            "sweep %lld, %s; units, below_eps (effect < %g), mean/max_effect: each unit removed alone (study %s); "
+            "only_effect: keeping only the layer's best unit only_unit (study %s); layer_effect: removing the layer's "
+            "attention (study %s)",
+            q->sweep, hq_effect_convention(q->m), eps, has_single ? single : "none", has_only ? only : "none",
+            has_layer ? layer : "none");
+    return hq_tb_finish(&b, out, q->err);
+}
+
+// --- pairs ------------------------------------------------------------------
+
+int hq_by_unit(const void *a, const void *b)
+{
+    const struct single_eff *x = a, *y = b;
+    if (x->kv != y->kv)
+        return x->kv - y->kv;
+    if (x->layer != y->layer)
+        return x->layer - y->layer;
+    if (x->unit != y->unit)
+        return x->unit - y->unit;
+    return (x->ord > y->ord) - (x->ord < y->ord);
+}
+
+// Effect of the first single job of (kv, layer, unit); NaN if there is none.
+static double single_lookup(const struct single_eff *s, size_t n, int kv, int layer, int unit)
+{
+    size_t lo = 0, hi = n; // first element >= key
+    struct single_eff key = {kv, layer, unit, -1, 0};
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (hq_by_unit(&s[mid], &key) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < n && s[lo].kv == kv && s[lo].layer == layer && s[lo].unit == unit)
+        return s[lo].effect;
+    return NAN;
+}
+
+struct pair_row {
+    long long ord;
+    char study[128];
+    int kv, layer, a, b;
+    double ab, ea, eb, inter;
+};
+
+static int by_interaction_desc(const void *a, const void *b)
+{
+    const struct pair_row *x = a, *y = b;
+    bool nx = isnan(x->inter), ny = isnan(y->inter);
+    if (nx != ny)
+        return nx ? 1 : -1;
+    if (!nx && x->inter != y->inter)
+        return x->inter < y->inter ? 1 : -1;
+    return (x->ord > y->ord) - (x->ord < y->ord);
+}
+
+// Read the single-unit effects (sorted by unit) and the pairs (in plan order).
+static enum hp_status pairs_load(struct hq_query *q, struct single_eff **singles, size_t *n_singles, struct pair_row **pairs,
+                                 size_t *n_pairs)
+{
+    sqlite3_stmt *st;
+    enum hp_status s = HP_OK;
+    size_t cap = 0;
+    if ((s = hq_prep_m(q, &st,
+                    "SELECT j.kv, j.layer, j.unit, r.%s, j.ord FROM sweep_jobs j "
+                    "JOIN results r ON r.variant_id = j.variant_id "
+                    "WHERE j.sweep_id = ? AND j.kind = 'single' AND j.layer IS NOT NULL AND j.unit IS NOT NULL")) !=
+        HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    int r;
+    while ((r = hq_step(q, st, &s)) == 1) {
+        struct single_eff *g = hq_room_for(q, *singles, (size_t)*n_singles, &cap, sizeof *g, &s);
+        if (!g) {
+            r = -1;
+            break;
+        }
+        *singles = g;
+        int l, u;
+        if (!hq_col_index(q, st, 1, q->n_layers, "layer", &l, &s) || !hq_col_index(q, st, 2, q->n_heads, "unit", &u, &s)) {
+            r = -1;
+            break;
+        }
+        (*singles)[(*n_singles)++] = (struct single_eff){sqlite3_column_int(st, 0) != 0, l, u,
+                                                          sqlite3_column_int64(st, 4),
+                                                          hq_effect_of(q->m, hq_col_num(st, 3), q->base)};
+    }
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (*n_singles)
+        hp_qsort(*singles, *n_singles, sizeof **singles, hq_by_unit);
+
+    if ((s = hq_prep_m(q, &st,
+                    "SELECT j.ord, j.study, j.kv, j.layer, j.unit, j.unit2, r.%s FROM sweep_jobs j "
+                    "JOIN results r ON r.variant_id = j.variant_id "
+                    "WHERE j.sweep_id = ? AND j.kind = 'pairs' ORDER BY j.ord")) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    cap = 0;
+    while ((r = hq_step(q, st, &s)) == 1) {
+        struct pair_row *g = hq_room_for(q, *pairs, (size_t)*n_pairs, &cap, sizeof *g, &s);
+        if (!g) {
+            r = -1;
+            break;
+        }
+        *pairs = g;
+        struct pair_row *p = &(*pairs)[(*n_pairs)++];
+        memset(p, 0, sizeof *p);
+        p->ord = sqlite3_column_int64(st, 0);
+        snprintf(p->study, sizeof p->study, "%s", hq_col_text(st, 1));
+        p->kv = sqlite3_column_int(st, 2) != 0;
+        if (!hq_col_index(q, st, 3, q->n_layers, "layer", &p->layer, &s) ||
+            !hq_col_index(q, st, 4, q->n_heads, "unit", &p->a, &s) || !hq_col_index(q, st, 5, q->n_heads, "unit2", &p->b, &s)) {
+            r = -1;
+            break;
+        }
+        p->ab = hq_effect_of(q->m, hq_col_num(st, 6), q->base);
+        p->ea = single_lookup(*singles, *n_singles, p->kv, p->layer, p->a);
+        p->eb = single_lookup(*singles, *n_singles, p->kv, p->layer, p->b);
+        p->inter = p->ab - p->ea - p->eb;
+    }
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
+}
+
+enum hp_status hq_pairs(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
+{
+    const int top = opts->top;
+    enum { C_STUDY, C_PAIR, C_LAYER, C_A, C_B, C_AB, C_EA, C_EB, C_I, C_N };
+    static const char *const cols[C_N] = {"study", "pair", "layer", "unit_a", "unit_b",
+                                          "effect_ab", "effect_a", "effect_b", "interaction"};
+    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true};
+    struct single_eff *singles = NULL;
+    struct pair_row *pairs = NULL;
+    size_t n_singles = 0, n_pairs = 0;
+    enum hp_status s = pairs_load(q, &singles, &n_singles, &pairs, &n_pairs);
+    free(singles);
+    if (s != HP_OK) {
+        free(pairs);
+        return s;
+    }
+    size_t n_known = 0;
+    for (size_t i = 0; i < n_pairs; i++)
+        n_known += !isnan(pairs[i].ea) && !isnan(pairs[i].eb);
+    if (n_pairs == 0) {
+        free(pairs);
+        return hq_lacking(q, "'pairs'", false, NULL, "pairs study", "add a 'pairs' study to the plan");
+    }
+    if (n_known == 0) {
+        free(pairs);
+        return hq_lacking(q, "'pairs', 'single'", true, NULL,
+                       "single-unit results for the units of its pairs study", "add a 'single' study to the plan");
+    }
+    hp_qsort(pairs, n_pairs, sizeof *pairs, by_interaction_desc);
+
+    // top K: the K most redundant and the K most sub-additive (undefined interactions dropped)
+    size_t n_valid = 0;
+    while (n_valid < n_pairs && !isnan(pairs[n_valid].inter))
+        n_valid++;
+    bool cut = top > 0 && 2 * (size_t)top < n_valid;
+    struct tb b;
+    hq_tb_init(&b, C_N, cols, num);
+    for (size_t i = 0; i < (top > 0 ? n_valid : n_pairs); i++) {
+        if (cut && i >= (size_t)top && i < n_valid - (size_t)top)
+            continue;
+        const struct pair_row *p = &pairs[i];
+        int row = hq_tb_row(&b);
+        char la[48], lb[48];
+        hp_unit_label(la, sizeof la, p->kv, p->layer, p->a);
+        hp_unit_label(lb, sizeof lb, p->kv, p->layer, p->b);
+        hq_tb_str(&b, row, C_STUDY, p->study);
+        hq_tb_fmt(&b, row, C_PAIR, "%s+%s", la, lb);
+        if (p->layer >= 0)
+            hq_tb_int(&b, row, C_LAYER, p->layer);
+        if (p->a >= 0)
+            hq_tb_int(&b, row, C_A, p->a);
+        if (p->b >= 0)
+            hq_tb_int(&b, row, C_B, p->b);
+        hq_tb_num(&b, row, C_AB, F_EFFECT, p->ab);
+        hq_tb_num(&b, row, C_EA, F_EFFECT, p->ea);
+        hq_tb_num(&b, row, C_EB, F_EFFECT, p->eb);
+        hq_tb_num(&b, row, C_I, F_EFFECT, p->inter);
+    }
+    free(pairs);
+    hq_tb_note(&b,
+            "sweep %lld, %s; interaction = effect_ab - effect_a - effect_b (singles from the sweep's single study): "
+            "> 0 = redundant pair, each backs the other up (removing both hurts more than the two removals add up to); "
+            "< 0 = sub-additive (removing one already does most of the damage); largest first%s",
+            q->sweep, hq_effect_convention(q->m), cut ? " (only the top and bottom rows)" : "");
+    return hq_tb_finish(&b, out, q->err);
+}

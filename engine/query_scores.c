@@ -1,0 +1,369 @@
+/*
+ * query_scores.c -- the gradient studies' questions: `importance` (each unit's
+ * E|dL/dgate|, most important first) and `attribution` (each unit's
+ * first-order estimate of its loss effect against the exact one, the most
+ * wrongly ranked first, with rank correlations and the top-k overlap); and the
+ * attribution estimates `heads` sets beside its effects (hq_heads_atp).
+ *
+ * Invariants: scores are read from unit_scores at step 0; a database from
+ * before schema 3 has none, and the error says so.
+ *
+ * Must not: compute a gradient (the sweep stored them), print, or exit.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "headprune.h"
+#include "query_priv.h"
+#include "util_int.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// --- gradient studies: importance and attribution --------------------------------
+/*
+ * The sweep's gradient study of kind (importance, attribution) named want,
+ * else its first by name over query heads, else its first by name (heads and
+ * KV groups are never ranked together). None is an error naming the studies
+ * it has, or another sweep with one.
+ */
+static enum hp_status pick_scores(struct hq_query *q, const char *kind, const char *want, struct pick *p)
+{
+    memset(p, 0, sizeof *p);
+    bool yes = false;
+    enum hp_status s = hq_has_table(q, "unit_scores", &yes);
+    if (s != HP_OK)
+        return s;
+    char fix[96];
+    snprintf(fix, sizeof fix, "add %s '%s' study to the plan and run it", strchr("aeiou", kind[0]) ? "an" : "a", kind);
+    if (!yes)
+        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld%s has no %s study (the database predates gradient studies: "
+                       "%s)", q->path, q->sweep, q->newest ? " (the newest)" : "", kind, fix);
+    sqlite3_stmt *st;
+    if ((s = hq_prep(q, &st, "SELECT study, max(kv) FROM unit_scores WHERE sweep_id = ? AND kind = ? AND step = 0 "
+                          "GROUP BY study ORDER BY max(kv), study")) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
+    size_t o = 0;
+    int r;
+    bool found = false;
+    while ((r = hq_step(q, st, &s)) == 1) {
+        const char *name = hq_col_text(st, 0);
+        if (o + strlen(name) + 8 < sizeof p->all)
+            o += (size_t)snprintf(p->all + o, sizeof p->all - o, "%s%s", o ? ", " : "", name);
+        p->n_all++;
+        if (!found && (!want || strcmp(name, want) == 0)) {
+            snprintf(p->name, sizeof p->name, "%s", name);
+            p->kv = sqlite3_column_int(st, 1) != 0;
+            found = true;
+        }
+    }
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (found)
+        return HP_OK;
+    if (p->n_all)
+        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld%s has no %s study '%s' (its %s studies: %s)", q->path,
+                       q->sweep, q->newest ? " (the newest)" : "", kind, want, kind, p->all);
+    /* another sweep that has one */
+    if ((s = hq_prep(q, &st, "SELECT max(sweep_id) FROM unit_scores WHERE sweep_id <> ? AND kind = ? AND step = 0")) !=
+        HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
+    r = hq_step(q, st, &s);
+    long long other = r == 1 && sqlite3_column_type(st, 0) != SQLITE_NULL ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    char hint[160];
+    if (other)
+        snprintf(hint, sizeof hint, "sweep %lld does: use %s %lld", other, q->sweep_opt, other);
+    else
+        snprintf(hint, sizeof hint, "%s", fix);
+    if (want)
+        return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld%s has no %s study '%s' (%s)", q->path, q->sweep,
+                       q->newest ? " (the newest)" : "", kind, want, hint);
+    return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld%s has no %s study (%s)", q->path, q->sweep,
+                   q->newest ? " (the newest)" : "", kind, hint);
+}
+
+/* The study's rows (step 0), in (layer, unit) order. *rows is the caller's (free) even on failure. */
+static enum hp_status scores_load(struct hq_query *q, const char *study, struct score_row **rows, size_t *n)
+{
+    sqlite3_stmt *st;
+    enum hp_status s = hq_prep(q, &st, "SELECT layer, unit, score, raw, normalize FROM unit_scores "
+                                    "WHERE sweep_id = ? AND study = ? AND step = 0 ORDER BY layer, unit");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
+    size_t cap = 0;
+    int r;
+    while ((r = hq_step(q, st, &s)) == 1) {
+        struct score_row *g = hq_room_for(q, *rows, (size_t)*n, &cap, sizeof *g, &s);
+        if (!g) {
+            r = -1;
+            break;
+        }
+        *rows = g;
+        struct score_row *h = &(*rows)[(*n)++];
+        memset(h, 0, sizeof *h);
+        if (!hq_col_index(q, st, 0, q->n_layers, "layer", &h->layer, &s) ||
+            !hq_col_index(q, st, 1, q->n_heads, "unit", &h->unit, &s)) {
+            r = -1;
+            break;
+        }
+        h->score = hq_col_num(st, 2);
+        h->raw = hq_col_num(st, 3);
+        h->exact = h->rank_est = h->rank_ex = NAN;
+        snprintf(h->normalize, sizeof h->normalize, "%s", hq_col_text(st, 4));
+    }
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
+}
+
+/* The sweep's first attribution study over units of kind kv (name "" when none, or no unit_scores table). */
+enum hp_status hq_heads_atp(struct hq_query *q, bool kv, char *name, size_t size, struct score_row **rows, size_t *n)
+{
+    bool yes = false;
+    enum hp_status s = hq_has_table(q, "unit_scores", &yes);
+    if (s != HP_OK || !yes)
+        return s;
+    sqlite3_stmt *st;
+    if ((s = hq_prep(q, &st, "SELECT study FROM unit_scores WHERE sweep_id = ? AND kind = 'attribution' AND kv = ? "
+                          "ORDER BY study LIMIT 1")) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_int(st, 2, kv);
+    int r = hq_step(q, st, &s);
+    if (r == 1)
+        snprintf(name, size, "%s", hq_col_text(st, 0));
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    return name[0] ? scores_load(q, name, rows, n) : HP_OK;
+}
+
+double hq_score_at(const struct score_row *rows, size_t n, int layer, int unit)
+{
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].layer == layer && rows[i].unit == unit)
+            return rows[i].score;
+    return NAN;
+}
+
+static int by_score_desc(const void *a, const void *b)
+{
+    const struct score_row *x = a, *y = b;
+    if (x->score != y->score)
+        return x->score < y->score ? 1 : -1;
+    return x->layer != y->layer ? x->layer - y->layer : x->unit - y->unit;
+}
+
+/* A unit's first four cells (columns 0-3: study, label, layer, unit) of row, as the score tables lay them out. */
+static void unit_cells(struct tb *b, int row, const char *study, bool kv, int layer, int unit)
+{
+    char label[48];
+    hp_unit_label(label, sizeof label, kv, layer, unit);
+    hq_tb_str(b, row, 0, study);
+    hq_tb_str(b, row, 1, label);
+    hq_tb_int(b, row, 2, layer);
+    hq_tb_int(b, row, 3, unit);
+}
+
+enum hp_status hq_importance(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
+{
+    const char *study = opts->study;
+    const int top = opts->top;
+    enum { C_STUDY, C_LABEL, C_LAYER, C_UNIT, C_IMP, C_RAW, C_RANK, C_N };
+    static const char *const cols[C_N] = {"study", "label", "layer", "unit", "importance", "raw", "rank"};
+    static const bool num[C_N] = {false, false, true, true, true, true, true};
+    struct pick pk;
+    enum hp_status s = pick_scores(q, "importance", study, &pk);
+    struct score_row *rows = NULL;
+    size_t n = 0;
+    if (s == HP_OK)
+        s = scores_load(q, pk.name, &rows, &n);
+    if (s != HP_OK) {
+        free(rows);
+        return s;
+    }
+    if (n)
+        hp_qsort(rows, n, sizeof *rows, by_score_desc);
+    size_t shown = top > 0 && (size_t)top < n ? (size_t)top : n;
+    struct tb b;
+    hq_tb_init(&b, C_N, cols, num);
+    for (size_t i = 0; i < shown; i++) {
+        int row = hq_tb_row(&b);
+        unit_cells(&b, row, pk.name, pk.kv, rows[i].layer, rows[i].unit);
+        hq_tb_num(&b, row, C_IMP, F_EFFECT, rows[i].score);
+        hq_tb_num(&b, row, C_RAW, F_EFFECT, rows[i].raw);
+        hq_tb_int(&b, row, C_RANK, (long long)i + 1);
+    }
+    hq_tb_note(&b,
+            "sweep %lld, study %s (%s), normalize %s; importance = E|dL/dgate| (Michel et al.): the absolute "
+            "gradient of the loss at the unit's gate%s, per sequence, averaged as the loss weights sequences%s; raw "
+            "before normalising%s; most important first",
+            q->sweep, pk.name, pk.kv ? "KV groups" : "query heads", n ? rows[0].normalize : "?",
+            pk.kv ? " (a KV group's: its heads' gradients summed)" : "",
+            n && strcmp(rows[0].normalize, "layer") == 0 ? ", divided by its layer's L2 norm" : "",
+            pk.n_all > 1 ? "; other importance studies: choose with --study" : "");
+    free(rows);
+    return hq_tb_finish(&b, out, q->err);
+}
+
+static int by_rank_error_desc(const void *a, const void *b)
+{
+    const struct score_row *x = a, *y = b;
+    double ex = fabs(x->rank_est - x->rank_ex), ey = fabs(y->rank_est - y->rank_ex);
+    bool nx = isnan(ex), ny = isnan(ey);
+    if (nx != ny)
+        return nx ? 1 : -1;
+    if (!nx && ex != ey)
+        return ex < ey ? 1 : -1;
+    return x->layer != y->layer ? x->layer - y->layer : x->unit - y->unit;
+}
+
+/* The exact loss effect of each row's unit in the sweep's first single study over the same kind of unit. */
+static enum hp_status attribution_exact(struct hq_query *q, const struct pick *pk, struct score_row *rows, size_t n,
+                                        char *single, size_t size)
+{
+    sqlite3_stmt *st;
+    enum hp_status s = hq_prep(q, &st, "SELECT study FROM sweep_jobs WHERE sweep_id = ? AND kind = 'single' AND kv = ? "
+                                    "ORDER BY ord LIMIT 1");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_int(st, 2, pk->kv);
+    int r = hq_step(q, st, &s);
+    if (r == 1)
+        snprintf(single, size, "%s", hq_col_text(st, 0));
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (r == 0)
+        return hp_fail(q->err, HP_ERR_ARG,
+                       "%s: sweep %lld%s has no single study over %s to measure attribution study '%s' against "
+                       "(add 'single%s' to the plan and run it again: the estimates are kept)",
+                       q->path, q->sweep, q->newest ? " (the newest)" : "", pk->kv ? "KV groups" : "query heads",
+                       pk->name, pk->kv ? ": {kv: true}" : "");
+    if ((s = hq_prep(q, &st, "SELECT j.layer, j.unit, r.loss - (SELECT loss FROM results WHERE variant_id = ?3) "
+                          "FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
+                          "WHERE j.sweep_id = ?1 AND j.kind = 'single' AND j.study = ?2 ORDER BY j.ord")) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_text(st, 2, single, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, q->base_variant);
+    while ((r = hq_step(q, st, &s)) == 1) {
+        int l, u;
+        if (!hq_col_index(q, st, 0, q->n_layers, "layer", &l, &s) || !hq_col_index(q, st, 1, q->n_heads, "unit", &u, &s)) {
+            r = -1;
+            break;
+        }
+        for (size_t i = 0; i < n; i++) // rows are few (one a unit); the first job of a unit, as everywhere
+            if (rows[i].layer == l && rows[i].unit == u && isnan(rows[i].exact))
+                rows[i].exact = hq_col_num(st, 2);
+    }
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
+}
+
+/*
+ * How well the attribution estimates rank the units against the exact single
+ * effects: every unit with both (the most wrongly ranked first), then a row
+ * "all" with Spearman's rho, Kendall's tau-b (hq_rank_corr, as compare) and the
+ * top-k overlap, k a tenth of the units (at least 1).
+ */
+enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
+{
+    const char *study = opts->study;
+    const int top = opts->top;
+    enum { C_STUDY, C_LABEL, C_LAYER, C_UNIT, C_EST, C_EXACT, C_RE, C_RX, C_RD, C_RHO, C_TAU, C_OVL, C_N };
+    static const char *const cols[C_N] = {"study", "label", "layer", "unit", "estimate", "exact", "rank_est",
+                                          "rank_exact", "rank_diff", "rho", "tau", "top_k_overlap"};
+    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true, true, true, true};
+    struct pick pk;
+    char single[128] = "";
+    enum hp_status s = pick_scores(q, "attribution", study, &pk);
+    struct score_row *rows = NULL;
+    size_t n = 0;
+    if (s == HP_OK)
+        s = scores_load(q, pk.name, &rows, &n);
+    if (s == HP_OK)
+        s = attribution_exact(q, &pk, rows, n, single, sizeof single);
+    if (s != HP_OK) {
+        free(rows);
+        return s;
+    }
+    size_t m = 0; // the units with both, first
+    for (size_t i = 0; i < n; i++)
+        if (!isnan(rows[i].exact) && !isnan(rows[i].score)) {
+            struct score_row t = rows[m];
+            rows[m++] = rows[i];
+            rows[i] = t;
+        }
+    double *x = malloc((m + 1) * sizeof *x), *y = malloc((m + 1) * sizeof *y);
+    double *rx = malloc((m + 1) * sizeof *rx), *ry = malloc((m + 1) * sizeof *ry);
+    double rho = NAN, tau = NAN;
+    bool ok = x && y && rx && ry;
+    for (size_t i = 0; ok && i < m; i++)
+        x[i] = rows[i].score, y[i] = rows[i].exact;
+    ok = ok && hq_ranks_avg(x, m, rx) && hq_ranks_avg(y, m, ry) && hq_rank_corr(x, y, m, &rho, &tau);
+    size_t k = m / 10 > 0 ? (m + 9) / 10 : (m ? 1 : 0), hits = 0;
+    for (size_t i = 0; ok && i < m; i++) {
+        rows[i].rank_est = (double)m + 1 - rx[i];
+        rows[i].rank_ex = (double)m + 1 - ry[i];
+    }
+    /* top k by each, ties broken by (layer, unit): sort copies of the order */
+    for (size_t i = 0; ok && i < m; i++) {
+        size_t above_e = 0, above_x = 0; // units strictly ahead of i in each ordering
+        for (size_t j = 0; j < m; j++) {
+            bool first = rows[j].layer != rows[i].layer ? rows[j].layer < rows[i].layer : rows[j].unit < rows[i].unit;
+            above_e += rows[j].score > rows[i].score || (rows[j].score == rows[i].score && first);
+            above_x += rows[j].exact > rows[i].exact || (rows[j].exact == rows[i].exact && first);
+        }
+        hits += above_e < k && above_x < k;
+    }
+    free(x), free(y), free(rx), free(ry);
+    if (!ok) {
+        free(rows);
+        return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+    }
+    hp_qsort(rows, m, sizeof *rows, by_rank_error_desc);
+    size_t shown = top > 0 && (size_t)top < m ? (size_t)top : m;
+    struct tb b;
+    hq_tb_init(&b, C_N, cols, num);
+    for (size_t i = 0; i < shown; i++) {
+        int row = hq_tb_row(&b);
+        unit_cells(&b, row, pk.name, pk.kv, rows[i].layer, rows[i].unit);
+        hq_tb_num(&b, row, C_EST, F_EFFECT, rows[i].score);
+        hq_tb_num(&b, row, C_EXACT, F_EFFECT, rows[i].exact);
+        hq_tb_num(&b, row, C_RE, F_EFFECT, rows[i].rank_est);
+        hq_tb_num(&b, row, C_RX, F_EFFECT, rows[i].rank_ex);
+        hq_tb_num(&b, row, C_RD, F_EFFECT, rows[i].rank_est - rows[i].rank_ex);
+    }
+    int row = hq_tb_row(&b);
+    hq_tb_str(&b, row, C_STUDY, pk.name);
+    hq_tb_str(&b, row, C_LABEL, "all");
+    hq_tb_num(&b, row, C_RHO, F_EFFECT, rho);
+    hq_tb_num(&b, row, C_TAU, F_EFFECT, tau);
+    if (k)
+        hq_tb_num(&b, row, C_OVL, F_EFFECT, (double)hits / (double)k);
+    char rs[32] = "undefined";
+    if (!isnan(rho))
+        snprintf(rs, sizeof rs, "%.3f", rho);
+    hq_tb_note(&b,
+            "sweep %lld, attribution study %s against single study %s (%s, %s ablation): estimate = the first-order "
+            "(AtP) estimate of the loss effect of masking each unit alone, exact = its measured loss effect; rank 1 "
+            "= the largest, rank_diff = rank_est - rank_exact, the most wrongly ranked first; over the %zu units: "
+            "Spearman rho %s, top-%zu overlap %zu/%zu (row all; ties share their average rank)%s",
+            q->sweep, pk.name, single, pk.kv ? "KV groups" : "query heads", q->ablation, m, rs, k, hits, k,
+            n > m ? "; units without an exact effect are left out" : "");
+    free(rows);
+    return hq_tb_finish(&b, out, q->err);
+}
