@@ -29,6 +29,7 @@
 #include <xxhash.h>
 
 #include "eval_int.h"
+#include "job_int.h"
 #include "util_int.h"
 
 // --- the Hard Concrete gate and its L0 penalty --------------------------------------
@@ -212,7 +213,7 @@ char *hp_gates_mask_text(const struct hp_mask *m)
     char *buf = malloc(6 + n * 40 + 1);
     if (!buf)
         return NULL;
-    size_t o = (size_t)sprintf(buf, "gates:");
+    size_t o = (size_t)sprintf(buf, "%s", HP_KEY_GATES);
     for (int l = 0; l < m->n_layers; l++)
         for (int h = 0; h < m->n_heads; h++) {
             const float g = m->gate[(size_t)l * m->n_heads + h];

@@ -6,7 +6,7 @@
  * the store, queries and the CLI name them and rank by them through this
  * file. Their names are one row here; what computes and stores a metric is
  * not yet (the evaluator's paths score it, the store has a column for it), and
- * nor is the rule of which way is worse, which query.c, sweep.c and the
+ * nor is the rule of which way is worse, which query_table.c, sweep.c and the
  * schema's effects view restate beside the sign here.
  *
  * Invariants: names are what the database stores and digests hash (job keys
