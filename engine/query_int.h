@@ -83,9 +83,8 @@ enum {
     HP_QUERY_TAKES_SQL = 1u << 5,    /* one SQL statement (the operand after the kind) */
 };
 
-/* The kinds of enum hp_query_kind (headprune.h), which has no count of its own: its last plus one.
- * A kind added there must move this, and then the table's static_assert asks for its row. */
-#define HP_QUERY_KIND_COUNT (HP_QUERY_GATES + 1)
+/* The table has a row per kind of enum hp_query_kind (headprune.h), which ends in HP_QUERY_KIND_COUNT:
+ * a kind added there without its row here is a build error (the table's static_assert). */
 
 struct hq_query; /* a question being answered: its connection and sweep (query_priv.h) */
 
