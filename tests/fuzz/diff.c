@@ -34,7 +34,8 @@
  *                 shuffled and sometimes every variant alone, on the same or
  *                 a fresh evaluator);
  *  5 dead-head    a zero-ablated head's output-projection inputs scaled by
- *                 another random factor (0 .. 1e6) change no loss or accuracy
+ *                 another random factor (0, or 1e-2 .. 1e6, and at most 1e9
+ *                 in all; 6e4 in f16) change no loss or accuracy
  *                 (whole set, per sequence; both paths) and no output.
  *
  * Tolerances (u = 2^-24 ~ 6e-8, float's unit roundoff; REL = 1e-6 ~ 17 u):
@@ -47,9 +48,8 @@
  *  - acc:   one token per sequence: an argmax flips where the top two logits
  *    are within rounding; a classifier's exactly (its sequences are its
  *    tokens, so one flip each would allow any accuracy; a flip needs two of a
- *    row's few logits within rounding of each other, about one row in a
- *    million of these random logits, and its finding would show the loss
- *    agreeing);
+ *    row's few logits within rounding of each other, rare with random logits,
+ *    and its finding would show the loss agreeing);
  *  - cos:   |a - b| <= REL (|b| + 1): a dot product over the product of two
  *    norms, rounded relative to the norms, not to the cosine;
  *  - the classifier's loss as any other's: a row's loss is lse(z) - z_y of
