@@ -9,10 +9,10 @@
  * gpt2 (with or without "transformer.", tied, tied with a stored copy of the
  * head, or untied with its own lm_head.weight), bert (an encoder with its
  * pooling, an MLM head with padding and labels, a sequence classifier), llama
- * (GQA, explicit head_dim, attention_bias and mlp_bias), mistral
- * (sliding_window) and qwen2 (q/k/v biases); 1-3 layers, 1-4 heads, KV heads
- * dividing them, heads 2-8 wide, vocabularies of 16-64; f32, f16, bf16 or a
- * mix; and with some probability one head's output-projection inputs scaled
+ * (GQA, explicit head_dim, attention_bias and mlp_bias, rope_scaling),
+ * mistral (sliding_window) and qwen2 (q/k/v biases); 1-3 layers, 1-4 heads,
+ * KV heads dividing them, heads 2-8 wide, vocabularies of 16-64; f32, f16,
+ * bf16 or a mix; one file or shards; and with some probability one head's output-projection inputs scaled
  * by up to 1e6 (a massive activation). Then random variants (nothing, all
  * ones, single heads, layers, KV groups, random subsets, all heads,
  * fractional gates) under zero, mean or mean-pos ablation, and these checks:
@@ -211,7 +211,9 @@ struct spec {
     bool head_dim_key;  /* llama family: head_dim written */
     bool qkv_bias, o_bias, mlp_bias;
     int window;         /* mistral: sliding_window, 0 = null */
-    int rope;           /* llama family: 0 rope_scaling null, 1 linear (factor 2), 2 {"rope_type": "default"} */
+    int rope;           /* llama family: 0 rope_scaling null, 1 linear (factor 2), 2 {"rope_type": "default"},
+                         * 3 dynamic (factor 2), 4 llama3 */
+    int shards;         /* 1: model.safetensors; 2, 3: that many shards named by model.safetensors.index.json */
     double rope_theta, eps;
     const char *act;
     bool scale_by_layer; /* gpt2 */
@@ -642,12 +644,12 @@ static void path_fmt(char *buf, size_t n, const char *fmt, ...)
 
 /* model.safetensors: 8-byte little-endian header length, the JSON header (padded with blanks to 8 bytes), the
  * data, each tensor in its dtype */
-static bool write_safetensors(const struct model *m, const char *path)
+static bool write_safetensors(const struct model *m, const char *path, int lo, int hi)
 {
     struct buf h = {0};
     bprintf(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
     size_t off = 0;
-    for (int i = 0; i < m->n; i++) {
+    for (int i = lo; i < hi; i++) {
         const struct tensor *t = &m->t[i];
         size_t bytes = t->n * (t->dt == DT_F32 ? 4 : 2);
         bprintf(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t->name, dt_json[t->dt]);
@@ -668,7 +670,7 @@ static bool write_safetensors(const struct model *m, const char *path)
     for (int i = 0; i < 8; i++)
         len[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
     bool ok = fwrite(len, 1, 8, f) == 8 && fwrite(h.p, 1, h.n, f) == h.n;
-    for (int i = 0; i < m->n && ok; i++) {
+    for (int i = lo; i < hi && ok; i++) {
         const struct tensor *t = &m->t[i];
         for (size_t k = 0; k < t->n && ok; k++) {
             unsigned char b[4];
@@ -742,8 +744,11 @@ static bool write_config(const struct spec *s, const char *dir)
         else if (s->arch == A_MISTRAL)
             bprintf(&b, ", \"head_dim\": null");
         bprintf(&b, ", \"rope_scaling\": %s",
-                s->rope == 1 ? "{\"rope_type\": \"linear\", \"factor\": 2.0}"
+                s->rope == 1   ? "{\"rope_type\": \"linear\", \"factor\": 2.0}"
                 : s->rope == 2 ? "{\"rope_type\": \"default\"}"
+                : s->rope == 3 ? "{\"rope_type\": \"dynamic\", \"factor\": 2.0}"
+                : s->rope == 4 ? "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                                 "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8}"
                                : "null");
         if (s->arch == A_LLAMA)
             bprintf(&b, ", \"attention_bias\": %s, \"mlp_bias\": %s", s->o_bias ? "true" : "false",
@@ -789,8 +794,31 @@ static bool write_model(const struct model *m, const char *dir)
     char path[4200];
     if (mkdir(dir, 0700) != 0)
         return false;
-    path_fmt(path, sizeof path, "%s/model.safetensors", dir);
-    return write_config(&m->sp, dir) && write_safetensors(m, path);
+    if (!write_config(&m->sp, dir))
+        return false;
+    if (m->sp.shards <= 1) {
+        path_fmt(path, sizeof path, "%s/model.safetensors", dir);
+        return write_safetensors(m, path, 0, m->n);
+    }
+    /* shards of about equal tensor counts, and the index naming each tensor's */
+    const int k = m->sp.shards;
+    struct buf idx = {0};
+    bprintf(&idx, "{\"metadata\": {}, \"weight_map\": {");
+    bool ok = true;
+    for (int j = 0; j < k && ok; j++) {
+        const int lo = m->n * j / k, hi = m->n * (j + 1) / k;
+        char name[64];
+        snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", j + 1, k);
+        path_fmt(path, sizeof path, "%s/%s", dir, name);
+        ok = write_safetensors(m, path, lo, hi);
+        for (int i = lo; i < hi; i++)
+            bprintf(&idx, "%s\"%s\": \"%s\"", i ? ", " : "", m->t[i].name, name);
+    }
+    bprintf(&idx, "}}\n");
+    path_fmt(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    ok = ok && spit(path, idx.p, idx.n);
+    free(idx.p);
+    return ok;
 }
 
 // --- random held-out data -----------------------------------------------------------------------
@@ -1323,6 +1351,8 @@ static void describe(struct spec *s)
         o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, " window%d", s->window);
     if (s->rope)
         o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, " rope%d", s->rope);
+    if (s->shards > 1)
+        o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, " shards%d", s->shards);
     if (s->big > 1)
         snprintf(s->desc + o, sizeof s->desc - (size_t)o, " big%d.%d=%.3g", s->big_l, s->big_h, s->big);
 }
@@ -1423,6 +1453,12 @@ static void run_case(const struct opts *o, long cs, enum arch_id arch, struct st
     struct model m = {0};
     spec_random(&m.sp, &r, arch);
     struct spec *s = &m.sp;
+    /* what was added since the first cases ran comes from a stream of its own, so that their models, data and
+     * variants stay those cases' */
+    struct rng r2 = {mix64(o->seed * 0x9e3779b97f4a7c15ULL + 0x7654321) ^ mix64((uint64_t)cs + 2)};
+    if (s->rope == 1 && rchance(&r2, 0.6))
+        s->rope = rint_in(&r2, 3, 4);
+    s->shards = rchance(&r2, 0.25) ? rint_in(&r2, 2, 3) : 1;
     s->n_ctx = rint_in(&r, 2, 32);
     if (s->arch == A_MISTRAL)
         s->window = rchance(&r, 0.8) ? rint_in(&r, 1, s->n_ctx + 2) : 0;
