@@ -7,6 +7,10 @@
 #   scripts/fuzz.sh regress               run every file of tests/fuzz/regressions/<name>/ through
 #                                         its harness once; non-zero on any finding
 #   scripts/fuzz.sh list                  the harness names
+#   scripts/fuzz.sh diff SECONDS [ARCH...] the differential fuzzer (tests/fuzz/diff.c, built by meson into
+#                                         build/): SECONDS per architecture (gpt2 bert llama mistral qwen2 by
+#                                         default) with a random seed, printed; HP_FUZZ_SEED fixes it.
+#                                         Non-zero on any finding
 #
 # The engine sources are compiled straight into each harness (no meson build dir), so the
 # sanitizers and coverage see all of the engine. Installs clang's fuzzer runtime when missing.
@@ -169,10 +173,38 @@ regress() {
     fi
 }
 
+# The differential fuzzer: an optimised meson build (its numbers are the engine's as shipped), one run per
+# architecture, each with the same seed, which is printed so a finding can be rerun.
+diff_run() {
+    local secs=${1:-}
+    [[ $secs =~ ^[0-9]+$ ]] || die "usage: scripts/fuzz.sh diff SECONDS [ARCH...]"
+    shift
+    local archs=("$@")
+    ((${#archs[@]})) || archs=(gpt2 bert llama mistral qwen2)
+    (cd "$root" && { [ -f build/build.ninja ] || meson setup build >/dev/null; } && meson compile -C build fuzz_diff >/dev/null) ||
+        die "cannot build build/tests/fuzz_diff"
+    local seed=${HP_FUZZ_SEED:-0}
+    [ "$seed" != 0 ] || seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+    echo "fuzz.sh: differential fuzzing, seed $seed, ${secs}s per architecture: ${archs[*]}" >&2
+    local failed=() a rc
+    for a in "${archs[@]}"; do
+        rc=0
+        nice -n 10 "$root/build/tests/fuzz_diff" --seed "$seed" --seconds "$secs" --arch "$a" || rc=$?
+        [ "$rc" -eq 0 ] || failed+=("$a")
+        [ "$rc" -le 1 ] || die "fuzz_diff --arch $a stopped with status $rc"
+    done
+    if ((${#failed[@]})); then
+        echo "fuzz.sh: differential findings in: ${failed[*]} (seed $seed; each FINDING line says how to rerun it)" >&2
+        exit 1
+    fi
+    echo "fuzz.sh: no differential findings (seed $seed)" >&2
+}
+
 case ${1:-} in
 build) build ;;
 run) shift; run "$@" ;;
 regress) regress ;;
 list) printf '%s\n' "${names[@]}" ;;
-*) die "usage: scripts/fuzz.sh build | run SECONDS [NAME...] | regress | list" ;;
+diff) shift; diff_run "$@" ;;
+*) die "usage: scripts/fuzz.sh build | run SECONDS [NAME...] | regress | list | diff SECONDS [ARCH...]" ;;
 esac
