@@ -908,6 +908,25 @@ Test(cli, eval_shortens_a_long_mask_on_its_ablated_line)
     cr_assert(nl && nl - line < 120 && strstr(line, " ...\n") == nl - 4, "ablated line not shortened: %s", out);
 }
 
+/* gpt2-pruned lacks 0.1, 2.0 and 2.3: eval counts the heads it has, as every sweep row does (it said
+ * "ablated 2 of 12 heads" for 0.1,0.2, counting a head the checkpoint does not have as ablated) */
+Test(cli, eval_on_a_pruned_checkpoint_counts_the_heads_it_has)
+{
+    cr_assert_eq(hp("eval --model tests/fixtures/gpt2-pruned --data tests/fixtures/gpt2-pruned/data.npy"
+                    " --mask 0.1,0.2 --threads 1"),
+                 0, "%s", errs);
+    cr_assert(strstr(out, "ablated   1 of 9 heads the checkpoint has (zero): 0.1,0.2\n"), "%s", out);
+    cr_assert_eq(hp("eval --model tests/fixtures/gpt2-pruned --data tests/fixtures/gpt2-pruned/data.npy"
+                    " --keep 0.2 --threads 1 --json"),
+                 0, "%s", errs);
+    cr_assert(strstr(out, "\"n_ablated\":8") && strstr(out, "\"n_heads_present\":9") &&
+                  strstr(out, "\"n_heads_total\":12"),
+              "%s", out);
+    cr_assert_eq(hp("eval --model tests/fixtures/gpt2-tiny --data tests/fixtures/gpt2-tiny/data.npy --mask 0.1 --threads 1"),
+                 0, "%s", errs);
+    cr_assert(strstr(out, "ablated   1 of 12 heads (zero): 0.1\n"), "an unpruned model's line is as before: %s", out);
+}
+
 // --- prune ------------------------------------------------------------------------
 
 Test(cli, prune_help_and_usage)

@@ -165,6 +165,8 @@ int cmd_eval(int argc, char **argv)
         goto out;
     if (spec && hp_mask_parse(spec, keep, in, &mask, &err) != HP_OK)
         goto out;
+    if (mask) /* a head a pruned checkpoint lacks is neither kept nor ablated: counted as the sweeps count */
+        hp_mask_drop_absent(mask, in);
     if (hp_evaluator_new(m, d, &ev, &err) != HP_OK)
         goto out;
     hp_evaluator_keep_grad_metrics(ev, true); /* --grad's forward is also the evaluation */
@@ -221,7 +223,7 @@ int cmd_eval(int argc, char **argv)
     const struct hp_metrics *un = base ? base : mt;
     if (un->has_loss && hp_evaluator_looks_foreign(ev, un->loss, un->acc))
         warn_foreign(data_path, dir, un->loss, un->acc);
-    int n_all = in->n_layers * in->n_heads;
+    int n_all = in->n_layers * in->n_heads, n_present = hp_heads_present(in);
 
     if (json) {
         cJSON *o = cJSON_CreateObject();
@@ -232,6 +234,7 @@ int cmd_eval(int argc, char **argv)
         cJSON_AddStringToObject(o, "ablation", abl_name);
         cJSON_AddNumberToObject(o, "n_ablated", n_abl);
         cJSON_AddNumberToObject(o, "n_heads_total", n_all);
+        cJSON_AddNumberToObject(o, "n_heads_present", n_present);
         if (mt->has_loss) {
             cJSON_AddNumberToObject(o, "loss", mt->loss);
             cJSON_AddNumberToObject(o, "ppl", mt->ppl);
@@ -300,8 +303,9 @@ int cmd_eval(int argc, char **argv)
         printf("data      %s: %d sequences x %d tokens%s\n", data_path, d->n_seqs, d->seq_len, dropped_note(d));
         /* a spec can list every head of a large model: show its start (--json has it whole) */
         int shown = spec && strlen(spec) > 72 ? 60 : spec ? (int)strlen(spec) : 0;
-        printf("ablated   %d of %d heads (%s)%s%.*s%s\n", n_abl, n_all, abl_name, spec ? (keep ? ", keep " : ": ") : "",
-               shown, spec ? spec : "", spec && shown < (int)strlen(spec) ? " ..." : "");
+        printf("ablated   %d of %d heads%s (%s)%s%.*s%s\n", n_abl, n_present, in->n_pruned ? " the checkpoint has" : "",
+               abl_name, spec ? (keep ? ", keep " : ": ") : "", shown, spec ? spec : "",
+               spec && shown < (int)strlen(spec) ? " ..." : "");
         if (mt->has_loss)
             printf("loss      %.6f nats/token   ppl %.4f   acc %.4f   KL %.6f nats\n", mt->loss, mt->ppl, mt->acc,
                    mt->kl);
