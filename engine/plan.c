@@ -391,7 +391,8 @@ static enum hp_status get_int(const struct loader *ld, const char *what, const y
     if (sc == INT_OK && x > INT_MAX)
         sc = INT_HUGE;
     if (sc == INT_HUGE)
-        return fail_at(ld, v, "%s: %.*s%s is too large", what, shown(v), text_of(v), more(v));
+        return fail_at(ld, v, "%s: %.*s%s is too large: it must be %s, at most %d", what, shown(v), text_of(v),
+                       more(v), expect, INT_MAX);
     if (sc != INT_OK || (int)x < lo)
         return fail_at(ld, v, "%s must be %s, not '%.*s%s'", what, expect, shown(v), text_of(v),
                        more(v));

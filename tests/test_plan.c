@@ -461,7 +461,9 @@ Test(plan, wrong_types_and_values)
                NULL);
     load_fails("name: t\nseq_len: [1]\n", 2, "[", "'seq_len' must be a positive integer",
                "not a list");
-    load_fails("name: t\nseq_len: 99999999999\n", 2, "9", "'seq_len': 99999999999 is too large",
+    load_fails("name: t\nseq_len: 99999999999\n", 2, "9",
+               "'seq_len': 99999999999 is too large: it must be a positive integer (or 0 for the data file's), at most "
+               "2147483647",
                NULL);
     load_fails("name: t\nablation: meen\n", 2, "meen",
                "'ablation' must be zero, mean or mean-pos", "(did you mean 'mean'?)");
