@@ -1253,6 +1253,14 @@ static enum hp_status add_template(struct hp_tokenizer *t, const cJSON *list, co
         int k = cJSON_GetArraySize(ids);
         if (k < 1)
             return FAIL("%s: post_processor special token '%s' has no ids", t->path, id);
+        /* the library requires a string for each id (its SpecialToken has ids and tokens alike); without one an
+         * id the vocabulary lacks would be emitted with no string to decode it to */
+        bool strings = cJSON_IsArray(strs) && cJSON_GetArraySize(strs) == k;
+        for (int j = 0; strings && j < k; j++)
+            strings = cJSON_IsString(cJSON_GetArrayItem(strs, j));
+        if (!strings)
+            return FAIL("%s: post_processor special token '%s' needs \"tokens\", one string for each of its %d id%s",
+                        t->path, id, k, k == 1 ? "" : "s");
         (*out)[i].ids = malloc((size_t)k * sizeof(int32_t));
         if (!(*out)[i].ids)
             return hp_fail(err, HP_ERR_NOMEM, "out of memory");

@@ -241,6 +241,25 @@ static void template_with_ids(char *out, size_t n, const char *ids)
              ids);
 }
 
+/* found by fuzzing (CI's fixed seed, 2026-12-01): a template's special token without its "tokens" gave an id
+ * the vocabulary lacks no string, so encoding emitted an id that decodes to nothing; the library's own
+ * SpecialToken requires a string per id, so it is refused as the library refuses it */
+Test(tokenizer, template_special_token_needs_a_string_per_id, .init = mk, .fini = rm)
+{
+    const char *cases[] = {"\"ids\": [5]", "\"ids\": [5], \"tokens\": []", "\"ids\": [5, 6], \"tokens\": [\"[SEP]\"]",
+                           "\"ids\": [5], \"tokens\": [5]"};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char json[1024];
+        snprintf(json, sizeof json,
+                 "{\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": {\"[UNK]\": 0, \"a\": 1}},"
+                 " \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"Sequence\": {\"id\": \"A\","
+                 " \"type_id\": 0}}, {\"SpecialToken\": {\"id\": \"[SEP]\", \"type_id\": 0}}], \"pair\": [],"
+                 " \"special_tokens\": {\"[SEP]\": {\"id\": \"[SEP]\", %s}}}}",
+                 cases[i]);
+        expect_open_fails(json, "special token '[SEP]' needs \"tokens\", one string for each of its");
+    }
+}
+
 Test(tokenizer, template_special_ids_are_checked_and_counted, .init = mk, .fini = rm)
 {
     /* found by fuzzing: a template's ids went out unchecked (-3) and uncounted (9 past a vocabulary
