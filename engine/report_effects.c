@@ -56,6 +56,74 @@ static void legend_diverging(struct hp_text *s, double x, double y, double h, do
 
 // --- heatmap of single-unit effects --------------------------------------------------
 
+// The columns of `query heads` a heatmap cell shows.
+struct heat_cols {
+    int label, value, eff, lo, hi, seqs, p, atp;
+};
+
+/*
+ * Row i of `query heads` as a cell's data-* attributes, then its tooltip: the
+ * effect and the value it is of, the paired interval (sig: it excludes 0),
+ * the attribution estimate and, when role_row >= 0, that row of the head
+ * roles.
+ */
+static void heatmap_cell_text(struct hp_text *sv, const struct report *r, const struct hp_table *t,
+                              const struct heat_cols *hc, int i, bool sig, int role_row)
+{
+    char b[32];
+    hr_attr_cell(sv, "data-label", t, i, hc->label);
+    hr_attr_cell(sv, "data-effect", t, i, hc->eff);
+    hr_attr_cell(sv, "data-ci-lo", t, i, hc->lo);
+    hr_attr_cell(sv, "data-ci-hi", t, i, hc->hi);
+    hr_attr_cell(sv, "data-p", t, i, hc->p);
+    hr_attr_cell(sv, "data-seqs", t, i, hc->seqs);
+    hr_attr_cell(sv, "data-value", t, i, hc->value);
+    hr_attr_cell(sv, "data-atp", t, i, hc->atp);
+    hp_text_printf(sv, " data-ci-excludes-zero=\"%d\"><title>", sig);
+    hp_text_escape(sv, tcell(t, i, hc->label));
+    hp_text_add(sv, ": effect ");
+    hp_text_escape(sv, tcell(t, i, hc->eff));
+    hp_text_printf(sv, " %s (%s ", r->unit, r->mname);
+    hp_text_escape(sv, tcell(t, i, hc->value));
+    hp_text_printf(sv, ", baseline %s)", hp_num(b, r->base, 7));
+    if (*tcell(t, i, hc->lo)) {
+        hp_text_add(sv, "; paired 95% CI ");
+        hp_text_escape(sv, tcell(t, i, hc->lo));
+        hp_text_add(sv, " to ");
+        hp_text_escape(sv, tcell(t, i, hc->hi));
+        hp_text_add(sv, " over ");
+        hp_text_escape(sv, tcell(t, i, hc->seqs));
+        hp_text_add(sv, " sequences");
+        if (*tcell(t, i, hc->p)) {
+            hp_text_add(sv, ", p = ");
+            hp_text_escape(sv, tcell(t, i, hc->p));
+        }
+        hp_text_add(sv, sig ? " (excludes 0)" : " (includes 0)");
+    }
+    if (*tcell(t, i, hc->atp)) {
+        hp_text_add(sv, "; attribution estimate ");
+        hp_text_escape(sv, tcell(t, i, hc->atp));
+    }
+    if (role_row >= 0) // joined by (layer, head), as the atp column is by the query
+        hr_roles_tooltip(sv, r->roles, role_row);
+}
+
+// The heatmap's legend at x = lx: the colour bar (lh px high, ends at +-m), the mark, a missing cell.
+static void heatmap_legend(struct hp_text *sv, const struct report *r, int lx, int top, double lh, double m)
+{
+    char ltitle[96];
+    snprintf(ltitle, sizeof ltitle, "effect (%s)", r->unit);
+    legend_diverging(sv, lx, top + 14, lh, m, ltitle);
+    double ly = top + 14 + lh + 24;
+    hp_text_printf(sv, "<g class=\"legend\" font-size=\"11\">\n"
+                       "<circle cx=\"%d\" cy=\"%.1f\" r=\"4\" fill=\"#000000\" stroke=\"#ffffff\"/>"
+                       "<text x=\"%d\" y=\"%.1f\" dominant-baseline=\"middle\">paired 95%% CI excludes 0</text>\n"
+                       "<rect x=\"%d\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"#ffffff\" stroke=\"#bbbbbb\"/>"
+                       "<text x=\"%d\" y=\"%.1f\" dominant-baseline=\"middle\">no result</text>\n"
+                       "<text x=\"%d\" y=\"%.1f\" fill=\"#555\">colour: symmetric log scale</text>\n</g>\n",
+                   lx + 7, ly, lx + 18, ly, lx + 2, ly + 14, lx + 18, ly + 19, lx, ly + 40);
+}
+
 static enum hp_status draw_heatmap(struct report *r, struct section *sec, const char *study, bool kv)
 {
     struct hp_query_opts q = {.kind = HP_QUERY_HEADS, .sweep_id = r->sweep, .study = study};
@@ -63,9 +131,10 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
     enum hp_status s = hp_query_read(r->rd, &q, &t, r->err);
     if (s != HP_OK)
         return s;
-    const int c_label = tcol(t, "label"), c_layer = tcol(t, "layer"), c_unit = tcol(t, "unit"),
-              c_value = tcol(t, r->mname), c_eff = tcol(t, "effect"), c_lo = tcol(t, "ci_lo"),
-              c_hi = tcol(t, "ci_hi"), c_seqs = tcol(t, "seqs"), c_p = tcol(t, "p"), c_atp = tcol(t, "atp");
+    const int c_layer = tcol(t, "layer"), c_unit = tcol(t, "unit"), c_eff = tcol(t, "effect"),
+              c_lo = tcol(t, "ci_lo"), c_hi = tcol(t, "ci_hi");
+    const struct heat_cols hc = {tcol(t, "label"), tcol(t, r->mname), c_eff, c_lo, c_hi,
+                                 tcol(t, "seqs"), tcol(t, "p"), tcol(t, "atp")};
     const int L = r->n_layers;
     int U = kv && r->n_kv_heads > 0 ? r->n_kv_heads : r->n_heads;
     for (int i = 0; i < t->n_rows; i++) // a study of a database that names its units oddly: still no overflow
@@ -166,41 +235,7 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
             hp_text_printf(sv, "<rect class=\"cell\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" "
                                "stroke=\"#ffffff\" data-layer=\"%d\" data-unit=\"%d\"",
                            (int)x, (int)y, cs, ch, col, l, u);
-            hr_attr_cell(sv, "data-label", t, i, c_label);
-            hr_attr_cell(sv, "data-effect", t, i, c_eff);
-            hr_attr_cell(sv, "data-ci-lo", t, i, c_lo);
-            hr_attr_cell(sv, "data-ci-hi", t, i, c_hi);
-            hr_attr_cell(sv, "data-p", t, i, c_p);
-            hr_attr_cell(sv, "data-seqs", t, i, c_seqs);
-            hr_attr_cell(sv, "data-value", t, i, c_value);
-            hr_attr_cell(sv, "data-atp", t, i, c_atp);
-            hp_text_printf(sv, " data-ci-excludes-zero=\"%d\"><title>", sig);
-            hp_text_escape(sv, tcell(t, i, c_label));
-            hp_text_add(sv, ": effect ");
-            hp_text_escape(sv, tcell(t, i, c_eff));
-            hp_text_printf(sv, " %s (%s ", r->unit, r->mname);
-            hp_text_escape(sv, tcell(t, i, c_value));
-            hp_text_printf(sv, ", baseline %s)", hp_num(b, r->base, 7));
-            if (*tcell(t, i, c_lo)) {
-                hp_text_add(sv, "; paired 95% CI ");
-                hp_text_escape(sv, tcell(t, i, c_lo));
-                hp_text_add(sv, " to ");
-                hp_text_escape(sv, tcell(t, i, c_hi));
-                hp_text_add(sv, " over ");
-                hp_text_escape(sv, tcell(t, i, c_seqs));
-                hp_text_add(sv, " sequences");
-                if (*tcell(t, i, c_p)) {
-                    hp_text_add(sv, ", p = ");
-                    hp_text_escape(sv, tcell(t, i, c_p));
-                }
-                hp_text_add(sv, sig ? " (excludes 0)" : " (includes 0)");
-            }
-            if (*tcell(t, i, c_atp)) {
-                hp_text_add(sv, "; attribution estimate ");
-                hp_text_escape(sv, tcell(t, i, c_atp));
-            }
-            if (rat && rat[l * U + u] >= 0) // joined by (layer, head), as the atp column is by the query
-                hr_roles_tooltip(sv, r->roles, rat[l * U + u]);
+            heatmap_cell_text(sv, r, t, &hc, i, sig, rat ? rat[l * U + u] : -1);
             hp_text_add(sv, "</title></rect>\n");
             if (sig) {
                 n_sig++;
@@ -212,18 +247,7 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
         }
     hp_text_add(sv, "</g>\n");
 
-    // legend: the colour bar, the mark, a missing cell
-    char ltitle[96];
-    snprintf(ltitle, sizeof ltitle, "effect (%s)", r->unit);
-    legend_diverging(sv, lx, top + 14, lh, m, ltitle);
-    double ly = top + 14 + lh + 24;
-    hp_text_printf(sv, "<g class=\"legend\" font-size=\"11\">\n"
-                       "<circle cx=\"%d\" cy=\"%.1f\" r=\"4\" fill=\"#000000\" stroke=\"#ffffff\"/>"
-                       "<text x=\"%d\" y=\"%.1f\" dominant-baseline=\"middle\">paired 95%% CI excludes 0</text>\n"
-                       "<rect x=\"%d\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"#ffffff\" stroke=\"#bbbbbb\"/>"
-                       "<text x=\"%d\" y=\"%.1f\" dominant-baseline=\"middle\">no result</text>\n"
-                       "<text x=\"%d\" y=\"%.1f\" fill=\"#555\">colour: symmetric log scale</text>\n</g>\n",
-                   lx + 7, ly, lx + 18, ly, lx + 2, ly + 14, lx + 18, ly + 19, lx, ly + 40);
+    heatmap_legend(sv, r, lx, top, lh, m);
     hp_svg_close(sv);
 
     struct hp_text *c = &sec->caption;
@@ -277,6 +301,97 @@ struct pair_group {
     int *rows, n; // its rows
 };
 
+/*
+ * One group's matrix into sv (figure id, U units a side): each pair's
+ * interaction as the colour of (a, b) and (b, a) on the scale that ends at
+ * +-m, its row of `query pairs` as data-* and in the tooltip.
+ */
+static void pairs_matrix(struct hp_text *sv, const struct report *r, const struct hp_table *t,
+                         const struct pair_group *g, const char *id, int U, double m)
+{
+    const int c_pair = tcol(t, "pair"), c_a = tcol(t, "unit_a"), c_b = tcol(t, "unit_b"),
+              c_ab = tcol(t, "effect_ab"), c_ea = tcol(t, "effect_a"), c_eb = tcol(t, "effect_b"),
+              c_i = tcol(t, "interaction");
+    char b[32], col[8];
+    int cs = 300 / U;
+    cs = cs < 10 ? 10 : cs > 40 ? 40 : cs;
+    const int left = 56, top = 74, gw = U * cs, lx = left + gw + 34;
+    int W = lx + 150, H = top + gw + 50;
+    W = W < 420 ? 420 : W;
+    H = H < top + 240 ? top + 240 : H;
+    char eid[80], title[120], sub[300];
+    snprintf(eid, sizeof eid, "fig-%s", id);
+    snprintf(title, sizeof title, "Pair interactions, layer %d", g->layer);
+    snprintf(sub, sizeof sub, "sweep %lld, study %s; I = D(a and b) - D(a) - D(b)", r->sweep, g->study);
+    hp_svg_open(sv, eid, W, H, title);
+    hr_svg_heading(sv, title, sub);
+    const char *unit_name = g->kv ? "KV group" : "head";
+    int every = cs >= 16 ? 1 : (16 + cs - 1) / cs;
+    hp_text_add(sv, "<g class=\"ticks\" font-size=\"11\" fill=\"#444\">\n");
+    for (int u = 0; u < U; u += every)
+        hp_text_printf(sv, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%d</text>"
+                           "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" dominant-baseline=\"middle\">%d</text>\n",
+                       left + (u + 0.5) * cs, top - 6, u, left - 6, top + (u + 0.5) * cs, u);
+    hp_text_add(sv, "</g>\n");
+    hp_text_printf(sv, "<text class=\"axis-label\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s b</text>\n"
+                       "<text class=\"axis-label\" text-anchor=\"middle\" transform=\"translate(%d %.1f) "
+                       "rotate(-90)\">%s a</text>\n",
+                   left + gw / 2.0, top + gw + 22, unit_name, left - 34, top + gw / 2.0, unit_name);
+    // the diagonal: no pair of a unit with itself
+    for (int u = 0; u < U; u++)
+        hp_text_printf(sv, "<rect class=\"diagonal\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
+                           "fill=\"#d9d9d9\" stroke=\"#ffffff\"/>\n",
+                       left + u * cs, top + u * cs, cs, cs);
+    hp_text_add(sv, "<g class=\"pairs\" data-study=\"");
+    hp_text_escape(sv, g->study);
+    hp_text_printf(sv, "\" data-layer=\"%d\" data-units=\"%d\" data-scale-max=\"%s\">\n", g->layer, U,
+                   hp_num(b, m, 6));
+    for (int j = 0; j < g->n; j++) {
+        int i = g->rows[j], a = tint(t, i, c_a), bu = tint(t, i, c_b);
+        if (a < 0 || bu < 0)
+            continue;
+        double v = tval(t, i, c_i);
+        if (isfinite(v))
+            hp_color_diverging(hp_symlog(v, m), col);
+        else
+            snprintf(col, sizeof col, "#ffffff");
+        for (int half = 0; half < 2; half++) { // (a, b) and (b, a): the matrix is symmetric
+            int row = half ? bu : a, cl = half ? a : bu;
+            hp_text_printf(sv, "<rect class=\"pair%s\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" "
+                               "stroke=\"%s\" data-a=\"%d\" data-b=\"%d\"",
+                           isfinite(v) ? "" : " missing", left + cl * cs, top + row * cs, cs, cs, col,
+                           isfinite(v) ? "#ffffff" : "#bbbbbb", a, bu);
+            hr_attr_cell(sv, "data-pair", t, i, c_pair);
+            hr_attr_cell(sv, "data-interaction", t, i, c_i);
+            hr_attr_cell(sv, "data-effect-ab", t, i, c_ab);
+            hr_attr_cell(sv, "data-effect-a", t, i, c_ea);
+            hr_attr_cell(sv, "data-effect-b", t, i, c_eb);
+            hp_text_add(sv, "><title>");
+            hp_text_escape(sv, tcell(t, i, c_pair));
+            if (isfinite(v)) {
+                hp_text_add(sv, ": interaction ");
+                hp_text_escape(sv, tcell(t, i, c_i));
+                hp_text_printf(sv, " %s (%s)", r->unit,
+                               v > 0 ? "redundant: each backs the other up" : "overlapping damage");
+            } else {
+                hp_text_add(sv, ": no interaction (a unit lacks its single effect)");
+            }
+            hp_text_add(sv, "; both ablated ");
+            hp_text_escape(sv, tcell(t, i, c_ab));
+            hp_text_add(sv, ", a alone ");
+            hp_text_escape(sv, tcell(t, i, c_ea));
+            hp_text_add(sv, ", b alone ");
+            hp_text_escape(sv, tcell(t, i, c_eb));
+            hp_text_add(sv, "</title></rect>\n");
+        }
+    }
+    hp_text_add(sv, "</g>\n");
+    char lt[96];
+    snprintf(lt, sizeof lt, "interaction (%s)", r->unit);
+    legend_diverging(sv, lx, top + 14, gw < 150 ? 150 : gw > 240 ? 240 : gw, m, lt);
+    hp_svg_close(sv);
+}
+
 enum hp_status hr_make_pairs(struct report *r, struct section *sec)
 {
     if (!hr_study_of(r, "pairs", -1)) {
@@ -298,8 +413,7 @@ enum hp_status hr_make_pairs(struct report *r, struct section *sec)
     if (s != HP_OK)
         return s;
     const int c_study = tcol(t, "study"), c_pair = tcol(t, "pair"), c_layer = tcol(t, "layer"),
-              c_a = tcol(t, "unit_a"), c_b = tcol(t, "unit_b"), c_ab = tcol(t, "effect_ab"), c_ea = tcol(t, "effect_a"),
-              c_eb = tcol(t, "effect_b"), c_i = tcol(t, "interaction");
+              c_a = tcol(t, "unit_a"), c_b = tcol(t, "unit_b"), c_i = tcol(t, "interaction");
     struct pair_group *g = calloc((size_t)t->n_rows + 1, sizeof *g);
     int *rows = malloc(((size_t)t->n_rows + 1) * sizeof *rows);
     if (!g || !rows) {
@@ -332,7 +446,7 @@ enum hp_status hr_make_pairs(struct report *r, struct section *sec)
                 g[k].rows[n++] = i;
         o += n;
     }
-    char b[32], col[8];
+    char b[32];
     int n_drawn = 0, n_big = 0;
     for (int k = 0; k < n_g && s == HP_OK; k++) {
         int U = g[k].kv && r->n_kv_heads > 0 ? r->n_kv_heads : r->n_heads;
@@ -361,84 +475,7 @@ enum hp_status hr_make_pairs(struct report *r, struct section *sec)
             break;
         }
         n_drawn++;
-        int cs = 300 / U;
-        cs = cs < 10 ? 10 : cs > 40 ? 40 : cs;
-        const int left = 56, top = 74, gw = U * cs, lx = left + gw + 34;
-        int W = lx + 150, H = top + gw + 50;
-        W = W < 420 ? 420 : W;
-        H = H < top + 240 ? top + 240 : H;
-        struct hp_text *sv = &f->svg;
-        char eid[80], title[120], sub[300];
-        snprintf(eid, sizeof eid, "fig-%s", id);
-        snprintf(title, sizeof title, "Pair interactions, layer %d", g[k].layer);
-        snprintf(sub, sizeof sub, "sweep %lld, study %s; I = D(a and b) - D(a) - D(b)", r->sweep, g[k].study);
-        hp_svg_open(sv, eid, W, H, title);
-        hr_svg_heading(sv, title, sub);
-        const char *unit_name = g[k].kv ? "KV group" : "head";
-        int every = cs >= 16 ? 1 : (16 + cs - 1) / cs;
-        hp_text_add(sv, "<g class=\"ticks\" font-size=\"11\" fill=\"#444\">\n");
-        for (int u = 0; u < U; u += every)
-            hp_text_printf(sv, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%d</text>"
-                               "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" dominant-baseline=\"middle\">%d</text>\n",
-                           left + (u + 0.5) * cs, top - 6, u, left - 6, top + (u + 0.5) * cs, u);
-        hp_text_add(sv, "</g>\n");
-        hp_text_printf(sv, "<text class=\"axis-label\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s b</text>\n"
-                           "<text class=\"axis-label\" text-anchor=\"middle\" transform=\"translate(%d %.1f) "
-                           "rotate(-90)\">%s a</text>\n",
-                       left + gw / 2.0, top + gw + 22, unit_name, left - 34, top + gw / 2.0, unit_name);
-        // the diagonal: no pair of a unit with itself
-        for (int u = 0; u < U; u++)
-            hp_text_printf(sv, "<rect class=\"diagonal\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
-                               "fill=\"#d9d9d9\" stroke=\"#ffffff\"/>\n",
-                           left + u * cs, top + u * cs, cs, cs);
-        hp_text_add(sv, "<g class=\"pairs\" data-study=\"");
-        hp_text_escape(sv, g[k].study);
-        hp_text_printf(sv, "\" data-layer=\"%d\" data-units=\"%d\" data-scale-max=\"%s\">\n", g[k].layer, U,
-                       hp_num(b, m, 6));
-        for (int j = 0; j < g[k].n; j++) {
-            int i = g[k].rows[j], a = tint(t, i, c_a), bu = tint(t, i, c_b);
-            if (a < 0 || bu < 0)
-                continue;
-            double v = tval(t, i, c_i);
-            if (isfinite(v))
-                hp_color_diverging(hp_symlog(v, m), col);
-            else
-                snprintf(col, sizeof col, "#ffffff");
-            for (int half = 0; half < 2; half++) { // (a, b) and (b, a): the matrix is symmetric
-                int row = half ? bu : a, cl = half ? a : bu;
-                hp_text_printf(sv, "<rect class=\"pair%s\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" "
-                                   "stroke=\"%s\" data-a=\"%d\" data-b=\"%d\"",
-                               isfinite(v) ? "" : " missing", left + cl * cs, top + row * cs, cs, cs, col,
-                               isfinite(v) ? "#ffffff" : "#bbbbbb", a, bu);
-                hr_attr_cell(sv, "data-pair", t, i, c_pair);
-                hr_attr_cell(sv, "data-interaction", t, i, c_i);
-                hr_attr_cell(sv, "data-effect-ab", t, i, c_ab);
-                hr_attr_cell(sv, "data-effect-a", t, i, c_ea);
-                hr_attr_cell(sv, "data-effect-b", t, i, c_eb);
-                hp_text_add(sv, "><title>");
-                hp_text_escape(sv, tcell(t, i, c_pair));
-                if (isfinite(v)) {
-                    hp_text_add(sv, ": interaction ");
-                    hp_text_escape(sv, tcell(t, i, c_i));
-                    hp_text_printf(sv, " %s (%s)", r->unit,
-                                   v > 0 ? "redundant: each backs the other up" : "overlapping damage");
-                } else {
-                    hp_text_add(sv, ": no interaction (a unit lacks its single effect)");
-                }
-                hp_text_add(sv, "; both ablated ");
-                hp_text_escape(sv, tcell(t, i, c_ab));
-                hp_text_add(sv, ", a alone ");
-                hp_text_escape(sv, tcell(t, i, c_ea));
-                hp_text_add(sv, ", b alone ");
-                hp_text_escape(sv, tcell(t, i, c_eb));
-                hp_text_add(sv, "</title></rect>\n");
-            }
-        }
-        hp_text_add(sv, "</g>\n");
-        char lt[96];
-        snprintf(lt, sizeof lt, "interaction (%s)", r->unit);
-        legend_diverging(sv, lx, top + 14, gw < 150 ? 150 : gw > 240 ? 240 : gw, m, lt);
-        hp_svg_close(sv);
+        pairs_matrix(&f->svg, r, t, &g[k], id, U, m);
     }
     if (s == HP_OK) {
         struct hp_text *c = &sec->caption;
