@@ -27,6 +27,106 @@ struct series {
     const char *study, *rank;
 };
 
+// Each random study's 95% band (the upper edge left to right, the lower back) as a shaded path.
+static void curves_bands(struct hp_text *sv, struct report *r, const struct hp_table *t, const struct series *sr,
+                         int n_sr, const struct hp_scale *sx, const struct hp_scale *sy)
+{
+    const int c_pct = tcol(t, "pct_heads"), c_value = tcol(t, r->mname), c_lo = tcol(t, "ci_lo"),
+              c_hi = tcol(t, "ci_hi");
+    for (int k = 0; k < n_sr; k++) {
+        if (!sr[k].random)
+            continue;
+        struct hp_text band = {0};
+        int pts = 0;
+        for (int pass = 0; pass < 2; pass++) // the upper edge left to right, the lower back
+            for (int j = 0; j < sr[k].n; j++) {
+                int i = pass == 0 ? sr[k].row0 + j : sr[k].row0 + sr[k].n - 1 - j;
+                double x = tval(t, i, c_pct), v = tval(t, i, pass == 0 ? c_hi : c_lo);
+                if (!isfinite(v))
+                    v = tval(t, i, c_value); // k = 0 (the baseline) has no interval
+                if (!isfinite(x) || !isfinite(v))
+                    continue;
+                hp_text_printf(&band, "%s%.2f %.2f", pts++ ? "L" : "M", hp_scale_map(sx, x), hp_scale_map(sy, v));
+            }
+        if (pts > 2 && band.s) {
+            hp_text_add(sv, "<path class=\"band\" data-study=\"");
+            hp_text_escape(sv, sr[k].study);
+            hp_text_printf(sv, "\" d=\"%sz\" fill=\"%s\" fill-opacity=\"0.18\" stroke=\"none\"/>\n", band.s,
+                           hp_color_category(k));
+        }
+        if (band.nomem)
+            r->nomem = true;
+        hp_text_free(&band);
+    }
+}
+
+// Row i of `query curve` as a point's tooltip: the study, its step or k, the heads pruned and the value.
+static void curve_point_title(struct hp_text *sv, const struct report *r, const struct hp_table *t,
+                              const struct series *se, int i)
+{
+    const int c_step = tcol(t, "step"), c_k = tcol(t, "k"), c_heads = tcol(t, "heads"), c_pct = tcol(t, "pct_heads"),
+              c_samples = tcol(t, "samples"), c_value = tcol(t, r->mname), c_lo = tcol(t, "ci_lo"),
+              c_hi = tcol(t, "ci_hi"), c_eff = tcol(t, "effect"), c_pruned = tcol(t, "pruned");
+    hp_text_add(sv, "><title>");
+    hp_text_escape_cut(sv, se->study, 60);
+    if (se->random) {
+        hp_text_add(sv, ", k = ");
+        hp_text_escape(sv, tcell(t, i, c_k));
+    } else {
+        hp_text_add(sv, ", step ");
+        hp_text_escape(sv, tcell(t, i, c_step));
+    }
+    hp_text_add(sv, ": ");
+    hp_text_escape(sv, tcell(t, i, c_heads));
+    hp_text_add(sv, " heads pruned (");
+    hp_text_escape(sv, tcell(t, i, c_pct));
+    hp_text_printf(sv, "%%), %s ", r->mname);
+    hp_text_escape(sv, tcell(t, i, c_value));
+    if (*tcell(t, i, c_lo)) {
+        hp_text_add(sv, " (mean of ");
+        hp_text_escape(sv, tcell(t, i, c_samples));
+        hp_text_add(sv, " draws; 95% CI ");
+        hp_text_escape(sv, tcell(t, i, c_lo));
+        hp_text_add(sv, " to ");
+        hp_text_escape(sv, tcell(t, i, c_hi));
+        hp_text_add(sv, ")");
+    }
+    if (*tcell(t, i, c_eff)) {
+        hp_text_add(sv, ", effect ");
+        hp_text_escape(sv, tcell(t, i, c_eff));
+    }
+    if (*tcell(t, i, c_pruned)) {
+        hp_text_add(sv, "; pruned at this step: ");
+        hp_text_escape_cut(sv, tcell(t, i, c_pruned), 200);
+    }
+    hp_text_add(sv, "</title></path>\n");
+}
+
+// The legend at (lx, ly0): a line and marker a series while they fit above H - 30, then the baseline.
+static void curves_legend(struct hp_text *sv, const struct series *sr, int n_sr, int lx, double ly0, int H)
+{
+    double ly = ly0;
+    hp_text_add(sv, "<g class=\"legend\" font-size=\"12\">\n");
+    for (int k = 0; k < n_sr && ly < H - 30; k++, ly += 36) {
+        const char *colour = hp_color_category(k);
+        hp_text_printf(sv, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>",
+                       lx, ly, lx + 26, ly, colour, sr[k].random ? " stroke-dasharray=\"6 3\"" : "");
+        hp_svg_marker_open(sv, k, lx + 13, ly, 4);
+        hp_text_printf(sv, " fill=\"%s\" stroke=\"#ffffff\"/><text x=\"%d\" y=\"%.1f\" dominant-baseline=\"middle\">",
+                       colour, lx + 34, ly);
+        hp_text_escape_cut(sv, sr[k].study, 30);
+        hp_text_printf(sv, "</text>\n<text x=\"%d\" y=\"%.1f\" font-size=\"11\" fill=\"#555\" "
+                           "dominant-baseline=\"middle\">%s</text>\n",
+                       lx + 34, ly + 15,
+                       sr[k].random                             ? "random heads, 95% band"
+                       : strcmp(sr[k].rank, "gradient") == 0 ? "iterative, gradient-ranked"
+                                                               : "iterative, exact-ranked");
+    }
+    hp_text_printf(sv, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#555\" stroke-dasharray=\"2 3\"/>"
+                       "<text x=\"%d\" y=\"%.1f\" dominant-baseline=\"middle\">baseline (nothing pruned)</text>\n</g>\n",
+                   lx, ly, lx + 26, ly, lx + 34, ly);
+}
+
 enum hp_status hr_make_curves(struct report *r, struct section *sec)
 {
     if (!hr_study_of(r, "iterative", -1) && !hr_study_of(r, "random", -1)) {
@@ -42,7 +142,7 @@ enum hp_status hr_make_curves(struct report *r, struct section *sec)
         return s;
     const int c_study = tcol(t, "study"), c_step = tcol(t, "step"), c_k = tcol(t, "k"), c_heads = tcol(t, "heads"),
               c_pct = tcol(t, "pct_heads"), c_samples = tcol(t, "samples"), c_value = tcol(t, r->mname),
-              c_lo = tcol(t, "ci_lo"), c_hi = tcol(t, "ci_hi"), c_eff = tcol(t, "effect"), c_pruned = tcol(t, "pruned");
+              c_lo = tcol(t, "ci_lo"), c_hi = tcol(t, "ci_hi"), c_eff = tcol(t, "effect");
     struct series *sr = calloc((size_t)t->n_rows + 1, sizeof *sr);
     struct fig *f = sr ? hr_fig_new(r, "curves") : NULL;
     if (!f) {
@@ -92,32 +192,7 @@ enum hp_status hr_make_curves(struct report *r, struct section *sec)
     hp_svg_grid(sv, &sy, true, px0, px1, yt, nyt);
     hp_svg_grid(sv, &sx, false, py0, py1, xt, nxt);
 
-    // random studies' 95% bands first, under every line
-    for (int k = 0; k < n_sr; k++) {
-        if (!sr[k].random)
-            continue;
-        struct hp_text band = {0};
-        int pts = 0;
-        for (int pass = 0; pass < 2; pass++) // the upper edge left to right, the lower back
-            for (int j = 0; j < sr[k].n; j++) {
-                int i = pass == 0 ? sr[k].row0 + j : sr[k].row0 + sr[k].n - 1 - j;
-                double x = tval(t, i, c_pct), v = tval(t, i, pass == 0 ? c_hi : c_lo);
-                if (!isfinite(v))
-                    v = tval(t, i, c_value); // k = 0 (the baseline) has no interval
-                if (!isfinite(x) || !isfinite(v))
-                    continue;
-                hp_text_printf(&band, "%s%.2f %.2f", pts++ ? "L" : "M", hp_scale_map(&sx, x), hp_scale_map(&sy, v));
-            }
-        if (pts > 2 && band.s) {
-            hp_text_add(sv, "<path class=\"band\" data-study=\"");
-            hp_text_escape(sv, sr[k].study);
-            hp_text_printf(sv, "\" d=\"%sz\" fill=\"%s\" fill-opacity=\"0.18\" stroke=\"none\"/>\n", band.s,
-                           hp_color_category(k));
-        }
-        if (band.nomem)
-            r->nomem = true;
-        hp_text_free(&band);
-    }
+    curves_bands(sv, r, t, sr, n_sr, &sx, &sy); // random studies' 95% bands first, under every line
     // the baseline
     double by = hp_scale_map(&sy, r->base);
     hp_text_printf(sv, "<line class=\"baseline\" x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"#555\" "
@@ -156,67 +231,14 @@ enum hp_status hr_make_curves(struct report *r, struct section *sec)
             hr_attr_cell(sv, "data-ci-lo", t, i, c_lo);
             hr_attr_cell(sv, "data-ci-hi", t, i, c_hi);
             hr_attr_cell(sv, "data-effect", t, i, c_eff);
-            hp_text_add(sv, "><title>");
-            hp_text_escape_cut(sv, sr[k].study, 60);
-            if (sr[k].random) {
-                hp_text_add(sv, ", k = ");
-                hp_text_escape(sv, tcell(t, i, c_k));
-            } else {
-                hp_text_add(sv, ", step ");
-                hp_text_escape(sv, tcell(t, i, c_step));
-            }
-            hp_text_add(sv, ": ");
-            hp_text_escape(sv, tcell(t, i, c_heads));
-            hp_text_add(sv, " heads pruned (");
-            hp_text_escape(sv, tcell(t, i, c_pct));
-            hp_text_printf(sv, "%%), %s ", r->mname);
-            hp_text_escape(sv, tcell(t, i, c_value));
-            if (*tcell(t, i, c_lo)) {
-                hp_text_add(sv, " (mean of ");
-                hp_text_escape(sv, tcell(t, i, c_samples));
-                hp_text_add(sv, " draws; 95% CI ");
-                hp_text_escape(sv, tcell(t, i, c_lo));
-                hp_text_add(sv, " to ");
-                hp_text_escape(sv, tcell(t, i, c_hi));
-                hp_text_add(sv, ")");
-            }
-            if (*tcell(t, i, c_eff)) {
-                hp_text_add(sv, ", effect ");
-                hp_text_escape(sv, tcell(t, i, c_eff));
-            }
-            if (*tcell(t, i, c_pruned)) {
-                hp_text_add(sv, "; pruned at this step: ");
-                hp_text_escape_cut(sv, tcell(t, i, c_pruned), 200);
-            }
-            hp_text_add(sv, "</title></path>\n");
+            curve_point_title(sv, r, t, &sr[k], i);
         }
         hp_text_add(sv, "</g>\n");
     }
     hp_svg_axis(sv, &sy, true, px0, yt, nyt, 4, ylabel, 58);
     hp_svg_axis(sv, &sx, false, py1, xt, nxt, 3, xlabel, 40);
 
-    // legend
-    const int lx = px1 + 24;
-    double ly = py0 + 6;
-    hp_text_add(sv, "<g class=\"legend\" font-size=\"12\">\n");
-    for (int k = 0; k < n_sr && ly < H - 30; k++, ly += 36) {
-        const char *colour = hp_color_category(k);
-        hp_text_printf(sv, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>",
-                       lx, ly, lx + 26, ly, colour, sr[k].random ? " stroke-dasharray=\"6 3\"" : "");
-        hp_svg_marker_open(sv, k, lx + 13, ly, 4);
-        hp_text_printf(sv, " fill=\"%s\" stroke=\"#ffffff\"/><text x=\"%d\" y=\"%.1f\" dominant-baseline=\"middle\">",
-                       colour, lx + 34, ly);
-        hp_text_escape_cut(sv, sr[k].study, 30);
-        hp_text_printf(sv, "</text>\n<text x=\"%d\" y=\"%.1f\" font-size=\"11\" fill=\"#555\" "
-                           "dominant-baseline=\"middle\">%s</text>\n",
-                       lx + 34, ly + 15,
-                       sr[k].random                             ? "random heads, 95% band"
-                       : strcmp(sr[k].rank, "gradient") == 0 ? "iterative, gradient-ranked"
-                                                               : "iterative, exact-ranked");
-    }
-    hp_text_printf(sv, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#555\" stroke-dasharray=\"2 3\"/>"
-                       "<text x=\"%d\" y=\"%.1f\" dominant-baseline=\"middle\">baseline (nothing pruned)</text>\n</g>\n",
-                   lx, ly, lx + 26, ly, lx + 34, ly);
+    curves_legend(sv, sr, n_sr, px1 + 24, py0 + 6, H);
     hp_svg_close(sv);
 
     struct hp_text *c = &sec->caption;
@@ -232,6 +254,54 @@ enum hp_status hr_make_curves(struct report *r, struct section *sec)
 }
 
 // --- per-layer redundancy ----------------------------------------------------------
+
+/*
+ * Bar i of panel k (column c of `query redundancy`; title: the panel's) ends
+ * at vx, its top at y, rh - 6 px high: its tooltip, closing the bar, then
+ * its value beyond its end, for reading without hovering.
+ */
+static void redundancy_bar_text(struct hp_text *sv, const struct report *r, const struct hp_table *t, int k, int i,
+                                int c, const char *title, const char *eps, double vx, double y, int rh)
+{
+    const int c_layer = tcol(t, "layer"), c_units = tcol(t, "units"), c_only_unit = tcol(t, "only_unit");
+    const double v = tval(t, i, c);
+    char b[32];
+    hp_text_printf(sv, "><title>layer %d: ", tint(t, i, c_layer));
+    if (k == 0) {
+        hp_text_escape(sv, tcell(t, i, c));
+        hp_text_add(sv, " of ");
+        hp_text_escape(sv, tcell(t, i, c_units));
+        hp_text_printf(sv, " units cost less than %s alone", eps);
+    } else {
+        hp_text_escape(sv, title);
+        hp_text_add(sv, ": effect ");
+        hp_text_escape(sv, tcell(t, i, c));
+        hp_text_printf(sv, " %s", r->unit);
+        if (k == 2 && *tcell(t, i, c_only_unit)) {
+            hp_text_add(sv, " (kept: ");
+            hp_text_escape(sv, tcell(t, i, c_only_unit));
+            hp_text_add(sv, ")");
+        }
+    }
+    hp_text_add(sv, "</title></rect>\n");
+    // its value beyond the bar's end, for reading without hovering
+    hp_text_printf(sv, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"#333\" dominant-baseline=\"middle\" "
+                       "text-anchor=\"%s\" pointer-events=\"none\">",
+                   v < 0 ? vx - 3 : vx + 3, y + (rh - 6) / 2.0, v < 0 ? "end" : "start");
+    if (k == 0) {
+        hp_text_escape(sv, tcell(t, i, c));
+        hp_text_add(sv, "/");
+        hp_text_escape(sv, tcell(t, i, c_units));
+    } else {
+        hp_text_add(sv, hp_num(b, v, 3));
+        if (k == 2 && *tcell(t, i, c_only_unit)) {
+            hp_text_add(sv, " (");
+            hp_text_escape_cut(sv, tcell(t, i, c_only_unit), 12);
+            hp_text_add(sv, ")");
+        }
+    }
+    hp_text_add(sv, "</text>\n");
+}
 
 enum hp_status hr_make_redundancy(struct report *r, struct section *sec)
 {
@@ -258,7 +328,7 @@ enum hp_status hr_make_redundancy(struct report *r, struct section *sec)
         return hp_fail(r->err, HP_ERR_NOMEM, "report: out of memory");
     }
     const int c_layer = tcol(t, "layer"), c_units = tcol(t, "units"), c_only_unit = tcol(t, "only_unit");
-    char eps[32], b[32];
+    char eps[32];
     hp_num(eps, r->o->eps, 3);
     struct panel {
         const char *col, *title, *unit, *absent;
@@ -341,41 +411,7 @@ enum hp_status hr_make_redundancy(struct report *r, struct section *sec)
                 hr_attr_cell(sv, "data-units", t, i, c_units);
             if (k == 2)
                 hr_attr_cell(sv, "data-only-unit", t, i, c_only_unit);
-            hp_text_printf(sv, "><title>layer %d: ", tint(t, i, c_layer));
-            if (k == 0) {
-                hp_text_escape(sv, tcell(t, i, c));
-                hp_text_add(sv, " of ");
-                hp_text_escape(sv, tcell(t, i, c_units));
-                hp_text_printf(sv, " units cost less than %s alone", eps);
-            } else {
-                hp_text_escape(sv, titles[k]);
-                hp_text_add(sv, ": effect ");
-                hp_text_escape(sv, tcell(t, i, c));
-                hp_text_printf(sv, " %s", r->unit);
-                if (k == 2 && *tcell(t, i, c_only_unit)) {
-                    hp_text_add(sv, " (kept: ");
-                    hp_text_escape(sv, tcell(t, i, c_only_unit));
-                    hp_text_add(sv, ")");
-                }
-            }
-            hp_text_add(sv, "</title></rect>\n");
-            // its value beyond the bar's end, for reading without hovering
-            hp_text_printf(sv, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"#333\" dominant-baseline=\"middle\" "
-                               "text-anchor=\"%s\" pointer-events=\"none\">",
-                           v < 0 ? vx - 3 : vx + 3, y + (rh - 6) / 2.0, v < 0 ? "end" : "start");
-            if (k == 0) {
-                hp_text_escape(sv, tcell(t, i, c));
-                hp_text_add(sv, "/");
-                hp_text_escape(sv, tcell(t, i, c_units));
-            } else {
-                hp_text_add(sv, hp_num(b, v, 3));
-                if (k == 2 && *tcell(t, i, c_only_unit)) {
-                    hp_text_add(sv, " (");
-                    hp_text_escape_cut(sv, tcell(t, i, c_only_unit), 12);
-                    hp_text_add(sv, ")");
-                }
-            }
-            hp_text_add(sv, "</text>\n");
+            redundancy_bar_text(sv, r, t, k, i, c, titles[k], eps, vx, y, rh);
         }
         hp_text_add(sv, "</g>\n");
         hp_text_printf(sv, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#444\"/>\n", zx, top, zx,
