@@ -53,6 +53,122 @@ static void layer_colour(int l, int L, char col[8])
     hp_color_sequential(L > 1 ? 0.85 * l / (L - 1) : 0.4, col);
 }
 
+// The legend: a swatch a layer (or a bar from the first to the last when there are many).
+static void roles_legend(struct hp_text *sv, int L)
+{
+    char col[8];
+    hp_text_add(sv, "<g class=\"legend\" font-size=\"11\">\n");
+    hp_text_printf(sv, "<text x=\"12\" y=\"60\" dominant-baseline=\"middle\">colour: layer</text>\n");
+    if (L <= 16) {
+        for (int l = 0; l < L; l++) {
+            layer_colour(l, L, col);
+            hp_text_printf(sv, "<rect x=\"%d\" y=\"55\" width=\"10\" height=\"10\" fill=\"%s\" stroke=\"#222\" "
+                               "stroke-width=\"0.5\"/><text x=\"%d\" y=\"60\" dominant-baseline=\"middle\">%d</text>\n",
+                           100 + 34 * l, col, 114 + 34 * l, l);
+        }
+    } else {
+        for (int i = 0; i < 40; i++) {
+            hp_color_sequential(0.85 * i / 39, col);
+            hp_text_printf(sv, "<rect x=\"%d\" y=\"55\" width=\"5.3\" height=\"10\" fill=\"%s\"/>\n", 100 + 5 * i,
+                           col);
+        }
+        hp_text_printf(sv, "<text x=\"96\" y=\"60\" text-anchor=\"end\" dominant-baseline=\"middle\">0</text>"
+                           "<text x=\"304\" y=\"60\" dominant-baseline=\"middle\">%d</text>\n", L - 1);
+    }
+    hp_text_add(sv, "</g>\n");
+}
+
+// The points of panel rp: a head each, its row of `query roles` as data-* and in its tooltip.
+static void roles_points(struct hp_text *sv, const struct report *r, const int *at, const struct role_panel *rp,
+                         bool by_effect, const struct hp_scale *sx, const struct hp_scale *sy)
+{
+    const struct hp_table *t = r->roles;
+    const int L = r->n_layers, U = r->n_heads;
+    const int c = tcol(t, rp->col), c_off = rp->offset ? tcol(t, rp->offset) : -1, c_eff = tcol(t, "effect"),
+              c_label = tcol(t, "label");
+    char col[8];
+    for (int i = 0; i < L * U; i++) {
+        int row = at[i], l = i / U, u = i % U;
+        double v = row >= 0 ? tval(t, row, c) : NAN, e = row >= 0 ? tval(t, row, c_eff) : NAN;
+        if (!isfinite(v) || (by_effect && !isfinite(e)))
+            continue;
+        double py = by_effect ? hp_scale_map(sy, e) : hp_scale_map(sy, l + (u + 0.5) / U);
+        layer_colour(l, L, col);
+        hp_svg_marker_open(sv, 0, hp_scale_map(sx, v), py, 3.5);
+        hp_text_printf(sv, " class=\"point\" fill=\"%s\" fill-opacity=\"0.85\" stroke=\"#222\" "
+                           "stroke-width=\"0.5\" data-layer=\"%d\" data-head=\"%d\"", col, l, u);
+        hr_attr_cell(sv, "data-label", t, row, c_label);
+        hr_attr_cell(sv, "data-score", t, row, c);
+        hr_attr_cell(sv, "data-offset", t, row, c_off);
+        hr_attr_cell(sv, "data-effect", t, row, c_eff);
+        hp_text_add(sv, "><title>");
+        hp_text_escape(sv, tcell(t, row, c_label));
+        hp_text_printf(sv, ": %s ", rp->col);
+        hp_text_escape(sv, tcell(t, row, c));
+        if (strcmp(rp->col, "entropy") == 0)
+            hp_text_add(sv, " bits");
+        if (*tcell(t, row, c_off)) {
+            hp_text_printf(sv, " at %s ", rp->offset);
+            hp_text_escape(sv, tcell(t, row, c_off));
+        }
+        if (*tcell(t, row, c_eff)) {
+            hp_text_add(sv, ", effect ");
+            hp_text_escape(sv, tcell(t, row, c_eff));
+            hp_text_printf(sv, " %s", r->unit);
+        }
+        hp_text_add(sv, "</title></path>\n");
+    }
+}
+
+// The y axis without effects: the layers, top to bottom, over ph px from y0.
+static void roles_layer_axis(struct hp_text *sv, const struct hp_scale *sy, int L, int x0, int y0, int ph)
+{
+    int every = ph / L >= 12 ? 1 : (12 * L + ph - 1) / ph;
+    hp_text_printf(sv, "<g class=\"axis\" stroke=\"#444\">\n<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
+                   x0, y0, x0, y0 + ph);
+    for (int l = 0; l < L; l += every)
+        hp_text_printf(sv, "<text x=\"%d\" y=\"%.1f\" stroke=\"none\" text-anchor=\"end\" "
+                           "dominant-baseline=\"middle\">%d</text>\n",
+                       x0 - 6, hp_scale_map(sy, l + 0.5), l);
+    hp_text_printf(sv, "<text class=\"axis-label\" stroke=\"none\" text-anchor=\"middle\" "
+                       "transform=\"translate(%d %d) rotate(-90)\">layer</text>\n"
+                       "</g>\n", x0 - 40, y0 + ph / 2);
+}
+
+// The caption: what a panel shows, the scores, the roles studies not drawn, where the numbers come from.
+static void roles_caption(struct hp_text *cp, const struct report *r, bool by_effect)
+{
+    if (by_effect)
+        hp_text_printf(cp, "<p>Each panel: one role score of every head (x) against the head's effect when ablated "
+                           "alone (y; %s), a point a head coloured by its layer. Its caption gives Spearman's rank "
+                           "correlation rho of the score with the effect over the heads with both, as the query's "
+                           "last row gives it. ", hp_metric_effect_text(r->m));
+    else
+        hp_text_add(cp, "<p>Each panel: one role score of every head (x), each head at its place (y: its layer, its "
+                        "heads top to bottom), coloured by its layer. The sweep has no single study over query heads, "
+                        "so there are no effects to set the scores against (<code>- single</code> in the plan adds "
+                        "them, and the rank correlations). ");
+    hp_text_add(cp, "The scores (docs/roles.md): <code>prev_token</code>, mean attention to the previous token; "
+                    "<code>duplicate_token</code>, to earlier occurrences of the same token (an encoder: every "
+                    "other occurrence); <code>induction</code>, on random tokens repeated twice, to the token after "
+                    "the earlier occurrence, and <code>induction_mass</code>, at the offset from it the head prefers "
+                    "(<code>induction_offset</code>, in the tooltip); <code>first_token</code>, to the first "
+                    "position; <code>dominant_mass</code>, the share of attention at the head's most attended "
+                    "relative position (<code>dominant_offset</code>, in the tooltip); <code>entropy</code>, of the "
+                    "attention, in bits; <code>rare_token</code> (encoders), to the row's rarest token. A score no "
+                    "head has is not drawn. Hover a point for its head and numbers.</p>\n");
+    if (r->role_studies->n_rows > 1) {
+        hp_text_add(cp, "<p class=\"note\">The sweep's other roles studies (");
+        for (int i = 1; i < r->role_studies->n_rows; i++) {
+            if (i > 1)
+                hp_text_add(cp, ", ");
+            hp_text_escape(cp, tcell(r->role_studies, i, 0));
+        }
+        hp_text_add(cp, ") are not drawn: <code>headprune query roles --study NAME</code> lists one.</p>\n");
+    }
+    hr_caption_source(cp, r, "roles", r->roles_study, r->roles);
+}
+
 /*
  * One small scatter a score of `query roles` that any head has: the score
  * (x) against the head's single-head effect (y, one scale for every panel),
@@ -74,7 +190,7 @@ static enum hp_status draw_roles(struct report *r, struct section *sec)
     int *at = hr_roles_index(t, L, U);
     if (!at)
         return hp_fail(r->err, HP_ERR_NOMEM, "report: out of memory");
-    const int c_eff = tcol(t, "effect"), c_label = tcol(t, "label"), rho_row = roles_rho_row(t);
+    const int c_eff = tcol(t, "effect"), rho_row = roles_rho_row(t);
     int n_heads = 0, n_eff = 0;
     double ylo = 0, yhi = 0;
     for (int i = 0; i < L * U; i++) {
@@ -119,7 +235,7 @@ static enum hp_status draw_roles(struct report *r, struct section *sec)
     int W = 12 + n_cols * cw + 8, H = top + n_rows * ch + 6;
     W = W < 560 ? 560 : W;
     struct hp_text *sv = &f->svg;
-    char title[160], sub[400], col[8], ylabel[96];
+    char title[160], sub[400], ylabel[96];
     snprintf(title, sizeof title, by_effect ? "Head roles against effect" : "Head roles by layer");
     if (by_effect)
         snprintf(sub, sizeof sub, "sweep %lld, roles study %s; y: %s", r->sweep, r->roles_study,
@@ -130,33 +246,14 @@ static enum hp_status draw_roles(struct report *r, struct section *sec)
     hp_svg_open(sv, "fig-roles", W, H, title);
     hr_svg_heading(sv, title, sub);
 
-    // legend: a swatch a layer (or a bar from the first to the last when there are many)
-    hp_text_add(sv, "<g class=\"legend\" font-size=\"11\">\n");
-    hp_text_printf(sv, "<text x=\"12\" y=\"60\" dominant-baseline=\"middle\">colour: layer</text>\n");
-    if (L <= 16) {
-        for (int l = 0; l < L; l++) {
-            layer_colour(l, L, col);
-            hp_text_printf(sv, "<rect x=\"%d\" y=\"55\" width=\"10\" height=\"10\" fill=\"%s\" stroke=\"#222\" "
-                               "stroke-width=\"0.5\"/><text x=\"%d\" y=\"60\" dominant-baseline=\"middle\">%d</text>\n",
-                           100 + 34 * l, col, 114 + 34 * l, l);
-        }
-    } else {
-        for (int i = 0; i < 40; i++) {
-            hp_color_sequential(0.85 * i / 39, col);
-            hp_text_printf(sv, "<rect x=\"%d\" y=\"55\" width=\"5.3\" height=\"10\" fill=\"%s\"/>\n", 100 + 5 * i,
-                           col);
-        }
-        hp_text_printf(sv, "<text x=\"96\" y=\"60\" text-anchor=\"end\" dominant-baseline=\"middle\">0</text>"
-                           "<text x=\"304\" y=\"60\" dominant-baseline=\"middle\">%d</text>\n", L - 1);
-    }
-    hp_text_add(sv, "</g>\n");
+    roles_legend(sv, L);
 
     double yt[32];
     int nyt = by_effect ? hp_ticks(&ylo, &yhi, 5, yt, 32) : 0;
     snprintf(ylabel, sizeof ylabel, "effect (%s)", r->unit);
     for (int p = 0; p < n_p; p++) {
         const struct role_panel *rp = &ROLE_PANELS[panels[p]];
-        const int c = tcol(t, rp->col), c_off = rp->offset ? tcol(t, rp->offset) : -1;
+        const int c = tcol(t, rp->col);
         const int x0 = 12 + (p % n_cols) * cw + 62, y0 = top + (p / n_cols) * ch + 40;
         double xlo = 0, xhi = 0;
         int n_pts = 0;
@@ -203,87 +300,17 @@ static enum hp_status draw_roles(struct report *r, struct section *sec)
                                x0 + pw, hp_scale_map(&sy, l));
             hp_text_add(sv, "</g>\n");
         }
-        // the points: a head each, its row of `query roles` as data-* and in its tooltip
-        for (int i = 0; i < L * U; i++) {
-            int row = at[i], l = i / U, u = i % U;
-            double v = row >= 0 ? tval(t, row, c) : NAN, e = row >= 0 ? tval(t, row, c_eff) : NAN;
-            if (!isfinite(v) || (by_effect && !isfinite(e)))
-                continue;
-            double py = by_effect ? hp_scale_map(&sy, e) : hp_scale_map(&sy, l + (u + 0.5) / U);
-            layer_colour(l, L, col);
-            hp_svg_marker_open(sv, 0, hp_scale_map(&sx, v), py, 3.5);
-            hp_text_printf(sv, " class=\"point\" fill=\"%s\" fill-opacity=\"0.85\" stroke=\"#222\" "
-                               "stroke-width=\"0.5\" data-layer=\"%d\" data-head=\"%d\"", col, l, u);
-            hr_attr_cell(sv, "data-label", t, row, c_label);
-            hr_attr_cell(sv, "data-score", t, row, c);
-            hr_attr_cell(sv, "data-offset", t, row, c_off);
-            hr_attr_cell(sv, "data-effect", t, row, c_eff);
-            hp_text_add(sv, "><title>");
-            hp_text_escape(sv, tcell(t, row, c_label));
-            hp_text_printf(sv, ": %s ", rp->col);
-            hp_text_escape(sv, tcell(t, row, c));
-            if (strcmp(rp->col, "entropy") == 0)
-                hp_text_add(sv, " bits");
-            if (*tcell(t, row, c_off)) {
-                hp_text_printf(sv, " at %s ", rp->offset);
-                hp_text_escape(sv, tcell(t, row, c_off));
-            }
-            if (*tcell(t, row, c_eff)) {
-                hp_text_add(sv, ", effect ");
-                hp_text_escape(sv, tcell(t, row, c_eff));
-                hp_text_printf(sv, " %s", r->unit);
-            }
-            hp_text_add(sv, "</title></path>\n");
-        }
+        roles_points(sv, r, at, rp, by_effect, &sx, &sy);
         if (by_effect)
             hp_svg_axis(sv, &sy, true, x0, yt, nyt, 3, ylabel, 46);
-        else {
-            int every = ph / L >= 12 ? 1 : (12 * L + ph - 1) / ph;
-            hp_text_printf(sv, "<g class=\"axis\" stroke=\"#444\">\n<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
-                           x0, y0, x0, y0 + ph);
-            for (int l = 0; l < L; l += every)
-                hp_text_printf(sv, "<text x=\"%d\" y=\"%.1f\" stroke=\"none\" text-anchor=\"end\" "
-                                   "dominant-baseline=\"middle\">%d</text>\n",
-                               x0 - 6, hp_scale_map(&sy, l + 0.5), l);
-            hp_text_printf(sv, "<text class=\"axis-label\" stroke=\"none\" text-anchor=\"middle\" "
-                               "transform=\"translate(%d %d) rotate(-90)\">layer</text>\n"
-                               "</g>\n", x0 - 40, y0 + ph / 2);
-        }
+        else
+            roles_layer_axis(sv, &sy, L, x0, y0, ph);
         hp_svg_axis(sv, &sx, false, y0 + ph, xt, nxt, 3, rp->unit, 36);
         hp_text_add(sv, "</g>\n");
     }
     hp_svg_close(sv);
 
-    struct hp_text *cp = &sec->caption;
-    if (by_effect)
-        hp_text_printf(cp, "<p>Each panel: one role score of every head (x) against the head's effect when ablated "
-                           "alone (y; %s), a point a head coloured by its layer. Its caption gives Spearman's rank "
-                           "correlation rho of the score with the effect over the heads with both, as the query's "
-                           "last row gives it. ", hp_metric_effect_text(r->m));
-    else
-        hp_text_add(cp, "<p>Each panel: one role score of every head (x), each head at its place (y: its layer, its "
-                        "heads top to bottom), coloured by its layer. The sweep has no single study over query heads, "
-                        "so there are no effects to set the scores against (<code>- single</code> in the plan adds "
-                        "them, and the rank correlations). ");
-    hp_text_add(cp, "The scores (docs/roles.md): <code>prev_token</code>, mean attention to the previous token; "
-                    "<code>duplicate_token</code>, to earlier occurrences of the same token (an encoder: every "
-                    "other occurrence); <code>induction</code>, on random tokens repeated twice, to the token after "
-                    "the earlier occurrence, and <code>induction_mass</code>, at the offset from it the head prefers "
-                    "(<code>induction_offset</code>, in the tooltip); <code>first_token</code>, to the first "
-                    "position; <code>dominant_mass</code>, the share of attention at the head's most attended "
-                    "relative position (<code>dominant_offset</code>, in the tooltip); <code>entropy</code>, of the "
-                    "attention, in bits; <code>rare_token</code> (encoders), to the row's rarest token. A score no "
-                    "head has is not drawn. Hover a point for its head and numbers.</p>\n");
-    if (r->role_studies->n_rows > 1) {
-        hp_text_add(cp, "<p class=\"note\">The sweep's other roles studies (");
-        for (int i = 1; i < r->role_studies->n_rows; i++) {
-            if (i > 1)
-                hp_text_add(cp, ", ");
-            hp_text_escape(cp, tcell(r->role_studies, i, 0));
-        }
-        hp_text_add(cp, ") are not drawn: <code>headprune query roles --study NAME</code> lists one.</p>\n");
-    }
-    hr_caption_source(cp, r, "roles", r->roles_study, t);
+    roles_caption(&sec->caption, r, by_effect);
     free(at);
     return HP_OK;
 }
