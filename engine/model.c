@@ -1179,3 +1179,34 @@ const struct hp_model_info *hp_model_get_info(const struct hp_model *m)
 {
     return &m->info;
 }
+
+// --- the panel its products need ---------------------------------------------
+
+static bool is16(struct hp_mat w)
+{
+    return w.p && w.dt != HP_DT_F32;
+}
+
+struct hp_mat_buf *hp_mat_buf_new(const struct hp_model *m)
+{
+    const struct hp_model_info *in = &m->info;
+    bool any = is16(m->lm_head) || is16(m->mlm_dense) || is16(m->pooler) || is16(m->classifier);
+    for (int l = 0; l < in->n_layers && !any; l++) {
+        const struct hp_layer *L = &m->layers[l];
+        any = is16(L->wq) || is16(L->wk) || is16(L->wv) || is16(L->wo) || is16(L->w_up) || is16(L->w_gate) ||
+              is16(L->w_down);
+    }
+    if (!any)
+        return hp_mat_buf_alloc(0, 0);
+    /* the deepest product and the largest matrix: attention widths, the MLP's, and the LM head's
+     * vocabulary (its reverse runs k = a block of the vocabulary, up to all of it) */
+    const size_t d = (size_t)in->d_model, qd = (size_t)in->n_heads * in->d_head, f = (size_t)in->d_ff,
+                 V = m->lm_head.p ? (size_t)in->n_vocab : 0, C = (size_t)in->n_labels;
+    size_t kmax = d, largest = d * d;
+    const size_t dims[] = {qd, f, V, C};
+    for (int i = 0; i < 4; i++) {
+        kmax = dims[i] > kmax ? dims[i] : kmax;
+        largest = d * dims[i] > largest ? d * dims[i] : largest;
+    }
+    return hp_mat_buf_alloc(kmax, largest);
+}
