@@ -5,8 +5,9 @@ Rules (docs: ../shared/STYLE.md, "The shape of the house"):
   - no engine file (engine/**/*.c, *.h) over 1500 lines;
   - no function over 150 lines, counted from its definition's first line to its closing brace
     (the house's style: the definition at column 0, then `{` and `}` alone at column 0);
-  - no include cycle between modules: a module is engine/X.c with its engine/X_int.h (so
-    mat.c -> model_int.h -> mat_int.h is a loop, as mat.c and mat_int.h are one module);
+  - no include cycle between modules: a module is engine/X.c with its engine/X_int.h and
+    engine/X_priv.h (so mat.c -> model_int.h -> mat_int.h is a loop, as mat.c and mat_int.h are one
+    module);
   - no call cycle between files: a file calls another when it names a non-static function the
     other defines (outside comments and strings, not as a member after `.` or `->`); a cycle is
     A calling B and B calling A, directly or through a chain (one line per strongly connected set);
@@ -98,9 +99,9 @@ class Source:
         return funcs
 
     def module(self):
-        """engine/X.c and engine/X_int.h are module engine/X; any other header is its own."""
+        """engine/X.c, engine/X_int.h and engine/X_priv.h are module engine/X; any other header is its own."""
         base = self.rel
-        for suf in ("_int.h", ".c", ".h"):
+        for suf in ("_int.h", "_priv.h", ".c", ".h"):
             if base.endswith(suf):
                 return base[: -len(suf)]
         return base
