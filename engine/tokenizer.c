@@ -22,13 +22,10 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include <errno.h>
-#include <cjson/cJSON.h>
 #include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <utf8proc.h>
 #include <xxhash.h>
 

@@ -19,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <utf8proc.h>
-#include <xxhash.h>
 
 #include "tokenizer_priv.h"
 
