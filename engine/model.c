@@ -303,6 +303,7 @@ static enum hp_status config_bert(struct cfg *c, struct hp_model *m, struct bind
 {
     struct hp_model_info *in = &m->info;
     in->arch = HP_ARCH_BERT;
+    m->post_norm = true;
     in->n_layers = cfg_int(c, "num_hidden_layers", -1, CFG_MAX_COUNT);
     in->n_heads = cfg_int(c, "num_attention_heads", -1, CFG_MAX_COUNT);
     in->d_model = cfg_int(c, "hidden_size", -1, CFG_MAX_DIM);
@@ -355,6 +356,7 @@ static enum hp_status config_llama(struct cfg *c, struct hp_model *m, const char
 {
     struct hp_model_info *in = &m->info;
     in->arch = HP_ARCH_LLAMA;
+    m->rotary = true;
     in->n_layers = cfg_int(c, "num_hidden_layers", -1, CFG_MAX_COUNT);
     in->n_heads = cfg_int(c, "num_attention_heads", -1, CFG_MAX_COUNT);
     in->n_kv_heads = cfg_int(c, "num_key_value_heads", in->n_heads, CFG_MAX_COUNT);
