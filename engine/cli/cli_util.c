@@ -9,7 +9,6 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,18 +32,6 @@ int usage_error(const char *cmd, const char *msg)
 {
     fprintf(stderr, "%s %s: %s\nTry '%s %s --help'.\n", prog, cmd, msg, prog, cmd);
     return 2;
-}
-
-int option_error(const char *cmd, int c, char **argv)
-{
-    char msg[160];
-    if (c == ':')
-        snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind - 1]);
-    else if (optopt)
-        snprintf(msg, sizeof msg, "unknown option '-%c'", optopt);
-    else
-        snprintf(msg, sizeof msg, "unknown option '%.100s'", argv[optind - 1]);
-    return usage_error(cmd, msg);
 }
 
 // --- strict number parsing ----------------------------------------------------------

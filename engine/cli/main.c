@@ -36,7 +36,7 @@ static const struct command {
     {"prune", cmd_prune, "write a checkpoint with heads removed (Hugging Face format)"},
 };
 
-static void print_help(FILE *f)
+static void print_commands(FILE *f)
 {
     fputs("Usage: headprune COMMAND [options]\n"
           "\n"
@@ -56,7 +56,7 @@ static void print_help(FILE *f)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        print_help(stderr);
+        print_commands(stderr);
         return 2;
     }
     /* Past a file size limit (ulimit -f) a write must fail with EFBIG and take
@@ -65,7 +65,7 @@ int main(int argc, char **argv)
     signal(SIGXFSZ, SIG_IGN);
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
-        print_help(stdout);
+        print_commands(stdout);
         return 0;
     }
     if (strcmp(cmd, "--version") == 0) {
@@ -76,6 +76,6 @@ int main(int argc, char **argv)
         if (strcmp(cmd, commands[i].name) == 0)
             return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
-    print_help(stderr);
+    print_commands(stderr);
     return 2;
 }
