@@ -4,7 +4,9 @@
  * The CLI is laid out as git's builtin/: one file a subcommand
  * (engine/cli/<command>.c defines cmd_<command>), one table of commands in
  * main.c that both dispatches and prints the top-level help, and the helpers
- * every command uses here, defined in cli_util.c.
+ * every command uses here: errors, numbers and tables (cli_util.c), and the
+ * option tables each command declares and options.c parses and prints as
+ * its --help (the options several commands take are rows written once here).
  *
  * Conventions every command keeps: results on stdout; errors one line on
  * stderr, "headprune: <file>: <problem> (<hint>)", exit status 1 (die);
@@ -21,21 +23,6 @@
 #include "headprune.h"
 #include "cpuload_int.h" /* hp_auto_threads */
 #include "util_int.h"    /* hp_now */
-
-// --- commands (one file each) ---------------------------------------------------
-
-/* argv[0] is the command's name; the return value is the process's exit status. */
-int cmd_inspect(int argc, char **argv);
-int cmd_tokenize(int argc, char **argv);
-int cmd_eval(int argc, char **argv);
-int cmd_plan(int argc, char **argv);
-int cmd_run(int argc, char **argv);
-int cmd_query(int argc, char **argv);
-int cmd_report(int argc, char **argv);
-int cmd_merge(int argc, char **argv);
-int cmd_prune(int argc, char **argv);
-int cmd_slurm(int argc, char **argv);
-int cmd_roles(int argc, char **argv);
 
 // --- errors -----------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
  * errors and exit statuses, strict parsing of numbers given on the command
  * line, progress on stderr, and the table writer (aligned text, CSV, JSON).
  *
- * Must not: know any one command's options (those live in its own file).
+ * Must not: know any one command's options (those live in its own file;
+ * parsing them, and the options several commands share, live in options.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>

@@ -3,7 +3,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

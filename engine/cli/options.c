@@ -23,7 +23,7 @@
 #include "cli_int.h"
 
 /* --help's option lines: the name column at most this wide, the help wrapped before this column. */
-#define NAME_COLUMN_MAX 24
+#define NAME_COLUMN_MAX 26
 #define WRAP_COLUMN 80
 
 // --- parsing ----------------------------------------------------------------------
@@ -100,9 +100,14 @@ static const struct opt *find_long(const char *cmd, const struct opt *opts, cons
     }
     if (n_hits == 1)
         return hit;
-    char msg[160];
-    snprintf(msg, sizeof msg, n_hits ? "option '--%.*s' is ambiguous" : "unknown option '--%.*s'",
-             (int)(len > 100 ? 100 : len), word);
+    char msg[400];
+    size_t at = (size_t)snprintf(msg, sizeof msg, n_hits ? "option '--%.*s' is ambiguous (" : "unknown option '--%.*s'",
+                                 (int)(len > 100 ? 100 : len), word);
+    for (const struct opt *o = opts; n_hits && o->name && at < sizeof msg; o++) /* the names it could mean */
+        if (strncmp(o->name, word, len) == 0)
+            at += (size_t)snprintf(msg + at, sizeof msg - at, "%s--%s", msg[at - 1] == '(' ? "" : ", ", o->name);
+    if (n_hits && at < sizeof msg)
+        snprintf(msg + at, sizeof msg - at, ")");
     *rc = usage_error(cmd, msg);
     return NULL;
 }
@@ -269,6 +274,7 @@ void print_help(const struct cmd_help *h)
         int w = name_cell(o, cell, sizeof cell) + 2;
         col = w > col && w <= NAME_COLUMN_MAX ? w : col;
     }
+    col = col ? col : NAME_COLUMN_MAX; /* every row too wide: their help lines below them, at the widest column */
     bool any = h->opts[0].name != NULL;
     if (any)
         fputs("\nOptions:\n", f);
