@@ -49,7 +49,7 @@ enum opt_kind {
     OPT_KIND_INT,      /* int *: an integer in [lo, hi] (int_option's message; what as there) */
     OPT_KIND_STRING,   /* const char **: the text; what != NULL: not empty ("--study must name a study") */
     OPT_KIND_PATH,     /* const char **: a file or directory, as a string */
-    OPT_KIND_CHOICE,   /* int *: the index of one of choices (NULL-terminated); what: the message's list */
+    OPT_KIND_CHOICE,   /* int *: the index of one of choices (NULL-terminated), which the message lists */
     OPT_KIND_NUMBER,   /* double *: finite, >= min (> min with above); what: "--eps must be <what>" */
     OPT_KIND_CALLBACK, /* fn(row, text): NULL, or the usage error's message; value is fn's */
 };

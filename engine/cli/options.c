@@ -37,7 +37,7 @@ static void choice_list(const struct opt *o, const char *sep, const char *last, 
         at += (size_t)snprintf(buf + at, n - at, "%s%s", i == 0 ? "" : o->choices[i + 1] ? sep : last, o->choices[i]);
 }
 
-/* o given the value s ("--name" as the user spelt it in name): 0, or the usage error's status. */
+/* o given the text s (NULL for a flag): 0, or the usage error's status after its one line. */
 static int take_value(const char *cmd, const struct opt *o, const char *s)
 {
     char msg[256], name[64];
@@ -59,13 +59,9 @@ static int take_value(const char *cmd, const struct opt *o, const char *s)
                 *(int *)o->value = i;
                 return 0;
             }
-        if (o->what)
-            snprintf(msg, sizeof msg, "%s must be %s", name, o->what);
-        else {
-            char list[160];
-            choice_list(o, ", ", " or ", list, sizeof list);
-            snprintf(msg, sizeof msg, "%s must be %s", name, list);
-        }
+        char list[160];
+        choice_list(o, ", ", " or ", list, sizeof list);
+        snprintf(msg, sizeof msg, "%s must be %s", name, list);
         return usage_error(cmd, msg);
     case OPT_KIND_NUMBER: {
         double *v = o->value;
@@ -76,10 +72,7 @@ static int take_value(const char *cmd, const struct opt *o, const char *s)
     }
     case OPT_KIND_CALLBACK: {
         const char *bad = o->fn(o, s);
-        if (!bad)
-            return 0;
-        snprintf(msg, sizeof msg, "%s", bad);
-        return usage_error(cmd, msg);
+        return bad ? usage_error(cmd, bad) : 0;
     }
     }
     return 0;

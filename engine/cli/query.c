@@ -68,32 +68,58 @@ static const char *take_by(const struct opt *o, const char *text)
 
 static const char *const query_formats[] = {"table", "csv", "json", "matrix", NULL};
 
+/* "heads, sets and curve: text" (or "every kind but roles: text", when most take it): the kinds whose row takes the
+ * option (HP_QUERY_TAKES_*), from the table, before text, into buf. The option's help line: no line here restates
+ * which kinds take what. */
+static const char *for_kinds(unsigned takes, const char *text, char *buf, size_t n)
+{
+    int count = 0, seen = 0;
+    for (int i = 0; i < HP_QUERY_KIND_COUNT; i++)
+        count += (hp_query_kinds[i].takes & takes) != 0;
+    const bool most = 2 * count > HP_QUERY_KIND_COUNT, listed = most ? HP_QUERY_KIND_COUNT - count : count;
+    size_t at = (size_t)snprintf(buf, n, "%s", most ? "every kind but " : "");
+    for (int i = 0; i < HP_QUERY_KIND_COUNT && at < n; i++)
+        if (((hp_query_kinds[i].takes & takes) != 0) != most)
+            at += (size_t)snprintf(buf + at, n - at, "%s%s", seen++ == 0 ? "" : seen == listed ? " and " : ", ",
+                                   hp_query_kinds[i].name);
+    if (at < n)
+        snprintf(buf + at, n - at, ": %s", text);
+    return buf;
+}
+
 int cmd_query(int argc, char **argv)
 {
     /* options may come before or after the kind */
     struct hp_query_opts q = {.eps = 0.01};
     const char *db = NULL;
     int format = FMT_TABLE, metric = -1, sweep = 0, sweep2 = 0;
+    char study[256], top[256], matrix[256], gates[256], db2[256], sweep2_h[256], study2[256], by[256];
     const struct opt opts[] = {
         OPT_DB(&db, "the results database (`headprune run` writes it)"),
         OPT_SWEEP(&sweep),
         OPT_FORMAT(&format, query_formats,
-                   "table (aligned, after a # line that states the sweep, the study and the sign convention), csv, "
-                   "json (an array of objects), matrix (heads only: a row per layer, a column per head)"),
+                   for_kinds(HP_QUERY_TAKES_MATRIX, "matrix, a row per layer and a column per head; every kind: "
+                             "table (aligned, after a # line that states the sweep, the study and the sign "
+                             "convention), csv, json (an array of objects)", matrix, sizeof matrix)),
         OPT_CHOICE("metric", 'm', &metric, NULL, metric_choices(), "the metric effects are read on (default: the sweep's)"),
-        OPT_STUDY(&q.study, "heads, compare: the study to read; sets, curve, importance, attribution, roles, gates: "
-                            "only this study"),
-        OPT_INT("top", 'k', &q.top, "K", 1, 1 << 30, "at most K rows, the largest effects first (compare: the K units "
-                                                     "whose effects differ most)"),
+        OPT_STUDY(&q.study, for_kinds(HP_QUERY_TAKES_STUDY, "the study to read (as each kind above says)", study,
+                                      sizeof study)),
+        OPT_INT("top", 'k', &q.top, "K", 1, 1 << 30,
+                for_kinds(HP_QUERY_TAKES_TOP, "at most K rows, as each kind above says", top, sizeof top)),
         OPT_EPS(&q.eps, "redundancy: a unit whose effect is below E counts as redundant (default 0.01)"),
         OPT_FLAG("full-mask", 'M', &q.full_mask, "curve: each step's whole mask too, not only the heads it pruned"),
-        OPT_FLAG("gates", 0, &q.gates, "heads: a gates study's test-time gates at each lambda instead of the single "
-                                       "effects"),
-        OPT_PATH("db2", 0, &q.db2, "FILE", "compare: the second sweep's database (default: --db)"),
+        OPT_FLAG("gates", 0, &q.gates,
+                 for_kinds(HP_QUERY_TAKES_GATES, "a gates study's test-time gates at each lambda instead of the "
+                           "single effects", gates, sizeof gates)),
+        OPT_PATH("db2", 0, &q.db2, "FILE",
+                 for_kinds(HP_QUERY_TAKES_B, "the second sweep's database (default: --db)", db2, sizeof db2)),
         OPT_INT_WHAT("sweep2", 0, &sweep2, "ID", 1, 1 << 30, "a sweep id, an integer",
-                     "compare: the second sweep (default: the newest of its database)"),
-        OPT_NAME("study2", 0, &q.study2, "NAME", "a study", "compare: the second sweep's study (default: --study)"),
-        OPT_CALLBACK("by", 0, &q.by_layer, "head|layer", take_by, "compare: a row per head (default) or per layer"),
+                     for_kinds(HP_QUERY_TAKES_B, "the second sweep (default: the newest of its database)", sweep2_h,
+                               sizeof sweep2_h)),
+        OPT_NAME("study2", 0, &q.study2, "NAME", "a study",
+                 for_kinds(HP_QUERY_TAKES_B, "the second sweep's study (default: --study)", study2, sizeof study2)),
+        OPT_CALLBACK("by", 0, &q.by_layer, "head|layer", take_by,
+                     for_kinds(HP_QUERY_TAKES_B, "a row per head (default) or per layer", by, sizeof by)),
         OPT_TIMEOUT(&q.timeout_s, 0, TIMEOUT_HELP),
         OPT_END(),
     };
