@@ -10,7 +10,8 @@ static const char merge_help[] =
     "Usage: headprune merge OUT.db IN.db...\n"
     "\n"
     "Merge shard databases into OUT.db (created if missing). Results are keyed by\n"
-    "their content address, so merging twice adds nothing and no result appears twice.\n";
+    "their content address, so merging twice adds nothing and no result appears\n"
+    "twice.\n";
 
 int cmd_merge(int argc, char **argv)
 {

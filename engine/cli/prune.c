@@ -11,7 +11,8 @@
 
 static const char prune_usage[] =
     "Usage: headprune prune --model DIR --mask SPEC --out NEWDIR\n"
-    "       headprune prune --db FILE [--sweep ID] [--study NAME] --step N [--model DIR] --out NEWDIR\n"
+    "       headprune prune --db FILE [--sweep ID] [--study NAME] --step N\n"
+    "                       [--model DIR] --out NEWDIR\n"
     "\n"
     "Write a Hugging Face checkpoint directory with attention heads physically\n"
     "removed: their query, key and value rows and biases and their rows of the\n"

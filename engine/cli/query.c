@@ -16,8 +16,8 @@
 static const char query_help[] =
     "Usage: headprune query KIND --db FILE [options]\n"
     "       headprune query sql --db FILE [options] SQL\n"
-    "       headprune query compare --db FILE [--db2 FILE] [--sweep2 ID] [--study2 NAME]\n"
-    "                       [--by head|layer] [options]\n"
+    "       headprune query compare --db FILE [--db2 FILE] [--sweep2 ID]\n"
+    "                       [--study2 NAME] [--by head|layer] [options]\n"
     "\n"
     "Answer questions from a results database (opened read-only). Each kind reads\n"
     "the newest sweep unless --sweep ID names one (`query sweeps` lists them); when\n"
@@ -107,7 +107,7 @@ int cmd_query(int argc, char **argv)
         OPT_INT("top", 'k', &q.top, "K", 1, 1 << 30,
                 for_kinds(HP_QUERY_TAKES_TOP, "at most K rows, as each kind above says", top, sizeof top)),
         OPT_EPS(&q.eps, "redundancy: a unit whose effect is below E counts as redundant (default 0.01)"),
-        OPT_FLAG("full-mask", 'M', &q.full_mask, "curve: each step's whole mask too, not only the heads it pruned"),
+        OPT_FLAG("full-mask", 0, &q.full_mask, "curve: each step's whole mask too, not only the heads it pruned"),
         OPT_FLAG("gates", 0, &q.gates,
                  for_kinds(HP_QUERY_TAKES_GATES, "a gates study's test-time gates at each lambda instead of the "
                            "single effects", gates, sizeof gates)),

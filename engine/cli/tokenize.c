@@ -19,7 +19,8 @@
 
 static const char tokenize_help[] =
     "Usage: headprune tokenize --model DIR [--special] [--pieces [--ids]] [FILE]\n"
-    "       headprune tokenize --model DIR --decode [--skip-special | --pieces [--ids]] [FILE]\n"
+    "       headprune tokenize --model DIR --decode [--skip-special]\n"
+    "                          [--pieces [--ids]] [FILE]\n"
     "\n"
     "Tokenize text with the model directory's tokenizer (tokenizer.json, or\n"
     "vocab.txt, or vocab.json + merges.txt) and print the token ids: one line of\n"
