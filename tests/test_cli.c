@@ -1338,3 +1338,46 @@ Test(cli, an_integer_option_out_of_range_names_its_range)
         cr_assert(!strstr(errs, "positive integer"), "for '%s': %s", cases[i].args, errs);
     }
 }
+
+/* Every command's options come from its table (engine/cli/options.c): each --help lists them under "Options:",
+ * within 80 columns, and every usage mistake is one line worded alike for every command. */
+Test(cli, options_come_from_one_table)
+{
+    const char *cmds[] = {"inspect", "tokenize", "eval", "plan", "run", "roles", "query", "report", "slurm", "prune"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        char a[64];
+        snprintf(a, sizeof a, "%s --help", cmds[i]);
+        cr_assert_eq(hp(a), 0, "%s: %s", a, errs);
+        cr_assert(strncmp(out, "Usage: headprune ", 17) == 0 && strstr(out, "\nOptions:\n  "), "%s: %s", a, out);
+        for (const char *l = out; *l;) {
+            const char *nl = strchr(l, '\n');
+            size_t cols = 0; /* columns, not bytes: a UTF-8 sequence is one */
+            for (const char *c = l; c < (nl ? nl : l + strlen(l)); c++)
+                cols += ((unsigned char)*c & 0xC0) != 0x80;
+            cr_assert_leq(cols, 80, "%s: a line of %zu columns: %.*s", a, cols, (int)(nl ? nl - l : 80), l);
+            l = nl ? nl + 1 : l + strlen(l);
+        }
+    }
+    const struct {
+        const char *args, *said;
+    } cases[] = {
+        {"eval --model m --data d --json=1", "eval: option '--json' takes no value\n"},
+        {"run p.yaml --threads", "run: option '--threads' needs a value\n"},
+        {"eval --model m --data d --frobnicate", "eval: unknown option '--frobnicate'\n"},
+        {"inspect -z", "inspect: unknown option '-z'\n"},
+        {"query heads --db x.db --s 1", "query: option '--s' is ambiguous (--sweep, --study, --sweep2, --study2)\n"},
+        {"plan p.yaml --format xml", "plan: --format must be table, csv or json\n"},
+        {"eval --model m --data d --mask 0.1 --keep 0.2", "eval: give either --mask or --keep, once\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int rc = hp(cases[i].args);
+        cr_assert_eq(rc, 2, "exit %d for '%s' (stderr: %s)", rc, cases[i].args, errs);
+        cr_assert(strncmp(errs, "headprune ", 10) == 0 && strncmp(errs + 10, cases[i].said, strlen(cases[i].said)) == 0,
+                  "for '%s': %s", cases[i].args, errs);
+    }
+    /* a unique prefix is the option, --name=VALUE its value, and "--" ends the options */
+    cr_assert_eq(hp("inspect --mod=" STORIES " --js"), 0, "%s", errs);
+    cr_assert(strstr(out, "\"n_heads\""), "%s", out);
+    cr_assert_eq(hp("tokenize --model " STORIES " -- --no-such-file"), 1, "%s", errs);
+    cr_assert(strstr(errs, "--no-such-file"), "%s", errs);
+}

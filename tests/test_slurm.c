@@ -401,7 +401,7 @@ Test(slurm, shards_must_be_a_positive_integer)
     const char *none[] = {hp(), "slurm", plan, "--dry-run", NULL};
     expect_usage(runv(tmp, NULL, none), "give --shards N");
     const char *novalue[] = {hp(), "slurm", plan, "--shards", NULL};
-    expect_usage(runv(tmp, NULL, novalue), "--shards needs a value");
+    expect_usage(runv(tmp, NULL, novalue), "option '--shards' needs a value");
     const char *noplan[] = {hp(), "slurm", "--shards", "2", NULL};
     expect_usage(runv(tmp, NULL, noplan), "give one PLAN.yaml");
 }

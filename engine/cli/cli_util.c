@@ -3,13 +3,13 @@
  * errors and exit statuses, strict parsing of numbers given on the command
  * line, progress on stderr, and the table writer (aligned text, CSV, JSON).
  *
- * Must not: know any one command's options (those live in its own file).
+ * Must not: know any one command's options (those live in its own file;
+ * parsing them, and the options several commands share, live in options.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,18 +33,6 @@ int usage_error(const char *cmd, const char *msg)
 {
     fprintf(stderr, "%s %s: %s\nTry '%s %s --help'.\n", prog, cmd, msg, prog, cmd);
     return 2;
-}
-
-int option_error(const char *cmd, int c, char **argv)
-{
-    char msg[160];
-    if (c == ':')
-        snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind - 1]);
-    else if (optopt)
-        snprintf(msg, sizeof msg, "unknown option '-%c'", optopt);
-    else
-        snprintf(msg, sizeof msg, "unknown option '%.100s'", argv[optind - 1]);
-    return usage_error(cmd, msg);
 }
 
 // --- strict number parsing ----------------------------------------------------------

@@ -3,7 +3,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,48 +11,63 @@
 
 #include "cli_int.h"
 
-static const char eval_help[] =
+static const char eval_usage[] =
     "Usage: headprune eval --model DIR --data FILE [options]\n"
     "\n"
     "Evaluate a model on held-out tokens with attention heads ablated, and report\n"
     "the loss (nats per token), perplexity, top-1 accuracy and KL(unmasked || masked)\n"
     "for causal LMs, the MLM loss for BERT with labels, or the cosine similarity of\n"
-    "mean-pooled final hidden states to the unmasked model's for encoders.\n"
-    "\n"
-    "  --model DIR        Hugging Face model directory (config.json + safetensors)\n"
-    "  --data FILE        token ids: .npy (int32/int64/uint16, [n_seqs, seq_len] or 1-D),\n"
-    "                     .jsonl ({\"ids\": [...], optional \"labels\", \"attention_mask\",\n"
-    "                     \"token_type_ids\"}) or an llm.c / nanoGPT .bin token file;\n"
-    "                     or text, tokenized with the model's tokenizer: .txt (documents\n"
-    "                     separated by blank lines, packed into rows of --seq-len) or\n"
-    "                     .jsonl ({\"text\": ...} or {\"text_a\": ..., \"text_b\": ...})\n"
-    "  --seq-len N        cut 1-D data into sequences of N tokens\n"
-    "  --mask SPEC        heads to ablate: comma-separated LAYER.HEAD (0.3,2.1),\n"
-    "                     LAYER.* (a whole layer), kv:LAYER.GROUP (every query head\n"
-    "                     sharing one key/value head); layers and heads count from 0\n"
-    "  --keep SPEC        ablate every head except these\n"
-    "  --ablation KIND    zero (default): the head's output is zero;\n"
-    "                     mean: replaced by its mean over all held-out tokens;\n"
-    "                     mean-pos: replaced by its mean at each position\n"
-    "                     (means come from the unmasked model on the same data)\n"
-    "  --grad             also the gradient of the mean loss at every head's gate\n"
-    "                     (dL/dg at the evaluated gates, one forward and one backward\n"
-    "                     pass) and its first-order estimate of each head's effect\n"
-    "                     if ablated alone (atp; larger = worse): the table shows the\n"
-    "                     heads with the largest |atp|, --json gives \"grad\" and \"atp\"\n"
-    "                     (n_layers arrays of n_heads)\n"
-    "  --grad-metric M    what --grad differentiates: loss (default where the model\n"
-    "                     has one), kl (KL from the unmasked model), or for an\n"
-    "                     encoder without a head cos (as 1 - cos, its default).\n"
-    "                     KL and 1 - cos are 0 and minimal at the unmasked model,\n"
-    "                     so their gradient there is 0: use them under a mask or\n"
-    "                     fractional gates. Implies --grad\n"
-    "  --threads N        BLIS threads (default: as many as other processes leave\n"
-    "                     CPUs idle, measured as it runs)\n"
-    "  --json             print one JSON object, with per-sequence values\n"
-    "  --quiet            no progress on stderr\n"
-    "\n"
-    "Kernel set: skx is chosen on CPUs with AVX-512F unless BLIS_ARCH_TYPE is set.\n";
+    "mean-pooled final hidden states to the unmasked model's for encoders.\n";
+
+static const char eval_tail[] = "Kernel set: skx is chosen on CPUs with AVX-512F unless BLIS_ARCH_TYPE is set.\n";
+
+/* What the command line asked for. */
+struct eval_args {
+    const char *dir, *data_path, *grad_name;
+    struct mask_arg mask;
+    int ablation, seq_len, threads;
+    bool json, quiet, want_grad;
+};
+
+/* a's options from argv (--grad-metric implies --grad): -1 to go on, else the exit status. */
+static int eval_options(int argc, char **argv, struct eval_args *a)
+{
+    const struct opt opts[] = {
+        OPT_MODEL(&a->dir, "Hugging Face model directory (config.json + safetensors)"),
+        OPT_DATA(&a->data_path),
+        OPT_SEQ_LEN(&a->seq_len),
+        OPT_MASK(&a->mask, 'k', "heads to ablate: " MASK_SYNTAX),
+        OPT_KEEP(&a->mask, 'K', "ablate every head except these"),
+        OPT_CHOICE("ablation", 'a', &a->ablation, "KIND", ablation_choices(),
+                   "zero (default): the head's output is zero;\nmean: replaced by its mean over all held-out "
+                   "tokens;\nmean-pos: replaced by its mean at each position\n(means come from the unmasked model "
+                   "on the same data)"),
+        OPT_FLAG("grad", 'g', &a->want_grad,
+                 "also the gradient of the mean loss at every head's gate (dL/dg at the evaluated gates, one forward "
+                 "and one backward pass) and its first-order estimate of each head's effect if ablated alone (atp; "
+                 "larger = worse): the table shows the heads with the largest |atp|, --json gives \"grad\" and "
+                 "\"atp\" (n_layers arrays of n_heads)"),
+        OPT_STRING("grad-metric", 'G', &a->grad_name, "M",
+                   "what --grad differentiates: loss (default where the model has one), kl (KL from the unmasked "
+                   "model), or for an encoder without a head cos (as 1 - cos, its default). KL and 1 - cos are 0 and "
+                   "minimal at the unmasked model, so their gradient there is 0: use them under a mask or fractional "
+                   "gates. Implies --grad"),
+        OPT_THREADS(&a->threads, THREADS_HELP),
+        OPT_JSON(&a->json, "print one JSON object, with per-sequence values"),
+        OPT_QUIET(&a->quiet, "no progress on stderr"),
+        OPT_END(),
+    };
+    const struct cmd_help h = {.name = "eval", .usage = eval_usage, .opts = opts, .tail = eval_tail};
+    int n_args, rc = parse_options(&h, argc, argv, &n_args);
+    if (rc >= 0)
+        return rc;
+    if (n_args)
+        return usage_error("eval", "unexpected argument");
+    if (!a->dir || !a->data_path)
+        return usage_error("eval", "--model DIR and --data FILE are required");
+    a->want_grad |= a->grad_name != NULL;
+    return -1;
+}
 
 /* Heads shown by the table, largest |atp| first. */
 #define TOP_ATP 10
@@ -93,57 +107,166 @@ static void print_atp(const struct hp_model_info *in, const double *grad, const 
     }
 }
 
-int cmd_eval(int argc, char **argv)
+/* What the evaluation gave, for the printers: the variant (mt), the unmasked model beside it (base, NULL when
+ * the mask changes nothing) and with --grad the gradient and atp (n_layers x n_heads, row-major). */
+struct eval_out {
+    const struct hp_model_info *in;
+    const struct hp_data *d;
+    const struct hp_metrics *mt, *base;
+    const double *grad, *atp;
+    enum hp_metric grad_metric;
+    const char *grad_what;
+    bool grad_vanishes;
+    struct hp_grad_phases ph;
+    struct progress pr;
+    double secs;
+    int n_abl;
+};
+
+static void print_eval_json(const struct eval_args *a, const struct eval_out *r)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
-        {"seq-len", required_argument, 0, 's'}, {"mask", required_argument, 0, 'k'},
-        {"keep", required_argument, 0, 'K'}, {"ablation", required_argument, 0, 'a'},
-        {"threads", required_argument, 0, 't'}, {"json", no_argument, 0, 'j'},
-        {"quiet", no_argument, 0, 'q'}, {"grad", no_argument, 0, 'g'}, {"grad-metric", required_argument, 0, 'G'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    const char *dir = NULL, *data_path = NULL, *spec = NULL, *abl_name = "zero", *grad_name = NULL;
-    bool keep = false, json = false, quiet = false, want_grad = false;
-    int seq_len = 0, threads = 0, c;
-    while ((c = getopt_long(argc, argv, "m:d:s:k:K:a:t:jqgG:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': dir = optarg; break;
-        case 'd': data_path = optarg; break;
-        case 's':
-            if ((c = int_option("eval", "--seq-len", NULL, optarg, 1, 1 << 20, &seq_len)) != 0)
-                return c;
-            break;
-        case 'k':
-        case 'K':
-            if (spec)
-                return usage_error("eval", "give either --mask or --keep, once");
-            spec = optarg;
-            keep = c == 'K';
-            break;
-        case 'a': abl_name = optarg; break;
-        case 't':
-            if ((c = int_option("eval", "--threads", NULL, optarg, 1, 1024, &threads)) != 0)
-                return c;
-            break;
-        case 'j': json = true; break;
-        case 'q': quiet = true; break;
-        case 'g': want_grad = true; break;
-        case 'G':
-            grad_name = optarg;
-            want_grad = true;
-            break;
-        case 'h': fputs(eval_help, stdout); return 0;
-        default: return usage_error("eval", "unknown option");
+    const char *dir = a->dir, *data_path = a->data_path, *spec = a->mask.spec;
+    const char *abl_name = hp_ablation_name((enum hp_ablation)a->ablation);
+    const bool keep = a->mask.keep, want_grad = a->want_grad, grad_vanishes = r->grad_vanishes;
+    const struct hp_model_info *in = r->in;
+    const struct hp_metrics *mt = r->mt, *base = r->base;
+    const double *grad = r->grad, *atp = r->atp;
+    const enum hp_metric grad_metric = r->grad_metric;
+    const struct progress pr = r->pr;
+    const struct hp_grad_phases ph = r->ph;
+    const double secs = r->secs;
+    const int n_abl = r->n_abl, n_all = in->n_layers * in->n_heads, n_present = hp_heads_present(in);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", dir);
+    cJSON_AddStringToObject(o, "data", data_path);
+    cJSON_AddStringToObject(o, "mask", spec ? spec : "");
+    cJSON_AddBoolToObject(o, "keep", keep);
+    cJSON_AddStringToObject(o, "ablation", abl_name);
+    cJSON_AddNumberToObject(o, "n_ablated", n_abl);
+    cJSON_AddNumberToObject(o, "n_heads_total", n_all);
+    cJSON_AddNumberToObject(o, "n_heads_present", n_present);
+    if (mt->has_loss) {
+        cJSON_AddNumberToObject(o, "loss", mt->loss);
+        cJSON_AddNumberToObject(o, "ppl", mt->ppl);
+        cJSON_AddNumberToObject(o, "acc", mt->acc);
+        cJSON_AddNumberToObject(o, "kl", mt->kl);
+    }
+    if (mt->has_cos)
+        cJSON_AddNumberToObject(o, "cos", mt->cos);
+    if (base) {
+        cJSON *u = cJSON_AddObjectToObject(o, "unmasked"), *dl = cJSON_AddObjectToObject(o, "change");
+        if (mt->has_loss) {
+            cJSON_AddNumberToObject(u, "loss", base->loss);
+            cJSON_AddNumberToObject(u, "ppl", base->ppl);
+            cJSON_AddNumberToObject(u, "acc", base->acc);
+            cJSON_AddNumberToObject(dl, "loss", mt->loss - base->loss);
+            cJSON_AddNumberToObject(dl, "ppl", mt->ppl - base->ppl);
+            cJSON_AddNumberToObject(dl, "acc", mt->acc - base->acc);
+        }
+        if (mt->has_cos) {
+            cJSON_AddNumberToObject(u, "cos", base->cos);
+            cJSON_AddNumberToObject(dl, "cos", mt->cos - base->cos);
         }
     }
-    if (optind < argc)
-        return usage_error("eval", "unexpected argument");
-    if (!dir || !data_path)
-        return usage_error("eval", "--model DIR and --data FILE are required");
-    enum hp_ablation abl;
-    if (!hp_ablation_parse(abl_name, &abl))
-        return usage_error("eval", "--ablation must be zero, mean or mean-pos");
+    if (want_grad) {
+        cJSON_AddStringToObject(o, "grad_metric", hp_metric_name(grad_metric));
+        if (grad_vanishes)
+            cJSON_AddStringToObject(o, "grad_note", "the gradient of KL or 1 - cos is 0 at the unmasked model");
+        cJSON *ga = cJSON_AddArrayToObject(o, "grad"), *aa = cJSON_AddArrayToObject(o, "atp");
+        for (int l = 0; l < in->n_layers; l++) {
+            cJSON_AddItemToArray(ga, num_array(grad + (size_t)l * in->n_heads, in->n_heads));
+            cJSON_AddItemToArray(aa, num_array(atp + (size_t)l * in->n_heads, in->n_heads));
+        }
+    }
+    cJSON_AddNumberToObject(o, "n_tokens", (double)mt->n_tokens);
+    cJSON_AddNumberToObject(o, "n_seqs", mt->n_seqs);
+    cJSON *ps = cJSON_AddObjectToObject(o, "per_seq");
+    if (mt->has_loss) {
+        cJSON_AddItemToObject(ps, "loss", num_array(mt->seq_loss, mt->n_seqs));
+        cJSON_AddItemToObject(ps, "acc", num_array(mt->seq_acc, mt->n_seqs));
+        cJSON_AddItemToObject(ps, "kl", num_array(mt->seq_kl, mt->n_seqs));
+    }
+    if (mt->has_cos)
+        cJSON_AddItemToObject(ps, "cos", num_array(mt->seq_cos, mt->n_seqs));
+    cJSON *tk = cJSON_CreateArray();
+    for (int i = 0; i < mt->n_seqs; i++)
+        cJSON_AddItemToArray(tk, cJSON_CreateNumber((double)mt->seq_tokens[i]));
+    cJSON_AddItemToObject(ps, "tokens", tk);
+    cJSON_AddStringToObject(o, "kernel", hp_runtime_kernel());
+    cJSON_AddNumberToObject(o, "threads_min", pr.threads_min);
+    cJSON_AddNumberToObject(o, "threads_max", pr.threads_max);
+    cJSON_AddNumberToObject(o, "seconds", secs);
+    if (want_grad) {
+        cJSON *so = cJSON_AddObjectToObject(o, "grad_seconds");
+        cJSON_AddNumberToObject(so, "reference", ph.reference);
+        cJSON_AddNumberToObject(so, "forward", ph.forward);
+        cJSON_AddNumberToObject(so, "head", ph.head);
+        cJSON_AddNumberToObject(so, "reverse", ph.reverse);
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    puts(s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+static void print_eval_text(const struct eval_args *a, const struct eval_out *r)
+{
+    const char *dir = a->dir, *data_path = a->data_path, *spec = a->mask.spec;
+    const char *abl_name = hp_ablation_name((enum hp_ablation)a->ablation), *grad_what = r->grad_what;
+    const bool keep = a->mask.keep, want_grad = a->want_grad, grad_vanishes = r->grad_vanishes;
+    const int threads = a->threads, n_abl = r->n_abl, n_present = hp_heads_present(r->in);
+    const struct hp_model_info *in = r->in;
+    const struct hp_data *d = r->d;
+    const struct hp_metrics *mt = r->mt, *base = r->base;
+    const double *grad = r->grad, *atp = r->atp;
+    const enum hp_metric grad_metric = r->grad_metric;
+    const struct progress pr = r->pr;
+    const double secs = r->secs;
+    printf("model     %s (%s, %d layers x %d heads, %d KV heads%s)\n", dir, in->model_type, in->n_layers,
+           in->n_heads, in->n_kv_heads, pruned_note(in));
+    printf("data      %s: %d sequences x %d tokens%s\n", data_path, d->n_seqs, d->seq_len, dropped_note(d));
+    /* a spec can list every head of a large model: show its start (--json has it whole) */
+    int shown = spec && strlen(spec) > 72 ? 60 : spec ? (int)strlen(spec) : 0;
+    printf("ablated   %d of %d heads%s (%s)%s%.*s%s\n", n_abl, n_present, in->n_pruned ? " the checkpoint has" : "",
+           abl_name, spec ? (keep ? ", keep " : ": ") : "", shown, spec ? spec : "",
+           spec && shown < (int)strlen(spec) ? " ..." : "");
+    if (mt->has_loss)
+        printf("loss      %.6f nats/token   ppl %.4f   acc %.4f   KL %.6f nats\n", mt->loss, mt->ppl, mt->acc,
+               mt->kl);
+    if (mt->has_cos)
+        printf("cosine    %.6f (%s-pooled final hidden states vs the unmasked model)\n", mt->cos,
+               in->pooling == HP_POOL_CLS ? "CLS" : in->pooling == HP_POOL_MAX ? "max" : "mean");
+    if (base && mt->has_loss)
+        printf("unmasked  loss %.6f   ppl %.4f   acc %.4f; change: loss %+.6f   ppl %+.4f   acc %+.4f\n",
+               base->loss, base->ppl, base->acc, mt->loss - base->loss, mt->ppl - base->ppl, mt->acc - base->acc);
+    if (base && mt->has_cos)
+        printf("unmasked  cosine %.6f; change %+.6f\n", base->cos, mt->cos - base->cos);
+    if (want_grad)
+        print_atp(in, grad, atp, abl_name, grad_what);
+    if (want_grad && grad_vanishes)
+        printf("note      %s is 0 and minimal at the unmasked model, so its gradient there is 0 for every "
+               "head: take it under a mask or fractional gates, or use --grad-metric loss%s\n",
+               grad_what, grad_metric == HP_METRIC_COS ? " on a model with a loss" : "");
+    char thr[48];
+    if (pr.threads_min == pr.threads_max)
+        snprintf(thr, sizeof thr, "%d thread%s", pr.threads_max, pr.threads_max == 1 ? "" : "s");
+    else
+        snprintf(thr, sizeof thr, "%d-%d threads", pr.threads_min, pr.threads_max);
+    printf("tokens    %lld scored in %d sequences, %.2f s; %s%s, BLIS kernel %s%s\n", (long long)mt->n_tokens,
+           mt->n_seqs, secs, thr, threads > 0 ? "" : " (auto)", hp_runtime_kernel(),
+           hp_runtime_kernel_from_env() ? " (from BLIS_ARCH_TYPE)" : "");
+}
+
+int cmd_eval(int argc, char **argv)
+{
+    struct eval_args a = {0};
+    int rc = eval_options(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    const char *dir = a.dir, *data_path = a.data_path, *spec = a.mask.spec, *grad_name = a.grad_name;
+    const bool keep = a.mask.keep, quiet = a.quiet, want_grad = a.want_grad;
+    const int seq_len = a.seq_len, threads = a.threads;
+    const enum hp_ablation abl = (enum hp_ablation)a.ablation;
     enum hp_metric grad_metric = HP_METRIC_LOSS;
     if (grad_name && (!hp_metric_parse(grad_name, &grad_metric) || grad_metric == HP_METRIC_ACC))
         return usage_error("eval", "--grad-metric must be loss, kl or cos (acc has no gradient)");
@@ -157,7 +280,7 @@ int cmd_eval(int argc, char **argv)
     struct hp_evaluator *ev = NULL;
     struct hp_metrics *mt = NULL, *base = NULL;
     double *grad = NULL, *atp = NULL;
-    int rc = 1;
+    rc = 1;
     if (hp_model_open(dir, &m, &err) != HP_OK)
         goto out;
     const struct hp_model_info *in = hp_model_get_info(m);
@@ -223,115 +346,12 @@ int cmd_eval(int argc, char **argv)
     const struct hp_metrics *un = base ? base : mt;
     if (un->has_loss && hp_evaluator_looks_foreign(ev, un->loss, un->acc))
         warn_foreign(data_path, dir, un->loss, un->acc);
-    int n_all = in->n_layers * in->n_heads, n_present = hp_heads_present(in);
 
-    if (json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "model", dir);
-        cJSON_AddStringToObject(o, "data", data_path);
-        cJSON_AddStringToObject(o, "mask", spec ? spec : "");
-        cJSON_AddBoolToObject(o, "keep", keep);
-        cJSON_AddStringToObject(o, "ablation", abl_name);
-        cJSON_AddNumberToObject(o, "n_ablated", n_abl);
-        cJSON_AddNumberToObject(o, "n_heads_total", n_all);
-        cJSON_AddNumberToObject(o, "n_heads_present", n_present);
-        if (mt->has_loss) {
-            cJSON_AddNumberToObject(o, "loss", mt->loss);
-            cJSON_AddNumberToObject(o, "ppl", mt->ppl);
-            cJSON_AddNumberToObject(o, "acc", mt->acc);
-            cJSON_AddNumberToObject(o, "kl", mt->kl);
-        }
-        if (mt->has_cos)
-            cJSON_AddNumberToObject(o, "cos", mt->cos);
-        if (base) {
-            cJSON *u = cJSON_AddObjectToObject(o, "unmasked"), *dl = cJSON_AddObjectToObject(o, "change");
-            if (mt->has_loss) {
-                cJSON_AddNumberToObject(u, "loss", base->loss);
-                cJSON_AddNumberToObject(u, "ppl", base->ppl);
-                cJSON_AddNumberToObject(u, "acc", base->acc);
-                cJSON_AddNumberToObject(dl, "loss", mt->loss - base->loss);
-                cJSON_AddNumberToObject(dl, "ppl", mt->ppl - base->ppl);
-                cJSON_AddNumberToObject(dl, "acc", mt->acc - base->acc);
-            }
-            if (mt->has_cos) {
-                cJSON_AddNumberToObject(u, "cos", base->cos);
-                cJSON_AddNumberToObject(dl, "cos", mt->cos - base->cos);
-            }
-        }
-        if (want_grad) {
-            cJSON_AddStringToObject(o, "grad_metric", hp_metric_name(grad_metric));
-            if (grad_vanishes)
-                cJSON_AddStringToObject(o, "grad_note", "the gradient of KL or 1 - cos is 0 at the unmasked model");
-            cJSON *ga = cJSON_AddArrayToObject(o, "grad"), *aa = cJSON_AddArrayToObject(o, "atp");
-            for (int l = 0; l < in->n_layers; l++) {
-                cJSON_AddItemToArray(ga, num_array(grad + (size_t)l * in->n_heads, in->n_heads));
-                cJSON_AddItemToArray(aa, num_array(atp + (size_t)l * in->n_heads, in->n_heads));
-            }
-        }
-        cJSON_AddNumberToObject(o, "n_tokens", (double)mt->n_tokens);
-        cJSON_AddNumberToObject(o, "n_seqs", mt->n_seqs);
-        cJSON *ps = cJSON_AddObjectToObject(o, "per_seq");
-        if (mt->has_loss) {
-            cJSON_AddItemToObject(ps, "loss", num_array(mt->seq_loss, mt->n_seqs));
-            cJSON_AddItemToObject(ps, "acc", num_array(mt->seq_acc, mt->n_seqs));
-            cJSON_AddItemToObject(ps, "kl", num_array(mt->seq_kl, mt->n_seqs));
-        }
-        if (mt->has_cos)
-            cJSON_AddItemToObject(ps, "cos", num_array(mt->seq_cos, mt->n_seqs));
-        cJSON *tk = cJSON_CreateArray();
-        for (int i = 0; i < mt->n_seqs; i++)
-            cJSON_AddItemToArray(tk, cJSON_CreateNumber((double)mt->seq_tokens[i]));
-        cJSON_AddItemToObject(ps, "tokens", tk);
-        cJSON_AddStringToObject(o, "kernel", hp_runtime_kernel());
-        cJSON_AddNumberToObject(o, "threads_min", pr.threads_min);
-        cJSON_AddNumberToObject(o, "threads_max", pr.threads_max);
-        cJSON_AddNumberToObject(o, "seconds", secs);
-        if (want_grad) {
-            cJSON *so = cJSON_AddObjectToObject(o, "grad_seconds");
-            cJSON_AddNumberToObject(so, "reference", ph.reference);
-            cJSON_AddNumberToObject(so, "forward", ph.forward);
-            cJSON_AddNumberToObject(so, "head", ph.head);
-            cJSON_AddNumberToObject(so, "reverse", ph.reverse);
-        }
-        char *s = cJSON_PrintUnformatted(o);
-        puts(s);
-        free(s);
-        cJSON_Delete(o);
-    } else {
-        printf("model     %s (%s, %d layers x %d heads, %d KV heads%s)\n", dir, in->model_type, in->n_layers,
-               in->n_heads, in->n_kv_heads, pruned_note(in));
-        printf("data      %s: %d sequences x %d tokens%s\n", data_path, d->n_seqs, d->seq_len, dropped_note(d));
-        /* a spec can list every head of a large model: show its start (--json has it whole) */
-        int shown = spec && strlen(spec) > 72 ? 60 : spec ? (int)strlen(spec) : 0;
-        printf("ablated   %d of %d heads%s (%s)%s%.*s%s\n", n_abl, n_present, in->n_pruned ? " the checkpoint has" : "",
-               abl_name, spec ? (keep ? ", keep " : ": ") : "", shown, spec ? spec : "",
-               spec && shown < (int)strlen(spec) ? " ..." : "");
-        if (mt->has_loss)
-            printf("loss      %.6f nats/token   ppl %.4f   acc %.4f   KL %.6f nats\n", mt->loss, mt->ppl, mt->acc,
-                   mt->kl);
-        if (mt->has_cos)
-            printf("cosine    %.6f (%s-pooled final hidden states vs the unmasked model)\n", mt->cos,
-                   in->pooling == HP_POOL_CLS ? "CLS" : in->pooling == HP_POOL_MAX ? "max" : "mean");
-        if (base && mt->has_loss)
-            printf("unmasked  loss %.6f   ppl %.4f   acc %.4f; change: loss %+.6f   ppl %+.4f   acc %+.4f\n",
-                   base->loss, base->ppl, base->acc, mt->loss - base->loss, mt->ppl - base->ppl, mt->acc - base->acc);
-        if (base && mt->has_cos)
-            printf("unmasked  cosine %.6f; change %+.6f\n", base->cos, mt->cos - base->cos);
-        if (want_grad)
-            print_atp(in, grad, atp, abl_name, grad_what);
-        if (want_grad && grad_vanishes)
-            printf("note      %s is 0 and minimal at the unmasked model, so its gradient there is 0 for every "
-                   "head: take it under a mask or fractional gates, or use --grad-metric loss%s\n",
-                   grad_what, grad_metric == HP_METRIC_COS ? " on a model with a loss" : "");
-        char thr[48];
-        if (pr.threads_min == pr.threads_max)
-            snprintf(thr, sizeof thr, "%d thread%s", pr.threads_max, pr.threads_max == 1 ? "" : "s");
-        else
-            snprintf(thr, sizeof thr, "%d-%d threads", pr.threads_min, pr.threads_max);
-        printf("tokens    %lld scored in %d sequences, %.2f s; %s%s, BLIS kernel %s%s\n", (long long)mt->n_tokens,
-               mt->n_seqs, secs, thr, threads > 0 ? "" : " (auto)", hp_runtime_kernel(),
-               hp_runtime_kernel_from_env() ? " (from BLIS_ARCH_TYPE)" : "");
-    }
+    const struct eval_out r = {in, d, mt, base, grad, atp, grad_metric, grad_what, grad_vanishes, ph, pr, secs, n_abl};
+    if (a.json)
+        print_eval_json(&a, &r);
+    else
+        print_eval_text(&a, &r);
     rc = 0;
 out:
     if (rc)

@@ -3,7 +3,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -19,28 +18,25 @@ static const char inspect_help[] =
     "\n"
     "Print what headprune sees in a Hugging Face model directory (config.json plus\n"
     "model.safetensors or sharded safetensors): architecture, layers, query heads,\n"
-    "key/value heads, head size, parameter count and stored dtype.\n"
-    "\n"
-    "  --model DIR   the model directory\n"
-    "  --json        one JSON object instead of the table\n";
+    "key/value heads, head size, parameter count and stored dtype.\n";
 
 int cmd_inspect(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *dir = NULL;
     bool json = false;
-    int c;
-    while ((c = getopt_long(argc, argv, "m:jh", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': dir = optarg; break;
-        case 'j': json = true; break;
-        case 'h': fputs(inspect_help, stdout); return 0;
-        default: return usage_error("inspect", "unknown option");
-        }
-    }
+    const struct opt opts[] = {
+        OPT_MODEL(&dir, "the model directory"),
+        OPT_JSON(&json, "one JSON object instead of the table"),
+        OPT_END(),
+    };
+    const struct cmd_help h = {.name = "inspect", .usage = inspect_help, .opts = opts};
+    int n_args, rc = parse_options(&h, argc, argv, &n_args);
+    if (rc >= 0)
+        return rc;
     if (!dir)
         return usage_error("inspect", "--model DIR is required");
+    if (n_args)
+        return usage_error("inspect", "unexpected argument");
     struct hp_error err = {0};
     struct hp_model *m;
     if (hp_model_open(dir, &m, &err) != HP_OK)

@@ -6,10 +6,11 @@
  * exit with status 2.
  *
  * Each command lives in its own file (engine/cli/<command>.c, as git's
- * builtin/); the table below is the one list of them: main dispatches
- * through it and the top-level help is printed from it, so a new command is
- * one file (listed in meson.build, its entry point declared in cli_int.h)
- * and one row here.
+ * builtin/), which declares its options as a table (options.c parses it and
+ * prints the command's --help from it). The table below is the one list of
+ * commands: main dispatches through it and the top-level help is printed
+ * from it. A new command is its file, listed in meson.build, and its entry
+ * point's declaration and row here.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
@@ -17,6 +18,20 @@
 #include <string.h>
 
 #include "cli_int.h"
+
+/* The commands' entry points, each defined in engine/cli/<command>.c: argv[0] is the command's name, the
+ * return value the process's exit status. */
+int cmd_inspect(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_query(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
+int cmd_prune(int argc, char **argv);
+int cmd_slurm(int argc, char **argv);
+int cmd_roles(int argc, char **argv);
 
 static const struct command {
     const char *name;
@@ -36,7 +51,7 @@ static const struct command {
     {"prune", cmd_prune, "write a checkpoint with heads removed (Hugging Face format)"},
 };
 
-static void print_help(FILE *f)
+static void print_commands(FILE *f)
 {
     fputs("Usage: headprune COMMAND [options]\n"
           "\n"
@@ -56,7 +71,7 @@ static void print_help(FILE *f)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        print_help(stderr);
+        print_commands(stderr);
         return 2;
     }
     /* Past a file size limit (ulimit -f) a write must fail with EFBIG and take
@@ -65,7 +80,7 @@ int main(int argc, char **argv)
     signal(SIGXFSZ, SIG_IGN);
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
-        print_help(stdout);
+        print_commands(stdout);
         return 0;
     }
     if (strcmp(cmd, "--version") == 0) {
@@ -76,6 +91,6 @@ int main(int argc, char **argv)
         if (strcmp(cmd, commands[i].name) == 0)
             return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
-    print_help(stderr);
+    print_commands(stderr);
     return 2;
 }

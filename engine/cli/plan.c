@@ -3,7 +3,6 @@
  * of their cost; nothing is run.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +13,7 @@
 #include "cpuload_int.h"
 
 static const char plan_help[] =
-    "Usage: headprune plan PLAN.yaml [--format table|csv|json]\n"
+    "Usage: headprune plan PLAN.yaml [options]\n"
     "\n"
     "Expand a plan into its jobs and print them, with their count and an estimate\n"
     "of the cost, without running anything. Iterative studies are listed by their\n"
@@ -39,20 +38,17 @@ static double forward_flops(const struct hp_model_info *in, int n_seqs, int seq_
 
 int cmd_plan(int argc, char **argv)
 {
-    static const struct option opts[] = {{"format", required_argument, 0, 'f'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    enum fmt f = FMT_TABLE;
-    int c;
-    while ((c = getopt_long(argc, argv, "f:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'f':
-            if (!parse_format(optarg, &f))
-                return usage_error("plan", "--format must be table, csv or json");
-            break;
-        case 'h': fputs(plan_help, stdout); return 0;
-        default: return usage_error("plan", "unknown option");
-        }
-    }
-    if (optind != argc - 1)
+    int f = FMT_TABLE;
+    const struct opt opts[] = {
+        OPT_FORMAT(&f, format_choices, "the jobs as an aligned table after the estimate (default), or CSV or JSON "
+                                       "alone"),
+        OPT_END(),
+    };
+    const struct cmd_help h = {.name = "plan", .usage = plan_help, .opts = opts};
+    int n_args, c = parse_options(&h, argc, argv, &n_args);
+    if (c >= 0)
+        return c;
+    if (n_args != 1)
         return usage_error("plan", "give one PLAN.yaml");
     struct hp_error err = {0};
     struct hp_plan *p = NULL;
@@ -62,7 +58,7 @@ int cmd_plan(int argc, char **argv)
     struct hp_evaluator *ev = NULL;
     const char *metric = NULL;
     int rc = 1;
-    if (hp_plan_load(argv[optind], &p, &err) != HP_OK || hp_model_open(p->model, &m, &err) != HP_OK ||
+    if (hp_plan_load(argv[1], &p, &err) != HP_OK || hp_model_open(p->model, &m, &err) != HP_OK ||
         hp_data_load_for(p->data, p->model, hp_model_get_info(m), p->seq_len, &d, &err) != HP_OK ||
         hp_evaluator_new(m, d, &ev, &err) != HP_OK ||
         hp_evaluator_pick_metric(ev, p->path, p->metric, &metric, &err) != HP_OK ||
@@ -208,7 +204,7 @@ int cmd_plan(int argc, char **argv)
         val[0] = j, val[4] = jb->k, val[5] = n_ablated;
         val[1] = val[2] = val[3] = val[6] = NAN;
     }
-    print_table(&t, f);
+    print_table(&t, (enum fmt)f);
     for (size_t i = 0; i < (size_t)jl->n * 7; i++)
         free(t.cells[i]);
     free(t.cells);

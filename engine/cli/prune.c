@@ -2,7 +2,6 @@
  * prune.c -- `headprune prune`: write the checkpoint without some heads.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,9 +9,10 @@
 #include "cli_int.h"
 #include "hash_int.h"
 
-static const char prune_help[] =
+static const char prune_usage[] =
     "Usage: headprune prune --model DIR --mask SPEC --out NEWDIR\n"
-    "       headprune prune --db FILE [--sweep ID] [--study NAME] --step N [--model DIR] --out NEWDIR\n"
+    "       headprune prune --db FILE [--sweep ID] [--study NAME] --step N\n"
+    "                       [--model DIR] --out NEWDIR\n"
     "\n"
     "Write a Hugging Face checkpoint directory with attention heads physically\n"
     "removed: their query, key and value rows and biases and their rows of the\n"
@@ -27,22 +27,9 @@ static const char prune_help[] =
     "write them). Llama, Mistral and Qwen2 have no pruned heads in transformers:\n"
     "it loads the result when every layer keeps the same numbers of whole KV\n"
     "groups (config.json then counts the heads left); otherwise only headprune\n"
-    "does, and the command says why.\n"
-    "\n"
-    "  --model DIR     the model to prune (with --db: defaults to the model the\n"
-    "                  sweep measured, which DIR must be)\n"
-    "  --mask SPEC     heads to remove, as eval's --mask: 0.3,2.1 / 2.* / kv:1.0\n"
-    "  --keep SPEC     remove every head except these\n"
-    "  --db FILE       a results database: remove what an iterative study had\n"
-    "  --sweep ID      pruned after --step N (0 = nothing), or what a gates study's\n"
-    "  --study NAME    lambda number N (0 = its first) pruned; the newest sweep\n"
-    "  --step N        with either unless --sweep names one; --study when the sweep\n"
-    "                  has several (`headprune query curve` and `query gates` list\n"
-    "                  the steps and the lambdas)\n"
-    "  --out NEWDIR    the directory to write; it must not exist, and appears\n"
-    "                  whole or not at all\n"
-    "  --quiet         no summary on stdout\n"
-    "\n"
+    "does, and the command says why.\n";
+
+static const char prune_tail[] =
     "The files written and the config.json record: docs/checkpoints.md.\n";
 
 /* "12.3 MB" */
@@ -58,48 +45,34 @@ static void fmt_bytes(double b, char *buf, size_t n)
 
 int cmd_prune(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"mask", required_argument, 0, 'k'},
-        {"keep", required_argument, 0, 'K'},  {"db", required_argument, 0, 'd'},
-        {"sweep", required_argument, 0, 's'}, {"study", required_argument, 0, 'S'},
-        {"step", required_argument, 0, 'n'},  {"out", required_argument, 0, 'o'},
-        {"quiet", no_argument, 0, 'q'},       {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    const char *dir = NULL, *spec = NULL, *db = NULL, *study = NULL, *out = NULL;
-    bool keep = false, quiet = false;
-    int step = -1, sweep = 0, c;
-    while ((c = getopt_long(argc, argv, "m:k:K:d:s:S:n:o:qh", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': dir = optarg; break;
-        case 'k':
-        case 'K':
-            if (spec)
-                return usage_error("prune", "give either --mask or --keep, once");
-            spec = optarg;
-            keep = c == 'K';
-            break;
-        case 'd': db = optarg; break;
-        case 's':
-            if ((c = int_option("prune", "--sweep", "a sweep id (`headprune query sweeps` lists them), an integer", optarg,
-                                1, 1 << 30, &sweep)) != 0)
-                return c;
-            break;
-        case 'S': study = optarg; break;
-        case 'n':
-            if ((c = int_option("prune", "--step", "a step number, an integer", optarg, 0, 1 << 30, &step)) != 0)
-                return c;
-            break;
-        case 'o': out = optarg; break;
-        case 'q': quiet = true; break;
-        case 'h': fputs(prune_help, stdout); return 0;
-        default: return usage_error("prune", "unknown option");
-        }
-    }
-    if (optind < argc)
+    struct mask_arg spec = {0};
+    const char *dir = NULL, *db = NULL, *study = NULL, *out = NULL;
+    bool quiet = false;
+    int step = -1, sweep = 0;
+    const struct opt opts[] = {
+        OPT_MODEL(&dir, "the model to prune (with --db: defaults to the model the sweep measured, which DIR must be)"),
+        OPT_MASK(&spec, 'k', "heads to remove, as eval's --mask: " MASK_SYNTAX),
+        OPT_KEEP(&spec, 'K', "remove every head except these"),
+        OPT_DB(&db, "a results database: remove what an iterative study had pruned after --step N (0 = nothing), "
+                    "or what a gates study's lambda number N (0 = its first) pruned"),
+        OPT_SWEEP(&sweep),
+        OPT_STRING("study", 'S', &study, "NAME", "the iterative or gates study, when the sweep has several"),
+        OPT_INT_WHAT("step", 'n', &step, "N", 0, 1 << 30, "a step number, an integer",
+                     "with --db: the step or lambda number (`headprune query curve` and `query gates` list them)"),
+        OPT_OUT(&out, 'o', "NEWDIR", "the directory to write; it must not exist, and appears whole or not at all"),
+        OPT_QUIET(&quiet, "no summary on stdout"),
+        OPT_END(),
+    };
+    const struct cmd_help h = {.name = "prune", .usage = prune_usage, .opts = opts, .tail = prune_tail};
+    int n_args, c = parse_options(&h, argc, argv, &n_args);
+    if (c >= 0)
+        return c;
+    if (n_args)
         return usage_error("prune", "unexpected argument");
+    const bool keep = spec.keep;
     if (!out)
         return usage_error("prune", "--out NEWDIR is required");
-    if (!spec == !db)
+    if (!spec.spec == !db)
         return usage_error("prune", "name the heads to remove with --mask (or --keep), or with --db and --step");
     if (db && step < 0)
         return usage_error("prune", "--db needs --step N: what the study had pruned after step N");
@@ -130,7 +103,7 @@ int cmd_prune(int argc, char **argv)
         }
     }
     const struct hp_model_info *in = hp_model_get_info(m);
-    if (hp_mask_parse(db ? db_mask : spec, keep, in, &mask, &err) != HP_OK)
+    if (hp_mask_parse(db ? db_mask : spec.spec, keep, in, &mask, &err) != HP_OK)
         goto out;
     struct hp_export_info ex;
     if (hp_model_export(m, mask, out, &ex, &err) != HP_OK)

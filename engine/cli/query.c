@@ -7,20 +7,17 @@
  * the kind (hp_query_opts_check): this file parses argv and words nothing twice.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli_int.h"
 #include "query_int.h" /* hp_query_kinds: names, options and help of each kind */
 
-/* before the kinds (hp_query_kinds: each its name and lines) */
 static const char query_help[] =
-    "Usage: headprune query KIND --db FILE [--sweep ID] [--format table|csv|json|matrix]\n"
-    "                       [--metric loss|kl|acc|cos] [--study NAME] [--top K] [--eps E]\n"
-    "                       [--full-mask] [--gates] [--timeout S] [SQL]\n"
-    "       headprune query compare --db FILE [--sweep ID] [--db2 FILE] [--sweep2 ID]\n"
-    "                       [--study NAME] [--study2 NAME] [--by head|layer] [--top K] ...\n"
+    "Usage: headprune query KIND --db FILE [options]\n"
+    "       headprune query sql --db FILE [options] SQL\n"
+    "       headprune query compare --db FILE [--db2 FILE] [--sweep2 ID]\n"
+    "                       [--study2 NAME] [--by head|layer] [options]\n"
     "\n"
     "Answer questions from a results database (opened read-only). Each kind reads\n"
     "the newest sweep unless --sweep ID names one (`query sweeps` lists them); when\n"
@@ -29,30 +26,20 @@ static const char query_help[] =
     "Effects are differences from the sweep's baseline, signed so that larger is\n"
     "worse: loss and KL rise, accuracy and cosine fall.\n"
     "\n"
-    "Kinds:\n";
+    "Kinds:\n";  /* then each kind's name and lines, from hp_query_kinds */
 
-/* after the kinds */
-static const char query_help_tail[] =
-    "\n"
-    "Formats: table (aligned, after a # line that states the sweep, the study and\n"
-    "the sign convention), csv, json (an array of objects), matrix (heads only).\n"
-    "\n"
-    "--timeout S: reading stops with an error after S seconds (default 600): a\n"
-    "database whose views, or SQL, would never end cannot hang the command.\n";
-
-static void print_help(void)
+/* The kinds, each with its lines, from the engine's table: printed after the usage. */
+static void print_kinds(FILE *f)
 {
-    fputs(query_help, stdout);
     for (int i = 0; i < HP_QUERY_KIND_COUNT; i++) {
-        printf("  %-13s", hp_query_kinds[i].name);
+        fprintf(f, "  %-13s", hp_query_kinds[i].name);
         for (const char *h = hp_query_kinds[i].help; *h; h++)
             if (*h == '\n')
-                fputs("\n               ", stdout);
+                fputs("\n               ", f);
             else
-                putchar(*h);
-        putchar('\n');
+                putc(*h, f);
+        putc('\n', f);
     }
-    fputs(query_help_tail, stdout);
 }
 
 /* "prefix sweeps, curve, ... or sql": the kinds' names, from the table */
@@ -66,103 +53,96 @@ static int usage_kinds(const char *prefix)
     return usage_error("query", msg);
 }
 
+/* --by: head (or unit, its old name) or layer. */
+static const char *take_by(const struct opt *o, const char *text)
+{
+    bool *by_layer = o->value;
+    if (strcmp(text, "layer") == 0)
+        *by_layer = true;
+    else if (strcmp(text, "head") == 0 || strcmp(text, "unit") == 0)
+        *by_layer = false;
+    else
+        return "--by must be head or layer";
+    return NULL;
+}
+
+static const char *const query_formats[] = {"table", "csv", "json", "matrix", NULL};
+
+/* "heads, sets and curve: text" (or "every kind but roles: text", when most take it): the kinds whose row takes the
+ * option (HP_QUERY_TAKES_*), from the table, before text, into buf. The option's help line: no line here restates
+ * which kinds take what. */
+static const char *for_kinds(unsigned takes, const char *text, char *buf, size_t n)
+{
+    int count = 0, seen = 0;
+    for (int i = 0; i < HP_QUERY_KIND_COUNT; i++)
+        count += (hp_query_kinds[i].takes & takes) != 0;
+    const bool most = 2 * count > HP_QUERY_KIND_COUNT, listed = most ? HP_QUERY_KIND_COUNT - count : count;
+    size_t at = (size_t)snprintf(buf, n, "%s", most ? "every kind but " : "");
+    for (int i = 0; i < HP_QUERY_KIND_COUNT && at < n; i++)
+        if (((hp_query_kinds[i].takes & takes) != 0) != most)
+            at += (size_t)snprintf(buf + at, n - at, "%s%s", seen++ == 0 ? "" : seen == listed ? " and " : ", ",
+                                   hp_query_kinds[i].name);
+    if (at < n)
+        snprintf(buf + at, n - at, ": %s", text);
+    return buf;
+}
+
 int cmd_query(int argc, char **argv)
 {
-    enum { O_DB2 = 256, O_SWEEP2, O_STUDY, O_STUDY2, O_BY, O_GATES, O_TIMEOUT };
-    static const struct option opts[] = {
-        {"db", required_argument, 0, 'd'},        {"sweep", required_argument, 0, 's'},
-        {"format", required_argument, 0, 'f'},    {"metric", required_argument, 0, 'm'},
-        {"top", required_argument, 0, 'k'},       {"eps", required_argument, 0, 'e'},
-        {"full-mask", no_argument, 0, 'M'},       {"study", required_argument, 0, O_STUDY},
-        {"db2", required_argument, 0, O_DB2},     {"sweep2", required_argument, 0, O_SWEEP2},
-        {"study2", required_argument, 0, O_STUDY2}, {"by", required_argument, 0, O_BY},
-        {"gates", no_argument, 0, O_GATES},       {"timeout", required_argument, 0, O_TIMEOUT},
-        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
-    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        print_help();
-        return 0;
-    }
-    /* options may come before or after the kind (getopt moves the operands to the end) */
+    /* options may come before or after the kind */
     struct hp_query_opts q = {.eps = 0.01};
     const char *db = NULL;
-    enum fmt f = FMT_TABLE;
-    int c;
-    optind = 1;
-    opterr = 0; /* our one line says what is wrong; getopt's own would be a second */
-    while ((c = getopt_long(argc, argv, ":d:s:f:m:k:e:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd': db = optarg; break;
-        case 's':
-        case O_SWEEP2: {
-            int v, e;
-            if ((e = int_option("query", c == 's' ? "--sweep" : "--sweep2", "a sweep id, an integer", optarg, 1, 1 << 30,
-                                &v)) != 0)
-                return e;
-            *(c == 's' ? &q.sweep_id : &q.sweep_id2) = v;
-            break;
-        }
-        case 'f':
-            if (strcmp(optarg, "matrix") == 0) {
-                q.matrix = true;
-                f = FMT_TABLE;
-            } else if (!parse_format(optarg, &f)) {
-                return usage_error("query", "--format must be table, csv, json or matrix");
-            } else {
-                q.matrix = false;
-            }
-            break;
-        case 'm': {
-            enum hp_metric mt;
-            if (!hp_metric_parse(optarg, &mt))
-                return usage_error("query", "--metric must be loss, kl, acc or cos");
-            q.metric = optarg;
-            break;
-        }
-        case 'k':
-            if ((c = int_option("query", "--top", NULL, optarg, 1, 1 << 30, &q.top)) != 0)
-                return c;
-            break;
-        case 'M': q.full_mask = true; break;
-        case O_GATES: q.gates = true; break;
-        case 'e':
-            if (!parse_double(optarg, 0.0, &q.eps))
-                return usage_error("query", "--eps must be a non-negative number");
-            break;
-        case O_TIMEOUT:
-            if (!parse_double(optarg, 0.0, &q.timeout_s) || q.timeout_s <= 0)
-                return usage_error("query", "--timeout must be a positive number of seconds");
-            break;
-        case O_STUDY:
-        case O_STUDY2:
-            if (!*optarg)
-                return usage_error("query", c == O_STUDY ? "--study must name a study" : "--study2 must name a study");
-            *(c == O_STUDY ? &q.study : &q.study2) = optarg;
-            break;
-        case O_DB2: q.db2 = optarg; break;
-        case O_BY:
-            if (strcmp(optarg, "layer") == 0)
-                q.by_layer = true;
-            else if (strcmp(optarg, "head") == 0 || strcmp(optarg, "unit") == 0)
-                q.by_layer = false;
-            else
-                return usage_error("query", "--by must be head or layer");
-            break;
-        case 'h': print_help(); return 0;
-        default: return option_error("query", c, argv);
-        }
-    }
-    if (optind >= argc)
+    int format = FMT_TABLE, metric = -1, sweep = 0, sweep2 = 0;
+    char study[256], top[256], matrix[256], gates[256], db2[256], sweep2_h[256], study2[256], by[256];
+    const struct opt opts[] = {
+        OPT_DB(&db, "the results database (`headprune run` writes it)"),
+        OPT_SWEEP(&sweep),
+        OPT_FORMAT(&format, query_formats,
+                   for_kinds(HP_QUERY_TAKES_MATRIX, "matrix, a row per layer and a column per head; every kind: "
+                             "table (aligned, after a # line that states the sweep, the study and the sign "
+                             "convention), csv, json (an array of objects)", matrix, sizeof matrix)),
+        OPT_CHOICE("metric", 'm', &metric, NULL, metric_choices(), "the metric effects are read on (default: the sweep's)"),
+        OPT_STUDY(&q.study, for_kinds(HP_QUERY_TAKES_STUDY, "the study to read (as each kind above says)", study,
+                                      sizeof study)),
+        OPT_INT("top", 'k', &q.top, "K", 1, 1 << 30,
+                for_kinds(HP_QUERY_TAKES_TOP, "at most K rows, as each kind above says", top, sizeof top)),
+        OPT_EPS(&q.eps, "redundancy: a unit whose effect is below E counts as redundant (default 0.01)"),
+        OPT_FLAG("full-mask", 0, &q.full_mask, "curve: each step's whole mask too, not only the heads it pruned"),
+        OPT_FLAG("gates", 0, &q.gates,
+                 for_kinds(HP_QUERY_TAKES_GATES, "a gates study's test-time gates at each lambda instead of the "
+                           "single effects", gates, sizeof gates)),
+        OPT_PATH("db2", 0, &q.db2, "FILE",
+                 for_kinds(HP_QUERY_TAKES_B, "the second sweep's database (default: --db)", db2, sizeof db2)),
+        OPT_INT_WHAT("sweep2", 0, &sweep2, "ID", 1, 1 << 30, "a sweep id, an integer",
+                     for_kinds(HP_QUERY_TAKES_B, "the second sweep (default: the newest of its database)", sweep2_h,
+                               sizeof sweep2_h)),
+        OPT_NAME("study2", 0, &q.study2, "NAME", "a study",
+                 for_kinds(HP_QUERY_TAKES_B, "the second sweep's study (default: --study)", study2, sizeof study2)),
+        OPT_CALLBACK("by", 0, &q.by_layer, "head|layer", take_by,
+                     for_kinds(HP_QUERY_TAKES_B, "a row per head (default) or per layer", by, sizeof by)),
+        OPT_TIMEOUT(&q.timeout_s, 0, TIMEOUT_HELP),
+        OPT_END(),
+    };
+    const struct cmd_help h = {.name = "query", .usage = query_help, .opts = opts, .after_usage = print_kinds};
+    int n_args, rc = parse_options(&h, argc, argv, &n_args);
+    if (rc >= 0)
+        return rc;
+    q.sweep_id = sweep;
+    q.sweep_id2 = sweep2;
+    q.matrix = format == 3;
+    q.metric = metric >= 0 ? hp_metric_name((enum hp_metric)metric) : NULL;
+    const enum fmt f = format == 3 ? FMT_TABLE : (enum fmt)format;
+    if (n_args == 0)
         return usage_kinds("give a KIND: ");
-    const struct hp_query_kind_row *kind = hp_query_kind_named(argv[optind]);
+    const struct hp_query_kind_row *kind = hp_query_kind_named(argv[1]);
     if (!kind)
         return usage_kinds("KIND must be ");
     q.kind = kind->kind;
-    optind++;
     if (kind->takes & HP_QUERY_TAKES_SQL) {
-        if (optind != argc - 1)
+        if (n_args != 2)
             return usage_error("query", "sql needs one SQL statement");
-        q.sql = argv[optind];
-    } else if (optind != argc) {
+        q.sql = argv[2];
+    } else if (n_args != 1) {
         return usage_error("query", "unexpected argument");
     }
     if (!db)

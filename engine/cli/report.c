@@ -4,15 +4,13 @@
  * its own SVG file on request.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli_int.h"
 
 static const char report_help[] =
-    "Usage: headprune report --db FILE [--sweep ID] --out REPORT.html [--svg DIR] [--eps E]\n"
-    "                        [--timeout S]\n"
+    "Usage: headprune report --db FILE --out REPORT.html [options]\n"
     "\n"
     "Write a sweep of a results database (opened read-only) as one HTML file that\n"
     "needs nothing else: open it in any browser, offline, or mail it. It loads\n"
@@ -41,62 +39,34 @@ static const char report_help[] =
     "                       roles) against each head's single-head effect, with\n"
     "                       the Spearman rho; the heatmap's tooltips give the scores\n"
     "and what was run: model, data, plan and its text, ablation, metric, engine and\n"
-    "numeric versions, BLIS kernels, threads, hosts and dates.\n"
-    "\n"
-    "Options:\n"
-    "  --db FILE       the results database (`headprune run` writes it)\n"
-    "  --sweep ID      the sweep to show (default: the newest; `headprune query\n"
-    "                  sweeps` lists them)\n"
-    "  --out FILE      the HTML file to write; replaced whole or not at all\n"
-    "  --svg DIR       also write each figure as DIR/<figure>.svg (heatmap.svg,\n"
-    "                  heatmap-kv.svg, curves.svg, redundancy.svg,\n"
-    "                  pairs-layer<L>.svg, roles.svg), for papers; DIR is made\n"
-    "                  if missing\n"
-    "  --eps E         redundancy threshold, as `query redundancy --eps`\n"
-    "  --timeout S     reading the database stops with an error after S seconds\n"
-    "                  (default 600): a hostile file cannot hang the report\n"
-    "\n"
+    "numeric versions, BLIS kernels, threads, hosts and dates.\n";
+
+static const char report_tail[] =
     "Prints the report's path. A database that is missing, damaged or not\n"
     "headprune's, an unknown sweep, or an output that cannot be written is one\n"
     "line on stderr and exit status 1, with nothing written.\n";
 
 int cmd_report(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"db", required_argument, 0, 'd'},  {"sweep", required_argument, 0, 's'},
-        {"out", required_argument, 0, 'o'}, {"svg", required_argument, 0, 'g'},
-        {"eps", required_argument, 0, 'e'}, {"timeout", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
     struct hp_report_opts o = {.eps = 0.01};
-    int c;
-    optind = 1;
-    opterr = 0; /* our one line says what is wrong; getopt's own would be a second */
-    while ((c = getopt_long(argc, argv, ":d:s:o:g:e:t:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd': o.db_path = optarg; break;
-        case 's': {
-            int v, e;
-            if ((e = int_option("report", "--sweep", "a sweep id, an integer", optarg, 1, 1 << 30, &v)) != 0)
-                return e;
-            o.sweep_id = v;
-            break;
-        }
-        case 'o': o.out = optarg; break;
-        case 'g': o.svg_dir = optarg; break;
-        case 'e':
-            if (!parse_double(optarg, 0.0, &o.eps))
-                return usage_error("report", "--eps must be a non-negative number");
-            break;
-        case 't':
-            if (!parse_double(optarg, 0.0, &o.timeout_s) || o.timeout_s <= 0)
-                return usage_error("report", "--timeout must be a positive number of seconds");
-            break;
-        case 'h': fputs(report_help, stdout); return 0;
-        default: return option_error("report", c, argv);
-        }
-    }
-    if (optind != argc)
+    int sweep = 0;
+    const struct opt opts[] = {
+        OPT_DB(&o.db_path, "the results database (`headprune run` writes it)"),
+        OPT_SWEEP(&sweep),
+        OPT_OUT(&o.out, 'o', "FILE", "the HTML file to write; replaced whole or not at all"),
+        OPT_PATH("svg", 'g', &o.svg_dir, "DIR",
+                 "also write each figure as DIR/<figure>.svg (heatmap.svg, heatmap-kv.svg, curves.svg, "
+                 "redundancy.svg, pairs-layer<L>.svg, roles.svg), for papers; DIR is made if missing"),
+        OPT_EPS(&o.eps, "redundancy threshold, as `query redundancy --eps`"),
+        OPT_TIMEOUT(&o.timeout_s, 't', TIMEOUT_HELP),
+        OPT_END(),
+    };
+    const struct cmd_help h = {.name = "report", .usage = report_help, .opts = opts, .tail = report_tail};
+    int n_args, rc = parse_options(&h, argc, argv, &n_args);
+    if (rc >= 0)
+        return rc;
+    o.sweep_id = sweep;
+    if (n_args)
         return usage_error("report", "unexpected argument (every input is an option: --db, --out, ...)");
     if (!o.db_path)
         return usage_error("report", "--db FILE is required");

@@ -4,7 +4,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,42 +13,35 @@
 #include "cli_int.h"
 
 static const char roles_help[] =
-    "Usage: headprune roles --model DIR --data FILE [--seq-len N] [--json] [--threads N]\n"
-    "                       [--probe-seqs N] [--probe-len N] [--quiet]\n"
+    "Usage: headprune roles --model DIR --data FILE [options]\n"
     "\n"
     "What each attention head does, from its attention probabilities in one\n"
     "unmasked pass over held-out data and one over a probe of random tokens\n"
     "repeated twice. One row per head (query heads, also under GQA):\n"
     "\n"
     "  prev_token        mean attention to the previous position\n"
-    "  duplicate_token   mean attention to earlier occurrences of the query's token\n"
-    "                    (encoders: to its other occurrences), over queries that have one\n"
+    "  duplicate_token   mean attention to earlier occurrences of the query's\n"
+    "                    token (encoders: to its other occurrences), over queries\n"
+    "                    that have one\n"
     "  induction         probe: mean attention to the token after the earlier\n"
-    "                    occurrence of the query's token (Olsson et al.'s prefix matching)\n"
-    "  induction_offset  probe: the offset from that earlier occurrence, -4..4, with the\n"
-    "  induction_mass    most attention (1 = the induction target), and its mean attention\n"
-    "  first_token       mean attention to the sequence's first position (attention sinks)\n"
-    "  dominant_offset   the relative position (key - query; encoders both directions)\n"
-    "  dominant_mass     holding the largest share of the attention, and that share\n"
+    "                    occurrence of the query's token (Olsson et al.'s prefix\n"
+    "                    matching)\n"
+    "  induction_offset  probe: the offset from that earlier occurrence, -4..4,\n"
+    "  induction_mass    with the most attention (1 = the induction target), and\n"
+    "                    its mean attention\n"
+    "  first_token       mean attention to the sequence's first position\n"
+    "                    (attention sinks)\n"
+    "  dominant_offset   the relative position (key - query; encoders both\n"
+    "  dominant_mass     directions) holding the largest share of the attention,\n"
+    "                    and that share\n"
     "  entropy           mean attention entropy, bits\n"
-    "  rare_token        encoders: mean attention to the sequence's least frequent token\n"
-    "                    (frequencies counted over the data)\n"
+    "  rare_token        encoders: mean attention to the sequence's least\n"
+    "                    frequent token (frequencies counted over the data)\n"
     "\n"
     "Every score is a mean over queries (each query of the set weighted alike);\n"
     "padding is neither a query nor a key; in a causal model the first position is\n"
     "no query (it sees only itself). An empty cell (null in JSON): no query\n"
-    "qualifies. docs/roles.md defines each exactly.\n"
-    "\n"
-    "  --model DIR        Hugging Face model directory\n"
-    "  --data FILE        held-out data, as for eval (ids or text; labels not needed)\n"
-    "  --seq-len N        rows of N tokens (1-D ids and text)\n"
-    "  --probe-seqs N     probe sequences (default 16)\n"
-    "  --probe-len N      random tokens a half (default 32, at most half the model's\n"
-    "                     positions; at least 8); the probe's seed is fixed\n"
-    "  --threads N        threads (default: as many as other processes leave CPUs idle)\n"
-    "  --json             one JSON object: the model, data, probe, the queries each\n"
-    "                     score averages over, and \"heads\", one object a head\n"
-    "  --quiet            no progress on stderr\n";
+    "qualifies. docs/roles.md defines each exactly.\n";
 
 /* A score as the table shows it: empty when undefined. */
 static void cell(char *buf, size_t n, double v)
@@ -150,58 +142,29 @@ static void print_rows(const struct hp_roles *r)
 
 int cmd_roles(int argc, char **argv)
 {
-    enum { O_PROBE_SEQS = 256, O_PROBE_LEN };
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},          {"data", required_argument, 0, 'd'},
-        {"seq-len", required_argument, 0, 's'},        {"threads", required_argument, 0, 't'},
-        {"json", no_argument, 0, 'j'},                 {"quiet", no_argument, 0, 'q'},
-        {"probe-seqs", required_argument, 0, O_PROBE_SEQS}, {"probe-len", required_argument, 0, O_PROBE_LEN},
-        {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0}};
     const char *dir = NULL, *data_path = NULL;
     bool json = false, quiet = false;
-    int seq_len = 0, threads = 0, c;
+    int seq_len = 0, threads = 0;
     struct hp_roles_opts ro = {0};
-    optind = 1;
-    opterr = 0; /* our one line says what is wrong */
-    while ((c = getopt_long(argc, argv, ":m:d:s:t:jqh", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': dir = optarg; break;
-        case 'd': data_path = optarg; break;
-        case 's':
-            if ((c = int_option("roles", "--seq-len", NULL, optarg, 1, 1 << 20, &seq_len)) != 0)
-                return c;
-            break;
-        case 't':
-            if ((c = int_option("roles", "--threads", NULL, optarg, 1, 1024, &threads)) != 0)
-                return c;
-            break;
-        case O_PROBE_SEQS:
-            if ((c = int_option("roles", "--probe-seqs", NULL, optarg, 1, 1 << 20, &ro.probe_seqs)) != 0)
-                return c;
-            break;
-        case O_PROBE_LEN:
-            if ((c = int_option("roles", "--probe-len", NULL, optarg, 1, 1 << 20, &ro.probe_len)) != 0)
-                return c;
-            break;
-        case 'j': json = true; break;
-        case 'q': quiet = true; break;
-        case 'h': fputs(roles_help, stdout); return 0;
-        case ':': {
-            char msg[160];
-            snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind - 1]);
-            return usage_error("roles", msg);
-        }
-        default: {
-            char msg[160];
-            if (optopt)
-                snprintf(msg, sizeof msg, "unknown option '-%c'", optopt);
-            else
-                snprintf(msg, sizeof msg, "unknown option '%.100s'", argv[optind - 1]);
-            return usage_error("roles", msg);
-        }
-        }
-    }
-    if (optind < argc)
+    const struct opt opts[] = {
+        OPT_MODEL(&dir, "Hugging Face model directory"),
+        OPT_DATA(&data_path),
+        OPT_SEQ_LEN(&seq_len),
+        OPT_INT("probe-seqs", 0, &ro.probe_seqs, "N", 1, 1 << 20, "probe sequences (default 16)"),
+        OPT_INT("probe-len", 0, &ro.probe_len, "N", 1, 1 << 20,
+                "random tokens a half (default 32, at most half the model's positions; at least 8); the probe's "
+                "seed is fixed"),
+        OPT_THREADS(&threads, THREADS_HELP),
+        OPT_JSON(&json, "one JSON object: the model, data, probe, the queries each score averages over, and "
+                        "\"heads\", one object a head"),
+        OPT_QUIET(&quiet, "no progress on stderr"),
+        OPT_END(),
+    };
+    const struct cmd_help h = {.name = "roles", .usage = roles_help, .opts = opts};
+    int n_args, c = parse_options(&h, argc, argv, &n_args);
+    if (c >= 0)
+        return c;
+    if (n_args)
         return usage_error("roles", "unexpected argument");
     if (!dir || !data_path)
         return usage_error("roles", "--model DIR and --data FILE are required");

@@ -3,7 +3,6 @@
  * (Ctrl-C stops after the current batch) and shardable.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,8 +13,7 @@
 #include "cli_int.h"
 
 static const char run_help[] =
-    "Usage: headprune run PLAN.yaml [--db FILE] [--shard I/N] [--threads N]\n"
-    "                     [--batch N] [--plain] [--quiet]\n"
+    "Usage: headprune run PLAN.yaml [options]\n"
     "\n"
     "Run a plan's jobs into an SQLite results database. Jobs are content-addressed\n"
     "(model and data digests, mask, ablation, engine numeric version): finished\n"
@@ -24,23 +22,7 @@ static const char run_help[] =
     "work: each starts at its first masked layer. Every result is written as its\n"
     "batch ends; Ctrl-C stops after the current batch, and even kill -9 loses at\n"
     "most that batch. A gates study's training run saves its state every 25 steps\n"
-    "or 10 s (and on Ctrl-C), and resumes from it.\n"
-    "\n"
-    "  --db FILE      results database (default results/<plan name>.db, next to\n"
-    "                 the current directory's results/ folder)\n"
-    "  --shard I/N    run only the I-th of N slices of the jobs (1-based), e.g. in\n"
-    "                 N processes or on N machines; merge with 'headprune merge'.\n"
-    "                 Iterative, gradient and gates studies run in shard 1\n"
-    "                 only.\n"
-    "  --threads N    threads (default: as many as other processes leave CPUs\n"
-    "                 idle, re-measured every quarter second from /proc/stat, so\n"
-    "                 a busy machine or a second run does not stall the barriers\n"
-    "                 of a 2-thread sweep; results do not depend on the count)\n"
-    "  --batch N      variants evaluated together (default 64): larger batches\n"
-    "                 share more work, smaller ones lose less to a kill\n"
-    "  --plain        no reuse: every variant by whole forward passes of its own\n"
-    "                 (the reference path the default is tested against; slower)\n"
-    "  --quiet        no progress output\n";
+    "or 10 s (and on Ctrl-C), and resumes from it.\n";
 
 static volatile int g_stop;
 
@@ -73,41 +55,45 @@ static double peak_mb(void)
     return kb / 1024.0;
 }
 
+/* --shard I/N */
+static const char *take_shard(const struct opt *o, const char *text)
+{
+    int *si_sn = o->value;
+    return parse_shard(text, &si_sn[0], &si_sn[1]) ? NULL : "--shard must be I/N with 1 <= I <= N, e.g. 2/4";
+}
+
 int cmd_run(int argc, char **argv)
 {
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},     {"shard", required_argument, 0, 's'},
-                                         {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
-                                         {"batch", required_argument, 0, 'b'},   {"plain", no_argument, 0, 'p'},
-                                         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     const char *db = NULL;
-    int si = 1, sn = 1, threads = 0, batch = 0, c;
+    int shard[2] = {1, 1}, threads = 0, batch = 0;
     bool quiet = false, plain = false;
-    while ((c = getopt_long(argc, argv, "d:s:t:qh", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd': db = optarg; break;
-        case 's':
-            if (!parse_shard(optarg, &si, &sn))
-                return usage_error("run", "--shard must be I/N with 1 <= I <= N, e.g. 2/4");
-            break;
-        case 't':
-            if ((c = int_option("run", "--threads", NULL, optarg, 1, 1024, &threads)) != 0)
-                return c;
-            break;
-        case 'b':
-            if ((c = int_option("run", "--batch", NULL, optarg, 1, 1 << 20, &batch)) != 0)
-                return c;
-            break;
-        case 'p': plain = true; break;
-        case 'q': quiet = true; break;
-        case 'h': fputs(run_help, stdout); return 0;
-        default: return usage_error("run", "unknown option");
-        }
-    }
-    if (optind != argc - 1)
+    const struct opt opts[] = {
+        OPT_DB(&db, "results database (default results/<plan name>.db, next to the current directory's results/ "
+                    "folder)"),
+        OPT_CALLBACK("shard", 's', shard, "I/N", take_shard,
+                     "run only the I-th of N slices of the jobs (1-based), e.g. in N processes or on N machines; "
+                     "merge with 'headprune merge'. Iterative, gradient and gates studies run in shard 1 only."),
+        OPT_THREADS(&threads, "threads (default: as many as other processes leave CPUs idle, re-measured every "
+                              "quarter second from /proc/stat, so a busy machine or a second run does not stall the "
+                              "barriers of a 2-thread sweep; results do not depend on the count)"),
+        OPT_INT("batch", 0, &batch, "N", 1, 1 << 20,
+                "variants evaluated together (default 64): larger batches share more work, smaller ones lose less "
+                "to a kill"),
+        OPT_FLAG("plain", 0, &plain, "no reuse: every variant by whole forward passes of its own (the reference "
+                                     "path the default is tested against; slower)"),
+        OPT_QUIET(&quiet, "no progress output"),
+        OPT_END(),
+    };
+    const struct cmd_help h = {.name = "run", .usage = run_help, .opts = opts};
+    int n_args, rc = parse_options(&h, argc, argv, &n_args);
+    if (rc >= 0)
+        return rc;
+    if (n_args != 1)
         return usage_error("run", "give one PLAN.yaml");
+    const int si = shard[0], sn = shard[1];
     struct hp_error err = {0};
     struct hp_plan *p = NULL;
-    if (hp_plan_load(argv[optind], &p, &err) != HP_OK)
+    if (hp_plan_load(argv[1], &p, &err) != HP_OK)
         return die(&err);
     char *dbpath = NULL;
     if (!db) {

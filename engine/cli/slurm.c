@@ -6,7 +6,6 @@
  */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +17,7 @@
 #include "slurm_int.h"
 
 static const char slurm_help[] =
-    "Usage: headprune slurm PLAN.yaml --shards N [--db OUT] [--partition P] [--time T]\n"
-    "                       [--cpus-per-task C] [--sbatch-arg ARG]... [--dry-run]\n"
+    "Usage: headprune slurm PLAN.yaml --shards N [options] [--sbatch-arg ARG]...\n"
     "\n"
     "Run a plan on a Slurm cluster: a job array of N tasks, task K running shard K\n"
     "of N ('headprune run --shard K/N') into a database of its own with one thread\n"
@@ -49,20 +47,7 @@ static const char slurm_help[] =
     "database. Give --time for shard 1's longer work; a plan whose sequential\n"
     "study dominates runs best as a plan of its own with --shards 1 and the CPUs\n"
     "of a node (--cpus-per-task). A plan with nothing else leaves shards 2..N\n"
-    "nothing to do, which slurm says.\n"
-    "\n"
-    "  --shards N           array tasks, one shard each (1 <= N <= 1000000; Slurm's\n"
-    "                       default MaxArraySize takes up to 1000)\n"
-    "  --db OUT             merged database (default results/<plan name>.db)\n"
-    "  --partition P        partition of both jobs (default: the cluster's)\n"
-    "  --time T             time limit of each task and of the merge, as sbatch takes\n"
-    "                       it: minutes, H:M:S, D-H:M:S (default: the partition's)\n"
-    "  --cpus-per-task C    CPUs of each task, and its threads (default 1)\n"
-    "  --sbatch-arg ARG     one more #SBATCH option for both jobs, as one word,\n"
-    "                       e.g. --sbatch-arg=--mem=8G --sbatch-arg=--account=proj;\n"
-    "                       repeatable\n"
-    "  --dry-run            write the scripts and print the sbatch commands, without\n"
-    "                       submitting\n";
+    "nothing to do, which slurm says.\n";
 
 /* Whether the plan has studies that run in shard 1 only, and their names into names; *only: whether every study
  * but its baselines does (then the other shards have nothing to run: the baseline is the first job, shard 1's). */
@@ -107,77 +92,74 @@ static enum hp_status absolute_db(const char *db, char *out, size_t cap, struct 
     return st;
 }
 
+/* --sbatch-arg's words, in order (at most one a word of argv). */
+struct sbatch_args {
+    const char **v;
+    int n;
+};
+
+static const char *take_partition(const struct opt *o, const char *text)
+{
+    *(const char **)o->value = text;
+    return !*text || strchr(text, '\n') ? "--partition must name a partition" : NULL;
+}
+
+static const char *take_time(const struct opt *o, const char *text)
+{
+    *(const char **)o->value = text;
+    return hp_slurm_time_ok(text) ? NULL : "--time must be a Slurm time: minutes, H:M:S or D-H:M:S, e.g. 2:00:00";
+}
+
+static const char *take_sbatch_arg(const struct opt *o, const char *text)
+{
+    struct sbatch_args *a = o->value;
+    if (text[0] != '-' || strchr(text, '\n'))
+        return "--sbatch-arg takes one sbatch option as one word, e.g. --sbatch-arg=--mem=8G";
+    a->v[a->n++] = text;
+    return NULL;
+}
+
 int cmd_slurm(int argc, char **argv)
 {
-    static const struct option opts[] = {{"shards", required_argument, 0, 'n'},
-                                         {"db", required_argument, 0, 'd'},
-                                         {"partition", required_argument, 0, 'p'},
-                                         {"time", required_argument, 0, 't'},
-                                         {"cpus-per-task", required_argument, 0, 'c'},
-                                         {"sbatch-arg", required_argument, 0, 'a'},
-                                         {"dry-run", no_argument, 0, 'r'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *db = NULL, *partition = NULL, *time_limit = NULL;
-    int shards = 0, cpus = 1, c;
+    int shards = 0, cpus = 1;
     bool dry = false;
-    const char **extra = calloc((size_t)argc + 1, sizeof *extra); /* at most one a word of argv */
-    int n_extra = 0;
-    if (!extra) {
+    struct sbatch_args extra = {calloc((size_t)argc + 1, sizeof *extra.v), 0};
+    if (!extra.v) {
         fprintf(stderr, "%s: out of memory\n", prog);
         return 1;
     }
-    int rc = -1;
-    opterr = 0; /* our message, naming the option, instead of getopt's */
-    while (rc < 0 && (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'n':
-            if ((c = int_option("slurm", "--shards", NULL, optarg, 1, 1000000, &shards)) != 0)
-                rc = c;
-            break;
-        case 'd': db = optarg; break;
-        case 'p':
-            partition = optarg;
-            if (!*optarg || strchr(optarg, '\n'))
-                rc = usage_error("slurm", "--partition must name a partition");
-            break;
-        case 't':
-            time_limit = optarg;
-            if (!hp_slurm_time_ok(optarg))
-                rc = usage_error("slurm", "--time must be a Slurm time: minutes, H:M:S or D-H:M:S, e.g. 2:00:00");
-            break;
-        case 'c':
-            if ((c = int_option("slurm", "--cpus-per-task", NULL, optarg, 1, 1024, &cpus)) != 0)
-                rc = c;
-            break;
-        case 'a':
-            if (optarg[0] != '-' || strchr(optarg, '\n'))
-                rc = usage_error("slurm", "--sbatch-arg takes one sbatch option as one word, e.g. --sbatch-arg=--mem=8G");
-            extra[n_extra++] = optarg;
-            break;
-        case 'r': dry = true; break;
-        case 'h': fputs(slurm_help, stdout); rc = 0; break;
-        default: {
-            char msg[160];
-            snprintf(msg, sizeof msg, c == ':' ? "%.100s needs a value" : "unknown option '%.100s'", argv[optind - 1]);
-            rc = usage_error("slurm", msg);
-            break;
-        }
-        }
-    }
-    if (rc < 0 && optind != argc - 1)
+    const struct opt opts[] = {
+        OPT_INT("shards", 0, &shards, "N", 1, 1000000,
+                "array tasks, one shard each (1 <= N <= 1000000; Slurm's default MaxArraySize takes up to 1000)"),
+        OPT_PATH("db", 0, &db, "OUT", "merged database (default results/<plan name>.db)"),
+        OPT_CALLBACK("partition", 0, &partition, "P", take_partition, "partition of both jobs (default: the "
+                                                                       "cluster's)"),
+        OPT_CALLBACK("time", 0, &time_limit, "T", take_time,
+                     "time limit of each task and of the merge, as sbatch takes it: minutes, H:M:S, D-H:M:S "
+                     "(default: the partition's)"),
+        OPT_INT("cpus-per-task", 0, &cpus, "C", 1, 1024, "CPUs of each task, and its threads (default 1)"),
+        OPT_CALLBACK("sbatch-arg", 0, &extra, "ARG", take_sbatch_arg,
+                     "one more #SBATCH option for both jobs, as one word, e.g. --sbatch-arg=--mem=8G "
+                     "--sbatch-arg=--account=proj; repeatable"),
+        OPT_FLAG("dry-run", 0, &dry, "write the scripts and print the sbatch commands, without submitting"),
+        OPT_END(),
+    };
+    const struct cmd_help h = {.name = "slurm", .usage = slurm_help, .opts = opts};
+    int n_args, rc = parse_options(&h, argc, argv, &n_args);
+    if (rc < 0 && n_args != 1)
         rc = usage_error("slurm", "give one PLAN.yaml");
     if (rc < 0 && shards == 0)
         rc = usage_error("slurm", "give --shards N, the number of array tasks");
     if (rc >= 0) {
-        free(extra);
+        free(extra.v);
         return rc;
     }
 
     struct hp_error err = {0};
     struct hp_plan *p = NULL;
-    if (hp_plan_load(argv[optind], &p, &err) != HP_OK) {
-        free(extra);
+    if (hp_plan_load(argv[1], &p, &err) != HP_OK) {
+        free(extra.v);
         return die(&err);
     }
     char plan_abs[PATH_MAX], exe[PATH_MAX], db_abs[PATH_MAX], defdb[1200], seq[512];
@@ -205,7 +187,7 @@ int cmd_slurm(int argc, char **argv)
     struct hp_slurm_job job = {
         .headprune = exe, .plan = plan_abs, .name = p->name, .db = db_abs, .shards = shards,
         .cpus_per_task = cpus, .partition = partition, .time = time_limit,
-        .sbatch_args = extra, .n_sbatch_args = n_extra, .sequential = sequential,
+        .sbatch_args = extra.v, .n_sbatch_args = extra.n, .sequential = sequential,
     };
     if (hp_slurm_write(&job, &paths, &err) != HP_OK)
         goto fail;
@@ -252,6 +234,6 @@ fail:
     rc = die(&err);
 out:
     hp_plan_free(p);
-    free(extra);
+    free(extra.v);
     return rc;
 }

@@ -8,7 +8,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
-#include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,37 +19,15 @@
 
 static const char tokenize_help[] =
     "Usage: headprune tokenize --model DIR [--special] [--pieces [--ids]] [FILE]\n"
-    "       headprune tokenize --model DIR --decode [--skip-special | --pieces [--ids]] [FILE]\n"
+    "       headprune tokenize --model DIR --decode [--skip-special]\n"
+    "                          [--pieces [--ids]] [FILE]\n"
     "\n"
     "Tokenize text with the model directory's tokenizer (tokenizer.json, or\n"
     "vocab.txt, or vocab.json + merges.txt) and print the token ids: one line of\n"
     "space-separated ids per line of input (FILE, or standard input). Agrees with\n"
     "Hugging Face's tokenizers library token for token on byte-level BPE (GPT-2,\n"
     "Llama-3, Qwen2), SentencePiece-style BPE with byte fallback (Llama-2,\n"
-    "Mistral) and WordPiece (BERT).\n"
-    "\n"
-    "  --model DIR     the model directory\n"
-    "  --special       add the special tokens the tokenizer declares ([CLS] ... [SEP], <s>)\n"
-    "  --pieces        print the token strings instead of the ids, as the library's\n"
-    "                  Encoding.tokens has them (GPT-2's \"Ġworld\", WordPiece's \"##ing\",\n"
-    "                  SentencePiece's \"▁the\", byte fallback's \"<0x0A>\"), one space\n"
-    "                  between them. Within a piece a backslash is printed as \\\\, tab,\n"
-    "                  newline and carriage return as \\t \\n \\r, and any other\n"
-    "                  whitespace or control character as \\uXXXX (a space: \\u0020),\n"
-    "                  so a line splits at its spaces into exactly its pieces\n"
-    "  --ids           with --pieces: print each token as ID:PIECE\n"
-    "  --decode        the other way: read lines of token ids (whole numbers separated\n"
-    "                  by spaces, as tokenize prints them) and print, a line each, the\n"
-    "                  text Hugging Face's tokenizer.decode(ids) gives: the decoder of\n"
-    "                  tokenizer.json (bytes that are not UTF-8 become U+FFFD), then\n"
-    "                  transformers' clean-up of spaces before punctuation if\n"
-    "                  tokenizer_config.json sets clean_up_tokenization_spaces. The\n"
-    "                  text is printed as it is: a newline in it breaks its line. With\n"
-    "                  --pieces: the token strings of the ids instead. An id the\n"
-    "                  tokenizer has no token for is an error (Hugging Face skips it)\n"
-    "  --skip-special  with --decode: leave special tokens out of the text\n"
-    "                  (skip_special_tokens=True; by default they are kept, as\n"
-    "                  transformers' decode keeps them)\n";
+    "Mistral) and WordPiece (BERT).\n";
 
 /* Whitespace (Rust's char::is_whitespace) or a control character: escaped in a piece. */
 static bool needs_escape(int32_t c)
@@ -162,29 +139,34 @@ static bool parse_ids(const char *name, long no, const char *dir, int n_ids, cha
 
 int cmd_tokenize(int argc, char **argv)
 {
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"special", no_argument, 0, 's'},
-                                         {"pieces", no_argument, 0, 'p'},
-                                         {"ids", no_argument, 0, 'i'},
-                                         {"decode", no_argument, 0, 'd'},
-                                         {"skip-special", no_argument, 0, 'k'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *dir = NULL;
     bool special = false, pieces = false, with_ids = false, decode = false, skip = false;
-    int c;
-    while ((c = getopt_long(argc, argv, "m:sh", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': dir = optarg; break;
-        case 's': special = true; break;
-        case 'p': pieces = true; break;
-        case 'i': with_ids = true; break;
-        case 'd': decode = true; break;
-        case 'k': skip = true; break;
-        case 'h': fputs(tokenize_help, stdout); return 0;
-        default: return usage_error("tokenize", "unknown option");
-        }
-    }
+    const struct opt opts[] = {
+        OPT_MODEL(&dir, "the model directory"),
+        OPT_FLAG("special", 's', &special, "add the special tokens the tokenizer declares ([CLS] ... [SEP], <s>)"),
+        OPT_FLAG("pieces", 0, &pieces,
+                 "print the token strings instead of the ids, as the library's Encoding.tokens has them (GPT-2's "
+                 "\"\u0120world\", WordPiece's \"##ing\", SentencePiece's \"\u2581the\", byte fallback's \"<0x0A>\"), "
+                 "one space between them. Within a piece a backslash is printed as \\\\, tab, newline and carriage "
+                 "return as \\t \\n \\r, and any other whitespace or control character as \\uXXXX (a space: "
+                 "\\u0020), so a line splits at its spaces into exactly its pieces"),
+        OPT_FLAG("ids", 0, &with_ids, "with --pieces: print each token as ID:PIECE"),
+        OPT_FLAG("decode", 0, &decode,
+                 "the other way: read lines of token ids (whole numbers separated by spaces, as tokenize prints "
+                 "them) and print, a line each, the text Hugging Face's tokenizer.decode(ids) gives: the decoder of "
+                 "tokenizer.json (bytes that are not UTF-8 become U+FFFD), then transformers' clean-up of spaces "
+                 "before punctuation if tokenizer_config.json sets clean_up_tokenization_spaces. The text is printed "
+                 "as it is: a newline in it breaks its line. With --pieces: the token strings of the ids instead. An "
+                 "id the tokenizer has no token for is an error (Hugging Face skips it)"),
+        OPT_FLAG("skip-special", 0, &skip,
+                 "with --decode: leave special tokens out of the text (skip_special_tokens=True; by default they "
+                 "are kept, as transformers' decode keeps them)"),
+        OPT_END(),
+    };
+    const struct cmd_help h = {.name = "tokenize", .usage = tokenize_help, .opts = opts};
+    int n_args, c = parse_options(&h, argc, argv, &n_args);
+    if (c >= 0)
+        return c;
     if (!dir)
         return usage_error("tokenize", "--model DIR is required");
     if (with_ids && !pieces)
@@ -196,10 +178,10 @@ int cmd_tokenize(int argc, char **argv)
         return usage_error("tokenize", "--skip-special goes with --decode (without --special, tokenize adds none)");
     if (skip && pieces)
         return usage_error("tokenize", "--skip-special applies to decoded text, not to --pieces");
-    if (argc - optind > 1)
+    if (n_args > 1)
         return usage_error("tokenize", "give at most one FILE");
-    const char *name = optind < argc ? argv[optind] : "<stdin>";
-    FILE *f = optind < argc ? fopen(name, "rb") : stdin;
+    const char *name = n_args ? argv[1] : "<stdin>";
+    FILE *f = n_args ? fopen(name, "rb") : stdin;
     if (!f) {
         fprintf(stderr, "%s: %s: %s\n", prog, name, hp_strerror(errno));
         return 1;
