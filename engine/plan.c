@@ -5,21 +5,27 @@
  *
  * The format users write -- top-level keys, study kinds and their options,
  * expansion order -- is documented in docs/plans.md; keep it in step with
- * the loader below (top_names, kind_names, opt_names, kind_opts). Lists are
- * sorted on load; a number listed twice is an error. Booleans are YAML 1.1's.
- * Layers, heads and KV groups are checked against the model only at
- * expansion, which is the first time the model is known.
+ * the loader below (top_names, gopt_names) and the kinds' rows
+ * (engine/study/, one file a kind: its options, their checks, its jobs).
+ * Lists are sorted on load; a number listed twice is an error. Booleans are
+ * YAML 1.1's. Layers, heads and KV groups are checked against the model only
+ * at expansion, which is the first time the model is known.
+ *
+ * This file owns what is common to every kind: the document, the options
+ * every kind takes (name) or every kind over units takes (layers, heads or
+ * groups, kv), the order of the checks, and the expansion's bookkeeping
+ * (units selected, jobs counted against the limit, errors located). It
+ * lends the kinds its value parsers and expansion helpers (hp_ld_*, hp_ex_*,
+ * declared in study/study_int.h) and asks their rows the rest; it names no
+ * kind but the baseline, which it inserts.
  *
  * A plan without a baseline study gets one, named "baseline", at index 0
  * (hp_study.line = 0 marks it as not written in the file).
  *
- * Expansion (hp_plan_expand) turns every study but iterative ones into jobs,
- * in plan order; within a study by layer, then unit; random by k, then
- * sample. Random draws are a function of (plan seed, study name, k, sample)
- * only -- splitmix64 seeding xoshiro256** -- so they are the same on every
- * machine and survive adding, removing or reordering other studies (the
- * results database then recognises the variants as already done). The
- * study's index is deliberately not part of the seed.
+ * Expansion (hp_plan_expand) turns every study into its row's jobs (none
+ * for procedure kinds such as iterative, which the sweep runs), in plan
+ * order; within a study as its row says (by layer, then unit; random by k,
+ * then sample).
  *
  * Errors are one line, "file:line:column: what is wrong (hint)", with
  * line and column counted from 1 as in editors. libyaml's messages are
