@@ -79,7 +79,7 @@ void hp_gate_adam(double *x, double *m, double *v, double g, int t, double lr)
 
 void hp_gate_rng_seed(uint64_t rng[4], uint64_t seed, const char *study, double lambda)
 {
-    /* as plan.c seeds a random draw (util_int.h's generators): the same everywhere */
+    /* as a random study seeds a draw (study/random.c; util_int.h's generators): the same everywhere */
     uint64_t bits;
     memcpy(&bits, &lambda, sizeof bits);
     uint64_t x = seed;

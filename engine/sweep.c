@@ -6,7 +6,10 @@
  * iterative pruning procedure, whose jobs depend on earlier results, and the
  * gradient studies (importance, attribution, gradient-ranked curves), whose
  * gradients are content-addressed results of their own, and the gates
- * studies, whose training runs (gates.c) are saved as they go.
+ * studies, whose training runs (gates.c) are saved as they go. Which of
+ * these procedures a study runs is its kind's (hp_study_run_of, from the
+ * kind's row in engine/study/): the sweep names procedures, not kinds
+ * (but that run_scores tells importance from attribution).
  * Invariant: the same plan, data and threads give the same results whether
  * the sweep ran at once or was resumed after kills, because every job is
  * evaluated alone from the same inputs and iterative choices depend only on

@@ -1,24 +1,27 @@
 /*
- * study_int.h -- the study kinds' family: one file a kind (engine/study/<kind>.c),
- * each exporting one row (struct hp_study_kind_row), and the registry
- * hp_study_kinds (study.c) that plan.c, the sweep and `plan` read.
+ * study_int.h -- the study kinds' family: one file a kind
+ * (engine/study/<kind>.c), each exporting one row (struct
+ * hp_study_kind_row), and the registry hp_study_kinds (study.c) that plan.c
+ * reads, and through plan_int.h the sweep and `headprune plan`.
  *
- * A row says everything that is particular to its kind: its name, the options
- * it takes (besides name: and, for kinds over units, layers: / heads: /
- * groups: / kv:, which plan.c parses for every kind), how they are parsed and
- * checked, the jobs it expands into (mask kinds) or the sweep procedure it
- * runs (procedure kinds), and what it costs.
+ * A row says everything that is particular to its kind: its name, the
+ * options it takes (besides name: and, for kinds over units, layers: /
+ * heads: / groups: / kv:, which plan.c parses for every kind), how they are
+ * parsed and checked, the jobs it expands into (mask kinds) or the sweep
+ * procedure it names (procedure kinds; the procedures are sweep.c's), and
+ * what it costs, with the sentence that says so.
  *
  * plan.c owns the YAML loader and the expansion's bookkeeping and lends the
  * kinds its value parsers (hp_ld_*) and expansion helpers (hp_ex_*): those
  * are declared here, beside the row.
  *
- * A new kind: its value in enum hp_study_kind (headprune.h, before
- * HP_STUDY_COUNT), its file here, its row in study.c's table, its file in
- * meson.build (docs/extending.md walks through one).
+ * A new mask kind is four files: its value in enum hp_study_kind
+ * (headprune.h, before HP_STUDY_COUNT), its file here (single.c is the
+ * model), its row in study.c's table, and that file in meson.build. Its own
+ * options, if any, are fields of struct hp_study (headprune.h again).
  *
- * Must not: be included from outside the planner (plan.c and engine/study/); the
- * sweep and the CLI see the kinds through plan_int.h.
+ * Must not: be included from outside the planner (plan.c and engine/study/)
+ * but by tests; the sweep and the CLI see the kinds through plan_int.h.
  */
 #ifndef HP_STUDY_INT_H
 #define HP_STUDY_INT_H
