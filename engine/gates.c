@@ -30,7 +30,7 @@
 
 #include "eval_int.h"
 #include "job_int.h"
-#include "plan_int.h" /* hp_study_trains: the studies that train on the plan's training set */
+#include "study/study.h" /* hp_study_trains: the studies that train on the plan's training set */
 #include "util_int.h"
 
 // --- the Hard Concrete gate and its L0 penalty --------------------------------------

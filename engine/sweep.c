@@ -29,7 +29,7 @@
 #include "gates_int.h"
 #include "hash_int.h"
 #include "job_int.h" // the job kinds and key prefixes the queries read back
-#include "plan_int.h" // hp_study_run_of: the procedure each study kind runs
+#include "study/study.h" // hp_study_run_of: the procedure each study kind runs
 #include "roles_int.h"
 #include "store_int.h"
 #include "util_int.h"

@@ -13,7 +13,7 @@
 
 #include "cli_int.h"
 #include "cpuload_int.h"
-#include "plan_int.h" /* hp_study_cost, hp_study_describe: each study's cost, as its kind counts it */
+#include "study/study.h" /* hp_study_cost, hp_study_describe: each study's cost, as its kind counts it */
 
 static const char plan_help[] =
     "Usage: headprune plan PLAN.yaml [--format table|csv|json]\n"

@@ -2,7 +2,7 @@
  * study_int.h -- the study kinds' family: one file a kind
  * (engine/study/<kind>.c), each exporting one row (struct
  * hp_study_kind_row), and the registry hp_study_kinds (study.c) that plan.c
- * reads, and through plan_int.h the sweep and `headprune plan`.
+ * reads, and through study.h the sweep, gates.c and `headprune plan`.
  *
  * A row says everything that is particular to its kind: its name, the
  * options it takes (besides name: and, for kinds over units, layers: /
@@ -21,13 +21,13 @@
  * options, if any, are fields of struct hp_study (headprune.h again).
  *
  * Must not: be included from outside the planner (plan.c and engine/study/)
- * but by tests; the sweep and the CLI see the kinds through plan_int.h.
+ * but by tests; the sweep and the CLI see the kinds through study.h.
  */
 #ifndef HP_STUDY_INT_H
 #define HP_STUDY_INT_H
 
 #include "headprune.h"
-#include "plan_int.h"
+#include "study.h"
 #include "util_int.h" /* hp_fail */
 
 #include <stdint.h>
