@@ -275,9 +275,35 @@ struct bind_opts {
     bool no_problem;    /* BERT: no problem_type, so one class is regression in transformers */
 };
 
+struct cfg;
+struct binder;
+
+/*
+ * One row per architecture (archs, below the binders): everything model.c does
+ * differently for it. A new architecture is its value in enum hp_arch
+ * (headprune.h), its config and bind functions here, its row, its keys in
+ * config_keys.c and the flags its passes test (m->rotary, m->post_norm, ...:
+ * model_int.h); docs/extending.md walks through it.
+ */
+struct arch_row {
+    const char *const *types;         /* the model_type values config.json names it by; NULL-terminated */
+    const char *k_heads, *k_hidden;   /* its keys for the head count and the hidden size, for messages */
+    /* config.json (model_type mt) into m's info and flags and o, naming its activation in *act */
+    enum hp_status (*config)(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o, const char **act);
+    const char *const *prefixes;      /* what its tensor names may start with, tried in order; NULL-terminated */
+    void (*bind)(struct binder *b, const struct bind_opts *o); /* every weight, by name and shape */
+    const char *const *harmless;      /* buffers beside the weights it computes nothing from (harmless()) */
+};
+
+static const struct arch_row *arch_named(const char *model_type);
+static const struct arch_row *arch_row(enum hp_arch a);
+static void arch_types(char *buf, size_t n);
+
 /* config.json of a GPT-2 checkpoint (model_type gpt2): its shape, norm, activation and tying. */
-static enum hp_status config_gpt2(struct cfg *c, struct hp_model *m, struct bind_opts *o, const char **act)
+static enum hp_status config_gpt2(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
+                                  const char **act)
 {
+    (void)mt; /* one model_type */
     struct hp_model_info *in = &m->info;
     in->arch = HP_ARCH_GPT2;
     in->n_layers = cfg_int(c, "n_layer", -1, CFG_MAX_COUNT);
@@ -299,8 +325,10 @@ static enum hp_status config_gpt2(struct cfg *c, struct hp_model *m, struct bind
 }
 
 /* config.json of a BERT checkpoint: its shape, norm, activation, token types, tying and classes. */
-static enum hp_status config_bert(struct cfg *c, struct hp_model *m, struct bind_opts *o, const char **act)
+static enum hp_status config_bert(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
+                                  const char **act)
 {
+    (void)mt; /* one model_type */
     struct hp_model_info *in = &m->info;
     in->arch = HP_ARCH_BERT;
     m->post_norm = true;
@@ -409,22 +437,16 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
         return c.st != HP_OK ? c.st : hp_fail(err, HP_ERR_FORMAT, "%s: missing \"model_type\"", path);
     snprintf(in->model_type, sizeof in->model_type, "%s", mt);
     const char *act = NULL;
-    /* the keys naming the head count and the hidden size, for messages */
-    const char *k_heads = "num_attention_heads", *k_hidden = "hidden_size";
     *o = (struct bind_opts){0};
-    enum hp_status st;
-    if (strcmp(mt, "gpt2") == 0) {
-        k_heads = "n_head";
-        k_hidden = "n_embd";
-        st = config_gpt2(&c, m, o, &act);
-    } else if (strcmp(mt, "bert") == 0) {
-        st = config_bert(&c, m, o, &act);
-    } else if (strcmp(mt, "llama") == 0 || strcmp(mt, "mistral") == 0 || strcmp(mt, "qwen2") == 0) {
-        st = config_llama(&c, m, mt, o, &act);
-    } else {
-        return hp_fail(err, HP_ERR_UNSUPPORTED,
-                       "%s: model_type \"%s\" is not supported (gpt2, bert, llama, mistral, qwen2)", path, mt);
+    const struct arch_row *row = arch_named(mt);
+    if (!row) {
+        char types[256];
+        arch_types(types, sizeof types);
+        return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: model_type \"%s\" is not supported (%s)", path, mt, types);
     }
+    /* the keys naming the head count and the hidden size, for messages */
+    const char *k_heads = row->k_heads, *k_hidden = row->k_hidden;
+    enum hp_status st = row->config(&c, m, mt, o, &act);
     if (st != HP_OK)
         return st;
     if (c.st != HP_OK)
@@ -970,6 +992,51 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
     b->st = hb.st;
 }
 
+// --- the architectures ------------------------------------------------------------
+
+static const char *const gpt2_types[] = {"gpt2", NULL}, *const gpt2_prefixes[] = {"transformer.", "", NULL},
+                         *const gpt2_harmless[] = {"attn.bias", "attn.masked_bias", NULL}; /* causal-mask buffers */
+static const char *const bert_types[] = {"bert", NULL}, *const bert_prefixes[] = {"bert.", "", NULL},
+                         *const bert_harmless[] = {"embeddings.position_ids", "embeddings.token_type_ids", /* indices */
+                                                   "cls.seq_relationship.weight", "cls.seq_relationship.bias", NULL};
+static const char *const llama_types[] = {"llama", "mistral", "qwen2", NULL},
+                         *const llama_prefixes[] = {"model.", "", NULL},
+                         *const llama_harmless[] = {"rotary_emb.inv_freq", NULL}; /* recomputed from rope_theta */
+
+static const struct arch_row archs[] = {
+    [HP_ARCH_GPT2] = {gpt2_types, "n_head", "n_embd", config_gpt2, gpt2_prefixes, bind_gpt2, gpt2_harmless},
+    [HP_ARCH_BERT] = {bert_types, "num_attention_heads", "hidden_size", config_bert, bert_prefixes, bind_bert,
+                      bert_harmless},
+    [HP_ARCH_LLAMA] = {llama_types, "num_attention_heads", "hidden_size", config_llama, llama_prefixes, bind_llama,
+                       llama_harmless},
+};
+static_assert(sizeof archs / sizeof archs[0] == HP_ARCH_COUNT, "archs: one row per enum hp_arch");
+
+static const struct arch_row *arch_named(const char *model_type)
+{
+    for (int a = 0; a < HP_ARCH_COUNT; a++)
+        for (const char *const *t = archs[a].types; *t; t++)
+            if (strcmp(*t, model_type) == 0)
+                return &archs[a];
+    return NULL;
+}
+
+static const struct arch_row *arch_row(enum hp_arch a)
+{
+    assert(a >= 0 && a < HP_ARCH_COUNT);
+    return &archs[a];
+}
+
+/* Every model_type the rows know, "gpt2, bert, llama, ...", for the message that refuses another. */
+static void arch_types(char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int a = 0; a < HP_ARCH_COUNT; a++)
+        for (const char *const *t = archs[a].types; *t && k < n; t++)
+            k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", *t);
+}
+
 // --- every tensor accounted for -------------------------------------------------
 
 /*
@@ -979,14 +1046,10 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
  */
 static bool harmless(const struct hp_model *m, const char *name)
 {
-    static const char *const gpt2[] = {"attn.bias", "attn.masked_bias", NULL}; /* causal-mask buffers */
-    static const char *const bert[] = {"embeddings.position_ids", "embeddings.token_type_ids", /* index buffers */
-                                       "cls.seq_relationship.weight", "cls.seq_relationship.bias", NULL};
+    /* BERT's pooler, when no classifier reads it */
     static const char *const bert_pooler[] = {"pooler.dense.weight", "pooler.dense.bias", NULL};
-    static const char *const llama[] = {"rotary_emb.inv_freq", NULL}; /* recomputed from rope_theta */
     const enum hp_arch a = m->info.arch;
-    const char *const *lists[] = {a == HP_ARCH_GPT2 ? gpt2 : a == HP_ARCH_BERT ? bert : llama,
-                                  a == HP_ARCH_BERT && !m->pooler.p ? bert_pooler : NULL};
+    const char *const *lists[] = {arch_row(a)->harmless, a == HP_ARCH_BERT && !m->pooler.p ? bert_pooler : NULL};
     const size_t n = strlen(name);
     for (int i = 0; i < 2; i++)
         for (const char *const *p = lists[i]; p && *p; p++) {
@@ -1155,17 +1218,9 @@ enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model
             st = m->layers ? make_slots(m, err) : hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", dir);
         }
         if (st == HP_OK) {
-            static const char *const gpt2[] = {"transformer.", "", NULL};
-            static const char *const bert[] = {"bert.", "", NULL};
-            static const char *const llama[] = {"model.", "", NULL};
-            const char *const *pre = m->info.arch == HP_ARCH_GPT2 ? gpt2 : m->info.arch == HP_ARCH_BERT ? bert : llama;
-            struct binder b = {m, pre, err, HP_OK, NULL};
-            if (m->info.arch == HP_ARCH_GPT2)
-                bind_gpt2(&b, &o);
-            else if (m->info.arch == HP_ARCH_BERT)
-                bind_bert(&b, &o);
-            else
-                bind_llama(&b, &o);
+            const struct arch_row *row = arch_row(m->info.arch);
+            struct binder b = {m, row->prefixes, err, HP_OK, NULL};
+            row->bind(&b, &o);
             st = b.st;
             if (st == HP_OK)
                 st = check_all_read(m, err);

@@ -91,6 +91,7 @@ enum hp_arch {
     HP_ARCH_GPT2,
     HP_ARCH_BERT,
     HP_ARCH_LLAMA, /* llama, mistral, qwen2 */
+    HP_ARCH_COUNT  /* how many there are (not an architecture): model.c's table is sized by it */
 };
 
 struct hp_model_info {
