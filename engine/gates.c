@@ -30,6 +30,7 @@
 
 #include "eval_int.h"
 #include "job_int.h"
+#include "study/study.h" /* hp_study_trains: the studies that train on the plan's training set */
 #include "util_int.h"
 
 // --- the Hard Concrete gate and its L0 penalty --------------------------------------
@@ -78,7 +79,7 @@ void hp_gate_adam(double *x, double *m, double *v, double g, int t, double lr)
 
 void hp_gate_rng_seed(uint64_t rng[4], uint64_t seed, const char *study, double lambda)
 {
-    /* as plan.c seeds a random draw (util_int.h's generators): the same everywhere */
+    /* as a random study seeds a draw (study/random.c; util_int.h's generators): the same everywhere */
     uint64_t bits;
     memcpy(&bits, &lambda, sizeof bits);
     uint64_t x = seed;
@@ -326,7 +327,7 @@ enum hp_status hp_gates_data_load(const struct hp_plan *p, const char *metric, s
     *train = NULL;
     const struct hp_study *s = NULL;
     for (int i = 0; i < p->n_studies && !s; i++)
-        if (p->studies[i].kind == HP_STUDY_GATES)
+        if (hp_study_trains(&p->studies[i]))
             s = &p->studies[i];
     if (!s)
         return HP_OK;

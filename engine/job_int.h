@@ -9,7 +9,7 @@
  * address never meets a variant's. SQL may paste these names in: they are
  * literals, never the user's text.
  *
- * Must not: grow into a registry of study kinds (plan.c owns those); only the
+ * Must not: grow into a registry of study kinds (engine/study/ holds those); only the
  * strings that more than one module spells.
  */
 #ifndef HP_JOB_INT_H

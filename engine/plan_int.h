@@ -1,6 +1,8 @@
-/* plan_int.h -- what engine/plan.c offers beyond the public header. */
+/* plan_int.h -- what engine/plan.c offers beyond the public header (the study kinds' own: study/study.h). */
 #ifndef HP_PLAN_INT_H
 #define HP_PLAN_INT_H
+
+#include <stddef.h>
 
 #include "headprune.h"
 

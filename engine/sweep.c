@@ -6,7 +6,10 @@
  * iterative pruning procedure, whose jobs depend on earlier results, and the
  * gradient studies (importance, attribution, gradient-ranked curves), whose
  * gradients are content-addressed results of their own, and the gates
- * studies, whose training runs (gates.c) are saved as they go.
+ * studies, whose training runs (gates.c) are saved as they go. Which of
+ * these procedures a study runs is its kind's (hp_study_run_of, from the
+ * kind's row in engine/study/): the sweep names procedures, not kinds
+ * (but that run_scores tells importance from attribution).
  * Invariant: the same plan, data and threads give the same results whether
  * the sweep ran at once or was resumed after kills, because every job is
  * evaluated alone from the same inputs and iterative choices depend only on
@@ -26,6 +29,7 @@
 #include "gates_int.h"
 #include "hash_int.h"
 #include "job_int.h" // the job kinds and key prefixes the queries read back
+#include "study/study.h" // hp_study_run_of: the procedure each study kind runs
 #include "roles_int.h"
 #include "store_int.h"
 #include "util_int.h"
@@ -140,9 +144,9 @@ static void job_done(struct ctx *c, const struct hp_job *job)
         /* results arrive a window at a time: name the study (and step) at work, not one job */
         char label[192];
         const struct hp_study *s = &c->plan->studies[job->study];
-        if (s->kind == HP_STUDY_ITERATIVE)
+        if (hp_study_run_of(s->kind) == HP_STUDY_RUN_ITERATIVE)
             snprintf(label, sizeof label, "%s, step %d%s", s->name, job->step, job->k < 0 ? " (gradient)" : "");
-        else if (s->kind == HP_STUDY_GATES)
+        else if (hp_study_run_of(s->kind) == HP_STUDY_RUN_GATES)
             snprintf(label, sizeof label, "%s, %s", s->name, job->label);
         else
             snprintf(label, sizeof label, "%s", s->name);
@@ -870,6 +874,19 @@ static enum hp_status load_means(struct ctx *c, struct hp_error *err)
     return st == HP_OK ? hp_store_put_means(c->store, c->model_digest, c->data_digest, &mine, err) : st;
 }
 
+/* The procedure a study's kind runs after the jobs (hp_study_run_of; the scores ran before them). */
+static enum hp_status run_procedure(struct ctx *c, int si, int64_t *ord, struct hp_error *err)
+{
+    switch (hp_study_run_of(c->plan->studies[si].kind)) {
+    case HP_STUDY_RUN_ITERATIVE: return run_iterative(c, si, ord, err);
+    case HP_STUDY_RUN_ROLES: return run_roles(c, si, err);
+    case HP_STUDY_RUN_GATES: return run_gates(c, si, ord, err);
+    case HP_STUDY_RUN_JOBS:
+    case HP_STUDY_RUN_SCORES: break;
+    }
+    return HP_OK;
+}
+
 enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_opts *o, struct hp_sweep_summary *sum,
                             struct hp_error *err)
 {
@@ -956,13 +973,15 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
                 ords[n++] = i;
             }
         c.total = n;
-        for (int si = 0; o->shard_index == 0 && si < plan->n_studies; si++)
-            c.total += hp_study_evals(&plan->studies[si], c.info) + hp_study_backwards(&plan->studies[si], c.info) +
-                       (plan->studies[si].kind == HP_STUDY_ROLES);
+        for (int si = 0; o->shard_index == 0 && si < plan->n_studies; si++) {
+            struct hp_study_cost cost;
+            hp_study_cost(&plan->studies[si], c.info, 0, &cost);
+            c.total += cost.evals + cost.backwards + cost.train_backwards + cost.passes;
+        }
         /* importance and attribution first (shard 0): their gradient's forward at the unmasked model is also
          * the baseline's pass, whose metrics (the same bits) the evaluator then hands to the baseline's job */
         for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !stopping(&c); si++)
-            if (plan->studies[si].kind == HP_STUDY_IMPORTANCE || plan->studies[si].kind == HP_STUDY_ATTRIBUTION)
+            if (hp_study_run_of(plan->studies[si].kind) == HP_STUDY_RUN_SCORES)
                 st = run_scores(&c, si, err);
         if (st == HP_OK)
             st = mine && ords ? run_jobs(&c, ords, mine, n, NULL, NULL, err)
@@ -971,14 +990,9 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         free(ords);
     }
     int64_t ord = jobs ? jobs->n : 0;
-    /* iterative, roles and gates studies in plan order, in shard 0 only: their work depends on earlier results */
+    /* the procedure studies in plan order, in shard 0 only: their work depends on earlier results */
     for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !stopping(&c); si++)
-        if (plan->studies[si].kind == HP_STUDY_ITERATIVE)
-            st = run_iterative(&c, si, &ord, err);
-        else if (plan->studies[si].kind == HP_STUDY_ROLES)
-            st = run_roles(&c, si, err);
-        else if (plan->studies[si].kind == HP_STUDY_GATES)
-            st = run_gates(&c, si, &ord, err);
+        st = run_procedure(&c, si, &ord, err);
     sum->n_jobs = c.done;
     sum->interrupted = stopping(&c);
     sum->seconds = hp_now() - c.t0;

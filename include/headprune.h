@@ -692,6 +692,7 @@ enum hp_study_kind {
     HP_STUDY_ATTRIBUTION, /* first-order (AtP) estimate of each unit's single ablation effect */
     HP_STUDY_ROLES,       /* what each head attends to (hp_roles_compute): one unmasked pass */
     HP_STUDY_GATES,       /* Voita et al.'s L0-regularised Hard Concrete gates, trained per lambda (weights frozen) */
+    HP_STUDY_COUNT        /* not a kind: how many there are (each is a row of engine/study/study.c) */
 };
 
 /* How importance scores are scaled: per layer to unit L2 norm (Michel et al.), or not. */

@@ -22,6 +22,7 @@
  */
 #define _DEFAULT_SOURCE
 #include "headprune.h"
+#include "study/study_int.h" /* the kinds' rows */
 #include "testutil.h"
 
 #include <criterion/criterion.h>
@@ -175,6 +176,25 @@ Test(plan, kind_names)
     for (int k = HP_STUDY_BASELINE; k <= HP_STUDY_ITERATIVE; k++)
         cr_assert_str_eq(hp_study_kind_name((enum hp_study_kind)k), want[k]);
     cr_assert_str_eq(hp_study_kind_name((enum hp_study_kind)99), "unknown");
+}
+
+/* The registry: a row at every kind (static_assert catches one missing at the end only), each named once, its
+ * required option one of its own, and a kind that counts jobs makes them. */
+Test(plan, every_kind_has_its_row)
+{
+    for (int k = 0; k < HP_STUDY_COUNT; k++) {
+        const struct hp_study_kind_row *r = hp_study_row((enum hp_study_kind)k);
+        cr_assert(r && r->name, "kind %d has no row", k);
+        cr_assert_str_eq(hp_study_kind_name((enum hp_study_kind)k), r->name);
+        for (int j = 0; j < k; j++)
+            cr_assert_str_neq(hp_study_row((enum hp_study_kind)j)->name, r->name, "two kinds named %s", r->name);
+        cr_assert(r->n_opts >= 0 && r->n_opts <= 16 && (r->n_opts == 0 || r->opts), "%s: its options", r->name);
+        bool found = !r->required;
+        for (int o = 0; o < r->n_opts; o++)
+            found |= r->required && !strcmp(r->opts[o].name, r->required);
+        cr_assert(found && (!r->required || r->example), "%s: requires '%s', not its option", r->name, r->required);
+        cr_assert(!r->count_jobs || r->expand, "%s counts jobs it does not make", r->name);
+    }
 }
 
 Test(plan, joblist_push_grows_and_frees)

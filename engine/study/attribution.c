@@ -1,0 +1,36 @@
+/*
+ * attribution.c -- the attribution study: the first-order (AtP) estimate of
+ * each unit's single-ablation effect, from one forward + backward at the
+ * unmasked model. The sweep computes it (HP_STUDY_RUN_SCORES) into the
+ * scores table.
+ */
+#include "study_int.h"
+
+static long backwards(const struct hp_study *s, const struct hp_model_info *info)
+{
+    (void)s, (void)info;
+    return 1;
+}
+
+static bool needs_grad(const struct hp_study *s)
+{
+    (void)s;
+    return true;
+}
+
+static void describe(const struct hp_study *s, const struct hp_model_info *info, const struct hp_study_cost *c,
+                     const char *metric, char *buf, size_t cap)
+{
+    (void)info, (void)c, (void)metric;
+    snprintf(buf, cap, "1 forward+backward pass (%s)", hp_unit_name(s->kv, true));
+}
+
+const struct hp_study_kind_row hp_study_attribution = {
+    .name = "attribution",
+    .units = true,
+    .run = HP_STUDY_RUN_SCORES,
+    .first_shard_only = true,
+    .backwards = backwards,
+    .needs_grad = needs_grad,
+    .describe = describe,
+};

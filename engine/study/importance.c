@@ -1,0 +1,57 @@
+/*
+ * importance.c -- the importance study: Michel et al.'s head importance,
+ * E|dL/dxi| per unit, from one forward + backward at the unmasked model,
+ * scaled per layer to unit L2 norm (normalize: layer) or not. The sweep
+ * computes it (HP_STUDY_RUN_SCORES) into the scores table. normalize: is
+ * also an option of iterative studies ranked by gradient: its parse is here.
+ */
+#include "study_int.h"
+
+static const char *const normalize_names[] = {[HP_NORMALIZE_LAYER] = "layer", [HP_NORMALIZE_NONE] = "none"};
+
+const char *hp_normalize_name(enum hp_normalize n)
+{
+    return (int)n >= 0 && (int)n < 2 ? normalize_names[n] : "unknown";
+}
+
+enum hp_status hp_study_parse_normalize(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
+{
+    int i = 0;
+    enum hp_status st = hp_ld_word(ld, "normalize", v, normalize_names, 2, &i);
+    s->normalize = (enum hp_normalize)i;
+    return st;
+}
+
+static long backwards(const struct hp_study *s, const struct hp_model_info *info)
+{
+    (void)s, (void)info;
+    return 1;
+}
+
+static bool needs_grad(const struct hp_study *s)
+{
+    (void)s;
+    return true;
+}
+
+static void describe(const struct hp_study *s, const struct hp_model_info *info, const struct hp_study_cost *c,
+                     const char *metric, char *buf, size_t cap)
+{
+    (void)info, (void)c, (void)metric;
+    snprintf(buf, cap, "1 forward+backward pass (%s, normalize %s)", hp_unit_name(s->kv, true),
+             hp_normalize_name(s->normalize));
+}
+
+static const struct hp_study_opt opts[] = {{"normalize", hp_study_parse_normalize}};
+
+const struct hp_study_kind_row hp_study_importance = {
+    .name = "importance",
+    .units = true,
+    .opts = opts,
+    .n_opts = 1,
+    .run = HP_STUDY_RUN_SCORES,
+    .first_shard_only = true,
+    .backwards = backwards,
+    .needs_grad = needs_grad,
+    .describe = describe,
+};

@@ -1,0 +1,172 @@
+/*
+ * iterative.c -- the iterative study: a pruning curve (Michel et al.). From
+ * the whole model, each step prunes prune: of the study's units, those whose
+ * loss hurts least (rank: exact, one evaluation a candidate) or the least
+ * important by the gradient under the current mask (rank: gradient, one
+ * backward a step), until at most floor: of them is left. Its jobs depend on
+ * results, so it expands into none here: the sweep runs it
+ * (HP_STUDY_RUN_ITERATIVE), by the schedule below, in the first shard.
+ */
+#include "study_int.h"
+
+#include <math.h>
+
+static const char *const rank_names[] = {[HP_RANK_EXACT] = "exact", [HP_RANK_GRADIENT] = "gradient"};
+
+const char *hp_rank_name(enum hp_rank r)
+{
+    return (int)r >= 0 && (int)r < 2 ? rank_names[r] : "unknown";
+}
+
+// --- options ---------------------------------------------------------------------------
+
+static enum hp_status parse_prune(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
+{
+    return hp_ld_fraction(ld, "prune", v, true, &s->prune_frac);
+}
+
+static enum hp_status parse_floor(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
+{
+    return hp_ld_fraction(ld, "floor", v, false, &s->floor_frac);
+}
+
+static enum hp_status parse_keep1(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
+{
+    return hp_ld_bool(ld, "keep_one_per_layer", v, &s->keep_one_per_layer);
+}
+
+static enum hp_status parse_rank(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
+{
+    int i = 0;
+    enum hp_status st = hp_ld_word(ld, "rank", v, rank_names, 2, &i);
+    s->rank = (enum hp_rank)i;
+    return st;
+}
+
+enum { O_PRUNE, O_FLOOR, O_KEEP1, O_RANK, O_NORMALIZE, N_OPTS };
+
+static const struct hp_study_opt opts[N_OPTS] = {
+    [O_PRUNE] = {"prune", parse_prune},
+    [O_FLOOR] = {"floor", parse_floor},
+    [O_KEEP1] = {"keep_one_per_layer", parse_keep1},
+    [O_RANK] = {"rank", parse_rank},
+    [O_NORMALIZE] = {"normalize", hp_study_parse_normalize},
+};
+
+static enum hp_status check(const struct hp_loader *ld, const struct hp_study_seen *seen, struct hp_study *s)
+{
+    if (seen->opts[O_NORMALIZE] && s->rank != HP_RANK_GRADIENT)
+        return hp_ld_fail(ld, seen->opts[O_NORMALIZE], "'normalize' scales gradient importance: it applies to an "
+                          "iterative study with rank: gradient (this one ranks by exact evaluations)");
+    return HP_OK;
+}
+
+// --- the schedule ------------------------------------------------------------------------
+
+struct hp_iterative_schedule hp_study_schedule(const struct hp_study *s, const struct hp_model_info *info)
+{
+    /* the selected units the checkpoint has, and the layers that have any */
+    const int per_layer = hp_unit_count(info, s->kv), n_lay = s->n_layers_sel ? s->n_layers_sel : info->n_layers,
+              n_sel = s->n_units_sel ? s->n_units_sel : per_layer;
+    int n = 0, layers = 0;
+    for (int i = 0; i < n_lay; i++) {
+        const int l = s->n_layers_sel ? s->layers[i] : i;
+        int k = 0;
+        for (int j = 0; j < n_sel; j++) {
+            const int u = s->n_units_sel ? s->units[j] : j;
+            k += l < info->n_layers && u < per_layer && !hp_unit_pruned(info, s->kv, l, u);
+        }
+        n += k;
+        layers += k > 0;
+    }
+    struct hp_iterative_schedule sc = {n, layers, (int)fmax(1.0, round(s->prune_frac * n)),
+                                       (int)ceil(s->floor_frac * n - 1e-9)};
+    /* one unit a layer stays: the curve ends there, whatever the floor */
+    if (s->keep_one_per_layer && sc.floor_units < layers)
+        sc.floor_units = layers;
+    return sc;
+}
+
+int hp_iterative_step(const struct hp_iterative_schedule *sc, int left)
+{
+    if (left <= sc->floor_units)
+        return 0;
+    return sc->per_step < left - sc->floor_units ? sc->per_step : left - sc->floor_units;
+}
+
+// --- cost --------------------------------------------------------------------------------
+
+/*
+ * The sweep's loop without the scores: each step records its curve point,
+ * scores every unit still prunable (none when the step prunes them all), and
+ * prunes hp_iterative_step of them.
+ * With keep_one_per_layer a layer down to its last unit is not scored; how
+ * many layers are down to one depends on the scores, but with `left` units in
+ * n_layers layers (each keeping at least one) at least 2 n_layers - left
+ * are, and exactly that many when no layer has more than 2 units.
+ */
+static long evals(const struct hp_study *s, const struct hp_model_info *info)
+{
+    struct hp_iterative_schedule sc = hp_study_schedule(s, info);
+    long n = 0;
+    for (int left = sc.n_units;;) {
+        n++; /* the curve point */
+        int k = hp_iterative_step(&sc, left);
+        if (k == 0)
+            break;
+        if (s->rank == HP_RANK_GRADIENT || k == left) { /* a backward ranks them (backwards); or all go */
+            left -= k;
+            continue;
+        }
+        int at_last = s->keep_one_per_layer && 2 * sc.n_layers > left ? 2 * sc.n_layers - left : 0;
+        n += left - at_last; /* the candidates */
+        left -= k;
+    }
+    return n;
+}
+
+/* A gradient-ranked curve runs one backward for every point but the last, and but a step that prunes
+ * every unit left: exactly, since each step prunes hp_iterative_step units whatever the ranking
+ * (keep_one_per_layer only narrows the choice). */
+static long backwards(const struct hp_study *s, const struct hp_model_info *info)
+{
+    if (s->rank != HP_RANK_GRADIENT)
+        return 0;
+    struct hp_iterative_schedule sc = hp_study_schedule(s, info);
+    long n = 0;
+    for (int left = sc.n_units, k; (k = hp_iterative_step(&sc, left)) > 0; left -= k)
+        n += k < left;
+    return n;
+}
+
+static bool needs_grad(const struct hp_study *s)
+{
+    return s->rank == HP_RANK_GRADIENT;
+}
+
+static void describe(const struct hp_study *s, const struct hp_model_info *info, const struct hp_study_cost *c,
+                     const char *metric, char *buf, size_t cap)
+{
+    (void)info, (void)metric;
+    if (s->rank == HP_RANK_GRADIENT)
+        snprintf(buf, cap, "%ld evaluations + %ld forward+backward passes (ranked by gradient importance, "
+                 "normalize %s)", c->evals, c->backwards, hp_normalize_name(s->normalize));
+    else
+        snprintf(buf, cap, "about %ld evaluations (masks depend on results)", c->evals);
+}
+
+const struct hp_study_kind_row hp_study_iterative = {
+    .name = "iterative",
+    .units = true,
+    .opts = opts,
+    .n_opts = N_OPTS,
+    .required = "prune",
+    .example = "iterative: {prune: 10%}",
+    .check = check,
+    .run = HP_STUDY_RUN_ITERATIVE,
+    .first_shard_only = true,
+    .evals = evals,
+    .backwards = backwards,
+    .needs_grad = needs_grad,
+    .describe = describe,
+};

@@ -1,0 +1,46 @@
+/*
+ * study.h -- what the study kinds (engine/study/) offer beyond the public
+ * header, to the sweep, gates.c and `headprune plan`: the procedure a kind
+ * runs, and what a study costs. The rows themselves are study_int.h's,
+ * for the planner only.
+ */
+#ifndef HP_STUDY_H
+#define HP_STUDY_H
+
+#include <stddef.h>
+
+#include "headprune.h"
+
+/* The sweep's procedure a study kind runs besides its expanded jobs (sweep.c has one of each). */
+enum hp_study_run {
+    HP_STUDY_RUN_JOBS,      /* none: the expanded jobs are the study */
+    HP_STUDY_RUN_SCORES,    /* one gradient at the unmasked model, into scores (before the jobs) */
+    HP_STUDY_RUN_ITERATIVE, /* the pruning curve, step by step (after the jobs, as the rest) */
+    HP_STUDY_RUN_ROLES,     /* every head's roles, one unmasked pass */
+    HP_STUDY_RUN_GATES,     /* gate training per lambda, then its two evaluations */
+};
+enum hp_study_run hp_study_run_of(enum hp_study_kind k);
+
+/* What a study costs on a model, beyond the jobs it expands into. */
+struct hp_study_cost {
+    int n_jobs;           /* jobs it expanded into (given) */
+    long evals;           /* hp_study_evals */
+    long backwards;       /* forward + backward passes over the held-out set */
+    long train_backwards; /* ... over the plan's training set (gates: one a step) */
+    long passes;          /* unmasked passes of its own (roles) */
+};
+
+/*
+ * The study's cost on the model (n_jobs: what it expanded into), and the
+ * sentence `headprune plan` prints after its name and kind, e.g. "12 jobs",
+ * "about 40 evaluations (masks depend on results)". metric: the plan's, as
+ * resolved against the model.
+ */
+void hp_study_cost(const struct hp_study *s, const struct hp_model_info *info, int n_jobs, struct hp_study_cost *out);
+void hp_study_describe(const struct hp_study *s, const struct hp_model_info *info, const struct hp_study_cost *c,
+                       const char *metric, char *buf, size_t cap);
+
+/* Whether the study trains on the plan's training set (gates: hp_gates_data_load makes it). */
+bool hp_study_trains(const struct hp_study *s);
+
+#endif
