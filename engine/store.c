@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "hash_int.h"
+#include "metric_int.h"
 #include "schema_sql.h"
 #include "util_int.h"
 
@@ -484,6 +485,139 @@ enum hp_status hp_store_open_read(const char *path, int busy_ms, double seconds,
     return s;
 }
 
+// --- the metrics' part of the schema -------------------------------------------
+
+void hs_metric_cols(char out[HS_METRIC_COLS], const char *prefix)
+{
+    size_t n = 0;
+    for (int k = 0; k < HP_N_METRICS; k++)
+        n += (size_t)snprintf(out + n, HS_METRIC_COLS - n, "%s%.7s%s", k ? ", " : "", prefix,
+                              hp_metric_name((enum hp_metric)k));
+}
+
+void hs_metric_params(char out[HS_METRIC_COLS])
+{
+    size_t n = 0;
+    for (int k = 0; k < HP_N_METRICS; k++)
+        n += (size_t)snprintf(out + n, HS_METRIC_COLS - n, "%s?", k ? ", " : "");
+}
+
+/*
+ * The views over every metric, as the metric table makes them (docs/database.md): jobs, baselines and
+ * effects, the last signed as each metric's row says (hp_metric_effect). jobs and baselines give the metrics
+ * (and ppl) in the order of db's results columns, so that an older database's views keep their columns' order
+ * (loss, ppl, acc, kl, cos, then metrics added later). Written into out (size n). An SQLite error code.
+ */
+static int metric_views(sqlite3 *db, char *out, size_t n)
+{
+    char jc[2 * HS_METRIC_COLS] = "", bc[2 * HS_METRIC_COLS] = "", ec[HS_METRIC_COLS], dc[4 * HS_METRIC_COLS];
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, "SELECT name FROM pragma_table_info('results') ORDER BY cid", -1, &st, NULL);
+    size_t nj = 0, nb = 0;
+    while (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+        const char *c = (const char *)sqlite3_column_text(st, 0);
+        enum hp_metric m;
+        if (!c || (strcmp(c, "ppl") != 0 && !hp_metric_parse(c, &m)))
+            continue;
+        nj += (size_t)snprintf(jc + nj, sizeof jc - nj, "r.%.40s, ", c);
+        nb += (size_t)snprintf(bc + nb, sizeof bc - nb, "%.40s, ", c);
+    }
+    if (rc == SQLITE_OK)
+        rc = sqlite3_finalize(st);
+    if (rc != SQLITE_OK)
+        return rc;
+    if (nb >= 2)
+        bc[nb - 2] = '\0'; /* baselines' list ends the select: no ", " after it */
+    hs_metric_cols(ec, "j.");
+    size_t d = 0;
+    for (int k = 0; k < HP_N_METRICS; k++) {
+        const struct hp_metric_row *r = hp_metric_row((enum hp_metric)k);
+        const char *m = r->name, *sep = k ? ", " : "";
+        if (r->baseline == HP_BASELINE_UNMASKED) /* the value is the effect: the baseline's is 0 */
+            d += (size_t)snprintf(dc + d, sizeof dc - d, r->sign > 0 ? "%sj.%s AS d_%s" : "%s0.0 - j.%s AS d_%s", sep,
+                                  m, m);
+        else if (r->sign > 0)
+            d += (size_t)snprintf(dc + d, sizeof dc - d, "%sj.%s - b.%s AS d_%s", sep, m, m, m);
+        else
+            d += (size_t)snprintf(dc + d, sizeof dc - d, "%sb.%s - j.%s AS d_%s", sep, m, m, m);
+    }
+    snprintf(out, n,
+             "CREATE VIEW jobs AS\n"
+             "SELECT j.sweep_id, j.ord, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2,\n"
+             "       j.step, j.sample, j.k, v.mask_text, v.n_ablated, %sr.n_tokens, r.wall_s, j.variant_id\n"
+             "FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id JOIN results r ON r.variant_id = j.variant_id;\n"
+             "CREATE VIEW baselines AS\n"
+             "SELECT sweep_id, variant_id, %s FROM jobs WHERE kind = 'baseline';\n"
+             "CREATE VIEW effects AS\n"
+             "SELECT j.sweep_id, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2, j.step, j.sample, j.k,\n"
+             "       j.mask_text, %s,\n"
+             "       %s\n"
+             "FROM jobs j JOIN baselines b ON b.sweep_id = j.sweep_id;\n",
+             jc, bc, dc, ec);
+    return SQLITE_OK;
+}
+
+/* A column per metric in results and seq_results (what a database older than a metric lacks is added). */
+static int metric_columns(sqlite3 *db)
+{
+    static const char *const tables[] = {"results", "seq_results"};
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2", -1, &st, NULL);
+    for (int t = 0; t < 2 && rc == SQLITE_OK; t++)
+        for (int k = 0; k < HP_N_METRICS && rc == SQLITE_OK; k++) {
+            const char *m = hp_metric_name((enum hp_metric)k);
+            sqlite3_reset(st);
+            sqlite3_bind_text(st, 1, tables[t], -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 2, m, -1, SQLITE_STATIC);
+            if ((rc = sqlite3_step(st)) != SQLITE_ROW)
+                break;
+            rc = SQLITE_OK;
+            if (sqlite3_column_int(st, 0) == 0) {
+                char sql[128];
+                snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s REAL", tables[t], m);
+                rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+            }
+        }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The views made again where a database holds others (older, or without a metric): all three, in order. */
+static int metric_views_fit(sqlite3 *db)
+{
+    char views[16384];
+    sqlite3_stmt *st = NULL;
+    int rc = metric_views(db, views, sizeof views);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db, "SELECT group_concat(sql || ';' || char(10), '') FROM (SELECT sql FROM sqlite_master "
+                                    "WHERE type = 'view' AND name IN ('jobs', 'baselines', 'effects') "
+                                    "ORDER BY CASE name WHEN 'jobs' THEN 0 WHEN 'baselines' THEN 1 ELSE 2 END)",
+                                -1, &st, NULL);
+    bool same = false;
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const unsigned char *have = sqlite3_column_text(st, 0);
+        same = have && strcmp((const char *)have, views) == 0;
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_OK && !same)
+        rc = sqlite3_exec(db, "DROP VIEW IF EXISTS effects; DROP VIEW IF EXISTS baselines; DROP VIEW IF EXISTS jobs",
+                          NULL, NULL, NULL);
+    if (rc == SQLITE_OK && !same)
+        rc = sqlite3_exec(db, views, NULL, NULL, NULL);
+    return rc;
+}
+
+int hp_store_schema(sqlite3 *db)
+{
+    int rc = sqlite3_exec(db, schema_sql, NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = metric_columns(db);
+    if (rc == SQLITE_OK)
+        rc = metric_views_fit(db);
+    return rc;
+}
+
 // --- opening ------------------------------------------------------------------
 
 /* WAL mode and the schema (whole, or what an older database lacks), in one locked transaction. */
@@ -500,7 +634,7 @@ static int open_schema(struct hp_store *s)
     rc = hs_select_int(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", NULL, &n, &found);
     /* the schema is idempotent: a new database gets it whole, an older one what it lacks */
     if (rc == SQLITE_OK)
-        rc = hs_exec(s, schema_sql);
+        rc = hp_store_schema(s->db);
     if (rc == SQLITE_OK) {
         char sql[256];
         /* up, never down: a newer headprune may have upgraded it since we checked */
@@ -771,15 +905,58 @@ static const char merge_variants_sql[] =
     "  FROM src.variants v JOIN src.models m ON m.id = v.model_id JOIN src.datasets d ON d.id = v.dataset_id "
     "  WHERE v.id IN (SELECT variant_id FROM src.results) ORDER BY v.id;";
 
+/* Whether schema.sql's CREATE TABLE of table names col: every database has it (else the store added it). */
+static bool schema_column(const char *table, const char *col)
+{
+    char head[64], line[64];
+    snprintf(head, sizeof head, "CREATE TABLE IF NOT EXISTS %s(", table);
+    snprintf(line, sizeof line, "\n  %s ", col);
+    const char *a = strstr(schema_sql, head), *b = a ? strstr(a, ");") : NULL, *c = a ? strstr(a, line) : NULL;
+    return c && c < b;
+}
+
+/*
+ * The results and seq_results rows of src's variants, a column per metric: src's own, or NULL where src is
+ * older than the metric (the store added its column later; one schema.sql names is never missing, so a shard
+ * without it fails as damaged). An SQLite error code, else SQLITE_OK.
+ */
+static int merge_results(struct hp_store *s)
+{
+    char cols[HS_METRIC_COLS], rsel[2 * HS_METRIC_COLS], qsel[2 * HS_METRIC_COLS], sql[6 * HS_METRIC_COLS + 1024];
+    hs_metric_cols(cols, "");
+    sqlite3_stmt *st;
+    int rc = hs_prep(s, "SELECT count(*) FROM pragma_table_info(?1, 'src') WHERE name = ?2", &st);
+    size_t nr = 0, nq = 0;
+    for (int k = 0; k < HP_N_METRICS && rc == SQLITE_OK; k++) {
+        const char *m = hp_metric_name((enum hp_metric)k), *sep = k ? ", " : "";
+        bool in[2];
+        for (int t = 0; t < 2 && rc == SQLITE_OK; t++) {
+            sqlite3_reset(st);
+            sqlite3_bind_text(st, 1, t ? "seq_results" : "results", -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 2, m, -1, SQLITE_STATIC);
+            rc = sqlite3_step(st) == SQLITE_ROW ? SQLITE_OK : sqlite3_errcode(s->db);
+            in[t] = rc == SQLITE_OK && (sqlite3_column_int(st, 0) > 0 || schema_column(t ? "seq_results" : "results", m));
+        }
+        nr += (size_t)snprintf(rsel + nr, sizeof rsel - nr, in[0] ? "%sr.%s" : "%sNULL", sep, m);
+        nq += (size_t)snprintf(qsel + nq, sizeof qsel - nq, in[1] ? "%sq.%s" : "%sNULL", sep, m);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_OK)
+        return rc;
+    snprintf(sql, sizeof sql,
+             "INSERT OR IGNORE INTO main.results(variant_id, %s, ppl, n_tokens, n_seqs, wall_s, engine_version, "
+             "    numeric_version, host, threads, kernel, created) "
+             "  SELECT mv.id, %s, r.ppl, r.n_tokens, r.n_seqs, r.wall_s, r.engine_version, "
+             "         r.numeric_version, r.host, r.threads, r.kernel, r.created "
+             "  FROM src.results r JOIN src.variants v ON v.id = r.variant_id JOIN main.variants mv ON mv.key = v.key;"
+             "INSERT OR IGNORE INTO main.seq_results(variant_id, seq, %s, n_tokens) "
+             "  SELECT mv.id, q.seq, %s, q.n_tokens "
+             "  FROM src.seq_results q JOIN src.variants v ON v.id = q.variant_id JOIN main.variants mv ON mv.key = v.key;",
+             cols, rsel, cols, qsel);
+    return hs_exec(s, sql);
+}
+
 static const char merge_rest_sql[] =
-    "INSERT OR IGNORE INTO main.results(variant_id, loss, ppl, acc, kl, cos, n_tokens, n_seqs, wall_s, engine_version, "
-    "    numeric_version, host, threads, kernel, created) "
-    "  SELECT mv.id, r.loss, r.ppl, r.acc, r.kl, r.cos, r.n_tokens, r.n_seqs, r.wall_s, r.engine_version, "
-    "         r.numeric_version, r.host, r.threads, r.kernel, r.created "
-    "  FROM src.results r JOIN src.variants v ON v.id = r.variant_id JOIN main.variants mv ON mv.key = v.key;"
-    "INSERT OR IGNORE INTO main.seq_results(variant_id, seq, loss, acc, kl, cos, n_tokens) "
-    "  SELECT mv.id, q.seq, q.loss, q.acc, q.kl, q.cos, q.n_tokens "
-    "  FROM src.seq_results q JOIN src.variants v ON v.id = q.variant_id JOIN main.variants mv ON mv.key = v.key;"
     "INSERT OR IGNORE INTO main.sweep_jobs(sweep_id, ord, variant_id, study, kind, kv, label, layer, unit, unit2, "
     "    step, sample, k) "
     "  SELECT ms.id, j.ord, mv.id, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2, j.step, j.sample, j.k "
@@ -915,6 +1092,8 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
             rc = hs_exec(s, merge_variants_sql);
             *n_added += sqlite3_changes(s->db);
         }
+        if (rc == SQLITE_OK)
+            rc = merge_results(s);
         if (rc == SQLITE_OK)
             rc = hs_exec(s, merge_rest_sql);
         int64_t has_means = 0;

@@ -57,4 +57,16 @@ int hs_select_int(struct hp_store *s, const char *sql, const char *arg, int64_t 
 enum hp_status hs_read_prep(sqlite3 *db, const char *path, struct hp_error *err, sqlite3_stmt **st,
                             const char *sql);
 
+// --- the metrics' columns -------------------------------------------------------
+
+/* Room for a list of every metric's column (names from the metric table, with a prefix of up to 7 chars). */
+#define HS_METRIC_COLS (HP_N_METRICS * 48)
+
+/* "<prefix>loss, <prefix>kl, ...": every metric's column in results and seq_results, named and ordered as
+ * the metric table. */
+void hs_metric_cols(char out[HS_METRIC_COLS], const char *prefix);
+
+/* "?, ?, ...": one parameter a metric. */
+void hs_metric_params(char out[HS_METRIC_COLS]);
+
 #endif

@@ -28,18 +28,18 @@ enum hp_status hp_store_lookup(struct hp_store *s, const char *key, bool *found,
                                struct hp_error *err)
 {
     sqlite3_stmt *st;
-    int rc = hs_prep(s, "SELECT r.loss, r.acc, r.kl, r.cos FROM variants v JOIN results r ON r.variant_id = v.id "
-                     "WHERE v.key = ?",
-                  &st);
+    char cols[HS_METRIC_COLS], sql[HS_METRIC_COLS + 128];
+    hs_metric_cols(cols, "r.");
+    snprintf(sql, sizeof sql, "SELECT %s FROM variants v JOIN results r ON r.variant_id = v.id WHERE v.key = ?", cols);
+    int rc = hs_prep(s, sql, &st);
     if (rc != SQLITE_OK)
         return hs_sql_fail(s, rc, "looking up a result", err);
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     rc = sqlite3_step(st);
     *found = rc == SQLITE_ROW;
     if (*found) {
-        double *v[4] = {&m->loss, &m->acc, &m->kl, &m->cos};
-        for (int i = 0; i < 4; i++)
-            *v[i] = sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+        for (int k = 0; k < HP_N_METRICS; k++)
+            m->value[k] = sqlite3_column_type(st, k) == SQLITE_NULL ? NAN : sqlite3_column_double(st, k);
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
@@ -127,35 +127,37 @@ static int insert_variant(struct hp_store *s, const struct hp_store_job *j, cons
 
     char now[32];
     hs_now_iso(now);
-    if ((rc = hs_prep(s, "INSERT INTO results(variant_id, loss, ppl, acc, kl, cos, n_tokens, n_seqs, wall_s, "
-                      "engine_version, numeric_version, host, threads, kernel, created) VALUES "
-                      "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                   &st)) != SQLITE_OK)
+    /* the metrics' columns, one a row of the metric table, in its order */
+    char cols[HS_METRIC_COLS], qs[HS_METRIC_COLS], sql[3 * HS_METRIC_COLS + 256];
+    hs_metric_cols(cols, "");
+    hs_metric_params(qs);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO results(variant_id, %s, ppl, n_tokens, n_seqs, wall_s, engine_version, numeric_version, "
+             "host, threads, kernel, created) VALUES (?, %s, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             cols, qs);
+    if ((rc = hs_prep(s, sql, &st)) != SQLITE_OK)
         return rc;
-    sqlite3_bind_int64(st, 1, vid);
-    bind_metric(st, 2, mt->has_loss, mt->loss);
-    bind_metric(st, 3, mt->has_loss, mt->ppl);
-    bind_metric(st, 4, mt->has_loss, mt->acc);
-    bind_metric(st, 5, mt->has_loss, mt->kl);
-    bind_metric(st, 6, mt->has_cos, mt->cos);
-    sqlite3_bind_int64(st, 7, mt->n_tokens);
-    sqlite3_bind_int(st, 8, mt->n_seqs);
-    hs_bind_provenance(s, st, 9, wall_s, threads, kernel, now);
+    int c = 1;
+    sqlite3_bind_int64(st, c++, vid);
+    for (int k = 0; k < HP_N_METRICS; k++)
+        bind_metric(st, c++, mt->has[k], mt->value[k]);
+    bind_metric(st, c++, mt->has[HP_METRIC_LOSS], mt->ppl);
+    sqlite3_bind_int64(st, c++, mt->n_tokens);
+    sqlite3_bind_int(st, c++, mt->n_seqs);
+    hs_bind_provenance(s, st, c, wall_s, threads, kernel, now);
     if ((rc = hs_step_done(st)) != SQLITE_OK)
         return rc;
 
-    if ((rc = hs_prep(s, "INSERT INTO seq_results(variant_id, seq, loss, acc, kl, cos, n_tokens) VALUES (?,?,?,?,?,?,?)",
-                   &st)) != SQLITE_OK)
+    snprintf(sql, sizeof sql, "INSERT INTO seq_results(variant_id, seq, %s, n_tokens) VALUES (?, ?, %s, ?)", cols, qs);
+    if ((rc = hs_prep(s, sql, &st)) != SQLITE_OK)
         return rc;
     for (int i = 0; i < mt->n_seqs && rc == SQLITE_OK; i++) {
         sqlite3_reset(st);
         sqlite3_bind_int64(st, 1, vid);
         sqlite3_bind_int(st, 2, i);
-        bind_metric(st, 3, mt->has_loss, mt->seq_loss[i]);
-        bind_metric(st, 4, mt->has_loss, mt->seq_acc[i]);
-        bind_metric(st, 5, mt->has_loss, mt->seq_kl[i]);
-        bind_metric(st, 6, mt->has_cos, mt->seq_cos[i]);
-        sqlite3_bind_int64(st, 7, mt->seq_tokens[i]);
+        for (int k = 0; k < HP_N_METRICS; k++)
+            bind_metric(st, 3 + k, mt->has[k], mt->seq[k][i]);
+        sqlite3_bind_int64(st, 3 + HP_N_METRICS, mt->seq_tokens[i]);
         rc = sqlite3_step(st);
         rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
     }

@@ -482,7 +482,7 @@ Test(store, rows_are_written_as_given)
     };
     double seq_loss[2] = {1, 2}, seq_acc[2] = {0.5, 0.5}, seq_kl[2] = {0.1, 0.2}, seq_cos[2] = {0, 0};
     int64_t seq_tokens[2] = {4, 4};
-    struct hp_metrics mt = {.n_seqs = 2, .n_tokens = 8, .has_loss = true, .loss = 1.5, .ppl = 4.48, .acc = 0.5,
+    struct hp_metrics mt = {.n_seqs = 2, .n_tokens = 8, .has_loss = true, .has_kl = true, .has_acc = true, .loss = 1.5, .ppl = 4.48, .acc = 0.5,
                             .kl = 0.15, .seq_loss = seq_loss, .seq_acc = seq_acc, .seq_kl = seq_kl,
                             .seq_cos = seq_cos, .seq_tokens = seq_tokens};
     cr_assert_eq(hp_store_put(s, &j, &mt, 0.25, 3, "testkernel", &err), HP_OK, "%s", err.msg);
