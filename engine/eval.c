@@ -4,7 +4,8 @@
  * Owns the pairing of a model with data: validation of one against the
  * other, the unmasked reference each variant is compared with (KL, cosine),
  * the mean-ablation statistics (computed once, on first use), and the
- * per-sequence and token-weighted metrics, the plain path (every variant
+ * per-sequence and whole-set metrics (carried by metric, reduced and checked
+ * as each metric's row says: metric_int.h), the plain path (every variant
  * by whole passes of its own) and the public entry points. The reuse path
  * and its fused LM head are in reuse.c; the two share the chunk interface
  * of eval_int.h. Reductions are in double.
@@ -143,13 +144,16 @@ void hp_evaluator_set_progress(struct hp_evaluator *ev, void (*fn)(void *, int, 
     ev->progress_user = user;
 }
 
+/* Scored per item from the logits: a model with a loss on its data; per sequence: an encoder without a head. */
+static bool produces(const struct hp_evaluator *ev, enum hp_metric m)
+{
+    return hp_metric_row(m)->score == HP_SCORE_TOKENS ? ev->has_loss : !ev->has_loss;
+}
+
 bool hp_evaluator_has_metric(const struct hp_evaluator *ev, const char *metric)
 {
     enum hp_metric m;
-    if (!hp_metric_parse(metric, &m))
-        return false;
-    /* scored per item from the logits: a model with a loss on its data; per sequence: an encoder without a head */
-    return hp_metric_row(m)->score == HP_SCORE_TOKENS ? ev->has_loss : !ev->has_loss;
+    return hp_metric_parse(metric, &m) && produces(ev, m);
 }
 
 bool hp_evaluator_looks_foreign(const struct hp_evaluator *ev, double unmasked_loss, double unmasked_acc)
@@ -683,7 +687,7 @@ struct hp_metrics *hp_eval_metrics_new(const struct hp_evaluator *ev)
     bool ok = (mt->seq_tokens = calloc(ns, sizeof(int64_t))) != NULL;
     for (int k = 0; k < HP_N_METRICS; k++) {
         ok = ok && (mt->seq[k] = calloc(ns, sizeof(double))) != NULL;
-        mt->has[k] = hp_evaluator_has_metric(ev, hp_metric_name((enum hp_metric)k));
+        mt->has[k] = produces(ev, (enum hp_metric)k);
     }
     if (!ok) {
         hp_metrics_free(mt);

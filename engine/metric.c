@@ -19,6 +19,7 @@
 #include "metric_int.h"
 
 #include <assert.h>
+#include <stddef.h>
 #include <string.h>
 
 // --- ablation methods ----------------------------------------------------------
@@ -62,6 +63,25 @@ static const struct hp_metric_row metrics[] = {
                        HP_BASELINE_VARIANT, HP_SCORE_SEQS, HP_REDUCE_SEQS, true, "1 - cos"},
 };
 static_assert(sizeof metrics / sizeof metrics[0] == HP_N_METRICS, "a metric without its row");
+
+/* hp_metrics' named members alias its arrays at their metrics' places */
+#define HP_ALIAS(arr, name, m)                                                                        \
+    static_assert(offsetof(struct hp_metrics, name) ==                                                    \
+                      offsetof(struct hp_metrics, arr) + (m) * sizeof(((struct hp_metrics *)0)->arr[0]), \
+                  #name " is not " #arr "[" #m "]")
+HP_ALIAS(value, loss, HP_METRIC_LOSS);
+HP_ALIAS(value, kl, HP_METRIC_KL);
+HP_ALIAS(value, acc, HP_METRIC_ACC);
+HP_ALIAS(value, cos, HP_METRIC_COS);
+HP_ALIAS(seq, seq_loss, HP_METRIC_LOSS);
+HP_ALIAS(seq, seq_kl, HP_METRIC_KL);
+HP_ALIAS(seq, seq_acc, HP_METRIC_ACC);
+HP_ALIAS(seq, seq_cos, HP_METRIC_COS);
+HP_ALIAS(has, has_loss, HP_METRIC_LOSS);
+HP_ALIAS(has, has_kl, HP_METRIC_KL);
+HP_ALIAS(has, has_acc, HP_METRIC_ACC);
+HP_ALIAS(has, has_cos, HP_METRIC_COS);
+#undef HP_ALIAS
 
 const struct hp_metric_row *hp_metric_row(enum hp_metric m)
 {
