@@ -268,8 +268,8 @@ static void score_enc(const struct hp_evaluator *ev, const struct hp_reuse *ru, 
             nt += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
         mt->seq_tokens[s] = nt;
         mt->seq[HP_METRIC_COS][s] = h ? hp_eval_pooled_cos(d, ev->m->info.pooling, s, ru->base_h + (size_t)b * T * D,
-                                             h + ((size_t)v * nb * T + (size_t)b * T) * D, D)
-                           : hp_eval_self_cos(d, s, ru->base_h + (size_t)b * T * D, D);
+                                                        h + ((size_t)v * nb * T + (size_t)b * T) * D, D)
+                                      : hp_eval_self_cos(d, s, ru->base_h + (size_t)b * T * D, D);
         tot->sum[HP_METRIC_COS] += mt->seq[HP_METRIC_COS][s];
         tot->tokens += nt;
     }
