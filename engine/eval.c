@@ -4,7 +4,8 @@
  * Owns the pairing of a model with data: validation of one against the
  * other, the unmasked reference each variant is compared with (KL, cosine),
  * the mean-ablation statistics (computed once, on first use), and the
- * per-sequence and token-weighted metrics, the plain path (every variant
+ * per-sequence and whole-set metrics (carried by metric, reduced and checked
+ * as each metric's row says: metric_int.h), the plain path (every variant
  * by whole passes of its own) and the public entry points. The reuse path
  * and its fused LM head are in reuse.c; the two share the chunk interface
  * of eval_int.h. Reductions are in double.
@@ -17,6 +18,7 @@
 
 #include "backward_int.h"
 #include "eval_int.h"
+#include "metric_int.h"
 #include "util_int.h"
 
 #define HP_CHUNK_ROWS 512
@@ -94,7 +96,7 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
     ev->batch = b < 1 ? 1 : b > d->n_seqs ? d->n_seqs : b;
     const int gb = hp_eval_grad_batch(m, d->seq_len, ev->batch, ev->grad_keep_bytes, HP_GRAD_CHUNK_BYTES);
     ev->grad_batch = gb > d->n_seqs ? d->n_seqs : gb;
-    ev->tok = malloc(3 * (size_t)d->seq_len * sizeof(double));
+    ev->tok = malloc(HP_N_METRICS * (size_t)d->seq_len * sizeof(double));
     ev->tok_ok = malloc((size_t)d->seq_len);
     if (!ev->tok || !ev->tok_ok) {
         hp_evaluator_free(ev);
@@ -142,12 +144,16 @@ void hp_evaluator_set_progress(struct hp_evaluator *ev, void (*fn)(void *, int, 
     ev->progress_user = user;
 }
 
+/* Scored per item from the logits: a model with a loss on its data; per sequence: an encoder without a head. */
+static bool produces(const struct hp_evaluator *ev, enum hp_metric m)
+{
+    return hp_metric_row(m)->score == HP_SCORE_TOKENS ? ev->has_loss : !ev->has_loss;
+}
+
 bool hp_evaluator_has_metric(const struct hp_evaluator *ev, const char *metric)
 {
     enum hp_metric m;
-    if (!hp_metric_parse(metric, &m))
-        return false;
-    return m == HP_METRIC_COS ? !ev->has_loss : ev->has_loss;
+    return hp_metric_parse(metric, &m) && produces(ev, m);
 }
 
 bool hp_evaluator_looks_foreign(const struct hp_evaluator *ev, double unmasked_loss, double unmasked_acc)
@@ -559,25 +565,22 @@ void hp_metrics_free(struct hp_metrics *mt)
 {
     if (!mt)
         return;
-    free(mt->seq_loss);
-    free(mt->seq_acc);
-    free(mt->seq_kl);
-    free(mt->seq_cos);
+    for (int k = 0; k < HP_N_METRICS; k++)
+        free(mt->seq[k]);
     free(mt->seq_tokens);
     free(mt);
 }
 
 /* Sequence s's sums over its nt scored items into its per-sequence means and the totals. */
-void hp_eval_record_seq(struct hp_metrics *mt, struct hp_eval_totals *tot, int s, double sl, double sa, double sk,
+void hp_eval_record_seq(struct hp_metrics *mt, struct hp_eval_totals *tot, int s, const double sum[HP_N_METRICS],
                         int64_t nt)
 {
     mt->seq_tokens[s] = nt;
-    mt->seq_loss[s] = nt ? sl / nt : 0;
-    mt->seq_acc[s] = nt ? sa / nt : 0;
-    mt->seq_kl[s] = nt ? sk / nt : 0;
-    tot->loss += sl;
-    tot->acc += sa;
-    tot->kl += sk;
+    for (int k = 0; k < HP_N_METRICS; k++)
+        if (hp_metric_row((enum hp_metric)k)->score == HP_SCORE_TOKENS) {
+            mt->seq[k][s] = nt ? sum[k] / nt : 0;
+            tot->sum[k] += sum[k];
+        }
     tot->tokens += nt;
 }
 
@@ -598,13 +601,14 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct hp_
         for (int t = 0; t < T; t++)
             nt += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
         mt->seq_tokens[s] = nt;
-        mt->seq_cos[s] = scaled ? hp_eval_pooled_cos(d, ev->m->info.pooling, s, zb_seq, zm_seq, W)
-                                : hp_eval_self_cos(d, s, zm_seq, W);
-        tot->cos += mt->seq_cos[s];
+        mt->seq[HP_METRIC_COS][s] = scaled ? hp_eval_pooled_cos(d, ev->m->info.pooling, s, zb_seq, zm_seq, W)
+                                           : hp_eval_self_cos(d, s, zm_seq, W);
+        tot->sum[HP_METRIC_COS] += mt->seq[HP_METRIC_COS][s];
         tot->tokens += nt;
         return;
     }
-    double *tl = ev->tok, *ta = ev->tok + T, *tk = ev->tok + 2 * T;
+    /* the metrics scored per token, each token's row of them (ev->tok: HP_N_METRICS rows of T) */
+    double *tl = ev->tok + HP_METRIC_LOSS * T, *ta = ev->tok + HP_METRIC_ACC * T, *tk = ev->tok + HP_METRIC_KL * T;
     uint8_t *ok = ev->tok_ok;
     const bool causal = ev->m->info.causal;
 #pragma omp parallel for schedule(dynamic, 8) if (T * (size_t)W >= 65536)
@@ -627,16 +631,16 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct hp_
             tk[t] = kl;
         }
     }
-    double sl = 0, sa = 0, sk = 0;
+    double sum[HP_N_METRICS] = {0};
     int64_t nt = 0;
     for (int t = 0; t < T; t++)
         if (ok[t]) {
-            sl += tl[t];
-            sa += ta[t];
-            sk += tk[t];
+            sum[HP_METRIC_LOSS] += tl[t];
+            sum[HP_METRIC_ACC] += ta[t];
+            sum[HP_METRIC_KL] += tk[t];
             nt++;
         }
-    hp_eval_record_seq(mt, tot, s, sl, sa, sk, nt);
+    hp_eval_record_seq(mt, tot, s, sum, nt);
 }
 
 /*
@@ -656,7 +660,9 @@ void hp_eval_score_cls(const struct hp_evaluator *ev, struct hp_metrics *mt, str
             kl += exp(lb) * (lb - lm);
         }
     }
-    hp_eval_record_seq(mt, tot, s, lse_m - zm[y], row_argmax(zm, C) == y, kl, 1);
+    const double sum[HP_N_METRICS] = {[HP_METRIC_LOSS] = lse_m - zm[y], [HP_METRIC_ACC] = row_argmax(zm, C) == y,
+                                      [HP_METRIC_KL] = kl};
+    hp_eval_record_seq(mt, tot, s, sum, 1);
 }
 
 /* The unmasked model's class logits for every sequence, once. */
@@ -678,18 +684,16 @@ struct hp_metrics *hp_eval_metrics_new(const struct hp_evaluator *ev)
     if (!mt)
         return NULL;
     size_t ns = (size_t)ev->d->n_seqs;
-    mt->seq_loss = calloc(ns, sizeof(double));
-    mt->seq_acc = calloc(ns, sizeof(double));
-    mt->seq_kl = calloc(ns, sizeof(double));
-    mt->seq_cos = calloc(ns, sizeof(double));
-    mt->seq_tokens = calloc(ns, sizeof(int64_t));
-    if (!mt->seq_loss || !mt->seq_acc || !mt->seq_kl || !mt->seq_cos || !mt->seq_tokens) {
+    bool ok = (mt->seq_tokens = calloc(ns, sizeof(int64_t))) != NULL;
+    for (int k = 0; k < HP_N_METRICS; k++) {
+        ok = ok && (mt->seq[k] = calloc(ns, sizeof(double))) != NULL;
+        mt->has[k] = produces(ev, (enum hp_metric)k);
+    }
+    if (!ok) {
         hp_metrics_free(mt);
         return NULL;
     }
     mt->n_seqs = ev->d->n_seqs;
-    mt->has_loss = ev->has_loss;
-    mt->has_cos = !ev->has_loss;
     return mt;
 }
 
@@ -697,22 +701,20 @@ enum hp_status hp_eval_metrics_finish(struct hp_evaluator *ev, struct hp_metrics
                                       const struct hp_mask *mask, enum hp_ablation abl, struct hp_error *err)
 {
     mt->n_tokens = tot->tokens;
+    if (ev->has_loss && tot->tokens == 0)
+        return hp_fail(err, HP_ERR_ARG, "%s: no token is scored (all labels are -100 or padding)", ev->d->path);
     const char *bad = NULL;
     double v = 0;
-    if (ev->has_loss) {
-        if (tot->tokens == 0)
-            return hp_fail(err, HP_ERR_ARG, "%s: no token is scored (all labels are -100 or padding)", ev->d->path);
-        mt->loss = tot->loss / tot->tokens;
-        mt->ppl = exp(mt->loss);
-        mt->acc = tot->acc / tot->tokens;
-        mt->kl = tot->kl / tot->tokens;
-        bad = !isfinite(mt->loss) ? "loss" : !isfinite(mt->kl) ? "KL" : !isfinite(mt->acc) ? "accuracy" : NULL;
-        v = !isfinite(mt->loss) ? mt->loss : mt->kl;
-    } else {
-        mt->cos = tot->cos / ev->d->n_seqs;
-        bad = !isfinite(mt->cos) ? "cosine" : NULL;
-        v = mt->cos;
+    for (int k = 0; k < HP_N_METRICS; k++) {
+        if (!mt->has[k])
+            continue;
+        const struct hp_metric_row *r = hp_metric_row((enum hp_metric)k);
+        mt->value[k] = tot->sum[k] / (r->reduce == HP_REDUCE_TOKENS ? (double)tot->tokens : (double)ev->d->n_seqs);
+        if (!bad && !isfinite(mt->value[k]))
+            bad = r->label, v = mt->value[k];
     }
+    if (mt->has[HP_METRIC_LOSS])
+        mt->ppl = exp(mt->loss);
     if (!bad)
         return HP_OK;
     char variant[96] = "the unmasked model", where[64];
@@ -789,14 +791,13 @@ bool hp_eval_kept_matches(const struct hp_evaluator *ev, const struct hp_mask *m
 /* dst (from hp_eval_metrics_new, for the same evaluator) made equal to src. */
 static void metrics_copy(struct hp_metrics *dst, const struct hp_metrics *src)
 {
-    double *sl = dst->seq_loss, *sa = dst->seq_acc, *sk = dst->seq_kl, *sc = dst->seq_cos;
+    double *seq[HP_N_METRICS];
+    memcpy(seq, dst->seq, sizeof seq);
     int64_t *st = dst->seq_tokens;
     const size_t ns = (size_t)src->n_seqs;
     *dst = *src;
-    dst->seq_loss = memcpy(sl, src->seq_loss, ns * sizeof *sl);
-    dst->seq_acc = memcpy(sa, src->seq_acc, ns * sizeof *sa);
-    dst->seq_kl = memcpy(sk, src->seq_kl, ns * sizeof *sk);
-    dst->seq_cos = memcpy(sc, src->seq_cos, ns * sizeof *sc);
+    for (int k = 0; k < HP_N_METRICS; k++)
+        dst->seq[k] = memcpy(seq[k], src->seq[k], ns * sizeof *seq[k]);
     dst->seq_tokens = memcpy(st, src->seq_tokens, ns * sizeof *st);
 }
 

@@ -105,7 +105,7 @@ static inline int hp_eval_vocab_block(int V)
 
 /* Sums over scored tokens (and, for encoders, over sequences). */
 struct hp_eval_totals {
-    double loss, acc, kl, cos;
+    double sum[HP_N_METRICS]; /* by enum hp_metric: the scores summed over the set's items (or sequences) */
     int64_t tokens;
 };
 
@@ -150,8 +150,9 @@ struct hp_metrics *hp_eval_metrics_new(const struct hp_evaluator *ev);
 enum hp_status hp_eval_metrics_finish(struct hp_evaluator *ev, struct hp_metrics *mt, const struct hp_eval_totals *tot,
                                       const struct hp_mask *mask, enum hp_ablation abl, struct hp_error *err);
 
-/* Sequence s's sums over its nt scored items into its per-sequence means and the totals. */
-void hp_eval_record_seq(struct hp_metrics *mt, struct hp_eval_totals *tot, int s, double sl, double sa, double sk,
+/* Sequence s's sums over its nt scored items (sum: by enum hp_metric, the metrics scored per item, as their
+ * rows say) into its per-sequence means and the totals. */
+void hp_eval_record_seq(struct hp_metrics *mt, struct hp_eval_totals *tot, int s, const double sum[HP_N_METRICS],
                         int64_t nt);
 
 /* Sequence s of a classifier from its logits zm (n_labels) and the unmasked

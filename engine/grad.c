@@ -20,6 +20,7 @@
 
 #include "backward_int.h"
 #include "eval_int.h"
+#include "metric_int.h"
 #include "util_int.h"
 #include "vmath_int.h"
 
@@ -267,14 +268,14 @@ static void record_lm(const struct hp_evaluator *ev, struct head_grad *hg, int s
     const int T = ev->d->seq_len;
     int i = 0;
     for (int b = 0; b < nb; b++) {
-        double sl = 0, sa = 0, sk = 0;
+        double sum[HP_N_METRICS] = {0};
         int64_t nt = 0;
         for (; i < hg->n_sc && hg->sc_row[i] / T == b; i++, nt++) {
-            sl += hg->tl[i];
-            sa += hg->arg[i] == hg->sc_y[i];
-            sk += hg->masked ? hg->tk[i] : 0; /* the unmasked model's KL to itself is 0, as reuse.c's */
+            sum[HP_METRIC_LOSS] += hg->tl[i];
+            sum[HP_METRIC_ACC] += hg->arg[i] == hg->sc_y[i];
+            sum[HP_METRIC_KL] += hg->masked ? hg->tk[i] : 0; /* the unmasked model's KL to itself is 0, as reuse.c's */
         }
-        hp_eval_record_seq(hg->mt, &hg->tot, s0 + b, sl, sa, sk, nt);
+        hp_eval_record_seq(hg->mt, &hg->tot, s0 + b, sum, nt);
     }
 }
 
@@ -313,8 +314,8 @@ static double cos_backward(const struct hp_evaluator *ev, struct head_grad *hg, 
             n_real += !dt->attn_mask || dt->attn_mask[(size_t)(s0 + j) * T + t];
         if (hg->mt) { /* as eval.c's: the unmasked model's own cosine is 1 */
             hg->mt->seq_tokens[s0 + j] = n_real;
-            hg->mt->seq_cos[s0 + j] = hg->masked ? cs : hp_eval_self_cos(dt, s0 + j, hj, D);
-            hg->tot.cos += hg->mt->seq_cos[s0 + j];
+            hg->mt->seq[HP_METRIC_COS][s0 + j] = hg->masked ? cs : hp_eval_self_cos(dt, s0 + j, hj, D);
+            hg->tot.sum[HP_METRIC_COS] += hg->mt->seq[HP_METRIC_COS][s0 + j];
             hg->tot.tokens += n_real;
         }
         if (!(na > 0 && nbb > 0))
@@ -477,9 +478,9 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     const struct hp_data *d = ev->d;
     ev->grad_phases = (struct hp_grad_phases){0}; /* a pass that fails leaves none */
     struct hp_grad_phases ph = {0};
-    if (metric == HP_METRIC_ACC)
-        return hp_fail(err, HP_ERR_UNSUPPORTED,
-                       "acc has no gradient (accuracy is a step function of the gates): use loss or kl");
+    if (!hp_metric_row(metric)->grad)
+        return hp_fail(err, HP_ERR_UNSUPPORTED, "%s has no gradient (%s is a step function of the gates): use loss or kl",
+                       hp_metric_name(metric), hp_metric_row(metric)->label);
     if (!hp_evaluator_has_metric(ev, hp_metric_name(metric)))
         return hp_fail(err, HP_ERR_UNSUPPORTED,
                        ev->has_loss ? "%s: %s is a model with a loss on this data; the gradient of %s is for an "

@@ -1,20 +1,25 @@
 /*
- * metric.c -- the names of what a variant is measured by (metrics) and how a
- * head is taken out (ablation methods): one table each.
+ * metric.c -- what a variant is measured by (metrics) and how a head is taken
+ * out (ablation methods): one table each.
  *
- * The evaluator computes them; plans, digests, the sweep's iterative scoring,
- * the store, queries and the CLI name them and rank by them through this
- * file. Their names are one row here; what computes and stores a metric is
- * not yet (the evaluator's paths score it, the store has a column for it), and
- * nor is the rule of which way is worse, which query_table.c, sweep.c and the
- * schema's effects view restate beside the sign here.
+ * A metric's row (metric_int.h) is the one statement of its name, unit,
+ * direction (which way is worse: hp_metric_sign, hp_metric_effect; sweep.c's
+ * damage, the queries' effects and the store's effects view derive from it),
+ * baseline rule, how it is scored (per token from the logits, or per sequence
+ * from pooled hidden states: what models have it) and reduced, and whether it
+ * has a gradient. The evaluator scores the rows' metrics in its fused loops
+ * (eval.c, reuse.c, grad.c) and carries them as arrays indexed by the metric;
+ * the store makes a column of each row (store.c); plans, digests, queries and
+ * the CLI name and rank them through this file.
  *
  * Invariants: names are what the database stores and digests hash (job keys
  * include the ablation name): changing one changes every content address.
  * Must not: print, allocate, or know anything of models or SQL.
  */
-#include "headprune.h"
+#include "metric_int.h"
 
+#include <assert.h>
+#include <stddef.h>
 #include <string.h>
 
 // --- ablation methods ----------------------------------------------------------
@@ -44,18 +49,45 @@ bool hp_ablation_parse(const char *name, enum hp_ablation *out)
 
 // --- metrics -------------------------------------------------------------------
 
-static const struct {
-    const char *name;
-    int sign; // +1: larger is worse; -1: larger is better
-    const char *unit; // what its values (and differences of them) are counted in, for axes
-    const char *effect; // how a variant's effect is taken from it (queries' notes, the report's captions)
-} metrics[HP_N_METRICS] = {
-    [HP_METRIC_LOSS] = {"loss", +1, "nats", "effect = loss - baseline loss (nats; larger = worse)"},
-    [HP_METRIC_KL] = {"kl", +1, "nats",
-                      "effect = the variant's KL(unmasked || masked) (nats; the baseline's is 0; larger = worse)"},
-    [HP_METRIC_ACC] = {"acc", -1, "fraction correct", "effect = baseline acc - acc (larger = worse)"},
-    [HP_METRIC_COS] = {"cos", -1, "cosine similarity", "effect = baseline cos - cos (larger = worse)"},
+/* One row a metric: the only statement anywhere of its name, unit, which way is
+ * worse, its baseline rule, how it is scored and reduced, and its gradient. */
+static const struct hp_metric_row metrics[] = {
+    [HP_METRIC_LOSS] = {"loss", "loss", +1, "nats", "effect = loss - baseline loss (nats; larger = worse)",
+                        HP_BASELINE_VARIANT, HP_SCORE_TOKENS, HP_REDUCE_TOKENS, true, "loss"},
+    [HP_METRIC_KL] = {"kl", "KL", +1, "nats",
+                      "effect = the variant's KL(unmasked || masked) (nats; the baseline's is 0; larger = worse)",
+                      HP_BASELINE_UNMASKED, HP_SCORE_TOKENS, HP_REDUCE_TOKENS, true, "kl"},
+    [HP_METRIC_ACC] = {"acc", "accuracy", -1, "fraction correct", "effect = baseline acc - acc (larger = worse)",
+                       HP_BASELINE_VARIANT, HP_SCORE_TOKENS, HP_REDUCE_TOKENS, false, NULL},
+    [HP_METRIC_COS] = {"cos", "cosine", -1, "cosine similarity", "effect = baseline cos - cos (larger = worse)",
+                       HP_BASELINE_VARIANT, HP_SCORE_SEQS, HP_REDUCE_SEQS, true, "1 - cos"},
 };
+static_assert(sizeof metrics / sizeof metrics[0] == HP_N_METRICS, "a metric without its row");
+
+/* hp_metrics' named members alias its arrays at their metrics' places */
+#define HP_ALIAS(arr, name, m)                                                                        \
+    static_assert(offsetof(struct hp_metrics, name) ==                                                    \
+                      offsetof(struct hp_metrics, arr) + (m) * sizeof(((struct hp_metrics *)0)->arr[0]), \
+                  #name " is not " #arr "[" #m "]")
+HP_ALIAS(value, loss, HP_METRIC_LOSS);
+HP_ALIAS(value, kl, HP_METRIC_KL);
+HP_ALIAS(value, acc, HP_METRIC_ACC);
+HP_ALIAS(value, cos, HP_METRIC_COS);
+HP_ALIAS(seq, seq_loss, HP_METRIC_LOSS);
+HP_ALIAS(seq, seq_kl, HP_METRIC_KL);
+HP_ALIAS(seq, seq_acc, HP_METRIC_ACC);
+HP_ALIAS(seq, seq_cos, HP_METRIC_COS);
+HP_ALIAS(has, has_loss, HP_METRIC_LOSS);
+HP_ALIAS(has, has_kl, HP_METRIC_KL);
+HP_ALIAS(has, has_acc, HP_METRIC_ACC);
+HP_ALIAS(has, has_cos, HP_METRIC_COS);
+#undef HP_ALIAS
+
+const struct hp_metric_row *hp_metric_row(enum hp_metric m)
+{
+    assert((int)m >= 0 && (int)m < HP_N_METRICS);
+    return &metrics[m];
+}
 
 const char *hp_metric_name(enum hp_metric m)
 {
@@ -77,6 +109,14 @@ bool hp_metric_parse(const char *name, enum hp_metric *out)
 int hp_metric_sign(enum hp_metric m)
 {
     return (int)m >= 0 && (int)m < HP_N_METRICS ? metrics[m].sign : +1;
+}
+
+double hp_metric_effect(enum hp_metric m, double v, double b)
+{
+    const struct hp_metric_row *r = hp_metric_row(m);
+    /* measured against the unmasked model already: v itself (v - 0 is v, bit for bit) */
+    const double base = r->baseline == HP_BASELINE_UNMASKED ? 0.0 : b;
+    return r->sign > 0 ? v - base : base - v;
 }
 
 const char *hp_metric_unit(enum hp_metric m)

@@ -101,7 +101,7 @@ enum hp_status hq_rows_load(struct hq_query *q, const char *kind, const char *st
             h->effect = hq_effect_of(q->m, h->value, q->base);
         }
         double v = hq_col_num(st, 9), bs = hq_col_num(st, 10);
-        double d = q->m == HP_METRIC_KL ? v : hq_effect_of(q->m, v, bs);
+        double d = hq_effect_of(q->m, v, bs);
         if (!isnan(d))
             hq_acc_add(&(*rows)[*n - 1].d, d);
     }

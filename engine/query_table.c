@@ -376,9 +376,7 @@ bool hq_rank_corr(const double *x, const double *y, size_t n, double *rho, doubl
 // the unmasked model: the variant's own value.
 double hq_effect_of(enum hp_metric m, double v, double b)
 {
-    if (m == HP_METRIC_KL)
-        return v;
-    return hp_metric_sign(m) > 0 ? v - b : b - v;
+    return hp_metric_effect(m, v, b); /* the metric's row says which way is worse and what b counts */
 }
 
 const char *hq_effect_convention(enum hp_metric m)

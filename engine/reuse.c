@@ -237,21 +237,21 @@ static void score_lm(const struct hp_evaluator *ev, const struct hp_reuse *ru, i
     const int T = ev->d->seq_len;
     int j = 0;
     for (int b = 0; b < nb; b++) {
-        double sl = 0, sa = 0, sk = 0;
+        double sum[HP_N_METRICS] = {0};
         int64_t nt = 0;
         for (; j < ru->n_sc && ru->sc_row[j] / T == b; j++, nt++) {
             if (v < 0) {
-                sl += ru->b_tl[j];
-                sa += ru->b_ta[j];
+                sum[HP_METRIC_LOSS] += ru->b_tl[j];
+                sum[HP_METRIC_ACC] += ru->b_ta[j];
                 continue;
             }
             const struct lmrow *r = &ru->st[(size_t)v * ru->n_sc + j];
             double lse = r->m + log(r->s);
-            sl += lse - r->zt;
-            sa += r->arg == ru->sc_y[j];
-            sk += (ru->b_c[j] - r->dp) / ru->b_p[j] + (lse - ru->b_lse[j]);
+            sum[HP_METRIC_LOSS] += lse - r->zt;
+            sum[HP_METRIC_ACC] += r->arg == ru->sc_y[j];
+            sum[HP_METRIC_KL] += (ru->b_c[j] - r->dp) / ru->b_p[j] + (lse - ru->b_lse[j]);
         }
-        hp_eval_record_seq(mt, tot, s0 + b, sl, sa, sk, nt);
+        hp_eval_record_seq(mt, tot, s0 + b, sum, nt);
     }
 }
 
@@ -267,10 +267,10 @@ static void score_enc(const struct hp_evaluator *ev, const struct hp_reuse *ru, 
         for (int t = 0; t < T; t++)
             nt += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
         mt->seq_tokens[s] = nt;
-        mt->seq_cos[s] = h ? hp_eval_pooled_cos(d, ev->m->info.pooling, s, ru->base_h + (size_t)b * T * D,
-                                             h + ((size_t)v * nb * T + (size_t)b * T) * D, D)
-                           : hp_eval_self_cos(d, s, ru->base_h + (size_t)b * T * D, D);
-        tot->cos += mt->seq_cos[s];
+        mt->seq[HP_METRIC_COS][s] = h ? hp_eval_pooled_cos(d, ev->m->info.pooling, s, ru->base_h + (size_t)b * T * D,
+                                                        h + ((size_t)v * nb * T + (size_t)b * T) * D, D)
+                                      : hp_eval_self_cos(d, s, ru->base_h + (size_t)b * T * D, D);
+        tot->sum[HP_METRIC_COS] += mt->seq[HP_METRIC_COS][s];
         tot->tokens += nt;
     }
 }

@@ -1,7 +1,8 @@
--- headprune results database, schema version 5 (2 added ablation_means;
+-- headprune results database, schema version 6 (2 added ablation_means;
 -- 3 added gradients and unit_scores, for the gradient studies; 4 added
 -- role_runs, head_roles and sweep_roles, for head roles; gate_runs, gate_heads and sweep_gates, for
--- gates studies; 5 added pruned_heads, so queries count the heads a pruned checkpoint has).
+-- gates studies; 5 added pruned_heads, so queries count the heads a pruned checkpoint has; 6 makes the
+-- metrics' columns and the views over them from the metric table, so a metric needs no edit here).
 -- Embedded into engine/store.c at build time; documented for users in
 -- docs/database.md (keep it in step with this file).
 -- Every statement is idempotent: it runs on each open for writing, which
@@ -78,8 +79,8 @@ CREATE TABLE IF NOT EXISTS variants(
 
 CREATE TABLE IF NOT EXISTS results(
   variant_id      INTEGER PRIMARY KEY REFERENCES variants(id),
-  loss            REAL,              -- NULL where a metric does not apply
-  ppl             REAL,
+  loss            REAL,              -- a column per metric (the first four here, later ones added by the
+  ppl             REAL,              -- store from the metric table); NULL where a metric does not apply
   acc             REAL,
   kl              REAL,
   cos             REAL,
@@ -124,25 +125,12 @@ CREATE TABLE IF NOT EXISTS sweep_jobs(
 );
 CREATE INDEX IF NOT EXISTS sweep_jobs_variant ON sweep_jobs(variant_id);
 
--- Every finished job of every sweep with its metrics.
-CREATE VIEW IF NOT EXISTS jobs AS
-SELECT j.sweep_id, j.ord, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2,
-       j.step, j.sample, j.k, v.mask_text, v.n_ablated, r.loss, r.ppl, r.acc, r.kl,
-       r.cos, r.n_tokens, r.wall_s, j.variant_id
-FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id JOIN results r ON r.variant_id = j.variant_id;
-
--- Each sweep's unablated baseline.
-CREATE VIEW IF NOT EXISTS baselines AS
-SELECT sweep_id, variant_id, loss, ppl, acc, kl, cos FROM jobs WHERE kind = 'baseline';
-
--- Effect of each job against its sweep's baseline, signed so that larger is
--- worse for every metric (as in 'headprune query'): loss and KL rise,
--- accuracy and cosine fall.
-CREATE VIEW IF NOT EXISTS effects AS
-SELECT j.sweep_id, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2, j.step, j.sample, j.k,
-       j.mask_text, j.loss - b.loss AS d_loss, j.kl AS d_kl, b.acc - j.acc AS d_acc, b.cos - j.cos AS d_cos,
-       j.loss, j.kl, j.acc, j.cos
-FROM jobs j JOIN baselines b ON b.sweep_id = j.sweep_id;
+-- The views jobs (every finished job of every sweep with its metrics),
+-- baselines (each sweep's unablated baseline) and effects (each job against
+-- its sweep's baseline, signed so that larger is worse for every metric, as in
+-- 'headprune query') are made by the store from the metric table
+-- (engine/store.c metric_views), as is a column per metric in results and
+-- seq_results beyond those above (docs/database.md).
 
 -- Mean-ablation statistics: each head's output averaged over the real tokens
 -- of a held-out set under the unmasked model, computed once per (model, data,

@@ -3,14 +3,16 @@
  *
  * Owns: opening (WAL, busy timeout, schema creation and version check),
  * the readers' opening and version check (hp_store_open_read, for queries),
- * and the writes of the sweep runner. Every write is one BEGIN IMMEDIATE
- * transaction: a killed process leaves a whole result or none of it.
+ * the sweeps' rows, merging databases, and the family's shared helpers
+ * (store_priv.h); store_results.c writes what the sweep runner finishes.
+ * Every write is one BEGIN IMMEDIATE transaction: a killed process leaves a
+ * whole result or none of it.
  * SQLite's errors are translated here into one line naming the database.
  * Must not: know about tensors, models, plans or jobs: it is given rows of
  * plain fields (store_int.h), and the kernel and thread count by its caller.
  */
 #define _XOPEN_SOURCE 700 /* realpath */
-#include "store_int.h"
+#include "store_priv.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -24,18 +26,14 @@
 #include <unistd.h>
 
 #include "hash_int.h"
+#include "metric_int.h"
 #include "schema_sql.h"
 #include "util_int.h"
 
-struct hp_store {
-    sqlite3 *db;
-    char *path; /* the file as given (owned) */
-    char host[256];
-};
 
 // --- errors -------------------------------------------------------------------
 
-static enum hp_status sql_fail(struct hp_store *s, int rc, const char *what, struct hp_error *err)
+enum hp_status hs_sql_fail(struct hp_store *s, int rc, const char *what, struct hp_error *err)
 {
     int base = rc & 0xff;
     const char *msg = s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
@@ -55,7 +53,7 @@ static enum hp_status sql_fail(struct hp_store *s, int rc, const char *what, str
     return hp_fail(err, HP_ERR_SQL, "%s: %s: %s", s->path, what, msg);
 }
 
-static void now_iso(char buf[32])
+void hs_now_iso(char buf[32])
 {
     time_t t = time(NULL);
     struct tm tm;
@@ -63,27 +61,27 @@ static void now_iso(char buf[32])
     strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static int exec(struct hp_store *s, const char *sql)
+int hs_exec(struct hp_store *s, const char *sql)
 {
     return sqlite3_exec(s->db, sql, NULL, NULL, NULL);
 }
 
 /* Run a statement with no result rows; binds happen in the callback-free form below. */
-static int step_done(sqlite3_stmt *st)
+int hs_step_done(sqlite3_stmt *st)
 {
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
-static int prep(struct hp_store *s, const char *sql, sqlite3_stmt **st)
+int hs_prep(struct hp_store *s, const char *sql, sqlite3_stmt **st)
 {
     return sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
 }
 
 /* How a result was made, in the seven columns from i on: wall_s, engine_version, numeric_version, host,
  * threads, kernel, created (every result table ends with them). */
-static void bind_provenance(const struct hp_store *s, sqlite3_stmt *st, int i, double wall_s, int threads,
+void hs_bind_provenance(const struct hp_store *s, sqlite3_stmt *st, int i, double wall_s, int threads,
                             const char *kernel, const char *now)
 {
     sqlite3_bind_double(st, i, wall_s);
@@ -96,36 +94,36 @@ static void bind_provenance(const struct hp_store *s, sqlite3_stmt *st, int i, d
 }
 
 /* Mark sweep_id as written now (within the caller's transaction): `query sweeps` shows when. */
-static int touch_sweep(struct hp_store *s, int64_t sweep_id)
+int hs_touch_sweep(struct hp_store *s, int64_t sweep_id)
 {
     char now[32];
-    now_iso(now);
+    hs_now_iso(now);
     sqlite3_stmt *st;
-    int rc = prep(s, "UPDATE sweeps SET updated = ? WHERE id = ?", &st);
+    int rc = hs_prep(s, "UPDATE sweeps SET updated = ? WHERE id = ?", &st);
     if (rc != SQLITE_OK)
         return rc;
     sqlite3_bind_text(st, 1, now, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 2, sweep_id);
-    return step_done(st);
+    return hs_step_done(st);
 }
 
 /* End a write's transaction: COMMIT when rc is SQLITE_OK, else roll it back and say what failed. */
-static enum hp_status commit_or_fail(struct hp_store *s, int rc, const char *what, struct hp_error *err)
+enum hp_status hs_commit_or_fail(struct hp_store *s, int rc, const char *what, struct hp_error *err)
 {
     if (rc == SQLITE_OK)
-        rc = exec(s, "COMMIT");
+        rc = hs_exec(s, "COMMIT");
     if (rc == SQLITE_OK)
         return HP_OK;
-    enum hp_status e = sql_fail(s, rc, what, err);
-    exec(s, "ROLLBACK");
+    enum hp_status e = hs_sql_fail(s, rc, what, err);
+    hs_exec(s, "ROLLBACK");
     return e;
 }
 
 /* SELECT returning one integer; *found false when no row. */
-static int select_int(struct hp_store *s, const char *sql, const char *arg, int64_t *out, bool *found)
+int hs_select_int(struct hp_store *s, const char *sql, const char *arg, int64_t *out, bool *found)
 {
     sqlite3_stmt *st;
-    int rc = prep(s, sql, &st);
+    int rc = hs_prep(s, sql, &st);
     if (rc != SQLITE_OK)
         return rc;
     if (arg)
@@ -319,8 +317,8 @@ enum hp_status hp_store_read_fail(sqlite3 *db, const char *path, int rc, struct 
     return hp_fail(err, HP_ERR_SQL, "%s: cannot read (%s)", path, msg);
 }
 
-static enum hp_status read_prep(sqlite3 *db, const char *path, struct hp_error *err, sqlite3_stmt **st,
-                                const char *sql)
+enum hp_status hs_read_prep(sqlite3 *db, const char *path, struct hp_error *err, sqlite3_stmt **st,
+                           const char *sql)
 {
     int rc = sqlite3_prepare_v2(db, sql, -1, st, NULL);
     if (rc != SQLITE_OK) {
@@ -396,7 +394,7 @@ static enum hp_status check_read(sqlite3 *db, const char *path, int busy_ms, str
         return hp_store_read_fail(db, path, rc, err);
 
     sqlite3_stmt *st;
-    s = read_prep(db, path, err, &st, "SELECT count(*), count(CASE WHEN type = 'table' AND name = 'meta' THEN 1 END) FROM sqlite_master");
+    s = hs_read_prep(db, path, err, &st, "SELECT count(*), count(CASE WHEN type = 'table' AND name = 'meta' THEN 1 END) FROM sqlite_master");
     if (s != HP_OK)
         return s;
     int r = hp_store_read_step(db, path, err, st, &s);
@@ -419,7 +417,7 @@ static enum hp_status check_read(sqlite3 *db, const char *path, int busy_ms, str
     if (why[0])
         return hp_fail(err, HP_ERR_FORMAT, "%s: not a headprune database (%s)", path, why);
 
-    if ((s = read_prep(db, path, err, &st, "SELECT value FROM meta WHERE key = 'schema_version'")) != HP_OK)
+    if ((s = hs_read_prep(db, path, err, &st, "SELECT value FROM meta WHERE key = 'schema_version'")) != HP_OK)
         return s;
     r = hp_store_read_step(db, path, err, st, &s);
     char text[32] = "";
@@ -487,23 +485,156 @@ enum hp_status hp_store_open_read(const char *path, int busy_ms, double seconds,
     return s;
 }
 
+// --- the metrics' part of the schema -------------------------------------------
+
+void hs_metric_cols(char out[HS_METRIC_COLS], const char *prefix)
+{
+    size_t n = 0;
+    for (int k = 0; k < HP_N_METRICS; k++)
+        n += (size_t)snprintf(out + n, HS_METRIC_COLS - n, "%s%.7s%s", k ? ", " : "", prefix,
+                              hp_metric_name((enum hp_metric)k));
+}
+
+void hs_metric_params(char out[HS_METRIC_COLS])
+{
+    size_t n = 0;
+    for (int k = 0; k < HP_N_METRICS; k++)
+        n += (size_t)snprintf(out + n, HS_METRIC_COLS - n, "%s?", k ? ", " : "");
+}
+
+/*
+ * The views over every metric, as the metric table makes them (docs/database.md): jobs, baselines and
+ * effects, the last signed as each metric's row says (hp_metric_effect). jobs and baselines give the metrics
+ * (and ppl) in the order of db's results columns, so that an older database's views keep their columns' order
+ * (loss, ppl, acc, kl, cos, then metrics added later). Written into out (size n). An SQLite error code.
+ */
+static int metric_views(sqlite3 *db, char *out, size_t n)
+{
+    char jc[2 * HS_METRIC_COLS] = "", bc[2 * HS_METRIC_COLS] = "", ec[HS_METRIC_COLS], dc[4 * HS_METRIC_COLS];
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, "SELECT name FROM pragma_table_info('results') ORDER BY cid", -1, &st, NULL);
+    size_t nj = 0, nb = 0;
+    while (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+        const char *c = (const char *)sqlite3_column_text(st, 0);
+        enum hp_metric m;
+        if (!c || (strcmp(c, "ppl") != 0 && !hp_metric_parse(c, &m)))
+            continue;
+        nj += (size_t)snprintf(jc + nj, sizeof jc - nj, "r.%.40s, ", c);
+        nb += (size_t)snprintf(bc + nb, sizeof bc - nb, "%.40s, ", c);
+    }
+    if (rc == SQLITE_OK)
+        rc = sqlite3_finalize(st);
+    if (rc != SQLITE_OK)
+        return rc;
+    if (nb >= 2)
+        bc[nb - 2] = '\0'; /* baselines' list ends the select: no ", " after it */
+    hs_metric_cols(ec, "j.");
+    size_t d = 0;
+    for (int k = 0; k < HP_N_METRICS; k++) {
+        const struct hp_metric_row *r = hp_metric_row((enum hp_metric)k);
+        const char *m = r->name, *sep = k ? ", " : "";
+        if (r->baseline == HP_BASELINE_UNMASKED) /* the value is the effect: the baseline's is 0 */
+            d += (size_t)snprintf(dc + d, sizeof dc - d, r->sign > 0 ? "%sj.%s AS d_%s" : "%s0.0 - j.%s AS d_%s", sep,
+                                  m, m);
+        else if (r->sign > 0)
+            d += (size_t)snprintf(dc + d, sizeof dc - d, "%sj.%s - b.%s AS d_%s", sep, m, m, m);
+        else
+            d += (size_t)snprintf(dc + d, sizeof dc - d, "%sb.%s - j.%s AS d_%s", sep, m, m, m);
+    }
+    snprintf(out, n,
+             "CREATE VIEW jobs AS\n"
+             "SELECT j.sweep_id, j.ord, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2,\n"
+             "       j.step, j.sample, j.k, v.mask_text, v.n_ablated, %sr.n_tokens, r.wall_s, j.variant_id\n"
+             "FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id JOIN results r ON r.variant_id = j.variant_id;\n"
+             "CREATE VIEW baselines AS\n"
+             "SELECT sweep_id, variant_id, %s FROM jobs WHERE kind = 'baseline';\n"
+             "CREATE VIEW effects AS\n"
+             "SELECT j.sweep_id, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2, j.step, j.sample, j.k,\n"
+             "       j.mask_text, %s,\n"
+             "       %s\n"
+             "FROM jobs j JOIN baselines b ON b.sweep_id = j.sweep_id;\n",
+             jc, bc, dc, ec);
+    return SQLITE_OK;
+}
+
+/* A column per metric in results and seq_results (what a database older than a metric lacks is added). */
+static int metric_columns(sqlite3 *db)
+{
+    static const char *const tables[] = {"results", "seq_results"};
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2", -1, &st, NULL);
+    for (int t = 0; t < 2 && rc == SQLITE_OK; t++)
+        for (int k = 0; k < HP_N_METRICS && rc == SQLITE_OK; k++) {
+            const char *m = hp_metric_name((enum hp_metric)k);
+            sqlite3_reset(st);
+            sqlite3_bind_text(st, 1, tables[t], -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 2, m, -1, SQLITE_STATIC);
+            if ((rc = sqlite3_step(st)) != SQLITE_ROW)
+                break;
+            rc = SQLITE_OK;
+            if (sqlite3_column_int(st, 0) == 0) {
+                char sql[128];
+                snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s REAL", tables[t], m);
+                rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+            }
+        }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The views made again where a database holds others (older, or without a metric): all three, in order. */
+static int metric_views_fit(sqlite3 *db)
+{
+    char views[16384];
+    sqlite3_stmt *st = NULL;
+    int rc = metric_views(db, views, sizeof views);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db, "SELECT group_concat(sql || ';' || char(10), '') FROM (SELECT sql FROM sqlite_master "
+                                    "WHERE type = 'view' AND name IN ('jobs', 'baselines', 'effects') "
+                                    "ORDER BY CASE name WHEN 'jobs' THEN 0 WHEN 'baselines' THEN 1 ELSE 2 END)",
+                                -1, &st, NULL);
+    bool same = false;
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const unsigned char *have = sqlite3_column_text(st, 0);
+        same = have && strcmp((const char *)have, views) == 0;
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_OK && !same)
+        rc = sqlite3_exec(db, "DROP VIEW IF EXISTS effects; DROP VIEW IF EXISTS baselines; DROP VIEW IF EXISTS jobs",
+                          NULL, NULL, NULL);
+    if (rc == SQLITE_OK && !same)
+        rc = sqlite3_exec(db, views, NULL, NULL, NULL);
+    return rc;
+}
+
+int hp_store_schema(sqlite3 *db)
+{
+    int rc = sqlite3_exec(db, schema_sql, NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = metric_columns(db);
+    if (rc == SQLITE_OK)
+        rc = metric_views_fit(db);
+    return rc;
+}
+
 // --- opening ------------------------------------------------------------------
 
 /* WAL mode and the schema (whole, or what an older database lacks), in one locked transaction. */
 static int open_schema(struct hp_store *s)
 {
     int rc;
-    if ((rc = exec(s, "PRAGMA journal_mode = WAL")) != SQLITE_OK ||
-        (rc = exec(s, "PRAGMA synchronous = NORMAL")) != SQLITE_OK ||
-        (rc = exec(s, "PRAGMA foreign_keys = ON")) != SQLITE_OK || (rc = exec(s, "BEGIN IMMEDIATE")) != SQLITE_OK)
+    if ((rc = hs_exec(s, "PRAGMA journal_mode = WAL")) != SQLITE_OK ||
+        (rc = hs_exec(s, "PRAGMA synchronous = NORMAL")) != SQLITE_OK ||
+        (rc = hs_exec(s, "PRAGMA foreign_keys = ON")) != SQLITE_OK || (rc = hs_exec(s, "BEGIN IMMEDIATE")) != SQLITE_OK)
         return rc;
     /* another worker may have created the schema meanwhile: check inside the lock */
     int64_t n = 0;
     bool found;
-    rc = select_int(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", NULL, &n, &found);
+    rc = hs_select_int(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", NULL, &n, &found);
     /* the schema is idempotent: a new database gets it whole, an older one what it lacks */
     if (rc == SQLITE_OK)
-        rc = exec(s, schema_sql);
+        rc = hp_store_schema(s->db);
     if (rc == SQLITE_OK) {
         char sql[256];
         /* up, never down: a newer headprune may have upgraded it since we checked */
@@ -511,15 +642,15 @@ static int open_schema(struct hp_store *s)
                  "INSERT OR IGNORE INTO meta VALUES ('schema_version', '%d');"
                  "UPDATE meta SET value = '%d' WHERE key = 'schema_version' AND CAST(value AS INTEGER) < %d",
                  HP_SCHEMA_VERSION, HP_SCHEMA_VERSION, HP_SCHEMA_VERSION);
-        rc = exec(s, sql);
+        rc = hs_exec(s, sql);
     }
     if (rc == SQLITE_OK && n == 0) {
         char sql[256];
         snprintf(sql, sizeof sql, "INSERT INTO meta VALUES ('created_by', 'headprune %s')", HP_VERSION);
-        rc = exec(s, sql);
+        rc = hs_exec(s, sql);
     }
     if (rc == SQLITE_OK)
-        rc = exec(s, "COMMIT");
+        rc = hs_exec(s, "COMMIT");
     return rc;
 }
 
@@ -548,9 +679,9 @@ enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_
     /* read before writing anything: a newer or foreign database stays as it was */
     int64_t n_tables = 0, version = 0;
     bool found;
-    rc = select_int(s, "SELECT count(*) FROM sqlite_master", NULL, &n_tables, &found);
+    rc = hs_select_int(s, "SELECT count(*) FROM sqlite_master", NULL, &n_tables, &found);
     if (rc == SQLITE_OK && n_tables > 0) {
-        rc = select_int(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", NULL, &version,
+        rc = hs_select_int(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", NULL, &version,
                         &found);
         if (rc == SQLITE_OK && version == 0) {
             st = hp_fail(err, HP_ERR_SQL, "%s: not a headprune database (an SQLite file without its tables)", path);
@@ -558,7 +689,7 @@ enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_
             return st;
         }
         if (rc == SQLITE_OK)
-            rc = select_int(s, "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'schema_version'", NULL, &version,
+            rc = hs_select_int(s, "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'schema_version'", NULL, &version,
                             &found);
         if (rc == SQLITE_OK && version > HP_SCHEMA_VERSION) {
             st = hp_fail(err, HP_ERR_SQL, "%s: written by a newer headprune (schema %lld; this one reads %d): upgrade headprune",
@@ -574,7 +705,7 @@ enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_
         }
     }
     if (rc != SQLITE_OK) {
-        st = sql_fail(s, rc, "reading the schema", err);
+        st = hs_sql_fail(s, rc, "reading the schema", err);
         hp_store_close(s);
         return st;
     }
@@ -585,15 +716,15 @@ enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_
         rc = open_schema(s);
         if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED)
             break;
-        exec(s, "ROLLBACK");
+        hs_exec(s, "ROLLBACK");
         if (attempt == 600)
             break;
         struct timespec ts = {0, 100000000L};
         nanosleep(&ts, NULL);
     }
     if (rc != SQLITE_OK) {
-        st = sql_fail(s, rc, "opening", err);
-        exec(s, "ROLLBACK");
+        st = hs_sql_fail(s, rc, "opening", err);
+        hs_exec(s, "ROLLBACK");
         hp_store_close(s);
         return st;
     }
@@ -612,7 +743,7 @@ void hp_store_close(struct hp_store *s)
          * readers without write access to the folder create none, and none
          * are left behind owned by another user. */
         sqlite3_busy_timeout(s->db, 0);
-        exec(s, "PRAGMA journal_mode = DELETE");
+        hs_exec(s, "PRAGMA journal_mode = DELETE");
     }
     sqlite3_close(s->db);
     free(s->path);
@@ -625,14 +756,14 @@ enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_ro
                               struct hp_error *err)
 {
     char now[32], key[HP_DIGEST_HEX], cat[3 * HP_DIGEST_HEX + 32];
-    now_iso(now);
+    hs_now_iso(now);
     /* and the numeric version: a sweep's jobs are linked by their place in it, so a sweep of another version's
      * results is another sweep (else a rerun after an upgrade kept the old links to the old numbers) */
     snprintf(cat, sizeof cat, "%s/%s/%s/%d", d->plan_digest, d->model_digest, d->data_digest, HP_NUMERIC_VERSION);
     hp_digest_text(cat, key);
-    int rc = exec(s, "BEGIN IMMEDIATE");
+    int rc = hs_exec(s, "BEGIN IMMEDIATE");
     sqlite3_stmt *st = NULL;
-    if (rc == SQLITE_OK && (rc = prep(s, "INSERT OR IGNORE INTO models(digest, path, model_type, n_layers, n_heads, "
+    if (rc == SQLITE_OK && (rc = hs_prep(s, "INSERT OR IGNORE INTO models(digest, path, model_type, n_layers, n_heads, "
                                          "n_kv_heads, d_head, n_params) VALUES (?,?,?,?,?,?,?,?)",
                                       &st)) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, d->model_digest, -1, SQLITE_STATIC);
@@ -643,37 +774,37 @@ enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_ro
         sqlite3_bind_int(st, 6, d->n_kv_heads);
         sqlite3_bind_int(st, 7, d->d_head);
         sqlite3_bind_int64(st, 8, d->n_params);
-        rc = step_done(st);
+        rc = hs_step_done(st);
     }
     /* every time, so a database from before schema 5 learns its pruned models' missing heads at their next run */
     for (int i = 0; d->pruned && rc == SQLITE_OK && i < d->n_layers * d->n_heads; i++)
-        if (d->pruned[i] && (rc = prep(s, "INSERT OR IGNORE INTO pruned_heads(model_id, layer, head) VALUES "
+        if (d->pruned[i] && (rc = hs_prep(s, "INSERT OR IGNORE INTO pruned_heads(model_id, layer, head) VALUES "
                                           "((SELECT id FROM models WHERE digest = ?1), ?2, ?3)",
                                        &st)) == SQLITE_OK) {
             sqlite3_bind_text(st, 1, d->model_digest, -1, SQLITE_STATIC);
             sqlite3_bind_int(st, 2, i / d->n_heads);
             sqlite3_bind_int(st, 3, i % d->n_heads);
-            rc = step_done(st);
+            rc = hs_step_done(st);
         }
     if (rc == SQLITE_OK &&
-        (rc = prep(s, "INSERT OR IGNORE INTO datasets(digest, path, n_seqs, seq_len) VALUES (?,?,?,?)", &st)) ==
+        (rc = hs_prep(s, "INSERT OR IGNORE INTO datasets(digest, path, n_seqs, seq_len) VALUES (?,?,?,?)", &st)) ==
             SQLITE_OK) {
         sqlite3_bind_text(st, 1, d->data_digest, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, d->data_path, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 3, d->n_seqs);
         sqlite3_bind_int(st, 4, d->seq_len);
-        rc = step_done(st);
+        rc = hs_step_done(st);
     }
     if (rc == SQLITE_OK &&
-        (rc = prep(s, "INSERT OR IGNORE INTO plans(digest, name, path, text) VALUES (?,?,?,?)", &st)) == SQLITE_OK) {
+        (rc = hs_prep(s, "INSERT OR IGNORE INTO plans(digest, name, path, text) VALUES (?,?,?,?)", &st)) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, d->plan_digest, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, d->name, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, d->plan_path, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 4, d->plan_text ? d->plan_text : "", -1, SQLITE_STATIC);
-        rc = step_done(st);
+        rc = hs_step_done(st);
     }
     if (rc == SQLITE_OK &&
-        (rc = prep(s, "INSERT OR IGNORE INTO sweeps(key, plan_id, model_id, dataset_id, name, ablation, metric, "
+        (rc = hs_prep(s, "INSERT OR IGNORE INTO sweeps(key, plan_id, model_id, dataset_id, name, ablation, metric, "
                       "created, updated) VALUES (?1, (SELECT id FROM plans WHERE digest = ?2), "
                       "(SELECT id FROM models WHERE digest = ?3), (SELECT id FROM datasets WHERE digest = ?4), "
                       "?5, ?6, ?7, ?8, ?8)",
@@ -686,169 +817,12 @@ enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_ro
         sqlite3_bind_text(st, 6, d->ablation, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 7, d->metric, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 8, now, -1, SQLITE_STATIC);
-        rc = step_done(st);
+        rc = hs_step_done(st);
     }
     bool found = false;
     if (rc == SQLITE_OK)
-        rc = select_int(s, "SELECT id FROM sweeps WHERE key = ?", key, sweep_id, &found);
-    return commit_or_fail(s, rc, "recording the sweep", err);
-}
-
-// --- results ------------------------------------------------------------------
-
-enum hp_status hp_store_lookup(struct hp_store *s, const char *key, bool *found, struct hp_store_metrics *m,
-                               struct hp_error *err)
-{
-    sqlite3_stmt *st;
-    int rc = prep(s, "SELECT r.loss, r.acc, r.kl, r.cos FROM variants v JOIN results r ON r.variant_id = v.id "
-                     "WHERE v.key = ?",
-                  &st);
-    if (rc != SQLITE_OK)
-        return sql_fail(s, rc, "looking up a result", err);
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    *found = rc == SQLITE_ROW;
-    if (*found) {
-        double *v[4] = {&m->loss, &m->acc, &m->kl, &m->cos};
-        for (int i = 0; i < 4; i++)
-            *v[i] = sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        return sql_fail(s, rc, "looking up a result", err);
-    return HP_OK;
-}
-
-/* INSERT OR IGNORE the sweep_jobs row of j (variant found by key). */
-static int link_row(struct hp_store *s, const struct hp_store_job *j)
-{
-    sqlite3_stmt *st;
-    int rc = prep(s, "INSERT OR IGNORE INTO sweep_jobs(sweep_id, ord, variant_id, study, kind, kv, label, layer, "
-                     "unit, unit2, step, sample, k) VALUES (?1, ?2, (SELECT id FROM variants WHERE key = ?3), "
-                     "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-                  &st);
-    if (rc != SQLITE_OK)
-        return rc;
-    sqlite3_bind_int64(st, 1, j->sweep_id);
-    sqlite3_bind_int64(st, 2, j->ord);
-    sqlite3_bind_text(st, 3, j->key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, j->study, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, j->kind, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 6, j->kv);
-    sqlite3_bind_text(st, 7, j->label, -1, SQLITE_STATIC);
-    int vals[3] = {j->layer, j->unit, j->unit2};
-    for (int i = 0; i < 3; i++)
-        if (vals[i] >= 0)
-            sqlite3_bind_int(st, 8 + i, vals[i]);
-        else
-            sqlite3_bind_null(st, 8 + i);
-    sqlite3_bind_int(st, 11, j->step);
-    sqlite3_bind_int(st, 12, j->sample);
-    sqlite3_bind_int(st, 13, j->k);
-    rc = step_done(st);
-    if (rc != SQLITE_OK)
-        return rc;
-    return touch_sweep(s, j->sweep_id);
-}
-
-enum hp_status hp_store_link(struct hp_store *s, const struct hp_store_job *j, struct hp_error *err)
-{
-    int rc = exec(s, "BEGIN IMMEDIATE");
-    if (rc == SQLITE_OK)
-        rc = link_row(s, j);
-    return commit_or_fail(s, rc, "recording a job", err);
-}
-
-static void bind_metric(sqlite3_stmt *st, int i, bool has, double v)
-{
-    if (has && isfinite(v))
-        sqlite3_bind_double(st, i, v);
-    else
-        sqlite3_bind_null(st, i);
-}
-
-static int insert_variant(struct hp_store *s, const struct hp_store_job *j, const struct hp_metrics *mt,
-                          double wall_s, int threads, const char *kernel)
-{
-    /* variants.mask: bit i (LSB first) set when gate i is 0; n_ablated counts them */
-    int nbits = j->n_layers * j->n_heads, n_ablated = 0;
-    unsigned char bits[(nbits + 7) / 8 + 1];
-    memset(bits, 0, sizeof bits);
-    for (int i = 0; i < nbits; i++)
-        if (j->gate[i] == 0.0f) {
-            bits[i / 8] |= (unsigned char)(1u << (i % 8));
-            n_ablated++;
-        }
-    sqlite3_stmt *st;
-    int rc = prep(s, "INSERT INTO variants(key, model_id, dataset_id, ablation, mask, mask_text, n_ablated) VALUES "
-                     "(?1, (SELECT id FROM models WHERE digest = ?2), (SELECT id FROM datasets WHERE digest = ?3), "
-                     "?4, ?5, ?6, ?7)",
-                  &st);
-    if (rc != SQLITE_OK)
-        return rc;
-    sqlite3_bind_text(st, 1, j->key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, j->model_digest, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, j->data_digest, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, j->ablation, -1, SQLITE_STATIC);
-    sqlite3_bind_blob(st, 5, bits, (nbits + 7) / 8, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 6, j->mask_text, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 7, n_ablated);
-    if ((rc = step_done(st)) != SQLITE_OK)
-        return rc;
-    int64_t vid = sqlite3_last_insert_rowid(s->db);
-
-    char now[32];
-    now_iso(now);
-    if ((rc = prep(s, "INSERT INTO results(variant_id, loss, ppl, acc, kl, cos, n_tokens, n_seqs, wall_s, "
-                      "engine_version, numeric_version, host, threads, kernel, created) VALUES "
-                      "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                   &st)) != SQLITE_OK)
-        return rc;
-    sqlite3_bind_int64(st, 1, vid);
-    bind_metric(st, 2, mt->has_loss, mt->loss);
-    bind_metric(st, 3, mt->has_loss, mt->ppl);
-    bind_metric(st, 4, mt->has_loss, mt->acc);
-    bind_metric(st, 5, mt->has_loss, mt->kl);
-    bind_metric(st, 6, mt->has_cos, mt->cos);
-    sqlite3_bind_int64(st, 7, mt->n_tokens);
-    sqlite3_bind_int(st, 8, mt->n_seqs);
-    bind_provenance(s, st, 9, wall_s, threads, kernel, now);
-    if ((rc = step_done(st)) != SQLITE_OK)
-        return rc;
-
-    if ((rc = prep(s, "INSERT INTO seq_results(variant_id, seq, loss, acc, kl, cos, n_tokens) VALUES (?,?,?,?,?,?,?)",
-                   &st)) != SQLITE_OK)
-        return rc;
-    for (int i = 0; i < mt->n_seqs && rc == SQLITE_OK; i++) {
-        sqlite3_reset(st);
-        sqlite3_bind_int64(st, 1, vid);
-        sqlite3_bind_int(st, 2, i);
-        bind_metric(st, 3, mt->has_loss, mt->seq_loss[i]);
-        bind_metric(st, 4, mt->has_loss, mt->seq_acc[i]);
-        bind_metric(st, 5, mt->has_loss, mt->seq_kl[i]);
-        bind_metric(st, 6, mt->has_cos, mt->seq_cos[i]);
-        sqlite3_bind_int64(st, 7, mt->seq_tokens[i]);
-        rc = sqlite3_step(st);
-        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-    }
-    sqlite3_finalize(st);
-    return rc;
-}
-
-enum hp_status hp_store_put(struct hp_store *s, const struct hp_store_job *j, const struct hp_metrics *mt,
-                            double wall_s, int threads, const char *kernel, struct hp_error *err)
-{
-    int rc = exec(s, "BEGIN IMMEDIATE");
-    int64_t vid;
-    bool exists = false;
-    if (rc == SQLITE_OK)
-        rc = select_int(s, "SELECT id FROM variants WHERE key = ?", j->key, &vid, &exists);
-    /* another worker may have finished the same variant meanwhile: keep theirs */
-    if (rc == SQLITE_OK && !exists)
-        rc = insert_variant(s, j, mt, wall_s, threads, kernel);
-    if (rc == SQLITE_OK)
-        rc = link_row(s, j);
-    return commit_or_fail(s, rc, "writing a result", err);
+        rc = hs_select_int(s, "SELECT id FROM sweeps WHERE key = ?", key, sweep_id, &found);
+    return hs_commit_or_fail(s, rc, "recording the sweep", err);
 }
 
 // --- merging ------------------------------------------------------------------
@@ -931,15 +905,58 @@ static const char merge_variants_sql[] =
     "  FROM src.variants v JOIN src.models m ON m.id = v.model_id JOIN src.datasets d ON d.id = v.dataset_id "
     "  WHERE v.id IN (SELECT variant_id FROM src.results) ORDER BY v.id;";
 
+/* Whether schema.sql's CREATE TABLE of table names col: every database has it (else the store added it). */
+static bool schema_column(const char *table, const char *col)
+{
+    char head[64], line[64];
+    snprintf(head, sizeof head, "CREATE TABLE IF NOT EXISTS %s(", table);
+    snprintf(line, sizeof line, "\n  %s ", col);
+    const char *a = strstr(schema_sql, head), *b = a ? strstr(a, ");") : NULL, *c = a ? strstr(a, line) : NULL;
+    return c && c < b;
+}
+
+/*
+ * The results and seq_results rows of src's variants, a column per metric: src's own, or NULL where src is
+ * older than the metric (the store added its column later; one schema.sql names is never missing, so a shard
+ * without it fails as damaged). An SQLite error code, else SQLITE_OK.
+ */
+static int merge_results(struct hp_store *s)
+{
+    char cols[HS_METRIC_COLS], rsel[2 * HS_METRIC_COLS], qsel[2 * HS_METRIC_COLS], sql[6 * HS_METRIC_COLS + 1024];
+    hs_metric_cols(cols, "");
+    sqlite3_stmt *st;
+    int rc = hs_prep(s, "SELECT count(*) FROM pragma_table_info(?1, 'src') WHERE name = ?2", &st);
+    size_t nr = 0, nq = 0;
+    for (int k = 0; k < HP_N_METRICS && rc == SQLITE_OK; k++) {
+        const char *m = hp_metric_name((enum hp_metric)k), *sep = k ? ", " : "";
+        bool in[2];
+        for (int t = 0; t < 2 && rc == SQLITE_OK; t++) {
+            sqlite3_reset(st);
+            sqlite3_bind_text(st, 1, t ? "seq_results" : "results", -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 2, m, -1, SQLITE_STATIC);
+            rc = sqlite3_step(st) == SQLITE_ROW ? SQLITE_OK : sqlite3_errcode(s->db);
+            in[t] = rc == SQLITE_OK && (sqlite3_column_int(st, 0) > 0 || schema_column(t ? "seq_results" : "results", m));
+        }
+        nr += (size_t)snprintf(rsel + nr, sizeof rsel - nr, in[0] ? "%sr.%s" : "%sNULL", sep, m);
+        nq += (size_t)snprintf(qsel + nq, sizeof qsel - nq, in[1] ? "%sq.%s" : "%sNULL", sep, m);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_OK)
+        return rc;
+    snprintf(sql, sizeof sql,
+             "INSERT OR IGNORE INTO main.results(variant_id, %s, ppl, n_tokens, n_seqs, wall_s, engine_version, "
+             "    numeric_version, host, threads, kernel, created) "
+             "  SELECT mv.id, %s, r.ppl, r.n_tokens, r.n_seqs, r.wall_s, r.engine_version, "
+             "         r.numeric_version, r.host, r.threads, r.kernel, r.created "
+             "  FROM src.results r JOIN src.variants v ON v.id = r.variant_id JOIN main.variants mv ON mv.key = v.key;"
+             "INSERT OR IGNORE INTO main.seq_results(variant_id, seq, %s, n_tokens) "
+             "  SELECT mv.id, q.seq, %s, q.n_tokens "
+             "  FROM src.seq_results q JOIN src.variants v ON v.id = q.variant_id JOIN main.variants mv ON mv.key = v.key;",
+             cols, rsel, cols, qsel);
+    return hs_exec(s, sql);
+}
+
 static const char merge_rest_sql[] =
-    "INSERT OR IGNORE INTO main.results(variant_id, loss, ppl, acc, kl, cos, n_tokens, n_seqs, wall_s, engine_version, "
-    "    numeric_version, host, threads, kernel, created) "
-    "  SELECT mv.id, r.loss, r.ppl, r.acc, r.kl, r.cos, r.n_tokens, r.n_seqs, r.wall_s, r.engine_version, "
-    "         r.numeric_version, r.host, r.threads, r.kernel, r.created "
-    "  FROM src.results r JOIN src.variants v ON v.id = r.variant_id JOIN main.variants mv ON mv.key = v.key;"
-    "INSERT OR IGNORE INTO main.seq_results(variant_id, seq, loss, acc, kl, cos, n_tokens) "
-    "  SELECT mv.id, q.seq, q.loss, q.acc, q.kl, q.cos, q.n_tokens "
-    "  FROM src.seq_results q JOIN src.variants v ON v.id = q.variant_id JOIN main.variants mv ON mv.key = v.key;"
     "INSERT OR IGNORE INTO main.sweep_jobs(sweep_id, ord, variant_id, study, kind, kv, label, layer, unit, unit2, "
     "    step, sample, k) "
     "  SELECT ms.id, j.ord, mv.id, j.study, j.kind, j.kv, j.label, j.layer, j.unit, j.unit2, j.step, j.sample, j.k "
@@ -1051,10 +1068,10 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
             break;
         }
         sqlite3_stmt *a;
-        int rc = prep(s, "ATTACH DATABASE ? AS src", &a);
+        int rc = hs_prep(s, "ATTACH DATABASE ? AS src", &a);
         if (rc == SQLITE_OK) {
             sqlite3_bind_text(a, 1, uri, -1, SQLITE_STATIC);
-            rc = step_done(a);
+            rc = hs_step_done(a);
         }
         free(uri);
         size_t n;
@@ -1068,59 +1085,61 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
                      : hp_fail(err, HP_ERR_SQL, "%s: cannot attach: %s", in[i], sqlite3_errmsg(s->db));
             break;
         }
-        rc = exec(s, "BEGIN IMMEDIATE");
+        rc = hs_exec(s, "BEGIN IMMEDIATE");
         if (rc == SQLITE_OK)
-            rc = exec(s, merge_sql);
+            rc = hs_exec(s, merge_sql);
         if (rc == SQLITE_OK) {
-            rc = exec(s, merge_variants_sql);
+            rc = hs_exec(s, merge_variants_sql);
             *n_added += sqlite3_changes(s->db);
         }
         if (rc == SQLITE_OK)
-            rc = exec(s, merge_rest_sql);
+            rc = merge_results(s);
+        if (rc == SQLITE_OK)
+            rc = hs_exec(s, merge_rest_sql);
         int64_t has_means = 0;
         bool found;
         if (rc == SQLITE_OK)
-            rc = select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'ablation_means'",
+            rc = hs_select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'ablation_means'",
                             NULL, &has_means, &found);
         if (rc == SQLITE_OK && has_means)
-            rc = exec(s, "INSERT OR IGNORE INTO main.ablation_means SELECT * FROM src.ablation_means");
+            rc = hs_exec(s, "INSERT OR IGNORE INTO main.ablation_means SELECT * FROM src.ablation_means");
         int64_t has_grads = 0;
         if (rc == SQLITE_OK)
-            rc = select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'unit_scores'",
+            rc = hs_select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'unit_scores'",
                             NULL, &has_grads, &found);
         if (rc == SQLITE_OK && has_grads) /* schema 3 and later: the gradient studies */
-            rc = exec(s, merge_grads_sql);
+            rc = hs_exec(s, merge_grads_sql);
         int64_t has_roles = 0;
         if (rc == SQLITE_OK)
-            rc = select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'sweep_roles'",
+            rc = hs_select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'sweep_roles'",
                             NULL, &has_roles, &found);
         if (rc == SQLITE_OK && has_roles) /* schema 4 and later: head roles */
-            rc = exec(s, merge_roles_sql);
+            rc = hs_exec(s, merge_roles_sql);
         int64_t has_gates = 0;
         if (rc == SQLITE_OK)
-            rc = select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'sweep_gates'",
+            rc = hs_select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'sweep_gates'",
                             NULL, &has_gates, &found);
         if (rc == SQLITE_OK && has_gates) /* schema 4 and later: gates studies */
-            rc = exec(s, merge_gates_sql);
+            rc = hs_exec(s, merge_gates_sql);
         int64_t has_pruned = 0;
         if (rc == SQLITE_OK)
-            rc = select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'pruned_heads'",
+            rc = hs_select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'pruned_heads'",
                             NULL, &has_pruned, &found);
         if (rc == SQLITE_OK && has_pruned) /* schema 5 and later: the heads pruned checkpoints lack */
-            rc = exec(s, "INSERT OR IGNORE INTO main.pruned_heads(model_id, layer, head) "
+            rc = hs_exec(s, "INSERT OR IGNORE INTO main.pruned_heads(model_id, layer, head) "
                          "  SELECT mm.id, p.layer, p.head FROM src.pruned_heads p JOIN src.models m ON m.id = p.model_id "
                          "       JOIN main.models mm ON mm.digest = m.digest");
         if (rc == SQLITE_OK)
-            rc = exec(s, "COMMIT");
+            rc = hs_exec(s, "COMMIT");
         if (rc != SQLITE_OK) {
             char *what;
             st = hp_path_make(&what, err, "merging %s", in[i]);
             if (st == HP_OK)
-                st = sql_fail(s, rc, what, err);
+                st = hs_sql_fail(s, rc, what, err);
             free(what);
-            exec(s, "ROLLBACK");
+            hs_exec(s, "ROLLBACK");
         }
-        exec(s, "DETACH DATABASE src");
+        hs_exec(s, "DETACH DATABASE src");
     }
     hp_store_close(s);
     if (st != HP_OK && made)
@@ -1128,559 +1147,3 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
     return st;
 }
 
-// --- mean-ablation statistics ---------------------------------------------------
-
-enum hp_status hp_store_get_means(struct hp_store *s, const char *model_digest, const char *data_digest,
-                                  struct hp_means *m, bool *found, struct hp_error *err)
-{
-    *found = false;
-    sqlite3_stmt *st;
-    int rc = prep(s,
-                  "SELECT n_layers, seq_len, width, mean_all, mean_pos FROM ablation_means "
-                  "WHERE model_digest = ? AND data_digest = ? AND numeric_version = ?",
-                  &st);
-    if (rc != SQLITE_OK)
-        return sql_fail(s, rc, "reading mean-ablation statistics", err);
-    sqlite3_bind_text(st, 1, model_digest, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, data_digest, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 3, HP_NUMERIC_VERSION);
-    rc = sqlite3_step(st);
-    enum hp_status ret = HP_OK;
-    if (rc == SQLITE_ROW) {
-        size_t n_all = (size_t)m->n_layers * m->width, n_pos = n_all * m->seq_len;
-        if (sqlite3_column_int(st, 0) != m->n_layers || sqlite3_column_int(st, 1) != m->seq_len ||
-            sqlite3_column_int(st, 2) != m->width || (size_t)sqlite3_column_bytes(st, 3) != n_all * sizeof(float) ||
-            (size_t)sqlite3_column_bytes(st, 4) != n_pos * sizeof(float)) {
-            ret = hp_fail(err, HP_ERR_SQL, "%s: stored mean-ablation statistics have the wrong shape (a damaged database?)",
-                          s->path);
-        } else {
-            memcpy(m->all, sqlite3_column_blob(st, 3), n_all * sizeof(float));
-            memcpy(m->pos, sqlite3_column_blob(st, 4), n_pos * sizeof(float));
-            *found = true;
-        }
-    } else if (rc != SQLITE_DONE) {
-        ret = sql_fail(s, rc, "reading mean-ablation statistics", err);
-    }
-    sqlite3_finalize(st);
-    return ret;
-}
-
-enum hp_status hp_store_put_means(struct hp_store *s, const char *model_digest, const char *data_digest,
-                                  const struct hp_means *m, struct hp_error *err)
-{
-    size_t n_all = (size_t)m->n_layers * m->width, n_pos = n_all * m->seq_len;
-    sqlite3_stmt *st;
-    int rc = prep(s, "INSERT OR IGNORE INTO ablation_means VALUES (?, ?, ?, ?, ?, ?, ?, ?)", &st);
-    if (rc == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, model_digest, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, data_digest, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 3, HP_NUMERIC_VERSION);
-        sqlite3_bind_int(st, 4, m->n_layers);
-        sqlite3_bind_int(st, 5, m->seq_len);
-        sqlite3_bind_int(st, 6, m->width);
-        sqlite3_bind_blob64(st, 7, m->all, n_all * sizeof(float), SQLITE_STATIC);
-        sqlite3_bind_blob64(st, 8, m->pos, n_pos * sizeof(float), SQLITE_STATIC);
-        rc = step_done(st);
-    }
-    return rc == SQLITE_OK ? HP_OK : sql_fail(s, rc, "writing mean-ablation statistics", err);
-}
-
-// --- gradients and the scores made of them ------------------------------------------
-
-enum hp_status hp_store_get_grad(struct hp_store *s, struct hp_store_grad *g, bool *found, struct hp_error *err)
-{
-    *found = false;
-    sqlite3_stmt *st;
-    int rc = prep(s, "SELECT n_layers, n_heads, n_seqs, loss, grad, atp, seq_grad FROM gradients WHERE key = ?", &st);
-    if (rc != SQLITE_OK)
-        return sql_fail(s, rc, "reading a gradient", err);
-    sqlite3_bind_text(st, 1, g->key, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    enum hp_status ret = HP_OK;
-    if (rc == SQLITE_ROW) {
-        size_t hh = (size_t)g->n_layers * g->n_heads, ns = hh * g->n_seqs;
-        if (sqlite3_column_int(st, 0) != g->n_layers || sqlite3_column_int(st, 1) != g->n_heads ||
-            sqlite3_column_int(st, 2) != g->n_seqs || (size_t)sqlite3_column_bytes(st, 4) != hh * sizeof(double) ||
-            (size_t)sqlite3_column_bytes(st, 5) != hh * sizeof(double) ||
-            (size_t)sqlite3_column_bytes(st, 6) != ns * sizeof(double)) {
-            ret = hp_fail(err, HP_ERR_SQL, "%s: a stored gradient has the wrong shape (a damaged database?)", s->path);
-        } else {
-            g->loss = sqlite3_column_double(st, 3);
-            memcpy(g->grad, sqlite3_column_blob(st, 4), hh * sizeof(double));
-            memcpy(g->atp, sqlite3_column_blob(st, 5), hh * sizeof(double));
-            memcpy(g->seq_grad, sqlite3_column_blob(st, 6), ns * sizeof(double));
-            *found = true;
-        }
-    } else if (rc != SQLITE_DONE) {
-        ret = sql_fail(s, rc, "reading a gradient", err);
-    }
-    sqlite3_finalize(st);
-    return ret;
-}
-
-enum hp_status hp_store_put_grad(struct hp_store *s, const struct hp_store_grad *g, double wall_s, int threads,
-                                 const char *kernel, struct hp_error *err)
-{
-    size_t hh = (size_t)g->n_layers * g->n_heads, ns = hh * g->n_seqs;
-    char now[32];
-    now_iso(now);
-    sqlite3_stmt *st;
-    int rc = prep(s,
-                  "INSERT OR IGNORE INTO gradients(key, model_id, dataset_id, ablation, mask_text, n_layers, n_heads, "
-                  "n_seqs, loss, grad, atp, seq_grad, wall_s, engine_version, numeric_version, host, threads, kernel, "
-                  "created) VALUES (?1, (SELECT id FROM models WHERE digest = ?2), "
-                  "(SELECT id FROM datasets WHERE digest = ?3), ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
-                  "?16, ?17, ?18, ?19)",
-                  &st);
-    if (rc == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, g->key, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, g->model_digest, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, g->data_digest, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 4, g->ablation, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 5, g->mask_text, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 6, g->n_layers);
-        sqlite3_bind_int(st, 7, g->n_heads);
-        sqlite3_bind_int(st, 8, g->n_seqs);
-        sqlite3_bind_double(st, 9, g->loss);
-        sqlite3_bind_blob64(st, 10, g->grad, hh * sizeof(double), SQLITE_STATIC);
-        sqlite3_bind_blob64(st, 11, g->atp, hh * sizeof(double), SQLITE_STATIC);
-        sqlite3_bind_blob64(st, 12, g->seq_grad, ns * sizeof(double), SQLITE_STATIC);
-        bind_provenance(s, st, 13, wall_s, threads, kernel, now);
-        rc = step_done(st);
-    }
-    return rc == SQLITE_OK ? HP_OK : sql_fail(s, rc, "writing a gradient", err);
-}
-
-enum hp_status hp_store_put_scores(struct hp_store *s, int64_t sweep_id, const char *study, const char *kind, bool kv,
-                                   int step, const char *normalize, const char *grad_key,
-                                   const struct hp_store_score *rows, int n, struct hp_error *err)
-{
-    int rc = exec(s, "BEGIN IMMEDIATE");
-    sqlite3_stmt *st = NULL;
-    if (rc == SQLITE_OK)
-        rc = prep(s,
-                  "INSERT OR REPLACE INTO unit_scores(sweep_id, study, kind, kv, step, layer, unit, label, score, raw, "
-                  "normalize, gradient_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-                  "(SELECT id FROM gradients WHERE key = ?12))",
-                  &st);
-    for (int i = 0; i < n && rc == SQLITE_OK; i++) {
-        sqlite3_reset(st);
-        sqlite3_bind_int64(st, 1, sweep_id);
-        sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 4, kv);
-        sqlite3_bind_int(st, 5, step);
-        sqlite3_bind_int(st, 6, rows[i].layer);
-        sqlite3_bind_int(st, 7, rows[i].unit);
-        sqlite3_bind_text(st, 8, rows[i].label, -1, SQLITE_STATIC);
-        sqlite3_bind_double(st, 9, rows[i].score);
-        sqlite3_bind_double(st, 10, rows[i].raw);
-        if (normalize)
-            sqlite3_bind_text(st, 11, normalize, -1, SQLITE_STATIC);
-        else
-            sqlite3_bind_null(st, 11);
-        sqlite3_bind_text(st, 12, grad_key, -1, SQLITE_STATIC);
-        rc = sqlite3_step(st);
-        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-    }
-    sqlite3_finalize(st);
-    if (rc == SQLITE_OK)
-        rc = touch_sweep(s, sweep_id);
-    return commit_or_fail(s, rc, "writing a study's scores", err);
-}
-
-// --- head roles ------------------------------------------------------------------
-
-enum hp_status hp_store_has_roles(struct hp_store *s, const char *key, bool *found, struct hp_error *err)
-{
-    int64_t id;
-    int rc = select_int(s, "SELECT id FROM role_runs WHERE key = ?", key, &id, found);
-    return rc == SQLITE_OK ? HP_OK : sql_fail(s, rc, "looking up head roles", err);
-}
-
-/* NULL for a score that is undefined (NaN). */
-static void bind_score(sqlite3_stmt *st, int i, double v)
-{
-    if (isnan(v))
-        sqlite3_bind_null(st, i);
-    else
-        sqlite3_bind_double(st, i, v);
-}
-
-static int insert_roles(struct hp_store *s, const struct hp_store_roles *in, double wall_s, int threads,
-                        const char *kernel)
-{
-    const struct hp_roles *r = in->roles;
-    char now[32];
-    now_iso(now);
-    sqlite3_stmt *st;
-    int rc = prep(s,
-                  "INSERT INTO role_runs(key, model_id, dataset_id, causal, probe_seqs, probe_len, probe_seed, "
-                  "n_queries, n_prev, n_duplicate, n_first, n_induction, wall_s, engine_version, numeric_version, host, "
-                  "threads, kernel, created) VALUES (?1, (SELECT id FROM models WHERE digest = ?2), "
-                  "(SELECT id FROM datasets WHERE digest = ?3), ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
-                  "?16, ?17, ?18, ?19)",
-                  &st);
-    if (rc != SQLITE_OK)
-        return rc;
-    sqlite3_bind_text(st, 1, in->key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, in->model_digest, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, in->data_digest, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 4, r->causal);
-    sqlite3_bind_int(st, 5, r->probe_seqs);
-    sqlite3_bind_int(st, 6, r->probe_len);
-    sqlite3_bind_int64(st, 7, (sqlite3_int64)r->probe_seed);
-    sqlite3_bind_int64(st, 8, r->n_queries);
-    sqlite3_bind_int64(st, 9, r->n_prev);
-    sqlite3_bind_int64(st, 10, r->n_duplicate);
-    sqlite3_bind_int64(st, 11, r->n_first);
-    sqlite3_bind_int64(st, 12, r->n_induction);
-    bind_provenance(s, st, 13, wall_s, threads, kernel, now);
-    if ((rc = step_done(st)) != SQLITE_OK)
-        return rc;
-    const int64_t run = sqlite3_last_insert_rowid(s->db);
-    if ((rc = prep(s,
-                   "INSERT INTO head_roles(run_id, layer, head, prev_token, duplicate_token, induction, "
-                   "induction_offset, induction_mass, first_token, dominant_offset, dominant_mass, entropy, rare_token) "
-                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-                   &st)) != SQLITE_OK)
-        return rc;
-    for (int i = 0; i < r->n_layers * r->n_heads && rc == SQLITE_OK; i++) {
-        const struct hp_head_roles *h = &r->heads[i];
-        if (!h->present)
-            continue;
-        sqlite3_reset(st);
-        sqlite3_bind_int64(st, 1, run);
-        sqlite3_bind_int(st, 2, i / r->n_heads);
-        sqlite3_bind_int(st, 3, i % r->n_heads);
-        bind_score(st, 4, h->prev_token);
-        bind_score(st, 5, h->duplicate_token);
-        bind_score(st, 6, h->induction);
-        if (isnan(h->induction_mass))
-            sqlite3_bind_null(st, 7);
-        else
-            sqlite3_bind_int(st, 7, h->induction_offset);
-        bind_score(st, 8, h->induction_mass);
-        bind_score(st, 9, h->first_token);
-        if (isnan(h->dominant_mass))
-            sqlite3_bind_null(st, 10);
-        else
-            sqlite3_bind_int(st, 10, h->dominant_offset);
-        bind_score(st, 11, h->dominant_mass);
-        bind_score(st, 12, h->entropy);
-        bind_score(st, 13, h->rare_token);
-        rc = sqlite3_step(st);
-        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-    }
-    sqlite3_finalize(st);
-    return rc;
-}
-
-enum hp_status hp_store_put_roles(struct hp_store *s, const struct hp_store_roles *r, double wall_s, int threads,
-                                  const char *kernel, struct hp_error *err)
-{
-    int rc = exec(s, "BEGIN IMMEDIATE");
-    int64_t id;
-    bool exists = false;
-    if (rc == SQLITE_OK)
-        rc = select_int(s, "SELECT id FROM role_runs WHERE key = ?", r->key, &id, &exists);
-    /* another worker may have stored the same roles meanwhile: keep theirs */
-    if (rc == SQLITE_OK && !exists)
-        rc = insert_roles(s, r, wall_s, threads, kernel);
-    return commit_or_fail(s, rc, "writing head roles", err);
-}
-
-enum hp_status hp_store_link_roles(struct hp_store *s, int64_t sweep_id, const char *study, const char *key,
-                                   struct hp_error *err)
-{
-    int rc = exec(s, "BEGIN IMMEDIATE");
-    sqlite3_stmt *st = NULL;
-    if (rc == SQLITE_OK &&
-        (rc = prep(s, "INSERT OR REPLACE INTO sweep_roles(sweep_id, study, run_id) VALUES "
-                      "(?1, ?2, (SELECT id FROM role_runs WHERE key = ?3))",
-                   &st)) == SQLITE_OK) {
-        sqlite3_bind_int64(st, 1, sweep_id);
-        sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, key, -1, SQLITE_STATIC);
-        rc = step_done(st);
-    }
-    if (rc == SQLITE_OK)
-        rc = touch_sweep(s, sweep_id);
-    return commit_or_fail(s, rc, "recording a roles study", err);
-}
-
-// --- gate training runs -----------------------------------------------------------------
-
-/* What is wrong with a gate run's state as read (NULL: nothing), into why: no step of training makes any of it. */
-static bool gate_state_damaged(const struct hp_store_gate_run *r, size_t n, char *why, size_t size)
-{
-    const double *arr[3] = {r->log_alpha, r->adam_m, r->adam_v};
-    static const char *const names[3] = {"log_alpha", "adam_m", "adam_v"};
-    for (int k = 0; k < 3; k++)
-        for (size_t i = 0; i < n; i++)
-            if (!isfinite(arr[k][i]) || (k == 2 && arr[k][i] < 0)) {
-                snprintf(why, size, "%s of head %zu.%zu is %g", names[k], i / (size_t)r->n_heads,
-                         i % (size_t)r->n_heads, arr[k][i]);
-                return true;
-            }
-    if (r->step < 0 || r->step > r->steps) {
-        snprintf(why, size, "step %d is not one of 0..%d", r->step, r->steps);
-        return true;
-    }
-    if (r->n_kept < -1 || r->n_kept > (int)n || (r->n_kept >= 0 && r->step != r->steps)) {
-        snprintf(why, size, "n_kept %d at step %d of %d", r->n_kept, r->step, r->steps);
-        return true;
-    }
-    if (!(r->wall_s >= 0) || !isfinite(r->wall_s)) {
-        snprintf(why, size, "wall_s is %g", r->wall_s);
-        return true;
-    }
-    return false;
-}
-
-enum hp_status hp_store_get_gate_run(struct hp_store *s, struct hp_store_gate_run *r, bool *found, struct hp_error *err)
-{
-    *found = false;
-    sqlite3_stmt *st;
-    int rc = prep(s,
-                  "SELECT n_layers, n_heads, step, objective, value, penalty, log_alpha, adam_m, adam_v, rng, n_kept, "
-                  "wall_s FROM gate_runs WHERE key = ?",
-                  &st);
-    if (rc != SQLITE_OK)
-        return sql_fail(s, rc, "reading a gate run", err);
-    sqlite3_bind_text(st, 1, r->key, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    enum hp_status ret = HP_OK;
-    if (rc == SQLITE_ROW) {
-        const size_t n = (size_t)r->n_layers * r->n_heads, b = n * sizeof(double);
-        if (sqlite3_column_int(st, 0) != r->n_layers || sqlite3_column_int(st, 1) != r->n_heads ||
-            (size_t)sqlite3_column_bytes(st, 6) != b || (size_t)sqlite3_column_bytes(st, 7) != b ||
-            (size_t)sqlite3_column_bytes(st, 8) != b || sqlite3_column_bytes(st, 9) != (int)sizeof r->rng) {
-            ret = hp_fail(err, HP_ERR_SQL, "%s: a stored gate run has the wrong shape (a damaged database?)", s->path);
-        } else {
-            double *v[3] = {&r->objective, &r->value, &r->penalty};
-            r->step = sqlite3_column_int(st, 2);
-            for (int i = 0; i < 3; i++)
-                *v[i] = sqlite3_column_type(st, 3 + i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 3 + i);
-            memcpy(r->log_alpha, sqlite3_column_blob(st, 6), b);
-            memcpy(r->adam_m, sqlite3_column_blob(st, 7), b);
-            memcpy(r->adam_v, sqlite3_column_blob(st, 8), b);
-            memcpy(r->rng, sqlite3_column_blob(st, 9), sizeof r->rng);
-            r->n_kept = sqlite3_column_type(st, 10) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 10);
-            r->wall_s = sqlite3_column_double(st, 11);
-            char why[96];
-            if (gate_state_damaged(r, n, why, sizeof why))
-                ret = hp_fail(err, HP_ERR_FORMAT, "%s: the saved state of gate run %.12s (lambda %g) is damaged: %s "
-                              "(a damaged database? delete its gate_runs row to train it again, or run into a new "
-                              "database)", s->path, r->key, r->lambda, why);
-            else
-                *found = true;
-        }
-    } else if (rc != SQLITE_DONE) {
-        ret = sql_fail(s, rc, "reading a gate run", err);
-    }
-    sqlite3_finalize(st);
-    return ret;
-}
-
-enum hp_status hp_store_put_gate_run(struct hp_store *s, const struct hp_store_gate_run *r, int threads,
-                                     const char *kernel, struct hp_error *err)
-{
-    const size_t n = (size_t)r->n_layers * r->n_heads;
-    char now[32], seed[24];
-    now_iso(now);
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->seed);
-    int rc = exec(s, "BEGIN IMMEDIATE");
-    sqlite3_stmt *st = NULL;
-    /* in place (the id stays: gate_heads and sweep_gates refer to it), never over a finished run */
-    if (rc == SQLITE_OK)
-        rc = prep(s,
-                  "INSERT INTO gate_runs(key, model_id, train_digest, train_path, train_seqs, metric, lambda, steps, lr, "
-                  "beta, init, seed, n_layers, n_heads, step, objective, value, penalty, log_alpha, adam_m, adam_v, rng, "
-                  "n_kept, wall_s, engine_version, numeric_version, host, threads, kernel, created, updated) VALUES "
-                  "(?1, (SELECT id FROM models WHERE digest = ?2), ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
-                  "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?30) "
-                  "ON CONFLICT(key) DO UPDATE SET step = excluded.step, objective = excluded.objective, "
-                  "value = excluded.value, penalty = excluded.penalty, log_alpha = excluded.log_alpha, "
-                  "adam_m = excluded.adam_m, adam_v = excluded.adam_v, rng = excluded.rng, n_kept = excluded.n_kept, "
-                  "wall_s = excluded.wall_s, engine_version = excluded.engine_version, host = excluded.host, "
-                  "threads = excluded.threads, kernel = excluded.kernel, updated = excluded.updated "
-                  "WHERE gate_runs.n_kept IS NULL",
-                  &st);
-    if (rc == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, r->key, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, r->model_digest, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, r->train_digest, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 4, r->train_path, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 5, r->train_seqs);
-        sqlite3_bind_text(st, 6, r->metric, -1, SQLITE_STATIC);
-        sqlite3_bind_double(st, 7, r->lambda);
-        sqlite3_bind_int(st, 8, r->steps);
-        sqlite3_bind_double(st, 9, r->lr);
-        sqlite3_bind_double(st, 10, r->beta);
-        sqlite3_bind_double(st, 11, r->init);
-        sqlite3_bind_text(st, 12, seed, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int(st, 13, r->n_layers);
-        sqlite3_bind_int(st, 14, r->n_heads);
-        sqlite3_bind_int(st, 15, r->step);
-        bind_metric(st, 16, true, r->objective);
-        bind_metric(st, 17, true, r->value);
-        bind_metric(st, 18, true, r->penalty);
-        sqlite3_bind_blob64(st, 19, r->log_alpha, n * sizeof(double), SQLITE_STATIC);
-        sqlite3_bind_blob64(st, 20, r->adam_m, n * sizeof(double), SQLITE_STATIC);
-        sqlite3_bind_blob64(st, 21, r->adam_v, n * sizeof(double), SQLITE_STATIC);
-        sqlite3_bind_blob64(st, 22, r->rng, sizeof r->rng, SQLITE_STATIC);
-        if (r->n_kept >= 0)
-            sqlite3_bind_int(st, 23, r->n_kept);
-        else
-            sqlite3_bind_null(st, 23);
-        bind_provenance(s, st, 24, r->wall_s, threads, kernel, now);
-        rc = step_done(st);
-        st = NULL;
-    }
-    /* a finished run's gates, once (INSERT OR IGNORE: a second writer's are the same) */
-    if (rc == SQLITE_OK && r->n_kept >= 0)
-        rc = prep(s,
-                  "INSERT OR IGNORE INTO gate_heads(run_id, layer, head, label, log_alpha, gate) VALUES "
-                  "((SELECT id FROM gate_runs WHERE key = ?1), ?2, ?3, ?4, ?5, ?6)",
-                  &st);
-    for (int l = 0; rc == SQLITE_OK && r->n_kept >= 0 && l < r->n_layers; l++)
-        for (int h = 0; rc == SQLITE_OK && h < r->n_heads; h++) {
-            char label[32];
-            hp_unit_label(label, sizeof label, false, l, h);
-            sqlite3_reset(st);
-            sqlite3_bind_text(st, 1, r->key, -1, SQLITE_STATIC);
-            sqlite3_bind_int(st, 2, l);
-            sqlite3_bind_int(st, 3, h);
-            sqlite3_bind_text(st, 4, label, -1, SQLITE_TRANSIENT);
-            sqlite3_bind_double(st, 5, r->log_alpha[(size_t)l * r->n_heads + h]);
-            sqlite3_bind_double(st, 6, r->gate[(size_t)l * r->n_heads + h]);
-            rc = sqlite3_step(st);
-            rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-        }
-    sqlite3_finalize(st);
-    return commit_or_fail(s, rc, "saving a gate run", err);
-}
-
-enum hp_status hp_store_put_sweep_gate(struct hp_store *s, int64_t sweep_id, const char *study, int idx,
-                                       double lambda, const char *run_key, struct hp_error *err)
-{
-    sqlite3_stmt *st;
-    int rc = exec(s, "BEGIN IMMEDIATE");
-    if (rc == SQLITE_OK &&
-        (rc = prep(s,
-                   "INSERT OR REPLACE INTO sweep_gates(sweep_id, study, idx, lambda, run_id) VALUES "
-                   "(?1, ?2, ?3, ?4, (SELECT id FROM gate_runs WHERE key = ?5))",
-                   &st)) == SQLITE_OK) {
-        sqlite3_bind_int64(st, 1, sweep_id);
-        sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 3, idx);
-        sqlite3_bind_double(st, 4, lambda);
-        sqlite3_bind_text(st, 5, run_key, -1, SQLITE_STATIC);
-        rc = step_done(st);
-    }
-    if (rc == SQLITE_OK)
-        rc = touch_sweep(s, sweep_id);
-    return commit_or_fail(s, rc, "recording a gates study's run", err);
-}
-
-// --- a study's step, for an export -------------------------------------------
-
-/* Text of column i of the current row, copied; false on OOM (NULL columns copy as ""). */
-static bool column_dup(sqlite3_stmt *st, int i, char **out)
-{
-    const unsigned char *t = sqlite3_column_text(st, i);
-    *out = strdup(t ? (const char *)t : "");
-    return *out != NULL;
-}
-
-enum hp_status hp_store_step_mask(const char *db_path, int64_t sweep_id, const char *study, int step, char **mask,
-                                  char **model_path, char **model_digest, struct hp_error *err)
-{
-    *mask = *model_path = *model_digest = NULL;
-    sqlite3 *db;
-    enum hp_status s = hp_store_open_read(db_path, 5000, 0, &db, err);
-    if (s != HP_OK)
-        return s;
-    sqlite3_stmt *st = NULL;
-    if (sweep_id == 0) {
-        s = read_prep(db, db_path, err, &st,
-                      "SELECT max(sweep_id) FROM sweep_jobs WHERE kind IN ('iterative', 'gates')");
-        int r = s == HP_OK ? hp_store_read_step(db, db_path, err, st, &s) : -1;
-        if (r == 1 && sqlite3_column_type(st, 0) != SQLITE_NULL)
-            sweep_id = sqlite3_column_int64(st, 0);
-        else if (r >= 0)
-            s = hp_fail(err, HP_ERR_ARG,
-                        "%s: no sweep has an iterative or gates study (whose steps or lambdas name heads to prune)",
-                        db_path);
-        sqlite3_finalize(st);
-        st = NULL;
-    }
-    /* the sweep's iterative and gates studies and their last steps (a gates study's: its lambdas, in plan order) */
-    char studies[512] = "";
-    int n_studies = 0, last = -1;
-    bool found = false, found_gates = false;
-    if (s == HP_OK)
-        s = read_prep(db, db_path, err, &st,
-                      "SELECT study, max(step), max(kind) FROM sweep_jobs WHERE sweep_id = ?1 AND kind IN "
-                      "('iterative', 'gates') GROUP BY study ORDER BY study");
-    if (s == HP_OK) {
-        sqlite3_bind_int64(st, 1, sweep_id);
-        int r;
-        while ((r = hp_store_read_step(db, db_path, err, st, &s)) == 1) {
-            const char *name = (const char *)sqlite3_column_text(st, 0);
-            size_t u = strlen(studies);
-            const bool gates = strcmp((const char *)sqlite3_column_text(st, 2), "gates") == 0;
-            snprintf(studies + u, sizeof studies - u, "%s'%s' (%s 0-%d)", n_studies ? ", " : "", name ? name : "",
-                     gates ? "lambdas" : "steps", sqlite3_column_int(st, 1));
-            n_studies++;
-            if (!study || (name && strcmp(name, study) == 0)) {
-                found = true;
-                found_gates = gates;
-                last = sqlite3_column_int(st, 1);
-            }
-        }
-        sqlite3_finalize(st);
-        st = NULL;
-    }
-    if (s == HP_OK && n_studies == 0)
-        s = hp_fail(err, HP_ERR_ARG,
-                    "%s: sweep %lld has no iterative or gates study (whose steps or lambdas name heads to prune)",
-                    db_path, (long long)sweep_id);
-    else if (s == HP_OK && !study && n_studies > 1)
-        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld has %d iterative or gates studies: %s (choose one with --study)",
-                    db_path, (long long)sweep_id, n_studies, studies);
-    else if (s == HP_OK && !found)
-        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld has no iterative or gates study '%s' (it has %s)", db_path,
-                    (long long)sweep_id, study, studies);
-    else if (s == HP_OK && (step < 0 || step > last))
-        s = hp_fail(err, HP_ERR_ARG, "%s: sweep %lld's study %s%s%s has no step %d (%s 0-%d)", db_path,
-                    (long long)sweep_id, study ? "'" : "", study ? study : studies, study ? "'" : "", step,
-                    found_gates ? "the study has lambdas" : "the study ran steps", last);
-    if (s == HP_OK)
-        s = read_prep(db, db_path, err, &st,
-                      "SELECT v.mask_text, m.path, m.digest FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id "
-                      "JOIN models m ON m.id = v.model_id WHERE j.sweep_id = ?1 AND j.kind IN ('iterative', "
-                      "'gates') AND j.step = ?2 AND (?3 IS NULL OR j.study = ?3) LIMIT 1");
-    if (s == HP_OK) {
-        sqlite3_bind_int64(st, 1, sweep_id);
-        sqlite3_bind_int(st, 2, step);
-        if (study)
-            sqlite3_bind_text(st, 3, study, -1, SQLITE_STATIC);
-        int r = hp_store_read_step(db, db_path, err, st, &s);
-        if (r == 0)
-            s = hp_fail(err, HP_ERR_FORMAT, "%s: sweep %lld lists step %d but holds no result for it", db_path,
-                        (long long)sweep_id, step);
-        else if (r == 1 && !(column_dup(st, 0, mask) && column_dup(st, 1, model_path) && column_dup(st, 2, model_digest)))
-            s = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", db_path);
-    }
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    if (s != HP_OK) {
-        free(*mask);
-        free(*model_path);
-        free(*model_digest);
-        *mask = *model_path = *model_digest = NULL;
-    }
-    return s;
-}

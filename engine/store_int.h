@@ -12,7 +12,7 @@
 
 #include "headprune.h"
 
-#define HP_SCHEMA_VERSION 5
+#define HP_SCHEMA_VERSION 6
 
 struct hp_store;
 struct sqlite3;
@@ -64,6 +64,14 @@ enum hp_status hp_store_read_fail(struct sqlite3 *db, const char *path, int rc, 
 int hp_store_read_step(struct sqlite3 *db, const char *path, struct hp_error *err, struct sqlite3_stmt *st,
                        enum hp_status *s);
 
+/*
+ * Create the schema on db, or bring an older database's up to it: schema.sql's
+ * tables, a column per metric in results and seq_results, and the views jobs,
+ * baselines and effects made from the metric table (engine/metric.c). Within
+ * the caller's transaction. An SQLite error code, else SQLITE_OK.
+ */
+int hp_store_schema(struct sqlite3 *db);
+
 /* Open or create a results database. Destructor: hp_store_close. */
 enum hp_status hp_store_open(const char *path, struct hp_store **out, struct hp_error *err);
 void hp_store_close(struct hp_store *s);
@@ -91,7 +99,7 @@ enum hp_status hp_store_sweep(struct hp_store *s, const struct hp_store_sweep_ro
 
 /* The metrics a finished variant keeps, for ranking without re-running. */
 struct hp_store_metrics {
-    double loss, acc, kl, cos; /* NaN where not applicable */
+    double value[HP_N_METRICS]; /* by enum hp_metric; NaN where not applicable */
 };
 
 /* Whether the variant with this key is finished; if so its metrics. */

@@ -112,17 +112,14 @@ static bool stopping(const struct ctx *c)
 /* The plan's metric as damage: its value signed so that larger = worse. */
 static double damage(const struct ctx *c, const struct hp_store_metrics *m)
 {
-    double v = c->metric == HP_METRIC_KL ? m->kl : c->metric == HP_METRIC_ACC ? m->acc
-             : c->metric == HP_METRIC_COS ? m->cos : m->loss;
+    const double v = m->value[c->metric];
     return hp_metric_sign(c->metric) > 0 ? v : -v;
 }
 
 static void to_store_metrics(const struct hp_metrics *mt, struct hp_store_metrics *m)
 {
-    m->loss = mt->has_loss ? mt->loss : NAN;
-    m->acc = mt->has_loss ? mt->acc : NAN;
-    m->kl = mt->has_loss ? mt->kl : NAN;
-    m->cos = mt->has_cos ? mt->cos : NAN;
+    for (int k = 0; k < HP_N_METRICS; k++)
+        m->value[k] = mt->has[k] ? mt->value[k] : NAN;
 }
 
 /* The unmasked model's loss and accuracy: data made for another model shows in them. */
@@ -325,8 +322,8 @@ static enum hp_status run_jobs(struct ctx *c, const int64_t *ords, const struct 
                 key_add(c, keys[i]);
             }
             if (st == HP_OK && hp_mask_first_changed(masks[i], c->info->n_layers) == c->info->n_layers)
-                note_unmasked(c, found[i] ? lm[i].loss : mts[i]->has_loss ? mts[i]->loss : NAN,
-                              found[i] ? lm[i].acc : mts[i]->has_loss ? mts[i]->acc : NAN);
+                note_unmasked(c, found[i] ? lm[i].value[HP_METRIC_LOSS] : mts[i]->has_loss ? mts[i]->loss : NAN,
+                              found[i] ? lm[i].value[HP_METRIC_ACC] : mts[i]->has_loss ? mts[i]->acc : NAN);
             if (st == HP_OK)
                 job_done(c, &jobs[w0 + i]);
         }

@@ -382,16 +382,17 @@ bool hp_ablation_parse(const char *name, enum hp_ablation *out);
 
 /*
  * The metrics a variant is measured by, one table (engine/metric.c) for every
- * module that names or ranks them: plans, the sweep's iterative scoring,
- * queries, the CLI.
+ * module that names, scores, stores or ranks them: plans, the evaluator, the
+ * sweep's iterative scoring, the store's columns, queries, the CLI. A new
+ * metric is a value here (before HP_N_METRICS) and its row there.
  */
 enum hp_metric {
     HP_METRIC_LOSS, /* mean token loss, nats: larger = worse */
     HP_METRIC_KL,   /* KL(unmasked || masked), nats: larger = worse */
     HP_METRIC_ACC,  /* top-1 accuracy: larger = better */
     HP_METRIC_COS,  /* cosine to the unmasked model's embedding: larger = better */
+    HP_N_METRICS    /* the count: engine/metric.c's table is sized and pinned by it */
 };
-#define HP_N_METRICS 4
 
 /* "loss", "kl", "acc", "cos" ("unknown" outside the enum). Static. */
 const char *hp_metric_name(enum hp_metric m);
@@ -400,8 +401,14 @@ const char *hp_metric_name(enum hp_metric m);
 bool hp_metric_parse(const char *name, enum hp_metric *out);
 
 /* +1 when a larger value is worse (loss, kl), -1 when it is better (acc, cos):
- * damage = sign * value ranks variants the same way for every metric. */
+ * damage = sign * value ranks variants the same way for every metric. The one
+ * statement of which way is worse: every other rule derives from it. */
 int hp_metric_sign(enum hp_metric m);
+
+/* A variant's effect on the metric, signed so that larger = worse: v the
+ * variant's value, b its baseline's (ignored where the metric is measured
+ * against the unmasked model already, as KL is: its baseline is 0). */
+double hp_metric_effect(enum hp_metric m, double v, double b);
 
 /* What the metric's values, and effects on it, are counted in, for axis labels:
  * "nats" (loss, kl), "fraction correct" (acc), "cosine similarity" (cos). Static. */
@@ -411,22 +418,41 @@ const char *hp_metric_unit(enum hp_metric m);
  * phrase: "effect = loss - baseline loss (nats; larger = worse)", ... Static. */
 const char *hp_metric_effect_text(enum hp_metric m);
 
+/*
+ * A variant's metrics: value, seq and has are indexed by enum hp_metric (a new
+ * metric needs no new member); the named members alias them for the metrics
+ * the CLI and tests name (loss is value[HP_METRIC_LOSS], seq_loss is
+ * seq[HP_METRIC_LOSS], has_loss is has[HP_METRIC_LOSS], ...).
+ */
 struct hp_metrics {
     int n_seqs;
     int64_t n_tokens; /* predicted (causal) or labelled (MLM) tokens */
-    bool has_loss;    /* causal LM, MLM with labels, or a classifier with class labels */
-    bool has_cos;     /* encoders without an LM head */
-    double loss;      /* mean token loss, nats */
-    double ppl;       /* exp(loss) */
-    double acc;       /* top-1 accuracy over the same tokens */
-    double kl;        /* mean per-token KL(unmasked || masked), nats */
-    double cos;       /* mean cosine of the pooled final hidden states (pooled as the model
-                       * declares: mean, CLS or max; hp_model_info.pooling) */
+    union {           /* whether the model and data produce the metric */
+        bool has[HP_N_METRICS];
+        struct {
+            bool has_loss; /* causal LM, MLM with labels, or a classifier with class labels (so kl, acc too) */
+            bool has_kl, has_acc;
+            bool has_cos; /* encoders without an LM head */
+        };
+    };
+    union { /* the means over the set, as each metric's row reduces them */
+        double value[HP_N_METRICS];
+        struct {
+            double loss; /* mean token loss, nats */
+            double kl;   /* mean per-token KL(unmasked || masked), nats */
+            double acc;  /* top-1 accuracy over the same tokens */
+            double cos;  /* mean cosine of the pooled final hidden states (pooled as the model
+                          * declares: mean, CLS or max; hp_model_info.pooling) */
+        };
+    };
+    double ppl; /* exp(loss) */
     /* per sequence, each (n_seqs): */
-    double *seq_loss;
-    double *seq_acc;
-    double *seq_kl;
-    double *seq_cos;
+    union {
+        double *seq[HP_N_METRICS];
+        struct {
+            double *seq_loss, *seq_kl, *seq_acc, *seq_cos;
+        };
+    };
     int64_t *seq_tokens;
 };
 

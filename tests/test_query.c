@@ -34,6 +34,7 @@
 
 #include "headprune.h"
 #include "query_int.h" // readers: several queries over one snapshot (the report's)
+#include "store_int.h" // hp_store_schema: the schema as the store makes it
 
 #include <criterion/criterion.h>
 #include <sqlite3.h>
@@ -91,34 +92,13 @@ static void exec(sqlite3 *db, const char *sql)
     cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
 }
 
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot read %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    cr_assert_not_null(s);
-    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
 // An empty headprune database (schema and meta) at g_db, in WAL mode like the store's.
 static sqlite3 *db_create(const char *schema_version)
 {
-    const char *tests = getenv("HP_TESTS");
-    cr_assert_not_null(tests, "HP_TESTS is not set (run through meson test)");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/../engine/schema.sql", tests);
-    char *schema = read_text(path);
     sqlite3 *db;
     cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
     exec(db, "PRAGMA journal_mode = WAL");
-    exec(db, schema);
-    free(schema);
+    cr_assert_eq(hp_store_schema(db), SQLITE_OK, "the schema: %s", sqlite3_errmsg(db));
     char sql[256];
     snprintf(sql, sizeof sql,
              "INSERT INTO meta VALUES ('schema_version', '%s'), ('created_by', 'test_query')", schema_version);
@@ -1235,10 +1215,10 @@ Test(query, not_a_headprune_database)
 
 Test(query, newer_schema_is_refused)
 {
-    sqlite3_close(db_create("6"));
+    sqlite3_close(db_create("7"));
     struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
     char want[300];
-    snprintf(want, sizeof want, "%s: written by a newer headprune (schema 6; this one reads 5", g_db);
+    snprintf(want, sizeof want, "%s: written by a newer headprune (schema 7; this one reads 6", g_db);
     expect_fail(&o, g_db, HP_ERR_UNSUPPORTED, want);
 }
 

@@ -482,7 +482,7 @@ Test(store, rows_are_written_as_given)
     };
     double seq_loss[2] = {1, 2}, seq_acc[2] = {0.5, 0.5}, seq_kl[2] = {0.1, 0.2}, seq_cos[2] = {0, 0};
     int64_t seq_tokens[2] = {4, 4};
-    struct hp_metrics mt = {.n_seqs = 2, .n_tokens = 8, .has_loss = true, .loss = 1.5, .ppl = 4.48, .acc = 0.5,
+    struct hp_metrics mt = {.n_seqs = 2, .n_tokens = 8, .has_loss = true, .has_kl = true, .has_acc = true, .loss = 1.5, .ppl = 4.48, .acc = 0.5,
                             .kl = 0.15, .seq_loss = seq_loss, .seq_acc = seq_acc, .seq_kl = seq_kl,
                             .seq_cos = seq_cos, .seq_tokens = seq_tokens};
     cr_assert_eq(hp_store_put(s, &j, &mt, 0.25, 3, "testkernel", &err), HP_OK, "%s", err.msg);
@@ -689,4 +689,84 @@ Test(store, the_heads_a_pruned_checkpoint_lacks_are_recorded_and_merged)
                          "'m0' AND ((p.layer = 0 AND p.head = 1) OR (p.layer = 1 AND p.head IN (1, 2)))"),
                  3);
     cr_assert_eq(one_int("SELECT count(*) FROM pruned_heads"), 3);
+}
+
+// --- a database written by schema 5 -------------------------------------------------------------------------
+
+/* The fixture's queries (tests/fixtures/schema5/README.md), asked of tmp/name by this build, as the old build's
+ * answers are written: "== QUERY" and its output. free() it. */
+static char *schema5_answers(const char *name)
+{
+    static const char *const qs[] = {
+        "heads --sweep 1", "heads --sweep 2", "curve --sweep 1", "pairs --sweep 1", "heads --sweep 1 --metric loss",
+        "heads --sweep 1 --metric acc", "sql 'SELECT * FROM effects ORDER BY sweep_id, study, label'",
+    };
+    size_t cap = 1 << 16, len = 0;
+    char *all = calloc(cap, 1), *out = malloc(cap), args[256], scratch[128];
+    cr_assert(all && out);
+    snprintf(scratch, sizeof scratch, "%s/scratch", tmp);
+    mkdir(scratch, 0700);
+    for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) {
+        snprintf(args, sizeof args, "query --db %s %s", name, qs[i]);
+        cr_assert_eq(tu_headprune(tmp, args, scratch, out, cap, NULL, 0), 0, "headprune %s failed", args);
+        len += (size_t)snprintf(all + len, cap - len, "== %s\n%s", qs[i], out);
+        cr_assert(len < cap, "the answers are over %zu bytes", cap);
+    }
+    free(out);
+    return all;
+}
+
+/* A database written by the build before the metrics' columns and views were made from the metric table
+ * (schema 5: tests/fixtures/schema5) reads, merges and upgrades in place with every answer the same as that
+ * build's, and its views keep their columns' order. */
+Test(store, a_schema_5_database_reads_merges_and_upgrades)
+{
+    char path[512], old[160], merged[160];
+    snprintf(old, sizeof old, "%s/old.db", tmp);
+    snprintf(merged, sizeof merged, "%s/merged.db", tmp);
+    snprintf(path, sizeof path, "%s/schema5/old.sql", getenv("HP_FIXTURES"));
+    char *dump = tu_slurp(path, NULL);
+    sql(old, dump);
+    free(dump);
+    snprintf(path, sizeof path, "%s/schema5/expected.txt", getenv("HP_FIXTURES"));
+    char *want = tu_slurp(path, NULL);
+
+    /* read as it is */
+    char *got = schema5_answers("old.db");
+    tu_assert_same_text("the old build's answers", strdup(want), "this build's, schema 5 as written", got);
+
+    /* merged into a new database */
+    struct hp_error err = {0};
+    const char *in[] = {old};
+    int64_t added;
+    cr_assert_eq(hp_store_merge(merged, in, 1, &added, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(added, 41);
+    got = schema5_answers("merged.db");
+    tu_assert_same_text("the old build's answers", strdup(want), "this build's, merged", got);
+
+    /* upgraded in place (opened for writing): schema 6, the same rows, the views' columns in their order */
+    static const char *const rows[] = {
+        "SELECT * FROM jobs ORDER BY sweep_id, ord",    "SELECT * FROM baselines ORDER BY sweep_id",
+        "SELECT * FROM effects ORDER BY sweep_id, label, step, sample", "SELECT * FROM results ORDER BY variant_id",
+        "SELECT * FROM seq_results ORDER BY variant_id, seq",
+    };
+    char *before = tu_rows(old, rows, sizeof rows / sizeof rows[0]);
+    struct hp_store *s;
+    cr_assert_eq(hp_store_open(old, &s, &err), HP_OK, "%s", err.msg);
+    hp_store_close(s);
+    static const char *const version[] = {"SELECT value FROM meta WHERE key = 'schema_version'"};
+    char *v = tu_rows(old, version, 1);
+    cr_assert_str_eq(v, "6\n");
+    free(v);
+    tu_assert_same_text("schema 5", before, "upgraded", tu_rows(old, rows, sizeof rows / sizeof rows[0]));
+    got = schema5_answers("old.db");
+    tu_assert_same_text("the old build's answers", strdup(want), "this build's, upgraded", got);
+    free(want);
+    char scratch[128];
+    snprintf(scratch, sizeof scratch, "%s/scratch", tmp);
+    for (int sw = 1; sw <= 2; sw++) {
+        char args[128];
+        snprintf(args, sizeof args, "report --db merged.db --sweep %d --out r%d.html", sw, sw);
+        cr_assert_eq(tu_headprune(tmp, args, scratch, NULL, 0, NULL, 0), 0, "headprune %s failed", args);
+    }
 }

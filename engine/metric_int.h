@@ -1,0 +1,49 @@
+/*
+ * metric_int.h -- a metric's row (engine/metric.c), as the engine's modules
+ * read it: the evaluator (which metrics a model has, how they reduce), the
+ * gradient (whether one exists), the store (a column per row, the effects
+ * view). The public names and rules are in headprune.h.
+ */
+#ifndef HP_METRIC_INT_H
+#define HP_METRIC_INT_H
+
+#include "headprune.h"
+
+/* What a metric's effect is measured against. */
+enum hp_metric_baseline {
+    HP_BASELINE_VARIANT,  /* the sweep's baseline variant's value (loss, acc, cos) */
+    HP_BASELINE_UNMASKED, /* the unmasked model already: the value is the effect, the baseline's 0 (kl) */
+};
+
+/* What a metric is scored from, which says which models have it. */
+enum hp_metric_score {
+    HP_SCORE_TOKENS, /* each scored item (predicted token, labelled position, classified sequence) from the output
+                      * logits and its target: a model with a loss on its data (eval.c score_seq, hp_eval_score_cls;
+                      * reuse.c; grad.c) */
+    HP_SCORE_SEQS,   /* each sequence from its pooled final hidden states against the unmasked model's: an encoder
+                      * without a head (hp_eval_pooled_cos) */
+};
+
+/* How the per-item scores become the variant's value. */
+enum hp_metric_reduce {
+    HP_REDUCE_TOKENS, /* the sum over every scored item of the set / the items (a sequence's: over its own) */
+    HP_REDUCE_SEQS,   /* the mean over sequences of each sequence's score */
+};
+
+struct hp_metric_row {
+    const char *name;   /* what plans, digests, the database's columns and the CLI write */
+    const char *label;  /* in messages: "loss", "KL", "accuracy", "cosine" */
+    int sign;           /* +1: larger is worse; -1: larger is better */
+    const char *unit;   /* what its values (and differences of them) are counted in, for axes */
+    const char *effect; /* how a variant's effect is taken from it (queries' notes, the report's captions) */
+    enum hp_metric_baseline baseline;
+    enum hp_metric_score score;
+    enum hp_metric_reduce reduce;
+    bool grad;            /* hp_evaluator_grad differentiates it */
+    const char *grad_what; /* what the gradient is of, in messages ("1 - cos"); NULL without one */
+};
+
+/* The row of m, a value of the enum (asserted). Static. */
+const struct hp_metric_row *hp_metric_row(enum hp_metric m);
+
+#endif
