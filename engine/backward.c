@@ -121,7 +121,7 @@ struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_by
     w->cap_t = T;
     w->cap_b = B;
     w->cap_threads = nth;
-    if (in->arch == HP_ARCH_LLAMA)
+    if (m->rotary)
         hp_op_rope_table(w->rope, T, in->d_head, &m->rope);
     /* the last layers' activations, as many as keep_bytes holds: the reverse pass visits them first, and
      * the forward writes them instead of a scratch it would overwrite. Without the room, or the memory,
@@ -237,7 +237,7 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
         if (L->bv)
             hp_op_add_bias(w->act.v + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
     }
-    if (in->arch == HP_ARCH_LLAMA) {
+    if (m->rotary) {
         for (int kv = 0; kv < KV; kv++)
             if (kv_want[kv])
                 hp_op_rope(w->act.k + kv * dh, N, T, kvd, dh, w->rope);
@@ -381,7 +381,7 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
             beta = 1.0f;
         }
     }
-    if (in->arch == HP_ARCH_LLAMA) {
+    if (m->rotary) {
         for (int kv = 0; kv < KV; kv++)
             if (hs->kv_live[kv])
                 hp_op_rope_backward(w->dk + kv * dh, N, T, kvd, dh, w->rope);
@@ -513,7 +513,7 @@ static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const str
     heads_of(m, a, l, &hs);
     const struct hp_fwd_keep *kept = w->keep[l];
     w->act = kept ? *kept : w->own;
-    if (m->info.arch == HP_ARCH_BERT) {
+    if (m->post_norm) {
         /* post-norm: xmid = x + attn(x), h2 = LN1(xmid), h1 = h2 + mlp(h2), out = LN2(h1) */
         if (kept) {
             dead_heads_again(m, w, a, l, &hs, x);

@@ -89,7 +89,7 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
     w->ff2 = p, p += n_ff;
     w->rope = p;
     w->cap_threads = nth;
-    if (in->arch == HP_ARCH_LLAMA)
+    if (m->rotary)
         hp_op_rope_table(w->rope, T, in->d_head, &m->rope);
     return w;
 }
@@ -290,7 +290,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
 
     const float scale = hp_fwd_attn_scale(m, l);
     for (int kv = 0; kv < KV; kv++)
-        if (in->arch == HP_ARCH_LLAMA && kv_live[kv])
+        if (m->rotary && kv_live[kv])
             hp_op_rope(ks + kv * dh, N, T, kvd, dh, w->rope);
 
     for (int h = 0; h < H; h++) {
@@ -298,7 +298,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
             fill_dead(w->ctx, qd, dh, 0, N, a, l, h, true);
         else if (L->q_slot[h] < 0) /* pruned: zero, as kept for resuming */
             fill_dead(w->ctx, qd, dh, 0, N, a, l, h, false);
-        if (any_live[h] && in->arch == HP_ARCH_LLAMA)
+        if (any_live[h] && m->rotary)
             hp_op_rope(qs + h * dh, N, T, qd, dh, w->rope);
     }
     /* (head, sequence) pairs side by side, each product on one thread: one
@@ -402,7 +402,7 @@ static void attention_part(const struct hp_model *m, struct hp_fwd *w, const str
                            const struct hp_fwd_keep *kp)
 {
     const struct hp_layer *L = &m->layers[l];
-    if (m->info.arch == HP_ARCH_BERT)
+    if (m->post_norm)
         memcpy(w->h, w->x, (size_t)N * m->info.d_model * sizeof(float));
     else
         hp_fwd_norm(m, w->h, w->x, N, L->ln1_w, L->ln1_b);
@@ -417,7 +417,7 @@ static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int 
     hp_op_add_into(w->x, w->tmp, n);
     if (kp)
         memcpy(kp->xmid, w->x, n * sizeof(float));
-    if (m->info.arch == HP_ARCH_BERT) {
+    if (m->post_norm) {
         hp_op_layer_norm(w->x, w->x, N, m->info.d_model, L->ln1_w, L->ln1_b, m->norm_eps);
         memcpy(w->h, w->x, n * sizeof(float));
         mlp(m, w, N, l, kp);
@@ -506,7 +506,7 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
         if (m->wtt.p)
             hp_mat_row_add(m->wtt, a->in->type_ids ? a->in->type_ids[rr] : 0, d, x);
     }
-    if (in->arch == HP_ARCH_BERT)
+    if (m->post_norm)
         hp_op_layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
 
     const struct hp_fwd_save *sv = a->tap->save;

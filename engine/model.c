@@ -309,6 +309,7 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
         in->causal = true;
     } else if (strcmp(mt, "bert") == 0) {
         in->arch = HP_ARCH_BERT;
+        m->post_norm = true;
         in->n_layers = cfg_int(&c, "num_hidden_layers", -1, CFG_MAX_COUNT);
         in->n_heads = cfg_int(&c, "num_attention_heads", -1, CFG_MAX_COUNT);
         in->d_model = cfg_int(&c, "hidden_size", -1, CFG_MAX_DIM);
@@ -353,6 +354,7 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
         }
     } else if (strcmp(mt, "llama") == 0 || strcmp(mt, "mistral") == 0 || strcmp(mt, "qwen2") == 0) {
         in->arch = HP_ARCH_LLAMA;
+        m->rotary = true;
         in->n_layers = cfg_int(&c, "num_hidden_layers", -1, CFG_MAX_COUNT);
         in->n_heads = cfg_int(&c, "num_attention_heads", -1, CFG_MAX_COUNT);
         in->n_kv_heads = cfg_int(&c, "num_key_value_heads", in->n_heads, CFG_MAX_COUNT);

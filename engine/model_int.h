@@ -74,7 +74,11 @@ struct hp_model {
     char *dir;         /* the folder as given (owned) */
     char *config_text; /* config.json as read (for the model digest) */
     float norm_eps;
-    struct hp_rope rope;  /* Llama: rotary frequencies (ops_int.h) */
+    /* What the passes test, set with the architecture by the config parser (model.c), so the forward and
+     * its reverse ask what the model does, never which family it is: */
+    bool rotary;    /* rotary positions on queries and keys (rope) */
+    bool post_norm; /* norms after each residual add, the embeddings' too (BERT), else before attention and MLP */
+    struct hp_rope rope;  /* rotary: the frequencies (ops_int.h) */
     enum hp_act act;
     float attn_scale_div; /* GPT-2 scale_attn_by_inverse_layer_idx: 1 or layer-dependent */
     bool scale_by_layer;

@@ -57,19 +57,11 @@ static enum hp_status curve_load(struct hq_query *q, const char *kind, struct cu
 {
     c->n = 0;
     name[0] = '\0';
-    sqlite3_stmt *st;
-    enum hp_status s = hq_prep(q, &st, "SELECT study FROM sweep_jobs WHERE sweep_id = ? AND kind = ? AND kv = 0 "
-                                    "ORDER BY ord LIMIT 1");
-    if (s != HP_OK)
+    bool found;
+    enum hp_status s = hq_first_study(q, kind, true, name, size, &found);
+    if (s != HP_OK || !found)
         return s;
-    sqlite3_bind_int64(st, 1, q->sweep);
-    sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
-    int r = hq_step(q, st, &s);
-    if (r == 1)
-        snprintf(name, size, "%s", hq_col_text(st, 0));
-    sqlite3_finalize(st);
-    if (r <= 0)
-        return r < 0 ? s : HP_OK;
+    sqlite3_stmt *st;
     const bool iterative = kind[0] == 'i';
     s = hq_prep_m(q, &st, iterative ? "SELECT min(v.n_ablated), min(r.%s) FROM sweep_jobs j JOIN variants v ON v.id = "
                                    "j.variant_id JOIN results r ON r.variant_id = j.variant_id WHERE j.sweep_id = ? AND "
@@ -87,6 +79,7 @@ static enum hp_status curve_load(struct hq_query *q, const char *kind, struct cu
         c->value[0] = q->base;
         c->n = 1;
     }
+    int r;
     while ((r = hq_step(q, st, &s)) == 1 && c->n < 1024) {
         double v = hq_col_num(st, 1);
         if (isnan(v))

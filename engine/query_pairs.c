@@ -42,9 +42,9 @@ enum hp_status hq_redundancy(struct hq_query *q, const struct hp_query_opts *opt
     char single[128], only[128], layer[128];
     bool has_single, has_only, has_layer;
     enum hp_status s;
-    if ((s = hq_first_study(q, "single", single, sizeof single, &has_single)) != HP_OK ||
-        (s = hq_first_study(q, "only", only, sizeof only, &has_only)) != HP_OK ||
-        (s = hq_first_study(q, "layer", layer, sizeof layer, &has_layer)) != HP_OK)
+    if ((s = hq_first_study(q, "single", false, single, sizeof single, &has_single)) != HP_OK ||
+        (s = hq_first_study(q, "only", false, only, sizeof only, &has_only)) != HP_OK ||
+        (s = hq_first_study(q, "layer", false, layer, sizeof layer, &has_layer)) != HP_OK)
         return s;
     if (has_single) { // as heads reads it: the first single study over query heads, else the first
         struct pick pk;

@@ -146,7 +146,8 @@ enum hp_status hq_has_table(struct hq_query *q, const char *name, bool *yes);
 /* Resolve sweep id (0 = the newest) into q: its shape, metric (metric, else the sweep's), baseline. */
 enum hp_status hq_resolve_sweep(struct hq_query *q, long long id, const char *metric);
 // Name of the sweep's first study (plan order) of this kind into name; false if none.
-enum hp_status hq_first_study(struct hq_query *q, const char *kind, char *name, size_t size, bool *found);
+enum hp_status hq_first_study(struct hq_query *q, const char *kind, bool heads_only, char *name, size_t size,
+                              bool *found);
 /* The error of a sweep that lacks what a query needs, naming another sweep that has it (kinds: SQL
  * string literals, never the user's text), else fix. */
 enum hp_status hq_lacking(struct hq_query *q, const char *kinds, bool all, const char *study, const char *what,

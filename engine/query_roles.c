@@ -165,20 +165,12 @@ enum hp_status hq_roles(struct hq_query *q, const struct hp_query_opts *opts, st
     if (s == HP_OK)
         s = roles_load(q, run, &rows, &n);
     /* the effects: the sweep's first single study over query heads (roles are per query head) */
-    sqlite3_stmt *st = NULL;
+    bool has_single = false;
     if (s == HP_OK)
-        s = hq_prep(q, &st, "SELECT study FROM sweep_jobs WHERE sweep_id = ? AND kind = 'single' AND kv = 0 "
-                         "ORDER BY ord LIMIT 1");
-    if (s == HP_OK) {
-        sqlite3_bind_int64(st, 1, q->sweep);
-        int r = hq_step(q, st, &s);
-        if (r == 1)
-            snprintf(single, sizeof single, "%s", hq_col_text(st, 0));
-        sqlite3_finalize(st);
-    }
+        s = hq_first_study(q, "single", true, single, sizeof single, &has_single);
     struct head_row *eff = NULL;
     size_t n_eff = 0;
-    if (s == HP_OK && single[0])
+    if (s == HP_OK && has_single)
         s = hq_rows_load(q, "single", single, false, &eff, &n_eff);
     for (size_t i = 0; s == HP_OK && i < n; i++)
         for (size_t j = 0; j < n_eff; j++)

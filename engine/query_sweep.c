@@ -254,15 +254,19 @@ enum hp_status hq_resolve_sweep(struct hq_query *q, long long id, const char *me
     return r < 0 ? s : HP_OK;
 }
 
-// Name of the sweep's first study (plan order) of this kind into name; false if none.
-enum hp_status hq_first_study(struct hq_query *q, const char *kind, char *name, size_t size, bool *found)
+// Name of the sweep's first study (plan order) of this kind (heads_only: over query heads, not KV groups)
+// into name; false if none.
+enum hp_status hq_first_study(struct hq_query *q, const char *kind, bool heads_only, char *name, size_t size,
+                              bool *found)
 {
     sqlite3_stmt *st;
-    enum hp_status s = hq_prep(q, &st, "SELECT study FROM sweep_jobs WHERE sweep_id = ? AND kind = ? ORDER BY ord LIMIT 1");
+    enum hp_status s = hq_prep(q, &st, "SELECT study FROM sweep_jobs WHERE sweep_id = ? AND kind = ? "
+                                    "AND (? = 0 OR kv = 0) ORDER BY ord LIMIT 1");
     if (s != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, q->sweep);
     sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 3, heads_only);
     int r = hq_step(q, st, &s);
     *found = r == 1;
     if (r == 1)
