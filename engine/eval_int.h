@@ -29,7 +29,7 @@ struct hp_evaluator {
     bool has_loss;    /* causal LM, or MLM with labels, or a classifier */
     bool has_cls;     /* sequence classifier: one (n_labels) row of logits per sequence */
     float *base_cls;  /* NULL or (n_seqs, n_labels): the unmasked model's class logits */
-    struct hp_fwd *fwd; /* NULL or a workspace for one chunk (plain path, mean statistics) */
+    struct hp_fwd *fwd; /* NULL or a workspace for one chunk (plain path, ablations' prepare steps) */
     float *out_m;     /* NULL or (batch, seq_len, width): a variant's outputs (plain path) */
     float *out_b;     /* NULL or (batch, seq_len, width): the unmasked reference when base_all is too big */
     float *base_all;  /* NULL or (n_seqs, seq_len, width): every sequence's unmasked output, once */
