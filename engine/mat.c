@@ -6,7 +6,8 @@
  * (the whole depth k) at a time into one scratch buffer, then multiplied.
  * Invariant: a product's result does not depend on the panel width or the
  * thread count (panels split only n; the conversion is exact).
- * Must not: call BLIS (blas.c's hp_gemm does), allocate in hp_mat_gemm, print.
+ * Must not: call BLIS (blas.c's hp_gemm does), allocate in hp_mat_gemm, print,
+ * or read a model (model.c sizes a model's panel: hp_mat_buf_new).
  */
 #include "mat_int.h"
 
@@ -17,7 +18,6 @@
 #include <stdlib.h>
 
 #include "blas_int.h"
-#include "model_int.h"
 #include "ops_int.h"
 
 // --- conversions --------------------------------------------------------------
@@ -112,35 +112,11 @@ struct hp_mat_buf {
     size_t cap; /* floats; 0 for a model without 16-bit matrices */
 };
 
-static bool is16(struct hp_mat w)
+struct hp_mat_buf *hp_mat_buf_alloc(size_t kmax, size_t largest)
 {
-    return w.p && w.dt != HP_DT_F32;
-}
-
-struct hp_mat_buf *hp_mat_buf_new(const struct hp_model *m)
-{
-    const struct hp_model_info *in = &m->info;
     struct hp_mat_buf *b = calloc(1, sizeof *b);
-    if (!b)
-        return NULL;
-    bool any = is16(m->lm_head) || is16(m->mlm_dense) || is16(m->pooler) || is16(m->classifier);
-    for (int l = 0; l < in->n_layers && !any; l++) {
-        const struct hp_layer *L = &m->layers[l];
-        any = is16(L->wq) || is16(L->wk) || is16(L->wv) || is16(L->wo) || is16(L->w_up) || is16(L->w_gate) ||
-              is16(L->w_down);
-    }
-    if (!any)
+    if (!b || kmax == 0)
         return b;
-    /* the deepest product and the largest matrix: attention widths, the MLP's, and the LM head's
-     * vocabulary (its reverse runs k = a block of the vocabulary, up to all of it) */
-    const size_t d = (size_t)in->d_model, qd = (size_t)in->n_heads * in->d_head, f = (size_t)in->d_ff,
-                 V = m->lm_head.p ? (size_t)in->n_vocab : 0, C = (size_t)in->n_labels;
-    size_t kmax = d, largest = d * d;
-    const size_t dims[] = {qd, f, V, C};
-    for (int i = 0; i < 4; i++) {
-        kmax = dims[i] > kmax ? dims[i] : kmax;
-        largest = d * dims[i] > largest ? d * dims[i] : largest;
-    }
     size_t cap = kmax * HP_MAT_NB_MIN > HP_MAT_PANEL ? kmax * HP_MAT_NB_MIN : HP_MAT_PANEL;
     b->cap = cap < largest ? cap : largest;
     b->p = aligned_alloc(64, (b->cap * sizeof(float) + 63) / 64 * 64);

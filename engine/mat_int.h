@@ -29,9 +29,10 @@
  * Memory: the mapping (the stored bytes, paged in as they are read) plus one
  * bounded panel per workspace: at most HP_MAT_PANEL floats, or k x
  * HP_MAT_NB_MIN when a matrix is deeper, never more than its largest matrix.
- * Must not: call BLIS but through blas.c, allocate outside hp_mat_buf_new,
- * print, or run inside an OpenMP parallel region (the conversion splits
- * over threads itself).
+ * Must not: call BLIS but through blas.c, allocate outside hp_mat_buf_alloc,
+ * print, run inside an OpenMP parallel region (the conversion splits
+ * over threads itself), or know the model (model_int.h includes this header:
+ * model.c sizes a model's panel).
  */
 #ifndef HP_MAT_INT_H
 #define HP_MAT_INT_H
@@ -101,12 +102,14 @@ void hp_mat_row(struct hp_mat w, ptrdiff_t i, int n, float *out);
 /* x (n) += row i of w (cs == 1), each sum in f32 as hp_op_add_into's. */
 void hp_mat_row_add(struct hp_mat w, ptrdiff_t i, int n, float *x);
 
-struct hp_model;
 struct hp_mat_buf; /* the scratch panel of one workspace */
 
-/* A scratch for products with m's 16-bit matrices; holds nothing for an f32
- * model. Destructor: hp_mat_buf_free. NULL on OOM. */
-struct hp_mat_buf *hp_mat_buf_new(const struct hp_model *m);
+/* A scratch for products with 16-bit matrices of depth up to kmax, the
+ * largest of largest elements: HP_MAT_PANEL floats, or kmax x HP_MAT_NB_MIN
+ * when deeper, never more than largest. kmax = 0: it holds nothing (a model
+ * without 16-bit matrices). model.c's hp_mat_buf_new gives a model's.
+ * Destructor: hp_mat_buf_free. NULL on OOM. */
+struct hp_mat_buf *hp_mat_buf_alloc(size_t kmax, size_t largest);
 void hp_mat_buf_free(struct hp_mat_buf *b);
 
 /*

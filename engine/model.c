@@ -275,6 +275,130 @@ struct bind_opts {
     bool no_problem;    /* BERT: no problem_type, so one class is regression in transformers */
 };
 
+/* config.json of a GPT-2 checkpoint (model_type gpt2): its shape, norm, activation and tying. */
+static enum hp_status config_gpt2(struct cfg *c, struct hp_model *m, struct bind_opts *o, const char **act)
+{
+    struct hp_model_info *in = &m->info;
+    in->arch = HP_ARCH_GPT2;
+    in->n_layers = cfg_int(c, "n_layer", -1, CFG_MAX_COUNT);
+    in->n_heads = cfg_int(c, "n_head", -1, CFG_MAX_COUNT);
+    in->d_model = cfg_int(c, "n_embd", -1, CFG_MAX_DIM);
+    in->d_ff = cfg_int(c, "n_inner", 4 * in->d_model, 4 * CFG_MAX_DIM);
+    in->n_vocab = cfg_int(c, "vocab_size", -1, CFG_MAX_VOCAB);
+    in->n_ctx = cfg_int(c, "n_positions", 1024, CFG_MAX_CTX);
+    m->norm_eps = (float)cfg_num(c, "layer_norm_epsilon", 1e-5, 0, 1);
+    *act = cfg_str(c, "activation_function", "gelu_new");
+    m->scale_by_layer = cfg_bool(c, "scale_attn_by_inverse_layer_idx", false);
+    if (!cfg_bool(c, "scale_attn_weights", true) && c->st == HP_OK)
+        return hp_fail(c->err, HP_ERR_UNSUPPORTED, "%s: scale_attn_weights = false is not supported", c->path);
+    /* GPT2LMHeadModel ties by default (PretrainedConfig's default) */
+    o->tied = cfg_bool(c, "tie_word_embeddings", true);
+    in->n_kv_heads = in->n_heads;
+    in->causal = true;
+    return HP_OK;
+}
+
+/* config.json of a BERT checkpoint: its shape, norm, activation, token types, tying and classes. */
+static enum hp_status config_bert(struct cfg *c, struct hp_model *m, struct bind_opts *o, const char **act)
+{
+    struct hp_model_info *in = &m->info;
+    in->arch = HP_ARCH_BERT;
+    m->post_norm = true;
+    in->n_layers = cfg_int(c, "num_hidden_layers", -1, CFG_MAX_COUNT);
+    in->n_heads = cfg_int(c, "num_attention_heads", -1, CFG_MAX_COUNT);
+    in->d_model = cfg_int(c, "hidden_size", -1, CFG_MAX_DIM);
+    in->d_ff = cfg_int(c, "intermediate_size", -1, 4 * CFG_MAX_DIM);
+    in->n_vocab = cfg_int(c, "vocab_size", -1, CFG_MAX_VOCAB);
+    in->n_ctx = cfg_int(c, "max_position_embeddings", 512, CFG_MAX_CTX);
+    m->n_types = cfg_int(c, "type_vocab_size", 2, CFG_MAX_COUNT);
+    m->norm_eps = (float)cfg_num(c, "layer_norm_eps", 1e-12, 0, 1);
+    *act = cfg_str(c, "hidden_act", "gelu");
+    const char *pet = cfg_str(c, "position_embedding_type", "absolute");
+    if (c->st == HP_OK && strcmp(pet, "absolute") != 0)
+        return hp_fail(c->err, HP_ERR_UNSUPPORTED,
+                       "%s: position_embedding_type \"%s\" is not supported (absolute only)", c->path, pet);
+    in->n_kv_heads = in->n_heads;
+    in->causal = false;
+    o->tied = cfg_bool(c, "tie_word_embeddings", true);
+    /* BertForSequenceClassification's loss: cross-entropy is what headprune computes */
+    const char *pt = cfg_str(c, "problem_type", NULL);
+    if (c->st == HP_OK && pt && strcmp(pt, "single_label_classification") != 0)
+        return hp_fail(c->err, HP_ERR_UNSUPPORTED,
+                       "%s: \"problem_type\" \"%s\" is not supported (a classifier's loss is cross-entropy: "
+                       "single_label_classification)", c->path, pt);
+    o->no_problem = !pt;
+    /* classes of a ForSequenceClassification checkpoint, by id */
+    const cJSON *i2l = json_get(c->j, "id2label");
+    int nl = cJSON_IsObject(i2l) ? cJSON_GetArraySize(i2l) : 0;
+    if (nl > 0) {
+        m->label_names = calloc((size_t)nl, sizeof *m->label_names);
+        m->n_label_names = nl;
+        if (!m->label_names)
+            return hp_fail(c->err, HP_ERR_NOMEM, "%s: out of memory", c->path);
+        const cJSON *e;
+        cJSON_ArrayForEach(e, i2l)
+        {
+            char *end;
+            long id = strtol(e->string, &end, 10);
+            if (*end || id < 0 || id >= nl || !cJSON_IsString(e) || m->label_names[id])
+                return hp_fail(c->err, HP_ERR_FORMAT, "%s: id2label must map 0..%d to names", c->path, nl - 1);
+            if (!(m->label_names[id] = strdup(e->valuestring)))
+                return hp_fail(c->err, HP_ERR_NOMEM, "%s: out of memory", c->path);
+        }
+        in->n_labels = nl;
+    }
+    return HP_OK;
+}
+
+/* config.json of a Llama-family checkpoint (llama, mistral, qwen2): shape, rotary, biases, window. */
+static enum hp_status config_llama(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
+                                   const char **act)
+{
+    struct hp_model_info *in = &m->info;
+    in->arch = HP_ARCH_LLAMA;
+    m->rotary = true;
+    in->n_layers = cfg_int(c, "num_hidden_layers", -1, CFG_MAX_COUNT);
+    in->n_heads = cfg_int(c, "num_attention_heads", -1, CFG_MAX_COUNT);
+    in->n_kv_heads = cfg_int(c, "num_key_value_heads", in->n_heads, CFG_MAX_COUNT);
+    in->d_model = cfg_int(c, "hidden_size", -1, CFG_MAX_DIM);
+    in->d_ff = cfg_int(c, "intermediate_size", -1, 4 * CFG_MAX_DIM);
+    in->n_vocab = cfg_int(c, "vocab_size", -1, CFG_MAX_VOCAB);
+    in->n_ctx = cfg_int(c, "max_position_embeddings", 2048, CFG_MAX_CTX);
+    m->norm_eps = (float)cfg_num(c, "rms_norm_eps", 1e-6, 0, 1);
+    m->rope = (struct hp_rope){.theta = (float)cfg_num(c, "rope_theta", 10000.0, 0, 1e15)};
+    *act = cfg_str(c, "hidden_act", "silu");
+    o->tied = cfg_bool(c, "tie_word_embeddings", false);
+    /* the biases each modeling file builds: LlamaAttention's and LlamaMLP's by the config, Qwen2's q/k/v
+     * always, Mistral's none */
+    if (strcmp(mt, "llama") == 0) {
+        o->qkv_bias = o->o_bias = cfg_bool(c, "attention_bias", false);
+        o->mlp_bias = cfg_bool(c, "mlp_bias", false);
+    }
+    o->qkv_bias |= strcmp(mt, "qwen2") == 0;
+    enum hp_status st = read_rope_scaling(m, c->path, json_get(c->j, "rope_scaling"), c->err);
+    if (st != HP_OK)
+        return st;
+    if (strcmp(mt, "mistral") == 0)
+        in->window = cfg_int(c, "sliding_window", 0, INT_MAX);
+    if (strcmp(mt, "qwen2") == 0 && cfg_bool(c, "use_sliding_window", false))
+        return hp_fail(c->err, HP_ERR_UNSUPPORTED,
+                       "%s: use_sliding_window (Qwen2's window on its upper layers) is not supported", c->path);
+    /* Qwen2's layer types: a sliding layer is one with a window, which headprune does not implement here */
+    const cJSON *lt = json_get(c->j, "layer_types"), *t;
+    if (strcmp(mt, "qwen2") == 0 && lt && !cJSON_IsNull(lt)) {
+        if (!cJSON_IsArray(lt))
+            return hp_fail(c->err, HP_ERR_FORMAT, "%s: \"layer_types\" must be a list", c->path);
+        cJSON_ArrayForEach(t, lt)
+        {
+            if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0)
+                return hp_fail(c->err, HP_ERR_UNSUPPORTED,
+                               "%s: \"layer_types\" other than \"full_attention\" are not supported", c->path);
+        }
+    }
+    in->causal = true;
+    return HP_OK;
+}
+
 static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *path, struct bind_opts *o,
                                    struct hp_error *err)
 {
@@ -288,116 +412,21 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
     /* the keys naming the head count and the hidden size, for messages */
     const char *k_heads = "num_attention_heads", *k_hidden = "hidden_size";
     *o = (struct bind_opts){0};
+    enum hp_status st;
     if (strcmp(mt, "gpt2") == 0) {
-        in->arch = HP_ARCH_GPT2;
         k_heads = "n_head";
         k_hidden = "n_embd";
-        in->n_layers = cfg_int(&c, "n_layer", -1, CFG_MAX_COUNT);
-        in->n_heads = cfg_int(&c, "n_head", -1, CFG_MAX_COUNT);
-        in->d_model = cfg_int(&c, "n_embd", -1, CFG_MAX_DIM);
-        in->d_ff = cfg_int(&c, "n_inner", 4 * in->d_model, 4 * CFG_MAX_DIM);
-        in->n_vocab = cfg_int(&c, "vocab_size", -1, CFG_MAX_VOCAB);
-        in->n_ctx = cfg_int(&c, "n_positions", 1024, CFG_MAX_CTX);
-        m->norm_eps = (float)cfg_num(&c, "layer_norm_epsilon", 1e-5, 0, 1);
-        act = cfg_str(&c, "activation_function", "gelu_new");
-        m->scale_by_layer = cfg_bool(&c, "scale_attn_by_inverse_layer_idx", false);
-        if (!cfg_bool(&c, "scale_attn_weights", true) && c.st == HP_OK)
-            return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: scale_attn_weights = false is not supported", path);
-        /* GPT2LMHeadModel ties by default (PretrainedConfig's default) */
-        o->tied = cfg_bool(&c, "tie_word_embeddings", true);
-        in->n_kv_heads = in->n_heads;
-        in->causal = true;
+        st = config_gpt2(&c, m, o, &act);
     } else if (strcmp(mt, "bert") == 0) {
-        in->arch = HP_ARCH_BERT;
-        m->post_norm = true;
-        in->n_layers = cfg_int(&c, "num_hidden_layers", -1, CFG_MAX_COUNT);
-        in->n_heads = cfg_int(&c, "num_attention_heads", -1, CFG_MAX_COUNT);
-        in->d_model = cfg_int(&c, "hidden_size", -1, CFG_MAX_DIM);
-        in->d_ff = cfg_int(&c, "intermediate_size", -1, 4 * CFG_MAX_DIM);
-        in->n_vocab = cfg_int(&c, "vocab_size", -1, CFG_MAX_VOCAB);
-        in->n_ctx = cfg_int(&c, "max_position_embeddings", 512, CFG_MAX_CTX);
-        m->n_types = cfg_int(&c, "type_vocab_size", 2, CFG_MAX_COUNT);
-        m->norm_eps = (float)cfg_num(&c, "layer_norm_eps", 1e-12, 0, 1);
-        act = cfg_str(&c, "hidden_act", "gelu");
-        const char *pet = cfg_str(&c, "position_embedding_type", "absolute");
-        if (c.st == HP_OK && strcmp(pet, "absolute") != 0)
-            return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: position_embedding_type \"%s\" is not supported (absolute only)", path, pet);
-        in->n_kv_heads = in->n_heads;
-        in->causal = false;
-        o->tied = cfg_bool(&c, "tie_word_embeddings", true);
-        /* BertForSequenceClassification's loss: cross-entropy is what headprune computes */
-        const char *pt = cfg_str(&c, "problem_type", NULL);
-        if (c.st == HP_OK && pt && strcmp(pt, "single_label_classification") != 0)
-            return hp_fail(err, HP_ERR_UNSUPPORTED,
-                           "%s: \"problem_type\" \"%s\" is not supported (a classifier's loss is cross-entropy: "
-                           "single_label_classification)", path, pt);
-        o->no_problem = !pt;
-        /* classes of a ForSequenceClassification checkpoint, by id */
-        const cJSON *i2l = json_get(j, "id2label");
-        int nl = cJSON_IsObject(i2l) ? cJSON_GetArraySize(i2l) : 0;
-        if (nl > 0) {
-            m->label_names = calloc((size_t)nl, sizeof *m->label_names);
-            m->n_label_names = nl;
-            if (!m->label_names)
-                return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-            const cJSON *e;
-            cJSON_ArrayForEach(e, i2l)
-            {
-                char *end;
-                long id = strtol(e->string, &end, 10);
-                if (*end || id < 0 || id >= nl || !cJSON_IsString(e) || m->label_names[id])
-                    return hp_fail(err, HP_ERR_FORMAT, "%s: id2label must map 0..%d to names", path, nl - 1);
-                if (!(m->label_names[id] = strdup(e->valuestring)))
-                    return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-            }
-            in->n_labels = nl;
-        }
+        st = config_bert(&c, m, o, &act);
     } else if (strcmp(mt, "llama") == 0 || strcmp(mt, "mistral") == 0 || strcmp(mt, "qwen2") == 0) {
-        in->arch = HP_ARCH_LLAMA;
-        m->rotary = true;
-        in->n_layers = cfg_int(&c, "num_hidden_layers", -1, CFG_MAX_COUNT);
-        in->n_heads = cfg_int(&c, "num_attention_heads", -1, CFG_MAX_COUNT);
-        in->n_kv_heads = cfg_int(&c, "num_key_value_heads", in->n_heads, CFG_MAX_COUNT);
-        in->d_model = cfg_int(&c, "hidden_size", -1, CFG_MAX_DIM);
-        in->d_ff = cfg_int(&c, "intermediate_size", -1, 4 * CFG_MAX_DIM);
-        in->n_vocab = cfg_int(&c, "vocab_size", -1, CFG_MAX_VOCAB);
-        in->n_ctx = cfg_int(&c, "max_position_embeddings", 2048, CFG_MAX_CTX);
-        m->norm_eps = (float)cfg_num(&c, "rms_norm_eps", 1e-6, 0, 1);
-        m->rope = (struct hp_rope){.theta = (float)cfg_num(&c, "rope_theta", 10000.0, 0, 1e15)};
-        act = cfg_str(&c, "hidden_act", "silu");
-        o->tied = cfg_bool(&c, "tie_word_embeddings", false);
-        /* the biases each modeling file builds: LlamaAttention's and LlamaMLP's by the config, Qwen2's q/k/v
-         * always, Mistral's none */
-        if (strcmp(mt, "llama") == 0) {
-            o->qkv_bias = o->o_bias = cfg_bool(&c, "attention_bias", false);
-            o->mlp_bias = cfg_bool(&c, "mlp_bias", false);
-        }
-        o->qkv_bias |= strcmp(mt, "qwen2") == 0;
-        enum hp_status st = read_rope_scaling(m, path, json_get(j, "rope_scaling"), err);
-        if (st != HP_OK)
-            return st;
-        if (strcmp(mt, "mistral") == 0)
-            in->window = cfg_int(&c, "sliding_window", 0, INT_MAX);
-        if (strcmp(mt, "qwen2") == 0 && cfg_bool(&c, "use_sliding_window", false))
-            return hp_fail(err, HP_ERR_UNSUPPORTED,
-                           "%s: use_sliding_window (Qwen2's window on its upper layers) is not supported", path);
-        /* Qwen2's layer types: a sliding layer is one with a window, which headprune does not implement here */
-        const cJSON *lt = json_get(j, "layer_types"), *t;
-        if (strcmp(mt, "qwen2") == 0 && lt && !cJSON_IsNull(lt)) {
-            if (!cJSON_IsArray(lt))
-                return hp_fail(err, HP_ERR_FORMAT, "%s: \"layer_types\" must be a list", path);
-            cJSON_ArrayForEach(t, lt)
-            {
-                if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0)
-                    return hp_fail(err, HP_ERR_UNSUPPORTED,
-                                   "%s: \"layer_types\" other than \"full_attention\" are not supported", path);
-            }
-        }
-        in->causal = true;
+        st = config_llama(&c, m, mt, o, &act);
     } else {
         return hp_fail(err, HP_ERR_UNSUPPORTED,
                        "%s: model_type \"%s\" is not supported (gpt2, bert, llama, mistral, qwen2)", path, mt);
     }
+    if (st != HP_OK)
+        return st;
     if (c.st != HP_OK)
         return c.st;
     /* the keys that change transformers' maths and headprune implements only at their defaults */
@@ -1180,4 +1209,35 @@ void hp_model_close(struct hp_model *m)
 const struct hp_model_info *hp_model_get_info(const struct hp_model *m)
 {
     return &m->info;
+}
+
+// --- the panel its products need ---------------------------------------------
+
+static bool is16(struct hp_mat w)
+{
+    return w.p && w.dt != HP_DT_F32;
+}
+
+struct hp_mat_buf *hp_mat_buf_new(const struct hp_model *m)
+{
+    const struct hp_model_info *in = &m->info;
+    bool any = is16(m->lm_head) || is16(m->mlm_dense) || is16(m->pooler) || is16(m->classifier);
+    for (int l = 0; l < in->n_layers && !any; l++) {
+        const struct hp_layer *L = &m->layers[l];
+        any = is16(L->wq) || is16(L->wk) || is16(L->wv) || is16(L->wo) || is16(L->w_up) || is16(L->w_gate) ||
+              is16(L->w_down);
+    }
+    if (!any)
+        return hp_mat_buf_alloc(0, 0);
+    /* the deepest product and the largest matrix: attention widths, the MLP's, and the LM head's
+     * vocabulary (its reverse runs k = a block of the vocabulary, up to all of it) */
+    const size_t d = (size_t)in->d_model, qd = (size_t)in->n_heads * in->d_head, f = (size_t)in->d_ff,
+                 V = m->lm_head.p ? (size_t)in->n_vocab : 0, C = (size_t)in->n_labels;
+    size_t kmax = d, largest = d * d;
+    const size_t dims[] = {qd, f, V, C};
+    for (int i = 0; i < 4; i++) {
+        kmax = dims[i] > kmax ? dims[i] : kmax;
+        largest = d * dims[i] > largest ? d * dims[i] : largest;
+    }
+    return hp_mat_buf_alloc(kmax, largest);
 }

@@ -14,9 +14,8 @@
 
 #include "headprune.h"
 #include "mat_int.h"
+#include "ops_int.h" /* enum hp_act, struct hp_rope: what the ops compute, the model chooses */
 #include "safetensors_int.h"
-
-enum hp_act { HP_ACT_GELU, HP_ACT_GELU_TANH, HP_ACT_RELU, HP_ACT_SILU };
 
 /*
  * A pruned checkpoint (Hugging Face's "pruned_heads", or headprune's own
@@ -57,16 +56,6 @@ struct hp_head_tensor {
     int axis;  /* 0: rows (or a vector's elements), 1: columns */
     int n_seg; /* 1, or 3 for a fused q, k, v */
     bool kv;   /* blocks are KV heads (kv_slot), else query heads (q_slot) */
-};
-
-/* Rotary embedding's frequencies: theta^(-2i / d_head), scaled as config.json's
- * rope_scaling says (Hugging Face's modeling_rope_utils). */
-struct hp_rope {
-    float theta;
-    enum hp_rope_type { HP_ROPE_DEFAULT, HP_ROPE_LINEAR, HP_ROPE_DYNAMIC, HP_ROPE_LLAMA3 } type;
-    double factor;        /* linear, dynamic, llama3 */
-    double low_freq_factor, high_freq_factor; /* llama3 */
-    int original_max;     /* llama3: original_max_position_embeddings; dynamic: max_position_embeddings */
 };
 
 struct hp_model {
@@ -152,5 +141,10 @@ enum hp_status hp_config_audit(const char *model_type, const struct cJSON *cfg, 
 
 /* hp_model_open with flags (above). Destructor: hp_model_close. */
 enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model **out, struct hp_error *err);
+
+/* A scratch for products with m's 16-bit matrices (hp_mat_buf_alloc sized for
+ * its deepest and largest); holds nothing for an f32 model. Destructor:
+ * hp_mat_buf_free. NULL on OOM. */
+struct hp_mat_buf *hp_mat_buf_new(const struct hp_model *m);
 
 #endif

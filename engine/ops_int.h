@@ -7,6 +7,8 @@
  * that a reverse pass can sit beside each of them, section by section
  * (llm.c's layernorm_forward beside layernorm_backward). None allocates,
  * reads a model or calls BLIS: the forward hands them pointers and shapes.
+ * The activation kinds and the rotary frequencies are declared here, as what
+ * the ops compute; the model (model_int.h) holds which of them it uses.
  */
 #ifndef HP_OPS_INT_H
 #define HP_OPS_INT_H
@@ -15,7 +17,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model_int.h"
+/* The activations of an MLP. */
+enum hp_act { HP_ACT_GELU, HP_ACT_GELU_TANH, HP_ACT_RELU, HP_ACT_SILU };
+
+/* Rotary embedding's frequencies: theta^(-2i / d_head), scaled as config.json's
+ * rope_scaling says (Hugging Face's modeling_rope_utils). */
+struct hp_rope {
+    float theta;
+    enum hp_rope_type { HP_ROPE_DEFAULT, HP_ROPE_LINEAR, HP_ROPE_DYNAMIC, HP_ROPE_LLAMA3 } type;
+    double factor;        /* linear, dynamic, llama3 */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    int original_max;     /* llama3: original_max_position_embeddings; dynamic: max_position_embeddings */
+};
 
 /* Whether work of this many elements is split over OpenMP threads. Every
  * element is computed the same way whatever the thread count, so results do

@@ -1,5 +1,5 @@
-/* tokenizer_int.h -- what the tokenizer (engine/tokenizer.c) tells the text loader, and what it
- * and its decoder (engine/detokenize.c) share. */
+/* tokenizer_int.h -- what the tokenizer (engine/tokenizer.c, tokenizer_load.c) tells the text loader,
+ * and what it and its decoder (engine/detokenize.c) share. */
 #ifndef HP_TOKENIZER_INT_H
 #define HP_TOKENIZER_INT_H
 
@@ -15,8 +15,18 @@ int32_t hp_tokenizer_separator(const struct hp_tokenizer *t);
 /* The padding id: [PAD], <pad>, or 0. Padded positions are masked anyway. */
 int32_t hp_tokenizer_pad(const struct hp_tokenizer *t);
 
-/* The code point GPT-2's byte-level map gives byte b (printable bytes keep theirs; the rest get 256 and up). */
-int32_t hp_byte_level_cp(uint8_t b);
+/* The code point GPT-2's byte-level map gives byte b (printable bytes keep theirs; the rest get 256 and up):
+ * the one statement of the map, which the byte-level pre-tokeniser (tokenizer.c) and decoder
+ * (detokenize.c) both read. */
+static inline int32_t hp_byte_level_cp(uint8_t b)
+{
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)
+        return b;
+    int n = 0;
+    for (int c = 0; c < b; c++)
+        n += !((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || c >= 174);
+    return 256 + n;
+}
 
 // --- the decoder: token strings back to text (engine/detokenize.c) ---------------------------
 

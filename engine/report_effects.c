@@ -1,0 +1,499 @@
+/*
+ * report_effects.c -- the report's effect matrices: the layers x units
+ * heatmap of single-unit effects (query heads, and KV groups), and a layer's
+ * pair interactions as a units x units matrix, both on one diverging,
+ * symmetric-log colour scale with its legend.
+ *
+ * Part of the report family (report_int.h): a cell is a row of `query heads`
+ * or `query pairs`, drawn from its number and labelled with its text.
+ * Must not: compute an effect or an interaction (the queries do), print, or
+ * exit.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "report_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util_int.h"
+
+// --- colour legend of a diverging scale --------------------------------------------
+
+/*
+ * A vertical colour bar for hp_symlog(., m) at (x, y), h px high: +m at the
+ * top, -m at the bottom, labels at 0, +-m/100, +-m/10, +-m; its title (the
+ * quantity and unit) above.
+ */
+static void legend_diverging(struct hp_text *s, double x, double y, double h, double m, const char *title)
+{
+    char col[8], b[32];
+    hp_text_printf(s, "<g class=\"legend\">\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">", x, y - 8);
+    hp_text_escape(s, title);
+    hp_text_add(s, "</text>\n");
+    const int steps = 40;
+    for (int i = 0; i < steps; i++) {
+        double t = 1 - 2 * (i + 0.5) / steps;
+        hp_color_diverging(t, col);
+        hp_text_printf(s, "<rect x=\"%.1f\" y=\"%.2f\" width=\"14\" height=\"%.2f\" fill=\"%s\"/>\n", x,
+                       y + h * i / steps, h / steps + 0.3, col);
+    }
+    hp_text_printf(s, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"%.1f\" fill=\"none\" stroke=\"#888\"/>\n", x,
+                   y, h);
+    static const double at[] = {1, 0.1, 0.01, 0, -0.01, -0.1, -1};
+    for (int i = 0; i < 7; i++) {
+        if (!(m > 0) && at[i] != 0)
+            continue;
+        double v = at[i] * m, py = y + (1 - hp_symlog(v, m)) / 2 * h;
+        hp_text_printf(s, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>"
+                          "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" dominant-baseline=\"middle\">%s%s</text>\n",
+                       x + 14, py, x + 18, py, x + 21, py, v > 0 ? "+" : "", hp_num(b, v, 2));
+    }
+    hp_text_add(s, "</g>\n");
+}
+
+// --- heatmap of single-unit effects --------------------------------------------------
+
+// The columns of `query heads` a heatmap cell shows.
+struct heat_cols {
+    int label, value, eff, lo, hi, seqs, p, atp;
+};
+
+/*
+ * Row i of `query heads` as a cell's data-* attributes, then its tooltip: the
+ * effect and the value it is of, the paired interval (sig: it excludes 0),
+ * the attribution estimate and, when role_row >= 0, that row of the head
+ * roles.
+ */
+static void heatmap_cell_text(struct hp_text *sv, const struct report *r, const struct hp_table *t,
+                              const struct heat_cols *hc, int i, bool sig, int role_row)
+{
+    char b[32];
+    hr_attr_cell(sv, "data-label", t, i, hc->label);
+    hr_attr_cell(sv, "data-effect", t, i, hc->eff);
+    hr_attr_cell(sv, "data-ci-lo", t, i, hc->lo);
+    hr_attr_cell(sv, "data-ci-hi", t, i, hc->hi);
+    hr_attr_cell(sv, "data-p", t, i, hc->p);
+    hr_attr_cell(sv, "data-seqs", t, i, hc->seqs);
+    hr_attr_cell(sv, "data-value", t, i, hc->value);
+    hr_attr_cell(sv, "data-atp", t, i, hc->atp);
+    hp_text_printf(sv, " data-ci-excludes-zero=\"%d\"><title>", sig);
+    hp_text_escape(sv, tcell(t, i, hc->label));
+    hp_text_add(sv, ": effect ");
+    hp_text_escape(sv, tcell(t, i, hc->eff));
+    hp_text_printf(sv, " %s (%s ", r->unit, r->mname);
+    hp_text_escape(sv, tcell(t, i, hc->value));
+    hp_text_printf(sv, ", baseline %s)", hp_num(b, r->base, 7));
+    if (*tcell(t, i, hc->lo)) {
+        hp_text_add(sv, "; paired 95% CI ");
+        hp_text_escape(sv, tcell(t, i, hc->lo));
+        hp_text_add(sv, " to ");
+        hp_text_escape(sv, tcell(t, i, hc->hi));
+        hp_text_add(sv, " over ");
+        hp_text_escape(sv, tcell(t, i, hc->seqs));
+        hp_text_add(sv, " sequences");
+        if (*tcell(t, i, hc->p)) {
+            hp_text_add(sv, ", p = ");
+            hp_text_escape(sv, tcell(t, i, hc->p));
+        }
+        hp_text_add(sv, sig ? " (excludes 0)" : " (includes 0)");
+    }
+    if (*tcell(t, i, hc->atp)) {
+        hp_text_add(sv, "; attribution estimate ");
+        hp_text_escape(sv, tcell(t, i, hc->atp));
+    }
+    if (role_row >= 0) // joined by (layer, head), as the atp column is by the query
+        hr_roles_tooltip(sv, r->roles, role_row);
+}
+
+// The heatmap's legend at x = lx: the colour bar (lh px high, ends at +-m), the mark, a missing cell.
+static void heatmap_legend(struct hp_text *sv, const struct report *r, int lx, int top, double lh, double m)
+{
+    char ltitle[96];
+    snprintf(ltitle, sizeof ltitle, "effect (%s)", r->unit);
+    legend_diverging(sv, lx, top + 14, lh, m, ltitle);
+    double ly = top + 14 + lh + 24;
+    hp_text_printf(sv, "<g class=\"legend\" font-size=\"11\">\n"
+                       "<circle cx=\"%d\" cy=\"%.1f\" r=\"4\" fill=\"#000000\" stroke=\"#ffffff\"/>"
+                       "<text x=\"%d\" y=\"%.1f\" dominant-baseline=\"middle\">paired 95%% CI excludes 0</text>\n"
+                       "<rect x=\"%d\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"#ffffff\" stroke=\"#bbbbbb\"/>"
+                       "<text x=\"%d\" y=\"%.1f\" dominant-baseline=\"middle\">no result</text>\n"
+                       "<text x=\"%d\" y=\"%.1f\" fill=\"#555\">colour: symmetric log scale</text>\n</g>\n",
+                   lx + 7, ly, lx + 18, ly, lx + 2, ly + 14, lx + 18, ly + 19, lx, ly + 40);
+}
+
+static enum hp_status draw_heatmap(struct report *r, struct section *sec, const char *study, bool kv)
+{
+    struct hp_query_opts q = {.kind = HP_QUERY_HEADS, .sweep_id = r->sweep, .study = study};
+    struct hp_table *t = NULL;
+    enum hp_status s = hp_query_read(r->rd, &q, &t, r->err);
+    if (s != HP_OK)
+        return s;
+    const int c_layer = tcol(t, "layer"), c_unit = tcol(t, "unit"), c_eff = tcol(t, "effect"),
+              c_lo = tcol(t, "ci_lo"), c_hi = tcol(t, "ci_hi");
+    const struct heat_cols hc = {tcol(t, "label"), tcol(t, r->mname), c_eff, c_lo, c_hi,
+                                 tcol(t, "seqs"), tcol(t, "p"), tcol(t, "atp")};
+    const int L = r->n_layers;
+    int U = kv && r->n_kv_heads > 0 ? r->n_kv_heads : r->n_heads;
+    for (int i = 0; i < t->n_rows; i++) // a study of a database that names its units oddly: still no overflow
+        if (tint(t, i, c_unit) >= U)
+            U = tint(t, i, c_unit) + 1;
+    const char *what = kv ? "KV group" : "head", *whats = kv ? "KV groups" : "heads";
+    if ((long long)L * U > MAX_CELLS || L > MAX_ROWS) {
+        hp_text_printf(&sec->note, "Left out: %d layers x %d %s are too many cells to draw (at most %d, in at "
+                                   "most %d layers); <code>headprune query heads --format csv</code> lists them.",
+                       L, U, whats, MAX_CELLS, MAX_ROWS);
+        hp_table_free(t);
+        return HP_OK;
+    }
+    int *at = malloc((size_t)L * (size_t)U * sizeof *at);
+    // head roles are per query head: they join the heads' heatmap, not the KV groups'
+    int *rat = !kv && r->roles ? hr_roles_index(r->roles, L, U) : NULL;
+    struct fig *f = at && (kv || !r->roles || rat) ? hr_fig_new(r, kv ? "heatmap-kv" : "heatmap") : NULL;
+    if (!f) {
+        free(at), free(rat);
+        hp_table_free(t);
+        return hp_fail(r->err, HP_ERR_NOMEM, "report: out of memory");
+    }
+    double m = 0; // the largest |effect|: the colour scale's end
+    for (int i = 0; i < L * U; i++)
+        at[i] = -1;
+    for (int i = 0; i < t->n_rows; i++) {
+        int l = tint(t, i, c_layer), u = tint(t, i, c_unit);
+        if (l < 0 || l >= L || u < 0 || u >= U || at[l * U + u] >= 0)
+            continue;
+        at[l * U + u] = i;
+        double e = tval(t, i, c_eff);
+        if (isfinite(e) && fabs(e) > m)
+            m = fabs(e);
+    }
+
+    // layout: square cells between 12 and 56 px, the grid at most ~600 px wide and ~700 px high
+    int cs = 600 / U;
+    cs = cs < 12 ? 12 : cs > 56 ? 56 : cs;
+    int ch = 700 / L;
+    ch = ch < 10 ? 10 : ch > cs ? cs : ch;
+    const int left = 64, top = 64, gw = U * cs, gh = L * ch;
+    const int lx = left + gw + 36; // the legend
+    const double lh = gh < 160 ? 160 : gh > 260 ? 260 : gh;
+    int W = lx + 170, H = top + gh + 60;
+    if (W < 560)
+        W = 560;
+    if (H < top + lh + 104) // the legend's bar and three lines below it
+        H = top + (int)lh + 104;
+    struct hp_text *sv = &f->svg;
+    char title[300], sub[400], col[8], b[32];
+    snprintf(title, sizeof title, "Effect of ablating each %s alone", what);
+    snprintf(sub, sizeof sub, "sweep %lld, study %s; %s", r->sweep, study, hp_metric_effect_text(r->m));
+    hp_svg_open(sv, kv ? "fig-heatmap-kv" : "fig-heatmap", W, H, title);
+    hr_svg_heading(sv, title, sub);
+
+    // axes: units along the top, layers down the left
+    int every = cs >= 16 ? 1 : (16 + cs - 1) / cs;
+    hp_text_add(sv, "<g class=\"ticks\" font-size=\"11\" fill=\"#444\">\n");
+    for (int u = 0; u < U; u += every)
+        hp_text_printf(sv, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%d</text>\n", left + (u + 0.5) * cs,
+                       top - 6, u);
+    int every_l = ch >= 14 ? 1 : (14 + ch - 1) / ch;
+    for (int l = 0; l < L; l += every_l)
+        hp_text_printf(sv, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" dominant-baseline=\"middle\">%d</text>\n",
+                       left - 6, top + (l + 0.5) * ch, l);
+    hp_text_add(sv, "</g>\n");
+    hp_text_printf(sv, "<text class=\"axis-label\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s (index within its "
+                       "layer)</text>\n", left + gw / 2.0, top + gh + 22, what);
+    hp_text_printf(sv, "<text class=\"axis-label\" text-anchor=\"middle\" transform=\"translate(%d %.1f) "
+                       "rotate(-90)\">layer</text>\n", left - 40, top + gh / 2.0);
+
+    // the cells: each a rect carrying its row of `query heads` as data-* and in its tooltip
+    hp_text_printf(sv, "<g class=\"cells\" data-study=\"");
+    hp_text_escape(sv, study);
+    hp_text_printf(sv, "\" data-kv=\"%d\" data-layers=\"%d\" data-units=\"%d\" data-scale-max=\"%s\">\n", kv, L, U,
+                   hp_num(b, m, 6));
+    int n_sig = 0;
+    for (int l = 0; l < L; l++)
+        for (int u = 0; u < U; u++) {
+            int i = at[l * U + u];
+            double x = left + u * cs, y = top + l * ch;
+            char label[48];
+            hp_unit_label(label, sizeof label, kv, l, u);
+            if (i < 0) {
+                hp_text_printf(sv, "<rect class=\"cell missing\" x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" "
+                                   "fill=\"#ffffff\" stroke=\"#bbbbbb\" data-layer=\"%d\" data-unit=\"%d\" "
+                                   "data-label=\"%s\"><title>%s: no result in this study</title></rect>\n"
+                                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#bbbbbb\" "
+                                   "pointer-events=\"none\"/>\n",
+                               x + 0.5, y + 0.5, cs - 1, ch - 1, l, u, label, label, x + 2, y + ch - 2, x + cs - 2,
+                               y + 2);
+                continue;
+            }
+            double e = tval(t, i, c_eff), lo = tval(t, i, c_lo), hi = tval(t, i, c_hi);
+            double tt = hp_symlog(e, m);
+            bool sig = (isfinite(lo) && lo > 0) || (isfinite(hi) && hi < 0);
+            hp_color_diverging(tt, col);
+            hp_text_printf(sv, "<rect class=\"cell\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" "
+                               "stroke=\"#ffffff\" data-layer=\"%d\" data-unit=\"%d\"",
+                           (int)x, (int)y, cs, ch, col, l, u);
+            heatmap_cell_text(sv, r, t, &hc, i, sig, rat ? rat[l * U + u] : -1);
+            hp_text_add(sv, "</title></rect>\n");
+            if (sig) {
+                n_sig++;
+                double rr = (cs < ch ? cs : ch) * 0.08; // a mark, not a second colour: small
+                hp_text_printf(sv, "<circle class=\"sig\" cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"#000000\" "
+                                   "stroke=\"#ffffff\" stroke-width=\"1\" pointer-events=\"none\"/>\n",
+                               x + cs / 2.0, y + ch / 2.0, rr < 2 ? 2 : rr > 4 ? 4 : rr);
+            }
+        }
+    hp_text_add(sv, "</g>\n");
+
+    heatmap_legend(sv, r, lx, top, lh, m);
+    hp_svg_close(sv);
+
+    struct hp_text *c = &sec->caption;
+    hp_text_printf(c, "<p>Each cell: the effect of ablating one %s alone (layers down, %s across), %s. Red: "
+                      "ablating it hurts; blue: it helps; the colour scale is symmetric and logarithmic (ends at "
+                      "&#177;%s) so that small effects stay visible beside large ones. A dot marks the %d %s whose "
+                      "paired 95%% interval over sequences excludes 0. Hover a cell for its numbers.</p>\n",
+                   what, whats, hp_metric_effect_text(r->m), hp_num(b, m, 3), n_sig, n_sig == 1 ? what : whats);
+    if (rat)
+        hp_text_add(c, "<p>A cell's tooltip also gives the head's roles (the scores of the roles figure "
+                       "below).</p>\n");
+    hr_caption_source(c, r, "heads", study, t);
+    free(at), free(rat);
+    hp_table_free(t);
+    return HP_OK;
+}
+
+enum hp_status hr_make_heatmap(struct report *r, struct section *sec)
+{
+    const char *study = hr_study_of(r, "single", 0);
+    if (!study) {
+        hr_left_out(r, sec, "single study over query heads", "<code>- single</code> in the plan produces it");
+        return HP_OK;
+    }
+    enum hp_status s = hr_roles_read(r);
+    return s == HP_OK ? draw_heatmap(r, sec, study, false) : s;
+}
+
+enum hp_status hr_make_heatmap_kv(struct report *r, struct section *sec)
+{
+    const char *study = hr_study_of(r, "single", 1);
+    bool gqa = r->n_kv_heads > 0 && r->n_kv_heads < r->n_heads;
+    if (!study) {
+        if (!gqa)
+            sec->not_applicable = true; // without grouped-query attention a KV group is a head
+        else
+            hr_left_out(r, sec, "single study over KV groups",
+                     "<code>- single: {kv: true}</code> in the plan produces it");
+        return HP_OK;
+    }
+    return draw_heatmap(r, sec, study, true);
+}
+
+// --- pair interactions ------------------------------------------------------------
+
+// A group of the pairs table: one study's pairs within one layer.
+struct pair_group {
+    const char *study;
+    int layer;
+    bool kv;
+    int *rows, n; // its rows
+};
+
+/*
+ * One group's matrix into sv (figure id, U units a side): each pair's
+ * interaction as the colour of (a, b) and (b, a) on the scale that ends at
+ * +-m, its row of `query pairs` as data-* and in the tooltip.
+ */
+static void pairs_matrix(struct hp_text *sv, const struct report *r, const struct hp_table *t,
+                         const struct pair_group *g, const char *id, int U, double m)
+{
+    const int c_pair = tcol(t, "pair"), c_a = tcol(t, "unit_a"), c_b = tcol(t, "unit_b"),
+              c_ab = tcol(t, "effect_ab"), c_ea = tcol(t, "effect_a"), c_eb = tcol(t, "effect_b"),
+              c_i = tcol(t, "interaction");
+    char b[32], col[8];
+    int cs = 300 / U;
+    cs = cs < 10 ? 10 : cs > 40 ? 40 : cs;
+    const int left = 56, top = 74, gw = U * cs, lx = left + gw + 34;
+    int W = lx + 150, H = top + gw + 50;
+    W = W < 420 ? 420 : W;
+    H = H < top + 240 ? top + 240 : H;
+    char eid[80], title[120], sub[300];
+    snprintf(eid, sizeof eid, "fig-%s", id);
+    snprintf(title, sizeof title, "Pair interactions, layer %d", g->layer);
+    snprintf(sub, sizeof sub, "sweep %lld, study %s; I = D(a and b) - D(a) - D(b)", r->sweep, g->study);
+    hp_svg_open(sv, eid, W, H, title);
+    hr_svg_heading(sv, title, sub);
+    const char *unit_name = g->kv ? "KV group" : "head";
+    int every = cs >= 16 ? 1 : (16 + cs - 1) / cs;
+    hp_text_add(sv, "<g class=\"ticks\" font-size=\"11\" fill=\"#444\">\n");
+    for (int u = 0; u < U; u += every)
+        hp_text_printf(sv, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%d</text>"
+                           "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" dominant-baseline=\"middle\">%d</text>\n",
+                       left + (u + 0.5) * cs, top - 6, u, left - 6, top + (u + 0.5) * cs, u);
+    hp_text_add(sv, "</g>\n");
+    hp_text_printf(sv, "<text class=\"axis-label\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s b</text>\n"
+                       "<text class=\"axis-label\" text-anchor=\"middle\" transform=\"translate(%d %.1f) "
+                       "rotate(-90)\">%s a</text>\n",
+                   left + gw / 2.0, top + gw + 22, unit_name, left - 34, top + gw / 2.0, unit_name);
+    // the diagonal: no pair of a unit with itself
+    for (int u = 0; u < U; u++)
+        hp_text_printf(sv, "<rect class=\"diagonal\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
+                           "fill=\"#d9d9d9\" stroke=\"#ffffff\"/>\n",
+                       left + u * cs, top + u * cs, cs, cs);
+    hp_text_add(sv, "<g class=\"pairs\" data-study=\"");
+    hp_text_escape(sv, g->study);
+    hp_text_printf(sv, "\" data-layer=\"%d\" data-units=\"%d\" data-scale-max=\"%s\">\n", g->layer, U,
+                   hp_num(b, m, 6));
+    for (int j = 0; j < g->n; j++) {
+        int i = g->rows[j], a = tint(t, i, c_a), bu = tint(t, i, c_b);
+        if (a < 0 || bu < 0)
+            continue;
+        double v = tval(t, i, c_i);
+        if (isfinite(v))
+            hp_color_diverging(hp_symlog(v, m), col);
+        else
+            snprintf(col, sizeof col, "#ffffff");
+        for (int half = 0; half < 2; half++) { // (a, b) and (b, a): the matrix is symmetric
+            int row = half ? bu : a, cl = half ? a : bu;
+            hp_text_printf(sv, "<rect class=\"pair%s\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" "
+                               "stroke=\"%s\" data-a=\"%d\" data-b=\"%d\"",
+                           isfinite(v) ? "" : " missing", left + cl * cs, top + row * cs, cs, cs, col,
+                           isfinite(v) ? "#ffffff" : "#bbbbbb", a, bu);
+            hr_attr_cell(sv, "data-pair", t, i, c_pair);
+            hr_attr_cell(sv, "data-interaction", t, i, c_i);
+            hr_attr_cell(sv, "data-effect-ab", t, i, c_ab);
+            hr_attr_cell(sv, "data-effect-a", t, i, c_ea);
+            hr_attr_cell(sv, "data-effect-b", t, i, c_eb);
+            hp_text_add(sv, "><title>");
+            hp_text_escape(sv, tcell(t, i, c_pair));
+            if (isfinite(v)) {
+                hp_text_add(sv, ": interaction ");
+                hp_text_escape(sv, tcell(t, i, c_i));
+                hp_text_printf(sv, " %s (%s)", r->unit,
+                               v > 0 ? "redundant: each backs the other up" : "overlapping damage");
+            } else {
+                hp_text_add(sv, ": no interaction (a unit lacks its single effect)");
+            }
+            hp_text_add(sv, "; both ablated ");
+            hp_text_escape(sv, tcell(t, i, c_ab));
+            hp_text_add(sv, ", a alone ");
+            hp_text_escape(sv, tcell(t, i, c_ea));
+            hp_text_add(sv, ", b alone ");
+            hp_text_escape(sv, tcell(t, i, c_eb));
+            hp_text_add(sv, "</title></rect>\n");
+        }
+    }
+    hp_text_add(sv, "</g>\n");
+    char lt[96];
+    snprintf(lt, sizeof lt, "interaction (%s)", r->unit);
+    legend_diverging(sv, lx, top + 14, gw < 150 ? 150 : gw > 240 ? 240 : gw, m, lt);
+    hp_svg_close(sv);
+}
+
+enum hp_status hr_make_pairs(struct report *r, struct section *sec)
+{
+    if (!hr_study_of(r, "pairs", -1)) {
+        hr_left_out(r, sec, "pairs study", "<code>- pairs: {layers: [1]}</code> in the plan produces one for a layer");
+        return HP_OK;
+    }
+    // the query measures each pair against single-unit effects of the same kind of unit
+    bool can = (hr_study_of(r, "pairs", 0) && hr_study_of(r, "single", 0)) ||
+               (hr_study_of(r, "pairs", 1) && hr_study_of(r, "single", 1));
+    if (!can) {
+        hr_left_out(r, sec, "single study over the units of its pairs study",
+                 "a <code>single</code> study beside the <code>pairs</code> study (with the same <code>kv</code>) "
+                 "gives the effects each pair is measured against");
+        return HP_OK;
+    }
+    struct hp_query_opts q = {.kind = HP_QUERY_PAIRS, .sweep_id = r->sweep};
+    struct hp_table *t = NULL;
+    enum hp_status s = hp_query_read(r->rd, &q, &t, r->err);
+    if (s != HP_OK)
+        return s;
+    const int c_study = tcol(t, "study"), c_pair = tcol(t, "pair"), c_layer = tcol(t, "layer"),
+              c_a = tcol(t, "unit_a"), c_b = tcol(t, "unit_b"), c_i = tcol(t, "interaction");
+    struct pair_group *g = calloc((size_t)t->n_rows + 1, sizeof *g);
+    int *rows = malloc(((size_t)t->n_rows + 1) * sizeof *rows);
+    if (!g || !rows) {
+        free(g), free(rows);
+        hp_table_free(t);
+        return hp_fail(r->err, HP_ERR_NOMEM, "report: out of memory");
+    }
+    // groups in order of first appearance; their rows in table order, packed group by group
+    int n_g = 0;
+    double m = 0;
+    for (int i = 0; i < t->n_rows; i++) {
+        const char *st = tcell(t, i, c_study);
+        int l = tint(t, i, c_layer), k;
+        for (k = 0; k < n_g; k++)
+            if (g[k].layer == l && strcmp(g[k].study, st) == 0)
+                break;
+        if (k == n_g)
+            g[n_g++] = (struct pair_group){st, l, strncmp(tcell(t, i, c_pair), "kv:", 3) == 0, NULL, 0};
+        g[k].n++;
+        double v = tval(t, i, c_i);
+        if (isfinite(v) && fabs(v) > m)
+            m = fabs(v);
+    }
+    int o = 0;
+    for (int k = 0; k < n_g; k++) {
+        g[k].rows = rows + o;
+        int n = 0;
+        for (int i = 0; i < t->n_rows; i++)
+            if (tint(t, i, c_layer) == g[k].layer && strcmp(tcell(t, i, c_study), g[k].study) == 0)
+                g[k].rows[n++] = i;
+        o += n;
+    }
+    char b[32];
+    int n_drawn = 0, n_big = 0;
+    for (int k = 0; k < n_g && s == HP_OK; k++) {
+        int U = g[k].kv && r->n_kv_heads > 0 ? r->n_kv_heads : r->n_heads;
+        for (int j = 0; j < g[k].n; j++) {
+            int a = tint(t, g[k].rows[j], c_a), bb = tint(t, g[k].rows[j], c_b);
+            U = a >= U ? a + 1 : U;
+            U = bb >= U ? bb + 1 : U;
+        }
+        if (g[k].layer < 0) // a pair the query could not place in a layer: nothing to draw it in
+            continue;
+        if ((long long)U * U > MAX_CELLS) {
+            n_big++;
+            continue;
+        }
+        // the figure's id: the layer, "-kv" for KV groups, and a count when a layer has several pairs studies
+        char id[64];
+        int dup = 0;
+        for (int j = 0; j < k; j++)
+            dup += g[j].layer == g[k].layer && g[j].kv == g[k].kv;
+        snprintf(id, sizeof id, "pairs-layer%d%s", g[k].layer, g[k].kv ? "-kv" : "");
+        if (dup)
+            snprintf(id + strlen(id), sizeof id - strlen(id), "-%d", dup + 1);
+        struct fig *f = hr_fig_new(r, id);
+        if (!f) {
+            s = hp_fail(r->err, HP_ERR_NOMEM, "report: out of memory");
+            break;
+        }
+        n_drawn++;
+        pairs_matrix(&f->svg, r, t, &g[k], id, U, m);
+    }
+    if (s == HP_OK) {
+        struct hp_text *c = &sec->caption;
+        hp_text_printf(c, "<p>For each pair of units of a layer, the interaction I = D(a and b) &#8722; D(a) &#8722; "
+                          "D(b) of their effects D (%s). Red (I &gt; 0): removing both hurts more than the two "
+                          "removals add up to, the units back each other up; blue (I &lt; 0): their damage overlaps. "
+                          "One colour scale for every layer, symmetric and logarithmic (ends at &#177;%s).</p>\n",
+                       hp_metric_effect_text(r->m), hp_num(b, m, 3));
+        if (n_big)
+            hp_text_printf(c, "<p class=\"note\">%d layer%s with too many units to draw as a matrix (more than %d "
+                              "cells) left out.</p>\n",
+                           n_big, n_big == 1 ? "" : "s", MAX_CELLS);
+        hr_caption_source(c, r, "pairs", NULL, t);
+        if (n_drawn == 0)
+            hp_text_printf(&sec->note, "Left out: every pairs study is of a layer with too many units to draw.");
+    }
+    free(g), free(rows);
+    hp_table_free(t);
+    return s;
+}
+
