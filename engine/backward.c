@@ -180,7 +180,7 @@ struct pass {
     const struct hp_fwd_in *in;
     const struct hp_fwd_variants *var;
     const float *gate; /* NULL or (n_layers, n_heads) */
-    bool mean;
+    bool replaced;     /* a head at 0 outputs its replacement (var->rep), not zero */
 };
 
 static float gate_at(const struct pass *a, int l, int h, int H)
@@ -188,10 +188,10 @@ static float gate_at(const struct pass *a, int l, int h, int H)
     return a->gate ? a->gate[l * H + h] : 1.0f;
 }
 
-/* Head h's replacement at row r, the forward's rule (hp_fwd_replacement): its mean, or zero (NULL). */
-static const float *mean_at(const struct pass *a, int l, int h, int dh, int r)
+/* Head h's replacement at row r, the forward's rule (hp_replacement_at): a view, or zero (NULL). */
+static const float *replacement_at(const struct pass *a, int l, int h, int dh, int r)
 {
-    return a->mean ? hp_fwd_replacement(a->var, a->in->T, l, h, dh, r) : NULL;
+    return a->replaced ? hp_replacement_at(&a->var->rep, l, h, dh, r) : NULL;
 }
 
 /* Scores then probabilities (T, T) of query head h over KV head kv for the sequence at rows r0.. */
@@ -280,7 +280,7 @@ static void attention_again(const struct hp_model *m, struct hp_bwd *w, const st
         const float g = gate_at(a, l, h, H);
         for (int r = 0; r < N; r++) {
             float *c = w->ctx + (size_t)r * qd + h * dh;
-            const float *ar = w->act.a + (size_t)r * qd + h * dh, *mu = mean_at(a, l, h, dh, r);
+            const float *ar = w->act.a + (size_t)r * qd + h * dh, *mu = replacement_at(a, l, h, dh, r);
             for (int i = 0; i < dh; i++)
                 c[i] = g == 1.0f ? ar[i] : g != 0.0f ? g * ar[i] : mu ? mu[i] : 0.0f;
         }
@@ -327,7 +327,7 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
         double sg = 0, sa = 0, ss = 0; /* ss: sg's share of the row's sequence, flushed at its last row */
         for (int r = 0; r < N; r++) {
             const float *dc = w->ctx + (size_t)r * qd + h * dh, *ar = w->act.a + (size_t)r * qd + h * dh,
-                        *mu = mean_at(a, l, h, dh, r);
+                        *mu = replacement_at(a, l, h, dh, r);
             /* the gate multiplies a, or at 0 chooses between a and its replacement: <dc, a - rep> there */
             double rg = hp_vdot_d(dc, ar, (size_t)dh);
             if (g == 0.0f && mu)
@@ -635,7 +635,7 @@ void hp_bwd_run(const struct hp_model *m, struct hp_bwd *w, const struct hp_fwd_
         .in = in,
         .var = var,
         .gate = var && var->gates ? var->gates[0] : NULL,
-        .mean = var && var->ablation != HP_ABLATE_ZERO,
+        .replaced = var && var->rep.buf,
     };
     finish_backward(m, w, &pa, resid + (size_t)mi->n_layers * N * d, dhead);
     for (int l = mi->n_layers - 1; l >= 0; l--)

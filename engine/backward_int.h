@@ -40,12 +40,12 @@ const struct hp_fwd_keep *const *hp_bwd_keep(const struct hp_bwd *w);
  * What the reverse pass adds to, per (layer, query head), each (n_layers,
  * n_heads) in double, summed over the pass's rows. With a_h head h's output
  * before its gate g_h, ctx_h what the output projection reads (g_h a_h, or
- * its replacement r_h when g_h is 0: zero, or the mean under mean ablation)
- * and dctx_h the loss's gradient at ctx_h:
- *   gate: dL/dg_h = <dctx_h, a_h>; for a head at 0 under mean ablation,
- *         where the forward jumps to the mean, <dctx_h, a_h - r_h>, the
- *         derivative along r_h + g (a_h - r_h), the path from its mean back
- *         to the head;
+ * its replacement r_h when g_h is 0: zero, or what the ablation puts there,
+ * hp_replacement_at) and dctx_h the loss's gradient at ctx_h:
+ *   gate: dL/dg_h = <dctx_h, a_h>; for a head at 0 under an ablation that
+ *         replaces it, where the forward jumps to r_h, <dctx_h, a_h - r_h>,
+ *         the derivative along r_h + g (a_h - r_h), the path from its
+ *         replacement back to the head;
  *   atp:  NULL, or <dctx_h, r_h - ctx_h>: the first-order change of the loss
  *         if the head alone were replaced by r_h (0 for a head already at 0).
  *   gate_seq: NULL, or (n_seqs of the pass, n_layers, n_heads): gate's sums

@@ -3,9 +3,10 @@
  *
  * Owns the pairing of a model with data: validation of one against the
  * other, the unmasked reference each variant is compared with (KL, cosine),
- * the mean-ablation statistics (computed once, on first use), and the
- * per-sequence and whole-set metrics (carried by metric, reduced and checked
- * as each metric's row says: metric_int.h), the plain path (every variant
+ * readying an ablation (its row's prepare step, ablation.c, run once on
+ * first use), and the per-sequence and whole-set metrics (carried by metric,
+ * reduced and checked as each metric's row says: metric_int.h), the plain
+ * path (every variant
  * by whole passes of its own) and the public entry points. The reuse path
  * and its fused LM head are in reuse.c; the two share the chunk interface
  * of eval_int.h. Reductions are in double.
@@ -117,8 +118,7 @@ void hp_evaluator_free(struct hp_evaluator *ev)
     free(ev->base_lse);
     free(ev->tok);
     free(ev->tok_ok);
-    free(ev->mean_all);
-    free(ev->mean_pos);
+    hp_ablation_state_clear(&ev->abl);
     free(ev->base_cls);
     hp_metrics_free(ev->kept);
     free(ev->kept_gate);
@@ -210,33 +210,15 @@ int hp_eval_chunk_len(const struct hp_evaluator *ev, int s)
 /* The pass's inputs: sequences [s, s + nb). */
 struct hp_fwd_in hp_eval_chunk_in(const struct hp_evaluator *ev, int s, int nb)
 {
-    const struct hp_data *d = ev->d;
-    size_t off = (size_t)s * d->seq_len;
-    return (struct hp_fwd_in){
-        .ids = d->ids + off,
-        .attn_mask = d->attn_mask ? d->attn_mask + off : NULL,
-        .type_ids = d->type_ids ? d->type_ids + off : NULL,
-        .T = d->seq_len,
-        .n_seqs = nb,
-    };
+    return hp_fwd_in_rows(ev->d, s, nb);
 }
 
-/* The pass's variants under ablation abl with its means: one block, nothing ablated until the caller sets gates. */
-struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl)
+/* The pass's variants under ablation abl, its row's replacement: one block, nothing ablated until the caller sets gates. */
+struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl, int s, int nb)
 {
-    const struct hp_model_info *in = &ev->m->info;
-    size_t qd = (size_t)in->n_heads * in->d_head;
-    struct hp_fwd_variants a = {.ablation = abl};
-    if (abl == HP_ABLATE_MEAN) {
-        a.mean = ev->mean_all;
-        a.mean_layer_stride = (ptrdiff_t)qd;
-        a.mean_pos_stride = 0;
-    } else if (abl == HP_ABLATE_MEAN_POS) {
-        a.mean = ev->mean_pos;
-        a.mean_layer_stride = (ptrdiff_t)(qd * ev->d->seq_len);
-        a.mean_pos_stride = (ptrdiff_t)qd;
-    }
-    return a;
+    return (struct hp_fwd_variants){
+        .rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, ev->d->seq_len, s, nb),
+    };
 }
 
 /* Forward sequences [s, s + nb) into out (nb, seq_len, width); with out NULL the pass stops before the LM head. */
@@ -244,7 +226,7 @@ static void run_chunk(struct hp_evaluator *ev, int s, int nb, const float *gate,
                       double *capture)
 {
     struct hp_fwd_in fi = hp_eval_chunk_in(ev, s, nb);
-    struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl);
+    struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s, nb);
     va.gates = &gate;
     struct hp_fwd_taps tp = {.capture = capture, .out = out};
     hp_fwd_run(ev->m, ev->fwd, &fi, &va, &tp);
@@ -292,7 +274,7 @@ static void locate_nonfinite(struct hp_evaluator *ev, const float *gate, enum hp
         const int nb = hp_eval_chunk_len(ev, s0);
         const size_t rows = (size_t)nb * ev->d->seq_len;
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
-        struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl);
+        struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb);
         va.gates = &gate;
         struct hp_fwd_taps tp = {.save = &save};
         const float *h = hp_fwd_run(ev->m, ev->fwd, &fi, &va, &tp);
@@ -319,97 +301,39 @@ static void locate_nonfinite(struct hp_evaluator *ev, const float *gate, enum hp
     free(buf);
 }
 
-/* Head-output means of the unmasked model over the held-out set, once. */
-static enum hp_status ensure_means(struct hp_evaluator *ev, struct hp_error *err)
+/* The ablation's prepare step asks where a pass goes non-finite: the unmasked model's. */
+static void locate_unmasked(void *user, char *where, size_t n)
 {
-    if (ev->mean_all)
+    locate_nonfinite(user, NULL, HP_ABLATE_ZERO, where, n);
+}
+
+enum hp_status hp_eval_ablation_ready(struct hp_evaluator *ev, enum hp_ablation abl, struct hp_error *err)
+{
+    const struct hp_ablation_kind *k = &hp_ablation_kinds[abl];
+    if (!k->prepare)
         return HP_OK;
     enum hp_status st = plain_ready(ev, false, err);
     if (st != HP_OK)
         return st;
-    const struct hp_data *d = ev->d;
-    const struct hp_model_info *in = &ev->m->info;
-    size_t T = (size_t)d->seq_len, L = (size_t)in->n_layers, qd = (size_t)in->n_heads * in->d_head;
-    double *cap = calloc(L * T * qd, sizeof *cap);
-    int64_t *cnt = calloc(T, sizeof *cnt);
-    ev->mean_all = malloc(L * qd * sizeof(float));
-    ev->mean_pos = malloc(L * T * qd * sizeof(float));
-    if (!cap || !cnt || !ev->mean_all || !ev->mean_pos) {
-        free(cap);
-        free(cnt);
-        free(ev->mean_all);
-        free(ev->mean_pos);
-        ev->mean_all = ev->mean_pos = NULL;
-        return hp_fail(err, HP_ERR_NOMEM, "out of memory for mean-ablation statistics");
-    }
-    /* the pass stops before the LM head: only the heads' outputs are wanted */
-    for (int s = 0; s < d->n_seqs; s += ev->batch)
-        run_chunk(ev, s, hp_eval_chunk_len(ev, s), NULL, HP_ABLATE_ZERO, NULL, cap);
-    for (int s = 0; s < d->n_seqs; s++)
-        for (size_t t = 0; t < T; t++)
-            cnt[t] += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
-    int64_t total = 0;
-    for (size_t t = 0; t < T; t++)
-        total += cnt[t];
-    for (size_t l = 0; l < L; l++)
-        for (size_t i = 0; i < qd; i++) {
-            double sum = 0;
-            for (size_t t = 0; t < T; t++) {
-                double v = cap[(l * T + t) * qd + i];
-                sum += v;
-                ev->mean_pos[(l * T + t) * qd + i] = cnt[t] ? (float)(v / (double)cnt[t]) : 0.0f;
-            }
-            ev->mean_all[l * qd + i] = total ? (float)(sum / (double)total) : 0.0f;
-        }
-    free(cap);
-    free(cnt);
-    if (!all_finite(ev->mean_all, L * qd) || !all_finite(ev->mean_pos, L * T * qd)) {
-        char where[64];
-        locate_nonfinite(ev, NULL, HP_ABLATE_ZERO, where, sizeof where);
-        free(ev->mean_all);
-        free(ev->mean_pos);
-        ev->mean_all = ev->mean_pos = NULL;
-        return hp_fail(err, HP_ERR_FORMAT,
-                       "%s: the unmasked model's head outputs on %s are not finite, first in %s (check the weights "
-                       "and config.json, e.g. its layer norm epsilon); no mean-ablation statistics are kept",
-                       ev->m->dir, d->path, where);
-    }
-    return HP_OK;
+    const struct hp_ablation_src src = {.m = ev->m, .d = ev->d, .fwd = ev->fwd, .batch = ev->batch,
+                                        .locate_nonfinite = locate_unmasked, .user = ev};
+    return k->prepare(&ev->abl, &src, err);
 }
 
 enum hp_status hp_evaluator_means(struct hp_evaluator *ev, struct hp_means *out, struct hp_error *err)
 {
-    enum hp_status st = ensure_means(ev, err);
+    enum hp_status st = hp_eval_ablation_ready(ev, HP_ABLATE_MEAN, err);
     if (st != HP_OK)
         return st;
     const struct hp_model_info *in = &ev->m->info;
-    *out = (struct hp_means){in->n_layers, ev->d->seq_len, in->n_heads * in->d_head, ev->mean_all, ev->mean_pos};
+    *out = (struct hp_means){in->n_layers, ev->d->seq_len, in->n_heads * in->d_head, ev->abl.mean_all,
+                             ev->abl.mean_pos};
     return HP_OK;
 }
 
 enum hp_status hp_evaluator_set_means(struct hp_evaluator *ev, const struct hp_means *m, struct hp_error *err)
 {
-    const struct hp_model_info *in = &ev->m->info;
-    if (m->n_layers != in->n_layers || m->seq_len != ev->d->seq_len || m->width != in->n_heads * in->d_head)
-        return hp_fail(err, HP_ERR_SHAPE, "mean-ablation statistics for %d layers x %d positions x %d are not for this "
-                       "model and data (%d x %d x %d)", m->n_layers, m->seq_len, m->width, in->n_layers,
-                       ev->d->seq_len, in->n_heads * in->d_head);
-    size_t n_all = (size_t)m->n_layers * m->width, n_pos = n_all * m->seq_len;
-    if (!all_finite(m->all, n_all) || !all_finite(m->pos, n_pos))
-        return hp_fail(err, HP_ERR_FORMAT, "mean-ablation statistics with numbers that are not finite are refused");
-    float *all = malloc(n_all * sizeof(float)), *pos = malloc(n_pos * sizeof(float));
-    if (!all || !pos) {
-        free(all);
-        free(pos);
-        return hp_fail(err, HP_ERR_NOMEM, "out of memory for mean-ablation statistics");
-    }
-    memcpy(all, m->all, n_all * sizeof(float));
-    memcpy(pos, m->pos, n_pos * sizeof(float));
-    free(ev->mean_all);
-    free(ev->mean_pos);
-    ev->mean_all = all;
-    ev->mean_pos = pos;
-    return HP_OK;
+    return hp_ablation_set_means(&ev->abl, &ev->m->info, ev->d->seq_len, m, err);
 }
 
 double hp_eval_row_lse(const float *z, int V)
@@ -818,8 +742,8 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
                            mask->n_layers, mask->n_heads, in->n_layers, in->n_heads);
         ablates |= mask && hp_mask_count_ablated(mask) > 0;
     }
-    if (ablates && abl != HP_ABLATE_ZERO) {
-        enum hp_status st = ensure_means(ev, err);
+    if (ablates) {
+        enum hp_status st = hp_eval_ablation_ready(ev, abl, err);
         if (st != HP_OK)
             return st;
     }

@@ -4,9 +4,10 @@
  *
  * An evaluator pairs a model with held-out data and walks the data in chunks
  * of up to `batch` sequences, each one forward call. eval.c owns validation,
- * the metrics, the mean-ablation statistics, the plain path and the public
- * entry points; reuse.c owns the reuse path and its fused LM head. Work that
- * runs over the same chunks (the reuse path and the gradient pass, grad.c)
+ * the metrics, the plain path and the public entry points (what the
+ * ablations replace a head with is ablation.c's, held here and made on first
+ * use); reuse.c owns the reuse path and its fused LM head. Work that runs
+ * over the same chunks (the reuse path and the gradient pass, grad.c)
  * builds its passes from hp_eval_chunk_in / _variants and scores sequences
  * through the functions below, so every path chunks, scores and sums in the
  * same order. (Gate training and head roles run passes of their own.)
@@ -14,6 +15,7 @@
 #ifndef HP_EVAL_INT_H
 #define HP_EVAL_INT_H
 
+#include "ablation_int.h"
 #include "forward_int.h"
 
 struct hp_reuse;
@@ -27,15 +29,14 @@ struct hp_evaluator {
     bool has_loss;    /* causal LM, or MLM with labels, or a classifier */
     bool has_cls;     /* sequence classifier: one (n_labels) row of logits per sequence */
     float *base_cls;  /* NULL or (n_seqs, n_labels): the unmasked model's class logits */
-    struct hp_fwd *fwd; /* NULL or a workspace for one chunk (plain path, mean statistics) */
+    struct hp_fwd *fwd; /* NULL or a workspace for one chunk (plain path, ablations' prepare steps) */
     float *out_m;     /* NULL or (batch, seq_len, width): a variant's outputs (plain path) */
     float *out_b;     /* NULL or (batch, seq_len, width): the unmasked reference when base_all is too big */
     float *base_all;  /* NULL or (n_seqs, seq_len, width): every sequence's unmasked output, once */
     double *base_lse; /* NULL or (n_seqs, seq_len): log-sum-exp of each row of base_all (LMs) */
     double *tok;      /* (3, seq_len) per-token loss, correct, KL of one sequence */
     uint8_t *tok_ok;  /* (seq_len) whether the token is scored */
-    float *mean_all;  /* NULL or (n_layers, n_heads * d_head) */
-    float *mean_pos;  /* NULL or (n_layers, seq_len, n_heads * d_head) */
+    struct hp_ablation_state abl; /* what the ablations' prepare steps made (ablation.c), on first use */
     bool plain;       /* every variant by a whole pass of its own (the reference path) */
     struct hp_reuse *ru; /* NULL or the reuse path's state (reuse.c), made on first use */
     size_t grad_keep_bytes; /* room for the gradient's forward to keep activations in (grad.c; backward_int.h) */
@@ -115,9 +116,13 @@ int hp_eval_chunk_len(const struct hp_evaluator *ev, int s);
 /* The pass's inputs: sequences [s, s + nb). */
 struct hp_fwd_in hp_eval_chunk_in(const struct hp_evaluator *ev, int s, int nb);
 
-/* The pass's variants under ablation abl with the evaluator's means: one
- * block, nothing ablated until the caller sets gates (and n_blocks). */
-struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl);
+/* The pass's variants for sequences [s, s + nb) under ablation abl, with its
+ * replacement (its row's, from what hp_eval_ablation_ready made): one block,
+ * nothing ablated until the caller sets gates (and n_blocks). */
+struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl, int s, int nb);
+
+/* What ablation abl's replacement reads, made once (its row's prepare step over the held-out set). */
+enum hp_status hp_eval_ablation_ready(struct hp_evaluator *ev, enum hp_ablation abl, struct hp_error *err);
 
 /* The log-sum-exp of a row z (V), in double. */
 double hp_eval_row_lse(const float *z, int V);
@@ -163,8 +168,8 @@ void hp_eval_score_cls(const struct hp_evaluator *ev, struct hp_metrics *mt, str
 /*
  * The reuse path (reuse.c): the n variants masks (NULL = unmasked) under
  * abl, chunk by chunk, adding each variant's per-sequence metrics to mts[i]
- * and its sums to tots[i]; progress is reported per chunk. The evaluator's
- * means must be ready when abl needs them.
+ * and its sums to tots[i]; progress is reported per chunk. abl must be
+ * ready (hp_eval_ablation_ready).
  */
 enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *const *masks, int n,
                                  enum hp_ablation abl, struct hp_metrics **mts, struct hp_eval_totals *tots,

@@ -11,7 +11,8 @@
  * copies.
  * Invariants: a gate of exactly 1 changes nothing (bit for bit, the same
  * operations run as with no gate); a gate of 0 under zero ablation skips the
- * head's work entirely rather than multiplying it by zero.
+ * head's work entirely rather than multiplying it by zero. What another
+ * ablation puts in a dead head's place is read through hp_replacement_at.
  * The element-wise operations (norms, activations, rotary, softmax) are in
  * ops.c; a pass reads its arguments in three parts (forward_int.h) and keeps
  * nothing in the model, which stays read-only.
@@ -121,15 +122,6 @@ float hp_fwd_attn_scale(const struct hp_model *m, int l)
     return scale;
 }
 
-const float *hp_fwd_replacement(const struct hp_fwd_variants *var, int T, int l, int h, int dh, int r)
-{
-    if (var->ablation == HP_ABLATE_ZERO)
-        return NULL;
-    return var->mean + l * var->mean_layer_stride + h * dh + (r % T) * var->mean_pos_stride;
-}
-
-
-
 int hp_fwd_run_end(const bool *flag, int n, int s)
 {
     int e = s + 1;
@@ -168,15 +160,14 @@ static const float *gate_of(const struct pass *a, int v)
 }
 
 /*
- * Head h's outputs in rows [r0, r0 + n) of ctx (N, qd) when it is not live: the mean under
- * mean ablation, else zero (needed only when the output projection reads them).
+ * Head h's outputs in rows [r0, r0 + n) of ctx (N, qd) when it is not live: its replacement
+ * when replaced, else zero (needed only when the output projection reads them).
  */
-static void fill_dead(float *out, int qd, int dh, int r0, int n, int T, const struct pass *a, int l, int h,
-                      bool mean)
+static void fill_dead(float *out, int qd, int dh, int r0, int n, const struct pass *a, int l, int h, bool replaced)
 {
     for (int r = r0; r < r0 + n; r++) {
         float *o = out + (size_t)r * qd + h * dh;
-        const float *rep = mean ? hp_fwd_replacement(a->var, T, l, h, dh, r) : NULL;
+        const float *rep = replaced ? hp_replacement_at(&a->var->rep, l, h, dh, r) : NULL;
         if (rep)
             memcpy(o, rep, (size_t)dh * sizeof(float));
         else
@@ -248,7 +239,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
     const int T = a->in->T, NB = a->n_blocks, S = a->in->n_seqs, Rb = S * T, N = Rb * NB, d = in->d_model,
               H = in->n_heads, KV = in->n_kv_heads, dh = in->d_head;
     const int qd = H * dh, kvd = KV * dh, per_kv = H / KV;
-    const bool mean = a->var->ablation != HP_ABLATE_ZERO;
+    const bool replaced = a->var->rep.buf != NULL; /* a dead head still enters the output projection */
     /* queries, keys and values: where the reverse pass will read them, when it keeps them */
     float *const qs = kp ? kp->q : w->q, *const ks = kp ? kp->k : w->k, *const vs = kp ? kp->v : w->v;
 
@@ -262,7 +253,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         for (int h = 0; h < H; h++) {
             bool has = L->q_slot[h] >= 0, on = has && (!g || g[l * H + h] != 0.0f);
             live[v * H + h] = on;
-            proj[v * H + h] = on || (mean && has);
+            proj[v * H + h] = on || (replaced && has);
             any_live[h] |= on;
             in_proj[h] |= proj[v * H + h];
         }
@@ -304,9 +295,9 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
 
     for (int h = 0; h < H; h++) {
         if (!any_live[h] && in_proj[h])
-            fill_dead(w->ctx, qd, dh, 0, N, T, a, l, h, true);
+            fill_dead(w->ctx, qd, dh, 0, N, a, l, h, true);
         else if (L->q_slot[h] < 0) /* pruned: zero, as kept for resuming */
-            fill_dead(w->ctx, qd, dh, 0, N, T, a, l, h, false);
+            fill_dead(w->ctx, qd, dh, 0, N, a, l, h, false);
         if (any_live[h] && m->rotary)
             hp_op_rope(qs + h * dh, N, T, qd, dh, w->rope);
     }
@@ -322,7 +313,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
             continue;
         if (!live[v * H + h]) {
             if (in_proj[h] && b % S == 0)
-                fill_dead(w->ctx, qd, dh, v * Rb, Rb, T, a, l, h, mean);
+                fill_dead(w->ctx, qd, dh, v * Rb, Rb, a, l, h, replaced);
             continue;
         }
         const size_t r0 = (size_t)b * T;
@@ -548,7 +539,7 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
     const struct hp_layer *L = &m->layers[l0];
     const int T = a->in->T, Rb = T * a->in->n_seqs, NB = a->n_blocks, N = Rb * NB, d = in->d_model, H = in->n_heads,
               dh = in->d_head, qd = H * dh;
-    const bool mean = a->var->ablation != HP_ABLATE_ZERO;
+    const bool replaced = a->var->rep.buf != NULL;
     const size_t xs = (size_t)Rb * d, cs = (size_t)Rb * qd;
     const float *bx = base->x + (size_t)l0 * xs, *bc = base->ctx + (size_t)l0 * cs;
 
@@ -558,13 +549,13 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
      * from the saved layer output: where an ablated head's contribution dwarfs the rest (massive
      * activations), that float subtraction cancelled, and the ablated model's result depended on
      * the weights of the head it no longer has. A block's heads in the projection are attention()'s:
-     * live, or a mean to add.
+     * live, or a replacement to add.
      */
     bool proj[NB * H];
     for (int v = 0; v < NB; v++) {
         const float *g = gate_of(a, v);
         for (int h = 0; h < H; h++)
-            proj[v * H + h] = L->q_slot[h] >= 0 && (mean || !g || g[l0 * H + h] != 0.0f);
+            proj[v * H + h] = L->q_slot[h] >= 0 && (replaced || !g || g[l0 * H + h] != 0.0f);
     }
     for (int v = 0; v < NB; v++) {
         float *ctx = w->ctx + v * cs;
@@ -576,7 +567,7 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
             if (gh == 1.0f || L->q_slot[h] < 0) /* unchanged, or pruned: saved as zero */
                 continue;
             if (gh == 0.0f) {
-                fill_dead(ctx, qd, dh, 0, Rb, T, a, l0, h, mean);
+                fill_dead(ctx, qd, dh, 0, Rb, a, l0, h, replaced);
                 continue;
             }
             for (int r = 0; r < Rb; r++) /* a fractional gate scales the output, as attention() does */
@@ -616,7 +607,7 @@ enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids, const ui
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for a %d-token workspace", n_tokens);
     const float *gate = mask ? mask->gate : NULL;
     struct hp_fwd_in fi = {.ids = ids, .attn_mask = attn_mask, .type_ids = type_ids, .T = n_tokens, .n_seqs = 1};
-    struct hp_fwd_variants va = {.gates = &gate, .ablation = HP_ABLATE_ZERO};
+    struct hp_fwd_variants va = {.gates = &gate}; /* zero ablation: rep.buf NULL */
     struct hp_fwd_taps tp = {.out = out};
     hp_fwd_run(m, w, &fi, &va, &tp);
     hp_fwd_free(w);

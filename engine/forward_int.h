@@ -6,8 +6,9 @@
  * each with its own gates. A head whose gate is 0 costs nothing under zero
  * ablation: its Q slice, scores, softmax and weighted sum are skipped, and so
  * are its rows of the output projection; a KV head is computed only if one of
- * its query heads is live. Under mean ablation the head's output is replaced
- * by a cached mean and still skips everything but the output projection.
+ * its query heads is live. Under another ablation the head's output is its
+ * replacement (struct hp_replacement: a mean, say) and still skips
+ * everything but the output projection.
  */
 #ifndef HP_FORWARD_INT_H
 #define HP_FORWARD_INT_H
@@ -55,7 +56,7 @@ struct hp_fwd_keep {
  * needs (a reverse pass, trained gates, attention-probability taps) is added
  * to the part it belongs to, not beside them:
  *   in:       the tokens and their masks (the same for every variant block);
- *   variants: what runs differently (gates, the ablation and its means);
+ *   variants: what runs differently (gates, and what an ablated head outputs);
  *   taps:     what the pass hands back or keeps besides its result.
  */
 
@@ -68,6 +69,33 @@ struct hp_fwd_in {
     int n_seqs;
 };
 
+/* Sequences [s, s + nb) of a data set, as a pass's input. */
+static inline struct hp_fwd_in hp_fwd_in_rows(const struct hp_data *d, int s, int nb)
+{
+    const size_t off = (size_t)s * d->seq_len;
+    return (struct hp_fwd_in){
+        .ids = d->ids + off,
+        .attn_mask = d->attn_mask ? d->attn_mask + off : NULL,
+        .type_ids = d->type_ids ? d->type_ids + off : NULL,
+        .T = d->seq_len,
+        .n_seqs = nb,
+    };
+}
+
+/*
+ * What an ablated head's output is, made by the ablation's row (ablation_int.h) and read by every
+ * pass through hp_replacement_at: at layer l, row r of the pass, head h's d_head values at
+ * buf + l * layer_stride + (r % row_period) * row_stride + h * d_head, out of rows (.., n_heads * d_head).
+ * buf NULL: zero, and a dead head then costs nothing (not even its rows of the output projection).
+ * row_stride 0: the same at every row (a mean over all tokens); row_period T: by position in the
+ * sequence; a pass's n_seqs * T: by row of one variant block (another input's pass of the same chunk).
+ */
+struct hp_replacement {
+    const float *buf;
+    ptrdiff_t layer_stride, row_stride;
+    int row_period;
+};
+
 /*
  * Variant blocks: the rows are n_blocks (0 = 1) copies of the n_seqs
  * sequences, block v under gates[v]; n_blocks * n_seqs is at most the
@@ -76,11 +104,7 @@ struct hp_fwd_in {
 struct hp_fwd_variants {
     int n_blocks;
     const float *const *gates; /* NULL (nothing ablated) or (n_blocks), each NULL or (n_layers, n_heads); 0 = ablated */
-    enum hp_ablation ablation;
-    /* mean ablation: head outputs (.., n_heads * d_head) at
-     * mean[l * mean_layer_stride + t * mean_pos_stride]; pos stride 0 = one mean for all positions */
-    const float *mean;
-    ptrdiff_t mean_layer_stride, mean_pos_stride;
+    struct hp_replacement rep; /* what a head whose gate is 0 outputs: zero (rep.buf NULL) unless the ablation says */
 };
 
 /* What the pass writes besides the rows it returns; a NULL taps argument is none. */
@@ -148,9 +172,14 @@ void hp_fwd_logits(const struct hp_model *m, struct hp_fwd *w, const float *h, i
  * scales by the layer (GPT-2's scale_attn_by_inverse_layer_idx). */
 float hp_fwd_attn_scale(const struct hp_model *m, int l);
 
-/* What an ablated head h's output (d_head wide) is at row r of a pass of T-token sequences, at layer
- * l: its mean under mean and mean-pos ablation (a view into var's means), NULL (zero) under zero. */
-const float *hp_fwd_replacement(const struct hp_fwd_variants *var, int T, int l, int h, int dh, int r);
+/* What an ablated head h's output (d_head wide) is at layer l, row r of a pass: a view into rp's
+ * buffer, or NULL (zero). The one statement of the rule (struct hp_replacement). */
+static inline const float *hp_replacement_at(const struct hp_replacement *rp, int l, int h, int dh, int r)
+{
+    if (!rp->buf)
+        return NULL;
+    return rp->buf + l * rp->layer_stride + h * dh + (r % rp->row_period) * rp->row_stride;
+}
 
 /* y (N, n) = x (N, k) W (k, n) [+ b], W's panels converted in mb when it is stored 16-bit. */
 void hp_fwd_linear(struct hp_mat_buf *mb, float *y, const float *x, int N, int k, int n, struct hp_mat w,

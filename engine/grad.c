@@ -12,7 +12,7 @@
  * with the metric's gradient (logits a vocabulary block at a time, never a
  * chunk's rows x n_vocab), then the reverse pass (backward.c). Sums are in
  * double and in chunk order.
- * Must not: print, exit, or change the evaluator's state beyond its means.
+ * Must not: print, exit, or change the evaluator's state beyond readying its ablation.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -498,10 +498,9 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     const int64_t n_items = scored_items(ev);
     if (n_items == 0)
         return hp_fail(err, HP_ERR_ARG, "%s: no token is scored (all labels are -100 or padding)", d->path);
-    if (abl != HP_ABLATE_ZERO) {
-        struct hp_means mm;
+    {
         const double t = hp_now();
-        enum hp_status st = hp_evaluator_means(ev, &mm, err);
+        enum hp_status st = hp_eval_ablation_ready(ev, abl, err);
         ph.reference += hp_now() - t;
         if (st != HP_OK)
             return st;
@@ -551,7 +550,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     for (int s0 = 0; s0 < d->n_seqs; s0 += B) {
         const int nb = chunk_len(ev, s0);
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
-        struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl);
+        struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb);
         va.gates = &gate;
         struct hp_fwd_taps tp = {.resid = resid, .keep = hp_bwd_keep(bw)};
         if (!ev->has_cls && ev->has_loss)

@@ -1,6 +1,6 @@
 /*
- * metric.c -- what a variant is measured by (metrics) and how a head is taken
- * out (ablation methods): one table each.
+ * metric.c -- what a variant is measured by (metrics): one table. (How a head
+ * is taken out, the ablation methods, is ablation.c's table.)
  *
  * A metric's row (metric_int.h) is the one statement of its name, unit,
  * direction (which way is worse: hp_metric_sign, hp_metric_effect; sweep.c's
@@ -12,8 +12,8 @@
  * the store makes a column of each row (store.c); plans, digests, queries and
  * the CLI name and rank them through this file.
  *
- * Invariants: names are what the database stores and digests hash (job keys
- * include the ablation name): changing one changes every content address.
+ * Invariants: names are what the database stores and digests hash: changing
+ * one changes every content address.
  * Must not: print, allocate, or know anything of models or SQL.
  */
 #include "metric_int.h"
@@ -21,31 +21,6 @@
 #include <assert.h>
 #include <stddef.h>
 #include <string.h>
-
-// --- ablation methods ----------------------------------------------------------
-
-static const char *const ablation_names[HP_N_ABLATIONS] = {
-    [HP_ABLATE_ZERO] = "zero",
-    [HP_ABLATE_MEAN] = "mean",
-    [HP_ABLATE_MEAN_POS] = "mean-pos",
-};
-
-const char *hp_ablation_name(enum hp_ablation a)
-{
-    if ((int)a < 0 || (int)a >= HP_N_ABLATIONS)
-        return "unknown"; // a value cast from outside the enum
-    return ablation_names[a];
-}
-
-bool hp_ablation_parse(const char *name, enum hp_ablation *out)
-{
-    for (int i = 0; name && i < HP_N_ABLATIONS; i++)
-        if (strcmp(name, ablation_names[i]) == 0) {
-            *out = (enum hp_ablation)i;
-            return true;
-        }
-    return false;
-}
 
 // --- metrics -------------------------------------------------------------------
 

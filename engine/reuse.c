@@ -331,7 +331,7 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
                 continue;
             }
             struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
-            struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl);
+            struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb);
             va.n_blocks = k;
             va.gates = gates;
             const float *h = hp_fwd_resume(ev->m, ru->fwd, &fi, &va, NULL, &ru->save, l0);

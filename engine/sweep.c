@@ -940,7 +940,7 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         if (c.train_ev)
             hp_evaluator_set_progress(c.train_ev, on_evaluator_progress, &c);
     }
-    if (st == HP_OK && plan->ablation != HP_ABLATE_ZERO)
+    if (st == HP_OK && hp_ablation_reads_means(plan->ablation))
         st = load_means(&c, err);
     if (st == HP_OK) {
         const struct hp_model_info *in = c.info;

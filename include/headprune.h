@@ -366,12 +366,14 @@ enum hp_status hp_model_export(const struct hp_model *m, const struct hp_mask *r
 
 // --- evaluation -------------------------------------------------------------
 
+/* How a head is taken out: one row each in engine/ablation.c (its name, prepare step and replacement). */
 enum hp_ablation {
     HP_ABLATE_ZERO,     /* the head's output is zero */
     HP_ABLATE_MEAN,     /* replaced by its mean over all held-out tokens */
     HP_ABLATE_MEAN_POS, /* replaced by its mean at each position */
+    HP_ABLATE_COUNT
 };
-#define HP_N_ABLATIONS 3
+#define HP_N_ABLATIONS HP_ABLATE_COUNT
 
 /* The method's name as plans, digests and the database write it: "zero",
  * "mean", "mean-pos" ("unknown" for a value outside the enum). Static. */
@@ -379,6 +381,10 @@ const char *hp_ablation_name(enum hp_ablation a);
 
 /* The method a name means; false if it names none. */
 bool hp_ablation_parse(const char *name, enum hp_ablation *out);
+
+/* Whether the method replaces a head with the evaluator's mean statistics (hp_evaluator_means),
+ * which a sweep keeps in its database beside the results. */
+bool hp_ablation_reads_means(enum hp_ablation a);
 
 /*
  * The metrics a variant is measured by, one table (engine/metric.c) for every

@@ -409,4 +409,9 @@ Test(names, ablations_round_trip)
     enum hp_ablation a;
     cr_assert_not(hp_ablation_parse("mean_pos", &a));
     cr_assert_str_eq(hp_ablation_name((enum hp_ablation)-1), "unknown");
+    /* the methods whose replacement is the evaluator's mean statistics, which a sweep stores */
+    cr_assert_not(hp_ablation_reads_means(HP_ABLATE_ZERO));
+    cr_assert(hp_ablation_reads_means(HP_ABLATE_MEAN));
+    cr_assert(hp_ablation_reads_means(HP_ABLATE_MEAN_POS));
+    cr_assert_not(hp_ablation_reads_means((enum hp_ablation)-1));
 }
