@@ -39,6 +39,7 @@ struct hp_evaluator {
     struct hp_ablation_state abl; /* what the ablations' prepare steps made (ablation.c), on first use */
     bool plain;       /* every variant by a whole pass of its own (the reference path) */
     struct hp_reuse *ru; /* NULL or the reuse path's state (reuse.c), made on first use */
+    void (*ru_free)(struct hp_reuse *); /* frees ru: reuse.c sets it with ru, so eval.c never calls up into reuse.c */
     size_t grad_keep_bytes; /* room for the gradient's forward to keep activations in (grad.c; backward_int.h) */
     /* grad.c: the unmasked model's outputs that a gradient pass compares with (kl, cos) or takes a
      * variant's KL from, over the whole set, made once when they fit HP_GRAD_REF_BYTES: an LM's scored
@@ -175,7 +176,12 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
                                  enum hp_ablation abl, struct hp_metrics **mts, struct hp_eval_totals *tots,
                                  struct hp_error *err);
 
-/* Free the reuse path's state; NULL is fine. */
+/* Free the reuse path's state; NULL is fine. (The evaluator frees it through ev->ru_free.) */
 void hp_eval_reuse_free(struct hp_reuse *ru);
+
+/* The plain path (eval.c): one variant under abl, every chunk through the whole model, its per-sequence metrics
+ * into mt and its sums into tot; abl must be ready. */
+enum hp_status hp_eval_run_plain(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl,
+                                 struct hp_metrics *mt, struct hp_eval_totals *tot, struct hp_error *err);
 
 #endif

@@ -288,6 +288,7 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
         hp_eval_reuse_free(ev->ru);
         ev->ru = NULL;
     }
+    ev->ru_free = hp_eval_reuse_free;
     if (!ev->ru && !(ev->ru = reuse_new(ev, n)))
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for the workspace of %d-row chunks", ev->batch * T);
     struct hp_reuse *ru = ev->ru;

@@ -1,0 +1,88 @@
+/*
+ * eval_run.c -- the evaluator's runs (hp_evaluator_run_many, hp_evaluator_run):
+ * each variant's path is picked here: a copy of what a gradient pass has just
+ * measured (grad.c keeps it), the plain path (eval.c) or the reuse path
+ * (reuse.c), and its metrics are finished as their rows say (eval.c).
+ *
+ * It sits above both paths, so neither calls up into the other: eval_run.c ->
+ * reuse.c -> eval.c, and eval_run.c -> eval.c.
+ * Must not: score or reduce anything itself (the paths and eval.c do).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval_int.h"
+#include "util_int.h" /* hp_fail */
+
+/* dst (from hp_eval_metrics_new, for the same evaluator) made equal to src. */
+static void metrics_copy(struct hp_metrics *dst, const struct hp_metrics *src)
+{
+    double *seq[HP_N_METRICS];
+    memcpy(seq, dst->seq, sizeof seq);
+    int64_t *st = dst->seq_tokens;
+    const size_t ns = (size_t)src->n_seqs;
+    *dst = *src;
+    for (int k = 0; k < HP_N_METRICS; k++)
+        dst->seq[k] = memcpy(seq[k], src->seq[k], ns * sizeof *seq[k]);
+    dst->seq_tokens = memcpy(st, src->seq_tokens, ns * sizeof *st);
+}
+
+// --- evaluation -------------------------------------------------------------------
+
+enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_mask *const *masks, int n,
+                                     enum hp_ablation abl, struct hp_metrics **out, struct hp_error *err)
+{
+    const struct hp_model_info *in = &ev->m->info;
+    if (n < 1)
+        return n == 0 ? HP_OK : hp_fail(err, HP_ERR_ARG, "%d variants", n);
+    bool ablates = false;
+    for (int i = 0; i < n; i++) {
+        out[i] = NULL;
+        const struct hp_mask *mask = masks[i];
+        if (mask && (mask->n_layers != in->n_layers || mask->n_heads != in->n_heads))
+            return hp_fail(err, HP_ERR_ARG, "mask is for %d layers x %d heads but the model has %d x %d",
+                           mask->n_layers, mask->n_heads, in->n_layers, in->n_heads);
+        ablates |= mask && hp_mask_count_ablated(mask) > 0;
+    }
+    if (ablates) {
+        enum hp_status st = hp_eval_ablation_ready(ev, abl, err);
+        if (st != HP_OK)
+            return st;
+    }
+    /* the variants to run: all but one a gradient pass just measured (a copy) */
+    const struct hp_mask **run = calloc((size_t)n, sizeof *run);
+    struct hp_metrics **run_out = calloc((size_t)n, sizeof *run_out);
+    struct hp_eval_totals *tots = calloc((size_t)n, sizeof *tots);
+    enum hp_status st = run && run_out && tots ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    int n_run = 0;
+    for (int i = 0; i < n && st == HP_OK; i++) {
+        if (!(out[i] = hp_eval_metrics_new(ev))) {
+            st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
+        } else if (!ev->plain && !ev->kept_gate && hp_eval_kept_matches(ev, masks[i], abl)) {
+            metrics_copy(out[i], ev->kept); /* the unmasked model's: the same bits (grad.c) */
+        } else {
+            run[n_run] = masks[i];
+            run_out[n_run++] = out[i];
+        }
+    }
+    if (st == HP_OK && n_run > 0 && ev->plain)
+        for (int k = 0; k < n_run && st == HP_OK; k++)
+            st = hp_eval_run_plain(ev, run[k], abl, run_out[k], &tots[k], err);
+    else if (st == HP_OK && n_run > 0)
+        st = hp_eval_reuse_run(ev, run, n_run, abl, run_out, tots, err);
+    for (int k = 0; k < n_run && st == HP_OK; k++)
+        st = hp_eval_metrics_finish(ev, run_out[k], &tots[k], run[k], abl, err);
+    free(run), free(run_out), free(tots);
+    if (st != HP_OK)
+        for (int i = 0; i < n; i++) {
+            hp_metrics_free(out[i]);
+            out[i] = NULL;
+        }
+    return st;
+}
+
+enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl,
+                                struct hp_metrics **out, struct hp_error *err)
+{
+    return hp_evaluator_run_many(ev, &mask, 1, abl, out, err);
+}
