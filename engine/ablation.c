@@ -152,9 +152,11 @@ enum hp_status hp_ablation_set_means(struct hp_ablation_state *st, const struct 
 
 /* unsized, so that a row missing at the end is a build error against the header's size */
 const struct hp_ablation_kind hp_ablation_kinds[] = {
-    [HP_ABLATE_ZERO] = {"zero", NULL, zero_replacement, false},
-    [HP_ABLATE_MEAN] = {"mean", prepare_means, mean_replacement, true},
-    [HP_ABLATE_MEAN_POS] = {"mean-pos", prepare_means, mean_pos_replacement, true},
+    [HP_ABLATE_ZERO] = {"zero", "the head's output is zero", NULL, zero_replacement, false},
+    [HP_ABLATE_MEAN] = {"mean", "replaced by its mean over all held-out tokens (under the unmasked model)",
+                        prepare_means, mean_replacement, true},
+    [HP_ABLATE_MEAN_POS] = {"mean-pos", "replaced by its mean at each position (under the unmasked model)",
+                            prepare_means, mean_pos_replacement, true},
 };
 static_assert(sizeof hp_ablation_kinds / sizeof hp_ablation_kinds[0] == HP_ABLATE_COUNT,
               "one row per enum hp_ablation");
@@ -164,6 +166,13 @@ const char *hp_ablation_name(enum hp_ablation a)
     if ((int)a < 0 || (int)a >= HP_ABLATE_COUNT)
         return "unknown"; // a value cast from outside the enum
     return hp_ablation_kinds[a].name;
+}
+
+const char *hp_ablation_help(enum hp_ablation a)
+{
+    if ((int)a < 0 || (int)a >= HP_ABLATE_COUNT)
+        return "";
+    return hp_ablation_kinds[a].help;
 }
 
 bool hp_ablation_parse(const char *name, enum hp_ablation *out)

@@ -39,6 +39,7 @@ struct hp_ablation_src {
 
 struct hp_ablation_kind {
     const char *name; /* as plans, digests and the database write it: changing it changes every job key */
+    const char *help; /* what a dead head's output becomes, for --help: "the head's output is zero" */
     /* make what replacement reads into st, once (a second call finds it made); NULL: nothing to make */
     enum hp_status (*prepare)(struct hp_ablation_state *st, const struct hp_ablation_src *src, struct hp_error *err);
     /* what a dead head's output becomes in a pass over sequences [s0, s0 + nb) of the held-out set, of T tokens

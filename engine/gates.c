@@ -333,9 +333,12 @@ enum hp_status hp_gates_data_load(const struct hp_plan *p, const char *metric, s
         return HP_OK;
     const struct hp_model_info *in = hp_model_get_info(m);
     enum hp_metric mt;
-    if (!hp_metric_parse(metric, &mt) || mt == HP_METRIC_ACC)
-        return hp_fail(err, HP_ERR_PLAN, "%s:%d: study '%s' trains on the metric's gradient, and %s has none: use "
-                       "loss, kl or cos", p->path, s->line, s->name, metric);
+    if (!hp_metric_parse(metric, &mt) || !hp_metric_has_grad(mt)) {
+        char names[128];
+        hp_metric_names(names, sizeof names, true, " or ");
+        return hp_fail(err, HP_ERR_PLAN, "%s:%d: study '%s' trains on the metric's gradient, and %s has none: use %s",
+                       p->path, s->line, s->name, metric, names);
+    }
     struct hp_error e2 = {{0}};
     struct hp_data *t = NULL;
     enum hp_status st = HP_OK;

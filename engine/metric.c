@@ -20,6 +20,7 @@
 
 #include <assert.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 // --- metrics -------------------------------------------------------------------
@@ -102,4 +103,26 @@ const char *hp_metric_unit(enum hp_metric m)
 const char *hp_metric_effect_text(enum hp_metric m)
 {
     return (int)m >= 0 && (int)m < HP_N_METRICS ? metrics[m].effect : "";
+}
+
+bool hp_metric_has_grad(enum hp_metric m)
+{
+    return (int)m >= 0 && (int)m < HP_N_METRICS && metrics[m].grad;
+}
+
+void hp_metric_names(char *buf, size_t n, bool grad_only, const char *last_sep)
+{
+    int total = 0, k = 0;
+    for (int i = 0; i < HP_N_METRICS; i++)
+        total += !grad_only || metrics[i].grad;
+    size_t at = 0;
+    if (n)
+        buf[0] = '\0';
+    for (int i = 0; i < HP_N_METRICS && at < n; i++) {
+        if (grad_only && !metrics[i].grad)
+            continue;
+        const char *sep = k == 0 ? "" : k == total - 1 ? last_sep : ", ";
+        at += (size_t)snprintf(buf + at, n - at, "%s%s", sep, metrics[i].name);
+        k++;
+    }
 }

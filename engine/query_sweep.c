@@ -210,12 +210,14 @@ enum hp_status hq_resolve_sweep(struct hq_query *q, long long id, const char *me
     if ((s = count_present(q)) != HP_OK)
         return s;
 
+    char names[128];
+    hp_metric_names(names, sizeof names, false, ", ");
     if (metric) {
         if (!hp_metric_parse(metric, &q->m))
-            return hp_fail(q->err, HP_ERR_ARG, "%s: unknown metric '%s' (one of loss, kl, acc, cos)", q->path, metric);
+            return hp_fail(q->err, HP_ERR_ARG, "%s: unknown metric '%s' (one of %s)", q->path, metric, names);
     } else if (!hp_metric_parse(sweep_metric, &q->m)) {
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: sweep %lld has an unknown metric '%s' (name one: loss, kl, acc, cos)",
-                       q->path, id, sweep_metric);
+        return hp_fail(q->err, HP_ERR_FORMAT, "%s: sweep %lld has an unknown metric '%s' (name one: %s)", q->path, id,
+                       sweep_metric, names);
     }
     q->mname = hp_metric_name(q->m);
     q->ranked = q->m;

@@ -382,6 +382,9 @@ const char *hp_ablation_name(enum hp_ablation a);
 /* The method a name means; false if it names none. */
 bool hp_ablation_parse(const char *name, enum hp_ablation *out);
 
+/* What the method makes of a dead head's output, as a phrase for help texts: "the head's output is zero". Static. */
+const char *hp_ablation_help(enum hp_ablation a);
+
 /* Whether the method replaces a head with the evaluator's mean statistics (hp_evaluator_means),
  * which a sweep keeps in its database beside the results. */
 bool hp_ablation_reads_means(enum hp_ablation a);
@@ -415,6 +418,13 @@ int hp_metric_sign(enum hp_metric m);
  * variant's value, b its baseline's (ignored where the metric is measured
  * against the unmasked model already, as KL is: its baseline is 0). */
 double hp_metric_effect(enum hp_metric m, double v, double b);
+
+/* Whether hp_evaluator_grad differentiates the metric (loss, kl, cos: not acc, a step function of the gates). */
+bool hp_metric_has_grad(enum hp_metric m);
+
+/* Every metric's name (grad_only: those with a gradient) into buf as "loss, kl, acc, cos", joined by ", "
+ * and the last by last_sep (", " or " or "), for messages that list them; cut to n. */
+void hp_metric_names(char *buf, size_t n, bool grad_only, const char *last_sep);
 
 /* What the metric's values, and effects on it, are counted in, for axis labels:
  * "nats" (loss, kl), "fraction correct" (acc), "cosine similarity" (cos). Static. */

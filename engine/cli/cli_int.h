@@ -145,6 +145,7 @@ void print_help(const struct cmd_help *h);
 
 /* Choices read from the engine's tables (index = the enum's value), and the table formats. */
 const char *const *ablation_choices(void);
+const char *ablation_help(void); /* every method and what it makes of a dead head, from the table */
 const char *const *metric_choices(void);
 extern const char *const format_choices[]; /* table, csv, json: enum fmt's order */
 

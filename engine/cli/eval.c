@@ -38,10 +38,7 @@ static int eval_options(int argc, char **argv, struct eval_args *a)
         OPT_SEQ_LEN(&a->seq_len),
         OPT_MASK(&a->mask, 'k', "heads to ablate: " MASK_SYNTAX),
         OPT_KEEP(&a->mask, 'K', "ablate every head except these"),
-        OPT_CHOICE("ablation", 'a', &a->ablation, "KIND", ablation_choices(),
-                   "zero (default): the head's output is zero;\nmean: replaced by its mean over all held-out "
-                   "tokens;\nmean-pos: replaced by its mean at each position\n(means come from the unmasked model "
-                   "on the same data)"),
+        OPT_CHOICE("ablation", 'a', &a->ablation, "KIND", ablation_choices(), ablation_help()),
         OPT_FLAG("grad", 'g', &a->want_grad,
                  "also the gradient of the mean loss at every head's gate (dL/dg at the evaluated gates, one forward "
                  "and one backward pass) and its first-order estimate of each head's effect if ablated alone (atp; "
@@ -268,8 +265,12 @@ int cmd_eval(int argc, char **argv)
     const int seq_len = a.seq_len, threads = a.threads;
     const enum hp_ablation abl = (enum hp_ablation)a.ablation;
     enum hp_metric grad_metric = HP_METRIC_LOSS;
-    if (grad_name && (!hp_metric_parse(grad_name, &grad_metric) || grad_metric == HP_METRIC_ACC))
-        return usage_error("eval", "--grad-metric must be loss, kl or cos (acc has no gradient)");
+    if (grad_name && (!hp_metric_parse(grad_name, &grad_metric) || !hp_metric_has_grad(grad_metric))) {
+        char names[128], msg[192];
+        hp_metric_names(names, sizeof names, true, " or ");
+        snprintf(msg, sizeof msg, "--grad-metric must be %s (the metrics with a gradient)", names);
+        return usage_error("eval", msg);
+    }
 
     struct hp_auto_threads load;
     threads_begin(threads, &load);

@@ -294,6 +294,17 @@ const char *const *ablation_choices(void)
     return names;
 }
 
+const char *ablation_help(void)
+{
+    static char help[1024];
+    size_t at = 0;
+    for (int i = 0; i < HP_N_ABLATIONS && at < sizeof help; i++)
+        at += (size_t)snprintf(help + at, sizeof help - at, "%s%s%s: %s", i ? ";\n" : "",
+                               hp_ablation_name((enum hp_ablation)i), i == HP_ABLATE_ZERO ? " (default)" : "",
+                               hp_ablation_help((enum hp_ablation)i));
+    return help;
+}
+
 const char *const *metric_choices(void)
 {
     static const char *names[HP_N_METRICS + 1];
