@@ -60,11 +60,16 @@ build() {
 
     # an object is rebuilt when its source, or any header, is newer
     local newest_h
-    newest_h=$(ls -t "$root"/engine/*.h "$root"/include/*.h "$fz"/*.h "$out/schema_sql.h" | head -1)
+    newest_h=$(ls -t "$root"/engine/*.h "$root"/engine/study/*.h "$root"/include/*.h "$fz"/*.h "$out/schema_sql.h" |
+               head -1)
     local objs=() pids=() src obj extra
-    for src in "$root"/engine/*.c; do
+    # the engine's folders (engine/cli/ is the command line, not the engine); a file in a subfolder gets its
+    # folder's name before its own (engine/study/gates.c -> study_gates.o, beside engine/gates.c's gates.o)
+    for src in "$root"/engine/*.c "$root"/engine/study/*.c; do
         [ "$(basename "$src")" = cli.c ] && continue
-        obj=$out/obj/$(basename "${src%.c}").o
+        obj=$(realpath --relative-to="$root/engine" "$src")
+        obj=$out/obj/${obj//\//_}
+        obj=${obj%.c}.o
         objs+=("$obj")
         extra=()
         # as meson.build: libmvec's SIMD expf is declared only under -ffast-math, for this one file
