@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backward_int.h"
 #include "eval_int.h"
 #include "metric_int.h"
 #include "util_int.h"
@@ -88,7 +87,6 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
     ev->has_loss = has_loss;
     ev->has_cls = has_cls;
     ev->width = hp_fwd_out_width(m);
-    ev->grad_keep_bytes = HP_BWD_KEEP_BYTES;
     /* Sequences go through the forward together, so the products have about
      * HP_CHUNK_ROWS rows, within HP_CHUNK_BYTES of outputs per buffer. */
     size_t per = (size_t)d->seq_len * ev->width * sizeof(float);
@@ -96,8 +94,6 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
     while (b > 1 && (size_t)b * per > HP_CHUNK_BYTES)
         b--;
     ev->batch = b < 1 ? 1 : b > d->n_seqs ? d->n_seqs : b;
-    const int gb = hp_eval_grad_batch(m, d->seq_len, ev->batch, ev->grad_keep_bytes, HP_GRAD_CHUNK_BYTES);
-    ev->grad_batch = gb > d->n_seqs ? d->n_seqs : gb;
     ev->tok = malloc(HP_N_METRICS * (size_t)d->seq_len * sizeof(double));
     ev->tok_ok = malloc((size_t)d->seq_len);
     if (!ev->tok || !ev->tok_ok) {
@@ -123,10 +119,10 @@ void hp_evaluator_free(struct hp_evaluator *ev)
     free(ev->base_cls);
     hp_metrics_free(ev->kept);
     free(ev->kept_gate);
-    free(ev->grad_ref);
-    free(ev->grad_ref_emb);
     if (ev->ru)
         ev->ru_free(ev->ru);
+    if (ev->gs)
+        ev->gs_free(ev->gs);
     free(ev);
 }
 
@@ -185,21 +181,6 @@ enum hp_status hp_evaluator_pick_metric(const struct hp_evaluator *ev, const cha
                                           "of its embeddings to the unmasked model's";
     return hp_fail(err, HP_ERR_PLAN, "%s: metric '%s' is not one that %s (%s) produces on %s: %s", plan_path, asked,
                    ev->m->dir, in->model_type, ev->d->path, why);
-}
-
-int hp_eval_grad_batch(const struct hp_model *m, int seq_len, int batch, size_t keep_bytes, size_t chunk_bytes)
-{
-    /* larger while what the pass keeps fits, and every layer's kept activations their budget (else more
-     * rows would cost layers made again: a whole forward's worth on an 8B model) */
-    const struct hp_model_info *in = &m->info;
-    const size_t resid_seq = (size_t)(in->n_layers + 1) * seq_len * in->d_model * sizeof(float);
-    int gb = HP_GRAD_CHUNK_ROWS / seq_len;
-    for (; gb > batch; gb--) {
-        const size_t kept = (size_t)in->n_layers * hp_bwd_layer_bytes(m, seq_len, gb);
-        if (kept <= keep_bytes && (size_t)gb * resid_seq + kept <= chunk_bytes)
-            break;
-    }
-    return gb < batch ? batch : gb;
 }
 
 /* Sequences in the chunk that starts at sequence s. */

@@ -19,12 +19,12 @@
 #include "forward_int.h"
 
 struct hp_reuse;
+struct hp_grad_state;
 
 struct hp_evaluator {
     struct hp_model *m;
     const struct hp_data *d;
     int batch;        /* sequences per forward call */
-    int grad_batch;   /* sequences per gradient pass's chunk (grad.c): at least batch, HP_GRAD_CHUNK_ROWS rows */
     int width;        /* forward output row width */
     bool has_loss;    /* causal LM, or MLM with labels, or a classifier */
     bool has_cls;     /* sequence classifier: one (n_labels) row of logits per sequence */
@@ -40,15 +40,8 @@ struct hp_evaluator {
     bool plain;       /* every variant by a whole pass of its own (the reference path) */
     struct hp_reuse *ru; /* NULL or the reuse path's state (reuse.c), made on first use */
     void (*ru_free)(struct hp_reuse *); /* frees ru: reuse.c sets it with ru, so eval.c never calls up into reuse.c */
-    size_t grad_keep_bytes; /* room for the gradient's forward to keep activations in (grad.c; backward_int.h) */
-    /* grad.c: the unmasked model's outputs that a gradient pass compares with (kl, cos) or takes a
-     * variant's KL from, over the whole set, made once when they fit HP_GRAD_REF_BYTES: an LM's scored
-     * final rows (n_scored, d_model) in chunk order, a classifier's logits (n_seqs, n_labels) in grad_ref;
-     * an encoder's sentence embeddings (n_seqs, d_model) in grad_ref_emb */
-    float *grad_ref;
-    double *grad_ref_emb;
-    bool grad_ref_tried; /* made, or found too big: per chunk instead */
-    struct hp_grad_phases grad_phases; /* the last gradient pass's time (grad.c) */
+    struct hp_grad_state *gs; /* NULL or the gradient pass's own state (grad.c: grad_int.h), made on the first gradient */
+    void (*gs_free)(struct hp_grad_state *); /* frees gs: grad.c sets it with gs, so eval.c never calls into grad.c */
     /* NULL or the metrics a gradient pass measured at the gates kept_gate ((n_layers, n_heads); NULL: the
      * unmasked model) under kept_abl: its forward was that variant's pass, so hp_evaluator_run_many hands
      * out a copy instead of running it again (grad.c fills it) */
@@ -60,30 +53,6 @@ struct hp_evaluator {
     void *progress_user;
 };
 
-
-/*
- * A gradient pass holds no chunk's logits (its LM head is fused with the
- * loss's gradient), so its chunks are not bound by a logits buffer as the
- * forward's are: up to HP_GRAD_CHUNK_ROWS rows, while what it keeps of a
- * chunk (the residual stream entering every layer, and every layer's kept
- * activations: backward_int.h) fits HP_GRAD_CHUNK_BYTES, and those
- * activations their own budget. Its other workspaces (the forward's, the
- * reverse's, the head's) grow with the rows too, by about half as much
- * again. Products with more rows run nearer BLIS's peak: on GPT-2-small at
- * 8 x 256 tokens, 1024 rows took 7% off the pass against 512 and 2048 rows
- * nothing more (alternating runs, 2026-12-01; bench/README.md, "Gradients
- * at the gates").
- */
-#define HP_GRAD_CHUNK_ROWS 1024
-#define HP_GRAD_CHUNK_BYTES ((size_t)512 << 20)
-
-/* The sequences of seq_len tokens a gradient pass of m takes at once: at least batch (the forward's),
- * more while HP_GRAD_CHUNK_ROWS rows hold them, what it keeps of them fits chunk_bytes and every layer's
- * kept activations fit keep_bytes. */
-int hp_eval_grad_batch(const struct hp_model *m, int seq_len, int batch, size_t keep_bytes, size_t chunk_bytes);
-
-/* The most the unmasked model's reference for gradients (grad_ref) may hold. */
-#define HP_GRAD_REF_BYTES ((size_t)256 << 20)
 
 /* Whether the metrics kept by a gradient pass are those of mask under abl. */
 bool hp_eval_kept_matches(const struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl);

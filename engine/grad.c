@@ -12,7 +12,14 @@
  * with the metric's gradient (logits a vocabulary block at a time, never a
  * chunk's rows x n_vocab), then the reverse pass (backward.c). Sums are in
  * double and in chunk order.
- * Must not: print, exit, or change the evaluator's state beyond readying its ablation.
+ *
+ * Its own state (grad_int.h: the chunk size, the unmasked model's reference
+ * of the whole set, the last pass's time) hangs from the evaluator by one
+ * pointer, made on the first pass and freed through the function set beside
+ * it, so eval.c never calls in here. A pass's metrics are kept in the
+ * evaluator itself (kept: eval_run.c hands them out).
+ * Must not: print, exit, or change the evaluator beyond readying its
+ * ablation, its own state and the metrics it keeps.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -20,15 +27,61 @@
 
 #include "backward_int.h"
 #include "eval_int.h"
+#include "grad_int.h"
 #include "metric_int.h"
 #include "util_int.h"
 #include "vmath_int.h"
 
+// --- the gradient state ------------------------------------------------------------
+
+int hp_grad_batch(const struct hp_model *m, int seq_len, int batch, size_t keep_bytes, size_t chunk_bytes)
+{
+    /* larger while what the pass keeps fits, and every layer's kept activations their budget (else more
+     * rows would cost layers made again: a whole forward's worth on an 8B model) */
+    const struct hp_model_info *in = &m->info;
+    const size_t resid_seq = (size_t)(in->n_layers + 1) * seq_len * in->d_model * sizeof(float);
+    int gb = HP_GRAD_CHUNK_ROWS / seq_len;
+    for (; gb > batch; gb--) {
+        const size_t kept = (size_t)in->n_layers * hp_bwd_layer_bytes(m, seq_len, gb);
+        if (kept <= keep_bytes && (size_t)gb * resid_seq + kept <= chunk_bytes)
+            break;
+    }
+    return gb < batch ? batch : gb;
+}
+
+/* The evaluator frees its gradient state through this (ev->gs_free). */
+static void grad_state_free(struct hp_grad_state *gs)
+{
+    if (!gs)
+        return;
+    free(gs->ref);
+    free(gs->ref_emb);
+    free(gs);
+}
+
+struct hp_grad_state *hp_grad_state(struct hp_evaluator *ev)
+{
+    if (ev->gs)
+        return ev->gs;
+    struct hp_grad_state *gs = calloc(1, sizeof *gs);
+    if (!gs)
+        return NULL;
+    const struct hp_data *d = ev->d;
+    gs->keep_bytes = HP_BWD_KEEP_BYTES;
+    const int gb = hp_grad_batch(ev->m, d->seq_len, ev->batch, gs->keep_bytes, HP_GRAD_CHUNK_BYTES);
+    gs->batch = gb > d->n_seqs ? d->n_seqs : gb;
+    ev->gs = gs;
+    ev->gs_free = grad_state_free;
+    return gs;
+}
+
+// --- the pass -----------------------------------------------------------------------
+
 /* Sequences in the gradient pass's chunk that starts at sequence s. */
-static int chunk_len(const struct hp_evaluator *ev, int s)
+static int chunk_len(const struct hp_grad_state *gs, const struct hp_evaluator *ev, int s)
 {
     const int left = ev->d->n_seqs - s;
-    return left < ev->grad_batch ? left : ev->grad_batch;
+    return left < gs->batch ? left : gs->batch;
 }
 
 /* Items the metric averages over: scored tokens, or sequences for a classifier or a cosine. */
@@ -55,6 +108,7 @@ static int64_t scored_items(const struct hp_evaluator *ev)
 struct head_grad {
     enum hp_metric metric; /* loss, kl, or cos (differentiated as 1 - cos) */
     int n_sc;              /* an LM's scored rows in the chunk */
+    size_t rows;           /* the chunk's rows at most: the gradient pass's batch x seq_len */
     float *dh;             /* (rows, d_model) the gradient at the rows the head reads */
     float *z;              /* a classifier: (batch, n_labels) its logits, then their gradient */
     float *zb;             /* a classifier under kl: (batch, n_labels) the unmasked model's logits */
@@ -97,22 +151,25 @@ static void *alloc_items(size_t n, size_t size)
     return malloc((n ? n : 1) * size);
 }
 
-/* Workspace for chunks of `rows` rows and metric. Destructor: head_grad_free. False on OOM. */
-static bool head_grad_new(const struct hp_evaluator *ev, enum hp_metric metric, size_t rows, struct head_grad *hg)
+/* Workspace for chunks of gs->batch sequences and metric. Destructor: head_grad_free. False on OOM. */
+static bool head_grad_new(const struct hp_evaluator *ev, const struct hp_grad_state *gs, enum hp_metric metric,
+                          struct head_grad *hg)
 {
+    const size_t rows = (size_t)gs->batch * ev->d->seq_len;
     const struct hp_model_info *in = &ev->m->info;
     const bool lm = ev->has_loss && !ev->has_cls, cos = metric == HP_METRIC_COS;
     /* an LM's rows twice: the unmasked model's go through the head beside the pass's (kl, or a variant's KL) */
     const size_t d = (size_t)in->d_model, vb = lm ? (size_t)hp_eval_vocab_block(in->n_vocab) : 0,
-                 nz = ev->has_cls ? (size_t)ev->grad_batch * in->n_labels : 0, nr = lm ? rows : 0, n2 = 2 * nr;
+                 nz = ev->has_cls ? (size_t)gs->batch * in->n_labels : 0, nr = lm ? rows : 0, n2 = 2 * nr;
     memset(hg, 0, sizeof *hg);
     hg->metric = metric;
+    hg->rows = rows;
 #define HG_ALLOC(p, n) ((p) = alloc_items((n), sizeof *(p)))
     return HG_ALLOC(hg->dh, rows * d) && HG_ALLOC(hg->z, nz) && HG_ALLOC(hg->zb, nz) && HG_ALLOC(hg->sc_row, nr) &&
            HG_ALLOC(hg->sc_y, nr) && HG_ALLOC(hg->hc, n2 * d) && HG_ALLOC(hg->acc, n2 * d) &&
            HG_ALLOC(hg->lg, n2 * vb) && HG_ALLOC(hg->qb, nr * vb) && HG_ALLOC(hg->mx, n2) && HG_ALLOC(hg->zt, nr) &&
            HG_ALLOC(hg->s, n2) && HG_ALLOC(hg->c, nr) && HG_ALLOC(hg->tl, nr) && HG_ALLOC(hg->tk, nr) &&
-           HG_ALLOC(hg->eb, (size_t)ev->grad_batch * d) && HG_ALLOC(hg->em, cos ? d : 0) &&
+           HG_ALLOC(hg->eb, (size_t)gs->batch * d) && HG_ALLOC(hg->em, cos ? d : 0) &&
            HG_ALLOC(hg->em_row, cos ? d : 0) && HG_ALLOC(hg->arg, nr);
 #undef HG_ALLOC
 }
@@ -233,7 +290,7 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
         }
         hp_bwd_logits(m, hg->bw, hg->lg, n_bwd, v0, nv, VB, hg->acc);
     }
-    memset(hg->dh, 0, (size_t)ev->grad_batch * ev->d->seq_len * d * sizeof(float));
+    memset(hg->dh, 0, hg->rows * d * sizeof(float));
 #pragma omp parallel for schedule(static) if ((size_t)n * d >= 65536)
     for (int i = 0; i < n; i++) {
         const float *ai = hg->acc + (size_t)i * d;
@@ -293,7 +350,7 @@ static double cos_backward(const struct hp_evaluator *ev, struct head_grad *hg, 
     const struct hp_data *dt = ev->d;
     const enum hp_pooling mode = ev->m->info.pooling;
     const int T = dt->seq_len, D = ev->m->info.d_model;
-    memset(hg->dh, 0, (size_t)ev->grad_batch * T * D * sizeof(float));
+    memset(hg->dh, 0, hg->rows * D * sizeof(float));
     double sum = 0;
     for (int j = 0; j < nb; j++) {
         const float *hj = h + (size_t)j * T * D;
@@ -344,20 +401,20 @@ static double cos_backward(const struct hp_evaluator *ev, struct head_grad *hg, 
  * From the evaluator's reference when it holds the whole set, else made by
  * an unmasked pass of their own.
  */
-static void reference_chunk(const struct hp_evaluator *ev, struct hp_fwd *fw, const struct hp_fwd_in *fi,
-                            struct head_grad *hg, int s0, int nb, int64_t sc0)
+static void reference_chunk(const struct hp_evaluator *ev, const struct hp_grad_state *gs, struct hp_fwd *fw,
+                            const struct hp_fwd_in *fi, struct head_grad *hg, int s0, int nb, int64_t sc0)
 {
     const int T = ev->d->seq_len, D = ev->m->info.d_model, C = ev->m->info.n_labels;
     float *rows = hg->hc + (size_t)hg->n_sc * D;
-    if (!ev->has_loss && ev->grad_ref_emb) {
-        memcpy(hg->eb, ev->grad_ref_emb + (size_t)s0 * D, (size_t)nb * D * sizeof(double));
+    if (!ev->has_loss && gs->ref_emb) {
+        memcpy(hg->eb, gs->ref_emb + (size_t)s0 * D, (size_t)nb * D * sizeof(double));
         return;
     }
-    if (ev->has_loss && ev->grad_ref) {
+    if (ev->has_loss && gs->ref) {
         if (ev->has_cls)
-            memcpy(hg->zb, ev->grad_ref + (size_t)s0 * C, (size_t)nb * C * sizeof(float));
+            memcpy(hg->zb, gs->ref + (size_t)s0 * C, (size_t)nb * C * sizeof(float));
         else
-            memcpy(rows, ev->grad_ref + (size_t)sc0 * D, (size_t)hg->n_sc * D * sizeof(float));
+            memcpy(rows, gs->ref + (size_t)sc0 * D, (size_t)hg->n_sc * D * sizeof(float));
         return;
     }
     const struct hp_fwd_taps none = {0};
@@ -375,16 +432,17 @@ static void reference_chunk(const struct hp_evaluator *ev, struct hp_fwd *fw, co
 }
 
 /*
- * The evaluator's reference over the whole set (grad_ref, grad_ref_emb:
- * eval_int.h), made once by an unmasked pass when it fits
+ * The unmasked model's reference over the whole set (gs->ref, gs->ref_emb:
+ * grad_int.h), made once by an unmasked pass when it fits
  * HP_GRAD_REF_BYTES; left NULL (each chunk then makes its own) when it does
  * not or memory is short. hg's chunk buffers are used on the way.
  */
-static void reference_fill(struct hp_evaluator *ev, struct hp_fwd *fw, struct head_grad *hg, int64_t n_items)
+static void reference_fill(const struct hp_evaluator *ev, struct hp_grad_state *gs, struct hp_fwd *fw,
+                           struct head_grad *hg, int64_t n_items)
 {
-    if (ev->grad_ref_tried)
+    if (gs->ref_tried)
         return;
-    ev->grad_ref_tried = true;
+    gs->ref_tried = true;
     const struct hp_data *d = ev->d;
     const int D = ev->m->info.d_model, C = ev->m->info.n_labels;
     const bool emb = !ev->has_loss, cls = ev->has_cls;
@@ -396,12 +454,12 @@ static void reference_fill(struct hp_evaluator *ev, struct hp_fwd *fw, struct he
     if (!ref)
         return;
     int64_t sc0 = 0;
-    for (int s0 = 0; s0 < d->n_seqs; s0 += ev->grad_batch) {
-        const int nb = chunk_len(ev, s0);
+    for (int s0 = 0; s0 < d->n_seqs; s0 += gs->batch) {
+        const int nb = chunk_len(gs, ev, s0);
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
         if (!emb && !cls)
             hg->n_sc = hp_eval_find_scored(ev, s0, nb, hg->sc_row, hg->sc_y);
-        reference_chunk(ev, fw, &fi, hg, s0, nb, sc0);
+        reference_chunk(ev, gs, fw, &fi, hg, s0, nb, sc0);
         if (emb)
             memcpy((double *)ref + (size_t)s0 * D, hg->eb, (size_t)nb * D * sizeof(double));
         else if (cls)
@@ -411,9 +469,9 @@ static void reference_fill(struct hp_evaluator *ev, struct hp_fwd *fw, struct he
         sc0 += hg->n_sc;
     }
     if (emb)
-        ev->grad_ref_emb = ref;
+        gs->ref_emb = ref;
     else
-        ev->grad_ref = ref;
+        gs->ref = ref;
 }
 
 /* The metrics a pass measured (mt, at mask under abl) kept in the evaluator for hp_evaluator_run_many. */
@@ -476,7 +534,10 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
 {
     const struct hp_model_info *in = &ev->m->info;
     const struct hp_data *d = ev->d;
-    ev->grad_phases = (struct hp_grad_phases){0}; /* a pass that fails leaves none */
+    struct hp_grad_state *gs = hp_grad_state(ev);
+    if (!gs)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    gs->phases = (struct hp_grad_phases){0}; /* a pass that fails leaves none */
     struct hp_grad_phases ph = {0};
     if (!hp_metric_row(metric)->grad)
         return hp_fail(err, HP_ERR_UNSUPPORTED, "%s has no gradient (%s is a step function of the gates): use loss or kl",
@@ -505,13 +566,13 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         if (st != HP_OK)
             return st;
     }
-    const int T = d->seq_len, B = ev->grad_batch, L = in->n_layers, HH = L * in->n_heads;
+    const int T = d->seq_len, B = gs->batch, L = in->n_layers, HH = L * in->n_heads;
     const size_t rows = (size_t)B * T;
     struct hp_fwd *fw = hp_fwd_new(ev->m, T, B);
-    struct hp_bwd *bw = hp_bwd_new(ev->m, T, B, ev->grad_keep_bytes);
+    struct hp_bwd *bw = hp_bwd_new(ev->m, T, B, gs->keep_bytes);
     float *resid = malloc((size_t)(L + 1) * rows * in->d_model * sizeof(float));
     struct head_grad hg;
-    const bool hg_ok = head_grad_new(ev, metric, rows, &hg);
+    const bool hg_ok = head_grad_new(ev, gs, metric, &hg);
     enum hp_status st = HP_OK;
     if (!fw || !bw || !resid || !hg_ok) {
         st = hp_fail(err, HP_ERR_NOMEM, "out of memory for a gradient workspace of %d x %d tokens", B, T);
@@ -526,10 +587,10 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     hg.masked = hp_mask_first_changed(mask, L) < L;
     if (metric != HP_METRIC_LOSS || (hg.masked && ev->keep_grad_metrics && !ev->plain)) {
         const double t = hp_now();
-        reference_fill(ev, fw, &hg, n_items);
+        reference_fill(ev, gs, fw, &hg, n_items);
         ph.reference += hp_now() - t;
     }
-    const bool have_ref = ev->grad_ref || ev->grad_ref_emb;
+    const bool have_ref = gs->ref || gs->ref_emb;
     /* the unmasked model's are always kept: they are the bits the reuse path measures (test_grad), so a sweep's
      * baseline is the same whether this pass or its own measured it; a variant's equal its own pass only
      * within float rounding, and are kept only when asked (hp_evaluator_keep_grad_metrics), for
@@ -548,7 +609,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     double sum = 0;
     int64_t sc0 = 0; /* an LM's scored rows before the chunk */
     for (int s0 = 0; s0 < d->n_seqs; s0 += B) {
-        const int nb = chunk_len(ev, s0);
+        const int nb = chunk_len(gs, ev, s0);
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
         struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb);
         va.gates = &gate;
@@ -557,7 +618,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
             hg.n_sc = hp_eval_find_scored(ev, s0, nb, hg.sc_row, hg.sc_y);
         if (hg.ref) {
             const double t = hp_now();
-            reference_chunk(ev, fw, &fi, &hg, s0, nb, sc0);
+            reference_chunk(ev, gs, fw, &fi, &hg, s0, nb, sc0);
             ph.reference += hp_now() - t;
         }
         sc0 += hg.n_sc;
@@ -589,7 +650,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     else if (value)
         *value = mean;
     if (st == HP_OK)
-        ev->grad_phases = ph;
+        gs->phases = ph;
     struct hp_error ignored;
     if (st == HP_OK && hg.mt && hp_eval_metrics_finish(ev, hg.mt, &hg.tot, mask, abl, &ignored) == HP_OK) {
         keep_metrics(ev, hg.mt, mask, abl);
@@ -605,7 +666,7 @@ done:
 
 void hp_evaluator_grad_phases(const struct hp_evaluator *ev, struct hp_grad_phases *out)
 {
-    *out = ev->grad_phases;
+    *out = ev->gs ? ev->gs->phases : (struct hp_grad_phases){0}; /* no pass yet: none */
 }
 
 enum hp_status hp_evaluator_grad_pass_metrics(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl,
@@ -615,7 +676,8 @@ enum hp_status hp_evaluator_grad_pass_metrics(struct hp_evaluator *ev, const str
     const int L = ev->m->info.n_layers, HH = L * ev->m->info.n_heads;
     /* a pass keeps a variant's metrics only beside the unmasked model's reference of the whole set: without it
      * (too big), not a pass more for nothing */
-    const bool can_keep = !ev->grad_ref_tried || ev->grad_ref || ev->grad_ref_emb;
+    const struct hp_grad_state *gs = ev->gs; /* NULL: no pass yet, nothing tried */
+    const bool can_keep = !gs || !gs->ref_tried || gs->ref || gs->ref_emb;
     if (!hp_eval_kept_matches(ev, mask, abl) && !ev->plain && ev->has_loss && can_keep) {
         double *g = malloc((size_t)HH * sizeof *g);
         if (!g)

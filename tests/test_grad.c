@@ -31,6 +31,7 @@
 
 #include "backward_int.h"
 #include "eval_int.h"
+#include "grad_int.h"
 #include "headprune.h"
 #include "testutil.h"
 
@@ -58,6 +59,14 @@ static void fix_open(struct fix *f, const char *name, const char *data)
     cr_assert_eq(hp_data_load(path, 0, &f->d, &err), HP_OK, "%s", err.msg);
     cr_assert_eq(hp_evaluator_new(f->m, f->d, &f->ev, &err), HP_OK, "%s", err.msg);
     hp_evaluator_keep_grad_metrics(f->ev, true);
+}
+
+/* ev's gradient state (grad_int.h), made now if no pass has made it yet. */
+static struct hp_grad_state *grad_state(struct hp_evaluator *ev)
+{
+    struct hp_grad_state *gs = hp_grad_state(ev);
+    cr_assert(gs, "out of memory for the gradient state");
+    return gs;
 }
 
 static void fix_close(struct fix *f)
@@ -405,7 +414,7 @@ static void check_unmasked_kept_in(const char *name, const char *data, enum hp_m
     fix_open(&b, name, data);
     hp_evaluator_keep_grad_metrics(b.ev, false);
     if (grad_batch)
-        b.ev->grad_batch = grad_batch;
+        grad_state(b.ev)->batch = grad_batch;
     const int HH = a.in->n_layers * a.in->n_heads;
     double g[HH];
     struct hp_error err = {0};
@@ -522,14 +531,14 @@ Test(grad, a_reference_too_big_to_keep_is_made_per_chunk)
     struct fix a, b;
     fix_open(&a, "gpt2-tiny", "data.npy");
     fix_open(&b, "gpt2-tiny", "data.npy");
-    b.ev->grad_ref_tried = true; /* as when the whole set's reference does not fit */
+    grad_state(b.ev)->ref_tried = true; /* as when the whole set's reference does not fit */
     float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1};
     struct hp_mask *mk = mask_of(&a, g);
     double ga[12], gb[12], va, vb;
     struct hp_error err = {0};
     cr_assert_eq(hp_evaluator_grad(a.ev, HP_METRIC_KL, mk, HP_ABLATE_ZERO, ga, NULL, &va, &err), HP_OK, "%s", err.msg);
     cr_assert_eq(hp_evaluator_grad(b.ev, HP_METRIC_KL, mk, HP_ABLATE_ZERO, gb, NULL, &vb, &err), HP_OK, "%s", err.msg);
-    cr_assert(a.ev->grad_ref && !b.ev->grad_ref);
+    cr_assert(grad_state(a.ev)->ref && !grad_state(b.ev)->ref);
     cr_expect_eq(va, vb, "KL %.17g with the whole set's reference, %.17g per chunk", va, vb);
     for (int i = 0; i < 12; i++)
         cr_expect_eq(ga[i], gb[i], "head %d: %.17g / %.17g", i, ga[i], gb[i]);
@@ -561,8 +570,8 @@ Test(grad, a_gradient_at_the_unmasked_model_keeps_its_metrics)
 }
 
 /*
- * A gradient pass takes chunks of its own size (grad_batch, more rows than
- * the forward's batch: eval_int.h). However the set is cut, the gradients
+ * A gradient pass takes chunks of its own size (its state's batch, more
+ * rows than the forward's batch: grad_int.h). However the set is cut, the gradients
  * are the same but for the order of their sums, and the metrics it keeps are
  * the same bits as the reuse path's, which walks the set in the forward's
  * chunks: one sequence a chunk and two here, against the whole set in one.
@@ -602,15 +611,15 @@ static void passes_agree(struct fix *f, const char *name, enum hp_metric metric,
     struct hp_mask *mk = mask_of(f, gates);
     double g[3][HH], a[3][HH], v[3], gmax = 0;
     struct hp_error err = {0};
-    const int gb0 = f->ev->grad_batch;
+    const int gb0 = grad_state(f->ev)->batch;
     struct hp_means mm;
     if (abl != HP_ABLATE_ZERO) /* made now, so that the progress reports below are the passes' alone */
         cr_assert_eq(hp_evaluator_means(f->ev, &mm, &err), HP_OK, "%s", err.msg);
     for (int k = 0; k < 3; k++) {
         const int size = st->grad_batch[k] ? st->grad_batch[k] : gb0;
         struct chunk_ends ce = {0};
-        f->ev->grad_batch = size;
-        f->ev->grad_keep_bytes = st->keep[k];
+        grad_state(f->ev)->batch = size;
+        grad_state(f->ev)->keep_bytes = st->keep[k];
         hp_evaluator_set_progress(f->ev, chunk_end, &ce);
         cr_assert_eq(hp_evaluator_grad(f->ev, metric, mk, abl, g[k], a[k], &v[k], &err), HP_OK, "%s", err.msg);
         hp_evaluator_set_progress(f->ev, NULL, NULL);
@@ -632,13 +641,13 @@ static void passes_agree(struct fix *f, const char *name, enum hp_metric metric,
     }
     cr_expect_eq(bad, 0, "%s (%s, %s): %d gradients depend on the %s", name, hp_metric_name(metric),
                  hp_ablation_name(abl), bad, st->what);
-    f->ev->grad_batch = gb0;
+    grad_state(f->ev)->batch = gb0;
     hp_mask_free(mk);
 }
 
 /*
- * A gradient pass takes chunks of its own size (grad_batch, more rows than
- * the forward's batch: eval_int.h). However the set is cut, the gradients
+ * A gradient pass takes chunks of its own size (its state's batch, more
+ * rows than the forward's batch: grad_int.h). However the set is cut, the gradients
  * are the same but for the order of their sums (1e-12), and the metrics it
  * keeps are the same bits as the reuse path's, which walks the set in the
  * forward's chunks: one sequence a chunk and two here, against the whole
@@ -650,7 +659,8 @@ static void check_chunks(const char *name, const char *data, enum hp_metric metr
     struct fix f;
     fix_open(&f, name, data);
     const int n = f.d->n_seqs;
-    cr_assert(f.ev->grad_batch == n, "%s: %d sequences, a gradient chunk of %d", name, n, f.ev->grad_batch);
+    const int gb = grad_state(f.ev)->batch;
+    cr_assert(gb == n, "%s: %d sequences, a gradient chunk of %d", name, n, gb);
     cr_assert(n > 1, "%s: %d sequence cannot be cut in chunks", name, n);
     const struct setting st = {"chunk setting", {n, 1, 2}, {HP_BWD_KEEP_BYTES, HP_BWD_KEEP_BYTES, HP_BWD_KEEP_BYTES}};
     passes_agree(&f, name, metric, gates, abl, &st, 1e-12);
@@ -671,15 +681,15 @@ Test(grad, a_gradient_chunk_is_as_large_as_its_budgets_allow)
     const int T = 16, L = f.in->n_layers;
     const size_t resid_seq = (size_t)(L + 1) * T * f.in->d_model * sizeof(float), big = (size_t)1 << 40,
                  layer5 = hp_bwd_layer_bytes(f.m, T, 5);
-    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, big, big), 1024 / T);
+    cr_expect_eq(hp_grad_batch(f.m, T, 1, big, big), 1024 / T);
     const size_t kept7 = 7 * (resid_seq + (size_t)L * hp_bwd_layer_bytes(f.m, T, 1));
-    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, big, kept7), 7, "what the pass keeps bounds it");
-    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, big, kept7 - 1), 6);
-    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, (size_t)L * layer5, big), 5, "the kept activations' budget bounds it");
-    cr_expect_eq(hp_eval_grad_batch(f.m, T, 1, (size_t)L * layer5 - 1, big), 4);
-    cr_expect_eq(hp_eval_grad_batch(f.m, T, 9, 0, 0), 9, "never fewer than the forward's batch");
-    cr_expect_eq(hp_eval_grad_batch(f.m, 2048, 1, big, big), 1, "a sequence longer than the rows");
-    cr_expect_eq(f.ev->grad_batch, f.d->n_seqs, "the evaluator's: every one of its %d sequences", f.d->n_seqs);
+    cr_expect_eq(hp_grad_batch(f.m, T, 1, big, kept7), 7, "what the pass keeps bounds it");
+    cr_expect_eq(hp_grad_batch(f.m, T, 1, big, kept7 - 1), 6);
+    cr_expect_eq(hp_grad_batch(f.m, T, 1, (size_t)L * layer5, big), 5, "the kept activations' budget bounds it");
+    cr_expect_eq(hp_grad_batch(f.m, T, 1, (size_t)L * layer5 - 1, big), 4);
+    cr_expect_eq(hp_grad_batch(f.m, T, 9, 0, 0), 9, "never fewer than the forward's batch");
+    cr_expect_eq(hp_grad_batch(f.m, 2048, 1, big, big), 1, "a sequence longer than the rows");
+    cr_expect_eq(grad_state(f.ev)->batch, f.d->n_seqs, "the evaluator's: every one of its %d sequences", f.d->n_seqs);
     fix_close(&f);
 }
 
@@ -706,8 +716,8 @@ static void check_kept(const char *name, const char *data, const float *gates, e
 {
     struct fix f;
     fix_open(&f, name, data);
-    const struct setting st = {
-        "activation budget", {0, 0, 0}, {HP_BWD_KEEP_BYTES, 0, hp_bwd_layer_bytes(f.m, f.d->seq_len, f.ev->grad_batch)}};
+    const size_t last = hp_bwd_layer_bytes(f.m, f.d->seq_len, grad_state(f.ev)->batch);
+    const struct setting st = {"activation budget", {0, 0, 0}, {HP_BWD_KEEP_BYTES, 0, last}};
     passes_agree(&f, name, HP_METRIC_LOSS, gates, abl, &st, 1e-6);
     fix_close(&f);
 }
