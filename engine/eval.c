@@ -6,19 +6,23 @@
  * readying an ablation (its row's prepare step, ablation.c, run once on
  * first use), and the per-sequence and whole-set metrics (carried by metric,
  * reduced and checked as each metric's row says: metric_int.h), the plain
- * path (every variant
- * by whole passes of its own) and the public entry points but the runs. The
- * reuse path and its fused LM head are in reuse.c; the two share the chunk
- * interface of eval_int.h; eval_run.c picks each variant's path. Calls go
- * one way: eval_run.c -> reuse.c -> eval.c. Reductions are in double.
- * Must not: print, exit, or know about files other than through hp_data.
+ * path (every variant by whole passes of its own) and the public entry
+ * points but the runs and the gradients. The evaluator's layout and the
+ * chunk interface are eval_priv.h's, shared with the reuse path (reuse.c),
+ * the runs (eval_run.c picks each variant's path) and the gradient pass
+ * (grad.c); what the rest of the engine uses is eval_int.h. Calls go one
+ * way: eval_run.c -> reuse.c -> eval.c, grad.c -> eval.c; the reuse and
+ * gradient states are freed through the functions their owners set beside
+ * them. Reductions are in double.
+ * Must not: print, exit, know about files other than through hp_data, or
+ * call into reuse.c or grad.c.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval_int.h"
+#include "eval_priv.h"
 #include "metric_int.h"
 #include "util_int.h"
 
@@ -124,6 +128,16 @@ void hp_evaluator_free(struct hp_evaluator *ev)
     if (ev->gs)
         ev->gs_free(ev->gs);
     free(ev);
+}
+
+const struct hp_model *hp_eval_model(const struct hp_evaluator *ev)
+{
+    return ev->m;
+}
+
+const struct hp_data *hp_eval_data(const struct hp_evaluator *ev)
+{
+    return ev->d;
 }
 
 void hp_evaluator_keep_grad_metrics(struct hp_evaluator *ev, bool on)

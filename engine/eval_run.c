@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval_int.h"
+#include "eval_priv.h"
 #include "util_int.h" /* hp_fail */
 
 /* dst (from hp_eval_metrics_new, for the same evaluator) made equal to src. */

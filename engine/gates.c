@@ -28,7 +28,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "eval_int.h"
+#include "eval_int.h" /* the evaluator's model and data */
 #include "job_int.h"
 #include "study/study.h" /* hp_study_trains: the studies that train on the plan's training set */
 #include "util_int.h"
@@ -126,7 +126,7 @@ void hp_gates_state_free(struct hp_gates_state *st)
 enum hp_status hp_gates_objective(struct hp_evaluator *ev, const struct hp_gates_cfg *cfg, const double *log_alpha,
                                   uint64_t rng[4], double *grad, double *value, double *penalty, struct hp_error *err)
 {
-    const struct hp_model_info *in = hp_model_get_info(ev->m);
+    const struct hp_model_info *in = hp_model_get_info(hp_eval_model(ev));
     const int n = in->n_layers * in->n_heads;
     struct hp_mask *mask = hp_mask_new(in->n_layers, in->n_heads);
     double *dz = malloc((size_t)n * sizeof *dz);
@@ -160,7 +160,7 @@ enum hp_status hp_gates_step(struct hp_evaluator *ev, const struct hp_gates_cfg 
                              struct hp_error *err)
 {
     const int n = st->n;
-    assert(n == hp_model_get_info(ev->m)->n_layers * hp_model_get_info(ev->m)->n_heads);
+    assert(n == hp_model_get_info(hp_eval_model(ev))->n_layers * hp_model_get_info(hp_eval_model(ev))->n_heads);
     double *grad = malloc((size_t)n * sizeof *grad), value = NAN, penalty = 0;
     uint64_t rng[4];
     memcpy(rng, st->rng, sizeof rng);
@@ -170,7 +170,7 @@ enum hp_status hp_gates_step(struct hp_evaluator *ev, const struct hp_gates_cfg 
     const double objective = value + cfg->lambda * penalty;
     if (s == HP_OK && !isfinite(objective))
         s = hp_fail(err, HP_ERR_FORMAT, "%s: the gates' objective at step %d is not finite (%s %g + %g x %g)",
-                    ev->d->path, st->step + 1, cfg->metric == HP_METRIC_COS ? "1 - cos" : hp_metric_name(cfg->metric),
+                    hp_eval_data(ev)->path, st->step + 1, cfg->metric == HP_METRIC_COS ? "1 - cos" : hp_metric_name(cfg->metric),
                     value, cfg->lambda, penalty);
     if (s == HP_OK) {
         /* Adam on d objective / d log alpha */

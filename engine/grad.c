@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "backward_int.h"
-#include "eval_int.h"
+#include "eval_priv.h"
 #include "grad_int.h"
 #include "metric_int.h"
 #include "util_int.h"

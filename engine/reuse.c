@@ -15,7 +15,7 @@
  * Memory is bounded by the chunk: the save, the unmasked probabilities of the
  * chunk's scored rows, and HP_REUSE_ROWS rows of workspace.
  *
- * It runs over the evaluator's chunks (eval_int.h) and scores sequences in
+ * It runs over the evaluator's chunks (eval_priv.h) and scores sequences in
  * the order the plain path (eval.c) does; the reuse test holds the two
  * equal. Must not: print or exit.
  */
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval_int.h"
+#include "eval_priv.h"
 #include "util_int.h"
 #include "vmath_int.h"
 

@@ -25,7 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval_int.h" /* hp_eval_check_data; the forward */
+#include "eval_int.h" /* hp_eval_check_data */
+#include "forward_int.h"
 #include "util_int.h"
 
 /* Rows a forward call takes, as the evaluator's chunks. */

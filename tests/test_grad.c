@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "backward_int.h"
-#include "eval_int.h"
+#include "eval_priv.h"
 #include "grad_int.h"
 #include "headprune.h"
 #include "testutil.h"
