@@ -867,10 +867,10 @@ Test(query, options_of_other_kinds_are_refused)
     build();
     struct hp_query_opts o = opts(HP_QUERY_HEADS);
     o.db2 = g_db;
-    expect_fail(&o, g_db, HP_ERR_ARG, "query: --db2, --sweep2, --study2 and --by apply to compare only");
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: --db2, --sweep2, --study2 and --by are for compare only");
     o = opts(HP_QUERY_SETS);
     o.by_layer = true;
-    expect_fail(&o, g_db, HP_ERR_ARG, "--by apply to compare only");
+    expect_fail(&o, g_db, HP_ERR_ARG, "--by are for compare only");
     o = opts(HP_QUERY_CURVE);
     o.matrix = true;
     expect_fail(&o, g_db, HP_ERR_ARG, "query: the matrix format is for heads only");
@@ -880,7 +880,7 @@ Test(query, options_of_other_kinds_are_refused)
     expect_fail(&o, g_db, HP_ERR_ARG, "--top does not apply to the matrix format");
     o = opts(HP_QUERY_REDUNDANCY);
     o.study = "single";
-    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study applies to heads, sets, curve, compare, importance, attribution, roles and gates");
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study is for curve, heads, sets, compare, importance, attribution, roles and gates only");
     o = opts(HP_QUERY_COMPARE);
     o.by_layer = true;
     o.top = 2;
