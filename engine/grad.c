@@ -59,7 +59,7 @@ static void grad_state_free(struct hp_grad_state *gs)
     free(gs);
 }
 
-struct hp_grad_state *hp_grad_state(struct hp_evaluator *ev)
+struct hp_grad_state *hp_grad_state_get(struct hp_evaluator *ev)
 {
     if (ev->gs)
         return ev->gs;
@@ -534,7 +534,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
 {
     const struct hp_model_info *in = &ev->m->info;
     const struct hp_data *d = ev->d;
-    struct hp_grad_state *gs = hp_grad_state(ev);
+    struct hp_grad_state *gs = hp_grad_state_get(ev);
     if (!gs)
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     gs->phases = (struct hp_grad_phases){0}; /* a pass that fails leaves none */

@@ -54,7 +54,7 @@ struct hp_grad_state {
 };
 
 /* ev's gradient state, made on the first call (and freed with ev); NULL when out of memory. */
-struct hp_grad_state *hp_grad_state(struct hp_evaluator *ev);
+struct hp_grad_state *hp_grad_state_get(struct hp_evaluator *ev);
 
 /* The sequences of seq_len tokens a gradient pass of m takes at once: at least batch (the forward's),
  * more while HP_GRAD_CHUNK_ROWS rows hold them, what it keeps of them fits chunk_bytes and every layer's

@@ -64,7 +64,7 @@ static void fix_open(struct fix *f, const char *name, const char *data)
 /* ev's gradient state (grad_int.h), made now if no pass has made it yet. */
 static struct hp_grad_state *grad_state(struct hp_evaluator *ev)
 {
-    struct hp_grad_state *gs = hp_grad_state(ev);
+    struct hp_grad_state *gs = hp_grad_state_get(ev);
     cr_assert(gs, "out of memory for the gradient state");
     return gs;
 }
