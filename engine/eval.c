@@ -98,7 +98,7 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
     ev->batch = b < 1 ? 1 : b > d->n_seqs ? d->n_seqs : b;
     const int gb = hp_eval_grad_batch(m, d->seq_len, ev->batch, ev->grad_keep_bytes, HP_GRAD_CHUNK_BYTES);
     ev->grad_batch = gb > d->n_seqs ? d->n_seqs : gb;
-    ev->tok = malloc(HP_N_METRICS * (size_t)d->seq_len * sizeof(double));
+    ev->tok = malloc((size_t)d->seq_len * sizeof *ev->tok);
     ev->tok_ok = malloc((size_t)d->seq_len);
     if (!ev->tok || !ev->tok_ok) {
         hp_evaluator_free(ev);
@@ -533,8 +533,8 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct hp_
         tot->tokens += nt;
         return;
     }
-    /* the metrics scored per token, each token's row of them (ev->tok: HP_N_METRICS rows of T) */
-    double *tl = ev->tok + HP_METRIC_LOSS * T, *ta = ev->tok + HP_METRIC_ACC * T, *tk = ev->tok + HP_METRIC_KL * T;
+    /* what is known of each token, in parallel; scored by the metrics' rows in token order after */
+    struct hp_token_facts *tf = ev->tok;
     uint8_t *ok = ev->tok_ok;
     const bool causal = ev->m->info.causal;
 #pragma omp parallel for schedule(dynamic, 8) if (T * (size_t)W >= 65536)
@@ -545,25 +545,23 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct hp_
             continue;
         const float *zm = zm_seq + (size_t)t * W, *zb = zb_seq + (size_t)t * W;
         double lse_m = hp_eval_row_lse(zm, W);
-        tl[t] = lse_m - zm[y];
-        ta[t] = row_argmax(zm, W) == y;
-        tk[t] = 0;
+        tf[t].loss = lse_m - zm[y];
+        tf[t].top1 = row_argmax(zm, W) == y;
+        tf[t].kl = 0;
         if (scaled) {
             double lse = lse_b ? lse_b[t] : hp_eval_row_lse(zb, W), kl = 0;
             for (int v = 0; v < W; v++) {
                 double lb = zb[v] - lse, lm = zm[v] - lse_m;
                 kl += exp(lb) * (lb - lm);
             }
-            tk[t] = kl;
+            tf[t].kl = kl;
         }
     }
     double sum[HP_N_METRICS] = {0};
     int64_t nt = 0;
     for (int t = 0; t < T; t++)
         if (ok[t]) {
-            sum[HP_METRIC_LOSS] += tl[t];
-            sum[HP_METRIC_ACC] += ta[t];
-            sum[HP_METRIC_KL] += tk[t];
+            hp_metric_add_token(sum, &tf[t]);
             nt++;
         }
     hp_eval_record_seq(mt, tot, s, sum, nt);
@@ -586,8 +584,9 @@ void hp_eval_score_cls(const struct hp_evaluator *ev, struct hp_metrics *mt, str
             kl += exp(lb) * (lb - lm);
         }
     }
-    const double sum[HP_N_METRICS] = {[HP_METRIC_LOSS] = lse_m - zm[y], [HP_METRIC_ACC] = row_argmax(zm, C) == y,
-                                      [HP_METRIC_KL] = kl};
+    const struct hp_token_facts f = {.loss = lse_m - zm[y], .top1 = row_argmax(zm, C) == y, .kl = kl};
+    double sum[HP_N_METRICS] = {0};
+    hp_metric_add_token(sum, &f);
     hp_eval_record_seq(mt, tot, s, sum, 1);
 }
 
