@@ -5,8 +5,8 @@
  * other, the unmasked reference each variant is compared with (KL, cosine),
  * readying an ablation (its row's prepare step, ablation.c, run once on
  * first use), and the per-sequence and whole-set metrics (carried by metric,
- * reduced and checked as each metric's row says: metric_int.h), the plain
- * path (every variant
+ * each scored item's facts scored, reduced and checked as each metric's row
+ * says: metric_int.h), the plain path (every variant
  * by whole passes of its own) and the public entry points but the runs. The
  * reuse path and its fused LM head are in reuse.c; the two share the chunk
  * interface of eval_int.h; eval_run.c picks each variant's path. Calls go
