@@ -517,7 +517,7 @@ static int prune_best(const struct ctx *c, const struct hp_study *s, struct hp_m
     int n = 0;
     for (int i = 0; i < nc && n < want; i++) {
         struct unit u = units[cand[i].idx];
-        if (s->keep_one_per_layer && left_in_layer[u.layer] <= 1)
+        if (s->iterative.keep_one_per_layer && left_in_layer[u.layer] <= 1)
             continue;
         pruned[cand[i].idx] = true;
         left_in_layer[u.layer]--;
@@ -550,7 +550,7 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
     struct hp_job *cjobs = malloc(sizeof *cjobs * nu);
     int64_t *cords = malloc(sizeof *cords * nu);
     struct hp_store_metrics *cres = malloc(sizeof *cres * nu);
-    const bool by_grad = s->rank == HP_RANK_GRADIENT;
+    const bool by_grad = s->iterative.rank == HP_RANK_GRADIENT;
     struct grad_buf gb = {0};
     double *raw = by_grad ? malloc(sizeof *raw * nu) : NULL, *imp = by_grad ? malloc(sizeof *imp * nu) : NULL;
     struct hp_store_score *rows = by_grad ? malloc(sizeof *rows * nu) : NULL;
@@ -605,7 +605,7 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
             hp_importance(gb.g.seq_grad, gb.g.n_seqs, in, s->kv, s->normalize, raw, imp);
             int nc = 0;
             for (int i = 0; i < n; i++) {
-                if (pruned[i] || (s->keep_one_per_layer && left_in_layer[units[i].layer] <= 1))
+                if (pruned[i] || (s->iterative.keep_one_per_layer && left_in_layer[units[i].layer] <= 1))
                     continue;
                 int at = units[i].layer * per_layer + units[i].unit;
                 hp_unit_label(labels[nc], sizeof labels[nc], s->kv, units[i].layer, units[i].unit);
@@ -622,7 +622,7 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
         /* score the candidates, together */
         int nc = 0;
         for (int i = 0; i < n && st == HP_OK; i++) {
-            if (pruned[i] || (s->keep_one_per_layer && left_in_layer[units[i].layer] <= 1))
+            if (pruned[i] || (s->iterative.keep_one_per_layer && left_in_layer[units[i].layer] <= 1))
                 continue;
             struct hp_mask *m = hp_mask_new(in->n_layers, in->n_heads);
             if (!m) {
@@ -671,7 +671,7 @@ static enum hp_status run_iterative(struct ctx *c, int si, int64_t *ord, struct 
 static enum hp_status run_roles(struct ctx *c, int si, struct hp_error *err)
 {
     const struct hp_study *s = &c->plan->studies[si];
-    struct hp_roles_opts ro = {.probe_seqs = s->probe_seqs, .probe_len = s->probe_len,
+    struct hp_roles_opts ro = {.probe_seqs = s->roles.probe_seqs, .probe_len = s->roles.probe_len,
                                .progress = on_evaluator_progress, .user = c};
     struct hp_error why;
     if (hp_roles_probe_size(c->info, &ro, &ro.probe_seqs, &ro.probe_len, &why) != HP_OK) /* expansion checked it */
@@ -724,8 +724,8 @@ static void gate_run_key(const struct ctx *c, const struct hp_study *s, const ch
 {
     char text[1024];
     snprintf(text, sizeof text, "headprune-gates-1|%d|%s|%s|%s|%a|%d|%a|%a|%a|%llu|%s", HP_NUMERIC_VERSION,
-             c->model_digest, train_digest, hp_metric_name(c->metric), lambda, s->steps, s->lr, s->beta, s->init,
-             (unsigned long long)s->gate_seed, s->name);
+             c->model_digest, train_digest, hp_metric_name(c->metric), lambda, s->gates.steps, s->gates.lr, s->gates.beta, s->gates.init,
+             (unsigned long long)s->gates.seed, s->name);
     hp_digest_text(text, key);
 }
 
@@ -757,23 +757,23 @@ static enum hp_status run_gates(struct ctx *c, int si, int64_t *ord, struct hp_e
     const int n = in->n_layers * in->n_heads;
     char train_digest[HP_DIGEST_HEX], train_abs[PATH_MAX];
     hp_digest_data(c->train, train_digest);
-    const char *train_path = s->train ? (realpath(s->train, train_abs) ? train_abs : s->train) : c->train->path;
+    const char *train_path = s->gates.train ? (realpath(s->gates.train, train_abs) ? train_abs : s->gates.train) : c->train->path;
     struct hp_mask *pruned = hp_mask_new(in->n_layers, in->n_heads), *frac = hp_mask_new(in->n_layers, in->n_heads);
     double *test_gate = malloc((size_t)n * sizeof *test_gate);
     enum hp_status st = pruned && frac && test_gate ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    for (int li = 0; st == HP_OK && li < s->n_lambda && !stopping(c); li++) {
-        const double lambda = s->lambda[li];
+    for (int li = 0; st == HP_OK && li < s->gates.n_lambda && !stopping(c); li++) {
+        const double lambda = s->gates.lambda[li];
         char key[HP_DIGEST_HEX];
         gate_run_key(c, s, train_digest, lambda, key);
         struct hp_gates_state gs;
-        if (!hp_gates_state_init(&gs, n, s->init, s->gate_seed, s->name, lambda)) {
+        if (!hp_gates_state_init(&gs, n, s->gates.init, s->gates.seed, s->name, lambda)) {
             st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
             break;
         }
         struct hp_store_gate_run r = {
             .key = key, .model_digest = c->model_digest, .train_digest = train_digest, .train_path = train_path,
-            .train_seqs = c->train->n_seqs, .metric = hp_metric_name(c->metric), .lambda = lambda, .lr = s->lr,
-            .beta = s->beta, .init = s->init, .seed = s->gate_seed, .steps = s->steps, .n_layers = in->n_layers,
+            .train_seqs = c->train->n_seqs, .metric = hp_metric_name(c->metric), .lambda = lambda, .lr = s->gates.lr,
+            .beta = s->gates.beta, .init = s->gates.init, .seed = s->gates.seed, .steps = s->gates.steps, .n_layers = in->n_layers,
             .n_heads = in->n_heads, .log_alpha = gs.log_alpha, .adam_m = gs.m, .adam_v = gs.v, .n_kept = -1,
         };
         bool found = false;
@@ -785,11 +785,11 @@ static enum hp_status run_gates(struct ctx *c, int si, int64_t *ord, struct hp_e
             for (int k = 1; k <= gs.step; k++)
                 gate_step_done(c, si, lambda, k, true);
         }
-        const struct hp_gates_cfg cfg = {.metric = c->metric, .lambda = lambda, .lr = s->lr, .beta = s->beta,
+        const struct hp_gates_cfg cfg = {.metric = c->metric, .lambda = lambda, .lr = s->gates.lr, .beta = s->gates.beta,
                                          .fixed = in->pruned};
         const double wall0 = found ? r.wall_s : 0;
         double t0 = hp_now(), t_saved = t0;
-        while (st == HP_OK && r.n_kept < 0 && gs.step < s->steps) {
+        while (st == HP_OK && r.n_kept < 0 && gs.step < s->gates.steps) {
             adapt_threads(c);
             if ((st = hp_gates_step(c->train_ev, &cfg, &gs, err)) != HP_OK) {
                 char inner[HP_ERR_MSG_MAX];
@@ -799,7 +799,7 @@ static enum hp_status run_gates(struct ctx *c, int si, int64_t *ord, struct hp_e
                 break;
             }
             gate_step_done(c, si, lambda, gs.step, false);
-            const bool done = gs.step == s->steps;
+            const bool done = gs.step == s->gates.steps;
             if (done || stopping(c) || gs.step % HP_GATES_SAVE_STEPS == 0 || hp_now() - t_saved >= HP_GATES_SAVE_S) {
                 r.step = gs.step;
                 memcpy(r.rng, gs.rng, sizeof r.rng);
@@ -817,7 +817,7 @@ static enum hp_status run_gates(struct ctx *c, int si, int64_t *ord, struct hp_e
             if (stopping(c))
                 break;
         }
-        if (st != HP_OK || gs.step < s->steps) { /* stopped (saved above) or failed */
+        if (st != HP_OK || gs.step < s->gates.steps) { /* stopped (saved above) or failed */
             hp_gates_state_free(&gs);
             break;
         }

@@ -18,7 +18,10 @@
  * A new mask kind is four files: its value in enum hp_study_kind
  * (headprune.h, before HP_STUDY_COUNT), its file here (single.c is the
  * model), its row in study.c's table, and that file in meson.build. Its own
- * options, if any, are fields of struct hp_study (headprune.h again).
+ * options, if any, are a struct of their own (struct hp_study_<kind>_opts,
+ * headprune.h again) nested in struct hp_study under the kind's name
+ * (s-><kind>.<option>): the kind's parse, defaults, check and clear hooks
+ * fill and free that member and no other.
  *
  * Must not: be included from outside the planner (plan.c and engine/study/)
  * but by tests; the sweep and the CLI see the kinds through study.h.
