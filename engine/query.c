@@ -168,27 +168,45 @@ const struct hp_query_kind_row *hp_query_kind_row(enum hp_query_kind k)
 
 /*
  * The options' mistakes, in the order they are reported: one given (every bit of when) to a kind
- * that does not take need (need 0: never right together), worded for the command line and the API.
+ * that does not take need, or two never right together (need 0: said as they are). The kinds an
+ * option is for come from the table (hp_query_kinds' takes), so a new kind changes no message.
  * BY_LAYER is --by layer alone (also under B: the clash with --top is its own).
  */
 enum { BY_LAYER = 1u << 8 };
 static const struct {
     unsigned when, need;
-    const char *cli, *api;
+    const char *cli, *api; /* the option as each names it (need 0: the whole message) */
+    bool plural;           /* "are for" */
+    bool name_kind;        /* "does not apply to KIND" (the kind given) rather than "is for KINDS" */
 } opt_rules[] = {
-    {B, B, "--db2, --sweep2, --study2 and --by are for compare",
-     "query: --db2, --sweep2, --study2 and --by apply to compare only"},
-    {MATRIX, MATRIX, "--format matrix is for heads", "query: the matrix format is for heads only"},
-    {GATES, GATES, "--gates is for heads", "query: --gates applies to heads only"},
+    {B, B, "--db2, --sweep2, --study2 and --by", "--db2, --sweep2, --study2 and --by", true, false},
+    {MATRIX, MATRIX, "--format matrix", "the matrix format", false, false},
+    {GATES, GATES, "--gates", "--gates", false, false},
     {MATRIX | TOP, 0, "--top does not apply to --format matrix (it shows every unit)",
-     "query: --top does not apply to the matrix format (it shows every unit)"},
+     "query: --top does not apply to the matrix format (it shows every unit)", false, false},
     {BY_LAYER | TOP, 0, "--top does not apply to compare --by layer (it shows every layer)",
-     "query: --top does not apply to compare --by layer (every layer is shown)"},
-    {STUDY, STUDY, "--study is for heads, sets, curve, compare, importance, attribution, roles and gates",
-     "query: --study applies to heads, sets, curve, compare, importance, attribution, roles and gates"},
-    {TOP, TOP, "--top does not apply to roles (it shows every head)",
-     "query: --top does not apply to roles (it shows every head)"},
+     "query: --top does not apply to compare --by layer (every layer is shown)", false, false},
+    {STUDY, STUDY, "--study", "--study", false, false},
+    {TOP, TOP, "--top", "--top", false, true},
 };
+
+/* "heads, sets and curve": the kinds taking need, in the table's order, into buf. */
+static void kinds_taking(unsigned need, char *buf, size_t cap)
+{
+    int i_last = -1;
+    for (int i = 0; i < HP_QUERY_KIND_COUNT; i++)
+        if (hp_query_kinds[i].takes & need)
+            i_last = i;
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0, k = 0; i < HP_QUERY_KIND_COUNT && len < cap; i++)
+        if (hp_query_kinds[i].takes & need) {
+            const char *sep = k == 0 ? "" : i == i_last ? " and " : ", ";
+            int w = snprintf(buf + len, cap - len, "%s%s", sep, hp_query_kinds[i].name);
+            len += w > 0 ? (size_t)w : 0;
+            k++;
+        }
+}
 
 enum hp_status hp_query_opts_check(const struct hp_query_opts *o, bool cli, struct hp_error *err)
 {
@@ -204,9 +222,20 @@ enum hp_status hp_query_opts_check(const struct hp_query_opts *o, bool cli, stru
     const unsigned given = (o->study ? STUDY : 0) | (o->top ? TOP : 0) | (o->matrix ? MATRIX : 0) |
                            (o->gates ? GATES : 0) | (o->db2 || o->sweep_id2 || o->study2 || o->by_layer ? B : 0) |
                            (o->by_layer ? BY_LAYER : 0);
-    for (size_t i = 0; i < sizeof opt_rules / sizeof *opt_rules; i++)
-        if ((given & opt_rules[i].when) == opt_rules[i].when && (!opt_rules[i].need || !(k->takes & opt_rules[i].need)))
-            return hp_fail(err, HP_ERR_ARG, "%s", cli ? opt_rules[i].cli : opt_rules[i].api);
+    for (size_t i = 0; i < sizeof opt_rules / sizeof *opt_rules; i++) {
+        if ((given & opt_rules[i].when) != opt_rules[i].when || (opt_rules[i].need && (k->takes & opt_rules[i].need)))
+            continue;
+        const char *opt = cli ? opt_rules[i].cli : opt_rules[i].api, *pre = cli ? "" : "query: ";
+        if (!opt_rules[i].need)
+            return hp_fail(err, HP_ERR_ARG, "%s", opt);
+        if (opt_rules[i].name_kind)
+            return hp_fail(err, HP_ERR_ARG, "%s%s does not apply to %s (it shows every row)", pre, opt, k->name);
+        char kinds[256];
+        kinds_taking(opt_rules[i].need, kinds, sizeof kinds);
+        const bool pl = opt_rules[i].plural;
+        return cli ? hp_fail(err, HP_ERR_ARG, "%s %s for %s", opt, pl ? "are" : "is", kinds)
+                   : hp_fail(err, HP_ERR_ARG, "query: %s %s for %s only", opt, pl ? "are" : "is", kinds);
+    }
     return HP_OK;
 }
 

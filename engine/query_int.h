@@ -107,7 +107,7 @@ const struct hp_query_kind_row *hp_query_kind_row(enum hp_query_kind k);
 /*
  * Whether o's options suit its kind: an option the kind does not take, or two that clash, is an
  * HP_ERR_ARG naming it, worded for the command line ("--gates is for heads") with cli, else for
- * the API ("query: --gates applies to heads only"), which also checks the values the command line's
+ * the API ("query: --gates is for heads only"), which also checks the values the command line's
  * parsers already bound (top >= 0, a finite eps, sweep ids >= 0). hp_query and hp_query_read call it.
  */
 enum hp_status hp_query_opts_check(const struct hp_query_opts *o, bool cli, struct hp_error *err);

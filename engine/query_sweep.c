@@ -211,15 +211,25 @@ enum hp_status hq_resolve_sweep(struct hq_query *q, long long id, const char *me
         return s;
 
     char names[128];
-    hp_metric_names(names, sizeof names, false, ", ");
-    if (metric) {
-        if (!hp_metric_parse(metric, &q->m))
-            return hp_fail(q->err, HP_ERR_ARG, "%s: unknown metric '%s' (one of %s)", q->path, metric, names);
-    } else if (!hp_metric_parse(sweep_metric, &q->m)) {
-        return hp_fail(q->err, HP_ERR_FORMAT, "%s: sweep %lld has an unknown metric '%s' (name one: %s)", q->path, id,
-                       sweep_metric, names);
+    if (metric ? !hp_metric_parse(metric, &q->m) : !hp_metric_parse(sweep_metric, &q->m)) {
+        hp_metric_names(names, sizeof names, false, ", ");
+        return metric ? hp_fail(q->err, HP_ERR_ARG, "%s: unknown metric '%s' (one of %s)", q->path, metric, names)
+                      : hp_fail(q->err, HP_ERR_FORMAT, "%s: sweep %lld has an unknown metric '%s' (name one: %s)",
+                                q->path, id, sweep_metric, names);
     }
     q->mname = hp_metric_name(q->m);
+    /* a database written before the metric existed has no column of it (a writer adds it, as NULLs) */
+    if ((s = hq_prep(q, &st, "SELECT count(*) FROM pragma_table_info('results') WHERE name = ?")) != HP_OK)
+        return s;
+    sqlite3_bind_text(st, 1, q->mname, -1, SQLITE_STATIC);
+    r = hq_step(q, st, &s);
+    const bool has_column = r == 1 && sqlite3_column_int64(st, 0) > 0;
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    if (!has_column)
+        return hp_fail(q->err, HP_ERR_ARG, "%s: no %s values: the database was written before headprune measured %s "
+                       "(rerun the sweep to measure it)", q->path, q->mname, q->mname);
     q->ranked = q->m;
     hp_metric_parse(sweep_metric, &q->ranked);
 

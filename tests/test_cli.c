@@ -523,7 +523,7 @@ Test(cli, query_option_mistakes_say_so_once)
     const char *said[] = {"unknown option '--bogus'", "option '--db' needs a value", "unknown option '-x'",
                           "--db2, --sweep2, --study2 and --by are for compare", "--format matrix is for heads",
                           "--top does not apply to --format matrix", "--by must be head or layer",
-                          "--study is for heads, sets, curve, compare, importance, attribution, roles and gates",
+                          "--study is for curve, heads, sets, compare, importance, attribution, roles and gates",
                           "--sweep2 must be a sweep id, an integer from 1 to 1073741824",
                           "--top does not apply to compare --by layer",
                           "--study must name a study",

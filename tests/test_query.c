@@ -456,6 +456,32 @@ Test(query, heads_kl_uses_the_variants_kl)
     hp_table_free(t);
 }
 
+/* A database written before a metric existed has no column of it: a query for it says so, not "no such column". */
+Test(query, a_metric_the_database_predates_is_refused_by_name)
+{
+    build();
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type = 'view'", -1, &st, NULL),
+                 SQLITE_OK);
+    char views[16][64];
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW && n < 16)
+        snprintf(views[n++], sizeof views[0], "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    for (int i = 0; i < n; i++) {
+        char *sql = sqlite3_mprintf("DROP VIEW \"%w\"", views[i]);
+        exec(db, sql);
+        sqlite3_free(sql);
+    }
+    exec(db, "ALTER TABLE results DROP COLUMN cos");
+    sqlite3_close(db);
+    struct hp_query_opts o = opts(HP_QUERY_HEADS);
+    o.metric = "cos";
+    expect_fail(&o, g_db, HP_ERR_ARG, "no cos values: the database was written before headprune measured cos");
+}
+
 Test(query, heads_default_to_query_heads_even_after_a_kv_study)
 {
     sqlite3 *db = db_build();
@@ -867,10 +893,10 @@ Test(query, options_of_other_kinds_are_refused)
     build();
     struct hp_query_opts o = opts(HP_QUERY_HEADS);
     o.db2 = g_db;
-    expect_fail(&o, g_db, HP_ERR_ARG, "query: --db2, --sweep2, --study2 and --by apply to compare only");
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: --db2, --sweep2, --study2 and --by are for compare only");
     o = opts(HP_QUERY_SETS);
     o.by_layer = true;
-    expect_fail(&o, g_db, HP_ERR_ARG, "--by apply to compare only");
+    expect_fail(&o, g_db, HP_ERR_ARG, "--by are for compare only");
     o = opts(HP_QUERY_CURVE);
     o.matrix = true;
     expect_fail(&o, g_db, HP_ERR_ARG, "query: the matrix format is for heads only");
@@ -880,7 +906,7 @@ Test(query, options_of_other_kinds_are_refused)
     expect_fail(&o, g_db, HP_ERR_ARG, "--top does not apply to the matrix format");
     o = opts(HP_QUERY_REDUNDANCY);
     o.study = "single";
-    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study applies to heads, sets, curve, compare, importance, attribution, roles and gates");
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study is for curve, heads, sets, compare, importance, attribution, roles and gates only");
     o = opts(HP_QUERY_COMPARE);
     o.by_layer = true;
     o.top = 2;

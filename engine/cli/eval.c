@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli_int.h"
+#include "metric_int.h" /* hp_metric_row: each metric's baseline rule */
 
 static const char eval_usage[] =
     "Usage: headprune eval --model DIR --data FILE [options]\n"
@@ -120,6 +121,19 @@ struct eval_out {
     int n_abl;
 };
 
+/* o's fields, one a metric mt has, named by its row (ppl after loss); variant_only: only the metrics measured
+ * against a baseline variant, not those against the unmasked model already (kl). */
+static void add_metrics(cJSON *o, const struct hp_metrics *mt, bool variant_only)
+{
+    for (int k = 0; k < HP_N_METRICS; k++) {
+        if (!mt->has[k] || (variant_only && hp_metric_row((enum hp_metric)k)->baseline != HP_BASELINE_VARIANT))
+            continue;
+        cJSON_AddNumberToObject(o, hp_metric_name((enum hp_metric)k), mt->value[k]);
+        if (k == HP_METRIC_LOSS)
+            cJSON_AddNumberToObject(o, "ppl", mt->ppl);
+    }
+}
+
 static void print_eval_json(const struct eval_args *a, const struct eval_out *r)
 {
     const char *dir = a->dir, *data_path = a->data_path, *spec = a->mask.spec;
@@ -142,28 +156,18 @@ static void print_eval_json(const struct eval_args *a, const struct eval_out *r)
     cJSON_AddNumberToObject(o, "n_ablated", n_abl);
     cJSON_AddNumberToObject(o, "n_heads_total", n_all);
     cJSON_AddNumberToObject(o, "n_heads_present", n_present);
-    if (mt->has_loss) {
-        cJSON_AddNumberToObject(o, "loss", mt->loss);
-        cJSON_AddNumberToObject(o, "ppl", mt->ppl);
-        cJSON_AddNumberToObject(o, "acc", mt->acc);
-        cJSON_AddNumberToObject(o, "kl", mt->kl);
-    }
-    if (mt->has_cos)
-        cJSON_AddNumberToObject(o, "cos", mt->cos);
+    /* every metric the model has, by its row's name (ppl beside loss); the unmasked values and the change for
+     * those measured against a baseline variant (kl is against the unmasked model already: 0 there) */
+    add_metrics(o, mt, false);
     if (base) {
         cJSON *u = cJSON_AddObjectToObject(o, "unmasked"), *dl = cJSON_AddObjectToObject(o, "change");
-        if (mt->has_loss) {
-            cJSON_AddNumberToObject(u, "loss", base->loss);
-            cJSON_AddNumberToObject(u, "ppl", base->ppl);
-            cJSON_AddNumberToObject(u, "acc", base->acc);
-            cJSON_AddNumberToObject(dl, "loss", mt->loss - base->loss);
-            cJSON_AddNumberToObject(dl, "ppl", mt->ppl - base->ppl);
-            cJSON_AddNumberToObject(dl, "acc", mt->acc - base->acc);
-        }
-        if (mt->has_cos) {
-            cJSON_AddNumberToObject(u, "cos", base->cos);
-            cJSON_AddNumberToObject(dl, "cos", mt->cos - base->cos);
-        }
+        add_metrics(u, base, true);
+        for (int k = 0; k < HP_N_METRICS; k++)
+            if (mt->has[k] && hp_metric_row((enum hp_metric)k)->baseline == HP_BASELINE_VARIANT) {
+                cJSON_AddNumberToObject(dl, hp_metric_name((enum hp_metric)k), mt->value[k] - base->value[k]);
+                if (k == HP_METRIC_LOSS)
+                    cJSON_AddNumberToObject(dl, "ppl", mt->ppl - base->ppl);
+            }
     }
     if (want_grad) {
         cJSON_AddStringToObject(o, "grad_metric", hp_metric_name(grad_metric));
@@ -178,13 +182,9 @@ static void print_eval_json(const struct eval_args *a, const struct eval_out *r)
     cJSON_AddNumberToObject(o, "n_tokens", (double)mt->n_tokens);
     cJSON_AddNumberToObject(o, "n_seqs", mt->n_seqs);
     cJSON *ps = cJSON_AddObjectToObject(o, "per_seq");
-    if (mt->has_loss) {
-        cJSON_AddItemToObject(ps, "loss", num_array(mt->seq_loss, mt->n_seqs));
-        cJSON_AddItemToObject(ps, "acc", num_array(mt->seq_acc, mt->n_seqs));
-        cJSON_AddItemToObject(ps, "kl", num_array(mt->seq_kl, mt->n_seqs));
-    }
-    if (mt->has_cos)
-        cJSON_AddItemToObject(ps, "cos", num_array(mt->seq_cos, mt->n_seqs));
+    for (int k = 0; k < HP_N_METRICS; k++)
+        if (mt->has[k])
+            cJSON_AddItemToObject(ps, hp_metric_name((enum hp_metric)k), num_array(mt->seq[k], mt->n_seqs));
     cJSON *tk = cJSON_CreateArray();
     for (int i = 0; i < mt->n_seqs; i++)
         cJSON_AddItemToArray(tk, cJSON_CreateNumber((double)mt->seq_tokens[i]));
@@ -233,6 +233,9 @@ static void print_eval_text(const struct eval_args *a, const struct eval_out *r)
     if (mt->has_cos)
         printf("cosine    %.6f (%s-pooled final hidden states vs the unmasked model)\n", mt->cos,
                in->pooling == HP_POOL_CLS ? "CLS" : in->pooling == HP_POOL_MAX ? "max" : "mean");
+    for (int k = HP_METRIC_COS + 1; k < HP_N_METRICS; k++) /* a metric the two lines above do not print */
+        if (mt->has[k])
+            printf("%-9s %.6f %s\n", hp_metric_name((enum hp_metric)k), mt->value[k], hp_metric_unit((enum hp_metric)k));
     if (base && mt->has_loss)
         printf("unmasked  loss %.6f   ppl %.4f   acc %.4f; change: loss %+.6f   ppl %+.4f   acc %+.4f\n",
                base->loss, base->ppl, base->acc, mt->loss - base->loss, mt->ppl - base->ppl, mt->acc - base->acc);
