@@ -3,8 +3,8 @@
  * is taken out, the ablation methods, is ablation.c's table.)
  *
  * A metric's row (metric_int.h) is the one statement of its name, unit,
- * direction (which way is worse: hp_metric_sign, hp_metric_effect; sweep.c's
- * damage, the queries' effects and the store's effects view derive from it),
+ * direction (which way is worse: hp_metric_sign, hp_metric_effect; sweep_jobs.c's
+ * sw_damage, the queries' effects and the store's effects view derive from it),
  * baseline rule, how it is scored (per token from the logits, or per sequence
  * from pooled hidden states: what models have it) and reduced, and whether it
  * has a gradient. A token-scored row holds its scorer: the evaluator's paths
