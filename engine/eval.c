@@ -5,15 +5,15 @@
  * other, the unmasked reference each variant is compared with (KL, cosine),
  * readying an ablation (its row's prepare step, ablation.c, run once on
  * first use), and the per-sequence and whole-set metrics (carried by metric,
- * reduced and checked as each metric's row says: metric_int.h), the plain
- * path (every variant by whole passes of its own) and the public entry
- * points but the runs and the gradients. The evaluator's layout and the
- * chunk interface are eval_priv.h's, shared with the reuse path (reuse.c),
- * the runs (eval_run.c picks each variant's path) and the gradient pass
- * (grad.c); what the rest of the engine uses is eval_int.h. Calls go one
- * way: eval_run.c -> reuse.c -> eval.c, grad.c -> eval.c; the reuse and
- * gradient states are freed through the functions their owners set beside
- * them. Reductions are in double.
+ * each scored item's facts scored, reduced and checked as each metric's row
+ * says: metric_int.h), the plain path (every variant by whole passes of its
+ * own) and the public entry points but the runs and the gradients. The
+ * evaluator's layout and the chunk interface are eval_priv.h's, shared with
+ * the reuse path (reuse.c), the runs (eval_run.c picks each variant's path)
+ * and the gradient pass (grad.c); what the rest of the engine uses is
+ * eval_int.h. Calls go one way: eval_run.c -> reuse.c -> eval.c, grad.c ->
+ * eval.c; the reuse and gradient states are freed through the functions
+ * their owners set beside them. Reductions are in double.
  * Must not: print, exit, know about files other than through hp_data, or
  * call into reuse.c or grad.c.
  */
@@ -98,7 +98,7 @@ enum hp_status hp_evaluator_new(struct hp_model *m, const struct hp_data *d, str
     while (b > 1 && (size_t)b * per > HP_CHUNK_BYTES)
         b--;
     ev->batch = b < 1 ? 1 : b > d->n_seqs ? d->n_seqs : b;
-    ev->tok = malloc(HP_N_METRICS * (size_t)d->seq_len * sizeof(double));
+    ev->tok = malloc((size_t)d->seq_len * sizeof *ev->tok);
     ev->tok_ok = malloc((size_t)d->seq_len);
     if (!ev->tok || !ev->tok_ok) {
         hp_evaluator_free(ev);
@@ -528,8 +528,8 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct hp_
         tot->tokens += nt;
         return;
     }
-    /* the metrics scored per token, each token's row of them (ev->tok: HP_N_METRICS rows of T) */
-    double *tl = ev->tok + HP_METRIC_LOSS * T, *ta = ev->tok + HP_METRIC_ACC * T, *tk = ev->tok + HP_METRIC_KL * T;
+    /* what is known of each token, in parallel; scored by the metrics' rows in token order after */
+    struct hp_token_facts *tf = ev->tok;
     uint8_t *ok = ev->tok_ok;
     const bool causal = ev->m->info.causal;
 #pragma omp parallel for schedule(dynamic, 8) if (T * (size_t)W >= 65536)
@@ -540,25 +540,23 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct hp_
             continue;
         const float *zm = zm_seq + (size_t)t * W, *zb = zb_seq + (size_t)t * W;
         double lse_m = hp_eval_row_lse(zm, W);
-        tl[t] = lse_m - zm[y];
-        ta[t] = row_argmax(zm, W) == y;
-        tk[t] = 0;
+        tf[t].loss = lse_m - zm[y];
+        tf[t].top1 = row_argmax(zm, W) == y;
+        tf[t].kl = 0;
         if (scaled) {
             double lse = lse_b ? lse_b[t] : hp_eval_row_lse(zb, W), kl = 0;
             for (int v = 0; v < W; v++) {
                 double lb = zb[v] - lse, lm = zm[v] - lse_m;
                 kl += exp(lb) * (lb - lm);
             }
-            tk[t] = kl;
+            tf[t].kl = kl;
         }
     }
     double sum[HP_N_METRICS] = {0};
     int64_t nt = 0;
     for (int t = 0; t < T; t++)
         if (ok[t]) {
-            sum[HP_METRIC_LOSS] += tl[t];
-            sum[HP_METRIC_ACC] += ta[t];
-            sum[HP_METRIC_KL] += tk[t];
+            hp_metric_add_token(sum, &tf[t]);
             nt++;
         }
     hp_eval_record_seq(mt, tot, s, sum, nt);
@@ -581,8 +579,9 @@ void hp_eval_score_cls(const struct hp_evaluator *ev, struct hp_metrics *mt, str
             kl += exp(lb) * (lb - lm);
         }
     }
-    const double sum[HP_N_METRICS] = {[HP_METRIC_LOSS] = lse_m - zm[y], [HP_METRIC_ACC] = row_argmax(zm, C) == y,
-                                      [HP_METRIC_KL] = kl};
+    const struct hp_token_facts f = {.loss = lse_m - zm[y], .top1 = row_argmax(zm, C) == y, .kl = kl};
+    double sum[HP_N_METRICS] = {0};
+    hp_metric_add_token(sum, &f);
     hp_eval_record_seq(mt, tot, s, sum, 1);
 }
 

@@ -41,7 +41,7 @@ struct hp_evaluator {
     float *out_b;     /* NULL or (batch, seq_len, width): the unmasked reference when base_all is too big */
     float *base_all;  /* NULL or (n_seqs, seq_len, width): every sequence's unmasked output, once */
     double *base_lse; /* NULL or (n_seqs, seq_len): log-sum-exp of each row of base_all (LMs) */
-    double *tok;      /* (3, seq_len) per-token loss, correct, KL of one sequence */
+    struct hp_token_facts *tok; /* (seq_len) what the plain path knows of each token of one sequence */
     uint8_t *tok_ok;  /* (seq_len) whether the token is scored */
     struct hp_ablation_state abl; /* what the ablations' prepare steps made (ablation.c), on first use */
     bool plain;       /* every variant by a whole pass of its own (the reference path) */

@@ -342,8 +342,8 @@ enum hp_status hp_gates_data_load(const struct hp_plan *p, const char *metric, s
     struct hp_error e2 = {{0}};
     struct hp_data *t = NULL;
     enum hp_status st = HP_OK;
-    if (s->train) {
-        if ((st = hp_data_load_for(s->train, p->model, in, p->seq_len, &t, &e2)) != HP_OK)
+    if (s->gates.train) {
+        if ((st = hp_data_load_for(s->gates.train, p->model, in, p->seq_len, &t, &e2)) != HP_OK)
             return hp_fail(err, st == HP_ERR_NOMEM ? st : HP_ERR_PLAN, "%s:%d: study '%s': training data: %s", p->path,
                            s->line, s->name, e2.msg);
         int tr = 0, hr = 0;
@@ -352,7 +352,7 @@ enum hp_status hp_gates_data_load(const struct hp_plan *p, const char *metric, s
             hp_data_free(t);
             return hp_fail(err, HP_ERR_PLAN, "%s:%d: study '%s': training sequence %d of %s is held-out sequence %d "
                            "of %s: the curve would be measured on what the gates were trained on (train on other "
-                           "sequences, or use split)", p->path, s->line, s->name, tr, s->train, hr, p->data);
+                           "sequences, or use split)", p->path, s->line, s->name, tr, s->gates.train, hr, p->data);
         }
         if (nomem) {
             hp_data_free(t);
@@ -360,13 +360,13 @@ enum hp_status hp_gates_data_load(const struct hp_plan *p, const char *metric, s
         }
     } else {
         const int n = (*data)->n_seqs;
-        const int n_train = s->split_count ? s->split_count : (int)fmax(1.0, round(s->split_frac * n));
+        const int n_train = s->gates.split_count ? s->gates.split_count : (int)fmax(1.0, round(s->gates.split_frac * n));
         if (n_train >= n) {
             char how[64];
-            if (s->split_count)
-                snprintf(how, sizeof how, "%d", s->split_count);
+            if (s->gates.split_count)
+                snprintf(how, sizeof how, "%d", s->gates.split_count);
             else
-                snprintf(how, sizeof how, "%g%% (%d)", 100 * s->split_frac, n_train);
+                snprintf(how, sizeof how, "%g%% (%d)", 100 * s->gates.split_frac, n_train);
             return hp_fail(err, HP_ERR_PLAN, "%s:%d: study '%s': split: %s of the %d sequences of %s leaves none to "
                            "evaluate on (train on fewer, or give 'train: FILE')", p->path, s->line, s->name, how, n,
                            p->data);

@@ -316,9 +316,9 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
 }
 
 /*
- * The pass's metrics of the chunk at s0 (nb sequences) from the LM head's
- * (lm_backward's per-row loss, KL and argmax), per sequence in token order
- * as reuse.c's are.
+ * The pass's metrics of the chunk at s0 (nb sequences): each scored row's
+ * facts from the LM head's (lm_backward's per-row loss, KL and argmax),
+ * scored by the metrics' rows, per sequence in token order as reuse.c's are.
  */
 static void record_lm(const struct hp_evaluator *ev, struct head_grad *hg, int s0, int nb)
 {
@@ -328,9 +328,10 @@ static void record_lm(const struct hp_evaluator *ev, struct head_grad *hg, int s
         double sum[HP_N_METRICS] = {0};
         int64_t nt = 0;
         for (; i < hg->n_sc && hg->sc_row[i] / T == b; i++, nt++) {
-            sum[HP_METRIC_LOSS] += hg->tl[i];
-            sum[HP_METRIC_ACC] += hg->arg[i] == hg->sc_y[i];
-            sum[HP_METRIC_KL] += hg->masked ? hg->tk[i] : 0; /* the unmasked model's KL to itself is 0, as reuse.c's */
+            /* the unmasked model's KL to itself is 0, as reuse.c's */
+            const struct hp_token_facts f = {.loss = hg->tl[i], .top1 = hg->arg[i] == hg->sc_y[i],
+                                             .kl = hg->masked ? hg->tk[i] : 0};
+            hp_metric_add_token(sum, &f);
         }
         hp_eval_record_seq(hg->mt, &hg->tot, s0 + b, sum, nt);
     }

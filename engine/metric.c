@@ -3,12 +3,15 @@
  * is taken out, the ablation methods, is ablation.c's table.)
  *
  * A metric's row (metric_int.h) is the one statement of its name, unit,
- * direction (which way is worse: hp_metric_sign, hp_metric_effect; sweep.c's
- * damage, the queries' effects and the store's effects view derive from it),
+ * direction (which way is worse: hp_metric_sign, hp_metric_effect; sweep_jobs.c's
+ * sw_damage, the queries' effects and the store's effects view derive from it),
  * baseline rule, how it is scored (per token from the logits, or per sequence
  * from pooled hidden states: what models have it) and reduced, and whether it
- * has a gradient. The evaluator scores the rows' metrics in its fused loops
- * (eval.c, reuse.c, grad.c) and carries them as arrays indexed by the metric;
+ * has a gradient. A token-scored row holds its scorer: the evaluator's paths
+ * (eval.c, reuse.c, grad.c) each fill one struct hp_token_facts per scored
+ * item in their fused loops and hand it to hp_metric_add_token, which adds
+ * every such row's score, so a metric scored from those facts is its row
+ * here. The evaluator carries the metrics as arrays indexed by the metric;
  * the store makes a column of each row (store.c); plans, digests, queries and
  * the CLI name and rank them through this file.
  *
@@ -25,18 +28,34 @@
 
 // --- metrics -------------------------------------------------------------------
 
+/* The token-scored metrics' scorers: an item's score from what its path knows of it. */
+static double score_loss(const struct hp_token_facts *f)
+{
+    return f->loss;
+}
+
+static double score_kl(const struct hp_token_facts *f)
+{
+    return f->kl;
+}
+
+static double score_acc(const struct hp_token_facts *f)
+{
+    return f->top1;
+}
+
 /* One row a metric: the only statement anywhere of its name, unit, which way is
  * worse, its baseline rule, how it is scored and reduced, and its gradient. */
 static const struct hp_metric_row metrics[] = {
     [HP_METRIC_LOSS] = {"loss", "loss", +1, "nats", "effect = loss - baseline loss (nats; larger = worse)",
-                        HP_BASELINE_VARIANT, HP_SCORE_TOKENS, HP_REDUCE_TOKENS, true, "loss"},
+                        HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_loss, HP_REDUCE_TOKENS, true, "loss"},
     [HP_METRIC_KL] = {"kl", "KL", +1, "nats",
                       "effect = the variant's KL(unmasked || masked) (nats; the baseline's is 0; larger = worse)",
-                      HP_BASELINE_UNMASKED, HP_SCORE_TOKENS, HP_REDUCE_TOKENS, true, "kl"},
+                      HP_BASELINE_UNMASKED, HP_SCORE_TOKENS, score_kl, HP_REDUCE_TOKENS, true, "kl"},
     [HP_METRIC_ACC] = {"acc", "accuracy", -1, "fraction correct", "effect = baseline acc - acc (larger = worse)",
-                       HP_BASELINE_VARIANT, HP_SCORE_TOKENS, HP_REDUCE_TOKENS, false, NULL},
+                       HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_acc, HP_REDUCE_TOKENS, false, NULL},
     [HP_METRIC_COS] = {"cos", "cosine", -1, "cosine similarity", "effect = baseline cos - cos (larger = worse)",
-                       HP_BASELINE_VARIANT, HP_SCORE_SEQS, HP_REDUCE_SEQS, true, "1 - cos"},
+                       HP_BASELINE_VARIANT, HP_SCORE_SEQS, NULL, HP_REDUCE_SEQS, true, "1 - cos"},
 };
 static_assert(sizeof metrics / sizeof metrics[0] == HP_N_METRICS, "a metric without its row");
 
@@ -62,7 +81,15 @@ HP_ALIAS(has, has_cos, HP_METRIC_COS);
 const struct hp_metric_row *hp_metric_row(enum hp_metric m)
 {
     assert((int)m >= 0 && (int)m < HP_N_METRICS);
+    assert((metrics[m].score == HP_SCORE_TOKENS) == (metrics[m].token != NULL)); /* a token scorer for each such row */
     return &metrics[m];
+}
+
+void hp_metric_add_token(double sum[HP_N_METRICS], const struct hp_token_facts *f)
+{
+    for (int k = 0; k < HP_N_METRICS; k++)
+        if (metrics[k].token)
+            sum[k] += metrics[k].token(f);
 }
 
 const char *hp_metric_name(enum hp_metric m)

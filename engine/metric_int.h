@@ -1,6 +1,7 @@
 /*
  * metric_int.h -- a metric's row (engine/metric.c), as the engine's modules
- * read it: the evaluator (which metrics a model has, how they reduce), the
+ * read it: the evaluator (which metrics a model has, how they reduce, and
+ * the facts of each scored token its paths hand the rows' scorers), the
  * gradient (whether one exists), the store (a column per row, the effects
  * view). The public names and rules are in headprune.h.
  */
@@ -30,6 +31,21 @@ enum hp_metric_reduce {
     HP_REDUCE_SEQS,   /* the mean over sequences of each sequence's score */
 };
 
+/*
+ * What an evaluation path knows of one scored item (a predicted or labelled
+ * token; a classified sequence is one item), all a token-scored metric is
+ * scored from. Every path that scores items (eval.c score_seq and
+ * hp_eval_score_cls, reuse.c score_lm, grad.c record_lm) fills every field,
+ * once per item, and hands it to hp_metric_add_token. A metric needing a fact
+ * not here adds it here and its computation to those paths.
+ */
+struct hp_token_facts {
+    double loss; /* the item's cross-entropy, lse(z) - z[target], nats */
+    bool top1;   /* the first index of the largest logit is the target */
+    double kl;   /* KL(unmasked || masked) of the item's distributions, nats; 0 when the variant is the unmasked
+                  * model (or compared with none) */
+};
+
 struct hp_metric_row {
     const char *name;   /* what plans, digests, the database's columns and the CLI write */
     const char *label;  /* in messages: "loss", "KL", "accuracy", "cosine" */
@@ -38,6 +54,8 @@ struct hp_metric_row {
     const char *effect; /* how a variant's effect is taken from it (queries' notes, the report's captions) */
     enum hp_metric_baseline baseline;
     enum hp_metric_score score;
+    double (*token)(const struct hp_token_facts *f); /* HP_SCORE_TOKENS: an item's score (summed, then reduced);
+                                                      * NULL for the others */
     enum hp_metric_reduce reduce;
     bool grad;            /* hp_evaluator_grad differentiates it */
     const char *grad_what; /* what the gradient is of, in messages ("1 - cos"); NULL without one */
@@ -45,5 +63,9 @@ struct hp_metric_row {
 
 /* The row of m, a value of the enum (asserted). Static. */
 const struct hp_metric_row *hp_metric_row(enum hp_metric m);
+
+/* Add the item f's score under every token-scored metric to sum (by enum hp_metric), each through its row's
+ * scorer; the other metrics' sums are left alone. A path calls it once per scored item, in item order. */
+void hp_metric_add_token(double sum[HP_N_METRICS], const struct hp_token_facts *f);
 
 #endif

@@ -11,7 +11,8 @@
  * one pass. The LM head is fused with the metrics: logits are made a
  * vocabulary block at a time and reduced on the fly to each scored row's
  * log-sum-exp, target logit, argmax and its dot product with the unmasked
- * model's probabilities (which gives KL), never held for a whole chunk.
+ * model's probabilities (which gives KL), never held for a whole chunk;
+ * from those, each row's facts (metric_int.h) that the metrics' rows score.
  * Memory is bounded by the chunk: the save, the unmasked probabilities of the
  * chunk's scored rows, and HP_REUSE_ROWS rows of workspace.
  *
@@ -24,6 +25,7 @@
 #include <string.h>
 
 #include "eval_priv.h"
+#include "metric_int.h"
 #include "util_int.h"
 #include "vmath_int.h"
 
@@ -48,7 +50,8 @@ struct hp_reuse {
     int *sc_row;             /* (batch * T) their row in the chunk */
     int32_t *sc_y;           /* (batch * T) their target */
     float *pb;               /* (n_sc, V) the unmasked model's exp(logit - max) */
-    double *b_c, *b_p, *b_lse, *b_tl, *b_ta; /* (batch * T) per scored row: sum q z, sum q, lse, loss, correct */
+    double *b_c, *b_p, *b_lse; /* (batch * T) per scored row: sum q z, sum q, lse */
+    struct hp_token_facts *b_f; /* (batch * T) per scored row: what is known of it on the unmasked pass */
     float *base_h;           /* (batch * T, d) unmasked final rows (encoders) */
     float *cls_base, *cls_z; /* (batch, n_labels), (max_blocks * batch, n_labels): classifier logits */
     float *hc;               /* (max_blocks * batch * T, d) gathered rows */
@@ -66,6 +69,7 @@ void hp_eval_reuse_free(struct hp_reuse *ru)
     free(ru->sc_y);
     free(ru->pb);
     free(ru->b_c);
+    free(ru->b_f);
     free(ru->base_h);
     free(ru->cls_base);
     free(ru->cls_z);
@@ -100,7 +104,8 @@ static struct hp_reuse *reuse_new(const struct hp_evaluator *ev, int want)
         ru->sc_row = malloc(R * sizeof(int));
         ru->sc_y = malloc(R * sizeof(int32_t));
         ru->pb = malloc(R * (size_t)in->n_vocab * sizeof(float));
-        ru->b_c = malloc(5 * R * sizeof(double));
+        ru->b_c = malloc(3 * R * sizeof(double));
+        ru->b_f = malloc(R * sizeof *ru->b_f);
         ru->lg = malloc(rows * (size_t)hp_eval_vocab_block(in->n_vocab) * sizeof(float));
         ru->st = malloc(rows * sizeof(struct lmrow));
     } else {
@@ -108,7 +113,7 @@ static struct hp_reuse *reuse_new(const struct hp_evaluator *ev, int want)
     }
     if (!ru->fwd || !ru->save_buf || !ru->hc ||
         (ev->has_cls    ? !ru->cls_base || !ru->cls_z
-         : ev->has_loss ? !ru->sc_row || !ru->sc_y || !ru->pb || !ru->b_c || !ru->lg || !ru->st
+         : ev->has_loss ? !ru->sc_row || !ru->sc_y || !ru->pb || !ru->b_c || !ru->b_f || !ru->lg || !ru->st
                         : !ru->base_h)) {
         hp_eval_reuse_free(ru);
         return NULL;
@@ -116,8 +121,6 @@ static struct hp_reuse *reuse_new(const struct hp_evaluator *ev, int want)
     if (ru->b_c) {
         ru->b_p = ru->b_c + R;
         ru->b_lse = ru->b_c + 2 * R;
-        ru->b_tl = ru->b_c + 3 * R;
-        ru->b_ta = ru->b_c + 4 * R;
     }
     ru->save.x = ru->save_buf; /* save.attn NULL: the resumed layer makes its output again from ctx */
     ru->save.ctx = ru->save_buf + L * R * d;
@@ -221,15 +224,15 @@ static void reuse_base(struct hp_evaluator *ev, struct hp_reuse *ru, int s0, int
         ru->b_lse[j] = lse;
         ru->b_c[j] = c;
         ru->b_p[j] = sp;
-        ru->b_tl[j] = (r->m + log(r->s)) - r->zt;
-        ru->b_ta[j] = r->arg == ru->sc_y[j];
+        ru->b_f[j] = (struct hp_token_facts){.loss = (r->m + log(r->s)) - r->zt, .top1 = r->arg == ru->sc_y[j], .kl = 0};
     }
 }
 
 /*
  * Add the scored rows of the chunk at s0 (nb sequences) to mt and tot, per
- * sequence in token order as the plain path does: from variant block v of
- * the last lm_rows, or with v < 0 from the unmasked pass.
+ * sequence in token order as the plain path does: each row's facts (from
+ * variant block v of the last lm_rows, or with v < 0 those kept from the
+ * unmasked pass, whose KL to itself is 0) scored by the metrics' rows.
  */
 static void score_lm(const struct hp_evaluator *ev, const struct hp_reuse *ru, int v, int s0, int nb,
                      struct hp_metrics *mt, struct hp_eval_totals *tot)
@@ -241,15 +244,14 @@ static void score_lm(const struct hp_evaluator *ev, const struct hp_reuse *ru, i
         int64_t nt = 0;
         for (; j < ru->n_sc && ru->sc_row[j] / T == b; j++, nt++) {
             if (v < 0) {
-                sum[HP_METRIC_LOSS] += ru->b_tl[j];
-                sum[HP_METRIC_ACC] += ru->b_ta[j];
+                hp_metric_add_token(sum, &ru->b_f[j]);
                 continue;
             }
             const struct lmrow *r = &ru->st[(size_t)v * ru->n_sc + j];
-            double lse = r->m + log(r->s);
-            sum[HP_METRIC_LOSS] += lse - r->zt;
-            sum[HP_METRIC_ACC] += r->arg == ru->sc_y[j];
-            sum[HP_METRIC_KL] += (ru->b_c[j] - r->dp) / ru->b_p[j] + (lse - ru->b_lse[j]);
+            const double lse = r->m + log(r->s);
+            const struct hp_token_facts f = {.loss = lse - r->zt, .top1 = r->arg == ru->sc_y[j],
+                                             .kl = (ru->b_c[j] - r->dp) / ru->b_p[j] + (lse - ru->b_lse[j])};
+            hp_metric_add_token(sum, &f);
         }
         hp_eval_record_seq(mt, tot, s0 + b, sum, nt);
     }

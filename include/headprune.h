@@ -754,6 +754,44 @@ const char *hp_study_kind_name(enum hp_study_kind k);
  * step's work depends on results before it, or it is one computation): the sweep and `slurm` both ask here. */
 bool hp_study_first_shard_only(enum hp_study_kind k);
 
+/* Each kind's own options (docs/plans.md), a struct a kind, nested in struct hp_study by the kind's name:
+ * s->random.samples, s->gates.lambda (explicit's: s->explicit_sets). Named structs, not a union: a study's other kinds' options stay
+ * zeroed, so a wrong-kind read gives 0 or NULL, never another kind's bits. */
+struct hp_study_random_opts {
+    int n_k;
+    int *k;      /* (n_k) numbers of units to ablate */
+    int samples; /* draws per k */
+};
+struct hp_study_explicit_opts {
+    int n;
+    char **names; /* (n) the sets' names */
+    char **specs; /* (n) their mask specs, as in --mask */
+};
+struct hp_study_iterative_opts {
+    double prune_frac;       /* fraction of ALL the study's units pruned per step (Michel et al.), in (0, 1) */
+    double floor_frac;       /* stop once at most this fraction of units remains, in [0, 1) */
+    bool keep_one_per_layer; /* never prune a layer's last unit */
+    enum hp_rank rank;       /* how each step ranks the units (default exact) */
+};
+struct hp_study_roles_opts {
+    int probe_seqs, probe_len; /* the induction probe's size (struct hp_roles_opts; 0 = the default) */
+};
+/* gates (docs/plans.md, "Gate training"): one gate a query head, trained with Adam on its log alpha
+ * for `steps` steps per penalty weight, on training data separate from the held-out set */
+struct hp_study_gates_opts {
+    int n_lambda;
+    double *lambda;     /* (n_lambda) L0 penalty weights, ascending, each >= 0 */
+    int steps;          /* Adam steps per lambda, >= 1 (default 300) */
+    double lr;          /* Adam's step size, > 0 (default 0.05) */
+    double beta;        /* the Hard Concrete temperature, > 0 (default 2/3) */
+    double init;        /* every head's log alpha at step 0 (default 3: every test-time gate open) */
+    uint64_t seed;      /* the noise's seed (default: the plan's seed) */
+    bool seed_set;      /* whether the study gave `seed:` (else seed follows the plan's) */
+    char *train;        /* training data, resolved against the plan file's folder; NULL with split */
+    double split_frac;  /* split: this fraction of the data's sequences (the last ones) trains, in (0, 1) ... */
+    int split_count;    /* ... or this many (0 when a fraction is given); the rest is the held-out set */
+};
+
 /* A unit is a query head, or with kv = true a KV group. */
 struct hp_study {
     enum hp_study_kind kind;
@@ -764,36 +802,15 @@ struct hp_study {
     int *layers;      /* (n_layers_sel) layers the study is narrowed to */
     int n_units_sel;  /* 0 = every head (or KV group) */
     int *units;       /* (n_units_sel) heads (or KV groups) narrowed to */
-    /* random */
-    int n_k;
-    int *k;           /* (n_k) numbers of units to ablate */
-    int samples;      /* draws per k */
-    /* explicit */
-    int n_sets;
-    char **set_names; /* (n_sets) */
-    char **set_specs; /* (n_sets) mask specs as in --mask */
-    /* iterative */
-    double prune_frac;       /* fraction of ALL the study's units pruned per step (Michel et al.), in (0, 1) */
-    double floor_frac;       /* stop once at most this fraction of units remains, in [0, 1) */
-    bool keep_one_per_layer; /* never prune a layer's last unit */
-    enum hp_rank rank;       /* iterative: how each step ranks the units (default exact) */
-    /* importance, and iterative with rank gradient: how scores are scaled (default layer) */
+    /* How gradient scores are scaled (default layer). Shared by two kinds, importance and iterative with
+     * rank: gradient, so it is no one kind's: a field here rather than a copy in each kind's struct. */
     enum hp_normalize normalize;
-    /* roles: the induction probe's size (struct hp_roles_opts; 0 = the default) */
-    int probe_seqs, probe_len;
-    /* gates (docs/plans.md, "Gate training"): one gate a query head, trained with Adam on its log alpha
-     * for `steps` steps per penalty weight, on training data separate from the held-out set */
-    int n_lambda;
-    double *lambda;     /* (n_lambda) L0 penalty weights, ascending, each >= 0 */
-    int steps;          /* Adam steps per lambda, >= 1 (default 300) */
-    double lr;          /* Adam's step size, > 0 (default 0.05) */
-    double beta;        /* the Hard Concrete temperature, > 0 (default 2/3) */
-    double init;        /* every head's log alpha at step 0 (default 3: every test-time gate open) */
-    uint64_t gate_seed; /* the noise's seed (default: the plan's seed) */
-    bool gate_seed_set; /* whether the study gave `seed:` (else gate_seed follows the plan's) */
-    char *train;        /* training data, resolved against the plan file's folder; NULL with split */
-    double split_frac;  /* split: this fraction of the data's sequences (the last ones) trains, in (0, 1) ... */
-    int split_count;    /* ... or this many (0 when a fraction is given); the rest is the held-out set */
+    /* the kind's own options: only s->kind's member is filled, the rest stay zeroed */
+    struct hp_study_random_opts random;
+    struct hp_study_explicit_opts explicit_sets; /* not `explicit`: this header is C++'s too */
+    struct hp_study_iterative_opts iterative;
+    struct hp_study_roles_opts roles;
+    struct hp_study_gates_opts gates;
 };
 
 struct hp_plan {

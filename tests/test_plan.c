@@ -327,32 +327,32 @@ Test(plan, study_options)
 
     s = &p->studies[3];
     cr_assert_eq(s->kind, HP_STUDY_RANDOM);
-    cr_assert_eq(s->n_k, 3);
-    cr_assert_eq(s->k[0], 2);
-    cr_assert_eq(s->k[1], 4);
-    cr_assert_eq(s->k[2], 8);
-    cr_assert_eq(s->samples, 5);
+    cr_assert_eq(s->random.n_k, 3);
+    cr_assert_eq(s->random.k[0], 2);
+    cr_assert_eq(s->random.k[1], 4);
+    cr_assert_eq(s->random.k[2], 8);
+    cr_assert_eq(s->random.samples, 5);
     cr_assert_not(s->kv);
     s = &p->studies[4];
-    cr_assert_eq(s->n_k, 1);
-    cr_assert_eq(s->k[0], 3);
-    cr_assert_eq(s->samples, 1);
+    cr_assert_eq(s->random.n_k, 1);
+    cr_assert_eq(s->random.k[0], 3);
+    cr_assert_eq(s->random.samples, 1);
 
     s = &p->studies[5];
-    cr_assert_eq(s->n_sets, 2);
-    cr_assert_str_eq(s->set_names[0], "early");
-    cr_assert_str_eq(s->set_specs[0], "0.*");
-    cr_assert_str_eq(s->set_names[1], "mix");
-    cr_assert_str_eq(s->set_specs[1], "1.3,kv:2.0");
+    cr_assert_eq(s->explicit_sets.n, 2);
+    cr_assert_str_eq(s->explicit_sets.names[0], "early");
+    cr_assert_str_eq(s->explicit_sets.specs[0], "0.*");
+    cr_assert_str_eq(s->explicit_sets.names[1], "mix");
+    cr_assert_str_eq(s->explicit_sets.specs[1], "1.3,kv:2.0");
 
     s = &p->studies[6];
-    cr_assert_float_eq(s->prune_frac, 0.1, 1e-15);
-    cr_assert_float_eq(s->floor_frac, 0.2, 1e-15);
-    cr_assert(s->keep_one_per_layer);
+    cr_assert_float_eq(s->iterative.prune_frac, 0.1, 1e-15);
+    cr_assert_float_eq(s->iterative.floor_frac, 0.2, 1e-15);
+    cr_assert(s->iterative.keep_one_per_layer);
     s = &p->studies[7];
-    cr_assert_float_eq(s->prune_frac, 0.05, 1e-15);
-    cr_assert_eq(s->floor_frac, 0.0);
-    cr_assert_not(s->keep_one_per_layer);
+    cr_assert_float_eq(s->iterative.prune_frac, 0.05, 1e-15);
+    cr_assert_eq(s->iterative.floor_frac, 0.0);
+    cr_assert_not(s->iterative.keep_one_per_layer);
 
     cr_assert_eq(p->studies[8].kind, HP_STUDY_PAIRS);
     cr_assert_eq(p->studies[9].kind, HP_STUDY_LAYER);
@@ -628,15 +628,15 @@ static char *listing(const struct hp_plan *p, const struct hp_joblist *jl)
         fprintf(f, "%s", s->n_units_sel ? "" : " all");
         if (s->kind == HP_STUDY_RANDOM) {
             fprintf(f, " k");
-            for (int j = 0; j < s->n_k; j++)
-                fprintf(f, "%s%d", j ? "," : " ", s->k[j]);
-            fprintf(f, " samples %d", s->samples);
+            for (int j = 0; j < s->random.n_k; j++)
+                fprintf(f, "%s%d", j ? "," : " ", s->random.k[j]);
+            fprintf(f, " samples %d", s->random.samples);
         }
-        for (int j = 0; j < s->n_sets; j++)
-            fprintf(f, " set %s=\"%s\"", s->set_names[j], s->set_specs[j]);
+        for (int j = 0; j < s->explicit_sets.n; j++)
+            fprintf(f, " set %s=\"%s\"", s->explicit_sets.names[j], s->explicit_sets.specs[j]);
         if (s->kind == HP_STUDY_ITERATIVE)
-            fprintf(f, " prune %g floor %g keep_one_per_layer %d", s->prune_frac, s->floor_frac,
-                    s->keep_one_per_layer);
+            fprintf(f, " prune %g floor %g keep_one_per_layer %d", s->iterative.prune_frac, s->iterative.floor_frac,
+                    s->iterative.keep_one_per_layer);
         fprintf(f, "\n");
     }
     fprintf(f, "ord study      label         k layer unit unit2 sample mask\n");
@@ -1218,11 +1218,11 @@ Test(plan, gradient_studies_load_with_defaults_and_options)
     cr_assert(s[2].kv);
     cr_assert_eq(s[3].kind, HP_STUDY_ATTRIBUTION);
     cr_assert_eq(s[3].n_units_sel, 2);
-    cr_assert_eq(s[4].rank, HP_RANK_GRADIENT);
+    cr_assert_eq(s[4].iterative.rank, HP_RANK_GRADIENT);
     cr_assert_eq(s[4].normalize, HP_NORMALIZE_LAYER);
     cr_assert_eq(s[5].normalize, HP_NORMALIZE_NONE);
-    cr_assert_eq(s[6].rank, HP_RANK_EXACT);
-    cr_assert_eq(s[7].rank, HP_RANK_EXACT, "rank defaults to exact");
+    cr_assert_eq(s[6].iterative.rank, HP_RANK_EXACT);
+    cr_assert_eq(s[7].iterative.rank, HP_RANK_EXACT, "rank defaults to exact");
     cr_assert_str_eq(hp_study_kind_name(HP_STUDY_IMPORTANCE), "importance");
     cr_assert_str_eq(hp_study_kind_name(HP_STUDY_ATTRIBUTION), "attribution");
     cr_assert_str_eq(hp_rank_name(HP_RANK_GRADIENT), "gradient");
@@ -1281,19 +1281,19 @@ Test(plan, gates_study_loads_with_defaults_and_options)
     const struct hp_study *s = &p->studies[1];
     cr_assert_eq(s->kind, HP_STUDY_GATES);
     cr_assert_str_eq(hp_study_kind_name(HP_STUDY_GATES), "gates");
-    cr_assert_eq(s->n_lambda, 3);
-    cr_assert(s->lambda[0] == 0 && s->lambda[1] == 0.01 && s->lambda[2] == 0.1, "lambdas sorted");
-    cr_assert_eq(s->steps, 300);
-    cr_assert_eq(s->lr, 0.05);
-    cr_assert_eq(s->beta, 2.0 / 3.0);
-    cr_assert_eq(s->init, 3.0);
-    cr_assert_eq(s->gate_seed, 9, "the plan's seed, even given after the studies");
-    cr_assert_eq(s->split_frac, 0.25);
-    cr_assert_eq(s->split_count, 0);
-    cr_assert_null(s->train);
+    cr_assert_eq(s->gates.n_lambda, 3);
+    cr_assert(s->gates.lambda[0] == 0 && s->gates.lambda[1] == 0.01 && s->gates.lambda[2] == 0.1, "lambdas sorted");
+    cr_assert_eq(s->gates.steps, 300);
+    cr_assert_eq(s->gates.lr, 0.05);
+    cr_assert_eq(s->gates.beta, 2.0 / 3.0);
+    cr_assert_eq(s->gates.init, 3.0);
+    cr_assert_eq(s->gates.seed, 9, "the plan's seed, even given after the studies");
+    cr_assert_eq(s->gates.split_frac, 0.25);
+    cr_assert_eq(s->gates.split_count, 0);
+    cr_assert_null(s->gates.train);
     const struct hp_study *g = &p->studies[2];
-    cr_assert(g->n_lambda == 1 && g->lambda[0] == 0.5 && g->steps == 10 && g->lr == 0.2 && g->beta == 0.33 &&
-              g->init == -1.5 && g->gate_seed == 5);
+    cr_assert(g->gates.n_lambda == 1 && g->gates.lambda[0] == 0.5 && g->gates.steps == 10 && g->gates.lr == 0.2 && g->gates.beta == 0.33 &&
+              g->gates.init == -1.5 && g->gates.seed == 5);
     struct hp_model_info info = tu_info(3, 4, 2);
     cr_assert_eq(hp_study_evals(s, &info), 6, "two evaluations a lambda");
     cr_assert_eq(hp_study_backwards(s, &info), 900, "a forward+backward a step");
@@ -1306,11 +1306,11 @@ Test(plan, gates_study_loads_with_defaults_and_options)
     p = load_text(HEAD "  - gates: {lambda: 1, train: sub/t.npy}\n");
     char want[256];
     snprintf(want, sizeof want, "%s/sub/t.npy", tmp);
-    cr_assert_str_eq(p->studies[1].train, want, "train resolves against the plan's folder");
+    cr_assert_str_eq(p->studies[1].gates.train, want, "train resolves against the plan's folder");
     hp_plan_free(p);
     p = load_text(HEAD "  - gates: {lambda: 1, split: 8}\n");
-    cr_assert_eq(p->studies[1].split_count, 8);
-    cr_assert_eq(p->studies[1].split_frac, 0);
+    cr_assert_eq(p->studies[1].gates.split_count, 8);
+    cr_assert_eq(p->studies[1].gates.split_frac, 0);
     hp_plan_free(p);
 }
 
@@ -1437,8 +1437,8 @@ Test(plan, roles_studies_load_and_expand_to_no_jobs)
     cr_assert_eq(p->n_studies, 3); // the inserted baseline first
     cr_assert_eq(p->studies[1].kind, HP_STUDY_ROLES);
     cr_assert_str_eq(hp_study_kind_name(HP_STUDY_ROLES), "roles");
-    cr_assert(p->studies[1].probe_len == 0 && p->studies[1].probe_seqs == 0, "the defaults are 0 (the engine's)");
-    cr_assert(p->studies[2].probe_len == 30 && p->studies[2].probe_seqs == 4);
+    cr_assert(p->studies[1].roles.probe_len == 0 && p->studies[1].roles.probe_seqs == 0, "the defaults are 0 (the engine's)");
+    cr_assert(p->studies[2].roles.probe_len == 30 && p->studies[2].roles.probe_seqs == 4);
     cr_assert(!hp_study_needs_grad(&p->studies[1]));
     struct hp_model_info info = tu_info(3, 4, 2); // 64 positions, 97 ids
     struct hp_joblist *jl = expand_ok(p, &info);

@@ -106,7 +106,7 @@ static void add_up(const struct planned *r, struct totals *t)
         t->backs += c.backwards;
         t->gate_steps += c.train_backwards;
         t->passes += c.passes;
-        t->split |= hp_study_trains(st) && !st->train;
+        t->split |= hp_study_trains(st) && !st->gates.train;
     }
 }
 

@@ -29,6 +29,7 @@ const struct hp_study_kind_row hp_study_attribution = {
     .name = "attribution",
     .units = true,
     .run = HP_STUDY_RUN_SCORES,
+    .score = HP_STUDY_SCORE_ATTRIBUTION,
     .first_shard_only = true,
     .backwards = backwards,
     .needs_grad = needs_grad,

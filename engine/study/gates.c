@@ -47,41 +47,41 @@ static enum hp_status parse_lambda(const struct hp_loader *ld, const yaml_node_t
         }
     }
     hp_qsort(xs, (size_t)n, sizeof *xs, cmp_double);
-    s->lambda = xs;
-    s->n_lambda = n;
+    s->gates.lambda = xs;
+    s->gates.n_lambda = n;
     return HP_OK;
 }
 
 static enum hp_status parse_steps(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
-    return hp_ld_int(ld, "'steps'", v, 1, "a positive integer", &s->steps);
+    return hp_ld_int(ld, "'steps'", v, 1, "a positive integer", &s->gates.steps);
 }
 
 static enum hp_status parse_lr(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
-    return hp_ld_number(ld, "lr", v, 0, true, "a positive number like 0.05", &s->lr);
+    return hp_ld_number(ld, "lr", v, 0, true, "a positive number like 0.05", &s->gates.lr);
 }
 
 static enum hp_status parse_beta(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
-    return hp_ld_number(ld, "beta", v, 0, true, "a positive number like 0.667", &s->beta);
+    return hp_ld_number(ld, "beta", v, 0, true, "a positive number like 0.667", &s->gates.beta);
 }
 
 static enum hp_status parse_init(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
-    return hp_ld_number(ld, "init", v, -HUGE_VAL, false, "a number like 3", &s->init);
+    return hp_ld_number(ld, "init", v, -HUGE_VAL, false, "a number like 3", &s->gates.init);
 }
 
 static enum hp_status parse_seed(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
-    enum hp_status st = hp_ld_seed(ld, "seed", v, &s->gate_seed);
-    s->gate_seed_set = st == HP_OK;
+    enum hp_status st = hp_ld_seed(ld, "seed", v, &s->gates.seed);
+    s->gates.seed_set = st == HP_OK;
     return st;
 }
 
 static enum hp_status parse_train(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
-    return hp_ld_path(ld, "train", v, &s->train);
+    return hp_ld_path(ld, "train", v, &s->gates.train);
 }
 
 // split: a fraction of the sequences (25% or 0.25) or a count of them (8).
@@ -92,7 +92,7 @@ static enum hp_status parse_split(const struct hp_loader *ld, const yaml_node_t 
         return hp_ld_fail(ld, v, "'split' must be %s, not %s", want, hp_yaml_type_word(v));
     int n = 0;
     if (hp_ld_scan_count(hp_yaml_text(v), &n)) {
-        s->split_count = n;
+        s->gates.split_count = n;
         return HP_OK;
     }
     const char *t = hp_yaml_text(v);
@@ -103,7 +103,7 @@ static enum hp_status parse_split(const struct hp_loader *ld, const yaml_node_t 
         if (percent)
             x /= 100.0;
         if (x > 0 && x < 1) {
-            s->split_frac = x;
+            s->gates.split_frac = x;
             return HP_OK;
         }
     }
@@ -120,16 +120,16 @@ static const struct hp_study_opt opts[N_OPTS] = {
 
 static void defaults(struct hp_study *s) /* docs/plans.md, "Gate training": why these */
 {
-    s->steps = 300;
-    s->lr = 0.05;
-    s->beta = 2.0 / 3.0;
-    s->init = 3.0;
+    s->gates.steps = 300;
+    s->gates.lr = 0.05;
+    s->gates.beta = 2.0 / 3.0;
+    s->gates.init = 3.0;
 }
 
 static void clear(struct hp_study *s)
 {
-    free(s->lambda);
-    free(s->train);
+    free(s->gates.lambda);
+    free(s->gates.train);
 }
 
 // --- checks ----------------------------------------------------------------------------
@@ -158,9 +158,9 @@ static enum hp_status check_earlier(const struct hp_loader *ld, const yaml_node_
         const struct hp_study *g = &p->studies[j];
         if (g->kind != HP_STUDY_GATES)
             continue;
-        bool same = g->train && s->train ? strcmp(g->train, s->train) == 0
-                                         : !g->train && !s->train && g->split_frac == s->split_frac &&
-                                               g->split_count == s->split_count;
+        bool same = g->gates.train && s->gates.train ? strcmp(g->gates.train, s->gates.train) == 0
+                                         : !g->gates.train && !s->gates.train && g->gates.split_frac == s->gates.split_frac &&
+                                               g->gates.split_count == s->gates.split_count;
         if (!same)
             return hp_ld_fail(ld, item, "gates studies '%s' (line %d) and '%s' train on different data (a plan has "
                               "one training set: give them the same 'train' or 'split')", g->name, g->line, s->name);
@@ -172,8 +172,8 @@ static enum hp_status check_earlier(const struct hp_loader *ld, const yaml_node_
 static enum hp_status check_plan(const struct hp_loader *ld, const struct hp_plan *p, struct hp_study *s,
                                  const yaml_node_t *metric, const yaml_node_t *ablation)
 {
-    if (!s->gate_seed_set)
-        s->gate_seed = p->seed;
+    if (!s->gates.seed_set)
+        s->gates.seed = p->seed;
     if (p->ablation != HP_ABLATE_ZERO)
         return hp_ld_fail(ld, ablation, "gates study '%s' (line %d) multiplies each head's output by its gate, so a "
                           "closed gate is zero ablation: it needs 'ablation: zero' (the default), not %s", s->name,
@@ -190,14 +190,14 @@ static enum hp_status check_plan(const struct hp_loader *ld, const struct hp_pla
 static long evals(const struct hp_study *s, const struct hp_model_info *info)
 {
     (void)info;
-    return 2L * s->n_lambda;
+    return 2L * s->gates.n_lambda;
 }
 
 /* one a training step, over the training set */
 static long backwards(const struct hp_study *s, const struct hp_model_info *info)
 {
     (void)info;
-    return (long)s->steps * s->n_lambda;
+    return (long)s->gates.steps * s->gates.n_lambda;
 }
 
 static void describe(const struct hp_study *s, const struct hp_model_info *info, const struct hp_study_cost *c,
@@ -206,7 +206,7 @@ static void describe(const struct hp_study *s, const struct hp_model_info *info,
     (void)info;
     /* a step differentiates the metric over the training set: kl and cos run the unmasked pass too */
     snprintf(buf, cap, "%d lambda%s x %d steps = %ld forward+backward passes over the training set (%s), then %ld "
-             "evaluations", s->n_lambda, s->n_lambda == 1 ? "" : "s", s->steps, c->train_backwards,
+             "evaluations", s->gates.n_lambda, s->gates.n_lambda == 1 ? "" : "s", s->gates.steps, c->train_backwards,
              strcmp(metric, "loss") == 0 ? "loss" : "with the unmasked pass", c->evals);
 }
 

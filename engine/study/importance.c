@@ -50,6 +50,7 @@ const struct hp_study_kind_row hp_study_importance = {
     .opts = opts,
     .n_opts = 1,
     .run = HP_STUDY_RUN_SCORES,
+    .score = HP_STUDY_SCORE_IMPORTANCE,
     .first_shard_only = true,
     .backwards = backwards,
     .needs_grad = needs_grad,

@@ -22,24 +22,24 @@ const char *hp_rank_name(enum hp_rank r)
 
 static enum hp_status parse_prune(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
-    return hp_ld_fraction(ld, "prune", v, true, &s->prune_frac);
+    return hp_ld_fraction(ld, "prune", v, true, &s->iterative.prune_frac);
 }
 
 static enum hp_status parse_floor(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
-    return hp_ld_fraction(ld, "floor", v, false, &s->floor_frac);
+    return hp_ld_fraction(ld, "floor", v, false, &s->iterative.floor_frac);
 }
 
 static enum hp_status parse_keep1(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
-    return hp_ld_bool(ld, "keep_one_per_layer", v, &s->keep_one_per_layer);
+    return hp_ld_bool(ld, "keep_one_per_layer", v, &s->iterative.keep_one_per_layer);
 }
 
 static enum hp_status parse_rank(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
     int i = 0;
     enum hp_status st = hp_ld_word(ld, "rank", v, rank_names, 2, &i);
-    s->rank = (enum hp_rank)i;
+    s->iterative.rank = (enum hp_rank)i;
     return st;
 }
 
@@ -55,7 +55,7 @@ static const struct hp_study_opt opts[N_OPTS] = {
 
 static enum hp_status check(const struct hp_loader *ld, const struct hp_study_seen *seen, struct hp_study *s)
 {
-    if (seen->opts[O_NORMALIZE] && s->rank != HP_RANK_GRADIENT)
+    if (seen->opts[O_NORMALIZE] && s->iterative.rank != HP_RANK_GRADIENT)
         return hp_ld_fail(ld, seen->opts[O_NORMALIZE], "'normalize' scales gradient importance: it applies to an "
                           "iterative study with rank: gradient (this one ranks by exact evaluations)");
     return HP_OK;
@@ -79,10 +79,10 @@ struct hp_iterative_schedule hp_study_schedule(const struct hp_study *s, const s
         n += k;
         layers += k > 0;
     }
-    struct hp_iterative_schedule sc = {n, layers, (int)fmax(1.0, round(s->prune_frac * n)),
-                                       (int)ceil(s->floor_frac * n - 1e-9)};
+    struct hp_iterative_schedule sc = {n, layers, (int)fmax(1.0, round(s->iterative.prune_frac * n)),
+                                       (int)ceil(s->iterative.floor_frac * n - 1e-9)};
     /* one unit a layer stays: the curve ends there, whatever the floor */
-    if (s->keep_one_per_layer && sc.floor_units < layers)
+    if (s->iterative.keep_one_per_layer && sc.floor_units < layers)
         sc.floor_units = layers;
     return sc;
 }
@@ -114,11 +114,11 @@ static long evals(const struct hp_study *s, const struct hp_model_info *info)
         int k = hp_iterative_step(&sc, left);
         if (k == 0)
             break;
-        if (s->rank == HP_RANK_GRADIENT || k == left) { /* a backward ranks them (backwards); or all go */
+        if (s->iterative.rank == HP_RANK_GRADIENT || k == left) { /* a backward ranks them (backwards); or all go */
             left -= k;
             continue;
         }
-        int at_last = s->keep_one_per_layer && 2 * sc.n_layers > left ? 2 * sc.n_layers - left : 0;
+        int at_last = s->iterative.keep_one_per_layer && 2 * sc.n_layers > left ? 2 * sc.n_layers - left : 0;
         n += left - at_last; /* the candidates */
         left -= k;
     }
@@ -130,7 +130,7 @@ static long evals(const struct hp_study *s, const struct hp_model_info *info)
  * (keep_one_per_layer only narrows the choice). */
 static long backwards(const struct hp_study *s, const struct hp_model_info *info)
 {
-    if (s->rank != HP_RANK_GRADIENT)
+    if (s->iterative.rank != HP_RANK_GRADIENT)
         return 0;
     struct hp_iterative_schedule sc = hp_study_schedule(s, info);
     long n = 0;
@@ -141,14 +141,14 @@ static long backwards(const struct hp_study *s, const struct hp_model_info *info
 
 static bool needs_grad(const struct hp_study *s)
 {
-    return s->rank == HP_RANK_GRADIENT;
+    return s->iterative.rank == HP_RANK_GRADIENT;
 }
 
 static void describe(const struct hp_study *s, const struct hp_model_info *info, const struct hp_study_cost *c,
                      const char *metric, char *buf, size_t cap)
 {
     (void)info, (void)metric;
-    if (s->rank == HP_RANK_GRADIENT)
+    if (s->iterative.rank == HP_RANK_GRADIENT)
         snprintf(buf, cap, "%ld evaluations + %ld forward+backward passes (ranked by gradient importance, "
                  "normalize %s)", c->evals, c->backwards, hp_normalize_name(s->normalize));
     else

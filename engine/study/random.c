@@ -17,22 +17,22 @@
 
 static enum hp_status parse_k(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
-    return hp_ld_int_list(ld, "k", v, 1, &s->k, &s->n_k);
+    return hp_ld_int_list(ld, "k", v, 1, &s->random.k, &s->random.n_k);
 }
 
 static enum hp_status parse_samples(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
-    return hp_ld_int(ld, "'samples'", v, 1, "a positive integer", &s->samples);
+    return hp_ld_int(ld, "'samples'", v, 1, "a positive integer", &s->random.samples);
 }
 
 static void defaults(struct hp_study *s)
 {
-    s->samples = 1;
+    s->random.samples = 1;
 }
 
 static void clear(struct hp_study *s)
 {
-    free(s->k);
+    free(s->random.k);
 }
 
 // --- draws -------------------------------------------------------------------------------
@@ -62,14 +62,14 @@ static void seed_draw(uint64_t s[4], uint64_t seed, const char *name, int k, int
 
 static int64_t count_jobs(const struct hp_expander *e)
 {
-    return (int64_t)e->s->n_k * e->s->samples;
+    return (int64_t)e->s->random.n_k * e->s->random.samples;
 }
 
 /* k's draws from the pool units[0..n) (indices i * n_sel + j), into jobs; pool: n entries of scratch */
 static enum hp_status draw_k(struct hp_expander *e, int k, const int *units, int *pool, int n)
 {
     enum hp_status st = HP_OK;
-    for (int smp = 0; st == HP_OK && smp < e->s->samples; smp++) {
+    for (int smp = 0; st == HP_OK && smp < e->s->random.samples; smp++) {
         uint64_t rng[4];
         seed_draw(rng, e->p->seed, e->s->name, k, smp);
         for (int i = 0; i < n; i++)
@@ -103,8 +103,8 @@ static enum hp_status expand(struct hp_expander *e)
     for (int i = 0; i < n_all; i++)
         if (hp_ex_live(e, i / e->n_sel, i % e->n_sel))
             units[n++] = i;
-    for (int ki = 0; st == HP_OK && ki < s->n_k; ki++) {
-        int k = s->k[ki];
+    for (int ki = 0; st == HP_OK && ki < s->random.n_k; ki++) {
+        int k = s->random.k[ki];
         if (k > n)
             st = hp_ex_fail(e, "k", k, NULL, "k = %d is more than the %d %s it draws from (%d layer%s x %d%s)", k, n,
                             s->kv ? "KV groups" : "heads", e->n_lay, e->n_lay == 1 ? "" : "s", e->n_sel,

@@ -9,13 +9,13 @@
 
 static enum hp_status parse_probe_seqs(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
-    return hp_ld_int(ld, "'probe_seqs'", v, 1, "a positive integer", &s->probe_seqs);
+    return hp_ld_int(ld, "'probe_seqs'", v, 1, "a positive integer", &s->roles.probe_seqs);
 }
 
 static enum hp_status parse_probe_len(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
     return hp_ld_int(ld, "'probe_len'", v, HP_ROLES_PROBE_MIN_LEN, "an integer of at least 8 (tokens a half)",
-                     &s->probe_len);
+                     &s->roles.probe_len);
 }
 
 static enum hp_status expand(struct hp_expander *e)
@@ -23,9 +23,9 @@ static enum hp_status expand(struct hp_expander *e)
     const struct hp_study *s = e->s;
     int seqs, len;
     struct hp_error why;
-    struct hp_roles_opts ro = {.probe_seqs = s->probe_seqs, .probe_len = s->probe_len};
+    struct hp_roles_opts ro = {.probe_seqs = s->roles.probe_seqs, .probe_len = s->roles.probe_len};
     if (hp_roles_probe_size(e->info, &ro, &seqs, &len, &why) != HP_OK)
-        return hp_ex_fail(e, s->probe_seqs > HP_ROLES_PROBE_MAX_SEQS ? "probe_seqs" : s->probe_len ? "probe_len" : NULL,
+        return hp_ex_fail(e, s->roles.probe_seqs > HP_ROLES_PROBE_MAX_SEQS ? "probe_seqs" : s->roles.probe_len ? "probe_len" : NULL,
                           0, NULL, "%s", why.msg);
     return HP_OK;
 }
@@ -35,7 +35,7 @@ static void describe(const struct hp_study *s, const struct hp_model_info *info,
 {
     (void)c, (void)metric;
     /* the probe's size as the sweep will take it (expansion has checked the model takes it) */
-    struct hp_roles_opts ro = {.probe_seqs = s->probe_seqs, .probe_len = s->probe_len};
+    struct hp_roles_opts ro = {.probe_seqs = s->roles.probe_seqs, .probe_len = s->roles.probe_len};
     struct hp_error why;
     int ps = 0, pl = 0;
     hp_roles_probe_size(info, &ro, &ps, &pl, &why);

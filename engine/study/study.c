@@ -50,6 +50,11 @@ enum hp_study_run hp_study_run_of(enum hp_study_kind k)
     return hp_study_kinds[k]->run;
 }
 
+enum hp_study_score hp_study_score_of(enum hp_study_kind k)
+{
+    return hp_study_kinds[k]->score;
+}
+
 long hp_study_evals(const struct hp_study *s, const struct hp_model_info *info)
 {
     const struct hp_study_kind_row *r = hp_study_kinds[s->kind];

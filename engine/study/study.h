@@ -11,15 +11,25 @@
 
 #include "headprune.h"
 
-/* The sweep's procedure a study kind runs besides its expanded jobs (sweep.c has one of each). */
+/* The sweep's procedure a study kind runs besides its expanded jobs (a row each in sweep.c's table, the
+ * procedure in engine/sweep_<procedure>.c). */
 enum hp_study_run {
     HP_STUDY_RUN_JOBS,      /* none: the expanded jobs are the study */
     HP_STUDY_RUN_SCORES,    /* one gradient at the unmasked model, into scores (before the jobs) */
     HP_STUDY_RUN_ITERATIVE, /* the pruning curve, step by step (after the jobs, as the rest) */
     HP_STUDY_RUN_ROLES,     /* every head's roles, one unmasked pass */
     HP_STUDY_RUN_GATES,     /* gate training per lambda, then its two evaluations */
+    HP_STUDY_RUN_COUNT      /* not a procedure: how many there are */
 };
 enum hp_study_run hp_study_run_of(enum hp_study_kind k);
+
+/* What a scores study (HP_STUDY_RUN_SCORES) scores each unit by, from the gradient at the unmasked model. */
+enum hp_study_score {
+    HP_STUDY_SCORE_NONE,        /* not a scores study */
+    HP_STUDY_SCORE_IMPORTANCE,  /* hp_importance: E|dL/dxi| over the sequences, scaled as s->normalize says */
+    HP_STUDY_SCORE_ATTRIBUTION, /* hp_attribution: the first-order estimate of each ablation's effect, unscaled */
+};
+enum hp_study_score hp_study_score_of(enum hp_study_kind k);
 
 /* What a study costs on a model, beyond the jobs it expands into. */
 struct hp_study_cost {

@@ -8,7 +8,8 @@
  * options it takes (besides name: and, for kinds over units, layers: /
  * heads: / groups: / kv:, which plan.c parses for every kind), how they are
  * parsed and checked, the jobs it expands into (mask kinds) or the sweep
- * procedure it names (procedure kinds; the procedures are sweep.c's), and
+ * procedure it names (procedure kinds; the procedures are the sweep's,
+ * engine/sweep_<procedure>.c), and
  * what it costs, with the sentence that says so.
  *
  * plan.c owns the YAML loader and the expansion's bookkeeping and lends the
@@ -18,7 +19,10 @@
  * A new mask kind is four files: its value in enum hp_study_kind
  * (headprune.h, before HP_STUDY_COUNT), its file here (single.c is the
  * model), its row in study.c's table, and that file in meson.build. Its own
- * options, if any, are fields of struct hp_study (headprune.h again).
+ * options, if any, are a struct of their own (struct hp_study_<kind>_opts,
+ * headprune.h again) nested in struct hp_study under the kind's name
+ * (s-><kind>.<option>): the kind's parse, defaults, check and clear hooks
+ * fill and free that member and no other.
  *
  * Must not: be included from outside the planner (plan.c and engine/study/)
  * but by tests; the sweep and the CLI see the kinds through study.h.
@@ -217,6 +221,7 @@ struct hp_study_kind_row {
     const char *many_key; /* the option an error about too many jobs points at (NULL: the study's line) */
     /* procedure kinds: what the sweep runs (HP_STUDY_RUN_JOBS: only the expanded jobs) */
     enum hp_study_run run;
+    enum hp_study_score score; /* HP_STUDY_RUN_SCORES: what it scores by */
     bool first_shard_only; /* its work depends on results before it, or is one computation */
 
     /* cost (NULL: none): hp_study_evals, hp_study_backwards and hp_study_needs_grad's answers */

@@ -60,7 +60,7 @@ static void expand(const struct hp_plan *p, const struct hp_model_info *info)
         FZ_CHECK(evals >= 0 && backs >= 0 &&
                      (backs == 0 || hp_study_needs_grad(&p->studies[i]) || p->studies[i].kind == HP_STUDY_GATES),
                  "study %d: %ld evaluations, %ld backwards", i, evals, backs);
-        if (p->studies[i].kind == HP_STUDY_ITERATIVE && p->studies[i].rank == HP_RANK_GRADIENT) {
+        if (p->studies[i].kind == HP_STUDY_ITERATIVE && p->studies[i].iterative.rank == HP_RANK_GRADIENT) {
             const struct hp_iterative_schedule g = hp_study_schedule(&p->studies[i], info);
             const long all_go = g.n_units > 0 && g.floor_units == 0;
             FZ_CHECK(backs == evals - 1 - all_go, "study %d: a gradient-ranked curve of %ld points%s has %ld backwards",

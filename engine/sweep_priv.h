@@ -1,0 +1,120 @@
+/*
+ * sweep_priv.h -- the sweep family's private insides, shared by engine/sweep*.c
+ * and by nothing else (others use hp_sweep_run, headprune.h).
+ *
+ * The family (SQLite's where*.c + whereInt.h): sweep.c is the entry
+ * (hp_sweep_run: opening the model, data, evaluators and store, the shard's
+ * expanded jobs, then each study's procedure from the table of procedures);
+ * sweep_jobs.c runs jobs and gradients into the store for all of them (the
+ * windows, the keys this run stored, progress, threads); one file a
+ * procedure, each exporting one row (struct sw_proc) the table points at:
+ * sweep_scores.c (HP_STUDY_RUN_SCORES), sweep_iterative.c
+ * (HP_STUDY_RUN_ITERATIVE), sweep_roles.c (HP_STUDY_RUN_ROLES),
+ * sweep_gates.c (HP_STUDY_RUN_GATES). Calls go one way: sweep.c -> the
+ * procedures -> sweep_jobs.c (and sweep.c -> sweep_jobs.c for the shard's
+ * jobs). Names shared across the family carry the
+ * prefix sw_; everything else in a file is static.
+ *
+ * A new procedure is its value in enum hp_study_run (engine/study/study.h,
+ * before HP_STUDY_RUN_COUNT), its file here exporting its row
+ * (sweep_roles.c is the smallest model), a pointer to that row in sweep.c's
+ * table (and its extern beside the others), and that file in meson.build.
+ *
+ * Must not: be included outside engine/sweep*.c; know any study kind by
+ * name (a procedure reads its study's options, s->kind's member of struct
+ * hp_study, and asks the kind's row through study.h for anything else).
+ */
+#ifndef HP_SWEEP_PRIV_H
+#define HP_SWEEP_PRIV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "headprune.h"
+#include "cpuload_int.h" /* struct hp_auto_threads */
+#include "hash_int.h"    /* HP_DIGEST_HEX */
+#include "store_int.h"   /* struct hp_store_metrics, struct hp_store_grad */
+
+/* One run of hp_sweep_run: what every procedure reads and counts into. */
+struct sw_ctx {
+    const struct hp_plan *plan;
+    enum hp_metric metric; /* plan->metric, resolved against the model */
+    const struct hp_sweep_opts *o;
+    struct hp_sweep_summary *sum;
+    struct hp_model *model;
+    const struct hp_model_info *info;
+    struct hp_data *data;
+    struct hp_evaluator *ev;
+    struct hp_data *train;         /* NULL, or the gates studies' training set */
+    struct hp_evaluator *train_ev; /* ... and its evaluator */
+    struct hp_store *store;
+    char model_digest[HP_DIGEST_HEX], data_digest[HP_DIGEST_HEX], plan_digest[HP_DIGEST_HEX];
+    int64_t sweep_id;
+    int64_t total, done; /* total: the plan's estimate for this shard, iterative evaluations included */
+    double t0;
+    double eval_seconds; /* spent evaluating windows, the measure of the rate */
+    int64_t evaluated;   /* jobs those windows evaluated */
+    /* threads: fixed (o->threads > 0), or matched to the idle CPUs between windows */
+    bool auto_threads;
+    int threads;
+    struct hp_auto_threads load; /* with auto_threads: the load other processes make */
+    /* keys this run stored: a job found among them repeats one of this plan, rather than an earlier run's */
+    char (*put)[HP_DIGEST_HEX];
+    size_t put_cap, put_n;
+};
+
+// --- a procedure's row (each defined in its file; sweep.c's table points at them) -----------
+
+struct sw_proc {
+    /* study si's procedure (NULL: none, the expanded jobs are the study); ord: the next job's place in the
+     * sweep, advanced past the jobs it records */
+    enum hp_status (*run)(struct sw_ctx *c, int si, int64_t *ord, struct hp_error *err);
+    bool before_jobs; /* runs before the shard's expanded jobs (its unmasked pass is also the baseline's), else
+                       * after them, as its work depends on their results */
+};
+
+// --- running jobs (sweep_jobs.c) -----------------------------------------------------------
+
+/*
+ * Evaluate n jobs (or find them finished) and record them in the sweep, in
+ * windows of o->batch (see sweep_jobs.c). ords[i] is job i's place in the
+ * sweep; kind: the sweep_jobs kind (NULL: the study's kind name); res (NULL
+ * or (n)) receives the metrics. Stops between windows when asked to.
+ */
+enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct hp_job *jobs, int n,
+                           const char *kind, struct hp_store_metrics *res, struct hp_error *err);
+/* One job (or a procedure's step) done: the count and the progress callback. */
+void sw_job_done(struct sw_ctx *c, const struct hp_job *job);
+bool sw_stopping(const struct sw_ctx *c);
+/* The plan's metric as damage: its value signed so that larger = worse. */
+double sw_damage(const struct sw_ctx *c, const struct hp_store_metrics *m);
+/* Whether v is in list (n); n == 0: every v is (a study's layers: / heads: not given). */
+bool sw_selected(int n, const int *list, int v);
+
+/* The keys this run stored: a result found among them repeats one of this plan's. sw_key_add: false when out
+ * of memory (the count is then only less precise). c->put is freed by hp_sweep_run. */
+bool sw_key_seen(const struct sw_ctx *c, const char *key);
+bool sw_key_add(struct sw_ctx *c, const char *key);
+
+/* Threads: the first choice (o->threads, or matched to idle CPUs), then as many as other processes leave idle,
+ * between windows (sw_adapt_threads) and between the evaluator's chunks (sw_on_evaluator_progress, user: c). */
+void sw_start_threads(struct sw_ctx *c);
+void sw_adapt_threads(struct sw_ctx *c);
+void sw_on_evaluator_progress(void *user, int done, int total);
+
+/* A gradient's arrays for the model and data, (n_layers, n_heads) and (n_seqs, n_layers, n_heads).
+ * sw_grad_buf_init: false when out of memory; sw_grad_buf_free frees them (also after a failed init, or a
+ * zeroed buffer). */
+struct sw_grad_buf {
+    struct hp_store_grad g;
+    char key[HP_DIGEST_HEX];
+};
+bool sw_grad_buf_init(struct sw_grad_buf *b, const struct sw_ctx *c);
+void sw_grad_buf_free(struct sw_grad_buf *b);
+/* The gradient of the loss at mask's gates into b: found in the store, or computed and stored (sweep_jobs.c).
+ * job names the study (and step) for progress. */
+enum hp_status sw_gradient_at(struct sw_ctx *c, const struct hp_mask *mask, struct sw_grad_buf *b,
+                              const struct hp_job *job, struct hp_error *err);
+
+#endif
