@@ -6,18 +6,6 @@
  */
 #include "study_int.h"
 
-static long backwards(const struct hp_study *s, const struct hp_model_info *info)
-{
-    (void)s, (void)info;
-    return 1;
-}
-
-static bool needs_grad(const struct hp_study *s)
-{
-    (void)s;
-    return true;
-}
-
 static void describe(const struct hp_study *s, const struct hp_model_info *info, const struct hp_study_cost *c,
                      const char *metric, char *buf, size_t cap)
 {
@@ -31,7 +19,7 @@ const struct hp_study_kind_row hp_study_attribution = {
     .run = HP_STUDY_RUN_SCORES,
     .score = HP_STUDY_SCORE_ATTRIBUTION,
     .first_shard_only = true,
-    .backwards = backwards,
-    .needs_grad = needs_grad,
+    .backwards = hp_study_one_backward,
+    .needs_grad = hp_study_always_grad,
     .describe = describe,
 };

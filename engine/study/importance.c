@@ -22,18 +22,6 @@ enum hp_status hp_study_parse_normalize(const struct hp_loader *ld, const yaml_n
     return st;
 }
 
-static long backwards(const struct hp_study *s, const struct hp_model_info *info)
-{
-    (void)s, (void)info;
-    return 1;
-}
-
-static bool needs_grad(const struct hp_study *s)
-{
-    (void)s;
-    return true;
-}
-
 static void describe(const struct hp_study *s, const struct hp_model_info *info, const struct hp_study_cost *c,
                      const char *metric, char *buf, size_t cap)
 {
@@ -52,7 +40,7 @@ const struct hp_study_kind_row hp_study_importance = {
     .run = HP_STUDY_RUN_SCORES,
     .score = HP_STUDY_SCORE_IMPORTANCE,
     .first_shard_only = true,
-    .backwards = backwards,
-    .needs_grad = needs_grad,
+    .backwards = hp_study_one_backward,
+    .needs_grad = hp_study_always_grad,
     .describe = describe,
 };

@@ -4,15 +4,6 @@
  */
 #include "study_int.h"
 
-static int64_t count_jobs(const struct hp_expander *e)
-{
-    int64_t n = 0;
-    for (int i = 0; i < e->n_lay; i++)
-        for (int j = 0; j < e->n_sel; j++)
-            n += hp_ex_live(e, i, j);
-    return n;
-}
-
 static enum hp_status expand(struct hp_expander *e)
 {
     enum hp_status st = HP_OK;
@@ -34,6 +25,6 @@ static enum hp_status expand(struct hp_expander *e)
 const struct hp_study_kind_row hp_study_only = {
     .name = "only",
     .units = true,
-    .count_jobs = count_jobs,
+    .count_jobs = hp_ex_count_live,
     .expand = expand,
 };

@@ -166,6 +166,16 @@ static inline bool hp_ex_live(const struct hp_expander *e, int i, int j)
     return !hp_unit_pruned(e->info, e->s->kv, e->lay[i], e->sel[j]);
 }
 
+/* Selected units of every selected layer the checkpoint has: the jobs of a kind with one a unit (single, only). */
+static inline int64_t hp_ex_count_live(const struct hp_expander *e)
+{
+    int64_t n = 0;
+    for (int i = 0; i < e->n_lay; i++)
+        for (int j = 0; j < e->n_sel; j++)
+            n += hp_ex_live(e, i, j);
+    return n;
+}
+
 /* Units of a layer the checkpoint has (all of them but for a pruned checkpoint). */
 static inline int hp_ex_live_in_layer(const struct hp_expander *e, int layer)
 {
@@ -243,6 +253,11 @@ static inline const struct hp_study_kind_row *hp_study_row(enum hp_study_kind k)
 }
 
 // --- shared between kinds -------------------------------------------------------------
+
+/* The cost of a kind scored from one gradient at the unmasked model (importance, attribution, study.c):
+ * one forward+backward pass, always. */
+long hp_study_one_backward(const struct hp_study *s, const struct hp_model_info *info);
+bool hp_study_always_grad(const struct hp_study *s);
 
 /* normalize: (importance.c) read by importance and by iterative with rank: gradient */
 enum hp_status hp_study_parse_normalize(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s);
