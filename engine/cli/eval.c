@@ -121,16 +121,17 @@ struct eval_out {
     int n_abl;
 };
 
-/* o's fields, one a metric mt has, named by its row (ppl after loss); variant_only: only the metrics measured
- * against a baseline variant, not those against the unmasked model already (kl). */
-static void add_metrics(cJSON *o, const struct hp_metrics *mt, bool variant_only)
+/* o's fields, one a metric mt has, named by its row (ppl after loss): its value, or with base its change from
+ * base's; variant_only: only the metrics measured against a baseline variant, not those against the unmasked
+ * model already (kl, 0 there). */
+static void add_metrics(cJSON *o, const struct hp_metrics *mt, const struct hp_metrics *base, bool variant_only)
 {
     for (int k = 0; k < HP_N_METRICS; k++) {
         if (!mt->has[k] || (variant_only && hp_metric_row((enum hp_metric)k)->baseline != HP_BASELINE_VARIANT))
             continue;
-        cJSON_AddNumberToObject(o, hp_metric_name((enum hp_metric)k), mt->value[k]);
+        cJSON_AddNumberToObject(o, hp_metric_name((enum hp_metric)k), mt->value[k] - (base ? base->value[k] : 0));
         if (k == HP_METRIC_LOSS)
-            cJSON_AddNumberToObject(o, "ppl", mt->ppl);
+            cJSON_AddNumberToObject(o, "ppl", mt->ppl - (base ? base->ppl : 0));
     }
 }
 
@@ -158,16 +159,10 @@ static void print_eval_json(const struct eval_args *a, const struct eval_out *r)
     cJSON_AddNumberToObject(o, "n_heads_present", n_present);
     /* every metric the model has, by its row's name (ppl beside loss); the unmasked values and the change for
      * those measured against a baseline variant (kl is against the unmasked model already: 0 there) */
-    add_metrics(o, mt, false);
+    add_metrics(o, mt, NULL, false);
     if (base) {
-        cJSON *u = cJSON_AddObjectToObject(o, "unmasked"), *dl = cJSON_AddObjectToObject(o, "change");
-        add_metrics(u, base, true);
-        for (int k = 0; k < HP_N_METRICS; k++)
-            if (mt->has[k] && hp_metric_row((enum hp_metric)k)->baseline == HP_BASELINE_VARIANT) {
-                cJSON_AddNumberToObject(dl, hp_metric_name((enum hp_metric)k), mt->value[k] - base->value[k]);
-                if (k == HP_METRIC_LOSS)
-                    cJSON_AddNumberToObject(dl, "ppl", mt->ppl - base->ppl);
-            }
+        add_metrics(cJSON_AddObjectToObject(o, "unmasked"), base, NULL, true);
+        add_metrics(cJSON_AddObjectToObject(o, "change"), mt, base, true);
     }
     if (want_grad) {
         cJSON_AddStringToObject(o, "grad_metric", hp_metric_name(grad_metric));
