@@ -1061,3 +1061,110 @@ Test(data, json_is_parsed_in_one_place)
     pclose(p);
     cr_assert_eq(n, 0, "cJSON parsed outside engine/json.c (use hp_json_parse):\n%s", out);
 }
+
+// --- task rows (docs/tasks.md) -----------------------------------------------
+
+// Ids task rows of different lengths: padded right under the mask, the answer position the prompt's last token,
+// answer, wrong and corrupt per row; blank lines keep the line numbers.
+Test(data, task_ids_rows_are_padded_with_answers)
+{
+    const char *p = write_text("t.jsonl",
+                               "{\"prompt_ids\": [5, 6, 7], \"answer_id\": 8, \"wrong_id\": 9, \"corrupt_ids\": [5, 6, 1]}\n"
+                               "\n"
+                               "{\"prompt_ids\": [3], \"answer_id\": 4, \"wrong_id\": 2, \"corrupt_ids\": [1]}\n");
+    struct hp_data *d;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_data_load(p, 0, &d, &err), HP_OK, "%s", err.msg);
+    const int32_t ids[] = {5, 6, 7, 3, 0, 0}, cor[] = {5, 6, 1, 1, 0, 0};
+    const uint8_t mask[] = {1, 1, 1, 1, 0, 0};
+    expect_ids(d, 2, 3, ids);
+    cr_assert_not_null(d->task);
+    cr_assert_arr_eq(d->attn_mask, mask, sizeof mask);
+    cr_assert_arr_eq(d->task->corrupt, cor, sizeof cor);
+    cr_assert_eq(d->task->pos[0], 2);
+    cr_assert_eq(d->task->pos[1], 0);
+    cr_assert_eq(d->task->answer[0], 8);
+    cr_assert_eq(d->task->answer[1], 4);
+    cr_assert_eq(d->task->wrong[0], 9);
+    cr_assert_eq(d->task->wrong[1], 2);
+    cr_assert_eq(d->task->line[1], 3);
+    cr_assert_null(d->labels);
+    hp_data_free(d);
+
+    // without wrong and corrupt: NULL; seq_len given pads to it
+    p = write_text("t2.jsonl", "{\"prompt_ids\": [5, 6], \"answer_id\": 8}\n");
+    cr_assert_eq(hp_data_load(p, 4, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(d->seq_len, 4);
+    cr_assert_null(d->task->wrong);
+    cr_assert_null(d->task->corrupt);
+    cr_assert_eq(d->task->pos[0], 1);
+    hp_data_free(d);
+}
+
+Test(data, task_bad_rows_are_refused_naming_the_line)
+{
+    expect_fail(write_text("a.jsonl", "{\"prompt_ids\": [1], \"answer_id\": 2}\n[1, 2]\n"), 0, HP_ERR_FORMAT,
+                ":2: line is not a JSON object");
+    expect_fail(write_text("b.jsonl", "{\"prompt_ids\": [1, 2]}\n"), 0, HP_ERR_FORMAT, ":1: task row has no \"answer\"");
+    expect_fail(write_text("c.jsonl", "{\"prompt_ids\": [], \"answer_id\": 2}\n"), 0, HP_ERR_SHAPE,
+                ":1: \"prompt_ids\" is empty");
+    expect_fail(write_text("d.jsonl", "{\"prompt_ids\": [1, 2], \"answer_id\": 2, \"corrupt_ids\": [1]}\n"), 0,
+                HP_ERR_SHAPE, ":1: the prompt is 2 tokens but the corrupt prompt is 1");
+    expect_fail(write_text("e.jsonl", "{\"prompt_ids\": [1, 2], \"answer_id\": 2}\n{\"ids\": [1, 2]}\n"), 0,
+                HP_ERR_FORMAT, ":2: row has no \"prompt\" or \"prompt_ids\" but line 1 is a task row");
+    expect_fail(write_text("f.jsonl", "{\"ids\": [1, 2]}\n{\"prompt_ids\": [1, 2], \"answer_id\": 2}\n"), 0,
+                HP_ERR_FORMAT, ":2: a task row (with \"prompt\" or \"prompt_ids\") but line 1 is not");
+    expect_fail(write_text("g.jsonl", "{\"prompt_ids\": [1, 2, 3], \"answer_id\": 2}\n"), 2, HP_ERR_SHAPE,
+                ":1: the prompt is 3 tokens, more than seq_len 2");
+    expect_fail(write_text("h.jsonl", "{\"prompt_ids\": [1], \"answer_id\": 2, \"wrong_id\": 3}\n"
+                                      "{\"prompt_ids\": [1], \"answer_id\": 2}\n"),
+                0, HP_ERR_FORMAT, ":2: row has no a wrong answer (\"wrong\" or \"wrong_id\") but line 1 does");
+    expect_fail(write_text("i.jsonl", "{\"prompt_ids\": [1], \"answer_id\": 2}\n"
+                                      "{\"prompt_ids\": [1], \"answer_id\": 2, \"corrupt_ids\": [4]}\n"),
+                0, HP_ERR_FORMAT, ":2: row has a corrupt prompt (\"corrupt\" or \"corrupt_ids\") but line 1 does not");
+    expect_fail(write_text("j.jsonl", "{\"prompt_ids\": [1, -1], \"answer_id\": 2}\n"), 0, HP_ERR_FORMAT,
+                ":1: \"prompt_ids\"[1] is not a token id");
+    expect_fail(write_text("k.jsonl", "{\"prompt_ids\": [1], \"answer_id\": 2.5}\n"), 0, HP_ERR_FORMAT,
+                ":1: \"answer_id\" is not a token id");
+    expect_fail(write_text("l.jsonl", "{\"prompt_ids\": [1], \"answer_id\": 2, \"answer\": \" x\"}\n"), 0,
+                HP_ERR_FORMAT, ":1: row has both \"answer\" and \"answer_id\"");
+    expect_fail(write_text("m.jsonl", "{\"prompt_ids\": [1], \"prompt\": \"a\", \"answer_id\": 2}\n"), 0,
+                HP_ERR_FORMAT, ":1: row has both \"prompt\" and \"prompt_ids\"");
+    // text needs the model's tokenizer: hp_data_load has none
+    expect_fail(write_text("n.jsonl", "{\"prompt_ids\": [1], \"answer\": \" x\"}\n"), 0, HP_ERR_ARG,
+                ":1: \"answer\" is text, which needs the model's tokenizer");
+    expect_fail(write_text("o.jsonl", "{\"prompt_ids\": [1], \"answer_id\": 2, \"special\": 1}\n"), 0,
+                HP_ERR_FORMAT, ":1: \"special\" is not true or false");
+    expect_fail(write_text("p.jsonl", "{\"prompt_ids\": 3, \"answer_id\": 2}\n"), 0, HP_ERR_FORMAT,
+                ":1: \"prompt_ids\" is not a list of token ids");
+}
+
+// The vocabulary check names the row's line, for prompts, answers, wrong answers and corrupt prompts.
+Test(data, task_ids_outside_the_vocabulary_are_refused)
+{
+    static const char *const rows[][2] = {
+        {"{\"prompt_ids\": [1, 20], \"answer_id\": 2}", "prompt token 20"},
+        {"{\"prompt_ids\": [1, 2], \"answer_id\": 10}", "answer 10"},
+        {"{\"prompt_ids\": [1, 2], \"answer_id\": 3, \"wrong_id\": 11}", "wrong answer 11"},
+        {"{\"prompt_ids\": [1, 2], \"answer_id\": 3, \"corrupt_ids\": [1, 12]}", "corrupt prompt's token 12"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        char name[32], text[256];
+        snprintf(name, sizeof name, "v%zu.jsonl", i);
+        /* a good first row, so the bad one is on line 2 */
+        const char *good = strstr(rows[i][0], "wrong") ? "{\"prompt_ids\": [1], \"answer_id\": 3, \"wrong_id\": 4}"
+                           : strstr(rows[i][0], "corrupt") ? "{\"prompt_ids\": [1], \"answer_id\": 3, \"corrupt_ids\": [4]}"
+                                                             : "{\"prompt_ids\": [1], \"answer_id\": 3}";
+        snprintf(text, sizeof text, "%s\n%s\n", good, rows[i][0]);
+        const char *p = write_text(name, text);
+        struct hp_data *d;
+        struct hp_error err = {{0}};
+        cr_assert_eq(hp_data_load(p, 0, &d, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(hp_data_check_vocab(d, 10, &err), HP_ERR_ARG, "%s accepted", rows[i][0]);
+        char want[128];
+        snprintf(want, sizeof want, "%s:2: %s is outside the vocabulary", p, rows[i][1]);
+        cr_assert_not_null(strstr(err.msg, want), "message lacks \"%s\": %s", want, err.msg);
+        cr_assert_eq(hp_data_check_vocab(d, 200, &err), HP_OK, "%s", err.msg);
+        hp_data_free(d);
+    }
+}
