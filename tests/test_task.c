@@ -1,0 +1,267 @@
+/*
+ * test_task.c -- task rows (docs/tasks.md) are scored at their answer position.
+ *
+ * The second code path is the labels form of the same rows: ids = prompt +
+ * [answer], labels -100 everywhere but the last real position, which holds
+ * the answer (a causal model's position t is scored against labels[t + 1]).
+ * loss, acc and the scored-item count must agree to 1e-12 on gpt2-tiny and
+ * llama-gqa (GQA), unmasked and masked, on the plain path, the reuse path
+ * (hp_evaluator_run_many) and the gradient path (hp_evaluator_grad: value and
+ * gradient); and the reuse path agrees with the plain path. Task rows on an
+ * encoder are refused when bound. Under mean ablation (whose means are over
+ * the real tokens, one more per row in the labels form) only reuse against
+ * plain is checked.
+ */
+#define _DEFAULT_SOURCE
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "headprune.h"
+#include "testutil.h"
+
+static char tmp[64];
+
+static void setup(void)
+{
+    tu_mkdtemp(tmp, sizeof tmp, "task");
+}
+
+static void teardown(void)
+{
+    tu_rmrf(tmp);
+}
+
+TestSuite(task, .init = setup, .fini = teardown);
+
+#define N_ROWS 6
+
+/* Rows of lengths 2..7 with ids from a fixed LCG in [1, 97), written as a task file (task.jsonl, with wrong
+ * and corrupt) and as the labels form (labels.jsonl, one longer). */
+static void write_pair(char *task, char *labels, size_t n)
+{
+    snprintf(task, n, "%s/task.jsonl", tmp);
+    snprintf(labels, n, "%s/labels.jsonl", tmp);
+    FILE *ft = fopen(task, "w"), *fl = fopen(labels, "w");
+    cr_assert(ft && fl);
+    uint32_t x = 12345;
+#define NEXT() ((x = x * 1103515245u + 12345u), (int)(1 + (x >> 16) % 96))
+    int longest = N_ROWS + 1, T = longest + 1;
+    for (int r = 0; r < N_ROWS; r++) {
+        int len = 2 + r, p[16];
+        for (int i = 0; i < len; i++)
+            p[i] = NEXT();
+        int answer = NEXT(), wrong = NEXT();
+        fprintf(ft, "{\"prompt_ids\": [");
+        for (int i = 0; i < len; i++)
+            fprintf(ft, "%s%d", i ? ", " : "", p[i]);
+        fprintf(ft, "], \"answer_id\": %d, \"wrong_id\": %d, \"corrupt_ids\": [", answer, wrong);
+        for (int i = 0; i < len; i++)
+            fprintf(ft, "%s%d", i ? ", " : "", i == len - 1 ? wrong : p[i]);
+        fprintf(ft, "]}\n");
+        fprintf(fl, "{\"ids\": [");
+        for (int i = 0; i < T; i++)
+            fprintf(fl, "%s%d", i ? ", " : "", i < len ? p[i] : i == len ? answer : 0);
+        fprintf(fl, "], \"labels\": [");
+        for (int i = 0; i < T; i++)
+            fprintf(fl, "%s%d", i ? ", " : "", i == len ? answer : -100);
+        fprintf(fl, "], \"attention_mask\": [");
+        for (int i = 0; i < T; i++)
+            fprintf(fl, "%s%d", i ? ", " : "", i <= len);
+        fprintf(fl, "]}\n");
+    }
+#undef NEXT
+    fclose(ft);
+    fclose(fl);
+}
+
+struct run {
+    struct hp_model *m;
+    struct hp_data *d;
+    struct hp_evaluator *ev;
+};
+
+static void open_run(struct run *r, const char *model, const char *data, int seq_len)
+{
+    char dir[1024];
+    struct hp_error err = {0};
+    snprintf(dir, sizeof dir, "%s/%s", getenv("HP_FIXTURES"), model);
+    cr_assert_eq(hp_model_open(dir, &r->m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(data, seq_len, &r->d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(r->m, r->d, &r->ev, &err), HP_OK, "%s", err.msg);
+}
+
+static void close_run(struct run *r)
+{
+    hp_evaluator_free(r->ev);
+    hp_data_free(r->d);
+    hp_model_close(r->m);
+}
+
+static void near(double a, double b, double tol, const char *what, const char *model, const char *mask)
+{
+    cr_assert(isfinite(a) && isfinite(b) && fabs(a - b) <= tol, "%s, mask '%s': %s %.17g vs %.17g (diff %.3g, tol %g)",
+              model, mask, what, a, b, fabs(a - b), tol);
+}
+
+/* plain and reuse metrics of the two data forms, and the gradient's value and gradient, all within 1e-12 */
+static void compare_forms(const char *model, int task_seq_len)
+{
+    char task[1024], labels[1024];
+    write_pair(task, labels, sizeof task);
+    struct run a, b;
+    open_run(&a, model, task, task_seq_len);
+    open_run(&b, model, labels, 0);
+    cr_assert_not_null(a.d->task);
+    const struct hp_model_info *in = hp_model_get_info(a.m);
+    static const char *const specs[] = {"", "0.1", "1.0,2.3", "0.0,0.1,1.2,2.1"};
+    enum { NS = sizeof specs / sizeof *specs };
+    struct hp_mask *mk[NS];
+    struct hp_error err = {0};
+    for (int i = 0; i < NS; i++)
+        cr_assert_eq(hp_mask_parse(specs[i], false, in, &mk[i], &err), HP_OK, "%s", err.msg);
+    /* zero ablation only: mean ablation's means are over the real tokens, and the labels form has one more
+     * per row (the answer), so its means differ by design */
+    {
+        enum hp_ablation ab = HP_ABLATE_ZERO;
+        struct hp_metrics *ra[NS], *rb[NS];
+        cr_assert_eq(hp_evaluator_run_many(a.ev, (const struct hp_mask *const *)mk, NS, ab, ra, &err), HP_OK, "%s",
+                     err.msg);
+        cr_assert_eq(hp_evaluator_run_many(b.ev, (const struct hp_mask *const *)mk, NS, ab, rb, &err), HP_OK, "%s",
+                     err.msg);
+        hp_evaluator_set_plain(a.ev, true);
+        hp_evaluator_set_plain(b.ev, true);
+        for (int i = 0; i < NS; i++) {
+            struct hp_metrics *pa, *pb;
+            cr_assert_eq(hp_evaluator_run(a.ev, mk[i], ab, &pa, &err), HP_OK, "%s", err.msg);
+            cr_assert_eq(hp_evaluator_run(b.ev, mk[i], ab, &pb, &err), HP_OK, "%s", err.msg);
+            cr_assert_eq(pa->n_tokens, N_ROWS, "%s: %lld scored items, want one per row", model,
+                         (long long)pa->n_tokens);
+            cr_assert_eq(pb->n_tokens, N_ROWS);
+            cr_assert_eq(ra[i]->n_tokens, N_ROWS);
+            near(pa->loss, pb->loss, 1e-12, "plain loss", model, specs[i]);
+            near(pa->acc, pb->acc, 1e-12, "plain acc", model, specs[i]);
+            near(pa->kl, pb->kl, 1e-12, "plain kl", model, specs[i]);
+            near(ra[i]->loss, rb[i]->loss, 1e-12, "reuse loss", model, specs[i]);
+            near(ra[i]->acc, rb[i]->acc, 1e-12, "reuse acc", model, specs[i]);
+            for (int s = 0; s < N_ROWS; s++) {
+                near(pa->seq_loss[s], pb->seq_loss[s], 1e-12, "a row's plain loss", model, specs[i]);
+                near(ra[i]->seq_loss[s], rb[i]->seq_loss[s], 1e-12, "a row's reuse loss", model, specs[i]);
+            }
+            /* reuse against plain: up to float rounding, as test_reuse.c holds them */
+            near(ra[i]->loss, pa->loss, 1e-6, "reuse vs plain loss", model, specs[i]);
+            near(ra[i]->acc, pa->acc, 1e-12, "reuse vs plain acc", model, specs[i]);
+            hp_metrics_free(pa);
+            hp_metrics_free(pb);
+            hp_metrics_free(ra[i]);
+            hp_metrics_free(rb[i]);
+        }
+        hp_evaluator_set_plain(a.ev, false);
+        hp_evaluator_set_plain(b.ev, false);
+        for (int i = 0; i < NS; i++) {
+            int H = in->n_layers * in->n_heads;
+            double ga[64], gb[64], va, vb;
+            cr_assert_leq(H, 64);
+            cr_assert_eq(hp_evaluator_grad(a.ev, HP_METRIC_LOSS, mk[i], ab, ga, NULL, &va, &err), HP_OK, "%s",
+                         err.msg);
+            cr_assert_eq(hp_evaluator_grad(b.ev, HP_METRIC_LOSS, mk[i], ab, gb, NULL, &vb, &err), HP_OK, "%s",
+                         err.msg);
+            near(va, vb, 1e-12, "gradient pass loss", model, specs[i]);
+            for (int h = 0; h < H; h++)
+                near(ga[h], gb[h], 1e-12, "dloss/dgate", model, specs[i]);
+        }
+    }
+    /* mean ablation (means over the task rows' real tokens): the reuse path agrees with the plain path */
+    struct hp_metrics *rm[NS];
+    cr_assert_eq(hp_evaluator_run_many(a.ev, (const struct hp_mask *const *)mk, NS, HP_ABLATE_MEAN, rm, &err), HP_OK,
+                 "%s", err.msg);
+    hp_evaluator_set_plain(a.ev, true);
+    for (int i = 0; i < NS; i++) {
+        struct hp_metrics *pm;
+        cr_assert_eq(hp_evaluator_run(a.ev, mk[i], HP_ABLATE_MEAN, &pm, &err), HP_OK, "%s", err.msg);
+        near(rm[i]->loss, pm->loss, 1e-6, "mean-ablated reuse vs plain loss", model, specs[i]);
+        near(rm[i]->acc, pm->acc, 1e-12, "mean-ablated reuse vs plain acc", model, specs[i]);
+        cr_assert_eq(pm->n_tokens, N_ROWS);
+        hp_metrics_free(pm);
+        hp_metrics_free(rm[i]);
+    }
+    for (int i = 0; i < NS; i++)
+        hp_mask_free(mk[i]);
+    close_run(&a);
+    close_run(&b);
+}
+
+Test(task, answer_position_scores_as_the_labels_form_gpt2)
+{
+    compare_forms("gpt2-tiny", N_ROWS + 2);
+    compare_forms("gpt2-tiny", 0);
+}
+
+Test(task, answer_position_scores_as_the_labels_form_llama_gqa)
+{
+    compare_forms("llama-gqa", N_ROWS + 2);
+    compare_forms("llama-gqa", 0);
+}
+
+Test(task, task_rows_on_an_encoder_are_refused_at_bind)
+{
+    char task[1024], labels[1024], dir[1024];
+    write_pair(task, labels, sizeof task);
+    snprintf(dir, sizeof dir, "%s/bert-mlm", getenv("HP_FIXTURES"));
+    struct hp_model *m;
+    struct hp_data *d;
+    struct hp_evaluator *ev = NULL;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(task, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_neq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "task rows bound to an encoder");
+    cr_assert_null(ev);
+    cr_assert(strncmp(err.msg, task, strlen(task)) == 0 && strstr(err.msg, "need a causal LM") &&
+                  !strchr(err.msg, '\n'),
+              "%s", err.msg);
+    hp_data_free(d);
+    hp_model_close(m);
+}
+
+/* The number after "key": in a JSON text, as written (the CLI prints doubles round-trip exact). */
+static void json_field(const char *json, const char *key, char *out, size_t n)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(json, k);
+    cr_assert_not_null(p, "no %s in %s", key, json);
+    p += strlen(k);
+    size_t i = 0;
+    while (p[i] && p[i] != ',' && p[i] != '}' && i + 1 < n)
+        i++;
+    memcpy(out, p, i);
+    out[i] = 0;
+}
+
+/* headprune eval --json: the same loss and acc from both forms (masked and not); an encoder: exit 1, one line */
+Test(task, eval_cli_scores_the_answer_and_refuses_an_encoder)
+{
+    char task[1024], labels[1024], args[4096], out[2][8192], err[4096];
+    write_pair(task, labels, sizeof task);
+    static const char *const masks[] = {"", "--mask 1.2,2.0"};
+    for (int k = 0; k < 2; k++) {
+        for (int f = 0; f < 2; f++) {
+            snprintf(args, sizeof args, "eval --model '%s/llama-gqa' --data '%s' %s --json", getenv("HP_FIXTURES"),
+                     f ? labels : task, masks[k]);
+            cr_assert_eq(tu_headprune(NULL, args, tmp, out[f], sizeof out[f], err, sizeof err), 0, "%s", err);
+        }
+        static const char *const keys[] = {"loss", "acc", "kl"};
+        for (int i = 0; i < 3; i++) {
+            char a[64], b[64];
+            json_field(out[0], keys[i], a, sizeof a);
+            json_field(out[1], keys[i], b, sizeof b);
+            cr_assert(fabs(strtod(a, NULL) - strtod(b, NULL)) <= 1e-12, "eval %s: %s %s (task) vs %s (labels)",
+                      masks[k], keys[i], a, b);
+        }
+    }
+    snprintf(args, sizeof args, "eval --model '%s/bert-mlm' --data '%s'", getenv("HP_FIXTURES"), task);
+    cr_assert_eq(tu_headprune(NULL, args, tmp, NULL, 0, err, sizeof err), 1);
+    cr_assert(strstr(err, "need a causal LM") && strchr(err, '\n') == err + strlen(err) - 1, "%s", err);
+}
