@@ -253,7 +253,9 @@ enum hp_status hp_data_load(const char *path, int seq_len, struct hp_data **out,
  * (documents separated by blank lines, each with the tokenizer's special
  * tokens, packed into rows of seq_len, which is then required) and .jsonl
  * with "text" (or "text_a"/"text_b" pairs; one padded row each, cut to
- * seq_len when it is given). Files of ids go to hp_data_load. info (may be
+ * seq_len when it is given), and task rows whose first row has a text
+ * field (docs/tasks.md: prompts without special tokens unless "special",
+ * one-token answers). Files of ids go to hp_data_load. info (may be
  * NULL) is the model's: a tokenizer that can make ids its embedding does not
  * have is refused.
  *
