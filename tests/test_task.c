@@ -8,13 +8,16 @@
  * llama-gqa (GQA), unmasked and masked, on the plain path, the reuse path
  * (hp_evaluator_run_many) and the gradient path (hp_evaluator_grad: value and
  * gradient); and the reuse path agrees with the plain path. Task rows on an
- * encoder are refused when bound. Under mean ablation (whose means are over
+ * encoder are refused when bound. A plan over task rows stores what the
+ * plain path gives. The data digest covers the task fields and leaves other
+ * data's digest as main's build gave it. Under mean ablation (whose means are over
  * the real tokens, one more per row in the labels form) only reuse against
  * plain is checked.
  */
 #define _DEFAULT_SOURCE
 #include <criterion/criterion.h>
 #include <math.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -330,4 +333,53 @@ Test(task, digest_of_other_data_is_unchanged)
         digest_of(path, hex);
         cr_assert_str_eq(hex, want[i][1], "%s digests to %s, was %s", want[i][0], hex, want[i][1]);
     }
+}
+
+/* The reuse path through a plan: `headprune run` of a single-head study over task rows stores, for every
+ * variant, the loss and acc the plain path gives (1e-6: float rounding, as test_reuse.c holds them), one
+ * scored item per row. */
+Test(task, a_plan_over_task_rows_stores_what_the_plain_path_gives)
+{
+    char task[1024], labels[1024], plan[1100], db[1100], args[4096], err[4096];
+    write_pair(task, labels, sizeof task);
+    snprintf(plan, sizeof plan, "%s/plan.yaml", tmp);
+    snprintf(db, sizeof db, "%s/task.db", tmp);
+    char yaml[4096];
+    snprintf(yaml, sizeof yaml, "name: task\nmodel: %s/llama-gqa\ndata: %s\nmetric: loss\nstudies:\n  - single\n",
+             getenv("HP_FIXTURES"), task);
+    tu_spit(plan, yaml, strlen(yaml));
+    snprintf(args, sizeof args, "run '%s' --db '%s' --quiet --threads 1", plan, db);
+    cr_assert_eq(tu_headprune(NULL, args, tmp, NULL, 0, err, sizeof err), 0, "%s", err);
+
+    struct run a;
+    open_run(&a, "llama-gqa", task, 0);
+    hp_evaluator_set_plain(a.ev, true);
+    const struct hp_model_info *in = hp_model_get_info(a.m);
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT v.mask_text, r.loss, r.acc, r.n_tokens FROM results r JOIN variants v "
+                                       "ON v.id = r.variant_id",
+                                    -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(h));
+    int n = 0;
+    struct hp_error e = {0};
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *mask = (const char *)sqlite3_column_text(st, 0);
+        struct hp_mask *mk;
+        struct hp_metrics *mt;
+        cr_assert_eq(hp_mask_parse(mask ? mask : "", false, in, &mk, &e), HP_OK, "%s", e.msg);
+        cr_assert_eq(hp_evaluator_run(a.ev, mk, HP_ABLATE_ZERO, &mt, &e), HP_OK, "%s", e.msg);
+        near(sqlite3_column_double(st, 1), mt->loss, 1e-6, "stored vs plain loss", "llama-gqa", mask ? mask : "");
+        near(sqlite3_column_double(st, 2), mt->acc, 1e-12, "stored vs plain acc", "llama-gqa", mask ? mask : "");
+        cr_assert_eq(sqlite3_column_int64(st, 3), N_ROWS, "mask %s: %lld scored items", mask,
+                     (long long)sqlite3_column_int64(st, 3));
+        hp_metrics_free(mt);
+        hp_mask_free(mk);
+        n++;
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    cr_assert_geq(n, in->n_layers * in->n_heads, "only %d results stored", n);
+    close_run(&a);
 }
