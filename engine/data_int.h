@@ -1,4 +1,4 @@
-/* data_int.h -- what data.c shares with text.c. */
+/* data_int.h -- what data.c shares with text.c, and task.c's task rows (docs/tasks.md) that both feed. */
 #ifndef HP_DATA_INT_H
 #define HP_DATA_INT_H
 

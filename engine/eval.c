@@ -2,7 +2,9 @@
  * eval.c -- evaluate masked variants on a held-out set and reduce to metrics.
  *
  * Owns the pairing of a model with data: validation of one against the
- * other, the unmasked reference each variant is compared with (KL, cosine),
+ * other, which position is scored with which target (hp_eval_target_at: a
+ * causal LM's next token, a label, or a task row's answer at its answer
+ * position), the unmasked reference each variant is compared with (KL, cosine),
  * readying an ablation (its row's prepare step, ablation.c, run once on
  * first use), and the per-sequence and whole-set metrics (carried by metric,
  * each scored item's facts scored, reduced and checked as each metric's row

@@ -1349,3 +1349,37 @@ Test(data, task_text_bad_rows_are_refused_naming_the_line)
     expect_task_text_fail(write_text("i.jsonl", "{\"prompt\": \"a\", \"answer\": \" the\"}\n7\n"), 2, HP_ERR_FORMAT,
                           "line is not a JSON object");
 }
+
+// "special": true encodes the prompt with the tokenizer's template (sp-bpe's <s> first), as Hugging Face's
+// ids_special for the same corpus line; without it, the plain ids. The answer position is the last token.
+Test(data, task_text_special_adds_the_template_tokens)
+{
+    char tok[1024], path[2048];
+    snprintf(tok, sizeof tok, "%s/tokenizers/sp-bpe", getenv("HP_FIXTURES"));
+    snprintf(path, sizeof path, "%s/expected.json", tok);
+    cJSON *exp = read_json(path);
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(exp, "cases"), 0);
+    const char *line = corpus_line(cJSON_GetObjectItem(c0, "line")->valueint);
+    for (int special = 0; special < 2; special++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "prompt", line);
+        cJSON_AddNumberToObject(o, "answer_id", 5);
+        cJSON_AddBoolToObject(o, "special", special);
+        char *s = cJSON_PrintUnformatted(o);
+        const char *p = write_text(special ? "sp1.jsonl" : "sp0.jsonl", s);
+        free(s);
+        cJSON_Delete(o);
+        const cJSON *want = cJSON_GetObjectItem(c0, special ? "ids_special" : "ids");
+        int n = cJSON_GetArraySize(want);
+        struct hp_data *d;
+        struct hp_error err = {{0}};
+        cr_assert_eq(hp_data_load_for(p, tok, NULL, 0, &d, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(d->seq_len, n, "special %d: %d tokens, want %d", special, d->seq_len, n);
+        for (int t = 0; t < n; t++)
+            cr_assert_eq(d->ids[t], cJSON_GetArrayItem(want, t)->valueint, "special %d, token %d", special, t);
+        cr_assert_eq(d->task->pos[0], n - 1);
+        cr_assert_eq(d->task->answer[0], 5);
+        hp_data_free(d);
+    }
+    cJSON_Delete(exp);
+}
