@@ -383,3 +383,34 @@ Test(task, a_plan_over_task_rows_stores_what_the_plain_path_gives)
     cr_assert_geq(n, in->n_layers * in->n_heads, "only %d results stored", n);
     close_run(&a);
 }
+
+/* A gates study's split keeps the task: the held-out and training rows carry their answers, so every stored
+ * result scores one item per held-out row (not every next token of the prompts). */
+Test(task, a_gates_split_keeps_the_answers)
+{
+    char task[1024], labels[1024], plan[1100], db[1100], args[4096], err[4096];
+    write_pair(task, labels, sizeof task);
+    snprintf(plan, sizeof plan, "%s/gates.yaml", tmp);
+    snprintf(db, sizeof db, "%s/gates.db", tmp);
+    char yaml[4096];
+    snprintf(yaml, sizeof yaml,
+             "name: task-gates\nmodel: %s/gpt2-tiny\ndata: %s\nmetric: loss\nstudies:\n  - single\n"
+             "  - gates: {lambda: [0.01], split: 2, steps: 2}\n",
+             getenv("HP_FIXTURES"), task);
+    tu_spit(plan, yaml, strlen(yaml));
+    snprintf(args, sizeof args, "run '%s' --db '%s' --quiet --threads 1", plan, db);
+    cr_assert_eq(tu_headprune(NULL, args, tmp, NULL, 0, err, sizeof err), 0, "%s", err);
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT count(*), min(n_tokens), max(n_tokens), min(n_seqs), max(n_seqs) "
+                                       "FROM results", -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(h));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_gt(sqlite3_column_int(st, 0), 0);
+    for (int c = 1; c <= 4; c++)
+        cr_assert_eq(sqlite3_column_int(st, c), N_ROWS - 2, "column %d: %d, want %d held-out rows, one item each", c,
+                     sqlite3_column_int(st, c), N_ROWS - 2);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+}
