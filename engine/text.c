@@ -597,6 +597,9 @@ static bool cache_read(const char *cpath, const char *path, struct hp_data **out
         for (int i = 0, k = ok ? task_rows(d, r) : 0; i < k; i++)
             ok = ok && fread(r[i], 4, rows, f) == rows;
         ok = ok && (!d->task->corrupt || fread(d->task->corrupt, 4, n, f) == n);
+        for (size_t r = 0; ok && r < rows; r++) /* an answer position the rows have, at a real token */
+            ok = d->task->pos[r] >= 0 && d->task->pos[r] < head[1] && d->attn_mask &&
+                 d->attn_mask[r * (size_t)head[1] + (size_t)d->task->pos[r]];
     }
     ok = ok && fgetc(f) == EOF && payload_sum(d) == sum;
     fclose(f);
