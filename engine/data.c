@@ -132,6 +132,7 @@ void hp_data_free(struct hp_data *d)
     free(d->attn_mask);
     free(d->type_ids);
     free(d->seq_labels);
+    hp_task_free(d->task);
     free(d->path);
     free(d);
 }
@@ -811,6 +812,8 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
     }
 
     struct jl j = {.path = s->path, .seq_len = seq_len, .max_rows = (int)rows, .size = size};
+    struct hp_task_rows tr = {.path = s->path, .seq_len = seq_len};
+    bool task = false; // the first row's kind: task rows or rows of ids
     char *p = buf, *end = buf + size;
     while (p < end) {
         char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -839,7 +842,16 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
                           "must be one JSON object)", s->path, j.line, col);
                 break;
             }
-            st = jl_row(&j, obj, err);
+            if (j.n_rows == 0 && tr.n == 0)
+                task = hp_task_row_is(obj);
+            if (task)
+                st = hp_task_rows_add(&tr, obj, j.line, NULL, err);
+            else if (hp_task_row_is(obj))
+                st = hp_fail(err, HP_ERR_FORMAT, "%s:%d: a task row (with \"prompt\" or \"prompt_ids\") but line "
+                             "%d is not (a file holds task rows or other rows, not both)", s->path, j.line,
+                             j.first_line);
+            else
+                st = jl_row(&j, obj, err);
             cJSON_Delete(obj);
             if (st)
                 break;
@@ -847,6 +859,12 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
         p = le + 1;
     }
     free(buf);
+    if (task) {
+        if (!st)
+            st = hp_data_from_task_rows(&tr, 0, out, err);
+        hp_task_rows_free(&tr);
+        return st;
+    }
     if (!st && j.n_rows == 0)
         st = hp_fail(err, HP_ERR_FORMAT, "%s: no rows (expected one {\"ids\": [...]} object "
                   "per line)", s->path);
@@ -857,6 +875,23 @@ static enum hp_status load_jsonl(struct src *s, int seq_len, struct hp_data **ou
     j.d->n_seqs = j.n_rows;
     *out = j.d;
     return HP_OK;
+}
+
+enum hp_status hp_data_from_task_rows(const struct hp_task_rows *r, int32_t pad, struct hp_data **out,
+                                      struct hp_error *err)
+{
+    *out = NULL;
+    if (r->n == 0)
+        return hp_fail(err, HP_ERR_FORMAT, "%s: no rows (expected one task row {\"prompt\": ..., \"answer\": ...} "
+                       "per line)", r->path);
+    struct hp_data *d;
+    enum hp_status st = hp_data_alloc(r->path, r->n, hp_task_rows_len(r), false, true, false, &d, err);
+    if (st == HP_OK && (st = hp_task_rows_fill(r, pad, d, err)) != HP_OK) {
+        hp_data_free(d);
+        d = NULL;
+    }
+    *out = d;
+    return st;
 }
 
 // --- public ------------------------------------------------------------------
@@ -891,6 +926,32 @@ enum hp_status hp_data_load(const char *path, int seq_len, struct hp_data **out,
     return st;
 }
 
+/* A task's prompts, answers, wrong answers and corrupt prompts in [0, n_vocab), naming the row's line. */
+static enum hp_status check_task_vocab(const struct hp_data *d, int n_vocab, struct hp_error *err)
+{
+    const struct hp_task *k = d->task;
+    for (int s = 0; k && s < d->n_seqs; s++) {
+        const char *what = NULL;
+        int32_t v = 0;
+        if (k->answer[s] < 0 || k->answer[s] >= n_vocab)
+            what = "answer", v = k->answer[s];
+        else if (k->wrong && (k->wrong[s] < 0 || k->wrong[s] >= n_vocab))
+            what = "wrong answer", v = k->wrong[s];
+        for (int t = 0; !what && t <= k->pos[s]; t++) {
+            v = d->ids[(size_t)s * d->seq_len + t];
+            what = v < 0 || v >= n_vocab ? "prompt token" : NULL;
+        }
+        for (int t = 0; !what && k->corrupt && t <= k->pos[s]; t++) {
+            v = k->corrupt[(size_t)s * d->seq_len + t];
+            what = v < 0 || v >= n_vocab ? "corrupt prompt's token" : NULL;
+        }
+        if (what)
+            return hp_fail(err, HP_ERR_ARG, "%s:%d: %s %d is outside the vocabulary (model has %d tokens)", d->path,
+                           (int)k->line[s], what, (int)v, n_vocab);
+    }
+    return HP_OK;
+}
+
 enum hp_status hp_data_check_vocab(const struct hp_data *d, int n_vocab,
                                    struct hp_error *err)
 {
@@ -898,6 +959,8 @@ enum hp_status hp_data_check_vocab(const struct hp_data *d, int n_vocab,
     if (n_vocab < 1)
         return hp_fail(err, HP_ERR_ARG, "%s: vocabulary size %d is invalid (the model must "
                     "have at least one token)", d->path, n_vocab);
+    if (d->task)
+        return check_task_vocab(d, n_vocab, err);
     size_t n = (size_t)d->n_seqs * (size_t)d->seq_len;
     for (size_t i = 0; i < n; i++)
         if (d->ids[i] < 0 || d->ids[i] >= n_vocab)

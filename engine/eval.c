@@ -2,7 +2,9 @@
  * eval.c -- evaluate masked variants on a held-out set and reduce to metrics.
  *
  * Owns the pairing of a model with data: validation of one against the
- * other, the unmasked reference each variant is compared with (KL, cosine),
+ * other, which position is scored with which target (hp_eval_target_at: a
+ * causal LM's next token, a label, or a task row's answer at its answer
+ * position), the unmasked reference each variant is compared with (KL, cosine),
  * readying an ablation (its row's prepare step, ablation.c, run once on
  * first use), and the per-sequence and whole-set metrics (carried by metric,
  * each scored item's facts scored, reduced and checked as each metric's row
@@ -32,6 +34,9 @@
 enum hp_status hp_eval_check_data(const struct hp_model *m, const struct hp_data *d, struct hp_error *err)
 {
     const struct hp_model_info *in = &m->info;
+    if (d->task && !in->causal)
+        return hp_fail(err, HP_ERR_ARG, "%s: task rows (a prompt and its answer) need a causal LM, but %s is an "
+                       "encoder (give a GPT-2 or Llama-style model)", d->path, in->model_type);
     if (d->seq_len > in->n_ctx)
         return hp_fail(err, HP_ERR_SHAPE, "%s: sequences of %d tokens exceed the model's %d positions (use a shorter --seq-len)",
                        d->path, d->seq_len, in->n_ctx);
@@ -392,10 +397,17 @@ static const float *baseline_output(struct hp_evaluator *ev, int s, int nb, cons
     return ev->out_b;
 }
 
-/* The token position t is scored against *target, or not at all. */
+/* The token position t is scored against *target, or not at all. Task rows (docs/tasks.md, causal only: bound
+ * by hp_eval_check_data) score one position, the answer's. */
 bool hp_eval_target_at(const struct hp_data *d, bool causal, int s, int t, int32_t *target)
 {
     size_t row = (size_t)s * d->seq_len;
+    if (d->task) {
+        if (!causal || t != d->task->pos[s])
+            return false;
+        *target = d->task->answer[s];
+        return true;
+    }
     if (causal) {
         if (t + 1 >= d->seq_len)
             return false;

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "data_int.h" /* hp_task_alloc: a task's rows taken with their answers */
 #include "eval_int.h" /* the evaluator's model and data */
 #include "job_int.h"
 #include "study/study.h" /* hp_study_trains: the studies that train on the plan's training set */
@@ -251,6 +252,17 @@ static struct hp_data *take_rows(const struct hp_data *d, int r0, int n, bool na
     TAKE(type_ids, T)
     TAKE(seq_labels, 1)
 #undef TAKE
+    const struct hp_task *k = d->task;
+    if (ok && k && (ok = hp_task_alloc(o, k->wrong != NULL, k->corrupt != NULL) == HP_OK)) {
+        const size_t rows = (size_t)n * sizeof(int32_t);
+        memcpy(o->task->answer, k->answer + r0, rows);
+        memcpy(o->task->pos, k->pos + r0, rows);
+        memcpy(o->task->line, k->line + r0, rows);
+        if (k->wrong)
+            memcpy(o->task->wrong, k->wrong + r0, rows);
+        if (k->corrupt)
+            memcpy(o->task->corrupt, k->corrupt + at, cnt * sizeof *k->corrupt);
+    }
     if (!ok) {
         hp_data_free(o);
         return NULL;
@@ -258,7 +270,20 @@ static struct hp_data *take_rows(const struct hp_data *d, int r0, int n, bool na
     return o;
 }
 
-/* Whether row i of a and row j of b are the same sequence: ids, labels, masks, types and class. */
+/* Whether task row i of a and row j of b have the same answer, position, wrong answer and corrupt prompt. */
+static bool same_task_row(const struct hp_data *a, int i, const struct hp_data *b, int j)
+{
+    const struct hp_task *x = a->task, *y = b->task;
+    if (!x || !y)
+        return !x == !y;
+    const size_t T = (size_t)a->seq_len;
+    return x->answer[i] == y->answer[j] && x->pos[i] == y->pos[j] && !x->wrong == !y->wrong &&
+           (!x->wrong || x->wrong[i] == y->wrong[j]) && !x->corrupt == !y->corrupt &&
+           (!x->corrupt || !memcmp(x->corrupt + i * T, y->corrupt + j * T, T * sizeof *x->corrupt));
+}
+
+/* Whether row i of a and row j of b are the same sequence: ids, labels, masks, types and class (and a task
+ * row's answers). */
 static bool same_row(const struct hp_data *a, int i, const struct hp_data *b, int j)
 {
     const size_t T = (size_t)a->seq_len, ia = (size_t)i * T, jb = (size_t)j * T;
@@ -266,7 +291,8 @@ static bool same_row(const struct hp_data *a, int i, const struct hp_data *b, in
         return false;
 #define SAME(f, per) (!a->f == !b->f && (!a->f || !memcmp(a->f + (size_t)i * (per), b->f + (size_t)j * (per), \
                                                          (per) * sizeof *a->f)))
-    return SAME(labels, T) && SAME(attn_mask, T) && SAME(type_ids, T) && SAME(seq_labels, 1);
+    return SAME(labels, T) && SAME(attn_mask, T) && SAME(type_ids, T) && SAME(seq_labels, 1) &&
+           same_task_row(a, i, b, j);
 #undef SAME
 }
 

@@ -54,6 +54,16 @@ void hp_digest_data(const struct hp_data *d, char hex[HP_DIGEST_HEX])
     put(&s, d->seq_labels, d->seq_labels ? (size_t)d->n_seqs * sizeof *d->seq_labels : 0);
     put(&s, d->attn_mask, d->attn_mask ? n * sizeof *d->attn_mask : 0);
     put(&s, d->type_ids, d->type_ids ? n * sizeof *d->type_ids : 0);
+    /* task rows only: other data's digest stays what it was, as stored results are keyed by it */
+    const struct hp_task *k = d->task;
+    if (k) {
+        size_t rows = (size_t)d->n_seqs * sizeof(int32_t);
+        put(&s, "headprune-task-1", 16);
+        put(&s, k->answer, rows);
+        put(&s, k->wrong, k->wrong ? rows : 0);
+        put(&s, k->pos, rows);
+        put(&s, k->corrupt, k->corrupt ? n * sizeof *k->corrupt : 0);
+    }
     finish(&s, hex);
 }
 

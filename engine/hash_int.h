@@ -13,7 +13,8 @@
 
 /* config.json text and every weight shard's bytes. */
 void hp_digest_model(const struct hp_model *m, char hex[HP_DIGEST_HEX]);
-/* shape, ids, labels, attention and type masks as loaded */
+/* shape, ids, labels, attention and type masks as loaded; for task data (d->task) also answers, wrong answers,
+ * answer positions and corrupt prompts (not the line numbers), so that other data digests as before */
 void hp_digest_data(const struct hp_data *d, char hex[HP_DIGEST_HEX]);
 void hp_digest_text(const char *text, char hex[HP_DIGEST_HEX]);
 /* the content address of one variant's result */

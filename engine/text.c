@@ -15,7 +15,9 @@
  *           hp_data.n_dropped counts the tokens left out.
  *   .jsonl  with "text" (or "text_a" and "text_b"): one row per object,
  *           encoded with special tokens, padded to the longest row (or cut
- *           to seq_len when one is given) under an attention mask.
+ *           to seq_len when one is given) under an attention mask. Or task
+ *           rows (docs/tasks.md) whose first row has a text field: task.c
+ *           reads them with the tokenizer.
  * Any other file goes to hp_data_load unchanged. Tokenized text is cached by
  * digest (below).
  * Must not: print or exit. Owns nothing in memory past the call, but leaves
@@ -38,33 +40,39 @@
 #include "json_int.h"
 #include "util_int.h"
 
+/* What a .jsonl file holds, by its first object: ids (for hp_data_load), text ("text" or "text_a"), or task
+ * rows with a text field (docs/tasks.md). */
+enum jsonl_kind { JSONL_IDS, JSONL_TEXT, JSONL_TASK };
+
 /*
- * Whether a .jsonl file holds text (its first object has "text" or "text_a")
- * rather than ids; reads only up to that first non-blank line. A file that
- * cannot be read says no: the ids loader then reports it.
+ * The kind of a .jsonl file; reads only up to its first non-blank line. A
+ * file that cannot be read says ids: the ids loader then reports it.
  */
-static bool jsonl_has_text(const char *path)
+static enum jsonl_kind jsonl_kind(const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return false;
+        return JSONL_IDS;
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
-    bool text = false;
+    enum jsonl_kind kind = JSONL_IDS;
     while ((n = getline(&line, &cap, f)) >= 0) {
         if (hp_blank(line, (size_t)n - (n > 0 && line[n - 1] == '\n')))
             continue;
         /* a string with a NUL says no here: the ids loader then names it */
         cJSON *o;
         hp_json_parse(path, 1, line, (size_t)n, NULL, &o, NULL);
-        text = o && (cJSON_GetObjectItemCaseSensitive(o, "text") || cJSON_GetObjectItemCaseSensitive(o, "text_a"));
+        if (o && (cJSON_GetObjectItemCaseSensitive(o, "text") || cJSON_GetObjectItemCaseSensitive(o, "text_a")))
+            kind = JSONL_TEXT;
+        else if (hp_task_row_has_text(o))
+            kind = JSONL_TASK;
         cJSON_Delete(o);
         break;
     }
     free(line);
     fclose(f);
-    return text;
+    return kind;
 }
 
 /* The offset of the '\n' ending the line that starts at i (len if none). */
@@ -329,7 +337,10 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
             a = cJSON_GetObjectItemCaseSensitive(o, "text_a");
             b = cJSON_GetObjectItemCaseSensitive(o, "text_b");
         }
-        if (!o || !cJSON_IsString(a) || (b && !cJSON_IsString(b))) {
+        if (hp_task_row_is(o)) {
+            st = hp_fail(err, HP_ERR_FORMAT, "%s:%zu: a task row (with \"prompt\" or \"prompt_ids\") but line %d is "
+                         "not (a file holds task rows or other rows, not both)", path, line, n ? first_line : 1);
+        } else if (!o || !cJSON_IsString(a) || (b && !cJSON_IsString(b))) {
             st = hp_fail(err, HP_ERR_FORMAT, "%s:%zu: %s", path, line,
                          !o ? "not a JSON object" : "needs \"text\" (or \"text_a\" and \"text_b\") as strings");
         } else {
@@ -395,6 +406,34 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
     return st;
 }
 
+/* Task rows (docs/tasks.md; task.c), their text fields tokenized with t, padded with its pad id. */
+static enum hp_status load_task_jsonl(const char *path, char *buf, size_t len, const struct hp_tokenizer *t,
+                                      int seq_len, struct hp_data **out, struct hp_error *err)
+{
+    struct hp_task_rows tr = {.path = path, .seq_len = seq_len};
+    enum hp_status st = HP_OK;
+    int line = 0;
+    for (size_t i = 0; st == HP_OK && i < len;) {
+        size_t s = i;
+        while (i < len && buf[i] != '\n')
+            i++;
+        line++;
+        size_t e = i++;
+        if (hp_blank(buf + s, e - s))
+            continue;
+        cJSON *o;
+        if ((st = hp_json_parse(path, (size_t)line, buf + s, e - s, NULL, &o, err)) != HP_OK)
+            break;
+        st = o ? hp_task_rows_add(&tr, o, line, t, err)
+               : hp_fail(err, HP_ERR_FORMAT, "%s:%d: not a JSON object (one task row per line)", path, line);
+        cJSON_Delete(o);
+    }
+    if (st == HP_OK)
+        st = hp_data_from_task_rows(&tr, hp_tokenizer_pad(t), out, err);
+    hp_task_rows_free(&tr);
+    return st;
+}
+
 // --- the cache of tokenized text --------------------------------------------------------
 /*
  * Tokenized text is kept under $HP_CACHE_DIR, else $XDG_CACHE_HOME/headprune,
@@ -407,7 +446,26 @@ static enum hp_status load_text_jsonl(const char *path, char *buf, size_t len, c
 static const char cache_magic[8] = {'H', 'P', 'T', 'O', 'K', '3', 0, 0};
 
 /* Bumped whenever tokenization or this file's format changes, so old entries are not used. */
-#define HP_TEXT_CACHE_VERSION "headprune-text-4" /* 4: a .jsonl string with a NUL is refused, not cut */
+#define HP_TEXT_CACHE_VERSION "headprune-text-5" /* 5: task rows (their answers after the arrays) */
+
+/* An entry's flags: 1 attention mask, 2 token types, 4 sequence labels, 8 task rows (then 16 wrong answers,
+ * 32 corrupt prompts). */
+enum { C_MASK = 1, C_TYPES = 2, C_LABELS = 4, C_TASK = 8, C_WRONG = 16, C_CORRUPT = 32, C_ALL = 63 };
+
+/* The task's per-row arrays in their order in an entry (answer, wrong when there, pos, line): how many. */
+static int task_rows(const struct hp_data *d, int32_t *rows[4])
+{
+    const struct hp_task *k = d->task;
+    int n = 0;
+    if (!k)
+        return 0;
+    rows[n++] = k->answer;
+    if (k->wrong)
+        rows[n++] = k->wrong;
+    rows[n++] = k->pos;
+    rows[n++] = k->line;
+    return n;
+}
 
 /* XXH3-64 of an entry's arrays, stored after its header. */
 static uint64_t payload_sum(const struct hp_data *d)
@@ -424,6 +482,11 @@ static uint64_t payload_sum(const struct hp_data *d)
         XXH3_64bits_update(h, d->type_ids, n * sizeof *d->type_ids);
     if (d->seq_labels)
         XXH3_64bits_update(h, d->seq_labels, (size_t)d->n_seqs * sizeof *d->seq_labels);
+    int32_t *rows[4];
+    for (int i = 0, k = task_rows(d, rows); i < k; i++)
+        XXH3_64bits_update(h, rows[i], (size_t)d->n_seqs * sizeof(int32_t));
+    if (d->task && d->task->corrupt)
+        XXH3_64bits_update(h, d->task->corrupt, n * sizeof(int32_t));
     uint64_t v = XXH3_64bits_digest(h);
     XXH3_freeState(h);
     return v;
@@ -491,6 +554,16 @@ static char *cache_path(const char *text, size_t len, bool txt, const char *mode
     return out;
 }
 
+/* The bytes an entry with header head (rows, seq_len, flags) holds; at most 2^48 ids, so exact in 64 bits. */
+static uint64_t entry_size(const int32_t head[3])
+{
+    uint64_t rows = (uint64_t)head[0], n = rows * (uint64_t)head[1];
+    int f = head[2];
+    return 8 + 12 + 8 + 8 + 4 * n + ((f & C_MASK) ? n : 0) + ((f & C_TYPES) ? 4 * n : 0) +
+           ((f & C_LABELS) ? 4 * rows : 0) + ((f & C_TASK) ? 4 * rows * (3 + !!(f & C_WRONG)) : 0) +
+           ((f & C_CORRUPT) ? 4 * n : 0);
+}
+
 static bool cache_read(const char *cpath, const char *path, struct hp_data **out)
 {
     FILE *f = fopen(cpath, "rb");
@@ -505,24 +578,28 @@ static bool cache_read(const char *cpath, const char *path, struct hp_data **out
     bool ok = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && fread(magic, 1, 8, f) == 8 &&
               memcmp(magic, cache_magic, 8) == 0 && fread(head, 4, 3, f) == 3 && fread(&sum, 8, 1, f) == 1 &&
               fread(&dropped, 8, 1, f) == 1 && dropped >= 0 &&
-              head[0] >= 1 && head[1] >= 1 && head[0] <= (1 << 24) && head[1] <= (1 << 24) && (head[2] & ~7) == 0;
+              head[0] >= 1 && head[1] >= 1 && head[0] <= (1 << 24) && head[1] <= (1 << 24) && (head[2] & ~C_ALL) == 0 &&
+              ((head[2] & C_TASK) || !(head[2] & (C_WRONG | C_CORRUPT)));
     /* The header's sizes must add up to the entry's real size before they size
      * an allocation: a damaged header claiming 2^24 x 2^24 ids is not a
-     * petabyte request. At most 2^48 ids, so the sum is exact in 64 bits. */
-    if (ok) {
-        uint64_t rows = (uint64_t)head[0], n = rows * (uint64_t)head[1];
-        uint64_t want = 8 + 12 + 8 + 8 + 4 * n + ((head[2] & 1) ? n : 0) + ((head[2] & 2) ? 4 * n : 0) +
-                        ((head[2] & 4) ? 4 * rows : 0);
-        ok = want == (uint64_t)sb.st_size &&
-             hp_data_alloc(path, head[0], head[1], false, head[2] & 1, head[2] & 2, &d, NULL) == HP_OK;
-    }
-    size_t n = ok ? (size_t)head[0] * head[1] : 0;
+     * petabyte request. */
+    ok = ok && entry_size(head) == (uint64_t)sb.st_size &&
+         hp_data_alloc(path, head[0], head[1], false, head[2] & C_MASK, head[2] & C_TYPES, &d, NULL) == HP_OK;
+    size_t n = ok ? (size_t)head[0] * head[1] : 0, rows = ok ? (size_t)head[0] : 0;
     ok = ok && fread(d->ids, 4, n, f) == n;
     ok = ok && (!d->attn_mask || fread(d->attn_mask, 1, n, f) == n);
     ok = ok && (!d->type_ids || fread(d->type_ids, 4, n, f) == n);
-    if (ok && (head[2] & 4)) {
-        ok = (d->seq_labels = malloc((size_t)head[0] * sizeof(int32_t))) != NULL &&
-             fread(d->seq_labels, 4, (size_t)head[0], f) == (size_t)head[0];
+    if (ok && (head[2] & C_LABELS))
+        ok = (d->seq_labels = malloc(rows * sizeof(int32_t))) != NULL && fread(d->seq_labels, 4, rows, f) == rows;
+    if (ok && (head[2] & C_TASK)) {
+        int32_t *r[4];
+        ok = hp_task_alloc(d, head[2] & C_WRONG, head[2] & C_CORRUPT) == HP_OK;
+        for (int i = 0, k = ok ? task_rows(d, r) : 0; i < k; i++)
+            ok = ok && fread(r[i], 4, rows, f) == rows;
+        ok = ok && (!d->task->corrupt || fread(d->task->corrupt, 4, n, f) == n);
+        for (size_t r = 0; ok && r < rows; r++) /* an answer position the rows have, at a real token */
+            ok = d->task->pos[r] >= 0 && d->task->pos[r] < head[1] && d->attn_mask &&
+                 d->attn_mask[r * (size_t)head[1] + (size_t)d->task->pos[r]];
     }
     ok = ok && fgetc(f) == EOF && payload_sum(d) == sum;
     fclose(f);
@@ -545,15 +622,22 @@ static void cache_write(const char *cpath, const struct hp_data *d)
         free(tmp);
         return;
     }
-    size_t n = (size_t)d->n_seqs * d->seq_len;
-    int32_t head[3] = {d->n_seqs, d->seq_len, (d->attn_mask ? 1 : 0) | (d->type_ids ? 2 : 0) | (d->seq_labels ? 4 : 0)};
+    size_t n = (size_t)d->n_seqs * d->seq_len, rows = (size_t)d->n_seqs;
+    const struct hp_task *k = d->task;
+    int32_t head[3] = {d->n_seqs, d->seq_len,
+                       (d->attn_mask ? C_MASK : 0) | (d->type_ids ? C_TYPES : 0) | (d->seq_labels ? C_LABELS : 0) |
+                           (k ? C_TASK : 0) | (k && k->wrong ? C_WRONG : 0) | (k && k->corrupt ? C_CORRUPT : 0)};
     uint64_t sum = payload_sum(d);
     bool ok = fwrite(cache_magic, 1, 8, f) == 8 && fwrite(head, 4, 3, f) == 3 && fwrite(&sum, 8, 1, f) == 1 &&
               fwrite(&d->n_dropped, 8, 1, f) == 1 &&
               fwrite(d->ids, 4, n, f) == n &&
               (!d->attn_mask || fwrite(d->attn_mask, 1, n, f) == n) &&
               (!d->type_ids || fwrite(d->type_ids, 4, n, f) == n) &&
-              (!d->seq_labels || fwrite(d->seq_labels, 4, (size_t)d->n_seqs, f) == (size_t)d->n_seqs);
+              (!d->seq_labels || fwrite(d->seq_labels, 4, rows, f) == rows);
+    int32_t *r[4];
+    for (int i = 0, nr = task_rows(d, r); i < nr; i++)
+        ok = ok && fwrite(r[i], 4, rows, f) == rows;
+    ok = ok && (!k || !k->corrupt || fwrite(k->corrupt, 4, n, f) == n);
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, cpath) != 0)
         remove(tmp);
@@ -565,7 +649,8 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
 {
     *out = NULL;
     bool txt = hp_path_has_ext(path, "txt"), jl = hp_path_has_ext(path, "jsonl");
-    if ((!txt && !jl) || (jl && !jsonl_has_text(path)))
+    enum jsonl_kind kind = jl ? jsonl_kind(path) : JSONL_TEXT;
+    if ((!txt && !jl) || kind == JSONL_IDS)
         return hp_data_load(path, seq_len, out, err);
     char *buf = NULL;
     size_t len = 0;
@@ -585,7 +670,8 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
         const bool per_doc = info && !info->causal, types = !info || info->arch == HP_ARCH_BERT;
         st = txt ? (per_doc ? load_txt_rows(path, buf, len, t, seq_len, types, out, err)
                             : load_txt_packed(path, buf, len, t, seq_len, out, err))
-                 : load_text_jsonl(path, buf, len, t, info, seq_len, out, err);
+                 : kind == JSONL_TASK ? load_task_jsonl(path, buf, len, t, seq_len, out, err)
+                                      : load_text_jsonl(path, buf, len, t, info, seq_len, out, err);
         if (st == HP_OK && cached)
             cache_write(cpath, *out);
     }

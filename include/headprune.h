@@ -203,6 +203,20 @@ enum hp_status hp_tokenizer_decode(const struct hp_tokenizer *t, const int32_t *
 
 // --- held-out data ----------------------------------------------------------
 
+/*
+ * Prompt-pair task rows (docs/tasks.md): for a causal LM the one scored item
+ * of row s is position pos[s] (the prompt's last real token) with target
+ * answer[s]; no other position is scored. ids hold the prompts, padded right
+ * under attn_mask (always present for task data).
+ */
+struct hp_task {
+    int32_t *answer;  /* (n_seqs): the one-token answer */
+    int32_t *wrong;   /* NULL (no row has one) or (n_seqs): the wrong answer */
+    int32_t *pos;     /* (n_seqs): the answer position, the prompt's last token */
+    int32_t *corrupt; /* NULL (no corrupt prompts) or (n_seqs, seq_len), row-major, padded as ids */
+    int32_t *line;    /* (n_seqs): each row's line in the file (from 1), for errors */
+};
+
 struct hp_data {
     int n_seqs;
     int seq_len;
@@ -214,6 +228,7 @@ struct hp_data {
     int64_t n_dropped;   /* text only: tokens left out to fit the rows (a causal model's packed
                           * remainder, an encoder's documents or .jsonl rows cut to seq_len) */
     char *path;          /* the file as given (owned; hp_data_free frees it) */
+    struct hp_task *task; /* NULL, or task rows' answers (owned; hp_data_free frees it) */
 };
 
 /*
@@ -221,7 +236,10 @@ struct hp_data {
  *  - .npy: little-endian int32/int64/uint16/uint32, C order; [n_seqs, seq_len],
  *    or 1-D cut into rows of seq_len (the remainder dropped);
  *  - .jsonl: {"ids": [...], "labels": [...], "attention_mask": [...],
- *    "token_type_ids": [...]} per line, every row the same length;
+ *    "token_type_ids": [...]} per line, every row the same length; or task
+ *    rows {"prompt_ids": [...], "answer_id": N, "wrong_id": N, "corrupt_ids":
+ *    [...]} (docs/tasks.md: rows of any length, padded; d->task set; text
+ *    fields need hp_data_load_for);
  *  - .bin: llm.c token files (magic 20240520 with uint16 tokens, 20240801 with
  *    uint32) or, without a magic, raw nanoGPT uint16; 1-D, needs seq_len.
  * seq_len = 0 means "take it from the file".
@@ -235,7 +253,9 @@ enum hp_status hp_data_load(const char *path, int seq_len, struct hp_data **out,
  * (documents separated by blank lines, each with the tokenizer's special
  * tokens, packed into rows of seq_len, which is then required) and .jsonl
  * with "text" (or "text_a"/"text_b" pairs; one padded row each, cut to
- * seq_len when it is given). Files of ids go to hp_data_load. info (may be
+ * seq_len when it is given), and task rows whose first row has a text
+ * field (docs/tasks.md: prompts without special tokens unless "special",
+ * one-token answers). Files of ids go to hp_data_load. info (may be
  * NULL) is the model's: a tokenizer that can make ids its embedding does not
  * have is refused.
  *
@@ -252,7 +272,8 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
 void hp_data_free(struct hp_data *d);
 
 /* Every id, and every label but -100, must be in [0, n_vocab): else HP_ERR_ARG
- * naming the file, row and position (counting from 0). */
+ * naming the file, row and position (counting from 0); for task data every
+ * answer, wrong answer and corrupt id too, naming the row's line. */
 enum hp_status hp_data_check_vocab(const struct hp_data *d, int n_vocab,
                                    struct hp_error *err);
 

@@ -18,6 +18,7 @@
 
 #include "headprune.h"
 
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -1060,4 +1061,325 @@ Test(data, json_is_parsed_in_one_place)
     out[n] = 0;
     pclose(p);
     cr_assert_eq(n, 0, "cJSON parsed outside engine/json.c (use hp_json_parse):\n%s", out);
+}
+
+// --- task rows (docs/tasks.md) -----------------------------------------------
+
+// Ids task rows of different lengths: padded right under the mask, the answer position the prompt's last token,
+// answer, wrong and corrupt per row; blank lines keep the line numbers.
+Test(data, task_ids_rows_are_padded_with_answers)
+{
+    const char *p = write_text("t.jsonl",
+                               "{\"prompt_ids\": [5, 6, 7], \"answer_id\": 8, \"wrong_id\": 9, \"corrupt_ids\": [5, 6, 1]}\n"
+                               "\n"
+                               "{\"prompt_ids\": [3], \"answer_id\": 4, \"wrong_id\": 2, \"corrupt_ids\": [1]}\n");
+    struct hp_data *d;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_data_load(p, 0, &d, &err), HP_OK, "%s", err.msg);
+    const int32_t ids[] = {5, 6, 7, 3, 0, 0}, cor[] = {5, 6, 1, 1, 0, 0};
+    const uint8_t mask[] = {1, 1, 1, 1, 0, 0};
+    expect_ids(d, 2, 3, ids);
+    cr_assert_not_null(d->task);
+    cr_assert_arr_eq(d->attn_mask, mask, sizeof mask);
+    cr_assert_arr_eq(d->task->corrupt, cor, sizeof cor);
+    cr_assert_eq(d->task->pos[0], 2);
+    cr_assert_eq(d->task->pos[1], 0);
+    cr_assert_eq(d->task->answer[0], 8);
+    cr_assert_eq(d->task->answer[1], 4);
+    cr_assert_eq(d->task->wrong[0], 9);
+    cr_assert_eq(d->task->wrong[1], 2);
+    cr_assert_eq(d->task->line[1], 3);
+    cr_assert_null(d->labels);
+    hp_data_free(d);
+
+    // without wrong and corrupt: NULL; seq_len given pads to it
+    p = write_text("t2.jsonl", "{\"prompt_ids\": [5, 6], \"answer_id\": 8}\n");
+    cr_assert_eq(hp_data_load(p, 4, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(d->seq_len, 4);
+    cr_assert_null(d->task->wrong);
+    cr_assert_null(d->task->corrupt);
+    cr_assert_eq(d->task->pos[0], 1);
+    hp_data_free(d);
+}
+
+Test(data, task_bad_rows_are_refused_naming_the_line)
+{
+    expect_fail(write_text("a.jsonl", "{\"prompt_ids\": [1], \"answer_id\": 2}\n[1, 2]\n"), 0, HP_ERR_FORMAT,
+                ":2: line is not a JSON object");
+    expect_fail(write_text("b.jsonl", "{\"prompt_ids\": [1, 2]}\n"), 0, HP_ERR_FORMAT, ":1: task row has no \"answer\"");
+    expect_fail(write_text("c.jsonl", "{\"prompt_ids\": [], \"answer_id\": 2}\n"), 0, HP_ERR_SHAPE,
+                ":1: \"prompt_ids\" is empty");
+    expect_fail(write_text("d.jsonl", "{\"prompt_ids\": [1, 2], \"answer_id\": 2, \"corrupt_ids\": [1]}\n"), 0,
+                HP_ERR_SHAPE, ":1: the prompt is 2 tokens but the corrupt prompt is 1");
+    expect_fail(write_text("e.jsonl", "{\"prompt_ids\": [1, 2], \"answer_id\": 2}\n{\"ids\": [1, 2]}\n"), 0,
+                HP_ERR_FORMAT, ":2: row has no \"prompt\" or \"prompt_ids\" but line 1 is a task row");
+    expect_fail(write_text("f.jsonl", "{\"ids\": [1, 2]}\n{\"prompt_ids\": [1, 2], \"answer_id\": 2}\n"), 0,
+                HP_ERR_FORMAT, ":2: a task row (with \"prompt\" or \"prompt_ids\") but line 1 is not");
+    expect_fail(write_text("g.jsonl", "{\"prompt_ids\": [1, 2, 3], \"answer_id\": 2}\n"), 2, HP_ERR_SHAPE,
+                ":1: the prompt is 3 tokens, more than seq_len 2");
+    expect_fail(write_text("h.jsonl", "{\"prompt_ids\": [1], \"answer_id\": 2, \"wrong_id\": 3}\n"
+                                      "{\"prompt_ids\": [1], \"answer_id\": 2}\n"),
+                0, HP_ERR_FORMAT, ":2: row has no a wrong answer (\"wrong\" or \"wrong_id\") but line 1 does");
+    expect_fail(write_text("i.jsonl", "{\"prompt_ids\": [1], \"answer_id\": 2}\n"
+                                      "{\"prompt_ids\": [1], \"answer_id\": 2, \"corrupt_ids\": [4]}\n"),
+                0, HP_ERR_FORMAT, ":2: row has a corrupt prompt (\"corrupt\" or \"corrupt_ids\") but line 1 does not");
+    expect_fail(write_text("j.jsonl", "{\"prompt_ids\": [1, -1], \"answer_id\": 2}\n"), 0, HP_ERR_FORMAT,
+                ":1: \"prompt_ids\"[1] is not a token id");
+    expect_fail(write_text("k.jsonl", "{\"prompt_ids\": [1], \"answer_id\": 2.5}\n"), 0, HP_ERR_FORMAT,
+                ":1: \"answer_id\" is not a token id");
+    expect_fail(write_text("l.jsonl", "{\"prompt_ids\": [1], \"answer_id\": 2, \"answer\": \" x\"}\n"), 0,
+                HP_ERR_FORMAT, ":1: row has both \"answer\" and \"answer_id\"");
+    expect_fail(write_text("m.jsonl", "{\"prompt_ids\": [1], \"prompt\": \"a\", \"answer_id\": 2}\n"), 0,
+                HP_ERR_FORMAT, ":1: row has both \"prompt\" and \"prompt_ids\"");
+    // text needs the model's tokenizer: hp_data_load has none
+    expect_fail(write_text("n.jsonl", "{\"prompt_ids\": [1], \"answer\": \" x\"}\n"), 0, HP_ERR_ARG,
+                ":1: \"answer\" is text, which needs the model's tokenizer");
+    expect_fail(write_text("o.jsonl", "{\"prompt_ids\": [1], \"answer_id\": 2, \"special\": 1}\n"), 0,
+                HP_ERR_FORMAT, ":1: \"special\" is not true or false");
+    expect_fail(write_text("p.jsonl", "{\"prompt_ids\": 3, \"answer_id\": 2}\n"), 0, HP_ERR_FORMAT,
+                ":1: \"prompt_ids\" is not a list of token ids");
+}
+
+// The vocabulary check names the row's line, for prompts, answers, wrong answers and corrupt prompts.
+Test(data, task_ids_outside_the_vocabulary_are_refused)
+{
+    static const char *const rows[][2] = {
+        {"{\"prompt_ids\": [1, 20], \"answer_id\": 2}", "prompt token 20"},
+        {"{\"prompt_ids\": [1, 2], \"answer_id\": 10}", "answer 10"},
+        {"{\"prompt_ids\": [1, 2], \"answer_id\": 3, \"wrong_id\": 11}", "wrong answer 11"},
+        {"{\"prompt_ids\": [1, 2], \"answer_id\": 3, \"corrupt_ids\": [1, 12]}", "corrupt prompt's token 12"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        char name[32], text[256];
+        snprintf(name, sizeof name, "v%zu.jsonl", i);
+        /* a good first row, so the bad one is on line 2 */
+        const char *good = strstr(rows[i][0], "wrong") ? "{\"prompt_ids\": [1], \"answer_id\": 3, \"wrong_id\": 4}"
+                           : strstr(rows[i][0], "corrupt") ? "{\"prompt_ids\": [1], \"answer_id\": 3, \"corrupt_ids\": [4]}"
+                                                             : "{\"prompt_ids\": [1], \"answer_id\": 3}";
+        snprintf(text, sizeof text, "%s\n%s\n", good, rows[i][0]);
+        const char *p = write_text(name, text);
+        struct hp_data *d;
+        struct hp_error err = {{0}};
+        cr_assert_eq(hp_data_load(p, 0, &d, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(hp_data_check_vocab(d, 10, &err), HP_ERR_ARG, "%s accepted", rows[i][0]);
+        char want[128];
+        snprintf(want, sizeof want, "%s:2: %s is outside the vocabulary", p, rows[i][1]);
+        cr_assert_not_null(strstr(err.msg, want), "message lacks \"%s\": %s", want, err.msg);
+        cr_assert_eq(hp_data_check_vocab(d, 200, &err), HP_OK, "%s", err.msg);
+        hp_data_free(d);
+    }
+}
+
+// --- task rows as text ----------------------------------------------------------------------
+//
+// No causal fixture model has a tokenizer, so the text form is checked through the ids it makes with
+// the gpt2-bpe tokenizer fixture: prompts against the ids Hugging Face's tokenizers gave for the same
+// corpus lines (tokenizers/gpt2-bpe/expected.json), answers against vocab.json.
+
+static cJSON *read_json(const char *path)
+{
+    size_t n;
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    static char buf[1 << 20];
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    cr_assert_not_null(j, "%s is not JSON", path);
+    return j;
+}
+
+// Line i of the tokenizer corpus (static buffer).
+static const char *corpus_line(int i)
+{
+    static char lines[2][4096];
+    static int which;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizers/corpus.txt", getenv("HP_FIXTURES"));
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    char *out = lines[which++ & 1];
+    for (int k = 0; k <= i; k++)
+        cr_assert_not_null(fgets(out, sizeof lines[0], f), "corpus has no line %d", i);
+    fclose(f);
+    out[strcspn(out, "\n")] = 0;
+    return out;
+}
+
+// One task row as JSON text (escaped by cJSON) with text prompt and corrupt, answer and wrong.
+static void task_text_row(char *out, size_t n, const char *prompt, const char *corrupt, const char *answer,
+                          const char *wrong)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "prompt", prompt);
+    if (corrupt)
+        cJSON_AddStringToObject(o, "corrupt", corrupt);
+    cJSON_AddStringToObject(o, "answer", answer);
+    if (wrong)
+        cJSON_AddStringToObject(o, "wrong", wrong);
+    char *s = cJSON_PrintUnformatted(o);
+    snprintf(out, n, "%s\n", s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+static void expect_task_data(const struct hp_data *d, const cJSON *ids[2], const cJSON *cor[2], int32_t answer,
+                             int32_t wrong)
+{
+    cr_assert_not_null(d->task);
+    cr_assert_not_null(d->task->corrupt);
+    cr_assert_not_null(d->task->wrong);
+    cr_assert_eq(d->n_seqs, 2);
+    for (int r = 0; r < 2; r++) {
+        int n = cJSON_GetArraySize(ids[r]);
+        cr_assert_leq(n, d->seq_len);
+        cr_assert_eq(d->task->pos[r], n - 1, "row %d: pos %d, want %d", r, d->task->pos[r], n - 1);
+        cr_assert_eq(d->task->answer[r], answer);
+        cr_assert_eq(d->task->wrong[r], wrong);
+        for (int t = 0; t < d->seq_len; t++) {
+            size_t at = (size_t)r * d->seq_len + t;
+            cr_assert_eq(d->attn_mask[at], t < n);
+            if (t < n) {
+                cr_assert_eq(d->ids[at], cJSON_GetArrayItem(ids[r], t)->valueint, "row %d, token %d", r, t);
+                cr_assert_eq(d->task->corrupt[at], cJSON_GetArrayItem(cor[r], t)->valueint, "row %d, token %d", r, t);
+            }
+        }
+    }
+}
+
+Test(data, task_text_rows_tokenize_as_hugging_face_and_are_cached_by_their_answers)
+{
+    char tok[1024], path[2048];
+    snprintf(tok, sizeof tok, "%s/tokenizers/gpt2-bpe", getenv("HP_FIXTURES"));
+    snprintf(path, sizeof path, "%s/expected.json", tok);
+    cJSON *exp = read_json(path);
+    snprintf(path, sizeof path, "%s/vocab.json", tok);
+    cJSON *vocab = read_json(path);
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(exp, "cases");
+    // two lines with the same number of tokens (a prompt pair), and a line of another length
+    int pi = -1, pj = -1, pk = -1, nc = cJSON_GetArraySize(cases);
+    for (int i = 0; i < nc && pj < 0; i++)
+        for (int j = i + 1; j < nc && pj < 0; j++)
+            if (cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(cases, i), "ids")) ==
+                    cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(cases, j), "ids")) &&
+                cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(cases, i), "ids")) > 1)
+                pi = i, pj = j;
+    cr_assert_geq(pj, 0, "no two corpus lines of the same length");
+    int len_i = cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(cases, pi), "ids"));
+    for (int k = 0; k < nc && pk < 0; k++) {
+        int n = cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(cases, k), "ids"));
+        if (n > 0 && n != len_i)
+            pk = k;
+    }
+    const cJSON *ids[2], *cor[2];
+    ids[0] = cJSON_GetObjectItem(cJSON_GetArrayItem(cases, pi), "ids");
+    cor[0] = cJSON_GetObjectItem(cJSON_GetArrayItem(cases, pj), "ids");
+    ids[1] = cor[1] = cJSON_GetObjectItem(cJSON_GetArrayItem(cases, pk), "ids");
+    int line_i = cJSON_GetObjectItem(cJSON_GetArrayItem(cases, pi), "line")->valueint;
+    int line_j = cJSON_GetObjectItem(cJSON_GetArrayItem(cases, pj), "line")->valueint;
+    int line_k = cJSON_GetObjectItem(cJSON_GetArrayItem(cases, pk), "line")->valueint;
+    int32_t the = cJSON_GetObjectItem(vocab, "\xc4\xa0" "the")->valueint, and = cJSON_GetObjectItem(vocab, "\xc4\xa0" "and")->valueint,
+            of = cJSON_GetObjectItem(vocab, "\xc4\xa0" "of")->valueint;
+
+    static char text[16384];
+    char row[8192];
+    task_text_row(text, sizeof text, corpus_line(line_i), corpus_line(line_j), " the", " and");
+    char li[4096];
+    snprintf(li, sizeof li, "%s", corpus_line(line_k));
+    task_text_row(row, sizeof row, li, li, " the", " and");
+    strcat(text, row);
+    const char *p = write_text("tt.jsonl", text);
+    struct hp_data *d;
+    struct hp_error err = {{0}};
+    for (int pass = 0; pass < 2; pass++) { // the second reads the cache
+        cr_assert_eq(hp_data_load_for(p, tok, NULL, 0, &d, &err), HP_OK, "%s", err.msg);
+        expect_task_data(d, ids, cor, the, and);
+        cr_assert_null(d->labels);
+        hp_data_free(d);
+    }
+    // the same prompts with another answer: never the cached answer
+    task_text_row(text, sizeof text, corpus_line(line_i), corpus_line(line_j), " of", " and");
+    task_text_row(row, sizeof row, li, li, " of", " and");
+    strcat(text, row);
+    p = write_text("tt.jsonl", text);
+    cr_assert_eq(hp_data_load_for(p, tok, NULL, 0, &d, &err), HP_OK, "%s", err.msg);
+    expect_task_data(d, ids, cor, of, and);
+    hp_data_free(d);
+    cJSON_Delete(exp);
+    cJSON_Delete(vocab);
+}
+
+// hp_data_load_for with the gpt2-bpe fixture fails with status want, one line starting with path:line, with what.
+static void expect_task_text_fail(const char *path, int line, enum hp_status want, const char *what)
+{
+    char tok[1024], head[1100];
+    snprintf(tok, sizeof tok, "%s/tokenizers/gpt2-bpe", getenv("HP_FIXTURES"));
+    snprintf(head, sizeof head, "%s:%d: ", path, line);
+    struct hp_data *d = (struct hp_data *)&d;
+    struct hp_error err = {{0}};
+    enum hp_status st = hp_data_load_for(path, tok, NULL, 0, &d, &err);
+    cr_assert_eq(st, want, "%s: status %s: %s", path, hp_status_name(st), err.msg);
+    cr_assert_null(d);
+    cr_assert(strncmp(err.msg, head, strlen(head)) == 0, "message does not start with %s: %s", head, err.msg);
+    cr_assert_not_null(strstr(err.msg, what), "message lacks \"%s\": %s", what, err.msg);
+    cr_assert_null(strchr(err.msg, '\n'), "message is not one line: %s", err.msg);
+}
+
+Test(data, task_text_bad_rows_are_refused_naming_the_line)
+{
+    // an answer of several tokens says how many and which; an empty one is 0 tokens
+    expect_task_text_fail(write_text("a.jsonl", "{\"prompt\": \"the cat\", \"answer\": \" the\"}\n"
+                                                "{\"prompt\": \"the cat\", \"answer\": \" the the\"}\n"),
+                          2, HP_ERR_FORMAT, "\"answer\" \" the the\" is 2 tokens (ids 303, 303), not one");
+    expect_task_text_fail(write_text("b.jsonl", "{\"prompt\": \"the cat\", \"answer\": \"\"}\n"), 1, HP_ERR_FORMAT,
+                          "\"answer\" \"\" is 0 tokens, not one");
+    expect_task_text_fail(write_text("c.jsonl", "{\"prompt\": \"the cat\", \"answer\": \" the\", \"wrong\": \" the the the\"}\n"),
+                          1, HP_ERR_FORMAT, "\"wrong\" \" the the the\" is 3 tokens (ids 303, 303, 303)");
+    expect_task_text_fail(write_text("d.jsonl", "{\"prompt\": \" the the\", \"corrupt\": \" the\", \"answer\": \" the\"}\n"),
+                          1, HP_ERR_SHAPE, "the prompt is 2 tokens but the corrupt prompt is 1");
+    expect_task_text_fail(write_text("e.jsonl", "{\"prompt\": \"\", \"answer\": \" the\"}\n"), 1, HP_ERR_SHAPE,
+                          "\"prompt\" is empty");
+    expect_task_text_fail(write_text("f.jsonl", "{\"prompt\": \"a\", \"answer\": \" the\"}\n{\"text\": \"a\"}\n"), 2,
+                          HP_ERR_FORMAT, "row has no \"prompt\" or \"prompt_ids\" but line 1 is a task row");
+    expect_task_text_fail(write_text("g.jsonl", "{\"text\": \"a\"}\n{\"prompt\": \"a\", \"answer\": \" the\"}\n"), 2,
+                          HP_ERR_FORMAT, "a task row (with \"prompt\" or \"prompt_ids\") but line 1 is not");
+    expect_task_text_fail(write_text("h.jsonl", "{\"prompt\": \"a\", \"answer\": 3}\n"), 1, HP_ERR_FORMAT,
+                          "\"answer\" is not a string");
+    expect_task_text_fail(write_text("i.jsonl", "{\"prompt\": \"a\", \"answer\": \" the\"}\n7\n"), 2, HP_ERR_FORMAT,
+                          "line is not a JSON object");
+}
+
+// "special": true encodes the prompt with the tokenizer's template (sp-bpe's <s> first), as Hugging Face's
+// ids_special for the same corpus line; without it, the plain ids. The answer position is the last token.
+Test(data, task_text_special_adds_the_template_tokens)
+{
+    char tok[1024], path[2048];
+    snprintf(tok, sizeof tok, "%s/tokenizers/sp-bpe", getenv("HP_FIXTURES"));
+    snprintf(path, sizeof path, "%s/expected.json", tok);
+    cJSON *exp = read_json(path);
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(exp, "cases"), 0);
+    const char *line = corpus_line(cJSON_GetObjectItem(c0, "line")->valueint);
+    for (int special = 0; special < 2; special++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "prompt", line);
+        cJSON_AddNumberToObject(o, "answer_id", 5);
+        cJSON_AddBoolToObject(o, "special", special);
+        char *s = cJSON_PrintUnformatted(o);
+        const char *p = write_text(special ? "sp1.jsonl" : "sp0.jsonl", s);
+        free(s);
+        cJSON_Delete(o);
+        const cJSON *want = cJSON_GetObjectItem(c0, special ? "ids_special" : "ids");
+        int n = cJSON_GetArraySize(want);
+        struct hp_data *d;
+        struct hp_error err = {{0}};
+        cr_assert_eq(hp_data_load_for(p, tok, NULL, 0, &d, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(d->seq_len, n, "special %d: %d tokens, want %d", special, d->seq_len, n);
+        for (int t = 0; t < n; t++)
+            cr_assert_eq(d->ids[t], cJSON_GetArrayItem(want, t)->valueint, "special %d, token %d", special, t);
+        cr_assert_eq(d->task->pos[0], n - 1);
+        cr_assert_eq(d->task->answer[0], 5);
+        hp_data_free(d);
+    }
+    cJSON_Delete(exp);
 }
