@@ -105,7 +105,7 @@ DEFINITIONS = {
             "restored at t only",
     "layout": "ablations.<ablation>.<metric>.mean[l][h]; ablations.<ablation>.<metric>.rows[l][h][r] "
               "(r the task.jsonl line, 0-based); clean.<metric>[r], corrupt.<metric>[r]",
-    "dynamic rope": "llama-rope-dynamic: each run's rotary frequencies are those of its own length T (NTK "
+    "dynamic rope": "rope_scaling dynamic: each run's rotary frequencies are those of its own length T (NTK "
                     "base past max_position_embeddings, as modeling_rope_utils computes them for seq_len T); "
                     "HF's rotary module is reset before every forward, since by itself it keeps the "
                     "frequencies of the longest earlier input while T stays above the trained length",
@@ -362,9 +362,11 @@ def flat(x):
 
 def describe(p, name, how, command):
     cfg = p.model.config
+    dynamic = (getattr(cfg, "rope_scaling", None) or {}).get("rope_type") == "dynamic"
     return {"model": name, "architecture": cfg.architectures[0] if cfg.architectures else cfg.model_type,
             "n_layers": p.n_layers, "n_heads": p.n_heads, "n_kv_heads": p.n_kv, "d_head": p.d_head,
-            "heads_kept": p.kept, "task": "task.jsonl", "how": how, "definitions": DEFINITIONS,
+            "heads_kept": p.kept, "task": "task.jsonl", "how": how,
+            "definitions": {k: v for k, v in DEFINITIONS.items() if k != "dynamic rope" or dynamic},
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "numpy": np.__version__},
             "command": command}
