@@ -37,6 +37,8 @@ Before writing, it checks its hooks and refuses to write if one fails:
     an all-kept gate) the logits equal the plain model's exactly;
   - GPT-2 (unpruned): zero ablation through the hook equals transformers' own
     head_mask for every head and row within 1e-12;
+  - every architecture: zero ablation through the hook equals the model with
+    the head's input columns of the projection's weight zeroed, within 1e-12;
   - resample with corrupt = clean equals the clean run within 1e-12;
   - the grid's batched runs: every head patched at all positions of the
     group's rows equals the per-row resample and denoise means within 1e-12.
@@ -274,6 +276,28 @@ def check_hooks(p, name, rows):
                 with torch.no_grad():
                     ref = p.model(input_ids=ids, head_mask=hm, use_cache=False).logits
                 worst["head_mask"] = max(worst["head_mask"], maxdiff(p.edited(ids, l, j, "zero"), ref))
+    # zero ablation by the hook = the same head's input columns of the projection's weight zeroed
+    # (an edit of the model, not of an activation: checks the slicing on every architecture)
+    r0 = torch.tensor([rows[0]["prompt_ids"]])
+    worst["weight_columns"] = 0.0
+    for (l, h, j), mod in ((lhj, p.hooks.modules[lhj[0]]) for lhj in p.heads()):
+        w = mod.weight.data
+        sl = slice(j * p.d_head, (j + 1) * p.d_head)
+        saved = (w[sl, :] if p.model.config.model_type == "gpt2" else w[:, sl]).clone()
+        if p.model.config.model_type == "gpt2":  # Conv1D: weight (in, out)
+            w[sl, :] = 0
+        else:
+            w[:, sl] = 0
+        edited = p.plain(r0)
+        if p.model.config.model_type == "gpt2":
+            w[sl, :] = saved
+        else:
+            w[:, sl] = saved
+        worst["weight_columns"] = max(worst["weight_columns"], maxdiff(p.edited(r0, l, j, "zero"), edited))
+    if not torch.equal(p.plain(r0), bares[0]):
+        refuse(name, "restoring the projection weights did not give the model back")
+    if worst["weight_columns"] > TOL:
+        refuse(name, f"zero ablation by the hook differs from zeroed weight columns by {worst['weight_columns']}")
     if worst["resample_self"] > TOL:
         refuse(name, f"resample with corrupt = clean differs from the clean run by {worst['resample_self']}")
     if gpt2_mask and worst["head_mask"] > TOL:
