@@ -5,7 +5,8 @@ C engine implements: head masks (gate / zero ablation), mean and per-position
 mean ablation of a head's slice of the attention output-projection input, and
 the metrics (loss, acc, kl, cos) with per-sequence breakdowns.
 
-Used by gen_fixtures.py and convert_stories.py; not a test of anything by itself.
+Used by gen_fixtures.py, convert_stories.py and gen_task_fixtures.py; not a test
+of anything by itself.
 """
 import json
 import math
@@ -67,8 +68,11 @@ class HeadAblator:
     Llama/Qwen2 self_attn.o_proj); head h is the slice [h*d_head, (h+1)*d_head).
 
     mode None: pass-through. mode "record": keep a copy of every input.
-    mode "apply": ablated heads' slices are replaced by 0 ("zero") or by the
-    replacement vectors computed with set_means() ("mean", "mean_pos").
+    mode "apply": ablated heads' slices are replaced by 0 ("zero"), by the
+    replacement vectors computed with set_means() ("mean", "mean_pos"), or by
+    another run's inputs ("patch": repl[l] is a recorded (B, T, D) input of
+    layer l, e.g. the same batch's corrupt prompts; with positions a list of
+    token positions, only those are replaced).
     """
 
     def __init__(self, modules, n_heads, d_head):
@@ -80,6 +84,7 @@ class HeadAblator:
         self.gate = None
         self.ablation = "zero"
         self.repl = None
+        self.positions = None
         self.handles = [m.register_forward_pre_hook(self._hook(i)) for i, m in enumerate(self.modules)]
 
     def remove(self):
@@ -109,6 +114,13 @@ class HeadAblator:
                 elif self.ablation == "mean_pos":
                     T = x.shape[1]
                     x[..., sl] = self.repl[layer][:T, sl].to(x.dtype).unsqueeze(0)
+                elif self.ablation == "patch":
+                    src = self.repl[layer][..., sl].to(x.dtype)
+                    assert src.shape == x[..., sl].shape, (src.shape, x.shape)
+                    if self.positions is None:
+                        x[..., sl] = src
+                    else:
+                        x[:, self.positions, sl] = src[:, self.positions]
                 else:
                     raise ValueError(self.ablation)
             return (x,) + tuple(args[1:])
