@@ -87,6 +87,8 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         c.info = hp_model_get_info(c.model);
         st = hp_data_load_for(plan->data, plan->model, c.info, plan->seq_len, &c.data, err);
     }
+    if (st == HP_OK) /* denoise runs on the data swapped (its digest says so): before the evaluator and the store */
+        st = hp_ablation_bind_data(plan->ablation, c.data, err);
     if (st == HP_OK)
         st = hp_evaluator_new(c.model, c.data, &c.ev, err);
     /* the plan as run: its metric resolved against the model (a copy; the studies are shared) */

@@ -283,7 +283,8 @@ int cmd_eval(int argc, char **argv)
     if (hp_model_open(dir, &m, &err) != HP_OK)
         goto out;
     const struct hp_model_info *in = hp_model_get_info(m);
-    if (hp_data_load_for(data_path, dir, in, seq_len, &d, &err) != HP_OK)
+    if (hp_data_load_for(data_path, dir, in, seq_len, &d, &err) != HP_OK ||
+        hp_ablation_bind_data(abl, d, &err) != HP_OK) /* denoise: the corrupt prompts, whose heads get clean outputs */
         goto out;
     if (spec && hp_mask_parse(spec, keep, in, &mask, &err) != HP_OK)
         goto out;
