@@ -661,3 +661,37 @@ Test(patch, a_resample_sweep_killed_and_resumed_equals_one_run)
     cr_assert_eq(wait_run(start_run(plan, db)), 0);
     tu_assert_same_text(ref, dump(ref), db, dump(db));
 }
+
+/* The corrupt run's head outputs are kept whole: more than 4 GB of them (6600 rows padded to 512 positions x 5
+ * layers x 64 floats on stories260K, 4.3 GB) is refused before anything is allocated, in one line naming the
+ * file and the sizes. */
+Test(patch, head_outputs_over_the_budget_are_refused_naming_the_sizes)
+{
+    char path[1024], dir[1024];
+    snprintf(path, sizeof path, "%s/big.jsonl", tmp);
+    snprintf(dir, sizeof dir, "%s/stories260K", getenv("HP_FIXTURES"));
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    for (int r = 0; r < 6600; r++)
+        fprintf(f, "{\"prompt_ids\": [5, 6, %d], \"answer_id\": 8, \"corrupt_ids\": [5, 6, 1]}\n", 7 + r % 100);
+    fclose(f);
+    struct hp_model *m;
+    struct hp_data *d;
+    struct hp_evaluator *ev;
+    struct hp_metrics *mt = NULL;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(path, 512, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    struct hp_mask *mk = hp_mask_new(5, 8);
+    mk->gate[3] = 0;
+    cr_assert_eq(hp_evaluator_run(ev, mk, HP_ABLATE_RESAMPLE, &mt, &err), HP_ERR_NOMEM);
+    cr_assert_null(mt);
+    cr_assert(strncmp(err.msg, path, strlen(path)) == 0 && !strchr(err.msg, '\n') &&
+                  strstr(err.msg, "6600 rows x 512 positions x 5 layers x 64 floats") && strstr(err.msg, "4096 MB"),
+              "%s", err.msg);
+    hp_mask_free(mk);
+    hp_evaluator_free(ev);
+    hp_data_free(d);
+    hp_model_close(m);
+}
