@@ -695,3 +695,37 @@ Test(patch, head_outputs_over_the_budget_are_refused_naming_the_sizes)
     hp_data_free(d);
     hp_model_close(m);
 }
+
+/* headprune eval --ablation resample|denoise --mask L.H --json on a fixture's task rows: its loss is the mean over
+ * rows of -answer_logprob in the reference (1e-4), so the CLI binds the data (denoise: swapped) as the library
+ * tests above do; its unmasked loss is the clean run's, or under denoise the corrupt run's. */
+Test(patch, eval_cli_resample_and_denoise_match_the_reference)
+{
+    char dir[1024], refp[1100], args[4096], out[16384], err[4096];
+    snprintf(dir, sizeof dir, "%s/llama-gqa", getenv("HP_FIXTURES"));
+    snprintf(refp, sizeof refp, "%s/task-reference.json", dir);
+    cJSON *ref = read_json(refp);
+    static const char *const abl[] = {"zero", "resample", "denoise"};
+    for (int a = 0; a < 3; a++) {
+        snprintf(args, sizeof args, "eval --model '%s' --data '%s/task.jsonl' --ablation %s --mask 1.3 --json --quiet",
+                 dir, dir, abl[a]);
+        cr_assert_eq(tu_headprune(NULL, args, tmp, out, sizeof out, err, sizeof err), 0, "%s", err);
+        cJSON *o = cJSON_Parse(out);
+        cr_assert_not_null(o, "%s", out);
+        const cJSON *rows = cJSON_GetArrayItem(
+            cJSON_GetArrayItem(get(get(get(get(ref, "ablations"), abl[a]), "answer_logprob"), "rows"), 1), 3);
+        const cJSON *base = get(get(ref, a == 2 ? "corrupt" : "clean"), "answer_logprob");
+        double want = 0, want0 = 0;
+        for (int r = 0; r < cJSON_GetArraySize(rows); r++) {
+            want -= cJSON_GetArrayItem(rows, r)->valuedouble / cJSON_GetArraySize(rows);
+            want0 -= cJSON_GetArrayItem(base, r)->valuedouble / cJSON_GetArraySize(base);
+        }
+        const double got = get(o, "loss")->valuedouble, got0 = get(get(o, "unmasked"), "loss")->valuedouble;
+        cr_assert_str_eq(get(o, "ablation")->valuestring, abl[a]);
+        cr_assert(fabs(got - want) <= TOL, "eval --ablation %s: loss %.10g, Hugging Face %.10g", abl[a], got, want);
+        cr_assert(fabs(got0 - want0) <= TOL, "eval --ablation %s: unmasked loss %.10g, Hugging Face %.10g", abl[a],
+                  got0, want0);
+        cJSON_Delete(o);
+    }
+    cJSON_Delete(ref);
+}
