@@ -726,6 +726,11 @@ Test(patch, eval_cli_resample_and_denoise_match_the_reference)
         cr_assert(fabs(got0 - want0) <= TOL, "eval --ablation %s: unmasked loss %.10g, Hugging Face %.10g", abl[a],
                   got0, want0);
         cJSON_Delete(o);
+        /* the text output says when the run (and its unmasked model) is on the corrupt prompts */
+        snprintf(args, sizeof args, "eval --model '%s' --data '%s/task.jsonl' --ablation %s --mask 1.3 --quiet", dir,
+                 dir, abl[a]);
+        cr_assert_eq(tu_headprune(NULL, args, tmp, out, sizeof out, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(strstr(out, "run on the corrupt prompts, the unmasked model's too") != NULL, a == 2, "%s", out);
     }
     cJSON_Delete(ref);
 }
