@@ -2,7 +2,8 @@
  * sweep.c -- run a plan's jobs into the results database: the entry of the
  * sweep family (sweep_priv.h says who owns what).
  *
- * Owns the run: opening the model, the data, the evaluators (and the gates
+ * Owns the run: opening the model, the data (bound for the plan's ablation:
+ * denoise's swapped, before its digest is taken), the evaluators (and the gates
  * studies' training set) and the store, the mean-ablation statistics, the
  * sweep's row, deterministic job order and sharding (ord % N == I), and the
  * table of procedures (one row per enum hp_study_run) from which each study

@@ -593,7 +593,8 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
  * derivative along m_h + g (a_h - m_h), from the mean back to the head);
  *   atp (may be NULL): the first-order estimate of L(head h alone ablated) -
  * L(at mask): <dL/dctx_h, r_h - g_h a_h> with r_h the replacement (zero:
- * -g_h dL/dg_h; mean: the head's mean); 0 for heads at 0.
+ * -g_h dL/dg_h; mean: the head's mean; resample: its output on the corrupt
+ * prompt); 0 for heads at 0.
  *   value (may be NULL): L at mask, as hp_evaluator_run gives it (for cos,
  * 1 - its cos).
  * Pruned heads get 0. The arrays are (n_layers, n_heads), row-major. A metric
