@@ -383,3 +383,54 @@ Test(task_metrics, logit_diff_gradient_is_the_difference_of_two_losses_llama_gqa
 {
     grad_is_a_difference_of_losses("llama-gqa");
 }
+
+/* A plan with `metric: logit_diff` stores each head's effect, baseline logit_diff - logit_diff, in the effects
+ * view, as Hugging Face's clean mean less its zero-ablated mean; a plan naming a task metric its data cannot
+ * give is refused in one line saying what the data lacks, and writes no database. */
+Test(task_metrics, a_plan_on_logit_diff_stores_hugging_faces_effects)
+{
+    const char *fx = getenv("HP_FIXTURES");
+    char plan[256], db[256], yaml[2048], args[1024], errs[4096], path[1024];
+    snprintf(plan, sizeof plan, "%s/plan.yaml", tmp);
+    snprintf(db, sizeof db, "%s/r.db", tmp);
+    snprintf(yaml, sizeof yaml,
+             "name: ld\nmodel: %s/llama-gqa\ndata: %s/llama-gqa/task.jsonl\nmetric: logit_diff\nstudies:\n  - single\n",
+             fx, fx);
+    tu_spit(plan, yaml, strlen(yaml));
+    snprintf(args, sizeof args, "run '%s' --db '%s' --quiet --threads 1", plan, db);
+    cr_assert_eq(tu_headprune(NULL, args, tmp, NULL, 0, errs, sizeof errs), 0, "%s", errs);
+    snprintf(path, sizeof path, "%s/llama-gqa/task-reference.json", fx);
+    cJSON *ref = load_json(path);
+    const double clean = mean_of(cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "clean"), "logit_diff"));
+    const cJSON *mean = cJSON_GetObjectItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "ablations"), "zero"), "logit_diff"), "mean");
+    static const char *const q[] = {"SELECT layer, unit, d_logit_diff FROM effects WHERE study = 'single' ORDER BY "
+                                    "layer, unit"};
+    char *rows = tu_rows(db, q, 1);
+    int n = 0, l, h;
+    double eff;
+    for (char *p = strtok(rows, "\n"); p; p = strtok(NULL, "\n"), n++) {
+        cr_assert_eq(sscanf(p, "%d|%d|%lf", &l, &h, &eff), 3, "%s", p);
+        const double want = clean - num(cJSON_GetArrayItem(mean, l), h);
+        cr_assert(fabs(eff - want) <= TOL, "head %d.%d: stored effect %.9g, Hugging Face %.9g", l, h, eff, want);
+    }
+    cr_assert_eq(n, 12, "%d heads stored", n);
+    free(rows);
+    cJSON_Delete(ref);
+
+    /* the data without wrong answers: refused before anything is written */
+    char data[256], db2[256];
+    snprintf(data, sizeof data, "%s/nowrong.jsonl", tmp);
+    snprintf(db2, sizeof db2, "%s/r2.db", tmp);
+    snprintf(path, sizeof path, "%s/llama-gqa/task.jsonl", fx);
+    write_answer_as(path, data, false);
+    snprintf(yaml, sizeof yaml, "name: ld\nmodel: %s/llama-gqa\ndata: %s\nmetric: logit_diff\nstudies:\n  - single\n",
+             fx, data);
+    tu_spit(plan, yaml, strlen(yaml));
+    snprintf(args, sizeof args, "run '%s' --db '%s' --quiet --threads 1", plan, db2);
+    cr_assert_eq(tu_headprune(NULL, args, tmp, NULL, 0, errs, sizeof errs), 1, "%s", errs);
+    cr_assert(strstr(errs, "metric 'logit_diff' needs task rows with a wrong answer") && strstr(errs, "nowrong.jsonl") &&
+                  strchr(errs, '\n') == errs + strlen(errs) - 1,
+              "not one line naming the data and what it lacks: %s", errs);
+    cr_assert_neq(access(db2, F_OK), 0, "a refused plan wrote %s", db2);
+}
