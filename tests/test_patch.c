@@ -5,15 +5,18 @@
  * The reference is tests/fixtures/<model>/task-reference.json
  * (tools/gen_task_fixtures.py; tools/README.md, "Task references"), for every
  * fixture that has one and a model (smollm2-ioi has only the reference): per
- * head and per row, the answer's log-probability under zero ablation,
- * resample (the head's output replaced at every position by its value on the
- * row's corrupt prompt) and denoise (the corrupt prompt run, the head's clean
- * output restored), and of the unmasked clean and corrupt runs. headprune's
- * per-sequence loss of a task row is -log p(answer), so it must agree with
- * -answer_logprob within 1e-4 on the plain path, the reuse path
- * (hp_evaluator_run_many) and the gradient path's kept metrics
- * (hp_evaluator_grad_pass_metrics); a pruned head's entries are null in the
- * reference and absent in the model. llama-rope-dynamic's rows are evaluated
+ * head and per row, the task metrics (logit_diff, answer_logprob,
+ * answer_prob, answer_acc) under zero ablation, resample (the head's output
+ * replaced at every position by its value on the row's corrupt prompt) and
+ * denoise (the corrupt prompt run, the head's clean output restored), and of
+ * the unmasked clean and corrupt runs: per row and as means within 1e-4, and
+ * headprune's per-sequence loss of a task row as -answer_logprob, on the
+ * plain path, the reuse path (hp_evaluator_run_many) and the gradient path's
+ * kept metrics (hp_evaluator_grad_pass_metrics). patch_recovery: 1 for the
+ * clean run, 0 for the corrupt one (denoise's unmasked model), and per head
+ * under denoise the reference's own, under resample the one its logit_diff
+ * means give (test_task_metrics.c's bound for a ratio). A pruned head's
+ * entries are null in the reference and absent in the model. llama-rope-dynamic's rows are evaluated
  * in groups of one length each, never padded: its rotary frequencies depend
  * on the pass's length once that is past its 8 trained positions, and the
  * reference runs each row at its own length (padding them to the longest row
@@ -150,20 +153,73 @@ static int groups_of(const char *fixture, bool by_length, struct group *g, int m
     return ng;
 }
 
-/* Per-sequence losses of mt against -ref[row] (ref: a list over task.jsonl's rows), every row of group g. */
-static void check_rows(const struct hp_metrics *mt, const cJSON *ref, const struct group *g, const char *fixture,
+/* The task metrics checked per row and as means (the reference's ablations.<abl>.<metric>.rows[l][h][r],
+ * clean.<metric>[r], corrupt.<metric>[r]). */
+static const enum hp_metric row_metrics[] = {HP_METRIC_LOGIT_DIFF, HP_METRIC_ANSWER_LOGPROB, HP_METRIC_ANSWER_PROB,
+                                             HP_METRIC_ANSWER_ACC};
+enum { N_ROW_METRICS = sizeof row_metrics / sizeof *row_metrics };
+
+/* mt against the reference's rows byname[metric] (lists over task.jsonl's rows), every row of group g: each task
+ * metric per row and as the group's mean, and the per-sequence loss as -answer_logprob. */
+static void check_rows(const struct hp_metrics *mt, const cJSON *byname, const struct group *g, const char *fixture,
                        const char *what)
 {
     cr_assert_eq(mt->n_seqs, g->n);
     cr_assert_eq(mt->n_tokens, g->n, "%s %s: %lld scored items, want one per row", fixture, what,
                  (long long)mt->n_tokens);
-    for (int i = 0; i < g->n; i++) {
-        const cJSON *v = cJSON_GetArrayItem(ref, g->row[i]);
-        cr_assert(cJSON_IsNumber(v), "%s %s: no reference for row %d", fixture, what, g->row[i]);
-        double want = -v->valuedouble, got = mt->seq_loss[i];
-        cr_assert(isfinite(got) && fabs(got - want) <= TOL, "%s %s, row %d (%s): -log p(answer) %.10g, Hugging Face "
-                  "%.10g (diff %.3g)", fixture, what, g->row[i], g->path, got, want, fabs(got - want));
+    for (int k = 0; k < N_ROW_METRICS; k++) {
+        const enum hp_metric m = row_metrics[k];
+        const cJSON *ref = get(byname, hp_metric_name(m));
+        cr_assert(mt->has[m], "%s %s: no %s", fixture, what, hp_metric_name(m));
+        double sum = 0;
+        for (int i = 0; i < g->n; i++) {
+            const cJSON *v = cJSON_GetArrayItem(ref, g->row[i]);
+            cr_assert(cJSON_IsNumber(v), "%s %s: no reference %s for row %d", fixture, what, hp_metric_name(m),
+                      g->row[i]);
+            const double want = v->valuedouble, got = mt->seq[m][i];
+            cr_assert(isfinite(got) && fabs(got - want) <= TOL, "%s %s, row %d (%s): %s %.10g, Hugging Face %.10g "
+                      "(diff %.3g)", fixture, what, g->row[i], g->path, hp_metric_name(m), got, want,
+                      fabs(got - want));
+            if (m == HP_METRIC_ANSWER_LOGPROB)
+                cr_assert(fabs(mt->seq_loss[i] + want) <= TOL, "%s %s, row %d (%s): -log p(answer) %.10g, Hugging "
+                          "Face %.10g", fixture, what, g->row[i], g->path, mt->seq_loss[i], -want);
+            sum += want;
+        }
+        cr_assert(fabs(mt->value[m] - sum / g->n) <= TOL, "%s %s (%s): mean %s %.10g, Hugging Face %.10g", fixture,
+                  what, g->path, hp_metric_name(m), mt->value[m], sum / g->n);
     }
+}
+
+/* The reference's rows of head l.h under ablation abl, by metric name (references into abl's object). */
+static cJSON *head_rows(const cJSON *abl, int l, int h)
+{
+    cJSON *o = cJSON_CreateObject();
+    for (int k = 0; k < N_ROW_METRICS; k++) {
+        const char *name = hp_metric_name(row_metrics[k]);
+        const cJSON *r = cJSON_GetArrayItem(cJSON_GetArrayItem(get(get(abl, name), "rows"), l), h);
+        cr_assert(cJSON_IsArray(r), "no reference %s rows for head %d.%d", name, l, h);
+        cJSON_AddItemReferenceToObject(o, name, (cJSON *)r);
+    }
+    return o;
+}
+
+static double mean_of(const cJSON *a)
+{
+    double s = 0;
+    for (int i = 0; i < cJSON_GetArraySize(a); i++)
+        s += cJSON_GetArrayItem(a, i)->valuedouble;
+    return s / cJSON_GetArraySize(a);
+}
+
+/* patch_recovery of a variant over every row against want, from Hugging Face's logit differences: a ratio of
+ * differences of logit_diffs each within TOL, so within 2 TOL (1 + |want|) / |span| (test_task_metrics.c's bound) */
+static void check_recovery(const struct hp_metrics *mt, double want, double span, const char *fixture,
+                           const char *what)
+{
+    const double got = mt->value[HP_METRIC_PATCH_RECOVERY], bound = 2 * TOL * (1 + fabs(want)) / fabs(span);
+    cr_assert(mt->has[HP_METRIC_PATCH_RECOVERY] && isfinite(got) && fabs(got - want) <= bound,
+              "%s %s: patch_recovery %.9g, from Hugging Face %.9g (diff %.3g, bound %.3g)", fixture, what, got, want,
+              fabs(got - want), bound);
 }
 
 /* An evaluator on group g's file, bound for ablation abl (denoise: the data swapped). */
@@ -260,6 +316,8 @@ static void check_fixture(const char *fixture)
             most = fmax(most, fabs(z - s));
         }
     cr_assert_gt(most, 100 * TOL, "%s: resample and zero ablation agree everywhere (%g)", fixture, most);
+    const double ld_clean = mean_of(get(get(ref, "clean"), "logit_diff")),
+                 ld_corrupt = mean_of(get(get(ref, "corrupt"), "logit_diff")), span = ld_clean - ld_corrupt;
     for (int k = 0; k < ng; k++) {
         struct side clean, swapped;
         side_open(&clean, m, &g[k], HP_ABLATE_ZERO);
@@ -270,22 +328,37 @@ static void check_fixture(const char *fixture)
             char what[128];
             run_path(clean.ev, (enum path)p, &none, 1, HP_ABLATE_ZERO, &mt);
             snprintf(what, sizeof what, "%s path, unmasked on the prompts", path_name[p]);
-            check_rows(mt, get(get(ref, "clean"), "answer_logprob"), &g[k], fixture, what);
+            check_rows(mt, get(ref, "clean"), &g[k], fixture, what);
+            /* the ends of patch_recovery: the clean run recovers all, the corrupt run (denoise's unmasked) none */
+            cr_assert_eq(mt->value[HP_METRIC_PATCH_RECOVERY], 1.0, "%s %s: recovery %.17g", fixture, what,
+                         mt->value[HP_METRIC_PATCH_RECOVERY]);
             hp_metrics_free(mt);
             run_path(swapped.ev, (enum path)p, &none, 1, HP_ABLATE_ZERO, &mt);
             snprintf(what, sizeof what, "%s path, unmasked on the corrupt prompts", path_name[p]);
-            check_rows(mt, get(get(ref, "corrupt"), "answer_logprob"), &g[k], fixture, what);
+            check_rows(mt, get(ref, "corrupt"), &g[k], fixture, what);
+            cr_assert_eq(mt->value[HP_METRIC_PATCH_RECOVERY], 0.0, "%s %s: recovery %.17g", fixture, what,
+                         mt->value[HP_METRIC_PATCH_RECOVERY]);
             hp_metrics_free(mt);
             for (int a = 0; a < N_ABL; a++) {
                 const enum hp_ablation abl = ablations[a];
                 struct hp_metrics *out[256];
                 run_path(abl == HP_ABLATE_DENOISE ? swapped.ev : clean.ev, (enum path)p, mk, n_mk, abl, out);
-                const cJSON *rows = get(get(get(abl_ref, hp_ablation_name(abl)), "answer_logprob"), "rows");
+                const cJSON *by = get(abl_ref, hp_ablation_name(abl));
                 for (int i = 0; i < n_mk; i++) {
-                    snprintf(what, sizeof what, "%s path, %s of head %d.%d", path_name[p], hp_ablation_name(abl),
-                             head[i] / H, head[i] % H);
-                    check_rows(out[i], cJSON_GetArrayItem(cJSON_GetArrayItem(rows, head[i] / H), head[i] % H),
-                               &g[k], fixture, what);
+                    const int l = head[i] / H, h = head[i] % H;
+                    snprintf(what, sizeof what, "%s path, %s of head %d.%d", path_name[p], hp_ablation_name(abl), l,
+                             h);
+                    cJSON *rows = head_rows(by, l, h);
+                    check_rows(out[i], rows, &g[k], fixture, what);
+                    /* recovery is of means over every row: where the group is the whole file */
+                    if (g[k].n == n_rows && abl == HP_ABLATE_DENOISE)
+                        check_recovery(out[i], cJSON_GetArrayItem(cJSON_GetArrayItem(get(get(by, "patch_recovery"),
+                                                                                         "mean"), l), h)->valuedouble,
+                                       span, fixture, what);
+                    else if (g[k].n == n_rows)
+                        check_recovery(out[i], (mean_of(get(rows, "logit_diff")) - ld_corrupt) / span, span,
+                                       fixture, what);
+                    cJSON_Delete(rows);
                     hp_metrics_free(out[i]);
                 }
             }
