@@ -807,3 +807,45 @@ Test(patch, eval_cli_resample_and_denoise_match_the_reference)
     }
     cJSON_Delete(ref);
 }
+
+/* Plans under resample (metric logit_diff) and denoise (metric patch_recovery) over llama-gqa's task rows store
+ * each head's effect as Hugging Face's: resample, clean mean logit_diff less the resampled mean; denoise, the
+ * corrupt run's recovery (0) less the head's (the reference's own), within the ratio's bound. */
+Test(patch, resample_and_denoise_plans_store_hugging_faces_effects)
+{
+    const char *fx = getenv("HP_FIXTURES");
+    char refp[1024];
+    snprintf(refp, sizeof refp, "%s/llama-gqa/task-reference.json", fx);
+    cJSON *ref = read_json(refp);
+    const double ld_clean = mean_of(get(get(ref, "clean"), "logit_diff")),
+                 span = ld_clean - mean_of(get(get(ref, "corrupt"), "logit_diff"));
+    static const char *const abl[] = {"resample", "denoise"}, *const metric[] = {"logit_diff", "patch_recovery"};
+    for (int a = 0; a < 2; a++) {
+        char plan[1100], db[1100], yaml[4096], args[4096], errs[4096], q[256];
+        snprintf(plan, sizeof plan, "%s/effects-%s.yaml", tmp, abl[a]);
+        snprintf(db, sizeof db, "%s/effects-%s.db", tmp, abl[a]);
+        snprintf(yaml, sizeof yaml, "name: e\nmodel: %s/llama-gqa\ndata: %s/llama-gqa/task.jsonl\nmetric: %s\n"
+                 "ablation: %s\nstudies:\n  - single\n", fx, fx, metric[a], abl[a]);
+        tu_spit(plan, yaml, strlen(yaml));
+        snprintf(args, sizeof args, "run '%s' --db '%s' --quiet --threads 1", plan, db);
+        cr_assert_eq(tu_headprune(NULL, args, tmp, NULL, 0, errs, sizeof errs), 0, "%s", errs);
+        snprintf(q, sizeof q, "SELECT layer, unit, d_%s FROM effects WHERE study = 'single' ORDER BY layer, unit",
+                 metric[a]);
+        const char *qs = q;
+        char *rows = tu_rows(db, &qs, 1);
+        const cJSON *mean = get(get(get(get(ref, "ablations"), abl[a]), metric[a]), "mean");
+        int n = 0, l, h;
+        double eff;
+        for (char *p = strtok(rows, "\n"); p; p = strtok(NULL, "\n"), n++) {
+            cr_assert_eq(sscanf(p, "%d|%d|%lf", &l, &h, &eff), 3, "%s", p);
+            const double r = cJSON_GetArrayItem(cJSON_GetArrayItem(mean, l), h)->valuedouble;
+            const double want = a == 0 ? ld_clean - r : 0 - r;
+            const double bound = a == 0 ? TOL : 2 * TOL * (1 + fabs(r)) / fabs(span);
+            cr_assert(fabs(eff - want) <= bound, "%s, head %d.%d: stored effect %.9g, Hugging Face %.9g (bound %.3g)",
+                      abl[a], l, h, eff, want, bound);
+        }
+        cr_assert_eq(n, 12, "%s: %d heads stored", abl[a], n);
+        free(rows);
+    }
+    cJSON_Delete(ref);
+}
