@@ -186,18 +186,20 @@ static enum hp_status prepare_other(struct hp_ablation_state *st, const struct h
     const struct hp_model_info *in = &src->m->info;
     const size_t S = (size_t)d->n_seqs, T = (size_t)d->seq_len, L = (size_t)in->n_layers, D = (size_t)in->d_model,
                  qd = (size_t)in->n_heads * in->d_head, R = (size_t)src->batch * T;
+    /* task->corrupt holds the other prompts: the corrupt ones, or denoise's swapped data the clean ones */
+    const char *other_is = d->task->swapped ? "clean" : "corrupt";
     size_t n;
     if (__builtin_mul_overflow(S * T, L * qd, &n) || n > HP_OTHER_MAX / sizeof(float))
-        return hp_fail(err, HP_ERR_NOMEM, "%s: %s keeps every head's output on the corrupt prompts, %zu rows x %zu "
+        return hp_fail(err, HP_ERR_NOMEM, "%s: %s keeps every head's output on the %s prompts, %zu rows x %zu "
                        "positions x %zu layers x %zu floats, over its %zu MB (use fewer rows or a shorter --seq-len)",
-                       d->path, hp_ablation_name(a), S, T, L, qd, HP_OTHER_MAX >> 20);
+                       d->path, hp_ablation_name(a), other_is, S, T, L, qd, HP_OTHER_MAX >> 20);
     float *other = malloc(n * sizeof(float)), *x = malloc(L * R * D * sizeof(float)),
           *ctx = malloc(L * R * qd * sizeof(float));
     if (!other || !x || !ctx) {
         free(other);
         free(x);
         free(ctx);
-        return hp_fail(err, HP_ERR_NOMEM, "out of memory for the head outputs on the corrupt prompts (%zu MB)",
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory for the head outputs on the %s prompts (%zu MB)", other_is,
                        n * sizeof(float) >> 20);
     }
     const float *gate = NULL;
@@ -219,9 +221,9 @@ static enum hp_status prepare_other(struct hp_ablation_state *st, const struct h
     if (bad >= 0) {
         free(other);
         return hp_fail(err, HP_ERR_FORMAT,
-                       "%s: the unmasked model's head outputs on the corrupt prompts of %s are not finite, first in "
+                       "%s: the unmasked model's head outputs on the %s prompts of %s are not finite, first in "
                        "layer %d's attention (check the weights and config.json, e.g. its layer norm epsilon)",
-                       src->m->dir, d->path, bad);
+                       src->m->dir, other_is, d->path, bad);
     }
     st->other = other;
     st->other_seqs = d->n_seqs;

@@ -849,3 +849,72 @@ Test(patch, resample_and_denoise_plans_store_hugging_faces_effects)
     }
     cJSON_Delete(ref);
 }
+
+/* A model whose head outputs on the corrupt prompts are not finite (llama-gqa with the embedding row of a token
+ * only the corrupt prompts use set to NaN): resample is refused in one line naming the model, the data and the
+ * first layer, and nothing is handed out. */
+Test(patch, head_outputs_on_the_corrupt_prompts_that_are_not_finite_are_refused)
+{
+    char src[1024], dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/nan", tmp);
+    cr_assert_eq(mkdir(dir, 0777), 0);
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        size_t n;
+        snprintf(src, sizeof src, "%s/llama-gqa/%s", getenv("HP_FIXTURES"), files[i]);
+        char *bytes = tu_slurp(src, &n);
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        tu_spit(path, bytes, n);
+        free(bytes);
+    }
+    /* token 1's embedding row to NaN, found through the safetensors header */
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    uint64_t hl = 0;
+    cr_assert_eq(fread(&hl, 8, 1, f), 1);
+    char *header = calloc(1, hl + 1);
+    cr_assert_eq(fread(header, 1, hl, f), hl);
+    cJSON *h = cJSON_Parse(header);
+    const cJSON *emb = cJSON_GetObjectItemCaseSensitive(h, "model.embed_tokens.weight");
+    cr_assert_not_null(emb);
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(emb, "dtype")->valuestring, "F32");
+    const long off = (long)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(emb, "data_offsets"), 0)->valuedouble;
+    const int d_model = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(emb, "shape"), 1)->valueint;
+    fseek(f, (long)(8 + hl) + off + 1L * d_model * 4, SEEK_SET);
+    const float nan = NAN;
+    for (int i = 0; i < d_model; i++)
+        fwrite(&nan, 4, 1, f);
+    fclose(f);
+    cJSON_Delete(h);
+    free(header);
+    char data[1100];
+    snprintf(data, sizeof data, "%s/pairs.jsonl", tmp);
+    /* no wrong answers: patch_recovery (whose ends run the corrupt prompts too) is then not asked for */
+    const char *rows = "{\"prompt_ids\": [5, 6, 7], \"answer_id\": 8, \"corrupt_ids\": [5, 6, 1]}\n"
+                       "{\"prompt_ids\": [5, 7], \"answer_id\": 3, \"corrupt_ids\": [5, 1]}\n";
+    tu_spit(data, rows, strlen(rows));
+    struct hp_model *m;
+    struct hp_data *d;
+    struct hp_evaluator *ev;
+    struct hp_metrics *mt = NULL;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(data, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    /* the prompts alone are fine: the unmasked model and zero ablation evaluate */
+    cr_assert_eq(hp_evaluator_run(ev, NULL, HP_ABLATE_ZERO, &mt, &err), HP_OK, "%s", err.msg);
+    hp_metrics_free(mt);
+    mt = NULL;
+    struct hp_mask *mk = hp_mask_new(hp_model_get_info(m)->n_layers, hp_model_get_info(m)->n_heads);
+    mk->gate[5] = 0;
+    cr_assert_eq(hp_evaluator_run(ev, mk, HP_ABLATE_RESAMPLE, &mt, &err), HP_ERR_FORMAT, "%s", err.msg);
+    cr_assert_null(mt);
+    cr_assert(strncmp(err.msg, dir, strlen(dir)) == 0 && strstr(err.msg, data) && !strchr(err.msg, '\n') &&
+                  strstr(err.msg, "on the corrupt prompts") && strstr(err.msg, "not finite, first in layer 0"),
+              "%s", err.msg);
+    hp_mask_free(mk);
+    hp_evaluator_free(ev);
+    hp_data_free(d);
+    hp_model_close(m);
+}
