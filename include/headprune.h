@@ -450,6 +450,12 @@ double hp_metric_effect(enum hp_metric m, double v, double b);
  * gates, nor the other task metrics). */
 bool hp_metric_has_grad(enum hp_metric m);
 
+/* What a sweep's gradient studies (importance, attribution, a gradient-ranked curve) differentiate when the
+ * sweep's metric is m: m itself where its gradient says something at the unmasked model (loss, logit_diff),
+ * else the loss (kl's and cos's gradients vanish there; acc has none). The one statement of the rule: the
+ * sweep, its job keys and the queries derive from it. */
+enum hp_metric hp_metric_grad_of(enum hp_metric sweep_metric);
+
 /* What hp_evaluator_grad differentiates for m, signed so that larger = worse: "loss", "kl", "1 - cos",
  * "-logit_diff"; "" for a metric without a gradient. Static. */
 const char *hp_metric_grad_what(enum hp_metric m);
