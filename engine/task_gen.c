@@ -423,27 +423,32 @@ static enum hp_status run_induction(const char *dir, const struct hp_task_gen_op
 
 const struct hp_task_gen_row hp_task_gens[] = {
     [HP_TASK_GEN_IOI] = {
-        "ioi", "indirect-object identification prompt pairs (Wang et al. 2022), text rows",
+        "ioi", "IOI prompt pairs (indirect-object identification, Wang et al. 2022)",
         "Indirect-object identification (Wang et al. 2022): prompts such as\n"
-        "  \"When Mary and John went to the store, John gave a drink to\" -> \" Mary\", wrong \" John\",\n"
-        "from 8 templates, with names, places and objects drawn from built-in lists and kept only\n"
-        "where they are one token (with their leading space) in the model's tokenizer. The corrupt\n"
-        "prompt has the second mention of the subject replaced by the indirect object (\"..., Mary\n"
-        "gave a drink to\"), so the answer flips and the lengths match. Rows go through the templates\n"
-        "in turn, each with the indirect object first (ABBA) and then second (BABA). Every row is\n"
-        "checked: prompt and corrupt tokenize to the same length and differ in the one swapped name.\n"
-        "Text rows ({\"prompt\", \"answer\", \"wrong\", \"corrupt\"}): they need the model's tokenizer.",
+        "  \"When Mary and John went to the store, John gave a drink to\"\n"
+        "with the answer \" Mary\" and the wrong answer \" John\", from 8 templates,\n"
+        "with names, places and objects drawn from built-in lists and kept only where\n"
+        "they are one token (with their leading space) in the model's tokenizer. The\n"
+        "corrupt prompt has the second mention of the subject replaced by the indirect\n"
+        "object (\"..., Mary gave a drink to\"), so the answer flips and the lengths\n"
+        "match. Rows go through the templates in turn, each with the indirect object\n"
+        "first (ABBA), then second (BABA). Every row is checked: prompt and corrupt\n"
+        "tokenize to the same length and differ in the one swapped name. Text rows\n"
+        "({\"prompt\", \"answer\", \"wrong\", \"corrupt\"}): they need the model's\n"
+        "tokenizer. docs/tasks.md lists the templates.",
         false, true, run_ioi,
     },
     [HP_TASK_GEN_INDUCTION] = {
-        "induction", "random tokens repeated (induction), rows of ids",
-        "Induction: K random distinct ids, then the first K - 1 of them again; the answer is the K-th\n"
-        "(the token after the last token's earlier occurrence). The corrupt prompt has the first half\n"
-        "resampled from K other ids, so nothing in it predicts the answer; the wrong answer is the\n"
-        "corrupt prompt's K-th id (what it puts where the clean prompt had the answer). Rows of ids\n"
-        "({\"prompt_ids\", \"answer_id\", \"wrong_id\", \"corrupt_ids\"}): it reads only config.json's\n"
-        "vocabulary and positions, so it works on models without a tokenizer; with one, the ids it\n"
-        "has no token for and its special tokens are left out.",
+        "induction", "random tokens repeated: induction, rows of ids",
+        "Induction: K random distinct ids, then the first K - 1 of them again; the\n"
+        "answer is the K-th (the token after the last token's earlier occurrence).\n"
+        "The corrupt prompt has the first half resampled from K other ids, so nothing\n"
+        "in it predicts the answer; the wrong answer is the corrupt prompt's K-th id\n"
+        "(what it puts where the clean prompt had the answer). Rows of ids\n"
+        "({\"prompt_ids\", \"answer_id\", \"wrong_id\", \"corrupt_ids\"}): it reads only\n"
+        "config.json's vocabulary and positions, so it works on models without a\n"
+        "tokenizer; with one, the ids it has no token for and its special tokens are\n"
+        "left out.",
         true, false, run_induction,
     },
 };

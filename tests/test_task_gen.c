@@ -412,6 +412,12 @@ Test(task_gen, cli)
     cr_assert(strstr(out, "Wang et al. 2022") && strstr(out, "--template") && !strstr(out, "--len"), "%s", out);
     cr_assert_eq(tu_headprune(NULL, "task induction --help", tmp, out, sizeof out, NULL, 0), 0);
     cr_assert(strstr(out, "resampled") && strstr(out, "--len") && !strstr(out, "--template"), "%s", out);
+    const char *helps[] = {"task --help", "task ioi --help", "task induction --help"};
+    for (size_t i = 0; i < sizeof helps / sizeof *helps; i++) {
+        cr_assert_eq(tu_headprune(NULL, helps[i], tmp, out, sizeof out, NULL, 0), 0);
+        for (const char *l = out; *l; l += strcspn(l, "\n") + (l[strcspn(l, "\n")] != 0))
+            cr_assert_leq(strcspn(l, "\n"), 80, "%s: a line over 80 columns: %.*s", helps[i], (int)strcspn(l, "\n"), l);
+    }
 
     char args[2048];
     snprintf(args, sizeof args, "task ioi -m '%s' -n 3 --seed 9", fixture(MINILM));

@@ -16,7 +16,8 @@
 #include "task_gen_int.h" /* hp_task_gens: each generator's name, summary and help */
 
 static const char task_help[] =
-    "Usage: headprune task GENERATOR --model DIR [--n N] [--seed S] [options] > FILE.jsonl\n"
+    "Usage: headprune task GENERATOR --model DIR [--n N] [--seed S] [options]\n"
+    "                      > FILE.jsonl\n"
     "\n"
     "Make task rows (docs/tasks.md) for a model, so that a task can be studied\n"
     "without writing data: one JSON row a line on standard output, the same bytes\n"
@@ -76,8 +77,9 @@ int cmd_task(int argc, char **argv)
             mine[k++] = all[i];
     if (gen) {
         snprintf(name, sizeof name, "task %s", gen->name);
-        snprintf(usage, sizeof usage, "Usage: headprune task %s --model DIR [--n N] [--seed S]%s%s > FILE.jsonl\n\n%s\n",
-                 gen->name, gen->takes_len ? " [--len K]" : "", gen->takes_templ ? " [--template K]" : "", gen->help);
+        snprintf(usage, sizeof usage, "Usage: headprune task %s --model DIR [--n N] [--seed S]%s%s\n"
+                 "                      > FILE.jsonl\n\n%s\n", gen->name, gen->takes_len ? " [--len K]" : "",
+                 gen->takes_templ ? " [--template K]" : "", gen->help);
     }
     const struct cmd_help h = gen ? (struct cmd_help){.name = name, .usage = usage, .opts = mine}
                                   : (struct cmd_help){.name = "task", .usage = task_help, .opts = all,
