@@ -11,9 +11,13 @@
  *   induction  K random ids, then the first K - 1 again: the answer is the
  *              K-th (the token after the last token's earlier occurrence);
  *              corrupt = the first half resampled from other ids. Id rows.
- * Every row is checked as it is made (ioi: prompt and corrupt tokenize to the
- * same length and differ in the one swapped name; induction: by
- * construction), then handed to the caller as one line of JSON.
+ *   docstring  the next parameter of a Python docstring (Heimersheim and
+ *              Janiak): def F(self, A1, A2, A3, A4) documenting A1 and A2,
+ *              ending at the third ":param"; corrupt = the def's parameters
+ *              replaced by other words. Text rows, one-token words.
+ * Every row is checked as it is made (text rows: prompt and corrupt tokenize
+ * to the same length and differ in exactly the swapped words' tokens;
+ * induction: by construction), then handed to the caller as one line of JSON.
  *
  * Invariants: the rows depend only on the generator, the options (seed
  * included) and the model directory's files: one splitmix64 stream from the
@@ -62,9 +66,9 @@ const char *const hp_ioi_templates[HP_TASK_IOI_TEMPLATES] = {
     "The {P} was quiet when {A} and {B} came back, and {S} handed the {O} to",
 };
 
-/* Tries at one row before ioi gives up on the tokenizer: a row fails only where a name does not stay one token
- * in context, which a tokenizer that splits words at spaces never does. */
-#define IOI_TRIES 100
+/* Tries at one text row before a generator gives up on the tokenizer: a row fails only where a word does not stay
+ * one token in context, which a tokenizer that splits words at spaces never does. */
+#define TEXT_TRIES 100
 
 // --- rows out -----------------------------------------------------------------------------
 
@@ -135,26 +139,81 @@ static void some_words(const char *const *list, char *buf, size_t cap)
         at += (size_t)snprintf(buf + at, cap - at, "%s\"%s\"", i ? ", " : "", list[i]);
 }
 
-/* tmpl with its slots filled (a, b, s: names; p: place; o: object) into buf; false when it does not fit. */
-static bool fill(const char *tmpl, const char *a, const char *b, const char *s, const char *p, const char *o,
-                 char *buf, size_t cap)
+/* tmpl with each slot "{NAME}" replaced by word[k] where slot[k] is NAME (slot, word: n each), into buf; false
+ * when it does not fit. */
+static bool fill(const char *tmpl, const char *const *slot, const char *const *word, int n, char *buf, size_t cap)
 {
     size_t at = 0;
     for (const char *c = tmpl; *c; c++) {
         const char *w = NULL;
-        if (c[0] == '{' && c[1] && c[2] == '}') {
-            w = c[1] == 'A' ? a : c[1] == 'B' ? b : c[1] == 'S' ? s : c[1] == 'P' ? p : c[1] == 'O' ? o : NULL;
-            assert(w); /* the templates are ours */
-            c += 2;
-        }
+        size_t len = c[0] == '{' ? strcspn(c + 1, "}") : 0;
+        for (int k = 0; len && k < n && !w; k++)
+            if (strlen(slot[k]) == len && memcmp(slot[k], c + 1, len) == 0)
+                w = word[k];
+        assert(!len || w); /* the templates are ours */
         size_t k = w ? strlen(w) : 1;
         if (at + k >= cap)
             return false;
         memcpy(buf + at, w ? w : c, k);
         at += k;
+        c += w ? len + 1 : 0;
     }
     buf[at] = '\0';
     return true;
+}
+
+/* The ids of text, or the error naming the generator. */
+static enum hp_status encode(const struct hp_tokenizer *t, const char *dir, const char *what, const char *text,
+                             struct hp_encoding *e, struct hp_error *err)
+{
+    enum hp_status st = hp_tokenizer_encode(t, text, strlen(text), NULL, 0, false, e, err);
+    if (st != HP_OK) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return hp_fail(err, st, "%s: %s: %s", dir, what, msg);
+    }
+    return HP_OK;
+}
+
+/*
+ * Whether prompt and corrupt tokenize to the same length and differ in exactly n positions, in order holding
+ * from[0..n) in the prompt and to[0..n) in the corrupt: the check every text row passes (words that stay one
+ * token each in context).
+ */
+static enum hp_status same_but(const struct hp_tokenizer *t, const char *dir, const char *what, const char *prompt,
+                               const char *corrupt, const int32_t *from, const int32_t *to, int n, bool *ok,
+                               struct hp_error *err)
+{
+    struct hp_encoding a, c;
+    enum hp_status st = encode(t, dir, what, prompt, &a, err);
+    if (st != HP_OK)
+        return st;
+    if ((st = encode(t, dir, what, corrupt, &c, err)) != HP_OK) {
+        hp_encoding_free(&a);
+        return st;
+    }
+    int k = 0;
+    *ok = a.n == c.n;
+    for (int i = 0; *ok && i < a.n; i++)
+        if (a.ids[i] != c.ids[i]) {
+            *ok = k < n && a.ids[i] == from[k] && c.ids[i] == to[k];
+            k++;
+        }
+    *ok = *ok && k == n;
+    hp_encoding_free(&a);
+    hp_encoding_free(&c);
+    return HP_OK;
+}
+
+/* A text row {"prompt", "answer", "wrong", "corrupt"}: NULL when out of memory. */
+static cJSON *text_row(const char *prompt, const char *answer, const char *wrong, const char *corrupt)
+{
+    cJSON *obj = cJSON_CreateObject();
+    if (obj && cJSON_AddStringToObject(obj, "prompt", prompt) && cJSON_AddStringToObject(obj, "answer", answer) &&
+        cJSON_AddStringToObject(obj, "wrong", wrong) && cJSON_AddStringToObject(obj, "corrupt", corrupt))
+        return obj;
+    cJSON_Delete(obj);
+    return NULL;
 }
 
 struct ioi {
@@ -171,19 +230,6 @@ static int draw(struct ioi *g, const struct words *w, int skip)
     return skip >= 0 && k >= skip ? k + 1 : k;
 }
 
-/* The ids of text, or the error naming the template. */
-static enum hp_status encode(const struct ioi *g, int ti, const char *text, struct hp_encoding *e,
-                             struct hp_error *err)
-{
-    enum hp_status st = hp_tokenizer_encode(g->t, text, strlen(text), NULL, 0, false, e, err);
-    if (st != HP_OK) {
-        char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        return hp_fail(err, st, "%s: ioi template %d: %s", g->dir, ti + 1, msg);
-    }
-    return HP_OK;
-}
-
 /*
  * One row of template ti, ABBA (the indirect object first) or BABA: *made false when this draw does not keep
  * the names one token each in context (prompt and corrupt must differ in exactly the swapped token).
@@ -194,41 +240,22 @@ static enum hp_status ioi_row(struct ioi *g, int ti, bool abba, cJSON **out, boo
     const char *p = g->places.n ? g->places.w[draw(g, &g->places, -1)] : NULL;
     const char *o = g->objects.n ? g->objects.w[draw(g, &g->objects, -1)] : NULL;
     const char *IO = g->names.w[io], *S = g->names.w[s], *tmpl = hp_ioi_templates[ti];
-    char prompt[512], corrupt[512], answer[64], wrong[64];
-    bool fits = fill(tmpl, abba ? IO : S, abba ? S : IO, S, p, o, prompt, sizeof prompt) &&
-                fill(tmpl, abba ? IO : S, abba ? S : IO, IO, p, o, corrupt, sizeof corrupt);
+    static const char *const slot[] = {"A", "B", "S", "P", "O"};
+    const char *clean[] = {abba ? IO : S, abba ? S : IO, S, p, o}, *swapped[] = {clean[0], clean[1], IO, p, o};
+    char prompt[512], corrupt[512], answer[64], wrong[64], what[64];
+    bool fits = fill(tmpl, slot, clean, 5, prompt, sizeof prompt) && fill(tmpl, slot, swapped, 5, corrupt, sizeof corrupt);
     assert(fits); /* short words in short templates */
     (void)fits;
     snprintf(answer, sizeof answer, " %s", IO);
     snprintf(wrong, sizeof wrong, " %s", S);
-    struct hp_encoding a, c;
-    enum hp_status st = encode(g, ti, prompt, &a, err);
-    if (st != HP_OK)
-        return st;
-    if ((st = encode(g, ti, corrupt, &c, err)) != HP_OK) {
-        hp_encoding_free(&a);
-        return st;
-    }
-    int n_diff = 0, at = -1;
-    for (int i = 0; a.n == c.n && i < a.n; i++)
-        if (a.ids[i] != c.ids[i]) {
-            n_diff++;
-            at = i;
-        }
-    *made = a.n == c.n && n_diff == 1 && a.ids[at] == g->names.id[s] && c.ids[at] == g->names.id[io];
-    hp_encoding_free(&a);
-    hp_encoding_free(&c);
+    snprintf(what, sizeof what, "ioi template %d", ti + 1);
     *out = NULL;
-    if (!*made)
-        return HP_OK;
-    cJSON *obj = cJSON_CreateObject();
-    if (obj && cJSON_AddStringToObject(obj, "prompt", prompt) && cJSON_AddStringToObject(obj, "answer", answer) &&
-        cJSON_AddStringToObject(obj, "wrong", wrong) && cJSON_AddStringToObject(obj, "corrupt", corrupt)) {
-        *out = obj;
-        return HP_OK;
-    }
-    cJSON_Delete(obj);
-    return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory making a task row", g->dir);
+    enum hp_status st = same_but(g->t, g->dir, what, prompt, corrupt, &g->names.id[s], &g->names.id[io], 1, made, err);
+    if (st != HP_OK || !*made)
+        return st;
+    if (!(*out = text_row(prompt, answer, wrong, corrupt)))
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory making a task row", g->dir);
+    return HP_OK;
 }
 
 /* The one-token words ioi needs, or the error saying which list has too few. */
@@ -290,12 +317,12 @@ static enum hp_status run_ioi(const char *dir, const struct hp_task_gen_opts *o,
         int ti = o->templ ? o->templ - 1 : i % HP_TASK_IOI_TEMPLATES;
         bool abba = (o->templ ? i : i / HP_TASK_IOI_TEMPLATES) % 2 == 0, made = false;
         cJSON *obj = NULL;
-        for (int k = 0; st == HP_OK && !made && k < IOI_TRIES; k++)
+        for (int k = 0; st == HP_OK && !made && k < TEXT_TRIES; k++)
             st = ioi_row(&g, ti, abba, &obj, &made, err);
         if (st == HP_OK && !made)
             st = hp_fail(err, HP_ERR_ARG, "%s: ioi template %d (\"%s\"): in %d draws for row %d the names never "
                          "stayed one token each in context (this tokenizer joins a name with its neighbours)", dir,
-                         ti + 1, hp_ioi_templates[ti], IOI_TRIES, i + 1);
+                         ti + 1, hp_ioi_templates[ti], TEXT_TRIES, i + 1);
         if (st == HP_OK)
             st = emit(obj, row, user, dir, err);
     }
@@ -419,6 +446,116 @@ static enum hp_status run_induction(const char *dir, const struct hp_task_gen_op
     return st;
 }
 
+// --- docstring -------------------------------------------------------------------------------
+
+const char hp_docstring_template[] = "def {F}(self, {A1}, {A2}, {A3}, {A4}):\n"
+                                     "    \"\"\"{D1} {D2} {D3}\n"
+                                     "\n"
+                                     "    :param {P1}: {D4} {D5}\n"
+                                     "    :param {P2}: {D6} {D7}\n"
+                                     "    :param";
+const char *const hp_docstring_words[] = {
+    "load",  "size",  "files", "last",  "name",  "data",  "path",  "mode",  "user",  "key",   "value",
+    "count", "line",  "text",  "item",  "node",  "page",  "state", "type",  "index", "table", "field",
+    "event", "order", "group", "level", "model", "image", "color", "error", "range", "score", "shape",
+    "sound", "speed", "start", "stop",  "time",  "token", "total", "unit",  "view",  "word",  "width",
+    "height", "depth", "label", "limit", "file",  "list",  "port",  "host",  "code",  "rate",  "step",
+    NULL,
+};
+
+/*
+ * One docstring row: the function's name and its parameters A1..A4 and the corrupt's C1..C4 (9 distinct words
+ * by a partial Fisher-Yates shuffle of perm), the descriptions' 7 words from the other words (repeats allowed).
+ */
+static enum hp_status docstring_row(const struct hp_tokenizer *t, const char *dir, const struct words *w, int *perm,
+                                    uint64_t *x, cJSON **out, bool *made, struct hp_error *err)
+{
+    for (int k = 0; k < 9; k++) {
+        int j = k + (int)hp_splitmix64_below(x, (uint64_t)(w->n - k)), v = perm[k];
+        perm[k] = perm[j];
+        perm[j] = v;
+    }
+    static const char *const slot[] = {"F", "A1", "A2", "A3", "A4", "P1", "P2",
+                                       "D1", "D2", "D3", "D4", "D5", "D6", "D7"};
+    const char *clean[14], *other[14];
+    int32_t from[4], to[4];
+    for (int k = 0; k < 5; k++)
+        clean[k] = other[k] = w->w[perm[k]];
+    for (int k = 0; k < 4; k++) {
+        other[1 + k] = w->w[perm[5 + k]];
+        from[k] = w->id[perm[1 + k]];
+        to[k] = w->id[perm[5 + k]];
+    }
+    clean[5] = other[5] = clean[1]; /* the docstring documents the clean def's first two, in both */
+    clean[6] = other[6] = clean[2];
+    for (int k = 7; k < 14; k++)
+        clean[k] = other[k] = w->w[perm[9 + (int)hp_splitmix64_below(x, (uint64_t)(w->n - 9))]];
+    char prompt[1024], corrupt[1024], answer[64], wrong[64];
+    bool fits = fill(hp_docstring_template, slot, clean, 14, prompt, sizeof prompt) &&
+                fill(hp_docstring_template, slot, other, 14, corrupt, sizeof corrupt);
+    assert(fits); /* short words in a short template */
+    (void)fits;
+    snprintf(answer, sizeof answer, " %s", clean[3]);
+    snprintf(wrong, sizeof wrong, " %s", clean[4]);
+    *out = NULL;
+    enum hp_status st = same_but(t, dir, "docstring", prompt, corrupt, from, to, 4, made, err);
+    if (st != HP_OK || !*made)
+        return st;
+    if (!(*out = text_row(prompt, answer, wrong, corrupt)))
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory making a task row", dir);
+    return HP_OK;
+}
+
+static enum hp_status run_docstring(const char *dir, const struct hp_task_gen_opts *o,
+                                    bool (*row)(void *user, const char *line, size_t n), void *user,
+                                    struct hp_error *err)
+{
+    if (o->templ || o->len)
+        return hp_fail(err, HP_ERR_ARG, "docstring has one template and no length (--template is ioi's, --len "
+                       "induction's)");
+    if (!hp_tokenizer_present(dir))
+        return hp_fail(err, HP_ERR_ARG, "%s: no tokenizer (tokenizer.json, vocab.txt or vocab.json + merges.txt): "
+                       "docstring makes text rows, which need the model's tokenizer", dir);
+    struct hp_tokenizer *t;
+    enum hp_status st = hp_tokenizer_open(dir, &t, err);
+    if (st != HP_OK)
+        return st;
+    struct words w = {0};
+    int *perm = NULL;
+    st = one_token_words(t, hp_docstring_words, dir, &w, err);
+    if (st == HP_OK && w.n < HP_TASK_DOCSTRING_MIN_WORDS) {
+        int n = 0;
+        while (hp_docstring_words[n])
+            n++;
+        char some[160];
+        some_words(hp_docstring_words, some, sizeof some);
+        st = hp_fail(err, HP_ERR_ARG, "%s: only %d of docstring's %d words are one token (with a leading space) in "
+                     "this tokenizer, and docstring needs %d (its words: %s, ...; a tokenizer with a larger vocabulary "
+                     "has them)", dir, w.n, n, HP_TASK_DOCSTRING_MIN_WORDS, some);
+    }
+    if (st == HP_OK && !(perm = malloc((size_t)w.n * sizeof *perm)))
+        st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", dir);
+    for (int k = 0; st == HP_OK && k < w.n; k++)
+        perm[k] = k;
+    uint64_t x = o->seed;
+    for (int i = 0; st == HP_OK && i < o->n; i++) {
+        bool made = false;
+        cJSON *obj = NULL;
+        for (int k = 0; st == HP_OK && !made && k < TEXT_TRIES; k++)
+            st = docstring_row(t, dir, &w, perm, &x, &obj, &made, err);
+        if (st == HP_OK && !made)
+            st = hp_fail(err, HP_ERR_ARG, "%s: docstring: in %d draws for row %d the parameters never stayed one "
+                         "token each in context (this tokenizer joins a word with its neighbours)", dir, TEXT_TRIES,
+                         i + 1);
+        if (st == HP_OK)
+            st = emit(obj, row, user, dir, err);
+    }
+    free(perm);
+    words_free(&w);
+    hp_tokenizer_free(t);
+    return st;
+}
+
 // --- the table and the entry -------------------------------------------------------------------
 
 const struct hp_task_gen_row hp_task_gens[] = {
@@ -450,6 +587,20 @@ const struct hp_task_gen_row hp_task_gens[] = {
         "tokenizer; with one, the ids it has no token for and its special tokens are\n"
         "left out.",
         true, false, run_induction,
+    },
+    [HP_TASK_GEN_DOCSTRING] = {
+        "docstring", "the next parameter in a Python docstring (Heimersheim & Janiak)",
+        "Docstring (Heimersheim and Janiak 2023): a Python function with four parameters\n"
+        "after self, and a docstring that documents the first two; the prompt ends at\n"
+        "the third \":param\", so the answer is the third parameter's name and the wrong\n"
+        "answer the fourth's (named by the def too, but not next). The corrupt prompt\n"
+        "has the def's four parameters replaced by four other words (the docstring\n"
+        "kept), so nothing in it says which name comes next. Words come from a\n"
+        "built-in list, kept only where they are one token (with their leading space)\n"
+        "in the model's tokenizer; every row is checked: prompt and corrupt tokenize\n"
+        "to the same length and differ in the four parameters only. Text rows; they\n"
+        "need the model's tokenizer. docs/tasks.md shows the template.",
+        false, false, run_docstring,
     },
 };
 static_assert(sizeof hp_task_gens / sizeof hp_task_gens[0] == HP_TASK_GEN_COUNT, "a generator without its row");

@@ -22,7 +22,8 @@ struct hp_task_gen_row {
                           bool (*row)(void *user, const char *line, size_t n), void *user, struct hp_error *err);
 };
 
-extern const struct hp_task_gen_row hp_task_gens[HP_TASK_GEN_COUNT];
+/* HP_TASK_GEN_COUNT rows (unsized here, so that task_gen.c's static_assert counts the rows it writes) */
+extern const struct hp_task_gen_row hp_task_gens[];
 
 /* The generator called name, or NULL. */
 const struct hp_task_gen_row *hp_task_gen_named(const char *name);
@@ -35,5 +36,16 @@ const struct hp_task_gen_row *hp_task_gen_named(const char *name);
 extern const char *const hp_ioi_templates[HP_TASK_IOI_TEMPLATES];
 /* IOI's words, each list NULL-terminated: those one token (with a leading space) in the tokenizer are used. */
 extern const char *const hp_ioi_names[], *const hp_ioi_places[], *const hp_ioi_objects[];
+
+/*
+ * docstring's prompt: {F} the function's name, {A1}..{A4} its parameters
+ * after self, {P1} {P2} the two the docstring documents (the clean A1, A2, in
+ * the corrupt prompt too), {D1}..{D7} words of the descriptions; it ends at
+ * ":param", where the third parameter comes next. Its words, NULL-terminated: those one token
+ * (with a leading space) in the tokenizer are used.
+ */
+extern const char hp_docstring_template[];
+extern const char *const hp_docstring_words[];
+#define HP_TASK_DOCSTRING_MIN_WORDS 16 /* the fewest one-token words docstring works with */
 
 #endif

@@ -283,6 +283,7 @@ enum hp_status hp_data_check_vocab(const struct hp_data *d, int n_vocab,
 enum hp_task_gen {
     HP_TASK_GEN_IOI,       /* indirect-object identification prompt pairs, text rows */
     HP_TASK_GEN_INDUCTION, /* random tokens repeated, rows of ids */
+    HP_TASK_GEN_DOCSTRING, /* the next parameter of a Python docstring, text rows */
     HP_TASK_GEN_COUNT      /* how many there are (not a generator): task_gen.c's table is sized by it */
 };
 
@@ -296,14 +297,14 @@ struct hp_task_gen_opts {
 };
 
 /*
- * n task rows of generator g for the model directory model_dir (ioi reads
- * its tokenizer; induction its config.json for the vocabulary and, when
- * there is one, its tokenizer for the special tokens to leave out), each
- * handed to row as one line of JSON (no newline; n bytes, NUL-terminated)
- * in the text or ids form docs/tasks.md defines. row returns false to stop:
- * then HP_ERR_IO, "stopped". A model the generator cannot serve (too few
- * one-token names, a vocabulary too small for K, no tokenizer for ioi) is an
- * error naming the directory and the reason.
+ * n task rows of generator g for the model directory model_dir (ioi and
+ * docstring read its tokenizer; induction its config.json for the
+ * vocabulary and, when there is one, its tokenizer for the special tokens to
+ * leave out), each handed to row as one line of JSON (no newline; n bytes,
+ * NUL-terminated) in the text or ids form docs/tasks.md defines. row returns
+ * false to stop: then HP_ERR_IO, "stopped". A model the generator cannot
+ * serve (too few one-token words, a vocabulary too small for K, no tokenizer
+ * for a text generator) is an error naming the directory and the reason.
  */
 enum hp_status hp_task_generate(enum hp_task_gen g, const char *model_dir, const struct hp_task_gen_opts *o,
                                 bool (*row)(void *user, const char *line, size_t n), void *user,

@@ -221,7 +221,7 @@ Test(task_gen, ioi_one_template)
 Test(task_gen, same_seed_same_bytes_other_seed_other_rows)
 {
     for (int g = 0; g < HP_TASK_GEN_COUNT; g++) {
-        const char *dir = g == HP_TASK_GEN_IOI ? fixture(MINILM) : fixture("../../models/default");
+        const char *dir = g == HP_TASK_GEN_INDUCTION ? fixture("../../models/default") : fixture(MINILM);
         struct text a = generate(g, dir, (struct hp_task_gen_opts){.n = 32, .seed = 11});
         struct text b = generate(g, dir, (struct hp_task_gen_opts){.n = 32, .seed = 11});
         struct text c = generate(g, dir, (struct hp_task_gen_opts){.n = 32, .seed = 12});
@@ -253,6 +253,78 @@ Test(task_gen, ioi_refuses_tokenizers_without_names)
     o.n = 0;
     cr_assert_eq(hp_task_generate(HP_TASK_GEN_IOI, fixture(MINILM), &o, add_line, &t, &err), HP_ERR_ARG);
     cr_assert(strstr(err.msg, "0 rows asked for; a generator makes 1 to 100000"), "%s", err.msg);
+    free(t.s);
+}
+
+// --- docstring --------------------------------------------------------------------------------
+
+/* Whether every word of the space-separated list is one of hp_docstring_words. */
+static bool all_words(const char *const *w, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!in_list(hp_docstring_words, w[i], strlen(w[i])))
+            return false;
+    return true;
+}
+
+Test(task_gen, docstring_rows)
+{
+    const char *dir = fixture(MINILM);
+    struct text t = generate(HP_TASK_GEN_DOCSTRING, dir, (struct hp_task_gen_opts){.n = 24, .seed = 2});
+    struct hp_data *d = load_text(&t, dir, "docstring");
+    struct hp_task *k = d->task;
+    cr_assert(k && k->wrong && k->corrupt && d->n_seqs == 24);
+    struct hp_tokenizer *tok;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_tokenizer_open(dir, &tok, &err), HP_OK, "%s", err.msg);
+    const char *line = t.s;
+    for (int s = 0; s < d->n_seqs; s++) {
+        /* the text: def F(self, A1..A4), the docstring documents A1 and A2 and stops at the third :param */
+        char row[2048];
+        snprintf(row, sizeof row, "%.*s", (int)strcspn(line, "\n"), line);
+        char f[2][32], a[2][4][32], p[2][2][32], dsc[2][7][32], ans[32], wr[32];
+        for (int c = 0; c < 2; c++) {
+            const char *key = c ? "\"corrupt\":\"" : "\"prompt\":\"", *at = strstr(row, key);
+            cr_assert(at);
+            int got = sscanf(at + strlen(key),
+                             "def %31[a-z](self, %31[a-z], %31[a-z], %31[a-z], %31[a-z]):\\n    \\\"\\\"\\\"%31[a-z] "
+                             "%31[a-z] %31[a-z]\\n\\n    :param %31[a-z]: %31[a-z] %31[a-z]\\n    :param %31[a-z]: "
+                             "%31[a-z] %31[a-z]\\n    :param\"",
+                             f[c], a[c][0], a[c][1], a[c][2], a[c][3], dsc[c][0], dsc[c][1], dsc[c][2], p[c][0],
+                             dsc[c][3], dsc[c][4], p[c][1], dsc[c][5], dsc[c][6]);
+            cr_assert_eq(got, 14, "row %d: not the template (%d fields): %s", s + 1, got, row);
+            const char *w[] = {f[c], a[c][0], a[c][1], a[c][2], a[c][3]};
+            cr_assert(all_words(w, 5), "row %d: words from the list", s + 1);
+        }
+        field(line, "answer", ans, sizeof ans);
+        field(line, "wrong", wr, sizeof wr);
+        cr_assert(ans[0] == ' ' && strcmp(ans + 1, a[0][2]) == 0, "row %d: the answer is the third parameter", s + 1);
+        cr_assert(wr[0] == ' ' && strcmp(wr + 1, a[0][3]) == 0, "row %d: wrong is the fourth", s + 1);
+        cr_assert_str_eq(f[0], f[1], "row %d: the same function", s + 1);
+        for (int i = 0; i < 2; i++) {
+            cr_assert_str_eq(p[0][i], a[0][i], "row %d: the docstring documents the def's first two", s + 1);
+            cr_assert_str_eq(p[1][i], a[0][i], "row %d: the corrupt keeps the docstring", s + 1);
+        }
+        for (int i = 0; i < 7; i++)
+            cr_assert_str_eq(dsc[0][i], dsc[1][i], "row %d: the corrupt keeps the descriptions", s + 1);
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++) {
+                cr_assert(i == j || strcmp(a[0][i], a[0][j]) != 0, "row %d: distinct parameters", s + 1);
+                cr_assert_str_neq(a[0][i], a[1][j], "row %d: the corrupt's parameters are other words", s + 1);
+            }
+        /* the ids: the corrupt differs in exactly the four parameters, the third is the answer, the fourth wrong */
+        const int32_t *pi = d->ids + (size_t)s * d->seq_len, *ci = k->corrupt + (size_t)s * d->seq_len;
+        int diff[8], n_diff = 0;
+        for (int i = 0; i <= k->pos[s]; i++)
+            if (pi[i] != ci[i] && n_diff < 8)
+                diff[n_diff++] = i;
+        cr_assert_eq(n_diff, 4, "row %d: %d positions differ", s + 1, n_diff);
+        cr_assert(pi[diff[2]] == k->answer[s] && pi[diff[3]] == k->wrong[s], "row %d: answer and wrong are the def's "
+                  "third and fourth parameters' tokens", s + 1);
+        line = strchr(line, '\n') + 1;
+    }
+    hp_tokenizer_free(tok);
+    hp_data_free(d);
     free(t.s);
 }
 
@@ -435,8 +507,8 @@ Test(task_gen, cli)
         int status;
         const char *says;
     } bad[] = {
-        {"task", MINILM, 2, "name a generator: ioi or induction"},
-        {"task greater-than -m '%s'", MINILM, 2, "unknown generator 'greater-than' (the generators: ioi or induction)"},
+        {"task", MINILM, 2, "name a generator: ioi, induction or docstring"},
+        {"task greater-than -m '%s'", MINILM, 2, "unknown generator 'greater-than' (the generators: ioi, induction or docstring)"},
         {"task ioi -m '%s' -n 0", MINILM, 2, "--n must be an integer from 1 to 100000"},
         {"task ioi -m '%s' -n 100001", MINILM, 2, "--n must be an integer from 1 to 100000"},
         {"task ioi -m '%s' --seed -1", MINILM, 2, "--seed must be a seed, an integer from 0 to 2147483647"},
@@ -451,6 +523,9 @@ Test(task_gen, cli)
         {"task ioi -m '%s'", "tokenizers/gpt2-bpe", 1, "only 3 of ioi's"},
         {"task induction -m '%s' --len 65", "../../models/default", 1, "more than the model's 128 positions"},
         {"task induction -m '%s'", MINILM, 1, "config.json"},
+        {"task docstring -m '%s'", "tokenizers/gpt2-bpe", 1, "only 6 of docstring's 55 words are one token"},
+        {"task docstring -m '%s'", "gpt2-tiny", 1, "gpt2-tiny: no tokenizer"},
+        {"task docstring -m '%s' --template 1", MINILM, 2, "unknown option"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         snprintf(args, sizeof args, bad[i].args, fixture(bad[i].dir));

@@ -56,8 +56,8 @@ int cmd_task(int argc, char **argv)
     const struct hp_task_gen_row *gen = argc > 1 ? hp_task_gen_named(argv[1]) : NULL;
     char name[64], usage[2048];
     const struct opt all[] = {
-        OPT_MODEL(&dir, "the model directory: ioi reads its tokenizer, induction its config.json (and its "
-                        "tokenizer, when it has one, for the special tokens to leave out)"),
+        OPT_MODEL(&dir, "the model directory: ioi and docstring read its tokenizer, induction its config.json "
+                        "(and its tokenizer, when it has one, for the special tokens to leave out)"),
         OPT_INT("n", 'n', &n, "N", 1, HP_TASK_GEN_MAX_ROWS, "rows to make (default 64)"),
         OPT_INT_WHAT("seed", 0, &seed, "S", 0, INT_MAX, "a seed, an integer",
                      "the random draws' seed (default 0): the same seed gives the same rows, byte for byte"),
