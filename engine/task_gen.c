@@ -85,7 +85,7 @@ static enum hp_status emit(cJSON *obj, bool (*row)(void *user, const char *line,
     return go_on ? HP_OK : hp_fail(err, HP_ERR_IO, "%s: stopped (the rows' reader said so)", dir);
 }
 
-// --- ioi ------------------------------------------------------------------------------------
+// --- text rows: one-token words, templates filled, each row checked (ioi, docstring) -----------
 
 /* The words of a list that are one token with a leading space, and those tokens. */
 struct words {
@@ -100,10 +100,23 @@ static void words_free(struct words *w)
     free(w->id);
 }
 
-/* The words of list (NULL-terminated) that encode, after a space and without special tokens, to one token (as
- * task.c reads an answer), into *out: each word's token distinct from the words kept before it. */
+/* "A, B, C" of the first few words of list, into buf: for the message that says too few are one token. */
+static void some_words(const char *const *list, char *buf, size_t cap)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; list[i] && i < 6 && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s\"%s\"", i ? ", " : "", list[i]);
+}
+
+/*
+ * The words of list (NULL-terminated) that encode, after a space and without special tokens, to one token (as
+ * task.c reads an answer), into *out: each word's token distinct from the words kept before it. Fewer than min
+ * is an error naming the generator gen and the list (what: "names").
+ */
 static enum hp_status one_token_words(const struct hp_tokenizer *t, const char *const *list, const char *dir,
-                                      struct words *out, struct hp_error *err)
+                                      const char *gen, const char *what, int min, struct words *out,
+                                      struct hp_error *err)
 {
     int n = 0;
     while (list[n])
@@ -127,16 +140,23 @@ static enum hp_status one_token_words(const struct hp_tokenizer *t, const char *
         }
         hp_encoding_free(&e);
     }
-    return HP_OK;
+    if (out->n >= min)
+        return HP_OK;
+    char some[160];
+    some_words(list, some, sizeof some);
+    return hp_fail(err, HP_ERR_ARG, "%s: only %d of %s's %d %s are one token (with a leading space) in this "
+                   "tokenizer, and %s needs %d (its %s: %s, ...; a tokenizer with a larger vocabulary has them)", dir,
+                   out->n, gen, n, what, gen, min, what, some);
 }
 
-/* "A, B, C" of the first few words of list, into buf: for the message that says too few are one token. */
-static void some_words(const char *const *list, char *buf, size_t cap)
+/* The tokenizer of dir for a text generator gen: a directory without one is an error saying why it is needed. */
+static enum hp_status text_tokenizer(const char *dir, const char *gen, struct hp_tokenizer **t, struct hp_error *err)
 {
-    size_t at = 0;
-    buf[0] = '\0';
-    for (int i = 0; list[i] && i < 6 && at < cap; i++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s\"%s\"", i ? ", " : "", list[i]);
+    *t = NULL;
+    if (!hp_tokenizer_present(dir))
+        return hp_fail(err, HP_ERR_ARG, "%s: no tokenizer (tokenizer.json, vocab.txt or vocab.json + merges.txt): "
+                       "%s makes text rows, which need the model's tokenizer", dir, gen);
+    return hp_tokenizer_open(dir, t, err);
 }
 
 /* tmpl with each slot "{NAME}" replaced by word[k] where slot[k] is NAME (slot, word: n each), into buf; false
@@ -216,6 +236,8 @@ static cJSON *text_row(const char *prompt, const char *answer, const char *wrong
     return NULL;
 }
 
+// --- ioi ------------------------------------------------------------------------------------
+
 struct ioi {
     const struct hp_tokenizer *t;
     const char *dir;
@@ -277,22 +299,10 @@ static enum hp_status ioi_words(struct ioi *g, const struct hp_task_gen_opts *o,
         {hp_ioi_places, &g->places, need_p, "places"},
         {hp_ioi_objects, &g->objects, need_o, "objects"},
     };
-    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
-        enum hp_status st = one_token_words(g->t, lists[i].list, g->dir, lists[i].w, err);
-        if (st != HP_OK)
-            return st;
-        if (lists[i].w->n < lists[i].min) {
-            int n = 0;
-            while (lists[i].list[n])
-                n++;
-            char some[160];
-            some_words(lists[i].list, some, sizeof some);
-            return hp_fail(err, HP_ERR_ARG, "%s: only %d of ioi's %d %s are one token (with a leading space) in this "
-                           "tokenizer, and ioi needs %d (its %s: %s, ...; a tokenizer with a larger vocabulary has "
-                           "them)", g->dir, lists[i].w->n, n, lists[i].what, lists[i].min, lists[i].what, some);
-        }
-    }
-    return HP_OK;
+    enum hp_status st = HP_OK;
+    for (size_t i = 0; st == HP_OK && i < sizeof lists / sizeof *lists; i++)
+        st = one_token_words(g->t, lists[i].list, g->dir, "ioi", lists[i].what, lists[i].min, lists[i].w, err);
+    return st;
 }
 
 static enum hp_status run_ioi(const char *dir, const struct hp_task_gen_opts *o,
@@ -303,11 +313,8 @@ static enum hp_status run_ioi(const char *dir, const struct hp_task_gen_opts *o,
                        HP_TASK_IOI_TEMPLATES, o->templ);
     if (o->len)
         return hp_fail(err, HP_ERR_ARG, "ioi takes no length (its templates fix the prompts' lengths)");
-    if (!hp_tokenizer_present(dir))
-        return hp_fail(err, HP_ERR_ARG, "%s: no tokenizer (tokenizer.json, vocab.txt or vocab.json + merges.txt): "
-                       "ioi makes text rows, which need the model's tokenizer", dir);
     struct hp_tokenizer *t;
-    enum hp_status st = hp_tokenizer_open(dir, &t, err);
+    enum hp_status st = text_tokenizer(dir, "ioi", &t, err);
     if (st != HP_OK)
         return st;
     struct ioi g = {.t = t, .dir = dir, .x = o->seed};
@@ -513,26 +520,13 @@ static enum hp_status run_docstring(const char *dir, const struct hp_task_gen_op
     if (o->templ || o->len)
         return hp_fail(err, HP_ERR_ARG, "docstring has one template and no length (--template is ioi's, --len "
                        "induction's)");
-    if (!hp_tokenizer_present(dir))
-        return hp_fail(err, HP_ERR_ARG, "%s: no tokenizer (tokenizer.json, vocab.txt or vocab.json + merges.txt): "
-                       "docstring makes text rows, which need the model's tokenizer", dir);
     struct hp_tokenizer *t;
-    enum hp_status st = hp_tokenizer_open(dir, &t, err);
+    enum hp_status st = text_tokenizer(dir, "docstring", &t, err);
     if (st != HP_OK)
         return st;
     struct words w = {0};
     int *perm = NULL;
-    st = one_token_words(t, hp_docstring_words, dir, &w, err);
-    if (st == HP_OK && w.n < HP_TASK_DOCSTRING_MIN_WORDS) {
-        int n = 0;
-        while (hp_docstring_words[n])
-            n++;
-        char some[160];
-        some_words(hp_docstring_words, some, sizeof some);
-        st = hp_fail(err, HP_ERR_ARG, "%s: only %d of docstring's %d words are one token (with a leading space) in "
-                     "this tokenizer, and docstring needs %d (its words: %s, ...; a tokenizer with a larger vocabulary "
-                     "has them)", dir, w.n, n, HP_TASK_DOCSTRING_MIN_WORDS, some);
-    }
+    st = one_token_words(t, hp_docstring_words, dir, "docstring", "words", HP_TASK_DOCSTRING_MIN_WORDS, &w, err);
     if (st == HP_OK && !(perm = malloc((size_t)w.n * sizeof *perm)))
         st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", dir);
     for (int k = 0; st == HP_OK && k < w.n; k++)
