@@ -162,9 +162,27 @@ void hp_evaluator_set_progress(struct hp_evaluator *ev, void (*fn)(void *, int, 
 }
 
 /* Scored per item from the logits: a model with a loss on its data; per sequence: an encoder without a head. */
+/* Whether data d holds what a metric needs (docs/tasks.md). */
+static bool data_meets(const struct hp_data *d, enum hp_metric_needs needs)
+{
+    const struct hp_task *k = d->task;
+    switch (needs) {
+    case HP_NEEDS_NOTHING:
+        return true;
+    case HP_NEEDS_ANSWERS:
+        return k != NULL;
+    case HP_NEEDS_WRONG:
+        return k && k->wrong;
+    case HP_NEEDS_PAIR:
+        return k && k->wrong && k->corrupt;
+    }
+    return false;
+}
+
 static bool produces(const struct hp_evaluator *ev, enum hp_metric m)
 {
-    return hp_metric_row(m)->score == HP_SCORE_TOKENS ? ev->has_loss : !ev->has_loss;
+    const struct hp_metric_row *r = hp_metric_row(m);
+    return r->score == HP_SCORE_TOKENS ? ev->has_loss && data_meets(ev->d, r->needs) : !ev->has_loss;
 }
 
 bool hp_evaluator_has_metric(const struct hp_evaluator *ev, const char *metric)
@@ -194,6 +212,16 @@ enum hp_status hp_evaluator_pick_metric(const struct hp_evaluator *ev, const cha
     if (*out && hp_evaluator_has_metric(ev, *out))
         return HP_OK;
     const struct hp_model_info *in = &ev->m->info;
+    enum hp_metric m;
+    if (ev->has_loss && hp_metric_parse(asked, &m) && hp_metric_row(m)->needs != HP_NEEDS_NOTHING) {
+        static const char *const need[] = {
+            [HP_NEEDS_ANSWERS] = "task rows (a prompt and its one-token answer)",
+            [HP_NEEDS_WRONG] = "task rows with a wrong answer (\"wrong\" or \"wrong_id\")",
+            [HP_NEEDS_PAIR] = "task rows with a wrong answer and a corrupt prompt (\"corrupt\" or \"corrupt_ids\")",
+        };
+        return hp_fail(err, HP_ERR_PLAN, "%s: metric '%s' needs %s, which %s does not have (docs/tasks.md)", plan_path,
+                       asked, need[hp_metric_row(m)->needs], ev->d->path);
+    }
     const char *why = ev->has_loss ? "its metrics are loss, kl and acc (cos is for encoders without a head)"
                       : in->has_lm_head ? "its data has no \"labels\", so its only metric is cos"
                                         : "it has no LM head or classifier, so its only metric is cos, the similarity "
@@ -422,14 +450,22 @@ bool hp_eval_target_at(const struct hp_data *d, bool causal, int s, int t, int32
     return *target != -100;
 }
 
-int hp_eval_find_scored(const struct hp_evaluator *ev, int s0, int nb, int *row, int32_t *y)
+int32_t hp_eval_wrong_of(const struct hp_data *d, int s)
+{
+    return d->task && d->task->wrong ? d->task->wrong[s] : -1;
+}
+
+int hp_eval_find_scored(const struct hp_evaluator *ev, int s0, int nb, int *row, int32_t *y, int32_t *w)
 {
     const int T = ev->d->seq_len;
     int n = 0;
     for (int b = 0; b < nb; b++)
         for (int t = 0; t < T; t++)
-            if (hp_eval_target_at(ev->d, ev->m->info.causal, s0 + b, t, &y[n]))
+            if (hp_eval_target_at(ev->d, ev->m->info.causal, s0 + b, t, &y[n])) {
+                if (w)
+                    w[n] = hp_eval_wrong_of(ev->d, s0 + b);
                 row[n++] = b * T + t;
+            }
     return n;
 }
 
@@ -544,6 +580,7 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct hp_
     struct hp_token_facts *tf = ev->tok;
     uint8_t *ok = ev->tok_ok;
     const bool causal = ev->m->info.causal;
+    const int32_t wrong = hp_eval_wrong_of(d, s);
 #pragma omp parallel for schedule(dynamic, 8) if (T * (size_t)W >= 65536)
     for (int t = 0; t < T; t++) {
         int32_t y;
@@ -555,6 +592,7 @@ static void score_seq(struct hp_evaluator *ev, struct hp_metrics *mt, struct hp_
         tf[t].loss = lse_m - zm[y];
         tf[t].top1 = row_argmax(zm, W) == y;
         tf[t].kl = 0;
+        tf[t].ld = wrong >= 0 ? (double)zm[y] - zm[wrong] : 0;
         if (scaled) {
             double lse = lse_b ? lse_b[t] : hp_eval_row_lse(zb, W), kl = 0;
             for (int v = 0; v < W; v++) {
@@ -629,6 +667,62 @@ struct hp_metrics *hp_eval_metrics_new(const struct hp_evaluator *ev)
     return mt;
 }
 
+/* The unmasked model's mean logit_diff over the rows of d, whose prompts are ids (d->ids or d->task->corrupt). */
+static double unmasked_ld(struct hp_evaluator *ev, const int32_t *ids)
+{
+    const struct hp_data *d = ev->d;
+    const int T = d->seq_len, W = ev->width;
+    const float *gate = NULL;
+    double sum = 0;
+    for (int s0 = 0; s0 < d->n_seqs; s0 += ev->batch) {
+        const int nb = hp_eval_chunk_len(ev, s0);
+        struct hp_fwd_in fi = hp_fwd_in_rows(d, s0, nb);
+        fi.ids = ids + (size_t)s0 * T;
+        struct hp_fwd_variants va = {.gates = &gate};
+        struct hp_fwd_taps tp = {.out = ev->out_m};
+        hp_fwd_run(ev->m, ev->fwd, &fi, &va, &tp);
+        for (int j = 0; j < nb; j++) {
+            const int s = s0 + j;
+            const float *z = ev->out_m + ((size_t)j * T + d->task->pos[s]) * W;
+            sum += (double)z[d->task->answer[s]] - z[d->task->wrong[s]];
+        }
+    }
+    return sum / d->n_seqs;
+}
+
+/* The ends of the recovery metrics (ev->ld_clean, ld_corrupt), once, where the data has them. */
+static enum hp_status task_ends_ready(struct hp_evaluator *ev, struct hp_error *err)
+{
+    if (ev->ends_ready || !data_meets(ev->d, HP_NEEDS_PAIR))
+        return HP_OK;
+    enum hp_status st = plain_ready(ev, true, err);
+    if (st != HP_OK)
+        return st;
+    ev->ld_clean = unmasked_ld(ev, ev->d->ids);
+    ev->ld_corrupt = unmasked_ld(ev, ev->d->task->corrupt);
+    ev->ends_ready = true;
+    return HP_OK;
+}
+
+/* A recovery metric's values, from the logit differences its scorer summed: (x - corrupt) / (clean - corrupt). */
+static enum hp_status finish_recovery(struct hp_evaluator *ev, struct hp_metrics *mt, int k, struct hp_error *err)
+{
+    enum hp_status st = task_ends_ready(ev, err);
+    if (st != HP_OK)
+        return st;
+    const double span = ev->ld_clean - ev->ld_corrupt;
+    if (!isfinite(span) || span == 0)
+        return hp_fail(err, HP_ERR_ARG,
+                       "%s: the unmasked model's mean logit_diff is %g on the clean prompts and %g on the corrupt "
+                       "ones, so %s (a fraction of their difference) is undefined: give prompt pairs whose "
+                       "corruption changes the answer", ev->d->path, ev->ld_clean, ev->ld_corrupt,
+                       hp_metric_name((enum hp_metric)k));
+    mt->value[k] = (mt->value[k] - ev->ld_corrupt) / span;
+    for (int s = 0; s < mt->n_seqs; s++)
+        mt->seq[k][s] = (mt->seq[k][s] - ev->ld_corrupt) / span;
+    return HP_OK;
+}
+
 enum hp_status hp_eval_metrics_finish(struct hp_evaluator *ev, struct hp_metrics *mt, const struct hp_eval_totals *tot,
                                       const struct hp_mask *mask, enum hp_ablation abl, struct hp_error *err)
 {
@@ -642,6 +736,9 @@ enum hp_status hp_eval_metrics_finish(struct hp_evaluator *ev, struct hp_metrics
             continue;
         const struct hp_metric_row *r = hp_metric_row((enum hp_metric)k);
         mt->value[k] = tot->sum[k] / (r->reduce == HP_REDUCE_TOKENS ? (double)tot->tokens : (double)ev->d->n_seqs);
+        enum hp_status st = r->recovery ? finish_recovery(ev, mt, k, err) : HP_OK;
+        if (st != HP_OK)
+            return st;
         if (!bad && !isfinite(mt->value[k]))
             bad = r->label, v = mt->value[k];
     }

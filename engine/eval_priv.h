@@ -59,6 +59,10 @@ struct hp_evaluator {
     /* whether a gradient pass at masked gates keeps its metrics (hp_evaluator_keep_grad_metrics): read by
      * grad.c alone, but the caller's setting, made before any pass has made the gradient state */
     bool keep_grad_metrics;
+    /* the ends a recovery metric (patch_recovery) is measured between: the unmasked model's mean logit_diff on
+     * the clean and on the corrupt prompts (hp_eval_task_ready), made on first use */
+    bool ends_ready;
+    double ld_clean, ld_corrupt;
     void (*progress)(void *, int, int);
     void *progress_user;
 };
@@ -101,10 +105,14 @@ double hp_eval_row_lse(const float *z, int V);
 /* Whether token position t of sequence s is scored, and against which target (*target). */
 bool hp_eval_target_at(const struct hp_data *d, bool causal, int s, int t, int32_t *target);
 
+/* Sequence s's wrong answer (a task row's, docs/tasks.md), or -1 where it has none. */
+int32_t hp_eval_wrong_of(const struct hp_data *d, int s);
+
 /* The scored rows of the chunk of nb sequences at s0 (row = b * seq_len + t),
- * in order, into row and their targets into y (each room for nb * seq_len);
- * returns how many. */
-int hp_eval_find_scored(const struct hp_evaluator *ev, int s0, int nb, int *row, int32_t *y);
+ * in order, into row, their targets into y and (w not NULL) their wrong
+ * answers into w, -1 where none (each room for nb * seq_len); returns how
+ * many. */
+int hp_eval_find_scored(const struct hp_evaluator *ev, int s0, int nb, int *row, int32_t *y, int32_t *w);
 
 /* Dimension i of sequence s's sentence embedding from outputs a (seq_len, D),
  * pooled over its real tokens by mode; *row (may be NULL): the row it came

@@ -114,12 +114,14 @@ struct head_grad {
     float *zb;             /* a classifier under kl: (batch, n_labels) the unmasked model's logits */
     int *sc_row;           /* (rows) an LM's scored rows in the chunk ... */
     int32_t *sc_y;         /* (rows) ... and their targets */
+    int32_t *sc_w;         /* (rows) ... and their wrong answers, -1 where none (task rows) */
     float *hc;             /* (2 rows, d_model) the scored rows gathered: the masked pass's, then (kl) the unmasked's */
     float *acc;            /* (2 rows, d_model) per row of hc, the sum over the vocabulary of exp(z_v - mx) E_v */
     float *lg;             /* (2 rows, VB) one block of logits per row of hc, then of exp(z - mx) */
     float *qb;             /* kl: (rows, VB) one block of the unmasked rows' exp(z - mx) */
     float *mx;             /* (2 rows) running maximum logit */
     float *zt;             /* (rows) the target's logit */
+    float *zw;             /* (rows) the wrong answer's logit (0 where none) */
     double *s;             /* (2 rows) sum of exp(z_v - mx) */
     double *c;             /* kl: (rows) sum of exp(zb_v - mx_b) (zb_v - z_v) */
     double *tl;            /* (rows) the row's loss */
@@ -138,8 +140,8 @@ struct head_grad {
 
 static void head_grad_free(struct head_grad *hg)
 {
-    free(hg->dh), free(hg->z), free(hg->zb), free(hg->sc_row), free(hg->sc_y), free(hg->hc), free(hg->acc);
-    free(hg->lg), free(hg->qb), free(hg->mx), free(hg->zt), free(hg->s), free(hg->c), free(hg->tl), free(hg->tk);
+    free(hg->dh), free(hg->z), free(hg->zb), free(hg->sc_row), free(hg->sc_y), free(hg->sc_w), free(hg->hc), free(hg->acc);
+    free(hg->lg), free(hg->qb), free(hg->mx), free(hg->zt), free(hg->zw), free(hg->s), free(hg->c), free(hg->tl), free(hg->tk);
     free(hg->eb);
     free(hg->em), free(hg->em_row), free(hg->arg);
     hp_metrics_free(hg->mt);
@@ -166,8 +168,8 @@ static bool head_grad_new(const struct hp_evaluator *ev, const struct hp_grad_st
     hg->rows = rows;
 #define HG_ALLOC(p, n) ((p) = alloc_items((n), sizeof *(p)))
     return HG_ALLOC(hg->dh, rows * d) && HG_ALLOC(hg->z, nz) && HG_ALLOC(hg->zb, nz) && HG_ALLOC(hg->sc_row, nr) &&
-           HG_ALLOC(hg->sc_y, nr) && HG_ALLOC(hg->hc, n2 * d) && HG_ALLOC(hg->acc, n2 * d) &&
-           HG_ALLOC(hg->lg, n2 * vb) && HG_ALLOC(hg->qb, nr * vb) && HG_ALLOC(hg->mx, n2) && HG_ALLOC(hg->zt, nr) &&
+           HG_ALLOC(hg->sc_y, nr) && HG_ALLOC(hg->sc_w, nr) && HG_ALLOC(hg->hc, n2 * d) && HG_ALLOC(hg->acc, n2 * d) &&
+           HG_ALLOC(hg->lg, n2 * vb) && HG_ALLOC(hg->qb, nr * vb) && HG_ALLOC(hg->mx, n2) && HG_ALLOC(hg->zt, nr) && HG_ALLOC(hg->zw, nr) &&
            HG_ALLOC(hg->s, n2) && HG_ALLOC(hg->c, nr) && HG_ALLOC(hg->tl, nr) && HG_ALLOC(hg->tk, nr) &&
            HG_ALLOC(hg->eb, (size_t)gs->batch * d) && HG_ALLOC(hg->em, cos ? d : 0) &&
            HG_ALLOC(hg->em_row, cos ? d : 0) && HG_ALLOC(hg->arg, nr);
@@ -258,7 +260,7 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
 {
     const struct hp_model *m = ev->m;
     const int d = m->info.d_model, V = m->info.n_vocab, VB = hp_eval_vocab_block(V), n = hg->n_sc;
-    const bool kl = hg->metric == HP_METRIC_KL, ref = hg->ref;
+    const bool kl = hg->metric == HP_METRIC_KL, ld = hg->metric == HP_METRIC_LOGIT_DIFF, ref = hg->ref;
     /* the unmasked rows' logits are made when there is a KL to take; their gradient only under kl */
     const int n_fwd = ref ? 2 * n : n, n_bwd = kl ? 2 * n : n;
     gather_scored(ev, hg, h, hg->hc);
@@ -281,9 +283,13 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
                 if (kl)
                     memcpy(zb, q, (size_t)nv * sizeof(float));
             }
-            const int y = hg->sc_y[i];
+            const int y = hg->sc_y[i], w = hg->sc_w[i];
             if (y >= v0 && y < v0 + nv)
                 hg->zt[i] = z[y - v0];
+            if (v0 == 0)
+                hg->zw[i] = 0;
+            if (w >= v0 && w < v0 + nv)
+                hg->zw[i] = z[w - v0];
             online_max(z, nv, v0, &hg->mx[i], &hg->s[i], hg->acc + (size_t)i * d, d, NULL, &hg->arg[i]);
             hp_vexpf(z, z, hg->mx[i], (size_t)nv);
             hg->s[i] += hp_vsum_d(z, (size_t)nv);
@@ -303,6 +309,10 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
             const float *bi = hg->acc + (size_t)j * d;
             for (int k = 0; k < d; k++)
                 g[k] = (float)(((double)ai[k] / hg->s[i] - (double)bi[k] / hg->s[j]) / n_items);
+        } else if (ld) { /* -(z_y - z_w): through the head, E_w - E_y */
+            for (int k = 0; k < d; k++)
+                g[k] = (float)((hp_mat_get(m->lm_head, hg->sc_w[i], k) - hp_mat_get(m->lm_head, hg->sc_y[i], k)) /
+                               n_items);
         } else {
             for (int k = 0; k < d; k++)
                 g[k] = (float)(((double)ai[k] / hg->s[i] - hp_mat_get(m->lm_head, hg->sc_y[i], k)) / n_items);
@@ -311,7 +321,7 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
     const double *obj = kl ? hg->tk : hg->tl;
     double sum = 0;
     for (int i = 0; i < n; i++)
-        sum += obj[i];
+        sum += ld ? (double)hg->zw[i] - hg->zt[i] : obj[i];
     return sum;
 }
 
@@ -330,7 +340,8 @@ static void record_lm(const struct hp_evaluator *ev, struct head_grad *hg, int s
         for (; i < hg->n_sc && hg->sc_row[i] / T == b; i++, nt++) {
             /* the unmasked model's KL to itself is 0, as reuse.c's */
             const struct hp_token_facts f = {.loss = hg->tl[i], .top1 = hg->arg[i] == hg->sc_y[i],
-                                             .kl = hg->masked ? hg->tk[i] : 0};
+                                             .kl = hg->masked ? hg->tk[i] : 0,
+                                             .ld = hg->sc_w[i] >= 0 ? (double)hg->zt[i] - hg->zw[i] : 0};
             hp_metric_add_token(sum, &f);
         }
         hp_eval_record_seq(hg->mt, &hg->tot, s0 + b, sum, nt);
@@ -459,7 +470,7 @@ static void reference_fill(const struct hp_evaluator *ev, struct hp_grad_state *
         const int nb = chunk_len(gs, ev, s0);
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
         if (!emb && !cls)
-            hg->n_sc = hp_eval_find_scored(ev, s0, nb, hg->sc_row, hg->sc_y);
+            hg->n_sc = hp_eval_find_scored(ev, s0, nb, hg->sc_row, hg->sc_y, hg->sc_w);
         reference_chunk(ev, gs, fw, &fi, hg, s0, nb, sc0);
         if (emb)
             memcpy((double *)ref + (size_t)s0 * D, hg->eb, (size_t)nb * D * sizeof(double));
@@ -492,6 +503,13 @@ static void keep_metrics(struct hp_evaluator *ev, struct hp_metrics *mt, const s
     ev->kept = mt;
     ev->kept_gate = gate;
     ev->kept_abl = abl;
+}
+
+/* Whether metric is measured against the unmasked model's outputs (kl; cos), which a pass then runs beside its own. */
+static bool against_unmasked(enum hp_metric metric)
+{
+    const struct hp_metric_row *r = hp_metric_row(metric);
+    return r->baseline == HP_BASELINE_UNMASKED || r->score == HP_SCORE_SEQS;
 }
 
 /*
@@ -586,7 +604,8 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     hg.fw = fw;
     hg.bw = bw;
     hg.masked = hp_mask_first_changed(mask, L) < L;
-    if (metric != HP_METRIC_LOSS || (hg.masked && ev->keep_grad_metrics && !ev->plain)) {
+    const bool vs_unmasked = against_unmasked(metric);
+    if (vs_unmasked || (hg.masked && ev->keep_grad_metrics && !ev->plain)) {
         const double t = hp_now();
         reference_fill(ev, gs, fw, &hg, n_items);
         ph.reference += hp_now() - t;
@@ -596,9 +615,9 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
      * baseline is the same whether this pass or its own measured it; a variant's equal its own pass only
      * within float rounding, and are kept only when asked (hp_evaluator_keep_grad_metrics), for
      * hp_evaluator_grad_pass_metrics alone */
-    if (!ev->plain && (!hg.masked || (ev->keep_grad_metrics && (metric != HP_METRIC_LOSS || have_ref))))
+    if (!ev->plain && (!hg.masked || (ev->keep_grad_metrics && (vs_unmasked || have_ref))))
         hg.mt = hp_eval_metrics_new(ev); /* NULL (out of memory): the metrics are simply not kept */
-    hg.ref = metric != HP_METRIC_LOSS || (hg.mt && hg.masked);
+    hg.ref = vs_unmasked || (hg.mt && hg.masked);
     for (int i = 0; i < HH; i++) {
         grad[i] = 0;
         if (atp)
@@ -616,7 +635,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         va.gates = &gate;
         struct hp_fwd_taps tp = {.resid = resid, .keep = hp_bwd_keep(bw)};
         if (!ev->has_cls && ev->has_loss)
-            hg.n_sc = hp_eval_find_scored(ev, s0, nb, hg.sc_row, hg.sc_y);
+            hg.n_sc = hp_eval_find_scored(ev, s0, nb, hg.sc_row, hg.sc_y, hg.sc_w);
         if (hg.ref) {
             const double t = hp_now();
             reference_chunk(ev, gs, fw, &fi, &hg, s0, nb, sc0);
@@ -647,7 +666,7 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         st = hp_fail(err, HP_ERR_FORMAT,
                      "%s: the %s (%g) or its gradient is not finite on %s (check the weights and config.json); "
                      "nothing is reported",
-                     ev->m->dir, metric == HP_METRIC_COS ? "1 - cos" : hp_metric_name(metric), mean, d->path);
+                     ev->m->dir, hp_metric_row(metric)->grad_what, mean, d->path);
     else if (value)
         *value = mean;
     if (st == HP_OK)

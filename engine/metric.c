@@ -22,6 +22,7 @@
 #include "metric_int.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,6 +45,21 @@ static double score_acc(const struct hp_token_facts *f)
     return f->top1;
 }
 
+static double score_ld(const struct hp_token_facts *f)
+{
+    return f->ld;
+}
+
+static double score_logprob(const struct hp_token_facts *f)
+{
+    return -f->loss;
+}
+
+static double score_prob(const struct hp_token_facts *f)
+{
+    return exp(-f->loss);
+}
+
 /* One row a metric: the only statement anywhere of its name, unit, which way is
  * worse, its baseline rule, how it is scored and reduced, and its gradient. */
 static const struct hp_metric_row metrics[] = {
@@ -56,6 +72,27 @@ static const struct hp_metric_row metrics[] = {
                        HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_acc, HP_REDUCE_TOKENS, false, NULL},
     [HP_METRIC_COS] = {"cos", "cosine", -1, "cosine similarity", "effect = baseline cos - cos (larger = worse)",
                        HP_BASELINE_VARIANT, HP_SCORE_SEQS, NULL, HP_REDUCE_SEQS, true, "1 - cos"},
+    /* task rows (docs/tasks.md): one scored item a row, its answer position, so token means are row means */
+    [HP_METRIC_LOGIT_DIFF] = {"logit_diff", "logit difference", -1, "logits",
+                              "effect = baseline logit_diff - logit_diff (logits; larger = worse)", HP_BASELINE_VARIANT,
+                              HP_SCORE_TOKENS, score_ld, HP_REDUCE_TOKENS, true, "-logit_diff", HP_NEEDS_WRONG, false},
+    [HP_METRIC_ANSWER_LOGPROB] = {"answer_logprob", "answer log-probability", -1, "nats",
+                                  "effect = baseline answer_logprob - answer_logprob (nats; larger = worse)",
+                                  HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_logprob, HP_REDUCE_TOKENS, false, NULL,
+                                  HP_NEEDS_ANSWERS, false},
+    [HP_METRIC_ANSWER_PROB] = {"answer_prob", "answer probability", -1, "probability",
+                               "effect = baseline answer_prob - answer_prob (larger = worse)", HP_BASELINE_VARIANT,
+                               HP_SCORE_TOKENS, score_prob, HP_REDUCE_TOKENS, false, NULL, HP_NEEDS_ANSWERS, false},
+    [HP_METRIC_ANSWER_ACC] = {"answer_acc", "answer accuracy", -1, "fraction correct",
+                              "effect = baseline answer_acc - answer_acc (larger = worse)", HP_BASELINE_VARIANT,
+                              HP_SCORE_TOKENS, score_acc, HP_REDUCE_TOKENS, false, NULL, HP_NEEDS_ANSWERS, false},
+    [HP_METRIC_PATCH_RECOVERY] = {"patch_recovery", "patch recovery", -1, "fraction of the clean - corrupt logit_diff",
+                                  "effect = baseline patch_recovery - patch_recovery, where patch_recovery = "
+                                  "(logit_diff - corrupt logit_diff) / (clean logit_diff - corrupt logit_diff) "
+                                  "(larger = worse; under denoise the baseline is the corrupt run, 0, so restoring "
+                                  "heads that matter gives a negative effect)",
+                                  HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_ld, HP_REDUCE_TOKENS, false, NULL,
+                                  HP_NEEDS_PAIR, true},
 };
 static_assert(sizeof metrics / sizeof metrics[0] == HP_N_METRICS, "a metric without its row");
 
@@ -135,6 +172,11 @@ const char *hp_metric_effect_text(enum hp_metric m)
 bool hp_metric_has_grad(enum hp_metric m)
 {
     return (int)m >= 0 && (int)m < HP_N_METRICS && metrics[m].grad;
+}
+
+const char *hp_metric_grad_what(enum hp_metric m)
+{
+    return hp_metric_has_grad(m) ? metrics[m].grad_what : "";
 }
 
 void hp_metric_names(char *buf, size_t n, bool grad_only, const char *last_sep)

@@ -25,6 +25,14 @@ enum hp_metric_score {
                       * without a head (hp_eval_pooled_cos) */
 };
 
+/* What the data must hold for a token-scored metric (docs/tasks.md): which data has it. */
+enum hp_metric_needs {
+    HP_NEEDS_NOTHING, /* any data with a loss */
+    HP_NEEDS_ANSWERS, /* task rows (an answer at each row's answer position) */
+    HP_NEEDS_WRONG,   /* task rows with a wrong answer */
+    HP_NEEDS_PAIR,    /* task rows with a wrong answer and a corrupt prompt */
+};
+
 /* How the per-item scores become the variant's value. */
 enum hp_metric_reduce {
     HP_REDUCE_TOKENS, /* the sum over every scored item of the set / the items (a sequence's: over its own) */
@@ -44,6 +52,7 @@ struct hp_token_facts {
     bool top1;   /* the first index of the largest logit is the target */
     double kl;   /* KL(unmasked || masked) of the item's distributions, nats; 0 when the variant is the unmasked
                   * model (or compared with none) */
+    double ld;   /* z[target] - z[wrong]: a task row's logit difference; 0 where the row has no wrong answer */
 };
 
 struct hp_metric_row {
@@ -59,6 +68,10 @@ struct hp_metric_row {
     enum hp_metric_reduce reduce;
     bool grad;            /* hp_evaluator_grad differentiates it */
     const char *grad_what; /* what the gradient is of, in messages ("1 - cos"); NULL without one */
+    enum hp_metric_needs needs; /* what the data must hold (HP_SCORE_TOKENS rows) */
+    /* the reduced value (and each sequence's) is then taken as recovery: (x - c) / (k - c), where k and c are the
+     * unmasked model's logit_diff on the clean and on the corrupt prompts (eval.c, hp_eval_task_ready) */
+    bool recovery;
 };
 
 /* The row of m, a value of the enum (asserted). Static. */

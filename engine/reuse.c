@@ -37,6 +37,7 @@ struct lmrow {
     double dp; /* sum of p_unmasked * z */
     float m;   /* running maximum */
     float zt;  /* the target's logit */
+    float zw;  /* the wrong answer's logit (task rows with one, else 0) */
     int arg;   /* first index of the maximum */
 };
 
@@ -49,6 +50,7 @@ struct hp_reuse {
     int n_sc;                /* scored rows of the chunk (LMs) */
     int *sc_row;             /* (batch * T) their row in the chunk */
     int32_t *sc_y;           /* (batch * T) their target */
+    int32_t *sc_w;           /* (batch * T) their wrong answer, -1 where none */
     float *pb;               /* (n_sc, V) the unmasked model's exp(logit - max) */
     double *b_c, *b_p, *b_lse; /* (batch * T) per scored row: sum q z, sum q, lse */
     struct hp_token_facts *b_f; /* (batch * T) per scored row: what is known of it on the unmasked pass */
@@ -67,6 +69,7 @@ void hp_eval_reuse_free(struct hp_reuse *ru)
     free(ru->save_buf);
     free(ru->sc_row);
     free(ru->sc_y);
+    free(ru->sc_w);
     free(ru->pb);
     free(ru->b_c);
     free(ru->b_f);
@@ -103,6 +106,7 @@ static struct hp_reuse *reuse_new(const struct hp_evaluator *ev, int want)
     } else if (ev->has_loss) {
         ru->sc_row = malloc(R * sizeof(int));
         ru->sc_y = malloc(R * sizeof(int32_t));
+        ru->sc_w = malloc(R * sizeof(int32_t));
         ru->pb = malloc(R * (size_t)in->n_vocab * sizeof(float));
         ru->b_c = malloc(3 * R * sizeof(double));
         ru->b_f = malloc(R * sizeof *ru->b_f);
@@ -113,7 +117,7 @@ static struct hp_reuse *reuse_new(const struct hp_evaluator *ev, int want)
     }
     if (!ru->fwd || !ru->save_buf || !ru->hc ||
         (ev->has_cls    ? !ru->cls_base || !ru->cls_z
-         : ev->has_loss ? !ru->sc_row || !ru->sc_y || !ru->pb || !ru->b_c || !ru->b_f || !ru->lg || !ru->st
+         : ev->has_loss ? !ru->sc_row || !ru->sc_y || !ru->sc_w || !ru->pb || !ru->b_c || !ru->b_f || !ru->lg || !ru->st
                         : !ru->base_h)) {
         hp_eval_reuse_free(ru);
         return NULL;
@@ -145,7 +149,7 @@ static void lm_rows(const struct hp_evaluator *ev, struct hp_reuse *ru, int n, b
         for (int i = 0; i < n; i++) {
             float *z = ru->lg + (size_t)i * VB;
             struct lmrow *r = &ru->st[i];
-            const int j = i % n_sc, y = ru->sc_y[j];
+            const int j = i % n_sc, y = ru->sc_y[j], w = ru->sc_w[j];
             float *pj = ru->pb + (size_t)j * V + v0;
             if (keep)
                 memcpy(pj, z, (size_t)nb * sizeof(float));
@@ -163,12 +167,22 @@ static void lm_rows(const struct hp_evaluator *ev, struct hp_reuse *ru, int n, b
             }
             if (y >= v0 && y < v0 + nb)
                 r->zt = z[y - v0];
+            if (v0 == 0)
+                r->zw = 0;
+            if (w >= v0 && w < v0 + nb)
+                r->zw = z[w - v0];
             if (kl)
                 r->dp += hp_vdot_d(pj, z, (size_t)nb);
             hp_vexpf(z, z, r->m, (size_t)nb);
             r->s += hp_vsum_d(z, (size_t)nb);
         }
     }
+}
+
+/* Scored row j's logit difference from its reduction r (task rows with a wrong answer; else 0). */
+static double row_ld(const struct hp_reuse *ru, const struct lmrow *r, int j)
+{
+    return ru->sc_w[j] >= 0 ? (double)r->zt - r->zw : 0;
 }
 
 /* Gather the scored rows of n_blocks blocks of R rows of h into ru->hc. */
@@ -198,7 +212,7 @@ static void reuse_base(struct hp_evaluator *ev, struct hp_reuse *ru, int s0, int
         memcpy(ru->base_h, h, (size_t)R * ev->m->info.d_model * sizeof(float));
         return;
     }
-    ru->n_sc = hp_eval_find_scored(ev, s0, nb, ru->sc_row, ru->sc_y);
+    ru->n_sc = hp_eval_find_scored(ev, s0, nb, ru->sc_row, ru->sc_y, ru->sc_w);
     if (ru->n_sc == 0)
         return;
     gather(ev, ru, h, 1, R);
@@ -224,7 +238,8 @@ static void reuse_base(struct hp_evaluator *ev, struct hp_reuse *ru, int s0, int
         ru->b_lse[j] = lse;
         ru->b_c[j] = c;
         ru->b_p[j] = sp;
-        ru->b_f[j] = (struct hp_token_facts){.loss = (r->m + log(r->s)) - r->zt, .top1 = r->arg == ru->sc_y[j], .kl = 0};
+        ru->b_f[j] = (struct hp_token_facts){.loss = (r->m + log(r->s)) - r->zt, .top1 = r->arg == ru->sc_y[j], .kl = 0,
+                                             .ld = row_ld(ru, r, j)};
     }
 }
 
@@ -250,7 +265,8 @@ static void score_lm(const struct hp_evaluator *ev, const struct hp_reuse *ru, i
             const struct lmrow *r = &ru->st[(size_t)v * ru->n_sc + j];
             const double lse = r->m + log(r->s);
             const struct hp_token_facts f = {.loss = lse - r->zt, .top1 = r->arg == ru->sc_y[j],
-                                             .kl = (ru->b_c[j] - r->dp) / ru->b_p[j] + (lse - ru->b_lse[j])};
+                                             .kl = (ru->b_c[j] - r->dp) / ru->b_p[j] + (lse - ru->b_lse[j]),
+                                             .ld = row_ld(ru, r, j)};
             hp_metric_add_token(sum, &f);
         }
         hp_eval_record_seq(mt, tot, s0 + b, sum, nt);

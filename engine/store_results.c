@@ -156,7 +156,7 @@ static int insert_variant(struct hp_store *s, const struct hp_store_job *j, cons
         sqlite3_bind_int64(st, 1, vid);
         sqlite3_bind_int(st, 2, i);
         for (int k = 0; k < HP_N_METRICS; k++)
-            bind_metric(st, 3 + k, mt->has[k], mt->seq[k][i]);
+            bind_metric(st, 3 + k, mt->has[k], mt->has[k] ? mt->seq[k][i] : 0); /* seq[k] may be NULL without it */
         sqlite3_bind_int64(st, 3 + HP_N_METRICS, mt->seq_tokens[i]);
         rc = sqlite3_step(st);
         rc = rc == SQLITE_DONE ? SQLITE_OK : rc;

@@ -454,6 +454,12 @@ enum hp_metric {
     HP_METRIC_KL,   /* KL(unmasked || masked), nats: larger = worse */
     HP_METRIC_ACC,  /* top-1 accuracy: larger = better */
     HP_METRIC_COS,  /* cosine to the unmasked model's embedding: larger = better */
+    /* task rows only (docs/tasks.md), at the answer position: larger = better */
+    HP_METRIC_LOGIT_DIFF,     /* logit(answer) - logit(wrong): rows with a wrong answer */
+    HP_METRIC_ANSWER_LOGPROB, /* log p(answer), nats */
+    HP_METRIC_ANSWER_PROB,    /* p(answer) */
+    HP_METRIC_ANSWER_ACC,     /* the answer is the top-1 token */
+    HP_METRIC_PATCH_RECOVERY, /* (logit_diff - corrupt's) / (clean's - corrupt's): rows with wrong and corrupt */
     HP_N_METRICS    /* the count: engine/metric.c's table is sized and pinned by it */
 };
 
@@ -473,8 +479,13 @@ int hp_metric_sign(enum hp_metric m);
  * against the unmasked model already, as KL is: its baseline is 0). */
 double hp_metric_effect(enum hp_metric m, double v, double b);
 
-/* Whether hp_evaluator_grad differentiates the metric (loss, kl, cos: not acc, a step function of the gates). */
+/* Whether hp_evaluator_grad differentiates the metric (loss, kl, cos, logit_diff: not acc, a step function of the
+ * gates, nor the other task metrics). */
 bool hp_metric_has_grad(enum hp_metric m);
+
+/* What hp_evaluator_grad differentiates for m, signed so that larger = worse: "loss", "kl", "1 - cos",
+ * "-logit_diff"; "" for a metric without a gradient. Static. */
+const char *hp_metric_grad_what(enum hp_metric m);
 
 /* Every metric's name (grad_only: those with a gradient) into buf as "loss, kl, acc, cos", joined by ", "
  * and the last by last_sep (", " or " or "), for messages that list them; cut to n. */

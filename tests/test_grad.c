@@ -953,5 +953,5 @@ Test(grad, eval_grad_of_a_metric_the_model_lacks_is_one_line_and_exit_1)
     check_one_line_error("eval --model " GPT2 " --data " GPT2 "/data.npy --grad-metric cos", 1,
                          "--grad-metric cos is for an encoder without a head");
     check_one_line_error("eval --model " GPT2 " --data " GPT2 "/data.npy --grad-metric acc", 2,
-                         "--grad-metric must be loss, kl or cos");
+                         "--grad-metric must be loss, kl, cos or logit_diff");
 }

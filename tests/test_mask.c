@@ -379,9 +379,10 @@ Test(mask, first_changed)
 
 Test(names, metrics_round_trip_and_signs)
 {
-    const char *want[] = {"loss", "kl", "acc", "cos"};
-    const int sign[] = {+1, +1, -1, -1};
-    cr_assert_eq(HP_N_METRICS, 4);
+    const char *want[] = {"loss", "kl", "acc", "cos", "logit_diff", "answer_logprob", "answer_prob", "answer_acc",
+                          "patch_recovery"};
+    const int sign[] = {+1, +1, -1, -1, -1, -1, -1, -1, -1};
+    cr_assert_eq(HP_N_METRICS, 9);
     for (int i = 0; i < HP_N_METRICS; i++) {
         enum hp_metric m;
         cr_assert_str_eq(hp_metric_name((enum hp_metric)i), want[i]);
@@ -393,7 +394,7 @@ Test(names, metrics_round_trip_and_signs)
     cr_assert_not(hp_metric_parse("Loss", &m));
     cr_assert_not(hp_metric_parse("", &m));
     cr_assert_eq(m, HP_METRIC_KL, "a failed parse leaves *out alone");
-    cr_assert_str_eq(hp_metric_name((enum hp_metric)7), "unknown");
+    cr_assert_str_eq(hp_metric_name((enum hp_metric)HP_N_METRICS), "unknown");
 }
 
 Test(names, ablations_round_trip)

@@ -489,7 +489,7 @@ Test(plan, wrong_types_and_values)
                "'ablation' must be zero, mean or mean-pos", "(did you mean 'mean'?)");
     load_fails("name: t\nablation: shuffle\n", 2, "shuffle",
                "'ablation' must be zero, mean or mean-pos, not 'shuffle'", NULL);
-    load_fails("name: t\nmetric: los\n", 2, "los", "'metric' must be loss, kl, acc or cos",
+    load_fails("name: t\nmetric: los\n", 2, "los", "'metric' must be loss, kl, acc, cos, logit_diff, answer_logprob, answer_prob, answer_acc or patch_recovery",
                "(did you mean 'loss'?)");
     // a word spelt out, or abbreviated, is recognised too
     load_fails("name: t\nmetric: cosine\n", 2, "cosine", "not 'cosine'", "(did you mean 'cos'?)");

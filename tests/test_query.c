@@ -141,7 +141,7 @@ static long long variant(sqlite3 *db, const char *mask_text, int n_ablated, cons
         acc += TOKENS[s] * a;
         kl += TOKENS[s] * k;
         n += TOKENS[s];
-        snprintf(sql, sizeof sql, "INSERT INTO seq_results VALUES (%lld, %d, %.17g, %.17g, %.17g, NULL, %d)", id, s, l,
+        snprintf(sql, sizeof sql, "INSERT INTO seq_results(variant_id, seq, loss, acc, kl, cos, n_tokens) VALUES (%lld, %d, %.17g, %.17g, %.17g, NULL, %d)", id, s, l,
                  a, k, TOKENS[s]);
         exec(db, sql);
     }
@@ -150,7 +150,8 @@ static long long variant(sqlite3 *db, const char *mask_text, int n_ablated, cons
     mask_blob(mask_text, blob, sizeof blob);
     snprintf(sql, sizeof sql,
              "INSERT INTO variants VALUES (%lld, 'v%lld', 1, 1, 'zero', %s, '%s', %d);"
-             "INSERT INTO results VALUES (%lld, %.17g, %.17g, %.17g, %.17g, NULL, %d, 4, 0.5, '0.1.0', 1, 'test', 1, "
+             "INSERT INTO results(variant_id, loss, ppl, acc, kl, cos, n_tokens, n_seqs, wall_s, engine_version, "
+             "numeric_version, host, threads, kernel, created) VALUES (%lld, %.17g, %.17g, %.17g, %.17g, NULL, %d, 4, 0.5, '0.1.0', 1, 'test', 1, "
              "'haswell', '2024-01-01T00:00:00Z')",
              id, id, blob, mask_text, n_ablated, id, loss, exp(loss), acc, kl, n);
     exec(db, sql);
@@ -1371,7 +1372,7 @@ Test(query, bad_options)
     build();
     struct hp_query_opts o = opts(HP_QUERY_HEADS);
     o.metric = "ppl";
-    expect_fail(&o, g_db, HP_ERR_ARG, "unknown metric 'ppl' (one of loss, kl, acc, cos)");
+    expect_fail(&o, g_db, HP_ERR_ARG, "unknown metric 'ppl' (one of loss, kl, acc, cos, logit_diff, answer_logprob, answer_prob, answer_acc, patch_recovery)");
     o.metric = "cos"; // NULL for a causal LM
     expect_fail(&o, g_db, HP_ERR_ARG, "sweep 2 has no cos values");
     o = opts(HP_QUERY_PAIRS);

@@ -699,7 +699,10 @@ static char *schema5_answers(const char *name)
 {
     static const char *const qs[] = {
         "heads --sweep 1", "heads --sweep 2", "curve --sweep 1", "pairs --sweep 1", "heads --sweep 1 --metric loss",
-        "heads --sweep 1 --metric acc", "sql 'SELECT * FROM effects ORDER BY sweep_id, study, label'",
+        "heads --sweep 1 --metric acc",
+        /* schema 5's columns of effects, in its order (SELECT * there): metrics added since are further columns */
+        "sql 'SELECT sweep_id, study, kind, kv, label, layer, unit, unit2, step, sample, k, mask_text, d_loss, d_kl, "
+        "d_acc, d_cos, loss, kl, acc, cos FROM effects ORDER BY sweep_id, study, label'",
     };
     size_t cap = 1 << 16, len = 0;
     char *all = calloc(cap, 1), *out = malloc(cap), args[256], scratch[128];
@@ -744,12 +747,23 @@ Test(store, a_schema_5_database_reads_merges_and_upgrades)
     got = schema5_answers("merged.db");
     tu_assert_same_text("the old build's answers", strdup(want), "this build's, merged", got);
 
-    /* upgraded in place (opened for writing): schema 6, the same rows, the views' columns in their order */
-    static const char *const rows[] = {
-        "SELECT * FROM jobs ORDER BY sweep_id, ord",    "SELECT * FROM baselines ORDER BY sweep_id",
-        "SELECT * FROM effects ORDER BY sweep_id, label, step, sample", "SELECT * FROM results ORDER BY variant_id",
-        "SELECT * FROM seq_results ORDER BY variant_id, seq",
-    };
+    /* upgraded in place (opened for writing): schema 6, the same rows under schema 5's columns in their order
+     * (the metrics added since are columns of their own, NULL in every old row) */
+    static const char *const tables[] = {"jobs", "baselines", "effects", "results", "seq_results"};
+    static const char *const order[] = {"sweep_id, ord", "sweep_id", "sweep_id, label, step, sample", "variant_id",
+                                        "variant_id, seq"};
+    char rows_sql[5][1024];
+    const char *rows[5];
+    for (int t = 0; t < 5; t++) {
+        char q[160];
+        snprintf(q, sizeof q, "SELECT group_concat(name, ', ') FROM pragma_table_info('%s')", tables[t]);
+        const char *qs1[] = {q};
+        char *cols = tu_rows(old, qs1, 1);
+        cols[strcspn(cols, "\n")] = '\0';
+        snprintf(rows_sql[t], sizeof rows_sql[t], "SELECT %s FROM %s ORDER BY %s", cols, tables[t], order[t]);
+        rows[t] = rows_sql[t];
+        free(cols);
+    }
     char *before = tu_rows(old, rows, sizeof rows / sizeof rows[0]);
     struct hp_store *s;
     cr_assert_eq(hp_store_open(old, &s, &err), HP_OK, "%s", err.msg);
@@ -759,6 +773,12 @@ Test(store, a_schema_5_database_reads_merges_and_upgrades)
     cr_assert_str_eq(v, "6\n");
     free(v);
     tu_assert_same_text("schema 5", before, "upgraded", tu_rows(old, rows, sizeof rows / sizeof rows[0]));
+    static const char *const newer[] = {"SELECT count(*) FROM results WHERE logit_diff IS NOT NULL OR "
+                                         "patch_recovery IS NOT NULL",
+                                         "SELECT count(*) FROM pragma_table_info('effects') WHERE name = 'd_logit_diff'"};
+    v = tu_rows(old, newer, 2);
+    cr_assert_str_eq(v, "0\n1\n", "the task metrics' columns: NULL in the old rows, and in the effects view");
+    free(v);
     got = schema5_answers("old.db");
     tu_assert_same_text("the old build's answers", strdup(want), "this build's, upgraded", got);
     free(want);

@@ -18,7 +18,10 @@ static const char eval_usage[] =
     "Evaluate a model on held-out tokens with attention heads ablated, and report\n"
     "the loss (nats per token), perplexity, top-1 accuracy and KL(unmasked || masked)\n"
     "for causal LMs, the MLM loss for BERT with labels, or the cosine similarity of\n"
-    "mean-pooled final hidden states to the unmasked model's for encoders.\n";
+    "mean-pooled final hidden states to the unmasked model's for encoders. On task\n"
+    "rows (prompts with one-token answers, docs/tasks.md) a causal LM is scored at\n"
+    "each prompt's last token, and also reports logit_diff, answer_logprob,\n"
+    "answer_prob, answer_acc and patch_recovery where the rows have what they need.\n";
 
 static const char eval_tail[] = "Kernel set: skx is chosen on CPUs with AVX-512F unless BLIS_ARCH_TYPE is set.\n";
 
@@ -47,7 +50,8 @@ static int eval_options(int argc, char **argv, struct eval_args *a)
                  "\"atp\" (n_layers arrays of n_heads)"),
         OPT_STRING("grad-metric", 'G', &a->grad_name, "M",
                    "what --grad differentiates: loss (default where the model has one), kl (KL from the unmasked "
-                   "model), or for an encoder without a head cos (as 1 - cos, its default). KL and 1 - cos are 0 and "
+                   "model), logit_diff on task rows with wrong answers (as -logit_diff, so that larger = worse), "
+                   "or for an encoder without a head cos (as 1 - cos, its default). KL and 1 - cos are 0 and "
                    "minimal at the unmasked model, so their gradient there is 0: use them under a mask or fractional "
                    "gates. Implies --grad"),
         OPT_THREADS(&a->threads, THREADS_HELP),
@@ -228,9 +232,14 @@ static void print_eval_text(const struct eval_args *a, const struct eval_out *r)
     if (mt->has_cos)
         printf("cosine    %.6f (%s-pooled final hidden states vs the unmasked model)\n", mt->cos,
                in->pooling == HP_POOL_CLS ? "CLS" : in->pooling == HP_POOL_MAX ? "max" : "mean");
-    for (int k = HP_METRIC_COS + 1; k < HP_N_METRICS; k++) /* a metric the two lines above do not print */
-        if (mt->has[k])
-            printf("%-9s %.6f %s\n", hp_metric_name((enum hp_metric)k), mt->value[k], hp_metric_unit((enum hp_metric)k));
+    for (int k = HP_METRIC_COS + 1; k < HP_N_METRICS; k++) { /* a metric the two lines above do not print */
+        if (!mt->has[k])
+            continue;
+        printf("%-15s %.6f %s", hp_metric_name((enum hp_metric)k), mt->value[k], hp_metric_unit((enum hp_metric)k));
+        if (base)
+            printf("   (unmasked %.6f, change %+.6f)", base->value[k], mt->value[k] - base->value[k]);
+        putchar('\n');
+    }
     if (base && mt->has_loss)
         printf("unmasked  loss %.6f   ppl %.4f   acc %.4f; change: loss %+.6f   ppl %+.4f   acc %+.4f\n",
                base->loss, base->ppl, base->acc, mt->loss - base->loss, mt->ppl - base->ppl, mt->acc - base->acc);
@@ -294,6 +303,10 @@ int cmd_eval(int argc, char **argv)
     hp_evaluator_keep_grad_metrics(ev, true); /* --grad's forward is also the evaluation */
     if (want_grad && !grad_name && !hp_evaluator_has_metric(ev, "loss"))
         grad_metric = HP_METRIC_COS; /* an encoder without a head: its own metric */
+    const char *picked;
+    if (want_grad && grad_metric != HP_METRIC_COS && hp_evaluator_has_metric(ev, "loss") &&
+        hp_evaluator_pick_metric(ev, "--grad-metric", hp_metric_name(grad_metric), &picked, &err) != HP_OK)
+        goto out; /* a task metric on data without what it needs: the engine's line says what */
     if (want_grad && !hp_evaluator_has_metric(ev, hp_metric_name(grad_metric))) {
         snprintf(err.msg, sizeof err.msg,
                  grad_metric == HP_METRIC_COS
@@ -312,9 +325,9 @@ int cmd_eval(int argc, char **argv)
     const int HH = in->n_layers * in->n_heads;
     double grad_loss = 0;
     struct hp_grad_phases ph = {0}; /* where --grad's pass spent its time */
-    const char *grad_what = grad_metric == HP_METRIC_COS ? "1 - cos" : grad_metric == HP_METRIC_KL ? "KL" : "loss";
+    const char *grad_what = grad_metric == HP_METRIC_KL ? "KL" : hp_metric_grad_what(grad_metric);
     /* KL and 1 - cos are 0 and minimal at the unmasked model: their gradient there says nothing */
-    const bool grad_vanishes = grad_metric != HP_METRIC_LOSS && !changed;
+    const bool grad_vanishes = (grad_metric == HP_METRIC_KL || grad_metric == HP_METRIC_COS) && !changed;
     if (want_grad) {
         grad = malloc((size_t)HH * sizeof(double));
         atp = malloc((size_t)HH * sizeof(double));

@@ -214,13 +214,19 @@ int parse_options(const struct cmd_help *h, int argc, char **argv, int *n_args)
 
 // --- help -------------------------------------------------------------------------
 
+/* A choice option's choices are its argument in the name column ("loss|kl|acc") up to this long; longer lists are
+ * shown as NAME and listed after its help. */
+#define CHOICES_IN_NAME_MAX 40
+
 /* "  -m, --model DIR" as the name column shows o, into buf; its length. */
 static int name_cell(const struct opt *o, char *buf, size_t n)
 {
     char arg[160] = "";
     if (o->kind == OPT_KIND_CHOICE && !o->arg)
         choice_list(o, "|", "|", arg, sizeof arg);
-    else if (o->kind != OPT_KIND_FLAG)
+    if (strlen(arg) > CHOICES_IN_NAME_MAX) /* too many to show here: the help lists them (print_help) */
+        snprintf(arg, sizeof arg, "NAME");
+    else if (o->kind != OPT_KIND_FLAG && !*arg)
         snprintf(arg, sizeof arg, "%s", o->arg ? o->arg : "VALUE");
     char s[4] = "   ";
     if (o->short_name)
@@ -278,7 +284,14 @@ void print_help(const struct cmd_help *h)
             fprintf(f, "\n%*s", col, "");
         else
             fprintf(f, "%*s", col - w, "");
-        put_wrapped(f, o->help, col);
+        if (o->kind == OPT_KIND_CHOICE && !o->arg && strstr(cell, " NAME")) {
+            char all[1536], list[1024];
+            choice_list(o, ", ", " or ", list, sizeof list);
+            snprintf(all, sizeof all, "%s; NAME is %s", o->help, list);
+            put_wrapped(f, all, col);
+        } else {
+            put_wrapped(f, o->help, col);
+        }
     }
     if (h->tail)
         fprintf(f, "\n%s", h->tail);

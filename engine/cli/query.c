@@ -24,7 +24,8 @@ static const char query_help[] =
     "it lacks what a kind needs, the error names a sweep that has it.\n"
     "\n"
     "Effects are differences from the sweep's baseline, signed so that larger is\n"
-    "worse: loss and KL rise, accuracy and cosine fall.\n"
+    "worse: loss and KL rise, accuracy and cosine fall, and so do the task metrics\n"
+    "(logit_diff, answer_logprob, answer_prob, answer_acc, patch_recovery).\n"
     "\n"
     "Kinds:\n";  /* then each kind's name and lines, from hp_query_kinds */
 
