@@ -14,7 +14,8 @@
  * induction on models/default (a trained GPT-2 with an induction head, 3.1;
  * its README): the rows' structure, and the behaviour itself: the answer's
  * log-probability is far higher on the clean prompts than on the corrupt ones
- * (measured: about 3.6 against 9.6 nats of loss at K = 16). With a tokenizer
+ * (measured: 3.55 against 9.50 nats of loss at K = 16; logit_diff 6.15 against
+ * 0.10). With a tokenizer
  * the special ids are never drawn. The command line: help, and every bad input
  * one line with its exit status.
  */
@@ -367,8 +368,9 @@ static struct hp_data *load_ids(const struct text *t, const char *name)
     return d;
 }
 
-/* Each row's loss (-log p(answer)) on d's prompts under model m. (n_seqs) doubles, free() them. */
-static double *row_loss(struct hp_model *m, const struct hp_data *d)
+/* Each row's loss (-log p(answer)) on d's prompts under model m, (n_seqs) doubles to free(); *ld the mean
+ * logit_diff (answer against wrong). */
+static double *row_loss(struct hp_model *m, const struct hp_data *d, double *ld)
 {
     struct hp_evaluator *ev;
     struct hp_metrics *r;
@@ -377,6 +379,8 @@ static double *row_loss(struct hp_model *m, const struct hp_data *d)
     cr_assert_eq(hp_evaluator_run(ev, NULL, HP_ABLATE_ZERO, &r, &err), HP_OK, "%s", err.msg);
     double *out = malloc((size_t)d->n_seqs * sizeof *out);
     memcpy(out, r->seq_loss, (size_t)d->n_seqs * sizeof *out);
+    cr_assert(r->has[HP_METRIC_LOGIT_DIFF], "rows with wrong answers have a logit difference");
+    *ld = r->value[HP_METRIC_LOGIT_DIFF];
     hp_metrics_free(r);
     hp_evaluator_free(ev);
     return out;
@@ -392,10 +396,13 @@ Test(task_gen, induction_on_the_default_model)
     struct hp_model *m;
     struct hp_error err = {0};
     cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
-    double *clean = row_loss(m, d);
-    /* the corrupt prompts, as prompts: the same answers */
-    memcpy(d->ids, d->task->corrupt, (size_t)d->n_seqs * d->seq_len * sizeof *d->ids);
-    double *corrupt = row_loss(m, d);
+    double ld_clean, ld_corrupt;
+    double *clean = row_loss(m, d, &ld_clean);
+    /* the corrupt prompts, as prompts: the same answers (and the clean ones as their corruption) */
+    int32_t *swap = d->ids;
+    d->ids = d->task->corrupt;
+    d->task->corrupt = swap;
+    double *corrupt = row_loss(m, d, &ld_corrupt);
     double mc = 0, mx = 0;
     int better = 0;
     for (int s = 0; s < N; s++) {
@@ -404,7 +411,9 @@ Test(task_gen, induction_on_the_default_model)
         better += clean[s] < corrupt[s];
     }
     cr_log_info("induction on models/default, K %d, %d rows: answer loss %.3f clean, %.3f corrupt (uniform %.3f); "
-                "clean better on %d rows", K, N, mc, mx, log(256.0), better);
+                "clean better on %d rows; logit_diff %.3f clean, %.3f corrupt", K, N, mc, mx, log(256.0), better,
+                ld_clean, ld_corrupt);
+    cr_assert(ld_clean > ld_corrupt + 3.0, "logit_diff %.3f clean, %.3f corrupt", ld_clean, ld_corrupt);
     cr_assert(mc < log(256.0) - 1.0, "clean prompts predict the answer (loss %.3f, uniform %.3f)", mc, log(256.0));
     cr_assert(mx > mc + 3.0, "the corrupt prompts lose it: loss %.3f against %.3f clean", mx, mc);
     cr_assert(better >= N * 9 / 10, "clean better on %d of %d rows", better, N);
