@@ -55,7 +55,7 @@ const char *const hp_ioi_objects[] = {
     "gift",  "cake",  "letter", "key",  "hat",    "bag",  "cup",   "phone", NULL,
 };
 
-const char *const hp_ioi_templates[HP_TASK_IOI_TEMPLATES] = {
+const char *const hp_ioi_templates[] = {
     "When {A} and {B} went to the {P}, {S} gave a {O} to",
     "After {A} and {B} went to the {P}, {S} gave a {O} to",
     "Then, {A} and {B} went to the {P}. {S} gave a {O} to",
@@ -65,6 +65,8 @@ const char *const hp_ioi_templates[HP_TASK_IOI_TEMPLATES] = {
     "When {A} and {B} got a {O} at the {P}, {S} decided to give it to",
     "The {P} was quiet when {A} and {B} came back, and {S} handed the {O} to",
 };
+static_assert(sizeof hp_ioi_templates / sizeof hp_ioi_templates[0] == HP_TASK_IOI_TEMPLATES,
+              "HP_TASK_IOI_TEMPLATES templates");
 
 /* Tries at one text row before a generator gives up on the tokenizer: a row fails only where a word does not stay
  * one token in context, which a tokenizer that splits words at spaces never does. */

@@ -33,7 +33,7 @@ const struct hp_task_gen_row *hp_task_gen_named(const char *name);
  * first clause), {S} (the second mention of the subject), {P} (a place) and
  * {O} (an object); every template ends where the indirect object comes next.
  */
-extern const char *const hp_ioi_templates[HP_TASK_IOI_TEMPLATES];
+extern const char *const hp_ioi_templates[]; /* HP_TASK_IOI_TEMPLATES of them: unsized, so task_gen.c's static_assert counts them */
 /* IOI's words, each list NULL-terminated: those one token (with a leading space) in the tokenizer are used. */
 extern const char *const hp_ioi_names[], *const hp_ioi_places[], *const hp_ioi_objects[];
 
