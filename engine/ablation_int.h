@@ -66,7 +66,7 @@ struct hp_ablation_kind {
 };
 
 /* The table, one row per enum hp_ablation. */
-extern const struct hp_ablation_kind hp_ablation_kinds[HP_ABLATE_COUNT];
+extern const struct hp_ablation_kind hp_ablation_kinds[]; /* unsized: ablation.c's static_assert counts its rows */
 
 /* Whether data d is what ablation a takes (its row's data): else one line naming d's file. */
 enum hp_status hp_ablation_check_data(enum hp_ablation a, const struct hp_data *d, struct hp_error *err);

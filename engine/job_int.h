@@ -22,7 +22,7 @@
 
 // --- key prefixes (before a mask's text, for hp_digest_job) ---------------------
 
-#define HP_KEY_GRAD "grad:"          /* the gradient at a mask's gates (sweep_jobs.c sw_gradient_at) */
+#define HP_KEY_GRAD "grad:"          /* the gradient at a mask's gates (sweep_jobs.c sw_gradient_at): "grad:" MASK for the loss, "grad:" METRIC "|" MASK for another (hp_metric_grad_of) */
 #define HP_KEY_GRAD_PASS "gradpass:" /* a gradient-ranked step's evaluation pass */
 #define HP_KEY_GATES "gates:"        /* a gate training run (gates.c) */
 

@@ -64,7 +64,8 @@ static double score_prob(const struct hp_token_facts *f)
  * worse, its baseline rule, how it is scored and reduced, and its gradient. */
 static const struct hp_metric_row metrics[] = {
     [HP_METRIC_LOSS] = {"loss", "loss", +1, "nats", "effect = loss - baseline loss (nats; larger = worse)",
-                        HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_loss, HP_REDUCE_TOKENS, true, "loss"},
+                        HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_loss, HP_REDUCE_TOKENS, true, "loss",
+                        HP_NEEDS_NOTHING, false, true},
     [HP_METRIC_KL] = {"kl", "KL", +1, "nats",
                       "effect = the variant's KL(unmasked || masked) (nats; the baseline's is 0; larger = worse)",
                       HP_BASELINE_UNMASKED, HP_SCORE_TOKENS, score_kl, HP_REDUCE_TOKENS, true, "kl"},
@@ -75,7 +76,8 @@ static const struct hp_metric_row metrics[] = {
     /* task rows (docs/tasks.md): one scored item a row, its answer position, so token means are row means */
     [HP_METRIC_LOGIT_DIFF] = {"logit_diff", "logit difference", -1, "logits",
                               "effect = baseline logit_diff - logit_diff (logits; larger = worse)", HP_BASELINE_VARIANT,
-                              HP_SCORE_TOKENS, score_ld, HP_REDUCE_TOKENS, true, "-logit_diff", HP_NEEDS_WRONG, false},
+                              HP_SCORE_TOKENS, score_ld, HP_REDUCE_TOKENS, true, "-logit_diff", HP_NEEDS_WRONG, false,
+                              true},
     [HP_METRIC_ANSWER_LOGPROB] = {"answer_logprob", "answer log-probability", -1, "nats",
                                   "effect = baseline answer_logprob - answer_logprob (nats; larger = worse)",
                                   HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_logprob, HP_REDUCE_TOKENS, false, NULL,
@@ -172,6 +174,13 @@ const char *hp_metric_effect_text(enum hp_metric m)
 bool hp_metric_has_grad(enum hp_metric m)
 {
     return (int)m >= 0 && (int)m < HP_N_METRICS && metrics[m].grad;
+}
+
+enum hp_metric hp_metric_grad_of(enum hp_metric sweep_metric)
+{
+    return (int)sweep_metric >= 0 && (int)sweep_metric < HP_N_METRICS && metrics[sweep_metric].grad_studies
+               ? sweep_metric
+               : HP_METRIC_LOSS;
 }
 
 const char *hp_metric_grad_what(enum hp_metric m)

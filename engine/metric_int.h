@@ -72,6 +72,10 @@ struct hp_metric_row {
     /* the reduced value (and each sequence's) is then taken as recovery: (x - c) / (k - c), where k and c are the
      * unmasked model's logit_diff on the clean and on the corrupt prompts (eval.c, hp_eval_task_ready) */
     bool recovery;
+    /* the gradient studies (importance, attribution, gradient-ranked curves) differentiate it when it is the
+     * sweep's metric: a gradient that says something at the unmasked model (loss, logit_diff; kl's and cos's
+     * vanish there); for any other sweep metric they differentiate the loss (hp_metric_grad_of) */
+    bool grad_studies;
 };
 
 /* The row of m, a value of the enum (asserted). Static. */

@@ -98,7 +98,7 @@ struct hp_query_kind_row {
 };
 
 /* Every kind once, in the order `query --help` lists them. */
-extern const struct hp_query_kind_row hp_query_kinds[HP_QUERY_KIND_COUNT];
+extern const struct hp_query_kind_row hp_query_kinds[]; /* HP_QUERY_KIND_COUNT rows: unsized here, so query.c's static_assert counts them */
 
 /* The row of the kind named name, or of kind k; NULL when there is none. */
 const struct hp_query_kind_row *hp_query_kind_named(const char *name);

@@ -207,9 +207,10 @@ enum hp_status hq_importance(struct hq_query *q, const struct hp_query_opts *opt
     }
     hq_tb_note(&b,
             "sweep %lld, study %s (%s), normalize %s; importance = E|dL/dgate| (Michel et al.): the absolute "
-            "gradient of the loss at the unit's gate%s, per sequence, averaged as the loss weights sequences%s; raw "
+            "gradient of the %s at the unit's gate%s, per sequence, averaged as the metric weights sequences%s; raw "
             "before normalising%s; most important first",
             q->sweep, pk.name, pk.kv ? "KV groups" : "query heads", n ? rows[0].normalize : "?",
+            hp_metric_grad_what(hp_metric_grad_of(q->ranked)),
             pk.kv ? " (a KV group's: its heads' gradients summed)" : "",
             n && strcmp(rows[0].normalize, "layer") == 0 ? ", divided by its layer's L2 norm" : "",
             pk.n_all > 1 ? "; other importance studies: choose with --study" : "");
@@ -229,7 +230,8 @@ static int by_rank_error_desc(const void *a, const void *b)
     return x->layer != y->layer ? x->layer - y->layer : x->unit - y->unit;
 }
 
-/* The exact loss effect of each row's unit in the sweep's first single study over the same kind of unit. */
+/* The exact effect, on what the gradient studies differentiate (hp_metric_grad_of the sweep's metric: loss, or
+ * logit_diff), of each row's unit in the sweep's first single study over the same kind of unit. */
 static enum hp_status attribution_exact(struct hq_query *q, const struct pick *pk, struct score_row *rows, size_t n,
                                         char *single, size_t size)
 {
@@ -252,9 +254,14 @@ static enum hp_status attribution_exact(struct hq_query *q, const struct pick *p
                        "(add 'single%s' to the plan and run it again: the estimates are kept)",
                        q->path, q->sweep, q->newest ? " (the newest)" : "", pk->kv ? "KV groups" : "query heads",
                        pk->name, pk->kv ? ": {kv: true}" : "");
-    if ((s = hq_prep(q, &st, "SELECT j.layer, j.unit, r.loss - (SELECT loss FROM results WHERE variant_id = ?3) "
-                          "FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
-                          "WHERE j.sweep_id = ?1 AND j.kind = 'single' AND j.study = ?2 ORDER BY j.ord")) != HP_OK)
+    const enum hp_metric gm = hp_metric_grad_of(q->ranked);
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT j.layer, j.unit, r.%s, (SELECT %s FROM results WHERE variant_id = ?3) "
+             "FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
+             "WHERE j.sweep_id = ?1 AND j.kind = 'single' AND j.study = ?2 ORDER BY j.ord",
+             hp_metric_name(gm), hp_metric_name(gm));
+    if ((s = hq_prep(q, &st, sql)) != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, q->sweep);
     sqlite3_bind_text(st, 2, single, -1, SQLITE_STATIC);
@@ -267,7 +274,7 @@ static enum hp_status attribution_exact(struct hq_query *q, const struct pick *p
         }
         for (size_t i = 0; i < n; i++) // rows are few (one a unit); the first job of a unit, as everywhere
             if (rows[i].layer == l && rows[i].unit == u && isnan(rows[i].exact))
-                rows[i].exact = hq_col_num(st, 2);
+                rows[i].exact = hq_effect_of(gm, hq_col_num(st, 2), hq_col_num(st, 3));
     }
     sqlite3_finalize(st);
     return r < 0 ? s : HP_OK;
@@ -289,6 +296,8 @@ enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *op
     static const bool num[C_N] = {false, false, true, true, true, true, true, true, true, true, true, true};
     struct pick pk;
     char single[128] = "";
+    const enum hp_metric gm = hp_metric_grad_of(q->ranked); /* what the estimates and the exact effects are of */
+    const char *gname = hp_metric_name(gm);
     enum hp_status s = pick_scores(q, "attribution", study, &pk);
     struct score_row *rows = NULL;
     size_t n = 0;
@@ -359,10 +368,12 @@ enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *op
         snprintf(rs, sizeof rs, "%.3f", rho);
     hq_tb_note(&b,
             "sweep %lld, attribution study %s against single study %s (%s, %s ablation): estimate = the first-order "
-            "(AtP) estimate of the loss effect of masking each unit alone, exact = its measured loss effect; rank 1 "
+            "(AtP) estimate of the %s effect of masking each unit alone, exact = its measured %s effect (%s); "
+            "rank 1 "
             "= the largest, rank_diff = rank_est - rank_exact, the most wrongly ranked first; over the %zu units: "
             "Spearman rho %s, top-%zu overlap %zu/%zu (row all; ties share their average rank)%s",
-            q->sweep, pk.name, single, pk.kv ? "KV groups" : "query heads", q->ablation, m, rs, k, hits, k,
+            q->sweep, pk.name, single, pk.kv ? "KV groups" : "query heads", q->ablation, gname, gname,
+            hp_metric_effect_text(gm), m, rs, k, hits, k,
             n > m ? "; units without an exact effect are left out" : "");
     free(rows);
     return hq_tb_finish(&b, out, q->err);

@@ -65,17 +65,6 @@ enum hp_status hp_roles_probe_size(const struct hp_model_info *in, const struct 
     return HP_OK;
 }
 
-/* Uniform in [0, n) from the stream x, by rejection: no modulo bias. */
-static uint64_t below(uint64_t *x, uint64_t n)
-{
-    const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
-    uint64_t r;
-    do
-        r = hp_splitmix64(x);
-    while (r >= limit);
-    return r % n;
-}
-
 void hp_roles_probe(int n_vocab, int n_seqs, int len, uint64_t seed, int32_t *perm, int32_t *ids)
 {
     uint64_t x = seed;
@@ -83,7 +72,7 @@ void hp_roles_probe(int n_vocab, int n_seqs, int len, uint64_t seed, int32_t *pe
         for (int v = 0; v < n_vocab; v++)
             perm[v] = v;
         for (int k = 0; k < len; k++) {
-            int j = k + (int)below(&x, (uint64_t)(n_vocab - k));
+            int j = k + (int)hp_splitmix64_below(&x, (uint64_t)(n_vocab - k));
             int32_t t = perm[k];
             perm[k] = perm[j];
             perm[j] = t;

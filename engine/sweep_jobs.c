@@ -328,12 +328,17 @@ void sw_grad_buf_free(struct sw_grad_buf *b)
 enum hp_status sw_gradient_at(struct sw_ctx *c, const struct hp_mask *mask, struct sw_grad_buf *b,
                                   const struct hp_job *job, struct hp_error *err)
 {
-    char *text = hp_mask_format(mask), *marked = text ? malloc(strlen(text) + sizeof HP_KEY_GRAD) : NULL;
+    /* the loss's gradient keeps the address it always had; another metric's is marked with its name ('|' is in
+     * no mask text) */
+    const enum hp_metric gm = hp_metric_grad_of(c->metric);
+    const char *mname = gm == HP_METRIC_LOSS ? "" : hp_metric_name(gm), *bar = gm == HP_METRIC_LOSS ? "" : "|";
+    char *text = hp_mask_format(mask),
+         *marked = text ? malloc(strlen(text) + sizeof HP_KEY_GRAD + strlen(mname) + 1) : NULL;
     if (!marked) {
         free(text);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     }
-    sprintf(marked, HP_KEY_GRAD "%s", text);
+    sprintf(marked, HP_KEY_GRAD "%s%s%s", mname, bar, text);
     hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, marked, b->key);
     free(marked);
     b->g.mask_text = text;
@@ -348,7 +353,7 @@ enum hp_status sw_gradient_at(struct sw_ctx *c, const struct hp_mask *mask, stru
     } else if (st == HP_OK) {
         sw_adapt_threads(c);
         double t = hp_now();
-        st = hp_evaluator_grad_seq(c->ev, HP_METRIC_LOSS, mask, c->plan->ablation, b->g.grad, b->g.atp, b->g.seq_grad, &b->g.loss,
+        st = hp_evaluator_grad_seq(c->ev, gm, mask, c->plan->ablation, b->g.grad, b->g.atp, b->g.seq_grad, &b->g.loss,
                                    err);
         double secs = hp_now() - t;
         if (st == HP_OK)

@@ -982,6 +982,11 @@ bool ht_build_pieces(struct hp_tokenizer *t)
     return true;
 }
 
+bool hp_tokenizer_special(const struct hp_tokenizer *t, int32_t id)
+{
+    const struct piece *p = piece_find(t, id);
+    return p && (p->special || p->rank == 2);
+}
 
 const char *hp_tokenizer_piece(const struct hp_tokenizer *t, int32_t id, size_t *n)
 {

@@ -15,6 +15,14 @@ int32_t hp_tokenizer_separator(const struct hp_tokenizer *t);
 /* The padding id: [PAD], <pad>, or 0. Padded positions are masked anyway. */
 int32_t hp_tokenizer_pad(const struct hp_tokenizer *t);
 
+/* Whether id is a special token (an added token marked special, or a post-processor template's own), as
+ * decode's skip_special leaves out. */
+bool hp_tokenizer_special(const struct hp_tokenizer *t, int32_t id);
+
+/* Whether dir holds one of the files hp_tokenizer_open reads (tokenizer.json, vocab.txt, merges.txt): a
+ * directory without any has no tokenizer, one with a file it cannot read has a broken one. */
+bool hp_tokenizer_present(const char *dir);
+
 /* The code point GPT-2's byte-level map gives byte b (printable bytes keep theirs; the rest get 256 and up):
  * the one statement of the map, which the byte-level pre-tokeniser (tokenizer.c) and decoder
  * (detokenize.c) both read. */

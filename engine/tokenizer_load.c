@@ -711,6 +711,23 @@ static enum hp_status read_clean_up(const char *dir, bool *on, struct hp_error *
     return st;
 }
 
+/* The files hp_tokenizer_open tries, in its order (vocab.json goes with merges.txt). */
+static const char *const tokenizer_files[] = {"tokenizer.json", "vocab.txt", "merges.txt"};
+
+bool hp_tokenizer_present(const char *dir)
+{
+    for (size_t i = 0; i < sizeof tokenizer_files / sizeof *tokenizer_files; i++) {
+        char *path = NULL;
+        if (hp_path_make(&path, NULL, "%s/%s", dir, tokenizer_files[i]) != HP_OK)
+            return true; /* out of memory: let the open say so */
+        bool there = access(path, F_OK) == 0;
+        free(path);
+        if (there)
+            return true;
+    }
+    return false;
+}
+
 enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, struct hp_error *err)
 {
     *out = NULL;

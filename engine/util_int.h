@@ -71,6 +71,17 @@ static inline uint64_t hp_splitmix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
+/* Uniform in [0, n) from the splitmix64 stream x, by rejection (no modulo bias); n >= 1. */
+static inline uint64_t hp_splitmix64_below(uint64_t *x, uint64_t n)
+{
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    uint64_t r;
+    do
+        r = hp_splitmix64(x);
+    while (r >= limit);
+    return r % n;
+}
+
 /* xoshiro256** (Blackman and Vigna): the next number of the generator s, seeded from hp_splitmix64. Plans'
  * random draws and gate training's noise both use it: small, fast, and the same on every machine. */
 static inline uint64_t hp_xoshiro256ss(uint64_t s[4])

@@ -278,6 +278,39 @@ void hp_data_free(struct hp_data *d);
 enum hp_status hp_data_check_vocab(const struct hp_data *d, int n_vocab,
                                    struct hp_error *err);
 
+// --- task generators ----------------------------------------------------------
+
+/* Task rows made for a model (docs/tasks.md, "Generators"): each a generator of engine/task_gen.c's table. */
+enum hp_task_gen {
+    HP_TASK_GEN_IOI,       /* indirect-object identification prompt pairs, text rows */
+    HP_TASK_GEN_INDUCTION, /* random tokens repeated, rows of ids */
+    HP_TASK_GEN_DOCSTRING, /* the next parameter of a Python docstring, text rows */
+    HP_TASK_GEN_COUNT      /* how many there are (not a generator): task_gen.c's table is sized by it */
+};
+
+#define HP_TASK_GEN_MAX_ROWS 100000 /* the most rows one call makes */
+
+struct hp_task_gen_opts {
+    int n;         /* rows, 1..HP_TASK_GEN_MAX_ROWS */
+    uint64_t seed; /* the same seed (and model, and options) gives the same rows, byte for byte */
+    int len;       /* induction: random tokens K in a half; 0 = the default (docs/tasks.md) */
+    int templ;     /* ioi: 0 = every template in turn; k = only template k (from 1) */
+};
+
+/*
+ * n task rows of generator g for the model directory model_dir (ioi and
+ * docstring read its tokenizer; induction its config.json for the
+ * vocabulary and, when there is one, its tokenizer for the special tokens to
+ * leave out), each handed to row as one line of JSON (no newline; n bytes,
+ * NUL-terminated) in the text or ids form docs/tasks.md defines. row returns
+ * false to stop: then HP_ERR_IO, "stopped". A model the generator cannot
+ * serve (too few one-token words, a vocabulary too small for K, no tokenizer
+ * for a text generator) is an error naming the directory and the reason.
+ */
+enum hp_status hp_task_generate(enum hp_task_gen g, const char *model_dir, const struct hp_task_gen_opts *o,
+                                bool (*row)(void *user, const char *line, size_t n), void *user,
+                                struct hp_error *err);
+
 // --- masks ------------------------------------------------------------------
 
 struct hp_mask {
@@ -464,6 +497,12 @@ double hp_metric_effect(enum hp_metric m, double v, double b);
 /* Whether hp_evaluator_grad differentiates the metric (loss, kl, cos, logit_diff: not acc, a step function of the
  * gates, nor the other task metrics). */
 bool hp_metric_has_grad(enum hp_metric m);
+
+/* What a sweep's gradient studies (importance, attribution, a gradient-ranked curve) differentiate when the
+ * sweep's metric is m: m itself where its gradient says something at the unmasked model (loss, logit_diff),
+ * else the loss (kl's and cos's gradients vanish there; acc has none). The one statement of the rule: the
+ * sweep, its job keys and the queries derive from it. */
+enum hp_metric hp_metric_grad_of(enum hp_metric sweep_metric);
 
 /* What hp_evaluator_grad differentiates for m, signed so that larger = worse: "loss", "kl", "1 - cos",
  * "-logit_diff"; "" for a metric without a gradient. Static. */

@@ -434,3 +434,85 @@ Test(task_metrics, a_plan_on_logit_diff_stores_hugging_faces_effects)
               "not one line naming the data and what it lacks: %s", errs);
     cr_assert_neq(access(db2, F_OK), 0, "a refused plan wrote %s", db2);
 }
+
+/* A row of query's JSON output (an array of objects) into field values: the number of field `key` of the object
+ * whose "label" is label. NAN when absent. */
+static double json_row_num(const cJSON *arr, const char *label, const char *key)
+{
+    const cJSON *o;
+    cJSON_ArrayForEach(o, arr)
+    {
+        const cJSON *l = cJSON_GetObjectItem(o, "label"), *v = cJSON_GetObjectItem(o, key);
+        if (cJSON_IsString(l) && strcmp(l->valuestring, label) == 0 && cJSON_IsNumber(v))
+            return v->valuedouble;
+    }
+    return NAN;
+}
+
+/*
+ * The gradient studies of a logit_diff sweep differentiate -logit_diff (hp_metric_grad_of), so that attribution
+ * estimates the effect the sweep measures: `query attribution` sets the library's AtP of -logit_diff beside the
+ * exact logit_diff effect (Hugging Face's, 1e-4). A loss sweep over the same data in the same database keeps
+ * the loss's gradient (its own job address), and its attribution stays the loss's.
+ */
+Test(task_metrics, attribution_of_a_logit_diff_sweep_estimates_the_logit_diff_effect)
+{
+    const char *fx = getenv("HP_FIXTURES");
+    char plan[256], db[256], yaml[4096], args[1024], errs[4096], path[1024], dir[1024];
+    snprintf(plan, sizeof plan, "%s/plan.yaml", tmp);
+    snprintf(db, sizeof db, "%s/r.db", tmp);
+    snprintf(dir, sizeof dir, "%s/llama-gqa", fx);
+    snprintf(path, sizeof path, "%s/llama-gqa/task.jsonl", fx);
+    const char *metric[2] = {"loss", "logit_diff"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(yaml, sizeof yaml, "name: a\nmodel: %s\ndata: %s\nmetric: %s\nstudies:\n  - single\n  - attribution\n",
+                 dir, path, metric[k]);
+        tu_spit(plan, yaml, strlen(yaml));
+        snprintf(args, sizeof args, "run '%s' --db '%s' --quiet --threads 1", plan, db);
+        cr_assert_eq(tu_headprune(NULL, args, tmp, NULL, 0, errs, sizeof errs), 0, "%s", errs);
+    }
+    struct hp_error err = {0};
+    struct hp_model *m;
+    struct hp_data *d;
+    struct hp_evaluator *ev;
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(path, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    const struct hp_model_info *in = hp_model_get_info(m);
+    snprintf(path, sizeof path, "%s/llama-gqa/task-reference.json", fx);
+    cJSON *ref = load_json(path);
+    const double clean = mean_of(cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "clean"), "logit_diff"));
+    const cJSON *zmean = cJSON_GetObjectItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "ablations"), "zero"), "logit_diff"), "mean");
+    for (int k = 0; k < 2; k++) {
+        double g[64], atp[64], v;
+        const enum hp_metric gm = k ? HP_METRIC_LOGIT_DIFF : HP_METRIC_LOSS;
+        cr_assert_eq(hp_metric_grad_of(k ? HP_METRIC_LOGIT_DIFF : HP_METRIC_LOSS), gm);
+        cr_assert_eq(hp_evaluator_grad(ev, gm, NULL, HP_ABLATE_ZERO, g, atp, &v, &err), HP_OK, "%s", err.msg);
+        char out[1 << 16];
+        snprintf(args, sizeof args, "query attribution --db '%s' --sweep %d --format json", db, k + 1);
+        cr_assert_eq(tu_headprune(NULL, args, tmp, out, sizeof out, errs, sizeof errs), 0, "%s", errs);
+        cJSON *arr = cJSON_Parse(out);
+        cr_assert_not_null(arr, "%s", out);
+        for (int l = 0; l < in->n_layers; l++)
+            for (int h = 0; h < in->n_heads; h++) {
+                char label[32];
+                snprintf(label, sizeof label, "%d.%d", l, h);
+                const double est = json_row_num(arr, label, "estimate"), want = atp[l * in->n_heads + h];
+                /* JSON's 6 significant digits */
+                cr_assert(fabs(est - want) <= 1e-5 * fabs(want) + 1e-6, "sweep %d (%s), head %s: estimate %.9g, "
+                          "the library's AtP of %s %.9g", k + 1, metric[k], label, est, hp_metric_grad_what(gm), want);
+                if (k) {
+                    const double exact = json_row_num(arr, label, "exact"),
+                                 hf = clean - num(cJSON_GetArrayItem(zmean, l), h);
+                    cr_assert(fabs(exact - hf) <= TOL, "head %s: exact logit_diff effect %.9g, Hugging Face %.9g",
+                              label, exact, hf);
+                }
+            }
+        cJSON_Delete(arr);
+    }
+    cJSON_Delete(ref);
+    hp_evaluator_free(ev);
+    hp_data_free(d);
+    hp_model_close(m);
+}

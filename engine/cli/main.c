@@ -32,6 +32,7 @@ int cmd_merge(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
 int cmd_slurm(int argc, char **argv);
 int cmd_roles(int argc, char **argv);
+int cmd_task(int argc, char **argv);
 
 static const struct command {
     const char *name;
@@ -40,6 +41,7 @@ static const struct command {
 } commands[] = {
     {"inspect", cmd_inspect, "describe a model directory"},
     {"tokenize", cmd_tokenize, "text to token ids with a model directory's tokenizer"},
+    {"task", cmd_task, "make task rows for a model: IOI prompt pairs, induction sequences"},
     {"eval", cmd_eval, "evaluate one masked variant on held-out tokens"},
     {"plan", cmd_plan, "expand a YAML plan into jobs and estimate its cost"},
     {"run", cmd_run, "run a plan into an SQLite results database (resumable, shardable)"},

@@ -245,7 +245,7 @@ struct hp_study_kind_row {
                      const char *metric, char *buf, size_t cap);
 };
 
-extern const struct hp_study_kind_row *const hp_study_kinds[HP_STUDY_COUNT];
+extern const struct hp_study_kind_row *const hp_study_kinds[]; /* HP_STUDY_COUNT rows: unsized here, so study.c's static_assert counts them */
 
 static inline const struct hp_study_kind_row *hp_study_row(enum hp_study_kind k)
 {
