@@ -5,8 +5,15 @@
  * Owns the methods' names (what plans, digests and the database write), what
  * each method makes before a pass (the mean statistics: every head's output
  * averaged over the held-out set's real tokens under the unmasked model, in
- * double, once) and the replacement each hands every pass (forward, reverse,
- * reuse), read through hp_replacement_at (forward_int.h).
+ * double, once; resample's and denoise's other input: every head's output at
+ * every token of every row's corrupt prompt under the unmasked model, once,
+ * kept whole within HP_OTHER_MAX so that every pass reads its chunk's rows
+ * whatever its chunking), what data each takes (hp_ablation_bind_data: denoise
+ * is resample on the data with prompts and corrupt prompts exchanged, so the
+ * unmasked model and every variant run on the corrupt prompts and an
+ * ablated head gets its clean output back) and the replacement each hands
+ * every pass (forward, reverse, reuse), read through hp_replacement_at
+ * (forward_int.h).
  * Invariants: names are what the database stores and digests hash (job keys
  * include the ablation name): changing one changes every content address.
  * The statistics are summed over the evaluator's chunks in sequence order, so
@@ -20,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data_int.h" // hp_task_swap: denoise's data
 #include "util_int.h"
 
 static bool all_finite(const float *x, size_t n)
@@ -34,7 +42,9 @@ void hp_ablation_state_clear(struct hp_ablation_state *st)
 {
     free(st->mean_all);
     free(st->mean_pos);
-    st->mean_all = st->mean_pos = NULL;
+    free(st->other);
+    st->mean_all = st->mean_pos = st->other = NULL;
+    st->other_seqs = 0;
 }
 
 // --- zero -------------------------------------------------------------------------
@@ -148,6 +158,132 @@ enum hp_status hp_ablation_set_means(struct hp_ablation_state *st, const struct 
     return HP_OK;
 }
 
+// --- resample and denoise: another input's head outputs ------------------------------
+
+/* The most the other input's head outputs may take (rows x seq_len x layers x n_heads * d_head floats). */
+#define HP_OTHER_MAX ((size_t)4 << 30)
+
+/* The first layer in which a real token's head outputs in other (n_layers, n_seqs * T, qd) are not finite, or -1. */
+static int first_nonfinite_layer(const float *other, const struct hp_data *d, size_t L, size_t qd)
+{
+    const size_t T = (size_t)d->seq_len, rows = (size_t)d->n_seqs * T;
+    for (size_t l = 0; l < L; l++)
+        for (size_t r = 0; r < rows; r++)
+            if ((!d->attn_mask || d->attn_mask[r]) && !all_finite(other + (l * rows + r) * qd, qd))
+                return (int)l;
+    return -1;
+}
+
+/* The unmasked model's head outputs at every token of every row of d->task->corrupt into st->other, in the
+ * evaluator's chunks, once. */
+static enum hp_status prepare_other(struct hp_ablation_state *st, const struct hp_ablation_src *src,
+                                    enum hp_ablation a, struct hp_error *err)
+{
+    enum hp_status s = hp_ablation_check_data(a, src->d, err);
+    if (s != HP_OK || st->other)
+        return s;
+    const struct hp_data *d = src->d;
+    const struct hp_model_info *in = &src->m->info;
+    const size_t S = (size_t)d->n_seqs, T = (size_t)d->seq_len, L = (size_t)in->n_layers, D = (size_t)in->d_model,
+                 qd = (size_t)in->n_heads * in->d_head, R = (size_t)src->batch * T;
+    /* task->corrupt holds the other prompts: the corrupt ones, or denoise's swapped data the clean ones */
+    const char *other_is = d->task->swapped ? "clean" : "corrupt";
+    size_t n;
+    if (__builtin_mul_overflow(S * T, L * qd, &n) || n > HP_OTHER_MAX / sizeof(float))
+        return hp_fail(err, HP_ERR_NOMEM, "%s: %s keeps every head's output on the %s prompts, %zu rows x %zu "
+                       "positions x %zu layers x %zu floats, over its %zu MB (use fewer rows or a shorter --seq-len)",
+                       d->path, hp_ablation_name(a), other_is, S, T, L, qd, HP_OTHER_MAX >> 20);
+    float *other = malloc(n * sizeof(float)), *x = malloc(L * R * D * sizeof(float)),
+          *ctx = malloc(L * R * qd * sizeof(float));
+    if (!other || !x || !ctx) {
+        free(other);
+        free(x);
+        free(ctx);
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory for the head outputs on the %s prompts (%zu MB)", other_is,
+                       n * sizeof(float) >> 20);
+    }
+    const float *gate = NULL;
+    for (int s0 = 0; s0 < d->n_seqs; s0 += src->batch) {
+        const int nb = d->n_seqs - s0 < src->batch ? d->n_seqs - s0 : src->batch;
+        const size_t rows = (size_t)nb * T;
+        struct hp_fwd_in fi = hp_fwd_in_rows(d, s0, nb);
+        fi.ids = d->task->corrupt + (size_t)s0 * T; /* the same mask: prompt and corrupt have one length */
+        struct hp_fwd_variants va = {.gates = &gate};
+        struct hp_fwd_save save = {.x = x, .ctx = ctx};
+        struct hp_fwd_taps tp = {.save = &save};
+        hp_fwd_run(src->m, src->fwd, &fi, &va, &tp);
+        for (size_t l = 0; l < L; l++)
+            memcpy(other + (l * S * T + (size_t)s0 * T) * qd, ctx + l * rows * qd, rows * qd * sizeof(float));
+    }
+    free(x);
+    free(ctx);
+    const int bad = first_nonfinite_layer(other, d, L, qd);
+    if (bad >= 0) {
+        free(other);
+        return hp_fail(err, HP_ERR_FORMAT,
+                       "%s: the unmasked model's head outputs on the %s prompts of %s are not finite, first in "
+                       "layer %d's attention (check the weights and config.json, e.g. its layer norm epsilon)",
+                       src->m->dir, other_is, d->path, bad);
+    }
+    st->other = other;
+    st->other_seqs = d->n_seqs;
+    return HP_OK;
+}
+
+static enum hp_status prepare_resample(struct hp_ablation_state *st, const struct hp_ablation_src *src,
+                                       struct hp_error *err)
+{
+    return prepare_other(st, src, HP_ABLATE_RESAMPLE, err);
+}
+
+static enum hp_status prepare_denoise(struct hp_ablation_state *st, const struct hp_ablation_src *src,
+                                      struct hp_error *err)
+{
+    return prepare_other(st, src, HP_ABLATE_DENOISE, err);
+}
+
+/* Row b * T + t of a pass over sequences [s0, s0 + nb) (of any of its variant blocks): sequence s0 + b's
+ * head outputs at position t on the other input. */
+static struct hp_replacement other_replacement(const struct hp_ablation_state *st, const struct hp_model_info *in,
+                                               int T, int s0, int nb)
+{
+    const ptrdiff_t qd = (ptrdiff_t)in->n_heads * in->d_head;
+    return (struct hp_replacement){.buf = st->other + (ptrdiff_t)s0 * T * qd,
+                                   .layer_stride = (ptrdiff_t)st->other_seqs * T * qd, .row_stride = qd,
+                                   .row_period = nb * T};
+}
+
+enum hp_status hp_ablation_check_data(enum hp_ablation a, const struct hp_data *d, struct hp_error *err)
+{
+    const enum hp_ablation_data want = hp_ablation_kinds[a].data;
+    const char *name = hp_ablation_name(a);
+    if (want == HP_ABL_DATA_ANY)
+        return HP_OK;
+    if (!d->task)
+        return hp_fail(err, HP_ERR_ARG, "%s: %s ablation replaces a head's output by its value on each row's "
+                       "corrupt prompt, but these are not task rows (give rows with \"prompt\" and \"corrupt\": "
+                       "docs/tasks.md)", d->path, name);
+    if (!d->task->corrupt)
+        return hp_fail(err, HP_ERR_ARG, "%s: %s ablation needs each row's corrupt prompt, and the rows have no "
+                       "\"corrupt\" or \"corrupt_ids\" (docs/tasks.md)", d->path, name);
+    if (d->task->swapped != (want == HP_ABL_DATA_SWAPPED))
+        return hp_fail(err, HP_ERR_ARG, d->task->swapped
+                       ? "%s: %s ablation runs on the prompts, but this data has its prompts and corrupt prompts "
+                         "swapped (denoise's)"
+                       : "%s: %s ablation runs on the corrupt prompts, but this data is not swapped (bind it with "
+                         "hp_ablation_bind_data)", d->path, name);
+    return HP_OK;
+}
+
+enum hp_status hp_ablation_bind_data(enum hp_ablation a, struct hp_data *d, struct hp_error *err)
+{
+    if ((int)a < 0 || (int)a >= HP_ABLATE_COUNT)
+        return hp_fail(err, HP_ERR_ARG, "ablation %d is not one of the %d methods", (int)a, HP_ABLATE_COUNT);
+    if (hp_ablation_kinds[a].data == HP_ABL_DATA_SWAPPED && d->task && d->task->corrupt && !d->task->swapped)
+        hp_task_swap(d);
+    return hp_ablation_check_data(a, d, err);
+}
+
 // --- the table -----------------------------------------------------------------------
 
 /* unsized, so that a row missing at the end is a build error against the header's size */
@@ -157,6 +293,14 @@ const struct hp_ablation_kind hp_ablation_kinds[] = {
                         prepare_means, mean_replacement, true},
     [HP_ABLATE_MEAN_POS] = {"mean-pos", "replaced by its mean at each position (under the unmasked model)",
                             prepare_means, mean_pos_replacement, true},
+    [HP_ABLATE_RESAMPLE] = {"resample",
+                            "replaced, at every position, by its value on the row's corrupt prompt (under the "
+                            "unmasked model; task rows with \"corrupt\")",
+                            prepare_resample, other_replacement, false, HP_ABL_DATA_CORRUPT},
+    [HP_ABLATE_DENOISE] = {"denoise",
+                           "the model runs on each row's corrupt prompt and the head gets its output on the clean "
+                           "prompt back (task rows with \"corrupt\")",
+                           prepare_denoise, other_replacement, false, HP_ABL_DATA_SWAPPED},
 };
 static_assert(sizeof hp_ablation_kinds / sizeof hp_ablation_kinds[0] == HP_ABLATE_COUNT,
               "one row per enum hp_ablation");

@@ -5,7 +5,11 @@
  * A row is the method's name (what plans, digests and the database write), a
  * prepare step that makes what its replacement reads (zero: nothing; mean and
  * mean-pos: each head's output averaged over the held-out set under the
- * unmasked model), and the replacement itself: what a dead head's output
+ * unmasked model; resample and denoise: every head's output at every position
+ * of every row under the unmasked model on the rows' corrupt prompts, which
+ * for denoise's swapped data are the clean ones), what data it takes (struct
+ * hp_ablation_kind's data: any, or task rows with corrupt prompts, as given
+ * or swapped), and the replacement itself: what a dead head's output
  * becomes at layer l, row r of a pass (struct hp_replacement, forward_int.h),
  * which the forward, its reverse pass and the reuse path all read through
  * hp_replacement_at. A new method is a row here and its enum value in
@@ -24,6 +28,17 @@
 struct hp_ablation_state {
     float *mean_all; /* NULL or (n_layers, n_heads * d_head): each head's output over every real token */
     float *mean_pos; /* NULL or (n_layers, seq_len, n_heads * d_head): at each position */
+    /* NULL or (n_layers, n_seqs * seq_len, n_heads * d_head): every head's output at every token of every
+     * row of d->task->corrupt under the unmasked model (resample, denoise), n_seqs rows of the data */
+    float *other;
+    int other_seqs;
+};
+
+/* What data a method takes (checked by hp_ablation_bind_data before anything runs, and by its prepare step). */
+enum hp_ablation_data {
+    HP_ABL_DATA_ANY,     /* any data, as it is */
+    HP_ABL_DATA_CORRUPT, /* task rows with corrupt prompts, not swapped */
+    HP_ABL_DATA_SWAPPED, /* task rows with corrupt prompts, swapped (hp_task_swap): ids are the corrupt prompts */
 };
 
 /* What a prepare step may run: the unmasked model over the held-out set, in the evaluator's chunks. */
@@ -45,11 +60,16 @@ struct hp_ablation_kind {
     /* what a dead head's output becomes in a pass over sequences [s0, s0 + nb) of the held-out set, of T tokens
      * each (block copies of them included): read from st, which prepare has made */
     struct hp_replacement (*replacement)(const struct hp_ablation_state *st, const struct hp_model_info *in, int T,
-                                         int s0, int nb);    bool reads_means; /* its replacement reads the mean statistics (hp_evaluator_means), which sweeps store */
+                                         int s0, int nb);
+    bool reads_means; /* its replacement reads the mean statistics (hp_evaluator_means), which sweeps store */
+    enum hp_ablation_data data; /* what data it takes */
 };
 
 /* The table, one row per enum hp_ablation. */
-extern const struct hp_ablation_kind hp_ablation_kinds[HP_ABLATE_COUNT];
+extern const struct hp_ablation_kind hp_ablation_kinds[]; /* unsized: ablation.c's static_assert counts its rows */
+
+/* Whether data d is what ablation a takes (its row's data): else one line naming d's file. */
+enum hp_status hp_ablation_check_data(enum hp_ablation a, const struct hp_data *d, struct hp_error *err);
 
 /* Free what the prepare steps made and reset st; st may hold nothing. */
 void hp_ablation_state_clear(struct hp_ablation_state *st);

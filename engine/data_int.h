@@ -63,4 +63,8 @@ enum hp_status hp_data_from_task_rows(const struct hp_task_rows *r, int32_t pad,
 enum hp_status hp_task_alloc(struct hp_data *d, bool wrong, bool corrupt);
 void hp_task_free(struct hp_task *k);
 
+/* Exchange d's prompts (ids) and corrupt prompts (d->task->corrupt, which must be there) and flip
+ * d->task->swapped: the data denoise runs on (hp_ablation_bind_data). Swapping twice restores d. */
+void hp_task_swap(struct hp_data *d);
+
 #endif

@@ -698,8 +698,10 @@ static enum hp_status task_ends_ready(struct hp_evaluator *ev, struct hp_error *
     enum hp_status st = plain_ready(ev, true, err);
     if (st != HP_OK)
         return st;
-    ev->ld_clean = unmasked_ld(ev, ev->d->ids);
-    ev->ld_corrupt = unmasked_ld(ev, ev->d->task->corrupt);
+    /* denoise's data is swapped (hp_ablation_bind_data): its ids are the corrupt prompts, task->corrupt the clean */
+    const struct hp_task *k = ev->d->task;
+    ev->ld_clean = unmasked_ld(ev, k->swapped ? k->corrupt : ev->d->ids);
+    ev->ld_corrupt = unmasked_ld(ev, k->swapped ? ev->d->ids : k->corrupt);
     ev->ends_ready = true;
     return HP_OK;
 }

@@ -258,6 +258,7 @@ static struct hp_data *take_rows(const struct hp_data *d, int r0, int n, bool na
         memcpy(o->task->answer, k->answer + r0, rows);
         memcpy(o->task->pos, k->pos + r0, rows);
         memcpy(o->task->line, k->line + r0, rows);
+        o->task->swapped = k->swapped;
         if (k->wrong)
             memcpy(o->task->wrong, k->wrong + r0, rows);
         if (k->corrupt)
@@ -277,7 +278,8 @@ static bool same_task_row(const struct hp_data *a, int i, const struct hp_data *
     if (!x || !y)
         return !x == !y;
     const size_t T = (size_t)a->seq_len;
-    return x->answer[i] == y->answer[j] && x->pos[i] == y->pos[j] && !x->wrong == !y->wrong &&
+    return x->swapped == y->swapped && x->answer[i] == y->answer[j] && x->pos[i] == y->pos[j] &&
+           !x->wrong == !y->wrong &&
            (!x->wrong || x->wrong[i] == y->wrong[j]) && !x->corrupt == !y->corrupt &&
            (!x->corrupt || !memcmp(x->corrupt + i * T, y->corrupt + j * T, T * sizeof *x->corrupt));
 }

@@ -63,6 +63,10 @@ void hp_digest_data(const struct hp_data *d, char hex[HP_DIGEST_HEX])
         put(&s, k->wrong, k->wrong ? rows : 0);
         put(&s, k->pos, rows);
         put(&s, k->corrupt, k->corrupt ? n * sizeof *k->corrupt : 0);
+        /* swapped data (denoise's) only, so the unswapped digest stays what it was; its ids and corrupt
+         * prompts alone would digest like a file that gives the corrupt prompts as prompts */
+        if (k->swapped)
+            put(&s, "headprune-task-swapped-1", 24);
     }
     finish(&s, hex);
 }

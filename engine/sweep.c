@@ -2,7 +2,8 @@
  * sweep.c -- run a plan's jobs into the results database: the entry of the
  * sweep family (sweep_priv.h says who owns what).
  *
- * Owns the run: opening the model, the data, the evaluators (and the gates
+ * Owns the run: opening the model, the data (bound for the plan's ablation:
+ * denoise's swapped, before its digest is taken), the evaluators (and the gates
  * studies' training set) and the store, the mean-ablation statistics, the
  * sweep's row, deterministic job order and sharding (ord % N == I), and the
  * table of procedures (one row per enum hp_study_run) from which each study
@@ -87,6 +88,8 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         c.info = hp_model_get_info(c.model);
         st = hp_data_load_for(plan->data, plan->model, c.info, plan->seq_len, &c.data, err);
     }
+    if (st == HP_OK) /* denoise runs on the data swapped (its digest says so): before the evaluator and the store */
+        st = hp_ablation_bind_data(plan->ablation, c.data, err);
     if (st == HP_OK)
         st = hp_evaluator_new(c.model, c.data, &c.ev, err);
     /* the plan as run: its metric resolved against the model (a copy; the studies are shared) */

@@ -8,7 +8,8 @@
  * as ids padded right to the longest row (or to seq_len when given) under an
  * attention mask, with d->task holding per row the answer, wrong answer,
  * answer position and corrupted ids. data.c gives rows of ids (no tokenizer);
- * text.c gives the tokenizer as well, for text fields.
+ * text.c gives the tokenizer as well, for text fields. Denoise runs on the
+ * rows with prompts and corrupt prompts exchanged (hp_task_swap, here).
  *
  * Invariants: every error is one line "path:line: what is wrong (hint)";
  * on failure nothing is handed out (the caller frees the gathered rows with
@@ -285,6 +286,14 @@ void hp_task_free(struct hp_task *k)
     free(k->corrupt);
     free(k->line);
     free(k);
+}
+
+void hp_task_swap(struct hp_data *d)
+{
+    int32_t *ids = d->ids;
+    d->ids = d->task->corrupt;
+    d->task->corrupt = ids;
+    d->task->swapped = !d->task->swapped;
 }
 
 int hp_task_rows_len(const struct hp_task_rows *r)

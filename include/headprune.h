@@ -215,6 +215,7 @@ struct hp_task {
     int32_t *pos;     /* (n_seqs): the answer position, the prompt's last token */
     int32_t *corrupt; /* NULL (no corrupt prompts) or (n_seqs, seq_len), row-major, padded as ids */
     int32_t *line;    /* (n_seqs): each row's line in the file (from 1), for errors */
+    bool swapped;     /* ids and corrupt exchanged, the data denoise runs on (hp_ablation_bind_data) */
 };
 
 struct hp_data {
@@ -425,12 +426,15 @@ enum hp_ablation {
     HP_ABLATE_ZERO,     /* the head's output is zero */
     HP_ABLATE_MEAN,     /* replaced by its mean over all held-out tokens */
     HP_ABLATE_MEAN_POS, /* replaced by its mean at each position */
+    HP_ABLATE_RESAMPLE, /* replaced by its value on the row's corrupt prompt (noising; task rows with corrupt) */
+    HP_ABLATE_DENOISE,  /* on the corrupt prompt, the head's clean value restored (hp_ablation_bind_data swaps) */
     HP_ABLATE_COUNT
 };
 #define HP_N_ABLATIONS HP_ABLATE_COUNT
 
 /* The method's name as plans, digests and the database write it: "zero",
- * "mean", "mean-pos" ("unknown" for a value outside the enum). Static. */
+ * "mean", "mean-pos", "resample", "denoise" ("unknown" for a value outside
+ * the enum). Static. */
 const char *hp_ablation_name(enum hp_ablation a);
 
 /* The method a name means; false if it names none. */
@@ -442,6 +446,17 @@ const char *hp_ablation_help(enum hp_ablation a);
 /* Whether the method replaces a head with the evaluator's mean statistics (hp_evaluator_means),
  * which a sweep keeps in its database beside the results. */
 bool hp_ablation_reads_means(enum hp_ablation a);
+
+/*
+ * Data d as ablation a runs on it, checked before anything is run or
+ * written: resample and denoise need task rows with corrupt prompts (else one
+ * line naming d's file), denoise runs on the corrupt prompts and so swaps d
+ * (ids and task->corrupt exchanged, task->swapped set) unless it is so
+ * already; resample refuses swapped data.
+ * Other ablations take any data as it is. The eval CLI and the sweep call it
+ * on the data they load, before making the evaluator.
+ */
+enum hp_status hp_ablation_bind_data(enum hp_ablation a, struct hp_data *d, struct hp_error *err);
 
 /*
  * The metrics a variant is measured by, one table (engine/metric.c) for every
@@ -628,7 +643,8 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
  * derivative along m_h + g (a_h - m_h), from the mean back to the head);
  *   atp (may be NULL): the first-order estimate of L(head h alone ablated) -
  * L(at mask): <dL/dctx_h, r_h - g_h a_h> with r_h the replacement (zero:
- * -g_h dL/dg_h; mean: the head's mean); 0 for heads at 0.
+ * -g_h dL/dg_h; mean: the head's mean; resample: its output on the corrupt
+ * prompt); 0 for heads at 0.
  *   value (may be NULL): L at mask, as hp_evaluator_run gives it (for cos,
  * 1 - its cos).
  * Pruned heads get 0. The arrays are (n_layers, n_heads), row-major. A metric

@@ -399,8 +399,8 @@ Test(names, metrics_round_trip_and_signs)
 
 Test(names, ablations_round_trip)
 {
-    const char *want[] = {"zero", "mean", "mean-pos"};
-    cr_assert_eq(HP_N_ABLATIONS, 3);
+    const char *want[] = {"zero", "mean", "mean-pos", "resample", "denoise"};
+    cr_assert_eq(HP_N_ABLATIONS, 5);
     for (int i = 0; i < HP_N_ABLATIONS; i++) {
         enum hp_ablation a;
         cr_assert_str_eq(hp_ablation_name((enum hp_ablation)i), want[i]);
@@ -414,5 +414,7 @@ Test(names, ablations_round_trip)
     cr_assert_not(hp_ablation_reads_means(HP_ABLATE_ZERO));
     cr_assert(hp_ablation_reads_means(HP_ABLATE_MEAN));
     cr_assert(hp_ablation_reads_means(HP_ABLATE_MEAN_POS));
+    cr_assert_not(hp_ablation_reads_means(HP_ABLATE_RESAMPLE));
+    cr_assert_not(hp_ablation_reads_means(HP_ABLATE_DENOISE));
     cr_assert_not(hp_ablation_reads_means((enum hp_ablation)-1));
 }

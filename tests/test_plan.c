@@ -486,9 +486,9 @@ Test(plan, wrong_types_and_values)
                "2147483647",
                NULL);
     load_fails("name: t\nablation: meen\n", 2, "meen",
-               "'ablation' must be zero, mean or mean-pos", "(did you mean 'mean'?)");
+               "'ablation' must be zero, mean, mean-pos, resample or denoise", "(did you mean 'mean'?)");
     load_fails("name: t\nablation: shuffle\n", 2, "shuffle",
-               "'ablation' must be zero, mean or mean-pos, not 'shuffle'", NULL);
+               "'ablation' must be zero, mean, mean-pos, resample or denoise, not 'shuffle'", NULL);
     load_fails("name: t\nmetric: los\n", 2, "los", "'metric' must be loss, kl, acc, cos, logit_diff, answer_logprob, answer_prob, answer_acc or patch_recovery",
                "(did you mean 'loss'?)");
     // a word spelt out, or abbreviated, is recognised too

@@ -220,7 +220,8 @@ static void print_eval_text(const struct eval_args *a, const struct eval_out *r)
     const double secs = r->secs;
     printf("model     %s (%s, %d layers x %d heads, %d KV heads%s)\n", dir, in->model_type, in->n_layers,
            in->n_heads, in->n_kv_heads, pruned_note(in));
-    printf("data      %s: %d sequences x %d tokens%s\n", data_path, d->n_seqs, d->seq_len, dropped_note(d));
+    printf("data      %s: %d sequences x %d tokens%s%s\n", data_path, d->n_seqs, d->seq_len, dropped_note(d),
+           d->task && d->task->swapped ? " (run on the corrupt prompts, the unmasked model's too: denoise)" : "");
     /* a spec can list every head of a large model: show its start (--json has it whole) */
     int shown = spec && strlen(spec) > 72 ? 60 : spec ? (int)strlen(spec) : 0;
     printf("ablated   %d of %d heads%s (%s)%s%.*s%s\n", n_abl, n_present, in->n_pruned ? " the checkpoint has" : "",
@@ -292,7 +293,8 @@ int cmd_eval(int argc, char **argv)
     if (hp_model_open(dir, &m, &err) != HP_OK)
         goto out;
     const struct hp_model_info *in = hp_model_get_info(m);
-    if (hp_data_load_for(data_path, dir, in, seq_len, &d, &err) != HP_OK)
+    if (hp_data_load_for(data_path, dir, in, seq_len, &d, &err) != HP_OK ||
+        hp_ablation_bind_data(abl, d, &err) != HP_OK) /* denoise: the corrupt prompts, whose heads get clean outputs */
         goto out;
     if (spec && hp_mask_parse(spec, keep, in, &mask, &err) != HP_OK)
         goto out;

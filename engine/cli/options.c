@@ -309,7 +309,7 @@ const char *const *ablation_choices(void)
 
 const char *ablation_help(void)
 {
-    static char help[1024];
+    static char help[2048];
     size_t at = 0;
     for (int i = 0; i < HP_N_ABLATIONS && at < sizeof help; i++)
         at += (size_t)snprintf(help + at, sizeof help - at, "%s%s%s: %s", i ? ";\n" : "",

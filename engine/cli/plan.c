@@ -53,6 +53,7 @@ static bool plan_open(const char *path, struct planned *r, struct hp_error *err)
 {
     return hp_plan_load(path, &r->p, err) == HP_OK && hp_model_open(r->p->model, &r->m, err) == HP_OK &&
            hp_data_load_for(r->p->data, r->p->model, hp_model_get_info(r->m), r->p->seq_len, &r->d, err) == HP_OK &&
+           hp_ablation_bind_data(r->p->ablation, r->d, err) == HP_OK &&
            hp_evaluator_new(r->m, r->d, &r->ev, err) == HP_OK &&
            hp_evaluator_pick_metric(r->ev, r->p->path, r->p->metric, &r->metric, err) == HP_OK &&
            hp_plan_check_grad(r->p, r->ev, err) == HP_OK &&
