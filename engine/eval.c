@@ -713,7 +713,13 @@ static enum hp_status finish_recovery(struct hp_evaluator *ev, struct hp_metrics
     if (st != HP_OK)
         return st;
     const double span = ev->ld_clean - ev->ld_corrupt;
-    if (!isfinite(span) || span == 0)
+    if (!isfinite(span))
+        return hp_fail(err, HP_ERR_FORMAT,
+                       "%s: the unmasked model's mean logit_diff on %s is %g on the clean prompts and %g on the corrupt "
+                       "ones, not a finite number, so %s is undefined (check the weights and config.json, e.g. its "
+                       "layer norm epsilon); nothing is recorded", ev->m->dir, ev->d->path, ev->ld_clean,
+                       ev->ld_corrupt, hp_metric_name((enum hp_metric)k));
+    if (span == 0)
         return hp_fail(err, HP_ERR_ARG,
                        "%s: the unmasked model's mean logit_diff is %g on the clean prompts and %g on the corrupt "
                        "ones, so %s (a fraction of their difference) is undefined: give prompt pairs whose "

@@ -2,7 +2,7 @@
 """IOI on a real 2024 LLM: headprune's per-head patching against Hugging Face in float64.
 
 SmolLM2-135M-Instruct (30 layers x 9 heads, 3 KV heads), 64 IOI prompt pairs
-(tests/fixtures/smollm2-ioi/task.jsonl), and the reference tools/gen_smollm2_ioi.py wrote with
+(tests/fixtures/smollm2-ioi/task-ids.jsonl), and the reference tools/gen_smollm2_ioi.py wrote with
 transformers in float64 (reference.json: the clean and corrupt means of every task metric, and
 for every head its zero-ablated and resample-patched means). headprune runs one plan per
 ablation, `metric: logit_diff`, a `single` study (each head alone), and every stored mean
@@ -40,11 +40,7 @@ def main():
     ref = json.load(open(os.path.join(FIX, "reference.json")))
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(tmp, "ioi.jsonl")
-        with open(os.path.join(FIX, "task.jsonl")) as f, open(data, "w") as g:
-            for line in f:
-                r = json.loads(line)
-                g.write(json.dumps({k: r[k] for k in ("prompt_ids", "answer_id", "wrong_id", "corrupt_ids")}) + "\n")
+        data = os.path.join(FIX, "task-ids.jsonl")
         for abl in a.ablations.split(","):
             plan, db = os.path.join(tmp, abl + ".yaml"), os.path.join(tmp, abl + ".db")
             with open(plan, "w") as f:

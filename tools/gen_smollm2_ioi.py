@@ -8,9 +8,11 @@ Two steps, each skipped when its output exists:
      repository);
   2. reference: make 64 IOI prompts (below) and write, under --out (default
      tests/fixtures/smollm2-ioi/):
-       task.jsonl      {"prompt", "answer", "wrong", "corrupt"} text rows, and
-                       the same rows' ids ("prompt_ids", "corrupt_ids",
-                       "answer_id", "wrong_id") in one line each;
+       task.jsonl      {"prompt", "answer", "wrong", "corrupt"} text rows;
+       task-ids.jsonl  the same rows as the tokenizer makes them
+                       ({"prompt_ids", "answer_id", "wrong_id", "corrupt_ids"}),
+                       in the same order (a row holds one form: headprune
+                       refuses a row with both);
        reference.json  float64 clean and corrupt metrics per row, and per query
                        head the means over rows of logit_diff (and the other task
                        metrics) under resample and zero ablation, as
@@ -211,9 +213,11 @@ def main():
     tok = AutoTokenizer.from_pretrained(args.hf)
     rows, names = ioi_rows(tok)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "task.jsonl"), "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+    text, ids = ("prompt", "answer", "wrong", "corrupt"), ("prompt_ids", "answer_id", "wrong_id", "corrupt_ids")
+    for name, keys in (("task.jsonl", text), ("task-ids.jsonl", ids)):
+        with open(os.path.join(args.out, name), "w") as f:
+            for row in rows:
+                f.write(json.dumps({k: row[k] for k in keys}) + "\n")
     command = "/work/venv/bin/python tools/gen_smollm2_ioi.py" + (" --dtype float32" if args.dtype == "float32" else "")
 
     def write(p, clean, corrupt, means, worst, done):
