@@ -43,7 +43,8 @@ void hp_ablation_state_clear(struct hp_ablation_state *st)
     free(st->mean_all);
     free(st->mean_pos);
     free(st->other);
-    st->mean_all = st->mean_pos = st->other = NULL;
+    free(st->own);
+    st->mean_all = st->mean_pos = st->other = st->own = NULL;
     st->other_seqs = 0;
 }
 
@@ -174,32 +175,31 @@ static int first_nonfinite_layer(const float *other, const struct hp_data *d, si
     return -1;
 }
 
-/* The unmasked model's head outputs at every token of every row of d->task->corrupt into st->other, in the
- * evaluator's chunks, once. */
-static enum hp_status prepare_other(struct hp_ablation_state *st, const struct hp_ablation_src *src,
-                                    enum hp_ablation a, struct hp_error *err)
+/*
+ * The unmasked model's head outputs at every token of every row of ids (the data's layout: (n_seqs, seq_len),
+ * d's attention mask) into a fresh buffer *out (n_layers, n_seqs * seq_len, n_heads * d_head), in the
+ * evaluator's chunks. what names the prompts in messages ("corrupt", "clean"); method, the study or ablation
+ * that keeps them.
+ */
+static enum hp_status head_outputs(const struct hp_ablation_src *src, const int32_t *ids, const char *what,
+                                   const char *method, float **out, struct hp_error *err)
 {
-    enum hp_status s = hp_ablation_check_data(a, src->d, err);
-    if (s != HP_OK || st->other)
-        return s;
     const struct hp_data *d = src->d;
     const struct hp_model_info *in = &src->m->info;
     const size_t S = (size_t)d->n_seqs, T = (size_t)d->seq_len, L = (size_t)in->n_layers, D = (size_t)in->d_model,
                  qd = (size_t)in->n_heads * in->d_head, R = (size_t)src->batch * T;
-    /* task->corrupt holds the other prompts: the corrupt ones, or denoise's swapped data the clean ones */
-    const char *other_is = d->task->swapped ? "clean" : "corrupt";
     size_t n;
     if (__builtin_mul_overflow(S * T, L * qd, &n) || n > HP_OTHER_MAX / sizeof(float))
         return hp_fail(err, HP_ERR_NOMEM, "%s: %s keeps every head's output on the %s prompts, %zu rows x %zu "
                        "positions x %zu layers x %zu floats, over its %zu MB (use fewer rows or a shorter --seq-len)",
-                       d->path, hp_ablation_name(a), other_is, S, T, L, qd, HP_OTHER_MAX >> 20);
+                       d->path, method, what, S, T, L, qd, HP_OTHER_MAX >> 20);
     float *other = malloc(n * sizeof(float)), *x = malloc(L * R * D * sizeof(float)),
           *ctx = malloc(L * R * qd * sizeof(float));
     if (!other || !x || !ctx) {
         free(other);
         free(x);
         free(ctx);
-        return hp_fail(err, HP_ERR_NOMEM, "out of memory for the head outputs on the %s prompts (%zu MB)", other_is,
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory for the head outputs on the %s prompts (%zu MB)", what,
                        n * sizeof(float) >> 20);
     }
     const float *gate = NULL;
@@ -207,7 +207,7 @@ static enum hp_status prepare_other(struct hp_ablation_state *st, const struct h
         const int nb = d->n_seqs - s0 < src->batch ? d->n_seqs - s0 : src->batch;
         const size_t rows = (size_t)nb * T;
         struct hp_fwd_in fi = hp_fwd_in_rows(d, s0, nb);
-        fi.ids = d->task->corrupt + (size_t)s0 * T; /* the same mask: prompt and corrupt have one length */
+        fi.ids = ids + (size_t)s0 * T; /* the same mask: prompt and corrupt have one length */
         struct hp_fwd_variants va = {.gates = &gate};
         struct hp_fwd_save save = {.x = x, .ctx = ctx};
         struct hp_fwd_taps tp = {.save = &save};
@@ -223,11 +223,25 @@ static enum hp_status prepare_other(struct hp_ablation_state *st, const struct h
         return hp_fail(err, HP_ERR_FORMAT,
                        "%s: the unmasked model's head outputs on the %s prompts of %s are not finite, first in "
                        "layer %d's attention (check the weights and config.json, e.g. its layer norm epsilon)",
-                       src->m->dir, other_is, d->path, bad);
+                       src->m->dir, what, d->path, bad);
     }
-    st->other = other;
-    st->other_seqs = d->n_seqs;
+    *out = other;
     return HP_OK;
+}
+
+/* The unmasked model's head outputs on every row's other prompt (d->task->corrupt) into st->other, once. */
+static enum hp_status prepare_other(struct hp_ablation_state *st, const struct hp_ablation_src *src,
+                                    enum hp_ablation a, struct hp_error *err)
+{
+    enum hp_status s = hp_ablation_check_data(a, src->d, err);
+    if (s != HP_OK || st->other)
+        return s;
+    /* task->corrupt holds the other prompts: the corrupt ones, or denoise's swapped data the clean ones */
+    s = head_outputs(src, src->d->task->corrupt, src->d->task->swapped ? "clean" : "corrupt", hp_ablation_name(a),
+                     &st->other, err);
+    if (s == HP_OK)
+        st->other_seqs = src->d->n_seqs;
+    return s;
 }
 
 static enum hp_status prepare_resample(struct hp_ablation_state *st, const struct hp_ablation_src *src,
@@ -251,6 +265,30 @@ static struct hp_replacement other_replacement(const struct hp_ablation_state *s
     return (struct hp_replacement){.buf = st->other + (ptrdiff_t)s0 * T * qd,
                                    .layer_stride = (ptrdiff_t)st->other_seqs * T * qd, .row_stride = qd,
                                    .row_period = nb * T};
+}
+
+// --- one position patched: the head keeps its own output elsewhere ----------------------------
+
+enum hp_status hp_ablation_own_ready(struct hp_ablation_state *st, const struct hp_ablation_src *src,
+                                     struct hp_error *err)
+{
+    if (st->own)
+        return HP_OK;
+    const char *what = src->d->task && src->d->task->swapped ? "corrupt" : "given";
+    return head_outputs(src, src->d->ids, what, "patching one position at a time", &st->own, err);
+}
+
+struct hp_replacement hp_ablation_at_position(struct hp_replacement rep, const struct hp_ablation_state *st,
+                                              const struct hp_model_info *in, int S, int T, int s0, int nb, int pos)
+{
+    const ptrdiff_t qd = (ptrdiff_t)in->n_heads * in->d_head;
+    rep.own = st->own + (ptrdiff_t)s0 * T * qd;
+    rep.own_layer_stride = (ptrdiff_t)S * T * qd;
+    rep.own_row_stride = qd;
+    rep.own_row_period = nb * T;
+    rep.T = T;
+    rep.pos = pos;
+    return rep;
 }
 
 enum hp_status hp_ablation_check_data(enum hp_ablation a, const struct hp_data *d, struct hp_error *err)

@@ -32,6 +32,10 @@ struct hp_ablation_state {
      * row of d->task->corrupt under the unmasked model (resample, denoise), n_seqs rows of the data */
     float *other;
     int other_seqs;
+    /* NULL or (n_layers, n_seqs * seq_len, n_heads * d_head): every head's own output at every token of every
+     * row of d->ids under the unmasked model, what a head patched at one position keeps at the others
+     * (hp_ablation_own_ready) */
+    float *own;
 };
 
 /* What data a method takes (checked by hp_ablation_bind_data before anything runs, and by its prepare step). */
@@ -70,6 +74,17 @@ extern const struct hp_ablation_kind hp_ablation_kinds[]; /* unsized: ablation.c
 
 /* Whether data d is what ablation a takes (its row's data): else one line naming d's file. */
 enum hp_status hp_ablation_check_data(enum hp_ablation a, const struct hp_data *d, struct hp_error *err);
+
+/* Make st->own over src's data, once (the unmasked model's head outputs on the data's own prompts). */
+enum hp_status hp_ablation_own_ready(struct hp_ablation_state *st, const struct hp_ablation_src *src,
+                                     struct hp_error *err);
+
+/*
+ * rep (a method's replacement for sequences [s0, s0 + nb) of S, T tokens each) at position pos only: every other
+ * row reads the head's own output from st->own, which hp_ablation_own_ready has made.
+ */
+struct hp_replacement hp_ablation_at_position(struct hp_replacement rep, const struct hp_ablation_state *st,
+                                              const struct hp_model_info *in, int S, int T, int s0, int nb, int pos);
 
 /* Free what the prepare steps made and reset st; st may hold nothing. */
 void hp_ablation_state_clear(struct hp_ablation_state *st);

@@ -635,7 +635,7 @@ void hp_bwd_run(const struct hp_model *m, struct hp_bwd *w, const struct hp_fwd_
         .in = in,
         .var = var,
         .gate = var && var->gates ? var->gates[0] : NULL,
-        .replaced = var && var->rep.buf,
+        .replaced = var && hp_replacement_reads(&var->rep),
     };
     finish_backward(m, w, &pa, resid + (size_t)mi->n_layers * N * d, dhead);
     for (int l = mi->n_layers - 1; l >= 0; l--)

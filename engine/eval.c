@@ -246,9 +246,11 @@ struct hp_fwd_in hp_eval_chunk_in(const struct hp_evaluator *ev, int s, int nb)
 /* The pass's variants under ablation abl, its row's replacement: one block, nothing ablated until the caller sets gates. */
 struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl, int s, int nb)
 {
-    return (struct hp_fwd_variants){
-        .rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, ev->d->seq_len, s, nb),
-    };
+    const int T = ev->d->seq_len;
+    struct hp_replacement rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, T, s, nb);
+    if (ev->patch_one)
+        rep = hp_ablation_at_position(rep, &ev->abl, &ev->m->info, ev->d->n_seqs, T, s, nb, ev->patch_pos);
+    return (struct hp_fwd_variants){.rep = rep};
 }
 
 /* Forward sequences [s, s + nb) into out (nb, seq_len, width); with out NULL the pass stops before the LM head. */
@@ -348,6 +350,16 @@ enum hp_status hp_eval_ablation_ready(struct hp_evaluator *ev, enum hp_ablation 
     const struct hp_ablation_src src = {.m = ev->m, .d = ev->d, .fwd = ev->fwd, .batch = ev->batch,
                                         .locate_nonfinite = locate_unmasked, .user = ev};
     return k->prepare(&ev->abl, &src, err);
+}
+
+enum hp_status hp_eval_own_ready(struct hp_evaluator *ev, struct hp_error *err)
+{
+    enum hp_status st = plain_ready(ev, false, err);
+    if (st != HP_OK)
+        return st;
+    const struct hp_ablation_src src = {.m = ev->m, .d = ev->d, .fwd = ev->fwd, .batch = ev->batch,
+                                        .locate_nonfinite = locate_unmasked, .user = ev};
+    return hp_ablation_own_ready(&ev->abl, &src, err);
 }
 
 enum hp_status hp_evaluator_means(struct hp_evaluator *ev, struct hp_means *out, struct hp_error *err)

@@ -58,7 +58,8 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
     for (int i = 0; i < n && st == HP_OK; i++) {
         if (!(out[i] = hp_eval_metrics_new(ev))) {
             st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
-        } else if (!ev->plain && !ev->kept_gate && hp_eval_kept_matches(ev, masks[i], abl)) {
+        } else if (!ev->plain && !ev->kept_gate && hp_eval_kept_matches(ev, masks[i], abl) &&
+                   (!ev->patch_one || !masks[i] || hp_mask_count_ablated(masks[i]) == 0)) {
             metrics_copy(out[i], ev->kept); /* the unmasked model's: the same bits (grad.c) */
         } else {
             run[n_run] = masks[i];
@@ -78,6 +79,26 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
             hp_metrics_free(out[i]);
             out[i] = NULL;
         }
+    return st;
+}
+
+enum hp_status hp_evaluator_run_many_at(struct hp_evaluator *ev, const struct hp_mask *const *masks, int n,
+                                        enum hp_ablation abl, int pos, struct hp_metrics **out, struct hp_error *err)
+{
+    if (pos < 0)
+        return hp_evaluator_run_many(ev, masks, n, abl, out, err);
+    for (int i = 0; i < n; i++)
+        out[i] = NULL;
+    if (pos >= ev->d->seq_len)
+        return hp_fail(err, HP_ERR_ARG, "%s: position %d is past the rows' %d tokens", ev->d->path, pos,
+                       ev->d->seq_len);
+    enum hp_status st = hp_eval_own_ready(ev, err);
+    if (st != HP_OK)
+        return st;
+    ev->patch_one = true;
+    ev->patch_pos = pos;
+    st = hp_evaluator_run_many(ev, masks, n, abl, out, err);
+    ev->patch_one = false;
     return st;
 }
 

@@ -239,7 +239,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
     const int T = a->in->T, NB = a->n_blocks, S = a->in->n_seqs, Rb = S * T, N = Rb * NB, d = in->d_model,
               H = in->n_heads, KV = in->n_kv_heads, dh = in->d_head;
     const int qd = H * dh, kvd = KV * dh, per_kv = H / KV;
-    const bool replaced = a->var->rep.buf != NULL; /* a dead head still enters the output projection */
+    const bool replaced = hp_replacement_reads(&a->var->rep); /* a dead head still enters the output projection */
     /* queries, keys and values: where the reverse pass will read them, when it keeps them */
     float *const qs = kp ? kp->q : w->q, *const ks = kp ? kp->k : w->k, *const vs = kp ? kp->v : w->v;
 
@@ -539,7 +539,7 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
     const struct hp_layer *L = &m->layers[l0];
     const int T = a->in->T, Rb = T * a->in->n_seqs, NB = a->n_blocks, N = Rb * NB, d = in->d_model, H = in->n_heads,
               dh = in->d_head, qd = H * dh;
-    const bool replaced = a->var->rep.buf != NULL;
+    const bool replaced = hp_replacement_reads(&a->var->rep);
     const size_t xs = (size_t)Rb * d, cs = (size_t)Rb * qd;
     const float *bx = base->x + (size_t)l0 * xs, *bc = base->ctx + (size_t)l0 * cs;
 

@@ -627,6 +627,20 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
                                      struct hp_error *err);
 
 /*
+ * hp_evaluator_run_many with each dead head replaced at position pos of every
+ * row only (pos < 0: at every position, hp_evaluator_run_many itself): at
+ * every other position the head keeps its own output in the unmasked model
+ * on the same rows, computed once per evaluator. Activation patching one
+ * position at a time (Heimersheim & Nanda; TransformerLens's
+ * get_act_patch_attn_head_out_by_pos): exact for masks whose dead heads share
+ * one layer, whose inputs the patch leaves as they were; for heads of several
+ * layers the others' outputs are frozen at the unmasked model's.
+ */
+enum hp_status hp_evaluator_run_many_at(struct hp_evaluator *ev, const struct hp_mask *const *masks, int n,
+                                        enum hp_ablation ablation, int pos, struct hp_metrics **out,
+                                        struct hp_error *err);
+
+/*
  * The gradient of the mean metric L with respect to every head's gate, at
  * mask's gates (NULL: all 1; fractional gates are allowed) under ablation,
  * over the whole held-out set, chunk by chunk as the evaluator walks it. L

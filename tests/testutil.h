@@ -2,6 +2,7 @@
 #ifndef HP_TESTUTIL_H
 #define HP_TESTUTIL_H
 
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <sqlite3.h>
@@ -177,6 +178,24 @@ static inline struct hp_model_info tu_info(int n_layers, int n_heads, int n_kv_h
     info.causal = true;
     info.has_lm_head = true;
     return info;
+}
+
+/* A JSON file, parsed; fails the test if it is not JSON. Destructor: cJSON_Delete. */
+static inline cJSON *tu_read_json(const char *path)
+{
+    char *text = tu_slurp(path, NULL);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(j, "%s is not JSON", path);
+    return j;
+}
+
+/* Member k of object o; fails the test where o has none. */
+static inline const cJSON *tu_get(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert_not_null(v, "no \"%s\" in the JSON", k);
+    return v;
 }
 
 #endif
