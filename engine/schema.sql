@@ -2,7 +2,8 @@
 -- 3 added gradients and unit_scores, for the gradient studies; 4 added
 -- role_runs, head_roles and sweep_roles, for head roles; gate_runs, gate_heads and sweep_gates, for
 -- gates studies; 5 added pruned_heads, so queries count the heads a pruned checkpoint has; 6 makes the
--- metrics' columns and the views over them from the metric table, so a metric needs no edit here).
+-- metrics' columns and the views over them from the metric table, so a metric needs no edit here; 7 added
+-- variant_positions and patch_tokens, for patching one position at a time).
 -- Embedded into engine/store.c at build time; documented for users in
 -- docs/database.md (keep it in step with this file).
 -- Every statement is idempotent: it runs on each open for writing, which
@@ -131,6 +132,28 @@ CREATE INDEX IF NOT EXISTS sweep_jobs_variant ON sweep_jobs(variant_id);
 -- 'headprune query') are made by the store from the metric table
 -- (engine/store.c metric_views), as is a column per metric in results and
 -- seq_results beyond those above (docs/database.md).
+
+-- Patching one position at a time (a patching study with positions: each): the position at which each
+-- such variant replaced its dead heads' outputs (they kept their own at every other position); a variant
+-- without a row here replaced them at every position.
+CREATE TABLE IF NOT EXISTS variant_positions(
+  variant_id INTEGER PRIMARY KEY REFERENCES variants(id),
+  position   INTEGER NOT NULL        -- token index in the row, from 0
+);
+
+-- The tokens at a patching study's positions, of the held-out set's first row (its rows share one
+-- template), so queries and the report can label the positions: on the prompt and on the corrupt
+-- prompt (NULL: no corrupt prompts), with their text where the model has a tokenizer (else NULL).
+CREATE TABLE IF NOT EXISTS patch_tokens(
+  sweep_id     INTEGER NOT NULL REFERENCES sweeps(id),
+  study        TEXT NOT NULL,
+  position     INTEGER NOT NULL,
+  token        INTEGER NOT NULL,
+  corrupt      INTEGER,
+  text         TEXT,
+  corrupt_text TEXT,
+  PRIMARY KEY(sweep_id, study, position)
+) WITHOUT ROWID;
 
 -- Mean-ablation statistics: each head's output averaged over the real tokens
 -- of a held-out set under the unmasked model, computed once per (model, data,

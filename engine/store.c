@@ -1023,6 +1023,28 @@ static const char merge_gates_sql[] =
     "  FROM src.sweep_gates x JOIN src.sweeps s ON s.id = x.sweep_id JOIN main.sweeps ms ON ms.key = s.key "
     "       JOIN src.gate_runs g ON g.id = x.run_id JOIN main.gate_runs mg ON mg.key = g.key;";
 
+static const char merge_positions_sql[] =
+    "INSERT OR IGNORE INTO main.variant_positions(variant_id, position) "
+    "  SELECT mv.id, p.position FROM src.variant_positions p JOIN src.variants v ON v.id = p.variant_id "
+    "       JOIN main.variants mv ON mv.key = v.key;"
+    "INSERT OR IGNORE INTO main.patch_tokens(sweep_id, study, position, token, corrupt, text, corrupt_text) "
+    "  SELECT ms.id, t.study, t.position, t.token, t.corrupt, t.text, t.corrupt_text "
+    "  FROM src.patch_tokens t JOIN src.sweeps sw ON sw.id = t.sweep_id JOIN main.sweeps ms ON ms.key = sw.key;";
+
+/* The tables later schemas added, each merged where the source has it (a table that schema made names it). */
+static const struct {
+    const char *table, *sql;
+} merge_optional[] = {
+    {"ablation_means", "INSERT OR IGNORE INTO main.ablation_means SELECT * FROM src.ablation_means"}, /* 2 */
+    {"unit_scores", merge_grads_sql},  /* 3: the gradient studies */
+    {"sweep_roles", merge_roles_sql},  /* 4: head roles */
+    {"sweep_gates", merge_gates_sql},  /* 4: gates studies */
+    {"pruned_heads", "INSERT OR IGNORE INTO main.pruned_heads(model_id, layer, head) "
+                     "  SELECT mm.id, p.layer, p.head FROM src.pruned_heads p JOIN src.models m ON m.id = p.model_id "
+                     "       JOIN main.models mm ON mm.digest = m.digest"}, /* 5: the heads pruned checkpoints lack */
+    {"patch_tokens", merge_positions_sql}, /* 7: patching one position at a time */
+};
+
 /* A database file this process made, with the journal, WAL and shared-memory files beside it. */
 static void remove_db_files(const char *path)
 {
@@ -1096,39 +1118,15 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
             rc = merge_results(s);
         if (rc == SQLITE_OK)
             rc = hs_exec(s, merge_rest_sql);
-        int64_t has_means = 0;
-        bool found;
-        if (rc == SQLITE_OK)
-            rc = hs_select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'ablation_means'",
-                            NULL, &has_means, &found);
-        if (rc == SQLITE_OK && has_means)
-            rc = hs_exec(s, "INSERT OR IGNORE INTO main.ablation_means SELECT * FROM src.ablation_means");
-        int64_t has_grads = 0;
-        if (rc == SQLITE_OK)
-            rc = hs_select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'unit_scores'",
-                            NULL, &has_grads, &found);
-        if (rc == SQLITE_OK && has_grads) /* schema 3 and later: the gradient studies */
-            rc = hs_exec(s, merge_grads_sql);
-        int64_t has_roles = 0;
-        if (rc == SQLITE_OK)
-            rc = hs_select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'sweep_roles'",
-                            NULL, &has_roles, &found);
-        if (rc == SQLITE_OK && has_roles) /* schema 4 and later: head roles */
-            rc = hs_exec(s, merge_roles_sql);
-        int64_t has_gates = 0;
-        if (rc == SQLITE_OK)
-            rc = hs_select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'sweep_gates'",
-                            NULL, &has_gates, &found);
-        if (rc == SQLITE_OK && has_gates) /* schema 4 and later: gates studies */
-            rc = hs_exec(s, merge_gates_sql);
-        int64_t has_pruned = 0;
-        if (rc == SQLITE_OK)
-            rc = hs_select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = 'pruned_heads'",
-                            NULL, &has_pruned, &found);
-        if (rc == SQLITE_OK && has_pruned) /* schema 5 and later: the heads pruned checkpoints lack */
-            rc = hs_exec(s, "INSERT OR IGNORE INTO main.pruned_heads(model_id, layer, head) "
-                         "  SELECT mm.id, p.layer, p.head FROM src.pruned_heads p JOIN src.models m ON m.id = p.model_id "
-                         "       JOIN main.models mm ON mm.digest = m.digest");
+        /* what later schemas added: merged where src has it */
+        for (size_t k = 0; k < sizeof merge_optional / sizeof *merge_optional && rc == SQLITE_OK; k++) {
+            int64_t has = 0;
+            bool found;
+            rc = hs_select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = ?",
+                               merge_optional[k].table, &has, &found);
+            if (rc == SQLITE_OK && has)
+                rc = hs_exec(s, merge_optional[k].sql);
+        }
         if (rc == SQLITE_OK)
             rc = hs_exec(s, "COMMIT");
         if (rc != SQLITE_OK) {

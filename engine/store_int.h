@@ -12,7 +12,7 @@
 
 #include "headprune.h"
 
-#define HP_SCHEMA_VERSION 6
+#define HP_SCHEMA_VERSION 7
 
 struct hp_store;
 struct sqlite3;
@@ -122,6 +122,8 @@ struct hp_store_job {
     int n_layers, n_heads;
     const float *gate; /* (n_layers, n_heads), row-major: the mask's gates, 0 = ablated */
     const char *model_digest, *data_digest;
+    bool one_position; /* the dead heads replaced only at position (variant_positions), else at every one */
+    int position;
 };
 
 /* Record that a job of a sweep is the (already finished) variant `key`. */
@@ -131,6 +133,18 @@ enum hp_status hp_store_link(struct hp_store *s, const struct hp_store_job *j, s
  * wall_s, threads and kernel say how it ran (results.wall_s, .threads, .kernel). */
 enum hp_status hp_store_put(struct hp_store *s, const struct hp_store_job *j, const struct hp_metrics *mt,
                             double wall_s, int threads, const char *kernel, struct hp_error *err);
+
+/* A patching study's position: the first row's token there on the prompt and the corrupt prompt (-1: none), and
+ * their text (NULL: no tokenizer). */
+struct hp_store_patch_token {
+    int position;
+    int32_t token, corrupt;
+    const char *text, *corrupt_text;
+};
+
+/* The tokens of study's positions in a sweep (patch_tokens), replacing any recorded before. */
+enum hp_status hp_store_put_patch_tokens(struct hp_store *s, int64_t sweep_id, const char *study,
+                                         const struct hp_store_patch_token *t, int n, struct hp_error *err);
 
 /* A gradient at some gates (a gradients row). */
 struct hp_store_grad {

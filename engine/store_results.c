@@ -124,6 +124,14 @@ static int insert_variant(struct hp_store *s, const struct hp_store_job *j, cons
     if ((rc = hs_step_done(st)) != SQLITE_OK)
         return rc;
     int64_t vid = sqlite3_last_insert_rowid(s->db);
+    if (j->one_position) {
+        if ((rc = hs_prep(s, "INSERT INTO variant_positions(variant_id, position) VALUES (?, ?)", &st)) != SQLITE_OK)
+            return rc;
+        sqlite3_bind_int64(st, 1, vid);
+        sqlite3_bind_int(st, 2, j->position);
+        if ((rc = hs_step_done(st)) != SQLITE_OK)
+            return rc;
+    }
 
     char now[32];
     hs_now_iso(now);
@@ -179,6 +187,50 @@ enum hp_status hp_store_put(struct hp_store *s, const struct hp_store_job *j, co
     if (rc == SQLITE_OK)
         rc = link_row(s, j);
     return hs_commit_or_fail(s, rc, "writing a result", err);
+}
+
+// --- a patching study's tokens ------------------------------------------------------
+
+enum hp_status hp_store_put_patch_tokens(struct hp_store *s, int64_t sweep_id, const char *study,
+                                         const struct hp_store_patch_token *t, int n, struct hp_error *err)
+{
+    int rc = hs_exec(s, "BEGIN IMMEDIATE");
+    sqlite3_stmt *st = NULL;
+    if (rc == SQLITE_OK && (rc = hs_prep(s, "DELETE FROM patch_tokens WHERE sweep_id = ? AND study = ?", &st)) ==
+                               SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, sweep_id);
+        sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
+        rc = hs_step_done(st);
+    }
+    st = NULL;
+    if (rc == SQLITE_OK)
+        rc = hs_prep(s, "INSERT INTO patch_tokens(sweep_id, study, position, token, corrupt, text, corrupt_text) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?)", &st);
+    for (int i = 0; i < n && rc == SQLITE_OK; i++) {
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, sweep_id);
+        sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, t[i].position);
+        sqlite3_bind_int(st, 4, t[i].token);
+        if (t[i].corrupt >= 0)
+            sqlite3_bind_int(st, 5, t[i].corrupt);
+        else
+            sqlite3_bind_null(st, 5);
+        if (t[i].text)
+            sqlite3_bind_text(st, 6, t[i].text, -1, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(st, 6);
+        if (t[i].corrupt_text)
+            sqlite3_bind_text(st, 7, t[i].corrupt_text, -1, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(st, 7);
+        rc = sqlite3_step(st);
+        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_OK)
+        rc = hs_touch_sweep(s, sweep_id);
+    return hs_commit_or_fail(s, rc, "recording a patching study's tokens", err);
 }
 
 // --- mean-ablation statistics ---------------------------------------------------

@@ -55,7 +55,7 @@ static enum hp_status load_means(struct sw_ctx *c, struct hp_error *err)
 
 // --- the procedures ------------------------------------------------------------
 
-extern const struct sw_proc sw_proc_scores, sw_proc_iterative, sw_proc_roles, sw_proc_gates;
+extern const struct sw_proc sw_proc_scores, sw_proc_iterative, sw_proc_roles, sw_proc_gates, sw_proc_patching;
 static const struct sw_proc no_proc = {.run = NULL}; /* the expanded jobs are the study */
 
 /* One row per enum hp_study_run, at its value: the procedure a study kind names in its row (hp_study_run_of),
@@ -66,6 +66,7 @@ static const struct sw_proc *const procs[] = {
     [HP_STUDY_RUN_ITERATIVE] = &sw_proc_iterative,
     [HP_STUDY_RUN_ROLES] = &sw_proc_roles,
     [HP_STUDY_RUN_GATES] = &sw_proc_gates,
+    [HP_STUDY_RUN_PATCHING] = &sw_proc_patching,
 };
 static_assert(sizeof procs / sizeof procs[0] == HP_STUDY_RUN_COUNT, "a procedure without its row in procs");
 
@@ -106,6 +107,10 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
     }
     if (st == HP_OK) /* before the database is touched: nothing is written for a plan refused */
         st = hp_plan_check_grad(plan, c.ev, err);
+    for (int si = 0; st == HP_OK && si < plan->n_studies; si++) { /* ... nor for data a procedure refuses */
+        const struct sw_proc *p = procs[hp_study_run_of(plan->studies[si].kind)];
+        st = p->check ? p->check(&c, si, err) : HP_OK;
+    }
     if (st == HP_OK) /* gates studies: their training set, and with split the held-out set is what it leaves */
         st = hp_gates_data_load(plan, metric, c.model, &c.data, &c.train, err);
     if (st == HP_OK && c.train) {

@@ -208,19 +208,23 @@ enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct h
                 st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
                 break;
             }
-            if (job->grad_pass) { /* its own address: HP_KEY_GRAD_PASS starts no mask spec (sw_gradient_at's: HP_KEY_GRAD) */
-                char *marked = malloc(strlen(mask_text) + sizeof HP_KEY_GRAD_PASS);
-                if (!marked) {
-                    free(mask_text);
-                    st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
-                    break;
-                }
-                sprintf(marked, HP_KEY_GRAD_PASS "%s", mask_text);
-                hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, marked, keys[i]);
-                free(marked);
-            } else {
-                hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, mask_text, keys[i]);
+            /* a computation other than the mask's plain evaluation gets its own address, marked by a prefix no
+             * mask spec starts with: a gradient pass's evaluation (sw_gradient_at's is HP_KEY_GRAD), or a patch
+             * at one position */
+            char mark[32] = "";
+            if (job->grad_pass)
+                snprintf(mark, sizeof mark, HP_KEY_GRAD_PASS);
+            else if (job->one_position)
+                snprintf(mark, sizeof mark, HP_KEY_POS "%d|", job->position);
+            char *marked = malloc(strlen(mask_text) + sizeof mark);
+            if (!marked) {
+                free(mask_text);
+                st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
+                break;
             }
+            sprintf(marked, "%s%s", mark, mask_text);
+            hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, marked, keys[i]);
+            free(marked);
             const struct hp_study *sd = &c->plan->studies[job->study];
             sj[i] = (struct hp_store_job){
                 .sweep_id = c->sweep_id,
@@ -243,6 +247,8 @@ enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct h
                 .gate = mask->gate,
                 .model_digest = c->model_digest,
                 .data_digest = c->data_digest,
+                .one_position = job->one_position,
+                .position = job->position,
             };
             masks[i] = mask;
             st = hp_store_lookup(c->store, keys[i], &found[i], &lm[i], err);
@@ -255,8 +261,9 @@ enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct h
         double t = hp_now();
         if (st == HP_OK && n_new > 0 && jobs[w0].grad_pass) /* alone in its window (sweep_iterative.c) */
             st = hp_evaluator_grad_pass_metrics(c->ev, masks[0], c->plan->ablation, &mts[0], err);
-        else if (st == HP_OK && n_new > 0)
-            st = hp_evaluator_run_many(c->ev, masks, nw, c->plan->ablation, mts, err);
+        else if (st == HP_OK && n_new > 0) /* a window's jobs share their position (sweep_patching.c) */
+            st = hp_evaluator_run_many_at(c->ev, masks, nw, c->plan->ablation,
+                                          jobs[w0].one_position ? jobs[w0].position : -1, mts, err);
         if (n_new > 0) { /* the window's evaluations, counted at once: they finished together */
             c->eval_seconds += hp_now() - t;
             c->evaluated += n_new;

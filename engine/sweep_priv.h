@@ -72,6 +72,9 @@ struct sw_proc {
     enum hp_status (*run)(struct sw_ctx *c, int si, int64_t *ord, struct hp_error *err);
     bool before_jobs; /* runs before the shard's expanded jobs (its unmasked pass is also the baseline's), else
                        * after them, as its work depends on their results */
+    /* NULL, or whether study si can run on the sweep's model and data: called for every study before the
+     * database is touched, so nothing is written for data it refuses */
+    enum hp_status (*check)(const struct sw_ctx *c, int si, struct hp_error *err);
 };
 
 // --- running jobs (sweep_jobs.c) -----------------------------------------------------------
@@ -80,7 +83,8 @@ struct sw_proc {
  * Evaluate n jobs (or find them finished) and record them in the sweep, in
  * windows of o->batch (see sweep_jobs.c). ords[i] is job i's place in the
  * sweep; kind: the sweep_jobs kind (NULL: the study's kind name); res (NULL
- * or (n)) receives the metrics. Stops between windows when asked to.
+ * or (n)) receives the metrics. Stops between windows when asked to. The
+ * jobs of one call share one position (hp_job's one_position and position).
  */
 enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct hp_job *jobs, int n,
                            const char *kind, struct hp_store_metrics *res, struct hp_error *err);

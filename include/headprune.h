@@ -835,6 +835,7 @@ enum hp_study_kind {
     HP_STUDY_ATTRIBUTION, /* first-order (AtP) estimate of each unit's single ablation effect */
     HP_STUDY_ROLES,       /* what each head attends to (hp_roles_compute): one unmasked pass */
     HP_STUDY_GATES,       /* Voita et al.'s L0-regularised Hard Concrete gates, trained per lambda (weights frozen) */
+    HP_STUDY_PATCHING,    /* activation patching of each unit alone, at every position together or at each */
     HP_STUDY_COUNT        /* not a kind: how many there are (each is a row of engine/study/study.c) */
 };
 
@@ -877,6 +878,15 @@ struct hp_study_iterative_opts {
 struct hp_study_roles_opts {
     int probe_seqs, probe_len; /* the induction probe's size (struct hp_roles_opts; 0 = the default) */
 };
+/* patching (docs/tasks.md, "Per-position patching"): each unit's output replaced alone, at every position
+ * together (positions: all, the single study's variants) or at each position by itself (each, the default); the
+ * replacement is the plan's ablation's, and direction, when given, must agree with it */
+enum hp_patch_positions { HP_PATCH_EACH, HP_PATCH_ALL };
+enum hp_patch_direction { HP_PATCH_ANY, HP_PATCH_NOISE, HP_PATCH_DENOISE }; /* ANY: not given */
+struct hp_study_patching_opts {
+    enum hp_patch_positions positions;
+    enum hp_patch_direction direction;
+};
 /* gates (docs/plans.md, "Gate training"): one gate a query head, trained with Adam on its log alpha
  * for `steps` steps per penalty weight, on training data separate from the held-out set */
 struct hp_study_gates_opts {
@@ -912,6 +922,7 @@ struct hp_study {
     struct hp_study_iterative_opts iterative;
     struct hp_study_roles_opts roles;
     struct hp_study_gates_opts gates;
+    struct hp_study_patching_opts patching;
 };
 
 struct hp_plan {
@@ -950,6 +961,10 @@ struct hp_job {
     /* iterative, rank gradient: a point measured by the forward of its step's gradient pass (the same gates),
      * a result of its own: its content address is marked so, apart from any other pass of the same mask */
     bool grad_pass;
+    /* patching, positions: each: the dead heads replaced only at this position of every row (they keep their own
+     * outputs at the others; hp_evaluator_run_many_at), a result of its own with its content address marked so */
+    bool one_position;
+    int position;
 };
 
 struct hp_joblist {

@@ -19,6 +19,7 @@ enum hp_study_run {
     HP_STUDY_RUN_ITERATIVE, /* the pruning curve, step by step (after the jobs, as the rest) */
     HP_STUDY_RUN_ROLES,     /* every head's roles, one unmasked pass */
     HP_STUDY_RUN_GATES,     /* gate training per lambda, then its two evaluations */
+    HP_STUDY_RUN_PATCHING,  /* each unit patched alone, at every position or at each (the data's) */
     HP_STUDY_RUN_COUNT      /* not a procedure: how many there are */
 };
 enum hp_study_run hp_study_run_of(enum hp_study_kind k);
