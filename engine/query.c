@@ -142,6 +142,13 @@ const struct hp_query_kind_row hp_query_kinds[] = {
      "gates, and the sweep's iterative and random curves read at the\n"
      "same heads kept; \"lower\" names the curve that is lowest there",
      hq_gates},
+    {HP_QUERY_PATCHING, "patching", STUDY | TOP, true,
+     "a patching study (--study NAME, else the first): each unit's\n"
+     "effect patched alone at each position, a row a unit and a\n"
+     "column a position, labelled with the first row's token there\n"
+     "(/the corrupt prompt's where it differs); with positions: all\n"
+     "one column. --top K: the K largest (unit, position) cells",
+     hq_patching},
     {HP_QUERY_SQL, "sql", TOP | SQL, false,
      "read-only SQL, e.g. \"SELECT * FROM effects LIMIT 5\"\n"
      "(tables, columns and views: docs/database.md)",

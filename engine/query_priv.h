@@ -231,6 +231,7 @@ enum hp_status hq_importance(struct hq_query *q, const struct hp_query_opts *opt
 enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);
 enum hp_status hq_roles(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);   // query_roles.c
 enum hp_status hq_gates(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);   // query_gates.c
+enum hp_status hq_patching(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out); // _patching.c
 /* compare (query_compare.c): q is A's connection; B's is opened here (or A's shared: one file) and
  * both sweeps resolved */
 enum hp_status hq_compare(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);

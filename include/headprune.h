@@ -1167,6 +1167,7 @@ enum hp_query_kind {
     HP_QUERY_ATTRIBUTION, /* an attribution study's estimates against the exact single effects */
     HP_QUERY_ROLES,       /* a roles study's scores per head, with the single effects and rank correlations */
     HP_QUERY_GATES,       /* each lambda of the gates studies against the other curves at its heads kept */
+    HP_QUERY_PATCHING,    /* a patching study's effects: the unit x position grid */
     HP_QUERY_KIND_COUNT   /* how many kinds there are (not a kind): the query table is sized by it */
 };
 
