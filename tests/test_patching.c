@@ -154,3 +154,237 @@ Test(patching, grid_agrees_with_hugging_face_on_every_causal_fixture)
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++)
         check_grid(fixtures[i]);
 }
+
+// --- the patching study: plans, the store, the query ----------------------------------------------
+
+/* A plan over the fixture's template group: its ablation, and the studies' YAML list items. */
+static void write_plan(const char *fixture, const char *data, const char *ablation, const char *studies,
+                       char *path, size_t n)
+{
+    snprintf(path, n, "%s/%s-%s.yaml", tmp, fixture, ablation);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "name: grid\nmodel: %s/%s\ndata: %s\nablation: %s\nmetric: logit_diff\nstudies:\n%s", getenv("HP_FIXTURES"),
+            fixture, data, ablation, studies);
+    fclose(f);
+}
+
+static void run_plan(const char *plan, const char *db, volatile int *stop, struct hp_sweep_summary *sum)
+{
+    struct hp_plan *p;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_plan_load(plan, &p, &err), HP_OK, "%s", err.msg);
+    struct hp_sweep_opts o = {.db_path = db, .threads = 1, .batch = 5, .stop = stop};
+    cr_assert_eq(hp_sweep_run(p, &o, sum, &err), HP_OK, "%s", err.msg);
+    hp_plan_free(p);
+}
+
+/* One number of a query on db. */
+static double sql_num(const char *db, const char *sql)
+{
+    char *rows = tu_rows(db, &sql, 1);
+    double v = atof(rows);
+    cr_assert(rows[0], "%s: no row for %s", db, sql);
+    free(rows);
+    return v;
+}
+
+/*
+ * A plan's patching study stores the grid: every head at every position of the group, under resample and denoise
+ * (direction given), each variant with its position, equal to Hugging Face's; the first row's tokens recorded as
+ * the clean and the corrupt prompt's (denoise's data is swapped, the record is not).
+ */
+static void check_plan_grid(const char *fixture)
+{
+    char dir[1024], path[1100], data[1200], plan[1300], db[1300];
+    snprintf(dir, sizeof dir, "%s/%s", getenv("HP_FIXTURES"), fixture);
+    snprintf(path, sizeof path, "%s/task-reference.json", dir);
+    cJSON *ref = tu_read_json(path);
+    const cJSON *grid = tu_get(ref, "grid");
+    const int T = tu_get(grid, "length")->valueint, L = tu_get(ref, "n_layers")->valueint,
+              H = tu_get(ref, "n_heads")->valueint;
+    group_file(fixture, grid, data, sizeof data);
+    cJSON *first = NULL;
+    {
+        FILE *f = fopen(data, "r");
+        char line[8192];
+        cr_assert(f && fgets(line, sizeof line, f));
+        fclose(f);
+        first = cJSON_Parse(line);
+    }
+    static const char *const abl[] = {"resample", "denoise"}, *const key[] = {"noise", "denoise"};
+    for (int a = 0; a < 2; a++) {
+        char studies[128];
+        snprintf(studies, sizeof studies, "  - patching: {name: grid, direction: %s}\n", key[a]);
+        write_plan(fixture, data, abl[a], studies, plan, sizeof plan);
+        snprintf(db, sizeof db, "%s/%s-%s.db", tmp, fixture, abl[a]);
+        struct hp_sweep_summary sum;
+        run_plan(plan, db, NULL, &sum);
+        int n_heads = 0;
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                if (isnan(grid_at(grid, key[a], l, h, 0)))
+                    continue;
+                n_heads++;
+                for (int t = 0; t < T; t++) {
+                    char sql[512];
+                    snprintf(sql, sizeof sql,
+                             "SELECT r.logit_diff FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
+                             "JOIN variant_positions p ON p.variant_id = j.variant_id "
+                             "WHERE j.study = 'grid' AND j.layer = %d AND j.unit = %d AND p.position = %d", l, h, t);
+                    const double got = sql_num(db, sql), want = grid_at(grid, key[a], l, h, t);
+                    cr_assert(fabs(got - want) <= TOL, "%s %s plan: head %d.%d at %d stores %.10g, Hugging Face "
+                              "%.10g", fixture, abl[a], l, h, t, got, want);
+                }
+            }
+        cr_assert_eq(sum.n_jobs, 1 + (int64_t)n_heads * T, "%s %s: %lld jobs", fixture, abl[a], (long long)sum.n_jobs);
+        cr_assert_eq(sql_num(db, "SELECT count(*) FROM variant_positions"), (double)n_heads * T);
+        const cJSON *clean = tu_get(first, "prompt_ids"), *corr = tu_get(first, "corrupt_ids");
+        for (int t = 0; t < T; t++) {
+            char sql[256];
+            snprintf(sql, sizeof sql, "SELECT token FROM patch_tokens WHERE study = 'grid' AND position = %d", t);
+            cr_assert_eq((int)sql_num(db, sql), cJSON_GetArrayItem(clean, t)->valueint, "%s %s: token %d", fixture,
+                         abl[a], t);
+            snprintf(sql, sizeof sql, "SELECT corrupt FROM patch_tokens WHERE study = 'grid' AND position = %d", t);
+            cr_assert_eq((int)sql_num(db, sql), cJSON_GetArrayItem(corr, t)->valueint, "%s %s: corrupt token %d",
+                         fixture, abl[a], t);
+        }
+    }
+    cJSON_Delete(first);
+    cJSON_Delete(ref);
+}
+
+Test(patching, a_plan_stores_the_grid_of_hugging_face)
+{
+    check_plan_grid("gpt2-tiny");
+    check_plan_grid("llama-gqa"); /* grouped-query attention */
+    check_plan_grid("gpt2-pruned"); /* heads the checkpoint lacks */
+}
+
+/* The same rows of a table of results, in one order (each line "layer|unit|position|logit_diff"). */
+static char *grid_rows(const char *db)
+{
+    const char *q = "SELECT j.layer, j.unit, coalesce(p.position, -1), r.logit_diff, r.n_seqs FROM sweep_jobs j "
+                    "JOIN results r ON r.variant_id = j.variant_id LEFT JOIN variant_positions p ON "
+                    "p.variant_id = j.variant_id WHERE j.study = 'grid' ORDER BY j.ord";
+    return tu_rows(db, &q, 1);
+}
+
+static volatile int stop_flag;
+static int64_t stop_after;
+
+static void stop_at(void *user, const struct hp_sweep_progress *p)
+{
+    (void)user;
+    if (p->done >= stop_after)
+        stop_flag = 1;
+}
+
+/*
+ * A run stopped between windows (as Ctrl-C stops it) and resumed stores what an uninterrupted run stores, to the
+ * bit; a merge of it into a new database keeps the positions and the tokens, and the query reads the same grid.
+ */
+Test(patching, stopped_resumed_and_merged_to_the_same_grid)
+{
+    char dir[1024], path[1100], data[1200], plan[1300], a[1300], b[1300], m[1300];
+    snprintf(dir, sizeof dir, "%s/llama-gqa", getenv("HP_FIXTURES"));
+    snprintf(path, sizeof path, "%s/task-reference.json", dir);
+    cJSON *ref = tu_read_json(path);
+    group_file("llama-gqa", tu_get(ref, "grid"), data, sizeof data);
+    write_plan("llama-gqa", data, "resample", "  - patching: {name: grid}\n  - patching: {name: kv, kv: true}\n",
+               plan, sizeof plan);
+    snprintf(a, sizeof a, "%s/whole.db", tmp);
+    snprintf(b, sizeof b, "%s/stopped.db", tmp);
+    snprintf(m, sizeof m, "%s/merged.db", tmp);
+    struct hp_sweep_summary sum;
+    run_plan(plan, a, NULL, &sum);
+    int stops = 0;
+    for (stop_after = 7;; stop_after += 23) {
+        stop_flag = 0;
+        struct hp_plan *p;
+        struct hp_error err = {0};
+        cr_assert_eq(hp_plan_load(plan, &p, &err), HP_OK, "%s", err.msg);
+        struct hp_sweep_opts o = {.db_path = b, .threads = 1, .batch = 5, .stop = &stop_flag, .progress = stop_at};
+        cr_assert_eq(hp_sweep_run(p, &o, &sum, &err), HP_OK, "%s", err.msg);
+        hp_plan_free(p);
+        if (!sum.interrupted)
+            break;
+        stops++;
+    }
+    cr_assert_gt(stops, 2, "the run was never stopped midway");
+    char *x = grid_rows(a), *y = grid_rows(b), *x2 = strdup(x);
+    tu_assert_same_text(a, x, b, y); /* frees both */
+    int64_t added;
+    struct hp_error err = {0};
+    const char *in[] = {b};
+    cr_assert_eq(hp_store_merge(m, in, 1, &added, &err), HP_OK, "%s", err.msg);
+    tu_assert_same_text(a, x2, m, grid_rows(m));
+    const char *tq = "SELECT study, position, token, corrupt FROM patch_tokens ORDER BY study, position";
+    char *ta = tu_rows(a, &tq, 1), *tm = tu_rows(m, &tq, 1);
+    cr_assert_gt(strlen(ta), 10);
+    tu_assert_same_text(a, ta, m, tm);
+    /* the query on the merged database says what it says on the whole run */
+    static char qa[1 << 16], qm[1 << 16];
+    char args[2048], scratch[1100];
+    snprintf(scratch, sizeof scratch, "%s", tmp);
+    snprintf(args, sizeof args, "query patching --db '%s' --format csv", a);
+    cr_assert_eq(tu_headprune(NULL, args, scratch, qa, sizeof qa, NULL, 0), 0);
+    snprintf(args, sizeof args, "query patching --db '%s' --format csv", m);
+    cr_assert_eq(tu_headprune(NULL, args, scratch, qm, sizeof qm, NULL, 0), 0);
+    cr_assert_gt(strlen(qa), 100);
+    /* columns labelled by position and token, the corrupt one where it differs (no tokenizer here: ids) */
+    cr_assert(strstr(qa, "unit,0 #") && strstr(qa, "/#"), "labels: %.300s", qa);
+    tu_assert_same_text(a, strdup(qa), m, strdup(qm));
+    cJSON_Delete(ref);
+}
+
+/* headprune run of plan: exit status 1, one line on stderr holding each of the needles, and no database made. */
+static void refused(const char *plan, const char *const *needles, int n)
+{
+    char db[1200], args[2600], scratch[100], err[4096];
+    snprintf(db, sizeof db, "%s/refused.db", tmp);
+    snprintf(scratch, sizeof scratch, "%s", tmp);
+    snprintf(args, sizeof args, "run '%s' --db '%s'", plan, db);
+    cr_assert_eq(tu_headprune(NULL, args, scratch, NULL, 0, err, sizeof err), 1, "%s: %s", plan, err);
+    cr_assert(strchr(err, '\n') == err + strlen(err) - 1, "more than one line: %s", err);
+    for (int i = 0; i < n; i++)
+        cr_assert(strstr(err, needles[i]), "'%s' not in: %s", needles[i], err);
+    struct stat sb;
+    cr_assert_neq(stat(db, &sb), 0, "%s: a refused run wrote %s", plan, db);
+}
+
+Test(patching, bad_input_is_one_line_and_writes_nothing)
+{
+    char plan[1300], data[1200], all[1200];
+    /* rows of several lengths (the fixture's whole task file: twelve rows, nine lengths) */
+    snprintf(all, sizeof all, "%s/gpt2-tiny/task.jsonl", getenv("HP_FIXTURES"));
+    write_plan("gpt2-tiny", all, "resample", "  - patching: {name: grid}\n", plan, sizeof plan);
+    const char *lengths[] = {"task.jsonl: row 2 (line 2) has", "but row 1 (line 1) has", "patching study 'grid'",
+                             "one template", "positions: all"};
+    refused(plan, lengths, 5);
+    /* positions: all takes them, and its variants are the single study's (the same addresses) */
+    write_plan("gpt2-tiny", all, "resample", "  - patching: {name: grid, positions: all}\n  - single\n", plan,
+               sizeof plan);
+    char db[1300];
+    snprintf(db, sizeof db, "%s/all.db", tmp);
+    struct hp_sweep_summary sum;
+    run_plan(plan, db, NULL, &sum);
+    cr_assert_eq(sum.n_run, 13, "baseline + 12 heads, %lld run", (long long)sum.n_run);
+    cr_assert_eq(sum.n_repeated, 12);
+    cr_assert_eq(sql_num(db, "SELECT count(*) FROM variant_positions"), 0);
+    /* direction against the plan's ablation */
+    snprintf(data, sizeof data, "%s", all);
+    write_plan("gpt2-tiny", data, "resample", "  - patching: {name: grid, direction: denoise}\n", plan, sizeof plan);
+    const char *dir[] = {"direction: denoise", "needs 'ablation: denoise', not resample"};
+    refused(plan, dir, 2);
+    write_plan("gpt2-tiny", data, "resample", "  - patching: {name: grid, positions: some}\n", plan, sizeof plan);
+    const char *word[] = {"positions", "each", "all"};
+    refused(plan, word, 3);
+    /* resample without corrupt prompts: the plain task rows of ids */
+    snprintf(data, sizeof data, "%s/plain.jsonl", tmp);
+    const char *plain = "{\"ids\": [1, 2, 3, 4]}\n{\"ids\": [5, 6, 7, 8]}\n";
+    tu_spit(data, plain, strlen(plain));
+    write_plan("gpt2-tiny", data, "resample", "  - patching: {name: grid}\n", plan, sizeof plan);
+    const char *rows[] = {"plain.jsonl", "not task rows"};
+    refused(plan, rows, 2);
+}
