@@ -497,3 +497,160 @@ enum hp_status hr_make_pairs(struct report *r, struct section *sec)
     return s;
 }
 
+
+// --- activation patching by position ------------------------------------------------
+
+// At most this many units are drawn in the patching grid (those whose largest |effect| is largest).
+#define PATCH_ROWS 24
+
+/* Row i's largest |effect| over the grid's columns [1, n_cols). */
+static double row_peak(const struct hp_table *t, int i)
+{
+    double m = 0;
+    for (int c = 1; c < t->n_cols; c++)
+        if (isfinite(tval(t, i, c)) && fabs(tval(t, i, c)) > m)
+            m = fabs(tval(t, i, c));
+    return m;
+}
+
+static const struct hp_table *peak_table; /* qsort's context: the rows are sorted by their peak */
+
+static int by_peak(const void *a, const void *b)
+{
+    const double x = row_peak(peak_table, *(const int *)a), y = row_peak(peak_table, *(const int *)b);
+    return (y > x) - (y < x);
+}
+
+static int by_index(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+/* The units x positions grid of a patching study (`query patching`), its columns labelled with their tokens. */
+static enum hp_status draw_patching(struct report *r, struct section *sec, const char *study)
+{
+    struct hp_query_opts q = {.kind = HP_QUERY_PATCHING, .sweep_id = r->sweep, .study = study};
+    struct hp_table *t = NULL;
+    enum hp_status s = hp_query_read(r->rd, &q, &t, r->err);
+    if (s != HP_OK)
+        return s;
+    const int P = t->n_cols - 1, n_units = t->n_rows;
+    if (P < 1 || n_units < 1 || (long long)P * PATCH_ROWS > MAX_CELLS) {
+        hp_text_printf(&sec->note, "Left out: study %s has %d positions and %d units to draw; <code>headprune query "
+                                   "patching --format csv</code> lists them.", study, P, n_units);
+        hp_table_free(t);
+        return HP_OK;
+    }
+    const int n = n_units < PATCH_ROWS ? n_units : PATCH_ROWS;
+    int *rows = malloc((size_t)n_units * sizeof *rows);
+    struct fig *f = rows ? hr_fig_new(r, "patching") : NULL;
+    if (!f) {
+        free(rows);
+        hp_table_free(t);
+        return hp_fail(r->err, HP_ERR_NOMEM, "report: out of memory");
+    }
+    for (int i = 0; i < n_units; i++)
+        rows[i] = i;
+    peak_table = t;
+    qsort(rows, (size_t)n_units, sizeof *rows, by_peak); /* the n largest, then back in layer order */
+    qsort(rows, (size_t)n, sizeof *rows, by_index);
+    double m = 0;
+    for (int k = 0; k < n; k++)
+        m = fmax(m, row_peak(t, rows[k]));
+
+    // layout: cells between 14 and 64 px wide, room above for the tokens (rotated), units down the left
+    int cw = 640 / P;
+    cw = cw < 14 ? 14 : cw > 64 ? 64 : cw;
+    const int ch = n > 16 ? 18 : 24, left = 72, top = 150, gw = P * cw, gh = n * ch;
+    const int lx = left + gw + 36;
+    const double lh = gh < 160 ? 160 : gh > 260 ? 260 : gh;
+    int W = lx + 170, H = top + gh + 60;
+    W = W < 560 ? 560 : W;
+    H = H < top + (int)lh + 60 ? top + (int)lh + 60 : H;
+    struct hp_text *sv = &f->svg;
+    char title[300], sub[400], col[8], b[32];
+    snprintf(title, sizeof title, "Activation patching, one position at a time");
+    snprintf(sub, sizeof sub, "sweep %lld, study %s; %s", r->sweep, study, hp_metric_effect_text(r->m));
+    hp_svg_open(sv, "fig-patching", W, H, title);
+    hr_svg_heading(sv, title, sub);
+    hp_text_add(sv, "<g class=\"ticks\" font-size=\"11\" fill=\"#444\">\n");
+    for (int c = 0; c < P; c++) { /* "5 ' Mary'/' John'", read upwards */
+        hp_text_printf(sv, "<text x=\"%.1f\" y=\"%d\" transform=\"rotate(-60 %.1f %d)\">", left + (c + 0.5) * cw,
+                       top - 6, left + (c + 0.5) * cw, top - 6);
+        hp_text_escape(sv, t->cols[c + 1]);
+        hp_text_add(sv, "</text>\n");
+    }
+    for (int k = 0; k < n; k++) {
+        hp_text_printf(sv, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" dominant-baseline=\"middle\">", left - 6,
+                       top + (k + 0.5) * ch);
+        hp_text_escape(sv, tcell(t, rows[k], 0));
+        hp_text_add(sv, "</text>\n");
+    }
+    hp_text_add(sv, "</g>\n");
+    hp_text_printf(sv, "<text class=\"axis-label\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">position (the first "
+                       "row's token; /corrupt where it differs)</text>\n", left + gw / 2.0, top + gh + 22);
+    hp_text_printf(sv, "<g class=\"cells\" data-study=\"");
+    hp_text_escape(sv, study);
+    hp_text_printf(sv, "\" data-units=\"%d\" data-positions=\"%d\" data-scale-max=\"%s\">\n", n, P, hp_num(b, m, 6));
+    const bool values = cw >= 40;
+    for (int k = 0; k < n; k++)
+        for (int c = 0; c < P; c++) {
+            const int i = rows[k];
+            const double e = tval(t, i, c + 1), x = left + c * cw, y = top + k * ch;
+            if (!isfinite(e)) {
+                hp_text_printf(sv, "<rect class=\"cell missing\" x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" "
+                                   "fill=\"#ffffff\" stroke=\"#bbbbbb\"/>\n", x + 0.5, y + 0.5, cw - 1, ch - 1);
+                continue;
+            }
+            const double tt = hp_symlog(e, m);
+            hp_color_diverging(tt, col);
+            hp_text_printf(sv, "<rect class=\"cell\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" "
+                               "stroke=\"#ffffff\" data-position=\"%d\"",
+                           (int)x, (int)y, cw, ch, col, c);
+            hr_attr_cell(sv, "data-label", t, i, 0);
+            hr_attr_cell(sv, "data-effect", t, i, c + 1);
+            hp_text_add(sv, "><title>");
+            hp_text_escape(sv, tcell(t, i, 0));
+            hp_text_add(sv, " at ");
+            hp_text_escape(sv, t->cols[c + 1]);
+            hp_text_add(sv, ": effect ");
+            hp_text_escape(sv, tcell(t, i, c + 1));
+            hp_text_printf(sv, " %s</title></rect>\n", r->unit);
+            if (values && fabs(e) >= 0.005 * m) /* the value where it fits and is not nothing */
+                hp_text_printf(sv, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\" "
+                                   "dominant-baseline=\"middle\" fill=\"%s\" pointer-events=\"none\">%s</text>\n",
+                               x + cw / 2.0, y + ch / 2.0, fabs(tt) > 0.6 ? "#ffffff" : "#222222", hp_num(b, e, 2));
+        }
+    hp_text_add(sv, "</g>\n");
+    char ltitle[96];
+    snprintf(ltitle, sizeof ltitle, "effect (%s)", r->unit);
+    legend_diverging(sv, lx, top + 14, lh, m, ltitle);
+    hp_svg_close(sv);
+
+    struct hp_text *c = &sec->caption;
+    hp_text_printf(c, "<p>Each cell: the effect of patching one unit's output at one position only (its output "
+                      "there replaced under the sweep's %s ablation, its own kept at every other position), %s. "
+                      "Red: the patch hurts; blue: it helps (under denoise, recovery shows blue). ",
+                   hr_info_text(r, "ablation"), hp_metric_effect_text(r->m));
+    if (n < n_units)
+        hp_text_printf(c, "Shown: the %d of %d units with the largest effect at some position, in layer order; ", n,
+                       n_units);
+    hp_text_printf(c, "the colour scale is symmetric and logarithmic (ends at &#177;%s). Hover a cell for its "
+                      "numbers.</p>\n", hp_num(b, m, 3));
+    hr_caption_source(c, r, "patching", study, t);
+    free(rows);
+    hp_table_free(t);
+    return HP_OK;
+}
+
+enum hp_status hr_make_patching(struct report *r, struct section *sec)
+{
+    const char *study = hr_study_of(r, "patching", -1);
+    if (!study) {
+        hr_left_out(r, sec, "patching study",
+                    "<code>- patching</code> in a plan with <code>ablation: resample</code> or <code>denoise</code> "
+                    "over task rows of one template produces it (docs/tasks.md)");
+        return HP_OK;
+    }
+    return draw_patching(r, sec, study);
+}

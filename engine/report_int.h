@@ -128,6 +128,7 @@ void hr_roles_tooltip(struct hp_text *s, const struct hp_table *t, int i);
 enum hp_status hr_make_heatmap(struct report *r, struct section *sec);    // report_effects.c
 enum hp_status hr_make_heatmap_kv(struct report *r, struct section *sec); // report_effects.c
 enum hp_status hr_make_pairs(struct report *r, struct section *sec);      // report_effects.c
+enum hp_status hr_make_patching(struct report *r, struct section *sec);   // report_effects.c
 enum hp_status hr_make_curves(struct report *r, struct section *sec);     // report_curves.c
 enum hp_status hr_make_redundancy(struct report *r, struct section *sec); // report_curves.c
 enum hp_status hr_make_roles(struct report *r, struct section *sec);      // report_roles.c
