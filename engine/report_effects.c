@@ -633,9 +633,9 @@ static enum hp_status draw_patching(struct report *r, struct section *sec, const
                       "Red: the patch hurts; blue: it helps (under denoise, recovery shows blue). ",
                    hr_info_text(r, "ablation"), hp_metric_effect_text(r->m));
     if (n < n_units)
-        hp_text_printf(c, "Shown: the %d of %d units with the largest effect at some position, in layer order; ", n,
+        hp_text_printf(c, "Shown: the %d of %d units with the largest effect at some position, in layer order. ", n,
                        n_units);
-    hp_text_printf(c, "the colour scale is symmetric and logarithmic (ends at &#177;%s). Hover a cell for its "
+    hp_text_printf(c, "The colour scale is symmetric and logarithmic (ends at &#177;%s). Hover a cell for its "
                       "numbers.</p>\n", hp_num(b, m, 3));
     hr_caption_source(c, r, "patching", study, t);
     free(rows);
