@@ -25,6 +25,10 @@
 
 static bool g_inited;
 static rntm_t g_serial; /* one thread: small products cost more to split than to run */
+/* the threads set (hp_runtime_init); both without BLIS's small-matrix ("sup") path, whose kernels (zen3,
+ * haswell: the AVX2 sets) sum in another order than the large path's, so a product's bits would depend on
+ * its shape, e.g. on how many sequences a chunk holds */
+static rntm_t g_threads;
 static bool g_from_env;
 
 static bool cpu_has_avx512f(void)
@@ -52,6 +56,7 @@ void hp_runtime_init(int n_threads)
         bli_init();
         bli_rntm_init(&g_serial);
         bli_rntm_set_num_threads(1, &g_serial);
+        bli_rntm_set_l3_sup(false, &g_serial);
         g_inited = true;
     }
     if (n_threads > 0) {
@@ -60,6 +65,8 @@ void hp_runtime_init(int n_threads)
         omp_set_num_threads(n_threads); /* the engine's own row-wise loops */
 #endif
     }
+    bli_rntm_init_from_global(&g_threads);
+    bli_rntm_set_l3_sup(false, &g_threads);
 }
 
 double hp_runtime_sgemm_gflops(float *a, float *b, float *c, int n, double min_seconds)
@@ -105,7 +112,7 @@ static void gemm(bool serial, int m, int n, int k, float alpha, const float *a, 
      * 2 MFLOP, waking a second thread costs more than it saves (and with the
      * other core busy, OpenMP's spinning barriers stall). Threads only split
      * the m and n loops, so the result is the same either way. */
-    rntm_t *r = serial || (double)m * n * k < (1 << 20) ? &g_serial : NULL;
+    rntm_t *r = serial || (double)m * n * k < (1 << 20) ? &g_serial : &g_threads;
     bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (float *)a,
                  rsa, csa, (float *)b, rsb, csb, &be, c, rsc, csc, NULL, r);
 }

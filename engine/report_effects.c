@@ -646,6 +646,11 @@ static enum hp_status draw_patching(struct report *r, struct section *sec, const
 enum hp_status hr_make_patching(struct report *r, struct section *sec)
 {
     const char *study = hr_study_of(r, "patching", -1);
+    const char *abl = hr_info_text(r, "ablation");
+    if (!study && strcmp(abl, "resample") != 0 && strcmp(abl, "denoise") != 0) {
+        sec->not_applicable = true; /* patching is a question of prompt pairs: asked of a sweep patching them */
+        return HP_OK;
+    }
     if (!study) {
         hr_left_out(r, sec, "patching study",
                     "<code>- patching</code> in a plan with <code>ablation: resample</code> or <code>denoise</code> "

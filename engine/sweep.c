@@ -172,7 +172,7 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         c.total = n;
         for (int si = 0; o->shard_index == 0 && si < plan->n_studies; si++) {
             struct hp_study_cost cost;
-            hp_study_cost(&plan->studies[si], c.info, 0, &cost);
+            hp_study_cost(&plan->studies[si], c.info, 0, c.data->seq_len, &cost);
             c.total += cost.evals + cost.backwards + cost.train_backwards + cost.passes;
         }
         /* the procedures that go first (shard 0: the scores): a gradient's forward at the unmasked model is

@@ -126,10 +126,8 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
             jobs[n] = (struct hp_job){.study = si, .k = 1, .layer = l, .unit = u, .unit2 = -1, .mask = m};
             n++;
         }
-    if (st == HP_OK && each) {
-        c->total += (int64_t)n * (T - 1); /* the plan counted one position (the data's length was unknown) */
+    if (st == HP_OK && each)
         st = record_tokens(c, s, T, err);
-    }
     for (int t = 0; st == HP_OK && t < T && !sw_stopping(c); t++) {
         for (int i = 0; i < n; i++) {
             struct hp_job *j = &jobs[i];

@@ -634,7 +634,10 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
  * position at a time (Heimersheim & Nanda; TransformerLens's
  * get_act_patch_attn_head_out_by_pos): exact for masks whose dead heads share
  * one layer, whose inputs the patch leaves as they were; for heads of several
- * layers the others' outputs are frozen at the unmasked model's.
+ * layers the others' outputs are frozen at the unmasked model's. Where the
+ * replacement at pos is every head's own output there to the bit (resample at
+ * a position up to which every row's corrupt prompt is its prompt, in a
+ * causal model), every variant is the unmasked model, evaluated once.
  */
 enum hp_status hp_evaluator_run_many_at(struct hp_evaluator *ev, const struct hp_mask *const *masks, int n,
                                         enum hp_ablation ablation, int pos, struct hp_metrics **out,

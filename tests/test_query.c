@@ -907,7 +907,7 @@ Test(query, options_of_other_kinds_are_refused)
     expect_fail(&o, g_db, HP_ERR_ARG, "--top does not apply to the matrix format");
     o = opts(HP_QUERY_REDUNDANCY);
     o.study = "single";
-    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study is for curve, heads, sets, compare, importance, attribution, roles and gates only");
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study is for curve, heads, sets, compare, importance, attribution, roles, gates and patching only");
     o = opts(HP_QUERY_COMPARE);
     o.by_layer = true;
     o.top = 2;
@@ -1242,10 +1242,13 @@ Test(query, not_a_headprune_database)
 
 Test(query, newer_schema_is_refused)
 {
-    sqlite3_close(db_create("7"));
+    char newer[16];
+    snprintf(newer, sizeof newer, "%d", HP_SCHEMA_VERSION + 1);
+    sqlite3_close(db_create(newer));
     struct hp_query_opts o = opts(HP_QUERY_SWEEPS);
     char want[300];
-    snprintf(want, sizeof want, "%s: written by a newer headprune (schema 7; this one reads 6", g_db);
+    snprintf(want, sizeof want, "%s: written by a newer headprune (schema %d; this one reads %d", g_db,
+             HP_SCHEMA_VERSION + 1, HP_SCHEMA_VERSION);
     expect_fail(&o, g_db, HP_ERR_UNSUPPORTED, want);
 }
 

@@ -89,7 +89,7 @@ static void print_studies(const struct planned *r)
             n += r->jl->jobs[j].study == i;
         struct hp_study_cost c;
         char what[256];
-        hp_study_cost(st, in, n, &c);
+        hp_study_cost(st, in, n, r->d->seq_len, &c);
         hp_study_describe(st, in, &c, r->metric, what, sizeof what);
         printf("study     %-16s %-10s %s\n", st->name, hp_study_kind_name(st->kind), what);
     }
@@ -102,7 +102,7 @@ static void add_up(const struct planned *r, struct totals *t)
     for (int i = 0; i < r->p->n_studies; i++) {
         const struct hp_study *st = &r->p->studies[i];
         struct hp_study_cost c;
-        hp_study_cost(st, in, 0, &c);
+        hp_study_cost(st, in, 0, r->d->seq_len, &c);
         t->iter += c.evals;
         t->backs += c.backwards;
         t->gate_steps += c.train_backwards;
@@ -171,7 +171,7 @@ static void print_summary(const struct planned *r)
            p->metric[0] ? "" : " (the model's own)", (unsigned long long)p->seed);
     print_studies(r);
     printf("jobs      %d expanded + about %ld %s = %ld evaluations", jl->n, t.iter,
-           t.gate_steps ? "iterative and gates" : "iterative", jl->n + t.iter);
+           "from the studies run step by step (iterative, gates, patching)", jl->n + t.iter);
     if (t.backs + t.gate_steps)
         printf(", and %ld forward+backward passes", t.backs + t.gate_steps);
     printf("\n");

@@ -64,14 +64,19 @@ static long evals(const struct hp_study *s, const struct hp_model_info *info)
     return n;
 }
 
+static bool per_position(const struct hp_study *s)
+{
+    return s->patching.positions == HP_PATCH_EACH;
+}
+
 static void describe(const struct hp_study *s, const struct hp_model_info *info, const struct hp_study_cost *c,
                      const char *metric, char *buf, size_t cap)
 {
-    (void)info, (void)metric;
+    (void)metric;
     if (s->patching.positions == HP_PATCH_ALL)
         snprintf(buf, cap, "%ld jobs (%s, every position together)", c->evals, hp_unit_name(s->kv, true));
     else
-        snprintf(buf, cap, "%ld %s x each position of the rows (their length: the data's)", c->evals,
+        snprintf(buf, cap, "%ld jobs (%ld %s x each position of the rows)", c->evals, evals(s, info),
                  hp_unit_name(s->kv, true));
 }
 
@@ -86,5 +91,6 @@ const struct hp_study_kind_row hp_study_patching = {
     .run = HP_STUDY_RUN_PATCHING,
     .first_shard_only = true,
     .evals = evals,
+    .per_position = per_position,
     .describe = describe,
 };

@@ -79,12 +79,14 @@ bool hp_study_trains(const struct hp_study *s)
     return hp_study_kinds[s->kind]->trains;
 }
 
-void hp_study_cost(const struct hp_study *s, const struct hp_model_info *info, int n_jobs, struct hp_study_cost *out)
+void hp_study_cost(const struct hp_study *s, const struct hp_model_info *info, int n_jobs, int positions,
+                   struct hp_study_cost *out)
 {
     const struct hp_study_kind_row *r = hp_study_kinds[s->kind];
     long backs = hp_study_backwards(s, info);
+    const long per = r->per_position && r->per_position(s) ? positions : 1;
     *out = (struct hp_study_cost){.n_jobs = n_jobs,
-                                  .evals = hp_study_evals(s, info),
+                                  .evals = hp_study_evals(s, info) * per,
                                   .backwards = r->trains ? 0 : backs,
                                   .train_backwards = r->trains ? backs : 0,
                                   .passes = r->passes};

@@ -47,7 +47,9 @@ struct hp_study_cost {
  * "about 40 evaluations (masks depend on results)". metric: the plan's, as
  * resolved against the model.
  */
-void hp_study_cost(const struct hp_study *s, const struct hp_model_info *info, int n_jobs, struct hp_study_cost *out);
+/* positions: the rows' length, for a kind whose evaluations are per position (patching: positions each) */
+void hp_study_cost(const struct hp_study *s, const struct hp_model_info *info, int n_jobs, int positions,
+                   struct hp_study_cost *out);
 void hp_study_describe(const struct hp_study *s, const struct hp_model_info *info, const struct hp_study_cost *c,
                        const char *metric, char *buf, size_t cap);
 

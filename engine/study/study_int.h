@@ -236,6 +236,7 @@ struct hp_study_kind_row {
 
     /* cost (NULL: none): hp_study_evals, hp_study_backwards and hp_study_needs_grad's answers */
     long (*evals)(const struct hp_study *s, const struct hp_model_info *info);
+    bool (*per_position)(const struct hp_study *s); /* NULL, or whether evals counts one position of the rows' */
     long (*backwards)(const struct hp_study *s, const struct hp_model_info *info);
     bool trains;           /* its backwards are over the plan's training set, not the held-out set */
     long passes;           /* unmasked passes of its own (roles: one) */
