@@ -452,3 +452,35 @@ Test(patching, attribution_under_resample_is_nandas_estimate_by_torch_autograd)
     for (size_t i = 0; i < sizeof with_ref / sizeof *with_ref; i++)
         check_atp(with_ref[i]);
 }
+
+/* A plan's attribution study under resample stores those estimates, and `query attribution` sets them against the
+ * exact resample effects of its single study. */
+Test(patching, a_plan_sets_attribution_patching_against_exact_patching)
+{
+    char dir[1024], path[1100], plan[1300], db[1300];
+    snprintf(dir, sizeof dir, "%s/llama-gqa", getenv("HP_FIXTURES"));
+    snprintf(path, sizeof path, "%s/atp-reference.json", dir);
+    cJSON *ref = tu_read_json(path);
+    snprintf(path, sizeof path, "%s/task.jsonl", dir);
+    write_plan("llama-gqa", path, "resample", "  - attribution\n  - single\n", plan, sizeof plan);
+    snprintf(db, sizeof db, "%s/atp.db", tmp);
+    struct hp_sweep_summary sum;
+    run_plan(plan, db, NULL, &sum);
+    const cJSON *want = tu_get(tu_get(ref, "resample"), "logit_diff");
+    const int L = tu_get(ref, "n_layers")->valueint, H = tu_get(ref, "n_heads")->valueint;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++) {
+            char sql[256];
+            snprintf(sql, sizeof sql, "SELECT score FROM unit_scores WHERE study = 'attribution' AND layer = %d AND "
+                     "unit = %d", l, h);
+            const double got = sql_num(db, sql), w = cJSON_GetArrayItem(cJSON_GetArrayItem(want, l), h)->valuedouble;
+            cr_assert(fabs(got - w) <= 1e-4, "head %d.%d: stored estimate %.9g, torch %.9g", l, h, got, w);
+        }
+    static char out[1 << 16];
+    char args[2048], scratch[100];
+    snprintf(scratch, sizeof scratch, "%s", tmp);
+    snprintf(args, sizeof args, "query attribution --db '%s' --format csv", db);
+    cr_assert_eq(tu_headprune(NULL, args, scratch, out, sizeof out, NULL, 0), 0);
+    cr_assert(strstr(out, "\nattribution,all,"), "no summary row: %s", out);
+    cJSON_Delete(ref);
+}
