@@ -220,7 +220,7 @@ Test(reuse, bert_encoder_cosine) { check_fixture("bert-encoder", "data.jsonl"); 
 Test(reuse, bert_classifier) { check_fixture("bert-cls", "data.jsonl"); }
 Test(reuse, stories260K) { check_fixture("stories260K", "data.npy"); }
 
-Test(reuse, default_model_many_chunks, .timeout = 600)
+Test(reuse, default_model_many_chunks, .timeout = 1500)
 {
     char dir[1024], data[1200];
     snprintf(dir, sizeof dir, "%s/../models/default", getenv("HP_TESTS"));
