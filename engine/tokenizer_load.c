@@ -764,7 +764,11 @@ enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, str
                 st = hp_fail(err, HP_ERR_IO, "%s: merges.txt without vocab.json", dir);
             free(vj);
         } else if (st == HP_OK) {
-            st = hp_fail(err, HP_ERR_IO, "%s: no tokenizer.json, vocab.txt or vocab.json + merges.txt", dir);
+            st = hp_fail(err, HP_ERR_IO,
+                         "%s: no tokenizer.json, vocab.txt or vocab.json + merges.txt, so it takes token ids, not "
+                         "text (.npy, .jsonl with \"ids\", .bin); text models' checkpoints ship a tokenizer "
+                         "(GPT-2, BERT, MiniLM, Llama, Qwen2: e.g. scripts/get-minilm.sh)",
+                         dir);
         }
     }
     free(text);

@@ -628,6 +628,17 @@ Test(cli, tokenize_without_tokenizer_files)
     expect_error(args, "no tokenizer.json, vocab.txt or vocab.json + merges.txt");
 }
 
+/* Text given to the featured model, which has no tokenizer: the one line says what it takes instead and which
+ * models take text (issue 29: it only said the files were missing). */
+Test(cli, text_for_a_model_without_tokenizer_says_what_it_takes)
+{
+    char args[512];
+    write_file("doc.txt", "Once upon a time there was a head.\n");
+    snprintf(args, sizeof args, "eval --model models/default --data %s/doc.txt --seq-len 8", tmp);
+    expect_error(args, "models/default: no tokenizer.json, vocab.txt or vocab.json + merges.txt, so it takes token "
+                       "ids, not text (.npy, .jsonl with \"ids\", .bin); text models' checkpoints ship a tokenizer");
+}
+
 #define SP_TOK "tests/fixtures/tokenizers/sp-bpe"
 #define GPT2_TOK "tests/fixtures/tokenizers/gpt2-bpe"
 
