@@ -118,6 +118,8 @@ Test(cli, help_explains)
     cr_assert_eq(hp("eval --help"), 0);
     cr_assert(strstr(out, "--ablation"));
     cr_assert(strstr(out, "kv:LAYER.GROUP"));
+    /* every .npy dtype data.c reads (test_data.c reads each, uint32 in npy_uint32_and_python2_shape) */
+    cr_assert(strstr(out, ".npy (int32/int64/uint16/uint32,"), "%s", out);
     cr_assert_eq(hp("--help"), 0);
     cr_assert(strstr(out, "inspect"));
 }

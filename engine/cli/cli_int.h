@@ -116,7 +116,7 @@ struct cmd_help {
 #define OPT_KEEP(v, s, h) OPT_CALLBACK("keep", s, v, "SPEC", take_keep, h)
 #define OPT_OUT(v, s, a, h) OPT_PATH("out", s, v, a, h)
 #define DATA_HELP                                                                                                  \
-    "held-out token ids: .npy (int32/int64/uint16, [n_seqs, seq_len] or 1-D), .jsonl ({\"ids\": [...], optional " \
+    "held-out token ids: .npy (int32/int64/uint16/uint32, [n_seqs, seq_len] or 1-D), .jsonl ({\"ids\": [...], optional " \
     "\"labels\", \"attention_mask\", \"token_type_ids\"}) or an llm.c / nanoGPT .bin token file; or text, "          \
     "tokenized with the model's tokenizer: .txt (documents separated by blank lines, packed into rows of "         \
     "--seq-len) or .jsonl ({\"text\": ...} or {\"text_a\": ..., \"text_b\": ...})"
