@@ -169,12 +169,18 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
                 mine[n] = jobs->jobs[i];
                 ords[n++] = i;
             }
-        c.total = n;
+        c.work[SW_EVAL].total = n;
         for (int si = 0; o->shard_index == 0 && si < plan->n_studies; si++) {
             struct hp_study_cost cost;
             hp_study_cost(&plan->studies[si], c.info, 0, c.data->seq_len, &cost);
-            c.total += cost.evals + cost.backwards + cost.train_backwards + cost.passes;
+            c.work[SW_EVAL].total += cost.evals;
+            c.work[SW_BACKWARD].total += cost.backwards;
+            c.work[SW_TRAIN_STEP].total += cost.train_backwards;
+            c.work[SW_PASS].total += cost.passes;
         }
+        c.total = 0;
+        for (int w = 0; w < SW_N_WORK; w++)
+            c.total += c.work[w].total;
         /* the procedures that go first (shard 0: the scores): a gradient's forward at the unmasked model is
          * also the baseline's pass, whose metrics (the same bits) the evaluator then hands to the baseline's job */
         for (int si = 0; st == HP_OK && o->shard_index == 0 && si < plan->n_studies && !sw_stopping(&c); si++)

@@ -46,7 +46,7 @@ static void gate_step_done(struct sw_ctx *c, int si, double lambda, int step, bo
         c->sum->n_cached++;
     else
         c->sum->n_run++;
-    sw_job_done(c, &j);
+    sw_job_done(c, &j, SW_TRAIN_STEP);
 }
 
 /*
@@ -99,6 +99,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
         double t0 = hp_now(), t_saved = t0;
         while (st == HP_OK && r.n_kept < 0 && gs.step < s->gates.steps) {
             sw_adapt_threads(c);
+            const double t_step = hp_now();
             if ((st = hp_gates_step(c->train_ev, &cfg, &gs, err)) != HP_OK) {
                 char inner[HP_ERR_MSG_MAX];
                 snprintf(inner, sizeof inner, "%s", err ? err->msg : "");
@@ -106,6 +107,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
                              inner);
                 break;
             }
+            sw_work_timed(c, SW_TRAIN_STEP, 1, hp_now() - t_step);
             gate_step_done(c, si, lambda, gs.step, false);
             const bool done = gs.step == s->gates.steps;
             if (done || sw_stopping(c) || gs.step % HP_GATES_SAVE_STEPS == 0 || hp_now() - t_saved >= HP_GATES_SAVE_S) {

@@ -93,11 +93,38 @@ static void note_unmasked(struct sw_ctx *c, double loss, double acc)
     c->sum->foreign = hp_evaluator_looks_foreign(c->ev, loss, acc);
 }
 
-void sw_job_done(struct sw_ctx *c, const struct hp_job *job)
+double sw_eta(const struct sw_tally work[SW_N_WORK])
 {
+    int64_t measured = 0;
+    double seconds = 0;
+    for (int w = 0; w < SW_N_WORK; w++)
+        measured += work[w].measured, seconds += work[w].seconds;
+    if (measured == 0)
+        return NAN;
+    double eta = 0;
+    for (int w = 0; w < SW_N_WORK; w++) {
+        const int64_t left = work[w].total - work[w].done;
+        if (left > 0)
+            eta += (double)left * (work[w].measured > 0 ? work[w].seconds / (double)work[w].measured
+                                                        : seconds / (double)measured);
+    }
+    return eta;
+}
+
+void sw_work_timed(struct sw_ctx *c, enum sw_work w, int64_t n, double seconds)
+{
+    c->work[w].measured += n;
+    c->work[w].seconds += seconds;
+}
+
+void sw_job_done(struct sw_ctx *c, const struct hp_job *job, enum sw_work w)
+{
+    static const char *const unit[SW_N_WORK] = {"jobs", "gradient passes", "training steps", "roles passes"};
     c->done++;
     if (c->done > c->total) /* the plan's estimate of an iterative study is an upper bound; be safe */
         c->total = c->done;
+    c->work[w].done++;
+    c->at_work = w;
     if (c->o->progress) {
         /* results arrive a window at a time: name the study (and step) at work, not one job */
         char label[192];
@@ -108,13 +135,21 @@ void sw_job_done(struct sw_ctx *c, const struct hp_job *job)
             snprintf(label, sizeof label, "%s, %s", s->name, job->label);
         else
             snprintf(label, sizeof label, "%s", s->name);
-        struct hp_sweep_progress p = {c->done,
-                                      c->total,
-                                      c->sum->n_cached + c->sum->n_repeated,
-                                      label,
-                                      hp_now() - c->t0,
-                                      c->evaluated,
-                                      c->eval_seconds};
+        int64_t measured = 0;
+        double seconds = 0;
+        for (int k = 0; k < SW_N_WORK; k++)
+            measured += c->work[k].measured, seconds += c->work[k].seconds;
+        const struct sw_tally *now = &c->work[w];
+        struct hp_sweep_progress p = {.done = c->done,
+                                      .total = c->total,
+                                      .cached = c->sum->n_cached + c->sum->n_repeated,
+                                      .label = label,
+                                      .elapsed = hp_now() - c->t0,
+                                      .evaluated = measured,
+                                      .eval_seconds = seconds,
+                                      .eta = sw_eta(c->work),
+                                      .rate = now->seconds > 0 ? (double)now->measured / now->seconds : 0,
+                                      .unit = unit[w]};
         c->o->progress(c->o->user, &p);
     }
 }
@@ -264,10 +299,10 @@ enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct h
         else if (st == HP_OK && n_new > 0) /* a window's jobs share their position (sweep_patching.c) */
             st = hp_evaluator_run_many_at(c->ev, masks, nw, c->plan->ablation,
                                           jobs[w0].one_position ? jobs[w0].position : -1, mts, err);
-        if (n_new > 0) { /* the window's evaluations, counted at once: they finished together */
-            c->eval_seconds += hp_now() - t;
-            c->evaluated += n_new;
-        }
+        /* the window's evaluations, counted at once: they finished together */
+        const enum sw_work kind = jobs[w0].grad_pass ? SW_BACKWARD : SW_EVAL;
+        if (n_new > 0)
+            sw_work_timed(c, kind, n_new, hp_now() - t);
         double secs = (hp_now() - t) / nw; /* each result's time: its share of the window's */
         for (int i = 0; i < nw && st == HP_OK; i++) {
             const bool seen = sw_key_seen(c, keys[i]); /* stored by this run: a repeat within the plan */
@@ -291,7 +326,7 @@ enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct h
                 note_unmasked(c, found[i] ? lm[i].value[HP_METRIC_LOSS] : mts[i]->has_loss ? mts[i]->loss : NAN,
                               found[i] ? lm[i].value[HP_METRIC_ACC] : mts[i]->has_loss ? mts[i]->acc : NAN);
             if (st == HP_OK)
-                sw_job_done(c, &jobs[w0 + i]);
+                sw_job_done(c, &jobs[w0 + i], kind);
         }
         for (int i = 0; i < nw; i++) {
             free((char *)sj[i].mask_text);
@@ -363,6 +398,7 @@ enum hp_status sw_gradient_at(struct sw_ctx *c, const struct hp_mask *mask, stru
         st = hp_evaluator_grad_seq(c->ev, gm, mask, c->plan->ablation, b->g.grad, b->g.atp, b->g.seq_grad, &b->g.loss,
                                    err);
         double secs = hp_now() - t;
+        sw_work_timed(c, SW_BACKWARD, 1, secs);
         if (st == HP_OK)
             st = hp_store_put_grad(c->store, &b->g, secs, c->threads, hp_runtime_kernel(), err);
         if (st == HP_OK) {
@@ -373,7 +409,7 @@ enum hp_status sw_gradient_at(struct sw_ctx *c, const struct hp_mask *mask, stru
     free(text);
     b->g.mask_text = NULL;
     if (st == HP_OK)
-        sw_job_done(c, job);
+        sw_job_done(c, job, SW_BACKWARD);
     return st;
 }
 

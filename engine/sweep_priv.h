@@ -36,6 +36,22 @@
 #include "hash_int.h"    /* HP_DIGEST_HEX */
 #include "store_int.h"   /* struct hp_store_metrics, struct hp_store_grad */
 
+/*
+ * The kinds of work a sweep counts, each timed on its own: one rate for all (the evaluations') made a gate training
+ * of 40 s read "ETA 5s" throughout, its steps costing each a hundred evaluations. total: the plan's estimate for
+ * this shard (hp_study_cost's evals, backwards, train_backwards, passes); done: finished, found ones included;
+ * measured, seconds: those this run did and the time they took, the kind's rate.
+ */
+enum sw_work { SW_EVAL, SW_BACKWARD, SW_TRAIN_STEP, SW_PASS, SW_N_WORK };
+struct sw_tally {
+    int64_t total, done, measured;
+    double seconds;
+};
+
+/* The seconds the work left takes at the rates measured so far: a kind not yet measured costs what the measured
+ * work costs on average until it is; NAN until something has been measured. */
+double sw_eta(const struct sw_tally work[SW_N_WORK]);
+
 /* One run of hp_sweep_run: what every procedure reads and counts into. */
 struct sw_ctx {
     const struct hp_plan *plan;
@@ -53,8 +69,8 @@ struct sw_ctx {
     int64_t sweep_id;
     int64_t total, done; /* total: the plan's estimate for this shard, iterative evaluations included */
     double t0;
-    double eval_seconds; /* spent evaluating windows, the measure of the rate */
-    int64_t evaluated;   /* jobs those windows evaluated */
+    struct sw_tally work[SW_N_WORK]; /* the same by kind, each with its rate */
+    enum sw_work at_work;            /* the kind of the last job done */
     /* threads: fixed (o->threads > 0), or matched to the idle CPUs between windows */
     bool auto_threads;
     int threads;
@@ -88,8 +104,10 @@ struct sw_proc {
  */
 enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct hp_job *jobs, int n,
                            const char *kind, struct hp_store_metrics *res, struct hp_error *err);
-/* One job (or a procedure's step) done: the count and the progress callback. */
-void sw_job_done(struct sw_ctx *c, const struct hp_job *job);
+/* One job (or a procedure's step) of kind w done: the counts and the progress callback. */
+void sw_job_done(struct sw_ctx *c, const struct hp_job *job, enum sw_work w);
+/* n jobs of kind w done by this run in seconds: the kind's rate (called before their sw_job_done). */
+void sw_work_timed(struct sw_ctx *c, enum sw_work w, int64_t n, double seconds);
 bool sw_stopping(const struct sw_ctx *c);
 /* The plan's metric as damage: its value signed so that larger = worse. */
 double sw_damage(const struct sw_ctx *c, const struct hp_store_metrics *m);

@@ -45,6 +45,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
         double t = hp_now();
         st = hp_roles_compute(c->model, c->data, &ro, &r, err);
         double secs = hp_now() - t;
+        sw_work_timed(c, SW_PASS, 1, secs);
         struct hp_store_roles sr = {key, c->model_digest, c->data_digest, r};
         if (st == HP_OK)
             st = hp_store_put_roles(c->store, &sr, secs, c->threads, hp_runtime_kernel(), err);
@@ -58,7 +59,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
         st = hp_store_link_roles(c->store, c->sweep_id, s->name, key, err);
     struct hp_job job = {.study = si, .layer = -1, .unit = -1, .unit2 = -1};
     if (st == HP_OK)
-        sw_job_done(c, &job);
+        sw_job_done(c, &job, SW_PASS);
     return st;
 }
 

@@ -1081,8 +1081,13 @@ struct hp_sweep_progress {
     int64_t cached;      /* found finished: in the database, or repeating a variant of this run */
     const char *label;   /* the study at work ("single", "iterative, step 3") */
     double elapsed;      /* seconds since the sweep started */
-    int64_t evaluated;   /* jobs evaluated (not found) */
-    double eval_seconds; /* seconds spent evaluating them: evaluated / eval_seconds is the rate */
+    int64_t evaluated;   /* jobs this run did (evaluated, trained, not found) */
+    double eval_seconds; /* seconds they took */
+    double eta;          /* seconds the work left takes, each kind of work (evaluations, gradient passes, training
+                          * steps, roles passes) at its own measured rate (a kind not yet met at the mean cost of
+                          * what was); NAN before anything was measured */
+    double rate;         /* jobs of the kind at work done per second (0: not yet measured) */
+    const char *unit;    /* that kind, plural: "jobs", "gradient passes", "training steps", "roles passes" */
 };
 
 #define HP_SWEEP_BATCH 64

@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include "gates_int.h"
+#include "sweep_priv.h" /* sw_eta, struct sw_tally */
+#include "util_int.h"   /* hp_now */
 #include "headprune.h"
 #include "testutil.h"
 
@@ -442,6 +444,84 @@ static const char *tiny(const char *top, const char *opts)
     snprintf(text, sizeof text, TINY_HEAD, fixtures(), fixtures(), top, strstr(opts, "lambda") ? "" : "lambda: [0.1], ",
              opts);
     return text;
+}
+
+/* The ETA a sweep reports (hp_sweep_progress.eta, what `run` prints) at each progress call, with the seconds
+ * elapsed then and the kind of work at work */
+struct eta_seen {
+    int n;
+    double elapsed[512], eta[512];
+    bool training[512];
+};
+
+static void on_eta(void *user, const struct hp_sweep_progress *p)
+{
+    struct eta_seen *s = user;
+    if (s->n < 512) {
+        s->elapsed[s->n] = p->elapsed;
+        s->eta[s->n] = p->eta;
+        s->training[s->n] = strcmp(p->unit, "training steps") == 0;
+        s->n++;
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+Test(gates, eta_costs_each_kind_of_work_at_its_own_rate)
+{
+    struct sw_tally w[SW_N_WORK] = {{0}};
+    cr_assert(isnan(sw_eta(w)), "an ETA before anything was measured");
+    w[SW_EVAL] = (struct sw_tally){.total = 10, .done = 4, .measured = 4, .seconds = 0.4};
+    w[SW_TRAIN_STEP] = (struct sw_tally){.total = 100};
+    /* steps not yet met: at the mean cost of what was measured */
+    cr_assert_float_eq(sw_eta(w), 6 * 0.1 + 100 * 0.1, 1e-12);
+    w[SW_TRAIN_STEP] = (struct sw_tally){.total = 100, .done = 3, .measured = 2, .seconds = 2.0}; /* 1 found */
+    cr_assert_float_eq(sw_eta(w), 6 * 0.1 + 97 * 1.0, 1e-12);
+    w[SW_EVAL].done = 12; /* over an iterative study's estimate: nothing left, not negative */
+    cr_assert_float_eq(sw_eta(w), 97 * 1.0, 1e-12);
+}
+
+Test(gates_sweep, the_eta_during_training_counts_the_steps_left_at_their_rate)
+{
+    /* a user saw "ETA 5s ... 1s" through 40 s of gate training: the ETA counted the steps at the evaluations'
+     * rate. Compared here with the time the run then really took (its steps cost alike, so it is near) */
+    const char *plan = tiny_plan(NULL);
+    char db[256];
+    path_in(db, sizeof db, "eta.db");
+    struct hp_plan *p = NULL;
+    struct hp_error err = {{0}};
+    cr_assert_eq(hp_plan_load(plan, &p, &err), HP_OK, "%s", err.msg);
+    static struct eta_seen s;
+    s.n = 0;
+    struct hp_sweep_opts o = {.db_path = db, .shard_count = 1, .threads = 1, .batch = 8, .progress = on_eta,
+                              .user = &s};
+    struct hp_sweep_summary sum;
+    const double t0 = hp_now();
+    cr_assert_eq(hp_sweep_run(p, &o, &sum, &err), HP_OK, "%s", err.msg);
+    const double end = hp_now() - t0; /* the progress's elapsed counts from the sweep's own start, a little later */
+    hp_plan_free(p);
+    double ratio[512];
+    int m = 0, steps = 0;
+    for (int i = 0; i < s.n; i++) {
+        if (!s.training[i])
+            continue;
+        if (++steps < 5) /* the first steps' rate is one step's */
+            continue;
+        cr_assert(isfinite(s.eta[i]), "no ETA at training step %d", steps);
+        const double left = end - s.elapsed[i];
+        if (left > 0.05 * end) /* the last moments' remainder is too small to time */
+            ratio[m++] = s.eta[i] / left;
+    }
+    cr_assert_geq(steps, 3 * 60, "%d training steps reported", steps);
+    cr_assert_gt(m, 50);
+    qsort(ratio, (size_t)m, sizeof *ratio, cmp_double);
+    const double median = ratio[m / 2];
+    cr_assert(median > 0.4 && median < 2.5, "the ETA is %.3g times the time the run then took (median of %d)", median,
+              m);
 }
 
 Test(gates_sweep, bad_settings_are_refused_in_one_line)

@@ -158,11 +158,10 @@ void run_progress_cb(void *user, const struct hp_sweep_progress *p)
         fprintf(stderr, "headprune: running %s into %s (BLIS kernel %s)\n", r->plan, r->db, hp_runtime_kernel());
         r->started = true;
     }
-    /* the rate of evaluation alone (loading and finished jobs cost nothing like it), and an ETA
-     * only once a window has been evaluated; it assumes every job left needs evaluating */
-    double rate = p->eval_seconds > 0 ? (double)p->evaluated / p->eval_seconds : 0;
+    /* the rate of the kind of work at work (evaluations, gradient passes, training steps), and an ETA that costs
+     * each kind left at its own rate, once something has been measured; it assumes every job left needs doing */
     char eta[32];
-    fmt_seconds(p->evaluated > 0 && rate > 0 ? (double)(p->total - p->done) / rate : NAN, eta, sizeof eta);
+    fmt_seconds(p->eta, eta, sizeof eta);
     double frac = p->total ? (double)p->done / (double)p->total : 0;
     if (r->tty) {
         char bar[31];
@@ -170,12 +169,13 @@ void run_progress_cb(void *user, const struct hp_sweep_progress *p)
         for (int i = 0; i < 30; i++)
             bar[i] = i < fill ? '#' : '.';
         bar[30] = 0;
-        fprintf(stderr, "\r\033[K[%s] %lld/%lld %3.0f%%  %.1f jobs/s  ETA %s  %s", bar, (long long)p->done,
-                (long long)p->total, 100 * frac, rate, eta, p->label);
+        fprintf(stderr, "\r\033[K[%s] %lld/%lld %3.0f%%  %.1f %s/s  ETA %s  %s", bar, (long long)p->done,
+                (long long)p->total, 100 * frac, p->rate, p->unit, eta, p->label);
         fflush(stderr);
     } else if (p->elapsed - r->last >= 5.0 || p->done == p->total) {
-        fprintf(stderr, "headprune: %lld/%lld jobs (%.0f%%, %lld already done), %.1f jobs/s, ETA %s: %s\n",
-                (long long)p->done, (long long)p->total, 100 * frac, (long long)p->cached, rate, eta, p->label);
+        fprintf(stderr, "headprune: %lld/%lld jobs (%.0f%%, %lld already done), %.1f %s/s, ETA %s: %s\n",
+                (long long)p->done, (long long)p->total, 100 * frac, (long long)p->cached, p->rate, p->unit, eta,
+                p->label);
         r->last = p->elapsed;
     }
 }
