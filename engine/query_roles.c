@@ -103,12 +103,15 @@ static enum hp_status pick_roles(struct hq_query *q, const char *want, char *nam
 static enum hp_status roles_load(struct hq_query *q, long long run, struct role_row **rows, size_t *n)
 {
     sqlite3_stmt *st;
-    enum hp_status s = hq_prep(q, &st, "SELECT layer, head, prev_token, duplicate_token, induction, induction_offset, "
+    /* an offset below HP_ROLES_OFFSET_MIN_MASS is noise: empty, also where an older version stored it */
+    enum hp_status s = hq_prep(q, &st, "SELECT layer, head, prev_token, duplicate_token, induction, "
+                                    "CASE WHEN induction_mass >= ?2 THEN induction_offset END, "
                                     "induction_mass, first_token, dominant_offset, dominant_mass, entropy, rare_token "
-                                    "FROM head_roles WHERE run_id = ? ORDER BY layer, head");
+                                    "FROM head_roles WHERE run_id = ?1 ORDER BY layer, head");
     if (s != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_double(st, 2, HP_ROLES_OFFSET_MIN_MASS);
     size_t cap = 0;
     int r;
     while ((r = hq_step(q, st, &s)) == 1) {
@@ -240,6 +243,7 @@ enum hp_status hq_roles(struct hq_query *q, const struct hp_query_opts *opts, st
         snprintf(eff_note, sizeof eff_note, "no effects: the sweep has no single study over query heads (add one "
                  "to set each head's roles beside its effect)");
     hq_tb_note(&b, "sweep %lld, roles study %s (probe %d x 2 x %d random tokens); scores as docs/roles.md defines "
-            "them, empty where no query qualifies; %s", q->sweep, name, seqs, len, eff_note);
+            "them, empty where no query qualifies (induction_offset: where induction_mass < %g, noise); %s", q->sweep,
+            name, seqs, len, HP_ROLES_OFFSET_MIN_MASS, eff_note);
     return hq_tb_finish(&b, out, q->err);
 }

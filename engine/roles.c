@@ -408,6 +408,11 @@ static const char *finish_head(const struct hp_roles *r, const double *t, const 
     return NULL;
 }
 
+bool hp_roles_offset_shown(double induction_mass)
+{
+    return induction_mass >= HP_ROLES_OFFSET_MIN_MASS; /* false for NaN */
+}
+
 static void absent_head(struct hp_head_roles *hr)
 {
     *hr = (struct hp_head_roles){.present = false};

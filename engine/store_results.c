@@ -461,7 +461,7 @@ static int insert_roles(struct hp_store *s, const struct hp_store_roles *in, dou
         bind_score(st, 4, h->prev_token);
         bind_score(st, 5, h->duplicate_token);
         bind_score(st, 6, h->induction);
-        if (isnan(h->induction_mass))
+        if (!hp_roles_offset_shown(h->induction_mass))
             sqlite3_bind_null(st, 7);
         else
             sqlite3_bind_int(st, 7, h->induction_offset);

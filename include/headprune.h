@@ -781,6 +781,11 @@ struct hp_roles_opts {
     void *user;
 };
 
+/* An induction offset means something only where its mass is at least this: below it the largest of the window's
+ * near-zero masses is noise (a head with 0.00007 there has no preferred offset), and the offset is left empty. */
+#define HP_ROLES_OFFSET_MIN_MASS 0.05
+bool hp_roles_offset_shown(double induction_mass);
+
 /* One head's scores; NaN where undefined (no query qualifies: docs/roles.md). */
 struct hp_head_roles {
     bool present;           /* false: a pruned checkpoint lacks the head; every score NaN */
@@ -788,7 +793,8 @@ struct hp_head_roles {
     double duplicate_token; /* mean attention to other occurrences of the query's token (causal: earlier ones) */
     double induction;       /* probe: mean attention to the token after the earlier occurrence */
     int induction_offset;   /* probe: the offset from the earlier occurrence with most mass, in
-                             * -HP_ROLES_WINDOW..HP_ROLES_WINDOW (1 = the induction target) */
+                             * -HP_ROLES_WINDOW..HP_ROLES_WINDOW (1 = the induction target); shown (stored,
+                             * printed, queried) only where hp_roles_offset_shown(induction_mass) */
     double induction_mass;  /* ... and its mean attention */
     double first_token;     /* mean attention to the sequence's first real position */
     int dominant_offset;    /* the relative position (key - query) holding most of the attention */

@@ -516,7 +516,8 @@ static void stored_equal(const char *db, int64_t sweep_id, const char *study, co
         const int l = sqlite3_column_int(st, 0), hd = sqlite3_column_int(st, 1);
         const struct hp_head_roles *x = &r->heads[l * r->n_heads + hd];
         cr_assert(x->present);
-        const double want[10] = {x->prev_token, x->duplicate_token, x->induction, x->induction_offset,
+        const double want[10] = {x->prev_token, x->duplicate_token, x->induction,
+                                 hp_roles_offset_shown(x->induction_mass) ? x->induction_offset : NAN,
                                  x->induction_mass, x->first_token, x->dominant_offset, x->dominant_mass, x->entropy,
                                  x->rare_token};
         for (int c = 0; c < 10; c++) {
@@ -617,4 +618,57 @@ Test(roles, a_sweep_stores_the_engines_roles_once_and_query_joins_the_effects)
     cr_assert_str_eq(t->cells[(size_t)12 * t->n_cols + c_label], "rho");
     hp_table_free(t);
     hp_table_free(heads);
+}
+
+/* The cell of query roles' column col at head label (layer.head). */
+static const char *roles_cell(const struct hp_table *t, const char *label, const char *col)
+{
+    int c = -1;
+    for (int k = 0; k < t->n_cols; k++)
+        if (strcmp(t->cols[k], col) == 0)
+            c = k;
+    cr_assert_geq(c, 0, "no column %s", col);
+    for (int i = 0; i < t->n_rows; i++)
+        if (strcmp(t->cells[(size_t)i * t->n_cols + 2], label) == 0)
+            return t->cells[(size_t)i * t->n_cols + c] ? t->cells[(size_t)i * t->n_cols + c] : ""; /* NULL: empty */
+    cr_assert_fail("no head %s", label);
+    return NULL;
+}
+
+Test(roles, an_induction_offset_below_the_stated_mass_is_left_empty)
+{
+    /* the default model's previous-token head 0.1 puts 0.00007 of its attention at the best induction offset:
+     * noise, which `query roles` showed as an offset. Its induction head 3.1 puts 0.80 at offset +1 */
+    char db[128], plan[1024], root[1024];
+    snprintf(db, sizeof db, "%s/offset.db", tmp);
+    repo_path("models/default", root, sizeof root);
+    snprintf(plan, sizeof plan, "name: offsets\nmodel: %s\ndata: %s/heldout.npy\nstudies:\n  - roles\n", root, root);
+    sweep(plan, "offsets.yaml", db);
+    cr_assert(!hp_roles_offset_shown(HP_ROLES_OFFSET_MIN_MASS * 0.999) && hp_roles_offset_shown(HP_ROLES_OFFSET_MIN_MASS));
+    cr_assert(!hp_roles_offset_shown(NAN));
+    cr_assert_eq(db_count(db, "SELECT count(*) FROM head_roles WHERE layer = 0 AND head = 1 AND "
+                              "induction_offset IS NULL AND induction_mass < 1e-3"), 1);
+    cr_assert_eq(db_count(db, "SELECT count(*) FROM head_roles WHERE layer = 3 AND head = 1 AND "
+                              "induction_offset = 1 AND induction_mass > 0.5"), 1);
+    /* every offset stored is one whose mass reaches the threshold, and every such one is stored */
+    cr_assert_eq(db_count(db, "SELECT count(*) FROM head_roles WHERE (induction_offset IS NULL) = "
+                              "(induction_mass >= 0.05)"), 0);
+    cr_assert_float_eq(HP_ROLES_OFFSET_MIN_MASS, 0.05, 0, "the threshold the query above and the docs state");
+    struct hp_error err;
+    struct hp_query_opts q = {.kind = HP_QUERY_ROLES, .study = "roles"};
+    struct hp_table *t;
+    cr_assert_eq(hp_query(db, &q, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_str_eq(roles_cell(t, "0.1", "induction_offset"), "");
+    cr_assert_str_eq(roles_cell(t, "3.1", "induction_offset"), "1");
+    hp_table_free(t);
+    /* a database an older version wrote holds the noise offset: the query leaves it empty all the same */
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(h, "UPDATE head_roles SET induction_offset = -3 WHERE induction_offset IS NULL", NULL, NULL,
+                              NULL), SQLITE_OK);
+    sqlite3_close(h);
+    cr_assert_eq(hp_query(db, &q, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_str_eq(roles_cell(t, "0.1", "induction_offset"), "");
+    cr_assert_str_eq(roles_cell(t, "3.1", "induction_offset"), "1");
+    hp_table_free(t);
 }

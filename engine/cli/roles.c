@@ -28,7 +28,8 @@ static const char roles_help[] =
     "                    matching)\n"
     "  induction_offset  probe: the offset from that earlier occurrence, -4..4,\n"
     "  induction_mass    with the most attention (1 = the induction target), and\n"
-    "                    its mean attention\n"
+    "                    its mean attention; the offset is left empty where that\n"
+    "                    mass is below 0.05 (HP_ROLES_OFFSET_MIN_MASS): noise\n"
     "  first_token       mean attention to the sequence's first position\n"
     "                    (attention sinks)\n"
     "  dominant_offset   the relative position (key - query; encoders both\n"
@@ -93,7 +94,7 @@ static void print_json(const char *dir, const char *data, const struct hp_roles 
             json_num(e, "prev_token", x->prev_token);
             json_num(e, "duplicate_token", x->duplicate_token);
             json_num(e, "induction", x->induction);
-            json_num(e, "induction_offset", x->present ? x->induction_offset : NAN);
+            json_num(e, "induction_offset", x->present && hp_roles_offset_shown(x->induction_mass) ? x->induction_offset : NAN);
             json_num(e, "induction_mass", x->induction_mass);
             json_num(e, "first_token", x->first_token);
             json_num(e, "dominant_offset", x->present ? x->dominant_offset : NAN);
@@ -132,8 +133,11 @@ static void print_rows(const struct hp_roles *r)
             cell(c[5], sizeof c[5], x->dominant_mass);
             cell(c[6], sizeof c[6], x->entropy);
             cell(c[7], sizeof c[7], x->rare_token);
-            printf("%-6s %10s %15s %9s %16d %14s %11s %15d %13s %7s", label, c[0], c[1], c[2], x->induction_offset,
-                   c[3], c[4], x->dominant_offset, c[5], c[6]);
+            char ioff[16] = "";
+            if (hp_roles_offset_shown(x->induction_mass))
+                snprintf(ioff, sizeof ioff, "%d", x->induction_offset);
+            printf("%-6s %10s %15s %9s %16s %14s %11s %15d %13s %7s", label, c[0], c[1], c[2], ioff, c[3], c[4],
+                   x->dominant_offset, c[5], c[6]);
             if (rare)
                 printf("  %10s", c[7]);
             putchar('\n');
