@@ -120,6 +120,60 @@ static void roles_points(struct hp_text *sv, const struct report *r, const int *
     }
 }
 
+/* Points labelled with their head in every panel, so a printed report names the outliers: the heads of the
+ * largest effects (without effects, of the panel's largest scores), and the panel's largest score besides */
+#define ROLE_LABELS 3
+
+/* Whether head i is among the n largest of key (NaN: not ranked); ties go to the lower index. */
+static bool among_largest(const double *key, int n_all, int i, int n)
+{
+    if (!isfinite(key[i]))
+        return false;
+    int above = 0;
+    for (int j = 0; j < n_all; j++)
+        above += isfinite(key[j]) && (key[j] > key[i] || (key[j] == key[i] && j < i));
+    return above < n;
+}
+
+// Panel rp's labelled points (ROLE_LABELS): each head's label beside its point, away from the panel's right edge.
+static void roles_labels(struct hp_text *sv, const struct report *r, const int *at, const struct role_panel *rp,
+                         bool by_effect, const struct hp_scale *sx, const struct hp_scale *sy)
+{
+    const struct hp_table *t = r->roles;
+    const int L = r->n_layers, U = r->n_heads, n = L * U;
+    const int c = tcol(t, rp->col), c_eff = tcol(t, "effect"), c_label = tcol(t, "label");
+    double *score = malloc((size_t)n * sizeof *score + 1), *effect = malloc((size_t)n * sizeof *effect + 1);
+    if (!score || !effect) { /* the labels are a reading aid: without memory the points stand alone */
+        free(score);
+        free(effect);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        score[i] = at[i] >= 0 ? tval(t, at[i], c) : NAN;
+        effect[i] = at[i] >= 0 && by_effect ? tval(t, at[i], c_eff) : NAN;
+        if (by_effect && !isfinite(effect[i]))
+            score[i] = NAN; /* not drawn */
+    }
+    hp_text_add(sv, "<g class=\"point-labels\" font-size=\"10\" fill=\"#222\">\n");
+    for (int i = 0; i < n; i++) {
+        const bool by_e = by_effect && among_largest(effect, n, i, ROLE_LABELS);
+        if (!isfinite(score[i]) || !(by_e || among_largest(score, n, i, by_effect ? 1 : ROLE_LABELS)))
+            continue;
+        const double px = hp_scale_map(sx, score[i]),
+                     py = by_effect ? hp_scale_map(sy, effect[i]) : hp_scale_map(sy, i / U + (i % U + 0.5) / U);
+        const bool left = px > fmax(sx->r0, sx->r1) - 28;
+        hp_text_printf(sv, "<text class=\"point-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"", left ? px - 6 : px + 6,
+                       py - 4, left ? "end" : "start");
+        hr_attr_cell(sv, "data-label", t, at[i], c_label);
+        hp_text_add(sv, ">");
+        hp_text_escape(sv, tcell(t, at[i], c_label));
+        hp_text_add(sv, "</text>\n");
+    }
+    hp_text_add(sv, "</g>\n");
+    free(score);
+    free(effect);
+}
+
 // The y axis without effects: the layers, top to bottom, over ph px from y0.
 static void roles_layer_axis(struct hp_text *sv, const struct hp_scale *sy, int L, int x0, int y0, int ph)
 {
@@ -156,7 +210,9 @@ static void roles_caption(struct hp_text *cp, const struct report *r, bool by_ef
                     "position; <code>dominant_mass</code>, the share of attention at the head's most attended "
                     "relative position (<code>dominant_offset</code>, in the tooltip); <code>entropy</code>, of the "
                     "attention, in bits; <code>rare_token</code> (encoders), to the row's rarest token. A score no "
-                    "head has is not drawn. Hover a point for its head and numbers.</p>\n");
+                    "head has is not drawn. Each panel names the heads of the three largest effects (without "
+                    "effects, of its three largest scores) and its largest score; hover any point for its head and "
+                    "numbers.</p>\n");
     if (r->role_studies->n_rows > 1) {
         hp_text_add(cp, "<p class=\"note\">The sweep's other roles studies (");
         for (int i = 1; i < r->role_studies->n_rows; i++) {
@@ -301,6 +357,7 @@ static enum hp_status draw_roles(struct report *r, struct section *sec)
             hp_text_add(sv, "</g>\n");
         }
         roles_points(sv, r, at, rp, by_effect, &sx, &sy);
+        roles_labels(sv, r, at, rp, by_effect, &sx, &sy);
         if (by_effect)
             hp_svg_axis(sv, &sy, true, x0, yt, nyt, 3, ylabel, 46);
         else

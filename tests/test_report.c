@@ -782,6 +782,32 @@ static int check_roles(sqlite3 *h, bool with_effect)
                 e[i] = l + (u + 0.5) / 4; // its place: layer l, heads top to bottom
             }
         }
+        // the heads named beside their points: the three largest effects and the largest score (without
+        // effects, the three largest scores), each label within a few px of its point
+        static struct elem ls[16];
+        int nl = find_elems(panel, "<text class=\"point-label\"", ls, 16);
+        int want_n = 0;
+        for (int i = 0; i < n; i++) {
+            int above_e = 0, above_v = 0;
+            for (int j = 0; j < n; j++) {
+                above_e += e[j] > e[i] || (e[j] == e[i] && j < i);
+                above_v += v[j] > v[i] || (v[j] == v[i] && j < i);
+            }
+            const bool named = with_effect ? above_e < 3 || above_v < 1 : above_v < 3;
+            want_n += named;
+            const char *lab = attr(&es[i], "data-label");
+            int found = -1;
+            for (int k = 0; k < nl; k++)
+                if (strcmp(attr(&ls[k], "data-label"), lab) == 0)
+                    found = k;
+            cr_assert_eq(found >= 0, named, "panel %s: head %s %s", col, lab, named ? "not named" : "named");
+            if (found >= 0) {
+                const double lx = attr_num(&ls[found], "x"), ly = attr_num(&ls[found], "y");
+                cr_assert(fabs(lx - px[i]) < 12 && fabs(ly - py[i]) < 12, "panel %s: %s's label at (%g, %g), its point "
+                          "at (%g, %g)", col, lab, lx, ly, px[i], py[i]);
+            }
+        }
+        cr_assert_eq(nl, want_n, "panel %s: %d labels, %d heads to name", col, nl, want_n);
         // geometry: x linear in the score (rightwards), y linear in the effect (upwards) on one scale for
         // every panel, or in the head's place (downwards)
         char what[96];
