@@ -284,7 +284,7 @@ static enum hp_status attribution_exact(struct hq_query *q, const struct pick *p
  * How well the attribution estimates rank the units against the exact single
  * effects: every unit with both (the most wrongly ranked first), then a row
  * "all" with Spearman's rho, Kendall's tau-b (hq_rank_corr, as compare) and the
- * top-k overlap, k a tenth of the units (at least 1).
+ * top-k overlap, k a tenth of the units rounded up (ceil(m / 10): 1 for 1 to 10 units).
  */
 enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
