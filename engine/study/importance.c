@@ -1,6 +1,7 @@
 /*
  * importance.c -- the importance study: Michel et al.'s head importance,
- * E|dL/dxi| per unit, from one forward + backward at the unmasked model,
+ * E|dL/dxi| per unit, from one forward + backward at the unmasked model (or
+ * at its mask:, the heads already removed),
  * scaled per layer to unit L2 norm (normalize: layer) or not. The sweep
  * computes it (HP_STUDY_RUN_SCORES) into the scores table. normalize: is
  * also an option of iterative studies ranked by gradient: its parse is here.
@@ -26,17 +27,17 @@ static void describe(const struct hp_study *s, const struct hp_model_info *info,
                      const char *metric, char *buf, size_t cap)
 {
     (void)info, (void)c, (void)metric;
-    snprintf(buf, cap, "1 forward+backward pass (%s, normalize %s)", hp_unit_name(s->kv, true),
-             hp_normalize_name(s->normalize));
+    snprintf(buf, cap, "1 forward+backward pass (%s, normalize %s%s%s)", hp_unit_name(s->kv, true),
+             hp_normalize_name(s->normalize), s->mask ? ", at mask " : "", s->mask ? s->mask : "");
 }
 
-static const struct hp_study_opt opts[] = {{"normalize", hp_study_parse_normalize}};
+static const struct hp_study_opt opts[] = {{"normalize", hp_study_parse_normalize}, {"mask", hp_study_parse_mask}};
 
 const struct hp_study_kind_row hp_study_importance = {
     .name = "importance",
     .units = true,
     .opts = opts,
-    .n_opts = 1,
+    .n_opts = 2,
     .run = HP_STUDY_RUN_SCORES,
     .score = HP_STUDY_SCORE_IMPORTANCE,
     .first_shard_only = true,
