@@ -160,9 +160,11 @@ static void describe(const struct hp_study *s, const struct hp_model_info *info,
     (void)info, (void)metric;
     if (s->iterative.rank == HP_RANK_GRADIENT)
         snprintf(buf, cap, "%ld evaluations + %ld forward+backward passes (ranked by gradient importance, "
-                 "normalize %s)", c->evals, c->backwards, hp_normalize_name(s->normalize));
+                 "normalize %s%s%s)", c->evals, c->backwards, hp_normalize_name(s->normalize),
+                 s->mask ? ", from mask " : "", s->mask ? s->mask : "");
     else
-        snprintf(buf, cap, "about %ld evaluations (masks depend on results)", c->evals);
+        snprintf(buf, cap, "about %ld evaluations (masks depend on results%s%s)", c->evals,
+                 s->mask ? ", from mask " : "", s->mask ? s->mask : "");
 }
 
 const struct hp_study_kind_row hp_study_iterative = {

@@ -11,7 +11,6 @@
 #include "study_int.h"
 
 #include <assert.h>
-#include <stdlib.h>
 
 extern const struct hp_study_kind_row hp_study_baseline, hp_study_single, hp_study_only, hp_study_layer,
     hp_study_random, hp_study_explicit, hp_study_pairs, hp_study_iterative, hp_study_importance,
@@ -115,21 +114,7 @@ bool hp_study_always_grad(const struct hp_study *s)
     return true;
 }
 
-// --- mask: the units a study starts without ------------------------------------------
-
-enum hp_status hp_study_parse_mask(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
-{
-    if (v->type != YAML_SCALAR_NODE || hp_yaml_is_null(v))
-        return hp_ld_fail(ld, v, "'mask' needs a mask spec of the heads already removed, like \"0.1,2.*\" (quote "
-                          "it), not %s", hp_yaml_type_word(v));
-    if (strlen(hp_yaml_text(v)) != v->data.scalar.length)
-        return hp_ld_fail(ld, v, "'mask' contains a NUL character");
-    free(s->mask);
-    if (!(s->mask = malloc(v->data.scalar.length + 1)))
-        return hp_fail(ld->err, HP_ERR_NOMEM, "%s: out of memory", ld->path);
-    memcpy(s->mask, hp_yaml_text(v), v->data.scalar.length + 1);
-    return HP_OK;
-}
+// --- mask: the units a study starts without (its parse is importance.c's) ----------
 
 enum hp_status hp_study_base_mask(const char *plan_path, const struct hp_study *s, const struct hp_model_info *info,
                                   struct hp_mask **out, struct hp_error *err)
