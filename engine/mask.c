@@ -159,6 +159,17 @@ void hp_mask_set_unit(struct hp_mask *m, const struct hp_model_info *info, bool 
         row[h] = g;
 }
 
+bool hp_mask_unit_ablated(const struct hp_mask *m, const struct hp_model_info *info, bool kv, int layer, int unit)
+{
+    const int per = hp_unit_width(info, kv);
+    assert(per > 0 && layer >= 0 && layer < m->n_layers && (unit + 1) * per <= m->n_heads);
+    const float *row = m->gate + (size_t)layer * (size_t)m->n_heads;
+    for (int h = unit * per; h < (unit + 1) * per; h++)
+        if (row[h] != 0.0f)
+            return false;
+    return true;
+}
+
 // --- parsing ---------------------------------------------------------------
 
 // A decimal number as written in the spec; v is capped at INT_MAX + 1 so an

@@ -68,11 +68,13 @@ static const struct hp_metric_row metrics[] = {
                         HP_NEEDS_NOTHING, false, true},
     [HP_METRIC_KL] = {"kl", "KL", +1, "nats",
                       "effect = the variant's KL(unmasked || masked) (nats; the baseline's is 0; larger = worse)",
-                      HP_BASELINE_UNMASKED, HP_SCORE_TOKENS, score_kl, HP_REDUCE_TOKENS, true, "kl"},
+                      HP_BASELINE_UNMASKED, HP_SCORE_TOKENS, score_kl, HP_REDUCE_TOKENS, true, "kl", HP_NEEDS_NOTHING, false,
+                      false, true},
     [HP_METRIC_ACC] = {"acc", "accuracy", -1, "fraction correct", "effect = baseline acc - acc (larger = worse)",
                        HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_acc, HP_REDUCE_TOKENS, false, NULL},
     [HP_METRIC_COS] = {"cos", "cosine", -1, "cosine similarity", "effect = baseline cos - cos (larger = worse)",
-                       HP_BASELINE_VARIANT, HP_SCORE_SEQS, NULL, HP_REDUCE_SEQS, true, "1 - cos"},
+                       HP_BASELINE_VARIANT, HP_SCORE_SEQS, NULL, HP_REDUCE_SEQS, true, "1 - cos", HP_NEEDS_NOTHING, false,
+                       true, true},
     /* task rows (docs/tasks.md): one scored item a row, its answer position, so token means are row means */
     [HP_METRIC_LOGIT_DIFF] = {"logit_diff", "logit difference", -1, "logits",
                               "effect = baseline logit_diff - logit_diff (logits; larger = worse)", HP_BASELINE_VARIANT,
@@ -181,6 +183,11 @@ enum hp_metric hp_metric_grad_of(enum hp_metric sweep_metric)
     return (int)sweep_metric >= 0 && (int)sweep_metric < HP_N_METRICS && metrics[sweep_metric].grad_studies
                ? sweep_metric
                : HP_METRIC_LOSS;
+}
+
+bool hp_metric_grad_zero_unmasked(enum hp_metric m)
+{
+    return (int)m >= 0 && (int)m < HP_N_METRICS && metrics[m].grad_zero_unmasked;
 }
 
 const char *hp_metric_grad_what(enum hp_metric m)

@@ -73,9 +73,12 @@ struct hp_metric_row {
      * unmasked model's logit_diff on the clean and on the corrupt prompts (eval.c, hp_eval_task_ready) */
     bool recovery;
     /* the gradient studies (importance, attribution, gradient-ranked curves) differentiate it when it is the
-     * sweep's metric: a gradient that says something at the unmasked model (loss, logit_diff; kl's and cos's
-     * vanish there); for any other sweep metric they differentiate the loss (hp_metric_grad_of) */
+     * sweep's metric: loss, logit_diff, and cos (an encoder's only metric); for any other sweep metric they
+     * differentiate the loss (hp_metric_grad_of: kl's gradient says nothing the loss's does not, acc has none) */
     bool grad_studies;
+    /* its gradient is identically 0 at the unmasked model, where it is minimal (kl, 1 - cos): a gradient
+     * study that differentiates it is taken at a base mask that removes heads (hp_plan_check_grad) */
+    bool grad_zero_unmasked;
 };
 
 /* The row of m, a value of the enum (asserted). Static. */

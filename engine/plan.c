@@ -104,6 +104,7 @@ static void study_clear(struct hp_study *s)
 {
     free(s->layers);
     free(s->units);
+    free(s->mask);
     const struct hp_study_kind_row *r = (int)s->kind >= 0 && s->kind < HP_STUDY_COUNT ? hp_study_row(s->kind) : NULL;
     if (r && r->clear)
         r->clear(s);
@@ -1227,6 +1228,10 @@ enum hp_status hp_plan_expand(const struct hp_plan *p, const struct hp_model_inf
                              .s = &p->studies[si]};
         const struct hp_study_kind_row *r = hp_study_row(e.s->kind);
         st = select_units(&e);
+        struct hp_mask *base = NULL; /* a mask: is checked against the model here, before anything runs */
+        if (st == HP_OK && e.s->mask)
+            st = hp_study_base_mask(p->path, e.s, info, &base, err);
+        hp_mask_free(base);
         int64_t n = st == HP_OK && r->count_jobs ? r->count_jobs(&e) : 0, limit = max_jobs(info);
         if (st == HP_OK && n > limit - jl->n)
             st = hp_ex_fail(&e, r->many_key, 0, NULL,
@@ -1248,17 +1253,35 @@ enum hp_status hp_plan_expand(const struct hp_plan *p, const struct hp_model_inf
 
 // --- gradients -----------------------------------------------------------------
 
-enum hp_status hp_plan_check_grad(const struct hp_plan *p, const struct hp_evaluator *ev, struct hp_error *err)
+enum hp_status hp_plan_check_grad(const struct hp_plan *p, const struct hp_evaluator *ev,
+                                  const struct hp_model_info *info, const char *metric, struct hp_error *err)
 {
-    if (hp_evaluator_has_metric(ev, "loss"))
-        return HP_OK;
-    for (int i = 0; i < p->n_studies; i++)
-        if (hp_study_needs_grad(&p->studies[i]))
-            return hp_fail(err, HP_ERR_PLAN,
-                           "%s:%d: study '%s' needs the gradient of a loss, but the model has none on this data "
-                           "(an encoder without a head is measured by cos, whose gradient vanishes at the "
-                           "unmasked model; use a causal LM, an MLM head with labelled data or a classifier, "
-                           "or drop the study)",
-                           p->path, p->studies[i].line, p->studies[i].name);
+    enum hp_metric m = HP_METRIC_LOSS;
+    hp_metric_parse(metric, &m); /* resolved by hp_evaluator_pick_metric: a name from the table */
+    const enum hp_metric gm = hp_metric_grad_of(m);
+    for (int i = 0; i < p->n_studies; i++) {
+        const struct hp_study *s = &p->studies[i];
+        if (!hp_study_needs_grad(s))
+            continue;
+        if (!hp_evaluator_has_metric(ev, hp_metric_name(gm))) /* e.g. acc where the data has no labels */
+            return hp_fail(err, HP_ERR_PLAN, "%s:%d: study '%s' differentiates %s, which the model does not have on "
+                           "this data (use a plan metric with a gradient the model has, or drop the study)",
+                           p->path, s->line, s->name, hp_metric_grad_what(gm));
+        if (!hp_metric_grad_zero_unmasked(gm))
+            continue;
+        struct hp_mask *base;
+        enum hp_status st = hp_study_base_mask(p->path, s, info, &base, err);
+        if (st)
+            return st;
+        const bool removes = hp_mask_first_changed(base, info->n_layers) < info->n_layers;
+        hp_mask_free(base);
+        int h0 = 0; /* the hint's head: the first the checkpoint has (a pruned one lacks some) */
+        while (info->pruned && h0 < info->n_layers * info->n_heads - 1 && info->pruned[h0])
+            h0++;
+        if (!removes)
+            return hp_fail(err, HP_ERR_PLAN, "%s:%d: study '%s' differentiates %s, whose gradient is 0 at the unmasked "
+                           "model: give it heads already removed to start from, e.g. mask: \"%d.%d\"",
+                           p->path, s->line, s->name, hp_metric_grad_what(gm), h0 / info->n_heads, h0 % info->n_heads);
+    }
     return HP_OK;
 }

@@ -36,8 +36,14 @@ static enum hp_status pick_scores(struct hq_query *q, const char *kind, const ch
     enum hp_status s = hq_has_table(q, "unit_scores", &yes);
     if (s != HP_OK)
         return s;
-    char fix[96];
-    snprintf(fix, sizeof fix, "add %s '%s' study to the plan and run it", strchr("aeiou", kind[0]) ? "an" : "a", kind);
+    char fix[192];
+    /* where the sweep's metric has no gradient at the unmasked model (an encoder's 1 - cos), a study without a
+     * mask: would be refused: the hint says what the plan takes */
+    const enum hp_metric gm = hp_metric_grad_of(q->ranked);
+    snprintf(fix, sizeof fix, "add %s '%s' study%s%s%s to the plan and run it", strchr("aeiou", kind[0]) ? "an" : "a",
+             kind, hp_metric_grad_zero_unmasked(gm) ? " with a mask: of heads already removed (the gradient of " : "",
+             hp_metric_grad_zero_unmasked(gm) ? hp_metric_grad_what(gm) : "",
+             hp_metric_grad_zero_unmasked(gm) ? " is 0 at the unmasked model)" : "");
     if (!yes)
         return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld%s has no %s study (the database predates gradient studies: "
                        "%s)", q->path, q->sweep, q->newest ? " (the newest)" : "", kind, fix);
@@ -80,7 +86,7 @@ static enum hp_status pick_scores(struct hq_query *q, const char *kind, const ch
     sqlite3_finalize(st);
     if (r < 0)
         return s;
-    char hint[160];
+    char hint[256];
     if (other)
         snprintf(hint, sizeof hint, "sweep %lld does: use %s %lld", other, q->sweep_opt, other);
     else
@@ -90,6 +96,24 @@ static enum hp_status pick_scores(struct hq_query *q, const char *kind, const ch
                        q->newest ? " (the newest)" : "", kind, want, hint);
     return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld%s has no %s study (%s)", q->path, q->sweep,
                    q->newest ? " (the newest)" : "", kind, hint);
+}
+
+/* The mask (canonical text, "" for none) the study's gradient was taken at: its mask:, the heads already removed. */
+static enum hp_status scores_mask(struct hq_query *q, const char *study, char *mask, size_t size)
+{
+    sqlite3_stmt *st;
+    enum hp_status s = hq_prep(q, &st, "SELECT g.mask_text FROM unit_scores u JOIN gradients g ON g.id = u.gradient_id "
+                                    "WHERE u.sweep_id = ? AND u.study = ? AND u.step = 0 LIMIT 1");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
+    mask[0] = '\0';
+    int r = hq_step(q, st, &s);
+    if (r == 1)
+        snprintf(mask, size, "%s", hq_col_text(st, 0));
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
 }
 
 /* The study's rows (step 0), in (layer, unit) order. *rows is the caller's (free) even on failure. */
@@ -127,7 +151,8 @@ static enum hp_status scores_load(struct hq_query *q, const char *study, struct 
     return r < 0 ? s : HP_OK;
 }
 
-/* The sweep's first attribution study over units of kind kv (name "" when none, or no unit_scores table). */
+/* The sweep's first attribution study over units of kind kv taken at the unmasked model, whose estimates are of
+ * what single studies measure (name "" when none, or no unit_scores table). */
 enum hp_status hq_heads_atp(struct hq_query *q, bool kv, char *name, size_t size, struct score_row **rows, size_t *n)
 {
     bool yes = false;
@@ -135,8 +160,9 @@ enum hp_status hq_heads_atp(struct hq_query *q, bool kv, char *name, size_t size
     if (s != HP_OK || !yes)
         return s;
     sqlite3_stmt *st;
-    if ((s = hq_prep(q, &st, "SELECT study FROM unit_scores WHERE sweep_id = ? AND kind = 'attribution' AND kv = ? "
-                          "ORDER BY study LIMIT 1")) != HP_OK)
+    if ((s = hq_prep(q, &st, "SELECT u.study FROM unit_scores u JOIN gradients g ON g.id = u.gradient_id "
+                          "WHERE u.sweep_id = ? AND u.kind = 'attribution' AND u.kv = ? AND g.mask_text = '' "
+                          "ORDER BY u.study LIMIT 1")) != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, q->sweep);
     sqlite3_bind_int(st, 2, kv);
@@ -187,8 +213,11 @@ enum hp_status hq_importance(struct hq_query *q, const struct hp_query_opts *opt
     enum hp_status s = pick_scores(q, "importance", study, &pk);
     struct score_row *rows = NULL;
     size_t n = 0;
+    char mask[256] = "";
     if (s == HP_OK)
         s = scores_load(q, pk.name, &rows, &n);
+    if (s == HP_OK)
+        s = scores_mask(q, pk.name, mask, sizeof mask);
     if (s != HP_OK) {
         free(rows);
         return s;
@@ -207,11 +236,12 @@ enum hp_status hq_importance(struct hq_query *q, const struct hp_query_opts *opt
     }
     hq_tb_note(&b,
             "sweep %lld, study %s (%s), normalize %s; importance = E|dL/dgate| (Michel et al.): the absolute "
-            "gradient of the %s at the unit's gate%s, per sequence, averaged as the metric weights sequences%s; raw "
-            "before normalising%s; most important first",
+            "gradient of the %s at the unit's gate%s%s%s%s, per sequence, averaged as the metric weights sequences%s; "
+            "raw before normalising%s; most important first",
             q->sweep, pk.name, pk.kv ? "KV groups" : "query heads", n ? rows[0].normalize : "?",
             hp_metric_grad_what(hp_metric_grad_of(q->ranked)),
             pk.kv ? " (a KV group's: its heads' gradients summed)" : "",
+            mask[0] ? " with the heads of the study's mask " : "", mask, mask[0] ? " already removed (left out)" : "",
             n && strcmp(rows[0].normalize, "layer") == 0 ? ", divided by its layer's L2 norm" : "",
             pk.n_all > 1 ? "; other importance studies: choose with --study" : "");
     free(rows);
@@ -301,6 +331,12 @@ enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *op
     enum hp_status s = pick_scores(q, "attribution", study, &pk);
     struct score_row *rows = NULL;
     size_t n = 0;
+    char mask[256] = "";
+    if (s == HP_OK && (s = scores_mask(q, pk.name, mask, sizeof mask)) == HP_OK && mask[0])
+        return hp_fail(q->err, HP_ERR_ARG,
+                       "%s: attribution study '%s' is taken at its mask %s: each estimate is of removing a unit on "
+                       "top of those heads, which no single study measures (the estimates are in the database's "
+                       "unit_scores, study '%s')", q->path, pk.name, mask, pk.name);
     if (s == HP_OK)
         s = scores_load(q, pk.name, &rows, &n);
     if (s == HP_OK)

@@ -106,7 +106,7 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         hp_evaluator_keep_grad_metrics(c.ev, true); /* a gradient-ranked curve's points (hp_job.grad_pass) */
     }
     if (st == HP_OK) /* before the database is touched: nothing is written for a plan refused */
-        st = hp_plan_check_grad(plan, c.ev, err);
+        st = hp_plan_check_grad(plan, c.ev, c.info, metric, err);
     for (int si = 0; st == HP_OK && si < plan->n_studies; si++) { /* ... nor for data a procedure refuses */
         const struct sw_proc *p = procs[hp_study_run_of(plan->studies[si].kind)];
         st = p->check ? p->check(&c, si, err) : HP_OK;

@@ -82,7 +82,12 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
     bool *pruned = calloc((size_t)in->n_layers * per_layer, sizeof *pruned);
     struct scored *cand = malloc(sizeof *cand * (size_t)in->n_layers * per_layer);
     int *left_in_layer = calloc((size_t)in->n_layers, sizeof *left_in_layer);
-    struct hp_mask *base = hp_mask_new(in->n_layers, in->n_heads);
+    struct hp_mask *base = NULL; /* from the study's mask: (its units out of play), then every unit pruned so far */
+    enum hp_status st = hp_study_base_mask(c->plan->path, s, in, &base, err);
+    if (st) {
+        free(units), free(pruned), free(cand), free(left_in_layer);
+        return st;
+    }
     size_t nu = (size_t)in->n_layers * per_layer;
     struct hp_job *cjobs = malloc(sizeof *cjobs * nu);
     int64_t *cords = malloc(sizeof *cords * nu);
@@ -103,14 +108,14 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
     for (int l = 0; l < in->n_layers; l++)
         for (int u = 0; u < per_layer; u++)
             if (sw_selected(s->n_layers_sel, s->layers, l) && sw_selected(s->n_units_sel, s->units, u) &&
-                !hp_unit_pruned(in, s->kv, l, u)) {
+                !hp_unit_pruned(in, s->kv, l, u) && !hp_mask_unit_ablated(base, in, s->kv, l, u)) {
                 units[n++] = (struct unit){l, u};
                 left_in_layer[l]++;
             }
     struct hp_iterative_schedule sc = hp_study_schedule(s, in); /* hp_study_evals counts by it too */
     assert(sc.n_units == n);
     int n_pruned = 0;
-    enum hp_status st = HP_OK;
+    const bool from_base = hp_mask_first_changed(base, in->n_layers) < in->n_layers;
 
     for (int step = 0; st == HP_OK && !sw_stopping(c); step++) {
         /* the curve point: everything pruned so far */
@@ -120,12 +125,12 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
         int64_t o_point = (*ord)++;
         int want = hp_iterative_step(&sc, n - n_pruned);
         const bool all = want == n - n_pruned; /* hp_study_evals and hp_study_backwards count the same */
-        /* ranked by gradient: the gradient at the current mask, then the point: that pass's metrics (at step 0
-         * the unmasked model's, the baseline's bits; past it a result of its own, job.grad_pass) */
+        /* ranked by gradient: the gradient at the current mask, then the point: that pass's metrics (at the
+         * unmasked model the baseline's bits; at any other mask a result of its own, job.grad_pass) */
         struct hp_job gj = {.study = si, .step = step, .k = -1, .layer = -1, .unit = -1, .unit2 = -1, .mask = base};
         if (by_grad && want > 0 && !all && ((st = sw_gradient_at(c, base, &gb, &gj, err)) != HP_OK || sw_stopping(c)))
             break;
-        point.grad_pass = by_grad && want > 0 && !all && n_pruned > 0; /* --plain: its own whole pass */
+        point.grad_pass = by_grad && want > 0 && !all && (n_pruned > 0 || from_base); /* --plain: its own whole pass */
         st = sw_run_jobs(c, &o_point, &point, 1, NULL, NULL, err);
         if (st != HP_OK || want == 0)
             break;

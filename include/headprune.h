@@ -381,6 +381,10 @@ int hp_unit_label(char *buf, size_t size, bool kv, int layer, int unit);
  * The unit must exist in m (as hp_unit_count and hp_unit_width say). */
 void hp_mask_set_unit(struct hp_mask *m, const struct hp_model_info *info, bool kv, int layer, int unit, float g);
 
+/* Whether every query head of unit (layer, unit) is at gate 0 in m (a study's base mask: the unit is already
+ * removed). The unit must exist in m, as for hp_mask_set_unit. */
+bool hp_mask_unit_ablated(const struct hp_mask *m, const struct hp_model_info *info, bool kv, int layer, int unit);
+
 /* The first layer with a gate that is not 1, where a variant's forward starts
  * to differ from the unmasked model's; n_layers when nothing is ablated
  * (also for m == NULL, which is given as n_layers). */
@@ -499,10 +503,15 @@ double hp_metric_effect(enum hp_metric m, double v, double b);
 bool hp_metric_has_grad(enum hp_metric m);
 
 /* What a sweep's gradient studies (importance, attribution, a gradient-ranked curve) differentiate when the
- * sweep's metric is m: m itself where its gradient says something at the unmasked model (loss, logit_diff),
- * else the loss (kl's and cos's gradients vanish there; acc has none). The one statement of the rule: the
- * sweep, its job keys and the queries derive from it. */
+ * sweep's metric is m: m itself for loss, logit_diff and cos (an encoder without a head has no other: its
+ * studies need a base mask, hp_metric_grad_zero_unmasked), else the loss (kl's gradient vanishes at the
+ * unmasked model where the loss's does not; acc has none). The one statement of the rule: the sweep, its job
+ * keys and the queries derive from it. */
 enum hp_metric hp_metric_grad_of(enum hp_metric sweep_metric);
+
+/* Whether m's gradient is identically 0 at the unmasked model, where m is minimal (kl, cos as 1 - cos): a
+ * gradient study that differentiates it must start from heads already removed (a study's mask:). */
+bool hp_metric_grad_zero_unmasked(enum hp_metric m);
 
 /* What hp_evaluator_grad differentiates for m, signed so that larger = worse: "loss", "kl", "1 - cos",
  * "-logit_diff"; "" for a metric without a gradient. Static. */
@@ -925,6 +934,9 @@ struct hp_study {
     /* How gradient scores are scaled (default layer). Shared by two kinds, importance and iterative with
      * rank: gradient, so it is no one kind's: a field here rather than a copy in each kind's struct. */
     enum hp_normalize normalize;
+    /* mask: (importance, attribution, iterative), likewise shared: the units already removed where the study
+     * starts, a mask spec in --mask syntax (owned; NULL: none), parsed against the model by hp_study_base_mask */
+    char *mask;
     /* the kind's own options: only s->kind's member is filled, the rest stay zeroed */
     struct hp_study_random_opts random;
     struct hp_study_explicit_opts explicit_sets; /* not `explicit`: this header is C++'s too */
@@ -996,7 +1008,7 @@ void hp_joblist_free(struct hp_joblist *jl);
  * step, and hp_study_evals counts its evaluations by it.
  */
 struct hp_iterative_schedule {
-    int n_units;     /* units in play: the study's layers x units */
+    int n_units;     /* units in play: the study's layers x units, less those its mask: removed */
     int n_layers;    /* layers in play */
     int per_step;    /* units pruned per step: prune_frac of n_units, at least 1 */
     int floor_units; /* stop once at most this many remain: floor_frac of n_units, rounded up, and with
@@ -1041,15 +1053,29 @@ long hp_study_backwards(const struct hp_study *s, const struct hp_model_info *in
 enum hp_status hp_gates_data_load(const struct hp_plan *p, const char *metric, struct hp_model *m,
                                   struct hp_data **data, struct hp_data **train, struct hp_error *err);
 
-/* Whether the study needs the gradient of the loss (importance, attribution, iterative rank: gradient). */
+/* Whether the study needs a gradient (importance, attribution, iterative rank: gradient). */
 bool hp_study_needs_grad(const struct hp_study *s);
 
 /*
- * Refuse a plan whose gradient studies the model and data cannot serve (no
- * loss: an encoder without a head, measured by cos), before anything runs:
- * one line naming the plan, the study and why. ev: the plan's evaluator.
+ * The study's base mask on the model: its mask: (the units already removed
+ * where it starts; all ones without one), heads the checkpoint lacks dropped
+ * (hp_mask_drop_absent). plan_path names the plan in errors, one line with
+ * the study's line. Destructor: hp_mask_free.
  */
-enum hp_status hp_plan_check_grad(const struct hp_plan *p, const struct hp_evaluator *ev, struct hp_error *err);
+enum hp_status hp_study_base_mask(const char *plan_path, const struct hp_study *s, const struct hp_model_info *info,
+                                  struct hp_mask **out, struct hp_error *err);
+
+/*
+ * Refuse a plan whose gradient studies would have no gradient to read, before
+ * anything runs: what they differentiate (hp_metric_grad_of the plan's
+ * metric, as hp_evaluator_pick_metric resolved it) must be a metric the
+ * model has on the data, and where its gradient is 0 at the unmasked model
+ * (an encoder without a head: 1 - cos) the study must start from a base
+ * mask that removes heads. One line naming the plan, the study and what
+ * would work. ev: the plan's evaluator; info: its model's.
+ */
+enum hp_status hp_plan_check_grad(const struct hp_plan *p, const struct hp_evaluator *ev,
+                                  const struct hp_model_info *info, const char *metric, struct hp_error *err);
 
 // --- gradient scores ----------------------------------------------------------
 

@@ -453,7 +453,7 @@ Test(plan, unknown_keys_with_suggestions)
                "unknown key 'layer' in a 'single' study", "(did you mean 'layers'?)");
     load_fails(HEAD "  - iterative: {prune: 10%, retain: true}\n", 5, "retain",
                "unknown key 'retain'", "(expected name, layers, heads, groups, kv, prune, "
-               "floor, keep_one_per_layer, rank or normalize)");
+               "floor, keep_one_per_layer, rank, normalize or mask)");
     // an abbreviation of a key is recognised
     load_fails(HEAD "  - iterative: {prune: 10%, keep_one: true}\n", 5, "keep_one",
                "unknown key 'keep_one'", "(did you mean 'keep_one_per_layer'?)");
@@ -472,6 +472,8 @@ Test(plan, options_that_do_not_apply)
                "'heads' does not apply to a 'baseline' study", NULL);
     load_fails(HEAD "  - pairs: {prune: 10%}\n", 5, "prune", "'prune' does not apply to a 'pairs'",
                "(iterative studies take it)");
+    load_fails(HEAD "  - single: {mask: \"0.1\"}\n", 5, "mask", "'mask' does not apply to a 'single' study",
+               "(iterative, importance and attribution studies take it)");
 }
 
 Test(plan, wrong_types_and_values)

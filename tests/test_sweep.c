@@ -581,15 +581,27 @@ static int stored_scores(const char *db, const char *study, int step, double *ou
     return n;
 }
 
-/* Every unit's importance worked from torch's per-sequence shares (grad.json, case "none"), as Michel et al. */
-static void torch_importance(int L, int H, int per, bool by_layer, double *out)
+/* A case of fixture's torch reference (grad.json), asserted to be named name; *ref and *txt are the caller's. */
+static cJSON *torch_case(const char *fixture, int i, const char *name, cJSON **ref, char **txt)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/llama-gqa/grad.json", getenv("HP_FIXTURES"));
-    char *txt = tu_slurp(path, NULL);
-    cJSON *ref = cJSON_Parse(txt), *c = cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "cases"), 0);
-    cr_assert_str_eq(cJSON_GetObjectItem(c, "name")->valuestring, "none");
-    cJSON *sg = cJSON_GetObjectItem(c, "seq_grad");
+    snprintf(path, sizeof path, "%s/%s/grad.json", getenv("HP_FIXTURES"), fixture);
+    *txt = tu_slurp(path, NULL);
+    *ref = cJSON_Parse(*txt);
+    cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(*ref, "cases"), i);
+    cr_assert(c, "%s has no case %d", path, i);
+    cr_assert_str_eq(cJSON_GetObjectItem(c, "name")->valuestring, name);
+    return c;
+}
+
+/* Every unit's importance worked from torch's per-sequence shares (fixture's grad.json, case i, named name), as
+ * Michel et al. */
+static void torch_importance_of(const char *fixture, int i, const char *name, int L, int H, int per, bool by_layer,
+                                double *out)
+{
+    cJSON *ref;
+    char *txt;
+    cJSON *sg = cJSON_GetObjectItem(torch_case(fixture, i, name, &ref, &txt), "seq_grad");
     const int U = H / per;
     for (int l = 0; l < L; l++) {
         double ss = 0;
@@ -609,6 +621,12 @@ static void torch_importance(int L, int H, int per, bool by_layer, double *out)
     }
     cJSON_Delete(ref);
     free(txt);
+}
+
+/* llama-gqa's at the unmasked model (case "none") */
+static void torch_importance(int L, int H, int per, bool by_layer, double *out)
+{
+    torch_importance_of("llama-gqa", 0, "none", L, H, per, by_layer, out);
 }
 
 static void expect_close(const char *what, const double *got, const double *want, int n, double rel)
@@ -821,16 +839,215 @@ Test(sweep, gradient_studies_match_independent_references)
     hp_plan_free(p);
 }
 
-Test(sweep, a_gradient_study_on_a_model_without_a_loss_is_refused_before_anything_runs)
+/* 1 - the mean cosine at mask's gates (zero ablation): what an encoder's gradient studies differentiate */
+static double one_minus_cos(struct hp_evaluator *ev, const struct hp_mask *mk)
 {
-    char p[1024];
-    write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", "studies: [single, {importance: {kv: true}}]\n");
-    refused(p, "study 'importance' needs the gradient of a loss");
-    write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", "studies: [attribution]\n");
-    refused(p, "study 'attribution' needs the gradient of a loss");
+    struct hp_metrics *mt;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_evaluator_run(ev, mk, HP_ABLATE_ZERO, &mt, &err), HP_OK, "%s", err.msg);
+    double v = 1 - mt->cos;
+    hp_metrics_free(mt);
+    return v;
+}
+
+/* The text of the first row of SQL q on db (one ? bound to the int b), into out. */
+static void sql_text(const char *db, const char *q, int b, char *out, size_t n)
+{
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
+    sqlite3_bind_int(st, 1, b);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s (%d): no row", q, b);
+    snprintf(out, n, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+}
+
+/*
+ * An encoder without a head (bert-encoder) differentiates 1 - cos, whose gradient is 0 at the unmasked model, so
+ * its gradient studies start from a mask: of heads already removed, here 0.1 and 1.2 (torch's case cos_partial):
+ *  - importance against Michel's formula applied here to torch autograd's per-sequence gradients at that mask;
+ *  - attribution against torch's first-order estimates there;
+ *  - the gradient the sweep stored there against torch's, and against central differences of the engine's own
+ *    forward (hp_evaluator_run at gates g +- eps, Richardson-extrapolated as test_grad's), a second path;
+ *  - the gradient-ranked curve starts at that mask (written in another order: the same gradient as the studies'),
+ *    and its first step prunes the two heads least important by the importance worked here from torch's;
+ *  - the mask's heads are in no study's rows.
+ */
+Test(sweep, an_encoders_gradient_studies_from_a_mask_match_torch_and_finite_differences)
+{
+    char p[1024], db[128], args[2048], errs[4096];
     write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl",
-                       "studies: [{iterative: {prune: 50%, rank: gradient, name: curve}}]\n");
-    refused(p, "study 'curve' needs the gradient of a loss");
+                       "studies:\n  - single\n  - importance: {mask: \"0.1,1.2\"}\n  - attribution: {mask: \"0.1,1.2\"}\n"
+                       "  - iterative: {name: curve, prune: 25%, floor: 50%, rank: gradient, mask: \"1.2,0.1\"}\n");
+    path(db, sizeof db, "enc-grad.db");
+    snprintf(args, sizeof args, "run %s --db %s --quiet --threads 1", p, db);
+    cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "%s", errs);
+    enum { L = 2, H = 4 };
+    const int dead[2] = {0 * H + 1, 1 * H + 2};
+    double got[L * H], want[L * H];
+
+    /* importance, normalize layer: over the six live heads */
+    for (int i = 0; i < L * H; i++)
+        got[i] = NAN;
+    torch_importance_of("bert-encoder", 0, "cos_partial", L, H, 1, true, want);
+    cr_assert_eq(stored_scores(db, "importance", 0, got, H), L * H - 2);
+    for (int k = 0; k < 2; k++) {
+        cr_assert(isnan(got[dead[k]]), "head %d of the mask: is scored", dead[k]);
+        got[dead[k]] = want[dead[k]] = 0;
+    }
+    expect_close("encoder importance", got, want, L * H, 1e-4);
+    double imp[L * H];
+    memcpy(imp, want, sizeof imp);
+
+    /* attribution and the gradient itself against torch's */
+    cJSON *ref;
+    char *txt;
+    const cJSON *c = torch_case("bert-encoder", 0, "cos_partial", &ref, &txt);
+    double tg[L * H], ta[L * H];
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++) {
+            tg[l * H + h] = cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "grad"), l), h)->valuedouble;
+            ta[l * H + h] = cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "atp"), l), h)->valuedouble;
+        }
+    cJSON_Delete(ref);
+    free(txt);
+    for (int i = 0; i < L * H; i++)
+        got[i] = NAN;
+    cr_assert_eq(stored_scores(db, "attribution", 0, got, H), L * H - 2);
+    for (int k = 0; k < 2; k++)
+        got[dead[k]] = ta[dead[k]] = 0;
+    expect_close("encoder attribution", got, ta, L * H, 1e-4);
+    double g[L * H];
+    {
+        sqlite3 *h;
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        cr_assert_eq(sqlite3_prepare_v2(h, "SELECT grad FROM gradients WHERE mask_text = '0.1,1.2'", -1, &st, NULL),
+                     SQLITE_OK);
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "no gradient at the mask");
+        cr_assert_eq(sqlite3_column_bytes(st, 0), (int)sizeof g);
+        memcpy(g, sqlite3_column_blob(st, 0), sizeof g);
+        sqlite3_finalize(st);
+        sqlite3_close(h);
+    }
+    expect_close("encoder gradient (torch)", g, tg, L * H, 1e-4);
+
+    /* ... and against finite differences of the engine's forward, at every gate (dead ones at 0: zero ablation) */
+    struct hp_model *m;
+    struct hp_data *d;
+    struct hp_evaluator *ev;
+    struct hp_error err = {0};
+    char dir[1024], data[1100];
+    snprintf(dir, sizeof dir, "%s/bert-encoder", getenv("HP_FIXTURES"));
+    snprintf(data, sizeof data, "%s/data.jsonl", dir);
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(data, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    struct hp_mask *mk = hp_mask_new(L, H);
+    mk->gate[dead[0]] = mk->gate[dead[1]] = 0.0f;
+    double fd[L * H];
+    for (int i = 0; i < L * H; i++) {
+        double dd[2];
+        for (int k = 0; k < 2; k++) {
+            const float g0 = mk->gate[i], e = (float)(1e-2 / (1 + k));
+            mk->gate[i] = g0 + e;
+            const double lp = one_minus_cos(ev, mk);
+            mk->gate[i] = g0 - e;
+            const double lm = one_minus_cos(ev, mk);
+            mk->gate[i] = g0;
+            dd[k] = (lp - lm) / (double)((g0 + e) - (g0 - e));
+        }
+        fd[i] = (4 * dd[1] - dd[0]) / 3; /* Richardson: the eps^2 term of the central difference cancels */
+    }
+    expect_close("encoder gradient (finite differences)", g, fd, L * H, 1e-3);
+    hp_mask_free(mk);
+    hp_evaluator_free(ev);
+    hp_data_free(d);
+    hp_model_close(m);
+
+    /* the curve: 6 heads in play, 2 a step down to 3 (6, 4, 3); its start is the studies' gradient */
+    char text[256], want_text[64];
+    sql_text(db, "SELECT mask_text FROM jobs WHERE study = 'curve' AND kind = 'iterative' AND step = ?", 0, text,
+             sizeof text);
+    cr_expect_str_eq(text, "0.1,1.2");
+    cr_assert_eq(count(db, "SELECT count(*) FROM gradients"), 2, "the mask's (shared by the three studies) and the "
+                 "curve's after its first step");
+    bool gone[L * H] = {false};
+    gone[dead[0]] = gone[dead[1]] = true;
+    for (int n = 0; n < 2; n++) { /* the least important live head, the first on ties */
+        int best = -1;
+        for (int i = 0; i < L * H; i++)
+            if (!gone[i] && (best < 0 || imp[i] < imp[best]))
+                best = i;
+        gone[best] = true;
+    }
+    struct hp_mask *want_mk = hp_mask_new(L, H);
+    for (int i = 0; i < L * H; i++)
+        want_mk->gate[i] = gone[i] ? 0.0f : 1.0f;
+    char *wt = hp_mask_format(want_mk);
+    snprintf(want_text, sizeof want_text, "%s", wt);
+    free(wt);
+    hp_mask_free(want_mk);
+    sql_text(db, "SELECT mask_text FROM jobs WHERE study = 'curve' AND kind = 'iterative' AND step = ?", 1, text,
+             sizeof text);
+    cr_expect_str_eq(text, want_text, "the curve's first step pruned %s, torch's importance says %s", text, want_text);
+    cr_expect_eq(count(db, "SELECT count(*) FROM jobs WHERE study = 'curve' AND kind = 'iterative'"), 3);
+    cr_expect_eq(count(db, "SELECT count(*) FROM unit_scores WHERE study = 'curve' AND label IN ('0.1', '1.2')"), 0);
+
+    /* the queries: importance says where it was taken; attribution has no exact effect to rank against */
+    struct hp_query_opts qo = {.kind = HP_QUERY_IMPORTANCE};
+    struct hp_table *t;
+    cr_assert_eq(hp_query(db, &qo, &t, &err), HP_OK, "%s", err.msg);
+    cr_expect_eq(t->n_rows, L * H - 2);
+    cr_expect(strstr(t->note, "1 - cos at the unit's gate with the heads of the study's mask 0.1,1.2 already removed"),
+              "%s", t->note);
+    hp_table_free(t);
+    qo = (struct hp_query_opts){.kind = HP_QUERY_ATTRIBUTION};
+    cr_assert_eq(hp_query(db, &qo, &t, &err), HP_ERR_ARG);
+    cr_expect(strstr(err.msg, "attribution study 'attribution' is taken at its mask 0.1,1.2"), "%s", err.msg);
+    /* nor does heads show its estimates beside the single effects */
+    qo = (struct hp_query_opts){.kind = HP_QUERY_HEADS, .study = "single"};
+    cr_assert_eq(hp_query(db, &qo, &t, &err), HP_OK, "%s", err.msg);
+    for (int i = 0; i < t->n_cols; i++)
+        cr_expect_str_neq(t->cols[i], "atp");
+    hp_table_free(t);
+}
+
+/*
+ * An encoder without a head differentiates 1 - cos, whose gradient is 0 at the unmasked model: a gradient study
+ * that starts there is refused, and the hint's mask: is then taken (the same plan with it passes `plan`).
+ */
+Test(sweep, a_gradient_study_of_an_encoder_at_the_unmasked_model_is_refused_before_anything_runs)
+{
+    char p[1024], args[2048], errs[4096];
+    const char *const studies[][2] = {
+        {"studies: [single, {importance: {kv: true}}]\n", "studies: [single, {importance: {kv: true, mask: \"0.0\"}}]\n"},
+        {"studies: [attribution]\n", "studies: [{attribution: {mask: \"0.0\"}}]\n"},
+        {"studies: [{iterative: {prune: 50%, rank: gradient, name: curve}}]\n",
+         "studies: [{iterative: {prune: 50%, rank: gradient, name: curve, mask: \"0.0\"}}]\n"},
+        /* a mask that removes nothing is no start either */
+        {"studies: [{importance: {mask: \"\"}}]\n", NULL},
+    };
+    const char *const names[] = {"importance", "attribution", "curve", "importance"};
+    for (int i = 0; i < 4; i++) {
+        write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", studies[i][0]);
+        char words[256];
+        snprintf(words, sizeof words, "study '%s' differentiates 1 - cos, whose gradient is 0 at the unmasked model: "
+                 "give it heads already removed to start from, e.g. mask: \"0.0\"", names[i]);
+        refused(p, words);
+        if (!studies[i][1])
+            continue;
+        write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", studies[i][1]);
+        snprintf(args, sizeof args, "plan %s", p);
+        cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "the hint's mask: is refused: %s", errs);
+    }
+    /* a mask: the model cannot have, and one not a spec */
+    write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", "studies: [{importance: {mask: \"5.0\"}}]\n");
+    refused(p, "study 'importance': mask: ");
+    write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", "studies: [{attribution: {mask: [0.1]}}]\n");
+    refused(p, "'mask' needs a mask spec of the heads already removed");
     /* and the mistakes a plan can make with them: one line, exit 1, nothing written */
     write_fixture_plan(p, sizeof p, "llama-gqa", "data.npy", "studies: [{iterative: {prune: 10%, rank: other}}]\n");
     refused(p, "'rank' must be exact or gradient, not 'other'");
@@ -838,7 +1055,6 @@ Test(sweep, a_gradient_study_on_a_model_without_a_loss_is_refused_before_anythin
     refused(p, "unknown key 'normalise' in an 'importance' study");
     /* the exact-ranked curve is fine on the same model: it ranks by the cosine */
     write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", "studies: [{iterative: {prune: 50%}}]\n");
-    char args[2048], errs[4096];
     snprintf(args, sizeof args, "plan %s", p);
     cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "%s", errs);
 }

@@ -56,7 +56,7 @@ static bool plan_open(const char *path, struct planned *r, struct hp_error *err)
            hp_ablation_bind_data(r->p->ablation, r->d, err) == HP_OK &&
            hp_evaluator_new(r->m, r->d, &r->ev, err) == HP_OK &&
            hp_evaluator_pick_metric(r->ev, r->p->path, r->p->metric, &r->metric, err) == HP_OK &&
-           hp_plan_check_grad(r->p, r->ev, err) == HP_OK &&
+           hp_plan_check_grad(r->p, r->ev, hp_model_get_info(r->m), r->metric, err) == HP_OK &&
            hp_gates_data_load(r->p, r->metric, r->m, &r->d, &r->train, err) == HP_OK &&
            hp_plan_expand(r->p, hp_model_get_info(r->m), &r->jl, err) == HP_OK;
 }

@@ -1,6 +1,7 @@
 /*
  * iterative.c -- the iterative study: a pruning curve (Michel et al.). From
- * the whole model, each step prunes prune: of the study's units, those whose
+ * the whole model (or its mask:, whose units are then out of play), each
+ * step prunes prune: of the study's units, those whose
  * loss hurts least (rank: exact, one evaluation a candidate) or the least
  * important by the gradient under the current mask (rank: gradient, one
  * backward a step), until at most floor: of them is left. Its jobs depend on
@@ -43,7 +44,7 @@ static enum hp_status parse_rank(const struct hp_loader *ld, const yaml_node_t *
     return st;
 }
 
-enum { O_PRUNE, O_FLOOR, O_KEEP1, O_RANK, O_NORMALIZE, N_OPTS };
+enum { O_PRUNE, O_FLOOR, O_KEEP1, O_RANK, O_NORMALIZE, O_MASK, N_OPTS };
 
 static const struct hp_study_opt opts[N_OPTS] = {
     [O_PRUNE] = {"prune", parse_prune},
@@ -51,6 +52,7 @@ static const struct hp_study_opt opts[N_OPTS] = {
     [O_KEEP1] = {"keep_one_per_layer", parse_keep1},
     [O_RANK] = {"rank", parse_rank},
     [O_NORMALIZE] = {"normalize", hp_study_parse_normalize},
+    [O_MASK] = {"mask", hp_study_parse_mask},
 };
 
 static enum hp_status check(const struct hp_loader *ld, const struct hp_study_seen *seen, struct hp_study *s)
@@ -65,7 +67,13 @@ static enum hp_status check(const struct hp_loader *ld, const struct hp_study_se
 
 struct hp_iterative_schedule hp_study_schedule(const struct hp_study *s, const struct hp_model_info *info)
 {
-    /* the selected units the checkpoint has, and the layers that have any */
+    /* the selected units the checkpoint has and the base mask leaves, and the layers that have any (a mask:
+     * that does not parse was refused at expansion; here, or out of memory, it is taken as none, and the
+     * sweep's own parse fails) */
+    struct hp_error ignored;
+    struct hp_mask *base = NULL;
+    if (s->mask && hp_study_base_mask("", s, info, &base, &ignored) != HP_OK)
+        base = NULL;
     const int per_layer = hp_unit_count(info, s->kv), n_lay = s->n_layers_sel ? s->n_layers_sel : info->n_layers,
               n_sel = s->n_units_sel ? s->n_units_sel : per_layer;
     int n = 0, layers = 0;
@@ -74,11 +82,13 @@ struct hp_iterative_schedule hp_study_schedule(const struct hp_study *s, const s
         int k = 0;
         for (int j = 0; j < n_sel; j++) {
             const int u = s->n_units_sel ? s->units[j] : j;
-            k += l < info->n_layers && u < per_layer && !hp_unit_pruned(info, s->kv, l, u);
+            k += l < info->n_layers && u < per_layer && !hp_unit_pruned(info, s->kv, l, u) &&
+                 !(base && hp_mask_unit_ablated(base, info, s->kv, l, u));
         }
         n += k;
         layers += k > 0;
     }
+    hp_mask_free(base);
     struct hp_iterative_schedule sc = {n, layers, (int)fmax(1.0, round(s->iterative.prune_frac * n)),
                                        (int)ceil(s->iterative.floor_frac * n - 1e-9)};
     /* one unit a layer stays: the curve ends there, whatever the floor */
@@ -150,9 +160,11 @@ static void describe(const struct hp_study *s, const struct hp_model_info *info,
     (void)info, (void)metric;
     if (s->iterative.rank == HP_RANK_GRADIENT)
         snprintf(buf, cap, "%ld evaluations + %ld forward+backward passes (ranked by gradient importance, "
-                 "normalize %s)", c->evals, c->backwards, hp_normalize_name(s->normalize));
+                 "normalize %s%s%s)", c->evals, c->backwards, hp_normalize_name(s->normalize),
+                 s->mask ? ", from mask " : "", s->mask ? s->mask : "");
     else
-        snprintf(buf, cap, "about %ld evaluations (masks depend on results)", c->evals);
+        snprintf(buf, cap, "about %ld evaluations (masks depend on results%s%s)", c->evals,
+                 s->mask ? ", from mask " : "", s->mask ? s->mask : "");
 }
 
 const struct hp_study_kind_row hp_study_iterative = {

@@ -113,3 +113,18 @@ bool hp_study_always_grad(const struct hp_study *s)
     (void)s;
     return true;
 }
+
+// --- mask: the units a study starts without (its parse is importance.c's) ----------
+
+enum hp_status hp_study_base_mask(const char *plan_path, const struct hp_study *s, const struct hp_model_info *info,
+                                  struct hp_mask **out, struct hp_error *err)
+{
+    struct hp_error merr;
+    enum hp_status st = hp_mask_parse(s->mask ? s->mask : "", false, info, out, &merr);
+    if (st == HP_ERR_NOMEM)
+        return hp_fail(err, st, "%s", merr.msg);
+    if (st)
+        return hp_fail(err, HP_ERR_PLAN, "%s:%d: study '%s': mask: %s", plan_path, s->line, s->name, merr.msg);
+    hp_mask_drop_absent(*out, info);
+    return HP_OK;
+}

@@ -260,6 +260,10 @@ static inline const struct hp_study_kind_row *hp_study_row(enum hp_study_kind k)
 long hp_study_one_backward(const struct hp_study *s, const struct hp_model_info *info);
 bool hp_study_always_grad(const struct hp_study *s);
 
+/* mask: (importance.c) the units already removed where a study starts, read by importance, attribution and iterative:
+ * the spec is kept as text, parsed against the model by hp_study_base_mask */
+enum hp_status hp_study_parse_mask(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s);
+
 /* normalize: (importance.c) read by importance and by iterative with rank: gradient */
 enum hp_status hp_study_parse_normalize(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s);
 
