@@ -1275,11 +1275,12 @@ enum hp_status hp_plan_check_grad(const struct hp_plan *p, const struct hp_evalu
             return st;
         const bool removes = hp_mask_first_changed(base, info->n_layers) < info->n_layers;
         hp_mask_free(base);
+        if (removes)
+            continue;
         int h0 = 0; /* the hint's head: the first the checkpoint has (a pruned one lacks some) */
         while (info->pruned && h0 < info->n_layers * info->n_heads - 1 && info->pruned[h0])
             h0++;
-        if (!removes)
-            return hp_fail(err, HP_ERR_PLAN, "%s:%d: study '%s' differentiates %s, whose gradient is 0 at the unmasked "
+        return hp_fail(err, HP_ERR_PLAN, "%s:%d: study '%s' differentiates %s, whose gradient is 0 at the unmasked "
                            "model: give it heads already removed to start from, e.g. mask: \"%d.%d\"",
                            p->path, s->line, s->name, hp_metric_grad_what(gm), h0 / info->n_heads, h0 % info->n_heads);
     }

@@ -124,15 +124,23 @@ static void roles_points(struct hp_text *sv, const struct report *r, const int *
  * largest effects (without effects, of the panel's largest scores), and the panel's largest score besides */
 #define ROLE_LABELS 3
 
-/* Whether head i is among the n largest of key (NaN: not ranked); ties go to the lower index. */
-static bool among_largest(const double *key, int n_all, int i, int n)
+/* Mark in named the k largest finite values of key (n), ties to the lower index: one pass keeping the k best so
+ * far, O(n k) (a panel may hold 65536 heads). */
+static void mark_largest(const double *key, int n, int k, bool *named)
 {
-    if (!isfinite(key[i]))
-        return false;
-    int above = 0;
-    for (int j = 0; j < n_all; j++)
-        above += isfinite(key[j]) && (key[j] > key[i] || (key[j] == key[i] && j < i));
-    return above < n;
+    int best[ROLE_LABELS], m = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(key[i]) || (m == k && key[i] <= key[best[m - 1]]))
+            continue;
+        int at = m < k ? m++ : k - 1; /* the slot it displaces, then moved up past smaller ones */
+        while (at > 0 && key[best[at - 1]] < key[i]) {
+            best[at] = best[at - 1];
+            at--;
+        }
+        best[at] = i;
+    }
+    for (int j = 0; j < m; j++)
+        named[best[j]] = true;
 }
 
 // Panel rp's labelled points (ROLE_LABELS): each head's label beside its point, away from the panel's right edge.
@@ -143,9 +151,11 @@ static void roles_labels(struct hp_text *sv, const struct report *r, const int *
     const int L = r->n_layers, U = r->n_heads, n = L * U;
     const int c = tcol(t, rp->col), c_eff = tcol(t, "effect"), c_label = tcol(t, "label");
     double *score = malloc((size_t)n * sizeof *score + 1), *effect = malloc((size_t)n * sizeof *effect + 1);
-    if (!score || !effect) { /* the labels are a reading aid: without memory the points stand alone */
+    bool *named = calloc((size_t)n + 1, sizeof *named);
+    if (!score || !effect || !named) { /* the labels are a reading aid: without memory the points stand alone */
         free(score);
         free(effect);
+        free(named);
         return;
     }
     for (int i = 0; i < n; i++) {
@@ -154,10 +164,12 @@ static void roles_labels(struct hp_text *sv, const struct report *r, const int *
         if (by_effect && !isfinite(effect[i]))
             score[i] = NAN; /* not drawn */
     }
+    if (by_effect)
+        mark_largest(effect, n, ROLE_LABELS, named);
+    mark_largest(score, n, by_effect ? 1 : ROLE_LABELS, named);
     hp_text_add(sv, "<g class=\"point-labels\" font-size=\"10\" fill=\"#222\">\n");
     for (int i = 0; i < n; i++) {
-        const bool by_e = by_effect && among_largest(effect, n, i, ROLE_LABELS);
-        if (!isfinite(score[i]) || !(by_e || among_largest(score, n, i, by_effect ? 1 : ROLE_LABELS)))
+        if (!named[i] || !isfinite(score[i]))
             continue;
         const double px = hp_scale_map(sx, score[i]),
                      py = by_effect ? hp_scale_map(sy, effect[i]) : hp_scale_map(sy, i / U + (i % U + 0.5) / U);
@@ -172,6 +184,7 @@ static void roles_labels(struct hp_text *sv, const struct report *r, const int *
     hp_text_add(sv, "</g>\n");
     free(score);
     free(effect);
+    free(named);
 }
 
 // The y axis without effects: the layers, top to bottom, over ph px from y0.

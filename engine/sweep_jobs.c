@@ -93,12 +93,19 @@ static void note_unmasked(struct sw_ctx *c, double loss, double acc)
     c->sum->foreign = hp_evaluator_looks_foreign(c->ev, loss, acc);
 }
 
+/* What this run did of every kind, and the seconds it took. */
+static void work_done(const struct sw_tally work[SW_N_WORK], int64_t *measured, double *seconds)
+{
+    *measured = 0, *seconds = 0;
+    for (int w = 0; w < SW_N_WORK; w++)
+        *measured += work[w].measured, *seconds += work[w].seconds;
+}
+
 double sw_eta(const struct sw_tally work[SW_N_WORK])
 {
-    int64_t measured = 0;
-    double seconds = 0;
-    for (int w = 0; w < SW_N_WORK; w++)
-        measured += work[w].measured, seconds += work[w].seconds;
+    int64_t measured;
+    double seconds;
+    work_done(work, &measured, &seconds);
     if (measured == 0)
         return NAN;
     double eta = 0;
@@ -135,10 +142,9 @@ void sw_job_done(struct sw_ctx *c, const struct hp_job *job, enum sw_work w)
             snprintf(label, sizeof label, "%s, %s", s->name, job->label);
         else
             snprintf(label, sizeof label, "%s", s->name);
-        int64_t measured = 0;
-        double seconds = 0;
-        for (int k = 0; k < SW_N_WORK; k++)
-            measured += c->work[k].measured, seconds += c->work[k].seconds;
+        int64_t measured;
+        double seconds;
+        work_done(c->work, &measured, &seconds);
         const struct sw_tally *now = &c->work[w];
         struct hp_sweep_progress p = {.done = c->done,
                                       .total = c->total,
@@ -299,10 +305,11 @@ enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct h
         else if (st == HP_OK && n_new > 0) /* a window's jobs share their position (sweep_patching.c) */
             st = hp_evaluator_run_many_at(c->ev, masks, nw, c->plan->ablation,
                                           jobs[w0].one_position ? jobs[w0].position : -1, mts, err);
-        /* the window's evaluations, counted at once: they finished together */
-        const enum sw_work kind = jobs[w0].grad_pass ? SW_BACKWARD : SW_EVAL;
-        if (n_new > 0)
-            sw_work_timed(c, kind, n_new, hp_now() - t);
+        /* the window's evaluations, counted at once: they finished together. A gradient-ranked curve's point
+         * (grad_pass) is an evaluation of the plan's count whose metrics its gradient pass kept: its backward is
+         * timed where it ran (sw_gradient_at), and handing the metrics out is not evaluation work to time */
+        if (n_new > 0 && !jobs[w0].grad_pass)
+            sw_work_timed(c, SW_EVAL, n_new, hp_now() - t);
         double secs = (hp_now() - t) / nw; /* each result's time: its share of the window's */
         for (int i = 0; i < nw && st == HP_OK; i++) {
             const bool seen = sw_key_seen(c, keys[i]); /* stored by this run: a repeat within the plan */
@@ -326,7 +333,7 @@ enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct h
                 note_unmasked(c, found[i] ? lm[i].value[HP_METRIC_LOSS] : mts[i]->has_loss ? mts[i]->loss : NAN,
                               found[i] ? lm[i].value[HP_METRIC_ACC] : mts[i]->has_loss ? mts[i]->acc : NAN);
             if (st == HP_OK)
-                sw_job_done(c, &jobs[w0 + i], kind);
+                sw_job_done(c, &jobs[w0 + i], SW_EVAL);
         }
         for (int i = 0; i < nw; i++) {
             free((char *)sj[i].mask_text);
