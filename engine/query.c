@@ -99,11 +99,12 @@ const struct hp_query_kind_row hp_query_kinds[] = {
      "default --db; --sweep2, default the newest): each unit's\n"
      "effect in both single studies (--study, --study2), B - A,\n"
      "ranks, and over the units both have Spearman's rho and\n"
-     "Kendall's tau-b (the last row, \"all\"). E.g. zero against\n"
+     "Kendall's tau-b (the summary row \"all\"). E.g. zero against\n"
      "mean ablation, or a fine-tuned model against its base. The\n"
      "models must have one shape; the sweeps one metric (else name\n"
      "it with --metric). --by layer: per layer, means and rank\n"
-     "correlations within it; --top K: the K units that differ most",
+     "correlations within it (then \"all\" over every unit);\n"
+     "--top K: the K units that differ most",
      hq_compare},
     {HP_QUERY_REDUNDANCY, "redundancy", TOP, true,
      "per layer: heads costing less than --eps (default 0.01) alone,\n"
@@ -126,14 +127,14 @@ const struct hp_query_kind_row hp_query_kinds[] = {
      "first single study over the same units: each unit's\n"
      "first-order estimate of its loss effect beside the exact\n"
      "one, their ranks, the most wrongly ranked first (--top K),\n"
-     "and in the last row (\"all\") Spearman's rho, Kendall's\n"
+     "and in the summary row (\"all\") Spearman's rho, Kendall's\n"
      "tau-b and the top-k overlap (k = a tenth of the units)",
      hq_attribution},
     {HP_QUERY_ROLES, "roles", STUDY, true,
      "a roles study (--study NAME, else the first by name): each\n"
      "head's scores (docs/roles.md) in layer, head order, its effect\n"
      "in the sweep's first single study over query heads when it\n"
-     "has one, and a last row (label \"rho\") with each score's\n"
+     "has one, and a summary row (label \"rho\") with each score's\n"
      "Spearman rank correlation with the effect",
      hq_roles},
     {HP_QUERY_GATES, "gates", STUDY | TOP, true,

@@ -260,7 +260,7 @@ static enum hp_status q_compare(struct side *a, struct side *b, const struct hp_
             hq_tb_num(&t, row, C_RA, F_EFFECT, u[i].rank_a);
             hq_tb_num(&t, row, C_RB, F_EFFECT, u[i].rank_b);
         }
-        int row = hq_tb_row(&t);
+        int row = hq_tb_summary_row(&t);
         hq_tb_str(&t, row, C_LABEL, "all");
         hq_tb_num(&t, row, C_A, F_EFFECT, all.mean_a);
         hq_tb_num(&t, row, C_B, F_EFFECT, all.mean_b);
@@ -281,7 +281,7 @@ static enum hp_status q_compare(struct side *a, struct side *b, const struct hp_
                 t.nomem = true;
                 break;
             }
-            int row = sm.n > 0 || i == n ? hq_tb_row(&t) : -1;
+            int row = i == n ? hq_tb_summary_row(&t) : sm.n > 0 ? hq_tb_row(&t) : -1;
             if (i < n) {
                 char label[32];
                 snprintf(label, sizeof label, "layer %d", u[i].layer);

@@ -55,6 +55,8 @@ char *hq_dup_str(const char *s); // NULL when out of memory; the caller frees
 void hq_tb_init(struct tb *b, int n_cols, const char *const *cols, const bool *numeric);
 // A new row of empty cells: its index, or -1 after an allocation failure.
 int hq_tb_row(struct tb *b);
+// A new summary row (struct hp_table's n_summary), as hq_tb_row: after every unit's row.
+int hq_tb_summary_row(struct tb *b);
 void hq_tb_str(struct tb *b, int r, int c, const char *s);
 HQ_PRINTF(4, 5) void hq_tb_fmt(struct tb *b, int r, int c, const char *fmt, ...);
 /* x with one of the house formats; NaN stays empty; the cell's number is x as the text rounds it. */

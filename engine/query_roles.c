@@ -144,7 +144,7 @@ static enum hp_status roles_load(struct hq_query *q, long long run, struct role_
 /*
  * A roles study (named, else the sweep's first by name): every head's scores
  * in (layer, head) order and, when the sweep has a single study over query
- * heads (its first), each head's effect there; then a last row, label "rho":
+ * heads (its first), each head's effect there; then a summary row, label "rho":
  * under each score, Spearman's rho (hq_rank_corr, as compare) between that score
  * and the effect over the heads with both (offsets have none: they are
  * positions, not amounts).
@@ -227,7 +227,7 @@ enum hp_status hq_roles(struct hq_query *q, const struct hp_query_opts *opts, st
         hq_tb_num(&b, row, C_EFFECT, F_EFFECT, h->effect);
     }
     if (single[0]) {
-        int row = hq_tb_row(&b);
+        int row = hq_tb_summary_row(&b);
         hq_tb_str(&b, row, C_LABEL, "rho");
         for (int c = 0; c < N_ROLE_COLS; c++)
             hq_tb_num(&b, row, C_ROLE0 + c, F_EFFECT, rho[c]);
@@ -236,7 +236,7 @@ enum hp_status hq_roles(struct hq_query *q, const struct hp_query_opts *opts, st
     char eff_note[400];
     if (single[0])
         snprintf(eff_note, sizeof eff_note,
-                 "effect: masking the head alone in single study %s, %s; last row (label rho): Spearman's rank "
+                 "effect: masking the head alone in single study %s, %s; summary row rho: Spearman's rank "
                  "correlation of each score with the effect over the %zu heads with both (ties share their average "
                  "rank; none for offsets)", single, hq_effect_convention(q->m), n_both);
     else

@@ -392,7 +392,7 @@ enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *op
         hq_tb_num(&b, row, C_RX, F_EFFECT, rows[i].rank_ex);
         hq_tb_num(&b, row, C_RD, F_EFFECT, rows[i].rank_est - rows[i].rank_ex);
     }
-    int row = hq_tb_row(&b);
+    int row = hq_tb_summary_row(&b);
     hq_tb_str(&b, row, C_STUDY, pk.name);
     hq_tb_str(&b, row, C_LABEL, "all");
     hq_tb_num(&b, row, C_RHO, F_EFFECT, rho);

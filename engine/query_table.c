@@ -7,7 +7,8 @@
  * Invariants: numbers are formatted here (metrics %.6f, effects and intervals
  * %.6g, percentages %.2f, integers plain) and each such cell also carries its
  * number as its text shows it (struct hp_table's values); NULL cells are
- * empty. Reductions are in double.
+ * empty; summary rows (hq_tb_summary_row) come after every unit's row.
+ * Reductions are in double.
  *
  * Must not: run SQL (a row already read is rendered by hq_tb_sql_at), print,
  * or exit.
@@ -82,7 +83,7 @@ void hq_tb_init(struct tb *b, int n_cols, const char *const *cols, const bool *n
 }
 
 // A new row of empty cells: its index, or -1 after an allocation failure.
-int hq_tb_row(struct tb *b)
+static int tb_add_row(struct tb *b)
 {
     if (b->nomem)
         return -1;
@@ -105,6 +106,20 @@ int hq_tb_row(struct tb *b)
         t->values[(size_t)t->n_rows * (size_t)t->n_cols + (size_t)c] = NAN;
     }
     return t->n_rows++;
+}
+
+int hq_tb_row(struct tb *b)
+{
+    assert(b->nomem || b->t->n_summary == 0); // the summary rows come last
+    return tb_add_row(b);
+}
+
+int hq_tb_summary_row(struct tb *b)
+{
+    int r = tb_add_row(b);
+    if (r >= 0)
+        b->t->n_summary++;
+    return r;
 }
 
 // A cell's text and its number (NaN: the text is not a number).

@@ -175,10 +175,10 @@ int *hr_roles_index(const struct hp_table *t, int L, int U)
         return NULL;
     for (int i = 0; i < L * U; i++)
         at[i] = -1;
-    const int c_layer = tcol(t, "layer"), c_head = tcol(t, "head"), c_label = tcol(t, "label");
-    for (int i = 0; i < t->n_rows; i++) {
+    const int c_layer = tcol(t, "layer"), c_head = tcol(t, "head");
+    for (int i = 0; i < t->n_rows - t->n_summary; i++) { // the summary row (rho) is no head
         int l = tint(t, i, c_layer), u = tint(t, i, c_head);
-        if (l >= 0 && l < L && u >= 0 && u < U && at[l * U + u] < 0 && strcmp(tcell(t, i, c_label), "rho") != 0)
+        if (l >= 0 && l < L && u >= 0 && u < U && at[l * U + u] < 0)
             at[l * U + u] = i;
     }
     return at;

@@ -20,11 +20,11 @@
 
 // --- head roles against effect ---------------------------------------------------------
 
-// The row of the roles table that is the rank correlations (label "rho"), -1 when none (no effects).
+// The summary row of the roles table that is the rank correlations (label "rho"), -1 when none (no effects).
 static int roles_rho_row(const struct hp_table *t)
 {
     int c = tcol(t, "label");
-    for (int i = t->n_rows - 1; i >= 0; i--)
+    for (int i = t->n_rows - 1; i >= t->n_rows - t->n_summary; i--)
         if (strcmp(tcell(t, i, c), "rho") == 0)
             return i;
     return -1;

@@ -1191,6 +1191,8 @@ struct hp_table {
     double *values; /* (n_rows, n_cols) row-major: the cell as a number where it is one (every
                      * non-empty cell of a numeric column is); NaN otherwise */
     char *note;     /* NULL or a line to print before the table */
+    int n_summary;  /* the last n_summary rows summarise the others (a rank correlation, a mean over every unit):
+                     * they are no unit, so JSON holds them apart ("summary") and CSV leaves them out */
 };
 void hp_table_free(struct hp_table *t);
 

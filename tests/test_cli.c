@@ -289,8 +289,10 @@ Test(cli, run_then_query_every_kind_and_format)
             cr_assert_eq(hp(a), 0, "%s: %s", a, errs);
             cr_assert_gt(strlen(out), 20, "%s printed nothing", a);
             if (f == 2) {
-                cJSON *j = cJSON_Parse(out);
-                cr_assert(cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0, "%s: not a JSON array: %s", a, out);
+                cJSON *j = cJSON_Parse(out), *rows = cJSON_GetObjectItem(j, "rows");
+                cr_assert(cJSON_IsArray(rows) && cJSON_GetArraySize(rows) > 0 &&
+                              cJSON_IsArray(cJSON_GetObjectItem(j, "summary")),
+                          "%s: not {\"rows\": [...], \"summary\": [...]}: %s", a, out);
                 cJSON_Delete(j);
             }
         }
@@ -322,7 +324,7 @@ Test(cli, run_then_query_every_kind_and_format)
     /* each curve step names the units it pruned (KV groups as kv:L.G), as many as its k grew */
     snprintf(a, sizeof a, "query curve --db %s/q.db --format json", tmp);
     cr_assert_eq(hp(a), 0, "%s", errs);
-    cJSON *rows = cJSON_Parse(out);
+    cJSON *answer = cJSON_Parse(out), *rows = cJSON_GetObjectItem(answer, "rows");
     cr_assert(cJSON_IsArray(rows), "%s", out);
     int prev_k = 0, kv_rows = 0, head_rows = 0;
     const cJSON *row;
@@ -356,7 +358,7 @@ Test(cli, run_then_query_every_kind_and_format)
         prev_k = k;
     }
     cr_assert(kv_rows > 0 && head_rows > 0, "no steps: %s", out);
-    cJSON_Delete(rows);
+    cJSON_Delete(answer);
     snprintf(a, sizeof a, "query curve --db %s/q.db --format json --full-mask", tmp);
     cr_assert_eq(hp(a), 0, "%s", errs);
     cr_assert(strstr(out, "\"mask\":"), "--full-mask shows no mask: %s", out);
@@ -430,11 +432,15 @@ Test(cli, query_compare_sets_study_and_matrix)
                               strstr(out, "mean ablation") && strstr(out, "Spearman rho"),
                           "%s: %s", a, out);
             if (f == 2) {
-                cJSON *j = cJSON_Parse(out);
-                cr_assert(cJSON_IsArray(j), "%s: not a JSON array: %s", a, out);
-                cJSON *last = cJSON_GetArrayItem(j, cJSON_GetArraySize(j) - 1);
-                cr_assert_str_eq(cJSON_GetObjectItem(last, "label")->valuestring, "all");
-                cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(last, "rho")), "%s", out);
+                cJSON *j = cJSON_Parse(out), *rows = cJSON_GetObjectItem(j, "rows"), *row;
+                cJSON *sum = cJSON_GetObjectItem(j, "summary");
+                cr_assert(cJSON_IsArray(rows) && cJSON_GetArraySize(sum) == 1, "%s: not one summary: %s", a, out);
+                cJSON *all = cJSON_GetArrayItem(sum, 0);
+                cr_assert_str_eq(cJSON_GetObjectItem(all, "label")->valuestring, "all");
+                cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(all, "rho")), "%s", out);
+                cJSON_ArrayForEach(row, rows) /* units (or layers) only */
+                    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(row, "layer")), "%s: a row without a layer: %s", a,
+                              out);
                 cJSON_Delete(j);
             }
         }
@@ -443,20 +449,22 @@ Test(cli, query_compare_sets_study_and_matrix)
     int lines = 0;
     for (char *c = out; *c; c++)
         lines += *c == '\n';
-    cr_assert_eq(lines, 14, "header, 12 heads (3 x 4) and all: %s", out);
+    cr_assert_eq(lines, 13, "header and 12 heads (3 x 4); the summary all is no row of the CSV: %s", out);
+    cr_assert_null(strstr(out, "\nall,"), "%s", out);
 
     // the same weights read from shards, in another database: no difference, the same ranking
     snprintf(a, sizeof a, "query compare --db %s/q.db --sweep 1 --db2 %s/s.db --format csv", tmp, tmp);
     cr_assert_eq(hp(a), 0, "%s", errs);
     char c[64];
-    csv_cell_of(out, "all", 5, c, sizeof c);
-    cr_assert_str_eq(c, "0", "%s", out);
-    csv_cell_of(out, "all", 8, c, sizeof c);
-    cr_assert_str_eq(c, "1", "rho: %s", out);
-    csv_cell_of(out, "all", 9, c, sizeof c);
-    cr_assert_str_eq(c, "1", "tau: %s", out);
     csv_cell_of(out, "1.2", 5, c, sizeof c);
     cr_assert_str_eq(c, "0", "%s", out);
+    snprintf(a, sizeof a, "query compare --db %s/q.db --sweep 1 --db2 %s/s.db --format json", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cJSON *j = cJSON_Parse(out), *all = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "summary"), 0);
+    cr_assert(all && !strcmp(cJSON_GetObjectItem(all, "label")->valuestring, "all"), "%s", out);
+    cr_assert(cJSON_GetObjectItem(all, "diff")->valuedouble == 0 && cJSON_GetObjectItem(all, "rho")->valuedouble == 1 &&
+                  cJSON_GetObjectItem(all, "tau")->valuedouble == 1, "diff, rho, tau: %s", out);
+    cJSON_Delete(j);
 
     // refusals: another shape; one sweep with itself; KV groups against heads
     snprintf(a, sizeof a, "query compare --db %s/q.db --sweep 1 --sweep2 3", tmp);
@@ -1109,12 +1117,12 @@ Test(cli, prune_a_step_of_an_iterative_study)
     /* step 2's whole mask, as the curve shows it */
     snprintf(a, sizeof a, "query curve --db %s/p.db --full-mask --format json", tmp);
     cr_assert_eq(hp(a), 0, "%s", errs);
-    cJSON *rows = cJSON_Parse(out), *row;
+    cJSON *answer = cJSON_Parse(out), *row;
     char mask[256] = "";
-    cJSON_ArrayForEach(row, rows)
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(answer, "rows"))
         if ((int)cJSON_GetObjectItem(row, "step")->valuedouble == 2)
             snprintf(mask, sizeof mask, "%s", cJSON_GetObjectItem(row, "mask")->valuestring);
-    cJSON_Delete(rows);
+    cJSON_Delete(answer);
     cr_assert(mask[0], "no step 2 in the curve");
     snprintf(a, sizeof a, "prune --db %s/p.db --step 2 --out %s/s2", tmp, tmp);
     cr_assert_eq(hp(a), 0, "%s", errs);
@@ -1146,11 +1154,24 @@ Test(cli, query_importance_and_attribution)
     cr_assert_eq(hp(a), 0, "%s", errs);
     cr_assert(strncmp(out, "study,label,layer,unit,estimate,exact,rank_est,rank_exact,rank_diff,rho,tau,top_k_overlap\n",
                       88) == 0, "%s", out);
-    cr_assert(strstr(out, "\nattribution,all,"), "no summary row: %s", out);
+    cr_assert_null(strstr(out, "\nattribution,all,"), "the summary is a row of the CSV: %s", out);
     int lines = 0;
     for (const char *c = out; *c; c++)
         lines += *c == '\n';
-    cr_assert_eq(lines, 5, "header, the 3 most wrongly ranked, all: %s", out);
+    cr_assert_eq(lines, 4, "header and the 3 most wrongly ranked: %s", out);
+    /* JSON: the units in rows, the summary (rho, tau, top-k overlap over every unit) apart */
+    snprintf(a, sizeof a, "query attribution --db %s/g.db --top 3 --format json", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cJSON *j = cJSON_Parse(out), *rows = cJSON_GetObjectItem(j, "rows"), *sum = cJSON_GetObjectItem(j, "summary"), *e;
+    cr_assert(cJSON_GetArraySize(rows) == 3 && cJSON_GetArraySize(sum) == 1, "%s", out);
+    cJSON_ArrayForEach(e, rows)
+        cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(e, "layer")) && cJSON_IsNumber(cJSON_GetObjectItem(e, "unit")),
+                  "a row that is no unit: %s", out);
+    e = cJSON_GetArrayItem(sum, 0);
+    cr_assert(!strcmp(cJSON_GetObjectItem(e, "label")->valuestring, "all") &&
+                  cJSON_IsNull(cJSON_GetObjectItem(e, "layer")) && cJSON_IsNumber(cJSON_GetObjectItem(e, "rho")) &&
+                  cJSON_IsNumber(cJSON_GetObjectItem(e, "top_k_overlap")), "%s", out);
+    cJSON_Delete(j);
     snprintf(a, sizeof a, "query attribution --db %s/g.db --study attribution-kv", tmp);
     cr_assert_eq(hp(a), 0, "%s", errs);
     cr_assert(strstr(out, "against single study single-kv (KV groups"), "%s", out);
@@ -1180,9 +1201,9 @@ Test(cli, sweep_over_a_pruned_checkpoint)
     cr_assert_eq(hp(a), 0, "%s", errs);
     snprintf(a, sizeof a, "query heads --db %s/p.db --format json", tmp);
     cr_assert_eq(hp(a), 0, "%s", errs);
-    cJSON *rows = cJSON_Parse(out), *row;
+    cJSON *answer = cJSON_Parse(out), *row;
     int n = 0, zero = 0;
-    cJSON_ArrayForEach(row, rows)
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(answer, "rows"))
     {
         const char *label = cJSON_GetObjectItem(row, "label")->valuestring;
         double effect = cJSON_GetObjectItem(row, "effect")->valuedouble;
@@ -1192,7 +1213,7 @@ Test(cli, sweep_over_a_pruned_checkpoint)
         zero += pruned;
         n++;
     }
-    cJSON_Delete(rows);
+    cJSON_Delete(answer);
     cr_assert_eq(n, 9);
     cr_assert_eq(zero, 0, "a head the checkpoint lacks is listed");
 }
@@ -1304,17 +1325,59 @@ Test(cli, query_roles_after_a_run)
     int lines = 0;
     for (const char *c = out; *c; c++)
         lines += *c == '\n';
-    cr_assert_eq(lines, 1 + 12 + 1, "header, 12 heads, rho: %s", out);
-    cr_assert(strstr(out, "\n,,rho,"), "%s", out);
-    snprintf(a, sizeof a, "query roles --db %s/r.db --format json", tmp);
-    cr_assert_eq(hp(a), 0, "%s", errs);
-    cJSON *o = cJSON_Parse(out);
-    cr_assert(o && cJSON_GetArraySize(o) == 13, "%s", out);
-    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetArrayItem(o, 0), "effect")), "%s", out);
-    cJSON_Delete(o);
+    cr_assert_eq(lines, 1 + 12, "header and 12 heads (the rho row is no head): %s", out);
+    cr_assert_null(strstr(out, "rho"), "%s", out);
+    /* the table, as a reader sees it: its last line is the rho row */
     snprintf(a, sizeof a, "query roles --db %s/r.db", tmp);
     cr_assert_eq(hp(a), 0, "%s", errs);
     cr_assert(strncmp(out, "# sweep 1, roles study roles (probe 16 x 2 x 32 random tokens)", 60) == 0, "%s", out);
+    char text_rho[1024];
+    const char *last = out + strlen(out) - 1; /* the table's last line */
+    while (last > out && last[-1] != '\n')
+        last--;
+    last += strspn(last, " ");
+    cr_assert(!strncmp(last, "rho ", 4), "the rho row is not the table's last: %s", out);
+    snprintf(text_rho, sizeof text_rho, "%s", last);
+    /* JSON: the heads in "rows", each with its layer and head; the rank correlations apart, in "summary",
+     * the numbers the table's rho row shows */
+    snprintf(a, sizeof a, "query roles --db %s/r.db --format json", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cJSON *o = cJSON_Parse(out), *rows = cJSON_GetObjectItem(o, "rows"), *sum = cJSON_GetObjectItem(o, "summary"), *e;
+    cr_assert(cJSON_GetArraySize(rows) == 12 && cJSON_GetArraySize(sum) == 1, "%s", out);
+    int i = 0;
+    cJSON_ArrayForEach(e, rows) {
+        char label[16];
+        snprintf(label, sizeof label, "%d.%d", i / 4, i % 4);
+        cr_assert(cJSON_GetObjectItem(e, "layer")->valueint == i / 4 && cJSON_GetObjectItem(e, "head")->valueint == i % 4 &&
+                      !strcmp(cJSON_GetObjectItem(e, "label")->valuestring, label), "row %d is not head %s: %s", i,
+                  label, out);
+        cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(e, "effect")), "%s", out);
+        i++;
+    }
+    cJSON *rho = cJSON_GetArrayItem(sum, 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(rho, "label")->valuestring, "rho");
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(rho, "layer")) && cJSON_IsNull(cJSON_GetObjectItem(rho, "head")) &&
+                  cJSON_IsNull(cJSON_GetObjectItem(rho, "induction_offset")) &&
+                  cJSON_IsNull(cJSON_GetObjectItem(rho, "effect")), "%s", out);
+    char json_rho[1024] = "rho";
+    size_t at = 3;
+    const char *scores[] = {"prev_token", "duplicate_token", "induction", "induction_mass", "first_token",
+                            "dominant_mass", "entropy"};
+    for (size_t k = 0; k < sizeof scores / sizeof *scores; k++) {
+        cJSON *v = cJSON_GetObjectItem(rho, scores[k]);
+        cr_assert(cJSON_IsNumber(v), "summary %s: %s", scores[k], out);
+        at += (size_t)snprintf(json_rho + at, sizeof json_rho - at, " %.6g", v->valuedouble);
+    }
+    char squeezed[1024]; /* the table's rho row with its columns' padding taken out */
+    size_t n = 0;
+    for (const char *c = text_rho; *c && n + 1 < sizeof squeezed; c++)
+        if (*c != ' ' || (n && squeezed[n - 1] != ' '))
+            squeezed[n++] = *c;
+    while (n && (squeezed[n - 1] == ' ' || squeezed[n - 1] == '\n'))
+        n--;
+    squeezed[n] = 0;
+    cr_assert_str_eq(json_rho, squeezed, "JSON's summary is not the table's rho row");
+    cJSON_Delete(o);
     snprintf(a, sizeof a, "query roles --db %s/r.db --top 3", tmp);
     cr_assert_eq(hp(a), 2, "%s", errs);
     snprintf(a, sizeof a, "query roles --db %s/r.db --format matrix", tmp);

@@ -646,6 +646,7 @@ Test(query, compare_two_sweeps_side_by_side_with_rank_correlations_and_ties)
     o.sweep_id2 = 3;
     struct hp_table *t = run(&o);
     expect_table(t, 10, CMP_COLS, "0111111111", 9, CMP_WANT);
+    cr_assert_eq(t->n_summary, 1, "the row all is a summary, no unit");
     char want[400];
     snprintf(want, sizeof want, "A = sweep 2 of %s (full, mean ablation, study single), B = sweep 3 of %s (cmp3, zero "
              "ablation, study single); effect = loss - baseline loss", g_db, g_db);
@@ -671,6 +672,7 @@ Test(query, compare_two_sweeps_side_by_side_with_rank_correlations_and_ties)
         CMP_WANT[81], CMP_WANT[82], CMP_WANT[83], CMP_WANT[84], CMP_WANT[85], CMP_WANT[86], CMP_WANT[87],
         CMP_WANT[88], CMP_WANT[89]};
     expect_table(t, 10, CMP_COLS, "0111111111", 3, top_want);
+    cr_assert_eq(t->n_summary, 1);
     hp_table_free(t);
 
     o.top = 0;
@@ -683,6 +685,7 @@ Test(query, compare_two_sweeps_side_by_side_with_rank_correlations_and_ties)
         "all", "", "8", "0.2346125", "0.25", "0.0153875", "0.884994777", "0.793725393",
     };
     expect_table(t, 8, layer_cols, "01111111", 3, layer_want);
+    cr_assert_eq(t->n_summary, 1, "all is a summary, the layers are rows");
     hp_table_free(t);
 }
 
@@ -1813,7 +1816,9 @@ Test(query, roles_beside_single_effects_with_rank_correlations)
     struct hp_query_opts o = opts(HP_QUERY_ROLES); // the newest sweep (2), its metric (loss)
     struct hp_table *t = run(&o);
     expect_table(t, 14, ROLES_COLS, "11011111111111", 8, ROLES);
+    cr_assert_eq(t->n_summary, 1, "the rho row is a summary, no head");
     cr_assert(strstr(t->note, "roles study roles (probe 16 x 2 x 32"), "note: %s", t->note);
+    cr_assert(strstr(t->note, "induction_offset empty where induction_mass is below 0.05"), "note: %s", t->note);
     cr_assert(strstr(t->note, "single study single, effect = loss - baseline loss"), "note: %s", t->note);
     cr_assert(strstr(t->note, "over the 7 heads with both"), "note: %s", t->note);
     hp_table_free(t);
@@ -1827,6 +1832,7 @@ Test(query, roles_beside_single_effects_with_rank_correlations)
     o.sweep_id = 1;
     t = run(&o);
     cr_assert_eq(t->n_rows, 7);
+    cr_assert_eq(t->n_summary, 0);
     for (int r = 0; r < 7; r++) {
         cr_assert_str_eq(cell(t, r, 13), "", "row %d has an effect", r);
         for (int c = 0; c < 13; c++)

@@ -39,6 +39,7 @@
 #include "svg_int.h"
 #include "testutil.h"
 
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <gsl/gsl_cdf.h>
 #include <math.h>
@@ -642,29 +643,6 @@ static double role_score(sqlite3 *h, const char *col, int layer, int head, bool 
     return v;
 }
 
-// A CSV line's field k (no quoting: `query roles` writes none for these numbers) into out.
-static void csv_field(const char *line, int k, char *out, size_t size)
-{
-    for (int i = 0; i < k && line; i++)
-        line = strchr(line, ',') ? strchr(line, ',') + 1 : NULL;
-    cr_assert(line, "no field %d", k);
-    size_t n = strcspn(line, ",\n");
-    snprintf(out, size, "%.*s", (int)(n < size ? n : size - 1), line);
-}
-
-// Field index of name in a CSV header line.
-static int csv_col(const char *header, const char *name)
-{
-    char f[64];
-    for (int k = 0; k < 64; k++) {
-        csv_field(header, k, f, sizeof f);
-        if (strcmp(f, name) == 0)
-            return k;
-    }
-    cr_assert_fail("no column %s in %s", name, header);
-    return -1;
-}
-
 // The drawn point's centre: its path starts "M<x - r> <y>" (a circle of radius 3.5, svg.c's marker 0).
 static void point_centre(const struct elem *e, double *x, double *y)
 {
@@ -695,19 +673,17 @@ static double expect_linear(const double *v, const double *px, int n, const char
  * panel for each score some head has, n_layers x n_heads points in each whose
  * scores (and offsets) are head_roles' and whose effects are the test's own
  * (single_effect), on linear scales; with_effect: the panel's rho is the rho
- * row of `query roles` (CLI, csv). Returns how many panels were drawn.
+ * summary of `query roles` (CLI, json). Returns how many panels were drawn.
  */
 static int check_roles(sqlite3 *h, bool with_effect)
 {
     char *svg = slurp_path(svg_dir, "roles.svg");
     char args[512];
-    snprintf(args, sizeof args, "query roles --db %s --format csv", db);
+    snprintf(args, sizeof args, "query roles --db %s --format json", db);
     cr_assert_eq(hp(args), 0, "%s", errs);
-    const char *header = out, *rho_line = NULL;
-    for (const char *p = strchr(out, '\n'); p && p[1]; p = strchr(p + 1, '\n'))
-        if (strncmp(p + 1, ",,rho,", 6) == 0)
-            rho_line = p + 1;
-    cr_assert_eq(rho_line != NULL, with_effect, "query roles %s a rho row", with_effect ? "lacks" : "has");
+    cJSON *answer = cJSON_Parse(out), *rho_row = cJSON_GetArrayItem(cJSON_GetObjectItem(answer, "summary"), 0);
+    cr_assert_eq(rho_row != NULL, with_effect, "query roles %s a rho summary", with_effect ? "lacks" : "has");
+    cr_assert(!rho_row || !strcmp(cJSON_GetObjectItem(rho_row, "label")->valuestring, "rho"), "%s", out);
     int n_panels = 0;
     double y_slope = NAN;
     for (size_t k = 0; k < sizeof ROLE_PANEL_COLS / sizeof *ROLE_PANEL_COLS; k++) {
@@ -730,8 +706,9 @@ static int check_roles(sqlite3 *h, bool with_effect)
         cr_assert_eq(find_elems(panel, "<g class=\"role-panel\"", &pe, 1), 1);
         if (with_effect) {
             char want[64];
-            csv_field(rho_line, csv_col(header, col), want, sizeof want);
-            cr_assert(*want, "query roles has no rho for %s", col);
+            const cJSON *rho = cJSON_GetObjectItem(rho_row, col);
+            cr_assert(cJSON_IsNumber(rho), "query roles has no rho for %s", col);
+            snprintf(want, sizeof want, "%.6g", rho->valuedouble); /* as the table's cell shows it */
             cr_assert_str_eq(attr(&pe, "data-rho") ? attr(&pe, "data-rho") : "(none)", want, "panel %s's rho", col);
             char caption[128];
             snprintf(caption, sizeof caption, ">Spearman rho = %s (12 heads)</text>", want);
@@ -822,6 +799,7 @@ static int check_roles(sqlite3 *h, bool with_effect)
         free(panel);
     }
     free(svg);
+    cJSON_Delete(answer);
     return n_panels;
 }
 

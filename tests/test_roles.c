@@ -602,6 +602,7 @@ Test(roles, a_sweep_stores_the_engines_roles_once_and_query_joins_the_effects)
     q = (struct hp_query_opts){.kind = HP_QUERY_HEADS, .sweep_id = s1.sweep_id};
     cr_assert_eq(hp_query(db, &q, &heads, &err), HP_OK, "%s", err.msg);
     cr_assert_eq(t->n_rows, 12 + 1, "12 heads and the rho row");
+    cr_assert_eq(t->n_summary, 1, "the rho row is a summary");
     int c_effect = t->n_cols - 1, c_label = 2;
     cr_assert_str_eq(t->cols[c_effect], "effect");
     for (int i = 0; i < 12; i++) {

@@ -783,6 +783,7 @@ Test(sweep, gradient_studies_match_independent_references)
     struct hp_table *t;
     cr_assert_eq(hp_query(db, &qo, &t, &err), HP_OK, "%s", err.msg);
     cr_assert_eq(t->n_rows, N + 1);
+    cr_assert_eq(t->n_summary, 1, "the row all is a summary, no unit");
     const double *last = t->values + (size_t)(t->n_rows - 1) * t->n_cols;
     cr_assert_str_eq(t->cells[(size_t)(t->n_rows - 1) * t->n_cols + 1], "all");
     cr_assert_str_eq(t->cols[9], "rho");

@@ -492,8 +492,8 @@ Test(task_metrics, attribution_of_a_logit_diff_sweep_estimates_the_logit_diff_ef
         char out[1 << 16];
         snprintf(args, sizeof args, "query attribution --db '%s' --sweep %d --format json", db, k + 1);
         cr_assert_eq(tu_headprune(NULL, args, tmp, out, sizeof out, errs, sizeof errs), 0, "%s", errs);
-        cJSON *arr = cJSON_Parse(out);
-        cr_assert_not_null(arr, "%s", out);
+        cJSON *answer = cJSON_Parse(out), *arr = cJSON_GetObjectItem(answer, "rows");
+        cr_assert(cJSON_IsArray(arr), "%s", out);
         for (int l = 0; l < in->n_layers; l++)
             for (int h = 0; h < in->n_heads; h++) {
                 char label[32];
@@ -509,7 +509,7 @@ Test(task_metrics, attribution_of_a_logit_diff_sweep_estimates_the_logit_diff_ef
                               label, exact, hf);
                 }
             }
-        cJSON_Delete(arr);
+        cJSON_Delete(answer);
     }
     cJSON_Delete(ref);
     hp_evaluator_free(ev);

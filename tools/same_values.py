@@ -107,9 +107,14 @@ def ask(binary, db, args):
     if rc != 0:
         return ("error", err.strip().splitlines()[-1] if err.strip() else f"exit {rc}")
     try:
-        return ("ok", json.loads(out))
+        answer = json.loads(out)
     except json.JSONDecodeError as e:
         return ("error", f"not JSON: {e}")
+    # {"rows": [...], "summary": [...]} since the summary rows were set apart; builds before wrote one array of
+    # both, rows first: compared as that array, so an old build's answers still meet a new one's
+    if isinstance(answer, dict) and "rows" in answer:
+        answer = answer["rows"] + answer.get("summary", [])
+    return ("ok", answer)
 
 
 def questions(binary, db, kinds):

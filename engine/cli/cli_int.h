@@ -205,7 +205,8 @@ enum fmt { FMT_TABLE, FMT_CSV, FMT_JSON };
 
 /* "table", "csv" or "json"; false for anything else. */
 bool parse_format(const char *s, enum fmt *f);
-/* Print t on stdout: aligned columns (after its note), CSV, or a JSON array of objects. */
+/* Print t on stdout: aligned columns (after its note), CSV (no summary rows), or a JSON object {"rows": [...],
+ * "summary": [...]} (each an array of objects; the summary rows apart, hp_table's n_summary). */
 void print_table(const struct hp_table *t, enum fmt f);
 
 #endif

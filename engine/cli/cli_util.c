@@ -217,27 +217,40 @@ static void csv_cell(const char *c)
     }
 }
 
+/* Rows r0..r1-1 of t as JSON objects, one key a column (empty cells null), into the array a. */
+static void json_rows(cJSON *a, const struct hp_table *t, int r0, int r1)
+{
+    for (int r = r0; r < r1; r++) {
+        cJSON *o = cJSON_CreateObject();
+        for (int c = 0; c < t->n_cols; c++) {
+            const char *v = t->cells[(size_t)r * t->n_cols + c];
+            if (!v || !*v)
+                cJSON_AddNullToObject(o, t->cols[c]);
+            else if (t->numeric[c])
+                cJSON_AddNumberToObject(o, t->cols[c], t->values[(size_t)r * t->n_cols + c]);
+            else
+                cJSON_AddStringToObject(o, t->cols[c], v);
+        }
+        cJSON_AddItemToArray(a, o);
+    }
+}
+
+/*
+ * The summary rows (hp_table's n_summary: a rank correlation, a mean over every unit) are no unit: JSON holds
+ * them apart, {"rows": [...], "summary": [...]}, so a reader of "rows" gets units only; CSV, one table a reader
+ * takes whole, leaves them out; the aligned table shows them last, as they read.
+ */
 void print_table(const struct hp_table *t, enum fmt f)
 {
+    const int n_units = t->n_rows - t->n_summary;
     if (f == FMT_JSON) {
-        cJSON *a = cJSON_CreateArray();
-        for (int r = 0; r < t->n_rows; r++) {
-            cJSON *o = cJSON_CreateObject();
-            for (int c = 0; c < t->n_cols; c++) {
-                const char *v = t->cells[(size_t)r * t->n_cols + c];
-                if (!v || !*v)
-                    cJSON_AddNullToObject(o, t->cols[c]);
-                else if (t->numeric[c])
-                    cJSON_AddNumberToObject(o, t->cols[c], t->values[(size_t)r * t->n_cols + c]);
-                else
-                    cJSON_AddStringToObject(o, t->cols[c], v);
-            }
-            cJSON_AddItemToArray(a, o);
-        }
-        char *s = cJSON_Print(a);
+        cJSON *o = cJSON_CreateObject();
+        json_rows(cJSON_AddArrayToObject(o, "rows"), t, 0, n_units);
+        json_rows(cJSON_AddArrayToObject(o, "summary"), t, n_units, t->n_rows);
+        char *s = cJSON_Print(o);
         puts(s);
         free(s);
-        cJSON_Delete(a);
+        cJSON_Delete(o);
         return;
     }
     if (f == FMT_CSV) {
@@ -247,7 +260,7 @@ void print_table(const struct hp_table *t, enum fmt f)
             csv_cell(t->cols[c]);
         }
         putchar('\n');
-        for (int r = 0; r < t->n_rows; r++) {
+        for (int r = 0; r < n_units; r++) {
             for (int c = 0; c < t->n_cols; c++) {
                 if (c)
                     putchar(',');

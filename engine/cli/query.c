@@ -101,7 +101,9 @@ int cmd_query(int argc, char **argv)
         OPT_FORMAT(&format, query_formats,
                    for_kinds(HP_QUERY_TAKES_MATRIX, "matrix, a row per layer and a column per head; every kind: "
                              "table (aligned, after a # line that states the sweep, the study and the sign "
-                             "convention), csv, json (an array of objects)", matrix, sizeof matrix)),
+                             "convention), csv (the rows, without the summary rows), json (an object: \"rows\", "
+                             "an array of objects, and \"summary\", the summary rows such as rho or all, an array "
+                             "of objects with the same keys)", matrix, sizeof matrix)),
         OPT_CHOICE("metric", 'm', &metric, NULL, metric_choices(), "the metric effects are read on (default: the sweep's)"),
         OPT_STUDY(&q.study, for_kinds(HP_QUERY_TAKES_STUDY, "the study to read (as each kind above says)", study,
                                       sizeof study)),
