@@ -19,6 +19,7 @@
  */
 #include "roles_int.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -119,10 +120,21 @@ static inline bool query_ok(const struct hp_roles_seq *q, int i)
     return real(q, i) && !(q->causal && i == q->first);
 }
 
+/* Whether query i is one of sep_token's: not a [SEP] itself, with a [SEP] key it can see (causal: an earlier one). */
+static inline bool sep_query(const struct hp_roles_seq *q, int i)
+{
+    return q->n_seps > 0 && q->ids[i] != q->sep && (!q->causal || q->seps[0] < i);
+}
+
 void hp_roles_seq_prepare(struct hp_roles_seq *q, const int32_t *ids, const uint8_t *mask, int T, bool causal,
-                          const int64_t *freq, int32_t *last)
+                          const int64_t *freq, int32_t sep, int32_t *last)
 {
     q->T = T;
+    q->sep = sep;
+    q->n_seps = 0;
+    for (int t = 0; sep >= 0 && t < T; t++)
+        if (real(q, t) && ids[t] == sep)
+            q->seps[q->n_seps++] = t;
     q->causal = causal;
     q->ids = ids;
     q->mask = mask;
@@ -176,6 +188,9 @@ void hp_roles_seq_reduce(const struct hp_roles_seq *q, const float *p, double *a
         }
         if (i != q->first)
             acc[HP_RS_FIRST] += r[q->first];
+        if (sep_query(q, i)) /* a causal query's later [SEP] keys hold 0 */
+            for (int k = 0; k < q->n_seps; k++)
+                acc[HP_RS_SEP] += r[q->seps[k]];
         /* every visible key (padding keys hold 0): offsets and entropy, 0 log 0 = 0 */
         const int n = q->causal ? i + 1 : T;
         double e = 0;
@@ -190,7 +205,7 @@ void hp_roles_seq_reduce(const struct hp_roles_seq *q, const float *p, double *a
 }
 
 void hp_roles_seq_count(const struct hp_roles_seq *q, int64_t *n_queries, int64_t *n_prev, int64_t *n_dup,
-                        int64_t *n_first)
+                        int64_t *n_first, int64_t *n_sep)
 {
     for (int i = 0; i < q->T; i++) {
         if (!query_ok(q, i))
@@ -199,6 +214,7 @@ void hp_roles_seq_count(const struct hp_roles_seq *q, int64_t *n_queries, int64_
         *n_prev += i >= 1 && real(q, i - 1);
         *n_dup += q->prev_occ[i] >= 0 || (!q->causal && q->next_occ[i] >= 0);
         *n_first += i != q->first;
+        *n_sep += sep_query(q, i);
     }
 }
 
@@ -247,7 +263,7 @@ static int chunk_seqs(int T, int n)
 struct work {
     int64_t *freq;     /* (n_vocab) */
     int32_t *last;     /* (n_vocab) */
-    int32_t *links;    /* (nb, 3, T): prev_occ, next_occ, rare */
+    int32_t *links;    /* (nb, 4, T): prev_occ, next_occ, rare, seps */
     struct hp_roles_seq *seqs; /* (nb) */
     double *acc, *tot; /* the pass's sums and their totals */
     int32_t *probe, *perm;
@@ -271,7 +287,7 @@ static enum hp_status data_pass(const struct hp_model *m, const struct hp_data *
     const size_t sums = (size_t)L * H * width;
     w->freq = calloc((size_t)V, sizeof *w->freq);
     w->last = malloc((size_t)V * sizeof *w->last);
-    w->links = malloc((size_t)nb * 3 * T * sizeof *w->links);
+    w->links = malloc((size_t)nb * 4 * T * sizeof *w->links);
     w->seqs = calloc((size_t)nb, sizeof *w->seqs);
     w->acc = malloc(sums * nb * sizeof *w->acc);
     w->tot = calloc(sums, sizeof *w->tot);
@@ -285,10 +301,11 @@ static enum hp_status data_pass(const struct hp_model *m, const struct hp_data *
         if (!d->attn_mask || d->attn_mask[i])
             w->freq[d->ids[i]]++;
     for (int b = 0; b < nb; b++) {
-        int32_t *lk = w->links + (size_t)b * 3 * T;
+        int32_t *lk = w->links + (size_t)b * 4 * T;
         w->seqs[b].prev_occ = lk;
         w->seqs[b].next_occ = lk + T;
         w->seqs[b].rare = lk + 2 * T;
+        w->seqs[b].seps = lk + 3 * T;
     }
     struct pass ps = {.H = H, .nb = nb, .width = width, .acc = w->acc, .seqs = w->seqs};
     for (int s0 = 0; s0 < d->n_seqs; s0 += nb) {
@@ -296,8 +313,8 @@ static enum hp_status data_pass(const struct hp_model *m, const struct hp_data *
         for (int b = 0; b < nbc; b++) {
             const size_t off = (size_t)(s0 + b) * T;
             hp_roles_seq_prepare(&w->seqs[b], d->ids + off, d->attn_mask ? d->attn_mask + off : NULL, T, in->causal,
-                                 in->causal ? NULL : w->freq, w->last);
-            hp_roles_seq_count(&w->seqs[b], &r->n_queries, &r->n_prev, &r->n_duplicate, &r->n_first);
+                                 in->causal ? NULL : w->freq, r->sep_id, w->last);
+            hp_roles_seq_count(&w->seqs[b], &r->n_queries, &r->n_prev, &r->n_duplicate, &r->n_first, &r->n_sep);
         }
         memset(w->acc, 0, sums * nb * sizeof *w->acc);
         const size_t off = (size_t)s0 * T;
@@ -379,6 +396,7 @@ static const char *finish_head(const struct hp_roles *r, const double *t, const 
     hr->first_token = mean_of(t[HP_RS_FIRST], r->n_first);
     hr->rare_token = r->causal ? NAN : mean_of(t[HP_RS_RARE], r->n_queries);
     hr->entropy = mean_of(t[HP_RS_ENT], r->n_queries);
+    hr->sep_token = r->sep_id < 0 ? NAN : mean_of(t[HP_RS_SEP], r->n_sep);
     /* the dominant offset: the largest share of all attention, among key - query in -(T-1)..0 (causal) or
      * -(T-1)..T-1 */
     const double *off = t + HP_RS_OFF + (T - 1);
@@ -417,7 +435,35 @@ static void absent_head(struct hp_head_roles *hr)
 {
     *hr = (struct hp_head_roles){.present = false};
     hr->prev_token = hr->duplicate_token = hr->induction = hr->induction_mass = hr->first_token = NAN;
-    hr->dominant_mass = hr->entropy = hr->rare_token = NAN;
+    hr->dominant_mass = hr->entropy = hr->rare_token = hr->sep_token = NAN;
+}
+
+enum hp_status hp_roles_sep_id(const struct hp_model *m, int32_t *id, struct hp_error *err)
+{
+    const int V = hp_model_get_info(m)->n_vocab;
+    cJSON *c = cJSON_Parse(m->config_text);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, "sep_token_id");
+    *id = -1;
+    if (v && !cJSON_IsNull(v)) {
+        const bool ok = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < V &&
+                        v->valuedouble == floor(v->valuedouble);
+        const double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+        cJSON_Delete(c);
+        if (!ok)
+            return hp_fail(err, HP_ERR_FORMAT, "%s/config.json: sep_token_id %.17g is no token id of the model "
+                           "(0 to %d)", m->dir, x, V - 1);
+        *id = (int32_t)x;
+        return HP_OK;
+    }
+    cJSON_Delete(c);
+    struct hp_tokenizer *t;
+    struct hp_error why;
+    if (hp_tokenizer_open(m->dir, &t, &why) != HP_OK)
+        return HP_OK; /* no tokenizer it reads: no [SEP] known */
+    const int32_t s = hp_tokenizer_token_id(t, "[SEP]");
+    hp_tokenizer_free(t);
+    *id = s < V ? s : -1;
+    return HP_OK;
 }
 
 // --- the entry ---------------------------------------------------------------------
@@ -439,9 +485,12 @@ enum hp_status hp_roles_compute(const struct hp_model *m, const struct hp_data *
     if (st != HP_OK)
         return st;
     int seqs, len;
+    int32_t sep;
     struct hp_error why;
     if ((st = hp_roles_probe_size(in, o, &seqs, &len, &why)) != HP_OK)
         return hp_fail(err, st, "%s: %s", m->dir, why.msg);
+    if ((st = hp_roles_sep_id(m, &sep, err)) != HP_OK)
+        return st;
     const int L = in->n_layers, H = in->n_heads, T = d->seq_len, width = hp_roles_seq_width(T);
     struct hp_roles *r = calloc(1, sizeof *r);
     double *probe_tot = calloc((size_t)L * H * NW, sizeof *probe_tot);
@@ -453,7 +502,7 @@ enum hp_status hp_roles_compute(const struct hp_model *m, const struct hp_data *
     }
     *r = (struct hp_roles){.n_layers = L, .n_heads = H, .causal = in->causal, .n_seqs = d->n_seqs, .seq_len = T,
                            .probe_seqs = seqs, .probe_len = len, .probe_seed = HP_ROLES_PROBE_SEED,
-                           .n_induction = probe_count(seqs, len, 1), .heads = r->heads};
+                           .n_induction = probe_count(seqs, len, 1), .sep_id = sep, .heads = r->heads};
     const int total = d->n_seqs + seqs;
     st = data_pass(m, d, o, total, &w, r, err);
     if (st == HP_OK)

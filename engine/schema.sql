@@ -1,9 +1,10 @@
--- headprune results database, schema version 6 (2 added ablation_means;
+-- headprune results database, schema version 8 (2 added ablation_means;
 -- 3 added gradients and unit_scores, for the gradient studies; 4 added
 -- role_runs, head_roles and sweep_roles, for head roles; gate_runs, gate_heads and sweep_gates, for
 -- gates studies; 5 added pruned_heads, so queries count the heads a pruned checkpoint has; 6 makes the
 -- metrics' columns and the views over them from the metric table, so a metric needs no edit here; 7 added
--- variant_positions and patch_tokens, for patching one position at a time).
+-- variant_positions and patch_tokens, for patching one position at a time; 8 added role_runs.sep_id and
+-- n_sep and head_roles.sep_token, attention to [SEP], which store.c's added_columns adds to an older database).
 -- Embedded into engine/store.c at build time; documented for users in
 -- docs/database.md (keep it in step with this file).
 -- Every statement is idempotent: it runs on each open for writing, which
@@ -243,7 +244,9 @@ CREATE TABLE IF NOT EXISTS role_runs(
   host            TEXT NOT NULL,
   threads         INTEGER NOT NULL,
   kernel          TEXT NOT NULL,
-  created         TEXT NOT NULL
+  created         TEXT NOT NULL,
+  sep_id          INTEGER,           -- 8: the model's [SEP] id; NULL: it has none (or the run predates 8)
+  n_sep           INTEGER            -- 8: queries behind sep_token
 );
 
 -- One row per query head the model has (a pruned checkpoint's missing heads
@@ -262,6 +265,7 @@ CREATE TABLE IF NOT EXISTS head_roles(
   dominant_mass    REAL,              -- ... and that share
   entropy          REAL,              -- mean attention entropy, bits
   rare_token       REAL,              -- encoders: ... to the sequence's least frequent token; NULL for decoders
+  sep_token        REAL,              -- 8: ... to the sequence's [SEP] tokens; NULL when the model has none
   PRIMARY KEY(run_id, layer, head)
 ) WITHOUT ROWID;
 

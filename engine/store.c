@@ -557,27 +557,44 @@ static int metric_views(sqlite3 *db, char *out, size_t n)
     return SQLITE_OK;
 }
 
-/* A column per metric in results and seq_results (what a database older than a metric lacks is added). */
-static int metric_columns(sqlite3 *db)
+/* Column col (of type, e.g. "REAL") added to table where db's lacks it; st: "SELECT count(*) FROM
+ * pragma_table_info(?1) WHERE name = ?2", prepared on db. An SQLite error code. */
+static int add_column(sqlite3 *db, sqlite3_stmt *st, const char *table, const char *col, const char *type)
+{
+    sqlite3_reset(st);
+    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, col, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW)
+        return rc;
+    if (sqlite3_column_int(st, 0) > 0)
+        return SQLITE_OK;
+    char sql[160];
+    snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s %s", table, col, type);
+    return sqlite3_exec(db, sql, NULL, NULL, NULL);
+}
+
+/* The columns later schemas added to a table an earlier one made (schema.sql has them last, in this order). */
+static const struct {
+    const char *table, *col, *type;
+} added_columns[] = {
+    {"role_runs", "sep_id", "INTEGER"},  /* 8: attention to [SEP] */
+    {"role_runs", "n_sep", "INTEGER"},   /* 8 */
+    {"head_roles", "sep_token", "REAL"}, /* 8 */
+};
+
+/* A column per metric in results and seq_results (what a database older than a metric lacks is added), and
+ * added_columns. */
+static int missing_columns(sqlite3 *db)
 {
     static const char *const tables[] = {"results", "seq_results"};
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(db, "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2", -1, &st, NULL);
     for (int t = 0; t < 2 && rc == SQLITE_OK; t++)
-        for (int k = 0; k < HP_N_METRICS && rc == SQLITE_OK; k++) {
-            const char *m = hp_metric_name((enum hp_metric)k);
-            sqlite3_reset(st);
-            sqlite3_bind_text(st, 1, tables[t], -1, SQLITE_STATIC);
-            sqlite3_bind_text(st, 2, m, -1, SQLITE_STATIC);
-            if ((rc = sqlite3_step(st)) != SQLITE_ROW)
-                break;
-            rc = SQLITE_OK;
-            if (sqlite3_column_int(st, 0) == 0) {
-                char sql[128];
-                snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s REAL", tables[t], m);
-                rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-            }
-        }
+        for (int k = 0; k < HP_N_METRICS && rc == SQLITE_OK; k++)
+            rc = add_column(db, st, tables[t], hp_metric_name((enum hp_metric)k), "REAL");
+    for (size_t k = 0; k < sizeof added_columns / sizeof *added_columns && rc == SQLITE_OK; k++)
+        rc = add_column(db, st, added_columns[k].table, added_columns[k].col, added_columns[k].type);
     sqlite3_finalize(st);
     return rc;
 }
@@ -612,7 +629,7 @@ int hp_store_schema(sqlite3 *db)
 {
     int rc = sqlite3_exec(db, schema_sql, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
-        rc = metric_columns(db);
+        rc = missing_columns(db);
     if (rc == SQLITE_OK)
         rc = metric_views_fit(db);
     return rc;
@@ -981,20 +998,22 @@ static const char merge_grads_sql[] =
     "  FROM src.unit_scores u JOIN src.sweeps s ON s.id = u.sweep_id JOIN main.sweeps ms ON ms.key = s.key "
     "       JOIN src.gradients g ON g.id = u.gradient_id JOIN main.gradients mg ON mg.key = g.key;";
 
-static const char merge_roles_sql[] =
+/* %s: the source's sep_id, n_sep and sep_token, or NULL where it predates them (schema 8: merge_roles). */
+static const char merge_roles_fmt[] =
     "INSERT OR IGNORE INTO main.role_runs(key, model_id, dataset_id, causal, probe_seqs, probe_len, probe_seed, "
     "    n_queries, n_prev, n_duplicate, n_first, n_induction, wall_s, engine_version, numeric_version, host, threads, "
-    "    kernel, created) "
+    "    kernel, created, sep_id, n_sep) "
     "  SELECT r.key, (SELECT id FROM main.models WHERE digest = m.digest), "
     "         (SELECT id FROM main.datasets WHERE digest = d.digest), r.causal, r.probe_seqs, r.probe_len, "
     "         r.probe_seed, r.n_queries, r.n_prev, r.n_duplicate, r.n_first, r.n_induction, r.wall_s, "
-    "         r.engine_version, r.numeric_version, r.host, r.threads, r.kernel, r.created "
+    "         r.engine_version, r.numeric_version, r.host, r.threads, r.kernel, r.created, %s, %s "
     "  FROM src.role_runs r JOIN src.models m ON m.id = r.model_id JOIN src.datasets d ON d.id = r.dataset_id "
     "  ORDER BY r.id;"
     "INSERT OR IGNORE INTO main.head_roles(run_id, layer, head, prev_token, duplicate_token, induction, "
-    "    induction_offset, induction_mass, first_token, dominant_offset, dominant_mass, entropy, rare_token) "
+    "    induction_offset, induction_mass, first_token, dominant_offset, dominant_mass, entropy, rare_token, "
+    "    sep_token) "
     "  SELECT mr.id, h.layer, h.head, h.prev_token, h.duplicate_token, h.induction, h.induction_offset, "
-    "         h.induction_mass, h.first_token, h.dominant_offset, h.dominant_mass, h.entropy, h.rare_token "
+    "         h.induction_mass, h.first_token, h.dominant_offset, h.dominant_mass, h.entropy, h.rare_token, %s "
     "  FROM src.head_roles h JOIN src.role_runs r ON r.id = h.run_id JOIN main.role_runs mr ON mr.key = r.key;"
     "INSERT OR IGNORE INTO main.sweep_roles(sweep_id, study, run_id) "
     "  SELECT ms.id, x.study, mr.id "
@@ -1031,18 +1050,38 @@ static const char merge_positions_sql[] =
     "  SELECT ms.id, t.study, t.position, t.token, t.corrupt, t.text, t.corrupt_text "
     "  FROM src.patch_tokens t JOIN src.sweeps sw ON sw.id = t.sweep_id JOIN main.sweeps ms ON ms.key = sw.key;";
 
-/* The tables later schemas added, each merged where the source has it (a table that schema made names it). */
+/* Head roles, from a source of schema 4 on: merge_roles_fmt with the columns 8 added where the source has them. */
+static int merge_roles(struct hp_store *s)
+{
+    int64_t n = 0;
+    bool found;
+    int rc = hs_select_int(s, "SELECT count(*) FROM pragma_table_info('head_roles', 'src') WHERE name = ?",
+                           "sep_token", &n, &found);
+    if (rc != SQLITE_OK)
+        return rc;
+    char sql[sizeof merge_roles_fmt + 64];
+    if (n)
+        snprintf(sql, sizeof sql, merge_roles_fmt, "r.sep_id", "r.n_sep", "h.sep_token");
+    else
+        snprintf(sql, sizeof sql, merge_roles_fmt, "NULL", "NULL", "NULL");
+    return hs_exec(s, sql);
+}
+
+/* The tables later schemas added, each merged where the source has it (a table that schema made names it):
+ * by its SQL, or by its function. */
 static const struct {
     const char *table, *sql;
+    int (*merge)(struct hp_store *s);
 } merge_optional[] = {
-    {"ablation_means", "INSERT OR IGNORE INTO main.ablation_means SELECT * FROM src.ablation_means"}, /* 2 */
-    {"unit_scores", merge_grads_sql},  /* 3: the gradient studies */
-    {"sweep_roles", merge_roles_sql},  /* 4: head roles */
-    {"sweep_gates", merge_gates_sql},  /* 4: gates studies */
-    {"pruned_heads", "INSERT OR IGNORE INTO main.pruned_heads(model_id, layer, head) "
+    {.table = "ablation_means",
+     .sql = "INSERT OR IGNORE INTO main.ablation_means SELECT * FROM src.ablation_means"}, /* 2 */
+    {.table = "unit_scores", .sql = merge_grads_sql},  /* 3: the gradient studies */
+    {.table = "sweep_roles", .merge = merge_roles}, /* 4: head roles (8: attention to [SEP]) */
+    {.table = "sweep_gates", .sql = merge_gates_sql},  /* 4: gates studies */
+    {.table = "pruned_heads", .sql = "INSERT OR IGNORE INTO main.pruned_heads(model_id, layer, head) "
                      "  SELECT mm.id, p.layer, p.head FROM src.pruned_heads p JOIN src.models m ON m.id = p.model_id "
                      "       JOIN main.models mm ON mm.digest = m.digest"}, /* 5: the heads pruned checkpoints lack */
-    {"patch_tokens", merge_positions_sql}, /* 7: patching one position at a time */
+    {.table = "patch_tokens", .sql = merge_positions_sql}, /* 7: patching one position at a time */
 };
 
 /* A database file this process made, with the journal, WAL and shared-memory files beside it. */
@@ -1125,7 +1164,7 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in, 
             rc = hs_select_int(s, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table' AND name = ?",
                                merge_optional[k].table, &has, &found);
             if (rc == SQLITE_OK && has)
-                rc = hs_exec(s, merge_optional[k].sql);
+                rc = merge_optional[k].sql ? hs_exec(s, merge_optional[k].sql) : merge_optional[k].merge(s);
         }
         if (rc == SQLITE_OK)
             rc = hs_exec(s, "COMMIT");

@@ -12,7 +12,7 @@
 
 #include "headprune.h"
 
-#define HP_SCHEMA_VERSION 7
+#define HP_SCHEMA_VERSION 8
 
 struct hp_store;
 struct sqlite3;

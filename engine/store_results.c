@@ -422,9 +422,9 @@ static int insert_roles(struct hp_store *s, const struct hp_store_roles *in, dou
     int rc = hs_prep(s,
                   "INSERT INTO role_runs(key, model_id, dataset_id, causal, probe_seqs, probe_len, probe_seed, "
                   "n_queries, n_prev, n_duplicate, n_first, n_induction, wall_s, engine_version, numeric_version, host, "
-                  "threads, kernel, created) VALUES (?1, (SELECT id FROM models WHERE digest = ?2), "
+                  "threads, kernel, created, sep_id, n_sep) VALUES (?1, (SELECT id FROM models WHERE digest = ?2), "
                   "(SELECT id FROM datasets WHERE digest = ?3), ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
-                  "?16, ?17, ?18, ?19)",
+                  "?16, ?17, ?18, ?19, ?20, ?21)",
                   &st);
     if (rc != SQLITE_OK)
         return rc;
@@ -441,13 +441,17 @@ static int insert_roles(struct hp_store *s, const struct hp_store_roles *in, dou
     sqlite3_bind_int64(st, 11, r->n_first);
     sqlite3_bind_int64(st, 12, r->n_induction);
     hs_bind_provenance(s, st, 13, wall_s, threads, kernel, now);
+    if (r->sep_id >= 0) { /* else both NULL: the model has no [SEP] */
+        sqlite3_bind_int(st, 20, r->sep_id);
+        sqlite3_bind_int64(st, 21, r->n_sep);
+    }
     if ((rc = hs_step_done(st)) != SQLITE_OK)
         return rc;
     const int64_t run = sqlite3_last_insert_rowid(s->db);
     if ((rc = hs_prep(s,
                    "INSERT INTO head_roles(run_id, layer, head, prev_token, duplicate_token, induction, "
-                   "induction_offset, induction_mass, first_token, dominant_offset, dominant_mass, entropy, rare_token) "
-                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                   "induction_offset, induction_mass, first_token, dominant_offset, dominant_mass, entropy, rare_token, "
+                   "sep_token) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                    &st)) != SQLITE_OK)
         return rc;
     for (int i = 0; i < r->n_layers * r->n_heads && rc == SQLITE_OK; i++) {
@@ -474,6 +478,7 @@ static int insert_roles(struct hp_store *s, const struct hp_store_roles *in, dou
         bind_score(st, 11, h->dominant_mass);
         bind_score(st, 12, h->entropy);
         bind_score(st, 13, h->rare_token);
+        bind_score(st, 14, h->sep_token);
         rc = sqlite3_step(st);
         rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
     }

@@ -28,12 +28,20 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
     struct hp_error why;
     if (hp_roles_probe_size(c->info, &ro, &ro.probe_seqs, &ro.probe_len, &why) != HP_OK) /* expansion checked it */
         return hp_fail(err, HP_ERR_PLAN, "%s:%d: study '%s': %s", c->plan->path, s->line, s->name, why.msg);
-    char marked[96], key[HP_DIGEST_HEX];
-    snprintf(marked, sizeof marked, "roles:%dx2x%d:%llx", ro.probe_seqs, ro.probe_len,
-             (unsigned long long)HP_ROLES_PROBE_SEED);
+    int32_t sep;
+    enum hp_status st = hp_roles_sep_id(c->model, &sep, err);
+    if (st != HP_OK)
+        return st;
+    /* the [SEP] id is part of what was computed: a model with one is scored (and stored) apart from the roles
+     * stored before sep_token was */
+    char marked[96], key[HP_DIGEST_HEX], sep_part[24] = "";
+    if (sep >= 0)
+        snprintf(sep_part, sizeof sep_part, ":sep%d", (int)sep);
+    snprintf(marked, sizeof marked, "roles:%dx2x%d:%llx%s", ro.probe_seqs, ro.probe_len,
+             (unsigned long long)HP_ROLES_PROBE_SEED, sep_part);
     hp_digest_job(c->model_digest, c->data_digest, HP_ABLATE_ZERO, marked, key);
     bool found = false;
-    enum hp_status st = hp_store_has_roles(c->store, key, &found, err);
+    st = hp_store_has_roles(c->store, key, &found, err);
     if (st == HP_OK && found) {
         if (sw_key_seen(c, key))
             c->sum->n_repeated++;

@@ -506,6 +506,11 @@ int32_t ht_vocab_id(const struct hp_tokenizer *t, const char *s, size_t n)
     return ht_map_get(&t->vocab, s, n, &v) ? (int32_t)v : -1;
 }
 
+int32_t hp_tokenizer_token_id(const struct hp_tokenizer *t, const char *token)
+{
+    return ht_vocab_id(t, token, strlen(token));
+}
+
 // --- BPE merges: a heap of candidate pairs over a linked list of symbols ---------------
 /*
  * The library merges, again and again, the adjacent pair of lowest rank

@@ -159,6 +159,9 @@ void hp_tokenizer_free(struct hp_tokenizer *t);
 /* One past the largest token id the tokenizer can produce. */
 int hp_tokenizer_n_ids(const struct hp_tokenizer *t);
 
+/* The id of the token whose string is token (as hp_tokenizer_piece shows it, e.g. "[SEP]"); -1 when none. */
+int32_t hp_tokenizer_token_id(const struct hp_tokenizer *t, const char *token);
+
 struct hp_encoding {
     int32_t *ids;
     int32_t *type_ids; /* 0 for text a, 1 for text b (pairs) */
@@ -811,6 +814,8 @@ struct hp_head_roles {
     double entropy;         /* mean attention entropy, bits */
     double rare_token;      /* encoders: mean attention to the sequence's rarest token (frequencies from the
                              * data); NaN for causal models */
+    double sep_token;       /* mean attention to the sequence's [SEP] tokens (Clark et al. 2019); NaN when the
+                             * model has no [SEP] (hp_roles.sep_id < 0) */
 };
 
 struct hp_roles {
@@ -823,6 +828,8 @@ struct hp_roles {
     int64_t n_queries;   /* entropy, dominant offset (and rare token for encoders) */
     int64_t n_prev, n_duplicate, n_first;
     int64_t n_induction; /* probe queries (second halves) */
+    int32_t sep_id;      /* the model's [SEP] id (config.json's sep_token_id, else its tokenizer's "[SEP]"); -1: none */
+    int64_t n_sep;       /* queries behind sep_token: not [SEP] themselves, in a row with a [SEP] */
     struct hp_head_roles *heads; /* (n_layers, n_heads), row-major */
 };
 

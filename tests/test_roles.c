@@ -256,6 +256,7 @@ Test(roles, default_model_agrees_with_transformer_lens) { against_transformer_le
  * occurrence); first: (.5 + .2 + .1) / 3; offsets: -1: (.5+.3+.1)/3,
  * 0: (.5+.5+.2)/3, -2: (.2+.6)/3, -3: .1/3 -> dominant 0 (1.2/3);
  * entropy: row 1 1 bit; row 2 -(.2 log .2 + .3 log .3 + .5 log .5); row 3 ...
+ * With b as [SEP]: queries 2 and 3 see it (query 1 is it): (.3 + .6) / 2.
  */
 static double h2(double p)
 {
@@ -267,21 +268,22 @@ Test(roles, hand_worked_causal)
     const int T = 4;
     const int32_t ids[4] = {0, 1, 0, 2};
     float p[16] = {1, 0, 0, 0, .5f, .5f, 0, 0, .2f, .3f, .5f, 0, .1f, .6f, .1f, .2f};
-    int32_t last[3] = {-1, -1, -1}, links[12];
-    struct hp_roles_seq q = {.prev_occ = links, .next_occ = links + 4, .rare = links + 8};
-    hp_roles_seq_prepare(&q, ids, NULL, T, true, NULL, last);
+    int32_t last[3] = {-1, -1, -1}, links[16];
+    struct hp_roles_seq q = {.prev_occ = links, .next_occ = links + 4, .rare = links + 8, .seps = links + 12};
+    hp_roles_seq_prepare(&q, ids, NULL, T, true, NULL, 1, last);
     cr_assert(last[0] == -1 && last[1] == -1 && last[2] == -1, "the scratch is left all -1");
     double acc[HP_RS_OFF + 7] = {0};
     hp_roles_seq_reduce(&q, p, acc);
-    int64_t nq = 0, np = 0, nd = 0, nf = 0;
-    hp_roles_seq_count(&q, &nq, &np, &nd, &nf);
-    cr_assert(nq == 3 && np == 3 && nd == 1 && nf == 3, "counts %lld %lld %lld %lld", (long long)nq, (long long)np,
-              (long long)nd, (long long)nf);
+    int64_t nq = 0, np = 0, nd = 0, nf = 0, ns = 0;
+    hp_roles_seq_count(&q, &nq, &np, &nd, &nf, &ns);
+    cr_assert(nq == 3 && np == 3 && nd == 1 && nf == 3 && ns == 2, "counts %lld %lld %lld %lld %lld", (long long)nq,
+              (long long)np, (long long)nd, (long long)nf, (long long)ns);
     const double e = 1e-7;
     cr_assert_float_eq(acc[HP_RS_PREV], .5 + .3 + .1, e);
     cr_assert_float_eq(acc[HP_RS_DUP], .2, e);
     cr_assert_float_eq(acc[HP_RS_FIRST], .5 + .2 + .1, e);
     cr_assert_float_eq(acc[HP_RS_RARE], 0, e);
+    cr_assert_float_eq(acc[HP_RS_SEP], .3 + .6, e);
     double *off = acc + HP_RS_OFF + T - 1;
     cr_assert_float_eq(off[0], .5 + .5 + .2, e);
     cr_assert_float_eq(off[-1], .5 + .3 + .1, e);
@@ -299,6 +301,8 @@ Test(roles, hand_worked_causal)
  * prev (queries 1..3): .25 + .2 + .5; duplicate: query 0 -> 2 (.2),
  * query 2 -> 0 (.1): .3 over 2; first (queries 1..3): .25 + .1 + 0;
  * rare (keys 1 and 3): (.1+.3) + (.25+.25) + (.2+.4) + (.5+0).
+ * With c as [SEP] (and the pad's id, which is no key): queries 0..2 (3 is
+ * it): .3 + .25 + .4 over 3.
  */
 Test(roles, hand_worked_encoder_with_padding_and_rare_ties)
 {
@@ -308,21 +312,22 @@ Test(roles, hand_worked_encoder_with_padding_and_rare_ties)
     const int64_t freq[4] = {5, 1, 1, 9};
     float p[25] = {.4f, .1f, .2f, .3f, 0, .25f, .25f, .25f, .25f, 0, .1f, .2f, .3f, .4f, 0, 0, .5f, .5f, 0, 0,
                    .2f, .2f, .2f, .2f, .2f};
-    int32_t last[4] = {-1, -1, -1, -1}, links[15];
-    struct hp_roles_seq q = {.prev_occ = links, .next_occ = links + 5, .rare = links + 10};
-    hp_roles_seq_prepare(&q, ids, mask, T, false, freq, last);
+    int32_t last[4] = {-1, -1, -1, -1}, links[20];
+    struct hp_roles_seq q = {.prev_occ = links, .next_occ = links + 5, .rare = links + 10, .seps = links + 15};
+    hp_roles_seq_prepare(&q, ids, mask, T, false, freq, 2, last);
     cr_assert_eq(q.n_rare, 2);
     double acc[HP_RS_OFF + 9] = {0};
     hp_roles_seq_reduce(&q, p, acc);
-    int64_t nq = 0, np = 0, nd = 0, nf = 0;
-    hp_roles_seq_count(&q, &nq, &np, &nd, &nf);
-    cr_assert(nq == 4 && np == 3 && nd == 2 && nf == 3, "counts %lld %lld %lld %lld", (long long)nq, (long long)np,
-              (long long)nd, (long long)nf);
+    int64_t nq = 0, np = 0, nd = 0, nf = 0, ns = 0;
+    hp_roles_seq_count(&q, &nq, &np, &nd, &nf, &ns);
+    cr_assert(nq == 4 && np == 3 && nd == 2 && nf == 3 && ns == 3, "counts %lld %lld %lld %lld %lld", (long long)nq,
+              (long long)np, (long long)nd, (long long)nf, (long long)ns);
     const double e = 1e-7;
     cr_assert_float_eq(acc[HP_RS_PREV], .25 + .2 + .5, e);
     cr_assert_float_eq(acc[HP_RS_DUP], .2 + .1, e);
     cr_assert_float_eq(acc[HP_RS_FIRST], .25 + .1 + 0, e);
     cr_assert_float_eq(acc[HP_RS_RARE], .4 + .5 + .6 + .5, e);
+    cr_assert_float_eq(acc[HP_RS_SEP], .3 + .25 + .4, e);
     double *off = acc + HP_RS_OFF + T - 1;
     cr_assert_float_eq(off[1], .1 + .25 + .4 + 0, e); /* key = query + 1; the pad row is no query */
     cr_assert_float_eq(off[-1], .25 + .2 + .5, e);
