@@ -23,11 +23,12 @@
 // --- head roles ---------------------------------------------------------------------
 
 /* The scores of head_roles, in its column order: names, and whether each is an offset (no correlation). */
-#define N_ROLE_COLS 10
+#define N_ROLE_COLS 11
 static const char *const role_cols[N_ROLE_COLS] = {"prev_token", "duplicate_token", "induction", "induction_offset",
                                                   "induction_mass", "first_token", "dominant_offset", "dominant_mass",
-                                                  "entropy", "rare_token"};
-static const bool role_is_offset[N_ROLE_COLS] = {false, false, false, true, false, false, true, false, false, false};
+                                                  "entropy", "rare_token", "sep_token"};
+static const bool role_is_offset[N_ROLE_COLS] = {false, false, false, true, false, false, true, false, false, false,
+                                                 false};
 
 /* One head's row of a roles study, with its single effect (NaN: none). */
 struct role_row {
@@ -103,17 +104,26 @@ static enum hp_status pick_roles(struct hq_query *q, const char *want, char *nam
 static enum hp_status roles_load(struct hq_query *q, long long run, struct role_row **rows, size_t *n)
 {
     sqlite3_stmt *st;
-    /* an offset below HP_ROLES_OFFSET_MIN_MASS is noise: empty, also where an older version stored it */
-    enum hp_status s = hq_prep(q, &st, "SELECT layer, head, prev_token, duplicate_token, induction, "
-                                    "CASE WHEN induction_mass >= ?2 THEN induction_offset END, "
-                                    "induction_mass, first_token, dominant_offset, dominant_mass, entropy, rare_token "
-                                    "FROM head_roles WHERE run_id = ?1 ORDER BY layer, head");
+    /* a database from before schema 8 (read, never upgraded, here) has no sep_token: NULL throughout */
+    enum hp_status s = hq_prep(q, &st, "SELECT count(*) FROM pragma_table_info('head_roles') WHERE name = 'sep_token'");
     if (s != HP_OK)
+        return s;
+    int r = hq_step(q, st, &s);
+    const bool has_sep = r == 1 && sqlite3_column_int(st, 0) > 0;
+    sqlite3_finalize(st);
+    if (r < 0)
+        return s;
+    char sql[400];
+    /* an offset below HP_ROLES_OFFSET_MIN_MASS is noise: empty, also where an older version stored it */
+    snprintf(sql, sizeof sql, "SELECT layer, head, prev_token, duplicate_token, induction, "
+             "CASE WHEN induction_mass >= ?2 THEN induction_offset END, "
+             "induction_mass, first_token, dominant_offset, dominant_mass, entropy, rare_token, %s "
+             "FROM head_roles WHERE run_id = ?1 ORDER BY layer, head", has_sep ? "sep_token" : "NULL");
+    if ((s = hq_prep(q, &st, sql)) != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, run);
     sqlite3_bind_double(st, 2, HP_ROLES_OFFSET_MIN_MASS);
     size_t cap = 0;
-    int r;
     while ((r = hq_step(q, st, &s)) == 1) {
         struct role_row *g = hq_room_for(q, *rows, (size_t)*n, &cap, sizeof *g, &s);
         if (!g) {

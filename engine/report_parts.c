@@ -160,7 +160,7 @@ enum hp_status hr_roles_read(struct report *r)
 // The columns of `query roles` that hold a head's scores, in its order (docs/roles.md defines them).
 static const char *const ROLE_COLS[] = {"prev_token",    "duplicate_token", "induction",     "induction_offset",
                                         "induction_mass", "first_token",    "dominant_offset", "dominant_mass",
-                                        "entropy",       "rare_token"};
+                                        "entropy",       "rare_token",     "sep_token"};
 #define N_ROLE_COLS ((int)(sizeof ROLE_COLS / sizeof *ROLE_COLS))
 
 /*

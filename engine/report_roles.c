@@ -44,6 +44,7 @@ static const struct role_panel {
     {"dominant_mass", "share of attention (0 to 1)", "dominant_offset"},
     {"entropy", "entropy (bits)", NULL},
     {"rare_token", "mean attention (0 to 1)", NULL},
+    {"sep_token", "mean attention (0 to 1)", NULL},
 };
 #define N_ROLE_PANELS ((int)(sizeof ROLE_PANELS / sizeof *ROLE_PANELS))
 

@@ -1320,7 +1320,7 @@ Test(cli, query_roles_after_a_run)
     snprintf(a, sizeof a, "query roles --db %s/r.db --format csv", tmp);
     cr_assert_eq(hp(a), 0, "%s", errs);
     cr_assert(strncmp(out, "layer,head,label,prev_token,duplicate_token,induction,induction_offset,induction_mass,"
-                           "first_token,dominant_offset,dominant_mass,entropy,rare_token,effect\n", 140) == 0,
+                           "first_token,dominant_offset,dominant_mass,entropy,rare_token,sep_token,effect\n", 150) == 0,
               "%s", out);
     int lines = 0;
     for (const char *c = out; *c; c++)

@@ -1781,32 +1781,32 @@ static void roles_build(void)
     sqlite3 *db;
     cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
     exec(db, "INSERT INTO role_runs VALUES (1, 'rk', 1, 1, 1, 16, 32, 491495646579, 60, 60, 20, 60, 512, 1.5, "
-             "'0.1.0', 3, 'test', 1, 'haswell', '2024-02-01T00:00:00Z');"
+             "'0.1.0', 3, 'test', 1, 'haswell', '2024-02-01T00:00:00Z', NULL, NULL);"
              "INSERT INTO head_roles VALUES "
-             "(1, 0, 0, 0.10, 0.20, 0.05, 1, 0.05, 0.30, -1, 0.10, 3.0, NULL),"
-             "(1, 0, 1, 0.90, NULL, 0.01, 0, 0.02, 0.05, -1, 0.90, 0.5, NULL),"
-             "(1, 0, 2, 0.10, 0.40, 0.60, 1, 0.60, 0.20, 0, 0.25, 2.0, NULL),"
-             "(1, 0, 3, 0.20, 0.10, 0.02, -2, 0.03, 0.70, -3, 0.05, 1.0, NULL),"
-             "(1, 1, 0, 0.05, 0.30, 0.03, 2, 0.04, 0.10, 0, 0.30, 2.5, NULL),"
-             "(1, 1, 1, 0.30, 0.50, 0.80, 1, 0.80, 0.15, -1, 0.35, 1.5, NULL),"
-             "(1, 1, 3, 0.40, 0.60, 0.70, 1, 0.70, 0.25, -2, 0.40, 2.2, NULL);"
+             "(1, 0, 0, 0.10, 0.20, 0.05, 1, 0.05, 0.30, -1, 0.10, 3.0, NULL, NULL),"
+             "(1, 0, 1, 0.90, NULL, 0.01, 0, 0.02, 0.05, -1, 0.90, 0.5, NULL, NULL),"
+             "(1, 0, 2, 0.10, 0.40, 0.60, 1, 0.60, 0.20, 0, 0.25, 2.0, NULL, NULL),"
+             "(1, 0, 3, 0.20, 0.10, 0.02, -2, 0.03, 0.70, -3, 0.05, 1.0, NULL, NULL),"
+             "(1, 1, 0, 0.05, 0.30, 0.03, 2, 0.04, 0.10, 0, 0.30, 2.5, NULL, NULL),"
+             "(1, 1, 1, 0.30, 0.50, 0.80, 1, 0.80, 0.15, -1, 0.35, 1.5, NULL, NULL),"
+             "(1, 1, 3, 0.40, 0.60, 0.70, 1, 0.70, 0.25, -2, 0.40, 2.2, NULL, NULL);"
              "INSERT INTO sweep_roles VALUES (2, 'roles', 1), (1, 'roles-old', 1)");
     sqlite3_close(db);
 }
 
 static const char *const ROLES_COLS[] = {"layer", "head", "label", "prev_token", "duplicate_token", "induction",
                                          "induction_offset", "induction_mass", "first_token", "dominant_offset",
-                                         "dominant_mass", "entropy", "rare_token", "effect"};
+                                         "dominant_mass", "entropy", "rare_token", "sep_token", "effect"};
 /* induction offsets whose mass is below HP_ROLES_OFFSET_MIN_MASS (0.05: heads 0.1, 0.3, 1.0) are empty */
 static const char *const ROLES[] = {
-    "0", "0", "0.0", "0.100000", "0.200000", "0.050000", "1", "0.050000", "0.300000", "-1", "0.100000", "3.000000", "", "0.115",
-    "0", "1", "0.1", "0.900000", "", "0.010000", "", "0.020000", "0.050000", "-1", "0.900000", "0.500000", "", "0.0006",
-    "0", "2", "0.2", "0.100000", "0.400000", "0.600000", "1", "0.600000", "0.200000", "0", "0.250000", "2.000000", "", "0.49",
-    "0", "3", "0.3", "0.200000", "0.100000", "0.020000", "", "0.030000", "0.700000", "-3", "0.050000", "1.000000", "", "0.0023",
-    "1", "0", "1.0", "0.050000", "0.300000", "0.030000", "", "0.040000", "0.100000", "0", "0.300000", "2.500000", "", "0.027",
-    "1", "1", "1.1", "0.300000", "0.500000", "0.800000", "1", "0.800000", "0.150000", "-1", "0.350000", "1.500000", "", "0.98",
-    "1", "3", "1.3", "0.400000", "0.600000", "0.700000", "1", "0.700000", "0.250000", "-2", "0.400000", "2.200000", "", "0.265",
-    "", "", "rho", "-0.144149994", "0.771428571", "0.964285714", "", "0.964285714", "0.107142857", "", "1.38777878e-17", "0.321428571", "", "",
+    "0", "0", "0.0", "0.100000", "0.200000", "0.050000", "1", "0.050000", "0.300000", "-1", "0.100000", "3.000000", "", "", "0.115",
+    "0", "1", "0.1", "0.900000", "", "0.010000", "", "0.020000", "0.050000", "-1", "0.900000", "0.500000", "", "", "0.0006",
+    "0", "2", "0.2", "0.100000", "0.400000", "0.600000", "1", "0.600000", "0.200000", "0", "0.250000", "2.000000", "", "", "0.49",
+    "0", "3", "0.3", "0.200000", "0.100000", "0.020000", "", "0.030000", "0.700000", "-3", "0.050000", "1.000000", "", "", "0.0023",
+    "1", "0", "1.0", "0.050000", "0.300000", "0.030000", "", "0.040000", "0.100000", "0", "0.300000", "2.500000", "", "", "0.027",
+    "1", "1", "1.1", "0.300000", "0.500000", "0.800000", "1", "0.800000", "0.150000", "-1", "0.350000", "1.500000", "", "", "0.98",
+    "1", "3", "1.3", "0.400000", "0.600000", "0.700000", "1", "0.700000", "0.250000", "-2", "0.400000", "2.200000", "", "", "0.265",
+    "", "", "rho", "-0.144149994", "0.771428571", "0.964285714", "", "0.964285714", "0.107142857", "", "1.38777878e-17", "0.321428571", "", "", "",
 };
 
 Test(query, roles_beside_single_effects_with_rank_correlations)
@@ -1815,7 +1815,7 @@ Test(query, roles_beside_single_effects_with_rank_correlations)
     roles_build();
     struct hp_query_opts o = opts(HP_QUERY_ROLES); // the newest sweep (2), its metric (loss)
     struct hp_table *t = run(&o);
-    expect_table(t, 14, ROLES_COLS, "11011111111111", 8, ROLES);
+    expect_table(t, 15, ROLES_COLS, "110111111111111", 8, ROLES);
     cr_assert_eq(t->n_summary, 1, "the rho row is a summary, no head");
     cr_assert(strstr(t->note, "roles study roles (probe 16 x 2 x 32"), "note: %s", t->note);
     cr_assert(strstr(t->note, "induction_offset empty where induction_mass is below 0.05"), "note: %s", t->note);
@@ -1825,7 +1825,7 @@ Test(query, roles_beside_single_effects_with_rank_correlations)
     /* named, the same */
     o.study = "roles";
     t = run(&o);
-    expect_table(t, 14, ROLES_COLS, "11011111111111", 8, ROLES);
+    expect_table(t, 15, ROLES_COLS, "110111111111111", 8, ROLES);
     hp_table_free(t);
     /* a sweep without a single study: the scores alone, no effects, no rho row */
     o = opts(HP_QUERY_ROLES);
@@ -1834,11 +1834,21 @@ Test(query, roles_beside_single_effects_with_rank_correlations)
     cr_assert_eq(t->n_rows, 7);
     cr_assert_eq(t->n_summary, 0);
     for (int r = 0; r < 7; r++) {
-        cr_assert_str_eq(cell(t, r, 13), "", "row %d has an effect", r);
-        for (int c = 0; c < 13; c++)
-            cr_assert_str_eq(cell(t, r, c), ROLES[r * 14 + c], "row %d column %s", r, ROLES_COLS[c]);
+        cr_assert_str_eq(cell(t, r, 14), "", "row %d has an effect", r);
+        for (int c = 0; c < 14; c++)
+            cr_assert_str_eq(cell(t, r, c), ROLES[r * 15 + c], "row %d column %s", r, ROLES_COLS[c]);
     }
     cr_assert(strstr(t->note, "roles study roles-old") && strstr(t->note, "no single study"), "note: %s", t->note);
+    hp_table_free(t);
+    /* a database from before schema 8, read as it is (never upgraded by a query): no sep_token, the rest the same */
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "ALTER TABLE head_roles DROP COLUMN sep_token; ALTER TABLE role_runs DROP COLUMN n_sep; "
+             "ALTER TABLE role_runs DROP COLUMN sep_id; UPDATE meta SET value = '7' WHERE key = 'schema_version'");
+    sqlite3_close(db);
+    o = opts(HP_QUERY_ROLES);
+    t = run(&o);
+    expect_table(t, 15, ROLES_COLS, "110111111111111", 8, ROLES);
     hp_table_free(t);
 }
 
@@ -1879,15 +1889,15 @@ single = {(0,0): [0.10, 0.20, 0.15, 0.05], (0,1): [0.001, -0.002, 0.003, 0.000],
           (1,0): [0.02, 0.03, 0.01, 0.04], (1,1): [1.0, 0.8, 1.2, 0.9],
           (1,2): [-0.01, 0.00, -0.02, 0.01], (1,3): [0.30, 0.25, 0.35, 0.20]}
 cols = ["prev_token", "duplicate_token", "induction", "induction_offset", "induction_mass", "first_token",
-        "dominant_offset", "dominant_mass", "entropy", "rare_token"]
+        "dominant_offset", "dominant_mass", "entropy", "rare_token", "sep_token"]
 N_ = None
-roles = {(0,0): [0.10, 0.20, 0.05, 1, 0.05, 0.30, -1, 0.10, 3.0, N_],
-         (0,1): [0.90, N_, 0.01, 0, 0.02, 0.05, -1, 0.90, 0.5, N_],
-         (0,2): [0.10, 0.40, 0.60, 1, 0.60, 0.20, 0, 0.25, 2.0, N_],
-         (0,3): [0.20, 0.10, 0.02, -2, 0.03, 0.70, -3, 0.05, 1.0, N_],
-         (1,0): [0.05, 0.30, 0.03, 2, 0.04, 0.10, 0, 0.30, 2.5, N_],
-         (1,1): [0.30, 0.50, 0.80, 1, 0.80, 0.15, -1, 0.35, 1.5, N_],
-         (1,3): [0.40, 0.60, 0.70, 1, 0.70, 0.25, -2, 0.40, 2.2, N_]}
+roles = {(0,0): [0.10, 0.20, 0.05, 1, 0.05, 0.30, -1, 0.10, 3.0, N_, N_],
+         (0,1): [0.90, N_, 0.01, 0, 0.02, 0.05, -1, 0.90, 0.5, N_, N_],
+         (0,2): [0.10, 0.40, 0.60, 1, 0.60, 0.20, 0, 0.25, 2.0, N_, N_],
+         (0,3): [0.20, 0.10, 0.02, -2, 0.03, 0.70, -3, 0.05, 1.0, N_, N_],
+         (1,0): [0.05, 0.30, 0.03, 2, 0.04, 0.10, 0, 0.30, 2.5, N_, N_],
+         (1,1): [0.30, 0.50, 0.80, 1, 0.80, 0.15, -1, 0.35, 1.5, N_, N_],
+         (1,3): [0.40, 0.60, 0.70, 1, 0.70, 0.25, -2, 0.40, 2.2, N_, N_]}
 for (l, h), v in roles.items():
     cells = [str(l), str(h), f"{l}.{h}"]
     for c, x in zip(cols, v):

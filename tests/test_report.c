@@ -624,7 +624,8 @@ Test(report, the_output_is_a_function_of_the_database)
 
 // The columns the roles figure draws a panel of (each when some head has it), in its order.
 static const char *const ROLE_PANEL_COLS[] = {"prev_token",  "duplicate_token", "induction", "induction_mass",
-                                              "first_token", "dominant_mass",   "entropy",   "rare_token"};
+                                              "first_token", "dominant_mass",   "entropy",   "rare_token",
+                                              "sep_token"};
 
 // head_roles.<col> of (layer, head) in sweep 1's roles study; *null when NULL.
 static double role_score(sqlite3 *h, const char *col, int layer, int head, bool *null)
@@ -829,7 +830,7 @@ Test(report, roles_drawn_equal_the_database)
     char *svg = slurp_path(svg_dir, "heatmap.svg");
     static const char *const all[] = {"prev_token",    "duplicate_token", "induction",     "induction_offset",
                                       "induction_mass", "first_token",    "dominant_offset", "dominant_mass",
-                                      "entropy",       "rare_token"};
+                                      "entropy",       "rare_token",     "sep_token"};
     for (int l = 0; l < 3; l++)
         for (int u = 0; u < 4; u++) {
             char title[2048];

@@ -508,8 +508,9 @@ static void stored_equal(const char *db, int64_t sweep_id, const char *study, co
     cr_assert_eq(sqlite3_prepare_v2(h,
                                     "SELECT h.layer, h.head, h.prev_token, h.duplicate_token, h.induction, "
                                     "h.induction_offset, h.induction_mass, h.first_token, h.dominant_offset, "
-                                    "h.dominant_mass, h.entropy, h.rare_token, r.probe_seqs, r.probe_len, r.n_queries, "
-                                    "r.n_prev, r.n_duplicate, r.n_first, r.n_induction FROM sweep_roles x "
+                                    "h.dominant_mass, h.entropy, h.rare_token, h.sep_token, r.probe_seqs, r.probe_len, "
+                                    "r.n_queries, r.n_prev, r.n_duplicate, r.n_first, r.n_induction, "
+                                    "coalesce(r.sep_id, -1), coalesce(r.n_sep, 0) FROM sweep_roles x "
                                     "JOIN role_runs r ON r.id = x.run_id JOIN head_roles h ON h.run_id = r.id "
                                     "WHERE x.sweep_id = ? AND x.study = ? ORDER BY h.layer, h.head",
                                     -1, &st, NULL),
@@ -521,19 +522,19 @@ static void stored_equal(const char *db, int64_t sweep_id, const char *study, co
         const int l = sqlite3_column_int(st, 0), hd = sqlite3_column_int(st, 1);
         const struct hp_head_roles *x = &r->heads[l * r->n_heads + hd];
         cr_assert(x->present);
-        const double want[10] = {x->prev_token, x->duplicate_token, x->induction,
+        const double want[11] = {x->prev_token, x->duplicate_token, x->induction,
                                  hp_roles_offset_shown(x->induction_mass) ? x->induction_offset : NAN,
                                  x->induction_mass, x->first_token, x->dominant_offset, x->dominant_mass, x->entropy,
-                                 x->rare_token};
-        for (int c = 0; c < 10; c++) {
+                                 x->rare_token, x->sep_token};
+        for (int c = 0; c < 11; c++) {
             double got = sqlite3_column_type(st, 2 + c) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 2 + c);
             cr_assert((isnan(got) && isnan(want[c])) || got == want[c], "%s head %d.%d column %d: stored %.17g, "
                       "computed %.17g", study, l, hd, c, got, want[c]);
         }
-        const int64_t counts[7] = {r->probe_seqs, r->probe_len, r->n_queries, r->n_prev, r->n_duplicate, r->n_first,
-                                   r->n_induction};
-        for (int c = 0; c < 7; c++)
-            cr_assert_eq(sqlite3_column_int64(st, 12 + c), counts[c], "%s: run column %d", study, c);
+        const int64_t counts[9] = {r->probe_seqs, r->probe_len, r->n_queries, r->n_prev, r->n_duplicate, r->n_first,
+                                   r->n_induction, r->sep_id, r->n_sep};
+        for (int c = 0; c < 9; c++)
+            cr_assert_eq(sqlite3_column_int64(st, 13 + c), counts[c], "%s: run column %d", study, c);
         n++;
     }
     sqlite3_finalize(st);

@@ -38,6 +38,10 @@ static const char roles_help[] =
     "  entropy           mean attention entropy, bits\n"
     "  rare_token        encoders: mean attention to the sequence's least\n"
     "                    frequent token (frequencies counted over the data)\n"
+    "  sep_token         mean attention to the sequence's [SEP] tokens (Clark et\n"
+    "                    al. 2019), from queries that are no [SEP]; only for a\n"
+    "                    model with one (config.json's sep_token_id, else its\n"
+    "                    tokenizer's [SEP])\n"
     "\n"
     "Every score is a mean over queries (each query of the set weighted alike);\n"
     "padding is neither a query nor a key; in a causal model the first position is\n"
@@ -83,6 +87,8 @@ static void print_json(const char *dir, const char *data, const struct hp_roles 
     cJSON_AddNumberToObject(q, "duplicate_token", (double)r->n_duplicate);
     cJSON_AddNumberToObject(q, "first_token", (double)r->n_first);
     cJSON_AddNumberToObject(q, "induction", (double)r->n_induction);
+    json_num(q, "sep_token", r->sep_id >= 0 ? (double)r->n_sep : NAN);
+    json_num(o, "sep_id", r->sep_id >= 0 ? r->sep_id : NAN);
     cJSON *hs = cJSON_AddArrayToObject(o, "heads");
     for (int l = 0; l < r->n_layers; l++)
         for (int h = 0; h < r->n_heads; h++) {
@@ -101,6 +107,7 @@ static void print_json(const char *dir, const char *data, const struct hp_roles 
             json_num(e, "dominant_mass", x->dominant_mass);
             json_num(e, "entropy", x->entropy);
             json_num(e, "rare_token", x->rare_token);
+            json_num(e, "sep_token", x->sep_token);
             cJSON_AddItemToArray(hs, e);
         }
     cJSON_AddNumberToObject(o, "seconds", secs);
@@ -112,14 +119,15 @@ static void print_json(const char *dir, const char *data, const struct hp_roles 
 
 static void print_rows(const struct hp_roles *r)
 {
-    const bool rare = !r->causal;
-    printf("%-6s %10s %15s %9s %16s %14s %11s %15s %13s %7s%s\n", "head", "prev_token", "duplicate_token",
+    const bool rare = !r->causal, sep = r->sep_id >= 0;
+    printf("%-6s %10s %15s %9s %16s %14s %11s %15s %13s %7s%s%s\n", "head", "prev_token", "duplicate_token",
            "induction", "induction_offset", "induction_mass", "first_token", "dominant_offset", "dominant_mass",
-           "entropy", rare ? "  rare_token" : "");
+           "entropy", rare ? "  rare_token" : "", sep ? "  sep_token" : "");
     for (int l = 0; l < r->n_layers; l++)
         for (int h = 0; h < r->n_heads; h++) {
             const struct hp_head_roles *x = &r->heads[l * r->n_heads + h];
             char label[32], c[9][32];
+            cell(c[8], sizeof c[8], x->sep_token);
             snprintf(label, sizeof label, "%d.%d", l, h);
             if (!x->present) {
                 printf("%-6s (pruned: the checkpoint lacks it)\n", label);
@@ -140,6 +148,8 @@ static void print_rows(const struct hp_roles *r)
                    x->dominant_offset, c[5], c[6]);
             if (rare)
                 printf("  %10s", c[7]);
+            if (sep)
+                printf("  %9s", c[8]);
             putchar('\n');
         }
 }
@@ -200,9 +210,12 @@ int cmd_roles(int argc, char **argv)
         printf("data      %s: %d sequences x %d tokens%s\n", data_path, d->n_seqs, d->seq_len, dropped_note(d));
         printf("probe     %d sequences of 2 x %d random tokens (seed 0x%llx)\n", r->probe_seqs, r->probe_len,
                (unsigned long long)r->probe_seed);
-        printf("queries   %lld (prev_token %lld, duplicate_token %lld, first_token %lld; induction %lld on the probe)\n",
-               (long long)r->n_queries, (long long)r->n_prev, (long long)r->n_duplicate, (long long)r->n_first,
-               (long long)r->n_induction);
+        char sep_note[64] = "";
+        if (r->sep_id >= 0)
+            snprintf(sep_note, sizeof sep_note, ", sep_token %lld ([SEP] = id %d)", (long long)r->n_sep, (int)r->sep_id);
+        printf("queries   %lld (prev_token %lld, duplicate_token %lld, first_token %lld%s; induction %lld on the "
+               "probe)\n", (long long)r->n_queries, (long long)r->n_prev, (long long)r->n_duplicate,
+               (long long)r->n_first, sep_note, (long long)r->n_induction);
         printf("time      %.2f s, %d thread%s\n\n", secs, pr.threads_max, pr.threads_max == 1 ? "" : "s");
         print_rows(r);
     }
