@@ -91,6 +91,13 @@ static double field(cJSON *o, const char *k)
     return cJSON_IsNull(v) ? NAN : v->valuedouble;
 }
 
+/* The [SEP] fields, which references made before sep_token lack: their models have no [SEP] (neither a
+ * sep_token_id nor a tokenizer, as tools/roles_reference.py finds it), so the engine must find none either. */
+static double sep_field(cJSON *ref, cJSON *o, const char *k)
+{
+    return cJSON_HasObjectItem(ref, "sep_id") ? field(o, k) : NAN;
+}
+
 /* One score against the reference: both undefined, or within TOL. Logs and counts a mismatch. */
 static int check(const char *name, int l, int h, const char *what, double got, double want, double *worst)
 {
@@ -143,6 +150,10 @@ static void against_reference(const char *name)
     cr_assert_eq(r->n_duplicate, (int64_t)field(q, "duplicate_token"), "%s: duplicate-token queries", name);
     cr_assert_eq(r->n_first, (int64_t)field(q, "first_token"), "%s: first-token queries", name);
     cr_assert_eq(r->n_induction, (int64_t)field(q, "induction"), "%s: probe queries", name);
+    const double sep_id = sep_field(ref, ref, "sep_id");
+    cr_assert_eq(r->sep_id, isnan(sep_id) ? -1 : (int32_t)sep_id, "%s: [SEP] id", name);
+    if (r->sep_id >= 0)
+        cr_assert_eq(r->n_sep, (int64_t)field(q, "sep_token"), "%s: sep-token queries", name);
 
     int bad = 0;
     double worst = 0;
@@ -165,6 +176,7 @@ static void against_reference(const char *name)
         bad += check(name, l, h, "dominant_mass", x->dominant_mass, field(e, "dominant_mass"), &worst);
         bad += check(name, l, h, "entropy", x->entropy, field(e, "entropy"), &worst);
         bad += check(name, l, h, "rare_token", x->rare_token, field(e, "rare_token"), &worst);
+        bad += check(name, l, h, "sep_token", x->sep_token, sep_field(ref, e, "sep_token"), &worst);
         bad += check_offset(name, l, h, "dominant_offset", x->dominant_offset, (int)field(e, "dominant_offset"),
                             cJSON_GetObjectItem(e, "offset_mass"), -(T - 1));
         bad += check_offset(name, l, h, "induction_offset", x->induction_offset, (int)field(e, "induction_offset"),
@@ -199,6 +211,54 @@ Test(roles, gpt2_pruned_heads_have_no_scores) { against_reference("gpt2-pruned")
 Test(roles, bert_encoder) { against_reference("bert-encoder"); }
 Test(roles, bert_mlm_with_token_types) { against_reference("bert-mlm"); }
 Test(roles, bert_classifier) { against_reference("bert-cls"); }
+
+/*
+ * The [SEP] id from the tokenizer where config.json has none: bert-mlm's weights and config without its
+ * sep_token_id, beside a vocab.txt whose line 3 is [SEP], score exactly as bert-mlm (checked against Hugging
+ * Face above, its id from config.json). A sep_token_id that is no id of the model is refused in one line.
+ */
+Test(roles, the_sep_id_from_the_tokenizer_and_a_bad_one_refused)
+{
+    char dir[256], path[320], cmd[1024];
+    snprintf(dir, sizeof dir, "%s/sep", tmp);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s/bert-mlm/model.safetensors %s/ && grep -v sep_token_id "
+             "%s/bert-mlm/config.json > %s/config.json", dir, getenv("HP_FIXTURES"), dir, getenv("HP_FIXTURES"), dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char vocab[2048] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+    for (int i = 5; i < 101; i++)
+        snprintf(vocab + strlen(vocab), sizeof vocab - strlen(vocab), "w%d\n", i);
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    tu_spit(path, vocab, strlen(vocab));
+    struct hp_roles *want = compute("tests/fixtures/bert-mlm", "tests/fixtures/bert-mlm/data.jsonl", 1);
+    char data[1024];
+    repo_path("tests/fixtures/bert-mlm/data.jsonl", data, sizeof data);
+    struct hp_error err;
+    struct hp_model *m;
+    struct hp_data *d;
+    struct hp_roles *r;
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(data, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_roles_compute(m, d, NULL, &r, &err), HP_OK, "%s", err.msg);
+    hp_model_close(m);
+    cr_assert(want->sep_id == 3 && r->sep_id == 3 && r->n_sep == want->n_sep && r->n_sep > 0, "[SEP] %d, %d",
+              (int)want->sep_id, (int)r->sep_id);
+    for (int i = 0; i < r->n_layers * r->n_heads; i++)
+        cr_assert(r->heads[i].sep_token == want->heads[i].sep_token && isfinite(r->heads[i].sep_token),
+                  "head %d: %.17g from the tokenizer, %.17g from config.json", i, r->heads[i].sep_token,
+                  want->heads[i].sep_token);
+    hp_roles_free(r);
+    hp_roles_free(want);
+    /* a sep_token_id past the vocabulary */
+    snprintf(cmd, sizeof cmd, "sed 's/\"sep_token_id\": 3/\"sep_token_id\": 101/' %s/bert-mlm/config.json > "
+             "%s/config.json", getenv("HP_FIXTURES"), dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_roles_compute(m, d, NULL, &r, &err), HP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "/sep/config.json: sep_token_id 101 is no token id of the model (0 to 100)"), "%s",
+              err.msg);
+    hp_model_close(m);
+    hp_data_free(d);
+}
 Test(roles, llama_gqa_query_heads) { against_reference("llama-gqa"); }
 Test(roles, llama_bf16) { against_reference("llama-tied-bf16"); }
 Test(roles, qwen2_f16_with_biases) { against_reference("qwen2-bias"); }

@@ -352,7 +352,8 @@ def bert_mlm(out):
     cfg = BertConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=64, max_position_embeddings=64, type_vocab_size=2,
                      initializer_range=INIT, hidden_dropout_prob=0.0,
-                     attention_probs_dropout_prob=0.0, pad_token_id=0)
+                     attention_probs_dropout_prob=0.0, pad_token_id=0,
+                     sep_token_id=3)  # bert_rows' [SEP]: roles' sep_token reads it from config.json
     model = make(BertForMaskedLM, cfg, 3)
     d = fresh_dir(out, name)
     model.save_pretrained(d, safe_serialization=True)

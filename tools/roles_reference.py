@@ -153,7 +153,19 @@ def attentions(model, ids, mask, types=None):
 # ---------------------------------------------------------------- the scores (docs/roles.md)
 
 
-def seq_targets(ids, real, causal, freq):
+def sep_id_of(mdir, config):
+    """The model's [SEP] id as Hugging Face has it: config.sep_token_id, else its tokenizer's sep_token_id
+    (AutoTokenizer on the directory); None when neither (no tokenizer there)."""
+    if getattr(config, "sep_token_id", None) is not None:
+        return int(config.sep_token_id)
+    d = os.path.join(REPO, mdir)
+    if not any(os.path.exists(os.path.join(d, f)) for f in ("tokenizer.json", "vocab.txt", "vocab.json")):
+        return None
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(d).sep_token_id
+
+
+def seq_targets(ids, real, causal, freq, sep=None):
     """Query eligibility and the 0/1 target matrices of one sequence."""
     T = len(ids)
     i = np.arange(T)[:, None]
@@ -174,10 +186,15 @@ def seq_targets(ids, real, causal, freq):
         f = np.array([freq[x] if real[k] else np.inf for k, x in enumerate(ids)])
         rare = (f == f.min())[None, :] & np.ones((T, 1), bool)
         t["rare"] = rare
+    if sep is not None:
+        # [SEP] keys (real, visible), from queries that are no [SEP] and see one
+        sepm = (ids[None, :] == sep) & visible & (ids[:, None] != sep)
+        t["sep"] = sepm
+        e["sep"] = q & sepm.any(1)
     return q, t, e
 
 
-def data_scores(atts, heads_of, n_heads, data, causal):
+def data_scores(atts, heads_of, n_heads, data, causal, sep=None):
     ids, real = data["ids"], data["attention_mask"]
     S, T = ids.shape
     L = len(atts)
@@ -187,12 +204,12 @@ def data_scores(atts, heads_of, n_heads, data, causal):
             for k in range(T):
                 if real[s, k]:
                     freq[int(ids[s, k])] = freq.get(int(ids[s, k]), 0) + 1
-    roles = ["prev", "dup", "first"] + ([] if causal else ["rare"])
+    roles = ["prev", "dup", "first"] + ([] if causal else ["rare"]) + ([] if sep is None else ["sep"])
     sums = {r: np.zeros((L, n_heads)) for r in roles + ["ent"]}
     offs = np.zeros((L, n_heads, 2 * T - 1))
-    counts = {"all": 0, "prev": 0, "dup": 0, "first": 0}
+    counts = {"all": 0, "prev": 0, "dup": 0, "first": 0} | ({} if sep is None else {"sep": 0})
     for s in range(S):
-        q, t, e = seq_targets(ids[s], real[s], causal, freq)
+        q, t, e = seq_targets(ids[s], real[s], causal, freq, sep)
         for k in counts:
             counts[k] += int(e[k].sum())
         for l in range(L):
@@ -213,6 +230,7 @@ def data_scores(atts, heads_of, n_heads, data, causal):
     out = {"prev_token": div(sums["prev"], counts["prev"]), "duplicate_token": div(sums["dup"], counts["dup"]),
            "first_token": div(sums["first"], counts["first"]), "entropy": div(sums["ent"], counts["all"]),
            "rare_token": div(sums["rare"], counts["all"]) if not causal else np.full((L, n_heads), np.nan),
+           "sep_token": div(sums["sep"], counts["sep"]) if sep is not None else np.full((L, n_heads), np.nan),
            "offset_mass": div(offs, counts["all"])}
     return out, counts
 
@@ -309,7 +327,8 @@ def run(name, use_tl):
     data = load_data(dpath)
     S, T = data["ids"].shape
     atts = attentions(model, data["ids"], data["attention_mask"], data.get("token_type_ids"))
-    sc, counts = data_scores(atts, heads_of, n_heads, data, causal)
+    sep = sep_id_of(mdir, config)
+    sc, counts = data_scores(atts, heads_of, n_heads, data, causal, sep)
 
     half = min(PROBE_LEN, n_ctx // 2, config.vocab_size)
     probe = probe_ids(config.vocab_size, PROBE_SEQS, half)
@@ -328,7 +347,7 @@ def run(name, use_tl):
                 iw = win[l, h]
                 ioff, imass = argmax_offset(iw, -WINDOW, WINDOW)
                 e.update({k: r12(float(sc[k][l, h])) for k in
-                          ["prev_token", "duplicate_token", "first_token", "entropy", "rare_token"]})
+                          ["prev_token", "duplicate_token", "first_token", "entropy", "rare_token", "sep_token"]})
                 e.update({"induction": r12(float(iw[1 + WINDOW])), "induction_offset": ioff,
                           "induction_mass": r12(float(imass)), "dominant_offset": dom, "dominant_mass": r12(float(dmass)),
                           "offset_mass": [r12(float(x)) for x in om[: (T if causal else 2 * T - 1)]],
@@ -338,7 +357,9 @@ def run(name, use_tl):
            "n_kv_heads": getattr(config, "num_key_value_heads", n_heads) or n_heads, "n_seqs": S, "seq_len": T,
            "probe": {"seqs": PROBE_SEQS, "len": half, "seed": PROBE_SEED, "window": WINDOW, "ids": probe.tolist()},
            "queries": {"all": counts["all"], "prev_token": counts["prev"], "duplicate_token": counts["dup"],
-                       "first_token": counts["first"], "induction": PROBE_SEQS * half},
+                       "first_token": counts["first"], "induction": PROBE_SEQS * half,
+                       "sep_token": counts.get("sep")},
+           "sep_id": sep,
            "made_with": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "numpy": np.__version__, "dtype": "float64", "attn_implementation": "eager"},
            "heads": heads}
