@@ -591,7 +591,8 @@ Test(store, roles_are_written_as_given_once_and_merged)
     };
     struct hp_roles r = {.n_layers = 2, .n_heads = 2, .causal = true, .n_seqs = 2, .seq_len = 5, .probe_seqs = 16,
                          .probe_len = 32, .probe_seed = HP_ROLES_PROBE_SEED, .n_queries = 8, .n_prev = 8,
-                         .n_duplicate = 0, .n_first = 8, .n_induction = 512, .heads = heads};
+                         .n_duplicate = 0, .n_first = 8, .n_induction = 512, .sep_id = 3, .n_sep = 7,
+                         .heads = heads};
     struct hp_store_roles sr = {"rk", "m0", "d0", &r};
     bool found = true;
     cr_assert_eq(hp_store_has_roles(s, "rk", &found, &err), HP_OK, "%s", err.msg);
@@ -638,7 +639,8 @@ Test(store, roles_are_written_as_given_once_and_merged)
                                     "(SELECT count(*) FROM sweep_roles x JOIN role_runs r ON r.id = x.run_id "
                                     " JOIN sweeps w ON w.id = x.sweep_id JOIN models m ON m.id = r.model_id "
                                     " WHERE m.digest = 'm0' AND x.study = 'roles'), "
-                                    "(SELECT sum(prev_token) FROM head_roles)",
+                                    "(SELECT sum(prev_token) FROM head_roles), (SELECT sum(sep_token) FROM head_roles), "
+                                    "(SELECT count(*) FROM role_runs WHERE sep_id = 3 AND n_sep = 7)",
                                     -1, &st, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(h));
     cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
@@ -646,6 +648,23 @@ Test(store, roles_are_written_as_given_once_and_merged)
     cr_assert_eq(sqlite3_column_int(st, 1), 3);
     cr_assert_eq(sqlite3_column_int(st, 2), 1);
     cr_assert_float_eq(sqlite3_column_double(st, 3), 0.5 + 0.75 + 0.1, 1e-12);
+    cr_assert_float_eq(sqlite3_column_double(st, 4), 0.375 + 0.125, 1e-12, "sep_token merged");
+    cr_assert_eq(sqlite3_column_int(st, 5), 1, "sep_id and n_sep merged");
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+
+    /* a source from before schema 8 (no [SEP] columns) merges, its heads' sep_token NULL */
+    sql(db, "ALTER TABLE head_roles DROP COLUMN sep_token; ALTER TABLE role_runs DROP COLUMN n_sep; "
+            "ALTER TABLE role_runs DROP COLUMN sep_id; UPDATE meta SET value = '7' WHERE key = 'schema_version'");
+    snprintf(out, sizeof out, "%s/merged7.db", tmp);
+    cr_assert_eq(hp_store_merge(out, in, 1, &added, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(sqlite3_open(out, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT count(*), count(sep_token), sum(prev_token) FROM head_roles", -1, &st,
+                                    NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(h));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert(sqlite3_column_int(st, 0) == 3 && sqlite3_column_int(st, 1) == 0, "a schema 7 source's heads");
+    cr_assert_float_eq(sqlite3_column_double(st, 2), 0.5 + 0.75 + 0.1, 1e-12);
     sqlite3_finalize(st);
     sqlite3_close(h);
 }
