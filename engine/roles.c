@@ -28,6 +28,7 @@
 
 #include "eval_int.h" /* hp_eval_check_data */
 #include "forward_int.h"
+#include "json_int.h"
 #include "util_int.h"
 
 /* Rows a forward call takes, as the evaluator's chunks. */
@@ -441,7 +442,12 @@ static void absent_head(struct hp_head_roles *hr)
 enum hp_status hp_roles_sep_id(const struct hp_model *m, int32_t *id, struct hp_error *err)
 {
     const int V = hp_model_get_info(m)->n_vocab;
-    cJSON *c = cJSON_Parse(m->config_text);
+    cJSON *c = NULL; /* config.json was read when the model loaded: it parses */
+    char path[4352]; /* for a message only: a longer folder name is cut */
+    snprintf(path, sizeof path, "%s/config.json", m->dir);
+    enum hp_status st = hp_json_parse(path, 1, m->config_text, strlen(m->config_text), NULL, &c, err);
+    if (st != HP_OK)
+        return st;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, "sep_token_id");
     *id = -1;
     if (v && !cJSON_IsNull(v)) {

@@ -1818,7 +1818,7 @@ Test(query, roles_beside_single_effects_with_rank_correlations)
     expect_table(t, 15, ROLES_COLS, "110111111111111", 8, ROLES);
     cr_assert_eq(t->n_summary, 1, "the rho row is a summary, no head");
     cr_assert(strstr(t->note, "roles study roles (probe 16 x 2 x 32"), "note: %s", t->note);
-    cr_assert(strstr(t->note, "induction_offset empty where induction_mass is below 0.05"), "note: %s", t->note);
+    cr_assert(strstr(t->note, "(induction_offset: where induction_mass < 0.05, noise)"), "note: %s", t->note);
     cr_assert(strstr(t->note, "single study single, effect = loss - baseline loss"), "note: %s", t->note);
     cr_assert(strstr(t->note, "over the 7 heads with both"), "note: %s", t->note);
     hp_table_free(t);

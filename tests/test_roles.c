@@ -706,7 +706,7 @@ Test(roles, an_induction_offset_below_the_stated_mass_is_left_empty)
 {
     /* the default model's previous-token head 0.1 puts 0.00007 of its attention at the best induction offset:
      * noise, which `query roles` showed as an offset. Its induction head 3.1 puts 0.80 at offset +1 */
-    char db[128], plan[1024], root[1024];
+    char db[128], plan[2200], root[1024];
     snprintf(db, sizeof db, "%s/offset.db", tmp);
     repo_path("models/default", root, sizeof root);
     snprintf(plan, sizeof plan, "name: offsets\nmodel: %s\ndata: %s/heldout.npy\nstudies:\n  - roles\n", root, root);
