@@ -126,12 +126,22 @@ enum hp_status hq_redundancy(struct hq_query *q, const struct hp_query_opts *opt
         hq_tb_num(&b, row, C_WHOLE, F_EFFECT, x->layer_effect);
     }
     free(ls);
-    hq_tb_note(&b,
-            "sweep %lld, %s; units, below_eps (effect < %g), mean/max_effect: each unit removed alone (study %s); "
-            "only_effect: keeping only the layer's best unit only_unit (study %s); layer_effect: removing the layer's "
-            "attention (study %s)",
-            q->sweep, hq_effect_convention(q->m), eps, has_single ? single : "none", has_only ? only : "none",
-            has_layer ? layer : "none");
+    // each part names its study, or says the sweep has none (its columns are empty), never "(study none)"
+    char part[3][300];
+    if (has_single)
+        snprintf(part[0], sizeof part[0], "units, below_eps (effect < %g), mean/max_effect: each unit removed alone "
+                 "(study %s)", eps, single);
+    else
+        snprintf(part[0], sizeof part[0], "units, below_eps, mean/max_effect empty: the sweep has no single study");
+    if (has_only)
+        snprintf(part[1], sizeof part[1], "only_effect: keeping only the layer's best unit only_unit (study %s)", only);
+    else
+        snprintf(part[1], sizeof part[1], "only_effect, only_unit empty: the sweep has no only study");
+    if (has_layer)
+        snprintf(part[2], sizeof part[2], "layer_effect: removing the layer's attention (study %s)", layer);
+    else
+        snprintf(part[2], sizeof part[2], "layer_effect empty: the sweep has no layer study");
+    hq_tb_note(&b, "sweep %lld, %s; %s; %s; %s", q->sweep, hq_effect_convention(q->m), part[0], part[1], part[2]);
     return hq_tb_finish(&b, out, q->err);
 }
 

@@ -129,7 +129,10 @@ static void run_section(const struct report *r, struct hp_text *h)
     run_row(h, "Engine version", hr_info_text(r, "engine_versions"));
     run_row(h, "Numeric version", hr_info_text(r, "numeric_versions"));
     run_row(h, "BLIS kernel", hr_info_text(r, "kernels"));
-    snprintf(buf, sizeof buf, "%s to %s", hr_info_text(r, "threads_min"), hr_info_text(r, "threads_max"));
+    if (strcmp(hr_info_text(r, "threads_min"), hr_info_text(r, "threads_max")) == 0) // one count: "2", not "2 to 2"
+        snprintf(buf, sizeof buf, "%s", hr_info_text(r, "threads_min"));
+    else
+        snprintf(buf, sizeof buf, "%s to %s", hr_info_text(r, "threads_min"), hr_info_text(r, "threads_max"));
     run_row(h, "Threads", buf);
     run_row(h, "Hosts", hr_info_text(r, "hosts"));
     hp_text_add(h, "</table>\n<h3>Studies</h3>\n<table class=\"run\">\n<tr><th>study</th><th>kind</th><th>units</th>"

@@ -1,8 +1,10 @@
 /*
  * report_effects.c -- the report's effect matrices: the layers x units
- * heatmap of single-unit effects (query heads, and KV groups), and a layer's
- * pair interactions as a units x units matrix, both on one diverging,
- * symmetric-log colour scale with its legend.
+ * heatmap of single-unit effects (query heads, and KV groups), a layer's
+ * pair interactions as a units x units matrix, and patching by position,
+ * each on a diverging colour scale (symmetric-log, or linear with --scale)
+ * with its legend, cells printing their values where they fit and a dot
+ * where a paired interval excludes 0.
  *
  * Part of the report family (report_int.h): a cell is a row of `query heads`
  * or `query pairs`, drawn from its number and labelled with its text.
@@ -20,17 +22,72 @@
 
 #include "util_int.h"
 
-// --- colour legend of a diverging scale --------------------------------------------
+// --- the diverging colour scale and its legend ------------------------------------------
+
+// Where x falls on the report's signed colour scale ending at +-m, in [-1, 1] (0 when m <= 0).
+static double scale_t(const struct report *r, double x, double m)
+{
+    if (r->o->scale != HP_REPORT_SCALE_LINEAR)
+        return hp_symlog(x, m);
+    if (!(m > 0) || !isfinite(x))
+        return 0;
+    return x >= m ? 1 : x <= -m ? -1 : x / m;
+}
+
+// The scale in a caption's words, "symmetric and logarithmic (ends at +-m), so ..." or "linear (...)".
+static void scale_caption(struct hp_text *c, const struct report *r, double m, const char *what)
+{
+    char b[32];
+    if (r->o->scale == HP_REPORT_SCALE_LINEAR)
+        hp_text_printf(c, "The colour scale is linear (ends at &#177;%s): a colour's depth is the value's share of "
+                          "the largest, so small %s stay pale (<code>--scale log</code> shows them).",
+                       hp_num(b, m, 3), what);
+    else
+        hp_text_printf(c, "The colour scale is symmetric and logarithmic (ends at &#177;%s), so that small %s stay "
+                          "visible beside large ones: even a thousandth of the largest is tinted "
+                          "(<code>--scale linear</code> keeps them pale).",
+                       hp_num(b, m, 3), what);
+}
+
+/* The legend's labels for the scale ending at m: 0, and round values on each side (linear: a round step, about
+ * three of them; log: the powers of ten within three decades below m). Their count (at most max). */
+static int legend_ticks(const struct report *r, double m, double *at, int max)
+{
+    int n = 0;
+    at[n++] = 0;
+    if (!(m > 0) || !isfinite(m))
+        return n;
+    if (r->o->scale == HP_REPORT_SCALE_LINEAR) {
+        double lo = 0, hi = m, t[16];
+        int k = hp_ticks(&lo, &hi, 3, t, 16);
+        for (int i = 0; i < k && n + 2 <= max; i++)
+            if (t[i] > 0 && t[i] <= m * (1 + 1e-9))
+                at[n++] = t[i], at[n++] = -t[i];
+    } else {
+        for (int e = (int)floor(log10(m)); pow(10, e) >= m / 1000 * (1 - 1e-9) && n + 2 <= max; e--)
+            at[n++] = pow(10, e), at[n++] = -pow(10, e);
+    }
+    return n;
+}
+
+// The width a legend needs beside the grid: its bar and labels, and its title (11 px text, ~6.2 px a character).
+static int legend_width(const char *title)
+{
+    int w = (int)(6.2 * (double)strlen(title)) + 12;
+    return w < 150 ? 150 : w;
+}
 
 /*
- * A vertical colour bar for hp_symlog(., m) at (x, y), h px high: +m at the
- * top, -m at the bottom, labels at 0, +-m/100, +-m/10, +-m; its title (the
- * quantity and unit) above.
+ * A vertical colour bar of the report's scale at (x, y), h px high: +m at the
+ * top, -m at the bottom, labels at round values (legend_ticks) and at the
+ * ends where they do not crowd one; its title (the quantity and unit) above.
  */
-static void legend_diverging(struct hp_text *s, double x, double y, double h, double m, const char *title)
+static void legend_diverging(struct hp_text *s, const struct report *r, double x, double y, double h, double m,
+                             const char *title)
 {
     char col[8], b[32];
-    hp_text_printf(s, "<g class=\"legend\">\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">", x, y - 8);
+    hp_text_printf(s, "<g class=\"legend\" data-scale=\"%s\">\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">",
+                   r->o->scale == HP_REPORT_SCALE_LINEAR ? "linear" : "log", x, y - 8);
     hp_text_escape(s, title);
     hp_text_add(s, "</text>\n");
     const int steps = 40;
@@ -42,16 +99,77 @@ static void legend_diverging(struct hp_text *s, double x, double y, double h, do
     }
     hp_text_printf(s, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"%.1f\" fill=\"none\" stroke=\"#888\"/>\n", x,
                    y, h);
-    static const double at[] = {1, 0.1, 0.01, 0, -0.01, -0.1, -1};
-    for (int i = 0; i < 7; i++) {
-        if (!(m > 0) && at[i] != 0)
-            continue;
-        double v = at[i] * m, py = y + (1 - hp_symlog(v, m)) / 2 * h;
+    double at[16];
+    int n = legend_ticks(r, m, at, 14);
+    for (int end = 0; end < 2 && m > 0 && isfinite(m); end++) { // +-m itself, unless a round label is near
+        bool near = false;
+        for (int i = 0; i < n; i++)
+            near |= fabs((1 - scale_t(r, at[i], m)) / 2 * h - (end ? h : 0)) < 12; // px from the bar's end
+        if (!near)
+            at[n++] = end ? -m : m;
+    }
+    for (int i = 0; i < n; i++) {
+        double v = at[i], py = y + (1 - scale_t(r, v, m)) / 2 * h;
         hp_text_printf(s, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>"
-                          "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" dominant-baseline=\"middle\">%s%s</text>\n",
+                          "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" font-size=\"11\" dominant-baseline=\"middle\">"
+                          "%s%s</text>\n",
                        x + 14, py, x + 18, py, x + 21, py, v > 0 ? "+" : "", hp_num(b, v, 2));
     }
     hp_text_add(s, "</g>\n");
+}
+
+/* A cell's value printed in it (w x h px at (x, y)) where it fits: 2 significant digits, white on a dark colour
+ * (|t| > 0.6 on the scale). Nothing in a cell too small for it; whether it printed. */
+static bool cell_value(struct hp_text *s, double x, double y, double w, double h, double v, double t)
+{
+    char b[32];
+    hp_num(b, v, 2);
+    const double fs = h >= 24 && w >= 44 ? 10 : 9;
+    if (!*b || h < fs + 4 || (double)strlen(b) * fs * 0.6 > w - 4)
+        return false;
+    hp_text_printf(s, "<text class=\"value\" x=\"%.1f\" y=\"%.1f\" font-size=\"%g\" text-anchor=\"middle\" "
+                      "dominant-baseline=\"middle\" fill=\"%s\" pointer-events=\"none\">%s</text>\n",
+                   x + w / 2, y + h / 2, fs, fabs(t) > 0.6 ? "#ffffff" : "#222222", b);
+    return true;
+}
+
+// --- intervals -----------------------------------------------------------------------
+
+// Whether row i's paired 95% interval (columns c_lo, c_hi) excludes 0; false without one.
+static bool ci_excludes_zero(const struct hp_table *t, int i, int c_lo, int c_hi)
+{
+    const double lo = tval(t, i, c_lo), hi = tval(t, i, c_hi);
+    return (isfinite(lo) && lo > 0) || (isfinite(hi) && hi < 0);
+}
+
+// "; paired 95% CI lo to hi over n sequences, p = x (excludes 0)" of row i, in a tooltip; nothing without one.
+static void ci_tooltip(struct hp_text *sv, const struct hp_table *t, int i, int c_lo, int c_hi, int c_seqs, int c_p)
+{
+    if (!*tcell(t, i, c_lo))
+        return;
+    hp_text_add(sv, "; paired 95% CI ");
+    hp_text_escape(sv, tcell(t, i, c_lo));
+    hp_text_add(sv, " to ");
+    hp_text_escape(sv, tcell(t, i, c_hi));
+    hp_text_add(sv, " over ");
+    hp_text_escape(sv, tcell(t, i, c_seqs));
+    hp_text_add(sv, " sequences");
+    if (*tcell(t, i, c_p)) {
+        hp_text_add(sv, ", p = ");
+        hp_text_escape(sv, tcell(t, i, c_p));
+    }
+    hp_text_add(sv, ci_excludes_zero(t, i, c_lo, c_hi) ? " (excludes 0)" : " (includes 0)");
+}
+
+// The mark of an interval that excludes 0 in a w x h cell at (x, y): small, at the centre or, where the cell
+// prints its value (value_shown), in its top right corner.
+static void sig_mark(struct hp_text *sv, double x, double y, double w, double h, bool value_shown)
+{
+    double rr = (w < h ? w : h) * 0.08; // a mark, not a second colour: small
+    rr = rr < 2 ? 2 : rr > 4 ? 4 : rr;
+    hp_text_printf(sv, "<circle class=\"sig\" cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"#000000\" "
+                       "stroke=\"#ffffff\" stroke-width=\"1\" pointer-events=\"none\"/>\n",
+                   value_shown ? x + w - rr - 3 : x + w / 2.0, value_shown ? y + rr + 3 : y + h / 2.0, rr);
 }
 
 // --- heatmap of single-unit effects --------------------------------------------------
@@ -86,20 +204,7 @@ static void heatmap_cell_text(struct hp_text *sv, const struct report *r, const 
     hp_text_printf(sv, " %s (%s ", r->unit, r->mname);
     hp_text_escape(sv, tcell(t, i, hc->value));
     hp_text_printf(sv, ", baseline %s)", hp_num(b, r->base, 7));
-    if (*tcell(t, i, hc->lo)) {
-        hp_text_add(sv, "; paired 95% CI ");
-        hp_text_escape(sv, tcell(t, i, hc->lo));
-        hp_text_add(sv, " to ");
-        hp_text_escape(sv, tcell(t, i, hc->hi));
-        hp_text_add(sv, " over ");
-        hp_text_escape(sv, tcell(t, i, hc->seqs));
-        hp_text_add(sv, " sequences");
-        if (*tcell(t, i, hc->p)) {
-            hp_text_add(sv, ", p = ");
-            hp_text_escape(sv, tcell(t, i, hc->p));
-        }
-        hp_text_add(sv, sig ? " (excludes 0)" : " (includes 0)");
-    }
+    ci_tooltip(sv, t, i, hc->lo, hc->hi, hc->seqs, hc->p);
     if (*tcell(t, i, hc->atp)) {
         hp_text_add(sv, "; attribution estimate ");
         hp_text_escape(sv, tcell(t, i, hc->atp));
@@ -109,19 +214,19 @@ static void heatmap_cell_text(struct hp_text *sv, const struct report *r, const 
 }
 
 // The heatmap's legend at x = lx: the colour bar (lh px high, ends at +-m), the mark, a missing cell.
-static void heatmap_legend(struct hp_text *sv, const struct report *r, int lx, int top, double lh, double m)
+static void heatmap_legend(struct hp_text *sv, const struct report *r, int lx, int top, double lh, double m,
+                           const char *ltitle)
 {
-    char ltitle[96];
-    snprintf(ltitle, sizeof ltitle, "effect (%s)", r->unit);
-    legend_diverging(sv, lx, top + 14, lh, m, ltitle);
+    legend_diverging(sv, r, lx, top + 14, lh, m, ltitle);
     double ly = top + 14 + lh + 24;
     hp_text_printf(sv, "<g class=\"legend\" font-size=\"11\">\n"
                        "<circle cx=\"%d\" cy=\"%.1f\" r=\"4\" fill=\"#000000\" stroke=\"#ffffff\"/>"
                        "<text x=\"%d\" y=\"%.1f\" dominant-baseline=\"middle\">paired 95%% CI excludes 0</text>\n"
                        "<rect x=\"%d\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"#ffffff\" stroke=\"#bbbbbb\"/>"
                        "<text x=\"%d\" y=\"%.1f\" dominant-baseline=\"middle\">no result</text>\n"
-                       "<text x=\"%d\" y=\"%.1f\" fill=\"#555\">colour: symmetric log scale</text>\n</g>\n",
-                   lx + 7, ly, lx + 18, ly, lx + 2, ly + 14, lx + 18, ly + 19, lx, ly + 40);
+                       "<text x=\"%d\" y=\"%.1f\" fill=\"#555\">colour: %s scale</text>\n</g>\n",
+                   lx + 7, ly, lx + 18, ly, lx + 2, ly + 14, lx + 18, ly + 19, lx, ly + 40,
+                   r->o->scale == HP_REPORT_SCALE_LINEAR ? "linear" : "symmetric log");
 }
 
 static enum hp_status draw_heatmap(struct report *r, struct section *sec, const char *study, bool kv)
@@ -178,7 +283,9 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
     const int left = 64, top = 64, gw = U * cs, gh = L * ch;
     const int lx = left + gw + 36; // the legend
     const double lh = gh < 160 ? 160 : gh > 260 ? 260 : gh;
-    int W = lx + 170, H = top + gh + 60;
+    char ltitle[96];
+    snprintf(ltitle, sizeof ltitle, "effect (%s)", r->unit);
+    int W = lx + legend_width(ltitle), H = top + gh + 60;
     if (W < 560)
         W = 560;
     if (H < top + lh + 104) // the legend's bar and three lines below it
@@ -228,34 +335,34 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
                                y + 2);
                 continue;
             }
-            double e = tval(t, i, c_eff), lo = tval(t, i, c_lo), hi = tval(t, i, c_hi);
-            double tt = hp_symlog(e, m);
-            bool sig = (isfinite(lo) && lo > 0) || (isfinite(hi) && hi < 0);
+            double e = tval(t, i, c_eff);
+            double tt = scale_t(r, e, m);
+            bool sig = ci_excludes_zero(t, i, c_lo, c_hi);
             hp_color_diverging(tt, col);
             hp_text_printf(sv, "<rect class=\"cell\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" "
                                "stroke=\"#ffffff\" data-layer=\"%d\" data-unit=\"%d\"",
                            (int)x, (int)y, cs, ch, col, l, u);
             heatmap_cell_text(sv, r, t, &hc, i, sig, rat ? rat[l * U + u] : -1);
             hp_text_add(sv, "</title></rect>\n");
+            const bool shown = cell_value(sv, x, y, cs, ch, e, tt);
             if (sig) {
                 n_sig++;
-                double rr = (cs < ch ? cs : ch) * 0.08; // a mark, not a second colour: small
-                hp_text_printf(sv, "<circle class=\"sig\" cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"#000000\" "
-                                   "stroke=\"#ffffff\" stroke-width=\"1\" pointer-events=\"none\"/>\n",
-                               x + cs / 2.0, y + ch / 2.0, rr < 2 ? 2 : rr > 4 ? 4 : rr);
+                sig_mark(sv, x, y, cs, ch, shown);
             }
         }
     hp_text_add(sv, "</g>\n");
 
-    heatmap_legend(sv, r, lx, top, lh, m);
+    heatmap_legend(sv, r, lx, top, lh, m, ltitle);
     hp_svg_close(sv);
 
     struct hp_text *c = &sec->caption;
     hp_text_printf(c, "<p>Each cell: the effect of ablating one %s alone (layers down, %s across), %s. Red: "
-                      "ablating it hurts; blue: it helps; the colour scale is symmetric and logarithmic (ends at "
-                      "&#177;%s) so that small effects stay visible beside large ones. A dot marks the %d %s whose "
-                      "paired 95%% interval over sequences excludes 0. Hover a cell for its numbers.</p>\n",
-                   what, whats, hp_metric_effect_text(r->m), hp_num(b, m, 3), n_sig, n_sig == 1 ? what : whats);
+                      "ablating it hurts; blue: it helps. ",
+                   what, whats, hp_metric_effect_text(r->m));
+    scale_caption(c, r, m, "effects");
+    hp_text_printf(c, " A dot marks the %d %s whose paired 95%% interval over sequences excludes 0. A cell prints "
+                      "its effect (2 significant digits) where it fits; hover it for its numbers.</p>\n",
+                   n_sig, n_sig == 1 ? what : whats);
     if (rat)
         hp_text_add(c, "<p>A cell's tooltip also gives the head's roles (the scores of the roles figure "
                        "below).</p>\n");
@@ -307,16 +414,18 @@ struct pair_group {
  * +-m, its row of `query pairs` as data-* and in the tooltip.
  */
 static void pairs_matrix(struct hp_text *sv, const struct report *r, const struct hp_table *t,
-                         const struct pair_group *g, const char *id, int U, double m)
+                         const struct pair_group *g, const char *id, int U, double m, int *n_sig)
 {
     const int c_pair = tcol(t, "pair"), c_a = tcol(t, "unit_a"), c_b = tcol(t, "unit_b"),
               c_ab = tcol(t, "effect_ab"), c_ea = tcol(t, "effect_a"), c_eb = tcol(t, "effect_b"),
-              c_i = tcol(t, "interaction");
-    char b[32], col[8];
-    int cs = 300 / U;
-    cs = cs < 10 ? 10 : cs > 40 ? 40 : cs;
+              c_i = tcol(t, "interaction"), c_lo = tcol(t, "ci_lo"), c_hi = tcol(t, "ci_hi"),
+              c_seqs = tcol(t, "seqs"), c_p = tcol(t, "p");
+    char b[32], col[8], lt[96];
+    snprintf(lt, sizeof lt, "interaction (%s)", r->unit);
+    int cs = 400 / U; // cells wide enough to print "-0.0012" from 8 units down
+    cs = cs < 10 ? 10 : cs > 48 ? 48 : cs;
     const int left = 56, top = 74, gw = U * cs, lx = left + gw + 34;
-    int W = lx + 150, H = top + gw + 50;
+    int W = lx + legend_width(lt), H = top + gw + 50;
     W = W < 420 ? 420 : W;
     H = H < top + 240 ? top + 240 : H;
     char eid[80], title[120], sub[300];
@@ -350,9 +459,11 @@ static void pairs_matrix(struct hp_text *sv, const struct report *r, const struc
         int i = g->rows[j], a = tint(t, i, c_a), bu = tint(t, i, c_b);
         if (a < 0 || bu < 0)
             continue;
-        double v = tval(t, i, c_i);
+        const double v = tval(t, i, c_i), tt = scale_t(r, v, m);
+        const bool sig = ci_excludes_zero(t, i, c_lo, c_hi);
+        *n_sig += sig;
         if (isfinite(v))
-            hp_color_diverging(hp_symlog(v, m), col);
+            hp_color_diverging(tt, col);
         else
             snprintf(col, sizeof col, "#ffffff");
         for (int half = 0; half < 2; half++) { // (a, b) and (b, a): the matrix is symmetric
@@ -366,7 +477,10 @@ static void pairs_matrix(struct hp_text *sv, const struct report *r, const struc
             hr_attr_cell(sv, "data-effect-ab", t, i, c_ab);
             hr_attr_cell(sv, "data-effect-a", t, i, c_ea);
             hr_attr_cell(sv, "data-effect-b", t, i, c_eb);
-            hp_text_add(sv, "><title>");
+            hr_attr_cell(sv, "data-ci-lo", t, i, c_lo);
+            hr_attr_cell(sv, "data-ci-hi", t, i, c_hi);
+            hr_attr_cell(sv, "data-p", t, i, c_p);
+            hp_text_printf(sv, " data-ci-excludes-zero=\"%d\"><title>", sig);
             hp_text_escape(sv, tcell(t, i, c_pair));
             if (isfinite(v)) {
                 hp_text_add(sv, ": interaction ");
@@ -382,13 +496,16 @@ static void pairs_matrix(struct hp_text *sv, const struct report *r, const struc
             hp_text_escape(sv, tcell(t, i, c_ea));
             hp_text_add(sv, ", b alone ");
             hp_text_escape(sv, tcell(t, i, c_eb));
+            ci_tooltip(sv, t, i, c_lo, c_hi, c_seqs, c_p);
             hp_text_add(sv, "</title></rect>\n");
+            const double x = left + cl * cs, y = top + row * cs;
+            const bool shown = isfinite(v) && cell_value(sv, x, y, cs, cs, v, tt);
+            if (sig)
+                sig_mark(sv, x, y, cs, cs, shown);
         }
     }
     hp_text_add(sv, "</g>\n");
-    char lt[96];
-    snprintf(lt, sizeof lt, "interaction (%s)", r->unit);
-    legend_diverging(sv, lx, top + 14, gw < 150 ? 150 : gw > 240 ? 240 : gw, m, lt);
+    legend_diverging(sv, r, lx, top + 14, gw < 150 ? 150 : gw > 240 ? 240 : gw, m, lt);
     hp_svg_close(sv);
 }
 
@@ -413,7 +530,8 @@ enum hp_status hr_make_pairs(struct report *r, struct section *sec)
     if (s != HP_OK)
         return s;
     const int c_study = tcol(t, "study"), c_pair = tcol(t, "pair"), c_layer = tcol(t, "layer"),
-              c_a = tcol(t, "unit_a"), c_b = tcol(t, "unit_b"), c_i = tcol(t, "interaction");
+              c_a = tcol(t, "unit_a"), c_b = tcol(t, "unit_b"), c_i = tcol(t, "interaction"),
+              c_ea = tcol(t, "effect_a"), c_eb = tcol(t, "effect_b");
     struct pair_group *g = calloc((size_t)t->n_rows + 1, sizeof *g);
     int *rows = malloc(((size_t)t->n_rows + 1) * sizeof *rows);
     if (!g || !rows) {
@@ -433,9 +551,12 @@ enum hp_status hr_make_pairs(struct report *r, struct section *sec)
         if (k == n_g)
             g[n_g++] = (struct pair_group){st, l, strncmp(tcell(t, i, c_pair), "kv:", 3) == 0, NULL, 0};
         g[k].n++;
-        double v = tval(t, i, c_i);
-        if (isfinite(v) && fabs(v) > m)
-            m = fabs(v);
+        // the scale ends at the largest interaction or single effect of its units: an interaction reads against
+        // the effects it is measured against (a +-0.001 interaction beside effects of 0.03 is faint, not deep)
+        const double v[3] = {tval(t, i, c_i), tval(t, i, c_ea), tval(t, i, c_eb)};
+        for (int j = 0; j < 3; j++)
+            if (isfinite(v[j]) && fabs(v[j]) > m)
+                m = fabs(v[j]);
     }
     int o = 0;
     for (int k = 0; k < n_g; k++) {
@@ -446,8 +567,7 @@ enum hp_status hr_make_pairs(struct report *r, struct section *sec)
                 g[k].rows[n++] = i;
         o += n;
     }
-    char b[32];
-    int n_drawn = 0, n_big = 0;
+    int n_drawn = 0, n_big = 0, n_sig = 0;
     for (int k = 0; k < n_g && s == HP_OK; k++) {
         int U = g[k].kv && r->n_kv_heads > 0 ? r->n_kv_heads : r->n_heads;
         for (int j = 0; j < g[k].n; j++) {
@@ -475,15 +595,21 @@ enum hp_status hr_make_pairs(struct report *r, struct section *sec)
             break;
         }
         n_drawn++;
-        pairs_matrix(&f->svg, r, t, &g[k], id, U, m);
+        pairs_matrix(&f->svg, r, t, &g[k], id, U, m, &n_sig);
     }
     if (s == HP_OK) {
         struct hp_text *c = &sec->caption;
         hp_text_printf(c, "<p>For each pair of units of a layer, the interaction I = D(a and b) &#8722; D(a) &#8722; "
                           "D(b) of their effects D (%s). Red (I &gt; 0): removing both hurts more than the two "
                           "removals add up to, the units back each other up; blue (I &lt; 0): their damage overlaps. "
-                          "One colour scale for every layer, symmetric and logarithmic (ends at &#177;%s).</p>\n",
-                       hp_metric_effect_text(r->m), hp_num(b, m, 3));
+                          "One colour scale for every layer, ending at the largest |I| or single effect |D| of the "
+                          "units drawn, so that an interaction reads beside the effects it is measured against. ",
+                       hp_metric_effect_text(r->m));
+        scale_caption(c, r, m, "interactions");
+        if (tcol(t, "ci_lo") >= 0)
+            hp_text_printf(c, " A dot marks the %d pair%s whose paired 95%% interval over sequences (of the "
+                              "per-sequence I) excludes 0.", n_sig, n_sig == 1 ? "" : "s");
+        hp_text_add(c, " A cell prints its I where it fits.</p>\n");
         if (n_big)
             hp_text_printf(c, "<p class=\"note\">%d layer%s with too many units to draw as a matrix (more than %d "
                               "cells) left out.</p>\n",
@@ -564,7 +690,9 @@ static enum hp_status draw_patching(struct report *r, struct section *sec, const
     const int ch = n > 16 ? 18 : 24, left = 72, top = 150, gw = P * cw, gh = n * ch;
     const int lx = left + gw + 36;
     const double lh = gh < 160 ? 160 : gh > 260 ? 260 : gh;
-    int W = lx + 170, H = top + gh + 60;
+    char ltitle[96];
+    snprintf(ltitle, sizeof ltitle, "effect (%s)", r->unit);
+    int W = lx + legend_width(ltitle), H = top + gh + 60;
     W = W < 560 ? 560 : W;
     H = H < top + (int)lh + 60 ? top + (int)lh + 60 : H;
     struct hp_text *sv = &f->svg;
@@ -592,7 +720,6 @@ static enum hp_status draw_patching(struct report *r, struct section *sec, const
     hp_text_printf(sv, "<g class=\"cells\" data-study=\"");
     hp_text_escape(sv, study);
     hp_text_printf(sv, "\" data-units=\"%d\" data-positions=\"%d\" data-scale-max=\"%s\">\n", n, P, hp_num(b, m, 6));
-    const bool values = cw >= 40;
     for (int k = 0; k < n; k++)
         for (int c = 0; c < P; c++) {
             const int i = rows[k];
@@ -602,7 +729,7 @@ static enum hp_status draw_patching(struct report *r, struct section *sec, const
                                    "fill=\"#ffffff\" stroke=\"#bbbbbb\"/>\n", x + 0.5, y + 0.5, cw - 1, ch - 1);
                 continue;
             }
-            const double tt = hp_symlog(e, m);
+            const double tt = scale_t(r, e, m);
             hp_color_diverging(tt, col);
             hp_text_printf(sv, "<rect class=\"cell\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" "
                                "stroke=\"#ffffff\" data-position=\"%d\"",
@@ -616,15 +743,11 @@ static enum hp_status draw_patching(struct report *r, struct section *sec, const
             hp_text_add(sv, ": effect ");
             hp_text_escape(sv, tcell(t, i, c + 1));
             hp_text_printf(sv, " %s</title></rect>\n", r->unit);
-            if (values && fabs(e) >= 0.005 * m) /* the value where it fits and is not nothing */
-                hp_text_printf(sv, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\" "
-                                   "dominant-baseline=\"middle\" fill=\"%s\" pointer-events=\"none\">%s</text>\n",
-                               x + cw / 2.0, y + ch / 2.0, fabs(tt) > 0.6 ? "#ffffff" : "#222222", hp_num(b, e, 2));
+            if (fabs(e) >= 0.005 * m) /* the value where it fits and is not nothing */
+                cell_value(sv, x, y, cw, ch, e, tt);
         }
     hp_text_add(sv, "</g>\n");
-    char ltitle[96];
-    snprintf(ltitle, sizeof ltitle, "effect (%s)", r->unit);
-    legend_diverging(sv, lx, top + 14, lh, m, ltitle);
+    legend_diverging(sv, r, lx, top + 14, lh, m, ltitle);
     hp_svg_close(sv);
 
     struct hp_text *c = &sec->caption;
@@ -635,8 +758,9 @@ static enum hp_status draw_patching(struct report *r, struct section *sec, const
     if (n < n_units)
         hp_text_printf(c, "Shown: the %d of %d units with the largest effect at some position, in layer order. ", n,
                        n_units);
-    hp_text_printf(c, "The colour scale is symmetric and logarithmic (ends at &#177;%s). Hover a cell for its "
-                      "numbers.</p>\n", hp_num(b, m, 3));
+    scale_caption(c, r, m, "effects");
+    hp_text_add(c, " A cell prints its effect where it fits and is at least 0.5% of the largest; hover it for its "
+                   "numbers.</p>\n");
     hr_caption_source(c, r, "patching", study, t);
     free(rows);
     hp_table_free(t);

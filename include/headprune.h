@@ -1260,7 +1260,12 @@ struct hp_report_opts {
     double eps;          /* redundancy: a unit whose effect is below eps counts as redundant, as
                           * `query redundancy --eps` (0.01 there by default) */
     double timeout_s;    /* reading the database stops with an error after this long; <= 0: 600 s */
+    int scale;           /* the signed colour scales (effects, interactions, patching): HP_REPORT_SCALE_* */
 };
+
+/* A report's colour scale for signed values: symmetric-log (small values stay visible beside large ones; the
+ * default) or linear (a colour's depth is proportional to the value, so small values stay pale). */
+enum { HP_REPORT_SCALE_LOG = 0, HP_REPORT_SCALE_LINEAR = 1 };
 
 struct hp_report_summary {
     int64_t sweep_id;  /* the sweep reported */

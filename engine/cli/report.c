@@ -39,12 +39,17 @@ static const char report_help[] =
     "                       roles) against each head's single-head effect, with\n"
     "                       the Spearman rho; the heatmap's tooltips give the scores\n"
     "and what was run: model, data, plan and its text, ablation, metric, engine and\n"
-    "numeric versions, BLIS kernels, threads, hosts and dates.\n";
+    "numeric versions, BLIS kernels, threads, hosts and dates.\n"
+    "\n"
+    "Heatmap and pair-matrix cells print their values where they fit, so a\n"
+    "printed page reads without hovering; --scale chooses how values map to colour.\n";
 
 static const char report_tail[] =
     "Prints the report's path. A database that is missing, damaged or not\n"
     "headprune's, an unknown sweep, or an output that cannot be written is one\n"
     "line on stderr and exit status 1, with nothing written.\n";
+
+static const char *const scale_choices[] = {"log", "linear", NULL}; /* in the order of HP_REPORT_SCALE_* */
 
 int cmd_report(int argc, char **argv)
 {
@@ -58,6 +63,10 @@ int cmd_report(int argc, char **argv)
                  "also write each figure as DIR/<figure>.svg (heatmap.svg, heatmap-kv.svg, curves.svg, "
                  "redundancy.svg, pairs-layer<L>.svg, roles.svg), for papers; DIR is made if missing"),
         OPT_EPS(&o.eps, "redundancy threshold, as `query redundancy --eps`"),
+        OPT_CHOICE("scale", 0, &o.scale, NULL, scale_choices,
+                   "the colour scale of effects, interactions and patching: log (default), symmetric-log, so "
+                   "that effects 1000 times smaller than the largest still show; linear, so that a colour's "
+                   "depth is the value's share of the largest and small values stay pale"),
         OPT_TIMEOUT(&o.timeout_s, 't', TIMEOUT_HELP),
         OPT_END(),
     };
