@@ -188,7 +188,7 @@ enum hp_status hr_make_curves(struct report *r, struct section *sec)
     snprintf(sub, sizeof sub, "sweep %lld; %s against the share of heads pruned (%s is better)", r->sweep, r->mname,
              hp_metric_sign(r->m) > 0 ? "lower" : "higher");
     hp_svg_open(sv, "fig-curves", W, H, "Pruning curves");
-    hr_svg_heading(sv, "Pruning curves", sub);
+    hr_svg_heading(sv, W, "Pruning curves", sub);
     hp_svg_grid(sv, &sy, true, px0, px1, yt, nyt);
     hp_svg_grid(sv, &sx, false, py0, py1, xt, nxt);
 
@@ -356,7 +356,7 @@ enum hp_status hr_make_redundancy(struct report *r, struct section *sec)
     char sub[300];
     snprintf(sub, sizeof sub, "sweep %lld; per layer, side by side; %s", r->sweep, hp_metric_effect_text(r->m));
     hp_svg_open(sv, "fig-redundancy", W, H, "Redundancy per layer");
-    hr_svg_heading(sv, "Redundancy per layer", sub);
+    hr_svg_heading(sv, W, "Redundancy per layer", sub);
     hp_text_add(sv, "<g class=\"ticks\" font-size=\"11\" fill=\"#444\">\n");
     for (int i = 0; i < n_rows; i++)
         hp_text_printf(sv, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" dominant-baseline=\"middle\">layer %d</text>\n",

@@ -50,7 +50,7 @@ static void scale_caption(struct hp_text *c, const struct report *r, double m, c
 }
 
 /* The legend's labels for the scale ending at m: 0, and round values on each side (linear: a round step, about
- * three of them; log: the powers of ten within three decades below m). Their count (at most max). */
+ * four of them; log: the powers of ten within three decades below m). Their count (at most max). */
 static int legend_ticks(const struct report *r, double m, double *at, int max)
 {
     int n = 0;
@@ -59,7 +59,7 @@ static int legend_ticks(const struct report *r, double m, double *at, int max)
         return n;
     if (r->o->scale == HP_REPORT_SCALE_LINEAR) {
         double lo = 0, hi = m, t[16];
-        int k = hp_ticks(&lo, &hi, 3, t, 16);
+        int k = hp_ticks(&lo, &hi, 5, t, 16);
         for (int i = 0; i < k && n + 2 <= max; i++)
             if (t[i] > 0 && t[i] <= m * (1 + 1e-9))
                 at[n++] = t[i], at[n++] = -t[i];
@@ -285,7 +285,8 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
     const double lh = gh < 160 ? 160 : gh > 260 ? 260 : gh;
     char ltitle[96];
     snprintf(ltitle, sizeof ltitle, "effect (%s)", r->unit);
-    int W = lx + legend_width(ltitle), H = top + gh + 60;
+    const int lw = legend_width(ltitle); // and the lines below the bar: "paired 95% CI excludes 0" is ~170 px
+    int W = lx + (lw < 185 ? 185 : lw), H = top + gh + 60;
     if (W < 560)
         W = 560;
     if (H < top + lh + 104) // the legend's bar and three lines below it
@@ -295,7 +296,7 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
     snprintf(title, sizeof title, "Effect of ablating each %s alone", what);
     snprintf(sub, sizeof sub, "sweep %lld, study %s; %s", r->sweep, study, hp_metric_effect_text(r->m));
     hp_svg_open(sv, kv ? "fig-heatmap-kv" : "fig-heatmap", W, H, title);
-    hr_svg_heading(sv, title, sub);
+    hr_svg_heading(sv, W, title, sub);
 
     // axes: units along the top, layers down the left
     int every = cs >= 16 ? 1 : (16 + cs - 1) / cs;
@@ -433,7 +434,7 @@ static void pairs_matrix(struct hp_text *sv, const struct report *r, const struc
     snprintf(title, sizeof title, "Pair interactions, layer %d", g->layer);
     snprintf(sub, sizeof sub, "sweep %lld, study %s; I = D(a and b) - D(a) - D(b)", r->sweep, g->study);
     hp_svg_open(sv, eid, W, H, title);
-    hr_svg_heading(sv, title, sub);
+    hr_svg_heading(sv, W, title, sub);
     const char *unit_name = g->kv ? "KV group" : "head";
     int every = cs >= 16 ? 1 : (16 + cs - 1) / cs;
     hp_text_add(sv, "<g class=\"ticks\" font-size=\"11\" fill=\"#444\">\n");
@@ -700,7 +701,7 @@ static enum hp_status draw_patching(struct report *r, struct section *sec, const
     snprintf(title, sizeof title, "Activation patching, one position at a time");
     snprintf(sub, sizeof sub, "sweep %lld, study %s; %s", r->sweep, study, hp_metric_effect_text(r->m));
     hp_svg_open(sv, "fig-patching", W, H, title);
-    hr_svg_heading(sv, title, sub);
+    hr_svg_heading(sv, W, title, sub);
     hp_text_add(sv, "<g class=\"ticks\" font-size=\"11\" fill=\"#444\">\n");
     for (int c = 0; c < P; c++) { /* "5 ' Mary'/' John'", read upwards */
         hp_text_printf(sv, "<text x=\"%.1f\" y=\"%d\" transform=\"rotate(-60 %.1f %d)\">", left + (c + 0.5) * cw,

@@ -118,7 +118,7 @@ void hr_left_out(const struct report *r, struct section *sec, const char *what, 
 void hr_caption_source(struct hp_text *c, const struct report *r, const char *kind, const char *study,
                        const struct hp_table *t);
 void hr_attr_cell(struct hp_text *s, const char *name, const struct hp_table *t, int row, int col);
-void hr_svg_heading(struct hp_text *s, const char *title, const char *sub);
+void hr_svg_heading(struct hp_text *s, int w, const char *title, const char *sub);
 enum hp_status hr_roles_read(struct report *r);
 int *hr_roles_index(const struct hp_table *t, int L, int U);
 void hr_roles_tooltip(struct hp_text *s, const struct hp_table *t, int i);

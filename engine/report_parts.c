@@ -115,14 +115,21 @@ void hr_attr_cell(struct hp_text *s, const char *name, const struct hp_table *t,
 }
 
 // The SVG's own heading (a standalone file must say what it shows): title and a smaller second line.
-void hr_svg_heading(struct hp_text *s, const char *title, const char *sub)
+void hr_svg_heading(struct hp_text *s, int w, const char *title, const char *sub)
 {
+    // as many characters as the figure's width holds (15 px bold: ~9 px a character; 12 px: ~7), the whole
+    // text in the tooltip of one that is cut
+    const int title_max = (w - 24) / 9 < 20 ? 20 : (w - 24) / 9, sub_max = (w - 24) / 7 < 20 ? 20 : (w - 24) / 7;
     hp_text_add(s, "<text class=\"heading\" x=\"12\" y=\"20\" font-size=\"15\" font-weight=\"600\">");
-    hp_text_escape_cut(s, title, 110);
+    hp_text_escape_cut(s, title, title_max);
     hp_text_add(s, "</text>\n");
     if (sub && *sub) {
         hp_text_add(s, "<text class=\"subheading\" x=\"12\" y=\"37\" fill=\"#555\">");
-        hp_text_escape_cut(s, sub, 140);
+        if (hp_text_escape_cut(s, sub, sub_max)) {
+            hp_text_add(s, "<title>");
+            hp_text_escape(s, sub);
+            hp_text_add(s, "</title>");
+        }
         hp_text_add(s, "</text>\n");
     }
 }

@@ -314,7 +314,7 @@ static enum hp_status draw_roles(struct report *r, struct section *sec)
         snprintf(sub, sizeof sub, "sweep %lld, roles study %s; no single study: each head at its layer, its heads "
                  "top to bottom", r->sweep, r->roles_study);
     hp_svg_open(sv, "fig-roles", W, H, title);
-    hr_svg_heading(sv, title, sub);
+    hr_svg_heading(sv, W, title, sub);
 
     roles_legend(sv, L);
 

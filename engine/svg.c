@@ -133,16 +133,16 @@ static bool unwanted(long cp)
     return (cp >= 0x7F && cp <= 0x9F) || cp == 0xFFFE || cp == 0xFFFF;
 }
 
-void hp_text_escape_cut(struct hp_text *t, const char *s, int max_chars)
+bool hp_text_escape_cut(struct hp_text *t, const char *s, int max_chars)
 {
     if (!s)
-        return;
+        return false;
     const unsigned char *p = (const unsigned char *)s;
     int chars = 0;
     while (*p) {
         if (max_chars >= 0 && chars == max_chars) {
             hp_text_add(t, "\xE2\x80\xA6"); // …
-            return;
+            return true;
         }
         int len;
         long cp = utf8_next(p, &len);
@@ -164,6 +164,7 @@ void hp_text_escape_cut(struct hp_text *t, const char *s, int max_chars)
         }
         p += len;
     }
+    return false;
 }
 
 void hp_text_escape(struct hp_text *t, const char *s)

@@ -43,8 +43,9 @@ void hp_text_printf(struct hp_text *t, const char *fmt, ...);
  */
 void hp_text_escape(struct hp_text *t, const char *s);
 
-/* The same, of at most max_chars characters: a longer text ends in "…" (never inside a character). */
-void hp_text_escape_cut(struct hp_text *t, const char *s, int max_chars);
+/* The same, of at most max_chars characters: a longer text ends in "…" (never inside a character); whether it
+ * was cut. */
+bool hp_text_escape_cut(struct hp_text *t, const char *s, int max_chars);
 
 // --- numbers ------------------------------------------------------------------------
 

@@ -260,6 +260,13 @@ def check_report(b, path, label, hostile=False):
     for role, got in panels:
         if got != LAYERS * HEADS:
             raise Fail("%s: roles panel %s has %d rendered points, want %d" % (label, role, got, LAYERS * HEADS))
+    # no text is cut off: every text of every figure lies inside its figure (a legend's title, a tick label)
+    cut = b.js("[...document.querySelectorAll('svg')].flatMap(svg => { const f = svg.getBoundingClientRect(); "
+               "return [...svg.querySelectorAll('text')].filter(t => { const r = t.getBoundingClientRect(); "
+               "return r.width > 0 && (r.left < f.left - 0.5 || r.right > f.right + 0.5 || r.top < f.top - 0.5 || "
+               "r.bottom > f.bottom + 0.5); }).map(t => svg.id + ': ' + t.textContent); })")
+    if cut:
+        raise Fail("%s: text cut off at its figure's edge: %s" % (label, "; ".join(cut[:5])))
     wide = b.js("[document.documentElement.scrollWidth, window.innerWidth]")
     if wide[0] > wide[1]:
         raise Fail("%s: the page is %d px wide in a %d px window" % (label, wide[0], wide[1]))

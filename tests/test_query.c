@@ -1002,6 +1002,19 @@ Test(query, redundancy_one_row_per_layer)
     cr_assert_str_eq(cell(t, 0, 2), "0");
     cr_assert_str_eq(cell(t, 1, 2), "1");
     cr_assert_not_null(strstr(t->note, "effect < 0)"), "note: %s", t->note);
+    cr_assert_not_null(strstr(t->note, "(study single)") && strstr(t->note, "(study layer)"), "note: %s", t->note);
+    hp_table_free(t);
+
+    // a sweep without an only study: its columns empty, and the note says so (not "(study none)")
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open(g_db, &h), SQLITE_OK);
+    exec(h, "DELETE FROM sweep_jobs WHERE kind = 'only'");
+    sqlite3_close(h);
+    t = run(&o);
+    cr_assert_str_eq(cell(t, 0, 5), "");
+    cr_assert_not_null(strstr(t->note, "only_effect, only_unit empty: the sweep has no only study"), "note: %s",
+                       t->note);
+    cr_assert_null(strstr(t->note, "none"), "note: %s", t->note);
     hp_table_free(t);
 }
 

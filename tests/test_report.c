@@ -609,6 +609,132 @@ Test(report, values_drawn_equal_the_database)
     free(html);
 }
 
+// The number printed by the <text class="value"> at (x, y) (to 0.05 px) into *v; whether there is one.
+static bool value_at(const char *svg, double x, double y, double *v)
+{
+    const char *start = "<text class=\"value\"";
+    for (const char *p = strstr(svg, start); p; p = strstr(p + 1, start)) {
+        struct elem e;
+        find_elems(p, start, &e, 1);
+        if (fabs(attr_num(&e, "x") - x) < 0.05 && fabs(attr_num(&e, "y") - y) < 0.05) {
+            char *end;
+            *v = strtod(strchr(p, '>') + 1, &end);
+            cr_assert_eq(*end, '<', "a value text that is not a number: %.80s", p);
+            return true;
+        }
+    }
+    return false;
+}
+
+// The legend's labels (<text class="tick">) of the figure svg: each a round number, or the scale's end +-m.
+static void check_legend(const char *svg, double m, bool linear, const char *what)
+{
+    const char *g = strstr(svg, linear ? "<g class=\"legend\" data-scale=\"linear\"" :
+                                         "<g class=\"legend\" data-scale=\"log\"");
+    cr_assert(g, "%s: no legend of the %s scale", what, linear ? "linear" : "log");
+    const char *end = strstr(g, "</g>");
+    int n = 0;
+    for (const char *p = strstr(g, "<text class=\"tick\""); p && p < end; p = strstr(p + 1, "<text class=\"tick\"")) {
+        double v = strtod(strchr(p, '>') + 1, NULL);
+        n++;
+        if (v == 0 || fabs(fabs(v) - m) <= 0.05 * m) // 0, or an end (2 significant digits)
+            continue;
+        double mant = fabs(v) / pow(10, floor(log10(fabs(v)) + 1e-9));
+        bool round = fabs(mant - 1) < 1e-9 || (linear && (fabs(mant - 2) < 1e-9 || fabs(mant - 5) < 1e-9 ||
+                                                          fabs(mant - 1.5) < 1e-9 || fabs(mant - 2.5) < 1e-9));
+        cr_assert(round, "%s: legend label %.10g is not round (m = %g)", what, v, m);
+        cr_assert(fabs(v) <= m * 1.0001, "%s: legend label %g beyond the scale's end %g", what, v, m);
+        if (!linear)
+            cr_assert(fabs(v) >= m / 1000 * 0.9999, "%s: label %g below the three decades shown", what, v);
+    }
+    cr_assert_geq(n, 5, "%s: %d legend labels", what, n);
+}
+
+/*
+ * --scale: cell colours are the diverging map at hp_symlog(e, m) (log, the default) or at e / m (linear), with m the
+ * largest |effect| this file finds; each cell prints its effect to 2 significant digits at its centre; the legend
+ * labels round numbers; a pair matrix's scale ends at the largest |interaction| or |single effect| of its units (its
+ * interactions then read against the effects); one thread count is said once.
+ */
+Test(report, scales_printed_values_and_round_legend_labels)
+{
+    sweep("sweep.yaml");
+    sqlite3 *h = open_ro();
+    for (int linear = 0; linear < 2; linear++) {
+        struct hp_report_opts o = {.db_path = db, .out = out_html, .svg_dir = svg_dir, .eps = 0.01,
+                                   .scale = linear ? HP_REPORT_SCALE_LINEAR : HP_REPORT_SCALE_LOG};
+        struct hp_report_summary sum;
+        struct hp_error err = {{0}};
+        cr_assert_eq(hp_report_write(&o, &sum, &err), HP_OK, "%s", err.msg);
+        char *svg = slurp_path(svg_dir, "heatmap.svg");
+        static struct elem es[64];
+        int n = find_elems(svg, "<rect class=\"cell", es, 64);
+        cr_assert_eq(n, 12);
+        double m = 0, eff[12];
+        for (int i = 0; i < n; i++) {
+            double lo, hi, loss;
+            single_effect(h, "single", i / 4, i % 4, &eff[i], &lo, &hi, &loss);
+            m = fmax(m, fabs(eff[i]));
+        }
+        int printed = 0;
+        for (int i = 0; i < n; i++) {
+            char want[8], what[64];
+            snprintf(what, sizeof what, "%s scale, cell %d.%d", linear ? "linear" : "log", i / 4, i % 4);
+            hp_color_diverging(linear ? eff[i] / m : hp_symlog(eff[i], m), want);
+            cr_assert_str_eq(attr(&es[i], "fill"), want, "%s: effect %g of %g drawn %s, want %s", what, eff[i], m,
+                             attr(&es[i], "fill"), want);
+            double v;
+            if (value_at(svg, attr_num(&es[i], "x") + attr_num(&es[i], "width") / 2,
+                         attr_num(&es[i], "y") + attr_num(&es[i], "height") / 2, &v)) {
+                expect_close(v, eff[i], 2, 0, what);
+                printed++;
+            }
+        }
+        cr_assert_eq(printed, n, "%d of %d cells (56 px: room for every value) print their effect", printed, n);
+        check_legend(svg, m, linear, "heatmap");
+        free(svg);
+
+        // layer 0's pairs: the scale's end is the largest |I| or |D| over every pair drawn and its units
+        svg = slurp_path(svg_dir, "pairs-layer0.svg");
+        double pm = 0;
+        for (int l = 0; l < 3; l++)
+            for (int a = 0; a < 4; a++) {
+                double e, lo, hi, loss;
+                single_effect(h, "single", l, a, &e, &lo, &hi, &loss);
+                pm = fmax(pm, fabs(e));
+            }
+        static struct elem ps[32];
+        int np = find_elems(svg, "<rect class=\"pair", ps, 32);
+        for (int i = 0; i < np; i++)
+            pm = fmax(pm, fabs(attr_num(&ps[i], "data-interaction")));
+        struct elem g;
+        cr_assert_eq(find_elems(svg, "<g class=\"pairs\"", &g, 1), 1);
+        expect_close(attr_num(&g, "data-scale-max"), pm, 6, 0, "the pairs scale's end");
+        for (int i = 0; i < np; i++) {
+            double v, iv = attr_num(&ps[i], "data-interaction");
+            char want[8];
+            hp_color_diverging(linear ? iv / pm : hp_symlog(iv, pm), want);
+            cr_assert_str_eq(attr(&ps[i], "fill"), want, "pair cell %d", i);
+            if (value_at(svg, attr_num(&ps[i], "x") + attr_num(&ps[i], "width") / 2,
+                         attr_num(&ps[i], "y") + attr_num(&ps[i], "height") / 2, &v))
+                expect_close(v, iv, 2, 0, "a pair's printed interaction");
+            else
+                cr_assert_fail("pair cell %d (%s px) prints no value", i, attr(&ps[i], "width"));
+        }
+        check_legend(svg, pm, linear, "pairs");
+        free(svg);
+    }
+    sqlite3_close(h);
+    char *html = tu_slurp(out_html, NULL);
+    const char *th = strstr(html, "<th>Threads</th><td>");
+    cr_assert(th, "no threads row");
+    th += strlen("<th>Threads</th><td>");
+    char *end;
+    long k = strtol(th, &end, 10); // the sweep ran on one thread count: "2", not "2 to 2"
+    cr_assert(k >= 1 && strncmp(end, "</td>", 5) == 0, "threads row: %.40s", th);
+    free(html);
+}
+
 Test(report, the_output_is_a_function_of_the_database)
 {
     sweep_with_roles(true);
