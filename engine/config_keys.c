@@ -68,7 +68,7 @@ static const struct hp_config_key shared[] = {
     I("prefix", "a generation prompt prefix"),
     I("bos_token_id", "a tokenizer id"),
     I("eos_token_id", "a tokenizer id"),
-    I("sep_token_id", "a tokenizer id"),
+    I("sep_token_id", "a tokenizer id; the forward ignores it (the roles study reads it to find [SEP] for sep_token)"),
     I("pad_token_id", "the embedding's padding_idx: no gradient to that row in training; the forward reads it as any other"),
     I("decoder_start_token_id", "encoder-decoder generation"),
     I("name_or_path", "where the checkpoint came from"),

@@ -479,8 +479,14 @@ Test(patching, a_plan_sets_attribution_patching_against_exact_patching)
     static char out[1 << 16];
     char args[2048], scratch[100];
     snprintf(scratch, sizeof scratch, "%s", tmp);
-    snprintf(args, sizeof args, "query attribution --db '%s' --format csv", db);
+    snprintf(args, sizeof args, "query attribution --db '%s' --format json", db);
     cr_assert_eq(tu_headprune(NULL, args, scratch, out, sizeof out, NULL, 0), 0);
-    cr_assert(strstr(out, "\nattribution,all,"), "no summary row: %s", out);
+    cJSON *j = cJSON_Parse(out); // the summary row, all, apart from the heads (CSV holds the heads alone)
+    const cJSON *summary = cJSON_GetObjectItemCaseSensitive(j, "summary");
+    cr_assert(cJSON_GetArraySize(summary) == 1 &&
+              strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(summary, 0), "label")->valuestring, "all") == 0,
+              "no summary row all: %s", out);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "rows")), L * H, "rows: %s", out);
+    cJSON_Delete(j);
     cJSON_Delete(ref);
 }
