@@ -305,7 +305,7 @@ static enum hp_status layer_seqs(struct hq_query *q, int layer, const struct seq
     if (units == 0)
         return HP_OK;
     enum hp_status s = HP_OK;
-    if (units * n_base > *cap) {
+    if (units > SIZE_MAX / sizeof(double) / n_base || units * n_base > *cap) {
         double *g = units > SIZE_MAX / sizeof(double) / n_base ? NULL : realloc(*d, units * n_base * sizeof(double));
         if (!g) {
             s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory (%zu units by %zu sequences)", units, n_base);
@@ -439,24 +439,27 @@ enum hp_status hq_pairs(struct hq_query *q, const struct hp_query_opts *opts, st
     struct pair_row *pairs = NULL;
     size_t n_singles = 0, n_pairs = 0;
     enum hp_status s = pairs_load(q, &singles, &n_singles, &pairs, &n_pairs);
-    if (s == HP_OK)
-        s = pairs_seqs(q, singles, n_singles, pairs, n_pairs);
-    free(singles);
     if (s != HP_OK) {
+        free(singles);
         free(pairs);
         return s;
     }
     size_t n_known = 0;
     for (size_t i = 0; i < n_pairs; i++)
         n_known += !isnan(pairs[i].ea) && !isnan(pairs[i].eb);
-    if (n_pairs == 0) {
+    if (n_pairs == 0 || n_known == 0) {
+        free(singles);
         free(pairs);
-        return hq_lacking(q, "'pairs'", false, NULL, "pairs study", "add a 'pairs' study to the plan");
-    }
-    if (n_known == 0) {
-        free(pairs);
+        if (n_pairs == 0)
+            return hq_lacking(q, "'pairs'", false, NULL, "pairs study", "add a 'pairs' study to the plan");
         return hq_lacking(q, "'pairs', 'single'", true, NULL,
                        "single-unit results for the units of its pairs study", "add a 'single' study to the plan");
+    }
+    s = pairs_seqs(q, singles, n_singles, pairs, n_pairs); // while pairs is in plan order
+    free(singles);
+    if (s != HP_OK) {
+        free(pairs);
+        return s;
     }
     hp_qsort(pairs, n_pairs, sizeof *pairs, by_interaction_desc);
 

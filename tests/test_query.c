@@ -1062,11 +1062,13 @@ Test(query, pairs_interactions_most_redundant_first)
  * 0.1 lacks sequence 3 (0.0+0.1 and 0.1+0.3 on 3 sequences, 2 df), pair 0.2+0.3 has no loss on
  * sequences 0 to 2 (1 left: no interval), pair 1.1+1.3 has no per-sequence rows (as a database from
  * before them, or a metric without). The interactions themselves (over all tokens) are unchanged.
+ * A later single job of 0.0 (another study) changes nothing: a unit's first single job is its single.
  * Without the baseline's per-sequence rows, no pair has an interval, and that is no error.
  */
 Test(query, pairs_intervals_over_the_sequences_all_four_have)
 {
     sqlite3 *db = db_build();
+    job(db, 2, 34, variant(db, "0.0", 1, D(9, -9, 9, -9)), "single-again", "single", 0, "0.0", 0, 0, -1, 0, 0, 1);
     exec(db, "DELETE FROM seq_results WHERE seq = 3 AND variant_id = "
              "(SELECT variant_id FROM sweep_jobs WHERE sweep_id = 2 AND study = 'single' AND label = '0.1');"
              "UPDATE seq_results SET loss = NULL WHERE seq < 3 AND variant_id = "
