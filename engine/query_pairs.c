@@ -350,8 +350,8 @@ static enum hp_status layer_seqs(struct hq_query *q, int layer, const struct seq
         long k = seq_find(base, n_base, sqlite3_column_int64(st_pair, 1));
         if (p->ord != ord || p->ia < 0 || p->ib < 0 || k < 0)
             continue;
-        double in = hq_effect_of(q->m, hq_col_num(st_pair, 2), base[k].v) - (*d)[(size_t)slot[p->ia] * n_base + (size_t)k] -
-                    (*d)[(size_t)slot[p->ib] * n_base + (size_t)k];
+        const double *da = *d + (size_t)slot[p->ia] * n_base, *db = *d + (size_t)slot[p->ib] * n_base;
+        double in = hq_effect_of(q->m, hq_col_num(st_pair, 2), base[k].v) - da[k] - db[k];
         if (isfinite(in))
             hq_acc_add(&p->d, in);
     }
