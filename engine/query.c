@@ -113,9 +113,10 @@ const struct hp_query_kind_row hp_query_kinds[] = {
      hq_redundancy},
     {HP_QUERY_PAIRS, "pairs", TOP, true,
      "interaction I = D(a and b) - D(a) - D(b) of head pairs, D the\n"
-     "effects. I > 0: removing both hurts more than the two alone\n"
-     "(the heads back each other up: redundant); I < 0: less than\n"
-     "the two alone (overlapping damage). --top K of each end.",
+     "effects, with a paired 95% CI of I across sequences. I > 0:\n"
+     "removing both hurts more than the two alone (the heads back\n"
+     "each other up: redundant); I < 0: less than the two alone\n"
+     "(overlapping damage). --top K of each end.",
      hq_pairs},
     {HP_QUERY_IMPORTANCE, "importance", STUDY | TOP, true,
      "an importance study (--study NAME, else the first by name):\n"

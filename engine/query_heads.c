@@ -109,21 +109,14 @@ enum hp_status hq_rows_load(struct hq_query *q, const char *kind, const char *st
     return r < 0 ? s : HP_OK;
 }
 
-// The effect with its paired interval, test and sequence count into cols c_effect.. c_effect + 4.
+// The effect with its paired interval, sequence count and test into cols c_effect.. c_effect + 4.
 static void row_effect_cells(struct tb *b, int row, int c_effect, const struct head_row *h)
 {
-    double lo, hi, p;
-    hq_acc_ci(&h->d, &lo, &hi, &p);
     hq_tb_num(b, row, c_effect, F_EFFECT, h->effect);
-    hq_tb_num(b, row, c_effect + 1, F_EFFECT, lo);
-    hq_tb_num(b, row, c_effect + 2, F_EFFECT, hi);
-    hq_tb_int(b, row, c_effect + 3, h->d.n);
-    hq_tb_num(b, row, c_effect + 4, "%.3g", p);
+    hq_tb_ci(b, row, c_effect + 1, &h->d);
 }
 
-#define CI_NOTE "ci_lo..ci_hi the paired 95%% t interval (n-1 df) of the per-sequence effect and p its two-sided " \
-                "t test, so the effect (over all tokens) can fall slightly off the interval's centre when " \
-                "sequences differ in length"
+#define CI_NOTE HQ_CI_NOTE("effect")
 
 // "; the sweep's other single studies: ... (choose one with --study)" or "".
 static void others_note(const struct pick *p, char *buf, size_t size)

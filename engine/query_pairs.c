@@ -6,7 +6,10 @@
  *
  * Invariants: the singles a pair is measured against are each unit's first
  * single job; an interaction is undefined (NaN, left out of --top) when a
- * single is missing.
+ * single is missing. A pair's interval is of its per-sequence interactions,
+ * each against the baseline's same sequence, over the sequences where the
+ * pair, both singles and the baseline all have a finite value; a pair's units
+ * share a layer, so one layer's singles' sequences are held at a time.
  *
  * Must not: print, or exit.
  */
@@ -18,6 +21,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,11 +163,11 @@ int hq_by_unit(const void *a, const void *b)
     return (x->ord > y->ord) - (x->ord < y->ord);
 }
 
-// Effect of the first single job of (kv, layer, unit); NaN if there is none.
-static double single_lookup(const struct single_eff *s, size_t n, int kv, int layer, int unit)
+// Index of the single job (kv, layer, unit) of plan position ord (-1: the unit's first), or -1 if there is none.
+static long single_find(const struct single_eff *s, size_t n, int kv, int layer, int unit, long long ord)
 {
     size_t lo = 0, hi = n; // first element >= key
-    struct single_eff key = {kv, layer, unit, -1, 0};
+    struct single_eff key = {kv, layer, unit, ord, 0};
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (hq_by_unit(&s[mid], &key) < 0)
@@ -171,16 +175,18 @@ static double single_lookup(const struct single_eff *s, size_t n, int kv, int la
         else
             hi = mid;
     }
-    if (lo < n && s[lo].kv == kv && s[lo].layer == layer && s[lo].unit == unit)
-        return s[lo].effect;
-    return NAN;
+    if (lo < n && s[lo].kv == kv && s[lo].layer == layer && s[lo].unit == unit && (ord < 0 || s[lo].ord == ord))
+        return (long)lo;
+    return -1;
 }
 
 struct pair_row {
     long long ord;
     char study[128];
     int kv, layer, a, b;
+    long ia, ib; // the singles of a and b: indices into the sorted singles, -1 for none
     double ab, ea, eb, inter;
+    struct acc d; // per-sequence interactions
 };
 
 static int by_interaction_desc(const void *a, const void *b)
@@ -256,41 +262,214 @@ static enum hp_status pairs_load(struct hq_query *q, struct single_eff **singles
             break;
         }
         p->ab = hq_effect_of(q->m, hq_col_num(st, 6), q->base);
-        p->ea = single_lookup(*singles, *n_singles, p->kv, p->layer, p->a);
-        p->eb = single_lookup(*singles, *n_singles, p->kv, p->layer, p->b);
+        p->ia = single_find(*singles, *n_singles, p->kv, p->layer, p->a, -1);
+        p->ib = single_find(*singles, *n_singles, p->kv, p->layer, p->b, -1);
+        p->ea = p->ia < 0 ? NAN : (*singles)[p->ia].effect;
+        p->eb = p->ib < 0 ? NAN : (*singles)[p->ib].effect;
         p->inter = p->ab - p->ea - p->eb;
     }
     sqlite3_finalize(st);
     return r < 0 ? s : HP_OK;
 }
 
+// A sequence's value of the metric.
+struct seq_val {
+    long long seq;
+    double v;
+};
+
+// Position of seq in b (n, seq ascending), or -1.
+static long seq_find(const struct seq_val *b, size_t n, long long seq)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (b[mid].seq < seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && b[lo].seq == seq ? (long)lo : -1;
+}
+
+/*
+ * One layer's pairs' per-sequence interactions into their accumulators. slot:
+ * (n_singles), all -1, left so; d: room for the layer's singles' effects by
+ * sequence, (units, n_base) row-major, grown here (*cap doubles held).
+ */
+static enum hp_status layer_seqs(struct hq_query *q, int layer, const struct seq_val *base, size_t n_base,
+                                 const struct single_eff *singles, size_t n_singles, long *slot, double **d,
+                                 size_t *cap, struct pair_row *pairs, size_t n_pairs, sqlite3_stmt *st_single,
+                                 sqlite3_stmt *st_pair)
+{
+    size_t units = 0;
+    for (size_t i = 0; i < n_pairs; i++) {
+        const struct pair_row *p = &pairs[i];
+        if (p->layer != layer || p->ia < 0 || p->ib < 0)
+            continue;
+        if (slot[p->ia] < 0)
+            slot[p->ia] = (long)units++;
+        if (slot[p->ib] < 0)
+            slot[p->ib] = (long)units++;
+    }
+    if (units == 0)
+        return HP_OK;
+    enum hp_status s = HP_OK;
+    if (units > SIZE_MAX / sizeof(double) / n_base || units * n_base > *cap) {
+        double *g = units > SIZE_MAX / sizeof(double) / n_base ? NULL : realloc(*d, units * n_base * sizeof(double));
+        if (!g) {
+            s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory (%zu units by %zu sequences)", units, n_base);
+            goto done;
+        }
+        *d = g;
+        *cap = units * n_base;
+    }
+    for (size_t i = 0; i < units * n_base; i++)
+        (*d)[i] = NAN;
+
+    // the singles' effects, each sequence against the baseline's
+    int r;
+    sqlite3_reset(st_single);
+    sqlite3_bind_int(st_single, 2, layer);
+    while ((r = hq_step(q, st_single, &s)) == 1) {
+        int u;
+        if (!hq_col_index(q, st_single, 1, q->n_heads, "unit", &u, &s)) {
+            r = -1;
+            break;
+        }
+        long i = single_find(singles, n_singles, sqlite3_column_int(st_single, 0) != 0, layer, u,
+                             sqlite3_column_int64(st_single, 2));
+        long k = seq_find(base, n_base, sqlite3_column_int64(st_single, 3));
+        if (i >= 0 && slot[i] >= 0 && k >= 0)
+            (*d)[(size_t)slot[i] * n_base + (size_t)k] = hq_effect_of(q->m, hq_col_num(st_single, 4), base[k].v);
+    }
+    if (r < 0)
+        goto done;
+
+    // the pairs', in plan order as pairs is
+    sqlite3_reset(st_pair);
+    sqlite3_bind_int(st_pair, 2, layer);
+    size_t c = 0;
+    while ((r = hq_step(q, st_pair, &s)) == 1) {
+        long long ord = sqlite3_column_int64(st_pair, 0);
+        while (c < n_pairs && pairs[c].ord < ord)
+            c++;
+        if (c == n_pairs)
+            break;
+        struct pair_row *p = &pairs[c];
+        long k = seq_find(base, n_base, sqlite3_column_int64(st_pair, 1));
+        if (p->ord != ord || p->ia < 0 || p->ib < 0 || k < 0)
+            continue;
+        const double *da = *d + (size_t)slot[p->ia] * n_base, *db = *d + (size_t)slot[p->ib] * n_base;
+        double in = hq_effect_of(q->m, hq_col_num(st_pair, 2), base[k].v) - da[k] - db[k];
+        if (isfinite(in))
+            hq_acc_add(&p->d, in);
+    }
+done:
+    for (size_t i = 0; i < n_pairs; i++)
+        if (pairs[i].layer == layer && pairs[i].ia >= 0 && pairs[i].ib >= 0)
+            slot[pairs[i].ia] = slot[pairs[i].ib] = -1;
+    return s;
+}
+
+/*
+ * Each pair's per-sequence interactions I_s = D_s(ab) - D_s(a) - D_s(b), D_s
+ * a variant's sequence s against the baseline's, into its accumulator; pairs
+ * in plan order. None (empty accumulators) when the baseline has no
+ * per-sequence results. Memory: the baseline's sequences, and the sequences
+ * of one layer's singles at a time.
+ */
+static enum hp_status pairs_seqs(struct hq_query *q, const struct single_eff *singles, size_t n_singles,
+                                 struct pair_row *pairs, size_t n_pairs)
+{
+    struct seq_val *base = NULL;
+    size_t n_base = 0, cap = 0;
+    sqlite3_stmt *st;
+    enum hp_status s = hq_prep_m(q, &st, "SELECT seq, %s FROM seq_results WHERE variant_id = ? ORDER BY seq");
+    if (s != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->base_variant);
+    int r;
+    while ((r = hq_step(q, st, &s)) == 1) {
+        struct seq_val *g = hq_room_for(q, base, n_base, &cap, sizeof *g, &s);
+        if (!g) {
+            r = -1;
+            break;
+        }
+        base = g;
+        base[n_base++] = (struct seq_val){sqlite3_column_int64(st, 0), hq_col_num(st, 1)};
+    }
+    sqlite3_finalize(st);
+    if (r < 0 || n_base == 0 || n_singles == 0) {
+        free(base);
+        return r < 0 ? s : HP_OK;
+    }
+
+    long *slot = malloc(n_singles * sizeof *slot);
+    double *d = NULL;
+    size_t d_cap = 0;
+    sqlite3_stmt *st_single = NULL, *st_pair = NULL;
+    if (!slot) {
+        s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n_singles; i++)
+        slot[i] = -1;
+    if ((s = hq_prep_m(q, &st_single,
+                    "SELECT j.kv, j.unit, j.ord, sv.seq, sv.%s FROM sweep_jobs j "
+                    "JOIN seq_results sv ON sv.variant_id = j.variant_id "
+                    "WHERE j.sweep_id = ?1 AND j.kind = 'single' AND j.layer = ?2 AND j.unit IS NOT NULL")) != HP_OK ||
+        (s = hq_prep_m(q, &st_pair,
+                    "SELECT j.ord, sv.seq, sv.%s FROM sweep_jobs j "
+                    "JOIN seq_results sv ON sv.variant_id = j.variant_id "
+                    "WHERE j.sweep_id = ?1 AND j.kind = 'pairs' AND j.layer = ?2 ORDER BY j.ord")) != HP_OK)
+        goto done;
+    sqlite3_bind_int64(st_single, 1, q->sweep);
+    sqlite3_bind_int64(st_pair, 1, q->sweep);
+    for (int l = 0; l < q->n_layers && s == HP_OK; l++)
+        s = layer_seqs(q, l, base, n_base, singles, n_singles, slot, &d, &d_cap, pairs, n_pairs, st_single, st_pair);
+done:
+    sqlite3_finalize(st_single);
+    sqlite3_finalize(st_pair);
+    free(d);
+    free(slot);
+    free(base);
+    return s;
+}
+
 enum hp_status hq_pairs(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
     const int top = opts->top;
-    enum { C_STUDY, C_PAIR, C_LAYER, C_A, C_B, C_AB, C_EA, C_EB, C_I, C_N };
-    static const char *const cols[C_N] = {"study", "pair", "layer", "unit_a", "unit_b",
-                                          "effect_ab", "effect_a", "effect_b", "interaction"};
-    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true};
+    enum { C_STUDY, C_PAIR, C_LAYER, C_A, C_B, C_AB, C_EA, C_EB, C_I, C_LO, C_HI, C_SEQS, C_P, C_N };
+    static const char *const cols[C_N] = {"study",    "pair",     "layer",       "unit_a", "unit_b",
+                                          "effect_ab", "effect_a", "effect_b", "interaction", "ci_lo",
+                                          "ci_hi",     "seqs",     "p"};
+    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true, true, true, true, true};
     struct single_eff *singles = NULL;
     struct pair_row *pairs = NULL;
     size_t n_singles = 0, n_pairs = 0;
     enum hp_status s = pairs_load(q, &singles, &n_singles, &pairs, &n_pairs);
-    free(singles);
     if (s != HP_OK) {
+        free(singles);
         free(pairs);
         return s;
     }
     size_t n_known = 0;
     for (size_t i = 0; i < n_pairs; i++)
         n_known += !isnan(pairs[i].ea) && !isnan(pairs[i].eb);
-    if (n_pairs == 0) {
+    if (n_pairs == 0 || n_known == 0) {
+        free(singles);
         free(pairs);
-        return hq_lacking(q, "'pairs'", false, NULL, "pairs study", "add a 'pairs' study to the plan");
-    }
-    if (n_known == 0) {
-        free(pairs);
+        if (n_pairs == 0)
+            return hq_lacking(q, "'pairs'", false, NULL, "pairs study", "add a 'pairs' study to the plan");
         return hq_lacking(q, "'pairs', 'single'", true, NULL,
                        "single-unit results for the units of its pairs study", "add a 'single' study to the plan");
+    }
+    s = pairs_seqs(q, singles, n_singles, pairs, n_pairs); // while pairs is in plan order
+    free(singles);
+    if (s != HP_OK) {
+        free(pairs);
+        return s;
     }
     hp_qsort(pairs, n_pairs, sizeof *pairs, by_interaction_desc);
 
@@ -321,12 +500,15 @@ enum hp_status hq_pairs(struct hq_query *q, const struct hp_query_opts *opts, st
         hq_tb_num(&b, row, C_EA, F_EFFECT, p->ea);
         hq_tb_num(&b, row, C_EB, F_EFFECT, p->eb);
         hq_tb_num(&b, row, C_I, F_EFFECT, p->inter);
+        hq_tb_ci(&b, row, C_LO, &p->d);
     }
     free(pairs);
     hq_tb_note(&b,
             "sweep %lld, %s; interaction = effect_ab - effect_a - effect_b (singles from the sweep's single study): "
             "> 0 = redundant pair, each backs the other up (removing both hurts more than the two removals add up to); "
-            "< 0 = sub-additive (removing one already does most of the damage); largest first%s",
+            "< 0 = sub-additive (removing one already does most of the damage); largest first%s; "
+            HQ_CI_NOTE("interaction") " (each sequence's effect_ab - effect_a - effect_b, over the sequences "
+            "all three and the baseline have)",
             q->sweep, hq_effect_convention(q->m), cut ? " (only the top and bottom rows)" : "");
     return hq_tb_finish(&b, out, q->err);
 }

@@ -81,6 +81,13 @@ void hq_acc_add(struct acc *a, double x);
 /* 95% t interval of the mean (n - 1 df) and the two-sided p-value of
  * mean = 0; NaN where undefined (n < 2; p also when sd = 0). */
 void hq_acc_ci(const struct acc *a, double *lo, double *hi, double *p);
+/* a's interval, count and test into cells c (ci_lo), c + 1 (ci_hi), c + 2 (seqs), c + 3 (p) of row:
+ * the columns heads, sets and pairs share. */
+void hq_tb_ci(struct tb *b, int row, int c, const struct acc *a);
+/* The note's sentence on those columns, what the per-sequence quantity ("effect", "interaction"). */
+#define HQ_CI_NOTE(what) "ci_lo..ci_hi the paired 95%% t interval (n-1 df) of the per-sequence " what " and p its " \
+                         "two-sided t test, so the " what " (over all tokens) can fall slightly off the interval's " \
+                         "centre when sequences differ in length"
 
 // Kendall's tau is left out (NaN) past this many units (n^2 / 2 comparisons).
 #define MAX_TAU_UNITS (1 << 15)

@@ -284,6 +284,16 @@ void hq_acc_ci(const struct acc *a, double *lo, double *hi, double *p)
         *p = 2.0 * gsl_cdf_tdist_Q(fabs(a->mean) / se, df);
 }
 
+void hq_tb_ci(struct tb *b, int row, int c, const struct acc *a)
+{
+    double lo, hi, p;
+    hq_acc_ci(a, &lo, &hi, &p);
+    hq_tb_num(b, row, c, F_EFFECT, lo);
+    hq_tb_num(b, row, c + 1, F_EFFECT, hi);
+    hq_tb_int(b, row, c + 2, a->n);
+    hq_tb_num(b, row, c + 3, "%.3g", p);
+}
+
 // --- rank correlations ------------------------------------------------------
 
 /*

@@ -1020,14 +1020,25 @@ Test(query, redundancy_one_row_per_layer)
 
 // --- pairs ---------------------------------------------------------------------------
 
-static const char *const PAIRS_COLS[] = {"study", "pair", "layer", "unit_a", "unit_b",
-                                         "effect_ab", "effect_a", "effect_b", "interaction"};
+static const char *const PAIRS_COLS[] = {"study",    "pair",     "layer",       "unit_a", "unit_b",
+                                         "effect_ab", "effect_a", "effect_b", "interaction", "ci_lo",
+                                         "ci_hi",     "seqs",     "p"};
+#define PAIRS_NUM "0011111111111"
+/* ci_lo, ci_hi, p: of the per-sequence interactions I_s = d_s(ab) - d_s(a) - d_s(b) (the loss's
+ * per-sequence effect is the variant's d_s), by the script at the end of this file: 0.0+0.1 has
+ * I_s = 0.199 0.202 0.197 0.200, 0.2+0.3 0.096 0.098 0.099 0.047, 0.1+0.3 -0.001 0.002 -0.001 -0.002,
+ * 0.0+0.2 -0.05 0 -0.05 -0.1, 1.1+1.3 -0.2 -0.05 -0.25 -0.1. */
 static const char *const PAIRS[] = {
     "pairs", "0.0+0.1", "0", "0", "1", "0.315", "0.115", "0.0006", "0.1994",
+    "0.196187605", "0.202812395", "4", "3.13e-07",
     "pairs", "0.2+0.3", "0", "2", "3", "0.57", "0.49", "0.0023", "0.0777",
+    "0.0446401897", "0.12535981", "4", "0.00678",
     "pairs", "0.1+0.3", "0", "1", "3", "0.0021", "0.0006", "0.0023", "-0.0008",
+    "-0.00325607935", "0.00225607935", "4", "0.604",
     "pairs", "0.0+0.2", "0", "0", "2", "0.545", "0.115", "0.49", "-0.06",
+    "-0.114961413", "0.0149614132", "4", "0.0917",
     "pairs", "1.1+1.3", "1", "1", "3", "1.1", "0.98", "0.265", "-0.145",
+    "-0.295258136", "-0.00474186421", "4", "0.0462",
 };
 
 Test(query, pairs_interactions_most_redundant_first)
@@ -1035,24 +1046,82 @@ Test(query, pairs_interactions_most_redundant_first)
     build();
     struct hp_query_opts o = opts(HP_QUERY_PAIRS);
     struct hp_table *t = run(&o);
-    expect_table(t, 9, PAIRS_COLS, "001111111", 5, PAIRS);
+    expect_table(t, 13, PAIRS_COLS, PAIRS_NUM, 5, PAIRS);
     cr_assert_not_null(strstr(t->note, "> 0 = redundant"), "note: %s", t->note);
+    cr_assert_not_null(strstr(t->note, "ci_lo..ci_hi the paired 95% t interval (n-1 df) of the per-sequence "
+                                       "interaction and p its two-sided t test"), "note: %s", t->note);
+    cr_assert_str_eq(cell(t, 0, 12), "3.13e-07", "p below the tolerance's absolute part: its text"); // 3.1314e-07
     hp_table_free(t);
 
     // top 1: the largest and the smallest interaction
     o.top = 1;
     t = run(&o);
-    const char *want[18];
-    for (int c = 0; c < 9; c++) {
+    const char *want[26];
+    for (int c = 0; c < 13; c++) {
         want[c] = PAIRS[c];
-        want[9 + c] = PAIRS[4 * 9 + c];
+        want[13 + c] = PAIRS[4 * 13 + c];
     }
-    expect_table(t, 9, PAIRS_COLS, "001111111", 2, want);
+    expect_table(t, 13, PAIRS_COLS, PAIRS_NUM, 2, want);
     hp_table_free(t);
 
     o.top = 3; // 2 * 3 >= 5: everything
     t = run(&o);
-    expect_table(t, 9, PAIRS_COLS, "001111111", 5, PAIRS);
+    expect_table(t, 13, PAIRS_COLS, PAIRS_NUM, 5, PAIRS);
+    hp_table_free(t);
+}
+
+/*
+ * A sequence counts only where the pair, both singles and the baseline have a finite value: single
+ * 0.1 lacks sequence 3 (0.0+0.1 and 0.1+0.3 on 3 sequences, 2 df), pair 0.2+0.3 has no loss on
+ * sequences 0 to 2 (1 left: no interval), pair 1.1+1.3 has no per-sequence rows (as a database from
+ * before them, or a metric without). The interactions themselves (over all tokens) are unchanged.
+ * A later single job of 0.0 (another study) changes nothing: a unit's first single job is its single.
+ * Without the baseline's per-sequence rows, no pair has an interval, and that is no error.
+ */
+Test(query, pairs_intervals_over_the_sequences_all_four_have)
+{
+    sqlite3 *db = db_build();
+    job(db, 2, 34, variant(db, "0.0", 1, D(9, -9, 9, -9)), "single-again", "single", 0, "0.0", 0, 0, -1, 0, 0, 1);
+    exec(db, "DELETE FROM seq_results WHERE seq = 3 AND variant_id = "
+             "(SELECT variant_id FROM sweep_jobs WHERE sweep_id = 2 AND study = 'single' AND label = '0.1');"
+             "UPDATE seq_results SET loss = NULL WHERE seq < 3 AND variant_id = "
+             "(SELECT variant_id FROM sweep_jobs WHERE sweep_id = 2 AND label = '0.2+0.3');"
+             "DELETE FROM seq_results WHERE variant_id = "
+             "(SELECT variant_id FROM sweep_jobs WHERE sweep_id = 2 AND label = '1.1+1.3')");
+    sqlite3_close(db);
+    // by the script at the end of this file (its "pairs, missing" table)
+    static const char *const want[] = {
+        "pairs", "0.0+0.1", "0", "0", "1", "0.315", "0.115", "0.0006", "0.1994",
+        "0.193081724", "0.205584943", "3", "5.31e-05",
+        "pairs", "0.2+0.3", "0", "2", "3", "0.57", "0.49", "0.0023", "0.0777",
+        "", "", "1", "",
+        "pairs", "0.1+0.3", "0", "1", "3", "0.0021", "0.0006", "0.0023", "-0.0008",
+        "-0.00430265273", "0.00430265273", "3", "1",
+        "pairs", "0.0+0.2", "0", "0", "2", "0.545", "0.115", "0.49", "-0.06",
+        "-0.114961413", "0.0149614132", "4", "0.0917",
+        "pairs", "1.1+1.3", "1", "1", "3", "1.1", "0.98", "0.265", "-0.145",
+        "", "", "0", "",
+    };
+    struct hp_query_opts o = opts(HP_QUERY_PAIRS);
+    struct hp_table *t = run(&o);
+    expect_table(t, 13, PAIRS_COLS, PAIRS_NUM, 5, want);
+    cr_assert_str_eq(cell(t, 0, 12), "5.31e-05", "p: its text"); // 5.3127e-05
+    hp_table_free(t);
+
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "DELETE FROM seq_results WHERE variant_id = "
+             "(SELECT variant_id FROM sweep_jobs WHERE sweep_id = 2 AND kind = 'baseline')");
+    sqlite3_close(db);
+    t = run(&o);
+    cr_assert_eq(t->n_rows, 5);
+    for (int r = 0; r < 5; r++) {
+        for (int c = 0; c < 9; c++)
+            cr_assert_str_eq(cell(t, r, c), PAIRS[r * 13 + c], "row %d column %s", r, PAIRS_COLS[c]);
+        cr_assert_str_eq(cell(t, r, 9), "", "row %d ci_lo", r);
+        cr_assert_str_eq(cell(t, r, 10), "", "row %d ci_hi", r);
+        cr_assert_str_eq(cell(t, r, 11), "0", "row %d seqs", r);
+        cr_assert_str_eq(cell(t, r, 12), "", "row %d p", r);
+    }
     hp_table_free(t);
 }
 
@@ -1603,6 +1672,21 @@ for (l, a, b), d in pairs.items():
 rows.sort(key=lambda r: -r[8])
 print("pairs")
 for r in rows: print('    "%s", "%s", "%d", "%d", "%d", "%.9g", "%.9g", "%.9g", "%.9g",' % r)
+T = {3: T3, 2: T2}
+def p2(t):                           # two-sided p, 2 df, closed form
+    t = abs(t); return 1 - t / sqrt(2 + t * t)
+P = {3: p3, 2: p2}
+def ci(I):                           # I: per-sequence interactions (loss: a sequence's effect is its d)
+    n = len(I)
+    if n < 2: return ('""', '""', '"%d"' % n, '""')
+    m, s = mean(I), stdev(I); se = s / sqrt(n)
+    return tuple('"%.9g"' % x for x in (m - T[n-1] * se, m + T[n-1] * se)) + ('"%d"' % n, '"%.3g"' % P[n-1](m / se))
+def pair_cis(missing):               # missing: (l, u, seq) of singles, (l, a, b, seq) of pairs
+    for (l, a, b), d in pairs.items():
+        seqs = [s for s in range(4) if not {(l,a,b,s), (l,a,s), (l,b,s)} & missing]
+        print(f"    {l}.{a}+{l}.{b}:", ", ".join(ci([d[s] - single[(l,a)][s] - single[(l,b)][s] for s in seqs])))
+print("pairs, every sequence"); pair_cis(set())
+print("pairs, missing"); pair_cis({(0,1,3)} | {(0,2,3,s) for s in range(3)} | {(1,1,3,s) for s in range(4)})
 
 print("curve")
 it = {0: ([0,0,0,0], 0, 0, ""), 1: ([0.01,0.0,0.02,0.005], 2, 2, "0.1,1.2"),
