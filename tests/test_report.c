@@ -527,11 +527,11 @@ static void check_pairs(sqlite3 *h)
         snprintf(name, sizeof name, "pairs-layer%d.svg", l);
         char *svg = slurp_path(svg_dir, name);
         static struct elem es[64];
-        int n = find_elems(svg, "<rect class=\"pair", es, 64);
+        int n = find_elems(svg, "<rect class=\"pair", es, 64), n_sig = 0;
         cr_assert_eq(n, 12, "%s: 6 pairs of 4 heads, each drawn twice; got %d cells", name, n);
         for (int i = 0; i < n; i++) {
             int a = (int)attr_num(&es[i], "data-a"), b = (int)attr_num(&es[i], "data-b");
-            char sql[512];
+            char sql[1400];
             snprintf(sql, sizeof sql,
                      "SELECT r.loss FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id WHERE "
                      "j.sweep_id = 1 AND j.kind = 'pairs' AND j.layer = %d AND j.unit = %d AND j.unit2 = %d",
@@ -547,7 +547,37 @@ static void check_pairs(sqlite3 *h)
             double got = attr_num(&es[i], "data-interaction"), want = ab - ea - eb;
             cr_assert(fabs(got - want) <= 5e-6 * (fabs(want) + fabs(ab) + fabs(ea) + fabs(eb)) + 1e-12,
                       "%s: interaction drawn %.10g, database %.10g", what, got, want);
+            // its interval: the t interval of the per-sequence I_s = ab_s - a_s - b_s + base_s (loss effects),
+            // the singles each unit's first single job; and the dot exactly where it excludes 0
+            snprintf(sql, sizeof sql,
+                     "SELECT sp.loss - sa.loss - sb.loss + s0.loss FROM sweep_jobs jp "
+                     "JOIN seq_results sp ON sp.variant_id = jp.variant_id "
+                     "JOIN seq_results sa ON sa.seq = sp.seq AND sa.variant_id = (SELECT variant_id FROM sweep_jobs "
+                     " WHERE sweep_id = 1 AND study = 'single' AND layer = %d AND unit = %d ORDER BY ord LIMIT 1) "
+                     "JOIN seq_results sb ON sb.seq = sp.seq AND sb.variant_id = (SELECT variant_id FROM sweep_jobs "
+                     " WHERE sweep_id = 1 AND study = 'single' AND layer = %d AND unit = %d ORDER BY ord LIMIT 1) "
+                     "JOIN seq_results s0 ON s0.seq = sp.seq AND s0.variant_id = (SELECT variant_id FROM sweep_jobs "
+                     " WHERE sweep_id = 1 AND kind = 'baseline') "
+                     "WHERE jp.sweep_id = 1 AND jp.kind = 'pairs' AND jp.layer = %d AND jp.unit = %d AND "
+                     "jp.unit2 = %d ORDER BY sp.seq",
+                     l, a, l, b, l, a, b);
+            sqlite3_stmt *st;
+            cr_assert_eq(sqlite3_prepare_v2(h, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
+            double is[256], mean, ilo, ihi;
+            int k = 0;
+            while (sqlite3_step(st) == SQLITE_ROW && k < 256)
+                is[k++] = sqlite3_column_double(st, 0);
+            sqlite3_finalize(st);
+            cr_assert_geq(k, 2, "%s: %d sequences", what, k);
+            t_interval(is, k, &mean, &ilo, &ihi);
+            expect_close(attr_num(&es[i], "data-ci-lo"), ilo, 6, 0, what);
+            expect_close(attr_num(&es[i], "data-ci-hi"), ihi, 6, 0, what);
+            cr_assert_str_eq(attr(&es[i], "data-ci-excludes-zero"), ilo > 0 || ihi < 0 ? "1" : "0", "%s", what);
+            n_sig += ilo > 0 || ihi < 0;
         }
+        struct elem dots[64];
+        cr_assert_eq(find_elems(svg, "<circle class=\"sig\"", dots, 64), n_sig, "%s: %d pair cells (each pair twice) "
+                     "whose interval excludes 0", name, n_sig);
         free(svg);
     }
 }
