@@ -61,7 +61,7 @@ static int legend_ticks(const struct report *r, double m, double *at, int max)
         double lo = 0, hi = m, t[16];
         int k = hp_ticks(&lo, &hi, 5, t, 16);
         for (int i = 0; i < k && n + 2 <= max; i++)
-            if (t[i] > 0 && t[i] <= m * (1 + 1e-9))
+            if (t[i] > 0 && isfinite(t[i]) && (t[i] <= m || t[i] - m <= 1e-9 * m))
                 at[n++] = t[i], at[n++] = -t[i];
     } else {
         for (int e = (int)floor(log10(m)); pow(10, e) >= m / 1000 * (1 - 1e-9) && n + 2 <= max; e--)
@@ -99,21 +99,24 @@ static void legend_diverging(struct hp_text *s, const struct report *r, double x
     }
     hp_text_printf(s, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"%.1f\" fill=\"none\" stroke=\"#888\"/>\n", x,
                    y, h);
-    double at[16];
-    int n = legend_ticks(r, m, at, 14);
-    for (int end = 0; end < 2 && m > 0 && isfinite(m); end++) { // +-m itself, unless a round label is near
-        bool near = false;
-        for (int i = 0; i < n; i++)
-            near |= fabs((1 - scale_t(r, at[i], m)) / 2 * h - (end ? h : 0)) < 12; // px from the bar's end
-        if (!near)
-            at[n++] = end ? -m : m;
-    }
-    for (int i = 0; i < n; i++) {
-        double v = at[i], py = y + (1 - scale_t(r, v, m)) / 2 * h;
+    // the labels: 0 and the round values (largest first), then the ends +-m, each only where it is at least
+    // 12 px (11 px text) from every label already placed, so none collide however small the bar
+    double cand[16], py[16];
+    int nc = legend_ticks(r, m, cand, 14), n = 0;
+    if (m > 0 && isfinite(m))
+        cand[nc++] = m, cand[nc++] = -m;
+    for (int i = 0; i < nc; i++) {
+        const double t = scale_t(r, cand[i], m), p = y + (1 - t) / 2 * h;
+        bool room = isfinite(cand[i]) && isfinite(t);
+        for (int k = 0; k < n && room; k++)
+            room = fabs(p - py[k]) >= 12;
+        if (!room)
+            continue;
+        py[n++] = p;
         hp_text_printf(s, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>"
                           "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" font-size=\"11\" dominant-baseline=\"middle\">"
                           "%s%s</text>\n",
-                       x + 14, py, x + 18, py, x + 21, py, v > 0 ? "+" : "", hp_num(b, v, 2));
+                       x + 14, p, x + 18, p, x + 21, p, cand[i] > 0 ? "+" : "", hp_num(b, cand[i], 2));
     }
     hp_text_add(s, "</g>\n");
 }
@@ -604,7 +607,8 @@ enum hp_status hr_make_pairs(struct report *r, struct section *sec)
                           "D(b) of their effects D (%s). Red (I &gt; 0): removing both hurts more than the two "
                           "removals add up to, the units back each other up; blue (I &lt; 0): their damage overlaps. "
                           "One colour scale for every layer, ending at the largest |I| or single effect |D| of the "
-                          "units drawn, so that an interaction reads beside the effects it is measured against. ",
+                          "sweep's pairs and their units, so that an interaction reads beside the effects it is "
+                          "measured against. ",
                        hp_metric_effect_text(r->m));
         scale_caption(c, r, m, "interactions");
         if (tcol(t, "ci_lo") >= 0)

@@ -664,8 +664,15 @@ static void check_legend(const char *svg, double m, bool linear, const char *wha
     cr_assert(g, "%s: no legend of the %s scale", what, linear ? "linear" : "log");
     const char *end = strstr(g, "</g>");
     int n = 0;
+    double ys[32];
     for (const char *p = strstr(g, "<text class=\"tick\""); p && p < end; p = strstr(p + 1, "<text class=\"tick\"")) {
         double v = strtod(strchr(p, '>') + 1, NULL);
+        struct elem e;
+        find_elems(p, "<text class=\"tick\"", &e, 1);
+        cr_assert_lt(n, 32);
+        ys[n] = attr_num(&e, "y");
+        for (int k = 0; k < n; k++) // 11 px labels: none overlaps another
+            cr_assert(fabs(ys[k] - ys[n]) >= 12, "%s: legend labels %d px apart", what, (int)fabs(ys[k] - ys[n]));
         n++;
         if (v == 0 || fabs(fabs(v) - m) <= 0.05 * m) // 0, or an end (2 significant digits)
             continue;
