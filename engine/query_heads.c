@@ -190,7 +190,7 @@ static enum hp_status heads_matrix(struct hq_query *q, const struct pick *pk, st
     others_note(pk, others, sizeof others);
     hq_tb_note(&b,
             "sweep %lld, study %s, %s; rows: layers, columns: %s, each cell the effect of masking that unit alone "
-            "(3 significant digits; --format csv or json gives each effect with its intervals)%s",
+            "(3 significant digits; --format csv or json gives each effect in full precision, with its intervals)%s",
             q->sweep, pk->name, hq_effect_convention(q->m), pk->kv ? "KV groups" : "query heads", others);
     return hq_tb_finish(&b, out, q->err);
 }

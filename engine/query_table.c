@@ -155,8 +155,8 @@ void hq_tb_fmt(struct tb *b, int r, int c, const char *fmt, ...)
 
 /*
  * x with one of the house formats; NaN (a NULL or an undefined value) stays
- * empty. The cell's number is x as the text rounds it (strtod of the text),
- * so a JSON or report writer shows the value a reader of the table sees.
+ * empty. The text is x rounded to read (the aligned table shows it); the
+ * cell's number is x in full, which CSV and JSON print (round-trip exact).
  */
 void hq_tb_num(struct tb *b, int r, int c, const char *fmt, double x)
 {
@@ -166,7 +166,7 @@ void hq_tb_num(struct tb *b, int r, int c, const char *fmt, double x)
         x = 0.0; // no "-0"
     char buf[64];
     snprintf(buf, sizeof buf, fmt, x);
-    tb_cell(b, r, c, buf, strtod(buf, NULL));
+    tb_cell(b, r, c, buf, x);
 }
 
 void hq_tb_int(struct tb *b, int r, int c, long long v)
@@ -195,8 +195,8 @@ void hq_tb_note(struct tb *b, const char *fmt, ...)
 
 /*
  * Column sc of st's row, as SQLite renders it, into cell (row, c); blobs as x'hex', NULL empty.
- * An integer's number is exact; a real's is the one SQLite's text shows (it
- * renders 15 significant digits), so text and number agree.
+ * An integer's text is exact (its number too, up to 2^53); a real's text is
+ * SQLite's (15 significant digits), its number the double in full.
  */
 void hq_tb_sql_at(struct tb *b, int row, int c, sqlite3_stmt *st, int sc)
 {
@@ -209,8 +209,7 @@ void hq_tb_sql_at(struct tb *b, int row, int c, sqlite3_stmt *st, int sc)
         return;
     }
     if (type == SQLITE_FLOAT) {
-        const char *text = hq_col_text(st, sc);
-        tb_cell(b, row, c, text, strtod(text, NULL));
+        tb_cell(b, row, c, hq_col_text(st, sc), sqlite3_column_double(st, sc));
         return;
     }
     if (type != SQLITE_BLOB) {

@@ -1187,16 +1187,17 @@ enum hp_status hp_store_merge(const char *out, const char *const *in, int n_in,
 
 /*
  * A result table: what queries return and the CLI prints. Every cell has its
- * text; a cell of a numeric column also has its number, exactly the number
- * its text shows (text and number never disagree, whichever a writer uses).
+ * text; a cell of a numeric column also has its number, in full precision, of
+ * which the text is the rounding a reader of the aligned table sees (an
+ * integer's text is exact). CSV and JSON print the number round-trip exact.
  */
 struct hp_table {
     int n_cols, n_rows;
     char **cols;    /* (n_cols) */
     bool *numeric;  /* (n_cols) */
     char **cells;   /* (n_rows, n_cols) row-major; NULL = empty */
-    double *values; /* (n_rows, n_cols) row-major: the cell as a number where it is one (every
-                     * non-empty cell of a numeric column is); NaN otherwise */
+    double *values; /* (n_rows, n_cols) row-major: the cell as a number, in full precision (the text its
+                     * rounding), where it is one (every non-empty cell of a numeric column is); NaN otherwise */
     char *note;     /* NULL or a line to print before the table */
     int n_summary;  /* the last n_summary rows summarise the others (a rank correlation, a mean over every unit):
                      * they are no unit, so JSON holds them apart ("summary") and CSV leaves them out */

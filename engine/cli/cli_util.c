@@ -217,17 +217,52 @@ static void csv_cell(const char *c)
     }
 }
 
-/* Rows r0..r1-1 of t as JSON objects, one key a column (empty cells null), into the array a. */
+/* s is an integer as %lld or SQLite writes one: an optional '-', then digits. */
+static bool integer_text(const char *s)
+{
+    s += *s == '-';
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s))
+            return false;
+    return true;
+}
+
+/*
+ * Cell i of t as CSV and JSON write it: a number in full precision, the shortest text that reads back to the
+ * same double (%.15g, %.16g, then %.17g), where the cell's text is its rounding for the aligned table; an
+ * integer whose text reads back to its number exactly (hq_tb_int's, SQLite's) as that text, however large;
+ * a non-number (text, NaN, an infinity) as its text. NULL: an empty cell. buf: at least 32 bytes.
+ */
+static const char *full_cell(const struct hp_table *t, size_t i, char *buf, size_t n)
+{
+    const char *v = t->cells[i];
+    const double x = t->values[i];
+    if (!v || !*v || !t->numeric[i % (size_t)t->n_cols] || !isfinite(x) || (integer_text(v) && strtod(v, NULL) == x))
+        return v;
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, n, "%.*g", digits, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    return buf;
+}
+
+/* Rows r0..r1-1 of t as JSON objects, one key a column (empty cells null, and numbers that are not finite),
+ * into the array a. */
 static void json_rows(cJSON *a, const struct hp_table *t, int r0, int r1)
 {
     for (int r = r0; r < r1; r++) {
         cJSON *o = cJSON_CreateObject();
         for (int c = 0; c < t->n_cols; c++) {
-            const char *v = t->cells[(size_t)r * t->n_cols + c];
-            if (!v || !*v)
+            const size_t i = (size_t)r * t->n_cols + c;
+            const char *v = t->cells[i];
+            char buf[32];
+            if (!v || !*v || (t->numeric[c] && !isfinite(t->values[i])))
                 cJSON_AddNullToObject(o, t->cols[c]);
             else if (t->numeric[c])
-                cJSON_AddNumberToObject(o, t->cols[c], t->values[(size_t)r * t->n_cols + c]);
+                cJSON_AddRawToObject(o, t->cols[c], full_cell(t, i, buf, sizeof buf));
             else
                 cJSON_AddStringToObject(o, t->cols[c], v);
         }
@@ -262,9 +297,10 @@ void print_table(const struct hp_table *t, enum fmt f)
         putchar('\n');
         for (int r = 0; r < n_units; r++) {
             for (int c = 0; c < t->n_cols; c++) {
+                char buf[32];
                 if (c)
                     putchar(',');
-                csv_cell(t->cells[(size_t)r * t->n_cols + c]);
+                csv_cell(full_cell(t, (size_t)r * t->n_cols + c, buf, sizeof buf));
             }
             putchar('\n');
         }

@@ -94,16 +94,18 @@ int cmd_query(int argc, char **argv)
     struct hp_query_opts q = {.eps = 0.01};
     const char *db = NULL;
     int format = FMT_TABLE, metric = -1, sweep = 0, sweep2 = 0;
-    char study[256], top[256], matrix[256], gates[256], db2[256], sweep2_h[256], study2[256], by[256];
+    char study[256], top[256], matrix[640], gates[256], db2[256], sweep2_h[256], study2[256], by[256];
     const struct opt opts[] = {
         OPT_DB(&db, "the results database (`headprune run` writes it)"),
         OPT_SWEEP(&sweep),
         OPT_FORMAT(&format, query_formats,
                    for_kinds(HP_QUERY_TAKES_MATRIX, "matrix, a row per layer and a column per head; every kind: "
-                             "table (aligned, after a # line that states the sweep, the study and the sign "
-                             "convention), csv (the rows, without the summary rows), json (an object: \"rows\", "
-                             "an array of objects, and \"summary\", the summary rows such as rho or all, an array "
-                             "of objects with the same keys)", matrix, sizeof matrix)),
+                             "table (aligned, numbers rounded to read, after a # line that states the sweep, the "
+                             "study and the sign convention), csv (the rows, without the summary rows), json (an "
+                             "object: \"rows\", an array of objects, and \"summary\", the summary rows such as rho "
+                             "or all, an array of objects with the same keys); csv and json give every number in "
+                             "full precision (the shortest text that reads back to the same double)", matrix,
+                             sizeof matrix)),
         OPT_CHOICE("metric", 'm', &metric, NULL, metric_choices(), "the metric effects are read on (default: the sweep's)"),
         OPT_STUDY(&q.study, for_kinds(HP_QUERY_TAKES_STUDY, "the study to read (as each kind above says)", study,
                                       sizeof study)),
