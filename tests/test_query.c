@@ -35,6 +35,7 @@
 #include "headprune.h"
 #include "query_int.h" // readers: several queries over one snapshot (the report's)
 #include "store_int.h" // hp_store_schema: the schema as the store makes it
+#include "testutil.h"   // tu_headprune: the CLI's csv and json
 
 #include <criterion/criterion.h>
 #include <sqlite3.h>
@@ -1153,13 +1154,33 @@ Test(query, sql_columns_cells_and_numeric_columns)
     hp_table_free(t);
 }
 
+/* Half a unit of the last digit text shows ("2.476667": 5e-7, "1.5e-05": 5e-8, "18": 0.5), or -1 where text
+ * is not a plain decimal number. */
+static double half_last_digit(const char *text)
+{
+    const char *p = text + (*text == '-' || *text == '+');
+    int frac = 0, digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++)
+        digits++;
+    if (*p == '.')
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            digits++, frac++;
+    long e = 0;
+    if (digits && (*p == 'e' || *p == 'E')) {
+        char *end;
+        e = strtol(p + 1, &end, 10);
+        p = end;
+    }
+    return digits && !*p ? 0.5 * pow(10.0, (double)(e - frac)) : -1;
+}
+
 /*
- * Every cell's number (hp_table.values, what the JSON and report writers use)
- * is exactly the number its text shows: bit for bit strtod of the text where
- * the column is numeric, NaN where the cell is empty; a text column's cell
- * is NaN unless its text is a whole number (SQL's mixed columns).
+ * Every cell's text is its number (hp_table.values, what the CSV, JSON and report writers use) rounded to read:
+ * where the column is numeric the text parses whole and is within half a unit of its last digit of the number
+ * (the number itself is in full: *rounded counts the cells whose text is not it exactly); NaN where the cell is
+ * empty; a text column's cell is NaN unless its text is a whole number (SQL's mixed columns), then exactly it.
  */
-static int expect_values_match_text(const struct hp_table *t, const char *what)
+static int expect_texts_round_values(const struct hp_table *t, const char *what, int *rounded)
 {
     int checked = 0;
     for (int r = 0; r < t->n_rows; r++)
@@ -1178,15 +1199,20 @@ static int expect_values_match_text(const struct hp_table *t, const char *what)
                           what, r, t->cols[c], text, v);
                 continue;
             }
-            cr_assert(*end == '\0', "%s: numeric cell (%d, %s) '%s' is not a number", what, r, t->cols[c], text);
-            cr_assert(memcmp(&v, &parsed, sizeof v) == 0, "%s: cell (%d, %s) shows '%s' but carries %.17g", what, r,
-                      t->cols[c], text, v);
+            const double half = half_last_digit(text);
+            cr_assert(*end == '\0' && half > 0, "%s: numeric cell (%d, %s) '%s' is not a number", what, r, t->cols[c],
+                      text);
+            /* the decimal text is within half of v; parsed is the double nearest the text (half an ulp away) */
+            cr_assert(fabs(v - parsed) <= half + 0.5 * nextafter(fabs(parsed), INFINITY) - 0.5 * fabs(parsed),
+                      "%s: cell (%d, %s) shows '%s' but carries %.17g, not what it rounds to", what, r, t->cols[c],
+                      text, v);
+            *rounded += v != parsed;
             checked++;
         }
     return checked;
 }
 
-Test(query, cell_numbers_equal_their_text)
+Test(query, cell_texts_round_their_full_numbers)
 {
     build();
     static const struct {
@@ -1205,7 +1231,7 @@ Test(query, cell_numbers_equal_their_text)
          "x'00' AS b, CASE id WHEN 1 THEN 7 ELSE 'two' END AS mix FROM sweeps"},
         {HP_QUERY_SQL, NULL, "SELECT * FROM effects"},
     };
-    int checked = 0;
+    int checked = 0, rounded = 0;
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         struct hp_query_opts o = opts(cases[k].kind);
         o.metric = cases[k].metric;
@@ -1215,10 +1241,92 @@ Test(query, cell_numbers_equal_their_text)
         char what[64];
         snprintf(what, sizeof what, "case %zu", k);
         cr_assert(t->n_rows == 0 || t->values, "%s: rows but no numbers", what);
-        checked += expect_values_match_text(t, what);
+        checked += expect_texts_round_values(t, what, &rounded);
+        if (cases[k].sql && strstr(cases[k].sql, "third")) {
+            /* SQL reals: SQLite's 15-digit text, the double itself; an integer past 2^53: its text exact */
+            cr_assert_str_eq(cell(t, 0, 1), "0.3");
+            cr_assert(t->values[1] == 0.1 + 0.2, "0.1 + 0.2 carries %.17g", t->values[1]);
+            cr_assert(t->values[2] == 1.0 / 3, "1.0 / 3 carries %.17g", t->values[2]);
+            cr_assert_str_eq(cell(t, 0, 4), "9007199254740993");
+        }
         hp_table_free(t);
     }
     cr_assert_gt(checked, 200, "only %d numeric cells checked", checked);
+    cr_assert_gt(rounded, 50, "only %d of %d numbers are more than their text shows", rounded, checked);
+}
+
+/* Field number field (from 0) of the CSV line that holds tag, into out. */
+static const char *csv_field(const char *csv, const char *tag, int field, char *out, size_t n)
+{
+    const char *line = strstr(csv, tag);
+    cr_assert_not_null(line, "no row '%s' in %s", tag, csv);
+    while (line > csv && line[-1] != '\n')
+        line--;
+    for (int f = 0; f < field; f++) {
+        line = strchr(line, ',');
+        cr_assert(line && line[1] != '\n', "row '%s' has no field %d: %s", tag, field, csv);
+        line++;
+    }
+    size_t i = 0;
+    while (line[i] && line[i] != ',' && line[i] != '\n' && i + 1 < n)
+        i++;
+    memcpy(out, line, i);
+    out[i] = 0;
+    return out;
+}
+
+/* A number no 6 digits show, stored as a result's loss: csv and json print it so that strtod reads back the very
+ * double, the aligned table its rounding; the effect (loss minus the baseline's) likewise. */
+Test(query, csv_and_json_round_trip_full_precision)
+{
+    const double loss = 1.8543300000123457;
+    sqlite3 *db = db_build();
+    char sql[512];
+    snprintf(sql, sizeof sql, "UPDATE results SET loss = %.17g WHERE variant_id = (SELECT variant_id FROM sweep_jobs "
+             "WHERE sweep_id = 2 AND study = 'iterative' AND label = 'step 2')", loss);
+    exec(db, sql);
+    cr_assert_eq(sqlite3_changes(db), 1);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT r.loss FROM results r JOIN sweep_jobs j USING (variant_id) "
+                                        "WHERE j.sweep_id = 2 AND j.label = 'baseline'", -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    const double base = sqlite3_column_double(st, 0), effect = loss - base;
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    char f6[32], args[512], out[1 << 16], errs[4096], field[64];
+    snprintf(f6, sizeof f6, "%.6g", effect);
+    cr_assert(strtod(f6, NULL) != effect, "the effect %.17g must not fit 6 digits", effect);
+
+    snprintf(args, sizeof args, "query curve --db '%s' --sweep 2 --study iterative --format csv", g_db);
+    cr_assert_eq(tu_headprune(NULL, args, g_dir, out, sizeof out, errs, sizeof errs), 0, "%s", errs);
+    cr_assert(strncmp(out, "study,step,k,heads,pct_heads,samples,loss,ci_lo,ci_hi,effect,pruned\n", 68) == 0, "%s", out);
+    cr_assert(csv_field(out, "iterative,2,", 6, field, sizeof field) && strtod(field, NULL) == loss,
+              "csv loss %s, stored %.17g", field, loss);
+    cr_assert_str_eq(field, "1.8543300000123457"); // the shortest text of it: 17 digits here
+    cr_assert(csv_field(out, "iterative,2,", 9, field, sizeof field) && strtod(field, NULL) == effect,
+              "csv effect %s, the stored loss minus the baseline's %.17g", field, effect);
+    cr_assert(csv_field(out, "iterative,0,", 6, field, sizeof field) && strtod(field, NULL) == base,
+              "csv baseline loss %s, stored %.17g", field, base);
+    cr_assert(csv_field(out, "iterative,2,", 2, field, sizeof field) && strcmp(field, "4") == 0, "k %s", field);
+
+    snprintf(args, sizeof args, "query curve --db '%s' --sweep 2 --study iterative --format json", g_db);
+    cr_assert_eq(tu_headprune(NULL, args, g_dir, out, sizeof out, errs, sizeof errs), 0, "%s", errs);
+    cJSON *j = cJSON_Parse(out), *row, *step2 = NULL;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "rows"))
+        if (cJSON_GetObjectItem(row, "step")->valuedouble == 2)
+            step2 = row;
+    cr_assert_not_null(step2, "no step 2: %s", out);
+    cr_assert(cJSON_GetObjectItem(step2, "loss")->valuedouble == loss, "json loss %.17g, stored %.17g",
+              cJSON_GetObjectItem(step2, "loss")->valuedouble, loss);
+    cr_assert(cJSON_GetObjectItem(step2, "effect")->valuedouble == effect, "json effect %.17g, want %.17g",
+              cJSON_GetObjectItem(step2, "effect")->valuedouble, effect);
+    cr_assert(strstr(out, "\"loss\":\t1.8543300000123457,") && strstr(out, "\"k\":\t4,"), "%s", out);
+    cJSON_Delete(j);
+
+    /* the aligned table: as it rounds (%.6f losses, %.6g effects) */
+    snprintf(args, sizeof args, "query curve --db '%s' --sweep 2 --study iterative", g_db);
+    cr_assert_eq(tu_headprune(NULL, args, g_dir, out, sizeof out, errs, sizeof errs), 0, "%s", errs);
+    cr_assert(strstr(out, " 1.854330 ") && strstr(out, f6) && !strstr(out, "1.85433000"), "%s", out);
 }
 
 Test(query, sql_rejects_writes_and_second_statements)
