@@ -238,7 +238,7 @@ static bool integer_text(const char *s)
 static const char *full_cell(const struct hp_table *t, size_t i, char *buf, size_t n)
 {
     const char *v = t->cells[i];
-    const double x = t->values[i];
+    const double x = t->values[i] == 0 ? 0.0 : t->values[i]; // no "-0" (an SQL -0.0), as hq_tb_num
     if (!v || !*v || !t->numeric[i % (size_t)t->n_cols] || !isfinite(x) || (integer_text(v) && strtod(v, NULL) == x))
         return v;
     for (int digits = 15; digits <= 17; digits++) {
