@@ -15,6 +15,8 @@
 #define _GNU_SOURCE
 #include "cpuload_int.h"
 
+#include "headprune.h" /* hp_runtime_init */
+
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,4 +124,34 @@ int hp_auto_threads_first(struct hp_auto_threads *a)
 int hp_auto_threads_next(struct hp_auto_threads *a)
 {
     return choose(a, HP_LOAD_INTERVAL);
+}
+
+// --- one computation's threads -------------------------------------------------------
+
+void hp_threads_run_begin(struct hp_threads_run *t, int n)
+{
+    *t = (struct hp_threads_run){.follow = n <= 0, .threads = n, .threads_min = n, .threads_max = n};
+    if (t->follow)
+        hp_auto_threads_begin(&t->load);
+    else
+        hp_runtime_init(n);
+}
+
+void hp_threads_run_start(struct hp_threads_run *t)
+{
+    if (!t->follow)
+        return;
+    t->threads = t->threads_min = t->threads_max = hp_auto_threads_first(&t->load);
+    hp_runtime_init(t->threads);
+}
+
+void hp_threads_run_step(struct hp_threads_run *t)
+{
+    const int n = t->follow ? hp_auto_threads_next(&t->load) : 0;
+    if (n <= 0 || n == t->threads)
+        return;
+    hp_runtime_init(n);
+    t->threads = n;
+    t->threads_min = n < t->threads_min ? n : t->threads_min;
+    t->threads_max = n > t->threads_max ? n : t->threads_max;
 }

@@ -49,4 +49,19 @@ int hp_auto_threads_first(struct hp_auto_threads *a);
  * that was under HP_LOAD_INTERVAL ago. */
 int hp_auto_threads_next(struct hp_auto_threads *a);
 
+/*
+ * The threads of one computation (eval, roles): fixed (n > 0, as --threads says) or following the load
+ * (n <= 0): measured from begin, over opening the model and data, chosen at start and again at each step
+ * (two threads on a CPU another process keeps busy stall each other at every barrier). threads_min and
+ * threads_max: the fewest and most it ran with. Every choice is set with hp_runtime_init.
+ */
+struct hp_threads_run {
+    bool follow;                 /* n <= 0: the count follows the load */
+    struct hp_auto_threads load; /* when follow */
+    int threads, threads_min, threads_max;
+};
+void hp_threads_run_begin(struct hp_threads_run *t, int n); /* before opening the model */
+void hp_threads_run_start(struct hp_threads_run *t);        /* the first choice, before the work */
+void hp_threads_run_step(struct hp_threads_run *t);         /* between steps of the work */
+
 #endif

@@ -123,6 +123,18 @@ nomem:
                 "(use fewer sequences)", path, n_seqs, seq_len);
 }
 
+enum hp_status hp_data_from_ids(const int32_t *ids, int n_seqs, int seq_len, const char *name,
+                                struct hp_data **out, struct hp_error *err)
+{
+    if (n_seqs <= 0 || seq_len <= 0)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: %d x %d tokens: give at least one row of at least one token",
+                       name, n_seqs, seq_len);
+    enum hp_status st = hp_data_alloc(name, n_seqs, seq_len, false, false, false, out, err);
+    if (st == HP_OK)
+        memcpy((*out)->ids, ids, (size_t)n_seqs * (size_t)seq_len * sizeof *ids);
+    return st;
+}
+
 void hp_data_free(struct hp_data *d)
 {
     if (!d)

@@ -293,6 +293,7 @@ struct arch_row {
     const char *const *prefixes;      /* what its tensor names may start with, tried in order; NULL-terminated */
     void (*bind)(struct binder *b, const struct bind_opts *o); /* every weight, by name and shape */
     const char *const *harmless;      /* buffers beside the weights it computes nothing from (harmless()) */
+    const char *name;                 /* for people: "GPT-2" (hp_arch_name) */
 };
 
 static const struct arch_row *arch_named(const char *model_type);
@@ -1004,11 +1005,11 @@ static const char *const llama_types[] = {"llama", "mistral", "qwen2", NULL},
                          *const llama_harmless[] = {"rotary_emb.inv_freq", NULL}; /* recomputed from rope_theta */
 
 static const struct arch_row archs[] = {
-    [HP_ARCH_GPT2] = {gpt2_types, "n_head", "n_embd", config_gpt2, gpt2_prefixes, bind_gpt2, gpt2_harmless},
+    [HP_ARCH_GPT2] = {gpt2_types, "n_head", "n_embd", config_gpt2, gpt2_prefixes, bind_gpt2, gpt2_harmless, "GPT-2"},
     [HP_ARCH_BERT] = {bert_types, "num_attention_heads", "hidden_size", config_bert, bert_prefixes, bind_bert,
-                      bert_harmless},
+                      bert_harmless, "BERT"},
     [HP_ARCH_LLAMA] = {llama_types, "num_attention_heads", "hidden_size", config_llama, llama_prefixes, bind_llama,
-                       llama_harmless},
+                       llama_harmless, "Llama"},
 };
 static_assert(sizeof archs / sizeof archs[0] == HP_ARCH_COUNT, "archs: one row per enum hp_arch");
 
@@ -1025,6 +1026,11 @@ static const struct arch_row *arch_row(enum hp_arch a)
 {
     assert(a >= 0 && a < HP_ARCH_COUNT);
     return &archs[a];
+}
+
+const char *hp_arch_name(enum hp_arch a)
+{
+    return arch_row(a)->name;
 }
 
 /* Every model_type the rows know, "gpt2, bert, llama, ...", for the message that refuses another. */

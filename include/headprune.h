@@ -275,6 +275,14 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
                                 int seq_len, struct hp_data **out, struct hp_error *err);
 void hp_data_free(struct hp_data *d);
 
+/*
+ * A held-out set from token ids in memory (n_seqs, seq_len), row-major, copied; name is what errors and
+ * results call it (as a file's path). Ids are checked against a model's vocabulary when an evaluator binds
+ * them. HP_ERR_SHAPE for an empty or overflowing shape. Destructor: hp_data_free.
+ */
+enum hp_status hp_data_from_ids(const int32_t *ids, int n_seqs, int seq_len, const char *name,
+                                struct hp_data **out, struct hp_error *err);
+
 /* Every id, and every label but -100, must be in [0, n_vocab): else HP_ERR_ARG
  * naming the file, row and position (counting from 0); for task data every
  * answer, wrong answer and corrupt id too, naming the row's line. */
@@ -768,6 +776,65 @@ enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids,
                                 const struct hp_mask *mask, float *out,
                                 struct hp_error *err);
 
+// --- one evaluation (`headprune eval`) ------------------------------------------
+
+/* What one evaluation computes besides the variant's metrics. */
+struct hp_eval_opts {
+    const char *mask;        /* NULL, or the heads to ablate (hp_mask_parse's spec) */
+    bool keep;               /* mask names the heads kept: every other one is ablated */
+    enum hp_ablation ablation;
+    bool grad;               /* also the gradient at every head's gate and its first-order estimates */
+    const char *grad_metric; /* what grad differentiates (NULL: loss where the model and data have one, else
+                              * cos); naming one implies grad */
+    int threads;             /* > 0: that many; <= 0: as many as other processes leave CPUs idle, chosen again
+                              * as the sequences go */
+    void (*progress)(void *user, int done, int total); /* NULL, or called as sequences finish (in the calling
+                                                         * thread) */
+    void *user;
+};
+
+struct hp_eval_result {
+    struct hp_metrics *mt;   /* the variant */
+    struct hp_metrics *base; /* the unmasked model beside it; NULL when the mask changes nothing */
+    double *grad, *atp;      /* with grad: (n_layers, n_heads) d(metric)/dgate and each head's first-order
+                              * estimate of its effect ablated alone (larger = worse); else NULL */
+    enum hp_metric grad_metric;
+    const char *grad_what;   /* what grad differentiates, in words ("loss", "-logit_diff", "1 - cos") */
+    bool grad_vanishes;      /* KL or 1 - cos at the unmasked model: 0 there, and so its gradient */
+    struct hp_grad_phases ph; /* where the gradient pass spent its time */
+    int n_ablated;           /* heads the mask ablates (a pruned checkpoint's absent heads not counted) */
+    int threads_min, threads_max; /* the threads the evaluation ran with */
+    double seconds;          /* the evaluation's time, after the model and data were open */
+    bool foreign;            /* the unmasked model's results look like data made for another model
+                              * (hp_evaluator_looks_foreign) */
+};
+
+/*
+ * Evaluate one masked variant of m on d as `headprune eval` does: the
+ * variant, the unmasked model beside it (its pass is the one the variant
+ * resumes from), and with o->grad the gradient (whose forward is the
+ * variant's evaluation). d is bound to the ablation (hp_ablation_bind_data:
+ * denoise swaps a task's prompts). Destructor of *out: hp_eval_result_free.
+ */
+enum hp_status hp_eval(struct hp_model *m, struct hp_data *d, const struct hp_eval_opts *o,
+                       struct hp_eval_result **out, struct hp_error *err);
+void hp_eval_result_free(struct hp_eval_result *r);
+
+/*
+ * The result as `eval --json` prints it: one JSON object (malloc'd text; NULL
+ * when out of memory), model and data as the caller names them. Numbers are
+ * the shortest text that reads back to the same double.
+ */
+char *hp_eval_json(const struct hp_model_info *in, const struct hp_eval_opts *o, const struct hp_eval_result *r,
+                   const char *model, const char *data);
+
+/* The model as `inspect --json` describes it, model as the caller names it: malloc'd JSON text, NULL when out
+ * of memory. */
+char *hp_model_info_json(const struct hp_model_info *in, const char *model);
+
+/* "GPT-2", "BERT", "Llama": the architecture's name for people. */
+const char *hp_arch_name(enum hp_arch a);
+
 // --- head roles ---------------------------------------------------------------
 
 /*
@@ -1203,6 +1270,19 @@ struct hp_table {
                      * they are no unit, so JSON holds them apart ("summary") and CSV leaves them out */
 };
 void hp_table_free(struct hp_table *t);
+
+/*
+ * t as JSON: {"rows": [...], "summary": [...]}, an object per row with a key per column, the summary rows
+ * (n_summary) apart; empty cells and numbers that are not finite null. Malloc'd text; NULL when out of memory.
+ */
+char *hp_table_json(const struct hp_table *t);
+
+/*
+ * Cell i (row * n_cols + col) of t in full precision, as CSV and JSON write it: a number as the shortest text
+ * that reads back to the same double, an integer as its exact text, anything else (text, NaN, infinities) as
+ * its text; NULL for an empty cell. buf: at least 32 bytes, which a number's text is written into.
+ */
+const char *hp_table_cell_full(const struct hp_table *t, size_t i, char *buf, size_t n);
 
 enum hp_query_kind {
     HP_QUERY_SWEEPS,     /* the sweeps in the database */

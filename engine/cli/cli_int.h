@@ -180,16 +180,13 @@ const char *dropped_note(const struct hp_data *d);
 struct progress {
     bool on;
     double t0;
-    struct hp_auto_threads *load; /* NULL: the threads stay as set */
-    int threads, threads_min, threads_max;
+    struct hp_threads_run *threads; /* NULL, or the pass's threads: chosen again as it goes, when they follow
+                                     * the load */
 };
 void show_progress(void *user, int done, int total);
-/* Threads as --threads says (n > 0: fixed) or, without it, as many as other processes leave CPUs idle:
- * measured from now, over opening the model and data (into *load), then chosen by progress_start and
- * again between chunks (two threads on a CPU another process keeps busy stall each other at every barrier). */
-void threads_begin(int n, struct hp_auto_threads *load);
-/* A pass's progress (shown on a terminal unless quiet), its threads chosen as threads_begin(n, load) began. */
-struct progress progress_start(bool quiet, int n, struct hp_auto_threads *load);
+/* A pass's progress (shown on a terminal unless quiet), its threads begun by hp_threads_run_begin and chosen
+ * here first (hp_threads_run_start). */
+struct progress progress_start(bool quiet, struct hp_threads_run *threads);
 
 /* run: jobs done, a bar on a terminal, a line every 5 s otherwise. */
 struct run_progress {

@@ -98,34 +98,17 @@ bool parse_double(const char *s, double lo, double *out)
 
 // --- time and progress (stderr) -----------------------------------------------------
 
-void threads_begin(int n, struct hp_auto_threads *load)
+struct progress progress_start(bool quiet, struct hp_threads_run *threads)
 {
-    if (n > 0)
-        hp_runtime_init(n);
-    else
-        hp_auto_threads_begin(load);
-}
-
-struct progress progress_start(bool quiet, int n, struct hp_auto_threads *load)
-{
-    struct progress pr = {!quiet && isatty(STDERR_FILENO), hp_now(), n > 0 ? NULL : load, n, n, n};
-    if (n <= 0) {
-        pr.threads = pr.threads_min = pr.threads_max = hp_auto_threads_first(load);
-        hp_runtime_init(pr.threads);
-    }
-    return pr;
+    hp_threads_run_start(threads);
+    return (struct progress){!quiet && isatty(STDERR_FILENO), hp_now(), threads};
 }
 
 void show_progress(void *user, int done, int total)
 {
     struct progress *p = user;
-    int n = p->load ? hp_auto_threads_next(p->load) : 0;
-    if (n > 0 && n != p->threads) {
-        hp_runtime_init(n);
-        p->threads = n;
-        p->threads_min = n < p->threads_min ? n : p->threads_min;
-        p->threads_max = n > p->threads_max ? n : p->threads_max;
-    }
+    if (p->threads)
+        hp_threads_run_step(p->threads);
     if (!p->on)
         return;
     double el = hp_now() - p->t0;
@@ -217,59 +200,6 @@ static void csv_cell(const char *c)
     }
 }
 
-/* s is an integer as %lld or SQLite writes one: an optional '-', then digits. */
-static bool integer_text(const char *s)
-{
-    s += *s == '-';
-    if (!*s)
-        return false;
-    for (; *s; s++)
-        if (!isdigit((unsigned char)*s))
-            return false;
-    return true;
-}
-
-/*
- * Cell i of t as CSV and JSON write it: a number in full precision, the shortest text that reads back to the
- * same double (%.15g, %.16g, then %.17g), where the cell's text is its rounding for the aligned table; an
- * integer whose text reads back to its number exactly (hq_tb_int's, SQLite's) as that text, however large;
- * a non-number (text, NaN, an infinity) as its text. NULL: an empty cell. buf: at least 32 bytes.
- */
-static const char *full_cell(const struct hp_table *t, size_t i, char *buf, size_t n)
-{
-    const char *v = t->cells[i];
-    const double x = t->values[i] == 0 ? 0.0 : t->values[i]; // no "-0" (an SQL -0.0), as hq_tb_num
-    if (!v || !*v || !t->numeric[i % (size_t)t->n_cols] || !isfinite(x) || (integer_text(v) && strtod(v, NULL) == x))
-        return v;
-    for (int digits = 15; digits <= 17; digits++) {
-        snprintf(buf, n, "%.*g", digits, x);
-        if (strtod(buf, NULL) == x)
-            break;
-    }
-    return buf;
-}
-
-/* Rows r0..r1-1 of t as JSON objects, one key a column (empty cells null, and numbers that are not finite),
- * into the array a. */
-static void json_rows(cJSON *a, const struct hp_table *t, int r0, int r1)
-{
-    for (int r = r0; r < r1; r++) {
-        cJSON *o = cJSON_CreateObject();
-        for (int c = 0; c < t->n_cols; c++) {
-            const size_t i = (size_t)r * t->n_cols + c;
-            const char *v = t->cells[i];
-            char buf[32];
-            if (!v || !*v || (t->numeric[c] && !isfinite(t->values[i])))
-                cJSON_AddNullToObject(o, t->cols[c]);
-            else if (t->numeric[c])
-                cJSON_AddRawToObject(o, t->cols[c], full_cell(t, i, buf, sizeof buf));
-            else
-                cJSON_AddStringToObject(o, t->cols[c], v);
-        }
-        cJSON_AddItemToArray(a, o);
-    }
-}
-
 /*
  * The summary rows (hp_table's n_summary: a rank correlation, a mean over every unit) are no unit: JSON holds
  * them apart, {"rows": [...], "summary": [...]}, so a reader of "rows" gets units only; CSV, one table a reader
@@ -279,13 +209,9 @@ void print_table(const struct hp_table *t, enum fmt f)
 {
     const int n_units = t->n_rows - t->n_summary;
     if (f == FMT_JSON) {
-        cJSON *o = cJSON_CreateObject();
-        json_rows(cJSON_AddArrayToObject(o, "rows"), t, 0, n_units);
-        json_rows(cJSON_AddArrayToObject(o, "summary"), t, n_units, t->n_rows);
-        char *s = cJSON_Print(o);
-        puts(s);
+        char *s = hp_table_json(t);
+        puts(s ? s : "null");
         free(s);
-        cJSON_Delete(o);
         return;
     }
     if (f == FMT_CSV) {
@@ -300,7 +226,7 @@ void print_table(const struct hp_table *t, enum fmt f)
                 char buf[32];
                 if (c)
                     putchar(',');
-                csv_cell(full_cell(t, (size_t)r * t->n_cols + c, buf, sizeof buf));
+                csv_cell(hp_table_cell_full(t, (size_t)r * t->n_cols + c, buf, sizeof buf));
             }
             putchar('\n');
         }

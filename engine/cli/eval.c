@@ -2,7 +2,6 @@
  * eval.c -- `headprune eval`: one masked variant evaluated on held-out data.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +9,6 @@
 #include <unistd.h>
 
 #include "cli_int.h"
-#include "metric_int.h" /* hp_metric_row: each metric's baseline rule */
 
 static const char eval_usage[] =
     "Usage: headprune eval --model DIR --data FILE [options]\n"
@@ -74,14 +72,6 @@ static int eval_options(int argc, char **argv, struct eval_args *a)
 /* Heads shown by the table, largest |atp| first. */
 #define TOP_ATP 10
 
-static cJSON *num_array(const double *v, int n)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < n; i++)
-        cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
-    return a;
-}
-
 /* The heads with the largest |atp|, with their gradients. */
 static void print_atp(const struct hp_model_info *in, const double *grad, const double *atp, const char *abl_name,
                       const char *what)
@@ -109,115 +99,27 @@ static void print_atp(const struct hp_model_info *in, const double *grad, const 
     }
 }
 
-/* What the evaluation gave, for the printers: the variant (mt), the unmasked model beside it (base, NULL when
- * the mask changes nothing) and with --grad the gradient and atp (n_layers x n_heads, row-major). */
+/* What the evaluation gave, for the printer: the model, the data and hp_eval's result. */
 struct eval_out {
     const struct hp_model_info *in;
     const struct hp_data *d;
-    const struct hp_metrics *mt, *base;
-    const double *grad, *atp;
-    enum hp_metric grad_metric;
-    const char *grad_what;
-    bool grad_vanishes;
-    struct hp_grad_phases ph;
-    struct progress pr;
-    double secs;
-    int n_abl;
+    const struct hp_eval_result *r;
 };
 
-/* o's fields, one a metric mt has, named by its row (ppl after loss): its value, or with base its change from
- * base's; variant_only: only the metrics measured against a baseline variant, not those against the unmasked
- * model already (kl, 0 there). */
-static void add_metrics(cJSON *o, const struct hp_metrics *mt, const struct hp_metrics *base, bool variant_only)
+static void print_eval_text(const struct eval_args *a, const struct eval_out *e)
 {
-    for (int k = 0; k < HP_N_METRICS; k++) {
-        if (!mt->has[k] || (variant_only && hp_metric_row((enum hp_metric)k)->baseline != HP_BASELINE_VARIANT))
-            continue;
-        cJSON_AddNumberToObject(o, hp_metric_name((enum hp_metric)k), mt->value[k] - (base ? base->value[k] : 0));
-        if (k == HP_METRIC_LOSS)
-            cJSON_AddNumberToObject(o, "ppl", mt->ppl - (base ? base->ppl : 0));
-    }
-}
-
-static void print_eval_json(const struct eval_args *a, const struct eval_out *r)
-{
-    const char *dir = a->dir, *data_path = a->data_path, *spec = a->mask.spec;
-    const char *abl_name = hp_ablation_name((enum hp_ablation)a->ablation);
-    const bool keep = a->mask.keep, want_grad = a->want_grad, grad_vanishes = r->grad_vanishes;
-    const struct hp_model_info *in = r->in;
-    const struct hp_metrics *mt = r->mt, *base = r->base;
-    const double *grad = r->grad, *atp = r->atp;
-    const enum hp_metric grad_metric = r->grad_metric;
-    const struct progress pr = r->pr;
-    const struct hp_grad_phases ph = r->ph;
-    const double secs = r->secs;
-    const int n_abl = r->n_abl, n_all = in->n_layers * in->n_heads, n_present = hp_heads_present(in);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "model", dir);
-    cJSON_AddStringToObject(o, "data", data_path);
-    cJSON_AddStringToObject(o, "mask", spec ? spec : "");
-    cJSON_AddBoolToObject(o, "keep", keep);
-    cJSON_AddStringToObject(o, "ablation", abl_name);
-    cJSON_AddNumberToObject(o, "n_ablated", n_abl);
-    cJSON_AddNumberToObject(o, "n_heads_total", n_all);
-    cJSON_AddNumberToObject(o, "n_heads_present", n_present);
-    /* every metric the model has, by its row's name (ppl beside loss); the unmasked values and the change for
-     * those measured against a baseline variant (kl is against the unmasked model already: 0 there) */
-    add_metrics(o, mt, NULL, false);
-    if (base) {
-        add_metrics(cJSON_AddObjectToObject(o, "unmasked"), base, NULL, true);
-        add_metrics(cJSON_AddObjectToObject(o, "change"), mt, base, true);
-    }
-    if (want_grad) {
-        cJSON_AddStringToObject(o, "grad_metric", hp_metric_name(grad_metric));
-        if (grad_vanishes)
-            cJSON_AddStringToObject(o, "grad_note", "the gradient of KL or 1 - cos is 0 at the unmasked model");
-        cJSON *ga = cJSON_AddArrayToObject(o, "grad"), *aa = cJSON_AddArrayToObject(o, "atp");
-        for (int l = 0; l < in->n_layers; l++) {
-            cJSON_AddItemToArray(ga, num_array(grad + (size_t)l * in->n_heads, in->n_heads));
-            cJSON_AddItemToArray(aa, num_array(atp + (size_t)l * in->n_heads, in->n_heads));
-        }
-    }
-    cJSON_AddNumberToObject(o, "n_tokens", (double)mt->n_tokens);
-    cJSON_AddNumberToObject(o, "n_seqs", mt->n_seqs);
-    cJSON *ps = cJSON_AddObjectToObject(o, "per_seq");
-    for (int k = 0; k < HP_N_METRICS; k++)
-        if (mt->has[k])
-            cJSON_AddItemToObject(ps, hp_metric_name((enum hp_metric)k), num_array(mt->seq[k], mt->n_seqs));
-    cJSON *tk = cJSON_CreateArray();
-    for (int i = 0; i < mt->n_seqs; i++)
-        cJSON_AddItemToArray(tk, cJSON_CreateNumber((double)mt->seq_tokens[i]));
-    cJSON_AddItemToObject(ps, "tokens", tk);
-    cJSON_AddStringToObject(o, "kernel", hp_runtime_kernel());
-    cJSON_AddNumberToObject(o, "threads_min", pr.threads_min);
-    cJSON_AddNumberToObject(o, "threads_max", pr.threads_max);
-    cJSON_AddNumberToObject(o, "seconds", secs);
-    if (want_grad) {
-        cJSON *so = cJSON_AddObjectToObject(o, "grad_seconds");
-        cJSON_AddNumberToObject(so, "reference", ph.reference);
-        cJSON_AddNumberToObject(so, "forward", ph.forward);
-        cJSON_AddNumberToObject(so, "head", ph.head);
-        cJSON_AddNumberToObject(so, "reverse", ph.reverse);
-    }
-    char *s = cJSON_PrintUnformatted(o);
-    puts(s);
-    free(s);
-    cJSON_Delete(o);
-}
-
-static void print_eval_text(const struct eval_args *a, const struct eval_out *r)
-{
+    const struct hp_eval_result *r = e->r;
     const char *dir = a->dir, *data_path = a->data_path, *spec = a->mask.spec;
     const char *abl_name = hp_ablation_name((enum hp_ablation)a->ablation), *grad_what = r->grad_what;
-    const bool keep = a->mask.keep, want_grad = a->want_grad, grad_vanishes = r->grad_vanishes;
-    const int threads = a->threads, n_abl = r->n_abl, n_present = hp_heads_present(r->in);
-    const struct hp_model_info *in = r->in;
-    const struct hp_data *d = r->d;
+    const bool keep = a->mask.keep, want_grad = r->grad != NULL, grad_vanishes = r->grad_vanishes;
+    const int threads = a->threads, n_abl = r->n_ablated, n_present = hp_heads_present(e->in);
+    const struct hp_model_info *in = e->in;
+    const struct hp_data *d = e->d;
     const struct hp_metrics *mt = r->mt, *base = r->base;
     const double *grad = r->grad, *atp = r->atp;
     const enum hp_metric grad_metric = r->grad_metric;
-    const struct progress pr = r->pr;
-    const double secs = r->secs;
+    const struct { int threads_min, threads_max; } pr = {r->threads_min, r->threads_max};
+    const double secs = r->seconds;
     printf("model     %s (%s, %d layers x %d heads, %d KV heads%s)\n", dir, in->model_type, in->n_layers,
            in->n_heads, in->n_kv_heads, pruned_note(in));
     printf("data      %s: %d sequences x %d tokens%s%s\n", data_path, d->n_seqs, d->seq_len, dropped_note(d),
@@ -268,114 +170,56 @@ int cmd_eval(int argc, char **argv)
     int rc = eval_options(argc, argv, &a);
     if (rc >= 0)
         return rc;
-    const char *dir = a.dir, *data_path = a.data_path, *spec = a.mask.spec, *grad_name = a.grad_name;
-    const bool keep = a.mask.keep, quiet = a.quiet, want_grad = a.want_grad;
-    const int seq_len = a.seq_len, threads = a.threads;
-    const enum hp_ablation abl = (enum hp_ablation)a.ablation;
-    enum hp_metric grad_metric = HP_METRIC_LOSS;
-    if (grad_name && (!hp_metric_parse(grad_name, &grad_metric) || !hp_metric_has_grad(grad_metric))) {
+    enum hp_metric grad_metric;
+    if (a.grad_name && (!hp_metric_parse(a.grad_name, &grad_metric) || !hp_metric_has_grad(grad_metric))) {
         char names[128], msg[192];
         hp_metric_names(names, sizeof names, true, " or ");
         snprintf(msg, sizeof msg, "--grad-metric must be %s (the metrics with a gradient)", names);
         return usage_error("eval", msg);
     }
-
-    struct hp_auto_threads load;
-    threads_begin(threads, &load);
     struct hp_error err = {0};
     struct hp_model *m = NULL;
     struct hp_data *d = NULL;
-    struct hp_mask *mask = NULL;
-    struct hp_evaluator *ev = NULL;
-    struct hp_metrics *mt = NULL, *base = NULL;
-    double *grad = NULL, *atp = NULL;
+    struct hp_eval_result *r = NULL;
+    char *json = NULL;
     rc = 1;
-    if (hp_model_open(dir, &m, &err) != HP_OK)
+    if (hp_model_open(a.dir, &m, &err) != HP_OK)
         goto out;
     const struct hp_model_info *in = hp_model_get_info(m);
-    if (hp_data_load_for(data_path, dir, in, seq_len, &d, &err) != HP_OK ||
-        hp_ablation_bind_data(abl, d, &err) != HP_OK) /* denoise: the corrupt prompts, whose heads get clean outputs */
+    if (hp_data_load_for(a.data_path, a.dir, in, a.seq_len, &d, &err) != HP_OK)
         goto out;
-    if (spec && hp_mask_parse(spec, keep, in, &mask, &err) != HP_OK)
+    struct progress pr = {!a.quiet && isatty(STDERR_FILENO), hp_now(), NULL}; /* hp_eval chooses the threads */
+    const struct hp_eval_opts o = {
+        .mask = a.mask.spec,
+        .keep = a.mask.keep,
+        .ablation = (enum hp_ablation)a.ablation,
+        .grad = a.want_grad,
+        .grad_metric = a.grad_name,
+        .threads = a.threads,
+        .progress = show_progress,
+        .user = &pr,
+    };
+    if (hp_eval(m, d, &o, &r, &err) != HP_OK)
         goto out;
-    if (mask) /* a head a pruned checkpoint lacks is neither kept nor ablated: counted as the sweeps count */
-        hp_mask_drop_absent(mask, in);
-    if (hp_evaluator_new(m, d, &ev, &err) != HP_OK)
-        goto out;
-    hp_evaluator_keep_grad_metrics(ev, true); /* --grad's forward is also the evaluation */
-    if (want_grad && !grad_name && !hp_evaluator_has_metric(ev, "loss"))
-        grad_metric = HP_METRIC_COS; /* an encoder without a head: its own metric */
-    const char *picked;
-    if (want_grad && grad_metric != HP_METRIC_COS && hp_evaluator_has_metric(ev, "loss") &&
-        hp_evaluator_pick_metric(ev, "--grad-metric", hp_metric_name(grad_metric), &picked, &err) != HP_OK)
-        goto out; /* a task metric on data without what it needs: the engine's line says what */
-    if (want_grad && !hp_evaluator_has_metric(ev, hp_metric_name(grad_metric))) {
-        snprintf(err.msg, sizeof err.msg,
-                 grad_metric == HP_METRIC_COS
-                     ? "%s: --grad-metric cos is for an encoder without a head, and %s has a loss on this data: "
-                       "use loss or kl"
-                     : "%s: --grad-metric %s needs a loss, and %s has none on this data (an encoder without a "
-                       "head, or no labels): use cos, or a causal LM, an MLM head with labels or a classifier",
-                 data_path, grad_metric == HP_METRIC_COS ? dir : hp_metric_name(grad_metric), dir);
-        goto out;
+    if (r->foreign) {
+        const struct hp_metrics *un = r->base ? r->base : r->mt;
+        warn_foreign(a.data_path, a.dir, un->loss, un->acc);
     }
-    struct progress pr = progress_start(quiet, threads, &load);
-    hp_evaluator_set_progress(ev, show_progress, &pr);
-    double t0 = hp_now();
-    /* the unmasked model beside the variant (its pass is the one the variant resumes from) */
-    const bool changed = hp_mask_first_changed(mask, in->n_layers) < in->n_layers;
-    const int HH = in->n_layers * in->n_heads;
-    double grad_loss = 0;
-    struct hp_grad_phases ph = {0}; /* where --grad's pass spent its time */
-    const char *grad_what = grad_metric == HP_METRIC_KL ? "KL" : hp_metric_grad_what(grad_metric);
-    /* KL and 1 - cos are 0 and minimal at the unmasked model: their gradient there says nothing */
-    const bool grad_vanishes = (grad_metric == HP_METRIC_KL || grad_metric == HP_METRIC_COS) && !changed;
-    if (want_grad) {
-        grad = malloc((size_t)HH * sizeof(double));
-        atp = malloc((size_t)HH * sizeof(double));
-        if (!grad || !atp) {
-            snprintf(err.msg, sizeof err.msg, "out of memory");
+    if (a.json) {
+        if (!(json = hp_eval_json(in, &o, r, a.dir, a.data_path))) {
+            snprintf(err.msg, sizeof err.msg, "eval: out of memory");
             goto out;
         }
-        if (hp_evaluator_grad(ev, grad_metric, mask, abl, grad, atp, &grad_loss, &err) != HP_OK)
-            goto out;
-        hp_evaluator_grad_phases(ev, &ph);
+        puts(json);
+    } else {
+        print_eval_text(&a, &(struct eval_out){in, d, r});
     }
-    /* after the gradient: its forward was this variant's pass (or the unmasked one), not run again */
-    const struct hp_mask *both[2] = {mask, NULL};
-    struct hp_metrics *out2[2] = {NULL, NULL};
-    if (want_grad && changed) {
-        if (hp_evaluator_grad_pass_metrics(ev, mask, abl, &out2[0], &err) != HP_OK ||
-            hp_evaluator_run(ev, NULL, abl, &out2[1], &err) != HP_OK) {
-            hp_metrics_free(out2[0]);
-            goto out;
-        }
-    } else if (hp_evaluator_run_many(ev, both, changed ? 2 : 1, abl, out2, &err) != HP_OK) {
-        goto out;
-    }
-    mt = out2[0];
-    base = out2[1];
-    double secs = hp_now() - t0;
-    int n_abl = mask ? hp_mask_count_ablated(mask) : 0;
-    const struct hp_metrics *un = base ? base : mt;
-    if (un->has_loss && hp_evaluator_looks_foreign(ev, un->loss, un->acc))
-        warn_foreign(data_path, dir, un->loss, un->acc);
-
-    const struct eval_out r = {in, d, mt, base, grad, atp, grad_metric, grad_what, grad_vanishes, ph, pr, secs, n_abl};
-    if (a.json)
-        print_eval_json(&a, &r);
-    else
-        print_eval_text(&a, &r);
     rc = 0;
 out:
     if (rc)
         die(&err);
-    free(grad);
-    free(atp);
-    hp_metrics_free(mt);
-    hp_metrics_free(base);
-    hp_evaluator_free(ev);
-    hp_mask_free(mask);
+    free(json);
+    hp_eval_result_free(r);
     hp_data_free(d);
     hp_model_close(m);
     return rc;

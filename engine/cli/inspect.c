@@ -2,16 +2,10 @@
  * inspect.c -- `headprune inspect`: what headprune sees in a model directory.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cli_int.h"
-
-static const char *arch_name(enum hp_arch a)
-{
-    return a == HP_ARCH_GPT2 ? "GPT-2" : a == HP_ARCH_BERT ? "BERT" : "Llama";
-}
 
 static const char inspect_help[] =
     "Usage: headprune inspect --model DIR [--json]\n"
@@ -52,33 +46,17 @@ int cmd_inspect(int argc, char **argv)
         hp_mask_free(pm);
     }
     if (json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "model", dir);
-        cJSON_AddStringToObject(o, "model_type", in->model_type);
-        cJSON_AddStringToObject(o, "architecture", arch_name(in->arch));
-        cJSON_AddNumberToObject(o, "n_layers", in->n_layers);
-        cJSON_AddNumberToObject(o, "n_heads", in->n_heads);
-        cJSON_AddNumberToObject(o, "n_kv_heads", in->n_kv_heads);
-        cJSON_AddNumberToObject(o, "d_head", in->d_head);
-        cJSON_AddNumberToObject(o, "d_model", in->d_model);
-        cJSON_AddNumberToObject(o, "d_ff", in->d_ff);
-        cJSON_AddNumberToObject(o, "n_vocab", in->n_vocab);
-        cJSON_AddNumberToObject(o, "n_ctx", in->n_ctx);
-        if (in->window > 0)
-            cJSON_AddNumberToObject(o, "window", in->window);
-        cJSON_AddNumberToObject(o, "n_params", (double)in->n_params);
-        cJSON_AddStringToObject(o, "dtype", in->dtype);
-        cJSON_AddBoolToObject(o, "causal", in->causal);
-        cJSON_AddBoolToObject(o, "lm_head", in->has_lm_head);
-        cJSON_AddNumberToObject(o, "n_pruned", in->n_pruned);
-        cJSON_AddStringToObject(o, "pruned", pruned ? pruned : "");
-        char *s = cJSON_Print(o);
+        char *s = hp_model_info_json(in, dir);
+        if (!s) {
+            free(pruned);
+            hp_model_close(m);
+            return die(&(struct hp_error){"inspect: out of memory"});
+        }
         puts(s);
         free(s);
-        cJSON_Delete(o);
     } else {
         printf("model          %s\n", dir);
-        printf("architecture   %s (model_type %s), %s\n", arch_name(in->arch), in->model_type,
+        printf("architecture   %s (model_type %s), %s\n", hp_arch_name(in->arch), in->model_type,
                in->causal ? "causal decoder" : "bidirectional encoder");
         printf("layers         %d\n", in->n_layers);
         printf("query heads    %d per layer, %d in all\n", in->n_heads, in->n_heads * in->n_layers);

@@ -183,8 +183,8 @@ int cmd_roles(int argc, char **argv)
     if (!dir || !data_path)
         return usage_error("roles", "--model DIR and --data FILE are required");
 
-    struct hp_auto_threads load;
-    threads_begin(threads, &load);
+    struct hp_threads_run thr;
+    hp_threads_run_begin(&thr, threads);
     struct hp_error err = {0};
     struct hp_model *m = NULL;
     struct hp_data *d = NULL;
@@ -195,7 +195,7 @@ int cmd_roles(int argc, char **argv)
     const struct hp_model_info *in = hp_model_get_info(m);
     if (hp_data_load_for(data_path, dir, in, seq_len, &d, &err) != HP_OK)
         goto out;
-    struct progress pr = progress_start(quiet, threads, &load);
+    struct progress pr = progress_start(quiet, &thr);
     ro.progress = show_progress;
     ro.user = &pr;
     double t0 = hp_now();
@@ -216,7 +216,7 @@ int cmd_roles(int argc, char **argv)
         printf("queries   %lld (prev_token %lld, duplicate_token %lld, first_token %lld%s; induction %lld on the "
                "probe)\n", (long long)r->n_queries, (long long)r->n_prev, (long long)r->n_duplicate,
                (long long)r->n_first, sep_note, (long long)r->n_induction);
-        printf("time      %.2f s, %d thread%s\n\n", secs, pr.threads_max, pr.threads_max == 1 ? "" : "s");
+        printf("time      %.2f s, %d thread%s\n\n", secs, thr.threads_max, thr.threads_max == 1 ? "" : "s");
         print_rows(r);
     }
     rc = 0;
