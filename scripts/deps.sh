@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(gcc libc6-dev meson ninja-build pkg-config libblis-dev libcjson-dev
       libcriterion-dev libsqlite3-dev libyaml-dev libxxhash-dev libgsl-dev libpcre2-dev libutf8proc-dev
-      python3-pip)
+      python3-pip python3-venv python3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

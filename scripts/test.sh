@@ -25,6 +25,12 @@ meson compile -C build-asan >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     meson test -C build-asan --print-errorlogs --suite headprune
 
+# the Python package (scripts/test-python.sh: pip install . into a fresh environment, then pytest), beside
+# the fuzzers: they run niced on one core, the package's tests on the other
+mkdir -p build-py
+scripts/test-python.sh >build-py/test.log 2>&1 &
+py_pid=$!
+
 # the fuzz harnesses (tests/fuzz/README.md): every saved reproducer once, then
 # each harness for 30 s from its seed corpus, so a regression in a parser shows up.
 # A fixed seed: the mutations tried are the same on every machine (up to its speed),
@@ -33,6 +39,17 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print
 scripts/fuzz.sh build >/dev/null
 scripts/fuzz.sh regress
 HP_FUZZ_SEED=1 scripts/fuzz.sh run 30
+
+py_passed=0
+py_rc=0
+wait "$py_pid" || py_rc=$?
+cat build-py/test.log
+if [ "$py_rc" -eq 0 ]; then
+    py_passed=$(sed -n 's/.*\b\([0-9][0-9]*\) passed.*/\1/p' build-py/test.log | tail -1)
+elif [ "$py_rc" -ne 77 ]; then
+    echo "headprune: the Python package's tests failed (build-py/test.log)" >&2
+    exit "$py_rc"
+fi
 
 # `headprune slurm` on a real single-node Slurm from Debian's packages (installed
 # there where missing): the quickstart plan as 4 shards plus the merge, against
@@ -46,10 +63,10 @@ else
     [ "$rc" -eq 77 ] || exit "$rc"
 fi
 
-# one closing line over both runs, counting Criterion's individual tests (and the Slurm test)
+# one closing line over both runs, counting Criterion's individual tests (and the Slurm test, and pytest's)
 grep -h "Synthesis: Tested" build/meson-logs/testlog.txt build-asan/meson-logs/testlog.txt |
     sed 's/\x1b\[[0-9;]*m//g' |
-    awk -F'|' -v p="$slurm_passed" '{ for (i = 1; i <= NF; i++) { if ($i ~ /Passing/) { split($i, a, ":"); p += a[2] }
+    awk -F'|' -v p="$((slurm_passed + ${py_passed:-0}))" '{ for (i = 1; i <= NF; i++) { if ($i ~ /Passing/) { split($i, a, ":"); p += a[2] }
                                               if ($i ~ /Failing/) { split($i, a, ":"); f += a[2] }
                                               if ($i ~ /Crashing/) { split($i, a, ":"); f += a[2] } } }
                END { printf "%d passed, %d failed\n", p, f }'
