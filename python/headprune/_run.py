@@ -15,7 +15,8 @@ class _Bar:
             from tqdm.auto import tqdm
         except ImportError:
             tqdm = None
-        self.bar = tqdm(total=0, desc=os.path.basename(plan), unit="job", dynamic_ncols=True) if tqdm else None
+        name = os.path.splitext(os.path.basename(plan))[0]
+        self.bar = tqdm(total=0, desc=name, unit="job", dynamic_ncols=True) if tqdm else None
         self.last = 0.0
 
     def __call__(self, p):
@@ -29,8 +30,12 @@ class _Bar:
             print(f"headprune: {p['done']}/{p['total']} jobs ({p['cached']} cached), {p['label']}, "
                   f"{p['elapsed']:.1f} s", file=sys.stderr, flush=True)
 
-    def close(self):
+    def close(self, finished):
+        """finished: the plan's estimate of its jobs becomes what it ran, so a finished bar is full."""
         if self.bar is not None:
+            if finished:
+                self.bar.total = self.bar.n
+                self.bar.refresh()
             self.bar.close()
 
 
@@ -54,12 +59,13 @@ def run(plan, db, threads=None, progress=True, batch=None, plain=False, shard=No
     bar = _Bar(plan) if progress is True else None
     callback = bar if bar is not None else (progress if callable(progress) else None)
     main = threading.current_thread() is threading.main_thread()
+    s = None
     try:
         s = _engine.run(plan, db, threads=int(threads or 0), batch=int(batch or 0), plain=bool(plain),
                         shard_index=si - 1, shard_count=sn, progress=callback, sigint=main)
     finally:
         if bar is not None:
-            bar.close()
+            bar.close(s is not None and not s["interrupted"])
     if s["interrupted"]:
         raise KeyboardInterrupt(f"headprune: interrupted after {s['n_jobs']} jobs ({s['n_run']} run, "
                                 f"{s['n_cached'] + s['n_repeated']} already done), every finished result is in "
