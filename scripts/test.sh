@@ -20,7 +20,7 @@ scripts/build.sh
 meson test -C build --print-errorlogs
 
 [ -f build-asan/build.ninja ] || meson setup build-asan --buildtype=debug \
-    -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+    -Db_sanitize=address,undefined -Db_lundef=false -Dpython=disabled >/dev/null
 meson compile -C build-asan >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     meson test -C build-asan --print-errorlogs --suite headprune
