@@ -196,6 +196,8 @@ enum hp_status hp_sweep_run(const struct hp_plan *plan, const struct hp_sweep_op
         st = run_procedure(&c, si, false, &ord, err);
     sum->n_jobs = c.done;
     sum->interrupted = sw_stopping(&c);
+    if (st == HP_OK && !sum->interrupted)
+        sw_sweep_done(&c);
     sum->seconds = hp_now() - c.t0;
     hp_store_close(c.store);
     free(c.put);

@@ -124,40 +124,54 @@ void sw_work_timed(struct sw_ctx *c, enum sw_work w, int64_t n, double seconds)
     c->work[w].seconds += seconds;
 }
 
-void sw_job_done(struct sw_ctx *c, const struct hp_job *job, enum sw_work w)
+/* The progress callback, the study at work named by label. */
+static void report_progress(struct sw_ctx *c, const char *label, enum sw_work w)
 {
     static const char *const unit[SW_N_WORK] = {"jobs", "gradient passes", "training steps", "roles passes"};
+    int64_t measured;
+    double seconds;
+    work_done(c->work, &measured, &seconds);
+    const struct sw_tally *now = &c->work[w];
+    struct hp_sweep_progress p = {.done = c->done,
+                                  .total = c->total,
+                                  .cached = c->sum->n_cached + c->sum->n_repeated,
+                                  .label = label,
+                                  .elapsed = hp_now() - c->t0,
+                                  .evaluated = measured,
+                                  .eval_seconds = seconds,
+                                  .eta = sw_eta(c->work),
+                                  .rate = now->seconds > 0 ? (double)now->measured / now->seconds : 0,
+                                  .unit = unit[w]};
+    c->o->progress(c->o->user, &p);
+}
+
+void sw_job_done(struct sw_ctx *c, const struct hp_job *job, enum sw_work w)
+{
     c->done++;
     if (c->done > c->total) /* the plan's estimate of an iterative study is an upper bound; be safe */
         c->total = c->done;
     c->work[w].done++;
     c->at_work = w;
-    if (c->o->progress) {
-        /* results arrive a window at a time: name the study (and step) at work, not one job */
-        char label[192];
-        const struct hp_study *s = &c->plan->studies[job->study];
-        if (hp_study_run_of(s->kind) == HP_STUDY_RUN_ITERATIVE)
-            snprintf(label, sizeof label, "%s, step %d%s", s->name, job->step, job->k < 0 ? " (gradient)" : "");
-        else if (hp_study_run_of(s->kind) == HP_STUDY_RUN_GATES)
-            snprintf(label, sizeof label, "%s, %s", s->name, job->label);
-        else
-            snprintf(label, sizeof label, "%s", s->name);
-        int64_t measured;
-        double seconds;
-        work_done(c->work, &measured, &seconds);
-        const struct sw_tally *now = &c->work[w];
-        struct hp_sweep_progress p = {.done = c->done,
-                                      .total = c->total,
-                                      .cached = c->sum->n_cached + c->sum->n_repeated,
-                                      .label = label,
-                                      .elapsed = hp_now() - c->t0,
-                                      .evaluated = measured,
-                                      .eval_seconds = seconds,
-                                      .eta = sw_eta(c->work),
-                                      .rate = now->seconds > 0 ? (double)now->measured / now->seconds : 0,
-                                      .unit = unit[w]};
-        c->o->progress(c->o->user, &p);
-    }
+    if (!c->o->progress)
+        return;
+    /* results arrive a window at a time: name the study (and step) at work, not one job */
+    char label[192];
+    const struct hp_study *s = &c->plan->studies[job->study];
+    if (hp_study_run_of(s->kind) == HP_STUDY_RUN_ITERATIVE)
+        snprintf(label, sizeof label, "%s, step %d%s", s->name, job->step, job->k < 0 ? " (gradient)" : "");
+    else if (hp_study_run_of(s->kind) == HP_STUDY_RUN_GATES)
+        snprintf(label, sizeof label, "%s, %s", s->name, job->label);
+    else
+        snprintf(label, sizeof label, "%s", s->name);
+    report_progress(c, label, w);
+}
+
+void sw_sweep_done(struct sw_ctx *c)
+{
+    if (c->done == c->total || !c->o->progress)
+        return;
+    c->total = c->done; /* an iterative study that stopped early did fewer steps than the plan's estimate */
+    report_progress(c, "done", c->at_work);
 }
 // --- threads matched to idle CPUs ----------------------------------------------------
 

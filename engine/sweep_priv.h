@@ -106,6 +106,9 @@ enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct h
                            const char *kind, struct hp_store_metrics *res, struct hp_error *err);
 /* One job (or a procedure's step) of kind w done: the counts and the progress callback. */
 void sw_job_done(struct sw_ctx *c, const struct hp_job *job, enum sw_work w);
+/* The sweep finished (not stopped): a last progress report whose total is the jobs done, where the plan's
+ * estimate (an iterative study's upper bound) was more. */
+void sw_sweep_done(struct sw_ctx *c);
 /* n jobs of kind w done by this run in seconds: the kind's rate (called before their sw_job_done). */
 void sw_work_timed(struct sw_ctx *c, enum sw_work w, int64_t n, double seconds);
 bool sw_stopping(const struct sw_ctx *c);

@@ -108,8 +108,6 @@ class Database:
 
     def __init__(self, path, timeout=None):
         self.path = os.fspath(path)
-        if not os.path.exists(self.path):
-            raise _engine.Error(f"{self.path}: no such file (headprune.run writes a results database)")
         self.sweeps(timeout=timeout)  # a file that is not a headprune database, or a newer one, says so now
 
     def gradients(self, sweep=None):

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "headprune.h"
@@ -81,7 +82,9 @@ static void progress_call(struct py_progress *p, PyObject *(*make)(void *), void
 {
     PyGILState_STATE g = PyGILState_Ensure();
     if (!p->exc) {
-        PyObject *args = make(what), *r = args ? PyObject_CallOneArg(p->fn, args) : NULL;
+        /* a tuple is the arguments ((done, total)), anything else the one argument (a dict) */
+        PyObject *args = make(what);
+        PyObject *r = !args ? NULL : PyTuple_Check(args) ? PyObject_CallObject(p->fn, args) : PyObject_CallOneArg(p->fn, args);
         Py_XDECREF(args);
         Py_XDECREF(r);
         /* a Ctrl-C Python's handler has seen arrives here, as the work goes on */
@@ -282,11 +285,14 @@ static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
         !model_ready(self))
         return NULL;
     enum hp_ablation abl;
-    if (!hp_ablation_parse(ablation, &abl)) {
-        PyErr_Format(Error, "ablation \"%s\" is not one of: zero, mean, mean-pos, resample, denoise", ablation);
-        return NULL;
-    }
     struct hp_error err = {0};
+    if (!hp_ablation_parse(ablation, &abl)) { /* the names from the engine's table */
+        size_t at = (size_t)snprintf(err.msg, sizeof err.msg, "eval: ablation \"%.64s\" is not one of", ablation);
+        for (int a = 0; a < HP_ABLATE_COUNT && at < sizeof err.msg; a++)
+            at += (size_t)snprintf(err.msg + at, sizeof err.msg - at, "%s %s", a ? "," : "",
+                                   hp_ablation_name((enum hp_ablation)a));
+        return raise_engine(HP_ERR_ARG, &err);
+    }
     struct hp_data *d = NULL;
     enum hp_status st = HP_OK;
     PyObject *path = NULL;
@@ -350,11 +356,12 @@ static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
         out = take_text(json);
     if (out && r && r->foreign) { /* as the command line warns */
         const struct hp_metrics *un = r->base ? r->base : r->mt;
-        if (PyErr_WarnFormat(PyExc_UserWarning, 1,
-                             "%s looks made for another model: unmasked, %s predicts %d%% of its tokens at a loss "
-                             "of %.3f nats, near or above guessing uniformly (ids from another tokenizer? an "
-                             "untrained model?)",
-                             name, self->dir, (int)(100 * un->acc + 0.5), un->loss) < 0)
+        char line[HP_ERR_MSG_MAX]; /* PyErr_WarnFormat has no %f */
+        snprintf(line, sizeof line,
+                 "%s looks made for another model: unmasked, %s predicts %.0f%% of its tokens at a loss of %.3f "
+                 "nats, near or above guessing uniformly (ids from another tokenizer? an untrained model?)",
+                 name, self->dir, 100 * un->acc, un->loss);
+        if (PyErr_WarnEx(PyExc_UserWarning, line, 1) < 0)
             Py_CLEAR(out);
     }
     hp_eval_result_free(r);
@@ -558,8 +565,9 @@ static PyObject *engine_query(PyObject *mod, PyObject *args, PyObject *kw)
     const struct hp_query_kind_row *row = hp_query_kind_named(kind);
     if (!row) {
         Py_DECREF(db);
-        PyErr_Format(PyExc_ValueError, "query: no kind \"%s\"", kind);
-        return NULL;
+        struct hp_error err = {0};
+        snprintf(err.msg, sizeof err.msg, "query: no kind \"%.64s\"", kind);
+        return raise_engine(HP_ERR_ARG, &err);
     }
     q.kind = row->kind;
     q.sweep_id = sweep;
@@ -612,7 +620,9 @@ static PyObject *engine_report(PyObject *mod, PyObject *args, PyObject *kw)
         return NULL;
     PyObject *res = NULL;
     if (strcmp(scale, "log") && strcmp(scale, "linear")) {
-        PyErr_Format(PyExc_ValueError, "report: scale must be log or linear, not \"%s\"", scale);
+        struct hp_error err = {0};
+        snprintf(err.msg, sizeof err.msg, "report: scale must be log or linear, not \"%.64s\"", scale);
+        raise_engine(HP_ERR_ARG, &err);
         goto out;
     }
     o.scale = strcmp(scale, "log") == 0 ? HP_REPORT_SCALE_LOG : HP_REPORT_SCALE_LINEAR;

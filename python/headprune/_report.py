@@ -42,7 +42,7 @@ class Report:
             for name in os.listdir(svgs) if os.path.isdir(svgs) else []:
                 with open(os.path.join(svgs, name), encoding="utf-8") as f:
                     found[name[:-4]] = re.sub(r"^<\?xml[^>]*\?>\s*", "", f.read())
-        where = {i: self.html.find(f'id="{i}"') for i in found}
+        where = {i: self.html.find(f'id="fig-{i}"') for i in found}  # the page's figure ids: fig-<name>
         self.figures = [Figure(i, found[i]) for i in sorted(found, key=lambda i: (where[i] < 0, where[i], i))]
         self.sweep_id = self.summary["sweep_id"]
 
