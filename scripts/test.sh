@@ -26,7 +26,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print
     meson test -C build-asan --print-errorlogs --suite headprune
 
 # the Python package (scripts/test-python.sh: pip install . into a fresh environment, then pytest), beside
-# the fuzzers: they run niced on one core, the package's tests on the other
+# the fuzzers and the Slurm test: the fuzzers run niced on one core, the package's tests on the other
 mkdir -p build-py
 scripts/test-python.sh >build-py/test.log 2>&1 &
 py_pid=$!
@@ -40,17 +40,6 @@ scripts/fuzz.sh build >/dev/null
 scripts/fuzz.sh regress
 HP_FUZZ_SEED=1 scripts/fuzz.sh run 30
 
-py_passed=0
-py_rc=0
-wait "$py_pid" || py_rc=$?
-cat build-py/test.log
-if [ "$py_rc" -eq 0 ]; then
-    py_passed=$(sed -n 's/.*\b\([0-9][0-9]*\) passed.*/\1/p' build-py/test.log | tail -1)
-elif [ "$py_rc" -ne 77 ]; then
-    echo "headprune: the Python package's tests failed (build-py/test.log)" >&2
-    exit "$py_rc"
-fi
-
 # `headprune slurm` on a real single-node Slurm from Debian's packages (installed
 # there where missing): the quickstart plan as 4 shards plus the merge, against
 # one process. Exit 77: skipped, with the reason printed (not root, packages
@@ -61,6 +50,17 @@ if scripts/slurm-test.sh build; then
 else
     rc=$?
     [ "$rc" -eq 77 ] || exit "$rc"
+fi
+
+py_passed=0
+py_rc=0
+wait "$py_pid" || py_rc=$?
+cat build-py/test.log
+if [ "$py_rc" -eq 0 ]; then
+    py_passed=$(sed -n 's/.*\b\([0-9][0-9]*\) passed.*/\1/p' build-py/test.log | tail -1)
+elif [ "$py_rc" -ne 77 ]; then
+    echo "headprune: the Python package's tests failed (build-py/test.log)" >&2
+    exit "$py_rc"
 fi
 
 # one closing line over both runs, counting Criterion's individual tests (and the Slurm test, and pytest's)
