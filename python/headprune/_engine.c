@@ -27,8 +27,32 @@
 
 static PyObject *Error; /* headprune.Error */
 
-/* One engine computation at a time; taken with the GIL released. */
+/* One engine computation at a time; taken with the GIL released. in_engine: this thread is inside one, so
+ * a progress callable that calls the engine again is an error, not a deadlock. */
 static pthread_mutex_t engine_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local bool in_engine;
+
+/* Whether this thread may start an engine computation (false with RuntimeError set). */
+static bool engine_may_enter(void)
+{
+    if (in_engine)
+        PyErr_SetString(PyExc_RuntimeError, "headprune: the engine is already computing in this thread (a "
+                                            "progress callable cannot call it)");
+    return !in_engine;
+}
+
+/* Without the GIL: take the engine, and give it back. */
+static void engine_enter(void)
+{
+    pthread_mutex_lock(&engine_lock);
+    in_engine = true;
+}
+
+static void engine_leave(void)
+{
+    in_engine = false;
+    pthread_mutex_unlock(&engine_lock);
+}
 
 /* Raise headprune.Error(msg) with .status set to st's name; NULL, to return. */
 static PyObject *raise_engine(enum hp_status st, const struct hp_error *err)
@@ -122,6 +146,7 @@ typedef struct {
     struct hp_model *m;
     struct hp_tokenizer *tok; /* opened on first use */
     char *dir;
+    int busy; /* computations using m or tok with the GIL released: close() waits for none (it refuses) */
 } ModelObject;
 
 static void Model_dealloc(ModelObject *self)
@@ -150,6 +175,8 @@ static int Model_init(ModelObject *self, PyObject *args, PyObject *kw)
     Py_BEGIN_ALLOW_THREADS
     st = hp_model_open(dir, &self->m, &err);
     Py_END_ALLOW_THREADS
+    free(self->dir);
+    self->dir = NULL;
     if (st == HP_OK && !(self->dir = strdup(dir))) {
         Py_DECREF(path);
         PyErr_NoMemory();
@@ -204,9 +231,11 @@ static PyObject *Model_tokenize(ModelObject *self, PyObject *args, PyObject *kw)
     struct hp_encoding e = {0};
     struct hp_error err = {0};
     enum hp_status st;
+    self->busy++;
     Py_BEGIN_ALLOW_THREADS
     st = hp_tokenizer_encode(self->tok, text, (size_t)n, NULL, 0, special, &e, &err);
     Py_END_ALLOW_THREADS
+    self->busy--;
     if (st != HP_OK)
         return raise_engine(st, &err);
     PyObject *list = PyList_New(e.n);
@@ -239,9 +268,11 @@ static PyObject *Model_decode(ModelObject *self, PyObject *args, PyObject *kw)
     struct hp_error err = {0};
     enum hp_status st;
     const int count = (int)(b.len / (Py_ssize_t)sizeof(int32_t));
+    self->busy++;
     Py_BEGIN_ALLOW_THREADS
     st = hp_tokenizer_decode(self->tok, b.buf, count, skip, &text, &n, &err);
     Py_END_ALLOW_THREADS
+    self->busy--;
     PyBuffer_Release(&b);
     if (st != HP_OK)
         return raise_engine(st, &err);
@@ -282,7 +313,7 @@ static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
     int seq_len = 0, keep = 0, grad = 0, threads = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sizpspziO:eval", names, &data, &name, &seq_len, &mask, &keep,
                                      &ablation, &grad, &grad_metric, &threads, &progress) ||
-        !model_ready(self))
+        !model_ready(self) || !engine_may_enter())
         return NULL;
     enum hp_ablation abl;
     struct hp_error err = {0};
@@ -302,9 +333,11 @@ static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
         if (!PyUnicode_FSConverter(data, &path))
             return NULL;
         const char *p = PyBytes_AS_STRING(path);
+        self->busy++;
         Py_BEGIN_ALLOW_THREADS
         st = hp_data_load_for(p, self->dir, in, seq_len, &d, &err);
         Py_END_ALLOW_THREADS
+        self->busy--;
         name = p;
     } else {
         if (PyObject_GetBuffer(data, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
@@ -340,13 +373,15 @@ static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
     };
     struct hp_eval_result *r = NULL;
     char *json = NULL;
+    self->busy++;
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&engine_lock);
+    engine_enter();
     st = hp_eval(self->m, d, &o, &r, &err);
     if (st == HP_OK)
         json = hp_eval_json(in, &o, r, self->dir, name);
-    pthread_mutex_unlock(&engine_lock);
+    engine_leave();
     Py_END_ALLOW_THREADS
+    self->busy--;
     PyObject *out = NULL;
     if (progress_raise(&pp))
         free(json);
@@ -361,7 +396,7 @@ static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
                  "%s looks made for another model: unmasked, %s predicts %.0f%% of its tokens at a loss of %.3f "
                  "nats, near or above guessing uniformly (ids from another tokenizer? an untrained model?)",
                  name, self->dir, 100 * un->acc, un->loss);
-        if (PyErr_WarnEx(PyExc_UserWarning, line, 1) < 0)
+        if (PyErr_WarnEx(PyExc_UserWarning, line, 2) < 0)
             Py_CLEAR(out);
     }
     hp_eval_result_free(r);
@@ -373,6 +408,10 @@ static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
 static PyObject *Model_close(ModelObject *self, PyObject *unused)
 {
     (void)unused;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Model: in use by an evaluation (close it when that returns)");
+        return NULL;
+    }
     hp_tokenizer_free(self->tok);
     self->tok = NULL;
     hp_model_close(self->m);
@@ -428,12 +467,15 @@ static PyTypeObject ModelType = {
 
 // --- sweeps -----------------------------------------------------------------------------------
 
-static volatile int g_interrupted; /* SIGINT arrived during a sweep: it stops after its batch */
+static volatile sig_atomic_t g_interrupted; /* SIGINT arrived during a sweep: it stops after its batch */
+static volatile int *volatile g_stop;        /* the running sweep's stop flag */
 
 static void on_sigint(int sig)
 {
     (void)sig;
     g_interrupted = 1;
+    if (g_stop)
+        *g_stop = 1;
 }
 
 /* What the sweep stops on: a Ctrl-C or the progress callable's exception. */
@@ -474,6 +516,11 @@ static PyObject *engine_run(PyObject *mod, PyObject *args, PyObject *kw)
                                      PyUnicode_FSConverter, &db_path, &threads, &batch, &plain, &si, &sn, &progress,
                                      &main_thread))
         return NULL;
+    if (!engine_may_enter()) {
+        Py_DECREF(plan_path);
+        Py_DECREF(db_path);
+        return NULL;
+    }
     struct hp_error err = {0};
     struct hp_plan *p = NULL;
     enum hp_status st = hp_plan_load(PyBytes_AS_STRING(plan_path), &p, &err);
@@ -498,16 +545,21 @@ static PyObject *engine_run(PyObject *mod, PyObject *args, PyObject *kw)
     struct sigaction sa = {0}, old;
     sa.sa_handler = on_sigint;
     g_interrupted = 0;
+    g_stop = &s.stop;
     if (main_thread)
         sigaction(SIGINT, &sa, &old);
     runtime_once();
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&engine_lock);
+    engine_enter();
     st = hp_sweep_run(p, &o, &sum, &err);
-    pthread_mutex_unlock(&engine_lock);
+    engine_leave();
     Py_END_ALLOW_THREADS
     if (main_thread)
         sigaction(SIGINT, &old, NULL);
+    g_stop = NULL;
+    /* a Ctrl-C after the sweep's last check: it finished, and Python still hears the interrupt */
+    if (g_interrupted && st == HP_OK && !sum.interrupted)
+        PyErr_SetInterrupt();
     hp_plan_free(p);
     Py_DECREF(plan_path);
     Py_DECREF(db_path);

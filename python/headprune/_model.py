@@ -13,16 +13,21 @@ def mask_spec(heads):
     strings or (layer, head) pairs, or a boolean array (n_layers, n_heads) with True where ablated."""
     if heads is None or isinstance(heads, str):
         return heads
-    if isinstance(heads, np.ndarray) and heads.dtype == bool:
-        if heads.ndim != 2:
-            raise ValueError(f"mask: a boolean array must be (n_layers, n_heads), not shape {heads.shape}")
-        return ",".join(f"{l}.{h}" for l, h in zip(*np.nonzero(heads)))
+    heads = list(heads) if not isinstance(heads, np.ndarray) else heads
+    grid = np.asarray(heads, dtype=object if not isinstance(heads, np.ndarray) else None)
+    if (isinstance(heads, np.ndarray) and heads.dtype == bool) or (
+            grid.ndim == 2 and grid.size and all(isinstance(x, (bool, np.bool_)) for x in grid.flat)):
+        grid = np.asarray(heads, dtype=bool)  # True where ablated: a nested list of booleans too
+        if grid.ndim != 2:
+            raise ValueError(f"mask: a boolean array must be (n_layers, n_heads), not shape {grid.shape}")
+        return ",".join(f"{l}.{h}" for l, h in zip(*np.nonzero(grid)))
     parts = []
     for u in heads:
         if isinstance(u, str):
             parts.append(u)
-        elif isinstance(u, (tuple, list)) and len(u) == 2 and all(isinstance(x, (int, np.integer)) for x in u):
-            parts.append(f"{int(u[0])}.{int(u[1])}")
+        elif (isinstance(u, (tuple, list, np.ndarray)) and len(u) == 2 and
+              all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in u)):
+            parts.append(f"{int(u[0])}.{int(u[1])}")  # (layer, head); rows of np.argwhere(mask) too
         else:
             raise ValueError(f"mask: {u!r} is not a head: give \"layer.head\" or (layer, head)")
     return ",".join(parts)

@@ -201,3 +201,38 @@ print("caught", n, m.eval(np.array([[1, 2, 3]]), threads=1)["n_seqs"])
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["caught", "9", "1"], (p.stdout, p.stderr)
+
+
+def test_nested_bool_list_is_a_grid_not_pairs(hp, model):
+    """A nested list of booleans is a (layers, heads) grid, True where ablated: read as (layer, head)
+    pairs, [[True, False], ...] named head 1.0 (the review found it); pairs of booleans are refused."""
+    grid = [[False] * 8 for _ in range(4)]
+    grid[0][1] = grid[3][1] = True
+    data = np.load(HELDOUT)[:4, :32]
+    assert model.eval(data, mask=grid, threads=1)["mask"] == "0.1,3.1"
+    assert model.eval(data, mask=np.argwhere(np.array(grid)), threads=1)["mask"] == "0.1,3.1"
+    with pytest.raises(ValueError, match="is not a head"):
+        model.eval(data, mask=[(True, 0)])
+
+
+def test_progress_callable_calling_the_engine(hp, tmp_path):
+    """A progress callable that calls the engine again is a RuntimeError, not a deadlock; so is closing the
+    model it is evaluating; the model works afterwards."""
+    m = hp.Model(DEFAULT)
+    data = np.load(HELDOUT)[:8, :64]
+
+    def again(done, total):
+        m.eval(data, threads=1)
+
+    with pytest.raises(RuntimeError, match="already computing in this thread"):
+        m.eval(data, threads=1, progress=again)
+
+    def close(done, total):
+        m.close()
+
+    with pytest.raises(RuntimeError, match="in use by an evaluation"):
+        m.eval(data, threads=1, progress=close)
+    plan = write_plan(tmp_path / "p.yaml", "p", small_data(tmp_path / "d.npy", 4, 32), ["baseline", "single"])
+    with pytest.raises(RuntimeError, match="already computing in this thread"):
+        hp.run(plan, tmp_path / "p.db", threads=1, progress=lambda p: m.eval(data, threads=1))
+    assert m.eval(data, threads=1)["loss"] == hp.Model(DEFAULT).eval(data, threads=1)["loss"]
