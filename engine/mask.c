@@ -334,6 +334,18 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
  * "L.*" for a layer with every head ablated, joined by commas; hp_mask_parse
  * reads the text back to the same gates.
  */
+char *hp_pruned_spec(const struct hp_model_info *in)
+{
+    if (!in->pruned)
+        return NULL;
+    struct hp_mask *pm = hp_mask_new(in->n_layers, in->n_heads);
+    for (int i = 0; pm && i < in->n_layers * in->n_heads; i++)
+        pm->gate[i] = in->pruned[i] ? 0.0f : 1.0f;
+    char *spec = pm ? hp_mask_format(pm) : NULL;
+    hp_mask_free(pm);
+    return spec;
+}
+
 char *hp_mask_format(const struct hp_mask *m)
 {
     char *buf = NULL;

@@ -130,17 +130,9 @@ char *hp_table_json(const struct hp_table *t)
 
 char *hp_model_info_json(const struct hp_model_info *in, const char *model)
 {
-    /* a pruned checkpoint's missing heads, as a mask spec */
-    char *pruned = NULL;
-    if (in->pruned) {
-        struct hp_mask *pm = hp_mask_new(in->n_layers, in->n_heads);
-        for (int i = 0; pm && i < in->n_layers * in->n_heads; i++)
-            pm->gate[i] = in->pruned[i] ? 0.0f : 1.0f;
-        pruned = pm ? hp_mask_format(pm) : NULL;
-        hp_mask_free(pm);
-        if (!pruned)
-            return NULL;
-    }
+    char *pruned = hp_pruned_spec(in); /* a pruned checkpoint's missing heads */
+    if (in->pruned && !pruned)
+        return NULL;
     cJSON *o = cJSON_CreateObject();
     if (o) {
         cJSON_AddStringToObject(o, "model", model);

@@ -406,6 +406,10 @@ int hp_mask_first_changed(const struct hp_mask *m, int n_layers);
  * NULL on out-of-memory; the caller frees it with free(). */
 char *hp_mask_format(const struct hp_mask *m);
 
+/* A pruned checkpoint's missing heads (hp_model_info.pruned) as a mask spec, malloc'd; NULL for a complete
+ * checkpoint, and when out of memory. */
+char *hp_pruned_spec(const struct hp_model_info *in);
+
 // --- pruned checkpoints --------------------------------------------------------
 
 struct hp_export_info {

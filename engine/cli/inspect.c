@@ -36,15 +36,7 @@ int cmd_inspect(int argc, char **argv)
     if (hp_model_open(dir, &m, &err) != HP_OK)
         return die(&err);
     const struct hp_model_info *in = hp_model_get_info(m);
-    /* a pruned checkpoint's missing heads, as a mask spec */
-    char *pruned = NULL;
-    if (in->pruned) {
-        struct hp_mask *pm = hp_mask_new(in->n_layers, in->n_heads);
-        for (int i = 0; pm && i < in->n_layers * in->n_heads; i++)
-            pm->gate[i] = in->pruned[i] ? 0.0f : 1.0f;
-        pruned = pm ? hp_mask_format(pm) : NULL;
-        hp_mask_free(pm);
-    }
+    char *pruned = hp_pruned_spec(in); /* a pruned checkpoint's missing heads */
     if (json) {
         char *s = hp_model_info_json(in, dir);
         if (!s) {
