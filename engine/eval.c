@@ -191,6 +191,15 @@ bool hp_evaluator_has_metric(const struct hp_evaluator *ev, const char *metric)
     return hp_metric_parse(metric, &m) && produces(ev, m);
 }
 
+void hp_foreign_warning(char *buf, size_t n, const char *data, const char *model, double unmasked_loss,
+                        double unmasked_acc)
+{
+    snprintf(buf, n,
+             "%s looks made for another model: unmasked, %s predicts %.0f%% of its tokens at a loss of %.3f nats, "
+             "near or above guessing uniformly (ids from another tokenizer? an untrained model?)",
+             data, model, 100 * unmasked_acc, unmasked_loss);
+}
+
 bool hp_evaluator_looks_foreign(const struct hp_evaluator *ev, double unmasked_loss, double unmasked_acc)
 {
     /* a trained model on its own kind of data predicts a good share of it, at a loss far below

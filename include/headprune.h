@@ -630,6 +630,11 @@ enum hp_status hp_evaluator_pick_metric(const struct hp_evaluator *ev, const cha
  */
 bool hp_evaluator_looks_foreign(const struct hp_evaluator *ev, double unmasked_loss, double unmasked_acc);
 
+/* The warning for data that looks made for another model (the command line's and the Python package's one
+ * wording), into buf: "DATA looks made for another model: unmasked, MODEL predicts ...". */
+void hp_foreign_warning(char *buf, size_t n, const char *data, const char *model, double unmasked_loss,
+                        double unmasked_acc);
+
 /*
  * Evaluate one masked variant on the whole held-out set. mask may be NULL
  * (no head ablated). Destructor of *out: hp_metrics_free.

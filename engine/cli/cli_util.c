@@ -165,10 +165,9 @@ void run_progress_cb(void *user, const struct hp_sweep_progress *p)
 
 void warn_foreign(const char *data, const char *model, double loss, double acc)
 {
-    fprintf(stderr,
-            "headprune: warning: %s looks made for another model: unmasked, %s predicts %.0f%% of its tokens at a "
-            "loss of %.3f nats, near or above guessing uniformly (ids from another tokenizer? an untrained model?)\n",
-            data, model, 100 * acc, loss);
+    char line[HP_ERR_MSG_MAX];
+    hp_foreign_warning(line, sizeof line, data, model, loss, acc);
+    fprintf(stderr, "headprune: warning: %s\n", line);
 }
 
 const char *dropped_note(const struct hp_data *d)

@@ -118,7 +118,6 @@ static void print_eval_text(const struct eval_args *a, const struct eval_out *e)
     const struct hp_metrics *mt = r->mt, *base = r->base;
     const double *grad = r->grad, *atp = r->atp;
     const enum hp_metric grad_metric = r->grad_metric;
-    const struct { int threads_min, threads_max; } pr = {r->threads_min, r->threads_max};
     const double secs = r->seconds;
     printf("model     %s (%s, %d layers x %d heads, %d KV heads%s)\n", dir, in->model_type, in->n_layers,
            in->n_heads, in->n_kv_heads, pruned_note(in));
@@ -155,10 +154,10 @@ static void print_eval_text(const struct eval_args *a, const struct eval_out *e)
                "head: take it under a mask or fractional gates, or use --grad-metric loss%s\n",
                grad_what, grad_metric == HP_METRIC_COS ? " on a model with a loss" : "");
     char thr[48];
-    if (pr.threads_min == pr.threads_max)
-        snprintf(thr, sizeof thr, "%d thread%s", pr.threads_max, pr.threads_max == 1 ? "" : "s");
+    if (r->threads_min == r->threads_max)
+        snprintf(thr, sizeof thr, "%d thread%s", r->threads_max, r->threads_max == 1 ? "" : "s");
     else
-        snprintf(thr, sizeof thr, "%d-%d threads", pr.threads_min, pr.threads_max);
+        snprintf(thr, sizeof thr, "%d-%d threads", r->threads_min, r->threads_max);
     printf("tokens    %lld scored in %d sequences, %.2f s; %s%s, BLIS kernel %s%s\n", (long long)mt->n_tokens,
            mt->n_seqs, secs, thr, threads > 0 ? "" : " (auto)", hp_runtime_kernel(),
            hp_runtime_kernel_from_env() ? " (from BLIS_ARCH_TYPE)" : "");

@@ -47,12 +47,12 @@ def _engine_args(kind, kw):
     for name in ("metric", "study", "db2", "study2"):
         if kw.get(name) is not None:
             a[name] = os.fspath(kw[name]) if name == "db2" else kw[name]
-    for name, key in (("sweep", "sweep"), ("sweep2", "sweep2"), ("top", "top")):
+    for name in ("sweep", "sweep2", "top"):
         if kw.get(name) is not None:
             v = kw[name]
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"{kind}: {name} must be a positive integer, not {v!r}")
-            a[key] = int(v)
+            a[name] = int(v)
     for name in ("full_mask", "matrix", "gates"):
         if kw.get(name):
             a[name] = True

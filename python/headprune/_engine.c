@@ -391,11 +391,8 @@ static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
         out = take_text(json);
     if (out && r && r->foreign) { /* as the command line warns */
         const struct hp_metrics *un = r->base ? r->base : r->mt;
-        char line[HP_ERR_MSG_MAX]; /* PyErr_WarnFormat has no %f */
-        snprintf(line, sizeof line,
-                 "%s looks made for another model: unmasked, %s predicts %.0f%% of its tokens at a loss of %.3f "
-                 "nats, near or above guessing uniformly (ids from another tokenizer? an untrained model?)",
-                 name, self->dir, 100 * un->acc, un->loss);
+        char line[HP_ERR_MSG_MAX];
+        hp_foreign_warning(line, sizeof line, name, self->dir, un->loss, un->acc);
         if (PyErr_WarnEx(PyExc_UserWarning, line, 2) < 0)
             Py_CLEAR(out);
     }
@@ -557,6 +554,9 @@ static PyObject *engine_run(PyObject *mod, PyObject *args, PyObject *kw)
     if (main_thread)
         sigaction(SIGINT, &old, NULL);
     g_stop = NULL;
+    char foreign[HP_ERR_MSG_MAX] = ""; /* as `headprune run` warns: "" when the data looks right */
+    if (st == HP_OK && sum.foreign && !sum.interrupted)
+        hp_foreign_warning(foreign, sizeof foreign, p->data, p->model, sum.base_loss, sum.base_acc);
     /* a Ctrl-C after the sweep's last check: it finished, and Python still hears the interrupt */
     if (g_interrupted && st == HP_OK && !sum.interrupted)
         PyErr_SetInterrupt();
@@ -567,11 +567,11 @@ static PyObject *engine_run(PyObject *mod, PyObject *args, PyObject *kw)
         return NULL;
     if (st != HP_OK)
         return raise_engine(st, &err);
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:i,s:i,s:d,s:O,s:O,s:d,s:d}", "sweep_id", (long long)sum.sweep_id,
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:i,s:i,s:d,s:O,s:s,s:d,s:d}", "sweep_id", (long long)sum.sweep_id,
                          "n_jobs", (long long)sum.n_jobs, "n_run", (long long)sum.n_run, "n_repeated",
                          (long long)sum.n_repeated, "n_cached", (long long)sum.n_cached, "threads_min",
                          sum.threads_min, "threads_max", sum.threads_max, "seconds", sum.seconds, "interrupted",
-                         sum.interrupted ? Py_True : Py_False, "foreign", sum.foreign ? Py_True : Py_False,
+                         sum.interrupted ? Py_True : Py_False, "foreign", foreign,
                          "base_loss", sum.base_loss, "base_acc", sum.base_acc);
 }
 

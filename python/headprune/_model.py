@@ -13,11 +13,11 @@ def mask_spec(heads):
     strings or (layer, head) pairs, or a boolean array (n_layers, n_heads) with True where ablated."""
     if heads is None or isinstance(heads, str):
         return heads
-    heads = list(heads) if not isinstance(heads, np.ndarray) else heads
-    grid = np.asarray(heads, dtype=object if not isinstance(heads, np.ndarray) else None)
-    if (isinstance(heads, np.ndarray) and heads.dtype == bool) or (
-            grid.ndim == 2 and grid.size and all(isinstance(x, (bool, np.bool_)) for x in grid.flat)):
-        grid = np.asarray(heads, dtype=bool)  # True where ablated: a nested list of booleans too
+    try:
+        grid = np.asarray(heads)
+    except ValueError:  # rows of several kinds ("0.1" beside (2, 3)): a list of heads
+        grid = None
+    if grid is not None and grid.dtype == bool:  # True where ablated: an array or a nested list of booleans
         if grid.ndim != 2:
             raise ValueError(f"mask: a boolean array must be (n_layers, n_heads), not shape {grid.shape}")
         return ",".join(f"{l}.{h}" for l, h in zip(*np.nonzero(grid)))

@@ -72,10 +72,7 @@ def run(plan, db, threads=None, progress=True, batch=None, plain=False, shard=No
                                 f"{db}; run the same call to resume")
     if s["foreign"]:
         import warnings
-        warnings.warn(f"the plan's data looks made for another model: unmasked, the model predicts "
-                      f"{100 * s['base_acc']:.0f}% of its tokens at a loss of {s['base_loss']:.3f} nats, near "
-                      f"or above guessing uniformly (ids from another tokenizer? an untrained model?)",
-                      stacklevel=2)
+        warnings.warn(s["foreign"], stacklevel=2)
     out = {k: s[k] for k in ("sweep_id", "n_jobs", "n_run", "n_repeated", "n_cached", "seconds", "threads_min",
                              "threads_max")}
     out["db"] = db

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import DEFAULT, cli, small_data, write_plan
+from conftest import DEFAULT, FIXTURES, cli, small_data, write_plan
 
 RESULTS = "SELECT v.key, r.loss FROM results r JOIN variants v ON v.id = r.variant_id ORDER BY v.key"
 STUDIES = ["baseline", "single", "layer", "only", "iterative: {prune: 25%, keep_one_per_layer: true}",
@@ -161,3 +161,15 @@ def test_ctrl_c(hp, tmp_path):
     assert len(partial) < len(final)
     assert set(partial) <= set(want)
     assert final == want
+
+
+def test_foreign_data_warning_matches_cli(hp, tmp_path):
+    """A sweep on data made for another model warns in Python with the very line `headprune run` prints."""
+    d = FIXTURES / "llama-gqa"
+    plan = write_plan(tmp_path / "f.yaml", "f", d / "data.npy", ["baseline"], model=d)
+    p = cli("run", plan, "--db", tmp_path / "cli.db", "--threads", "1")
+    line = [l for l in p.stderr.splitlines() if "looks made for another model" in l][0]
+    assert line.startswith("headprune: warning: ")
+    with pytest.warns(UserWarning) as w:
+        hp.run(plan, tmp_path / "py.db", threads=1, progress=False)
+    assert [str(x.message) for x in w if "looks made" in str(x.message)] == [line[len("headprune: warning: "):]]
