@@ -1267,7 +1267,7 @@ enum hp_status hp_plan_check_grad(const struct hp_plan *p, const struct hp_evalu
             return hp_fail(err, HP_ERR_PLAN, "%s:%d: study '%s' differentiates %s, which the model does not have on "
                            "this data (use a plan metric with a gradient the model has, or drop the study)",
                            p->path, s->line, s->name, hp_metric_grad_what(gm));
-        if (!hp_metric_grad_zero_unmasked(gm))
+        if (!hp_metric_grad_zero_unmasked(gm) || hp_study_grad_off_base(s))
             continue;
         struct hp_mask *base;
         enum hp_status st = hp_study_base_mask(p->path, s, info, &base, err);

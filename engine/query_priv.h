@@ -214,6 +214,7 @@ struct score_row {
     double exact;             // attribution: the single study's loss effect (NaN: none)
     double rank_est, rank_ex; // 1 = the largest
     char normalize[16];
+    char estimator[16]; // attribution: hp_estimator_name's (atp before schema 9); else ""
 };
 
 /* The sweep's first attribution study over units of kind kv (name "" when none) and its rows

@@ -98,13 +98,38 @@ static enum hp_status pick_scores(struct hq_query *q, const char *kind, const ch
                    q->newest ? " (the newest)" : "", kind, hint);
 }
 
-/* The mask (canonical text, "" for none) the study's gradient was taken at: its mask:, the heads already removed. */
-static enum hp_status scores_mask(struct hq_query *q, const char *study, char *mask, size_t size)
+/* Whether unit_scores has schema 9's estimator and base (a database read, never upgraded, here may not). */
+static enum hp_status has_estimators(struct hq_query *q, bool *yes)
 {
     sqlite3_stmt *st;
-    enum hp_status s = hq_prep(q, &st, "SELECT g.mask_text FROM unit_scores u JOIN gradients g ON g.id = u.gradient_id "
-                                    "WHERE u.sweep_id = ? AND u.study = ? AND u.step = 0 LIMIT 1");
+    enum hp_status s = hq_prep(q, &st, "SELECT count(*) FROM pragma_table_info('unit_scores') WHERE name = 'base'");
     if (s != HP_OK)
+        return s;
+    int r = hq_step(q, st, &s);
+    *yes = r == 1 && sqlite3_column_int64(st, 0) > 0;
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
+}
+
+/* The SQL of a study's base mask (canonical text, '' none) in a query over unit_scores u joined to gradients g:
+ * its base where the database has it, else its gradient's mask (before schema 9, always the base). */
+static const char *base_sql(bool estimators)
+{
+    return estimators ? "coalesce(u.base, g.mask_text)" : "g.mask_text";
+}
+
+/* The mask (canonical text, "" for none) the study's estimates start from: its mask:, the heads already removed. */
+static enum hp_status scores_mask(struct hq_query *q, const char *study, char *mask, size_t size)
+{
+    bool est = false;
+    enum hp_status s = has_estimators(q, &est);
+    if (s != HP_OK)
+        return s;
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT %s FROM unit_scores u JOIN gradients g ON g.id = u.gradient_id "
+             "WHERE u.sweep_id = ? AND u.study = ? AND u.step = 0 LIMIT 1", base_sql(est));
+    sqlite3_stmt *st;
+    if ((s = hq_prep(q, &st, sql)) != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, q->sweep);
     sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
@@ -120,9 +145,14 @@ static enum hp_status scores_mask(struct hq_query *q, const char *study, char *m
 static enum hp_status scores_load(struct hq_query *q, const char *study, struct score_row **rows, size_t *n)
 {
     sqlite3_stmt *st;
-    enum hp_status s = hq_prep(q, &st, "SELECT layer, unit, score, raw, normalize FROM unit_scores "
-                                    "WHERE sweep_id = ? AND study = ? AND step = 0 ORDER BY layer, unit");
-    if (s != HP_OK)
+    bool est = false;
+    enum hp_status s = has_estimators(q, &est);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT layer, unit, score, raw, normalize, %s FROM unit_scores "
+             "WHERE sweep_id = ? AND study = ? AND step = 0 ORDER BY layer, unit",
+             est ? "coalesce(estimator, CASE kind WHEN 'attribution' THEN 'atp' END)"
+                 : "CASE kind WHEN 'attribution' THEN 'atp' END");
+    if (s != HP_OK || (s = hq_prep(q, &st, sql)) != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, q->sweep);
     sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
@@ -146,23 +176,29 @@ static enum hp_status scores_load(struct hq_query *q, const char *study, struct 
         h->raw = hq_col_num(st, 3);
         h->exact = h->rank_est = h->rank_ex = NAN;
         snprintf(h->normalize, sizeof h->normalize, "%s", hq_col_text(st, 4));
+        snprintf(h->estimator, sizeof h->estimator, "%s", hq_col_text(st, 5));
     }
     sqlite3_finalize(st);
     return r < 0 ? s : HP_OK;
 }
 
-/* The sweep's first attribution study over units of kind kv taken at the unmasked model, whose estimates are of
- * what single studies measure (name "" when none, or no unit_scores table). */
+/* The sweep's first attribution study by AtP over units of kind kv taken at the unmasked model, whose estimates
+ * are of what single studies measure (name "" when none, or no unit_scores table). */
 enum hp_status hq_heads_atp(struct hq_query *q, bool kv, char *name, size_t size, struct score_row **rows, size_t *n)
 {
     bool yes = false;
     enum hp_status s = hq_has_table(q, "unit_scores", &yes);
     if (s != HP_OK || !yes)
         return s;
+    bool est = false;
+    if ((s = has_estimators(q, &est)) != HP_OK)
+        return s;
+    char sql[384];
+    snprintf(sql, sizeof sql, "SELECT u.study FROM unit_scores u JOIN gradients g ON g.id = u.gradient_id "
+             "WHERE u.sweep_id = ? AND u.kind = 'attribution' AND u.kv = ? AND %s = '' %s ORDER BY u.study LIMIT 1",
+             base_sql(est), est ? "AND coalesce(u.estimator, 'atp') = 'atp'" : "");
     sqlite3_stmt *st;
-    if ((s = hq_prep(q, &st, "SELECT u.study FROM unit_scores u JOIN gradients g ON g.id = u.gradient_id "
-                          "WHERE u.sweep_id = ? AND u.kind = 'attribution' AND u.kv = ? AND g.mask_text = '' "
-                          "ORDER BY u.study LIMIT 1")) != HP_OK)
+    if ((s = hq_prep(q, &st, sql)) != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, q->sweep);
     sqlite3_bind_int(st, 2, kv);
@@ -310,41 +346,68 @@ static enum hp_status attribution_exact(struct hq_query *q, const struct pick *p
     return r < 0 ? s : HP_OK;
 }
 
-/*
- * How well the attribution estimates rank the units against the exact single
- * effects: every unit with both (the most wrongly ranked first), then a row
- * "all" with Spearman's rho, Kendall's tau-b (hq_rank_corr, as compare) and the
- * top-k overlap, k a tenth of the units rounded up (ceil(m / 10): 1 for 1 to 10 units).
- */
-enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
+/* One attribution study measured against the exact single effects. */
+struct est_eval {
+    char name[128], estimator[16];
+    struct score_row *rows; /* (n): the units with both first (m), most wrongly ranked first */
+    size_t n, m, k, hits;   /* k: the top-k's size, hits: its overlap */
+    double rho, tau;
+};
+
+/* The studies query attribution measures: want alone, else every attribution study over the first's kind of
+ * unit taken at the unmasked model (one at a mask is refused: no single study measures its estimates). */
+static enum hp_status attribution_studies(struct hq_query *q, const char *want, struct pick *pk, struct est_eval **out,
+                                          size_t *n_out)
 {
-    const char *study = opts->study;
-    const int top = opts->top;
-    enum { C_STUDY, C_LABEL, C_LAYER, C_UNIT, C_EST, C_EXACT, C_RE, C_RX, C_RD, C_RHO, C_TAU, C_OVL, C_N };
-    static const char *const cols[C_N] = {"study", "label", "layer", "unit", "estimate", "exact", "rank_est",
-                                          "rank_exact", "rank_diff", "rho", "tau", "top_k_overlap"};
-    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true, true, true, true};
-    struct pick pk;
-    char single[128] = "";
-    const enum hp_metric gm = hp_metric_grad_of(q->ranked); /* what the estimates and the exact effects are of */
-    const char *gname = hp_metric_name(gm);
-    enum hp_status s = pick_scores(q, "attribution", study, &pk);
-    struct score_row *rows = NULL;
-    size_t n = 0;
+    *out = NULL;
+    *n_out = 0;
+    enum hp_status s = pick_scores(q, "attribution", want, pk);
     char mask[256] = "";
-    if (s == HP_OK && (s = scores_mask(q, pk.name, mask, sizeof mask)) == HP_OK && mask[0])
+    if (s == HP_OK && (s = scores_mask(q, pk->name, mask, sizeof mask)) == HP_OK && mask[0])
         return hp_fail(q->err, HP_ERR_ARG,
                        "%s: attribution study '%s' is taken at its mask %s: each estimate is of removing a unit on "
                        "top of those heads, which no single study measures (the estimates are in the database's "
-                       "unit_scores, study '%s')", q->path, pk.name, mask, pk.name);
+                       "unit_scores, study '%s')", q->path, pk->name, mask, pk->name);
+    bool est = false;
     if (s == HP_OK)
-        s = scores_load(q, pk.name, &rows, &n);
-    if (s == HP_OK)
-        s = attribution_exact(q, &pk, rows, n, single, sizeof single);
-    if (s != HP_OK) {
-        free(rows);
+        s = has_estimators(q, &est);
+    if (s != HP_OK)
         return s;
+    char sql[384];
+    snprintf(sql, sizeof sql, "SELECT DISTINCT u.study FROM unit_scores u JOIN gradients g ON g.id = u.gradient_id "
+             "WHERE u.sweep_id = ?1 AND u.kind = 'attribution' AND u.step = 0 AND u.kv = ?2 AND %s = '' "
+             "AND (?3 IS NULL OR u.study = ?3) ORDER BY u.study", base_sql(est));
+    sqlite3_stmt *st;
+    if ((s = hq_prep(q, &st, sql)) != HP_OK)
+        return s;
+    sqlite3_bind_int64(st, 1, q->sweep);
+    sqlite3_bind_int(st, 2, pk->kv);
+    if (want)
+        sqlite3_bind_text(st, 3, want, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, 3);
+    size_t cap = 0;
+    int r;
+    while ((r = hq_step(q, st, &s)) == 1) {
+        struct est_eval *e = hq_room_for(q, *out, *n_out, &cap, sizeof *e, &s);
+        if (!e) {
+            r = -1;
+            break;
+        }
+        *out = e;
+        e = &(*out)[(*n_out)++];
+        memset(e, 0, sizeof *e);
+        snprintf(e->name, sizeof e->name, "%s", hq_col_text(st, 0));
     }
+    sqlite3_finalize(st);
+    return r < 0 ? s : HP_OK;
+}
+
+/* e's rows against the exact effects (already in them): rank correlations, top-k overlap, worst first. */
+static bool attribution_rank(struct est_eval *e)
+{
+    struct score_row *rows = e->rows;
+    const size_t n = e->n;
     size_t m = 0; // the units with both, first
     for (size_t i = 0; i < n; i++)
         if (!isnan(rows[i].exact) && !isnan(rows[i].score)) {
@@ -354,17 +417,18 @@ enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *op
         }
     double *x = malloc((m + 1) * sizeof *x), *y = malloc((m + 1) * sizeof *y);
     double *rx = malloc((m + 1) * sizeof *rx), *ry = malloc((m + 1) * sizeof *ry);
-    double rho = NAN, tau = NAN;
+    e->rho = e->tau = NAN;
     bool ok = x && y && rx && ry;
     for (size_t i = 0; ok && i < m; i++)
         x[i] = rows[i].score, y[i] = rows[i].exact;
-    ok = ok && hq_ranks_avg(x, m, rx) && hq_ranks_avg(y, m, ry) && hq_rank_corr(x, y, m, &rho, &tau);
-    size_t k = m / 10 > 0 ? (m + 9) / 10 : (m ? 1 : 0), hits = 0;
+    ok = ok && hq_ranks_avg(x, m, rx) && hq_ranks_avg(y, m, ry) && hq_rank_corr(x, y, m, &e->rho, &e->tau);
+    const size_t k = m / 10 > 0 ? (m + 9) / 10 : (m ? 1 : 0);
+    size_t hits = 0;
     for (size_t i = 0; ok && i < m; i++) {
         rows[i].rank_est = (double)m + 1 - rx[i];
         rows[i].rank_ex = (double)m + 1 - ry[i];
     }
-    /* top k by each, ties broken by (layer, unit): sort copies of the order */
+    /* top k by each, ties broken by (layer, unit) */
     for (size_t i = 0; ok && i < m; i++) {
         size_t above_e = 0, above_x = 0; // units strictly ahead of i in each ordering
         for (size_t j = 0; j < m; j++) {
@@ -375,42 +439,116 @@ enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *op
         hits += above_e < k && above_x < k;
     }
     free(x), free(y), free(rx), free(ry);
-    if (!ok) {
-        free(rows);
-        return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
+    if (ok)
+        hp_qsort(rows, m, sizeof *rows, by_rank_error_desc);
+    e->m = m, e->k = k, e->hits = hits;
+    return ok;
+}
+
+/* What an estimator's estimate is, for the table's note. */
+static const char *estimator_what(const char *e)
+{
+    if (strcmp(e, "importance") == 0)
+        return "importance = E|dL_x/dgate|, the size of the effect unsigned";
+    if (strcmp(e, "ig") == 0)
+        return "ig = integrated gradients, every gate from 1 to 0 together";
+    if (strcmp(e, "ig-layer") == 0)
+        return "ig-layer = integrated gradients, a layer's gates from 1 to 0 together";
+    return "atp = the first-order (AtP) estimate";
+}
+
+/*
+ * How well each attribution study's estimates rank the units against the
+ * exact single effects: each study's units with both (the most wrongly
+ * ranked first; --top of them per study), then a row "all" per study with
+ * Spearman's rho, Kendall's tau-b (hq_rank_corr, as compare) and the top-k
+ * overlap, k a tenth of the units rounded up (ceil(m / 10): 1 for 1 to 10
+ * units). --study: that study alone; else every attribution study over the
+ * first's kind of unit taken at the unmasked model, one per estimator run.
+ */
+enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
+{
+    const int top = opts->top;
+    enum { C_STUDY, C_LABEL, C_LAYER, C_UNIT, C_EST, C_EXACT, C_RE, C_RX, C_RD, C_RHO, C_TAU, C_OVL, C_ESTIMATOR, C_N };
+    static const char *const cols[C_N] = {"study", "label", "layer", "unit", "estimate", "exact", "rank_est",
+                                          "rank_exact", "rank_diff", "rho", "tau", "top_k_overlap", "estimator"};
+    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true, true, true, true, false};
+    struct pick pk;
+    char single[128] = "";
+    const enum hp_metric gm = hp_metric_grad_of(q->ranked); /* what the estimates and the exact effects are of */
+    const char *gname = hp_metric_name(gm);
+    struct est_eval *ev = NULL;
+    size_t ne = 0;
+    enum hp_status s = attribution_studies(q, opts->study, &pk, &ev, &ne);
+    for (size_t i = 0; s == HP_OK && i < ne; i++) {
+        if ((s = scores_load(q, ev[i].name, &ev[i].rows, &ev[i].n)) != HP_OK)
+            break;
+        snprintf(ev[i].estimator, sizeof ev[i].estimator, "%s", ev[i].n ? ev[i].rows[0].estimator : "atp");
+        struct pick one = pk;
+        snprintf(one.name, sizeof one.name, "%s", ev[i].name);
+        if ((s = attribution_exact(q, &one, ev[i].rows, ev[i].n, single, sizeof single)) != HP_OK)
+            break;
+        if (!attribution_rank(&ev[i]))
+            s = hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
     }
-    hp_qsort(rows, m, sizeof *rows, by_rank_error_desc);
-    size_t shown = top > 0 && (size_t)top < m ? (size_t)top : m;
     struct tb b;
     hq_tb_init(&b, C_N, cols, num);
-    for (size_t i = 0; i < shown; i++) {
-        int row = hq_tb_row(&b);
-        unit_cells(&b, row, pk.name, pk.kv, rows[i].layer, rows[i].unit);
-        hq_tb_num(&b, row, C_EST, F_EFFECT, rows[i].score);
-        hq_tb_num(&b, row, C_EXACT, F_EFFECT, rows[i].exact);
-        hq_tb_num(&b, row, C_RE, F_EFFECT, rows[i].rank_est);
-        hq_tb_num(&b, row, C_RX, F_EFFECT, rows[i].rank_ex);
-        hq_tb_num(&b, row, C_RD, F_EFFECT, rows[i].rank_est - rows[i].rank_ex);
+    for (size_t i = 0; s == HP_OK && i < ne; i++) {
+        const size_t shown = top > 0 && (size_t)top < ev[i].m ? (size_t)top : ev[i].m;
+        for (size_t j = 0; j < shown; j++) {
+            const struct score_row *h = &ev[i].rows[j];
+            int row = hq_tb_row(&b);
+            unit_cells(&b, row, ev[i].name, pk.kv, h->layer, h->unit);
+            hq_tb_num(&b, row, C_EST, F_EFFECT, h->score);
+            hq_tb_num(&b, row, C_EXACT, F_EFFECT, h->exact);
+            hq_tb_num(&b, row, C_RE, F_EFFECT, h->rank_est);
+            hq_tb_num(&b, row, C_RX, F_EFFECT, h->rank_ex);
+            hq_tb_num(&b, row, C_RD, F_EFFECT, h->rank_est - h->rank_ex);
+            hq_tb_str(&b, row, C_ESTIMATOR, ev[i].estimator);
+        }
     }
-    int row = hq_tb_summary_row(&b);
-    hq_tb_str(&b, row, C_STUDY, pk.name);
-    hq_tb_str(&b, row, C_LABEL, "all");
-    hq_tb_num(&b, row, C_RHO, F_EFFECT, rho);
-    hq_tb_num(&b, row, C_TAU, F_EFFECT, tau);
-    if (k)
-        hq_tb_num(&b, row, C_OVL, F_EFFECT, (double)hits / (double)k);
-    char rs[32] = "undefined";
-    if (!isnan(rho))
-        snprintf(rs, sizeof rs, "%.3f", rho);
-    hq_tb_note(&b,
-            "sweep %lld, attribution study %s against single study %s (%s, %s ablation): estimate = the first-order "
-            "(AtP) estimate of the %s effect of masking each unit alone, exact = its measured %s effect (%s); "
-            "rank 1 "
-            "= the largest, rank_diff = rank_est - rank_exact, the most wrongly ranked first; over the %zu units: "
-            "Spearman rho %s, top-%zu overlap %zu/%zu (row all; ties share their average rank)%s",
-            q->sweep, pk.name, single, pk.kv ? "KV groups" : "query heads", q->ablation, gname, gname,
-            hp_metric_effect_text(gm), m, rs, k, hits, k,
-            n > m ? "; units without an exact effect are left out" : "");
-    free(rows);
+    char each[1024] = "", whats[512] = "";
+    size_t eo = 0, wo = 0;
+    bool missing = false;
+    for (size_t i = 0; s == HP_OK && i < ne; i++) {
+        int row = hq_tb_summary_row(&b);
+        hq_tb_str(&b, row, C_STUDY, ev[i].name);
+        hq_tb_str(&b, row, C_LABEL, "all");
+        hq_tb_num(&b, row, C_RHO, F_EFFECT, ev[i].rho);
+        hq_tb_num(&b, row, C_TAU, F_EFFECT, ev[i].tau);
+        if (ev[i].k)
+            hq_tb_num(&b, row, C_OVL, F_EFFECT, (double)ev[i].hits / (double)ev[i].k);
+        hq_tb_str(&b, row, C_ESTIMATOR, ev[i].estimator);
+        char rs[32] = "undefined";
+        if (!isnan(ev[i].rho))
+            snprintf(rs, sizeof rs, "%.3f", ev[i].rho);
+        if (eo < sizeof each)
+            eo += (size_t)snprintf(each + eo, sizeof each - eo, "%s%s (%s) over %zu units: Spearman rho %s, top-%zu "
+                                   "overlap %zu/%zu", i ? "; " : "", ev[i].name, ev[i].estimator, ev[i].m, rs,
+                                   ev[i].k, ev[i].hits, ev[i].k);
+        bool dup = false;
+        for (size_t j = 0; j < i; j++)
+            dup |= strcmp(ev[j].estimator, ev[i].estimator) == 0;
+        if (!dup && wo < sizeof whats)
+            wo += (size_t)snprintf(whats + wo, sizeof whats - wo, "%s%s", wo ? ", " : "",
+                                   estimator_what(ev[i].estimator));
+        missing |= ev[i].n > ev[i].m;
+    }
+    if (s == HP_OK)
+        hq_tb_note(&b,
+                   "sweep %lld, attribution stud%s against single study %s (%s, %s ablation): estimate = each unit's "
+                   "estimate of the %s effect of masking it alone (%s), exact = its measured %s effect (%s); rank 1 "
+                   "= the largest, rank_diff = rank_est - rank_exact, the most wrongly ranked first; %s (rows all; "
+                   "ties share their average rank)%s",
+                   q->sweep, ne == 1 ? "y" : "ies", single, pk.kv ? "KV groups" : "query heads", q->ablation, gname,
+                   whats, gname, hp_metric_effect_text(gm), each,
+                   missing ? "; units without an exact effect are left out" : "");
+    for (size_t i = 0; i < ne; i++)
+        free(ev[i].rows);
+    free(ev);
+    if (s != HP_OK) {
+        hp_table_free(b.t);
+        return s;
+    }
     return hq_tb_finish(&b, out, q->err);
 }

@@ -1,10 +1,11 @@
--- headprune results database, schema version 8 (2 added ablation_means;
+-- headprune results database, schema version 9 (2 added ablation_means;
 -- 3 added gradients and unit_scores, for the gradient studies; 4 added
 -- role_runs, head_roles and sweep_roles, for head roles; gate_runs, gate_heads and sweep_gates, for
 -- gates studies; 5 added pruned_heads, so queries count the heads a pruned checkpoint has; 6 makes the
 -- metrics' columns and the views over them from the metric table, so a metric needs no edit here; 7 added
 -- variant_positions and patch_tokens, for patching one position at a time; 8 added role_runs.sep_id and
--- n_sep and head_roles.sep_token, attention to [SEP], which store.c's added_columns adds to an older database).
+-- n_sep and head_roles.sep_token, attention to [SEP], which store.c's added_columns adds to an older database;
+-- 9 added unit_scores.estimator and base, for the attribution study's estimators, added likewise).
 -- Embedded into engine/store.c at build time; documented for users in
 -- docs/database.md (keep it in step with this file).
 -- Every statement is idempotent: it runs on each open for writing, which
@@ -211,10 +212,14 @@ CREATE TABLE IF NOT EXISTS unit_scores(
   layer       INTEGER NOT NULL,
   unit        INTEGER NOT NULL,
   label       TEXT NOT NULL,         -- '3.2', 'kv:1.0'
-  score       REAL NOT NULL,         -- importance: after normalize; attribution: the estimated effect on loss
+  score       REAL NOT NULL,         -- importance: after normalize; attribution: the estimate (the effect on the
+                                     -- loss; estimator importance: its size, unsigned)
   raw         REAL NOT NULL,         -- importance: before normalize; attribution: = score
   normalize   TEXT,                  -- importance, iterative: layer | none; attribution: NULL
-  gradient_id INTEGER NOT NULL REFERENCES gradients(id),
+  gradient_id INTEGER NOT NULL REFERENCES gradients(id), -- integrated gradients: the last along the path
+  estimator   TEXT,                  -- attribution: atp | importance | ig | ig-layer (NULL, before 9: atp)
+  base        TEXT,                  -- importance, attribution: the study's mask: ('' none; NULL, before 9:
+                                     -- the gradient's mask_text)
   PRIMARY KEY(sweep_id, study, step, layer, unit)
 ) WITHOUT ROWID;
 

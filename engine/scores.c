@@ -1,6 +1,7 @@
 /*
  * scores.c -- per-unit scores from the gradient at the gates: Michel et al.'s
- * importance and the attribution (AtP) estimate of single ablation effects.
+ * importance, and per-unit sums of a per-head quantity (the attribution
+ * estimates, gradients at a unit's shared gate).
  *
  * Pure arithmetic on what hp_evaluator_grad_seq hands back; the sweep stores
  * the results and queries read them (docs/plans.md: importance,
@@ -38,14 +39,14 @@ void hp_importance(const double *seq_grad, int n_seqs, const struct hp_model_inf
     }
 }
 
-void hp_attribution(const double *atp, const struct hp_model_info *info, bool kv, double *out)
+void hp_unit_sums(const double *per_head, const struct hp_model_info *info, bool kv, double *out)
 {
     const int L = info->n_layers, H = info->n_heads, U = hp_unit_count(info, kv), w = hp_unit_width(info, kv);
     for (int l = 0; l < L; l++)
         for (int u = 0; u < U; u++) {
             double e = 0;
             for (int i = 0; i < w; i++)
-                e += atp[(size_t)l * H + (size_t)u * w + i];
+                e += per_head[(size_t)l * H + (size_t)u * w + i];
             out[l * U + u] = e;
         }
 }

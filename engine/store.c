@@ -581,6 +581,8 @@ static const struct {
     {"role_runs", "sep_id", "INTEGER"},  /* 8: attention to [SEP] */
     {"role_runs", "n_sep", "INTEGER"},   /* 8 */
     {"head_roles", "sep_token", "REAL"}, /* 8 */
+    {"unit_scores", "estimator", "TEXT"}, /* 9: the attribution study's estimators */
+    {"unit_scores", "base", "TEXT"},      /* 9 */
 };
 
 /* A column per metric in results and seq_results (what a database older than a metric lacks is added), and

@@ -12,7 +12,7 @@
 
 #include "headprune.h"
 
-#define HP_SCHEMA_VERSION 8
+#define HP_SCHEMA_VERSION 9
 
 struct hp_store;
 struct sqlite3;
@@ -173,13 +173,23 @@ struct hp_store_score {
     double score, raw;
 };
 
+/* Whose scores they are (unit_scores' columns but the rows'). */
+struct hp_store_scores {
+    int64_t sweep_id;
+    const char *study, *kind;
+    bool kv;
+    int step;
+    const char *normalize; /* importance, iterative: layer | none; else NULL */
+    const char *estimator; /* attribution: hp_estimator_name's; else NULL */
+    const char *base;      /* a scores study's mask: as canonical text ('' none), where its estimates start; else NULL */
+    const char *grad_key;  /* the gradient they come from (integrated gradients: the last along the path) */
+};
+
 /*
- * Record a study's scores at one step, all from the gradient with grad_key,
- * in one transaction (re-recording the same rows is harmless). normalize:
- * NULL for attribution.
+ * Record a study's scores at one step in one transaction (re-recording the
+ * same rows is harmless).
  */
-enum hp_status hp_store_put_scores(struct hp_store *s, int64_t sweep_id, const char *study, const char *kind, bool kv,
-                                   int step, const char *normalize, const char *grad_key,
+enum hp_status hp_store_put_scores(struct hp_store *s, const struct hp_store_scores *of,
                                    const struct hp_store_score *rows, int n, struct hp_error *err);
 
 /* A head-roles computation to store (a role_runs row and its head_roles rows). */

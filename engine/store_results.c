@@ -356,8 +356,16 @@ enum hp_status hp_store_put_grad(struct hp_store *s, const struct hp_store_grad 
     return rc == SQLITE_OK ? HP_OK : hs_sql_fail(s, rc, "writing a gradient", err);
 }
 
-enum hp_status hp_store_put_scores(struct hp_store *s, int64_t sweep_id, const char *study, const char *kind, bool kv,
-                                   int step, const char *normalize, const char *grad_key,
+/* text, or NULL as SQL's NULL */
+static void bind_text_or_null(sqlite3_stmt *st, int i, const char *text)
+{
+    if (text)
+        sqlite3_bind_text(st, i, text, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+enum hp_status hp_store_put_scores(struct hp_store *s, const struct hp_store_scores *of,
                                    const struct hp_store_score *rows, int n, struct hp_error *err)
 {
     int rc = hs_exec(s, "BEGIN IMMEDIATE");
@@ -365,32 +373,31 @@ enum hp_status hp_store_put_scores(struct hp_store *s, int64_t sweep_id, const c
     if (rc == SQLITE_OK)
         rc = hs_prep(s,
                   "INSERT OR REPLACE INTO unit_scores(sweep_id, study, kind, kv, step, layer, unit, label, score, raw, "
-                  "normalize, gradient_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-                  "(SELECT id FROM gradients WHERE key = ?12))",
+                  "normalize, gradient_id, estimator, base) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
+                  "(SELECT id FROM gradients WHERE key = ?12), ?13, ?14)",
                   &st);
     for (int i = 0; i < n && rc == SQLITE_OK; i++) {
         sqlite3_reset(st);
-        sqlite3_bind_int64(st, 1, sweep_id);
-        sqlite3_bind_text(st, 2, study, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 4, kv);
-        sqlite3_bind_int(st, 5, step);
+        sqlite3_bind_int64(st, 1, of->sweep_id);
+        sqlite3_bind_text(st, 2, of->study, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, of->kind, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 4, of->kv);
+        sqlite3_bind_int(st, 5, of->step);
         sqlite3_bind_int(st, 6, rows[i].layer);
         sqlite3_bind_int(st, 7, rows[i].unit);
         sqlite3_bind_text(st, 8, rows[i].label, -1, SQLITE_STATIC);
         sqlite3_bind_double(st, 9, rows[i].score);
         sqlite3_bind_double(st, 10, rows[i].raw);
-        if (normalize)
-            sqlite3_bind_text(st, 11, normalize, -1, SQLITE_STATIC);
-        else
-            sqlite3_bind_null(st, 11);
-        sqlite3_bind_text(st, 12, grad_key, -1, SQLITE_STATIC);
+        bind_text_or_null(st, 11, of->normalize);
+        sqlite3_bind_text(st, 12, of->grad_key, -1, SQLITE_STATIC);
+        bind_text_or_null(st, 13, of->estimator);
+        bind_text_or_null(st, 14, of->base);
         rc = sqlite3_step(st);
         rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
     }
     sqlite3_finalize(st);
     if (rc == SQLITE_OK)
-        rc = hs_touch_sweep(s, sweep_id);
+        rc = hs_touch_sweep(s, of->sweep_id);
     return hs_commit_or_fail(s, rc, "writing a study's scores", err);
 }
 

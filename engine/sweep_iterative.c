@@ -154,8 +154,10 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
                 rows[nc] = (struct hp_store_score){units[i].layer, units[i].unit, labels[nc], imp[at], raw[at]};
                 cand[nc++] = (struct scored){i, imp[at]};
             }
-            st = hp_store_put_scores(c->store, c->sweep_id, s->name, hp_study_kind_name(s->kind), s->kv, step + 1,
-                                     hp_normalize_name(s->normalize), gb.key, rows, nc, err);
+            const struct hp_store_scores of = {.sweep_id = c->sweep_id, .study = s->name,
+                                               .kind = hp_study_kind_name(s->kind), .kv = s->kv, .step = step + 1,
+                                               .normalize = hp_normalize_name(s->normalize), .grad_key = gb.key};
+            st = hp_store_put_scores(c->store, &of, rows, nc, err);
             if (st != HP_OK || nc == 0)
                 break;
             n_pruned += prune_best(c, s, base, units, cand, nc, pruned, left_in_layer, want);

@@ -395,7 +395,8 @@ enum hp_status sw_gradient_at(struct sw_ctx *c, const struct hp_mask *mask, stru
      * no mask text) */
     const enum hp_metric gm = hp_metric_grad_of(c->metric);
     const char *mname = gm == HP_METRIC_LOSS ? "" : hp_metric_name(gm), *bar = gm == HP_METRIC_LOSS ? "" : "|";
-    char *text = hp_mask_format(mask),
+    /* fractional gates (integrated gradients' path) are part of the address: hp_gates_mask_text writes them */
+    char *text = hp_gates_mask_text(mask),
          *marked = text ? malloc(strlen(text) + sizeof HP_KEY_GRAD + strlen(mname) + 1) : NULL;
     if (!marked) {
         free(text);

@@ -1,13 +1,14 @@
 /*
  * sweep_scores.c -- the sweep's scores procedure (HP_STUDY_RUN_SCORES): the
- * gradient at the study's base mask, the unmasked model without a mask:
- * (sweep_jobs.c's sw_gradient_at: found in the store or computed once and
- * stored), every selected unit's score from
- * it by the rule its kind's row names (hp_study_score_of: importance or the
- * first-order attribution estimate), into the scores table. It runs before
- * the shard's expanded jobs: its forward at the unmasked model is also the
- * baseline's pass, whose metrics (the same bits) the evaluator then hands to
- * the baseline's job.
+ * gradients a study's rule needs (sweep_jobs.c's sw_gradient_at: each found
+ * in the store or computed once and stored): one at the study's base mask,
+ * the unmasked model without a mask:, for importance and the one-pass
+ * estimators, or integrated gradients' along the gate path; then every
+ * selected unit's score by the rule its kind's row names
+ * (hp_study_score_of) and, for attribution, its estimator, into the scores
+ * table. It runs before the shard's expanded jobs: its forward at the
+ * unmasked model is also the baseline's pass, whose metrics (the same bits)
+ * the evaluator then hands to the baseline's job.
  *
  * Must not: print; know SQL; know a study kind by name (the rule is the
  * row's).
@@ -41,14 +42,60 @@ static int score_rows(const struct sw_ctx *c, const struct hp_study *s, const st
     return n;
 }
 
-/* A scores study: one gradient at its base mask (the unmasked model without a mask:), every unit's score from it
- * by its kind's rule. */
+/*
+ * Integrated gradients along the gate path (estimator ig, ig-layer) into est: each unit's -(1/steps) sum over
+ * t_k = (k + 1/2) / steps of dL/dxi at its gate t_k, the study's units moving together (ig) or a layer's at a
+ * time, the rest at 1 (ig-layer); units its base mask removed stay at 0. Each gradient is sw_gradient_at's (found
+ * or computed and stored, keyed by its fractional gates); b holds the last of them.
+ */
+static enum hp_status integrate(struct sw_ctx *c, const struct hp_study *s, int si, const struct hp_mask *base,
+                                struct sw_grad_buf *b, double *est, double *sums, struct hp_error *err)
+{
+    const struct hp_model_info *in = c->info;
+    const int U = hp_unit_count(in, s->kv), steps = s->attribution.steps;
+    const bool per_layer = s->attribution.estimator == HP_EST_IG_LAYER;
+    for (size_t i = 0; i < (size_t)in->n_layers * U; i++)
+        est[i] = 0;
+    struct hp_mask *m = hp_mask_new(in->n_layers, in->n_heads);
+    if (!m)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    enum hp_status st = HP_OK;
+    int step = 0;
+    for (int l0 = 0; l0 < (per_layer ? in->n_layers : 1) && st == HP_OK; l0++) {
+        if (per_layer && !sw_selected(s->n_layers_sel, s->layers, l0))
+            continue;
+        for (int k = 0; k < steps && st == HP_OK; k++) {
+            const float t = (float)((k + 0.5) / steps);
+            memcpy(m->gate, base->gate, (size_t)in->n_layers * in->n_heads * sizeof *m->gate);
+            for (int l = per_layer ? l0 : 0; l < (per_layer ? l0 + 1 : in->n_layers); l++)
+                for (int u = 0; u < U; u++)
+                    if (sw_selected(s->n_layers_sel, s->layers, l) && sw_selected(s->n_units_sel, s->units, u) &&
+                        !hp_unit_pruned(in, s->kv, l, u) && !hp_mask_unit_ablated(base, in, s->kv, l, u))
+                        hp_mask_set_unit(m, in, s->kv, l, u, t);
+            struct hp_job job = {.study = si, .step = step++, .layer = -1, .unit = -1, .unit2 = -1, .mask = m};
+            st = sw_gradient_at(c, m, b, &job, err);
+            if (st != HP_OK)
+                break;
+            hp_unit_sums(b->g.grad, in, s->kv, sums);
+            for (int l = per_layer ? l0 : 0; l < (per_layer ? l0 + 1 : in->n_layers); l++)
+                for (int u = 0; u < U; u++)
+                    est[l * U + u] -= sums[l * U + u] / steps;
+        }
+    }
+    hp_mask_free(m);
+    return st;
+}
+
+/* A scores study: the gradients its kind's rule needs (one at its base mask, the unmasked model without a mask:,
+ * or integrated gradients' along the path), every unit's score from them. */
 static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_error *err)
 {
     (void)ord; /* a gradient is no job of the sweep's */
     const struct hp_study *s = &c->plan->studies[si];
     const enum hp_study_score rule = hp_study_score_of(s->kind);
     assert(rule == HP_STUDY_SCORE_IMPORTANCE || rule == HP_STUDY_SCORE_ATTRIBUTION);
+    const enum hp_estimator est = s->attribution.estimator;
+    const bool path = rule == HP_STUDY_SCORE_ATTRIBUTION && (est == HP_EST_IG || est == HP_EST_IG_LAYER);
     const struct hp_model_info *in = c->info;
     const size_t nu = (size_t)in->n_layers * hp_unit_count(in, s->kv);
     struct sw_grad_buf b;
@@ -59,25 +106,39 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
     double *raw = malloc(nu * sizeof *raw), *score = malloc(nu * sizeof *score);
     struct hp_store_score *rows = malloc(nu * sizeof *rows);
     char(*labels)[32] = malloc(nu * sizeof *labels);
-    st = sw_grad_buf_init(&b, c) && raw && score && rows && labels ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    char *base_text = hp_mask_format(base);
+    st = sw_grad_buf_init(&b, c) && raw && score && rows && labels && base_text
+             ? HP_OK
+             : hp_fail(err, HP_ERR_NOMEM, "out of memory");
     struct hp_job job = {.study = si, .layer = -1, .unit = -1, .unit2 = -1, .mask = base};
-    if (st == HP_OK)
+    if (st == HP_OK && path)
+        st = integrate(c, s, si, base, &b, raw, score, err);
+    else if (st == HP_OK)
         st = sw_gradient_at(c, base, &b, &job, err);
     if (st == HP_OK) {
-        if (rule == HP_STUDY_SCORE_IMPORTANCE) {
+        if (rule == HP_STUDY_SCORE_IMPORTANCE)
             hp_importance(b.g.seq_grad, b.g.n_seqs, in, s->kv, s->normalize, raw, score);
-        } else {
-            hp_attribution(b.g.atp, in, s->kv, raw);
+        else if (est == HP_EST_IMPORTANCE)
+            hp_importance(b.g.seq_grad, b.g.n_seqs, in, s->kv, HP_NORMALIZE_NONE, raw, score);
+        else if (est == HP_EST_ATP)
+            hp_unit_sums(b.g.atp, in, s->kv, raw);
+        if (rule == HP_STUDY_SCORE_ATTRIBUTION)
             memcpy(score, raw, nu * sizeof *raw);
-        }
         int n = score_rows(c, s, base, score, raw, rows, labels);
-        st = hp_store_put_scores(c->store, c->sweep_id, s->name, hp_study_kind_name(s->kind), s->kv, 0,
-                                 rule == HP_STUDY_SCORE_IMPORTANCE ? hp_normalize_name(s->normalize) : NULL, b.key, rows,
-                                 n, err);
+        const bool imp = rule == HP_STUDY_SCORE_IMPORTANCE;
+        const struct hp_store_scores of = {.sweep_id = c->sweep_id,
+                                           .study = s->name,
+                                           .kind = hp_study_kind_name(s->kind),
+                                           .kv = s->kv,
+                                           .normalize = imp ? hp_normalize_name(s->normalize) : NULL,
+                                           .estimator = imp ? NULL : hp_estimator_name(est),
+                                           .base = base_text,
+                                           .grad_key = b.key};
+        st = hp_store_put_scores(c->store, &of, rows, n, err);
     }
     sw_grad_buf_free(&b);
     hp_mask_free(base);
-    free(raw), free(score), free(rows), free(labels);
+    free(raw), free(score), free(rows), free(labels), free(base_text);
     return st;
 }
 

@@ -947,8 +947,17 @@ enum hp_rank {
     HP_RANK_EXACT,    /* the measured damage of ablating each one (one evaluation a unit) */
     HP_RANK_GRADIENT, /* importance recomputed under the current mask (one backward a step) */
 };
+/* What an attribution study estimates each unit's single-ablation effect by (docs/gradients.md, "Estimators"). */
+enum hp_estimator {
+    HP_EST_ATP,        /* -dL/dxi at the gates of 1: attribution patching, one pass */
+    HP_EST_IMPORTANCE, /* E_x |dL_x/dxi| at the gates of 1 (Michel et al., unnormalised): a ranker, unsigned, one pass */
+    HP_EST_IG,         /* integrated gradients, every unit's gate from 1 to 0 together: steps passes */
+    HP_EST_IG_LAYER,   /* ... one layer's gates together, the others at 1: steps passes a layer */
+    HP_EST_COUNT       /* not an estimator: how many there are */
+};
 const char *hp_normalize_name(enum hp_normalize n);
 const char *hp_rank_name(enum hp_rank r);
+const char *hp_estimator_name(enum hp_estimator e);
 
 /* Static name as written in plans: "baseline", "single", ... */
 const char *hp_study_kind_name(enum hp_study_kind k);
@@ -988,6 +997,12 @@ struct hp_study_patching_opts {
     enum hp_patch_positions positions;
     enum hp_patch_direction direction;
 };
+/* attribution: the estimator, and for integrated gradients the gradients along the path (midpoint rule) */
+struct hp_study_attribution_opts {
+    enum hp_estimator estimator; /* default HP_EST_ATP */
+    int steps;                   /* ig, ig-layer: in [1, HP_IG_STEPS_MAX] (default 2); else 0 */
+};
+#define HP_IG_STEPS_MAX 64
 /* gates (docs/plans.md, "Gate training"): one gate a query head, trained with Adam on its log alpha
  * for `steps` steps per penalty weight, on training data separate from the held-out set */
 struct hp_study_gates_opts {
@@ -1027,6 +1042,7 @@ struct hp_study {
     struct hp_study_roles_opts roles;
     struct hp_study_gates_opts gates;
     struct hp_study_patching_opts patching;
+    struct hp_study_attribution_opts attribution;
 };
 
 struct hp_plan {
@@ -1177,12 +1193,13 @@ void hp_importance(const double *seq_grad, int n_seqs, const struct hp_model_inf
                    enum hp_normalize normalize, double *raw, double *score);
 
 /*
- * The attribution (AtP) estimate of each unit's single ablation effect on
- * the loss from hp_evaluator_grad's atp (n_layers, n_heads): a query head's
- * own, a KV group's the sum of its heads' (first order: linear in the heads).
- * out: (n_layers, hp_unit_count(info, kv)).
+ * A per-head quantity (n_layers, n_heads) per unit: a query head's own, a
+ * KV group's the sum of its heads'. Of hp_evaluator_grad's atp, the
+ * attribution (AtP) estimate of each unit's single ablation effect (first
+ * order: linear in the heads); of its grad, the derivative at the unit's one
+ * gate, shared by a group's heads. out: (n_layers, hp_unit_count(info, kv)).
  */
-void hp_attribution(const double *atp, const struct hp_model_info *info, bool kv, double *out);
+void hp_unit_sums(const double *per_head, const struct hp_model_info *info, bool kv, double *out);
 
 /* Append a job (the list takes the mask). HP_ERR_NOMEM on failure (mask freed). */
 enum hp_status hp_joblist_push(struct hp_joblist *jl, const struct hp_job *job);

@@ -74,6 +74,12 @@ bool hp_study_needs_grad(const struct hp_study *s)
     return r->needs_grad && r->needs_grad(s);
 }
 
+bool hp_study_grad_off_base(const struct hp_study *s)
+{
+    const struct hp_study_kind_row *r = hp_study_kinds[s->kind];
+    return r->grad_off_base && r->grad_off_base(s);
+}
+
 bool hp_study_trains(const struct hp_study *s)
 {
     return hp_study_kinds[s->kind]->trains;

@@ -28,7 +28,7 @@ enum hp_study_run hp_study_run_of(enum hp_study_kind k);
 enum hp_study_score {
     HP_STUDY_SCORE_NONE,        /* not a scores study */
     HP_STUDY_SCORE_IMPORTANCE,  /* hp_importance: E|dL/dxi| over the sequences, scaled as s->normalize says */
-    HP_STUDY_SCORE_ATTRIBUTION, /* hp_attribution: the first-order estimate of each ablation's effect, unscaled */
+    HP_STUDY_SCORE_ATTRIBUTION, /* an estimate of each ablation's effect, unscaled, by s->attribution.estimator */
 };
 enum hp_study_score hp_study_score_of(enum hp_study_kind k);
 
@@ -52,6 +52,10 @@ void hp_study_cost(const struct hp_study *s, const struct hp_model_info *info, i
                    struct hp_study_cost *out);
 void hp_study_describe(const struct hp_study *s, const struct hp_model_info *info, const struct hp_study_cost *c,
                        const char *metric, char *buf, size_t cap);
+
+/* Whether the study's gradients are all taken away from its base mask's gates (integrated gradients), so a
+ * metric whose gradient is 0 at the unmasked model still gives it one. */
+bool hp_study_grad_off_base(const struct hp_study *s);
 
 /* Whether the study trains on the plan's training set (gates: hp_gates_data_load makes it). */
 bool hp_study_trains(const struct hp_study *s);

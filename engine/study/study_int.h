@@ -241,6 +241,9 @@ struct hp_study_kind_row {
     bool trains;           /* its backwards are over the plan's training set, not the held-out set */
     long passes;           /* unmasked passes of its own (roles: one) */
     bool (*needs_grad)(const struct hp_study *s);
+    /* NULL, or whether its gradients are taken away from its base mask's gates (integrated gradients: at gates
+     * between 0 and 1), where a metric whose gradient is 0 at the unmasked model still has one */
+    bool (*grad_off_base)(const struct hp_study *s);
     /* the cost sentence of `headprune plan` after the name and kind (NULL: "N jobs") */
     void (*describe)(const struct hp_study *s, const struct hp_model_info *info, const struct hp_study_cost *c,
                      const char *metric, char *buf, size_t cap);
