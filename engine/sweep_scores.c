@@ -52,8 +52,8 @@ static enum hp_status integrate(struct sw_ctx *c, const struct hp_study *s, int 
                                 struct sw_grad_buf *b, double *est, double *sums, struct hp_error *err)
 {
     const struct hp_model_info *in = c->info;
-    const int U = hp_unit_count(in, s->kv), steps = s->attribution.steps;
-    const bool per_layer = s->attribution.estimator == HP_EST_IG_LAYER;
+    const int U = hp_unit_count(in, s->kv), steps = s->steps;
+    const bool per_layer = s->estimator == HP_EST_IG_LAYER;
     for (size_t i = 0; i < (size_t)in->n_layers * U; i++)
         est[i] = 0;
     struct hp_mask *m = hp_mask_new(in->n_layers, in->n_heads);
@@ -94,7 +94,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
     const struct hp_study *s = &c->plan->studies[si];
     const enum hp_study_score rule = hp_study_score_of(s->kind);
     assert(rule == HP_STUDY_SCORE_IMPORTANCE || rule == HP_STUDY_SCORE_ATTRIBUTION);
-    const enum hp_estimator est = s->attribution.estimator;
+    const enum hp_estimator est = s->estimator;
     const bool path = rule == HP_STUDY_SCORE_ATTRIBUTION && (est == HP_EST_IG || est == HP_EST_IG_LAYER);
     const struct hp_model_info *in = c->info;
     const size_t nu = (size_t)in->n_layers * hp_unit_count(in, s->kv);

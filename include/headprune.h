@@ -997,12 +997,7 @@ struct hp_study_patching_opts {
     enum hp_patch_positions positions;
     enum hp_patch_direction direction;
 };
-/* attribution: the estimator, and for integrated gradients the gradients along the path (midpoint rule) */
-struct hp_study_attribution_opts {
-    enum hp_estimator estimator; /* default HP_EST_ATP */
-    int steps;                   /* ig, ig-layer: in [1, HP_IG_STEPS_MAX] (default 2); else 0 */
-};
-#define HP_IG_STEPS_MAX 64
+#define HP_IG_STEPS_MAX 64 /* integrated gradients' steps: at most */
 /* gates (docs/plans.md, "Gate training"): one gate a query head, trained with Adam on its log alpha
  * for `steps` steps per penalty weight, on training data separate from the held-out set */
 struct hp_study_gates_opts {
@@ -1035,6 +1030,11 @@ struct hp_study {
     /* mask: (importance, attribution, iterative), likewise shared: the units already removed where the study
      * starts, a mask spec in --mask syntax (owned; NULL: none), parsed against the model by hp_study_base_mask */
     char *mask;
+    /* estimator: (attribution, screen), likewise shared: what each unit's effect is estimated by (default atp for
+     * attribution), and steps: for integrated gradients, the gradients along the path, midpoint rule (in [1,
+     * HP_IG_STEPS_MAX], default 2; else 0) */
+    enum hp_estimator estimator;
+    int steps;
     /* the kind's own options: only s->kind's member is filled, the rest stay zeroed */
     struct hp_study_random_opts random;
     struct hp_study_explicit_opts explicit_sets; /* not `explicit`: this header is C++'s too */
@@ -1042,7 +1042,6 @@ struct hp_study {
     struct hp_study_roles_opts roles;
     struct hp_study_gates_opts gates;
     struct hp_study_patching_opts patching;
-    struct hp_study_attribution_opts attribution;
 };
 
 struct hp_plan {

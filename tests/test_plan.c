@@ -1210,8 +1210,11 @@ Test(plan, gradient_studies_load_with_defaults_and_options)
                                        "  - iterative: {prune: 25%, rank: gradient, name: g}\n"
                                        "  - iterative: {prune: 25%, rank: gradient, normalize: none, name: g2}\n"
                                        "  - iterative: {prune: 25%, rank: exact, name: e}\n"
-                                       "  - iterative: {prune: 25%, name: d}\n");
-    cr_assert_eq(p->n_studies, 8); // the inserted baseline first
+                                       "  - iterative: {prune: 25%, name: d}\n"
+                                       "  - attribution: {estimator: ig, name: ig}\n"
+                                       "  - attribution: {estimator: ig-layer, steps: 3, layers: [0, 2], name: igl}\n"
+                                       "  - attribution: {estimator: importance, name: ri}\n");
+    cr_assert_eq(p->n_studies, 11); // the inserted baseline first
     const struct hp_study *s = p->studies;
     cr_assert_eq(s[1].kind, HP_STUDY_IMPORTANCE);
     cr_assert_eq(s[1].normalize, HP_NORMALIZE_LAYER, "normalize defaults to layer");
@@ -1245,6 +1248,16 @@ Test(plan, gradient_studies_load_with_defaults_and_options)
     cr_assert_eq(hp_study_backwards(&s[4], &info), 3);
     cr_assert_eq(hp_study_evals(&s[6], &info), 5 + 12 + 9 + 6);
     cr_assert_eq(hp_study_backwards(&s[6], &info), 0);
+    /* estimators: atp by default; integrated gradients take 2 steps by default, a pass a step (a layer) */
+    cr_assert_eq(s[3].estimator, HP_EST_ATP);
+    cr_assert_eq(s[8].estimator, HP_EST_IG);
+    cr_assert_eq(s[8].steps, 2);
+    cr_assert_eq(hp_study_backwards(&s[8], &info), 2);
+    cr_assert_eq(s[9].estimator, HP_EST_IG_LAYER);
+    cr_assert_eq(hp_study_backwards(&s[9], &info), 3 * 2, "3 steps in each of its 2 layers");
+    cr_assert_eq(s[10].estimator, HP_EST_IMPORTANCE);
+    cr_assert_eq(hp_study_backwards(&s[10], &info), 1);
+    cr_assert_str_eq(hp_estimator_name(HP_EST_IG_LAYER), "ig-layer");
     hp_joblist_free(jl);
     hp_plan_free(p);
 }
@@ -1268,6 +1281,19 @@ Test(plan, gradient_study_mistakes)
                "normalize");
     load_fails(HEAD "  - importance: {kv: true, name: a}\n  - attribution: {name: a}\n", 6, "attribution",
                "duplicate study name 'a'", NULL);
+    /* the attribution study's estimators */
+    load_fails(HEAD "  - attribution: {estimator: shap}\n", 5, "shap",
+               "'estimator' must be atp, importance, ig or ig-layer", "not 'shap'");
+    load_fails(HEAD "  - attribution: {estimator: ig, steps: 0}\n", 5, "0", "'steps' must be a whole number of "
+               "gradients along the path, 1 to 64", "not '0'");
+    load_fails(HEAD "  - attribution: {estimator: ig-layer, steps: 65}\n", 5, "65", "'steps' must be a whole number "
+               "of gradients along the path, 1 to 64, not 65", NULL);
+    load_fails(HEAD "  - attribution: {estimator: ig, steps: 2.5}\n", 5, "2.5", "'steps' must be", NULL);
+    load_fails(HEAD "  - attribution: {steps: 4}\n", 5, "steps", "'steps' is for the integrated-gradients "
+               "estimators", "estimator atp takes one gradient");
+    load_fails("name: t\nmodel: m\ndata: d.npy\nablation: mean\nstudies:\n  - attribution: {estimator: ig}\n", 4,
+               "ablation", "attribution study 'attribution' (line 6) has estimator: ig, which integrates the gradient",
+               "under 'ablation: mean' use estimator: atp or importance");
     struct hp_model_info info = tu_info(3, 4, 2);
     expand_fails(HEAD "  - importance: {layers: [3]}\n", &info, 5, "3", "layer 3 does not exist", NULL);
     expand_fails(HEAD "  - attribution: {kv: true, groups: [2]}\n", &info, 5, "2", "KV group 2 does not exist", NULL);

@@ -875,6 +875,117 @@ static void sql_text(const char *db, const char *q, int b, char *out, size_t n)
     sqlite3_close(h);
 }
 
+/* The reference's [n_layers][units] array at key (a path of object keys, then steps as text) into out. */
+static void estimator_ref(const cJSON *units, const char *name, const char *steps, int L, int U, double *out)
+{
+    const cJSON *a = cJSON_GetObjectItem(units, name);
+    if (steps)
+        a = cJSON_GetObjectItem(a, steps);
+    cr_assert(a && cJSON_GetArraySize(a) == L, "estimators.json has no %s %s", name, steps ? steps : "");
+    for (int l = 0; l < L; l++)
+        for (int u = 0; u < U; u++)
+            out[l * U + u] = cJSON_GetArrayItem(cJSON_GetArrayItem(a, l), u)->valuedouble;
+}
+
+/*
+ * Every estimator of the attribution study (atp, raw importance, integrated gradients along the joint path and
+ * one layer's, 1, 2 and 4 steps) on query heads and KV groups against torch autograd's (tools/
+ * gen_estimator_reference.py, estimators.json: its gradients at the same fractional gates, in float32 models),
+ * and the single study's exact effects against the reference's forward passes; the cost the plan states is the
+ * gradients the sweep stored (one a step, a step a layer for ig-layer; atp and importance share one).
+ */
+Test(sweep, attribution_estimators_match_torch_autograd)
+{
+    static const char *const fixtures[] = {"gpt2-tiny", "llama-gqa"};
+    for (int f = 0; f < 2; f++) {
+        char p[1024], db[128], args[2048], errs[4096];
+        const bool gqa = f == 1;
+        char studies[2048];
+        size_t o = (size_t)snprintf(studies, sizeof studies,
+                                    "studies:\n  - single\n  - attribution: {name: atp}\n"
+                                    "  - attribution: {name: imp, estimator: importance}\n");
+        for (int kv = 0; kv <= (gqa ? 1 : 0); kv++) {
+            const char *k = kv ? ", kv: true" : "", *sfx = kv ? "-kv" : "";
+            if (kv)
+                o += (size_t)snprintf(studies + o, sizeof studies - o,
+                                      "  - single: {name: single-kv, kv: true}\n  - attribution: {name: atp-kv%s}\n"
+                                      "  - attribution: {name: imp-kv, estimator: importance%s}\n", k, k);
+            for (int steps = 1; steps <= 4; steps *= 2)
+                o += (size_t)snprintf(studies + o, sizeof studies - o,
+                                      "  - attribution: {name: ig%d%s, estimator: ig, steps: %d%s}\n"
+                                      "  - attribution: {name: igl%d%s, estimator: ig-layer, steps: %d%s}\n",
+                                      steps, sfx, steps, k, steps, sfx, steps, k);
+        }
+        write_fixture_plan(p, sizeof p, fixtures[f], "data.npy", studies);
+        snprintf(db, sizeof db, "%s/est-%s.db", tmp, fixtures[f]);
+        snprintf(args, sizeof args, "run %s --db %s --quiet --threads 1", p, db);
+        cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "%s", errs);
+        char rp[1024];
+        snprintf(rp, sizeof rp, "%s/%s/estimators.json", getenv("HP_FIXTURES"), fixtures[f]);
+        char *txt = tu_slurp(rp, NULL);
+        cJSON *ref = cJSON_Parse(txt);
+        cr_assert(ref, "%s", rp);
+        const int L = cJSON_GetObjectItem(ref, "units") ? 3 : 0, H = 4;
+        for (int kv = 0; kv <= (gqa ? 1 : 0); kv++) {
+            const int U = kv ? 2 : H;
+            const cJSON *units = cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "units"), kv ? "kv" : "heads");
+            double got[3 * 4], want[3 * 4];
+            char name[32];
+            const char *sfx = kv ? "-kv" : "";
+            snprintf(name, sizeof name, "atp%s", kv ? "-kv" : "");
+            estimator_ref(units, "atp", NULL, L, U, want);
+            cr_assert_eq(stored_scores(db, kv ? "atp-kv" : "atp", 0, got, U), L * U);
+            expect_close(name, got, want, L * U, 1e-4);
+            estimator_ref(units, "importance", NULL, L, U, want);
+            cr_assert_eq(stored_scores(db, kv ? "imp-kv" : "imp", 0, got, U), L * U);
+            expect_close("importance", got, want, L * U, 1e-4);
+            for (int steps = 1; steps <= 4; steps *= 2) {
+                char st[8];
+                snprintf(st, sizeof st, "%d", steps);
+                snprintf(name, sizeof name, "ig%d%s", steps, sfx);
+                estimator_ref(units, "ig", st, L, U, want);
+                cr_assert_eq(stored_scores(db, name, 0, got, U), L * U, "%s", name);
+                expect_close(name, got, want, L * U, 1e-4);
+                snprintf(name, sizeof name, "igl%d%s", steps, sfx);
+                estimator_ref(units, "ig-layer", st, L, U, want);
+                cr_assert_eq(stored_scores(db, name, 0, got, U), L * U, "%s", name);
+                expect_close(name, got, want, L * U, 1e-4);
+            }
+        }
+        /* the exact effects the query ranks against are the reference's forward passes' */
+        {
+            sqlite3 *h;
+            cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+            sqlite3_stmt *e;
+            cr_assert_eq(sqlite3_prepare_v2(h, "SELECT layer, unit, d_loss FROM effects WHERE study = 'single'", -1,
+                                            &e, NULL), SQLITE_OK);
+            double got[3 * 4], want[3 * 4];
+            int n = 0;
+            while (sqlite3_step(e) == SQLITE_ROW)
+                got[sqlite3_column_int(e, 0) * H + sqlite3_column_int(e, 1)] = sqlite3_column_double(e, 2), n++;
+            sqlite3_finalize(e);
+            cr_assert_eq(n, L * H);
+            estimator_ref(cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "units"), "heads"), "exact", NULL, L, H, want);
+            expect_close("exact", got, want, L * H, 1e-4);
+            /* gradients stored: one at the unmasked model, plus 1 + 2 + 4 joint ones (each unit kind's path moves the
+             * same gates: shared) and 3 layers' as many */
+            cr_assert_eq(count(db, "SELECT count(*) FROM gradients"), 1 + 7 + 3 * 7);
+            sqlite3_close(h);
+        }
+        /* query attribution ranks each estimator the sweep ran */
+        struct hp_query_opts qo = {.kind = HP_QUERY_ATTRIBUTION};
+        struct hp_table *t;
+        struct hp_error err = {0};
+        cr_assert_eq(hp_query(db, &qo, &t, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(t->n_summary, 8, "a row all per heads study: %d", t->n_summary);
+        cr_assert_str_eq(t->cols[12], "estimator");
+        cr_assert(strstr(t->note, "ig-layer = integrated gradients"), "%s", t->note);
+        hp_table_free(t);
+        cJSON_Delete(ref);
+        free(txt);
+    }
+}
+
 /*
  * An encoder without a head (bert-encoder) differentiates 1 - cos, whose gradient is 0 at the unmasked model, so
  * its gradient studies start from a mask: of heads already removed, here 0.1 and 1.2 (torch's case cos_partial):

@@ -20,101 +20,102 @@ const char *hp_estimator_name(enum hp_estimator e)
     return (int)e >= 0 && (int)e < HP_EST_COUNT ? estimator_names[e] : "unknown";
 }
 
-static bool integrated(const struct hp_study *s)
+bool hp_study_integrated(const struct hp_study *s)
 {
-    return s->attribution.estimator == HP_EST_IG || s->attribution.estimator == HP_EST_IG_LAYER;
+    return s->estimator == HP_EST_IG || s->estimator == HP_EST_IG_LAYER;
 }
 
-static enum hp_status parse_estimator(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
+enum hp_status hp_study_parse_estimator(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
     int i = 0;
     enum hp_status st = hp_ld_word(ld, "estimator", v, estimator_names, HP_EST_COUNT, &i);
-    s->attribution.estimator = (enum hp_estimator)i;
+    s->estimator = (enum hp_estimator)i;
     return st;
 }
 
-static enum hp_status parse_steps(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
+enum hp_status hp_study_parse_steps(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
     enum hp_status st = hp_ld_int(ld, "'steps'", v, 1, "a whole number of gradients along the path, 1 to 64",
-                                  &s->attribution.steps);
-    if (st == HP_OK && s->attribution.steps > HP_IG_STEPS_MAX)
+                                  &s->steps);
+    if (st == HP_OK && s->steps > HP_IG_STEPS_MAX)
         return hp_ld_fail(ld, v, "'steps' must be a whole number of gradients along the path, 1 to %d, not %d (the "
                           "midpoint rule's error falls as 1/steps^2: 2 to 8 is the useful range)", HP_IG_STEPS_MAX,
-                          s->attribution.steps);
+                          s->steps);
     return st;
 }
 
 static const struct hp_study_opt opts[] = {
-    {"estimator", parse_estimator}, {"steps", parse_steps}, {"mask", hp_study_parse_mask}};
+    {"estimator", hp_study_parse_estimator}, {"steps", hp_study_parse_steps}, {"mask", hp_study_parse_mask}};
 enum { O_ESTIMATOR, O_STEPS, O_MASK };
 
 static void defaults(struct hp_study *s)
 {
-    s->attribution.estimator = HP_EST_ATP;
+    s->estimator = HP_EST_ATP;
 }
 
-/* steps: only where there is a path to step along; given none there, integrated gradients take 2 */
-static enum hp_status check(const struct hp_loader *ld, const struct hp_study_seen *seen, struct hp_study *s)
+enum hp_status hp_study_check_steps(const struct hp_loader *ld, const yaml_node_t *steps, struct hp_study *s)
 {
-    if (seen->opts[O_STEPS] && !integrated(s))
-        return hp_ld_fail(ld, seen->opts[O_STEPS], "'steps' is for the integrated-gradients estimators (estimator: "
-                          "ig or ig-layer); estimator %s takes one gradient", hp_estimator_name(s->attribution.estimator));
-    if (integrated(s) && !seen->opts[O_STEPS])
-        s->attribution.steps = 2;
+    if (steps && !hp_study_integrated(s))
+        return hp_ld_fail(ld, steps, "'steps' is for the integrated-gradients estimators (estimator: ig or "
+                          "ig-layer); estimator %s takes one gradient", hp_estimator_name(s->estimator));
+    if (hp_study_integrated(s) && !steps)
+        s->steps = 2;
     return HP_OK;
 }
 
-/* Integrated gradients walk the gates from 1 to 0: the path of zero ablation. Another ablation jumps to its
- * replacement at 0, which no gate between 0 and 1 passes through. */
+static enum hp_status check(const struct hp_loader *ld, const struct hp_study_seen *seen, struct hp_study *s)
+{
+    return hp_study_check_steps(ld, seen->opts[O_STEPS], s);
+}
+
+enum hp_status hp_study_check_estimator_plan(const struct hp_loader *ld, const struct hp_plan *p,
+                                             const struct hp_study *s, const yaml_node_t *ablation)
+{
+    if (!hp_study_integrated(s) || p->ablation == HP_ABLATE_ZERO)
+        return HP_OK;
+    return hp_ld_fail(ld, ablation, "%s study '%s' (line %d) has estimator: %s, which integrates the gradient along "
+                      "gates from 1 to 0, the path of zero ablation; under 'ablation: %s' use estimator: atp or "
+                      "importance", hp_study_kind_name(s->kind), s->name, s->line, hp_estimator_name(s->estimator),
+                      hp_ablation_name(p->ablation));
+}
+
 static enum hp_status check_plan(const struct hp_loader *ld, const struct hp_plan *p, struct hp_study *s,
                                  const yaml_node_t *metric, const yaml_node_t *ablation)
 {
     (void)metric;
-    if (!integrated(s) || p->ablation == HP_ABLATE_ZERO)
-        return HP_OK;
-    return hp_ld_fail(ld, ablation, "attribution study '%s' (line %d) has estimator: %s, which integrates the "
-                      "gradient along gates from 1 to 0, the path of zero ablation; under 'ablation: %s' use "
-                      "estimator: atp or importance", s->name, s->line, hp_estimator_name(s->attribution.estimator),
-                      hp_ablation_name(p->ablation));
+    return hp_study_check_estimator_plan(ld, p, s, ablation);
 }
 
-/* The layers the study covers: its layers:, else every layer. */
-static long n_layers_of(const struct hp_study *s, const struct hp_model_info *info)
+long hp_study_estimator_backwards(const struct hp_study *s, const struct hp_model_info *info)
 {
-    return s->n_layers_sel ? s->n_layers_sel : info->n_layers;
-}
-
-static long backwards(const struct hp_study *s, const struct hp_model_info *info)
-{
-    switch (s->attribution.estimator) {
-    case HP_EST_IG: return s->attribution.steps;
-    case HP_EST_IG_LAYER: return (long)s->attribution.steps * n_layers_of(s, info);
+    switch (s->estimator) {
+    case HP_EST_IG: return s->steps;
+    case HP_EST_IG_LAYER: return (long)s->steps * (s->n_layers_sel ? s->n_layers_sel : info->n_layers);
     default: return 1;
     }
 }
 
-/* Integrated gradients are taken between the gates of 1 and 0, where a metric whose gradient is 0 at the
- * unmasked model (1 - cos, KL) has one. */
-static bool grad_off_base(const struct hp_study *s)
+void hp_study_estimator_text(const struct hp_study *s, char *buf, size_t cap)
 {
-    return integrated(s);
+    const char *what = s->estimator == HP_EST_ATP          ? "AtP"
+                       : s->estimator == HP_EST_IMPORTANCE ? "raw importance"
+                       : s->estimator == HP_EST_IG         ? "integrated gradients, all gates together"
+                                                           : "integrated gradients, a layer's gates together";
+    if (hp_study_integrated(s))
+        snprintf(buf, cap, "%s, %d step%s%s", what, s->steps, s->steps == 1 ? "" : "s",
+                 s->estimator == HP_EST_IG_LAYER ? " a layer" : "");
+    else
+        snprintf(buf, cap, "%s", what);
 }
 
 static void describe(const struct hp_study *s, const struct hp_model_info *info, const struct hp_study_cost *c,
                      const char *metric, char *buf, size_t cap)
 {
-    (void)metric;
-    const char *what = s->attribution.estimator == HP_EST_ATP          ? "AtP"
-                       : s->attribution.estimator == HP_EST_IMPORTANCE ? "raw importance"
-                       : s->attribution.estimator == HP_EST_IG         ? "integrated gradients, all gates together"
-                                                                       : "integrated gradients, a layer's gates together";
-    char steps[48] = "";
-    if (integrated(s))
-        snprintf(steps, sizeof steps, ", %d step%s%s", s->attribution.steps, s->attribution.steps == 1 ? "" : "s",
-                 s->attribution.estimator == HP_EST_IG_LAYER ? " a layer" : "");
-    (void)info;
-    snprintf(buf, cap, "%ld forward+backward pass%s (%s, %s%s%s%s)", c->backwards, c->backwards == 1 ? "" : "es",
-             hp_unit_name(s->kv, true), what, steps, s->mask ? ", at mask " : "", s->mask ? s->mask : "");
+    (void)metric, (void)info;
+    char what[96];
+    hp_study_estimator_text(s, what, sizeof what);
+    snprintf(buf, cap, "%ld forward+backward pass%s (%s, %s%s%s)", c->backwards, c->backwards == 1 ? "" : "es",
+             hp_unit_name(s->kv, true), what, s->mask ? ", at mask " : "", s->mask ? s->mask : "");
 }
 
 const struct hp_study_kind_row hp_study_attribution = {
@@ -128,8 +129,8 @@ const struct hp_study_kind_row hp_study_attribution = {
     .run = HP_STUDY_RUN_SCORES,
     .score = HP_STUDY_SCORE_ATTRIBUTION,
     .first_shard_only = true,
-    .backwards = backwards,
+    .backwards = hp_study_estimator_backwards,
     .needs_grad = hp_study_always_grad,
-    .grad_off_base = grad_off_base,
+    .grad_off_base = hp_study_integrated,
     .describe = describe,
 };

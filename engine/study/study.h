@@ -28,7 +28,7 @@ enum hp_study_run hp_study_run_of(enum hp_study_kind k);
 enum hp_study_score {
     HP_STUDY_SCORE_NONE,        /* not a scores study */
     HP_STUDY_SCORE_IMPORTANCE,  /* hp_importance: E|dL/dxi| over the sequences, scaled as s->normalize says */
-    HP_STUDY_SCORE_ATTRIBUTION, /* an estimate of each ablation's effect, unscaled, by s->attribution.estimator */
+    HP_STUDY_SCORE_ATTRIBUTION, /* an estimate of each ablation's effect, unscaled, by s->estimator */
 };
 enum hp_study_score hp_study_score_of(enum hp_study_kind k);
 
