@@ -1030,7 +1030,7 @@ struct hp_study {
     /* mask: (importance, attribution, iterative), likewise shared: the units already removed where the study
      * starts, a mask spec in --mask syntax (owned; NULL: none), parsed against the model by hp_study_base_mask */
     char *mask;
-    /* estimator: (attribution, screen), likewise shared: what each unit's effect is estimated by (default atp for
+    /* estimator: (attribution), likewise no one kind's (a kind that estimates effects takes it): what each unit's effect is estimated by (default atp for
      * attribution), and steps: for integrated gradients, the gradients along the path, midpoint rule (in [1,
      * HP_IG_STEPS_MAX], default 2; else 0) */
     enum hp_estimator estimator;

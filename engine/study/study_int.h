@@ -43,23 +43,6 @@
 #define HP_PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
 #else
 #define HP_PRINTF_LIKE(f, a)
-/* estimator: and steps: (attribution.c), read by attribution and screen (s->estimator, s->steps) */
-enum hp_status hp_study_parse_estimator(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s);
-enum hp_status hp_study_parse_steps(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s);
-/* whether the estimator integrates gradients along the gate path (ig, ig-layer): its gradients are all taken at
- * gates between 0 and 1, where a metric whose gradient is 0 at the unmasked model (1 - cos, KL) has one */
-bool hp_study_integrated(const struct hp_study *s);
-/* steps: (its node, NULL when not given) only for integrated gradients, which default to 2 */
-enum hp_status hp_study_check_steps(const struct hp_loader *ld, const yaml_node_t *steps, struct hp_study *s);
-/* integrated gradients walk the gates from 1 to 0, the path of zero ablation: another ablation jumps to its
- * replacement at 0, which no gate between passes through; refused at the plan's ablation: */
-enum hp_status hp_study_check_estimator_plan(const struct hp_loader *ld, const struct hp_plan *p,
-                                             const struct hp_study *s, const yaml_node_t *ablation);
-/* forward + backward passes the estimator takes: 1, steps (ig), steps a layer (ig-layer) */
-long hp_study_estimator_backwards(const struct hp_study *s, const struct hp_model_info *info);
-/* "AtP", "integrated gradients, a layer's gates together, 2 steps a layer": for cost sentences */
-void hp_study_estimator_text(const struct hp_study *s, char *buf, size_t cap);
-
 #endif
 
 // --- the YAML document being loaded (plan.c) ----------------------------------
@@ -287,7 +270,7 @@ enum hp_status hp_study_parse_mask(const struct hp_loader *ld, const yaml_node_t
 /* normalize: (importance.c) read by importance and by iterative with rank: gradient */
 enum hp_status hp_study_parse_normalize(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s);
 
-/* estimator: and steps: (attribution.c), read by attribution and screen (s->estimator, s->steps) */
+/* estimator: and steps: (attribution.c), s->estimator and s->steps, for any kind that estimates effects */
 enum hp_status hp_study_parse_estimator(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s);
 enum hp_status hp_study_parse_steps(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s);
 /* whether the estimator integrates gradients along the gate path (ig, ig-layer): its gradients are all taken at
