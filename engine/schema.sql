@@ -1,11 +1,12 @@
--- headprune results database, schema version 9 (2 added ablation_means;
+-- headprune results database, schema version 10 (2 added ablation_means;
 -- 3 added gradients and unit_scores, for the gradient studies; 4 added
 -- role_runs, head_roles and sweep_roles, for head roles; gate_runs, gate_heads and sweep_gates, for
 -- gates studies; 5 added pruned_heads, so queries count the heads a pruned checkpoint has; 6 makes the
 -- metrics' columns and the views over them from the metric table, so a metric needs no edit here; 7 added
 -- variant_positions and patch_tokens, for patching one position at a time; 8 added role_runs.sep_id and
 -- n_sep and head_roles.sep_token, attention to [SEP], which store.c's added_columns adds to an older database;
--- 9 added unit_scores.estimator and base, for the attribution study's estimators, added likewise).
+-- 9 added unit_scores.estimator and base, for the attribution study's estimators, added likewise; 10 added
+-- screens, a screen study's verdict).
 -- Embedded into engine/store.c at build time; documented for users in
 -- docs/database.md (keep it in step with this file).
 -- Every statement is idempotent: it runs on each open for writing, which
@@ -272,6 +273,26 @@ CREATE TABLE IF NOT EXISTS head_roles(
   rare_token       REAL,              -- encoders: ... to the sequence's least frequent token; NULL for decoders
   sep_token        REAL,              -- 8: ... to the sequence's [SEP] tokens; NULL when the model has none
   PRIMARY KEY(run_id, layer, head)
+) WITHOUT ROWID;
+
+-- A screen study's verdict, written once it stopped (docs/plans.md, "Screen"): its evaluations are sweep_jobs
+-- of kind 'screen' (step: the evaluation's place, sample: 0 the walk, r the r-th audit), its estimates
+-- unit_scores of kind 'screen'. The exact top k are the k evaluated units with the largest effects (ties: the
+-- larger estimate, then plan order).
+CREATE TABLE IF NOT EXISTS screens(
+  sweep_id    INTEGER NOT NULL REFERENCES sweeps(id),
+  study       TEXT NOT NULL,
+  kv          INTEGER NOT NULL,       -- 1: units are KV groups
+  units       INTEGER NOT NULL,       -- units screened
+  k           INTEGER NOT NULL,       -- the top k stated
+  estimator   TEXT NOT NULL,          -- the ranking's: atp | importance | ig | ig-layer
+  evaluated   INTEGER NOT NULL,       -- exact evaluations
+  audits      INTEGER NOT NULL,       -- audit rounds (the last found none above threshold)
+  population  INTEGER NOT NULL,       -- units unevaluated before the last audit (0: every unit was evaluated)
+  audited     INTEGER NOT NULL,       -- units the last audit drew
+  missed_max  INTEGER NOT NULL,       -- at most this many of the units left unevaluated lie above threshold ...
+  confidence  REAL NOT NULL,          -- ... with this confidence (hypergeometric, exact); threshold: the k-th effect
+  PRIMARY KEY(sweep_id, study)
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS sweep_roles(

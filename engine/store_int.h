@@ -12,7 +12,7 @@
 
 #include "headprune.h"
 
-#define HP_SCHEMA_VERSION 9
+#define HP_SCHEMA_VERSION 10
 
 struct hp_store;
 struct sqlite3;
@@ -191,6 +191,19 @@ struct hp_store_scores {
  */
 enum hp_status hp_store_put_scores(struct hp_store *s, const struct hp_store_scores *of,
                                    const struct hp_store_score *rows, int n, struct hp_error *err);
+
+/* A screen study's verdict (a screens row). */
+struct hp_store_screen {
+    int64_t sweep_id;
+    const char *study;
+    bool kv;
+    int units, k;
+    const char *estimator;
+    int evaluated, audits, population, audited, missed_max;
+    double confidence;
+};
+/* Record it (re-recording replaces it). */
+enum hp_status hp_store_put_screen(struct hp_store *s, const struct hp_store_screen *v, struct hp_error *err);
 
 /* A head-roles computation to store (a role_runs row and its head_roles rows). */
 struct hp_store_roles {

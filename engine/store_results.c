@@ -401,6 +401,40 @@ enum hp_status hp_store_put_scores(struct hp_store *s, const struct hp_store_sco
     return hs_commit_or_fail(s, rc, "writing a study's scores", err);
 }
 
+// --- screens ------------------------------------------------------------------------
+
+enum hp_status hp_store_put_screen(struct hp_store *s, const struct hp_store_screen *v, struct hp_error *err)
+{
+    int rc = hs_exec(s, "BEGIN IMMEDIATE");
+    sqlite3_stmt *st = NULL;
+    if (rc == SQLITE_OK)
+        rc = hs_prep(s,
+                     "INSERT OR REPLACE INTO screens(sweep_id, study, kv, units, k, estimator, evaluated, audits, "
+                     "population, audited, missed_max, confidence) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+                     "?11, ?12)",
+                     &st);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, v->sweep_id);
+        sqlite3_bind_text(st, 2, v->study, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, v->kv);
+        sqlite3_bind_int(st, 4, v->units);
+        sqlite3_bind_int(st, 5, v->k);
+        sqlite3_bind_text(st, 6, v->estimator, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 7, v->evaluated);
+        sqlite3_bind_int(st, 8, v->audits);
+        sqlite3_bind_int(st, 9, v->population);
+        sqlite3_bind_int(st, 10, v->audited);
+        sqlite3_bind_int(st, 11, v->missed_max);
+        sqlite3_bind_double(st, 12, v->confidence);
+        rc = sqlite3_step(st);
+        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_OK)
+        rc = hs_touch_sweep(s, v->sweep_id);
+    return hs_commit_or_fail(s, rc, "writing a screen's verdict", err);
+}
+
 // --- head roles ------------------------------------------------------------------
 
 enum hp_status hp_store_has_roles(struct hp_store *s, const char *key, bool *found, struct hp_error *err)

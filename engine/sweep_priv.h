@@ -142,4 +142,15 @@ void sw_grad_buf_free(struct sw_grad_buf *b);
 enum hp_status sw_gradient_at(struct sw_ctx *c, const struct hp_mask *mask, struct sw_grad_buf *b,
                               const struct hp_job *job, struct hp_error *err);
 
+// --- scores (sweep_scores.c) ---------------------------------------------------------------
+
+/*
+ * Study si's scores by its kind's rule (hp_study_score_of) and estimator: the
+ * gradients they need (sw_gradient_at's), every selected unit's score from
+ * them, stored (unit_scores, under the study's name and kind). out: NULL, or
+ * (n_layers, units of the study's kind) receiving the scores, row-major (a
+ * unit the study does not cover: unspecified).
+ */
+enum hp_status sw_scores(struct sw_ctx *c, int si, double *out, struct hp_error *err);
+
 #endif

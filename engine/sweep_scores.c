@@ -86,11 +86,8 @@ static enum hp_status integrate(struct sw_ctx *c, const struct hp_study *s, int 
     return st;
 }
 
-/* A scores study: the gradients its kind's rule needs (one at its base mask, the unmasked model without a mask:,
- * or integrated gradients' along the path), every unit's score from them. */
-static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_error *err)
+enum hp_status sw_scores(struct sw_ctx *c, int si, double *out, struct hp_error *err)
 {
-    (void)ord; /* a gradient is no job of the sweep's */
     const struct hp_study *s = &c->plan->studies[si];
     const enum hp_study_score rule = hp_study_score_of(s->kind);
     assert(rule == HP_STUDY_SCORE_IMPORTANCE || rule == HP_STUDY_SCORE_ATTRIBUTION);
@@ -135,11 +132,20 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
                                            .base = base_text,
                                            .grad_key = b.key};
         st = hp_store_put_scores(c->store, &of, rows, n, err);
+        if (out)
+            memcpy(out, score, nu * sizeof *score);
     }
     sw_grad_buf_free(&b);
     hp_mask_free(base);
     free(raw), free(score), free(rows), free(labels), free(base_text);
     return st;
+}
+
+/* A scores study: sw_scores, its scores kept in the store only. */
+static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_error *err)
+{
+    (void)ord; /* a gradient is no job of the sweep's */
+    return sw_scores(c, si, NULL, err);
 }
 
 const struct sw_proc sw_proc_scores = {.run = run, .before_jobs = true};

@@ -937,6 +937,7 @@ enum hp_study_kind {
     HP_STUDY_ROLES,       /* what each head attends to (hp_roles_compute): one unmasked pass */
     HP_STUDY_GATES,       /* Voita et al.'s L0-regularised Hard Concrete gates, trained per lambda (weights frozen) */
     HP_STUDY_PATCHING,    /* activation patching of each unit alone, at every position together or at each */
+    HP_STUDY_SCREEN,      /* the exact top k: units evaluated in estimate order, with random audits and a bound */
     HP_STUDY_COUNT        /* not a kind: how many there are (each is a row of engine/study/study.c) */
 };
 
@@ -997,6 +998,14 @@ struct hp_study_patching_opts {
     enum hp_patch_positions positions;
     enum hp_patch_direction direction;
 };
+/* screen (docs/plans.md, "Screen"): the exact top k of the single study's effects, walking the units in the
+ * order of s->estimator's estimate, then auditing units drawn at random, until an audit finds none above */
+struct hp_study_screen_opts {
+    int k;          /* the top k wanted, >= 1; 0: k_frac of the units */
+    double k_frac;  /* k as a fraction of the study's units, in (0, 1) (default 10%, rounded up) */
+    int batch;      /* units a walk step evaluates (0: the default, hp_study_screen_sizes) */
+    int audit;      /* units an audit draws at random (0: the default) */
+};
 #define HP_IG_STEPS_MAX 64 /* integrated gradients' steps: at most */
 /* gates (docs/plans.md, "Gate training"): one gate a query head, trained with Adam on its log alpha
  * for `steps` steps per penalty weight, on training data separate from the held-out set */
@@ -1042,6 +1051,7 @@ struct hp_study {
     struct hp_study_roles_opts roles;
     struct hp_study_gates_opts gates;
     struct hp_study_patching_opts patching;
+    struct hp_study_screen_opts screen;
 };
 
 struct hp_plan {

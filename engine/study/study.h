@@ -20,6 +20,7 @@ enum hp_study_run {
     HP_STUDY_RUN_ROLES,     /* every head's roles, one unmasked pass */
     HP_STUDY_RUN_GATES,     /* gate training per lambda, then its two evaluations */
     HP_STUDY_RUN_PATCHING,  /* each unit patched alone, at every position or at each (the data's) */
+    HP_STUDY_RUN_SCREEN,    /* the units in estimate order with audits, until the exact top k stands (after the jobs) */
     HP_STUDY_RUN_COUNT      /* not a procedure: how many there are */
 };
 enum hp_study_run hp_study_run_of(enum hp_study_kind k);
@@ -56,6 +57,13 @@ void hp_study_describe(const struct hp_study *s, const struct hp_model_info *inf
 /* Whether the study's gradients are all taken away from its base mask's gates (integrated gradients), so a
  * metric whose gradient is 0 at the unmasked model still gives it one. */
 bool hp_study_grad_off_base(const struct hp_study *s);
+
+/* A screen study's sizes on a model: the selected units the checkpoint has, k (given, or its share of them,
+ * rounded up), and the walk's step and the audit's draw, given or defaulted. */
+struct hp_screen_sizes {
+    int units, k, batch, audit;
+};
+struct hp_screen_sizes hp_study_screen_sizes(const struct hp_study *s, const struct hp_model_info *info);
 
 /* Whether the study trains on the plan's training set (gates: hp_gates_data_load makes it). */
 bool hp_study_trains(const struct hp_study *s);
