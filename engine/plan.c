@@ -1280,9 +1280,15 @@ enum hp_status hp_plan_check_grad(const struct hp_plan *p, const struct hp_evalu
         int h0 = 0; /* the hint's head: the first the checkpoint has (a pruned one lacks some) */
         while (info->pruned && h0 < info->n_layers * info->n_heads - 1 && info->pruned[h0])
             h0++;
+        char mask[96] = "", ig[112] = "";
+        if (hp_study_takes(s, "mask"))
+            snprintf(mask, sizeof mask, "give it heads already removed to start from, e.g. mask: \"%d.%d\"",
+                     h0 / info->n_heads, h0 % info->n_heads);
+        if (hp_study_takes(s, "estimator"))
+            snprintf(ig, sizeof ig, "%srank by integrated gradients, whose gates leave 1 along the path: "
+                     "estimator: ig-layer", mask[0] ? ", or " : "");
         return hp_fail(err, HP_ERR_PLAN, "%s:%d: study '%s' differentiates %s, whose gradient is 0 at the unmasked "
-                           "model: give it heads already removed to start from, e.g. mask: \"%d.%d\"",
-                           p->path, s->line, s->name, hp_metric_grad_what(gm), h0 / info->n_heads, h0 % info->n_heads);
+                           "model: %s%s", p->path, s->line, s->name, hp_metric_grad_what(gm), mask, ig);
     }
     return HP_OK;
 }

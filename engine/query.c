@@ -151,6 +151,12 @@ const struct hp_query_kind_row hp_query_kinds[] = {
      "(/the corrupt prompt's where it differs); with positions: all\n"
      "one column. --top K: the K largest (unit, position) cells",
      hq_patching},
+    {HP_QUERY_SCREEN, "screen", STUDY, true,
+     "a screen study (--study NAME, else the first): its verified\n"
+     "top k, each unit's exact effect with a paired 95% CI beside\n"
+     "its estimate and rank, how many exact evaluations it took and\n"
+     "the bound its last random audit gives on the units it missed",
+     hq_screen},
     {HP_QUERY_SQL, "sql", TOP | SQL, false,
      "read-only SQL, e.g. \"SELECT * FROM effects LIMIT 5\"\n"
      "(tables, columns and views: docs/database.md)",

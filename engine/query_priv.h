@@ -7,7 +7,8 @@
  * sweep a question reads (its metric, baseline, shape and studies); one file
  * answers each question or small group of them (query_curve.c, query_heads.c,
  * query_pairs.c, query_compare.c, query_scores.c, query_roles.c,
- * query_gates.c, query_sql.c); query.c is the entry (hp_query, the readers).
+ * query_gates.c, query_patching.c, query_screen.c, query_sql.c); query.c is
+ * the entry (hp_query, the readers).
  * Names shared across the family carry the prefix hq_; everything else in a
  * file is static.
  *
@@ -242,6 +243,7 @@ enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *op
 enum hp_status hq_roles(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);   // query_roles.c
 enum hp_status hq_gates(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);   // query_gates.c
 enum hp_status hq_patching(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out); // _patching.c
+enum hp_status hq_screen(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out); // _screen.c
 /* compare (query_compare.c): q is A's connection; B's is opened here (or A's shared: one file) and
  * both sweeps resolved */
 enum hp_status hq_compare(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);

@@ -1333,6 +1333,7 @@ enum hp_query_kind {
     HP_QUERY_ROLES,       /* a roles study's scores per head, with the single effects and rank correlations */
     HP_QUERY_GATES,       /* each lambda of the gates studies against the other curves at its heads kept */
     HP_QUERY_PATCHING,    /* a patching study's effects: the unit x position grid */
+    HP_QUERY_SCREEN,      /* a screen study's verified top k, its evaluations and its bound */
     HP_QUERY_KIND_COUNT   /* how many kinds there are (not a kind): the query table is sized by it */
 };
 

@@ -81,6 +81,15 @@ bool hp_study_grad_off_base(const struct hp_study *s)
     return r->grad_off_base && r->grad_off_base(s);
 }
 
+bool hp_study_takes(const struct hp_study *s, const char *name)
+{
+    const struct hp_study_kind_row *r = hp_study_kinds[s->kind];
+    for (int i = 0; i < r->n_opts; i++)
+        if (r->opts[i].name && strcmp(r->opts[i].name, name) == 0)
+            return true;
+    return false;
+}
+
 bool hp_study_trains(const struct hp_study *s)
 {
     return hp_study_kinds[s->kind]->trains;

@@ -65,6 +65,9 @@ struct hp_screen_sizes {
 };
 struct hp_screen_sizes hp_study_screen_sizes(const struct hp_study *s, const struct hp_model_info *info);
 
+/* Whether the study's kind takes option name (e.g. "mask", "estimator"), for hints that suggest one. */
+bool hp_study_takes(const struct hp_study *s, const char *name);
+
 /* Whether the study trains on the plan's training set (gates: hp_gates_data_load makes it). */
 bool hp_study_trains(const struct hp_study *s);
 
