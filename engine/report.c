@@ -67,6 +67,7 @@ static const struct figure_kind {
     {"redundancy", "Redundancy per layer", hr_make_redundancy},
     {"pairs", "Pair interactions", hr_make_pairs},
     {"roles", "Roles against effect", hr_make_roles},
+    {"estimates", "Estimates against exact effects", hr_make_estimates},
     {"patching", "Activation patching by position", hr_make_patching},
 };
 #define N_KINDS ((int)(sizeof figure_kinds / sizeof *figure_kinds))

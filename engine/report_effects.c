@@ -232,6 +232,45 @@ static void heatmap_legend(struct hp_text *sv, const struct report *r, int lx, i
                    r->o->scale == HP_REPORT_SCALE_LINEAR ? "linear" : "symmetric log");
 }
 
+/*
+ * The verified top k of the sweep's first finished screen study over the same units, outlined on the heatmap
+ * (`query screen`'s rows: their layer and unit); its table into *out (NULL when nothing was outlined: a screen
+ * not finished, or none).
+ */
+static enum hp_status screen_outline(struct report *r, struct hp_text *sv, bool kv, int L, int U, int left, int top,
+                                     int cs, int ch, struct hp_table **out)
+{
+    *out = NULL;
+    const char *study = hr_study_of(r, "screen", kv);
+    if (!study)
+        return HP_OK;
+    struct hp_query_opts q = {.kind = HP_QUERY_SCREEN, .sweep_id = r->sweep, .study = study};
+    struct hp_table *t = NULL;
+    enum hp_status s = hp_query_read(r->rd, &q, &t, r->err);
+    if (s == HP_ERR_ARG) { /* not finished: nothing verified to mark */
+        r->err->msg[0] = 0;
+        return HP_OK;
+    }
+    if (s != HP_OK)
+        return s;
+    const int c_l = tcol(t, "layer"), c_u = tcol(t, "unit"), c_lab = tcol(t, "label");
+    hp_text_add(sv, "<g class=\"screen-top\" data-study=\"");
+    hp_text_escape(sv, study);
+    hp_text_add(sv, "\" fill=\"none\" stroke=\"#111111\" stroke-width=\"2\" pointer-events=\"none\">\n");
+    for (int i = 0; i < t->n_rows - t->n_summary; i++) {
+        const int l = tint(t, i, c_l), u = tint(t, i, c_u);
+        if (l < 0 || l >= L || u < 0 || u >= U)
+            continue;
+        hp_text_printf(sv, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\"", left + u * cs + 1.5,
+                       top + l * ch + 1.5, cs - 3, ch - 3);
+        hr_attr_cell(sv, "data-label", t, i, c_lab);
+        hp_text_add(sv, "/>\n");
+    }
+    hp_text_add(sv, "</g>\n");
+    *out = t;
+    return HP_OK;
+}
+
 static enum hp_status draw_heatmap(struct report *r, struct section *sec, const char *study, bool kv)
 {
     struct hp_query_opts q = {.kind = HP_QUERY_HEADS, .sweep_id = r->sweep, .study = study};
@@ -355,6 +394,12 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
             }
         }
     hp_text_add(sv, "</g>\n");
+    struct hp_table *scr = NULL;
+    if ((s = screen_outline(r, sv, kv, L, U, left, top, cs, ch, &scr)) != HP_OK) {
+        free(at), free(rat);
+        hp_table_free(t);
+        return s;
+    }
 
     heatmap_legend(sv, r, lx, top, lh, m, ltitle);
     hp_svg_close(sv);
@@ -367,6 +412,18 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
     hp_text_printf(c, " A dot marks the %d %s whose paired 95%% interval over sequences excludes 0. A cell prints "
                       "its effect (2 significant digits) where it fits; hover it for its numbers.</p>\n",
                    n_sig, n_sig == 1 ? what : whats);
+    if (scr) {
+        hp_text_printf(c, "<p>A black outline marks the %d %s screen study ", scr->n_rows - scr->n_summary, whats);
+        hp_text_escape(c, hr_study_of(r, "screen", kv));
+        hp_text_add(c, " verified as the exact top k of this study's effects: ");
+        /* the note's first sentence: the evaluations and the bound */
+        const char *note = scr->note ? scr->note : "", *end = strstr(note, ". ");
+        char first[1024];
+        snprintf(first, sizeof first, "%.*s.", end ? (int)(end - note) : (int)strlen(note), note);
+        hp_text_escape(c, first);
+        hp_text_add(c, "</p>\n");
+        hp_table_free(scr);
+    }
     if (rat)
         hp_text_add(c, "<p>A cell's tooltip also gives the head's roles (the scores of the roles figure "
                        "below).</p>\n");

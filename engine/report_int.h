@@ -9,7 +9,8 @@
  * studies, a new figure, captions, tooltips, the head roles read once); one
  * file draws each group of figures: report_effects.c the effect matrices
  * (single-unit heatmaps, pair interactions), report_curves.c the curves and
- * per-layer redundancy, report_roles.c head roles against effect. Calls go
+ * per-layer redundancy, report_roles.c head roles against effect,
+ * report_estimates.c estimates against exact effects. Calls go
  * one way: report.c calls the figures, the figures call report_parts.c.
  * Names shared across the family carry the prefix hr_ (the four table
  * accessors below are static inline); everything else in a file is static.
@@ -122,6 +123,9 @@ void hr_svg_heading(struct hp_text *s, int w, const char *title, const char *sub
 enum hp_status hr_roles_read(struct report *r);
 int *hr_roles_index(const struct hp_table *t, int L, int U);
 void hr_roles_tooltip(struct hp_text *s, const struct hp_table *t, int i);
+/* Layer l of L's colour in the scatters (sequential), and the legend of it at y 55-65 of a figure. */
+void hr_layer_colour(int l, int L, char col[8]);
+void hr_layer_legend(struct hp_text *sv, int L);
 
 // --- the figures: each draws its figures into r and sec, or says in sec why not -------------
 
@@ -132,5 +136,6 @@ enum hp_status hr_make_patching(struct report *r, struct section *sec);   // rep
 enum hp_status hr_make_curves(struct report *r, struct section *sec);     // report_curves.c
 enum hp_status hr_make_redundancy(struct report *r, struct section *sec); // report_curves.c
 enum hp_status hr_make_roles(struct report *r, struct section *sec);      // report_roles.c
+enum hp_status hr_make_estimates(struct report *r, struct section *sec);  // report_estimates.c
 
 #endif

@@ -209,3 +209,34 @@ void hr_roles_tooltip(struct hp_text *s, const struct hp_table *t, int i)
     if (first)
         hp_text_add(s, " none defined");
 }
+
+// A layer's colour: viridis by depth, short of its palest yellow (points sit on white).
+void hr_layer_colour(int l, int L, char col[8])
+{
+    hp_color_sequential(L > 1 ? 0.85 * l / (L - 1) : 0.4, col);
+}
+
+// The legend: a swatch a layer (or a bar from the first to the last when there are many).
+void hr_layer_legend(struct hp_text *sv, int L)
+{
+    char col[8];
+    hp_text_add(sv, "<g class=\"legend\" font-size=\"11\">\n");
+    hp_text_printf(sv, "<text x=\"12\" y=\"60\" dominant-baseline=\"middle\">colour: layer</text>\n");
+    if (L <= 16) {
+        for (int l = 0; l < L; l++) {
+            hr_layer_colour(l, L, col);
+            hp_text_printf(sv, "<rect x=\"%d\" y=\"55\" width=\"10\" height=\"10\" fill=\"%s\" stroke=\"#222\" "
+                               "stroke-width=\"0.5\"/><text x=\"%d\" y=\"60\" dominant-baseline=\"middle\">%d</text>\n",
+                           100 + 34 * l, col, 114 + 34 * l, l);
+        }
+    } else {
+        for (int i = 0; i < 40; i++) {
+            hp_color_sequential(0.85 * i / 39, col);
+            hp_text_printf(sv, "<rect x=\"%d\" y=\"55\" width=\"5.3\" height=\"10\" fill=\"%s\"/>\n", 100 + 5 * i,
+                           col);
+        }
+        hp_text_printf(sv, "<text x=\"96\" y=\"60\" text-anchor=\"end\" dominant-baseline=\"middle\">0</text>"
+                           "<text x=\"304\" y=\"60\" dominant-baseline=\"middle\">%d</text>\n", L - 1);
+    }
+    hp_text_add(sv, "</g>\n");
+}

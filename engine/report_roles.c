@@ -48,37 +48,6 @@ static const struct role_panel {
 };
 #define N_ROLE_PANELS ((int)(sizeof ROLE_PANELS / sizeof *ROLE_PANELS))
 
-// A layer's colour: viridis by depth, short of its palest yellow (points sit on white).
-static void layer_colour(int l, int L, char col[8])
-{
-    hp_color_sequential(L > 1 ? 0.85 * l / (L - 1) : 0.4, col);
-}
-
-// The legend: a swatch a layer (or a bar from the first to the last when there are many).
-static void roles_legend(struct hp_text *sv, int L)
-{
-    char col[8];
-    hp_text_add(sv, "<g class=\"legend\" font-size=\"11\">\n");
-    hp_text_printf(sv, "<text x=\"12\" y=\"60\" dominant-baseline=\"middle\">colour: layer</text>\n");
-    if (L <= 16) {
-        for (int l = 0; l < L; l++) {
-            layer_colour(l, L, col);
-            hp_text_printf(sv, "<rect x=\"%d\" y=\"55\" width=\"10\" height=\"10\" fill=\"%s\" stroke=\"#222\" "
-                               "stroke-width=\"0.5\"/><text x=\"%d\" y=\"60\" dominant-baseline=\"middle\">%d</text>\n",
-                           100 + 34 * l, col, 114 + 34 * l, l);
-        }
-    } else {
-        for (int i = 0; i < 40; i++) {
-            hp_color_sequential(0.85 * i / 39, col);
-            hp_text_printf(sv, "<rect x=\"%d\" y=\"55\" width=\"5.3\" height=\"10\" fill=\"%s\"/>\n", 100 + 5 * i,
-                           col);
-        }
-        hp_text_printf(sv, "<text x=\"96\" y=\"60\" text-anchor=\"end\" dominant-baseline=\"middle\">0</text>"
-                           "<text x=\"304\" y=\"60\" dominant-baseline=\"middle\">%d</text>\n", L - 1);
-    }
-    hp_text_add(sv, "</g>\n");
-}
-
 // The points of panel rp: a head each, its row of `query roles` as data-* and in its tooltip.
 static void roles_points(struct hp_text *sv, const struct report *r, const int *at, const struct role_panel *rp,
                          bool by_effect, const struct hp_scale *sx, const struct hp_scale *sy)
@@ -94,7 +63,7 @@ static void roles_points(struct hp_text *sv, const struct report *r, const int *
         if (!isfinite(v) || (by_effect && !isfinite(e)))
             continue;
         double py = by_effect ? hp_scale_map(sy, e) : hp_scale_map(sy, l + (u + 0.5) / U);
-        layer_colour(l, L, col);
+        hr_layer_colour(l, L, col);
         hp_svg_marker_open(sv, 0, hp_scale_map(sx, v), py, 3.5);
         hp_text_printf(sv, " class=\"point\" fill=\"%s\" fill-opacity=\"0.85\" stroke=\"#222\" "
                            "stroke-width=\"0.5\" data-layer=\"%d\" data-head=\"%d\"", col, l, u);
@@ -316,7 +285,7 @@ static enum hp_status draw_roles(struct report *r, struct section *sec)
     hp_svg_open(sv, "fig-roles", W, H, title);
     hr_svg_heading(sv, W, title, sub);
 
-    roles_legend(sv, L);
+    hr_layer_legend(sv, L);
 
     double yt[32];
     int nyt = by_effect ? hp_ticks(&ylo, &yhi, 5, yt, 32) : 0;

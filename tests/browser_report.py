@@ -18,8 +18,9 @@ third-party client), at a laptop's 1366 x 768, and checks:
     pixels are its fill colour;
   - the heatmaps have n_layers x n_heads (and n_layers x n_kv_heads) cells,
     each with a non-empty box after layout; each panel of the roles figure has
-    n_layers x n_heads points, each with a box; no page is wider than the
-    window;
+    n_layers x n_heads points, each with a box, and the estimates figure a
+    panel an attribution study with a point a unit; no page is wider than
+    the window;
   - each SVG file is well-formed XML (xml.etree) and renders as an SVG.
 
 The checker is tested first on pages that do make a request or log an error:
@@ -260,6 +261,13 @@ def check_report(b, path, label, hostile=False):
     for role, got in panels:
         if got != LAYERS * HEADS:
             raise Fail("%s: roles panel %s has %d rendered points, want %d" % (label, role, got, LAYERS * HEADS))
+    # the estimates figure: a panel an attribution study of the plan, a rendered point a unit
+    est = b.js("[...document.querySelectorAll('#fig-estimates g.estimate-panel')].map(g => [g.dataset.study, "
+               "[...g.querySelectorAll('path.point')].filter(p => { const r = p.getBoundingClientRect(); "
+               "return r.width > 1 && r.height > 1; }).length])")
+    want = [["attribution", LAYERS * HEADS], ["attribution-kv", LAYERS * KV_HEADS]]
+    if not hostile and est != want:
+        raise Fail("%s: the estimates figure's panels and points are %s, want %s" % (label, est, want))
     # no text is cut off: every text of every figure lies inside its figure (a legend's title, a tick label)
     cut = b.js("[...document.querySelectorAll('svg')].flatMap(svg => { const f = svg.getBoundingClientRect(); "
                "return [...svg.querySelectorAll('text')].filter(t => { const r = t.getBoundingClientRect(); "

@@ -582,6 +582,86 @@ static void check_pairs(sqlite3 *h)
     }
 }
 
+/* One real from the database (the first column of the first row), NaN when none. */
+static double db_num(sqlite3 *h, const char *q)
+{
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, q, -1, &st, NULL), SQLITE_OK, "%s: %s", q, sqlite3_errmsg(h));
+    const double v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_double(st, 0) : NAN;
+    sqlite3_finalize(st);
+    return v;
+}
+
+/*
+ * The estimates figure: a panel an attribution study, a point a unit; each point's estimate the unit's stored score,
+ * its exact effect the single study's, and its place their ranks (rank 1, the largest, at the left and the top).
+ */
+static void check_estimates(sqlite3 *h)
+{
+    char *svg = slurp_path(svg_dir, "estimates.svg");
+    static struct elem ps[64];
+    const int np = find_elems(svg, "<g class=\"estimate-panel\"", ps, 64);
+    cr_assert_eq(np, 2, "estimates.svg: %d panels, want one each for attribution and attribution-kv", np);
+    cr_assert_str_eq(attr(&ps[0], "data-study"), "attribution");
+    cr_assert_str_eq(attr(&ps[1], "data-study"), "attribution-kv");
+    const char *kv_at = strstr(svg, "data-study=\"attribution-kv\"");
+    static struct elem es[64];
+    const int n = find_elems(svg, "<path d=", es, 64); /* the markers: a path each (svg.c) */
+    cr_assert_eq(n, 12 + 6, "estimates.svg: %d points for 12 heads and 6 KV groups", n);
+    for (int i = 0; i < n; i++) {
+        cr_assert_str_eq(attr(&es[i], "class"), "point");
+        const char *label = attr(&es[i], "data-label");
+        const bool kv = strncmp(label, "kv:", 3) == 0;
+        char q[512], what[96];
+        snprintf(what, sizeof what, "estimates.svg point %s", label);
+        snprintf(q, sizeof q, "SELECT score FROM unit_scores WHERE study = '%s' AND label = '%s' AND step = 0",
+                 kv ? "attribution-kv" : "attribution", label);
+        expect_close(attr_num(&es[i], "data-estimate"), db_num(h, q), 6, 0, what);
+        snprintf(q, sizeof q, "SELECT r.loss - (SELECT r0.loss FROM sweep_jobs j0 JOIN results r0 ON r0.variant_id = "
+                 "j0.variant_id WHERE j0.kind = 'baseline') FROM sweep_jobs j JOIN results r ON r.variant_id = "
+                 "j.variant_id WHERE j.study = '%s' AND j.label = '%s'", kv ? "single-kv" : "single", label);
+        expect_close(attr_num(&es[i], "data-exact"), db_num(h, q), 6, 0, what);
+        cr_assert_eq(kv, kv_at && strstr(svg, attr(&es[i], "d")) > kv_at, "%s: in the wrong panel", what);
+    }
+    /* the unit of the largest effect is the leftmost point of its panel */
+    for (int k = 0; k < 2; k++) {
+        double best = -INFINITY, x_best = 0, x_min = INFINITY;
+        for (int i = 0; i < n; i++) {
+            const bool kv = strncmp(attr(&es[i], "data-label"), "kv:", 3) == 0;
+            if (kv != (k == 1))
+                continue;
+            double x;
+            cr_assert_eq(sscanf(attr(&es[i], "d"), "M%lf", &x), 1, "a point's path: %s", attr(&es[i], "d"));
+            x_min = fmin(x_min, x);
+            if (attr_num(&es[i], "data-exact") > best)
+                best = attr_num(&es[i], "data-exact"), x_best = x;
+        }
+        cr_assert_float_eq(x_best, x_min, 1e-9, "panel %d: the largest effect is not drawn at rank 1", k);
+    }
+    free(svg);
+}
+
+/* The heatmap outlines the screen study's verified top k: the k units of its evaluations with the largest loss. */
+static void check_screen_outline(sqlite3 *h)
+{
+    char *svg = slurp_path(svg_dir, "heatmap.svg");
+    static struct elem es[16];
+    const char *g = strstr(svg, "<g class=\"screen-top\"");
+    cr_assert(g, "heatmap.svg: no screen outline");
+    const int n = find_elems(g, "<rect x=", es, 16);
+    cr_assert_geq(n, 3);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT j.label FROM sweep_jobs j JOIN results r ON r.variant_id = j.variant_id "
+                                       "WHERE j.study = 'screen' ORDER BY r.loss DESC LIMIT 3", -1, &st, NULL),
+                 SQLITE_OK);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+        cr_assert_str_eq(attr(&es[i], "data-label"), (const char *)sqlite3_column_text(st, 0), "outline %d", i);
+    }
+    sqlite3_finalize(st);
+    free(svg);
+}
+
 Test(report, values_drawn_equal_the_database)
 {
     sweep("sweep.yaml");
@@ -592,12 +672,14 @@ Test(report, values_drawn_equal_the_database)
     check_curves(h);
     check_redundancy(h);
     check_pairs(h);
+    check_estimates(h);
+    check_screen_outline(h);
     sqlite3_close(h);
 
     // the page holds each figure exactly as its file (less the XML declaration)
     char *html = tu_slurp(out_html, NULL);
     const char *files[] = {"heatmap.svg", "heatmap-kv.svg", "curves.svg", "redundancy.svg", "pairs-layer0.svg",
-                           "pairs-layer1.svg", "pairs-layer2.svg"};
+                           "pairs-layer1.svg", "pairs-layer2.svg", "estimates.svg"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         char *svg = slurp_path(svg_dir, files[i]);
         const char *decl = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
@@ -611,7 +693,7 @@ Test(report, values_drawn_equal_the_database)
     for (struct dirent *e; (e = readdir(d));)
         n += e->d_name[0] != '.';
     closedir(d);
-    cr_assert_eq(n, 7, "%d files in the SVG folder", n);
+    cr_assert_eq(n, 8, "%d files in the SVG folder", n);
     // what was run: the plan's text (escaped by hand here), its model, versions and kernel
     char plan[1024];
     snprintf(plan, sizeof plan, "%s/plans/sweep.yaml", getenv("HP_TESTS"));
@@ -1166,7 +1248,8 @@ Test(report, figures_without_their_study_are_left_out_with_a_line_naming_it)
     cr_assert(exists(strcat(strcpy((char[160]){0}, svg_dir), "/redundancy.svg")));
     cr_assert_not(exists(strcat(strcpy((char[160]){0}, svg_dir), "/curves.svg")));
     cr_assert_not(exists(strcat(strcpy((char[160]){0}, svg_dir), "/heatmap-kv.svg")));
-    cr_assert(strstr(errs, "2 figures, 4 left out"), "stderr: %s", errs);
+    cr_assert(strstr(errs, "2 figures, 5 left out"), "stderr: %s", errs);
+    cr_assert(strstr(html, "Left out: sweep 1 has no attribution study; "), "estimates line");
     free(html);
 }
 
