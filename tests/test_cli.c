@@ -207,7 +207,10 @@ Test(cli, plan_prints_jobs_and_cost)
     cr_assert(strstr(out, "study     attribution      attribution 1 forward+backward pass (heads, AtP)"), "%s", out);
     cr_assert(strstr(out, "study     iterative-grad   iterative  5 evaluations + 3 forward+backward passes (ranked by "
                           "gradient importance, normalize layer)"), "%s", out);
-    cr_assert(strstr(out, ", and 7 forward+backward passes\n"), "%s", out);
+    cr_assert(strstr(out, "study     screen           screen     1 forward+backward pass + at most 12 evaluations (the "
+                          "exact top 3 of 12 heads, ranked by raw importance; walk 2 at a time, audits of 4)"), "%s",
+              out);
+    cr_assert(strstr(out, ", and 8 forward+backward passes\n"), "%s", out);
     cr_assert(strstr(out, "GFLOP per evaluation"), "%s", out);
     /* and in seconds, from the machine's measured speed */
     const char *t = strstr(out, "\ntime      about ");

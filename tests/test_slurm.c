@@ -312,7 +312,7 @@ Test(slurm, scripts_run_by_bash_shard_fails_merge_names_it_rerun_equals_one_proc
     const char *argv[] = {exe, "slurm", plan, "--shards", "3", "--db", db, "--dry-run", NULL};
     cr_assert_eq(runv(NULL, NULL, argv), 0, "stderr: %s", errs);
     cr_assert(strstr(out, "shard 1 also runs the plan's sequential studies (iterative, iterative-kv, importance, "
-                          "importance-kv, attribution, attribution-kv, iterative-grad)"),
+                          "importance-kv, attribution, attribution-kv, iterative-grad, screen)"),
               "%s", out);
     char shards[700], merge[700], obstacle[700], status[700];
     snprintf(shards, sizeof shards, "%s/shards.sbatch", dir);
