@@ -5,7 +5,7 @@
  * evaluations it took, and the bound its last audit gives on what it missed.
  *
  * Invariants: the top k are the k evaluated units (sweep_jobs of kind
- * 'screen') with the largest effects, ties to the larger estimate, then plan
+ * 'screen') with the largest effects, ties to the larger estimate in size, then plan
  * order: the screen's own rule (engine/screen.c); the verdict (the bound,
  * the counts) is the screens row the sweep wrote when the rule stopped, and a
  * screen without one has not finished, which is said rather than guessed at.
@@ -80,8 +80,8 @@ static enum hp_status load_estimates(struct hq_query *q, const char *study, stru
     enum hp_status s = hq_prep(q, &st,
                                "SELECT u.layer, u.unit, u.score, (SELECT count(*) FROM unit_scores w WHERE "
                                "w.sweep_id = u.sweep_id AND w.study = u.study AND w.kind = u.kind AND w.step = 0 AND "
-                               "(w.score > u.score OR (w.score = u.score AND (w.layer < u.layer OR (w.layer = u.layer "
-                               "AND w.unit < u.unit))))) FROM unit_scores u WHERE u.sweep_id = ?1 AND u.study = ?2 "
+                               "(abs(w.score) > abs(u.score) OR (abs(w.score) = abs(u.score) AND (w.layer < u.layer OR "
+                               "(w.layer = u.layer AND w.unit < u.unit))))) FROM unit_scores u WHERE u.sweep_id = ?1 AND u.study = ?2 "
                                "AND u.kind = 'screen' AND u.step = 0");
     if (s != HP_OK)
         return s;
@@ -114,14 +114,14 @@ static enum hp_status load_estimates(struct hq_query *q, const char *study, stru
     return r < 0 ? s : HP_OK;
 }
 
-/* The screen's ranking: larger effect, then larger estimate, then plan order. */
+/* The screen's ranking: larger effect, then the larger estimate in size, then plan order. */
 static int by_effect(const void *a, const void *b)
 {
     const struct ev *x = a, *y = b;
     if (x->row->effect != y->row->effect)
         return x->row->effect > y->row->effect ? -1 : 1;
-    if (x->est != y->est)
-        return x->est > y->est ? -1 : 1;
+    if (fabs(x->est) != fabs(y->est))
+        return fabs(x->est) > fabs(y->est) ? -1 : 1;
     if (x->row->layer != y->row->layer)
         return x->row->layer - y->row->layer;
     return x->row->unit - y->row->unit;
@@ -198,7 +198,7 @@ enum hp_status hq_screen(struct hq_query *q, const struct hp_query_opts *opts, s
                  : v.k % 10 == 3 && v.k % 100 != 13 ? "rd" : "th", kth, v.missed_max, v.units - v.evaluated, unit,
                  100 * v.confidence);
     hq_tb_note(&b, "screen study '%s': the exact top %d of %d %s, ranked by %s, after %d exact evaluations (%.0f%% of "
-               "a single study's %d) and %d audit%s; %s. %s; estimate: the %s estimate (est_rank 1 = the largest), "
+               "a single study's %d) and %d audit%s; %s. %s; estimate: the %s estimate (est_rank 1 = the largest in size, as the screen ranks), "
                "evaluation: its place among the %d, found_by: the walk in estimate order or an audit; "
                HQ_CI_NOTE("effect"), p.name, v.k,
                v.units, unit, v.estimator, v.evaluated, 100.0 * v.evaluated / v.units, v.units, v.audits,

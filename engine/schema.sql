@@ -278,7 +278,7 @@ CREATE TABLE IF NOT EXISTS head_roles(
 -- A screen study's verdict, written once it stopped (docs/plans.md, "Screen"): its evaluations are sweep_jobs
 -- of kind 'screen' (step: the evaluation's place, sample: 0 the walk, r the r-th audit), its estimates
 -- unit_scores of kind 'screen'. The exact top k are the k evaluated units with the largest effects (ties: the
--- larger estimate, then plan order).
+-- larger estimate in size, then plan order).
 CREATE TABLE IF NOT EXISTS screens(
   sweep_id    INTEGER NOT NULL REFERENCES sweeps(id),
   study       TEXT NOT NULL,

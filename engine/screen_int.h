@@ -3,7 +3,8 @@
  * evaluate exactly, in what order, and when the exact top k can be stated
  * with a bound on what was missed (docs/plans.md, "Screen").
  *
- * The rule, over n units ranked by an estimate (order: best first):
+ * The rule, over n units ranked by an estimate (order: best first; the sweep
+ * ranks by the estimate's size):
  *   walk: evaluate the next `batch` units in estimate order (the first walk
  *         batch is k + batch units, so the top k has its candidates); after a
  *         walk batch none of whose units entered the exact top k of all the

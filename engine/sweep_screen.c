@@ -59,7 +59,8 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
                             : hp_fail(err, HP_ERR_NOMEM, "out of memory");
     if (st == HP_OK)
         st = sw_scores(c, si, est, err);
-    /* the units, in plan order, ranked by the estimate: larger first (an estimate of the damage, or its size) */
+    /* the units, in plan order, ranked by the estimate's size, larger first: a large estimate of either sign marks
+     * a unit that matters (on SmolLM2 ig-layer puts heads of the top 10% at -2.07; importance is a size already) */
     int n = 0;
     for (int l = 0; st == HP_OK && l < in->n_layers; l++)
         for (int u = 0; u < U; u++)
@@ -72,7 +73,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
                                  "rank the units", c->plan->path, s->name, label);
                 }
                 layer[n] = l, unit[n] = u;
-                rk[n] = (struct ranked){n, est[l * U + u]};
+                rk[n] = (struct ranked){n, fabs(est[l * U + u])};
                 n++;
             }
     if (st == HP_OK && n != z.units)
