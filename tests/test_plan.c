@@ -1208,7 +1208,7 @@ Test(plan, gradient_studies_load_with_defaults_and_options)
                                        "  - importance: {kv: true, normalize: none, name: imp-kv}\n"
                                        "  - attribution: {layers: [1], heads: [0, 2]}\n"
                                        "  - iterative: {prune: 25%, rank: gradient, name: g}\n"
-                                       "  - iterative: {prune: 25%, rank: gradient, normalize: none, name: g2}\n"
+                                       "  - iterative: {prune: 25%, rank: gradient, normalize: layer, name: g2}\n"
                                        "  - iterative: {prune: 25%, rank: exact, name: e}\n"
                                        "  - iterative: {prune: 25%, name: d}\n"
                                        "  - attribution: {estimator: ig, name: ig}\n"
@@ -1224,8 +1224,8 @@ Test(plan, gradient_studies_load_with_defaults_and_options)
     cr_assert_eq(s[3].kind, HP_STUDY_ATTRIBUTION);
     cr_assert_eq(s[3].n_units_sel, 2);
     cr_assert_eq(s[4].iterative.rank, HP_RANK_GRADIENT);
-    cr_assert_eq(s[4].normalize, HP_NORMALIZE_LAYER);
-    cr_assert_eq(s[5].normalize, HP_NORMALIZE_NONE);
+    cr_assert_eq(s[4].normalize, HP_NORMALIZE_NONE, "a gradient-ranked curve defaults to raw importance");
+    cr_assert_eq(s[5].normalize, HP_NORMALIZE_LAYER);
     cr_assert_eq(s[6].iterative.rank, HP_RANK_EXACT);
     cr_assert_eq(s[7].iterative.rank, HP_RANK_EXACT, "rank defaults to exact");
     cr_assert_str_eq(hp_study_kind_name(HP_STUDY_IMPORTANCE), "importance");
