@@ -81,8 +81,8 @@ static enum hp_status load_estimates(struct hq_query *q, const char *study, stru
                                "SELECT u.layer, u.unit, u.score, (SELECT count(*) FROM unit_scores w WHERE "
                                "w.sweep_id = u.sweep_id AND w.study = u.study AND w.kind = u.kind AND w.step = 0 AND "
                                "(abs(w.score) > abs(u.score) OR (abs(w.score) = abs(u.score) AND (w.layer < u.layer OR "
-                               "(w.layer = u.layer AND w.unit < u.unit))))) FROM unit_scores u WHERE u.sweep_id = ?1 AND u.study = ?2 "
-                               "AND u.kind = 'screen' AND u.step = 0");
+                               "(w.layer = u.layer AND w.unit < u.unit))))) FROM unit_scores u WHERE u.sweep_id = ?1 "
+                               "AND u.study = ?2 AND u.kind = 'screen' AND u.step = 0");
     if (s != HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, q->sweep);
