@@ -143,7 +143,8 @@ enum hp_status hq_screen(struct hq_query *q, const struct hp_query_opts *opts, s
         s = hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld's screen '%s' has not finished (%zu exact evaluation%s so far, "
                     "no verdict): run its plan again to finish it", q->path, q->sweep, p.name, n, n == 1 ? "" : "s");
     if (s == HP_OK && (size_t)v.evaluated != n)
-        s = hp_fail(q->err, HP_ERR_FORMAT, "%s: sweep %lld's screen '%s' states %d exact evaluations, its jobs are %zu: "
+        s = hp_fail(q->err, HP_ERR_FORMAT, "%s: sweep %lld's screen '%s' states %d exact evaluations, its jobs "
+                    "are %zu: "
                     "the file is damaged", q->path, q->sweep, p.name, v.evaluated, n);
     struct ev *ev = s == HP_OK ? calloc(n ? n : 1, sizeof *ev) : NULL;
     if (s == HP_OK && !ev)
@@ -198,7 +199,8 @@ enum hp_status hq_screen(struct hq_query *q, const struct hp_query_opts *opts, s
                  : v.k % 10 == 3 && v.k % 100 != 13 ? "rd" : "th", kth, v.missed_max, v.units - v.evaluated, unit,
                  100 * v.confidence);
     hq_tb_note(&b, "screen study '%s': the exact top %d of %d %s, ranked by %s, after %d exact evaluations (%.0f%% of "
-               "a single study's %d) and %d audit%s; %s. %s; estimate: the %s estimate (est_rank 1 = the largest in size, as the screen ranks), "
+               "a single study's %d) and %d audit%s; %s. %s; estimate: the %s estimate (est_rank 1 = the largest in size, "
+               "as the screen ranks), "
                "evaluation: its place among the %d, found_by: the walk in estimate order or an audit; "
                HQ_CI_NOTE("effect"), p.name, v.k,
                v.units, unit, v.estimator, v.evaluated, 100.0 * v.evaluated / v.units, v.units, v.audits,
