@@ -78,8 +78,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
             }
     if (st == HP_OK && n != z.units)
         st = hp_fail(err, HP_ERR_PLAN, "%s: study '%s' screens %d units, the plan counted %d", c->plan->path,
-                     s->name, n,
-                     z.units);
+                     s->name, n, z.units);
     if (st == HP_OK) {
         hp_qsort(rk, (size_t)n, sizeof *rk, by_estimate);
         for (int i = 0; i < n; i++)
