@@ -200,7 +200,8 @@ enum hp_status hq_screen(struct hq_query *q, const struct hp_query_opts *opts, s
                  100 * v.confidence);
     hq_tb_note(&b, "screen study '%s': the exact top %d of %d %s, ranked by %s, after %d exact evaluations (%.0f%% of "
                "a single study's %d) and %d audit%s; %s. %s; estimate: the %s estimate (est_rank 1 = the largest in "
-               "size, as the screen ranks), evaluation: its place among the %d, found_by: the walk in estimate order or an audit; "
+               "size, as the screen ranks), evaluation: its place among the %d, found_by: the walk in estimate order "
+               "or an audit; "
                HQ_CI_NOTE("effect"), p.name, v.k,
                v.units, unit, v.estimator, v.evaluated, 100.0 * v.evaluated / v.units, v.units, v.audits,
                v.audits == 1 ? "" : "s", bound, hq_effect_convention(q->m), v.estimator, v.evaluated);

@@ -423,7 +423,8 @@ Test(screen_sweep, on_random_tiny_models_the_verified_top_k_is_the_full_sweeps_w
         tu_rmrf(dir);
     }
     cr_log_info("heads: %d of %d exact, %d over the bound, %ld of %ld evaluated; "
-                "KV: %d of %d exact, %d over, %ld of %ld", heads.exact_sets, heads.trials, heads.missed_over_bound, heads.evaluated, heads.units, kv.exact_sets,
+                "KV: %d of %d exact, %d over, %ld of %ld", heads.exact_sets, heads.trials, heads.missed_over_bound,
+                heads.evaluated, heads.units, kv.exact_sets,
                 kv.trials, kv.missed_over_bound, kv.evaluated, kv.units);
     /* the bound is a 95% statement: it may fail now and then, not often; the set is mostly exact, and cheaper */
     cr_assert_leq(heads.missed_over_bound + kv.missed_over_bound, 3, "heads %d, KV groups %d of %d screens exceeded "
