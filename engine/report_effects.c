@@ -271,6 +271,37 @@ static enum hp_status screen_outline(struct report *r, struct hp_text *sv, bool 
     return HP_OK;
 }
 
+// The heatmap's caption: what a cell shows, the marks, the screen's outline (scr, freed here) and the source.
+static void heatmap_caption(struct report *r, struct section *sec, const char *study, bool kv,
+                            const struct hp_table *t, struct hp_table *scr, double m, int n_sig, bool roles)
+{
+    const char *what = kv ? "KV group" : "head", *whats = kv ? "KV groups" : "heads";
+    struct hp_text *c = &sec->caption;
+    hp_text_printf(c, "<p>Each cell: the effect of ablating one %s alone (layers down, %s across), %s. Red: "
+                      "ablating it hurts; blue: it helps. ",
+                   what, whats, hp_metric_effect_text(r->m));
+    scale_caption(c, r, m, "effects");
+    hp_text_printf(c, " A dot marks the %d %s whose paired 95%% interval over sequences excludes 0. A cell prints "
+                      "its effect (2 significant digits) where it fits; hover it for its numbers.</p>\n",
+                   n_sig, n_sig == 1 ? what : whats);
+    if (scr) {
+        hp_text_printf(c, "<p>A black outline marks the %d %s screen study ", scr->n_rows - scr->n_summary, whats);
+        hp_text_escape(c, hr_study_of(r, "screen", kv));
+        hp_text_add(c, " verified as the exact top k of this study's effects: ");
+        /* the note's first sentence: the evaluations and the bound */
+        const char *note = scr->note ? scr->note : "", *end = strstr(note, ". ");
+        char first[1024];
+        snprintf(first, sizeof first, "%.*s.", end ? (int)(end - note) : (int)strlen(note), note);
+        hp_text_escape(c, first);
+        hp_text_add(c, "</p>\n");
+        hp_table_free(scr);
+    }
+    if (roles)
+        hp_text_add(c, "<p>A cell's tooltip also gives the head's roles (the scores of the roles figure "
+                       "below).</p>\n");
+    hr_caption_source(c, r, "heads", study, t);
+}
+
 static enum hp_status draw_heatmap(struct report *r, struct section *sec, const char *study, bool kv)
 {
     struct hp_query_opts q = {.kind = HP_QUERY_HEADS, .sweep_id = r->sweep, .study = study};
@@ -404,30 +435,7 @@ static enum hp_status draw_heatmap(struct report *r, struct section *sec, const 
     heatmap_legend(sv, r, lx, top, lh, m, ltitle);
     hp_svg_close(sv);
 
-    struct hp_text *c = &sec->caption;
-    hp_text_printf(c, "<p>Each cell: the effect of ablating one %s alone (layers down, %s across), %s. Red: "
-                      "ablating it hurts; blue: it helps. ",
-                   what, whats, hp_metric_effect_text(r->m));
-    scale_caption(c, r, m, "effects");
-    hp_text_printf(c, " A dot marks the %d %s whose paired 95%% interval over sequences excludes 0. A cell prints "
-                      "its effect (2 significant digits) where it fits; hover it for its numbers.</p>\n",
-                   n_sig, n_sig == 1 ? what : whats);
-    if (scr) {
-        hp_text_printf(c, "<p>A black outline marks the %d %s screen study ", scr->n_rows - scr->n_summary, whats);
-        hp_text_escape(c, hr_study_of(r, "screen", kv));
-        hp_text_add(c, " verified as the exact top k of this study's effects: ");
-        /* the note's first sentence: the evaluations and the bound */
-        const char *note = scr->note ? scr->note : "", *end = strstr(note, ". ");
-        char first[1024];
-        snprintf(first, sizeof first, "%.*s.", end ? (int)(end - note) : (int)strlen(note), note);
-        hp_text_escape(c, first);
-        hp_text_add(c, "</p>\n");
-        hp_table_free(scr);
-    }
-    if (rat)
-        hp_text_add(c, "<p>A cell's tooltip also gives the head's roles (the scores of the roles figure "
-                       "below).</p>\n");
-    hr_caption_source(c, r, "heads", study, t);
+    heatmap_caption(r, sec, study, kv, t, scr, m, n_sig, rat != NULL);
     free(at), free(rat);
     hp_table_free(t);
     return HP_OK;
