@@ -58,7 +58,7 @@ def write_plan(path, name, data, studies, model=DEFAULT, ablation="zero"):
 # The studies of the session database's main sweep: every kind the quickstart and gradients plans have.
 MAIN_STUDIES = ["baseline", "single", "layer", "only", "iterative: {prune: 25%, keep_one_per_layer: true}",
                 "random: {k: [8, 16], samples: 2}", "pairs: {layers: [0]}", "attribution", "importance", "roles",
-                'explicit: {sets: {early: "0.*", mix: "0.1,3.1"}}']
+                'explicit: {sets: {early: "0.*", mix: "0.1,3.1"}}', "screen"]
 
 
 @pytest.fixture(scope="session")

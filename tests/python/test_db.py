@@ -32,6 +32,7 @@ CASES = [
     ("attribution", {}, []),
     ("attribution", {"top": 5}, ["--top", "5"]),
     ("roles", {}, []),
+    ("screen", {}, []),
 ]
 
 
