@@ -62,14 +62,17 @@ struct hp_bwd {
  * One layer's activations for N rows: with base, a's fields pointed at their
  * places from base on; returns the floats they take (so NULL just measures).
  */
-static size_t acts_at(struct hp_fwd_keep *a, float *base, size_t N, const struct hp_model_info *in, bool gated)
+static size_t acts_at(struct hp_fwd_keep *a, float *base, size_t N, const struct hp_model *m)
 {
+    const struct hp_model_info *in = &m->info;
+    const bool gated = m->layers[0].w_gate.p != NULL, qk = m->qk_norm;
     const size_t qd = (size_t)in->n_heads * in->d_head, kvd = (size_t)in->n_kv_heads * in->d_head,
                  f = (size_t)in->d_ff;
-    const size_t n[7] = {N * qd, N * qd, N * kvd, N * kvd, N * in->d_model, N * f, gated ? N * f : 0};
-    float **field[7] = {&a->q, &a->a, &a->k, &a->v, &a->xmid, &a->u, &a->z};
+    const size_t n[9] = {N * qd, N * qd, N * kvd, N * kvd, N * in->d_model, N * f, gated ? N * f : 0,
+                         qk ? N * qd : 0, qk ? N * kvd : 0};
+    float **field[9] = {&a->q, &a->a, &a->k, &a->v, &a->xmid, &a->u, &a->z, &a->qr, &a->kr};
     size_t off = 0;
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 9; i++) {
         if (base)
             *field[i] = n[i] ? base + off : NULL;
         off += n[i];
@@ -80,13 +83,12 @@ static size_t acts_at(struct hp_fwd_keep *a, float *base, size_t N, const struct
 size_t hp_bwd_layer_bytes(const struct hp_model *m, int T, int B)
 {
     struct hp_fwd_keep k;
-    return acts_at(&k, NULL, (size_t)T * B, &m->info, m->layers[0].w_gate.p != NULL) * sizeof(float);
+    return acts_at(&k, NULL, (size_t)T * B, m) * sizeof(float);
 }
 
 struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_bytes)
 {
     const struct hp_model_info *in = &m->info;
-    const bool gated = m->layers[0].w_gate.p != NULL;
     size_t t = (size_t)T * B, d = (size_t)in->d_model, qd = (size_t)in->n_heads * in->d_head,
            kvd = (size_t)in->n_kv_heads * in->d_head, f = (size_t)in->d_ff;
     int nth = hp_max_threads();
@@ -105,7 +107,7 @@ struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_by
         hp_bwd_free(w);
         return NULL;
     }
-    float *p = w->buf + acts_at(&w->own, w->buf, t, in, gated);
+    float *p = w->buf + acts_at(&w->own, w->buf, t, m);
     w->h1 = p, p += n_x;
     w->h2 = p, p += n_x;
     w->tmp = p, p += n_x;
@@ -135,7 +137,7 @@ struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_by
         hp_prefault(w->kbuf, n_keep * n_act * sizeof(float));
     p = w->kbuf;
     for (int l = in->n_layers - (int)n_keep; l < in->n_layers; l++) {
-        p += acts_at(&w->kept[l], p, t, in, gated);
+        p += acts_at(&w->kept[l], p, t, m);
         w->keep[l] = &w->kept[l];
     }
     return w;
@@ -224,6 +226,8 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
         hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, x, d, 1, hp_mat_at(L->wq, 0, ws), 0.0f, w->act.q + s * dh, qd, 1);
         if (L->bq)
             hp_op_add_bias(w->act.q + s * dh, N, (e - s) * dh, qd, L->bq + ws);
+        if (L->q_norm)
+            hp_op_head_rms_norm(w->act.q, w->act.qr, N, qd, s, e, dh, L->q_norm, m->norm_eps);
     }
     for (int s = 0, e; s < KV; s = e) {
         e = hp_fwd_run_end(kv_want, KV, s);
@@ -236,6 +240,8 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
             hp_op_add_bias(w->act.k + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
         if (L->bv)
             hp_op_add_bias(w->act.v + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
+        if (L->k_norm)
+            hp_op_head_rms_norm(w->act.k, w->act.kr, N, kvd, s, e, dh, L->k_norm, m->norm_eps);
     }
     if (m->rotary) {
         for (int kv = 0; kv < KV; kv++)
@@ -389,6 +395,18 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
             if (hs->live[h])
                 hp_op_rope_backward(w->dq + h * dh, N, T, qd, dh, w->rope);
     }
+    if (m->qk_norm) /* through the heads' norms, to the projections' outputs */
+        for (int s = 0, e; s < H; s = e) {
+            e = hp_fwd_run_end(hs->live, H, s);
+            if (hs->live[s])
+                hp_op_head_rms_norm_backward(w->dq, w->act.qr, N, qd, s, e, dh, L->q_norm, m->norm_eps);
+        }
+    if (m->qk_norm)
+        for (int s = 0, e; s < KV; s = e) {
+            e = hp_fwd_run_end(hs->kv_live, KV, s);
+            if (hs->kv_live[s])
+                hp_op_head_rms_norm_backward(w->dk, w->act.kr, N, kvd, s, e, dh, L->k_norm, m->norm_eps);
+        }
     /* dh (N, d) = dq Wq^T + dk Wk^T + dv Wv^T over the live runs */
     float beta = 0.0f;
     for (int s = 0, e; s < H; s = e) {

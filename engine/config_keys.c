@@ -159,7 +159,7 @@ static const struct hp_config_key bert[] = {
     I("initializer_range", "initialisation (training)"),
 };
 
-/* the keys the three Llama-family rotary models read alike */
+/* the keys the Llama-family rotary models read alike */
 #define LLAMA_FAMILY                                                                                                   \
     H("vocab_size", "rows of the embedding and the head"), H("hidden_size", "the hidden size"),                      \
         H("intermediate_size", "the MLP's width"), H("num_hidden_layers", "layers"),                                 \
@@ -194,6 +194,15 @@ static const struct hp_config_key qwen2[] = {
     I("max_window_layers", "where the window starts, with use_sliding_window only"),
 };
 
+static const struct hp_config_key qwen3[] = {
+    LLAMA_FAMILY,
+    H("attention_bias", "biases on q_proj, k_proj, v_proj and o_proj"),
+    H("layer_types", "full or sliding attention per layer: every layer full is implemented"),
+    D("use_sliding_window", "a sliding window on the layers from max_window_layers up", "false"),
+    I("sliding_window", "null unless use_sliding_window, which is refused"),
+    I("max_window_layers", "where the window starts, with use_sliding_window only"),
+};
+
 #define N(t) ((int)(sizeof t / sizeof t[0]))
 
 static const struct {
@@ -202,7 +211,8 @@ static const struct {
     int n;
 } tables[] = {
     {"gpt2", gpt2, N(gpt2)}, {"bert", bert, N(bert)}, {"llama", llama, N(llama)},
-    {"mistral", mistral, N(mistral)}, {"qwen2", qwen2, N(qwen2)}, {NULL, shared, N(shared)},
+    {"mistral", mistral, N(mistral)}, {"qwen2", qwen2, N(qwen2)}, {"qwen3", qwen3, N(qwen3)},
+    {NULL, shared, N(shared)},
 };
 
 const struct hp_config_key *hp_config_keys(const char *model_type, int *n)

@@ -274,6 +274,8 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, w->h, d, 1, hp_mat_at(L->wq, 0, ws), 0.0f, qs + s * dh, qd, 1);
         if (L->bq)
             hp_op_add_bias(qs + s * dh, N, (e - s) * dh, qd, L->bq + ws);
+        if (L->q_norm)
+            hp_op_head_rms_norm(qs, kp ? kp->qr : NULL, N, qd, s, e, dh, L->q_norm, m->norm_eps);
     }
     for (int s = 0, e; s < KV; s = e) {
         e = hp_fwd_run_end(kv_live, KV, s);
@@ -286,6 +288,8 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
             hp_op_add_bias(ks + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
         if (L->bv)
             hp_op_add_bias(vs + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
+        if (L->k_norm)
+            hp_op_head_rms_norm(ks, kp ? kp->kr : NULL, N, kvd, s, e, dh, L->k_norm, m->norm_eps);
     }
 
     const float scale = hp_fwd_attn_scale(m, l);

@@ -272,6 +272,7 @@ struct bind_opts {
     bool qkv_bias;      /* Llama family: q/k/v_proj biases (Llama's attention_bias, always for Qwen2) */
     bool o_bias;        /* Llama's attention_bias: o_proj bias */
     bool mlp_bias;      /* Llama's mlp_bias: gate/up/down_proj biases */
+    bool qk_norm;       /* Qwen3: self_attn.q_norm and k_norm, (d_head) each */
     bool no_problem;    /* BERT: no problem_type, so one class is regression in transformers */
 };
 
@@ -379,7 +380,8 @@ static enum hp_status config_bert(struct cfg *c, struct hp_model *m, const char 
     return HP_OK;
 }
 
-/* config.json of a Llama-family checkpoint (llama, mistral, qwen2): shape, rotary, biases, window. */
+/* config.json of a Llama-family checkpoint (llama, mistral, qwen2, qwen3): shape, rotary, biases, q/k norms,
+ * window. */
 static enum hp_status config_llama(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
                                    const char **act)
 {
@@ -397,24 +399,29 @@ static enum hp_status config_llama(struct cfg *c, struct hp_model *m, const char
     m->rope = (struct hp_rope){.theta = (float)cfg_num(c, "rope_theta", 10000.0, 0, 1e15)};
     *act = cfg_str(c, "hidden_act", "silu");
     o->tied = cfg_bool(c, "tie_word_embeddings", false);
-    /* the biases each modeling file builds: LlamaAttention's and LlamaMLP's by the config, Qwen2's q/k/v
-     * always, Mistral's none */
-    if (strcmp(mt, "llama") == 0) {
+    /* the biases each modeling file builds: LlamaAttention's and LlamaMLP's by the config, Qwen3Attention's
+     * by it too (Qwen3MLP has none), Qwen2's q/k/v always, Mistral's none */
+    if (strcmp(mt, "llama") == 0 || strcmp(mt, "qwen3") == 0)
         o->qkv_bias = o->o_bias = cfg_bool(c, "attention_bias", false);
+    if (strcmp(mt, "llama") == 0)
         o->mlp_bias = cfg_bool(c, "mlp_bias", false);
-    }
     o->qkv_bias |= strcmp(mt, "qwen2") == 0;
+    /* Qwen3's attention: q_norm and k_norm over each head, before rotary */
+    o->qk_norm = m->qk_norm = strcmp(mt, "qwen3") == 0;
+    const bool qwen = strncmp(mt, "qwen", 4) == 0;
     enum hp_status st = read_rope_scaling(m, c->path, json_get(c->j, "rope_scaling"), c->err);
     if (st != HP_OK)
         return st;
     if (strcmp(mt, "mistral") == 0)
         in->window = cfg_int(c, "sliding_window", 0, INT_MAX);
-    if (strcmp(mt, "qwen2") == 0 && cfg_bool(c, "use_sliding_window", false))
+    if (qwen && cfg_bool(c, "use_sliding_window", false))
         return hp_fail(c->err, HP_ERR_UNSUPPORTED,
-                       "%s: use_sliding_window (Qwen2's window on its upper layers) is not supported", c->path);
-    /* Qwen2's layer types: a sliding layer is one with a window, which headprune does not implement here */
+                       "%s: use_sliding_window (%s's window on its upper layers) is not supported", c->path,
+                       o->qk_norm ? "Qwen3" : "Qwen2");
+    /* Qwen2's and Qwen3's layer types: a sliding layer is one with a window, which headprune does not
+     * implement here */
     const cJSON *lt = json_get(c->j, "layer_types"), *t;
-    if (strcmp(mt, "qwen2") == 0 && lt && !cJSON_IsNull(lt)) {
+    if (qwen && lt && !cJSON_IsNull(lt)) {
         if (!cJSON_IsArray(lt))
             return hp_fail(c->err, HP_ERR_FORMAT, "%s: \"layer_types\" must be a list", c->path);
         cJSON_ArrayForEach(t, lt)
@@ -963,6 +970,10 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
         note_heads(b, l, 0, 1, true);
         L->wv = bind_linear(b, G("self_attn.v_proj.weight"), d, kvd);
         note_heads(b, l, 0, 1, true);
+        if (o->qk_norm) { /* one gain per head dimension, shared by the heads: nothing an export cuts */
+            L->q_norm = bind(b, G("self_attn.q_norm.weight"), in->d_head, VEC, false);
+            L->k_norm = bind(b, G("self_attn.k_norm.weight"), in->d_head, VEC, false);
+        }
         if (o->qkv_bias) {
             L->bq = bind(b, G("self_attn.q_proj.bias"), qd, VEC, false);
             note_heads(b, l, 0, 1, false);
@@ -1000,7 +1011,7 @@ static const char *const gpt2_types[] = {"gpt2", NULL}, *const gpt2_prefixes[] =
 static const char *const bert_types[] = {"bert", NULL}, *const bert_prefixes[] = {"bert.", "", NULL},
                          *const bert_harmless[] = {"embeddings.position_ids", "embeddings.token_type_ids", /* indices */
                                                    "cls.seq_relationship.weight", "cls.seq_relationship.bias", NULL};
-static const char *const llama_types[] = {"llama", "mistral", "qwen2", NULL},
+static const char *const llama_types[] = {"llama", "mistral", "qwen2", "qwen3", NULL},
                          *const llama_prefixes[] = {"model.", "", NULL},
                          *const llama_harmless[] = {"rotary_emb.inv_freq", NULL}; /* recomputed from rope_theta */
 

@@ -36,6 +36,7 @@ struct hp_layer {
     struct hp_mat wq;           /* (d_model, n_q * d_head) */
     struct hp_mat wk, wv;       /* (d_model, n_kv * d_head) */
     const float *bq, *bk, *bv;  /* NULL or (n_q * d_head), (n_kv * d_head) */
+    const float *q_norm, *k_norm; /* qk_norm: (d_head) the RMSNorm gains every query / key head shares; else NULL */
     struct hp_mat wo;           /* (n_q * d_head, d_model) */
     const float *bo;            /* NULL or (d_model) */
     struct hp_mat w_up;         /* (d_model, d_ff) */
@@ -67,6 +68,7 @@ struct hp_model {
      * its reverse ask what the model does, never which family it is: */
     bool rotary;    /* rotary positions on queries and keys (rope) */
     bool post_norm; /* norms after each residual add, the embeddings' too (BERT), else before attention and MLP */
+    bool qk_norm;   /* each query and key head RMS-normalised (layers' q_norm, k_norm) before rotary (Qwen3) */
     struct hp_rope rope;  /* rotary: the frequencies (ops_int.h) */
     enum hp_act act;
     float attn_scale_div; /* GPT-2 scale_attn_by_inverse_layer_idx: 1 or layer-dependent */

@@ -84,37 +84,65 @@ void hp_op_layer_norm_backward(float *dx, const float *dy, const float *x, int T
     }
 }
 
+/* One row's RMSNorm: y (d) = w x / rms(x); y may equal x. */
+static void rms_row(float *yr, const float *xr, int d, const float *w, float eps)
+{
+    float r = (float)(1.0 / sqrt(row_dev2(xr, d, 0.0) / d + eps));
+    for (int i = 0; i < d; i++)
+        yr[i] = w[i] * (xr[i] * r);
+}
+
+/* One row's reverse: with r = 1 / rms(x) and g = dy w, dx = r g - x r^3 mean(g x), added to dx (add) or in
+ * its place; dx may equal dy (each element reads its own dy after the sums). */
+static void rms_row_backward(float *dr, const float *gr, const float *xr, int d, const float *w, float eps, bool add)
+{
+    double agx[HP_VLANES] = {0};
+    int i = 0;
+    for (; i + HP_VLANES <= d; i += HP_VLANES)
+        for (int j = 0; j < HP_VLANES; j++)
+            agx[j] += (double)gr[i + j] * w[i + j] * xr[i + j];
+    for (; i < d; i++)
+        agx[i % HP_VLANES] += (double)gr[i] * w[i] * xr[i];
+    double r = 1.0 / sqrt(row_dev2(xr, d, 0.0) / d + eps), k = r * r * r * hp_vlanes_total(agx) / d;
+    for (i = 0; i < d; i++)
+        dr[i] = (add ? dr[i] : 0.0f) + (float)(r * gr[i] * w[i] - xr[i] * k);
+}
+
 void hp_op_rms_norm(float *y, const float *x, int T, int d, const float *w, float eps)
 {
 #pragma omp parallel for schedule(static) if (hp_op_par((size_t)T * d))
-    for (int t = 0; t < T; t++) {
-        const float *xr = x + (size_t)t * d;
-        float *yr = y + (size_t)t * d;
-        float r = (float)(1.0 / sqrt(row_dev2(xr, d, 0.0) / d + eps));
-        for (int i = 0; i < d; i++)
-            yr[i] = w[i] * (xr[i] * r);
-    }
+    for (int t = 0; t < T; t++)
+        rms_row(y + (size_t)t * d, x + (size_t)t * d, d, w, eps);
 }
 
-
-/* Its reverse: with r = 1 / rms(x) and g = dy w, dx = r g - x r^3 mean(g x), added to dx. */
 void hp_op_rms_norm_backward(float *dx, const float *dy, const float *x, int T, int d, const float *w, float eps)
 {
 #pragma omp parallel for schedule(static) if (hp_op_par((size_t)T * d))
-    for (int t = 0; t < T; t++) {
-        const float *xr = x + (size_t)t * d, *gr = dy + (size_t)t * d;
-        float *dr = dx + (size_t)t * d;
-        double agx[HP_VLANES] = {0};
-        int i = 0;
-        for (; i + HP_VLANES <= d; i += HP_VLANES)
-            for (int j = 0; j < HP_VLANES; j++)
-                agx[j] += (double)gr[i + j] * w[i + j] * xr[i + j];
-        for (; i < d; i++)
-            agx[i % HP_VLANES] += (double)gr[i] * w[i] * xr[i];
-        double r = 1.0 / sqrt(row_dev2(xr, d, 0.0) / d + eps), k = r * r * r * hp_vlanes_total(agx) / d;
-        for (i = 0; i < d; i++)
-            dr[i] += (float)(r * gr[i] * w[i] - xr[i] * k);
-    }
+    for (int t = 0; t < T; t++)
+        rms_row_backward(dx + (size_t)t * d, dy + (size_t)t * d, x + (size_t)t * d, d, w, eps, true);
+}
+
+void hp_op_head_rms_norm(float *x, float *raw, int N, int ld, int h0, int h1, int dh, const float *w, float eps)
+{
+#pragma omp parallel for schedule(static) if (hp_op_par((size_t)N * (h1 - h0) * dh))
+    for (int t = 0; t < N; t++)
+        for (int h = h0; h < h1; h++) {
+            float *xr = x + (size_t)t * ld + (size_t)h * dh;
+            if (raw)
+                memcpy(raw + (size_t)t * ld + (size_t)h * dh, xr, (size_t)dh * sizeof(float));
+            rms_row(xr, xr, dh, w, eps);
+        }
+}
+
+void hp_op_head_rms_norm_backward(float *dx, const float *raw, int N, int ld, int h0, int h1, int dh, const float *w,
+                                  float eps)
+{
+#pragma omp parallel for schedule(static) if (hp_op_par((size_t)N * (h1 - h0) * dh))
+    for (int t = 0; t < N; t++)
+        for (int h = h0; h < h1; h++) {
+            const size_t o = (size_t)t * ld + (size_t)h * dh;
+            rms_row_backward(dx + o, dx + o, raw + o, dh, w, eps, false);
+        }
 }
 
 // --- activations ------------------------------------------------------------

@@ -50,6 +50,18 @@ void hp_op_rms_norm(float *y, const float *x, int T, int d, const float *w, floa
 /* dx (T, d) += the gradient at x of hp_op_rms_norm given dy (T, d). */
 void hp_op_rms_norm_backward(float *dx, const float *dy, const float *x, int T, int d, const float *w, float eps);
 
+/*
+ * Heads [h0, h1) of each of N rows of x (row stride ld; heads of dh floats side by side) RMS-normalised in
+ * place with the gain w (dh) all heads share (Qwen3's q_norm and k_norm); with raw, their values before are
+ * copied there first (the same layout), for the reverse.
+ */
+void hp_op_head_rms_norm(float *x, float *raw, int N, int ld, int h0, int h1, int dh, const float *w, float eps);
+
+/* Its reverse in place: dx (the same layout), the gradient at the normalised heads, becomes the gradient at
+ * their values before, raw. */
+void hp_op_head_rms_norm_backward(float *dx, const float *raw, int N, int ld, int h0, int h1, int dh, const float *w,
+                                  float eps);
+
 /* The activation a of one number. */
 float hp_op_act(enum hp_act a, float x);
 

@@ -262,6 +262,7 @@ Test(roles, the_sep_id_from_the_tokenizer_and_a_bad_one_refused)
 Test(roles, llama_gqa_query_heads) { against_reference("llama-gqa"); }
 Test(roles, llama_bf16) { against_reference("llama-tied-bf16"); }
 Test(roles, qwen2_f16_with_biases) { against_reference("qwen2-bias"); }
+Test(roles, qwen3_qk_norms) { against_reference("qwen3-qknorm"); }
 Test(roles, stories260K) { against_reference("stories260K"); }
 Test(roles, default_model) { against_reference("default"); }
 

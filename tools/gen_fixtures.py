@@ -27,6 +27,7 @@ import hp_ref  # noqa: E402
 from transformers import (  # noqa: E402
     BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel,
     LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+    Qwen3Config, Qwen3ForCausalLM,
 )
 import transformers  # noqa: E402
 
@@ -496,6 +497,33 @@ def qwen2_bias(out):
     return finish(out, name, "data.npy", model, "llama", "causal", data, False, Qwen2ForCausalLM)
 
 
+def qwen3_qknorm(out):
+    """Qwen3: RMSNorms over each query and key head before rotary (q_norm, k_norm, gains made random by
+    perturb), head_dim 12 where hidden / heads is 8, no biases. A loader that skips either norm, or puts it
+    after rotary, gives other logits (checked below)."""
+    name = "qwen3-qknorm"
+    cfg = Qwen3Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=12, max_position_embeddings=64,
+                      rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False,
+                      use_sliding_window=False, initializer_range=INIT, bos_token_id=1, eos_token_id=2)
+    model = make(Qwen3ForCausalLM, cfg, 13)
+    attn = model.model.layers[0].self_attn
+    assert attn.q_proj.bias is None and attn.q_norm.weight.shape == (12,)
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    data = write_npy(d, causal_data(97, 113))
+    cases = finish(out, name, "data.npy", model, "llama", "causal", data, True, Qwen3ForCausalLM)
+    for which in ("q_norm", "k_norm"):
+        plain = copy.deepcopy(model)
+        with torch.no_grad():
+            for lay in plain.model.layers:
+                getattr(lay.self_attn, which).weight.fill_(1.0)
+            diff = float((plain(data["ids"]).logits - model(data["ids"]).logits).abs().max())
+        print(f"    {name}: max |logits - logits with {which}'s gains at 1| = {diff:.3g}")
+        assert diff > 1e-3, diff
+    return cases
+
+
 def gpt2_untied(out):
     """A GPT-2 with tie_word_embeddings false and its own lm_head.weight, which GPT2LMHeadModel uses: a loader
     that takes the embedding matrix as the head gives other logits (checked below)."""
@@ -642,6 +670,7 @@ FIXTURES = {
     "bert-mlm-pruned": bert_mlm_pruned,
     "gpt2-untied": gpt2_untied,
     "llama-mlp-bias": llama_mlp_bias,
+    "qwen3-qknorm": qwen3_qknorm,
 }
 
 
