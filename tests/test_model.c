@@ -574,6 +574,14 @@ Test(model, qwen2_sliding_window_layers)
     expect_fail(HP_ERR_UNSUPPORTED, "config.json", "use_sliding_window");
 }
 
+Test(model, qwen3_sliding_window_layers)
+{
+    llama_config("qwen3-qknorm", "\"use_sliding_window\": false", "\"use_sliding_window\": true");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "use_sliding_window (Qwen3's window");
+    llama_config("qwen3-qknorm", "\"full_attention\"", "\"sliding_attention\"");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "\"layer_types\" other than \"full_attention\"");
+}
+
 /* ---- a JSON string holding a NUL is refused, not cut ------------------------------------ */
 
 /* cJSON reads a string only up to a NUL: "gpt2\u0000" was read as "gpt2", a key
@@ -708,6 +716,8 @@ Test(model, every_architecture_refuses_an_unread_tensor)
         {"bert-cls", "bert.encoder.layer.0.attention.self.q_norm.weight", "bert.embeddings.position_ids"},
         {"llama-gqa", "model.layers.1.self_attn.q_norm.weight", "model.layers.1.self_attn.rotary_emb.inv_freq"},
         {"qwen2-bias", "model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"},
+        /* Qwen3 with attention_bias false: a bias is not silently added */
+        {"qwen3-qknorm", "model.layers.2.self_attn.q_proj.bias", "model.layers.0.self_attn.rotary_emb.inv_freq"},
         {"mistral-window", "model.layers.0.self_attn.k_norm.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"},
         {"llama-tied-bf16", "model.layers.0.post_feedforward_layernorm.weight", "model.rotary_emb.inv_freq"},
     };

@@ -10,7 +10,7 @@
  * head, or untied with its own lm_head.weight), bert (an encoder with its
  * pooling, an MLM head with padding and labels, a sequence classifier), llama
  * (GQA, explicit head_dim, attention_bias and mlp_bias, rope_scaling),
- * mistral (sliding_window) and qwen2 (q/k/v biases); 1-3 layers, 1-4 heads,
+ * mistral (sliding_window), qwen2 (q/k/v biases) and qwen3 (q/k norms, attention_bias); 1-3 layers, 1-4 heads,
  * KV heads dividing them, heads 2-8 wide, vocabularies of 16-64; f32, f16,
  * bf16 or a mix; one file or shards; and with some probability one head's output-projection inputs scaled
  * by up to 1e6 (a massive activation). Then random variants (nothing, all
@@ -199,8 +199,8 @@ static uint16_t to_bf16(float f)
 
 // --- a random checkpoint ------------------------------------------------------------------------
 
-enum arch_id { A_GPT2, A_BERT, A_LLAMA, A_MISTRAL, A_QWEN2, N_ARCH };
-static const char *const arch_names[N_ARCH] = {"gpt2", "bert", "llama", "mistral", "qwen2"};
+enum arch_id { A_GPT2, A_BERT, A_LLAMA, A_MISTRAL, A_QWEN2, A_QWEN3, N_ARCH };
+static const char *const arch_names[N_ARCH] = {"gpt2", "bert", "llama", "mistral", "qwen2", "qwen3"};
 enum bert_kind { BERT_ENCODER, BERT_MLM, BERT_CLS };
 
 struct spec {
@@ -437,7 +437,8 @@ static void spec_random(struct spec *s, struct rng *r, enum arch_id a)
         break;
     case A_LLAMA:
     case A_MISTRAL:
-    case A_QWEN2: {
+    case A_QWEN2:
+    case A_QWEN3: {
         int divs[4], nd = 0;
         for (int k = 1; k <= s->H; k++)
             if (s->H % k == 0)
@@ -456,10 +457,10 @@ static void spec_random(struct spec *s, struct rng *r, enum arch_id a)
         s->rope = rint_in(r, 0, 2);
         if (rchance(r, 0.5))
             s->rope = 0;
-        if (a == A_LLAMA) {
+        if (a == A_LLAMA || a == A_QWEN3)
             s->qkv_bias = s->o_bias = rchance(r, 0.4);
+        if (a == A_LLAMA)
             s->mlp_bias = rchance(r, 0.4);
-        }
         if (a == A_QWEN2)
             s->qkv_bias = true;
         break;
@@ -566,6 +567,10 @@ static void model_random(struct model *m, struct rng *r)
                 add(m, r, K_BIAS, 1, qd, 0, "model.layers.%d.self_attn.q_proj.bias", l);
                 add(m, r, K_BIAS, 1, kvd, 0, "model.layers.%d.self_attn.k_proj.bias", l);
                 add(m, r, K_BIAS, 1, kvd, 0, "model.layers.%d.self_attn.v_proj.bias", l);
+            }
+            if (s->arch == A_QWEN3) {
+                add(m, r, K_NORM, 1, s->dh, 0, "model.layers.%d.self_attn.q_norm.weight", l);
+                add(m, r, K_NORM, 1, s->dh, 0, "model.layers.%d.self_attn.k_norm.weight", l);
             }
             add(m, r, K_W, 2, d, qd, "model.layers.%d.self_attn.o_proj.weight", l);
             if (s->o_bias)
@@ -738,8 +743,9 @@ static bool write_config(const struct spec *s, const char *dir)
             bprintf(&b, "}");
         }
     } else {
-        static const char *const types[] = {"llama", "mistral", "qwen2"};
-        static const char *const archs[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
+        static const char *const types[] = {"llama", "mistral", "qwen2", "qwen3"};
+        static const char *const archs[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                            "Qwen3ForCausalLM"};
         const int k = s->arch - A_LLAMA;
         bprintf(&b, "{\"model_type\": \"%s\", \"architectures\": [\"%s\"], \"hidden_size\": %d, "
                     "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
@@ -766,7 +772,9 @@ static bool write_config(const struct spec *s, const char *dir)
             else
                 bprintf(&b, ", \"sliding_window\": null");
         }
-        if (s->arch == A_QWEN2) {
+        if (s->arch == A_QWEN3)
+            bprintf(&b, ", \"attention_bias\": %s", s->o_bias ? "true" : "false");
+        if (s->arch == A_QWEN2 || s->arch == A_QWEN3) {
             bprintf(&b, ", \"use_sliding_window\": false, \"sliding_window\": null, \"layer_types\": [");
             for (int l = 0; l < s->L; l++)
                 bprintf(&b, "%s\"full_attention\"", l ? ", " : "");
@@ -1732,7 +1740,7 @@ static void usage(void)
             "  --seed N      the run's seed (default 1); a case is made from the seed and its number alone\n"
             "  --cases N     run cases 0..N-1 (default 50 unless --seconds is given)\n"
             "  --seconds S   run cases until S seconds have passed (with --cases: whichever ends first)\n"
-            "  --arch NAME   gpt2, bert, llama, mistral or qwen2; repeatable (default: all, case c takes the\n"
+            "  --arch NAME   gpt2, bert, llama, mistral, qwen2 or qwen3; repeatable (default: all, case c takes the\n"
             "                (c mod n)-th)\n"
             "  --case C      run case C alone (as a finding's rerun line says)\n"
             "  --keep        keep a case's scratch folder when it has findings\n"
@@ -1781,7 +1789,7 @@ int main(int argc, char **argv)
             while (k < N_ARCH && !(v && !strcmp(v, arch_names[k])))
                 k++;
             if (k == N_ARCH) {
-                fprintf(stderr, "fuzz_diff: --arch takes gpt2, bert, llama, mistral or qwen2\n");
+                fprintf(stderr, "fuzz_diff: --arch takes gpt2, bert, llama, mistral, qwen2 or qwen3\n");
                 return 2;
             }
             if (!o.arch_on[k])
