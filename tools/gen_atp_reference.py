@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_task_fixtures as gtf  # noqa: E402
 
 # unpruned causal fixtures (a pruned one's slices would need its kept heads; dynamic rope's rows depend on padding)
-FIXTURES = ["gpt2-tiny", "gpt2-untied", "llama-gqa", "llama-mlp-bias", "qwen2-bias", "mistral-window", "stories260K"]
+FIXTURES = ["gpt2-tiny", "gpt2-untied", "llama-gqa", "llama-mlp-bias", "qwen2-bias", "mistral-window", "stories260K",
+            "qwen3-qknorm"]
 
 
 def run_grad(p, ids, answer, wrong, metric):
