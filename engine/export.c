@@ -121,12 +121,17 @@ static const struct hp_head_tensor *head_tensor_of(const struct hp_model *m, con
     return NULL;
 }
 
-/* The blocks (source slots) a head tensor keeps: n of them at *slots. */
-static const int *kept_blocks(const struct hp_model *m, const struct keep *k, const struct hp_head_tensor *ht, int *n)
+/* The blocks (source slots) segment s of a head tensor keeps: n of them at the result; *width, the
+ * segment's width in the source. */
+static const int *kept_blocks(const struct hp_model *m, const struct keep *k, const struct hp_head_tensor *ht, int s,
+                              int *n, int64_t *width)
 {
     const int l = ht->layer;
-    *n = ht->kv ? k->n_kv[l] : k->n_q[l];
-    return ht->kv ? k->kv + (size_t)l * m->info.n_kv_heads : k->q + (size_t)l * m->info.n_heads;
+    const bool kv = ht->seg_kv >> s & 1;
+    const struct hp_layer *L = &m->layers[l];
+    *width = (int64_t)(kv ? L->n_kv : L->n_q) * m->info.d_head;
+    *n = kv ? k->n_kv[l] : k->n_q[l];
+    return kv ? k->kv + (size_t)l * m->info.n_kv_heads : k->q + (size_t)l * m->info.n_heads;
 }
 
 /* Write n bytes from p to f; false on a write error. */
@@ -141,22 +146,21 @@ static bool put_heads(FILE *f, const struct hp_model *m, const struct keep *k, c
     const struct hp_st_tensor *t = ht->t;
     const unsigned char *src = t->data;
     const size_t dh = (size_t)m->info.d_head, es = (size_t)t->esize;
-    const int64_t seg_w = t->shape[ht->axis] / ht->n_seg;
-    int nb;
-    const int *blocks = kept_blocks(m, k, ht, &nb);
-    if (ht->axis == 0) { /* blocks of dh rows (or elements) */
-        const size_t row = (t->n_dims == 2 ? (size_t)t->shape[1] : 1) * es;
-        for (int s = 0; s < ht->n_seg; s++)
-            for (int b = 0; b < nb; b++)
-                if (!put(f, src + ((size_t)s * seg_w + (size_t)blocks[b] * dh) * row, dh * row))
+    const size_t row = (t->n_dims == 2 ? (size_t)t->shape[1] : 1) * es;
+    const int64_t n_rows = ht->axis == 0 ? 1 : t->shape[0];
+    for (int64_t r = 0; r < n_rows; r++) /* axis 0: blocks of dh rows (or elements); 1: of dh columns a row */
+        for (int s = 0, nb; s < ht->n_seg; s++) {
+            int64_t at = 0, w;
+            for (int p = 0; p < s; p++)
+                kept_blocks(m, k, ht, p, &nb, &w), at += w;
+            const int *blocks = kept_blocks(m, k, ht, s, &nb, &w);
+            for (int b = 0; b < nb; b++) {
+                const size_t first = (size_t)at + (size_t)blocks[b] * dh;
+                if (ht->axis == 0 ? !put(f, src + first * row, dh * row)
+                                  : !put(f, src + ((size_t)r * t->shape[1] + first) * es, dh * es))
                     return false;
-        return true;
-    }
-    for (int64_t r = 0; r < t->shape[0]; r++) /* blocks of dh columns in each row */
-        for (int s = 0; s < ht->n_seg; s++)
-            for (int b = 0; b < nb; b++)
-                if (!put(f, src + ((size_t)r * t->shape[1] + (size_t)s * seg_w + (size_t)blocks[b] * dh) * es, dh * es))
-                    return false;
+            }
+        }
     return true;
 }
 
@@ -188,9 +192,12 @@ static enum hp_status write_weights(const struct hp_model *m, const struct keep 
         memcpy(o[i].shape, t->shape, sizeof o[i].shape);
         if (ht) {
             int nb;
-            kept_blocks(m, k, ht, &nb);
-            int64_t other = t->n_dims == 2 ? t->shape[1 - ht->axis] : 1;
-            o[i].shape[ht->axis] = (int64_t)ht->n_seg * nb * m->info.d_head;
+            int64_t other = t->n_dims == 2 ? t->shape[1 - ht->axis] : 1, w;
+            o[i].shape[ht->axis] = 0;
+            for (int s = 0; s < ht->n_seg; s++) {
+                kept_blocks(m, k, ht, s, &nb, &w);
+                o[i].shape[ht->axis] += (int64_t)nb * m->info.d_head;
+            }
             o[i].nbytes = (size_t)(o[i].shape[ht->axis] * other) * (size_t)t->esize;
             dropped += (t->shape[ht->axis] - o[i].shape[ht->axis]) * other;
         }

@@ -754,8 +754,9 @@ static struct hp_mat bind_mat(struct binder *b, const char *name, int64_t d0, in
     return w;
 }
 
-/* The tensor just bound holds layer l's heads along axis, n_seg times (struct hp_head_tensor). */
-static void note_heads(struct binder *b, int l, int axis, int n_seg, bool kv)
+/* The tensor just bound holds layer l's heads along axis in n_seg segments, those of bits seg_kv KV heads
+ * (struct hp_head_tensor). */
+static void note_heads(struct binder *b, int l, int axis, int n_seg, unsigned seg_kv)
 {
     struct hp_model *m = b->m;
     if (b->st != HP_OK || !b->last)
@@ -768,7 +769,7 @@ static void note_heads(struct binder *b, int l, int axis, int n_seg, bool kv)
             return;
         }
     }
-    m->head_tensors[m->n_head_tensors++] = (struct hp_head_tensor){b->last, l, axis, n_seg, kv};
+    m->head_tensors[m->n_head_tensors++] = (struct hp_head_tensor){b->last, l, axis, n_seg, seg_kv};
 }
 
 /*

@@ -48,15 +48,16 @@ struct hp_layer {
 
 /*
  * A stored tensor that holds attention heads in blocks of d_head along one
- * axis (the heads of the layer, in slot order), n_seg times side by side
- * (GPT-2's fused c_attn: q, k, v): what an export cuts when it removes heads.
+ * axis (the heads of the layer, in slot order), n_seg segments side by side
+ * (GPT-2's fused c_attn: q, k, v; Phi-3's qkv_proj: q, then the narrower k
+ * and v of its KV heads): what an export cuts when it removes heads.
  */
 struct hp_head_tensor {
     const struct hp_st_tensor *t;
     int layer;
-    int axis;  /* 0: rows (or a vector's elements), 1: columns */
-    int n_seg; /* 1, or 3 for a fused q, k, v */
-    bool kv;   /* blocks are KV heads (kv_slot), else query heads (q_slot) */
+    int axis;        /* 0: rows (or a vector's elements), 1: columns */
+    int n_seg;       /* 1, or 3 for a fused q, k, v */
+    unsigned seg_kv; /* bit s: segment s's blocks are KV heads (kv_slot), else query heads (q_slot) */
 };
 
 struct hp_model {
