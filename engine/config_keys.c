@@ -203,6 +203,13 @@ static const struct hp_config_key qwen3[] = {
     I("max_window_layers", "where the window starts, with use_sliding_window only"),
 };
 
+static const struct hp_config_key phi3[] = {
+    LLAMA_FAMILY,
+    H("sliding_window", "each query sees this many keys back (null: all)"),
+    I("resid_pdrop", "dropout after attention and the MLP (training)"),
+    I("embd_pdrop", "dropout of the embeddings (training)"),
+};
+
 #define N(t) ((int)(sizeof t / sizeof t[0]))
 
 static const struct {
@@ -212,7 +219,7 @@ static const struct {
 } tables[] = {
     {"gpt2", gpt2, N(gpt2)}, {"bert", bert, N(bert)}, {"llama", llama, N(llama)},
     {"mistral", mistral, N(mistral)}, {"qwen2", qwen2, N(qwen2)}, {"qwen3", qwen3, N(qwen3)},
-    {NULL, shared, N(shared)},
+    {"phi3", phi3, N(phi3)}, {NULL, shared, N(shared)},
 };
 
 const struct hp_config_key *hp_config_keys(const char *model_type, int *n)

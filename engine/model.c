@@ -273,6 +273,7 @@ struct bind_opts {
     bool o_bias;        /* Llama's attention_bias: o_proj bias */
     bool mlp_bias;      /* Llama's mlp_bias: gate/up/down_proj biases */
     bool qk_norm;       /* Qwen3: self_attn.q_norm and k_norm, (d_head) each */
+    bool fused;         /* Phi-3: self_attn.qkv_proj (q, k, v) and mlp.gate_up_proj (gate, up), one tensor each */
     bool no_problem;    /* BERT: no problem_type, so one class is regression in transformers */
 };
 
@@ -380,8 +381,8 @@ static enum hp_status config_bert(struct cfg *c, struct hp_model *m, const char 
     return HP_OK;
 }
 
-/* config.json of a Llama-family checkpoint (llama, mistral, qwen2, qwen3): shape, rotary, biases, q/k norms,
- * window. */
+/* config.json of a Llama-family checkpoint (llama, mistral, qwen2, qwen3, phi3): shape, rotary, biases, q/k
+ * norms, fused projections, window. */
 static enum hp_status config_llama(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
                                    const char **act)
 {
@@ -412,7 +413,9 @@ static enum hp_status config_llama(struct cfg *c, struct hp_model *m, const char
     enum hp_status st = read_rope_scaling(m, c->path, json_get(c->j, "rope_scaling"), c->err);
     if (st != HP_OK)
         return st;
-    if (strcmp(mt, "mistral") == 0)
+    /* Phi-3: q, k and v in one projection and the MLP's gate and up in another; a window as Mistral's */
+    o->fused = strcmp(mt, "phi3") == 0;
+    if (strcmp(mt, "mistral") == 0 || o->fused)
         in->window = cfg_int(c, "sliding_window", 0, INT_MAX);
     if (qwen && cfg_bool(c, "use_sliding_window", false))
         return hp_fail(c->err, HP_ERR_UNSUPPORTED,
@@ -965,12 +968,19 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
         const int qd = L->n_q * in->d_head, kvd = L->n_kv * in->d_head;
 #define G(s) (snprintf(n, sizeof n, "layers.%d.%s", l, s), n)
         L->ln1_w = bind(b, G("input_layernorm.weight"), d, VEC, false);
-        L->wq = bind_linear(b, G("self_attn.q_proj.weight"), d, qd);
-        note_heads(b, l, 0, 1, false);
-        L->wk = bind_linear(b, G("self_attn.k_proj.weight"), d, kvd);
-        note_heads(b, l, 0, 1, true);
-        L->wv = bind_linear(b, G("self_attn.v_proj.weight"), d, kvd);
-        note_heads(b, l, 0, 1, true);
+        if (o->fused) { /* rows: q's heads, then k's and v's KV heads */
+            const struct hp_mat qkv = bind_linear(b, G("self_attn.qkv_proj.weight"), d, qd + 2 * kvd);
+            note_heads(b, l, 0, 3, 6);
+            if (qkv.p)
+                L->wq = qkv, L->wk = hp_mat_at(qkv, 0, qd), L->wv = hp_mat_at(qkv, 0, qd + kvd);
+        } else {
+            L->wq = bind_linear(b, G("self_attn.q_proj.weight"), d, qd);
+            note_heads(b, l, 0, 1, false);
+            L->wk = bind_linear(b, G("self_attn.k_proj.weight"), d, kvd);
+            note_heads(b, l, 0, 1, true);
+            L->wv = bind_linear(b, G("self_attn.v_proj.weight"), d, kvd);
+            note_heads(b, l, 0, 1, true);
+        }
         if (o->qk_norm) { /* one gain per head dimension, shared by the heads: nothing an export cuts */
             L->q_norm = bind(b, G("self_attn.q_norm.weight"), in->d_head, VEC, false);
             L->k_norm = bind(b, G("self_attn.k_norm.weight"), in->d_head, VEC, false);
@@ -988,8 +998,14 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
         if (o->o_bias)
             L->bo = bind(b, G("self_attn.o_proj.bias"), d, VEC, false);
         L->ln2_w = bind(b, G("post_attention_layernorm.weight"), d, VEC, false);
-        L->w_gate = bind_linear(b, G("mlp.gate_proj.weight"), d, f);
-        L->w_up = bind_linear(b, G("mlp.up_proj.weight"), d, f);
+        if (o->fused) { /* rows: the gate's f, then up's */
+            L->w_gate = bind_linear(b, G("mlp.gate_up_proj.weight"), d, 2 * f);
+            if (L->w_gate.p)
+                L->w_up = hp_mat_at(L->w_gate, 0, f);
+        } else {
+            L->w_gate = bind_linear(b, G("mlp.gate_proj.weight"), d, f);
+            L->w_up = bind_linear(b, G("mlp.up_proj.weight"), d, f);
+        }
         L->w_down = bind_linear(b, G("mlp.down_proj.weight"), f, d);
         if (o->mlp_bias) {
             L->b_gate = bind(b, G("mlp.gate_proj.bias"), f, VEC, false);
@@ -1012,7 +1028,7 @@ static const char *const gpt2_types[] = {"gpt2", NULL}, *const gpt2_prefixes[] =
 static const char *const bert_types[] = {"bert", NULL}, *const bert_prefixes[] = {"bert.", "", NULL},
                          *const bert_harmless[] = {"embeddings.position_ids", "embeddings.token_type_ids", /* indices */
                                                    "cls.seq_relationship.weight", "cls.seq_relationship.bias", NULL};
-static const char *const llama_types[] = {"llama", "mistral", "qwen2", "qwen3", NULL},
+static const char *const llama_types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", NULL},
                          *const llama_prefixes[] = {"model.", "", NULL},
                          *const llama_harmless[] = {"rotary_emb.inv_freq", NULL}; /* recomputed from rope_theta */
 

@@ -574,6 +574,17 @@ Test(model, qwen2_sliding_window_layers)
     expect_fail(HP_ERR_UNSUPPORTED, "config.json", "use_sliding_window");
 }
 
+/* Phi-3's long-context checkpoints (longrope) and Phi-4-mini's partial rotary are refused, named */
+Test(model, phi3_longrope_and_partial_rotary)
+{
+    llama_config("phi3-fused", "\"rope_scaling\": null",
+                 "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1, 1, 1, 1], "
+                 "\"long_factor\": [1, 1, 1, 1]}");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "rope_scaling type \"longrope\" is not supported");
+    llama_config("phi3-fused", "\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.75");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "partial_rotary_factor");
+}
+
 Test(model, qwen3_sliding_window_layers)
 {
     llama_config("qwen3-qknorm", "\"use_sliding_window\": false", "\"use_sliding_window\": true");
@@ -718,6 +729,8 @@ Test(model, every_architecture_refuses_an_unread_tensor)
         {"qwen2-bias", "model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"},
         /* Qwen3 with attention_bias false: a bias is not silently added */
         {"qwen3-qknorm", "model.layers.2.self_attn.q_proj.bias", "model.layers.0.self_attn.rotary_emb.inv_freq"},
+        /* Phi-3's q is in qkv_proj: a q_proj beside it is not taken for it */
+        {"phi3-fused", "model.layers.1.self_attn.q_proj.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"},
         {"mistral-window", "model.layers.0.self_attn.k_norm.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"},
         {"llama-tied-bf16", "model.layers.0.post_feedforward_layernorm.weight", "model.rotary_emb.inv_freq"},
     };
@@ -900,7 +913,7 @@ Test(model, every_transformers_config_key_is_decided)
             cJSON_Delete(v);
         }
     }
-    cr_assert_eq(n_arch, 6, "gpt2, bert, llama, mistral, qwen2 and qwen3 expected in %s", p);
+    cr_assert_eq(n_arch, 7, "gpt2, bert, llama, mistral, qwen2, qwen3 and phi3 expected in %s", p);
     cr_assert_eq(bad, 0, "%d config keys undecided or stale (first 10 above; %d keys checked)", bad, n_keys);
     cJSON_Delete(j);
     free(txt);
@@ -909,8 +922,8 @@ Test(model, every_transformers_config_key_is_decided)
 /* every accepted default of every table is JSON, and the audit accepts it */
 Test(model, config_key_defaults_are_accepted)
 {
-    static const char *const archs[] = {"gpt2", "bert", "llama", "mistral", "qwen2", "qwen3"};
-    for (int a = 0; a < 6; a++) {
+    static const char *const archs[] = {"gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3"};
+    for (int a = 0; a < 7; a++) {
         int nr;
         const struct hp_config_key *rows = hp_config_keys(archs[a], &nr);
         for (int i = 0; i < nr; i++)

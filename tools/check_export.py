@@ -35,7 +35,7 @@ from gen_fixtures import Runner  # noqa: E402
 
 import transformers  # noqa: E402
 from transformers import (  # noqa: E402
-    BertForMaskedLM, BertModel, GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+    BertForMaskedLM, BertModel, GPT2LMHeadModel, LlamaForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
 )
 
 transformers.logging.set_verbosity_error()
@@ -53,6 +53,7 @@ CASES = [
     ("llama-tied-bf16", "llama-tied-bf16", "0.0,1.3", LlamaForCausalLM, "llama", "causal", True),
     ("qwen2-bias", "qwen2-bias", "kv:0.1,kv:1.0", Qwen2ForCausalLM, "llama", "causal", True),
     ("qwen3-qknorm", "qwen3-qknorm", "kv:0.0,kv:1.1,kv:2.0", Qwen3ForCausalLM, "llama", "causal", True),
+    ("phi3-fused", "phi3-fused", "kv:0.1,kv:1.0,kv:2.1", Phi3ForCausalLM, "llama", "causal", True),
     ("llama-gqa-uneven", "llama-gqa", "kv:0.1,1.0", LlamaForCausalLM, "llama", "causal", False),
     ("gpt2-empty-layer", "gpt2-tiny", "1.*", GPT2LMHeadModel, "gpt2", "causal", False),
 ]

@@ -27,7 +27,7 @@ import hp_ref  # noqa: E402
 from transformers import (  # noqa: E402
     BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel,
     LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-    Qwen3Config, Qwen3ForCausalLM,
+    Qwen3Config, Qwen3ForCausalLM, Phi3Config, Phi3ForCausalLM,
 )
 import transformers  # noqa: E402
 
@@ -524,6 +524,33 @@ def qwen3_qknorm(out):
     return cases
 
 
+def phi3_fused(out):
+    """Phi-3: q, k and v in one qkv_proj (the k and v rows of 2 KV heads narrower than q's 4), the MLP's gate and
+    up in one gate_up_proj, and Mistral's sliding window (6) shorter than the 16-token data. A loader that splits
+    either tensor wrongly, or drops the window, gives other logits (checked below)."""
+    name = "phi3-fused"
+    cfg = Phi3Config(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                     original_max_position_embeddings=64, sliding_window=6, rope_theta=10000.0, rope_scaling=None,
+                     rms_norm_eps=1e-5, tie_word_embeddings=False, initializer_range=INIT,
+                     bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = make(Phi3ForCausalLM, cfg, 17)
+    assert model.model.layers[0].self_attn.qkv_proj.weight.shape == (64, 32)
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    data = write_npy(d, causal_data(97, 117))
+    cases = finish(out, name, "data.npy", model, "llama", "causal", data, True, Phi3ForCausalLM)
+    full = copy.deepcopy(cfg)
+    full.sliding_window = None
+    nowin = Phi3ForCausalLM(full).eval()
+    nowin.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        diff = float((nowin(data["ids"]).logits - model(data["ids"]).logits).abs().max())
+    print(f"    {name}: max |logits - logits without the window| = {diff:.3g}")
+    assert diff > 1e-3, diff
+    return cases
+
+
 def gpt2_untied(out):
     """A GPT-2 with tie_word_embeddings false and its own lm_head.weight, which GPT2LMHeadModel uses: a loader
     that takes the embedding matrix as the head gives other logits (checked below)."""
@@ -671,6 +698,7 @@ FIXTURES = {
     "gpt2-untied": gpt2_untied,
     "llama-mlp-bias": llama_mlp_bias,
     "qwen3-qknorm": qwen3_qknorm,
+    "phi3-fused": phi3_fused,
 }
 
 

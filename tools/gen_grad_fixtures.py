@@ -72,6 +72,7 @@ FIXTURES = {
                   + KL + [("kl_mean", "0.1,2.2", {(1, 0): 0.5}, "mean", "kl")]),
     "qwen2-bias": ("causal", "data.npy", PARTIAL + KL[:1]),
     "qwen3-qknorm": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")] + KL),
+    "phi3-fused": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")] + KL),
     "gpt2-untied": ("causal", "data.npy", PARTIAL + KL[:1]),
     "llama-mlp-bias": ("causal", "data.npy", PARTIAL + [("mean", "0.1,1.2", {(1, 0): 0.5}, "mean")] + KL[:1]),
     "gpt2-vocab": ("causal", "data.npy", PARTIAL + KL[:1]),

@@ -71,7 +71,7 @@ FIXTURES = {
     "gpt2-pruned": SHORT, "llama-gqa": SHORT, "llama-mlp-bias": SHORT, "llama-tied-bf16": SHORT,
     "llama-rope-dynamic": SHORT, "llama-rope-linear": SHORT, "llama-rope-llama3": SHORT,
     "qwen2-bias": SHORT, "mistral-window": (24, (12, 16, 19, 21, 23, 27, 31, 40)),
-    "stories260K": SHORT, "qwen3-qknorm": SHORT,
+    "stories260K": SHORT, "qwen3-qknorm": SHORT, "phi3-fused": SHORT,
 }
 # causal fixtures left out, and why (main() checks every causal fixture is in one of the two)
 SKIPPED = {"llama-gqa-sharded": "the same model as llama-gqa (sharded files): use llama-gqa's task"}

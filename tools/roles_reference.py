@@ -58,6 +58,7 @@ MODELS = {
     "llama-tied-bf16": ("tests/fixtures/llama-tied-bf16", "tests/fixtures/llama-tied-bf16/data.npy"),
     "qwen2-bias": ("tests/fixtures/qwen2-bias", "tests/fixtures/qwen2-bias/data.npy"),
     "qwen3-qknorm": ("tests/fixtures/qwen3-qknorm", "tests/fixtures/qwen3-qknorm/data.npy"),
+    "phi3-fused": ("tests/fixtures/phi3-fused", "tests/fixtures/phi3-fused/data.npy"),
     "stories260K": ("tests/fixtures/stories260K", "tests/fixtures/stories260K/data.npy"),
     "default": ("models/default", "models/default/heldout.npy"),
 }

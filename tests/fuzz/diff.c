@@ -10,7 +10,8 @@
  * head, or untied with its own lm_head.weight), bert (an encoder with its
  * pooling, an MLM head with padding and labels, a sequence classifier), llama
  * (GQA, explicit head_dim, attention_bias and mlp_bias, rope_scaling),
- * mistral (sliding_window), qwen2 (q/k/v biases) and qwen3 (q/k norms, attention_bias); 1-3 layers, 1-4 heads,
+ * mistral (sliding_window), qwen2 (q/k/v biases), qwen3 (q/k norms, attention_bias) and phi3 (fused
+ * qkv_proj and gate_up_proj, sliding_window); 1-3 layers, 1-4 heads,
  * KV heads dividing them, heads 2-8 wide, vocabularies of 16-64; f32, f16,
  * bf16 or a mix; one file or shards; and with some probability one head's output-projection inputs scaled
  * by up to 1e6 (a massive activation). Then random variants (nothing, all
@@ -199,8 +200,8 @@ static uint16_t to_bf16(float f)
 
 // --- a random checkpoint ------------------------------------------------------------------------
 
-enum arch_id { A_GPT2, A_BERT, A_LLAMA, A_MISTRAL, A_QWEN2, A_QWEN3, N_ARCH };
-static const char *const arch_names[N_ARCH] = {"gpt2", "bert", "llama", "mistral", "qwen2", "qwen3"};
+enum arch_id { A_GPT2, A_BERT, A_LLAMA, A_MISTRAL, A_QWEN2, A_QWEN3, A_PHI3, N_ARCH };
+static const char *const arch_names[N_ARCH] = {"gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3"};
 enum bert_kind { BERT_ENCODER, BERT_MLM, BERT_CLS };
 
 struct spec {
@@ -217,7 +218,7 @@ struct spec {
     bool pooler;        /* bert encoder: a pooler stored (read only by the classifier) */
     bool head_dim_key;  /* llama family: head_dim written */
     bool qkv_bias, o_bias, mlp_bias;
-    int window;         /* mistral: sliding_window, 0 = null */
+    int window;         /* mistral, phi3: sliding_window, 0 = null */
     int rope;           /* llama family: 0 rope_scaling null, 1 linear (factor 2), 2 {"rope_type": "default"},
                          * 3 dynamic (factor 2), 4 llama3 */
     int shards;         /* 1: model.safetensors; 2, 3: that many shards named by model.safetensors.index.json */
@@ -438,7 +439,8 @@ static void spec_random(struct spec *s, struct rng *r, enum arch_id a)
     case A_LLAMA:
     case A_MISTRAL:
     case A_QWEN2:
-    case A_QWEN3: {
+    case A_QWEN3:
+    case A_PHI3: {
         int divs[4], nd = 0;
         for (int k = 1; k <= s->H; k++)
             if (s->H % k == 0)
@@ -560,9 +562,13 @@ static void model_random(struct model *m, struct rng *r)
         add(m, r, K_W, 2, V, d, "model.embed_tokens.weight");
         for (int l = 0; l < s->L; l++) {
             add(m, r, K_NORM, 1, d, 0, "model.layers.%d.input_layernorm.weight", l);
-            add(m, r, K_W, 2, qd, d, "model.layers.%d.self_attn.q_proj.weight", l);
-            add(m, r, K_W, 2, kvd, d, "model.layers.%d.self_attn.k_proj.weight", l);
-            add(m, r, K_W, 2, kvd, d, "model.layers.%d.self_attn.v_proj.weight", l);
+            if (s->arch == A_PHI3) {
+                add(m, r, K_W, 2, qd + 2 * kvd, d, "model.layers.%d.self_attn.qkv_proj.weight", l);
+            } else {
+                add(m, r, K_W, 2, qd, d, "model.layers.%d.self_attn.q_proj.weight", l);
+                add(m, r, K_W, 2, kvd, d, "model.layers.%d.self_attn.k_proj.weight", l);
+                add(m, r, K_W, 2, kvd, d, "model.layers.%d.self_attn.v_proj.weight", l);
+            }
             if (s->qkv_bias) {
                 add(m, r, K_BIAS, 1, qd, 0, "model.layers.%d.self_attn.q_proj.bias", l);
                 add(m, r, K_BIAS, 1, kvd, 0, "model.layers.%d.self_attn.k_proj.bias", l);
@@ -578,8 +584,12 @@ static void model_random(struct model *m, struct rng *r)
             if (s->buffers)
                 add(m, r, K_INVFREQ, 1, s->dh / 2, 0, "model.layers.%d.self_attn.rotary_emb.inv_freq", l);
             add(m, r, K_NORM, 1, d, 0, "model.layers.%d.post_attention_layernorm.weight", l);
-            add(m, r, K_W, 2, f, d, "model.layers.%d.mlp.gate_proj.weight", l);
-            add(m, r, K_W, 2, f, d, "model.layers.%d.mlp.up_proj.weight", l);
+            if (s->arch == A_PHI3) {
+                add(m, r, K_W, 2, 2 * f, d, "model.layers.%d.mlp.gate_up_proj.weight", l);
+            } else {
+                add(m, r, K_W, 2, f, d, "model.layers.%d.mlp.gate_proj.weight", l);
+                add(m, r, K_W, 2, f, d, "model.layers.%d.mlp.up_proj.weight", l);
+            }
             add(m, r, K_W, 2, d, f, "model.layers.%d.mlp.down_proj.weight", l);
             if (s->mlp_bias) {
                 add(m, r, K_BIAS, 1, f, 0, "model.layers.%d.mlp.gate_proj.bias", l);
@@ -743,9 +753,9 @@ static bool write_config(const struct spec *s, const char *dir)
             bprintf(&b, "}");
         }
     } else {
-        static const char *const types[] = {"llama", "mistral", "qwen2", "qwen3"};
+        static const char *const types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3"};
         static const char *const archs[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                            "Qwen3ForCausalLM"};
+                                            "Qwen3ForCausalLM", "Phi3ForCausalLM"};
         const int k = s->arch - A_LLAMA;
         bprintf(&b, "{\"model_type\": \"%s\", \"architectures\": [\"%s\"], \"hidden_size\": %d, "
                     "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
@@ -766,7 +776,7 @@ static bool write_config(const struct spec *s, const char *dir)
         if (s->arch == A_LLAMA)
             bprintf(&b, ", \"attention_bias\": %s, \"mlp_bias\": %s", s->o_bias ? "true" : "false",
                     s->mlp_bias ? "true" : "false");
-        if (s->arch == A_MISTRAL) {
+        if (s->arch == A_MISTRAL || s->arch == A_PHI3) {
             if (s->window)
                 bprintf(&b, ", \"sliding_window\": %d", s->window);
             else
@@ -1475,7 +1485,7 @@ static void run_case(const struct opts *o, long cs, enum arch_id arch, struct st
         s->rope = rint_in(&r2, 3, 4);
     s->shards = rchance(&r2, 0.25) ? rint_in(&r2, 2, 3) : 1;
     s->n_ctx = rint_in(&r, 2, 32);
-    if (s->arch == A_MISTRAL)
+    if (s->arch == A_MISTRAL || s->arch == A_PHI3)
         s->window = rchance(&r, 0.8) ? rint_in(&r, 1, s->n_ctx + 2) : 0;
     model_random(&m, &r);
     struct dataset ds;
@@ -1740,7 +1750,7 @@ static void usage(void)
             "  --seed N      the run's seed (default 1); a case is made from the seed and its number alone\n"
             "  --cases N     run cases 0..N-1 (default 50 unless --seconds is given)\n"
             "  --seconds S   run cases until S seconds have passed (with --cases: whichever ends first)\n"
-            "  --arch NAME   gpt2, bert, llama, mistral, qwen2 or qwen3; repeatable (default: all, case c takes the\n"
+            "  --arch NAME   gpt2, bert, llama, mistral, qwen2, qwen3 or phi3; repeatable (default: all, case c takes the\n"
             "                (c mod n)-th)\n"
             "  --case C      run case C alone (as a finding's rerun line says)\n"
             "  --keep        keep a case's scratch folder when it has findings\n"
@@ -1789,7 +1799,7 @@ int main(int argc, char **argv)
             while (k < N_ARCH && !(v && !strcmp(v, arch_names[k])))
                 k++;
             if (k == N_ARCH) {
-                fprintf(stderr, "fuzz_diff: --arch takes gpt2, bert, llama, mistral, qwen2 or qwen3\n");
+                fprintf(stderr, "fuzz_diff: --arch takes gpt2, bert, llama, mistral, qwen2, qwen3 or phi3\n");
                 return 2;
             }
             if (!o.arch_on[k])

@@ -4,10 +4,11 @@
  *
  * Input: byte 0 picks a fixture model whose model.safetensors is linked into
  * a scratch model folder (gpt2-tiny, gpt2-noprefix, bert-encoder, bert-mlm,
- * bert-cls, llama-gqa, qwen2-bias, llama-tied-bf16, and two pruned ones:
- * gpt2-pruned by transformers, exported/llama-gqa-uneven by headprune, then qwen3-qknorm); the rest is written as
- * that folder's config.json. A model that opens must report a sane shape and
- * run a 4-token forward without fault.
+ * bert-cls, llama-gqa, qwen2-bias, llama-tied-bf16, two pruned ones:
+ * gpt2-pruned by transformers, exported/llama-gqa-uneven by headprune, then
+ * qwen3-qknorm and phi3-fused); the rest is written as that folder's
+ * config.json. A model that opens must report a sane shape and run a 4-token
+ * forward without fault.
  */
 #include "fuzz_common.h"
 #include "headprune.h"
@@ -15,11 +16,11 @@
 #include <sys/stat.h>
 
 #define MAX_INPUT (64 << 10)
-#define N_FIXTURES 11
+#define N_FIXTURES 12
 
 static const char *const fixtures[N_FIXTURES] = {
     "gpt2-tiny", "gpt2-noprefix", "bert-encoder", "bert-mlm", "bert-cls", "llama-gqa", "qwen2-bias", "llama-tied-bf16",
-    "gpt2-pruned", "exported/llama-gqa-uneven", "qwen3-qknorm",
+    "gpt2-pruned", "exported/llama-gqa-uneven", "qwen3-qknorm", "phi3-fused",
 };
 static char dirs[N_FIXTURES][512];
 
