@@ -457,6 +457,18 @@ def llama_rope(out, kind):
     return cases
 
 
+def window_matters(name, model, cfg, model_cls, data):
+    """The same weights without the sliding window give other logits: the fixture tests the window."""
+    full = copy.deepcopy(cfg)
+    full.sliding_window = None
+    nowin = model_cls(full).eval()
+    nowin.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        diff = float((nowin(data["ids"]).logits - model(data["ids"]).logits).abs().max())
+    print(f"    {name}: max |logits - logits without the window| = {diff:.3g}")
+    assert diff > 1e-3, diff
+
+
 def mistral_window(out):
     """A Mistral whose sliding window (20) is shorter than its 96-token data: the engine's causal attention
     goes by bands of 64 queries, so the second band's keys start inside the data (at 64 - 20 + 1)."""
@@ -470,14 +482,7 @@ def mistral_window(out):
     model.save_pretrained(d, safe_serialization=True)
     data = write_npy(d, np.random.default_rng(108).integers(0, 97, size=(N_SEQS, 96)).astype(np.int32))
     cases = finish(out, name, "data.npy", model, "llama", "causal", data, False, MistralForCausalLM)
-    full = copy.deepcopy(cfg)
-    full.sliding_window = None
-    nowin = MistralForCausalLM(full).eval()
-    nowin.load_state_dict(model.state_dict())
-    with torch.no_grad():
-        diff = float((nowin(data["ids"]).logits - model(data["ids"]).logits).abs().max())
-    print(f"    {name}: max |logits - logits without the window| = {diff:.3g}")
-    assert diff > 1e-3, diff
+    window_matters(name, model, cfg, MistralForCausalLM, data)
     return cases
 
 
@@ -540,14 +545,7 @@ def phi3_fused(out):
     model.save_pretrained(d, safe_serialization=True)
     data = write_npy(d, causal_data(97, 117))
     cases = finish(out, name, "data.npy", model, "llama", "causal", data, True, Phi3ForCausalLM)
-    full = copy.deepcopy(cfg)
-    full.sliding_window = None
-    nowin = Phi3ForCausalLM(full).eval()
-    nowin.load_state_dict(model.state_dict())
-    with torch.no_grad():
-        diff = float((nowin(data["ids"]).logits - model(data["ids"]).logits).abs().max())
-    print(f"    {name}: max |logits - logits without the window| = {diff:.3g}")
-    assert diff > 1e-3, diff
+    window_matters(name, model, cfg, Phi3ForCausalLM, data)
     return cases
 
 
