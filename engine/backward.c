@@ -395,18 +395,18 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
             if (hs->live[h])
                 hp_op_rope_backward(w->dq + h * dh, N, T, qd, dh, w->rope);
     }
-    if (m->qk_norm) /* through the heads' norms, to the projections' outputs */
+    if (m->qk_norm) { /* through the heads' norms, to the projections' outputs */
         for (int s = 0, e; s < H; s = e) {
             e = hp_fwd_run_end(hs->live, H, s);
             if (hs->live[s])
                 hp_op_head_rms_norm_backward(w->dq, w->act.qr, N, qd, s, e, dh, L->q_norm, m->norm_eps);
         }
-    if (m->qk_norm)
         for (int s = 0, e; s < KV; s = e) {
             e = hp_fwd_run_end(hs->kv_live, KV, s);
             if (hs->kv_live[s])
                 hp_op_head_rms_norm_backward(w->dk, w->act.kr, N, kvd, s, e, dh, L->k_norm, m->norm_eps);
         }
+    }
     /* dh (N, d) = dq Wq^T + dk Wk^T + dv Wv^T over the live runs */
     float beta = 0.0f;
     for (int s = 0, e; s < H; s = e) {

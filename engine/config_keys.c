@@ -186,21 +186,22 @@ static const struct hp_config_key mistral[] = {
     H("sliding_window", "each query sees this many keys back (null: all)"),
 };
 
+/* the keys of Qwen2's and Qwen3's window on their upper layers, which headprune refuses */
+#define QWEN_WINDOW                                                                                                    \
+    H("layer_types", "full or sliding attention per layer: every layer full is implemented"),                        \
+        D("use_sliding_window", "a sliding window on the layers from max_window_layers up", "false"),                \
+        I("sliding_window", "null unless use_sliding_window, which is refused"),                                     \
+        I("max_window_layers", "where the window starts, with use_sliding_window only")
+
 static const struct hp_config_key qwen2[] = {
     LLAMA_FAMILY,
-    H("layer_types", "full or sliding attention per layer: every layer full is implemented"),
-    D("use_sliding_window", "a sliding window on the layers from max_window_layers up", "false"),
-    I("sliding_window", "null unless use_sliding_window, which is refused"),
-    I("max_window_layers", "where the window starts, with use_sliding_window only"),
+    QWEN_WINDOW,
 };
 
 static const struct hp_config_key qwen3[] = {
     LLAMA_FAMILY,
     H("attention_bias", "biases on q_proj, k_proj, v_proj and o_proj"),
-    H("layer_types", "full or sliding attention per layer: every layer full is implemented"),
-    D("use_sliding_window", "a sliding window on the layers from max_window_layers up", "false"),
-    I("sliding_window", "null unless use_sliding_window, which is refused"),
-    I("max_window_layers", "where the window starts, with use_sliding_window only"),
+    QWEN_WINDOW,
 };
 
 static const struct hp_config_key phi3[] = {

@@ -148,19 +148,22 @@ static bool put_heads(FILE *f, const struct hp_model *m, const struct keep *k, c
     const size_t dh = (size_t)m->info.d_head, es = (size_t)t->esize;
     const size_t row = (t->n_dims == 2 ? (size_t)t->shape[1] : 1) * es;
     const int64_t n_rows = ht->axis == 0 ? 1 : t->shape[0];
+    const int *blocks[3]; /* n_seg is at most 3 (a fused q, k, v) */
+    int nb[3];
+    int64_t at[4] = {0}; /* where each segment starts in the source */
+    for (int s = 0; s < ht->n_seg; s++) {
+        int64_t w;
+        blocks[s] = kept_blocks(m, k, ht, s, &nb[s], &w);
+        at[s + 1] = at[s] + w;
+    }
     for (int64_t r = 0; r < n_rows; r++) /* axis 0: blocks of dh rows (or elements); 1: of dh columns a row */
-        for (int s = 0, nb; s < ht->n_seg; s++) {
-            int64_t at = 0, w;
-            for (int p = 0; p < s; p++)
-                kept_blocks(m, k, ht, p, &nb, &w), at += w;
-            const int *blocks = kept_blocks(m, k, ht, s, &nb, &w);
-            for (int b = 0; b < nb; b++) {
-                const size_t first = (size_t)at + (size_t)blocks[b] * dh;
+        for (int s = 0; s < ht->n_seg; s++)
+            for (int b = 0; b < nb[s]; b++) {
+                const size_t first = (size_t)at[s] + (size_t)blocks[s][b] * dh;
                 if (ht->axis == 0 ? !put(f, src + first * row, dh * row)
                                   : !put(f, src + ((size_t)r * t->shape[1] + first) * es, dh * es))
                     return false;
             }
-        }
     return true;
 }
 

@@ -272,7 +272,6 @@ struct bind_opts {
     bool qkv_bias;      /* Llama family: q/k/v_proj biases (Llama's attention_bias, always for Qwen2) */
     bool o_bias;        /* Llama's attention_bias: o_proj bias */
     bool mlp_bias;      /* Llama's mlp_bias: gate/up/down_proj biases */
-    bool qk_norm;       /* Qwen3: self_attn.q_norm and k_norm, (d_head) each */
     bool fused;         /* Phi-3: self_attn.qkv_proj (q, k, v) and mlp.gate_up_proj (gate, up), one tensor each */
     bool no_problem;    /* BERT: no problem_type, so one class is regression in transformers */
 };
@@ -408,7 +407,7 @@ static enum hp_status config_llama(struct cfg *c, struct hp_model *m, const char
         o->mlp_bias = cfg_bool(c, "mlp_bias", false);
     o->qkv_bias |= strcmp(mt, "qwen2") == 0;
     /* Qwen3's attention: q_norm and k_norm over each head, before rotary */
-    o->qk_norm = m->qk_norm = strcmp(mt, "qwen3") == 0;
+    m->qk_norm = strcmp(mt, "qwen3") == 0;
     const bool qwen = strncmp(mt, "qwen", 4) == 0;
     enum hp_status st = read_rope_scaling(m, c->path, json_get(c->j, "rope_scaling"), c->err);
     if (st != HP_OK)
@@ -420,7 +419,7 @@ static enum hp_status config_llama(struct cfg *c, struct hp_model *m, const char
     if (qwen && cfg_bool(c, "use_sliding_window", false))
         return hp_fail(c->err, HP_ERR_UNSUPPORTED,
                        "%s: use_sliding_window (%s's window on its upper layers) is not supported", c->path,
-                       o->qk_norm ? "Qwen3" : "Qwen2");
+                       m->qk_norm ? "Qwen3" : "Qwen2");
     /* Qwen2's and Qwen3's layer types: a sliding layer is one with a window, which headprune does not
      * implement here */
     const cJSON *lt = json_get(c->j, "layer_types"), *t;
@@ -762,6 +761,7 @@ static struct hp_mat bind_mat(struct binder *b, const char *name, int64_t d0, in
 static void note_heads(struct binder *b, int l, int axis, int n_seg, unsigned seg_kv)
 {
     struct hp_model *m = b->m;
+    assert(n_seg >= 1 && n_seg <= 3); /* export.c's put_heads holds three */
     if (b->st != HP_OK || !b->last)
         return;
     if (!m->head_tensors) {
@@ -981,7 +981,7 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
             L->wv = bind_linear(b, G("self_attn.v_proj.weight"), d, kvd);
             note_heads(b, l, 0, 1, true);
         }
-        if (o->qk_norm) { /* one gain per head dimension, shared by the heads: nothing an export cuts */
+        if (m->qk_norm) { /* one gain per head dimension, shared by the heads: nothing an export cuts */
             L->q_norm = bind(b, G("self_attn.q_norm.weight"), in->d_head, VEC, false);
             L->k_norm = bind(b, G("self_attn.k_norm.weight"), in->d_head, VEC, false);
         }
