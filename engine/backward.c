@@ -51,7 +51,7 @@ struct hp_bwd {
     float *dk, *dv; /* (N, n_kv_heads * d_head) */
     float *f;    /* (N, d_ff) the activation, then its gradient */
     float *att;  /* (cap_threads, 2, T, T) probabilities and their gradient, per thread */
-    float *rope; /* (T, d_head / 2, 2) */
+    float *rope; /* (T, rope.dim / 2, 2) */
     float *buf;
     float *kbuf;
     struct hp_mat_buf *mb; /* the panel products with 16-bit weights convert into (mat_int.h) */
@@ -124,7 +124,7 @@ struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_by
     w->cap_b = B;
     w->cap_threads = nth;
     if (m->rotary)
-        hp_op_rope_table(w->rope, T, in->d_head, &m->rope);
+        hp_op_rope_table(w->rope, T, &m->rope);
     /* the last layers' activations, as many as keep_bytes holds: the reverse pass visits them first, and
      * the forward writes them instead of a scratch it would overwrite. Without the room, or the memory,
      * the other layers are made again from their input (the same numbers, one more forward's work) */
@@ -246,10 +246,10 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
     if (m->rotary) {
         for (int kv = 0; kv < KV; kv++)
             if (kv_want[kv])
-                hp_op_rope(w->act.k + kv * dh, N, T, kvd, dh, w->rope);
+                hp_op_rope(w->act.k + kv * dh, N, T, kvd, m->rope.dim, w->rope);
         for (int h = 0; h < H; h++)
             if (want[h])
-                hp_op_rope(w->act.q + h * dh, N, T, qd, dh, w->rope);
+                hp_op_rope(w->act.q + h * dh, N, T, qd, m->rope.dim, w->rope);
     }
     const float scale = hp_fwd_attn_scale(m, l);
     const int n_pairs = H * S;
@@ -390,10 +390,10 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
     if (m->rotary) {
         for (int kv = 0; kv < KV; kv++)
             if (hs->kv_live[kv])
-                hp_op_rope_backward(w->dk + kv * dh, N, T, kvd, dh, w->rope);
+                hp_op_rope_backward(w->dk + kv * dh, N, T, kvd, m->rope.dim, w->rope);
         for (int h = 0; h < H; h++)
             if (hs->live[h])
-                hp_op_rope_backward(w->dq + h * dh, N, T, qd, dh, w->rope);
+                hp_op_rope_backward(w->dq + h * dh, N, T, qd, m->rope.dim, w->rope);
     }
     if (m->qk_norm) { /* through the heads' norms, to the projections' outputs */
         for (int s = 0, e; s < H; s = e) {
@@ -514,6 +514,36 @@ static void dead_heads_again(const struct hp_model *m, struct hp_bwd *w, const s
 }
 
 /*
+ * A parallel layer's reverse (GPT-NeoX): out = x + attn(norm1(x)) + mlp(norm2(x)), so both blocks take
+ * the gradient at the output, and the gradient at x gathers the residual's, the MLP's through norm2 and
+ * attention's through norm1.
+ */
+static void parallel_backward(const struct hp_model *m, struct hp_bwd *w, const struct pass *a, int l, const float *x,
+                              const struct heads *hs, const struct hp_bwd_grads *gr)
+{
+    const struct hp_layer *L = &m->layers[l];
+    const int N = a->in->T * a->in->n_seqs;
+    const size_t n = (size_t)N * m->info.d_model;
+    hp_fwd_norm(m, w->h1, x, N, L->ln1_w, L->ln1_b);
+    if (w->keep[l]) {
+        dead_heads_again(m, w, a, l, hs, w->h1);
+    } else {
+        attention_again(m, w, a, l, hs, w->h1);
+        hp_fwd_norm(m, w->h2, x, N, L->ln2_w, L->ln2_b);
+        mlp_again(m, w, w->h2, N, l);
+    }
+    mlp_backward(m, w, w->dx, N, l);
+    /* the MLP's share of the gradient at x, in h2 (its input is no longer read) */
+    memset(w->h2, 0, n * sizeof(float));
+    norm_backward(m, w->h2, w->dh, x, N, L->ln2_w, L->ln2_b);
+    attention_backward(m, w, a, l, hs, w->dx, gr, l > 0);
+    if (l > 0) {
+        hp_op_add_into(w->dx, w->h2, n);
+        norm_backward(m, w->dx, w->dh, x, N, L->ln1_w, L->ln1_b);
+    }
+}
+
+/*
  * Layer l's reverse: w->dx holds the gradient at the layer's output and
  * becomes the gradient at its input x (N, d), the forward's resid tap
  * (except below layer 0's gates, where no gradient is asked for). The
@@ -560,6 +590,10 @@ static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const str
         attention_backward(m, w, a, l, &hs, w->dx, gr, l > 0);
         if (l > 0)
             hp_op_add_into(w->dx, w->dh, n);
+        return;
+    }
+    if (m->parallel) {
+        parallel_backward(m, w, a, l, x, &hs, gr);
         return;
     }
     /* pre-norm: xmid = x + attn(norm1(x)), out = xmid + mlp(norm2(xmid)) */

@@ -33,6 +33,7 @@
 #define H(k, why) {k, HP_KEY_HONOUR, {NULL}, why}
 #define I(k, why) {k, HP_KEY_IGNORE, {NULL}, why}
 #define D(k, why, ...) {k, HP_KEY_DEFAULT, {__VA_ARGS__, NULL}, why}
+#define A(k, why) {k, HP_KEY_DEFAULT, {NULL}, why} /* DEFAULT with no value accepted: only absence (or null) */
 
 #define GEN "a generation setting"
 
@@ -211,6 +212,29 @@ static const struct hp_config_key phi3[] = {
     I("embd_pdrop", "dropout of the embeddings (training)"),
 };
 
+/* GPTNeoXConfig (Pythia) */
+static const struct hp_config_key gpt_neox[] = {
+    H("vocab_size", "rows of embed_in and embed_out"), H("hidden_size", "the hidden size"),
+    H("intermediate_size", "the MLP's width"), H("num_hidden_layers", "layers"),
+    H("num_attention_heads", "heads per layer (each hidden_size / heads wide)"),
+    H("hidden_act", "the MLP's activation"), H("layer_norm_eps", "the LayerNorms' epsilon"),
+    H("max_position_embeddings", "the positions (and dynamic rotary scaling's threshold)"),
+    H("rotary_pct", "the fraction of each head rotary turns: its first int(head size * rotary_pct) dimensions"),
+    H("rotary_emb_base", "the rotary base"),
+    H("rope_scaling", "rotary scaling: default, linear, dynamic and llama3 (others, and none named, refused)"),
+    H("use_parallel_residual", "x + attn(ln1(x)) + mlp(ln2(x)) when true, else attention then the MLP"),
+    H("attention_bias", "biases on query_key_value and dense"),
+    I("rope_theta", "GPTNeoXConfig sets it from rotary_emb_base, whatever config.json says"),
+    I("partial_rotary_factor", "GPTNeoXConfig sets it from rotary_pct, whatever config.json says"),
+    A("head_dim", "modeling_rope_utils would size the rotary frequencies by it while attention uses hidden_size / "
+                  "num_attention_heads"),
+    I("rms_norm_eps", "read only by GPTNeoXDecoderLayer, a class GPTNeoXModel does not build"),
+    I("original_max_position_embeddings", "read by modeling_rope_utils for longrope and yarn only, which are refused"),
+    I("attention_dropout", "dropout (training)"), I("hidden_dropout", "dropout (training)"),
+    I("classifier_dropout", "dropout of the classification heads (training)"),
+    I("initializer_range", "initialisation (training)"),
+};
+
 #define N(t) ((int)(sizeof t / sizeof t[0]))
 
 static const struct {
@@ -220,7 +244,7 @@ static const struct {
 } tables[] = {
     {"gpt2", gpt2, N(gpt2)}, {"bert", bert, N(bert)}, {"llama", llama, N(llama)},
     {"mistral", mistral, N(mistral)}, {"qwen2", qwen2, N(qwen2)}, {"qwen3", qwen3, N(qwen3)},
-    {"phi3", phi3, N(phi3)}, {NULL, shared, N(shared)},
+    {"phi3", phi3, N(phi3)}, {"gpt_neox", gpt_neox, N(gpt_neox)}, {NULL, shared, N(shared)},
 };
 
 const struct hp_config_key *hp_config_keys(const char *model_type, int *n)

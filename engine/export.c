@@ -11,7 +11,8 @@
  * both). For Llama-family models transformers knows no pruned heads; the
  * config counts the heads left when every layer keeps the same numbers of
  * whole KV groups, so transformers loads it, and the original counts
- * otherwise, which only headprune loads. The tokenizer and the other small
+ * otherwise, which only headprune loads; a GPT-NeoX without some heads only
+ * headprune loads (transformers sizes its attention by hidden_size). The tokenizer and the other small
  * files of the directory are copied.
  * Invariant: the output directory appears whole or not at all: everything
  * is written into a temporary directory beside it and renamed into place
@@ -93,6 +94,13 @@ static enum hp_status keep_make(const struct hp_model *m, const struct hp_mask *
                      "layer %d keeps no heads; transformers cannot build or run a layer without any (headprune "
                      "adds the output projection's bias alone)", l);
         }
+    for (int l = 0; l < L && info->hf_loadable && in->arch == HP_ARCH_GPT_NEOX; l++)
+        if (k->n_q[l] != in->n_heads) {
+            info->hf_loadable = false;
+            snprintf(info->why_not, sizeof info->why_not,
+                     "transformers builds every GPT-NeoX attention hidden_size wide (head size = hidden_size / "
+                     "num_attention_heads) and cannot prune its heads");
+        }
     if (info->hf_loadable && in->arch == HP_ARCH_LLAMA) {
         for (int l = 0; l < L && info->hf_loadable; l++) {
             if (k->n_q[l] != k->n_q[0] || k->n_kv[l] != k->n_kv[0]) {
@@ -129,7 +137,7 @@ static const int *kept_blocks(const struct hp_model *m, const struct keep *k, co
     const int l = ht->layer;
     const bool kv = ht->seg_kv >> s & 1;
     const struct hp_layer *L = &m->layers[l];
-    *width = (int64_t)(kv ? L->n_kv : L->n_q) * m->info.d_head;
+    *width = (int64_t)(kv ? L->n_kv : L->n_q) * m->info.d_head * ht->blk;
     *n = kv ? k->n_kv[l] : k->n_q[l];
     return kv ? k->kv + (size_t)l * m->info.n_kv_heads : k->q + (size_t)l * m->info.n_heads;
 }
@@ -145,7 +153,7 @@ static bool put_heads(FILE *f, const struct hp_model *m, const struct keep *k, c
 {
     const struct hp_st_tensor *t = ht->t;
     const unsigned char *src = t->data;
-    const size_t dh = (size_t)m->info.d_head, es = (size_t)t->esize;
+    const size_t dh = (size_t)m->info.d_head * (size_t)ht->blk, es = (size_t)t->esize; /* a block's width */
     const size_t row = (t->n_dims == 2 ? (size_t)t->shape[1] : 1) * es;
     const int64_t n_rows = ht->axis == 0 ? 1 : t->shape[0];
     const int *blocks[3]; /* n_seg is at most 3 (a fused q, k, v) */
@@ -199,7 +207,7 @@ static enum hp_status write_weights(const struct hp_model *m, const struct keep 
             o[i].shape[ht->axis] = 0;
             for (int s = 0; s < ht->n_seg; s++) {
                 kept_blocks(m, k, ht, s, &nb, &w);
-                o[i].shape[ht->axis] += (int64_t)nb * m->info.d_head;
+                o[i].shape[ht->axis] += (int64_t)nb * m->info.d_head * ht->blk;
             }
             o[i].nbytes = (size_t)(o[i].shape[ht->axis] * other) * (size_t)t->esize;
             dropped += (t->shape[ht->axis] - o[i].shape[ht->axis]) * other;
@@ -286,7 +294,7 @@ static enum hp_status write_config(const struct hp_model *m, const struct keep *
         set_key(c, "num_attention_heads", cJSON_CreateNumber(compact ? k->n_q[0] : in->n_heads));
         set_key(c, "num_key_value_heads", cJSON_CreateNumber(compact ? k->n_kv[0] : in->n_kv_heads));
         set_key(c, "head_dim", cJSON_CreateNumber(in->d_head));
-    } else {
+    } else if (in->arch != HP_ARCH_GPT_NEOX) { /* transformers' GPT-NeoX has no _prune_heads to read it with */
         set_key(c, "pruned_heads", pruned_object(in, k->pruned));
     }
     char *txt = cJSON_Print(c);

@@ -47,7 +47,7 @@ struct hp_fwd {
     float *att;  /* (cap_threads, T, T) scores / probabilities of one head of one sequence, per thread */
     float *ff;   /* (N, d_ff) */
     float *ff2;  /* (N, d_ff) Llama gate */
-    float *rope; /* (T, d_head / 2, 2) cos, sin */
+    float *rope; /* (T, rope.dim / 2, 2) cos, sin */
     float *buf;  /* the one allocation behind all of the above */
     struct hp_mat_buf *mb; /* the panel products with 16-bit weights convert into (mat_int.h) */
 };
@@ -90,7 +90,7 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
     w->rope = p;
     w->cap_threads = nth;
     if (m->rotary)
-        hp_op_rope_table(w->rope, T, in->d_head, &m->rope);
+        hp_op_rope_table(w->rope, T, &m->rope);
     return w;
 }
 
@@ -295,7 +295,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
     const float scale = hp_fwd_attn_scale(m, l);
     for (int kv = 0; kv < KV; kv++)
         if (m->rotary && kv_live[kv])
-            hp_op_rope(ks + kv * dh, N, T, kvd, dh, w->rope);
+            hp_op_rope(ks + kv * dh, N, T, kvd, m->rope.dim, w->rope);
 
     for (int h = 0; h < H; h++) {
         if (!any_live[h] && in_proj[h])
@@ -303,7 +303,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         else if (L->q_slot[h] < 0) /* pruned: zero, as kept for resuming */
             fill_dead(w->ctx, qd, dh, 0, N, a, l, h, false);
         if (any_live[h] && m->rotary)
-            hp_op_rope(qs + h * dh, N, T, qd, dh, w->rope);
+            hp_op_rope(qs + h * dh, N, T, qd, m->rope.dim, w->rope);
     }
     /* (head, sequence) pairs side by side, each product on one thread: one
      * pair's products are too small to split well */
@@ -418,10 +418,15 @@ static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int 
 {
     const struct hp_layer *L = &m->layers[l];
     const size_t n = (size_t)N * m->info.d_model;
+    if (m->parallel) /* x + attn(norm1(x)) + mlp(norm2(x)): the MLP reads the layer's input too */
+        hp_fwd_norm(m, w->h, w->x, N, L->ln2_w, L->ln2_b);
     hp_op_add_into(w->x, w->tmp, n);
     if (kp)
         memcpy(kp->xmid, w->x, n * sizeof(float));
-    if (m->post_norm) {
+    if (m->parallel) {
+        mlp(m, w, N, l, kp);
+        hp_op_add_into(w->x, w->tmp, n);
+    } else if (m->post_norm) {
         hp_op_layer_norm(w->x, w->x, N, m->info.d_model, L->ln1_w, L->ln1_b, m->norm_eps);
         memcpy(w->h, w->x, n * sizeof(float));
         mlp(m, w, N, l, kp);

@@ -273,6 +273,7 @@ struct bind_opts {
     bool o_bias;        /* Llama's attention_bias: o_proj bias */
     bool mlp_bias;      /* Llama's mlp_bias: gate/up/down_proj biases */
     bool fused;         /* Phi-3: self_attn.qkv_proj (q, k, v) and mlp.gate_up_proj (gate, up), one tensor each */
+    double rotary_pct;  /* GPT-NeoX: the fraction of each head rotary turns (0: all of it) */
     bool no_problem;    /* BERT: no problem_type, so one class is regression in transformers */
 };
 
@@ -437,6 +438,35 @@ static enum hp_status config_llama(struct cfg *c, struct hp_model *m, const char
     return HP_OK;
 }
 
+/* config.json of a GPT-NeoX checkpoint (model_type gpt_neox: Pythia): shape, partial rotary, parallel residual,
+ * biases, tying. */
+static enum hp_status config_neox(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
+                                  const char **act)
+{
+    (void)mt; /* one model_type */
+    struct hp_model_info *in = &m->info;
+    in->arch = HP_ARCH_GPT_NEOX;
+    m->rotary = true;
+    in->n_layers = cfg_int(c, "num_hidden_layers", -1, CFG_MAX_COUNT);
+    in->n_heads = cfg_int(c, "num_attention_heads", -1, CFG_MAX_COUNT);
+    in->n_kv_heads = in->n_heads;
+    in->d_model = cfg_int(c, "hidden_size", -1, CFG_MAX_DIM);
+    in->d_ff = cfg_int(c, "intermediate_size", -1, 4 * CFG_MAX_DIM);
+    in->n_vocab = cfg_int(c, "vocab_size", -1, CFG_MAX_VOCAB);
+    in->n_ctx = cfg_int(c, "max_position_embeddings", 2048, CFG_MAX_CTX);
+    m->norm_eps = (float)cfg_num(c, "layer_norm_eps", 1e-5, 0, 1);
+    /* GPTNeoXConfig sets rope_theta from rotary_emb_base and partial_rotary_factor from rotary_pct, over
+     * whatever config.json says of those two */
+    m->rope = (struct hp_rope){.theta = (float)cfg_num(c, "rotary_emb_base", 10000.0, 0, 1e15)};
+    o->rotary_pct = cfg_num(c, "rotary_pct", 0.25, 0, 1);
+    m->parallel = cfg_bool(c, "use_parallel_residual", true);
+    *act = cfg_str(c, "hidden_act", "gelu");
+    o->tied = cfg_bool(c, "tie_word_embeddings", false);
+    o->qkv_bias = o->o_bias = cfg_bool(c, "attention_bias", true); /* query_key_value's and dense's */
+    in->causal = true;
+    return read_rope_scaling(m, c->path, json_get(c->j, "rope_scaling"), c->err);
+}
+
 static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *path, struct bind_opts *o,
                                    struct hp_error *err)
 {
@@ -499,7 +529,13 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
     if (in->n_heads % in->n_kv_heads != 0)
         return hp_fail(err, HP_ERR_SHAPE, "%s: %d query heads are not a multiple of %d key/value heads", path,
                        in->n_heads, in->n_kv_heads);
-    if (in->arch == HP_ARCH_LLAMA && in->d_head % 2 != 0)
+    /* the dimensions rotary turns: all of a head's, or GPT-NeoX's int(head size * rotary_pct) */
+    m->rope.dim = o->rotary_pct > 0 ? (int)(in->d_head * o->rotary_pct) : in->d_head;
+    if (m->rotary && o->rotary_pct > 0 && (m->rope.dim < 2 || m->rope.dim % 2 != 0))
+        return hp_fail(err, HP_ERR_SHAPE,
+                       "%s: rotary_pct %g of head size %d turns %d dimensions; rotary embeddings need an even number, "
+                       "at least 2", path, o->rotary_pct, in->d_head, m->rope.dim);
+    if (m->rotary && in->d_head % 2 != 0)
         return hp_fail(err, HP_ERR_SHAPE, "%s: head size %d is odd; rotary embeddings need it even", path, in->d_head);
     /* the attention widths the weights and the forward buffers are sized by */
     cfg_width(&c, k_heads, in->n_heads, has_head_dim ? "head_dim" : "head size", in->d_head);
@@ -756,9 +792,9 @@ static struct hp_mat bind_mat(struct binder *b, const char *name, int64_t d0, in
     return w;
 }
 
-/* The tensor just bound holds layer l's heads along axis in n_seg segments, those of bits seg_kv KV heads
- * (struct hp_head_tensor). */
-static void note_heads(struct binder *b, int l, int axis, int n_seg, unsigned seg_kv)
+/* The tensor just bound holds layer l's heads along axis in n_seg segments, those of bits seg_kv KV heads,
+ * in blocks blk d_head wide (struct hp_head_tensor). */
+static void note_blocks(struct binder *b, int l, int axis, int n_seg, unsigned seg_kv, int blk)
 {
     struct hp_model *m = b->m;
     assert(n_seg >= 1 && n_seg <= 3); /* export.c's put_heads holds three */
@@ -772,7 +808,13 @@ static void note_heads(struct binder *b, int l, int axis, int n_seg, unsigned se
             return;
         }
     }
-    m->head_tensors[m->n_head_tensors++] = (struct hp_head_tensor){b->last, l, axis, n_seg, seg_kv};
+    m->head_tensors[m->n_head_tensors++] = (struct hp_head_tensor){b->last, l, axis, n_seg, seg_kv, blk};
+}
+
+/* note_blocks of blocks one head wide. */
+static void note_heads(struct binder *b, int l, int axis, int n_seg, unsigned seg_kv)
+{
+    note_blocks(b, l, axis, n_seg, seg_kv, 1);
 }
 
 /*
@@ -1021,6 +1063,99 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
     b->st = hb.st;
 }
 
+/*
+ * GPT-NeoX's query_key_value (3 n_q d_head, d) holds each head's q, k and v rows together, head after head;
+ * the passes read q of every head, then k, then v (as Phi-3's qkv_proj), so its rows are copied once in that
+ * order, in the stored dtype (f32 with HP_MODEL_CONVERT): the B operand (d, 3 qd). The tensor itself stays what
+ * an export cuts, in blocks of a head's three.
+ */
+static struct hp_mat bind_neox_qkv(struct binder *b, const char *name, int d, int n_q)
+{
+    struct hp_model *m = b->m;
+    const int dh = m->info.d_head, qd = n_q * dh;
+    struct hp_mat w = bind_mat(b, name, 3 * qd, d, false);
+    const struct hp_st_tensor *t = b->last;
+    if (!t || qd == 0)
+        return hp_mat_t(w);
+    const size_t es = hp_dtype_size(w.dt), row = (size_t)d * es;
+    char *own = malloc((size_t)3 * qd * row);
+    if (!own) {
+        b->st = hp_fail(b->err, HP_ERR_NOMEM, "%s: out of memory reordering '%s'", t->file, t->name);
+        return (struct hp_mat){0};
+    }
+    for (int h = 0; h < n_q; h++)
+        for (int s = 0; s < 3; s++) /* q, k, v */
+            memcpy(own + ((size_t)s * qd + (size_t)h * dh) * row, (const char *)w.p + (size_t)(3 * h + s) * dh * row,
+                   (size_t)dh * row);
+    b->st = keep_owned(m, own, b->err);
+    w.p = own;
+    return hp_mat_t(w);
+}
+
+/* The bias of bind_neox_qkv's tensor in the same order, owned f32 (3 qd). */
+static const float *bind_neox_qkv_bias(struct binder *b, const char *name, int n_q)
+{
+    const int dh = b->m->info.d_head, qd = n_q * dh;
+    const float *v = bind(b, name, 3 * qd, VEC, false);
+    if (!v || qd == 0)
+        return v;
+    float *own = malloc((size_t)3 * qd * sizeof *own);
+    if (!own) {
+        b->st = hp_fail(b->err, HP_ERR_NOMEM, "%s: out of memory reordering '%s'", b->m->dir, name);
+        return NULL;
+    }
+    for (int h = 0; h < n_q; h++)
+        for (int s = 0; s < 3; s++)
+            memcpy(own + (size_t)s * qd + (size_t)h * dh, v + (size_t)(3 * h + s) * dh, (size_t)dh * sizeof *own);
+    b->st = keep_owned(b->m, own, b->err);
+    return own;
+}
+
+static void bind_neox(struct binder *b, const struct bind_opts *o)
+{
+    struct hp_model *m = b->m;
+    const struct hp_model_info *in = &m->info;
+    int d = in->d_model, f = in->d_ff;
+    char n[128];
+    m->wte = bind_mat(b, "embed_in.weight", in->n_vocab, d, false);
+    const struct hp_st_tensor *wte = b->last;
+    for (int l = 0; l < in->n_layers && b->st == HP_OK; l++) {
+        struct hp_layer *L = &m->layers[l];
+        const int qd = L->n_q * in->d_head;
+#define G(s) (snprintf(n, sizeof n, "layers.%d.%s", l, s), n)
+        L->ln1_w = bind(b, G("input_layernorm.weight"), d, VEC, false);
+        L->ln1_b = bind(b, G("input_layernorm.bias"), d, VEC, false);
+        const struct hp_mat qkv = bind_neox_qkv(b, G("attention.query_key_value.weight"), d, L->n_q);
+        note_blocks(b, l, 0, 1, 0, 3);
+        if (qkv.p)
+            L->wq = qkv, L->wk = hp_mat_at(qkv, 0, qd), L->wv = hp_mat_at(qkv, 0, 2 * qd);
+        if (o->qkv_bias) {
+            const float *qkv_b = bind_neox_qkv_bias(b, G("attention.query_key_value.bias"), L->n_q);
+            note_blocks(b, l, 0, 1, 0, 3);
+            if (qkv_b)
+                L->bq = qkv_b, L->bk = qkv_b + qd, L->bv = qkv_b + 2 * qd;
+        }
+        L->wo = bind_linear(b, G("attention.dense.weight"), qd, d);
+        note_heads(b, l, 1, 1, false);
+        if (o->o_bias)
+            L->bo = bind(b, G("attention.dense.bias"), d, VEC, false);
+        L->ln2_w = bind(b, G("post_attention_layernorm.weight"), d, VEC, false);
+        L->ln2_b = bind(b, G("post_attention_layernorm.bias"), d, VEC, false);
+        L->w_up = bind_linear(b, G("mlp.dense_h_to_4h.weight"), d, f);
+        L->b_up = bind(b, G("mlp.dense_h_to_4h.bias"), f, VEC, false);
+        L->w_down = bind_linear(b, G("mlp.dense_4h_to_h.weight"), f, d);
+        L->b_down = bind(b, G("mlp.dense_4h_to_h.bias"), d, VEC, false);
+#undef G
+    }
+    m->lnf_w = bind(b, "final_layer_norm.weight", d, VEC, false);
+    m->lnf_b = bind(b, "final_layer_norm.bias", d, VEC, false);
+    /* GPTNeoXForCausalLM's head, outside the "gpt_neox." prefix */
+    static const char *const none[] = {"", NULL};
+    struct binder hb = {m, none, b->err, b->st, NULL};
+    bind_head(&hb, "embed_out.weight", wte, o->tied);
+    b->st = hb.st;
+}
+
 // --- the architectures ------------------------------------------------------------
 
 static const char *const gpt2_types[] = {"gpt2", NULL}, *const gpt2_prefixes[] = {"transformer.", "", NULL},
@@ -1031,6 +1166,10 @@ static const char *const bert_types[] = {"bert", NULL}, *const bert_prefixes[] =
 static const char *const llama_types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", NULL},
                          *const llama_prefixes[] = {"model.", "", NULL},
                          *const llama_harmless[] = {"rotary_emb.inv_freq", NULL}; /* recomputed from rope_theta */
+/* older GPT-NeoX checkpoints keep the causal mask and the rotary frequencies as buffers */
+static const char *const neox_types[] = {"gpt_neox", NULL}, *const neox_prefixes[] = {"gpt_neox.", "", NULL},
+                         *const neox_harmless[] = {"attention.bias", "attention.masked_bias", "rotary_emb.inv_freq",
+                                                   NULL};
 
 static const struct arch_row archs[] = {
     [HP_ARCH_GPT2] = {gpt2_types, "n_head", "n_embd", config_gpt2, gpt2_prefixes, bind_gpt2, gpt2_harmless, "GPT-2"},
@@ -1038,6 +1177,8 @@ static const struct arch_row archs[] = {
                       bert_harmless, "BERT"},
     [HP_ARCH_LLAMA] = {llama_types, "num_attention_heads", "hidden_size", config_llama, llama_prefixes, bind_llama,
                        llama_harmless, "Llama"},
+    [HP_ARCH_GPT_NEOX] = {neox_types, "num_attention_heads", "hidden_size", config_neox, neox_prefixes, bind_neox,
+                          neox_harmless, "GPT-NeoX"},
 };
 static_assert(sizeof archs / sizeof archs[0] == HP_ARCH_COUNT, "archs: one row per enum hp_arch");
 

@@ -50,7 +50,9 @@ struct hp_layer {
  * A stored tensor that holds attention heads in blocks of d_head along one
  * axis (the heads of the layer, in slot order), n_seg segments side by side
  * (GPT-2's fused c_attn: q, k, v; Phi-3's qkv_proj: q, then the narrower k
- * and v of its KV heads): what an export cuts when it removes heads.
+ * and v of its KV heads), or in blocks of 3 d_head, a head's q, k and v
+ * together (GPT-NeoX's query_key_value): what an export cuts when it removes
+ * heads.
  */
 struct hp_head_tensor {
     const struct hp_st_tensor *t;
@@ -58,6 +60,7 @@ struct hp_head_tensor {
     int axis;        /* 0: rows (or a vector's elements), 1: columns */
     int n_seg;       /* 1, or 3 for a fused q, k, v */
     unsigned seg_kv; /* bit s: segment s's blocks are KV heads (kv_slot), else query heads (q_slot) */
+    int blk;         /* a block's width in d_head: 1, or 3 where each head's q, k and v lie together (GPT-NeoX) */
 };
 
 struct hp_model {
@@ -70,6 +73,7 @@ struct hp_model {
     bool rotary;    /* rotary positions on queries and keys (rope) */
     bool post_norm; /* norms after each residual add, the embeddings' too (BERT), else before attention and MLP */
     bool qk_norm;   /* each query and key head RMS-normalised (layers' q_norm, k_norm) before rotary (Qwen3) */
+    bool parallel;  /* pre-norm, attention and MLP side by side: x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX) */
     struct hp_rope rope;  /* rotary: the frequencies (ops_int.h) */
     enum hp_act act;
     float attn_scale_div; /* GPT-2 scale_attn_by_inverse_layer_idx: 1 or layer-dependent */

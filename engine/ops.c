@@ -292,9 +292,9 @@ static float rope_inv_freq(const struct hp_rope *r, int i, int T, int d_head)
     return inv;
 }
 
-void hp_op_rope_table(float *tab, int T, int d_head, const struct hp_rope *r)
+void hp_op_rope_table(float *tab, int T, const struct hp_rope *r)
 {
-    int half = d_head / 2;
+    const int d_head = r->dim, half = d_head / 2;
     for (int i = 0; i < half; i++) {
         const float inv = rope_inv_freq(r, i, T, d_head);
         for (int pos = 0; pos < T; pos++) {

@@ -20,10 +20,12 @@
 /* The activations of an MLP. */
 enum hp_act { HP_ACT_GELU, HP_ACT_GELU_TANH, HP_ACT_RELU, HP_ACT_SILU };
 
-/* Rotary embedding's frequencies: theta^(-2i / d_head), scaled as config.json's
- * rope_scaling says (Hugging Face's modeling_rope_utils). */
+/* Rotary embedding's frequencies: theta^(-2i / dim), scaled as config.json's
+ * rope_scaling says (Hugging Face's modeling_rope_utils), over the first dim
+ * dimensions of each head (all of them, or GPT-NeoX's rotary_pct of them). */
 struct hp_rope {
     float theta;
+    int dim;              /* the rotated dimensions of a head, even: hp_op_rope's dh */
     enum hp_rope_type { HP_ROPE_DEFAULT, HP_ROPE_LINEAR, HP_ROPE_DYNAMIC, HP_ROPE_LLAMA3 } type;
     double factor;        /* linear, dynamic, llama3 */
     double low_freq_factor, high_freq_factor; /* llama3 */
@@ -90,12 +92,12 @@ void hp_op_add_bias(float *y, int T, int n, ptrdiff_t rs, const float *b);
 /* x[i] += y[i] for n elements. */
 void hp_op_add_into(float *x, const float *y, size_t n);
 
-/* The rotary table tab (T, d_head / 2, 2): cos and sin of position times the
+/* The rotary table tab (T, r->dim / 2, 2): cos and sin of position times the
  * frequencies of r at length T, computed in float as Hugging Face does. */
-void hp_op_rope_table(float *tab, int T, int d_head, const struct hp_rope *r);
+void hp_op_rope_table(float *tab, int T, const struct hp_rope *r);
 
-/* Rotate-half rotary embedding of one head slice (dh) over N rows (strided by
- * rs) of sequences of T tokens: row r is at position r % T. */
+/* Rotate-half rotary embedding of one head slice (its first dh dimensions, r->dim) over N rows
+ * (strided by rs) of sequences of T tokens: row r is at position r % T. */
 void hp_op_rope(float *x, int N, int T, ptrdiff_t rs, int dh, const float *tab);
 
 /* The reverse of hp_op_rope: dx (the gradient at the rotated slice) becomes the gradient at the unrotated one. */

@@ -913,7 +913,7 @@ Test(model, every_transformers_config_key_is_decided)
             cJSON_Delete(v);
         }
     }
-    cr_assert_eq(n_arch, 7, "gpt2, bert, llama, mistral, qwen2, qwen3 and phi3 expected in %s", p);
+    cr_assert_eq(n_arch, 8, "gpt2, bert, llama, mistral, qwen2, qwen3, phi3 and gpt_neox expected in %s", p);
     cr_assert_eq(bad, 0, "%d config keys undecided or stale (first 10 above; %d keys checked)", bad, n_keys);
     cJSON_Delete(j);
     free(txt);
@@ -922,8 +922,8 @@ Test(model, every_transformers_config_key_is_decided)
 /* every accepted default of every table is JSON, and the audit accepts it */
 Test(model, config_key_defaults_are_accepted)
 {
-    static const char *const archs[] = {"gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3"};
-    for (int a = 0; a < 7; a++) {
+    static const char *const archs[] = {"gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox"};
+    for (int a = 0; a < 8; a++) {
         int nr;
         const struct hp_config_key *rows = hp_config_keys(archs[a], &nr);
         for (int i = 0; i < nr; i++)

@@ -27,7 +27,7 @@ import hp_ref  # noqa: E402
 from transformers import (  # noqa: E402
     BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel,
     LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-    Qwen3Config, Qwen3ForCausalLM, Phi3Config, Phi3ForCausalLM,
+    Qwen3Config, Qwen3ForCausalLM, Phi3Config, Phi3ForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM,
 )
 import transformers  # noqa: E402
 
@@ -76,7 +76,7 @@ def make(model_cls, config, seed, round_to=None):
 
 
 class Runner:
-    """Binds a model to its held-out set. arch: gpt2 | bert | llama."""
+    """Binds a model to its held-out set. arch: gpt2 | bert | neox | llama."""
 
     def __init__(self, model, arch, kind, data):
         self.model, self.arch, self.kind, self.data = model, arch, kind, data
@@ -88,6 +88,9 @@ class Runner:
         elif arch == "bert":
             base = model.bert if hasattr(model, "bert") else model
             mods = [lay.attention.output.dense for lay in base.encoder.layer]
+            self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_attention_heads
+        elif arch == "neox":
+            mods, _ = hp_ref.out_projections(model)
             self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_attention_heads
         else:
             mods = [lay.self_attn.o_proj for lay in model.model.layers]
@@ -549,6 +552,35 @@ def phi3_fused(out):
     return cases
 
 
+def neox(out, name, parallel, rotary_pct, bias, tied, seed):
+    """GPT-NeoX (Pythia): each head's q, k and v rows together in query_key_value, rotary on the first
+    rotary_pct of each head, LayerNorms with biases made random by perturb, the MLP beside attention (parallel)
+    or after it. A loader that reads query_key_value as q, k, v side by side, turns the whole head, or runs the
+    blocks in the other order gives other logits (checked below)."""
+    cfg = GPTNeoXConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                        num_attention_heads=4, max_position_embeddings=64, rotary_pct=rotary_pct,
+                        rotary_emb_base=10000, layer_norm_eps=1e-5, use_parallel_residual=parallel,
+                        attention_bias=bias, tie_word_embeddings=tied, hidden_act="gelu",
+                        initializer_range=INIT, bos_token_id=1, eos_token_id=2)
+    model = make(GPTNeoXForCausalLM, cfg, seed)
+    if tied:
+        assert model.embed_out.weight.data_ptr() == model.gpt_neox.embed_in.weight.data_ptr()
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    data = write_npy(d, causal_data(97, seed + 100))
+    cases = finish(out, name, "data.npy", model, "neox", "causal", data, True, GPTNeoXForCausalLM)
+    logits = model(data["ids"]).logits
+    for what, change in (("the other residual order", {"use_parallel_residual": not parallel}),
+                         ("rotary over the whole head", {"rotary_pct": 1.0})):
+        other = GPTNeoXForCausalLM(GPTNeoXConfig(**{**cfg.to_dict(), **change})).eval()
+        other.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            diff = float((other(data["ids"]).logits - logits).abs().max())
+        print(f"    {name}: max |logits - logits with {what}| = {diff:.3g}")
+        assert diff > 1e-3, diff
+    return cases
+
+
 def gpt2_untied(out):
     """A GPT-2 with tie_word_embeddings false and its own lm_head.weight, which GPT2LMHeadModel uses: a loader
     that takes the embedding matrix as the head gives other logits (checked below)."""
@@ -697,6 +729,9 @@ FIXTURES = {
     "llama-mlp-bias": llama_mlp_bias,
     "qwen3-qknorm": qwen3_qknorm,
     "phi3-fused": phi3_fused,
+    # Pythia's settings (parallel, partial rotary, biases, untied), and the other value of each
+    "neox-parallel": lambda out: neox(out, "neox-parallel", True, 0.5, True, False, 19),
+    "neox-sequential": lambda out: neox(out, "neox-sequential", False, 0.25, False, True, 23),
 }
 
 

@@ -60,12 +60,26 @@ def gate_to_spec(gate):
 # ---------------------------------------------------------------- hooks
 
 
+def out_projections(model):
+    """The module of every layer whose input is the heads' outputs side by side, and its family's word for
+    the model: (modules, "gpt2" | "bert" | "neox" | "llama"). GPT-2 attn.c_proj, BERT
+    attention.output.dense, GPT-NeoX attention.dense, the Llama family's self_attn.o_proj."""
+    if hasattr(model, "transformer"):
+        return [b.attn.c_proj for b in model.transformer.h], "gpt2"
+    if hasattr(model, "gpt_neox"):
+        return [lay.attention.dense for lay in model.gpt_neox.layers], "neox"
+    enc = getattr(model, "encoder", None) or (model.bert.encoder if hasattr(model, "bert") else None)
+    if enc is not None:
+        return [lay.attention.output.dense for lay in enc.layer], "bert"
+    return [lay.self_attn.o_proj for lay in model.model.layers], "llama"
+
+
 class HeadAblator:
     """Forward pre-hooks on every layer's attention output projection.
 
     modules[l] is the module whose input is the concatenation of the heads'
-    attention outputs (GPT-2 attn.c_proj, BERT attention.output.dense,
-    Llama/Qwen2 self_attn.o_proj); head h is the slice [h*d_head, (h+1)*d_head).
+    attention outputs (out_projections: GPT-2 attn.c_proj, BERT attention.output.dense,
+    GPT-NeoX attention.dense, Llama/Qwen2 self_attn.o_proj); head h is the slice [h*d_head, (h+1)*d_head).
 
     mode None: pass-through. mode "record": keep a copy of every input.
     mode "apply": ablated heads' slices are replaced by 0 ("zero"), by the
