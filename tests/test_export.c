@@ -194,6 +194,9 @@ Test(export, qwen2_biases) { roundtrip("qwen2-bias", "0.1,kv:1.1"); }
 Test(export, qwen3_qk_norms) { roundtrip("qwen3-qknorm", "0.1,kv:1.1,2.3"); }
 Test(export, phi3_fused_projections) { roundtrip("phi3-fused", "0.1,kv:1.1,2.3"); }
 Test(export, phi3_whole_kv_groups) { roundtrip("phi3-fused", "kv:0.0,kv:2.1"); }
+/* query_key_value cut in blocks of a head's q, k and v rows */
+Test(export, gpt_neox_per_head_qkv) { roundtrip("neox-parallel", "0.1,2.0,2.3"); }
+Test(export, gpt_neox_sequential_tied) { roundtrip("neox-sequential", "0.0,1.2,1.3,2.1"); }
 Test(export, stories260K_real_checkpoint) { roundtrip("stories260K", "0.0,0.1,3.*,4.5"); }
 
 Test(export, gpt2_untied_lm_head) { roundtrip("gpt2-untied", "0.1,1.*"); }
@@ -663,6 +666,7 @@ Test(export, transformers_loads_llama_bf16) { hf_checked("llama-tied-bf16"); }
 Test(export, transformers_loads_qwen2) { hf_checked("qwen2-bias"); }
 Test(export, transformers_loads_qwen3) { hf_checked("qwen3-qknorm"); }
 Test(export, transformers_loads_phi3) { hf_checked("phi3-fused"); }
+Test(export, transformers_refuses_a_pruned_gpt_neox) { hf_checked("neox-parallel"); }
 Test(export, transformers_refuses_uneven_llama) { hf_checked("llama-gqa-uneven"); }
 Test(export, transformers_refuses_a_layer_without_heads) { hf_checked("gpt2-empty-layer"); }
 

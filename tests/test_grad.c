@@ -296,6 +296,8 @@ Test(grad, llama_gqa_matches_torch) { check_torch("llama-gqa"); }
 Test(grad, qwen2_bias_matches_torch) { check_torch("qwen2-bias"); }
 Test(grad, qwen3_qk_norms_match_torch) { check_torch("qwen3-qknorm"); }
 Test(grad, phi3_fused_projections_match_torch) { check_torch("phi3-fused"); }
+Test(grad, gpt_neox_parallel_matches_torch) { check_torch("neox-parallel"); }
+Test(grad, gpt_neox_sequential_matches_torch) { check_torch("neox-sequential"); }
 Test(grad, gpt2_untied_lm_head_matches_torch) { check_torch("gpt2-untied"); }
 Test(grad, llama_mlp_bias_matches_torch) { check_torch("llama-mlp-bias"); }
 Test(grad, stories260K_matches_torch) { check_torch("stories260K"); }
@@ -333,6 +335,14 @@ Test(grad, phi3_matches_finite_differences)
 {
     float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1};
     check_fd("phi3-fused", "data.npy", g, HP_ABLATE_ZERO);
+}
+
+Test(grad, gpt_neox_matches_finite_differences)
+{
+    float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1};
+    check_fd("neox-parallel", "data.npy", NULL, HP_ABLATE_ZERO);
+    check_fd("neox-parallel", "data.npy", g, HP_ABLATE_ZERO);
+    check_fd("neox-sequential", "data.npy", g, HP_ABLATE_ZERO);
 }
 
 Test(grad, bert_mlm_matches_finite_differences)
@@ -751,6 +761,8 @@ Test(grad, kept_and_made_again_activations_agree)
     check_kept("qwen2-bias", "data.npy", NULL, HP_ABLATE_ZERO);
     check_kept("qwen3-qknorm", "data.npy", gk, HP_ABLATE_ZERO);
     check_kept("phi3-fused", "data.npy", gk, HP_ABLATE_MEAN);
+    check_kept("neox-parallel", "data.npy", g, HP_ABLATE_MEAN);
+    check_kept("neox-sequential", "data.npy", gk, HP_ABLATE_ZERO);
     check_kept("bert-mlm", "data.jsonl", gb, HP_ABLATE_ZERO);
     check_kept("bert-cls", "data.jsonl", NULL, HP_ABLATE_MEAN);
 }

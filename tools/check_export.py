@@ -10,7 +10,7 @@ and BERT, the o_proj pre-hook of hp_ref.py for Llama and Qwen2). The
 evidence goes to hf-check.json beside it: library versions, the max |diff|
 of the outputs, and the export's metrics as transformers computes them.
 A checkpoint transformers cannot build (a Llama whose layers keep different
-numbers of heads, or part of a KV group) must be refused by from_pretrained,
+numbers of heads, or part of a KV group; a GPT-NeoX without some heads) must be refused by from_pretrained,
 not loaded wrongly: the case records the refusal.
 
 tests/test_export.c re-exports every case and compares the bytes with what
@@ -35,7 +35,8 @@ from gen_fixtures import Runner  # noqa: E402
 
 import transformers  # noqa: E402
 from transformers import (  # noqa: E402
-    BertForMaskedLM, BertModel, GPT2LMHeadModel, LlamaForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+    BertForMaskedLM, BertModel, GPT2LMHeadModel, GPTNeoXForCausalLM, LlamaForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM,
+    Qwen3ForCausalLM,
 )
 
 transformers.logging.set_verbosity_error()
@@ -56,6 +57,7 @@ CASES = [
     ("phi3-fused", "phi3-fused", "kv:0.1,kv:1.0,kv:2.1", Phi3ForCausalLM, "llama", "causal", True),
     ("llama-gqa-uneven", "llama-gqa", "kv:0.1,1.0", LlamaForCausalLM, "llama", "causal", False),
     ("gpt2-empty-layer", "gpt2-tiny", "1.*", GPT2LMHeadModel, "gpt2", "causal", False),
+    ("neox-parallel", "neox-parallel", "0.1,2.0,2.3", GPTNeoXForCausalLM, "neox", "causal", False),
 ]
 
 

@@ -21,7 +21,7 @@ Two ways of gating, so the reference does not rest on one:
     requires_grad, for zero ablation; the pre-hook below must agree with it
     (checked, max |diff| printed);
   - every model: a forward pre-hook on the output projection (GPT-2
-    attn.c_proj, BERT attention.output.dense, Llama/Qwen2 self_attn.o_proj)
+    attn.c_proj, BERT attention.output.dense, GPT-NeoX attention.dense, Llama/Qwen2 self_attn.o_proj)
     replacing head h's slice a_h by
         ξ_h a_h                  (a head not ablated, ξ_h != 0),
         r_h + ξ_h (a_h - r_h)    (an ablated head, ξ_h = 0; r_h = 0 or its mean),
@@ -73,6 +73,8 @@ FIXTURES = {
     "qwen2-bias": ("causal", "data.npy", PARTIAL + KL[:1]),
     "qwen3-qknorm": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")] + KL),
     "phi3-fused": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")] + KL),
+    "neox-parallel": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")] + KL),
+    "neox-sequential": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")] + KL[:1]),
     "gpt2-untied": ("causal", "data.npy", PARTIAL + KL[:1]),
     "llama-mlp-bias": ("causal", "data.npy", PARTIAL + [("mean", "0.1,1.2", {(1, 0): 0.5}, "mean")] + KL[:1]),
     "gpt2-vocab": ("causal", "data.npy", PARTIAL + KL[:1]),
@@ -107,16 +109,8 @@ def load(name, kind, data_file):
         if "label" in rows[0]:
             data["label"] = torch.tensor([r["label"] for r in rows])
     arch = cfg["model_type"]
-    if arch == "gpt2":
-        mods = [b.attn.c_proj for b in model.transformer.h]
-        H = cfg["n_head"]
-    elif arch == "bert":
-        enc = model.encoder if kind == "enc" else model.bert.encoder
-        mods = [lay.attention.output.dense for lay in enc.layer]
-        H = cfg["num_attention_heads"]
-    else:
-        mods = [lay.self_attn.o_proj for lay in model.model.layers]
-        H = cfg["num_attention_heads"]
+    mods, _ = hp_ref.out_projections(model)
+    H = cfg["n_head"] if arch == "gpt2" else cfg["num_attention_heads"]
     return model, arch, mods, H, data
 
 
