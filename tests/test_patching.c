@@ -147,7 +147,8 @@ static void check_grid(const char *fixture)
 static const char *const fixtures[] = {"gpt2-tiny", "gpt2-noprefix", "gpt2-untied", "gpt2-vocab", "gpt2-pruned",
                                        "llama-gqa", "llama-mlp-bias", "llama-tied-bf16", "llama-rope-dynamic",
                                        "llama-rope-linear", "llama-rope-llama3", "qwen2-bias", "mistral-window",
-                                       "stories260K", "qwen3-qknorm", "phi3-fused"};
+                                       "stories260K", "qwen3-qknorm", "phi3-fused", "neox-parallel",
+                                       "neox-sequential"};
 
 Test(patching, grid_agrees_with_hugging_face_on_every_causal_fixture)
 {
@@ -448,7 +449,8 @@ static void check_atp(const char *fixture)
 Test(patching, attribution_under_resample_is_nandas_estimate_by_torch_autograd)
 {
     static const char *const with_ref[] = {"gpt2-tiny", "gpt2-untied", "llama-gqa", "llama-mlp-bias", "qwen2-bias",
-                                           "mistral-window", "stories260K", "qwen3-qknorm", "phi3-fused"};
+                                           "mistral-window", "stories260K", "qwen3-qknorm", "phi3-fused",
+                                           "neox-parallel", "neox-sequential"};
     for (size_t i = 0; i < sizeof with_ref / sizeof *with_ref; i++)
         check_atp(with_ref[i]);
 }

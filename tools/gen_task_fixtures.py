@@ -26,7 +26,7 @@ is instead the clean model's top-1 token there (wrong stays A), so answer_acc
 is 1 on some clean rows. Seeded by the model's name: deterministic.
 
 Patching is a forward pre-hook on the attention output projection (GPT-2
-attn.c_proj, Llama/Qwen2/Mistral self_attn.o_proj; hp_ref.HeadAblator), whose
+attn.c_proj, GPT-NeoX attention.dense, Llama/Qwen2/Mistral self_attn.o_proj; hp_ref.HeadAblator), whose
 input is the heads' outputs z side by side, query head h the slice
 [h d_head, (h + 1) d_head) (with grouped-query attention too). Zero ablation
 is headprune's: the slice set to 0 at every position, the projection's bias
@@ -71,7 +71,8 @@ FIXTURES = {
     "gpt2-pruned": SHORT, "llama-gqa": SHORT, "llama-mlp-bias": SHORT, "llama-tied-bf16": SHORT,
     "llama-rope-dynamic": SHORT, "llama-rope-linear": SHORT, "llama-rope-llama3": SHORT,
     "qwen2-bias": SHORT, "mistral-window": (24, (12, 16, 19, 21, 23, 27, 31, 40)),
-    "stories260K": SHORT, "qwen3-qknorm": SHORT, "phi3-fused": SHORT,
+    "stories260K": SHORT, "qwen3-qknorm": SHORT, "phi3-fused": SHORT, "neox-parallel": SHORT,
+    "neox-sequential": SHORT,
 }
 # causal fixtures left out, and why (main() checks every causal fixture is in one of the two)
 SKIPPED = {"llama-gqa-sharded": "the same model as llama-gqa (sharded files): use llama-gqa's task"}
@@ -90,7 +91,7 @@ DEFINITIONS = {
     "clean / corrupt": "the unmasked model run on prompt_ids / corrupt_ids",
     "head": "query head h of layer l, numbered as in the unpruned model (a pruned head's entries are null); "
             "its output z is the slice [j*d_head, (j+1)*d_head) of the input of the attention output "
-            "projection (GPT-2 attn.c_proj, Llama/Qwen2/Mistral self_attn.o_proj), j its index among the "
+            "projection (GPT-2 attn.c_proj, GPT-NeoX attention.dense, Llama/Qwen2/Mistral self_attn.o_proj), j its index among the "
             "layer's heads that are left; under grouped-query attention each query head is its own slice",
     "zero": "run on the prompt with the head's z set to 0 at every position (the projection's bias is "
             "kept: headprune's zero ablation)",
@@ -131,11 +132,10 @@ class Patcher:
     def __init__(self, model):
         self.model = model
         cfg = model.config
+        mods, _ = hp_ref.out_projections(model)
         if cfg.model_type == "gpt2":
-            mods = [b.attn.c_proj for b in model.transformer.h]
             self.n_heads, self.n_kv = cfg.n_head, cfg.n_head
         else:
-            mods = [lay.self_attn.o_proj for lay in model.model.layers]
             self.n_heads = cfg.num_attention_heads
             self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         self.n_layers = len(mods)
