@@ -593,6 +593,16 @@ Test(model, qwen3_sliding_window_layers)
     expect_fail(HP_ERR_UNSUPPORTED, "config.json", "\"layer_types\" other than \"full_attention\"");
 }
 
+/* GPT-NeoX: rotary over an odd number of dimensions, and a head_dim the rotary frequencies would be sized by
+ * while attention is not, are refused, named */
+Test(model, gpt_neox_odd_rotary_and_head_dim)
+{
+    llama_config("neox-parallel", "\"rotary_pct\": 0.5", "\"rotary_pct\": 0.375");
+    expect_fail(HP_ERR_SHAPE, "config.json", "rotary_pct 0.375 of head size 8 turns 3 dimensions");
+    llama_config("neox-parallel", "\"vocab_size\": 97", "\"vocab_size\": 97, \"head_dim\": 16");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "\"head_dim\" = 16 is not supported");
+}
+
 /* ---- a JSON string holding a NUL is refused, not cut ------------------------------------ */
 
 /* cJSON reads a string only up to a NUL: "gpt2\u0000" was read as "gpt2", a key
@@ -733,6 +743,9 @@ Test(model, every_architecture_refuses_an_unread_tensor)
         {"phi3-fused", "model.layers.1.self_attn.q_proj.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"},
         {"mistral-window", "model.layers.0.self_attn.k_norm.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"},
         {"llama-tied-bf16", "model.layers.0.post_feedforward_layernorm.weight", "model.rotary_emb.inv_freq"},
+        /* GPT-NeoX's q, k and v are in query_key_value; attention_bias false: no bias is added */
+        {"neox-parallel", "gpt_neox.layers.1.attention.q_proj.weight", "gpt_neox.layers.0.attention.rotary_emb.inv_freq"},
+        {"neox-sequential", "gpt_neox.layers.0.attention.query_key_value.bias", "gpt_neox.layers.2.attention.masked_bias"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char extra[256], words[160];
