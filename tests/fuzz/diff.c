@@ -10,8 +10,9 @@
  * head, or untied with its own lm_head.weight), bert (an encoder with its
  * pooling, an MLM head with padding and labels, a sequence classifier), llama
  * (GQA, explicit head_dim, attention_bias and mlp_bias, rope_scaling),
- * mistral (sliding_window), qwen2 (q/k/v biases), qwen3 (q/k norms, attention_bias) and phi3 (fused
- * qkv_proj and gate_up_proj, sliding_window); 1-3 layers, 1-4 heads,
+ * mistral (sliding_window), qwen2 (q/k/v biases), qwen3 (q/k norms, attention_bias), phi3 (fused
+ * qkv_proj and gate_up_proj, sliding_window) and gpt_neox (each head's q, k, v together in query_key_value,
+ * partial rotary, the parallel residual or not, attention_bias, tied or not); 1-3 layers, 1-4 heads,
  * KV heads dividing them, heads 2-8 wide, vocabularies of 16-64; f32, f16,
  * bf16 or a mix; one file or shards; and with some probability one head's output-projection inputs scaled
  * by up to 1e6 (a massive activation). Then random variants (nothing, all
@@ -200,8 +201,9 @@ static uint16_t to_bf16(float f)
 
 // --- a random checkpoint ------------------------------------------------------------------------
 
-enum arch_id { A_GPT2, A_BERT, A_LLAMA, A_MISTRAL, A_QWEN2, A_QWEN3, A_PHI3, N_ARCH };
-static const char *const arch_names[N_ARCH] = {"gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3"};
+enum arch_id { A_GPT2, A_BERT, A_LLAMA, A_MISTRAL, A_QWEN2, A_QWEN3, A_PHI3, A_NEOX, N_ARCH };
+static const char *const arch_names[N_ARCH] = {"gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3",
+                                               "gpt_neox"};
 enum bert_kind { BERT_ENCODER, BERT_MLM, BERT_CLS };
 
 struct spec {
@@ -219,6 +221,9 @@ struct spec {
     bool head_dim_key;  /* llama family: head_dim written */
     bool qkv_bias, o_bias, mlp_bias;
     int window;         /* mistral, phi3: sliding_window, 0 = null */
+    double rotary_pct;  /* gpt_neox: the fraction of a head rotary turns */
+    int rot;            /* the dimensions rotary turns: dh, or gpt_neox's int(dh * rotary_pct) */
+    bool parallel;      /* gpt_neox: use_parallel_residual */
     int rope;           /* llama family: 0 rope_scaling null, 1 linear (factor 2), 2 {"rope_type": "default"},
                          * 3 dynamic (factor 2), 4 llama3 */
     int shards;         /* 1: model.safetensors; 2, 3: that many shards named by model.safetensors.index.json */
@@ -288,7 +293,7 @@ static struct tensor *add(struct model *m, struct rng *r, enum kind k, int nd, i
         case K_NORM: t->v[i] = (float)(1.0 + 0.2 * rnorm(r)); break;
         case K_BIAS: t->v[i] = (float)(0.3 * s->sigma * rnorm(r)); break;
         case K_MASKBUF: t->v[i] = (float)(i % (size_t)d0 <= i / (size_t)d0); break;
-        case K_INVFREQ: t->v[i] = (float)pow(s->rope_theta, -2.0 * (double)i / s->dh); break;
+        case K_INVFREQ: t->v[i] = (float)pow(s->rope_theta, -2.0 * (double)i / s->rot); break;
         case K_POSIDS: t->v[i] = (float)i; break;
         }
     }
@@ -346,6 +351,8 @@ static void oproj_name(const struct spec *s, int l, char *buf, size_t n, bool *r
         snprintf(buf, n, "%sh.%d.attn.c_proj.weight", s->prefix ? "transformer." : "", l);
     else if (s->arch == A_BERT)
         snprintf(buf, n, "%sencoder.layer.%d.attention.output.dense.weight", s->prefix ? "bert." : "", l);
+    else if (s->arch == A_NEOX)
+        snprintf(buf, n, "gpt_neox.layers.%d.attention.dense.weight", l);
     else
         snprintf(buf, n, "model.layers.%d.self_attn.o_proj.weight", l);
 }
@@ -467,8 +474,31 @@ static void spec_random(struct spec *s, struct rng *r, enum arch_id a)
             s->qkv_bias = true;
         break;
     }
+    case A_NEOX: {
+        s->dh = 2 * rint_in(r, 1, 4);
+        s->d = s->H * s->dh;
+        s->f = rint_in(r, 4, 48);
+        static const double pcts[] = {1.0, 0.5, 0.25, 0.75};
+        s->rotary_pct = pcts[rint_in(r, 0, 3)];
+        s->rot = (int)(s->dh * s->rotary_pct);
+        if (s->rot < 2 || s->rot % 2) /* an odd or empty rotation is refused: turn the whole head */
+            s->rotary_pct = 1.0, s->rot = s->dh;
+        s->parallel = rchance(r, 0.7);
+        s->qkv_bias = s->o_bias = rchance(r, 0.7);
+        s->mlp_bias = true;
+        s->tie = rint_in(r, -1, 1);
+        s->tied = s->tie == 1;
+        s->tied_copy = s->tied && rchance(r, 0.3);
+        s->buffers = rchance(r, 0.3);
+        s->act = gelus[rint_in(r, 0, 3)];
+        s->rope_theta = rchance(r, 0.5) ? 10000.0 : pow(10, 2 + 4 * runi(r));
+        s->rope = rchance(r, 0.5) ? 0 : rint_in(r, 0, 2);
+        break;
+    }
     default: abort();
     }
+    if (a != A_NEOX)
+        s->rot = s->dh;
     /* the massive head */
     s->big = 1;
     if (rchance(r, 0.4)) {
@@ -558,6 +588,35 @@ static void model_random(struct model *m, struct rng *r)
             else if (s->tied_copy)
                 add_copy(m, "cls.predictions.decoder.weight", wte);
         }
+    } else if (s->arch == A_NEOX) {
+        add(m, r, K_W, 2, V, d, "gpt_neox.embed_in.weight");
+        for (int l = 0; l < s->L; l++) {
+            const char *p = "gpt_neox.layers";
+            add(m, r, K_NORM, 1, d, 0, "%s.%d.input_layernorm.weight", p, l);
+            add(m, r, K_BIAS, 1, d, 0, "%s.%d.input_layernorm.bias", p, l);
+            add(m, r, K_W, 2, 3 * qd, d, "%s.%d.attention.query_key_value.weight", p, l); /* a head's q, k, v */
+            if (s->qkv_bias)
+                add(m, r, K_BIAS, 1, 3 * qd, 0, "%s.%d.attention.query_key_value.bias", p, l);
+            add(m, r, K_W, 2, d, qd, "%s.%d.attention.dense.weight", p, l);
+            if (s->o_bias)
+                add(m, r, K_BIAS, 1, d, 0, "%s.%d.attention.dense.bias", p, l);
+            if (s->buffers) {
+                add(m, r, K_MASKBUF, 4, C, 0, "%s.%d.attention.bias", p, l);
+                add(m, r, K_INVFREQ, 1, s->rot / 2, 0, "%s.%d.attention.rotary_emb.inv_freq", p, l);
+            }
+            add(m, r, K_NORM, 1, d, 0, "%s.%d.post_attention_layernorm.weight", p, l);
+            add(m, r, K_BIAS, 1, d, 0, "%s.%d.post_attention_layernorm.bias", p, l);
+            add(m, r, K_W, 2, f, d, "%s.%d.mlp.dense_h_to_4h.weight", p, l);
+            add(m, r, K_BIAS, 1, f, 0, "%s.%d.mlp.dense_h_to_4h.bias", p, l);
+            add(m, r, K_W, 2, d, f, "%s.%d.mlp.dense_4h_to_h.weight", p, l);
+            add(m, r, K_BIAS, 1, d, 0, "%s.%d.mlp.dense_4h_to_h.bias", p, l);
+        }
+        add(m, r, K_NORM, 1, d, 0, "gpt_neox.final_layer_norm.weight");
+        add(m, r, K_BIAS, 1, d, 0, "gpt_neox.final_layer_norm.bias");
+        if (!s->tied)
+            add(m, r, K_W, 2, V, d, "embed_out.weight");
+        else if (s->tied_copy)
+            add_copy(m, "embed_out.weight", "gpt_neox.embed_in.weight");
     } else {
         add(m, r, K_W, 2, V, d, "model.embed_tokens.weight");
         for (int l = 0; l < s->L; l++) {
@@ -715,6 +774,17 @@ static bool write_safetensors(const struct model *m, const char *path, int lo, i
     return ok;
 }
 
+/* rope_scaling as config.json writes it: spec.rope's 0 null, 1 linear, 2 default, 3 dynamic, 4 llama3 */
+static const char *rope_text(int rope)
+{
+    return rope == 1   ? "{\"rope_type\": \"linear\", \"factor\": 2.0}"
+           : rope == 2 ? "{\"rope_type\": \"default\"}"
+           : rope == 3 ? "{\"rope_type\": \"dynamic\", \"factor\": 2.0}"
+           : rope == 4 ? "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                         "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8}"
+                       : "null";
+}
+
 static const char *tie_text(int tie)
 {
     return tie == 1 ? "true" : "false";
@@ -752,6 +822,14 @@ static bool write_config(const struct spec *s, const char *dir)
                 bprintf(&b, "%s\"class%d\": %d", c ? ", " : "", c, c);
             bprintf(&b, "}");
         }
+    } else if (s->arch == A_NEOX) {
+        bprintf(&b, "{\"model_type\": \"gpt_neox\", \"architectures\": [\"GPTNeoXForCausalLM\"], \"hidden_size\": %d, "
+                    "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
+                    "\"max_position_embeddings\": %d, \"vocab_size\": %d, \"layer_norm_eps\": %.17g, "
+                    "\"rotary_emb_base\": %.17g, \"rotary_pct\": %.17g, \"use_parallel_residual\": %s, "
+                    "\"attention_bias\": %s, \"hidden_act\": \"%s\", \"rope_scaling\": %s",
+                s->d, s->f, s->L, s->H, s->n_ctx, s->V, s->eps, s->rope_theta, s->rotary_pct,
+                s->parallel ? "true" : "false", s->qkv_bias ? "true" : "false", s->act, rope_text(s->rope));
     } else {
         static const char *const types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3"};
         static const char *const archs[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
@@ -766,13 +844,7 @@ static bool write_config(const struct spec *s, const char *dir)
             bprintf(&b, ", \"head_dim\": %d", s->dh);
         else if (s->arch == A_MISTRAL)
             bprintf(&b, ", \"head_dim\": null");
-        bprintf(&b, ", \"rope_scaling\": %s",
-                s->rope == 1   ? "{\"rope_type\": \"linear\", \"factor\": 2.0}"
-                : s->rope == 2 ? "{\"rope_type\": \"default\"}"
-                : s->rope == 3 ? "{\"rope_type\": \"dynamic\", \"factor\": 2.0}"
-                : s->rope == 4 ? "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
-                                 "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8}"
-                               : "null");
+        bprintf(&b, ", \"rope_scaling\": %s", rope_text(s->rope));
         if (s->arch == A_LLAMA)
             bprintf(&b, ", \"attention_bias\": %s, \"mlp_bias\": %s", s->o_bias ? "true" : "false",
                     s->mlp_bias ? "true" : "false");
@@ -1374,6 +1446,8 @@ static void describe(struct spec *s)
         o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, " head_dim");
     if (s->window)
         o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, " window%d", s->window);
+    if (s->arch == A_NEOX)
+        o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, " rot%d%s", s->rot, s->parallel ? " parallel" : "");
     if (s->rope)
         o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, " rope%d", s->rope);
     if (s->shards > 1)
@@ -1750,8 +1824,8 @@ static void usage(void)
             "  --seed N      the run's seed (default 1); a case is made from the seed and its number alone\n"
             "  --cases N     run cases 0..N-1 (default 50 unless --seconds is given)\n"
             "  --seconds S   run cases until S seconds have passed (with --cases: whichever ends first)\n"
-            "  --arch NAME   gpt2, bert, llama, mistral, qwen2, qwen3 or phi3; repeatable (default: all, case c takes the\n"
-            "                (c mod n)-th)\n"
+            "  --arch NAME   gpt2, bert, llama, mistral, qwen2, qwen3, phi3 or gpt_neox; repeatable (default: all,\n"
+            "                case c takes the (c mod n)-th)\n"
             "  --case C      run case C alone (as a finding's rerun line says)\n"
             "  --keep        keep a case's scratch folder when it has findings\n"
             "  --threads N   BLIS and OpenMP threads (default 1)\n"
@@ -1799,7 +1873,7 @@ int main(int argc, char **argv)
             while (k < N_ARCH && !(v && !strcmp(v, arch_names[k])))
                 k++;
             if (k == N_ARCH) {
-                fprintf(stderr, "fuzz_diff: --arch takes gpt2, bert, llama, mistral, qwen2, qwen3 or phi3\n");
+                fprintf(stderr, "fuzz_diff: --arch takes gpt2, bert, llama, mistral, qwen2, qwen3, phi3 or gpt_neox\n");
                 return 2;
             }
             if (!o.arch_on[k])
