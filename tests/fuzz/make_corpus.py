@@ -45,10 +45,15 @@ put("safetensors", "empty-tensor", safetensors([("z", "F32", [0, 5], b""), ("u",
 put("safetensors", "no-tensors", safetensors([], {}))
 put("safetensors", "qwen2-bias", read("tests", "fixtures", "qwen2-bias", "model.safetensors"))
 
+# --- gguf: the reader's fixtures (tools/gen_gguf_fixtures.py), one a tensor type
+for f in sorted(os.listdir(os.path.join(fx, "gguf"))):
+    if f.endswith(".gguf"):
+        put("gguf", f, read("tests", "fixtures", "gguf", f))
+
 # --- config.json: byte 0 picks the fixture whose weights sit beside it (fuzz_config.c's order)
 for i, name in enumerate(["gpt2-tiny", "gpt2-noprefix", "bert-encoder", "bert-mlm", "bert-cls", "llama-gqa",
                           "qwen2-bias", "llama-tied-bf16", "gpt2-pruned", "exported/llama-gqa-uneven",
-                          "qwen3-qknorm", "phi3-fused"]):
+                          "qwen3-qknorm", "phi3-fused", "neox-parallel"]):
     put("config", name.replace("/", "-"), bytes([i]) + read("tests", "fixtures", *name.split("/"), "config.json"))
 
 # --- plans
