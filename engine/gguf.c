@@ -663,9 +663,10 @@ static enum hp_status rd_tensors(struct hp_gguf *g, struct cur *c)
 static enum hp_status rd_header(struct hp_gguf *g, struct cur *c)
 {
     char b[SHOWN_CAP];
-    if (c->len >= 4 && memcmp(c->p, "GGUF", 4) != 0)
+    const size_t head = c->len < 4 ? c->len : 4; /* a file shorter than the magic is judged by what it has */
+    if (head && memcmp(c->p, "GGUF", head) != 0)
         return hp_fail(c->err, HP_ERR_FORMAT, "%s: not a GGUF file (it starts with '%s', not 'GGUF')", g->name,
-                       shown((const char *)c->p, 4, b, sizeof b));
+                       shown((const char *)c->p, head, b, sizeof b));
     if (c->len < HEADER_BYTES)
         return hp_fail(c->err, HP_ERR_FORMAT, "%s: truncated in the header: %zu bytes, a GGUF header is %d", g->name,
                        c->len, HEADER_BYTES);

@@ -716,6 +716,8 @@ Test(gguf, bad_magic_and_version)
     b.p[0] = 0x89;
     b.p[1] = '\n';
     expect_bad(&b, HP_ERR_FORMAT, "it starts with '\\x89\\x0AUF'");
+    put(&b, "{\n", 2); /* shorter than the magic, and not its start either */
+    expect_bad(&b, HP_ERR_FORMAT, "bad.gguf: not a GGUF file (it starts with '{\\x0A', not 'GGUF')");
     static const struct {
         uint32_t v;
         const char *part;
