@@ -65,14 +65,15 @@ struct hp_bwd {
 static size_t acts_at(struct hp_fwd_keep *a, float *base, size_t N, const struct hp_model *m)
 {
     const struct hp_model_info *in = &m->info;
-    const bool gated = m->layers[0].w_gate.p != NULL, qk = m->qk_norm;
+    const bool gated = m->layers[0].w_gate.p != NULL, qk = m->qk_norm || m->qk_norm_whole,
+               post = m->layers[0].pn1_w != NULL;
     const size_t qd = (size_t)in->n_heads * in->d_head, kvd = (size_t)in->n_kv_heads * in->d_head,
-                 f = (size_t)in->d_ff;
-    const size_t n[9] = {N * qd, N * qd, N * kvd, N * kvd, N * in->d_model, N * f, gated ? N * f : 0,
-                         qk ? N * qd : 0, qk ? N * kvd : 0};
-    float **field[9] = {&a->q, &a->a, &a->k, &a->v, &a->xmid, &a->u, &a->z, &a->qr, &a->kr};
+                 f = (size_t)in->d_ff, d = (size_t)in->d_model;
+    const size_t n[11] = {N * qd, N * qd, N * kvd, N * kvd, N * d, N * f, gated ? N * f : 0,
+                          qk ? N * qd : 0, qk ? N * kvd : 0, post ? N * d : 0, post ? N * d : 0};
+    float **field[11] = {&a->q, &a->a, &a->k, &a->v, &a->xmid, &a->u, &a->z, &a->qr, &a->kr, &a->ao, &a->mo};
     size_t off = 0;
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 11; i++) {
         if (base)
             *field[i] = n[i] ? base + off : NULL;
         off += n[i];
@@ -218,20 +219,26 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
     const struct hp_layer *L = &m->layers[l];
     const int T = a->in->T, S = a->in->n_seqs, N = S * T, d = in->d_model, H = in->n_heads, KV = in->n_kv_heads,
               dh = in->d_head, qd = H * dh, kvd = KV * dh, per_kv = H / KV;
+    /* the heads projected: those wanted, or every head under a norm over all of them (none is pruned there) */
+    bool q_in[H], kv_in[KV];
+    for (int h = 0; h < H; h++)
+        q_in[h] = want[h] || m->qk_norm_whole;
+    for (int kv = 0; kv < KV; kv++)
+        kv_in[kv] = kv_want[kv] || m->qk_norm_whole;
     for (int s = 0, e; s < H; s = e) {
-        e = hp_fwd_run_end(want, H, s);
-        if (!want[s])
+        e = hp_fwd_run_end(q_in, H, s);
+        if (!q_in[s])
             continue;
         const size_t ws = (size_t)L->q_slot[s] * dh;
         hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, x, d, 1, hp_mat_at(L->wq, 0, ws), 0.0f, w->act.q + s * dh, qd, 1);
         if (L->bq)
             hp_op_add_bias(w->act.q + s * dh, N, (e - s) * dh, qd, L->bq + ws);
-        if (L->q_norm)
+        if (m->qk_norm)
             hp_op_head_rms_norm(w->act.q, w->act.qr, N, qd, s, e, dh, L->q_norm, m->norm_eps);
     }
     for (int s = 0, e; s < KV; s = e) {
-        e = hp_fwd_run_end(kv_want, KV, s);
-        if (!kv_want[s])
+        e = hp_fwd_run_end(kv_in, KV, s);
+        if (!kv_in[s])
             continue;
         const size_t ws = (size_t)L->kv_slot[s] * dh;
         hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, x, d, 1, hp_mat_at(L->wk, 0, ws), 0.0f, w->act.k + s * dh, kvd, 1);
@@ -240,15 +247,19 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
             hp_op_add_bias(w->act.k + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
         if (L->bv)
             hp_op_add_bias(w->act.v + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
-        if (L->k_norm)
+        if (m->qk_norm)
             hp_op_head_rms_norm(w->act.k, w->act.kr, N, kvd, s, e, dh, L->k_norm, m->norm_eps);
     }
-    if (m->rotary) {
+    if (m->qk_norm_whole) {
+        hp_op_head_rms_norm(w->act.q, w->act.qr, N, qd, 0, 1, qd, L->q_norm, m->norm_eps);
+        hp_op_head_rms_norm(w->act.k, w->act.kr, N, kvd, 0, 1, kvd, L->k_norm, m->norm_eps);
+    }
+    if (m->rotary) { /* every head projected again, kept ones too (they were overwritten) */
         for (int kv = 0; kv < KV; kv++)
-            if (kv_want[kv])
+            if (kv_in[kv])
                 hp_op_rope(w->act.k + kv * dh, N, T, kvd, m->rope.dim, w->rope);
         for (int h = 0; h < H; h++)
-            if (want[h])
+            if (q_in[h])
                 hp_op_rope(w->act.q + h * dh, N, T, qd, m->rope.dim, w->rope);
     }
     const float scale = hp_fwd_attn_scale(m, l);
@@ -395,6 +406,27 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
             if (hs->live[h])
                 hp_op_rope_backward(w->dq + h * dh, N, T, qd, m->rope.dim, w->rope);
     }
+    /* under a norm over every head the gradient reaches the dead heads' projections too (through the norm,
+     * with nothing of their own): theirs are 0 before it */
+    bool q_to[H], kv_to[KV];
+    for (int h = 0; h < H; h++)
+        q_to[h] = m->qk_norm_whole ? hs->has[h] : hs->live[h];
+    for (int kv = 0; kv < KV; kv++)
+        kv_to[kv] = m->qk_norm_whole ? hs->kv_has[kv] : hs->kv_live[kv];
+    if (m->qk_norm_whole) {
+        for (int r = 0; r < N; r++) {
+            for (int h = 0; h < H; h++)
+                if (!hs->live[h])
+                    memset(w->dq + (size_t)r * qd + h * dh, 0, (size_t)dh * sizeof(float));
+            for (int kv = 0; kv < KV; kv++)
+                if (!hs->kv_live[kv]) {
+                    memset(w->dk + (size_t)r * kvd + kv * dh, 0, (size_t)dh * sizeof(float));
+                    memset(w->dv + (size_t)r * kvd + kv * dh, 0, (size_t)dh * sizeof(float));
+                }
+        }
+        hp_op_head_rms_norm_backward(w->dq, w->act.qr, N, qd, 0, 1, qd, L->q_norm, m->norm_eps);
+        hp_op_head_rms_norm_backward(w->dk, w->act.kr, N, kvd, 0, 1, kvd, L->k_norm, m->norm_eps);
+    }
     if (m->qk_norm) { /* through the heads' norms, to the projections' outputs */
         for (int s = 0, e; s < H; s = e) {
             e = hp_fwd_run_end(hs->live, H, s);
@@ -407,11 +439,11 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
                 hp_op_head_rms_norm_backward(w->dk, w->act.kr, N, kvd, s, e, dh, L->k_norm, m->norm_eps);
         }
     }
-    /* dh (N, d) = dq Wq^T + dk Wk^T + dv Wv^T over the live runs */
+    /* dh (N, d) = dq Wq^T + dk Wk^T + dv Wv^T over the runs the gradient reaches */
     float beta = 0.0f;
     for (int s = 0, e; s < H; s = e) {
-        e = hp_fwd_run_end(hs->live, H, s);
-        if (!hs->live[s])
+        e = hp_fwd_run_end(q_to, H, s);
+        if (!q_to[s])
             continue;
         const size_t ws = (size_t)L->q_slot[s] * dh;
         hp_mat_gemm(w->mb, N, d, (e - s) * dh, 1.0f, w->dq + s * dh, qd, 1, hp_mat_t(hp_mat_at(L->wq, 0, ws)), beta,
@@ -419,8 +451,8 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
         beta = 1.0f;
     }
     for (int s = 0, e; s < KV; s = e) {
-        e = hp_fwd_run_end(hs->kv_live, KV, s);
-        if (!hs->kv_live[s])
+        e = hp_fwd_run_end(kv_to, KV, s);
+        if (!kv_to[s])
             continue;
         const size_t ws = (size_t)L->kv_slot[s] * dh;
         hp_mat_gemm(w->mb, N, d, (e - s) * dh, 1.0f, w->dk + s * dh, kvd, 1, hp_mat_t(hp_mat_at(L->wk, 0, ws)), 1.0f,
@@ -513,6 +545,29 @@ static void dead_heads_again(const struct hp_model *m, struct hp_bwd *w, const s
         heads_again(m, w, a, l, want, kv_want, x);
 }
 
+/* The MLP's output, from its projections (mlp_again's) in w->act, into out (N, d); w->f holds the activation. */
+static void mlp_out(const struct hp_model *m, struct hp_bwd *w, int N, int l, float *out)
+{
+    const struct hp_layer *L = &m->layers[l];
+    const size_t nf = (size_t)N * m->info.d_ff;
+    if (L->w_gate.p)
+        hp_op_act_span(m->act, w->f, w->act.z, w->act.u, nf);
+    else
+        hp_op_act_span(m->act, w->f, w->act.u, NULL, nf);
+    hp_fwd_linear(w->mb, out, w->f, N, m->info.d_ff, m->info.d_model, L->w_down, L->b_down);
+}
+
+/* The gradient at a block's output given w->dx, the gradient after the norm that follows it (wt; its input y):
+ * w->dx itself without one, else that norm's reverse, in w->tmp. */
+static const float *post_backward(const struct hp_model *m, struct hp_bwd *w, int N, const float *wt, const float *y)
+{
+    if (!wt)
+        return w->dx;
+    memset(w->tmp, 0, (size_t)N * m->info.d_model * sizeof(float));
+    hp_op_rms_norm_backward(w->tmp, w->dx, y, N, m->info.d_model, wt, m->norm_eps);
+    return w->tmp;
+}
+
 /*
  * A parallel layer's reverse (GPT-NeoX): out = x + attn(norm1(x)) + mlp(norm2(x)), so both blocks take
  * the gradient at the output, and the gradient at x gathers the residual's, the MLP's through norm2 and
@@ -573,12 +628,7 @@ static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const str
         hp_op_layer_norm(w->h2, w->act.xmid, N, d, L->ln1_w, L->ln1_b, m->norm_eps);
         if (!kept)
             mlp_again(m, w, w->h2, N, l);
-        const size_t nf = (size_t)N * m->info.d_ff;
-        if (L->w_gate.p)
-            hp_op_act_span(m->act, w->f, w->act.z, w->act.u, nf);
-        else
-            hp_op_act_span(m->act, w->f, w->act.u, NULL, nf);
-        hp_fwd_linear(w->mb, w->h1, w->f, N, m->info.d_ff, d, L->w_down, L->b_down);
+        mlp_out(m, w, N, l, w->h1);
         hp_op_add_into(w->h1, w->h2, n);
         /* back: through LN2, the MLP and its residual, LN1, attention and its residual */
         memset(w->tmp, 0, n * sizeof(float));
@@ -596,22 +646,43 @@ static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const str
         parallel_backward(m, w, a, l, x, &hs, gr);
         return;
     }
-    /* pre-norm: xmid = x + attn(norm1(x)), out = xmid + mlp(norm2(xmid)) */
-    hp_fwd_norm(m, w->h1, x, N, L->ln1_w, L->ln1_b);
+    /* pre-norm: xmid = x + post1(attn(norm1(x))), out = xmid + post2(mlp(norm2(xmid))), where a layer
+     * without norm1 and norm2 reads x and xmid themselves and one without post1 and post2 adds the blocks'
+     * outputs as they are (OLMo 2 has the posts and not the pres) */
+    const float *h1 = x;
+    if (L->ln1_w) {
+        hp_fwd_norm(m, w->h1, x, N, L->ln1_w, L->ln1_b);
+        h1 = w->h1;
+    }
     if (kept) {
-        dead_heads_again(m, w, a, l, &hs, w->h1);
+        dead_heads_again(m, w, a, l, &hs, h1);
     } else {
-        attention_again(m, w, a, l, &hs, w->h1);
+        attention_again(m, w, a, l, &hs, h1);
+        if (L->pn1_w) {
+            memcpy(w->act.ao, w->tmp, n * sizeof(float));
+            hp_fwd_norm(m, w->tmp, w->tmp, N, L->pn1_w, NULL);
+        }
         memcpy(w->act.xmid, x, n * sizeof(float));
         hp_op_add_into(w->act.xmid, w->tmp, n);
-        hp_fwd_norm(m, w->h2, w->act.xmid, N, L->ln2_w, L->ln2_b);
-        mlp_again(m, w, w->h2, N, l);
+        const float *h2 = w->act.xmid;
+        if (L->ln2_w) {
+            hp_fwd_norm(m, w->h2, w->act.xmid, N, L->ln2_w, L->ln2_b);
+            h2 = w->h2;
+        }
+        mlp_again(m, w, h2, N, l);
+        if (L->pn2_w) /* the MLP's output, which its norm's reverse reads */
+            mlp_out(m, w, N, l, w->act.mo);
     }
-    mlp_backward(m, w, w->dx, N, l);
-    norm_backward(m, w->dx, w->dh, w->act.xmid, N, L->ln2_w, L->ln2_b);
-    attention_backward(m, w, a, l, &hs, w->dx, gr, l > 0);
-    if (l > 0)
+    mlp_backward(m, w, post_backward(m, w, N, L->pn2_w, w->act.mo), N, l);
+    if (L->ln2_w)
+        norm_backward(m, w->dx, w->dh, w->act.xmid, N, L->ln2_w, L->ln2_b);
+    else
+        hp_op_add_into(w->dx, w->dh, n);
+    attention_backward(m, w, a, l, &hs, post_backward(m, w, N, L->pn1_w, w->act.ao), gr, l > 0);
+    if (l > 0 && L->ln1_w)
         norm_backward(m, w->dx, w->dh, x, N, L->ln1_w, L->ln1_b);
+    else if (l > 0)
+        hp_op_add_into(w->dx, w->dh, n);
 }
 
 void hp_bwd_classify(const struct hp_model *m, struct hp_bwd *w, const float *h, const float *dz, int n_seqs, int T,

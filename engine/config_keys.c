@@ -212,6 +212,12 @@ static const struct hp_config_key phi3[] = {
     I("embd_pdrop", "dropout of the embeddings (training)"),
 };
 
+/* Olmo2Config: a Llama's keys; its q/k norms and where its norms sit come with the model_type */
+static const struct hp_config_key olmo2[] = {
+    LLAMA_FAMILY,
+    H("attention_bias", "biases on q_proj, k_proj, v_proj and o_proj"),
+};
+
 /* GPTNeoXConfig (Pythia) */
 static const struct hp_config_key gpt_neox[] = {
     H("vocab_size", "rows of embed_in and embed_out"), H("hidden_size", "the hidden size"),
@@ -244,7 +250,8 @@ static const struct {
 } tables[] = {
     {"gpt2", gpt2, N(gpt2)}, {"bert", bert, N(bert)}, {"llama", llama, N(llama)},
     {"mistral", mistral, N(mistral)}, {"qwen2", qwen2, N(qwen2)}, {"qwen3", qwen3, N(qwen3)},
-    {"phi3", phi3, N(phi3)}, {"gpt_neox", gpt_neox, N(gpt_neox)}, {NULL, shared, N(shared)},
+    {"phi3", phi3, N(phi3)}, {"gpt_neox", gpt_neox, N(gpt_neox)},
+    {"olmo2", olmo2, N(olmo2)}, {NULL, shared, N(shared)},
 };
 
 const struct hp_config_key *hp_config_keys(const char *model_type, int *n)

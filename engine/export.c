@@ -12,7 +12,9 @@
  * config counts the heads left when every layer keeps the same numbers of
  * whole KV groups, so transformers loads it, and the original counts
  * otherwise, which only headprune loads; a GPT-NeoX without some heads only
- * headprune loads (transformers sizes its attention by hidden_size). The tokenizer and the other small
+ * headprune loads (transformers sizes its attention by hidden_size); an OLMo 2
+ * is refused (its q/k norms span every head, so without one the others change).
+ * The tokenizer and the other small
  * files of the directory are copied.
  * Invariant: the output directory appears whole or not at all: everything
  * is written into a temporary directory beside it and renamed into place
@@ -437,6 +439,13 @@ enum hp_status hp_model_export(const struct hp_model *m, const struct hp_mask *r
         if (remove->gate[i] != 0.0f && remove->gate[i] != 1.0f)
             return hp_fail(err, HP_ERR_ARG, "head %d.%d has gate %g: a pruned checkpoint removes heads whole (0) or keeps "
                            "them (1)", i / in->n_heads, i % in->n_heads, (double)remove->gate[i]);
+    for (int i = 0; m->qk_norm_whole && i < in->n_layers * in->n_heads; i++)
+        if (remove->gate[i] == 0.0f)
+            return hp_fail(err, HP_ERR_UNSUPPORTED,
+                           "%s: a %s without head %d.%d would not be the masked model: its q_norm and k_norm run over "
+                           "every head's queries and keys together, so removing one changes the others' (evaluate "
+                           "the mask instead; headprune writes no such checkpoint)", m->dir, in->model_type,
+                           i / in->n_heads, i % in->n_heads);
     size_t n = strlen(out_dir);
     while (n > 1 && out_dir[n - 1] == '/')
         n--;

@@ -263,23 +263,29 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         for (int h = kv * per_kv; h < (kv + 1) * per_kv; h++)
             kv_live[kv] |= any_live[h];
     }
+    /* the heads projected: the live ones; every head under a norm over all of them (no head is pruned there) */
+    bool q_in[H], kv_in[KV];
+    for (int h = 0; h < H; h++)
+        q_in[h] = any_live[h] || m->qk_norm_whole;
+    for (int kv = 0; kv < KV; kv++)
+        kv_in[kv] = kv_live[kv] || m->qk_norm_whole;
 
     /* projections of live heads only, one GEMM per run of consecutive live
      * heads, whose blocks of the weights (from slot ws on) are consecutive too */
     for (int s = 0, e; s < H; s = e) {
-        e = hp_fwd_run_end(any_live, H, s);
-        if (!any_live[s])
+        e = hp_fwd_run_end(q_in, H, s);
+        if (!q_in[s])
             continue;
         const size_t ws = (size_t)L->q_slot[s] * dh;
         hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, w->h, d, 1, hp_mat_at(L->wq, 0, ws), 0.0f, qs + s * dh, qd, 1);
         if (L->bq)
             hp_op_add_bias(qs + s * dh, N, (e - s) * dh, qd, L->bq + ws);
-        if (L->q_norm)
+        if (m->qk_norm)
             hp_op_head_rms_norm(qs, kp ? kp->qr : NULL, N, qd, s, e, dh, L->q_norm, m->norm_eps);
     }
     for (int s = 0, e; s < KV; s = e) {
-        e = hp_fwd_run_end(kv_live, KV, s);
-        if (!kv_live[s])
+        e = hp_fwd_run_end(kv_in, KV, s);
+        if (!kv_in[s])
             continue;
         const size_t ws = (size_t)L->kv_slot[s] * dh;
         hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, w->h, d, 1, hp_mat_at(L->wk, 0, ws), 0.0f, ks + s * dh, kvd, 1);
@@ -288,8 +294,12 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
             hp_op_add_bias(ks + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
         if (L->bv)
             hp_op_add_bias(vs + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
-        if (L->k_norm)
+        if (m->qk_norm)
             hp_op_head_rms_norm(ks, kp ? kp->kr : NULL, N, kvd, s, e, dh, L->k_norm, m->norm_eps);
+    }
+    if (m->qk_norm_whole) { /* one norm over each row of every head's queries, one over the keys' */
+        hp_op_head_rms_norm(qs, kp ? kp->qr : NULL, N, qd, 0, 1, qd, L->q_norm, m->norm_eps);
+        hp_op_head_rms_norm(ks, kp ? kp->kr : NULL, N, kvd, 0, 1, kvd, L->k_norm, m->norm_eps);
     }
 
     const float scale = hp_fwd_attn_scale(m, l);
@@ -406,11 +416,21 @@ static void attention_part(const struct hp_model *m, struct hp_fwd *w, const str
                            const struct hp_fwd_keep *kp)
 {
     const struct hp_layer *L = &m->layers[l];
-    if (m->post_norm)
+    if (m->post_norm || !L->ln1_w)
         memcpy(w->h, w->x, (size_t)N * m->info.d_model * sizeof(float));
     else
         hp_fwd_norm(m, w->h, w->x, N, L->ln1_w, L->ln1_b);
     attention(m, w, a, l, kp);
+}
+
+/* A block's output w->tmp through the norm after it (OLMo 2's), when the layer has one; kept in keep first. */
+static void post_block_norm(const struct hp_model *m, struct hp_fwd *w, int N, const float *wt, float *keep)
+{
+    if (!wt)
+        return;
+    if (keep)
+        memcpy(keep, w->tmp, (size_t)N * m->info.d_model * sizeof(float));
+    hp_fwd_norm(m, w->tmp, w->tmp, N, wt, NULL);
 }
 
 /* The rest of layer l once w->tmp holds its attention output: residual, MLP, norms; kp as mlp's. */
@@ -420,6 +440,7 @@ static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int 
     const size_t n = (size_t)N * m->info.d_model;
     if (m->parallel) /* x + attn(norm1(x)) + mlp(norm2(x)): the MLP reads the layer's input too */
         hp_fwd_norm(m, w->h, w->x, N, L->ln2_w, L->ln2_b);
+    post_block_norm(m, w, N, L->pn1_w, kp ? kp->ao : NULL);
     hp_op_add_into(w->x, w->tmp, n);
     if (kp)
         memcpy(kp->xmid, w->x, n * sizeof(float));
@@ -433,8 +454,12 @@ static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int 
         hp_op_add_into(w->x, w->tmp, n);
         hp_op_layer_norm(w->x, w->x, N, m->info.d_model, L->ln2_w, L->ln2_b, m->norm_eps);
     } else {
-        hp_fwd_norm(m, w->h, w->x, N, L->ln2_w, L->ln2_b);
+        if (L->ln2_w)
+            hp_fwd_norm(m, w->h, w->x, N, L->ln2_w, L->ln2_b);
+        else
+            memcpy(w->h, w->x, n * sizeof(float));
         mlp(m, w, N, l, kp);
+        post_block_norm(m, w, N, L->pn2_w, kp ? kp->mo : NULL);
         hp_op_add_into(w->x, w->tmp, n);
     }
 }

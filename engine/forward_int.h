@@ -49,7 +49,8 @@ struct hp_fwd_keep {
     float *a;     /* (N, n_heads * d_head) the heads' outputs before their gates */
     float *xmid;  /* (N, d_model) the residual stream after attention (BERT: before its norm) */
     float *u, *z; /* (N, d_ff) the MLP's up and (gated MLPs) gate projections, before the activation */
-    float *qr, *kr; /* qk_norm: q and k before their norms (NULL otherwise), q's and k's shapes */
+    float *qr, *kr; /* qk_norm, qk_norm_whole: q and k before their norms (NULL otherwise), q's and k's shapes */
+    float *ao, *mo; /* post-block norms: (N, d_model) the attention and MLP outputs before their norms (else NULL) */
 };
 
 /*

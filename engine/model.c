@@ -274,6 +274,8 @@ struct bind_opts {
     bool mlp_bias;      /* Llama's mlp_bias: gate/up/down_proj biases */
     bool fused;         /* Phi-3: self_attn.qkv_proj (q, k, v) and mlp.gate_up_proj (gate, up), one tensor each */
     double rotary_pct;  /* GPT-NeoX: the fraction of each head rotary turns (0: all of it) */
+    bool post_norms;    /* OLMo 2: norms after attention and the MLP (post_attention_layernorm,
+                         * post_feedforward_layernorm), none before */
     bool no_problem;    /* BERT: no problem_type, so one class is regression in transformers */
 };
 
@@ -381,8 +383,8 @@ static enum hp_status config_bert(struct cfg *c, struct hp_model *m, const char 
     return HP_OK;
 }
 
-/* config.json of a Llama-family checkpoint (llama, mistral, qwen2, qwen3, phi3): shape, rotary, biases, q/k
- * norms, fused projections, window. */
+/* config.json of a Llama-family checkpoint (llama, mistral, qwen2, qwen3, phi3, olmo2): shape, rotary, biases,
+ * q/k norms, fused projections, window, where the norms are. */
 static enum hp_status config_llama(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
                                    const char **act)
 {
@@ -402,13 +404,16 @@ static enum hp_status config_llama(struct cfg *c, struct hp_model *m, const char
     o->tied = cfg_bool(c, "tie_word_embeddings", false);
     /* the biases each modeling file builds: LlamaAttention's and LlamaMLP's by the config, Qwen3Attention's
      * by it too (Qwen3MLP has none), Qwen2's q/k/v always, Mistral's none */
-    if (strcmp(mt, "llama") == 0 || strcmp(mt, "qwen3") == 0)
+    if (strcmp(mt, "llama") == 0 || strcmp(mt, "qwen3") == 0 || strcmp(mt, "olmo2") == 0)
         o->qkv_bias = o->o_bias = cfg_bool(c, "attention_bias", false);
     if (strcmp(mt, "llama") == 0)
         o->mlp_bias = cfg_bool(c, "mlp_bias", false);
     o->qkv_bias |= strcmp(mt, "qwen2") == 0;
     /* Qwen3's attention: q_norm and k_norm over each head, before rotary */
     m->qk_norm = strcmp(mt, "qwen3") == 0;
+    /* OLMo 2's: q_norm over all the heads' queries together, k_norm over the keys', and its norms after attention
+     * and the MLP instead of before */
+    m->qk_norm_whole = o->post_norms = strcmp(mt, "olmo2") == 0;
     const bool qwen = strncmp(mt, "qwen", 4) == 0;
     enum hp_status st = read_rope_scaling(m, c->path, json_get(c->j, "rope_scaling"), c->err);
     if (st != HP_OK)
@@ -1003,13 +1008,20 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
     const struct hp_model_info *in = &m->info;
     int d = in->d_model, f = in->d_ff;
     char n[128];
+    if (m->qk_norm_whole && m->pruned) { /* the norm over every head would run over fewer */
+        b->st = hp_fail(b->err, HP_ERR_UNSUPPORTED,
+                        "%s: a %s checkpoint without some heads is not supported: its q_norm and k_norm run over all "
+                        "heads together, so the heads left would not be the original's", m->dir, in->model_type);
+        return;
+    }
     m->wte = bind_mat(b, "embed_tokens.weight", in->n_vocab, d, false);
     const struct hp_st_tensor *wte = b->last;
     for (int l = 0; l < in->n_layers && b->st == HP_OK; l++) {
         struct hp_layer *L = &m->layers[l];
         const int qd = L->n_q * in->d_head, kvd = L->n_kv * in->d_head;
 #define G(s) (snprintf(n, sizeof n, "layers.%d.%s", l, s), n)
-        L->ln1_w = bind(b, G("input_layernorm.weight"), d, VEC, false);
+        if (!o->post_norms)
+            L->ln1_w = bind(b, G("input_layernorm.weight"), d, VEC, false);
         if (o->fused) { /* rows: q's heads, then k's and v's KV heads */
             const struct hp_mat qkv = bind_linear(b, G("self_attn.qkv_proj.weight"), d, qd + 2 * kvd);
             note_heads(b, l, 0, 3, 6);
@@ -1027,6 +1039,10 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
             L->q_norm = bind(b, G("self_attn.q_norm.weight"), in->d_head, VEC, false);
             L->k_norm = bind(b, G("self_attn.k_norm.weight"), in->d_head, VEC, false);
         }
+        if (m->qk_norm_whole) { /* a gain per dimension of the whole projection (no export cuts heads here) */
+            L->q_norm = bind(b, G("self_attn.q_norm.weight"), qd, VEC, false);
+            L->k_norm = bind(b, G("self_attn.k_norm.weight"), kvd, VEC, false);
+        }
         if (o->qkv_bias) {
             L->bq = bind(b, G("self_attn.q_proj.bias"), qd, VEC, false);
             note_heads(b, l, 0, 1, false);
@@ -1039,7 +1055,12 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
         note_heads(b, l, 1, 1, false);
         if (o->o_bias)
             L->bo = bind(b, G("self_attn.o_proj.bias"), d, VEC, false);
-        L->ln2_w = bind(b, G("post_attention_layernorm.weight"), d, VEC, false);
+        if (o->post_norms) { /* after attention and after the MLP, none before either */
+            L->pn1_w = bind(b, G("post_attention_layernorm.weight"), d, VEC, false);
+            L->pn2_w = bind(b, G("post_feedforward_layernorm.weight"), d, VEC, false);
+        } else {
+            L->ln2_w = bind(b, G("post_attention_layernorm.weight"), d, VEC, false);
+        }
         if (o->fused) { /* rows: the gate's f, then up's */
             L->w_gate = bind_linear(b, G("mlp.gate_up_proj.weight"), d, 2 * f);
             if (L->w_gate.p)
@@ -1163,7 +1184,7 @@ static const char *const gpt2_types[] = {"gpt2", NULL}, *const gpt2_prefixes[] =
 static const char *const bert_types[] = {"bert", NULL}, *const bert_prefixes[] = {"bert.", "", NULL},
                          *const bert_harmless[] = {"embeddings.position_ids", "embeddings.token_type_ids", /* indices */
                                                    "cls.seq_relationship.weight", "cls.seq_relationship.bias", NULL};
-static const char *const llama_types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", NULL},
+static const char *const llama_types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", NULL},
                          *const llama_prefixes[] = {"model.", "", NULL},
                          *const llama_harmless[] = {"rotary_emb.inv_freq", NULL}; /* recomputed from rope_theta */
 /* older GPT-NeoX checkpoints keep the causal mask and the rotary frequencies as buffers */

@@ -29,14 +29,17 @@ struct hp_layer {
     const int *q_slot;  /* (n_heads): head h's block of wq, bq and wo; -1 when pruned */
     const int *kv_slot; /* (n_kv_heads): KV head g's block of wk, wv, bk, bv; -1 when pruned */
     int n_q, n_kv;      /* the query and KV heads the layer has */
-    /* pre-norm archs: ln1 before attention, ln2 before MLP.
+    /* pre-norm archs: ln1 before attention, ln2 before MLP (NULL: none, OLMo 2).
      * BERT (post-norm): ln1 after attention + residual, ln2 after MLP + residual. */
     const float *ln1_w, *ln1_b; /* (d_model); ln1_b NULL for RMSNorm */
     const float *ln2_w, *ln2_b; /* (d_model) */
+    const float *pn1_w, *pn2_w; /* NULL, or (d_model): RMSNorms of the attention and MLP outputs, before the residual
+                                 * add (OLMo 2's post_attention_layernorm and post_feedforward_layernorm) */
     struct hp_mat wq;           /* (d_model, n_q * d_head) */
     struct hp_mat wk, wv;       /* (d_model, n_kv * d_head) */
     const float *bq, *bk, *bv;  /* NULL or (n_q * d_head), (n_kv * d_head) */
-    const float *q_norm, *k_norm; /* qk_norm: (d_head) the RMSNorm gains every query / key head shares; else NULL */
+    const float *q_norm, *k_norm; /* qk_norm: (d_head) the RMSNorm gains every query / key head shares;
+                                   * qk_norm_whole: (n_q * d_head), (n_kv * d_head); else NULL */
     struct hp_mat wo;           /* (n_q * d_head, d_model) */
     const float *bo;            /* NULL or (d_model) */
     struct hp_mat w_up;         /* (d_model, d_ff) */
@@ -73,6 +76,8 @@ struct hp_model {
     bool rotary;    /* rotary positions on queries and keys (rope) */
     bool post_norm; /* norms after each residual add, the embeddings' too (BERT), else before attention and MLP */
     bool qk_norm;   /* each query and key head RMS-normalised (layers' q_norm, k_norm) before rotary (Qwen3) */
+    bool qk_norm_whole; /* the queries of all heads RMS-normalised together, and the keys, before rotary (OLMo 2):
+                         * every head's are projected, live or not, and no head may be missing */
     bool parallel;  /* pre-norm, attention and MLP side by side: x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX) */
     struct hp_rope rope;  /* rotary: the frequencies (ops_int.h) */
     enum hp_act act;

@@ -90,7 +90,7 @@ bool hp_runtime_kernel_from_env(void);
 enum hp_arch {
     HP_ARCH_GPT2,
     HP_ARCH_BERT,
-    HP_ARCH_LLAMA, /* llama, mistral, qwen2, qwen3, phi3 */
+    HP_ARCH_LLAMA, /* llama, mistral, qwen2, qwen3, phi3, olmo2 */
     HP_ARCH_GPT_NEOX, /* gpt_neox (Pythia) */
     HP_ARCH_COUNT  /* how many there are (not an architecture): model.c's table is sized by it */
 };

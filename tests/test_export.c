@@ -403,6 +403,26 @@ Test(export, refuses_fractional_gates_and_a_foreign_shape)
     hp_model_close(m);
 }
 
+/* OLMo 2's q/k norms run over every head: without one the others' queries change, so no checkpoint is the
+ * masked model; the export says so and writes nothing. A full copy (nothing removed) is written. */
+Test(export, refuses_to_cut_an_olmo2)
+{
+    struct hp_model *m = open_fixture("olmo2-post-norms");
+    struct hp_mask *mask = hp_mask_new(3, 4);
+    mask->gate[6] = 0.0f;
+    char out[200];
+    snprintf(out, sizeof out, "%s/olmo2", tmp);
+    struct hp_export_info info;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_model_export(m, mask, out, &info, &err), HP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "without head 1.2 would not be the masked model"), "%s", err.msg);
+    entries_in_tmp(0);
+    mask->gate[6] = 1.0f;
+    cr_assert_eq(hp_model_export(m, mask, out, &info, &err), HP_OK, "%s", err.msg);
+    hp_mask_free(mask);
+    hp_model_close(m);
+}
+
 Test(export, a_missing_parent_folder_leaves_nothing)
 {
     struct hp_model *m = open_fixture("gpt2-tiny");

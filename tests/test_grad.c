@@ -298,6 +298,7 @@ Test(grad, qwen3_qk_norms_match_torch) { check_torch("qwen3-qknorm"); }
 Test(grad, phi3_fused_projections_match_torch) { check_torch("phi3-fused"); }
 Test(grad, gpt_neox_parallel_matches_torch) { check_torch("neox-parallel"); }
 Test(grad, gpt_neox_sequential_matches_torch) { check_torch("neox-sequential"); }
+Test(grad, olmo2_post_norms_match_torch) { check_torch("olmo2-post-norms"); }
 Test(grad, gpt2_untied_lm_head_matches_torch) { check_torch("gpt2-untied"); }
 Test(grad, llama_mlp_bias_matches_torch) { check_torch("llama-mlp-bias"); }
 Test(grad, stories260K_matches_torch) { check_torch("stories260K"); }
@@ -335,6 +336,13 @@ Test(grad, phi3_matches_finite_differences)
 {
     float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1};
     check_fd("phi3-fused", "data.npy", g, HP_ABLATE_ZERO);
+}
+
+Test(grad, olmo2_matches_finite_differences)
+{
+    float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1};
+    check_fd("olmo2-post-norms", "data.npy", NULL, HP_ABLATE_ZERO);
+    check_fd("olmo2-post-norms", "data.npy", g, HP_ABLATE_ZERO);
 }
 
 Test(grad, gpt_neox_matches_finite_differences)
@@ -763,6 +771,8 @@ Test(grad, kept_and_made_again_activations_agree)
     check_kept("phi3-fused", "data.npy", gk, HP_ABLATE_MEAN);
     check_kept("neox-parallel", "data.npy", g, HP_ABLATE_MEAN);
     check_kept("neox-sequential", "data.npy", gk, HP_ABLATE_ZERO);
+    check_kept("olmo2-post-norms", "data.npy", gk, HP_ABLATE_ZERO);
+    check_kept("olmo2-post-norms", "data.npy", g, HP_ABLATE_MEAN);
     check_kept("bert-mlm", "data.jsonl", gb, HP_ABLATE_ZERO);
     check_kept("bert-cls", "data.jsonl", NULL, HP_ABLATE_MEAN);
 }

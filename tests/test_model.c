@@ -603,6 +603,17 @@ Test(model, gpt_neox_odd_rotary_and_head_dim)
     expect_fail(HP_ERR_UNSUPPORTED, "config.json", "\"head_dim\" = 16 is not supported");
 }
 
+/* OLMo 2 without some heads (a headprune record, written by hand): its q/k norms over every head would run over
+ * fewer, another model; refused, named */
+Test(model, olmo2_without_heads)
+{
+    use_fixture("olmo2-post-norms");
+    write_weights(NULL, 0);
+    edit_config("\"vocab_size\": 97",
+                "\"vocab_size\": 97, \"headprune\": {\"n_heads\": 4, \"n_kv_heads\": 2, \"pruned_heads\": {\"1\": [2]}}");
+    expect_fail(HP_ERR_UNSUPPORTED, tmp, "its q_norm and k_norm run over all heads together");
+}
+
 /* ---- a JSON string holding a NUL is refused, not cut ------------------------------------ */
 
 /* cJSON reads a string only up to a NUL: "gpt2\u0000" was read as "gpt2", a key
@@ -746,6 +757,8 @@ Test(model, every_architecture_refuses_an_unread_tensor)
         /* GPT-NeoX's q, k and v are in query_key_value; attention_bias false: no bias is added */
         {"neox-parallel", "gpt_neox.layers.1.attention.q_proj.weight", "gpt_neox.layers.0.attention.rotary_emb.inv_freq"},
         {"neox-sequential", "gpt_neox.layers.0.attention.query_key_value.bias", "gpt_neox.layers.2.attention.masked_bias"},
+        /* OLMo 2 has no norm before attention: an input_layernorm is not taken for one */
+        {"olmo2-post-norms", "model.layers.1.input_layernorm.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char extra[256], words[160];
@@ -926,7 +939,7 @@ Test(model, every_transformers_config_key_is_decided)
             cJSON_Delete(v);
         }
     }
-    cr_assert_eq(n_arch, 8, "gpt2, bert, llama, mistral, qwen2, qwen3, phi3 and gpt_neox expected in %s", p);
+    cr_assert_eq(n_arch, 9, "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, gpt_neox and olmo2 expected in %s", p);
     cr_assert_eq(bad, 0, "%d config keys undecided or stale (first 10 above; %d keys checked)", bad, n_keys);
     cJSON_Delete(j);
     free(txt);
@@ -935,8 +948,9 @@ Test(model, every_transformers_config_key_is_decided)
 /* every accepted default of every table is JSON, and the audit accepts it */
 Test(model, config_key_defaults_are_accepted)
 {
-    static const char *const archs[] = {"gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox"};
-    for (int a = 0; a < 8; a++) {
+    static const char *const archs[] = {"gpt2",  "bert", "llama",    "mistral", "qwen2",
+                                        "qwen3", "phi3", "gpt_neox", "olmo2"};
+    for (int a = 0; a < 9; a++) {
         int nr;
         const struct hp_config_key *rows = hp_config_keys(archs[a], &nr);
         for (int i = 0; i < nr; i++)

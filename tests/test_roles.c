@@ -265,6 +265,7 @@ Test(roles, qwen2_f16_with_biases) { against_reference("qwen2-bias"); }
 Test(roles, qwen3_qk_norms) { against_reference("qwen3-qknorm"); }
 Test(roles, phi3_fused_with_a_window) { against_reference("phi3-fused"); }
 Test(roles, gpt_neox_parallel) { against_reference("neox-parallel"); }
+Test(roles, olmo2_post_norms) { against_reference("olmo2-post-norms"); }
 Test(roles, stories260K) { against_reference("stories260K"); }
 Test(roles, default_model) { against_reference("default"); }
 

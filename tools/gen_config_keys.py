@@ -2,7 +2,7 @@
 """Every config.json key transformers knows for each architecture headprune supports.
 
 Writes tests/fixtures/config-keys.json: per model_type (gpt2, bert, llama,
-mistral, qwen2, qwen3, phi3, gpt_neox) the keys of its transformers 4.x configuration class, where
+mistral, qwen2, qwen3, phi3, gpt_neox, olmo2) the keys of its transformers 4.x configuration class, where
 each comes from:
 
   class   a parameter of the configuration class's __init__
@@ -29,7 +29,7 @@ import os
 import re
 
 import transformers
-from transformers import (BertConfig, GPT2Config, GPTNeoXConfig, LlamaConfig, MistralConfig, Phi3Config, PretrainedConfig,
+from transformers import (BertConfig, GPT2Config, GPTNeoXConfig, LlamaConfig, Olmo2Config, MistralConfig, Phi3Config, PretrainedConfig,
                           Qwen2Config, Qwen3Config)
 from transformers import modeling_rope_utils
 from transformers.models.bert import modeling_bert
@@ -40,6 +40,7 @@ from transformers.models.qwen2 import modeling_qwen2
 from transformers.models.qwen3 import modeling_qwen3
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.gpt_neox import modeling_gpt_neox
+from transformers.models.olmo2 import modeling_olmo2
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(REPO, "tests", "fixtures", "config-keys.json")
@@ -53,6 +54,7 @@ ARCHS = {
     "qwen3": (Qwen3Config, [modeling_qwen3, modeling_rope_utils]),
     "phi3": (Phi3Config, [modeling_phi3, modeling_rope_utils]),
     "gpt_neox": (GPTNeoXConfig, [modeling_gpt_neox, modeling_rope_utils]),
+    "olmo2": (Olmo2Config, [modeling_olmo2, modeling_rope_utils]),
 }
 
 

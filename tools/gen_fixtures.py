@@ -28,6 +28,7 @@ from transformers import (  # noqa: E402
     BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel,
     LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
     Qwen3Config, Qwen3ForCausalLM, Phi3Config, Phi3ForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM,
+    Olmo2Config, Olmo2ForCausalLM,
 )
 import transformers  # noqa: E402
 
@@ -581,6 +582,42 @@ def neox(out, name, parallel, rotary_pct, bias, tied, seed):
     return cases
 
 
+def olmo2_post_norms(out):
+    """OLMo 2: RMSNorms after attention and after the MLP (none before), q_norm over all four heads' queries
+    together and k_norm over both KV heads' keys (gains made random by perturb), q/k/v/o biases. A loader that
+    normalises each head on its own, or puts the norms before the blocks, gives other logits (checked below)."""
+    name = "olmo2-post-norms"
+    cfg = Olmo2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rope_theta=10000.0,
+                      rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=True, initializer_range=INIT,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = make(Olmo2ForCausalLM, cfg, 29)
+    assert model.model.layers[0].self_attn.q_norm.weight.shape == (32,)
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    data = write_npy(d, causal_data(97, 129))
+    cases = finish(out, name, "data.npy", model, "llama", "causal", data, True, Olmo2ForCausalLM)
+    class PerHead(torch.nn.Module):  # the same gains over each head on its own: what the norm is not
+        def __init__(self, norm, dh):
+            super().__init__()
+            self.norm, self.dh = norm, dh
+
+        def forward(self, x):
+            y = x.view(*x.shape[:-1], -1, self.dh)
+            y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.norm.variance_epsilon)
+            return y.reshape(x.shape) * self.norm.weight
+
+    per_head = copy.deepcopy(model)
+    for lay in per_head.model.layers:
+        lay.self_attn.q_norm = PerHead(lay.self_attn.q_norm, lay.self_attn.head_dim)
+        lay.self_attn.k_norm = PerHead(lay.self_attn.k_norm, lay.self_attn.head_dim)
+    with torch.no_grad():
+        diff = float((per_head(data["ids"]).logits - model(data["ids"]).logits).abs().max())
+    print(f"    {name}: max |logits - logits with each head normalised on its own| = {diff:.3g}")
+    assert diff > 1e-3, diff
+    return cases
+
+
 def gpt2_untied(out):
     """A GPT-2 with tie_word_embeddings false and its own lm_head.weight, which GPT2LMHeadModel uses: a loader
     that takes the embedding matrix as the head gives other logits (checked below)."""
@@ -732,6 +769,7 @@ FIXTURES = {
     # Pythia's settings (parallel, partial rotary, biases, untied), and the other value of each
     "neox-parallel": lambda out: neox(out, "neox-parallel", True, 0.5, True, False, 19),
     "neox-sequential": lambda out: neox(out, "neox-sequential", False, 0.25, False, True, 23),
+    "olmo2-post-norms": olmo2_post_norms,
 }
 
 

@@ -59,6 +59,7 @@ MODELS = {
     "qwen2-bias": ("tests/fixtures/qwen2-bias", "tests/fixtures/qwen2-bias/data.npy"),
     "qwen3-qknorm": ("tests/fixtures/qwen3-qknorm", "tests/fixtures/qwen3-qknorm/data.npy"),
     "phi3-fused": ("tests/fixtures/phi3-fused", "tests/fixtures/phi3-fused/data.npy"),
+    "olmo2-post-norms": ("tests/fixtures/olmo2-post-norms", "tests/fixtures/olmo2-post-norms/data.npy"),
     "neox-parallel": ("tests/fixtures/neox-parallel", "tests/fixtures/neox-parallel/data.npy"),
     "stories260K": ("tests/fixtures/stories260K", "tests/fixtures/stories260K/data.npy"),
     "default": ("models/default", "models/default/heldout.npy"),
