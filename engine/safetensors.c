@@ -219,13 +219,17 @@ static enum hp_status index_header(struct hp_st_set *set, struct shard *sh,
     for (int i = 0; i < cnt; i++)
         by[i] = &set->t[first + i];
     hp_qsort(by, (size_t)cnt, sizeof *by, cmp_by_offset);
+    /* each against the furthest end of those before it: an empty tensor between two that overlap hides nothing */
+    const struct hp_st_tensor *reach = cnt > 0 ? by[0] : NULL;
     for (int i = 1; i < cnt; i++) {
-        const char *prev_end = (const char *)by[i - 1]->data + by[i - 1]->nbytes;
-        if ((const char *)by[i]->data < prev_end && by[i]->nbytes > 0) {
+        const char *end = (const char *)reach->data + reach->nbytes;
+        if ((const char *)by[i]->data < end && by[i]->nbytes > 0) {
             st = hp_fail(err, HP_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap in the data area (corrupt file)",
-                         path, by[i - 1]->name, by[i]->name);
+                         path, reach->name, by[i]->name);
             break;
         }
+        if ((const char *)by[i]->data + by[i]->nbytes > end)
+            reach = by[i];
     }
     free(by);
     return st;

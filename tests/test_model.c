@@ -156,6 +156,26 @@ Test(model, overlapping_tensors)
     expect_fail(HP_ERR_FORMAT, "model.safetensors", "overlap");
 }
 
+/* Overlap hidden behind an empty tensor: sorted by offset, [0, 100) then the empty [50, 50) then [60, 160); the
+ * last was once checked against the empty one only and passed */
+Test(model, overlap_behind_an_empty_tensor)
+{
+    const char hdr[] = "{\"a\":{\"dtype\":\"F32\",\"shape\":[25],\"data_offsets\":[0,100]},"
+                       "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[50,50]},"
+                       "\"b\":{\"dtype\":\"F32\",\"shape\":[25],\"data_offsets\":[60,160]}}";
+    const size_t hl = sizeof hdr - 1, len = 8 + hl + 160;
+    unsigned char *buf = calloc(1, len);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)(hl >> (8 * i));
+    memcpy(buf + 8, hdr, hl);
+    struct hp_st_set *set = NULL;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_st_open_buffer("x.safetensors", buf, len, &set, &err), HP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "x.safetensors: tensors 'a' and 'b' overlap"), "%s", err.msg);
+    hp_st_close(set);
+    free(buf);
+}
+
 static void offsets_past_end(cJSON *h)
 {
     cJSON *a = cJSON_GetObjectItem(h, "transformer.ln_f.bias");
