@@ -11,7 +11,8 @@
  * pooling, an MLM head with padding and labels, a sequence classifier), llama
  * (GQA, explicit head_dim, attention_bias and mlp_bias, rope_scaling),
  * mistral (sliding_window), qwen2 (q/k/v biases), qwen3 (q/k norms, attention_bias), phi3 (fused
- * qkv_proj and gate_up_proj, sliding_window) and gpt_neox (each head's q, k, v together in query_key_value,
+ * qkv_proj and gate_up_proj, sliding_window), olmo2 (norms after the blocks, q/k norms over every head;
+ * its export refused) and gpt_neox (each head's q, k, v together in query_key_value,
  * partial rotary, the parallel residual or not, attention_bias, tied or not); 1-3 layers, 1-4 heads,
  * KV heads dividing them, heads 2-8 wide, vocabularies of 16-64; f32, f16,
  * bf16 or a mix; one file or shards; and with some probability one head's output-projection inputs scaled
@@ -201,9 +202,10 @@ static uint16_t to_bf16(float f)
 
 // --- a random checkpoint ------------------------------------------------------------------------
 
-enum arch_id { A_GPT2, A_BERT, A_LLAMA, A_MISTRAL, A_QWEN2, A_QWEN3, A_PHI3, A_NEOX, N_ARCH };
+/* the Llama family from A_LLAMA to A_OLMO2, in the order of config_write's tables */
+enum arch_id { A_GPT2, A_BERT, A_LLAMA, A_MISTRAL, A_QWEN2, A_QWEN3, A_PHI3, A_OLMO2, A_NEOX, N_ARCH };
 static const char *const arch_names[N_ARCH] = {"gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3",
-                                               "gpt_neox"};
+                                               "olmo2", "gpt_neox"};
 enum bert_kind { BERT_ENCODER, BERT_MLM, BERT_CLS };
 
 struct spec {
@@ -447,7 +449,8 @@ static void spec_random(struct spec *s, struct rng *r, enum arch_id a)
     case A_MISTRAL:
     case A_QWEN2:
     case A_QWEN3:
-    case A_PHI3: {
+    case A_PHI3:
+    case A_OLMO2: {
         int divs[4], nd = 0;
         for (int k = 1; k <= s->H; k++)
             if (s->H % k == 0)
@@ -466,7 +469,7 @@ static void spec_random(struct spec *s, struct rng *r, enum arch_id a)
         s->rope = rint_in(r, 0, 2);
         if (rchance(r, 0.5))
             s->rope = 0;
-        if (a == A_LLAMA || a == A_QWEN3)
+        if (a == A_LLAMA || a == A_QWEN3 || a == A_OLMO2)
             s->qkv_bias = s->o_bias = rchance(r, 0.4);
         if (a == A_LLAMA)
             s->mlp_bias = rchance(r, 0.4);
@@ -620,7 +623,8 @@ static void model_random(struct model *m, struct rng *r)
     } else {
         add(m, r, K_W, 2, V, d, "model.embed_tokens.weight");
         for (int l = 0; l < s->L; l++) {
-            add(m, r, K_NORM, 1, d, 0, "model.layers.%d.input_layernorm.weight", l);
+            if (s->arch != A_OLMO2) /* OLMo 2's norms come after the blocks */
+                add(m, r, K_NORM, 1, d, 0, "model.layers.%d.input_layernorm.weight", l);
             if (s->arch == A_PHI3) {
                 add(m, r, K_W, 2, qd + 2 * kvd, d, "model.layers.%d.self_attn.qkv_proj.weight", l);
             } else {
@@ -633,9 +637,10 @@ static void model_random(struct model *m, struct rng *r)
                 add(m, r, K_BIAS, 1, kvd, 0, "model.layers.%d.self_attn.k_proj.bias", l);
                 add(m, r, K_BIAS, 1, kvd, 0, "model.layers.%d.self_attn.v_proj.bias", l);
             }
-            if (s->arch == A_QWEN3) {
-                add(m, r, K_NORM, 1, s->dh, 0, "model.layers.%d.self_attn.q_norm.weight", l);
-                add(m, r, K_NORM, 1, s->dh, 0, "model.layers.%d.self_attn.k_norm.weight", l);
+            if (s->arch == A_QWEN3 || s->arch == A_OLMO2) { /* OLMo 2's over every head together */
+                const int wq = s->arch == A_OLMO2 ? qd : s->dh, wk = s->arch == A_OLMO2 ? kvd : s->dh;
+                add(m, r, K_NORM, 1, wq, 0, "model.layers.%d.self_attn.q_norm.weight", l);
+                add(m, r, K_NORM, 1, wk, 0, "model.layers.%d.self_attn.k_norm.weight", l);
             }
             add(m, r, K_W, 2, d, qd, "model.layers.%d.self_attn.o_proj.weight", l);
             if (s->o_bias)
@@ -643,6 +648,8 @@ static void model_random(struct model *m, struct rng *r)
             if (s->buffers)
                 add(m, r, K_INVFREQ, 1, s->dh / 2, 0, "model.layers.%d.self_attn.rotary_emb.inv_freq", l);
             add(m, r, K_NORM, 1, d, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+            if (s->arch == A_OLMO2)
+                add(m, r, K_NORM, 1, d, 0, "model.layers.%d.post_feedforward_layernorm.weight", l);
             if (s->arch == A_PHI3) {
                 add(m, r, K_W, 2, 2 * f, d, "model.layers.%d.mlp.gate_up_proj.weight", l);
             } else {
@@ -831,9 +838,9 @@ static bool write_config(const struct spec *s, const char *dir)
                 s->d, s->f, s->L, s->H, s->n_ctx, s->V, s->eps, s->rope_theta, s->rotary_pct,
                 s->parallel ? "true" : "false", s->qkv_bias ? "true" : "false", s->act, rope_text(s->rope));
     } else {
-        static const char *const types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3"};
+        static const char *const types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2"};
         static const char *const archs[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                            "Qwen3ForCausalLM", "Phi3ForCausalLM"};
+                                            "Qwen3ForCausalLM", "Phi3ForCausalLM",    "Olmo2ForCausalLM"};
         const int k = s->arch - A_LLAMA;
         bprintf(&b, "{\"model_type\": \"%s\", \"architectures\": [\"%s\"], \"hidden_size\": %d, "
                     "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
@@ -854,7 +861,7 @@ static bool write_config(const struct spec *s, const char *dir)
             else
                 bprintf(&b, ", \"sliding_window\": null");
         }
-        if (s->arch == A_QWEN3)
+        if (s->arch == A_QWEN3 || s->arch == A_OLMO2)
             bprintf(&b, ", \"attention_bias\": %s", s->o_bias ? "true" : "false");
         if (s->arch == A_QWEN2 || s->arch == A_QWEN3) {
             bprintf(&b, ", \"use_sliding_window\": false, \"sliding_window\": null, \"layer_types\": [");
@@ -1735,7 +1742,14 @@ static void run_case(const struct opts *o, long cs, enum arch_id arch, struct st
         struct hp_model *pm = NULL;
         struct hp_evaluator *PP = NULL;
         struct hp_metrics *want = NULL, *got = NULL;
-        if (hp_model_export(hm, mk, edir, &xi, &err) != HP_OK) {
+        if (s->arch == A_OLMO2) { /* its q/k norms span every head: no export without one, nothing written */
+            struct stat sb;
+            const bool cuts = hp_mask_count_ablated(mk) > 0;
+            const enum hp_status xs = hp_model_export(hm, mk, edir, &xi, &err);
+            if (cuts ? xs != HP_ERR_UNSUPPORTED || stat(edir, &sb) == 0 : xs != HP_OK)
+                finding_line(&c, C_EXPORT, mtext, HP_ABLATE_ZERO, "olmo2 export refused", -1, xs, cuts, 0,
+                             err.msg);
+        } else if (hp_model_export(hm, mk, edir, &xi, &err) != HP_OK) {
             engine_error(&c, "hp_model_export", &err);
         } else if (hp_model_open(edir, &pm, &err) != HP_OK) {
             engine_error(&c, "hp_model_open (pruned)", &err);
@@ -1824,8 +1838,8 @@ static void usage(void)
             "  --seed N      the run's seed (default 1); a case is made from the seed and its number alone\n"
             "  --cases N     run cases 0..N-1 (default 50 unless --seconds is given)\n"
             "  --seconds S   run cases until S seconds have passed (with --cases: whichever ends first)\n"
-            "  --arch NAME   gpt2, bert, llama, mistral, qwen2, qwen3, phi3 or gpt_neox; repeatable (default: all,\n"
-            "                case c takes the (c mod n)-th)\n"
+            "  --arch NAME   gpt2, bert, llama, mistral, qwen2, qwen3, phi3, olmo2 or gpt_neox; repeatable\n"
+            "                (default: all, case c takes the (c mod n)-th)\n"
             "  --case C      run case C alone (as a finding's rerun line says)\n"
             "  --keep        keep a case's scratch folder when it has findings\n"
             "  --threads N   BLIS and OpenMP threads (default 1)\n"
@@ -1873,7 +1887,8 @@ int main(int argc, char **argv)
             while (k < N_ARCH && !(v && !strcmp(v, arch_names[k])))
                 k++;
             if (k == N_ARCH) {
-                fprintf(stderr, "fuzz_diff: --arch takes gpt2, bert, llama, mistral, qwen2, qwen3, phi3 or gpt_neox\n");
+                fprintf(stderr, "fuzz_diff: --arch takes gpt2, bert, llama, mistral, qwen2, qwen3, phi3, olmo2 or "
+                                "gpt_neox\n");
                 return 2;
             }
             if (!o.arch_on[k])

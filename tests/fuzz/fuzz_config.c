@@ -6,7 +6,7 @@
  * a scratch model folder (gpt2-tiny, gpt2-noprefix, bert-encoder, bert-mlm,
  * bert-cls, llama-gqa, qwen2-bias, llama-tied-bf16, two pruned ones:
  * gpt2-pruned by transformers, exported/llama-gqa-uneven by headprune, then
- * qwen3-qknorm, phi3-fused and neox-parallel); the rest is written as that folder's
+ * qwen3-qknorm, phi3-fused, neox-parallel and olmo2-post-norms); the rest is written as that folder's
  * config.json. A model that opens must report a sane shape and run a 4-token
  * forward without fault.
  */
@@ -16,11 +16,12 @@
 #include <sys/stat.h>
 
 #define MAX_INPUT (64 << 10)
-#define N_FIXTURES 13
+#define N_FIXTURES 14
 
 static const char *const fixtures[N_FIXTURES] = {
     "gpt2-tiny", "gpt2-noprefix", "bert-encoder", "bert-mlm", "bert-cls", "llama-gqa", "qwen2-bias", "llama-tied-bf16",
     "gpt2-pruned", "exported/llama-gqa-uneven", "qwen3-qknorm", "phi3-fused", "neox-parallel",
+    "olmo2-post-norms",
 };
 static char dirs[N_FIXTURES][512];
 

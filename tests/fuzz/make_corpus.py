@@ -53,7 +53,7 @@ for f in sorted(os.listdir(os.path.join(fx, "gguf"))):
 # --- config.json: byte 0 picks the fixture whose weights sit beside it (fuzz_config.c's order)
 for i, name in enumerate(["gpt2-tiny", "gpt2-noprefix", "bert-encoder", "bert-mlm", "bert-cls", "llama-gqa",
                           "qwen2-bias", "llama-tied-bf16", "gpt2-pruned", "exported/llama-gqa-uneven",
-                          "qwen3-qknorm", "phi3-fused", "neox-parallel"]):
+                          "qwen3-qknorm", "phi3-fused", "neox-parallel", "olmo2-post-norms"]):
     put("config", name.replace("/", "-"), bytes([i]) + read("tests", "fixtures", *name.split("/"), "config.json"))
 
 # --- plans
