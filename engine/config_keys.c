@@ -184,7 +184,7 @@ static const struct hp_config_key llama[] = {
 
 static const struct hp_config_key mistral[] = {
     LLAMA_FAMILY,
-    H("sliding_window", "each query sees this many keys back (null: all)"),
+    H("sliding_window", "each query sees this many keys back (null: all; absent: 4096, MistralConfig's default)"),
 };
 
 /* the keys of Qwen2's and Qwen3's window on their upper layers, which headprune refuses */

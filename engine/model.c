@@ -420,8 +420,9 @@ static enum hp_status config_llama(struct cfg *c, struct hp_model *m, const char
         return st;
     /* Phi-3: q, k and v in one projection and the MLP's gate and up in another; a window as Mistral's */
     o->fused = strcmp(mt, "phi3") == 0;
+    /* MistralConfig's window is 4096 when config.json leaves the key out (null: none); Phi3Config's none */
     if (strcmp(mt, "mistral") == 0 || o->fused)
-        in->window = cfg_int(c, "sliding_window", 0, INT_MAX);
+        in->window = cfg_int(c, "sliding_window", !o->fused && !json_get(c->j, "sliding_window") ? 4096 : 0, INT_MAX);
     if (qwen && cfg_bool(c, "use_sliding_window", false))
         return hp_fail(c->err, HP_ERR_UNSUPPORTED,
                        "%s: use_sliding_window (%s's window on its upper layers) is not supported", c->path,

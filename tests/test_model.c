@@ -605,6 +605,26 @@ Test(model, phi3_longrope_and_partial_rotary)
     expect_fail(HP_ERR_UNSUPPORTED, "config.json", "partial_rotary_factor");
 }
 
+/* MistralConfig's default window (4096) holds when config.json leaves the key out; null means none */
+Test(model, mistral_default_window)
+{
+    static const struct {
+        const char *to;
+        int window;
+    } cases[] = {{"", 4096}, {"\"sliding_window\": null,", 0}, {"\"sliding_window\": 20,", 20}};
+    for (int i = 0; i < 3; i++) {
+        use_fixture("mistral-window");
+        write_weights(NULL, 0);
+        edit_config("\"sliding_window\": 20,", cases[i].to);
+        struct hp_error err;
+        struct hp_model *m;
+        cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(hp_model_get_info(m)->window, cases[i].window, "%s: window %d", cases[i].to,
+                     hp_model_get_info(m)->window);
+        hp_model_close(m);
+    }
+}
+
 Test(model, qwen3_sliding_window_layers)
 {
     llama_config("qwen3-qknorm", "\"use_sliding_window\": false", "\"use_sliding_window\": true");
