@@ -490,7 +490,8 @@ enum hp_status hp_model_export(const struct hp_model *m, const struct hp_mask *r
     if (st == HP_OK && (st = hp_path_make(&path, err, "%s/config.json", tmp)) == HP_OK)
         st = write_config(m, &k, path, info, err);
     free(path);
-    if (st == HP_OK)
+    /* the tokenizer and the rest beside the weights; a GGUF file named alone has nothing beside it */
+    if (st == HP_OK && !(stat(m->dir, &sb) == 0 && S_ISREG(sb.st_mode)))
         st = copy_rest(m->dir, tmp, 0, err);
     if (st == HP_OK && rename(tmp, out) != 0)
         st = hp_fail(err, HP_ERR_IO, "%s: cannot rename to %s: %s", tmp, out, hp_strerror(errno));

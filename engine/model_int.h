@@ -151,6 +151,14 @@ struct cJSON;
 enum hp_status hp_config_audit(const char *model_type, const struct cJSON *cfg, const char *path,
                                struct hp_error *err);
 
+/*
+ * A GGUF file as a Hugging Face checkpoint (gguf_model.c): *config the config.json text transformers' GGUF
+ * loader would make of its metadata, *st_buf (*st_len bytes) a safetensors file of its tensors under their
+ * transformers names, dequantized to f32. Both owned by the caller (free).
+ */
+enum hp_status hp_gguf_checkpoint(const char *path, char **config, void **st_buf, size_t *st_len,
+                                  struct hp_error *err);
+
 /* hp_model_open with flags (above). Destructor: hp_model_close. */
 enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model **out, struct hp_error *err);
 

@@ -194,6 +194,30 @@ Test(export, qwen2_biases) { roundtrip("qwen2-bias", "0.1,kv:1.1"); }
 Test(export, qwen3_qk_norms) { roundtrip("qwen3-qknorm", "0.1,kv:1.1,2.3"); }
 Test(export, phi3_fused_projections) { roundtrip("phi3-fused", "0.1,kv:1.1,2.3"); }
 Test(export, phi3_whole_kv_groups) { roundtrip("phi3-fused", "kv:0.0,kv:2.1"); }
+/* a GGUF model's export: an f32 Hugging Face checkpoint of the dequantized weights (transformers loads it: the
+ * check is by hand, docs/gguf.md) */
+Test(export, gguf_to_f32_checkpoint) { roundtrip("llama-gguf", "kv:0.1,kv:1.0,1.3"); }
+/* a GGUF file named alone: nothing beside it to copy */
+Test(export, gguf_file_alone)
+{
+    char path[1200], out[200];
+    fixture_dir(path, sizeof path, "llama-gguf");
+    strcat(path, "/model.Q8_0-mixed.gguf");
+    snprintf(out, sizeof out, "%s/alone", tmp);
+    struct hp_model *m, *p;
+    struct hp_mask *mask = hp_mask_new(2, 4);
+    struct hp_export_info info;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_model_open(path, &m, &err), HP_OK, "%s", err.msg);
+    mask->gate[1] = 0.0f;
+    cr_assert_eq(hp_model_export(m, mask, out, &info, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_model_open(out, &p, &err), HP_OK, "%s", err.msg);
+    cr_assert_str_eq(hp_model_get_info(p)->dtype, "f32");
+    cr_assert_eq(hp_model_get_info(p)->n_pruned, 1);
+    hp_model_close(p);
+    hp_model_close(m);
+    hp_mask_free(mask);
+}
 /* query_key_value cut in blocks of a head's q, k and v rows */
 Test(export, gpt_neox_per_head_qkv) { roundtrip("neox-parallel", "0.1,2.0,2.3"); }
 Test(export, gpt_neox_sequential_tied) { roundtrip("neox-sequential", "0.0,1.2,1.3,2.1"); }

@@ -654,6 +654,68 @@ Test(model, olmo2_without_heads)
     expect_fail(HP_ERR_UNSUPPORTED, tmp, "its q_norm and k_norm run over all heads together");
 }
 
+/* ---- GGUF files ---------------------------------------------------------------------------- */
+
+/* tests/fixtures/llama-gguf's file into tmp/model.gguf, n bytes of it (0: all) with bytes at `at` replaced by
+ * `with` (NULL: none); opened by its path, expecting status want and a message naming it and saying words. */
+static void gguf_case(size_t n, size_t at, const char *with, enum hp_status want, const char *words)
+{
+    char p[1200];
+    size_t len;
+    snprintf(p, sizeof p, "%s/llama-gguf/model.Q8_0-mixed.gguf", getenv("HP_FIXTURES"));
+    char *b = tu_slurp(p, &len);
+    if (with)
+        memcpy(b + at, with, strlen(with));
+    spit("model.gguf", b, n ? n : len);
+    free(b);
+    snprintf(p, sizeof p, "%s/model.gguf", tmp);
+    struct hp_error err = {0};
+    struct hp_model *m = NULL;
+    enum hp_status st = hp_model_open(p, &m, &err);
+    cr_assert_null(m);
+    cr_assert_eq(st, want, "status %s, expected %s: %s", hp_status_name(st), hp_status_name(want), err.msg);
+    cr_assert(strstr(err.msg, "model.gguf") && strstr(err.msg, words), "message does not say '%s': %s", words,
+              err.msg);
+    cr_assert(!strchr(err.msg, '\n'), "message spans lines: %s", err.msg);
+}
+
+/* A GGUF model refuses what it does not read, in one line naming the file and the field or tensor. The offsets are
+ * the fixture's (tools/gen_fixtures.py llama-gguf): general.architecture's value at 64, the key llama.vocab_size
+ * at 504 and its value at 524, token_embd.weight's name at 536. */
+Test(model, gguf_refusals)
+{
+    gguf_case(0, 64, "mamba", HP_ERR_UNSUPPORTED, "GGUF architecture \"mamba\" is not supported");
+    gguf_case(0, 504, "llama.expert_cnt", HP_ERR_UNSUPPORTED, "metadata \"llama.expert_cnt\" is not supported");
+    gguf_case(0, 524, "b", HP_ERR_SHAPE, "\"llama.vocab_size\" 98 differs from the 97 rows");
+    gguf_case(0, 536, "tokxn_embd", HP_ERR_SHAPE, "no 2-D tensor 'token_embd.weight'");
+    gguf_case(20000, 0, NULL, HP_ERR_FORMAT, "runs past the end of the file");
+}
+
+/* A folder holding one .gguf (and no config.json) opens it; two are refused, named */
+Test(model, gguf_folder)
+{
+    char p[1200];
+    size_t len;
+    snprintf(p, sizeof p, "%s/llama-gguf/model.Q8_0-mixed.gguf", getenv("HP_FIXTURES"));
+    char *b = tu_slurp(p, &len);
+    snprintf(p, sizeof p, "%s/config.json", tmp);
+    cr_assert_eq(unlink(p), 0);
+    spit("a.gguf", b, len);
+    struct hp_error err = {0};
+    struct hp_model *m = NULL;
+    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_model_get_info(m)->n_vocab, 97);
+    hp_model_close(m);
+    spit("b.gguf", b, len);
+    free(b);
+    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_ERR_ARG);
+    cr_assert(strstr(err.msg, "more than one .gguf file"), "%s", err.msg);
+    snprintf(p, sizeof p, "%s/x.bin", tmp);
+    spit("x.bin", "x", 1);
+    cr_assert_eq(hp_model_open(p, &m, &err), HP_ERR_ARG);
+    cr_assert(strstr(err.msg, "x.bin: a file, not a model folder or a .gguf file"), "%s", err.msg);
+}
+
 /* ---- a JSON string holding a NUL is refused, not cut ------------------------------------ */
 
 /* cJSON reads a string only up to a NUL: "gpt2\u0000" was read as "gpt2", a key

@@ -618,6 +618,78 @@ def olmo2_post_norms(out):
     return cases
 
 
+def llama_gguf(out):
+    """A Llama as a GGUF file, written with the gguf package as llama.cpp's converter writes one (q and k rows
+    interleaved per head for its rotary; its tensor names and metadata), its matrices in Q8_0, Q4_0, Q4_1, F16
+    and F32, norms F32, an untied output. The reference numbers are those of transformers 4.57's own GGUF
+    loader (from_pretrained with gguf_file=: it dequantizes with gguf-py and puts q and k back)."""
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+    name = "llama-gguf"
+    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rope_theta=10000.0,
+                      rms_norm_eps=1e-5, tie_word_embeddings=False, initializer_range=INIT, bos_token_id=1,
+                      eos_token_id=2)
+    model = make(LlamaForCausalLM, cfg, 31)
+    d = fresh_dir(out, name)
+    path = os.path.join(d, "model.Q8_0-mixed.gguf")
+
+    def permute(w, heads):  # llama.cpp's convert_hf_to_gguf.py LlamaModel.permute
+        return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("headprune llama-gguf fixture")
+    w.add_context_length(64)
+    w.add_embedding_length(32)
+    w.add_block_count(2)
+    w.add_feed_forward_length(64)
+    w.add_rope_dimension_count(8)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_vocab_size(97)
+    types = {"token_embd": Q.Q8_0, "output": Q.Q4_1, "attn_q": Q.Q4_0, "attn_k": Q.Q4_1, "attn_v": Q.Q8_0,
+             "attn_output": Q.F16, "ffn_gate": Q.Q4_1, "ffn_up": Q.Q4_0, "ffn_down": Q.Q8_0}
+    sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    names = [("token_embd.weight", "model.embed_tokens.weight"), ("output_norm.weight", "model.norm.weight"),
+             ("output.weight", "lm_head.weight")]
+    for l in range(2):
+        for g, h in (("attn_norm", "input_layernorm"), ("attn_q", "self_attn.q_proj"), ("attn_k", "self_attn.k_proj"),
+                     ("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj"),
+                     ("ffn_norm", "post_attention_layernorm"), ("ffn_gate", "mlp.gate_proj"),
+                     ("ffn_up", "mlp.up_proj"), ("ffn_down", "mlp.down_proj")):
+            names.append((f"blk.{l}.{g}.weight", f"model.layers.{l}.{h}.weight"))
+    for gname, hname in names:
+        x = sd[hname]
+        if ".attn_q." in gname:
+            x = permute(x, 4)
+        if ".attn_k." in gname:
+            x = permute(x, 2)
+        kind = gname.split(".")[-2]
+        qt = types.get(kind, Q.F32) if x.ndim == 2 else Q.F32
+        if qt == Q.F32:
+            w.add_tensor(gname, np.ascontiguousarray(x))
+        elif qt == Q.F16:
+            w.add_tensor(gname, np.ascontiguousarray(x).astype(np.float16))
+        else:
+            w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(x), qt), raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    hf = LlamaForCausalLM.from_pretrained(d, gguf_file=os.path.basename(path), dtype=torch.float32,
+                                          attn_implementation="eager").eval()
+    for p_ in hf.parameters():
+        p_.requires_grad_(False)
+    q0 = hf.model.layers[0].self_attn.q_proj.weight
+    err = float((q0 - model.model.layers[0].self_attn.q_proj.weight).abs().max())
+    print(f"    {name}: transformers' GGUF loader's q_proj vs the original's: max |diff| = {err:.3g} (Q4_0 rounding)")
+    assert 0 < err < 0.5, err
+    data = write_npy(d, causal_data(97, 131))
+    return finish(out, name, "data.npy", hf, "llama", "causal", data, True)
+
+
 def gpt2_untied(out):
     """A GPT-2 with tie_word_embeddings false and its own lm_head.weight, which GPT2LMHeadModel uses: a loader
     that takes the embedding matrix as the head gives other logits (checked below)."""
@@ -770,6 +842,7 @@ FIXTURES = {
     "neox-parallel": lambda out: neox(out, "neox-parallel", True, 0.5, True, False, 19),
     "neox-sequential": lambda out: neox(out, "neox-sequential", False, 0.25, False, True, 23),
     "olmo2-post-norms": olmo2_post_norms,
+    "llama-gguf": llama_gguf,
 }
 
 

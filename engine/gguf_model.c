@@ -1,0 +1,296 @@
+/*
+ * gguf_model.c -- a GGUF file as a Hugging Face checkpoint, which model.c
+ * then opens as any other.
+ *
+ * What transformers 4.57's GGUF loader makes of a file
+ * (modeling_gguf_pytorch_utils.py, integrations/ggml.py) is made here too:
+ * - config.json's text from the metadata: the architecture's sizes, norm
+ *   epsilon, rotary base, head size (rope.dimension_count), vocabulary (the
+ *   embedding's rows) and tying (no output.weight: tied);
+ * - the tensors under their transformers names, dequantized to f32 (the
+ *   reader's hp_gguf_dequant, bit for bit gguf-py's), 2-D ones as
+ *   [ne1, ne0] row-major; the q and k projections' rows, which llama.cpp's
+ *   converter interleaves per head for its rotary, put back in transformers'
+ *   order (its reverse_permute_weights);
+ * all of it as a safetensors file in memory (header and f32 data), so the
+ * binder, its checks and the export read it as they read a checkpoint. An
+ * export of a GGUF model so writes an f32 Hugging Face checkpoint.
+ * Memory: the f32 size of the model (four bytes a weight, whatever the file's
+ * quantization), beside the file's mapping, which is closed before returning.
+ * Refused in one line naming the file and the field or tensor: an
+ * architecture other than llama, metadata of the architecture this does not
+ * read (rope scaling, experts, ...), a size that disagrees with a tensor's
+ * shape, a tensor of more than two dimensions or of a type the reader cannot
+ * dequantize.
+ * Must not: print, or read any file but the one named.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "model_int.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf_int.h"
+#include "util_int.h"
+
+/* The llama.* keys read here (with their config.json names) and those known to change nothing computed. */
+static const struct {
+    const char *key, *config; /* config NULL: read or checked below, not copied */
+} llama_keys[] = {
+    {"context_length", "max_position_embeddings"},
+    {"block_count", "num_hidden_layers"},
+    {"feed_forward_length", "intermediate_size"},
+    {"embedding_length", "hidden_size"},
+    {"rope.dimension_count", "head_dim"},
+    {"attention.head_count", "num_attention_heads"},
+    {"attention.head_count_kv", "num_key_value_heads"},
+    {"vocab_size", "vocab_size"}, /* checked against the embedding's rows */
+    {"rope.freq_base", NULL},
+    {"attention.layer_norm_rms_epsilon", NULL},
+    {"attention.key_length", NULL},
+    {"attention.value_length", NULL},
+};
+
+/* GGUF tensor names in transformers' (gguf-py's tensor map for llama); %d a layer. */
+static const struct {
+    const char *gguf, *hf;
+} llama_names[] = {
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+    {"blk.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight"},
+    {"blk.%d.attn_q.weight", "model.layers.%d.self_attn.q_proj.weight"},
+    {"blk.%d.attn_k.weight", "model.layers.%d.self_attn.k_proj.weight"},
+    {"blk.%d.attn_v.weight", "model.layers.%d.self_attn.v_proj.weight"},
+    {"blk.%d.attn_output.weight", "model.layers.%d.self_attn.o_proj.weight"},
+    {"blk.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight"},
+    {"blk.%d.ffn_gate.weight", "model.layers.%d.mlp.gate_proj.weight"},
+    {"blk.%d.ffn_up.weight", "model.layers.%d.mlp.up_proj.weight"},
+    {"blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight"},
+};
+
+/* The transformers name of GGUF tensor name into out; false when the map has none (the name is kept, and the
+ * binder refuses it as a tensor it does not read). *permute: 1 for q, 2 for k (their rows to put back). */
+static bool hf_name(const char *name, char *out, size_t n, int *permute)
+{
+    *permute = 0;
+    for (size_t i = 0; i < sizeof llama_names / sizeof llama_names[0]; i++) {
+        const char *pat = llama_names[i].gguf, *pct = strstr(pat, "%d");
+        int layer = -1, used = 0;
+        if (!pct) {
+            if (strcmp(name, pat) != 0)
+                continue;
+        } else {
+            const size_t pre = (size_t)(pct - pat);
+            if (strncmp(name, pat, pre) != 0 || sscanf(name + pre, "%d%n", &layer, &used) != 1 || layer < 0 ||
+                strcmp(name + pre + used, pct + 2) != 0)
+                continue;
+        }
+        snprintf(out, n, llama_names[i].hf, layer);
+        *permute = strstr(pat, "attn_q.") ? 1 : strstr(pat, "attn_k.") ? 2 : 0;
+        return true;
+    }
+    snprintf(out, n, "%s", name);
+    return false;
+}
+
+/* A scalar of the file's as a JSON number (f32 values as the double they are, as gguf-py reads them). */
+static enum hp_status kv_number(const struct hp_gguf *g, const struct hp_gguf_kv *kv, double *out,
+                                struct hp_error *err)
+{
+    if (kv->type == HP_GGUF_V_F32 || kv->type == HP_GGUF_V_F64)
+        return hp_gguf_get_f64(g, kv->key, out, NULL, err);
+    int64_t v;
+    enum hp_status st = hp_gguf_get_i64(g, kv->key, &v, NULL, err);
+    *out = (double)v;
+    return st;
+}
+
+/* The llama.* metadata into cfg, refusing keys this does not read. */
+static enum hp_status llama_config(const struct hp_gguf *g, const char *path, cJSON *cfg, struct hp_error *err)
+{
+    for (int64_t i = 0; i < hp_gguf_kv_count(g); i++) {
+        const struct hp_gguf_kv *kv = hp_gguf_kv_at(g, i);
+        if (strncmp(kv->key, "llama.", 6) != 0)
+            continue; /* general.*, tokenizer.*: nothing the model computes */
+        const char *k = kv->key + 6;
+        size_t j = 0;
+        while (j < sizeof llama_keys / sizeof llama_keys[0] && strcmp(llama_keys[j].key, k) != 0)
+            j++;
+        if (j == sizeof llama_keys / sizeof llama_keys[0])
+            return hp_fail(err, HP_ERR_UNSUPPORTED,
+                           "%s: metadata \"%s\" is not supported (headprune reads a llama GGUF's sizes, norm epsilon, "
+                           "rotary base and head size; rope scaling, experts and the rest are refused)",
+                           path, kv->key);
+        double v;
+        enum hp_status st = kv_number(g, kv, &v, err);
+        if (st != HP_OK)
+            return st;
+        if (llama_keys[j].config)
+            cJSON_AddNumberToObject(cfg, llama_keys[j].config, v);
+        else if (strcmp(k, "rope.freq_base") == 0)
+            cJSON_AddNumberToObject(cfg, "rope_theta", v);
+        else if (strcmp(k, "attention.layer_norm_rms_epsilon") == 0)
+            cJSON_AddNumberToObject(cfg, "rms_norm_eps", v);
+    }
+    /* a head's keys and values as wide as its queries (the head size), as transformers assumes */
+    const cJSON *hd = cJSON_GetObjectItem(cfg, "head_dim"), *hs = cJSON_GetObjectItem(cfg, "hidden_size"),
+                *nh = cJSON_GetObjectItem(cfg, "num_attention_heads");
+    const double head = hd ? hd->valuedouble : hs && nh && nh->valuedouble > 0 ? hs->valuedouble / nh->valuedouble : 0;
+    static const char *const widths[] = {"llama.attention.key_length", "llama.attention.value_length"};
+    for (int w = 0; w < 2; w++) {
+        uint32_t v;
+        bool found;
+        enum hp_status st = hp_gguf_get_u32(g, widths[w], &v, &found, err);
+        if (st != HP_OK)
+            return st;
+        if (found && v != head)
+            return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: \"%s\" %" PRIu32 " differs from the head size %g", path,
+                           widths[w], v, head);
+    }
+    cJSON_AddStringToObject(cfg, "model_type", "llama");
+    cJSON_AddStringToObject(cfg, "hidden_act", "silu");
+    return HP_OK;
+}
+
+/* Rows of a q or k projection (rows x cols f32) from llama.cpp's order back to transformers': of each head's
+ * 2 half rows, row 2 i + j of the file is row j half + i (reverse_permute_weights). */
+static enum hp_status unpermute(float *w, int64_t rows, int64_t cols, int64_t heads, const char *path,
+                                const char *name, struct hp_error *err)
+{
+    if (heads < 1 || rows % (2 * heads) != 0)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: tensor '%s' has %" PRId64 " rows, not two per head of %" PRId64, path,
+                       name, rows, heads);
+    const int64_t per = rows / heads, half = per / 2;
+    float *tmp = malloc((size_t)(per * cols) * sizeof *tmp);
+    if (!tmp)
+        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory reordering '%s'", path, name);
+    for (int64_t h = 0; h < heads; h++) {
+        float *blk = w + h * per * cols;
+        for (int64_t i = 0; i < half; i++)
+            for (int j = 0; j < 2; j++)
+                memcpy(tmp + (j * half + i) * cols, blk + (2 * i + j) * cols, (size_t)cols * sizeof *tmp);
+        memcpy(blk, tmp, (size_t)(per * cols) * sizeof *tmp);
+    }
+    free(tmp);
+    return HP_OK;
+}
+
+/* The tensors' names, shapes and sizes as a safetensors file writes them (names into names, 256 bytes each). */
+static enum hp_status tensor_outs(const struct hp_gguf *g, const char *path, struct hp_st_out *o, char *names,
+                                  struct hp_error *err)
+{
+    for (int64_t i = 0; i < hp_gguf_tensor_count(g); i++) {
+        const struct hp_gguf_tensor *t = hp_gguf_tensor_at(g, i);
+        if (t->n_dims < 1 || t->n_dims > 2)
+            return hp_fail(err, HP_ERR_SHAPE, "%s: tensor '%s' has %d dimensions (1 or 2 expected)", path, t->name,
+                           t->n_dims);
+        if (!hp_gguf_type_info(t->type)->to_f32)
+            return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: tensor '%s' is of type %s, which headprune cannot dequantize",
+                           path, t->name, hp_gguf_type_info(t->type)->name);
+        int permute;
+        char *name = names + (size_t)i * 256;
+        hf_name(t->name, name, 256, &permute);
+        o[i] = (struct hp_st_out){name, "F32", t->n_dims, {0}, (size_t)t->nel * sizeof(float)};
+        o[i].shape[0] = t->n_dims == 2 ? t->ne[1] : t->ne[0];
+        o[i].shape[1] = t->n_dims == 2 ? t->ne[0] : 0;
+    }
+    return HP_OK;
+}
+
+/* The file's tensors in f32 after the header in buf, q's and k's rows put back (heads: query and KV heads). */
+static enum hp_status tensor_data(const struct hp_gguf *g, const char *path, const struct hp_st_out *o, char *data,
+                                  int64_t heads, int64_t kv_heads, struct hp_error *err)
+{
+    for (int64_t i = 0; i < hp_gguf_tensor_count(g); i++) {
+        const struct hp_gguf_tensor *t = hp_gguf_tensor_at(g, i);
+        float *dst = (float *)data;
+        enum hp_status st = hp_gguf_tensor_dequant(g, t, dst, err);
+        int permute;
+        char ignored[256];
+        hf_name(t->name, ignored, sizeof ignored, &permute);
+        if (st == HP_OK && permute && t->n_dims == 2)
+            st = unpermute(dst, t->ne[1], t->ne[0], permute == 1 ? heads : kv_heads, path, t->name, err);
+        if (st != HP_OK)
+            return st;
+        data += o[i].nbytes;
+    }
+    return HP_OK;
+}
+
+enum hp_status hp_gguf_checkpoint(const char *path, char **config, void **st_buf, size_t *st_len,
+                                  struct hp_error *err)
+{
+    *config = NULL;
+    *st_buf = NULL;
+    struct hp_gguf *g = NULL;
+    enum hp_status st = hp_gguf_open(path, &g, err);
+    if (st != HP_OK)
+        return st;
+    struct hp_gguf_str arch;
+    cJSON *cfg = cJSON_CreateObject();
+    const int64_t n = hp_gguf_tensor_count(g);
+    struct hp_st_out *o = calloc((size_t)(n ? n : 1), sizeof *o);
+    char *names = calloc((size_t)(n ? n : 1), 256), *hdr = NULL;
+    size_t hlen = 0;
+    FILE *mem = NULL;
+    if (!cfg || !o || !names)
+        st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    if (st == HP_OK)
+        st = hp_gguf_get_str(g, "general.architecture", &arch, NULL, err);
+    if (st == HP_OK && !(arch.len == 5 && memcmp(arch.p, "llama", 5) == 0))
+        st = hp_fail(err, HP_ERR_UNSUPPORTED, "%s: GGUF architecture \"%.*s\" is not supported (llama)", path,
+                     (int)(arch.len < 40 ? arch.len : 40), arch.p);
+    if (st == HP_OK)
+        st = llama_config(g, path, cfg, err);
+    if (st == HP_OK)
+        st = tensor_outs(g, path, o, names, err);
+    /* the embedding's rows are the vocabulary; no output.weight: the head is the embedding */
+    const struct hp_gguf_tensor *emb = st == HP_OK ? hp_gguf_find_tensor(g, "token_embd.weight") : NULL;
+    if (st == HP_OK && (!emb || emb->n_dims != 2))
+        st = hp_fail(err, HP_ERR_SHAPE, "%s: no 2-D tensor 'token_embd.weight' (the token embedding)", path);
+    const cJSON *vs = st == HP_OK ? cJSON_GetObjectItem(cfg, "vocab_size") : NULL;
+    if (st == HP_OK && vs && vs->valuedouble != (double)emb->ne[1])
+        st = hp_fail(err, HP_ERR_SHAPE, "%s: \"llama.vocab_size\" %g differs from the %" PRId64 " rows of tensor "
+                     "'token_embd.weight'", path, vs->valuedouble, emb->ne[1]);
+    if (st == HP_OK) {
+        if (!vs)
+            cJSON_AddNumberToObject(cfg, "vocab_size", (double)emb->ne[1]);
+        cJSON_AddBoolToObject(cfg, "tie_word_embeddings", !hp_gguf_find_tensor(g, "output.weight"));
+        if (!(mem = open_memstream(&hdr, &hlen)))
+            st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    if (st == HP_OK)
+        st = hp_st_write_header(mem, path, o, (int)n, err);
+    if (mem && fclose(mem) != 0 && st == HP_OK)
+        st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    size_t total = hlen;
+    for (int64_t i = 0; st == HP_OK && i < n; i++)
+        total += o[i].nbytes;
+    char *buf = st == HP_OK ? malloc(total) : NULL;
+    if (st == HP_OK && !buf)
+        st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory for the f32 weights (%zu bytes)", path, total);
+    if (st == HP_OK) {
+        memcpy(buf, hdr, hlen);
+        const cJSON *kvh = cJSON_GetObjectItem(cfg, "num_key_value_heads"), *qh = cJSON_GetObjectItem(cfg, "num_attention_heads");
+        const int64_t heads = qh ? (int64_t)qh->valuedouble : 0;
+        st = tensor_data(g, path, o, buf + hlen, heads, kvh ? (int64_t)kvh->valuedouble : heads, err);
+    }
+    if (st == HP_OK && !(*config = cJSON_PrintUnformatted(cfg)))
+        st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    if (st == HP_OK) {
+        *st_buf = buf;
+        *st_len = total;
+    } else {
+        free(buf);
+    }
+    free(hdr);
+    free(names);
+    free(o);
+    cJSON_Delete(cfg);
+    hp_gguf_close(g);
+    return st;
+}
