@@ -1457,7 +1457,7 @@ enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model
     char *path = NULL;
     cJSON *cfg = NULL;
     enum hp_status st = (m->dir = strdup(dir)) ? gguf_of(dir, &path, err) : hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    if (st == HP_OK && path)
+    if (st == HP_OK && path && (m->info.gguf = true))
         st = open_gguf(m, path, &cfg, err);
     else if (st == HP_OK && (st = hp_path_make(&path, err, "%s/config.json", dir)) == HP_OK)
         st = read_json(path, &cfg, &m->config_text, err);

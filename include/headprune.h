@@ -111,6 +111,7 @@ struct hp_model_info {
     int window;
     int64_t n_params;
     char dtype[8];  /* stored dtype of the weights: "f32", "f16", "bf16" */
+    bool gguf;      /* opened from a GGUF file: its weights dequantized to f32 at open (dtype "f32") */
     bool causal;       /* decoder (GPT-2, Llama) vs encoder (BERT) */
     bool has_lm_head;  /* logits available: causal LM head or BERT MLM head */
     /* encoders: how a sentence embedding is pooled from the final hidden states, as

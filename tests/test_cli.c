@@ -1006,6 +1006,11 @@ Test(cli, prune_a_mask_then_eval)
     cr_assert(strstr(out, "loads in  headprune only: layer 0 keeps part of a KV group"), "%s", out);
     /* the directory exists now */
     expect_error(a, "/l: already exists");
+    /* a GGUF model: written as an f32 Hugging Face checkpoint, and said so */
+    snprintf(a, sizeof a, "prune --model tests/fixtures/llama-gguf --mask kv:0.1,kv:1.0 --out %s/g", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "weights   f32, dequantized from the GGUF file: a Hugging Face checkpoint"), "%s", out);
+    cr_assert(strstr(out, "loads in  headprune and Hugging Face transformers 4.x"), "%s", out);
     snprintf(a, sizeof a, "prune --model tests/fixtures/gpt2-tiny --mask 5.0 --out %s/q", tmp);
     expect_error(a, "5.0");
 }

@@ -35,7 +35,7 @@ struct eval_args {
 static int eval_options(int argc, char **argv, struct eval_args *a)
 {
     const struct opt opts[] = {
-        OPT_MODEL(&a->dir, "Hugging Face model directory (config.json + safetensors)"),
+        OPT_MODEL(&a->dir, "Hugging Face model directory (config.json + safetensors), or a GGUF file"),
         OPT_DATA(&a->data_path),
         OPT_SEQ_LEN(&a->seq_len),
         OPT_MASK(&a->mask, 'k', "heads to ablate: " MASK_SYNTAX),

@@ -125,8 +125,9 @@ int cmd_prune(int argc, char **argv)
         if (ex.n_pruned != ex.n_removed)
             printf(" (%d pruned in all: %d were already)", ex.n_pruned, ex.n_pruned - ex.n_removed);
         printf("; %d left\n", n_all - ex.n_pruned);
-        printf("size      %s (was %s); %lld parameters (was %lld)\n", now, was, (long long)ex.n_params,
-               (long long)in->n_params);
+        printf("size      %s (was %s%s); %lld parameters (was %lld)\n", now, was, in->gguf ? " in f32" : "",
+               (long long)ex.n_params, (long long)in->n_params);
+        printf("weights   %s%s\n", in->dtype, in->gguf ? ", dequantized from the GGUF file: a Hugging Face checkpoint" : ", as stored");
         if (ex.hf_loadable)
             printf("loads in  headprune and Hugging Face transformers 4.x\n");
         else
