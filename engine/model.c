@@ -867,6 +867,16 @@ static void bind_head(struct binder *b, const char *name, const struct hp_st_ten
     }
 }
 
+/* bind_head for a head stored outside the binder's prefixes (GPT2LMHeadModel's lm_head, LlamaForCausalLM's,
+ * GPTNeoXForCausalLM's embed_out). */
+static void bind_head_outside(struct binder *b, const char *name, const struct hp_st_tensor *wte, bool tied)
+{
+    static const char *const none[] = {"", NULL};
+    struct binder hb = {b->m, none, b->err, b->st, NULL};
+    bind_head(&hb, name, wte, tied);
+    b->st = hb.st;
+}
+
 /* A Hugging Face nn.Linear weight (out, in) as the B operand (in, out). */
 static struct hp_mat bind_linear(struct binder *b, const char *name, int in, int out)
 {
@@ -917,10 +927,7 @@ static void bind_gpt2(struct binder *b, const struct bind_opts *o)
     m->lnf_w = bind(b, "ln_f.weight", d, VEC, false);
     m->lnf_b = bind(b, "ln_f.bias", d, VEC, false);
     /* GPT2LMHeadModel's head, outside the "transformer." prefix: the embedding when tied, else its own */
-    static const char *const none[] = {"", NULL};
-    struct binder hb = {m, none, b->err, b->st, NULL};
-    bind_head(&hb, "lm_head.weight", wte, o->tied);
-    b->st = hb.st;
+    bind_head_outside(b, "lm_head.weight", wte, o->tied);
 }
 
 static void bind_bert(struct binder *b, const struct bind_opts *o)
@@ -1081,10 +1088,7 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
 #undef G
     }
     m->lnf_w = bind(b, "norm.weight", d, VEC, false);
-    static const char *const none[] = {"", NULL};
-    struct binder hb = {m, none, b->err, b->st, NULL};
-    bind_head(&hb, "lm_head.weight", wte, o->tied);
-    b->st = hb.st;
+    bind_head_outside(b, "lm_head.weight", wte, o->tied);
 }
 
 /*
@@ -1174,10 +1178,7 @@ static void bind_neox(struct binder *b, const struct bind_opts *o)
     m->lnf_w = bind(b, "final_layer_norm.weight", d, VEC, false);
     m->lnf_b = bind(b, "final_layer_norm.bias", d, VEC, false);
     /* GPTNeoXForCausalLM's head, outside the "gpt_neox." prefix */
-    static const char *const none[] = {"", NULL};
-    struct binder hb = {m, none, b->err, b->st, NULL};
-    bind_head(&hb, "embed_out.weight", wte, o->tied);
-    b->st = hb.st;
+    bind_head_outside(b, "embed_out.weight", wte, o->tied);
 }
 
 // --- the architectures ------------------------------------------------------------

@@ -50,6 +50,9 @@ for f in sorted(os.listdir(os.path.join(fx, "gguf"))):
     if f.endswith(".gguf"):
         put("gguf", f, read("tests", "fixtures", "gguf", f))
 
+# --- a GGUF file opened as a model: the llama-gguf fixture's file
+put("gguf_model", "llama-gguf", read("tests", "fixtures", "llama-gguf", "model.Q8_0-mixed.gguf"))
+
 # --- config.json: byte 0 picks the fixture whose weights sit beside it (fuzz_config.c's order)
 for i, name in enumerate(["gpt2-tiny", "gpt2-noprefix", "bert-encoder", "bert-mlm", "bert-cls", "llama-gqa",
                           "qwen2-bias", "llama-tied-bf16", "gpt2-pruned", "exported/llama-gqa-uneven",
