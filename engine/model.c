@@ -1444,6 +1444,10 @@ static enum hp_status open_gguf(struct hp_model *m, const char *path, cJSON **cf
         st = hp_fail(err, HP_ERR_FORMAT, "%s: the config made of its metadata is not JSON", path);
     if (st == HP_OK)
         st = hp_st_open_buffer(path, buf, len, &m->st, err);
+    if (st != HP_OK) { /* the caller deletes the config only on success */
+        cJSON_Delete(*cfg);
+        *cfg = NULL;
+    }
     return st;
 }
 
