@@ -32,25 +32,10 @@
 #include <unistd.h>
 
 #include "json_int.h"
+#include "model_priv.h"
 #include "util_int.h"
 
 // --- reading files ----------------------------------------------------------
-
-/*
- * The value of key in obj, or NULL. A key written twice counts by its last
- * value, as Python's json (and so Hugging Face) reads it; cJSON keeps every
- * item and its own lookup would return the first.
- */
-static cJSON *json_get(const cJSON *obj, const char *key)
-{
-    cJSON *hit = NULL, *e;
-    if (!cJSON_IsObject(obj))
-        return NULL;
-    cJSON_ArrayForEach(e, obj)
-        if (e->string && strcmp(e->string, key) == 0)
-            hit = e;
-    return hit;
-}
 
 /* Parse a JSON file; the text is handed back through keep_text when non-NULL. */
 static enum hp_status read_json(const char *path, cJSON **out, char **keep_text, struct hp_error *err)
@@ -91,195 +76,6 @@ static enum hp_status read_json(const char *path, cJSON **out, char **keep_text,
     return HP_OK;
 }
 
-// --- config -----------------------------------------------------------------
-
-struct cfg {
-    const char *path;
-    cJSON *j;
-    struct hp_error *err;
-    enum hp_status st;
-};
-
-/*
- * Upper bounds on what config.json may declare. Far above any released
- * checkpoint, and low enough that every product of two of them is computed
- * exactly in 64 bits and every size the engine derives fits in an int.
- */
-#define CFG_MAX_COUNT (1 << 16) /* layers, heads, token types */
-#define CFG_MAX_DIM (1 << 20)   /* hidden, intermediate, head and attention widths */
-#define CFG_MAX_VOCAB (1 << 26)
-#define CFG_MAX_CTX (1 << 24)
-
-/* Integer field in [1, max]; def < 0 means required. */
-static int cfg_int(struct cfg *c, const char *key, int def, int max)
-{
-    cJSON *v = json_get(c->j, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (def < 0 && c->st == HP_OK)
-            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: missing \"%s\"", c->path, key);
-        return def < 0 ? 1 : def;
-    }
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 1 && v->valuedouble <= max) ||
-        v->valuedouble != floor(v->valuedouble)) {
-        if (c->st == HP_OK)
-            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: \"%s\" must be a whole number from 1 to %d", c->path, key,
-                            max);
-        return def < 0 ? 1 : def;
-    }
-    return (int)v->valuedouble;
-}
-
-/* Number field in (lo, hi]: epsilons and the rotary base, which must be positive and finite. */
-static double cfg_num(struct cfg *c, const char *key, double def, double lo, double hi)
-{
-    cJSON *v = json_get(c->j, key);
-    if (!v || cJSON_IsNull(v))
-        return def;
-    if (!cJSON_IsNumber(v) || !(v->valuedouble > lo && v->valuedouble <= hi)) {
-        if (c->st == HP_OK)
-            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: \"%s\" must be a number above %g and at most %g", c->path,
-                            key, lo, hi);
-        return def;
-    }
-    return v->valuedouble;
-}
-
-static const char *cfg_str(struct cfg *c, const char *key, const char *def)
-{
-    cJSON *v = json_get(c->j, key);
-    if (!v || cJSON_IsNull(v))
-        return def;
-    if (!cJSON_IsString(v)) {
-        if (c->st == HP_OK)
-            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: \"%s\" must be a string", c->path, key);
-        return def;
-    }
-    return v->valuestring;
-}
-
-static bool cfg_bool(struct cfg *c, const char *key, bool def)
-{
-    cJSON *v = json_get(c->j, key);
-    if (!v || cJSON_IsNull(v))
-        return def;
-    if (!cJSON_IsBool(v)) {
-        if (c->st == HP_OK)
-            c->st = hp_fail(c->err, HP_ERR_FORMAT, "%s: \"%s\" must be true or false", c->path, key);
-        return def;
-    }
-    return cJSON_IsTrue(v);
-}
-
-/*
- * config.json's rope_scaling (NULL or null: none) into m->rope, as Hugging
- * Face's modeling_rope_utils reads it: "linear", "dynamic" (NTK, past
- * max_position_embeddings; it then allows factor times as many positions)
- * and "llama3" (Llama 3.1 / 3.2); "default" is none. Other types are
- * refused rather than run unscaled.
- */
-static enum hp_status read_rope_scaling(struct hp_model *m, const char *path, const cJSON *rs, struct hp_error *err)
-{
-    if (!rs || cJSON_IsNull(rs))
-        return HP_OK;
-    if (!cJSON_IsObject(rs))
-        return hp_fail(err, HP_ERR_FORMAT, "%s: \"rope_scaling\" must be an object or null", path);
-    struct cfg c = {path, (cJSON *)rs, err, HP_OK};
-    const char *type = cfg_str(&c, "rope_type", NULL), *old = cfg_str(&c, "type", NULL); /* old: before 4.45 */
-    if (c.st != HP_OK)
-        return c.st;
-    /* Both named and different: transformers' Llama and Qwen2 configs copy "type" over "rope_type", its
-     * Mistral reads "rope_type" first; either choice here would run some of them with the other scaling */
-    if (type && old && strcmp(type, old) != 0)
-        return hp_fail(err, HP_ERR_FORMAT,
-                       "%s: rope_scaling names \"rope_type\" \"%.40s\" and \"type\" \"%.40s\": transformers' Llama "
-                       "and Qwen2 use \"type\", its Mistral \"rope_type\" (keep one of them)",
-                       path, type, old);
-    if (!type)
-        type = old;
-    /* transformers 4.57 refuses it too ("Missing required keys in `rope_scaling` for 'rope_type'='None'"):
-     * run unscaled, its factor would be dropped silently */
-    if (!type)
-        return hp_fail(err, HP_ERR_FORMAT,
-                       "%s: rope_scaling has no \"rope_type\" (or \"type\"): name one (default, linear, dynamic, "
-                       "llama3), as transformers requires",
-                       path);
-    struct hp_rope *r = &m->rope;
-    if (strcmp(type, "default") == 0)
-        return c.st;
-    if (strcmp(type, "linear") == 0)
-        r->type = HP_ROPE_LINEAR;
-    else if (strcmp(type, "dynamic") == 0)
-        r->type = HP_ROPE_DYNAMIC;
-    else if (strcmp(type, "llama3") == 0)
-        r->type = HP_ROPE_LLAMA3;
-    else
-        return hp_fail(err, HP_ERR_UNSUPPORTED,
-                       "%s: rope_scaling type \"%s\" is not supported (default, linear, dynamic and llama3 are)", path,
-                       type);
-    /* Hugging Face requires factor >= 1 */
-    r->factor = cfg_num(&c, "factor", NAN, 0, 1e6);
-    if (c.st == HP_OK && !(r->factor >= 1))
-        return hp_fail(err, HP_ERR_FORMAT, "%s: rope_scaling needs a \"factor\" of at least 1", path);
-    struct hp_model_info *in = &m->info;
-    if (r->type == HP_ROPE_DYNAMIC) {
-        r->original_max = in->n_ctx;
-        in->n_ctx = (int)fmin((double)in->n_ctx * r->factor, CFG_MAX_CTX);
-    }
-    if (r->type == HP_ROPE_LLAMA3) {
-        r->low_freq_factor = cfg_num(&c, "low_freq_factor", NAN, 0, 1e6);
-        r->high_freq_factor = cfg_num(&c, "high_freq_factor", NAN, 0, 1e6);
-        r->original_max = cfg_int(&c, "original_max_position_embeddings", -1, CFG_MAX_CTX);
-        if (c.st == HP_OK && !(r->high_freq_factor > r->low_freq_factor))
-            return hp_fail(err, HP_ERR_FORMAT,
-                           "%s: rope_scaling (llama3) needs low_freq_factor and high_freq_factor, the high above the "
-                           "low",
-                           path);
-    }
-    return c.st;
-}
-
-/* a * b as a width: at most CFG_MAX_DIM, computed in 64 bits so it cannot wrap */
-static int cfg_width(struct cfg *c, const char *ka, int a, const char *kb, int b)
-{
-    int64_t w = (int64_t)a * b;
-    if (w > CFG_MAX_DIM) {
-        if (c->st == HP_OK)
-            c->st = hp_fail(c->err, HP_ERR_SHAPE, "%s: \"%s\" %d x \"%s\" %d = %lld is too wide (at most %d)",
-                            c->path, ka, a, kb, b, (long long)w, CFG_MAX_DIM);
-        return 0;
-    }
-    return (int)w;
-}
-
-static enum hp_status parse_act(struct cfg *c, const char *name, enum hp_act *out)
-{
-    if (strcmp(name, "gelu") == 0)
-        *out = HP_ACT_GELU;
-    else if (strcmp(name, "gelu_new") == 0 || strcmp(name, "gelu_pytorch_tanh") == 0 ||
-             strcmp(name, "gelu_fast") == 0)
-        *out = HP_ACT_GELU_TANH;
-    else if (strcmp(name, "relu") == 0)
-        *out = HP_ACT_RELU;
-    else if (strcmp(name, "silu") == 0 || strcmp(name, "swish") == 0)
-        *out = HP_ACT_SILU;
-    else
-        return hp_fail(c->err, HP_ERR_UNSUPPORTED, "%s: activation \"%s\" is not supported (gelu, gelu_new, relu, silu)",
-                       c->path, name);
-    return HP_OK;
-}
-
-/* What config.json says about tensors some checkpoints of an architecture have and others lack. */
-struct bind_opts {
-    bool tied;          /* tie_word_embeddings: the LM head is the embedding matrix */
-    bool qkv_bias;      /* Llama family: q/k/v_proj biases (Llama's attention_bias, always for Qwen2) */
-    bool o_bias;        /* Llama's attention_bias: o_proj bias */
-    bool mlp_bias;      /* Llama's mlp_bias: gate/up/down_proj biases */
-    bool fused;         /* Phi-3: self_attn.qkv_proj (q, k, v) and mlp.gate_up_proj (gate, up), one tensor each */
-    double rotary_pct;  /* GPT-NeoX: the fraction of each head rotary turns (0: all of it) */
-    bool post_norms;    /* OLMo 2: norms after attention and the MLP (post_attention_layernorm,
-                         * post_feedforward_layernorm), none before */
-    bool no_problem;    /* BERT: no problem_type, so one class is regression in transformers */
-};
 
 struct cfg;
 struct binder;
@@ -287,7 +83,7 @@ struct binder;
 /*
  * One row per architecture (archs, below the binders): everything model.c does
  * differently for it. A new architecture is its value in enum hp_arch
- * (headprune.h), its config and bind functions here, its row, its keys in
+ * (headprune.h), its config function (model_config.c) and bind function here, its row, its keys in
  * config_keys.c and the flags its passes test (m->rotary, m->post_norm, ...:
  * model_int.h); docs/extending.md walks through it.
  */
@@ -306,181 +102,12 @@ static const struct arch_row *arch_named(const char *model_type);
 static const struct arch_row *arch_row(enum hp_arch a);
 static void arch_types(char *buf, size_t n);
 
-/* config.json of a GPT-2 checkpoint (model_type gpt2): its shape, norm, activation and tying. */
-static enum hp_status config_gpt2(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
-                                  const char **act)
-{
-    (void)mt; /* one model_type */
-    struct hp_model_info *in = &m->info;
-    in->arch = HP_ARCH_GPT2;
-    in->n_layers = cfg_int(c, "n_layer", -1, CFG_MAX_COUNT);
-    in->n_heads = cfg_int(c, "n_head", -1, CFG_MAX_COUNT);
-    in->d_model = cfg_int(c, "n_embd", -1, CFG_MAX_DIM);
-    in->d_ff = cfg_int(c, "n_inner", 4 * in->d_model, 4 * CFG_MAX_DIM);
-    in->n_vocab = cfg_int(c, "vocab_size", -1, CFG_MAX_VOCAB);
-    in->n_ctx = cfg_int(c, "n_positions", 1024, CFG_MAX_CTX);
-    m->norm_eps = (float)cfg_num(c, "layer_norm_epsilon", 1e-5, 0, 1);
-    *act = cfg_str(c, "activation_function", "gelu_new");
-    m->scale_by_layer = cfg_bool(c, "scale_attn_by_inverse_layer_idx", false);
-    if (!cfg_bool(c, "scale_attn_weights", true) && c->st == HP_OK)
-        return hp_fail(c->err, HP_ERR_UNSUPPORTED, "%s: scale_attn_weights = false is not supported", c->path);
-    /* GPT2LMHeadModel ties by default (PretrainedConfig's default) */
-    o->tied = cfg_bool(c, "tie_word_embeddings", true);
-    in->n_kv_heads = in->n_heads;
-    in->causal = true;
-    return HP_OK;
-}
-
-/* config.json of a BERT checkpoint: its shape, norm, activation, token types, tying and classes. */
-static enum hp_status config_bert(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
-                                  const char **act)
-{
-    (void)mt; /* one model_type */
-    struct hp_model_info *in = &m->info;
-    in->arch = HP_ARCH_BERT;
-    m->post_norm = true;
-    in->n_layers = cfg_int(c, "num_hidden_layers", -1, CFG_MAX_COUNT);
-    in->n_heads = cfg_int(c, "num_attention_heads", -1, CFG_MAX_COUNT);
-    in->d_model = cfg_int(c, "hidden_size", -1, CFG_MAX_DIM);
-    in->d_ff = cfg_int(c, "intermediate_size", -1, 4 * CFG_MAX_DIM);
-    in->n_vocab = cfg_int(c, "vocab_size", -1, CFG_MAX_VOCAB);
-    in->n_ctx = cfg_int(c, "max_position_embeddings", 512, CFG_MAX_CTX);
-    m->n_types = cfg_int(c, "type_vocab_size", 2, CFG_MAX_COUNT);
-    m->norm_eps = (float)cfg_num(c, "layer_norm_eps", 1e-12, 0, 1);
-    *act = cfg_str(c, "hidden_act", "gelu");
-    const char *pet = cfg_str(c, "position_embedding_type", "absolute");
-    if (c->st == HP_OK && strcmp(pet, "absolute") != 0)
-        return hp_fail(c->err, HP_ERR_UNSUPPORTED,
-                       "%s: position_embedding_type \"%s\" is not supported (absolute only)", c->path, pet);
-    in->n_kv_heads = in->n_heads;
-    in->causal = false;
-    o->tied = cfg_bool(c, "tie_word_embeddings", true);
-    /* BertForSequenceClassification's loss: cross-entropy is what headprune computes */
-    const char *pt = cfg_str(c, "problem_type", NULL);
-    if (c->st == HP_OK && pt && strcmp(pt, "single_label_classification") != 0)
-        return hp_fail(c->err, HP_ERR_UNSUPPORTED,
-                       "%s: \"problem_type\" \"%s\" is not supported (a classifier's loss is cross-entropy: "
-                       "single_label_classification)", c->path, pt);
-    o->no_problem = !pt;
-    /* classes of a ForSequenceClassification checkpoint, by id */
-    const cJSON *i2l = json_get(c->j, "id2label");
-    int nl = cJSON_IsObject(i2l) ? cJSON_GetArraySize(i2l) : 0;
-    if (nl > 0) {
-        m->label_names = calloc((size_t)nl, sizeof *m->label_names);
-        m->n_label_names = nl;
-        if (!m->label_names)
-            return hp_fail(c->err, HP_ERR_NOMEM, "%s: out of memory", c->path);
-        const cJSON *e;
-        cJSON_ArrayForEach(e, i2l)
-        {
-            char *end;
-            long id = strtol(e->string, &end, 10);
-            if (*end || id < 0 || id >= nl || !cJSON_IsString(e) || m->label_names[id])
-                return hp_fail(c->err, HP_ERR_FORMAT, "%s: id2label must map 0..%d to names", c->path, nl - 1);
-            if (!(m->label_names[id] = strdup(e->valuestring)))
-                return hp_fail(c->err, HP_ERR_NOMEM, "%s: out of memory", c->path);
-        }
-        in->n_labels = nl;
-    }
-    return HP_OK;
-}
-
-/* config.json of a Llama-family checkpoint (llama, mistral, qwen2, qwen3, phi3, olmo2): shape, rotary, biases,
- * q/k norms, fused projections, window, where the norms are. */
-static enum hp_status config_llama(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
-                                   const char **act)
-{
-    struct hp_model_info *in = &m->info;
-    in->arch = HP_ARCH_LLAMA;
-    m->rotary = true;
-    in->n_layers = cfg_int(c, "num_hidden_layers", -1, CFG_MAX_COUNT);
-    in->n_heads = cfg_int(c, "num_attention_heads", -1, CFG_MAX_COUNT);
-    in->n_kv_heads = cfg_int(c, "num_key_value_heads", in->n_heads, CFG_MAX_COUNT);
-    in->d_model = cfg_int(c, "hidden_size", -1, CFG_MAX_DIM);
-    in->d_ff = cfg_int(c, "intermediate_size", -1, 4 * CFG_MAX_DIM);
-    in->n_vocab = cfg_int(c, "vocab_size", -1, CFG_MAX_VOCAB);
-    in->n_ctx = cfg_int(c, "max_position_embeddings", 2048, CFG_MAX_CTX);
-    m->norm_eps = (float)cfg_num(c, "rms_norm_eps", 1e-6, 0, 1);
-    m->rope = (struct hp_rope){.theta = (float)cfg_num(c, "rope_theta", 10000.0, 0, 1e15)};
-    *act = cfg_str(c, "hidden_act", "silu");
-    o->tied = cfg_bool(c, "tie_word_embeddings", false);
-    /* the biases each modeling file builds: LlamaAttention's and LlamaMLP's by the config, Qwen3Attention's
-     * by it too (Qwen3MLP has none), Qwen2's q/k/v always, Mistral's none */
-    if (strcmp(mt, "llama") == 0 || strcmp(mt, "qwen3") == 0 || strcmp(mt, "olmo2") == 0)
-        o->qkv_bias = o->o_bias = cfg_bool(c, "attention_bias", false);
-    if (strcmp(mt, "llama") == 0)
-        o->mlp_bias = cfg_bool(c, "mlp_bias", false);
-    o->qkv_bias |= strcmp(mt, "qwen2") == 0;
-    /* Qwen3's attention: q_norm and k_norm over each head, before rotary */
-    m->qk_norm = strcmp(mt, "qwen3") == 0;
-    /* OLMo 2's: q_norm over all the heads' queries together, k_norm over the keys', and its norms after attention
-     * and the MLP instead of before */
-    m->qk_norm_whole = o->post_norms = strcmp(mt, "olmo2") == 0;
-    const bool qwen = strncmp(mt, "qwen", 4) == 0;
-    enum hp_status st = read_rope_scaling(m, c->path, json_get(c->j, "rope_scaling"), c->err);
-    if (st != HP_OK)
-        return st;
-    /* Phi-3: q, k and v in one projection and the MLP's gate and up in another; a window as Mistral's */
-    o->fused = strcmp(mt, "phi3") == 0;
-    /* MistralConfig's window is 4096 when config.json leaves the key out (null: none); Phi3Config's none */
-    if (strcmp(mt, "mistral") == 0 || o->fused)
-        in->window = cfg_int(c, "sliding_window", !o->fused && !json_get(c->j, "sliding_window") ? 4096 : 0, INT_MAX);
-    if (qwen && cfg_bool(c, "use_sliding_window", false))
-        return hp_fail(c->err, HP_ERR_UNSUPPORTED,
-                       "%s: use_sliding_window (%s's window on its upper layers) is not supported", c->path,
-                       m->qk_norm ? "Qwen3" : "Qwen2");
-    /* Qwen2's and Qwen3's layer types: a sliding layer is one with a window, which headprune does not
-     * implement here */
-    const cJSON *lt = json_get(c->j, "layer_types"), *t;
-    if (qwen && lt && !cJSON_IsNull(lt)) {
-        if (!cJSON_IsArray(lt))
-            return hp_fail(c->err, HP_ERR_FORMAT, "%s: \"layer_types\" must be a list", c->path);
-        cJSON_ArrayForEach(t, lt)
-        {
-            if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0)
-                return hp_fail(c->err, HP_ERR_UNSUPPORTED,
-                               "%s: \"layer_types\" other than \"full_attention\" are not supported", c->path);
-        }
-    }
-    in->causal = true;
-    return HP_OK;
-}
-
-/* config.json of a GPT-NeoX checkpoint (model_type gpt_neox: Pythia): shape, partial rotary, parallel residual,
- * biases, tying. */
-static enum hp_status config_neox(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
-                                  const char **act)
-{
-    (void)mt; /* one model_type */
-    struct hp_model_info *in = &m->info;
-    in->arch = HP_ARCH_GPT_NEOX;
-    m->rotary = true;
-    in->n_layers = cfg_int(c, "num_hidden_layers", -1, CFG_MAX_COUNT);
-    in->n_heads = cfg_int(c, "num_attention_heads", -1, CFG_MAX_COUNT);
-    in->n_kv_heads = in->n_heads;
-    in->d_model = cfg_int(c, "hidden_size", -1, CFG_MAX_DIM);
-    in->d_ff = cfg_int(c, "intermediate_size", -1, 4 * CFG_MAX_DIM);
-    in->n_vocab = cfg_int(c, "vocab_size", -1, CFG_MAX_VOCAB);
-    in->n_ctx = cfg_int(c, "max_position_embeddings", 2048, CFG_MAX_CTX);
-    m->norm_eps = (float)cfg_num(c, "layer_norm_eps", 1e-5, 0, 1);
-    /* GPTNeoXConfig sets rope_theta from rotary_emb_base and partial_rotary_factor from rotary_pct, over
-     * whatever config.json says of those two */
-    m->rope = (struct hp_rope){.theta = (float)cfg_num(c, "rotary_emb_base", 10000.0, 0, 1e15)};
-    o->rotary_pct = cfg_num(c, "rotary_pct", 0.25, 0, 1);
-    m->parallel = cfg_bool(c, "use_parallel_residual", true);
-    *act = cfg_str(c, "hidden_act", "gelu");
-    o->tied = cfg_bool(c, "tie_word_embeddings", false);
-    o->qkv_bias = o->o_bias = cfg_bool(c, "attention_bias", true); /* query_key_value's and dense's */
-    in->causal = true;
-    return read_rope_scaling(m, c->path, json_get(c->j, "rope_scaling"), c->err);
-}
-
 static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *path, struct bind_opts *o,
                                    struct hp_error *err)
 {
     struct cfg c = {path, j, err, HP_OK};
     struct hp_model_info *in = &m->info;
-    const char *mt = cfg_str(&c, "model_type", NULL);
+    const char *mt = hp_cfg_str(&c, "model_type", NULL);
     if (!mt)
         return c.st != HP_OK ? c.st : hp_fail(err, HP_ERR_FORMAT, "%s: missing \"model_type\"", path);
     snprintf(in->model_type, sizeof in->model_type, "%s", mt);
@@ -505,12 +132,12 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
         return ast;
     /* A checkpoint headprune pruned names its original grid: for Llama, whose
      * config then counts only the heads left when Hugging Face can load it. */
-    const cJSON *rec = json_get(j, "headprune");
+    const cJSON *rec = hp_cfg_get(j, "headprune");
     if (rec && !cJSON_IsNull(rec)) {
         if (!cJSON_IsObject(rec))
             return hp_fail(err, HP_ERR_FORMAT, "%s: \"headprune\" must be an object", path);
         struct cfg rc = {path, (cJSON *)rec, err, HP_OK};
-        int h = cfg_int(&rc, "n_heads", -1, CFG_MAX_COUNT), kv = cfg_int(&rc, "n_kv_heads", h, CFG_MAX_COUNT);
+        int h = hp_cfg_int(&rc, "n_heads", -1, CFG_MAX_COUNT), kv = hp_cfg_int(&rc, "n_kv_heads", h, CFG_MAX_COUNT);
         if (rc.st != HP_OK)
             return rc.st;
         if (in->arch != HP_ARCH_LLAMA && h != in->n_heads)
@@ -525,8 +152,8 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
     }
     /* Llama may give head_dim; otherwise it is hidden / heads, which must not round to 0 */
     int dh_def = in->d_model / in->n_heads;
-    bool has_head_dim = in->arch == HP_ARCH_LLAMA && json_get(j, "head_dim") && !cJSON_IsNull(json_get(j, "head_dim"));
-    in->d_head = has_head_dim ? cfg_int(&c, "head_dim", -1, CFG_MAX_DIM) : dh_def;
+    bool has_head_dim = in->arch == HP_ARCH_LLAMA && hp_cfg_get(j, "head_dim") && !cJSON_IsNull(hp_cfg_get(j, "head_dim"));
+    in->d_head = has_head_dim ? hp_cfg_int(&c, "head_dim", -1, CFG_MAX_DIM) : dh_def;
     if (c.st != HP_OK)
         return c.st;
     if (in->d_head < 1)
@@ -546,10 +173,10 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
     if (m->rotary && in->d_head % 2 != 0)
         return hp_fail(err, HP_ERR_SHAPE, "%s: head size %d is odd; rotary embeddings need it even", path, in->d_head);
     /* the attention widths the weights and the forward buffers are sized by */
-    cfg_width(&c, k_heads, in->n_heads, has_head_dim ? "head_dim" : "head size", in->d_head);
+    hp_cfg_width(&c, k_heads, in->n_heads, has_head_dim ? "head_dim" : "head size", in->d_head);
     if (c.st != HP_OK)
         return c.st;
-    return parse_act(&c, act, &m->act);
+    return hp_cfg_act(&c, act, &m->act);
 }
 
 // --- pruned heads -----------------------------------------------------------
@@ -594,8 +221,8 @@ static enum hp_status parse_pruned(struct hp_model *m, const cJSON *j, const cha
 {
     struct hp_model_info *in = &m->info;
     const size_t n = (size_t)in->n_layers * in->n_heads;
-    const cJSON *hf = json_get(j, "pruned_heads"), *rec = json_get(j, "headprune");
-    const cJSON *own = cJSON_IsObject(rec) ? json_get(rec, "pruned_heads") : NULL;
+    const cJSON *hf = hp_cfg_get(j, "pruned_heads"), *rec = hp_cfg_get(j, "headprune");
+    const cJSON *own = cJSON_IsObject(rec) ? hp_cfg_get(rec, "pruned_heads") : NULL;
     bool has_hf = hf && !cJSON_IsNull(hf) && !(cJSON_IsObject(hf) && !hf->child);
     bool has_own = own && !cJSON_IsNull(own);
     if (!has_hf && !has_own)
@@ -1197,12 +824,12 @@ static const char *const neox_types[] = {"gpt_neox", NULL}, *const neox_prefixes
                                                    NULL};
 
 static const struct arch_row archs[] = {
-    [HP_ARCH_GPT2] = {gpt2_types, "n_head", "n_embd", config_gpt2, gpt2_prefixes, bind_gpt2, gpt2_harmless, "GPT-2"},
-    [HP_ARCH_BERT] = {bert_types, "num_attention_heads", "hidden_size", config_bert, bert_prefixes, bind_bert,
+    [HP_ARCH_GPT2] = {gpt2_types, "n_head", "n_embd", hp_config_gpt2, gpt2_prefixes, bind_gpt2, gpt2_harmless, "GPT-2"},
+    [HP_ARCH_BERT] = {bert_types, "num_attention_heads", "hidden_size", hp_config_bert, bert_prefixes, bind_bert,
                       bert_harmless, "BERT"},
-    [HP_ARCH_LLAMA] = {llama_types, "num_attention_heads", "hidden_size", config_llama, llama_prefixes, bind_llama,
+    [HP_ARCH_LLAMA] = {llama_types, "num_attention_heads", "hidden_size", hp_config_llama, llama_prefixes, bind_llama,
                        llama_harmless, "Llama"},
-    [HP_ARCH_GPT_NEOX] = {neox_types, "num_attention_heads", "hidden_size", config_neox, neox_prefixes, bind_neox,
+    [HP_ARCH_GPT_NEOX] = {neox_types, "num_attention_heads", "hidden_size", hp_config_neox, neox_prefixes, bind_neox,
                           neox_harmless, "GPT-NeoX"},
 };
 static_assert(sizeof archs / sizeof archs[0] == HP_ARCH_COUNT, "archs: one row per enum hp_arch");
@@ -1307,7 +934,7 @@ static enum hp_status open_weights(struct hp_model *m, const char *dir, struct h
         free(path);
         return st;
     }
-    cJSON *map = json_get(idx, "weight_map");
+    cJSON *map = hp_cfg_get(idx, "weight_map");
     if (!cJSON_IsObject(map)) {
         cJSON_Delete(idx);
         st = hp_fail(err, HP_ERR_FORMAT, "%s: no \"weight_map\" object", path);
@@ -1367,12 +994,12 @@ static enum hp_status read_pooling(struct hp_model *m, const char *dir, struct h
         free(path);
         return st;
     }
-    bool mean = cJSON_IsTrue(json_get(c, "pooling_mode_mean_tokens")),
-         cls = cJSON_IsTrue(json_get(c, "pooling_mode_cls_token")),
-         max = cJSON_IsTrue(json_get(c, "pooling_mode_max_tokens")),
-         other = cJSON_IsTrue(json_get(c, "pooling_mode_mean_sqrt_len_tokens")) ||
-                 cJSON_IsTrue(json_get(c, "pooling_mode_weightedmean_tokens")) ||
-                 cJSON_IsTrue(json_get(c, "pooling_mode_lasttoken"));
+    bool mean = cJSON_IsTrue(hp_cfg_get(c, "pooling_mode_mean_tokens")),
+         cls = cJSON_IsTrue(hp_cfg_get(c, "pooling_mode_cls_token")),
+         max = cJSON_IsTrue(hp_cfg_get(c, "pooling_mode_max_tokens")),
+         other = cJSON_IsTrue(hp_cfg_get(c, "pooling_mode_mean_sqrt_len_tokens")) ||
+                 cJSON_IsTrue(hp_cfg_get(c, "pooling_mode_weightedmean_tokens")) ||
+                 cJSON_IsTrue(hp_cfg_get(c, "pooling_mode_lasttoken"));
     cJSON_Delete(c);
     if (other || mean + cls + max != 1)
         st = hp_fail(err, HP_ERR_UNSUPPORTED,
