@@ -29,6 +29,7 @@
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,8 +73,8 @@ static const struct {
     {"blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight"},
 };
 
-/* The transformers name of GGUF tensor name into out; false when the map has none (the name is kept, and the
- * binder refuses it as a tensor it does not read). *permute: 1 for q, 2 for k (their rows to put back). */
+/* The transformers name of GGUF tensor name into out; false when the map has none. *permute: 1 for q, 2 for k
+ * (their rows to put back). */
 static bool hf_name(const char *name, char *out, size_t n, int *permute)
 {
     *permute = 0;
@@ -85,8 +86,14 @@ static bool hf_name(const char *name, char *out, size_t n, int *permute)
                 continue;
         } else {
             const size_t pre = (size_t)(pct - pat);
-            if (strncmp(name, pat, pre) != 0 || sscanf(name + pre, "%d%n", &layer, &used) != 1 || layer < 0 ||
-                strcmp(name + pre + used, pct + 2) != 0)
+            if (strncmp(name, pat, pre) != 0)
+                continue;
+            /* a layer number as llama.cpp writes it: digits, no sign or leading zero, below a million */
+            const char *dig = name + pre;
+            layer = 0;
+            while (dig[used] >= '0' && dig[used] <= '9' && used < 7)
+                layer = layer * 10 + (dig[used++] - '0');
+            if (used == 0 || used > 6 || (used > 1 && dig[0] == '0') || strcmp(dig + used, pct + 2) != 0)
                 continue;
         }
         snprintf(out, n, llama_names[i].hf, layer);
@@ -98,11 +105,15 @@ static bool hf_name(const char *name, char *out, size_t n, int *permute)
 }
 
 /* A scalar of the file's as a JSON number (f32 values as the double they are, as gguf-py reads them). */
-static enum hp_status kv_number(const struct hp_gguf *g, const struct hp_gguf_kv *kv, double *out,
+static enum hp_status kv_number(const struct hp_gguf *g, const char *path, const struct hp_gguf_kv *kv, double *out,
                                 struct hp_error *err)
 {
-    if (kv->type == HP_GGUF_V_F32 || kv->type == HP_GGUF_V_F64)
-        return hp_gguf_get_f64(g, kv->key, out, NULL, err);
+    if (kv->type == HP_GGUF_V_F32 || kv->type == HP_GGUF_V_F64) {
+        enum hp_status st = hp_gguf_get_f64(g, kv->key, out, NULL, err);
+        if (st == HP_OK && !isfinite(*out)) /* JSON has no such number: it would read as absent, the default */
+            return hp_fail(err, HP_ERR_FORMAT, "%s: metadata \"%s\" is %g, not a finite number", path, kv->key, *out);
+        return st;
+    }
     int64_t v;
     enum hp_status st = hp_gguf_get_i64(g, kv->key, &v, NULL, err);
     *out = (double)v;
@@ -126,7 +137,7 @@ static enum hp_status llama_config(const struct hp_gguf *g, const char *path, cJ
                            "rotary base and head size; rope scaling, experts and the rest are refused)",
                            path, kv->key);
         double v;
-        enum hp_status st = kv_number(g, kv, &v, err);
+        enum hp_status st = kv_number(g, path, kv, &v, err);
         if (st != HP_OK)
             return st;
         if (llama_keys[j].config)
@@ -161,6 +172,8 @@ static enum hp_status llama_config(const struct hp_gguf *g, const char *path, cJ
 static enum hp_status unpermute(float *w, int64_t rows, int64_t cols, int64_t heads, const char *path,
                                 const char *name, struct hp_error *err)
 {
+    if (rows == 0 || cols == 0) /* nothing to move; heads may say anything here, the binder checks the shape */
+        return HP_OK;
     if (heads < 1 || rows % (2 * heads) != 0)
         return hp_fail(err, HP_ERR_SHAPE, "%s: tensor '%s' has %" PRId64 " rows, not two per head of %" PRId64, path,
                        name, rows, heads);
@@ -193,7 +206,11 @@ static enum hp_status tensor_outs(const struct hp_gguf *g, const char *path, str
                            path, t->name, hp_gguf_type_info(t->type)->name);
         int permute;
         char *name = names + (size_t)i * 256;
-        hf_name(t->name, name, 256, &permute);
+        if (!hf_name(t->name, name, 256, &permute)) /* rope_freqs, experts, a transformers name ...: not llama's */
+            return hp_fail(err, HP_ERR_UNSUPPORTED,
+                           "%s: tensor '%.100s' is not one a llama GGUF holds (token_embd, output_norm, output, "
+                           "blk.N.attn_norm / attn_q / attn_k / attn_v / attn_output / ffn_norm / ffn_gate / ffn_up / "
+                           "ffn_down)", path, t->name);
         o[i] = (struct hp_st_out){name, "F32", t->n_dims, {0}, (size_t)t->nel * sizeof(float)};
         o[i].shape[0] = t->n_dims == 2 ? t->ne[1] : t->ne[0];
         o[i].shape[1] = t->n_dims == 2 ? t->ne[0] : 0;

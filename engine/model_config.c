@@ -286,7 +286,9 @@ enum hp_status hp_config_llama(struct cfg *c, struct hp_model *m, const char *mt
     in->d_ff = hp_cfg_int(c, "intermediate_size", -1, 4 * CFG_MAX_DIM);
     in->n_vocab = hp_cfg_int(c, "vocab_size", -1, CFG_MAX_VOCAB);
     in->n_ctx = hp_cfg_int(c, "max_position_embeddings", 2048, CFG_MAX_CTX);
-    m->norm_eps = (float)hp_cfg_num(c, "rms_norm_eps", 1e-6, 0, 1);
+    /* the configuration classes' defaults: Phi3Config's and Olmo2Config's 1e-5, the others' 1e-6 */
+    const double eps_default = strcmp(mt, "phi3") == 0 || strcmp(mt, "olmo2") == 0 ? 1e-5 : 1e-6;
+    m->norm_eps = (float)hp_cfg_num(c, "rms_norm_eps", eps_default, 0, 1);
     m->rope = (struct hp_rope){.theta = (float)hp_cfg_num(c, "rope_theta", 10000.0, 0, 1e15)};
     *act = hp_cfg_str(c, "hidden_act", "silu");
     o->tied = hp_cfg_bool(c, "tie_word_embeddings", false);

@@ -605,6 +605,27 @@ Test(model, phi3_longrope_and_partial_rotary)
     expect_fail(HP_ERR_UNSUPPORTED, "config.json", "partial_rotary_factor");
 }
 
+/* Phi3Config's and Olmo2Config's rms_norm_eps default is 1e-5, the other Llama family's 1e-6 */
+Test(model, rms_norm_eps_defaults)
+{
+    static const struct {
+        const char *fixture, *line;
+        float eps;
+    } cases[] = {{"olmo2-post-norms", "\"rms_norm_eps\": 1e-06,", 1e-5f},
+                 {"phi3-fused", "\"rms_norm_eps\": 1e-05,", 1e-5f},
+                 {"llama-gqa", "\"rms_norm_eps\": 1e-05,", 1e-6f}};
+    for (int i = 0; i < 3; i++) {
+        use_fixture(cases[i].fixture);
+        write_weights(NULL, 0);
+        edit_config(cases[i].line, "");
+        struct hp_error err;
+        struct hp_model *m;
+        cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(m->norm_eps, cases[i].eps, "%s: eps %g", cases[i].fixture, (double)m->norm_eps);
+        hp_model_close(m);
+    }
+}
+
 /* MistralConfig's default window (4096) holds when config.json leaves the key out; null means none */
 Test(model, mistral_default_window)
 {
@@ -657,15 +678,16 @@ Test(model, olmo2_without_heads)
 /* ---- GGUF files ---------------------------------------------------------------------------- */
 
 /* tests/fixtures/llama-gguf's file into tmp/model.gguf, n bytes of it (0: all) with bytes at `at` replaced by
- * `with` (NULL: none); opened by its path, expecting status want and a message naming it and saying words. */
-static void gguf_case(size_t n, size_t at, const char *with, enum hp_status want, const char *words)
+ * `with` (NULL: none; its wlen bytes, 0: up to its NUL); opened by its path, expecting status want and a message
+ * naming it and saying words. */
+static void gguf_patch(size_t n, size_t at, const char *with, size_t wlen, enum hp_status want, const char *words)
 {
     char p[1200];
     size_t len;
     snprintf(p, sizeof p, "%s/llama-gguf/model.Q8_0-mixed.gguf", getenv("HP_FIXTURES"));
     char *b = tu_slurp(p, &len);
     if (with)
-        memcpy(b + at, with, strlen(with));
+        memcpy(b + at, with, wlen ? wlen : strlen(with));
     spit("model.gguf", b, n ? n : len);
     free(b);
     snprintf(p, sizeof p, "%s/model.gguf", tmp);
@@ -679,6 +701,11 @@ static void gguf_case(size_t n, size_t at, const char *with, enum hp_status want
     cr_assert(!strchr(err.msg, '\n'), "message spans lines: %s", err.msg);
 }
 
+static void gguf_case(size_t n, size_t at, const char *with, enum hp_status want, const char *words)
+{
+    gguf_patch(n, at, with, 0, want, words);
+}
+
 /* A GGUF model refuses what it does not read, in one line naming the file and the field or tensor. The offsets are
  * the fixture's (tools/gen_fixtures.py llama-gguf): general.architecture's value at 64, the key llama.vocab_size
  * at 504 and its value at 524, token_embd.weight's name at 536. */
@@ -687,8 +714,15 @@ Test(model, gguf_refusals)
     gguf_case(0, 64, "mamba", HP_ERR_UNSUPPORTED, "GGUF architecture \"mamba\" is not supported");
     gguf_case(0, 504, "llama.expert_cnt", HP_ERR_UNSUPPORTED, "metadata \"llama.expert_cnt\" is not supported");
     gguf_case(0, 524, "b", HP_ERR_SHAPE, "\"llama.vocab_size\" 98 differs from the 97 rows");
-    gguf_case(0, 536, "tokxn_embd", HP_ERR_SHAPE, "no 2-D tensor 'token_embd.weight'");
+    gguf_case(0, 536, "tokxn_embd", HP_ERR_UNSUPPORTED, "tensor 'tokxn_embd.weight' is not one a llama GGUF holds");
     gguf_case(20000, 0, NULL, HP_ERR_FORMAT, "runs past the end of the file");
+    /* the epsilon (an f32 at 456) a NaN: no default stands in for it */
+    gguf_case(0, 456, "\xff\xff\xff\x7f", HP_ERR_FORMAT, "layer_norm_rms_epsilon\" is nan, not a finite number");
+    /* a tensor a llama GGUF does not hold (output_norm.weight's name at 593) */
+    gguf_case(0, 593, "outpux", HP_ERR_UNSUPPORTED, "tensor 'outpux_norm.weight' is not one a llama GGUF holds");
+    /* blk.0.attn_q.weight's ne (at 773) 0 x 2^62: no bytes, and nothing to put back row by row for 2^61 rows */
+    gguf_patch(0, 773, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x40", 16, HP_ERR_FORMAT,
+               "tensor 'model.layers.0.self_attn.q_proj.weight' has an invalid shape");
 }
 
 /* A folder holding one .gguf (and no config.json) opens it; two are refused, named */
