@@ -285,7 +285,13 @@ enum hp_status hp_config_llama(struct cfg *c, struct hp_model *m, const char *mt
     in->d_model = hp_cfg_int(c, "hidden_size", -1, CFG_MAX_DIM);
     in->d_ff = hp_cfg_int(c, "intermediate_size", -1, 4 * CFG_MAX_DIM);
     in->n_vocab = hp_cfg_int(c, "vocab_size", -1, CFG_MAX_VOCAB);
-    in->n_ctx = hp_cfg_int(c, "max_position_embeddings", 2048, CFG_MAX_CTX);
+    /* the configuration classes' defaults (MistralConfig 4096 * 32, Qwen2Config and Qwen3Config 32768,
+     * Phi3Config 4096, the others 2048): the positions, and dynamic rotary scaling's threshold */
+    const int ctx_default = strcmp(mt, "mistral") == 0   ? 131072
+                            : strncmp(mt, "qwen", 4) == 0 ? 32768
+                            : strcmp(mt, "phi3") == 0     ? 4096
+                                                          : 2048;
+    in->n_ctx = hp_cfg_int(c, "max_position_embeddings", ctx_default, CFG_MAX_CTX);
     /* the configuration classes' defaults: Phi3Config's and Olmo2Config's 1e-5, the others' 1e-6 */
     const double eps_default = strcmp(mt, "phi3") == 0 || strcmp(mt, "olmo2") == 0 ? 1e-5 : 1e-6;
     m->norm_eps = (float)hp_cfg_num(c, "rms_norm_eps", eps_default, 0, 1);

@@ -626,6 +626,36 @@ Test(model, rms_norm_eps_defaults)
     }
 }
 
+/* max_position_embeddings absent: each configuration class's default, the positions a model takes (and dynamic
+ * rotary scaling's threshold) */
+Test(model, max_position_defaults)
+{
+    static const struct {
+        const char *fixture;
+        int n_ctx;
+    } cases[] = {{"mistral-window", 131072}, {"qwen3-qknorm", 32768}, {"qwen2-bias", 32768}, {"phi3-fused", 4096},
+                 {"llama-gqa", 2048}, {"olmo2-post-norms", 2048}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        use_fixture(cases[i].fixture);
+        write_weights(NULL, 0);
+        char p[1200];
+        size_t n;
+        snprintf(p, sizeof p, "%s/config.json", tmp);
+        char *c = tu_slurp(p, &n), *at = strstr(c, "\"max_position_embeddings\"");
+        cr_assert(at, "%s: no max_position_embeddings", cases[i].fixture);
+        char *end = strchr(at, ',');
+        memmove(at, end + 1, strlen(end + 1) + 1);
+        spit("config.json", c, strlen(c));
+        free(c);
+        struct hp_error err;
+        struct hp_model *m;
+        cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s: %s", cases[i].fixture, err.msg);
+        cr_assert_eq(hp_model_get_info(m)->n_ctx, cases[i].n_ctx, "%s: %d positions", cases[i].fixture,
+                     hp_model_get_info(m)->n_ctx);
+        hp_model_close(m);
+    }
+}
+
 /* MistralConfig's default window (4096) holds when config.json leaves the key out; null means none */
 Test(model, mistral_default_window)
 {
