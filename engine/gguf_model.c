@@ -39,7 +39,7 @@
 
 /* The llama.* keys read here (with their config.json names) and those known to change nothing computed. */
 static const struct {
-    const char *key, *config; /* config NULL: read or checked below, not copied */
+    const char *key, *config; /* config NULL: checked below, not copied */
 } llama_keys[] = {
     {"context_length", "max_position_embeddings"},
     {"block_count", "num_hidden_layers"},
@@ -49,8 +49,8 @@ static const struct {
     {"attention.head_count", "num_attention_heads"},
     {"attention.head_count_kv", "num_key_value_heads"},
     {"vocab_size", "vocab_size"}, /* checked against the embedding's rows */
-    {"rope.freq_base", NULL},
-    {"attention.layer_norm_rms_epsilon", NULL},
+    {"rope.freq_base", "rope_theta"},
+    {"attention.layer_norm_rms_epsilon", "rms_norm_eps"},
     {"attention.key_length", NULL},
     {"attention.value_length", NULL},
 };
@@ -142,10 +142,6 @@ static enum hp_status llama_config(const struct hp_gguf *g, const char *path, cJ
             return st;
         if (llama_keys[j].config)
             cJSON_AddNumberToObject(cfg, llama_keys[j].config, v);
-        else if (strcmp(k, "rope.freq_base") == 0)
-            cJSON_AddNumberToObject(cfg, "rope_theta", v);
-        else if (strcmp(k, "attention.layer_norm_rms_epsilon") == 0)
-            cJSON_AddNumberToObject(cfg, "rms_norm_eps", v);
     }
     /* a head's keys and values as wide as its queries (the head size), as transformers assumes */
     const cJSON *hd = cJSON_GetObjectItem(cfg, "head_dim"), *hs = cJSON_GetObjectItem(cfg, "hidden_size"),
@@ -192,9 +188,10 @@ static enum hp_status unpermute(float *w, int64_t rows, int64_t cols, int64_t he
     return HP_OK;
 }
 
-/* The tensors' names, shapes and sizes as a safetensors file writes them (names into names, 256 bytes each). */
+/* The tensors' names, shapes and sizes as a safetensors file writes them (names into names, 256 bytes each), and
+ * which are q or k (permute: hf_name's). */
 static enum hp_status tensor_outs(const struct hp_gguf *g, const char *path, struct hp_st_out *o, char *names,
-                                  struct hp_error *err)
+                                  int *permute, struct hp_error *err)
 {
     for (int64_t i = 0; i < hp_gguf_tensor_count(g); i++) {
         const struct hp_gguf_tensor *t = hp_gguf_tensor_at(g, i);
@@ -204,9 +201,8 @@ static enum hp_status tensor_outs(const struct hp_gguf *g, const char *path, str
         if (!hp_gguf_type_info(t->type)->to_f32)
             return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: tensor '%s' is of type %s, which headprune cannot dequantize",
                            path, t->name, hp_gguf_type_info(t->type)->name);
-        int permute;
         char *name = names + (size_t)i * 256;
-        if (!hf_name(t->name, name, 256, &permute)) /* rope_freqs, experts, a transformers name ...: not llama's */
+        if (!hf_name(t->name, name, 256, &permute[i])) /* rope_freqs, experts, a transformers name ...: not llama's */
             return hp_fail(err, HP_ERR_UNSUPPORTED,
                            "%s: tensor '%.100s' is not one a llama GGUF holds (token_embd, output_norm, output, "
                            "blk.N.attn_norm / attn_q / attn_k / attn_v / attn_output / ffn_norm / ffn_gate / ffn_up / "
@@ -219,18 +215,15 @@ static enum hp_status tensor_outs(const struct hp_gguf *g, const char *path, str
 }
 
 /* The file's tensors in f32 after the header in buf, q's and k's rows put back (heads: query and KV heads). */
-static enum hp_status tensor_data(const struct hp_gguf *g, const char *path, const struct hp_st_out *o, char *data,
-                                  int64_t heads, int64_t kv_heads, struct hp_error *err)
+static enum hp_status tensor_data(const struct hp_gguf *g, const char *path, const struct hp_st_out *o,
+                                  const int *permute, char *data, int64_t heads, int64_t kv_heads, struct hp_error *err)
 {
     for (int64_t i = 0; i < hp_gguf_tensor_count(g); i++) {
         const struct hp_gguf_tensor *t = hp_gguf_tensor_at(g, i);
         float *dst = (float *)data;
         enum hp_status st = hp_gguf_tensor_dequant(g, t, dst, err);
-        int permute;
-        char ignored[256];
-        hf_name(t->name, ignored, sizeof ignored, &permute);
-        if (st == HP_OK && permute && t->n_dims == 2)
-            st = unpermute(dst, t->ne[1], t->ne[0], permute == 1 ? heads : kv_heads, path, t->name, err);
+        if (st == HP_OK && permute[i] && t->n_dims == 2)
+            st = unpermute(dst, t->ne[1], t->ne[0], permute[i] == 1 ? heads : kv_heads, path, t->name, err);
         if (st != HP_OK)
             return st;
         data += o[i].nbytes;
@@ -252,9 +245,10 @@ enum hp_status hp_gguf_checkpoint(const char *path, char **config, void **st_buf
     const int64_t n = hp_gguf_tensor_count(g);
     struct hp_st_out *o = calloc((size_t)(n ? n : 1), sizeof *o);
     char *names = calloc((size_t)(n ? n : 1), 256), *hdr = NULL;
+    int *permute = calloc((size_t)(n ? n : 1), sizeof *permute);
     size_t hlen = 0;
     FILE *mem = NULL;
-    if (!cfg || !o || !names)
+    if (!cfg || !o || !names || !permute)
         st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
     if (st == HP_OK)
         st = hp_gguf_get_str(g, "general.architecture", &arch, NULL, err);
@@ -264,7 +258,7 @@ enum hp_status hp_gguf_checkpoint(const char *path, char **config, void **st_buf
     if (st == HP_OK)
         st = llama_config(g, path, cfg, err);
     if (st == HP_OK)
-        st = tensor_outs(g, path, o, names, err);
+        st = tensor_outs(g, path, o, names, permute, err);
     /* the embedding's rows are the vocabulary; no output.weight: the head is the embedding */
     const struct hp_gguf_tensor *emb = st == HP_OK ? hp_gguf_find_tensor(g, "token_embd.weight") : NULL;
     if (st == HP_OK && (!emb || emb->n_dims != 2))
@@ -294,7 +288,7 @@ enum hp_status hp_gguf_checkpoint(const char *path, char **config, void **st_buf
         memcpy(buf, hdr, hlen);
         const cJSON *kvh = cJSON_GetObjectItem(cfg, "num_key_value_heads"), *qh = cJSON_GetObjectItem(cfg, "num_attention_heads");
         const int64_t heads = qh ? (int64_t)qh->valuedouble : 0;
-        st = tensor_data(g, path, o, buf + hlen, heads, kvh ? (int64_t)kvh->valuedouble : heads, err);
+        st = tensor_data(g, path, o, permute, buf + hlen, heads, kvh ? (int64_t)kvh->valuedouble : heads, err);
     }
     if (st == HP_OK && !(*config = cJSON_PrintUnformatted(cfg)))
         st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
@@ -305,6 +299,7 @@ enum hp_status hp_gguf_checkpoint(const char *path, char **config, void **st_buf
         free(buf);
     }
     free(hdr);
+    free(permute);
     free(names);
     free(o);
     cJSON_Delete(cfg);

@@ -724,46 +724,37 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
  * order, in the stored dtype (f32 with HP_MODEL_CONVERT): the B operand (d, 3 qd). The tensor itself stays what
  * an export cuts, in blocks of a head's three.
  */
+/* src's blocks of unit bytes, n_q heads of three (q, k, v) dh blocks each, as q's of every head, then k's, then v's,
+ * in an owned copy (NULL and b->st set on failure). */
+static void *neox_qkv_order(struct binder *b, const void *src, int n_q, size_t unit, const char *name)
+{
+    const size_t dh = (size_t)b->m->info.d_head, qd = (size_t)n_q * dh;
+    char *own = malloc(3 * qd * unit);
+    if (!own) {
+        b->st = hp_fail(b->err, HP_ERR_NOMEM, "%s: out of memory reordering '%s'", b->m->dir, name);
+        return NULL;
+    }
+    for (size_t h = 0; h < (size_t)n_q; h++)
+        for (size_t s = 0; s < 3; s++) /* q, k, v */
+            memcpy(own + (s * qd + h * dh) * unit, (const char *)src + (3 * h + s) * dh * unit, dh * unit);
+    b->st = keep_owned(b->m, own, b->err);
+    return b->st == HP_OK ? own : NULL;
+}
+
 static struct hp_mat bind_neox_qkv(struct binder *b, const char *name, int d, int n_q)
 {
-    struct hp_model *m = b->m;
-    const int dh = m->info.d_head, qd = n_q * dh;
-    struct hp_mat w = bind_mat(b, name, 3 * qd, d, false);
-    const struct hp_st_tensor *t = b->last;
-    if (!t || qd == 0)
+    struct hp_mat w = bind_mat(b, name, 3 * n_q * b->m->info.d_head, d, false);
+    if (!b->last || n_q == 0)
         return hp_mat_t(w);
-    const size_t es = hp_dtype_size(w.dt), row = (size_t)d * es;
-    char *own = malloc((size_t)3 * qd * row);
-    if (!own) {
-        b->st = hp_fail(b->err, HP_ERR_NOMEM, "%s: out of memory reordering '%s'", t->file, t->name);
-        return (struct hp_mat){0};
-    }
-    for (int h = 0; h < n_q; h++)
-        for (int s = 0; s < 3; s++) /* q, k, v */
-            memcpy(own + ((size_t)s * qd + (size_t)h * dh) * row, (const char *)w.p + (size_t)(3 * h + s) * dh * row,
-                   (size_t)dh * row);
-    b->st = keep_owned(m, own, b->err);
-    w.p = own;
+    w.p = neox_qkv_order(b, w.p, n_q, (size_t)d * hp_dtype_size(w.dt), name); /* a unit: one row */
     return hp_mat_t(w);
 }
 
 /* The bias of bind_neox_qkv's tensor in the same order, owned f32 (3 qd). */
 static const float *bind_neox_qkv_bias(struct binder *b, const char *name, int n_q)
 {
-    const int dh = b->m->info.d_head, qd = n_q * dh;
-    const float *v = bind(b, name, 3 * qd, VEC, false);
-    if (!v || qd == 0)
-        return v;
-    float *own = malloc((size_t)3 * qd * sizeof *own);
-    if (!own) {
-        b->st = hp_fail(b->err, HP_ERR_NOMEM, "%s: out of memory reordering '%s'", b->m->dir, name);
-        return NULL;
-    }
-    for (int h = 0; h < n_q; h++)
-        for (int s = 0; s < 3; s++)
-            memcpy(own + (size_t)s * qd + (size_t)h * dh, v + (size_t)(3 * h + s) * dh, (size_t)dh * sizeof *own);
-    b->st = keep_owned(b->m, own, b->err);
-    return own;
+    const float *v = bind(b, name, 3 * n_q * b->m->info.d_head, VEC, false);
+    return v && n_q > 0 ? neox_qkv_order(b, v, n_q, sizeof *v, name) : v;
 }
 
 static void bind_neox(struct binder *b, const struct bind_opts *o)

@@ -194,7 +194,7 @@ enum hp_status hp_cfg_act(struct cfg *c, const char *name, enum hp_act *out)
 
 /* config.json of a GPT-2 checkpoint (model_type gpt2): its shape, norm, activation and tying. */
 enum hp_status hp_config_gpt2(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
-                                  const char **act)
+                              const char **act)
 {
     (void)mt; /* one model_type */
     struct hp_model_info *in = &m->info;
@@ -219,7 +219,7 @@ enum hp_status hp_config_gpt2(struct cfg *c, struct hp_model *m, const char *mt,
 
 /* config.json of a BERT checkpoint: its shape, norm, activation, token types, tying and classes. */
 enum hp_status hp_config_bert(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
-                                  const char **act)
+                              const char **act)
 {
     (void)mt; /* one model_type */
     struct hp_model_info *in = &m->info;
@@ -274,7 +274,7 @@ enum hp_status hp_config_bert(struct cfg *c, struct hp_model *m, const char *mt,
 /* config.json of a Llama-family checkpoint (llama, mistral, qwen2, qwen3, phi3, olmo2): shape, rotary, biases,
  * q/k norms, fused projections, window, where the norms are. */
 enum hp_status hp_config_llama(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
-                                   const char **act)
+                               const char **act)
 {
     struct hp_model_info *in = &m->info;
     in->arch = HP_ARCH_LLAMA;
@@ -343,7 +343,7 @@ enum hp_status hp_config_llama(struct cfg *c, struct hp_model *m, const char *mt
 /* config.json of a GPT-NeoX checkpoint (model_type gpt_neox: Pythia): shape, partial rotary, parallel residual,
  * biases, tying. */
 enum hp_status hp_config_neox(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
-                                  const char **act)
+                              const char **act)
 {
     (void)mt; /* one model_type */
     struct hp_model_info *in = &m->info;
