@@ -52,6 +52,7 @@ struct hp_bwd {
     float *f;    /* (N, d_ff) the activation, then its gradient */
     float *att;  /* (cap_threads, 2, T, T) probabilities and their gradient, per thread */
     float *rope; /* (T, rope.dim / 2, 2) */
+    float *rope_local; /* the same of rope_local, when the model has it */
     float *buf;
     float *kbuf;
     struct hp_mat_buf *mb; /* the panel products with 16-bit weights convert into (mat_int.h) */
@@ -94,7 +95,7 @@ struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_by
            kvd = (size_t)in->n_kv_heads * in->d_head, f = (size_t)in->d_ff;
     int nth = hp_max_threads();
     size_t n_x = t * d, n_q = t * qd, n_kv = t * kvd, n_att = (size_t)nth * 2 * T * T, n_ff = t * f,
-           n_rope = (size_t)T * in->d_head;
+           n_rope = (size_t)T * in->d_head * (m->rope_local.theta > 0 ? 2 : 1);
     const size_t n_act = hp_bwd_layer_bytes(m, T, B) / sizeof(float); /* one layer's */
     size_t total = n_act + 5 * n_x + 2 * n_q + 2 * n_kv + n_ff + n_att + n_rope;
     struct hp_bwd *w = calloc(1, sizeof *w);
@@ -121,11 +122,14 @@ struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_by
     w->f = p, p += n_ff;
     w->att = p, p += n_att;
     w->rope = p;
+    w->rope_local = p + (size_t)T * in->d_head;
     w->cap_t = T;
     w->cap_b = B;
     w->cap_threads = nth;
     if (m->rotary)
         hp_op_rope_table(w->rope, T, &m->rope);
+    if (m->rotary && m->rope_local.theta > 0)
+        hp_op_rope_table(w->rope_local, T, &m->rope_local);
     /* the last layers' activations, as many as keep_bytes holds: the reverse pass visits them first, and
      * the forward writes them instead of a scratch it would overwrite. Without the room, or the memory,
      * the other layers are made again from their input (the same numbers, one more forward's work) */
@@ -197,14 +201,23 @@ static const float *replacement_at(const struct pass *a, int l, int h, int dh, i
     return a->replaced ? hp_replacement_at(&a->var->rep, l, h, dh, r) : NULL;
 }
 
-/* Scores then probabilities (T, T) of query head h over KV head kv for the sequence at rows r0.. */
-static void probs(const struct hp_model *m, const struct hp_bwd *w, const struct pass *a, float *att, size_t r0,
-                  int h, int kv, float scale, const uint8_t *km)
+/* Scores (T, T) of query head h over KV head kv for the sequence at rows r0.., soft-capped when the model caps. */
+static void scores(const struct hp_model *m, const struct hp_bwd *w, const struct pass *a, float *att, size_t r0,
+                   int h, int kv, float scale)
 {
     const int T = a->in->T, qd = m->info.n_heads * m->info.d_head, kvd = m->info.n_kv_heads * m->info.d_head,
               dh = m->info.d_head;
     hp_gemm1(T, T, dh, scale, w->act.q + r0 * qd + h * dh, qd, 1, w->act.k + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
-    hp_op_softmax_rows(att, T, m->info.causal, m->info.window, km);
+    if (m->attn_softcap > 0)
+        hp_op_softcap(att, (size_t)T * T, m->attn_softcap);
+}
+
+/* The probabilities (T, T) of query head h of layer l over KV head kv for the sequence at rows r0... */
+static void probs(const struct hp_model *m, const struct hp_bwd *w, const struct pass *a, float *att, size_t r0,
+                  int l, int h, int kv, float scale, const uint8_t *km)
+{
+    scores(m, w, a, att, r0, h, kv, scale);
+    hp_op_softmax_rows(att, a->in->T, m->info.causal, m->layers[l].window, km);
 }
 
 /*
@@ -255,12 +268,13 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
         hp_op_head_rms_norm(w->act.k, w->act.kr, N, kvd, 0, 1, kvd, L->k_norm, m->norm_eps);
     }
     if (m->rotary) { /* every head projected again, kept ones too (they were overwritten) */
+        const float *rope = L->local_rope ? w->rope_local : w->rope;
         for (int kv = 0; kv < KV; kv++)
             if (kv_in[kv])
-                hp_op_rope(w->act.k + kv * dh, N, T, kvd, m->rope.dim, w->rope);
+                hp_op_rope(w->act.k + kv * dh, N, T, kvd, m->rope.dim, rope);
         for (int h = 0; h < H; h++)
             if (q_in[h])
-                hp_op_rope(w->act.q + h * dh, N, T, qd, m->rope.dim, w->rope);
+                hp_op_rope(w->act.q + h * dh, N, T, qd, m->rope.dim, rope);
     }
     const float scale = hp_fwd_attn_scale(m, l);
     const int n_pairs = H * S;
@@ -272,7 +286,7 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
             continue;
         const size_t r0 = (size_t)b * T;
         float *att = w->att + (size_t)hp_thread_num() * 2 * T * T;
-        probs(m, w, a, att, r0, h, h / per_kv, scale, a->in->attn_mask ? a->in->attn_mask + r0 : NULL);
+        probs(m, w, a, att, r0, l, h, h / per_kv, scale, a->in->attn_mask ? a->in->attn_mask + r0 : NULL);
         hp_gemm1(T, dh, T, 1.0f, att, T, 1, w->act.v + r0 * kvd + (h / per_kv) * dh, kvd, 1, 0.0f,
                  w->act.a + r0 * qd + h * dh, qd, 1);
     }
@@ -387,11 +401,15 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
             if (!hs->live[h])
                 continue;
             const float *da = w->ctx + r0 * qd + h * dh, *q = w->act.q + r0 * qd + h * dh;
-            probs(m, w, a, att, r0, h, kv, scale, km);
+            probs(m, w, a, att, r0, l, h, kv, scale, km);
             /* dP (T, T) = dA (T, dh) v^T; dv += P^T dA */
             hp_gemm1(T, T, dh, 1.0f, da, qd, 1, v, 1, kvd, 0.0f, datt, T, 1);
             hp_gemm1(T, dh, T, 1.0f, att, 1, T, da, qd, 1, beta, dv, kvd, 1);
-            hp_op_softmax_rows_backward(datt, att, T, in->causal, in->window, km);
+            hp_op_softmax_rows_backward(datt, att, T, in->causal, L->window, km);
+            if (m->attn_softcap > 0) { /* through the cap: the capped scores again, where P was */
+                scores(m, w, a, att, r0, h, kv, scale);
+                hp_op_softcap_backward(datt, att, (size_t)T * T, m->attn_softcap);
+            }
             /* the scores were scale q k^T: dq = scale dS k, dk += scale dS^T q */
             hp_gemm1(T, dh, T, scale, datt, T, 1, k, kvd, 1, 0.0f, w->dq + r0 * qd + h * dh, qd, 1);
             hp_gemm1(T, dh, T, scale, datt, 1, T, q, qd, 1, beta, dk, kvd, 1);
@@ -399,12 +417,13 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
         }
     }
     if (m->rotary) {
+        const float *rope = L->local_rope ? w->rope_local : w->rope;
         for (int kv = 0; kv < KV; kv++)
             if (hs->kv_live[kv])
-                hp_op_rope_backward(w->dk + kv * dh, N, T, kvd, m->rope.dim, w->rope);
+                hp_op_rope_backward(w->dk + kv * dh, N, T, kvd, m->rope.dim, rope);
         for (int h = 0; h < H; h++)
             if (hs->live[h])
-                hp_op_rope_backward(w->dq + h * dh, N, T, qd, m->rope.dim, w->rope);
+                hp_op_rope_backward(w->dq + h * dh, N, T, qd, m->rope.dim, rope);
     }
     /* under a norm over every head the gradient reaches the dead heads' projections too (through the norm,
      * with nothing of their own): theirs are 0 before it */

@@ -48,6 +48,7 @@ struct hp_fwd {
     float *ff;   /* (N, d_ff) */
     float *ff2;  /* (N, d_ff) Llama gate */
     float *rope; /* (T, rope.dim / 2, 2) cos, sin */
+    float *rope_local; /* the same of rope_local, when the model has it (layers with local_rope) */
     float *buf;  /* the one allocation behind all of the above */
     struct hp_mat_buf *mb; /* the panel products with 16-bit weights convert into (mat_int.h) */
 };
@@ -65,7 +66,7 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
            kvd = (size_t)in->n_kv_heads * in->d_head, f = (size_t)in->d_ff;
     int nth = hp_max_threads();
     size_t n_x = t * d, n_q = t * qd, n_kv = t * kvd, n_att = (size_t)nth * T * T, n_ff = t * f,
-           n_rope = (size_t)T * in->d_head;
+           n_rope = (size_t)T * in->d_head * (m->rope_local.theta > 0 ? 2 : 1);
     size_t total = 3 * n_x + 2 * n_q + 2 * n_kv + n_att + 2 * n_ff + n_rope;
     struct hp_fwd *w = calloc(1, sizeof *w);
     if (!w)
@@ -88,9 +89,12 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
     w->ff = p, p += n_ff;
     w->ff2 = p, p += n_ff;
     w->rope = p;
+    w->rope_local = p + (size_t)T * in->d_head;
     w->cap_threads = nth;
     if (m->rotary)
         hp_op_rope_table(w->rope, T, &m->rope);
+    if (m->rotary && m->rope_local.theta > 0)
+        hp_op_rope_table(w->rope_local, T, &m->rope_local);
     return w;
 }
 
@@ -116,6 +120,8 @@ void hp_fwd_linear(struct hp_mat_buf *mb, float *y, const float *x, int N, int k
 
 float hp_fwd_attn_scale(const struct hp_model *m, int l)
 {
+    if (m->attn_scale > 0)
+        return m->attn_scale;
     float scale = 1.0f / sqrtf((float)m->info.d_head);
     if (m->scale_by_layer)
         scale /= (float)(l + 1);
@@ -302,10 +308,12 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         hp_op_head_rms_norm(ks, kp ? kp->kr : NULL, N, kvd, 0, 1, kvd, L->k_norm, m->norm_eps);
     }
 
-    const float scale = hp_fwd_attn_scale(m, l);
+    const float scale = hp_fwd_attn_scale(m, l), cap = m->attn_softcap;
+    const float *const rope = L->local_rope ? w->rope_local : w->rope;
+    const int window = L->window;
     for (int kv = 0; kv < KV; kv++)
         if (m->rotary && kv_live[kv])
-            hp_op_rope(ks + kv * dh, N, T, kvd, m->rope.dim, w->rope);
+            hp_op_rope(ks + kv * dh, N, T, kvd, m->rope.dim, rope);
 
     for (int h = 0; h < H; h++) {
         if (!any_live[h] && in_proj[h])
@@ -313,7 +321,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         else if (L->q_slot[h] < 0) /* pruned: zero, as kept for resuming */
             fill_dead(w->ctx, qd, dh, 0, N, a, l, h, false);
         if (any_live[h] && m->rotary)
-            hp_op_rope(qs + h * dh, N, T, qd, m->rope.dim, w->rope);
+            hp_op_rope(qs + h * dh, N, T, qd, m->rope.dim, rope);
     }
     /* (head, sequence) pairs side by side, each product on one thread: one
      * pair's products are too small to split well */
@@ -340,15 +348,17 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         const int band = in->causal ? HP_FWD_ROWS : T;
         for (int i0 = 0; i0 < T; i0 += band) {
             const int i1 = T - i0 < band ? T : i0 + band, k1 = in->causal ? i1 : T,
-                      k0 = in->window > 0 && i0 - in->window + 1 > 0 ? i0 - in->window + 1 : 0;
+                      k0 = window > 0 && i0 - window + 1 > 0 ? i0 - window + 1 : 0;
             hp_gemm1(i1 - i0, k1 - k0, dh, scale, qh + (size_t)i0 * qd, qd, 1, kh + (size_t)k0 * kvd, 1, kvd, 0.0f,
                      att + (size_t)i0 * T + k0, T, 1);
+            for (int i = i0; cap > 0 && i < i1; i++)
+                hp_op_softcap(att + (size_t)i * T + k0, (size_t)(k1 - k0), cap);
         }
-        hp_op_softmax_rows(att, T, in->causal, in->window, km); /* writes every entry: 0 where not visible */
+        hp_op_softmax_rows(att, T, in->causal, window, km); /* writes every entry: 0 where not visible */
         /* out (T, dh) = P (T, T) v_kv (T, dh), over the same bands */
         for (int i0 = 0; i0 < T; i0 += band) {
             const int i1 = T - i0 < band ? T : i0 + band, k1 = in->causal ? i1 : T,
-                      k0 = in->window > 0 && i0 - in->window + 1 > 0 ? i0 - in->window + 1 : 0;
+                      k0 = window > 0 && i0 - window + 1 > 0 ? i0 - window + 1 : 0;
             hp_gemm1(i1 - i0, dh, k1 - k0, 1.0f, att + (size_t)i0 * T + k0, T, 1, vh + (size_t)k0 * kvd, kvd, 1, 0.0f,
                      oh + (size_t)i0 * qd, qd, 1);
         }
@@ -521,6 +531,8 @@ void hp_fwd_logits(const struct hp_model *m, struct hp_fwd *w, const float *h, i
     /* logits (N, nv) = h (N, d) E[v0 : v0 + nv]^T: E (V, d) row-major read transposed */
     hp_mat_gemm(w->mb, N, nv, d, 1.0f, h, d, 1, hp_mat_t(hp_mat_at(m->lm_head, v0, 0)), 0.0f, out, ldo, 1);
     hp_op_add_bias(out, N, nv, ldo, m->mlm_bias ? m->mlm_bias + v0 : NULL);
+    for (int r = 0; m->logit_softcap > 0 && r < N; r++)
+        hp_op_softcap(out + (size_t)r * ldo, (size_t)nv, m->logit_softcap);
 }
 
 const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_in *fin,
@@ -535,6 +547,8 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
         float *x = w->x + (size_t)r * d;
         int rr = r % Rb;
         hp_mat_row(m->wte, a->in->ids[rr], d, x);
+        for (int i = 0; m->embed_scale > 0 && i < d; i++)
+            x[i] *= m->embed_scale;
         if (m->wpe.p)
             hp_mat_row_add(m->wpe, r % T, d, x);
         if (m->wtt.p)

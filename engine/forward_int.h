@@ -173,7 +173,8 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
 void hp_fwd_classify(const struct hp_model *m, struct hp_fwd *w, const float *h, int n_seqs, int T, float *out);
 
 /* Logits of the vocabulary block [v0, v0 + nv) for N rows h (N, d_model), into
- * out (N, ldo); w lends its panel as hp_fwd_classify's. */
+ * out (N, ldo), soft-capped when the model caps them (logit_softcap); w lends
+ * its panel as hp_fwd_classify's. */
 void hp_fwd_logits(const struct hp_model *m, struct hp_fwd *w, const float *h, int N, int v0, int nv, float *out,
                    int ldo);
 

@@ -122,6 +122,8 @@ struct head_grad {
     float *mx;             /* (2 rows) running maximum logit */
     float *zt;             /* (rows) the target's logit */
     float *zw;             /* (rows) the wrong answer's logit (0 where none) */
+    float *sl;             /* soft-capped logits: (rows, VB) one block of the slopes 1 - (z / cap)^2 of a masked row */
+    float *sy, *sw;        /* soft-capped logits: (rows) the slope at the target and at the wrong answer */
     double *s;             /* (2 rows) sum of exp(z_v - mx) */
     double *c;             /* kl: (rows) sum of exp(zb_v - mx_b) (zb_v - z_v) */
     double *tl;            /* (rows) the row's loss */
@@ -142,7 +144,7 @@ static void head_grad_free(struct head_grad *hg)
 {
     free(hg->dh), free(hg->z), free(hg->zb), free(hg->sc_row), free(hg->sc_y), free(hg->sc_w), free(hg->hc), free(hg->acc);
     free(hg->lg), free(hg->qb), free(hg->mx), free(hg->zt), free(hg->zw), free(hg->s), free(hg->c), free(hg->tl), free(hg->tk);
-    free(hg->eb);
+    free(hg->eb), free(hg->sl), free(hg->sy), free(hg->sw);
     free(hg->em), free(hg->em_row), free(hg->arg);
     hp_metrics_free(hg->mt);
 }
@@ -162,7 +164,8 @@ static bool head_grad_new(const struct hp_evaluator *ev, const struct hp_grad_st
     const bool lm = ev->has_loss && !ev->has_cls, cos = metric == HP_METRIC_COS;
     /* an LM's rows twice: the unmasked model's go through the head beside the pass's (kl, or a variant's KL) */
     const size_t d = (size_t)in->d_model, vb = lm ? (size_t)hp_eval_vocab_block(in->n_vocab) : 0,
-                 nz = ev->has_cls ? (size_t)gs->batch * in->n_labels : 0, nr = lm ? rows : 0, n2 = 2 * nr;
+                 nz = ev->has_cls ? (size_t)gs->batch * in->n_labels : 0, nr = lm ? rows : 0, n2 = 2 * nr,
+                 ncap = ev->m->logit_softcap > 0 ? nr : 0;
     memset(hg, 0, sizeof *hg);
     hg->metric = metric;
     hg->rows = rows;
@@ -172,7 +175,8 @@ static bool head_grad_new(const struct hp_evaluator *ev, const struct hp_grad_st
            HG_ALLOC(hg->lg, n2 * vb) && HG_ALLOC(hg->qb, nr * vb) && HG_ALLOC(hg->mx, n2) && HG_ALLOC(hg->zt, nr) && HG_ALLOC(hg->zw, nr) &&
            HG_ALLOC(hg->s, n2) && HG_ALLOC(hg->c, nr) && HG_ALLOC(hg->tl, nr) && HG_ALLOC(hg->tk, nr) &&
            HG_ALLOC(hg->eb, (size_t)gs->batch * d) && HG_ALLOC(hg->em, cos ? d : 0) &&
-           HG_ALLOC(hg->em_row, cos ? d : 0) && HG_ALLOC(hg->arg, nr);
+           HG_ALLOC(hg->em_row, cos ? d : 0) && HG_ALLOC(hg->arg, nr) && HG_ALLOC(hg->sl, ncap * vb) &&
+           HG_ALLOC(hg->sy, ncap) && HG_ALLOC(hg->sw, ncap);
 #undef HG_ALLOC
 }
 
@@ -255,12 +259,17 @@ static void gather_scored(const struct hp_evaluator *ev, const struct head_grad 
  * (acc / s - E_y) / n; under kl softmax - the unmasked model's softmax:
  * (acc / s - acc_b / s_b) / n. With the unmasked model's rows beside
  * (hg->ref: rows n_sc.. of hc), each row's KL = c / s_b - lse_b + lse.
+ * Soft-capped logits z = cap tanh(u / cap) (Gemma 2) pass the gradient at z
+ * on to u times the slope 1 - (z / cap)^2 of the masked row: its exps (and
+ * under kl the unmasked row's) are weighted by it before they enter acc, and
+ * E_y (E_w) by the slope at y (w).
  */
 static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, const float *h, double n_items)
 {
     const struct hp_model *m = ev->m;
     const int d = m->info.d_model, V = m->info.n_vocab, VB = hp_eval_vocab_block(V), n = hg->n_sc;
     const bool kl = hg->metric == HP_METRIC_KL, ld = hg->metric == HP_METRIC_LOGIT_DIFF, ref = hg->ref;
+    const float cap = m->logit_softcap;
     /* the unmasked rows' logits are made when there is a KL to take; their gradient only under kl */
     const int n_fwd = ref ? 2 * n : n, n_bwd = kl ? 2 * n : n;
     gather_scored(ev, hg, h, hg->hc);
@@ -270,7 +279,11 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
         hp_fwd_logits(m, hg->fw, hg->hc, n_fwd, v0, nv, hg->lg, VB);
 #pragma omp parallel for schedule(static) if ((size_t)n * nv >= 65536)
         for (int i = 0; i < n; i++) {
-            float *z = hg->lg + (size_t)i * VB;
+            float *z = hg->lg + (size_t)i * VB, *sl = cap > 0 ? hg->sl + (size_t)i * VB : NULL;
+            for (int v = 0; sl && v < nv; v++) {
+                const float t = z[v] / cap;
+                sl[v] = 1.0f - t * t;
+            }
             if (ref) {
                 /* the unmasked row first: its sums need the masked logits before they become exp */
                 const int j = n + i;
@@ -282,17 +295,27 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
                 hg->c[i] += hp_vdot_d(q, zb, (size_t)nv) - hp_vdot_d(q, z, (size_t)nv);
                 if (kl)
                     memcpy(zb, q, (size_t)nv * sizeof(float));
+                for (int v = 0; kl && sl && v < nv; v++)
+                    zb[v] *= sl[v];
             }
             const int y = hg->sc_y[i], w = hg->sc_w[i];
-            if (y >= v0 && y < v0 + nv)
+            if (y >= v0 && y < v0 + nv) {
                 hg->zt[i] = z[y - v0];
+                if (sl)
+                    hg->sy[i] = sl[y - v0];
+            }
             if (v0 == 0)
                 hg->zw[i] = 0;
-            if (w >= v0 && w < v0 + nv)
+            if (w >= v0 && w < v0 + nv) {
                 hg->zw[i] = z[w - v0];
+                if (sl)
+                    hg->sw[i] = sl[w - v0];
+            }
             online_max(z, nv, v0, &hg->mx[i], &hg->s[i], hg->acc + (size_t)i * d, d, NULL, &hg->arg[i]);
             hp_vexpf(z, z, hg->mx[i], (size_t)nv);
             hg->s[i] += hp_vsum_d(z, (size_t)nv);
+            for (int v = 0; sl && v < nv; v++)
+                z[v] *= sl[v];
         }
         hp_bwd_logits(m, hg->bw, hg->lg, n_bwd, v0, nv, VB, hg->acc);
     }
@@ -309,13 +332,15 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
             const float *bi = hg->acc + (size_t)j * d;
             for (int k = 0; k < d; k++)
                 g[k] = (float)(((double)ai[k] / hg->s[i] - (double)bi[k] / hg->s[j]) / n_items);
-        } else if (ld) { /* -(z_y - z_w): through the head, E_w - E_y */
+        } else if (ld) { /* -(z_y - z_w): through the head, E_w - E_y (each times its slope under a cap) */
+            const double sw = cap > 0 ? hg->sw[i] : 1, sy = cap > 0 ? hg->sy[i] : 1;
             for (int k = 0; k < d; k++)
-                g[k] = (float)((hp_mat_get(m->lm_head, hg->sc_w[i], k) - hp_mat_get(m->lm_head, hg->sc_y[i], k)) /
+                g[k] = (float)((sw * hp_mat_get(m->lm_head, hg->sc_w[i], k) - sy * hp_mat_get(m->lm_head, hg->sc_y[i], k)) /
                                n_items);
         } else {
+            const double sy = cap > 0 ? hg->sy[i] : 1;
             for (int k = 0; k < d; k++)
-                g[k] = (float)(((double)ai[k] / hg->s[i] - hp_mat_get(m->lm_head, hg->sc_y[i], k)) / n_items);
+                g[k] = (float)(((double)ai[k] / hg->s[i] - sy * hp_mat_get(m->lm_head, hg->sc_y[i], k)) / n_items);
         }
     }
     const double *obj = kl ? hg->tk : hg->tl;

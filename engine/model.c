@@ -150,8 +150,9 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
         in->n_heads = h;
         in->n_kv_heads = kv;
     }
-    /* Llama may give head_dim; otherwise it is hidden / heads, which must not round to 0 */
-    int dh_def = in->d_model / in->n_heads;
+    /* Llama may give head_dim; otherwise it is its configuration class's (Qwen3's 128, Gemma's 256), or
+     * hidden / heads, which must not round to 0 */
+    int dh_def = o->head_dim_def > 0 ? o->head_dim_def : in->d_model / in->n_heads;
     bool has_head_dim = in->arch == HP_ARCH_LLAMA && hp_cfg_get(j, "head_dim") && !cJSON_IsNull(hp_cfg_get(j, "head_dim"));
     in->d_head = has_head_dim ? hp_cfg_int(&c, "head_dim", -1, CFG_MAX_DIM) : dh_def;
     if (c.st != HP_OK)
@@ -166,6 +167,7 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
                        in->n_heads, in->n_kv_heads);
     /* the dimensions rotary turns: all of a head's, or GPT-NeoX's int(head size * rotary_pct) */
     m->rope.dim = o->rotary_pct > 0 ? (int)(in->d_head * o->rotary_pct) : in->d_head;
+    m->rope_local.dim = m->rope.dim;
     if (m->rotary && o->rotary_pct > 0 && (m->rope.dim < 2 || m->rope.dim % 2 != 0))
         return hp_fail(err, HP_ERR_SHAPE,
                        "%s: rotary_pct %g of head size %d turns %d dimensions; rotary embeddings need an even number, "
@@ -173,7 +175,7 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
     if (m->rotary && in->d_head % 2 != 0)
         return hp_fail(err, HP_ERR_SHAPE, "%s: head size %d is odd; rotary embeddings need it even", path, in->d_head);
     /* the attention widths the weights and the forward buffers are sized by */
-    hp_cfg_width(&c, k_heads, in->n_heads, has_head_dim ? "head_dim" : "head size", in->d_head);
+    hp_cfg_width(&c, k_heads, in->n_heads, has_head_dim || o->head_dim_def ? "head_dim" : "head size", in->d_head);
     if (c.st != HP_OK)
         return c.st;
     return hp_cfg_act(&c, act, &m->act);
@@ -639,6 +641,26 @@ static void bind_bert(struct binder *b, const struct bind_opts *o)
     }
 }
 
+/*
+ * An RMSNorm's gain (n): as stored, or with one_plus (Gemma's RMSNorm, output * (1 + weight) in float32) 1 + w
+ * in an owned copy, so that the passes' norms multiply by it as by any gain.
+ */
+static const float *bind_gain(struct binder *b, const char *name, int64_t n, bool one_plus)
+{
+    const float *w = bind(b, name, n, VEC, false);
+    if (!w || !one_plus)
+        return w;
+    float *g = malloc((size_t)n * sizeof *g);
+    if (!g) {
+        b->st = hp_fail(b->err, HP_ERR_NOMEM, "%s: out of memory", b->m->dir);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++)
+        g[i] = 1.0f + w[i];
+    b->st = keep_owned(b->m, g, b->err);
+    return b->st == HP_OK ? g : NULL;
+}
+
 static void bind_llama(struct binder *b, const struct bind_opts *o)
 {
     struct hp_model *m = b->m;
@@ -657,8 +679,11 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
         struct hp_layer *L = &m->layers[l];
         const int qd = L->n_q * in->d_head, kvd = L->n_kv * in->d_head;
 #define G(s) (snprintf(n, sizeof n, "layers.%d.%s", l, s), n)
+        const bool g1 = o->gemma_norms;
+        L->window = !m->sliding || m->sliding[l] ? in->window : 0;
+        L->local_rope = m->rope_local.theta > 0 && m->sliding && m->sliding[l];
         if (!o->post_norms)
-            L->ln1_w = bind(b, G("input_layernorm.weight"), d, VEC, false);
+            L->ln1_w = bind_gain(b, G("input_layernorm.weight"), d, g1);
         if (o->fused) { /* rows: q's heads, then k's and v's KV heads */
             const struct hp_mat qkv = bind_linear(b, G("self_attn.qkv_proj.weight"), d, qd + 2 * kvd);
             note_heads(b, l, 0, 3, 6);
@@ -673,8 +698,8 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
             note_heads(b, l, 0, 1, true);
         }
         if (m->qk_norm) { /* one gain per head dimension, shared by the heads: nothing an export cuts */
-            L->q_norm = bind(b, G("self_attn.q_norm.weight"), in->d_head, VEC, false);
-            L->k_norm = bind(b, G("self_attn.k_norm.weight"), in->d_head, VEC, false);
+            L->q_norm = bind_gain(b, G("self_attn.q_norm.weight"), in->d_head, g1);
+            L->k_norm = bind_gain(b, G("self_attn.k_norm.weight"), in->d_head, g1);
         }
         if (m->qk_norm_whole) { /* a gain per dimension of the whole projection (no export cuts heads here) */
             L->q_norm = bind(b, G("self_attn.q_norm.weight"), qd, VEC, false);
@@ -695,6 +720,10 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
         if (o->post_norms) { /* after attention and after the MLP, none before either */
             L->pn1_w = bind(b, G("post_attention_layernorm.weight"), d, VEC, false);
             L->pn2_w = bind(b, G("post_feedforward_layernorm.weight"), d, VEC, false);
+        } else if (g1) { /* Gemma: after attention, and before and after the MLP */
+            L->pn1_w = bind_gain(b, G("post_attention_layernorm.weight"), d, true);
+            L->ln2_w = bind_gain(b, G("pre_feedforward_layernorm.weight"), d, true);
+            L->pn2_w = bind_gain(b, G("post_feedforward_layernorm.weight"), d, true);
         } else {
             L->ln2_w = bind(b, G("post_attention_layernorm.weight"), d, VEC, false);
         }
@@ -714,7 +743,7 @@ static void bind_llama(struct binder *b, const struct bind_opts *o)
         }
 #undef G
     }
-    m->lnf_w = bind(b, "norm.weight", d, VEC, false);
+    m->lnf_w = bind_gain(b, "norm.weight", d, o->gemma_norms);
     bind_head_outside(b, "lm_head.weight", wte, o->tied);
 }
 
@@ -806,7 +835,8 @@ static const char *const gpt2_types[] = {"gpt2", NULL}, *const gpt2_prefixes[] =
 static const char *const bert_types[] = {"bert", NULL}, *const bert_prefixes[] = {"bert.", "", NULL},
                          *const bert_harmless[] = {"embeddings.position_ids", "embeddings.token_type_ids", /* indices */
                                                    "cls.seq_relationship.weight", "cls.seq_relationship.bias", NULL};
-static const char *const llama_types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", NULL},
+static const char *const llama_types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "gemma2", "gemma3_text",
+                                          NULL},
                          *const llama_prefixes[] = {"model.", "", NULL},
                          *const llama_harmless[] = {"rotary_emb.inv_freq", NULL}; /* recomputed from rope_theta */
 /* older GPT-NeoX checkpoints keep the causal mask and the rotary frequencies as buffers */
@@ -1133,6 +1163,7 @@ void hp_model_close(struct hp_model *m)
     free(m->slots);
     free(m->head_tensors);
     free(m->pruned);
+    free(m->sliding);
     free(m->config_text);
     free(m->dir);
     for (int i = 0; i < m->n_label_names; i++)

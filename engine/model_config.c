@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "model_priv.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -271,11 +272,140 @@ enum hp_status hp_config_bert(struct cfg *c, struct hp_model *m, const char *mt,
     return HP_OK;
 }
 
-/* config.json of a Llama-family checkpoint (llama, mistral, qwen2, qwen3, phi3, olmo2): shape, rotary, biases,
- * q/k norms, fused projections, window, where the norms are. */
+/*
+ * What each Llama-family configuration class and modeling file does beyond Llama's, one row per model_type:
+ * the defaults its class has (positions, norm epsilon, head width, window) and the features its modeling code
+ * builds. hp_config_llama reads config.json by the row, so a new member is a row, not a branch.
+ */
+enum {
+    F_ATTN_BIAS = 1,    /* attention_bias read: q/k/v_proj and o_proj biases (LlamaAttention's, Qwen3's, OLMo 2's) */
+    F_MLP_BIAS = 2,     /* mlp_bias read: gate/up/down_proj biases (LlamaMLP's) */
+    F_QKV_BIAS = 4,     /* q/k/v_proj biases always (Qwen2) */
+    F_QK_NORM = 8,      /* q_norm and k_norm over each head, before rotary (Qwen3, Gemma 3) */
+    F_OLMO = 16,        /* q_norm and k_norm over the whole projection; norms after attention and the MLP, none
+                         * before (OLMo 2) */
+    F_FUSED = 32,       /* qkv_proj and gate_up_proj, one tensor each (Phi-3) */
+    F_QWEN_WINDOW = 64, /* use_sliding_window and sliding layer_types refused (Qwen2, Qwen3) */
+    F_GEMMA = 128,      /* Gemma 2 and 3: four (1 + weight) RMSNorms a layer, embeddings times sqrt(hidden_size),
+                         * query_pre_attn_scalar, soft-capping, sliding layers by layer_types */
+};
+
+static const struct llama_row {
+    const char *type;
+    int ctx;       /* max_position_embeddings absent */
+    double eps;    /* rms_norm_eps absent */
+    int head_dim;  /* head_dim absent (0: hidden_size / num_attention_heads) */
+    int window;    /* sliding_window absent (-1: the key is not read; 0: none) */
+    unsigned flags;
+    const char *act_key; /* the key naming the MLP's activation */
+} llama_rows[] = {
+    {"llama", 2048, 1e-6, 0, -1, F_ATTN_BIAS | F_MLP_BIAS, "hidden_act"},
+    {"mistral", 131072, 1e-6, 0, 4096, 0, "hidden_act"}, /* MistralConfig's 4096 * 32 positions */
+    {"qwen2", 32768, 1e-6, 0, -1, F_QKV_BIAS | F_QWEN_WINDOW, "hidden_act"},
+    {"qwen3", 32768, 1e-6, 128, -1, F_ATTN_BIAS | F_QK_NORM | F_QWEN_WINDOW, "hidden_act"},
+    {"phi3", 4096, 1e-5, 0, 0, F_FUSED, "hidden_act"},
+    {"olmo2", 2048, 1e-5, 0, -1, F_ATTN_BIAS | F_OLMO, "hidden_act"},
+    {"gemma2", 8192, 1e-6, 256, 4096, F_ATTN_BIAS | F_GEMMA, "hidden_activation"},
+    {"gemma3_text", 131072, 1e-6, 256, 4096, F_ATTN_BIAS | F_GEMMA | F_QK_NORM, "hidden_activation"},
+};
+
+static const struct llama_row *llama_row(const char *mt)
+{
+    for (size_t i = 0; i < sizeof llama_rows / sizeof llama_rows[0]; i++)
+        if (strcmp(llama_rows[i].type, mt) == 0)
+            return &llama_rows[i];
+    return NULL;
+}
+
+/* Qwen2's and Qwen3's window on their upper layers, which headprune does not implement. */
+static enum hp_status refuse_qwen_window(struct cfg *c, const char *mt)
+{
+    if (hp_cfg_bool(c, "use_sliding_window", false))
+        return hp_fail(c->err, HP_ERR_UNSUPPORTED,
+                       "%s: use_sliding_window (%s's window on its upper layers) is not supported", c->path, mt);
+    const cJSON *lt = hp_cfg_get(c->j, "layer_types"), *t;
+    if (!lt || cJSON_IsNull(lt))
+        return c->st;
+    if (!cJSON_IsArray(lt))
+        return hp_fail(c->err, HP_ERR_FORMAT, "%s: \"layer_types\" must be a list", c->path);
+    cJSON_ArrayForEach(t, lt)
+    {
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0)
+            return hp_fail(c->err, HP_ERR_UNSUPPORTED,
+                           "%s: \"layer_types\" other than \"full_attention\" are not supported", c->path);
+    }
+    return c->st;
+}
+
+/* A soft cap (Gemma's attn_logit_softcapping, final_logit_softcapping): null or absent is def, 0 none. */
+static float softcap(struct cfg *c, const char *key, double def)
+{
+    const cJSON *v = hp_cfg_get(c->j, key);
+    if (v && cJSON_IsNull(v))
+        return 0;
+    return (float)hp_cfg_num(c, key, def, 0, 1e9);
+}
+
+/*
+ * Gemma 2's and Gemma 3's own keys: which layers have the window (layer_types, else the class's pattern: Gemma 2
+ * every other one from layer 0, Gemma 3 five of every six), the scale of the scores, the soft caps and Gemma 3's
+ * rotary base for its sliding layers.
+ */
+static enum hp_status config_gemma(struct cfg *c, struct hp_model *m, const char *mt)
+{
+    struct hp_model_info *in = &m->info;
+    const bool g3 = strcmp(mt, "gemma3_text") == 0;
+    const cJSON *sw = hp_cfg_get(c->j, "sliding_window");
+    if (sw && cJSON_IsNull(sw))
+        return hp_fail(c->err, HP_ERR_UNSUPPORTED,
+                       "%s: \"sliding_window\" null is not supported (%s's sliding layers need a window)", c->path, mt);
+    if (!(m->sliding = calloc((size_t)in->n_layers, 1)))
+        return hp_fail(c->err, HP_ERR_NOMEM, "%s: out of memory", c->path);
+    const cJSON *lt = hp_cfg_get(c->j, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != in->n_layers)
+            return hp_fail(c->err, HP_ERR_FORMAT, "%s: \"layer_types\" must be a list of %d layer types (one a layer)",
+                           c->path, in->n_layers);
+        int l = 0;
+        const cJSON *t;
+        cJSON_ArrayForEach(t, lt)
+        {
+            const bool slide = cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
+            if (!slide && !(cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0))
+                return hp_fail(c->err, HP_ERR_FORMAT,
+                               "%s: \"layer_types\" entry %d must be \"full_attention\" or \"sliding_attention\"",
+                               c->path, l);
+            m->sliding[l++] = slide;
+        }
+    } else {
+        /* Gemma3TextConfig reads sliding_window_pattern (6) only to make layer_types; Gemma2Config's is 2 */
+        const int pattern = g3 ? hp_cfg_int(c, "sliding_window_pattern", 6, CFG_MAX_COUNT) : 2;
+        for (int l = 0; l < in->n_layers; l++)
+            m->sliding[l] = (l + 1) % pattern != 0;
+    }
+    m->attn_scale = (float)(1.0 / sqrt(hp_cfg_num(c, "query_pre_attn_scalar", 256, 0, 1e9)));
+    m->attn_softcap = softcap(c, "attn_logit_softcapping", g3 ? 0 : 50.0);
+    m->logit_softcap = softcap(c, "final_logit_softcapping", g3 ? 0 : 30.0);
+    /* Gemma 3's sliding layers turn by their own base, unscaled (rope_scaling is the global layers') */
+    if (g3)
+        m->rope_local = (struct hp_rope){.theta = (float)hp_cfg_num(c, "rope_local_base_freq", 10000.0, 0, 1e15)};
+    /* Gemma3TextScaledWordEmbedding's embed_scale and Gemma2Model's normalizer, in float32 */
+    m->embed_scale = (float)sqrt((double)in->d_model);
+    if (g3 && hp_cfg_bool(c, "use_bidirectional_attention", false))
+        return hp_fail(c->err, HP_ERR_UNSUPPORTED,
+                       "%s: use_bidirectional_attention (EmbeddingGemma's attention both ways) is not supported",
+                       c->path);
+    return c->st;
+}
+
+/* config.json of a Llama-family checkpoint (a row of llama_rows): shape, rotary, biases, q/k norms, fused
+ * projections, window, where the norms are and what Gemma adds. */
 enum hp_status hp_config_llama(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
                                const char **act)
 {
+    const struct llama_row *row = llama_row(mt);
+    assert(row); /* model.c's llama_types are the rows' types */
+    const unsigned f = row->flags;
     struct hp_model_info *in = &m->info;
     in->arch = HP_ARCH_LLAMA;
     m->rotary = true;
@@ -285,59 +415,38 @@ enum hp_status hp_config_llama(struct cfg *c, struct hp_model *m, const char *mt
     in->d_model = hp_cfg_int(c, "hidden_size", -1, CFG_MAX_DIM);
     in->d_ff = hp_cfg_int(c, "intermediate_size", -1, 4 * CFG_MAX_DIM);
     in->n_vocab = hp_cfg_int(c, "vocab_size", -1, CFG_MAX_VOCAB);
-    /* the configuration classes' defaults (MistralConfig 4096 * 32, Qwen2Config and Qwen3Config 32768,
-     * Phi3Config 4096, the others 2048): the positions, and dynamic rotary scaling's threshold */
-    const int ctx_default = strcmp(mt, "mistral") == 0   ? 131072
-                            : strncmp(mt, "qwen", 4) == 0 ? 32768
-                            : strcmp(mt, "phi3") == 0     ? 4096
-                                                          : 2048;
-    in->n_ctx = hp_cfg_int(c, "max_position_embeddings", ctx_default, CFG_MAX_CTX);
-    /* the configuration classes' defaults: Phi3Config's and Olmo2Config's 1e-5, the others' 1e-6 */
-    const double eps_default = strcmp(mt, "phi3") == 0 || strcmp(mt, "olmo2") == 0 ? 1e-5 : 1e-6;
-    m->norm_eps = (float)hp_cfg_num(c, "rms_norm_eps", eps_default, 0, 1);
+    /* the positions, and dynamic rotary scaling's threshold */
+    in->n_ctx = hp_cfg_int(c, "max_position_embeddings", row->ctx, CFG_MAX_CTX);
+    m->norm_eps = (float)hp_cfg_num(c, "rms_norm_eps", row->eps, 0, 1);
     m->rope = (struct hp_rope){.theta = (float)hp_cfg_num(c, "rope_theta", 10000.0, 0, 1e15)};
-    *act = hp_cfg_str(c, "hidden_act", "silu");
-    o->tied = hp_cfg_bool(c, "tie_word_embeddings", false);
-    /* the biases each modeling file builds: LlamaAttention's and LlamaMLP's by the config, Qwen3Attention's
-     * by it too (Qwen3MLP has none), Qwen2's q/k/v always, Mistral's none */
-    if (strcmp(mt, "llama") == 0 || strcmp(mt, "qwen3") == 0 || strcmp(mt, "olmo2") == 0)
+    *act = hp_cfg_str(c, row->act_key, f & F_GEMMA ? "gelu_pytorch_tanh" : "silu");
+    /* Gemma's classes tie by default; the others' (LlamaConfig's, ...) do not */
+    o->tied = hp_cfg_bool(c, "tie_word_embeddings", (f & F_GEMMA) != 0);
+    o->head_dim_def = row->head_dim;
+    if (f & F_ATTN_BIAS)
         o->qkv_bias = o->o_bias = hp_cfg_bool(c, "attention_bias", false);
-    if (strcmp(mt, "llama") == 0)
+    if (f & F_MLP_BIAS)
         o->mlp_bias = hp_cfg_bool(c, "mlp_bias", false);
-    o->qkv_bias |= strcmp(mt, "qwen2") == 0;
-    /* Qwen3's attention: q_norm and k_norm over each head, before rotary */
-    m->qk_norm = strcmp(mt, "qwen3") == 0;
-    /* OLMo 2's: q_norm over all the heads' queries together, k_norm over the keys', and its norms after attention
-     * and the MLP instead of before */
-    m->qk_norm_whole = o->post_norms = strcmp(mt, "olmo2") == 0;
-    const bool qwen = strncmp(mt, "qwen", 4) == 0;
+    o->qkv_bias |= (f & F_QKV_BIAS) != 0;
+    m->qk_norm = (f & F_QK_NORM) != 0;
+    m->qk_norm_whole = o->post_norms = (f & F_OLMO) != 0;
+    o->fused = (f & F_FUSED) != 0;
+    o->gemma_norms = (f & F_GEMMA) != 0;
+    if (c->st != HP_OK)
+        return c->st;
     enum hp_status st = read_rope_scaling(m, c->path, hp_cfg_get(c->j, "rope_scaling"), c->err);
     if (st != HP_OK)
         return st;
-    /* Phi-3: q, k and v in one projection and the MLP's gate and up in another; a window as Mistral's */
-    o->fused = strcmp(mt, "phi3") == 0;
-    /* MistralConfig's window is 4096 when config.json leaves the key out (null: none); Phi3Config's none */
-    if (strcmp(mt, "mistral") == 0 || o->fused)
-        in->window = hp_cfg_int(c, "sliding_window", !o->fused && !hp_cfg_get(c->j, "sliding_window") ? 4096 : 0, INT_MAX);
-    if (qwen && hp_cfg_bool(c, "use_sliding_window", false))
-        return hp_fail(c->err, HP_ERR_UNSUPPORTED,
-                       "%s: use_sliding_window (%s's window on its upper layers) is not supported", c->path,
-                       m->qk_norm ? "Qwen3" : "Qwen2");
-    /* Qwen2's and Qwen3's layer types: a sliding layer is one with a window, which headprune does not
-     * implement here */
-    const cJSON *lt = hp_cfg_get(c->j, "layer_types"), *t;
-    if (qwen && lt && !cJSON_IsNull(lt)) {
-        if (!cJSON_IsArray(lt))
-            return hp_fail(c->err, HP_ERR_FORMAT, "%s: \"layer_types\" must be a list", c->path);
-        cJSON_ArrayForEach(t, lt)
-        {
-            if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0)
-                return hp_fail(c->err, HP_ERR_UNSUPPORTED,
-                               "%s: \"layer_types\" other than \"full_attention\" are not supported", c->path);
-        }
-    }
+    /* the window: Mistral's 4096 when config.json leaves the key out (null: none), Phi-3's none, Gemma's 4096 on
+     * its sliding layers */
+    if (row->window >= 0)
+        in->window = hp_cfg_int(c, "sliding_window", hp_cfg_get(c->j, "sliding_window") ? 0 : row->window, INT_MAX);
+    if (f & F_QWEN_WINDOW)
+        st = refuse_qwen_window(c, m->qk_norm ? "Qwen3" : "Qwen2");
+    if (st == HP_OK && (f & F_GEMMA))
+        st = config_gemma(c, m, mt);
     in->causal = true;
-    return HP_OK;
+    return st != HP_OK ? st : c->st;
 }
 
 /* config.json of a GPT-NeoX checkpoint (model_type gpt_neox: Pythia): shape, partial rotary, parallel residual,

@@ -39,6 +39,9 @@ struct bind_opts {
     double rotary_pct;  /* GPT-NeoX: the fraction of each head rotary turns (0: all of it) */
     bool post_norms;    /* OLMo 2: norms after attention and the MLP (post_attention_layernorm,
                          * post_feedforward_layernorm), none before */
+    bool gemma_norms;   /* Gemma: four RMSNorms a layer (input, post_attention, pre_ and post_feedforward), each
+                         * and the final norm and q/k norms scaling by 1 + weight */
+    int head_dim_def;   /* > 0: the configuration class's head_dim when config.json has none (Qwen3, Gemma) */
     bool no_problem;    /* BERT: no problem_type, so one class is regression in transformers */
 };
 

@@ -337,6 +337,23 @@ void hp_op_rope_backward(float *dx, int N, int T, ptrdiff_t rs, int dh, const fl
     }
 }
 
+// --- soft-capping ------------------------------------------------------------
+
+void hp_op_softcap(float *x, size_t n, float cap)
+{
+    /* as transformers: divide, tanh, multiply (not a multiply by 1 / cap, which rounds differently) */
+    for (size_t i = 0; i < n; i++)
+        x[i] = tanhf(x[i] / cap) * cap;
+}
+
+void hp_op_softcap_backward(float *dx, const float *y, size_t n, float cap)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float t = y[i] / cap;
+        dx[i] *= 1.0f - t * t;
+    }
+}
+
 // --- softmax ----------------------------------------------------------------
 
 /* A row of scores that cannot be a distribution: not a number over its visible span [j0, n), 0 elsewhere. */

@@ -103,6 +103,13 @@ void hp_op_rope(float *x, int N, int T, ptrdiff_t rs, int dh, const float *tab);
 /* The reverse of hp_op_rope: dx (the gradient at the rotated slice) becomes the gradient at the unrotated one. */
 void hp_op_rope_backward(float *dx, int N, int T, ptrdiff_t rs, int dh, const float *tab);
 
+/* Soft-capping (Gemma 2's attention scores and logits): each of x's n values becomes cap tanh(x / cap). */
+void hp_op_softcap(float *x, size_t n, float cap);
+
+/* Its reverse: dx (the gradient at the capped values y, n of them) becomes the gradient before the cap,
+ * dx (1 - (y / cap)^2). */
+void hp_op_softcap_backward(float *dx, const float *y, size_t n, float cap);
+
 /* Softmax of each row of att (T, T) over its visible keys (causal: j <= i;
  * window > 0: also j > i - window; kmask NULL or (T), 0 = padding), on the
  * calling thread. */

@@ -195,6 +195,8 @@ Test(reference, phi3_fused_projections_and_window) { check_fixture("phi3-fused")
 Test(reference, gpt_neox_parallel_partial_rotary) { check_fixture("neox-parallel"); }
 Test(reference, gpt_neox_sequential_tied) { check_fixture("neox-sequential"); }
 Test(reference, olmo2_post_norms_and_whole_qk_norms) { check_fixture("olmo2-post-norms"); }
+Test(reference, gemma2_norms_soft_caps_alternate_window) { check_fixture("gemma2-softcap"); }
+Test(reference, gemma3_local_rotary_qk_norms) { check_fixture("gemma3-local"); }
 /* a folder holding one GGUF file (Q8_0, Q4_0, Q4_1, F16, F32), against transformers' own GGUF loader */
 Test(reference, llama_gguf_quantized) { check_fixture("llama-gguf"); }
 Test(reference, stories260K_real_checkpoint) { check_fixture("stories260K"); }

@@ -28,7 +28,7 @@ from transformers import (  # noqa: E402
     BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel,
     LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
     Qwen3Config, Qwen3ForCausalLM, Phi3Config, Phi3ForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM,
-    Olmo2Config, Olmo2ForCausalLM,
+    Olmo2Config, Olmo2ForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3TextConfig, Gemma3ForCausalLM,
 )
 import transformers  # noqa: E402
 
@@ -618,6 +618,83 @@ def olmo2_post_norms(out):
     return cases
 
 
+def differs(name, model, data, what, change):
+    """The model's logits with change(copy) applied differ: the fixture tests what change undoes."""
+    other = copy.deepcopy(model)
+    change(other)
+    with torch.no_grad():
+        diff = float((other(data["ids"]).logits - model(data["ids"]).logits).abs().max())
+    print(f"    {name}: max |logits - logits {what}| = {diff:.3g}")
+    assert diff > 1e-3, diff
+
+
+def gemma2_softcap(out):
+    """Gemma 2: RMSNorms scaling by 1 + weight before and after attention and the MLP (gains made random by
+    perturb), embeddings times sqrt(hidden), query_pre_attn_scalar 10 where head_dim is 12 (and hidden / heads
+    8), soft caps low enough to bend the scores (2) and the logits (3), the window (6, shorter than the 16-token
+    data) on layers 0 and 2 only, tanh GELU, tied embeddings. A loader that drops any of these gives other
+    logits (checked below)."""
+    name = "gemma2-softcap"
+    cfg = Gemma2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=12, max_position_embeddings=64,
+                       rope_theta=10000.0, rms_norm_eps=1e-6, query_pre_attn_scalar=10, sliding_window=6,
+                       attn_logit_softcapping=2.0, final_logit_softcapping=3.0, initializer_range=INIT,
+                       pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = make(Gemma2ForCausalLM, cfg, 37)
+    assert model.config.layer_types == ["sliding_attention", "full_attention", "sliding_attention"]
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    data = write_npy(d, causal_data(97, 137))
+    cases = finish(out, name, "data.npy", model, "llama", "causal", data, True, Gemma2ForCausalLM)
+
+    def no_caps(m):
+        m.config.final_logit_softcapping = None
+        for lay in m.model.layers:
+            lay.self_attn.attn_logit_softcapping = None
+
+    def no_window(m):
+        for lay in m.model.layers:
+            lay.self_attn.sliding_window = None
+            lay.attention_type = "full_attention"
+        m.config.layer_types = ["full_attention"] * 3
+
+    differs(name, model, data, "without the soft caps", no_caps)
+    differs(name, model, data, "without the window", no_window)
+    return cases
+
+
+def gemma3_local(out):
+    """Gemma 3 (text): Gemma 2's norms and scaled embeddings, q_norm and k_norm over each head (gains random),
+    no soft caps, sliding layers 0 and 2 (layer_types) with their own rotary base (rope_local_base_freq 100)
+    unscaled, the full layer 1 by rope_theta with linear scaling (factor 2). A loader that turns every layer by
+    one base, or scales the local ones, gives other logits (checked below)."""
+    name = "gemma3-local"
+    cfg = Gemma3TextConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=12, max_position_embeddings=64,
+                           rope_theta=10000.0, rope_local_base_freq=100.0,
+                           rope_scaling={"rope_type": "linear", "factor": 2.0}, rms_norm_eps=1e-6,
+                           query_pre_attn_scalar=10, sliding_window=6,
+                           layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                           initializer_range=INIT, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = make(Gemma3ForCausalLM, cfg, 41)
+    assert model.model.layers[0].self_attn.q_norm.weight.shape == (12,)
+    d = fresh_dir(out, name)
+    model.save_pretrained(d, safe_serialization=True)
+    data = write_npy(d, causal_data(97, 141))
+    cases = finish(out, name, "data.npy", model, "llama", "causal", data, True, Gemma3ForCausalLM)
+
+    def one_base(m):
+        m.model.rotary_emb_local = m.model.rotary_emb
+
+    def plain_qk(m):
+        for lay in m.model.layers:
+            lay.self_attn.q_norm.weight.data.zero_()
+
+    differs(name, model, data, "with the global rotary on every layer", one_base)
+    differs(name, model, data, "with q_norm's gains at 1", plain_qk)
+    return cases
+
+
 def llama_gguf(out):
     """A Llama as a GGUF file, written with the gguf package as llama.cpp's converter writes one (q and k rows
     interleaved per head for its rotary; its tensor names and metadata), its matrices in Q8_0, Q4_0, Q4_1, F16
@@ -843,6 +920,8 @@ FIXTURES = {
     "neox-sequential": lambda out: neox(out, "neox-sequential", False, 0.25, False, True, 23),
     "olmo2-post-norms": olmo2_post_norms,
     "llama-gguf": llama_gguf,
+    "gemma2-softcap": gemma2_softcap,
+    "gemma3-local": gemma3_local,
 }
 
 
