@@ -75,6 +75,8 @@ FIXTURES = {
     "phi3-fused": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")] + KL),
     "neox-parallel": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")] + KL),
     "olmo2-post-norms": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")] + KL),
+    "gemma2-softcap": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")] + KL),
+    "gemma3-local": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")] + KL),
     "neox-sequential": ("causal", "data.npy", PARTIAL + [("mean", "0.1,2.2", {(1, 0): 0.5}, "mean")] + KL[:1]),
     "gpt2-untied": ("causal", "data.npy", PARTIAL + KL[:1]),
     "llama-mlp-bias": ("causal", "data.npy", PARTIAL + [("mean", "0.1,1.2", {(1, 0): 0.5}, "mean")] + KL[:1]),
