@@ -218,6 +218,44 @@ static const struct hp_config_key olmo2[] = {
     H("attention_bias", "biases on q_proj, k_proj, v_proj and o_proj"),
 };
 
+/* Gemma2Config's and Gemma3TextConfig's keys: a Llama's shape and rotary, and what Gemma adds */
+#define GEMMA_FAMILY                                                                                                   \
+    H("vocab_size", "rows of the embedding and the head"), H("hidden_size", "the hidden size"),                      \
+        H("intermediate_size", "the MLP's width"), H("num_hidden_layers", "layers"),                                 \
+        H("num_attention_heads", "query heads per layer"), H("num_key_value_heads", "key/value heads per layer"),    \
+        H("head_dim", "each head's width (256 when absent, the classes' default)"),                                  \
+        H("hidden_activation", "the gated MLP's activation (Gemma's modeling reads this, not hidden_act)"),          \
+        H("max_position_embeddings", "the positions (and dynamic rotary scaling's threshold)"),                      \
+        H("rms_norm_eps", "the RMSNorms' epsilon"), H("rope_theta", "the rotary base (of the full layers)"),         \
+        H("rope_scaling", "rotary scaling (of the full layers): default, linear, dynamic and llama3"),               \
+        D("partial_rotary_factor", "rotary embedding on only this fraction of each head (modeling_rope_utils)",     \
+          "1"),                                                                                                      \
+        H("attention_bias", "biases on q_proj, k_proj, v_proj and o_proj"),                                          \
+        H("query_pre_attn_scalar", "the scores' scale is its inverse square root (not head_dim's)"),                 \
+        H("attn_logit_softcapping", "scores s become cap tanh(s / cap) before the mask (null: none)"),               \
+        H("final_logit_softcapping", "logits z become cap tanh(z / cap) (null: none)"),                              \
+        H("sliding_window", "each query on a sliding layer sees this many keys back (null refused)"),               \
+        H("layer_types", "which layers slide (sliding_attention) and which see every key (full_attention)"),         \
+        I("original_max_position_embeddings", "read by modeling_rope_utils for longrope and yarn only, refused"),  \
+        I("attention_dropout", "dropout (training)"), I("initializer_range", "initialisation (training)")
+
+static const struct hp_config_key gemma2[] = {
+    GEMMA_FAMILY,
+};
+
+static const struct hp_config_key gemma3_text[] = {
+    GEMMA_FAMILY,
+    H("rope_local_base_freq", "the rotary base of the sliding layers, which rope_scaling leaves unscaled"),
+    H("sliding_window_pattern", "without layer_types: every pattern-th layer full, the others sliding"),
+    I("_sliding_window_pattern", "written by save_pretrained; the class sets it from sliding_window_pattern, "
+                                 "whatever config.json says"),
+    D("use_bidirectional_attention", "every query sees every key in the window (EmbeddingGemma)", "false"),
+    I("image_token_id", "Gemma3ForConditionalGeneration's images; the text model never reads it"),
+    I("mm_tokens_per_image", "Gemma3ForConditionalGeneration's images; the text model never reads it"),
+    I("vision_config", "Gemma3ForConditionalGeneration's vision tower"),
+    I("text_config", "Gemma3ForConditionalGeneration's; a gemma3_text config is the text config itself"),
+};
+
 /* GPTNeoXConfig (Pythia) */
 static const struct hp_config_key gpt_neox[] = {
     H("vocab_size", "rows of embed_in and embed_out"), H("hidden_size", "the hidden size"),
@@ -251,7 +289,8 @@ static const struct {
     {"gpt2", gpt2, N(gpt2)}, {"bert", bert, N(bert)}, {"llama", llama, N(llama)},
     {"mistral", mistral, N(mistral)}, {"qwen2", qwen2, N(qwen2)}, {"qwen3", qwen3, N(qwen3)},
     {"phi3", phi3, N(phi3)}, {"gpt_neox", gpt_neox, N(gpt_neox)},
-    {"olmo2", olmo2, N(olmo2)}, {NULL, shared, N(shared)},
+    {"olmo2", olmo2, N(olmo2)}, {"gemma2", gemma2, N(gemma2)}, {"gemma3_text", gemma3_text, N(gemma3_text)},
+    {NULL, shared, N(shared)},
 };
 
 const struct hp_config_key *hp_config_keys(const char *model_type, int *n)

@@ -391,10 +391,6 @@ static enum hp_status config_gemma(struct cfg *c, struct hp_model *m, const char
         m->rope_local = (struct hp_rope){.theta = (float)hp_cfg_num(c, "rope_local_base_freq", 10000.0, 0, 1e15)};
     /* Gemma3TextScaledWordEmbedding's embed_scale and Gemma2Model's normalizer, in float32 */
     m->embed_scale = (float)sqrt((double)in->d_model);
-    if (g3 && hp_cfg_bool(c, "use_bidirectional_attention", false))
-        return hp_fail(c->err, HP_ERR_UNSUPPORTED,
-                       "%s: use_bidirectional_attention (EmbeddingGemma's attention both ways) is not supported",
-                       c->path);
     return c->st;
 }
 

@@ -8,6 +8,7 @@
 #define _DEFAULT_SOURCE
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -634,7 +635,8 @@ Test(model, max_position_defaults)
         const char *fixture;
         int n_ctx;
     } cases[] = {{"mistral-window", 131072}, {"qwen3-qknorm", 32768}, {"qwen2-bias", 32768}, {"phi3-fused", 4096},
-                 {"llama-gqa", 2048}, {"olmo2-post-norms", 2048}};
+                 {"llama-gqa", 2048}, {"olmo2-post-norms", 2048}, {"gemma2-softcap", 8192},
+                 {"gemma3-local", 131072}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         use_fixture(cases[i].fixture);
         write_weights(NULL, 0);
@@ -682,6 +684,100 @@ Test(model, qwen3_sliding_window_layers)
     expect_fail(HP_ERR_UNSUPPORTED, "config.json", "use_sliding_window (Qwen3's window");
     llama_config("qwen3-qknorm", "\"full_attention\"", "\"sliding_attention\"");
     expect_fail(HP_ERR_UNSUPPORTED, "config.json", "\"layer_types\" other than \"full_attention\"");
+}
+
+/* Gemma's keys that change the maths, read as transformers reads them: the window on the layers layer_types names
+ * (else the class's pattern), Gemma 3's own rotary base on those layers only, query_pre_attn_scalar's scale, the
+ * scaled embeddings, the soft caps and their defaults (Gemma 2's 50 and 30, Gemma 3's none) */
+Test(model, gemma_layers_scales_and_caps)
+{
+    struct hp_error err;
+    struct hp_model *m;
+    use_fixture("gemma3-local");
+    write_weights(NULL, 0);
+    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+    for (int l = 0; l < 3; l++) {
+        cr_assert_eq(m->layers[l].window, l == 1 ? 0 : 6, "layer %d: window %d", l, m->layers[l].window);
+        cr_assert_eq(m->layers[l].local_rope, l != 1, "layer %d: local rotary", l);
+    }
+    cr_assert_eq(m->rope_local.theta, 100.0f);
+    cr_assert_eq(m->rope_local.type, HP_ROPE_DEFAULT, "the local layers' rotary is unscaled");
+    cr_assert_eq(m->rope.type, HP_ROPE_LINEAR);
+    cr_assert_eq(m->attn_scale, (float)(1 / sqrt(10.0)));
+    cr_assert_eq(m->embed_scale, (float)sqrt(32.0));
+    cr_assert(m->attn_softcap == 0 && m->logit_softcap == 0, "Gemma 3 has no soft caps");
+    hp_model_close(m);
+    /* without layer_types: Gemma3TextConfig's sliding_window_pattern (6: all three layers slide), or one given */
+    static const struct {
+        const char *pattern;
+        int full; /* the layer without the window, -1 none */
+    } pats[] = {{"", -1}, {"\"sliding_window_pattern\": 2, ", 1}};
+    for (int i = 0; i < 2; i++) {
+        use_fixture("gemma3-local");
+        write_weights(NULL, 0);
+        char p[1200];
+        snprintf(p, sizeof p, "%s/config.json", tmp);
+        char *c = tu_slurp(p, NULL), *at = strstr(c, "\"layer_types\""), *end = strchr(at, ']');
+        cr_assert(at && end);
+        memmove(at, end + 3, strlen(end + 3) + 1); /* the list, its "]," and the newline */
+        char text[4096];
+        snprintf(text, sizeof text, "{%s%s", pats[i].pattern, c + 1);
+        spit("config.json", text, strlen(text));
+        free(c);
+        cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+        for (int l = 0; l < 3; l++)
+            cr_assert_eq(m->layers[l].window, l == pats[i].full ? 0 : 6, "pattern %s layer %d", pats[i].pattern, l);
+        hp_model_close(m);
+    }
+    use_fixture("gemma2-softcap");
+    write_weights(NULL, 0);
+    edit_config("\"attn_logit_softcapping\": 2.0,", "");
+    edit_config("\"final_logit_softcapping\": 3.0,", "");
+    cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert(m->attn_softcap == 50.0f && m->logit_softcap == 30.0f, "Gemma2Config's caps %g %g",
+              (double)m->attn_softcap, (double)m->logit_softcap);
+    cr_assert(m->rope_local.theta == 0 && !m->layers[0].local_rope, "Gemma 2 turns every layer by rope_theta");
+    hp_model_close(m);
+}
+
+/* Gemma's keys headprune does not implement, or whose values are no model: refused, named */
+Test(model, gemma_refusals)
+{
+    static const struct {
+        const char *fixture, *from, *to, *says;
+        enum hp_status st;
+    } cases[] = {
+        {"gemma2-softcap", "\"sliding_window\": 6", "\"sliding_window\": null", "\"sliding_window\" null is not supported",
+         HP_ERR_UNSUPPORTED},
+        {"gemma2-softcap", "\"attn_logit_softcapping\": 2.0", "\"attn_logit_softcapping\": 0",
+         "\"attn_logit_softcapping\" must be a number above 0", HP_ERR_FORMAT},
+        {"gemma2-softcap", "\"query_pre_attn_scalar\": 10", "\"query_pre_attn_scalar\": -1",
+         "\"query_pre_attn_scalar\" must be a number above 0", HP_ERR_FORMAT},
+        {"gemma2-softcap", "\"layer_types\": [", "\"layer_types\": [\"full_attention\", ",
+         "\"layer_types\" must be a list of 3 layer types", HP_ERR_FORMAT},
+        {"gemma2-softcap", "\"sliding_attention\",", "\"chunked_attention\",",
+         "\"layer_types\" entry 0 must be \"full_attention\" or \"sliding_attention\"", HP_ERR_FORMAT},
+        {"gemma3-local", "\"use_bidirectional_attention\": false", "\"use_bidirectional_attention\": true",
+         "use_bidirectional_attention", HP_ERR_UNSUPPORTED},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        llama_config(cases[i].fixture, cases[i].from, cases[i].to);
+        expect_fail(cases[i].st, "config.json", cases[i].says);
+    }
+}
+
+/* head_dim absent: the configuration class's (Qwen3's 128, Gemma's 256), not hidden / heads, as transformers
+ * builds the model: the fixtures' 12-wide heads then disagree with their tensors, named */
+Test(model, head_dim_defaults)
+{
+    static const char *const fixtures[] = {"qwen3-qknorm", "gemma2-softcap"};
+    static const char *const implies[] = {"[512, 32]", "[1024, 32]"};
+    for (int i = 0; i < 2; i++) {
+        use_fixture(fixtures[i]);
+        write_weights(NULL, 0);
+        edit_config("\"head_dim\": 12,", "");
+        expect_fail(HP_ERR_SHAPE, "q_proj.weight", implies[i]);
+    }
 }
 
 /* GPT-NeoX: rotary over an odd number of dimensions, and a head_dim the rotary frequencies would be sized by
@@ -1105,7 +1201,8 @@ Test(model, every_transformers_config_key_is_decided)
             cJSON_Delete(v);
         }
     }
-    cr_assert_eq(n_arch, 9, "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, gpt_neox and olmo2 expected in %s", p);
+    cr_assert_eq(n_arch, 11, "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, gpt_neox, olmo2, gemma2 and gemma3_text "
+                             "expected in %s", p);
     cr_assert_eq(bad, 0, "%d config keys undecided or stale (first 10 above; %d keys checked)", bad, n_keys);
     cJSON_Delete(j);
     free(txt);
@@ -1114,9 +1211,9 @@ Test(model, every_transformers_config_key_is_decided)
 /* every accepted default of every table is JSON, and the audit accepts it */
 Test(model, config_key_defaults_are_accepted)
 {
-    static const char *const archs[] = {"gpt2",  "bert", "llama",    "mistral", "qwen2",
-                                        "qwen3", "phi3", "gpt_neox", "olmo2"};
-    for (int a = 0; a < 9; a++) {
+    static const char *const archs[] = {"gpt2", "bert",     "llama", "mistral", "qwen2",      "qwen3",
+                                        "phi3", "gpt_neox", "olmo2", "gemma2",  "gemma3_text"};
+    for (int a = 0; a < 11; a++) {
         int nr;
         const struct hp_config_key *rows = hp_config_keys(archs[a], &nr);
         for (int i = 0; i < nr; i++)

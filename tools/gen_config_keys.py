@@ -2,10 +2,11 @@
 """Every config.json key transformers knows for each architecture headprune supports.
 
 Writes tests/fixtures/config-keys.json: per model_type (gpt2, bert, llama,
-mistral, qwen2, qwen3, phi3, gpt_neox, olmo2) the keys of its transformers 4.x configuration class, where
+mistral, qwen2, qwen3, phi3, gpt_neox, olmo2, gemma2,
+gemma3_text) the keys of its transformers 4.x configuration class, where
 each comes from:
 
-  class   a parameter of the configuration class's __init__
+  class   a parameter of the configuration class's __init__, or a key it reads from its kwargs
   base    PretrainedConfig's: its __init__ parameters, the keys it pops from
           kwargs (torch_dtype, transformers_version, ...) and the legacy
           generation settings it still reads
@@ -29,8 +30,8 @@ import os
 import re
 
 import transformers
-from transformers import (BertConfig, GPT2Config, GPTNeoXConfig, LlamaConfig, Olmo2Config, MistralConfig, Phi3Config, PretrainedConfig,
-                          Qwen2Config, Qwen3Config)
+from transformers import (BertConfig, Gemma2Config, Gemma3TextConfig, GPT2Config, GPTNeoXConfig, LlamaConfig,
+                          Olmo2Config, MistralConfig, Phi3Config, PretrainedConfig, Qwen2Config, Qwen3Config)
 from transformers import modeling_rope_utils
 from transformers.models.bert import modeling_bert
 from transformers.models.gpt2 import modeling_gpt2
@@ -41,6 +42,8 @@ from transformers.models.qwen3 import modeling_qwen3
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.olmo2 import modeling_olmo2
+from transformers.models.gemma2 import modeling_gemma2
+from transformers.models.gemma3 import modeling_gemma3
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(REPO, "tests", "fixtures", "config-keys.json")
@@ -55,11 +58,20 @@ ARCHS = {
     "phi3": (Phi3Config, [modeling_phi3, modeling_rope_utils]),
     "gpt_neox": (GPTNeoXConfig, [modeling_gpt_neox, modeling_rope_utils]),
     "olmo2": (Olmo2Config, [modeling_olmo2, modeling_rope_utils]),
+    "gemma2": (Gemma2Config, [modeling_gemma2, modeling_rope_utils]),
+    "gemma3_text": (Gemma3TextConfig, [modeling_gemma3, modeling_rope_utils]),
 }
 
 
 def params(fn):
     return [p for p in inspect.signature(fn).parameters if p not in ("self", "kwargs", "args")]
+
+
+def class_keys(cls):
+    """The class's __init__ parameters and the keys it reads from kwargs (Gemma3TextConfig's
+    sliding_window_pattern, which only makes layer_types)."""
+    src = inspect.getsource(cls.__init__)
+    return set(params(cls.__init__)) | set(re.findall(r'kwargs\.(?:pop|get)\("(\w+)"', src))
 
 
 def base_keys():
@@ -86,7 +98,7 @@ def main():
     for mt, (cls, mods) in ARCHS.items():
         assert cls.model_type == mt
         src = {}
-        for what, keys in (("class", params(cls.__init__)), ("base", base),
+        for what, keys in (("class", class_keys(cls)), ("base", base),
                            ("alias", getattr(cls, "attribute_map", {}).keys()),
                            ("saved", cls().to_dict().keys()), ("read", read_keys(mods))):
             for k in keys:
