@@ -194,6 +194,8 @@ Test(export, qwen2_biases) { roundtrip("qwen2-bias", "0.1,kv:1.1"); }
 Test(export, qwen3_qk_norms) { roundtrip("qwen3-qknorm", "0.1,kv:1.1,2.3"); }
 Test(export, phi3_fused_projections) { roundtrip("phi3-fused", "0.1,kv:1.1,2.3"); }
 Test(export, phi3_whole_kv_groups) { roundtrip("phi3-fused", "kv:0.0,kv:2.1"); }
+Test(export, gemma2_norms_and_caps) { roundtrip("gemma2-softcap", "0.1,kv:1.1,2.3"); }
+Test(export, gemma3_local_layers) { roundtrip("gemma3-local", "0.0,kv:1.0,2.2"); }
 /* a GGUF model's export: an f32 Hugging Face checkpoint of the dequantized weights (transformers loads it: the
  * check is by hand, docs/gguf.md) */
 Test(export, gguf_to_f32_checkpoint) { roundtrip("llama-gguf", "kv:0.1,kv:1.0,1.3"); }
@@ -710,6 +712,8 @@ Test(export, transformers_loads_llama_bf16) { hf_checked("llama-tied-bf16"); }
 Test(export, transformers_loads_qwen2) { hf_checked("qwen2-bias"); }
 Test(export, transformers_loads_qwen3) { hf_checked("qwen3-qknorm"); }
 Test(export, transformers_loads_phi3) { hf_checked("phi3-fused"); }
+Test(export, transformers_loads_gemma2) { hf_checked("gemma2-softcap"); }
+Test(export, transformers_loads_gemma3) { hf_checked("gemma3-local"); }
 Test(export, transformers_refuses_a_pruned_gpt_neox) { hf_checked("neox-parallel"); }
 Test(export, transformers_refuses_uneven_llama) { hf_checked("llama-gqa-uneven"); }
 Test(export, transformers_refuses_a_layer_without_heads) { hf_checked("gpt2-empty-layer"); }

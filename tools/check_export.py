@@ -17,7 +17,7 @@ tests/test_export.c re-exports every case and compares the bytes with what
 is kept here, so the evidence is about the exporter as it is, and checks
 that headprune evaluates each export to the metrics transformers recorded.
 
-    /work/venv/bin/python tools/check_export.py [--headprune build/headprune]
+    /work/venv/bin/python tools/check_export.py [--headprune build/headprune] [cases...]
 """
 import argparse
 import json
@@ -36,7 +36,7 @@ from gen_fixtures import Runner  # noqa: E402
 import transformers  # noqa: E402
 from transformers import (  # noqa: E402
     BertForMaskedLM, BertModel, GPT2LMHeadModel, GPTNeoXForCausalLM, LlamaForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM,
-    Qwen3ForCausalLM,
+    Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM,
 )
 
 transformers.logging.set_verbosity_error()
@@ -58,6 +58,8 @@ CASES = [
     ("llama-gqa-uneven", "llama-gqa", "kv:0.1,1.0", LlamaForCausalLM, "llama", "causal", False),
     ("gpt2-empty-layer", "gpt2-tiny", "1.*", GPT2LMHeadModel, "gpt2", "causal", False),
     ("neox-parallel", "neox-parallel", "0.1,2.0,2.3", GPTNeoXForCausalLM, "neox", "causal", False),
+    ("gemma2-softcap", "gemma2-softcap", "kv:0.1,kv:1.0,kv:2.1", Gemma2ForCausalLM, "llama", "causal", True),
+    ("gemma3-local", "gemma3-local", "kv:0.0,kv:1.1,kv:2.0", Gemma3ForCausalLM, "llama", "causal", True),
 ]
 
 
@@ -74,11 +76,14 @@ def load_data(src):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--headprune", default=os.path.join(REPO, "build", "headprune"))
+    ap.add_argument("names", nargs="*", help="cases to (re)check; default all")
     a = ap.parse_args()
     out_root = os.path.join(FIX, "exported")
     os.makedirs(out_root, exist_ok=True)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     for name, src_name, spec, cls, arch, kind, loads in CASES:
+        if a.names and name not in a.names:
+            continue
         src = os.path.join(FIX, src_name)
         out = os.path.join(out_root, name)
         if os.path.isdir(out):
