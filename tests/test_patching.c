@@ -148,7 +148,7 @@ static const char *const fixtures[] = {"gpt2-tiny", "gpt2-noprefix", "gpt2-untie
                                        "llama-gqa", "llama-mlp-bias", "llama-tied-bf16", "llama-rope-dynamic",
                                        "llama-rope-linear", "llama-rope-llama3", "qwen2-bias", "mistral-window",
                                        "stories260K", "qwen3-qknorm", "phi3-fused", "neox-parallel",
-                                       "neox-sequential", "olmo2-post-norms"};
+                                       "neox-sequential", "olmo2-post-norms", "gemma2-softcap", "gemma3-local"};
 
 Test(patching, grid_agrees_with_hugging_face_on_every_causal_fixture)
 {
@@ -450,7 +450,8 @@ Test(patching, attribution_under_resample_is_nandas_estimate_by_torch_autograd)
 {
     static const char *const with_ref[] = {"gpt2-tiny", "gpt2-untied", "llama-gqa", "llama-mlp-bias", "qwen2-bias",
                                            "mistral-window", "stories260K", "qwen3-qknorm", "phi3-fused",
-                                           "neox-parallel", "neox-sequential", "olmo2-post-norms"};
+                                           "neox-parallel", "neox-sequential", "olmo2-post-norms",
+                                           "gemma2-softcap", "gemma3-local"};
     for (size_t i = 0; i < sizeof with_ref / sizeof *with_ref; i++)
         check_atp(with_ref[i]);
 }

@@ -266,6 +266,8 @@ Test(roles, qwen3_qk_norms) { against_reference("qwen3-qknorm"); }
 Test(roles, phi3_fused_with_a_window) { against_reference("phi3-fused"); }
 Test(roles, gpt_neox_parallel) { against_reference("neox-parallel"); }
 Test(roles, olmo2_post_norms) { against_reference("olmo2-post-norms"); }
+Test(roles, gemma2_soft_capped_scores) { against_reference("gemma2-softcap"); }
+Test(roles, gemma3_local_layers) { against_reference("gemma3-local"); }
 Test(roles, stories260K) { against_reference("stories260K"); }
 Test(roles, default_model) { against_reference("default"); }
 

@@ -32,7 +32,7 @@ import gen_task_fixtures as gtf  # noqa: E402
 # unpruned causal fixtures (a pruned one's slices would need its kept heads; dynamic rope's rows depend on padding)
 FIXTURES = ["gpt2-tiny", "gpt2-untied", "llama-gqa", "llama-mlp-bias", "qwen2-bias", "mistral-window", "stories260K",
             "qwen3-qknorm", "phi3-fused", "neox-parallel", "neox-sequential",
-            "olmo2-post-norms"]
+            "olmo2-post-norms", "gemma2-softcap", "gemma3-local"]
 
 
 def run_grad(p, ids, answer, wrong, metric):

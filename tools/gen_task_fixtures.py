@@ -72,7 +72,7 @@ FIXTURES = {
     "llama-rope-dynamic": SHORT, "llama-rope-linear": SHORT, "llama-rope-llama3": SHORT,
     "qwen2-bias": SHORT, "mistral-window": (24, (12, 16, 19, 21, 23, 27, 31, 40)),
     "stories260K": SHORT, "qwen3-qknorm": SHORT, "phi3-fused": SHORT, "neox-parallel": SHORT,
-    "neox-sequential": SHORT, "olmo2-post-norms": SHORT,
+    "neox-sequential": SHORT, "olmo2-post-norms": SHORT, "gemma2-softcap": SHORT, "gemma3-local": SHORT,
 }
 # causal fixtures left out, and why (main() checks every causal fixture is in one of the two)
 SKIPPED = {"llama-gqa-sharded": "the same model as llama-gqa (sharded files): use llama-gqa's task"}

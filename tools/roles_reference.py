@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 import transformers
-from transformers import AutoConfig, AutoModel
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 transformers.logging.set_verbosity_error()
 torch.set_num_threads(1)
@@ -60,6 +60,8 @@ MODELS = {
     "qwen3-qknorm": ("tests/fixtures/qwen3-qknorm", "tests/fixtures/qwen3-qknorm/data.npy"),
     "phi3-fused": ("tests/fixtures/phi3-fused", "tests/fixtures/phi3-fused/data.npy"),
     "olmo2-post-norms": ("tests/fixtures/olmo2-post-norms", "tests/fixtures/olmo2-post-norms/data.npy"),
+    "gemma2-softcap": ("tests/fixtures/gemma2-softcap", "tests/fixtures/gemma2-softcap/data.npy"),
+    "gemma3-local": ("tests/fixtures/gemma3-local", "tests/fixtures/gemma3-local/data.npy"),
     "neox-parallel": ("tests/fixtures/neox-parallel", "tests/fixtures/neox-parallel/data.npy"),
     "stories260K": ("tests/fixtures/stories260K", "tests/fixtures/stories260K/data.npy"),
     "default": ("models/default", "models/default/heldout.npy"),
@@ -134,7 +136,14 @@ def load_data(path):
 
 
 def load_model(mdir):
-    model = AutoModel.from_pretrained(os.path.join(REPO, mdir), attn_implementation="eager", dtype=torch.float64)
+    """The base model, every weight from the checkpoint. AutoModel of a causal LM's checkpoint can miss them all
+    (Gemma3TextModel does not strip Gemma3ForCausalLM's "model." prefix) and run random weights; the causal LM
+    class then loads them, and its attentions are the base model's."""
+    kw = {"attn_implementation": "eager", "dtype": torch.float64, "output_loading_info": True}
+    model, info = AutoModel.from_pretrained(os.path.join(REPO, mdir), **kw)
+    if info["missing_keys"]:
+        model, info = AutoModelForCausalLM.from_pretrained(os.path.join(REPO, mdir), **kw)
+    assert not info["missing_keys"], f"{mdir}: weights missing from the checkpoint: {info['missing_keys'][:5]}"
     model.eval()
     return model
 
