@@ -208,8 +208,8 @@ static void scores(const struct hp_model *m, const struct hp_bwd *w, const struc
     const int T = a->in->T, qd = m->info.n_heads * m->info.d_head, kvd = m->info.n_kv_heads * m->info.d_head,
               dh = m->info.d_head;
     hp_gemm1(T, T, dh, scale, w->act.q + r0 * qd + h * dh, qd, 1, w->act.k + r0 * kvd + kv * dh, 1, kvd, 0.0f, att, T, 1);
-    if (m->attn_softcap > 0)
-        hp_op_softcap(att, (size_t)T * T, m->attn_softcap);
+    if (m->info.attn_softcap > 0)
+        hp_op_softcap(att, (size_t)T * T, m->info.attn_softcap);
 }
 
 /* The probabilities (T, T) of query head h of layer l over KV head kv for the sequence at rows r0... */
@@ -406,9 +406,9 @@ static void attention_backward(const struct hp_model *m, struct hp_bwd *w, const
             hp_gemm1(T, T, dh, 1.0f, da, qd, 1, v, 1, kvd, 0.0f, datt, T, 1);
             hp_gemm1(T, dh, T, 1.0f, att, 1, T, da, qd, 1, beta, dv, kvd, 1);
             hp_op_softmax_rows_backward(datt, att, T, in->causal, L->window, km);
-            if (m->attn_softcap > 0) { /* through the cap: the capped scores again, where P was */
+            if (m->info.attn_softcap > 0) { /* through the cap: the capped scores again, where P was */
                 scores(m, w, a, att, r0, h, kv, scale);
-                hp_op_softcap_backward(datt, att, (size_t)T * T, m->attn_softcap);
+                hp_op_softcap_backward(datt, att, (size_t)T * T, m->info.attn_softcap);
             }
             /* the scores were scale q k^T: dq = scale dS k, dk += scale dS^T q */
             hp_gemm1(T, dh, T, scale, datt, T, 1, k, kvd, 1, 0.0f, w->dq + r0 * qd + h * dh, qd, 1);

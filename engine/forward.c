@@ -308,7 +308,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         hp_op_head_rms_norm(ks, kp ? kp->kr : NULL, N, kvd, 0, 1, kvd, L->k_norm, m->norm_eps);
     }
 
-    const float scale = hp_fwd_attn_scale(m, l), cap = m->attn_softcap;
+    const float scale = hp_fwd_attn_scale(m, l), cap = m->info.attn_softcap;
     const float *const rope = L->local_rope ? w->rope_local : w->rope;
     const int window = L->window;
     for (int kv = 0; kv < KV; kv++)
@@ -531,8 +531,8 @@ void hp_fwd_logits(const struct hp_model *m, struct hp_fwd *w, const float *h, i
     /* logits (N, nv) = h (N, d) E[v0 : v0 + nv]^T: E (V, d) row-major read transposed */
     hp_mat_gemm(w->mb, N, nv, d, 1.0f, h, d, 1, hp_mat_t(hp_mat_at(m->lm_head, v0, 0)), 0.0f, out, ldo, 1);
     hp_op_add_bias(out, N, nv, ldo, m->mlm_bias ? m->mlm_bias + v0 : NULL);
-    for (int r = 0; m->logit_softcap > 0 && r < N; r++)
-        hp_op_softcap(out + (size_t)r * ldo, (size_t)nv, m->logit_softcap);
+    for (int r = 0; m->info.logit_softcap > 0 && r < N; r++)
+        hp_op_softcap(out + (size_t)r * ldo, (size_t)nv, m->info.logit_softcap);
 }
 
 const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_in *fin,

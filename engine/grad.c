@@ -165,7 +165,7 @@ static bool head_grad_new(const struct hp_evaluator *ev, const struct hp_grad_st
     /* an LM's rows twice: the unmasked model's go through the head beside the pass's (kl, or a variant's KL) */
     const size_t d = (size_t)in->d_model, vb = lm ? (size_t)hp_eval_vocab_block(in->n_vocab) : 0,
                  nz = ev->has_cls ? (size_t)gs->batch * in->n_labels : 0, nr = lm ? rows : 0, n2 = 2 * nr,
-                 ncap = ev->m->logit_softcap > 0 ? nr : 0;
+                 ncap = ev->m->info.logit_softcap > 0 ? nr : 0;
     memset(hg, 0, sizeof *hg);
     hg->metric = metric;
     hg->rows = rows;
@@ -269,7 +269,7 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
     const struct hp_model *m = ev->m;
     const int d = m->info.d_model, V = m->info.n_vocab, VB = hp_eval_vocab_block(V), n = hg->n_sc;
     const bool kl = hg->metric == HP_METRIC_KL, ld = hg->metric == HP_METRIC_LOGIT_DIFF, ref = hg->ref;
-    const float cap = m->logit_softcap;
+    const float cap = m->info.logit_softcap;
     /* the unmasked rows' logits are made when there is a KL to take; their gradient only under kl */
     const int n_fwd = ref ? 2 * n : n, n_bwd = kl ? 2 * n : n;
     gather_scored(ev, hg, h, hg->hc);

@@ -337,7 +337,7 @@ static enum hp_status refuse_qwen_window(struct cfg *c, const char *mt)
     return c->st;
 }
 
-/* A soft cap (Gemma's attn_logit_softcapping, final_logit_softcapping): null or absent is def, 0 none. */
+/* A soft cap (Gemma's attn_logit_softcapping, final_logit_softcapping): def when absent, none (0) when null. */
 static float softcap(struct cfg *c, const char *key, double def)
 {
     const cJSON *v = hp_cfg_get(c->j, key);
@@ -361,6 +361,7 @@ static enum hp_status config_gemma(struct cfg *c, struct hp_model *m, const char
                        "%s: \"sliding_window\" null is not supported (%s's sliding layers need a window)", c->path, mt);
     if (!(m->sliding = calloc((size_t)in->n_layers, 1)))
         return hp_fail(c->err, HP_ERR_NOMEM, "%s: out of memory", c->path);
+    in->sliding = m->sliding;
     const cJSON *lt = hp_cfg_get(c->j, "layer_types");
     if (lt && !cJSON_IsNull(lt)) {
         if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != in->n_layers)
@@ -384,8 +385,8 @@ static enum hp_status config_gemma(struct cfg *c, struct hp_model *m, const char
             m->sliding[l] = (l + 1) % pattern != 0;
     }
     m->attn_scale = (float)(1.0 / sqrt(hp_cfg_num(c, "query_pre_attn_scalar", 256, 0, 1e9)));
-    m->attn_softcap = softcap(c, "attn_logit_softcapping", g3 ? 0 : 50.0);
-    m->logit_softcap = softcap(c, "final_logit_softcapping", g3 ? 0 : 30.0);
+    m->info.attn_softcap = softcap(c, "attn_logit_softcapping", g3 ? 0 : 50.0);
+    m->info.logit_softcap = softcap(c, "final_logit_softcapping", g3 ? 0 : 30.0);
     /* Gemma 3's sliding layers turn by their own base, unscaled (rope_scaling is the global layers') */
     if (g3)
         m->rope_local = (struct hp_rope){.theta = (float)hp_cfg_num(c, "rope_local_base_freq", 10000.0, 0, 1e15)};

@@ -83,11 +83,9 @@ struct hp_model {
     bool parallel;  /* pre-norm, attention and MLP side by side: x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX) */
     struct hp_rope rope;  /* rotary: the frequencies (ops_int.h) */
     struct hp_rope rope_local; /* theta > 0: the frequencies of the layers with local_rope (Gemma 3's sliding ones) */
-    uint8_t *sliding;     /* NULL: info.window on every layer; else (n_layers), 1 where a layer has the window (owned) */
+    uint8_t *sliding;     /* info.sliding, owned */
     float embed_scale;    /* > 0: the token embeddings times this (Gemma's sqrt(hidden_size)); 0: as stored */
     float attn_scale;     /* > 0: the scores' scale (Gemma's query_pre_attn_scalar ** -0.5); 0: 1 / sqrt(d_head) */
-    float attn_softcap;   /* > 0: each score s becomes cap tanh(s / cap) before the mask and softmax (Gemma 2) */
-    float logit_softcap;  /* > 0: each logit z becomes cap tanh(z / cap) (Gemma 2's final_logit_softcapping) */
     enum hp_act act;
     float attn_scale_div; /* GPT-2 scale_attn_by_inverse_layer_idx: 1 or layer-dependent */
     bool scale_by_layer;

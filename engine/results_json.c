@@ -148,6 +148,16 @@ char *hp_model_info_json(const struct hp_model_info *in, const char *model)
         cJSON_AddNumberToObject(o, "n_ctx", in->n_ctx);
         if (in->window > 0)
             cJSON_AddNumberToObject(o, "window", in->window);
+        if (in->window > 0 && in->sliding) {
+            cJSON *ls = cJSON_AddArrayToObject(o, "window_layers");
+            for (int l = 0; ls && l < in->n_layers; l++)
+                if (in->sliding[l])
+                    cJSON_AddItemToArray(ls, cJSON_CreateNumber(l));
+        }
+        if (in->attn_softcap > 0)
+            cJSON_AddNumberToObject(o, "attn_softcap", in->attn_softcap);
+        if (in->logit_softcap > 0)
+            cJSON_AddNumberToObject(o, "logit_softcap", in->logit_softcap);
         cJSON_AddNumberToObject(o, "n_params", (double)in->n_params);
         cJSON_AddStringToObject(o, "dtype", in->dtype);
         cJSON_AddBoolToObject(o, "causal", in->causal);

@@ -109,6 +109,11 @@ struct hp_model_info {
     /* Mistral's sliding window: each token attends to itself and the window - 1
      * tokens before it; 0 = no window */
     int window;
+    /* NULL: the window (if any) on every layer; else (n_layers), 1 where a layer
+     * has it (Gemma's sliding layers; the others see every key) */
+    const uint8_t *sliding;
+    /* > 0: attention scores s (logits z) become cap tanh(s / cap) (Gemma 2) */
+    float attn_softcap, logit_softcap;
     int64_t n_params;
     char dtype[8];  /* stored dtype of the weights: "f32", "f16", "bf16" */
     bool gguf;      /* opened from a GGUF file: its weights dequantized to f32 at open (dtype "f32") */

@@ -113,6 +113,23 @@ Test(cli, inspect_reports_gqa)
     cr_assert(strstr(out, "parameters     260032"), "%s", out);
 }
 
+/* Gemma 2: the window named with the layers it is on, and the soft caps */
+Test(cli, inspect_reports_gemma_windows_and_caps)
+{
+    char a[1200];
+    snprintf(a, sizeof a, "inspect --model %s/gemma2-softcap", getenv("HP_FIXTURES"));
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "window         6 (each token attends to itself and the 5 before it) on layers 0, 2; the "
+                          "others see every key"), "%s", out);
+    cr_assert(strstr(out, "soft caps      scores 2, logits 3"), "%s", out);
+    snprintf(a, sizeof a, "inspect --model %s/gemma2-softcap --json", getenv("HP_FIXTURES"));
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cJSON *o = cJSON_Parse(out), *ls = cJSON_GetObjectItem(o, "window_layers");
+    cr_assert(cJSON_GetArraySize(ls) == 2 && cJSON_GetArrayItem(ls, 1)->valueint == 2, "%s", out);
+    cr_assert_eq(cJSON_GetObjectItem(o, "logit_softcap")->valuedouble, 3.0);
+    cJSON_Delete(o);
+}
+
 Test(cli, help_explains)
 {
     cr_assert_eq(hp("eval --help"), 0);

@@ -705,7 +705,7 @@ Test(model, gemma_layers_scales_and_caps)
     cr_assert_eq(m->rope.type, HP_ROPE_LINEAR);
     cr_assert_eq(m->attn_scale, (float)(1 / sqrt(10.0)));
     cr_assert_eq(m->embed_scale, (float)sqrt(32.0));
-    cr_assert(m->attn_softcap == 0 && m->logit_softcap == 0, "Gemma 3 has no soft caps");
+    cr_assert(m->info.attn_softcap == 0 && m->info.logit_softcap == 0, "Gemma 3 has no soft caps");
     hp_model_close(m);
     /* without layer_types: Gemma3TextConfig's sliding_window_pattern (6: all three layers slide), or one given */
     static const struct {
@@ -734,8 +734,8 @@ Test(model, gemma_layers_scales_and_caps)
     edit_config("\"attn_logit_softcapping\": 2.0,", "");
     edit_config("\"final_logit_softcapping\": 3.0,", "");
     cr_assert_eq(hp_model_open(tmp, &m, &err), HP_OK, "%s", err.msg);
-    cr_assert(m->attn_softcap == 50.0f && m->logit_softcap == 30.0f, "Gemma2Config's caps %g %g",
-              (double)m->attn_softcap, (double)m->logit_softcap);
+    cr_assert(m->info.attn_softcap == 50.0f && m->info.logit_softcap == 30.0f, "Gemma2Config's caps %g %g",
+              (double)m->info.attn_softcap, (double)m->info.logit_softcap);
     cr_assert(m->rope_local.theta == 0 && !m->layers[0].local_rope, "Gemma 2 turns every layer by rope_theta");
     hp_model_close(m);
 }

@@ -60,9 +60,17 @@ int cmd_inspect(int argc, char **argv)
         printf("hidden size    %d (MLP %d)\n", in->d_model, in->d_ff);
         printf("vocabulary     %d\n", in->n_vocab);
         printf("positions      %d\n", in->n_ctx);
-        if (in->window > 0)
-            printf("window         %d (each token attends to itself and the %d before it)\n", in->window,
+        if (in->window > 0) {
+            printf("window         %d (each token attends to itself and the %d before it)", in->window,
                    in->window - 1);
+            for (int l = 0, n = 0; in->sliding && l < in->n_layers; l++)
+                if (in->sliding[l])
+                    printf("%s%d", n++ ? ", " : " on layers ", l);
+            printf("%s\n", in->sliding ? "; the others see every key" : "");
+        }
+        if (in->attn_softcap > 0 || in->logit_softcap > 0)
+            printf("soft caps      scores %g, logits %g (each x becomes cap tanh(x / cap); 0: none)\n",
+                   (double)in->attn_softcap, (double)in->logit_softcap);
         printf("parameters     %lld\n", (long long)in->n_params);
         printf("dtype          %s%s\n", in->dtype, in->gguf ? " (dequantized from the GGUF file at open)" : "");
         printf("LM head        %s\n", in->has_lm_head ? (in->causal ? "yes" : "yes (MLM)") : "no");
