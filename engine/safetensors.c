@@ -337,25 +337,29 @@ enum hp_status hp_st_open_buffer(const char *name, const void *buf, size_t len, 
     return HP_OK;
 }
 
-enum hp_status hp_st_add_view(struct hp_st_set *set, const struct hp_st_tensor *t, struct hp_error *err)
+enum hp_status hp_st_add_views(struct hp_st_set *set, const struct hp_st_tensor *t, int n, struct hp_error *err)
 {
-    const char *path = set->n_shards ? set->shards[0].path : t->name;
-    /* the header's rule (index_header): each dimension below 2^52, at most 1e15 elements */
-    double nel = 1;
-    for (int i = 0; i < t->n_dims; i++) {
-        if (t->shape[i] < 0 || t->shape[i] > (int64_t)1 << 52)
-            nel = INFINITY;
-        nel *= (double)t->shape[i];
+    const char *path = set->n_shards ? set->shards[0].path : "(no file)";
+    for (int k = 0; k < n; k++) {
+        /* the header's rule (index_header): each dimension at most 2^52, at most 1e15 elements */
+        double nel = 1;
+        for (int i = 0; i < t[k].n_dims; i++) {
+            if (t[k].shape[i] < 0 || t[k].shape[i] > (int64_t)1 << 52)
+                nel = INFINITY;
+            nel *= (double)t[k].shape[i];
+        }
+        if (t[k].n_dims < 0 || t[k].n_dims > 8 || !(nel <= 1e15))
+            return hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' has an invalid shape", path, t[k].name);
+        struct hp_st_tensor v = t[k];
+        v.file = set->n_shards ? set->shards[0].path : NULL;
+        v.used = false;
+        if (!(v.name = strdup(t[k].name)))
+            return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+        enum hp_status st = push(set, &v, path, err);
+        if (st != HP_OK)
+            return st;
     }
-    if (t->n_dims < 0 || t->n_dims > 8 || !(nel <= 1e15))
-        return hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' has an invalid shape", path, t->name);
-    struct hp_st_tensor v = *t;
-    v.file = set->n_shards ? set->shards[0].path : NULL;
-    v.used = false;
-    if (!(v.name = strdup(t->name)))
-        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-    enum hp_status st = push(set, &v, path, err);
-    return st == HP_OK ? index_names(set, path, err) : st;
+    return index_names(set, path, err);
 }
 
 void hp_st_close(struct hp_st_set *set)

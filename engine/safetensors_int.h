@@ -5,7 +5,7 @@
  * Validation happens at open: header length inside the file, JSON well
  * formed, offsets inside the data area, size = dtype size * shape, no two
  * tensors overlapping. Views into the mapping never own memory.
- * A set may also hold tensors whose bytes live elsewhere (hp_st_add_view: a
+ * A set may also hold tensors whose bytes live elsewhere (hp_st_add_views: a
  * GGUF file's matrices, in their quantized blocks, which mat.c reads).
  */
 #ifndef HP_SAFETENSORS_INT_H
@@ -52,10 +52,11 @@ enum hp_status hp_st_open_buffer(const char *name, const void *buf, size_t len, 
 /* Map and index another shard into the same set (names must not repeat). */
 enum hp_status hp_st_add(struct hp_st_set *set, const char *path,
                          struct hp_error *err);
-/* Add a tensor whose bytes the set does not hold (a GGUF file's matrix, read through t->q) as t describes it;
- * its name is copied, its file is the set's first shard's, and data (and q) must outlive the set. Names must
- * not repeat (HP_ERR_FORMAT). */
-enum hp_status hp_st_add_view(struct hp_st_set *set, const struct hp_st_tensor *t, struct hp_error *err);
+/* Add n tensors whose bytes the set does not hold (a GGUF file's matrices, read through t[i].q) as t describes
+ * them: names copied, each file the set's first shard's; data (and q) must outlive the set. Names must not repeat
+ * and shapes are held to the header's rule (HP_ERR_FORMAT). The names are indexed once, after all n; after a
+ * failure the set is fit only for hp_st_close. */
+enum hp_status hp_st_add_views(struct hp_st_set *set, const struct hp_st_tensor *t, int n, struct hp_error *err);
 void hp_st_close(struct hp_st_set *set);
 
 /* NULL when absent. */

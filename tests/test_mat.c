@@ -594,6 +594,52 @@ Test(mat, bert_classifier_f16_copy) { compare_copy("bert-cls", "1.0", ALL_F16, f
 Test(mat, bert_encoder_bf16_copy) { compare_copy("bert-encoder", "0.1,1.2", ALL_BF16, true); }
 Test(mat, llama_gqa_mixed_dtypes) { compare_copy("llama-gqa", "0.1,kv:1.1", MIXED, false); }
 
+/*
+ * A GGUF model (tests/fixtures/llama-gguf: Q8_0, Q4_0, Q4_1, F16 and F32 matrices, q and k permuted, a head of 8
+ * inside blocks of 32) read in its blocks against the same file dequantized at open (HP_MODEL_CONVERT): every
+ * path of compare_paths, and then the outputs and the gradients at the gates, bit for bit.
+ */
+Test(mat, llama_gguf_fixture)
+{
+    char dir[1024];
+    fixture_dir(dir, sizeof dir, "llama-gguf");
+    compare_paths(dir, "llama-gguf", "0.1,kv:1.0");
+    struct hp_error err = {0};
+    struct hp_model *ms, *mc;
+    cr_assert_eq(hp_model_open(dir, &ms, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_model_open_ex(dir, HP_MODEL_CONVERT, &mc, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(ms->layers[0].wq.dt, HP_DT_Q, "q stays in its blocks");
+    cr_assert_eq(mc->layers[0].wq.dt, HP_DT_F32, "HP_MODEL_CONVERT dequantizes it");
+    const struct hp_model_info *in = hp_model_get_info(ms);
+    struct hp_data *d = fixture_data("llama-gguf");
+    struct hp_mask *mask;
+    cr_assert_eq(hp_mask_parse("0.1,1.2", false, in, &mask, &err), HP_OK, "%s", err.msg);
+    const size_t n = (size_t)d->seq_len * in->n_vocab;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    for (int s = 0; s < d->n_seqs; s++) {
+        const int32_t *ids = d->ids + (size_t)s * d->seq_len;
+        cr_assert_eq(hp_model_forward(ms, ids, NULL, NULL, d->seq_len, mask, x, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(hp_model_forward(mc, ids, NULL, NULL, d->seq_len, mask, y, &err), HP_OK, "%s", err.msg);
+        cr_assert(memcmp(x, y, n * sizeof *x) == 0, "sequence %d: the logits differ", s);
+    }
+    struct hp_evaluator *es, *ec;
+    cr_assert_eq(hp_evaluator_new(ms, d, &es, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(mc, d, &ec, &err), HP_OK, "%s", err.msg);
+    const int HH = in->n_layers * in->n_heads;
+    double *ga = calloc(4 * (size_t)HH, sizeof *ga), *gb = ga + HH, *ta = gb + HH, *tb = ta + HH, va, vb;
+    cr_assert_eq(hp_evaluator_grad(es, HP_METRIC_LOSS, mask, HP_ABLATE_MEAN, ga, ta, &va, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad(ec, HP_METRIC_LOSS, mask, HP_ABLATE_MEAN, gb, tb, &vb, &err), HP_OK, "%s", err.msg);
+    cr_assert(va == vb && memcmp(ga, gb, (size_t)HH * sizeof *ga) == 0 && memcmp(ta, tb, (size_t)HH * sizeof *ta) == 0,
+              "the gradients differ (loss %.17g and %.17g)", va, vb);
+    free(ga), free(x), free(y);
+    hp_evaluator_free(es);
+    hp_evaluator_free(ec);
+    hp_mask_free(mask);
+    hp_data_free(d);
+    hp_model_close(ms);
+    hp_model_close(mc);
+}
+
 // --- memory -------------------------------------------------------------------------
 
 /* This process's resident anonymous and file-backed memory, bytes (/proc/self/status). */

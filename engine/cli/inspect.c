@@ -64,7 +64,8 @@ int cmd_inspect(int argc, char **argv)
             printf("window         %d (each token attends to itself and the %d before it)\n", in->window,
                    in->window - 1);
         printf("parameters     %lld\n", (long long)in->n_params);
-        printf("dtype          %s%s\n", in->dtype, in->gguf ? " (dequantized from the GGUF file at open)" : "");
+        printf("dtype          %s%s\n", in->dtype,
+               in->gguf ? " (dequantized from the GGUF file's blocks as products read them)" : "");
         printf("LM head        %s\n", in->has_lm_head ? (in->causal ? "yes" : "yes (MLM)") : "no");
     }
     free(pruned);
