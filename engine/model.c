@@ -475,7 +475,9 @@ static void check_tied_copy(struct binder *b, const char *name, const struct hp_
     struct hp_st_tensor *t = lookup(b, name);
     if (!t)
         return;
-    bool same = t->dtype == to->dtype && t->n_dims == to->n_dims && t->nbytes == to->nbytes &&
+    /* the dtype's name too: two quantized types (HP_DT_Q both) may take the same bytes */
+    bool same = t->dtype == to->dtype && strcmp(t->dtype_name, to->dtype_name) == 0 && t->n_dims == to->n_dims &&
+                t->nbytes == to->nbytes &&
                 memcmp(t->shape, to->shape, (size_t)t->n_dims * sizeof t->shape[0]) == 0 &&
                 (t->nbytes == 0 || memcmp(t->data, to->data, t->nbytes) == 0);
     if (!same)
