@@ -1,9 +1,11 @@
 /*
  * export.c -- write a pruned checkpoint: the model without some heads.
  *
- * Every tensor of the source is written in its stored dtype, byte for byte,
- * except those that hold heads (model_int.h's hp_head_tensor), from which
- * the removed heads' blocks are left out: their Q/K/V rows and biases and
+ * Every tensor of the source is written in its stored dtype, byte for byte
+ * (a GGUF model's in f32, dequantized, as transformers' GGUF loader makes
+ * them: the result is a Hugging Face checkpoint), except those that hold
+ * heads (model_int.h's hp_head_tensor), from which the removed heads'
+ * blocks are left out: their Q/K/V rows and biases and
  * their rows of the output projection (a KV group goes with its last query
  * head). config.json is the source's with the pruned heads named: Hugging
  * Face's "pruned_heads" for GPT-2 and BERT, which transformers 4.x reads,
@@ -19,7 +21,7 @@
  * Invariant: the output directory appears whole or not at all: everything
  * is written into a temporary directory beside it and renamed into place
  * last; on failure the temporary directory is removed.
- * Must not: compute on weights; print.
+ * Must not: compute on weights (but dequantize a GGUF model's); print.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "model_int.h"
@@ -150,10 +152,10 @@ static bool put(FILE *f, const void *p, size_t n)
     return n == 0 || fwrite(p, 1, n, f) == n;
 }
 
-/* A head tensor's kept blocks, in order, segment by segment. */
-static bool put_heads(FILE *f, const struct hp_model *m, const struct keep *k, const struct hp_head_tensor *ht)
+/* A head tensor's kept blocks of t (ht->t's bytes or their f32 copy), in order, segment by segment. */
+static bool put_heads(FILE *f, const struct hp_model *m, const struct keep *k, const struct hp_head_tensor *ht,
+                      const struct hp_st_tensor *t)
 {
-    const struct hp_st_tensor *t = ht->t;
     const unsigned char *src = t->data;
     const size_t dh = (size_t)m->info.d_head * (size_t)ht->blk, es = (size_t)t->esize; /* a block's width */
     const size_t row = (t->n_dims == 2 ? (size_t)t->shape[1] : 1) * es;
@@ -175,6 +177,41 @@ static bool put_heads(FILE *f, const struct hp_model *m, const struct keep *k, c
                     return false;
             }
     return true;
+}
+
+/* Written as f32 though stored otherwise: a GGUF model's tensors (its matrices' blocks, its 16-bit matrices). */
+static bool as_f32(const struct hp_model *m, const struct hp_st_tensor *t)
+{
+    return m->gguf && t->dtype != HP_DT_F32;
+}
+
+static size_t n_elements(const struct hp_st_tensor *t)
+{
+    size_t n = 1;
+    for (int d = 0; d < t->n_dims; d++)
+        n *= (size_t)t->shape[d];
+    return n;
+}
+
+/* Tensor t (the set's) with what the export keeps of it: f32 when as_f32 (a copy while written); false on a write
+ * error or (*nomem) out of memory. */
+static bool put_tensor(FILE *f, const struct hp_model *m, const struct keep *k, const struct hp_st_tensor *t,
+                       bool *nomem)
+{
+    const struct hp_head_tensor *ht = head_tensor_of(m, t);
+    struct hp_st_tensor c = *t;
+    float *tmp = NULL;
+    if (as_f32(m, t)) {
+        if (!(tmp = malloc(n_elements(t) * sizeof *tmp + 1))) {
+            *nomem = true;
+            return false;
+        }
+        hp_mat_tensor_f32(t, tmp);
+        c.data = tmp, c.dtype = HP_DT_F32, c.esize = 4, c.nbytes = n_elements(t) * sizeof *tmp;
+    }
+    const bool ok = ht ? put_heads(f, m, k, ht, &c) : put(f, c.data, c.nbytes);
+    free(tmp);
+    return ok;
 }
 
 /* Finish a file we wrote: flushed, synced, closed; false (errno set) on any failure. */
@@ -201,7 +238,10 @@ static enum hp_status write_weights(const struct hp_model *m, const struct keep 
     for (int i = 0; i < n; i++) {
         const struct hp_st_tensor *t = hp_st_at(set, i);
         const struct hp_head_tensor *ht = head_tensor_of(m, t);
-        o[i] = (struct hp_st_out){t->name, t->dtype_name, t->n_dims, {0}, t->nbytes};
+        const bool f32 = as_f32(m, t);
+        const size_t es = f32 ? 4 : (size_t)t->esize;
+        o[i] = (struct hp_st_out){t->name, f32 ? "F32" : t->dtype_name, t->n_dims, {0},
+                                  f32 ? n_elements(t) * es : t->nbytes};
         memcpy(o[i].shape, t->shape, sizeof o[i].shape);
         if (ht) {
             int nb;
@@ -211,22 +251,21 @@ static enum hp_status write_weights(const struct hp_model *m, const struct keep 
                 kept_blocks(m, k, ht, s, &nb, &w);
                 o[i].shape[ht->axis] += (int64_t)nb * m->info.d_head * ht->blk;
             }
-            o[i].nbytes = (size_t)(o[i].shape[ht->axis] * other) * (size_t)t->esize;
+            o[i].nbytes = (size_t)(o[i].shape[ht->axis] * other) * es;
             dropped += (t->shape[ht->axis] - o[i].shape[ht->axis]) * other;
         }
     }
     FILE *f = fopen(path, "wb");
     enum hp_status st = f ? hp_st_write_header(f, path, o, n, err)
                           : hp_fail(err, HP_ERR_IO, "%s: cannot create: %s", path, hp_strerror(errno));
-    bool ok = st == HP_OK;
-    for (int i = 0; ok && i < n; i++) {
-        const struct hp_st_tensor *t = hp_st_at(set, i);
-        const struct hp_head_tensor *ht = head_tensor_of(m, t);
-        ok = ht ? put_heads(f, m, k, ht) : put(f, t->data, t->nbytes);
-    }
+    bool ok = st == HP_OK, nomem = false;
+    for (int i = 0; ok && i < n; i++)
+        ok = put_tensor(f, m, k, hp_st_at(set, i), &nomem);
     if (f) {
         bool closed = close_synced(f);
-        if (st == HP_OK && !(ok && closed))
+        if (st == HP_OK && nomem)
+            st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory dequantizing a tensor", path);
+        else if (st == HP_OK && !(ok && closed))
             st = hp_fail(err, HP_ERR_IO, "%s: cannot write: %s", path, hp_strerror(errno));
     }
     if (st == HP_OK) {
@@ -238,6 +277,11 @@ static enum hp_status write_weights(const struct hp_model *m, const struct keep 
             hp_st_shard_bytes(set, i, &len);
             info->source_bytes += (int64_t)len;
         }
+        /* a GGUF model's matrices, views beside its shard (header and vectors in f32), counted in f32 as the
+         * model is measured against what its export writes (hp_export_info) */
+        for (int i = 0; m->gguf && i < n; i++)
+            if (hp_st_at(set, i)->n_dims == 2)
+                info->source_bytes += (int64_t)(n_elements(hp_st_at(set, i)) * sizeof(float));
     }
     free(o);
     return st;

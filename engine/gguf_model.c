@@ -7,26 +7,33 @@
  * - config.json's text from the metadata: the architecture's sizes, norm
  *   epsilon, rotary base, head size (rope.dimension_count), vocabulary (the
  *   embedding's rows) and tying (no output.weight: tied);
- * - the tensors under their transformers names, dequantized to f32 (the
- *   reader's hp_gguf_dequant, bit for bit gguf-py's), 2-D ones as
- *   [ne1, ne0] row-major; the q and k projections' rows, which llama.cpp's
- *   converter interleaves per head for its rotary, put back in transformers'
- *   order (its reverse_permute_weights);
- * all of it as a safetensors file in memory (header and f32 data), so the
- * binder, its checks and the export read it as they read a checkpoint. An
- * export of a GGUF model so writes an f32 Hugging Face checkpoint.
- * Memory: the f32 size of the model (four bytes a weight, whatever the file's
- * quantization), beside the file's mapping, which is closed before returning.
+ * - the tensors under their transformers names, 2-D ones as [ne1, ne0]
+ *   row-major; the q and k projections' rows, which llama.cpp's converter
+ *   interleaves per head for its rotary, in transformers' order (its
+ *   reverse_permute_weights).
+ * All of it as a safetensors set (struct hp_gguf_ckpt), so the binder, its
+ * checks and the export read it as they read a checkpoint: the vectors
+ * (norms) dequantized to f32 at open in a safetensors file in memory, the
+ * matrices views of the file's own blocks (hp_st_add_views), which products
+ * dequantize a panel at a time (mat_int.h): an F32, F16 or BF16 matrix in
+ * its order as that dtype, any other matrix, and q and k whatever their
+ * type, as quantized rows (struct hp_qrows, HP_DT_Q) whose dequantizer is
+ * the reader's (bit for bit gguf-py's) and whose row order is put back by
+ * an index map (hp_qrows_src), not by moving rows. An export of a GGUF model
+ * writes an f32 Hugging Face checkpoint.
+ * Memory: the file's mapping (its size, paged in as read) and its vectors in
+ * f32; the mapping stays open as long as the model.
  * Refused in one line naming the file and the field or tensor: an
  * architecture other than llama, metadata of the architecture this does not
  * read (rope scaling, experts, ...), a size that disagrees with a tensor's
  * shape, a tensor of more than two dimensions or of a type the reader cannot
- * dequantize.
+ * dequantize, q or k rows that are not two per head.
  * Must not: print, or read any file but the one named.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "model_int.h"
 
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
@@ -163,29 +170,15 @@ static enum hp_status llama_config(const struct hp_gguf *g, const char *path, cJ
     return HP_OK;
 }
 
-/* Rows of a q or k projection (rows x cols f32) from llama.cpp's order back to transformers': of each head's
- * 2 half rows, row 2 i + j of the file is row j half + i (reverse_permute_weights). */
-static enum hp_status unpermute(float *w, int64_t rows, int64_t cols, int64_t heads, const char *path,
-                                const char *name, struct hp_error *err)
+/* A q or k projection's rows x cols in llama.cpp's order over heads: two half rows a head to put back (rows 0 or
+ * cols 0: nothing to put back; heads may say anything then, and the binder checks the shape). */
+static enum hp_status check_permute(int64_t rows, int64_t cols, int64_t heads, const char *path, const char *name,
+                                    struct hp_error *err)
 {
-    if (rows == 0 || cols == 0) /* nothing to move; heads may say anything here, the binder checks the shape */
+    if (rows == 0 || cols == 0 || (heads >= 1 && rows % (2 * heads) == 0))
         return HP_OK;
-    if (heads < 1 || rows % (2 * heads) != 0)
-        return hp_fail(err, HP_ERR_SHAPE, "%s: tensor '%s' has %" PRId64 " rows, not two per head of %" PRId64, path,
-                       name, rows, heads);
-    const int64_t per = rows / heads, half = per / 2;
-    float *tmp = malloc((size_t)(per * cols) * sizeof *tmp);
-    if (!tmp)
-        return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory reordering '%s'", path, name);
-    for (int64_t h = 0; h < heads; h++) {
-        float *blk = w + h * per * cols;
-        for (int64_t i = 0; i < half; i++)
-            for (int j = 0; j < 2; j++)
-                memcpy(tmp + (j * half + i) * cols, blk + (2 * i + j) * cols, (size_t)cols * sizeof *tmp);
-        memcpy(blk, tmp, (size_t)(per * cols) * sizeof *tmp);
-    }
-    free(tmp);
-    return HP_OK;
+    return hp_fail(err, HP_ERR_SHAPE, "%s: tensor '%s' has %" PRId64 " rows, not two per head of %" PRId64, path,
+                   name, rows, heads);
 }
 
 /* The tensors' names, shapes and sizes as a safetensors file writes them (names into names, 256 bytes each), and
@@ -214,16 +207,15 @@ static enum hp_status tensor_outs(const struct hp_gguf *g, const char *path, str
     return HP_OK;
 }
 
-/* The file's tensors in f32 after the header in buf, q's and k's rows put back (heads: query and KV heads). */
-static enum hp_status tensor_data(const struct hp_gguf *g, const char *path, const struct hp_st_out *o,
-                                  const int *permute, char *data, int64_t heads, int64_t kv_heads, struct hp_error *err)
+/* The file's vectors in f32 one after another at data, as the header lists them. */
+static enum hp_status vector_data(const struct hp_gguf *g, const struct hp_st_out *o, char *data,
+                                  struct hp_error *err)
 {
     for (int64_t i = 0; i < hp_gguf_tensor_count(g); i++) {
         const struct hp_gguf_tensor *t = hp_gguf_tensor_at(g, i);
-        float *dst = (float *)data;
-        enum hp_status st = hp_gguf_tensor_dequant(g, t, dst, err);
-        if (st == HP_OK && permute[i] && t->n_dims == 2)
-            st = unpermute(dst, t->ne[1], t->ne[0], permute[i] == 1 ? heads : kv_heads, path, t->name, err);
+        if (t->n_dims != 1)
+            continue;
+        enum hp_status st = hp_gguf_tensor_dequant(g, t, (float *)data, err);
         if (st != HP_OK)
             return st;
         data += o[i].nbytes;
@@ -231,11 +223,93 @@ static enum hp_status tensor_data(const struct hp_gguf *g, const char *path, con
     return HP_OK;
 }
 
-enum hp_status hp_gguf_checkpoint(const char *path, char **config, void **st_buf, size_t *st_len,
-                                  struct hp_error *err)
+/*
+ * Matrix t, named name, as a view of the file's bytes (*v, for hp_st_add_views): as stored when F32, F16 or BF16
+ * in its order, else as quantized rows that *q describes (permute: hf_name's, 1 for q, 2 for k; heads: query and
+ * KV heads).
+ */
+static enum hp_status matrix_view(const struct hp_gguf_tensor *t, const char *name, int permute,
+                                  const int64_t heads[2], struct hp_qrows *q, struct hp_st_tensor *v,
+                                  const char *path, struct hp_error *err)
 {
-    *config = NULL;
-    *st_buf = NULL;
+    const struct hp_gguf_type_info *ti = hp_gguf_type_info(t->type);
+    const int64_t rows = t->ne[1], cols = t->ne[0];
+    *v = (struct hp_st_tensor){.name = (char *)name, .n_dims = 2, .shape = {rows, cols}, .data = t->data,
+                               .nbytes = t->nbytes};
+    snprintf(v->dtype_name, sizeof v->dtype_name, "%s", ti->name);
+    const bool moved = permute && rows > 0 && cols > 0;
+    if (moved) {
+        enum hp_status st = check_permute(rows, cols, heads[permute - 1], path, t->name, err);
+        if (st != HP_OK)
+            return st;
+    }
+    static const enum hp_gguf_type plain[] = {HP_GGUF_F32, HP_GGUF_F16, HP_GGUF_BF16};
+    static const enum hp_dtype as[] = {HP_DT_F32, HP_DT_F16, HP_DT_BF16};
+    for (int k = 0; k < 3 && !moved; k++)
+        if (t->type == plain[k]) { /* as a safetensors tensor of that dtype, in the mapping */
+            v->dtype = as[k];
+            v->esize = ti->block_bytes;
+            return HP_OK;
+        }
+    assert(ti->block_size <= HP_QBLOCK_MAX && cols % ti->block_size == 0); /* the reader checked ne[0] */
+    *q = (struct hp_qrows){t->data, rows, cols, (size_t)(cols / ti->block_size) * (size_t)ti->block_bytes,
+                           ti->block_size, ti->block_bytes, ti->to_f32, moved ? heads[permute - 1] : 0};
+    v->dtype = HP_DT_Q;
+    v->q = q;
+    return HP_OK;
+}
+
+/* The file's vectors (o: tensor_outs') as a safetensors file in memory, header and f32 data: *buf (malloc'd),
+ * *len bytes. */
+static enum hp_status vector_file(const struct hp_gguf *g, const char *path, const struct hp_st_out *o, void **buf,
+                                  size_t *len, struct hp_error *err)
+{
+    const int64_t n = hp_gguf_tensor_count(g);
+    struct hp_st_out *vo = calloc((size_t)(n ? n : 1), sizeof *vo);
+    int nv = 0;
+    size_t data = 0;
+    for (int64_t i = 0; vo && i < n; i++)
+        if (hp_gguf_tensor_at(g, i)->n_dims == 1) {
+            vo[nv++] = o[i];
+            data += o[i].nbytes;
+        }
+    char *hdr = NULL, *b = NULL;
+    size_t hlen = 0;
+    FILE *mem = vo ? open_memstream(&hdr, &hlen) : NULL;
+    enum hp_status st = mem ? hp_st_write_header(mem, path, vo, nv, err)
+                            : hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    if (mem && fclose(mem) != 0 && st == HP_OK)
+        st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    if (st == HP_OK && !(b = malloc(hlen + data)))
+        st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory for the vectors (%zu bytes)", path, hlen + data);
+    if (st == HP_OK) {
+        memcpy(b, hdr, hlen);
+        st = vector_data(g, o, b + hlen, err);
+    }
+    free(hdr);
+    free(vo);
+    if (st != HP_OK) {
+        free(b);
+        return st;
+    }
+    *buf = b;
+    *len = hlen + data;
+    return HP_OK;
+}
+
+/* The config's query and KV heads (heads[0], heads[1]: the KV heads are the query heads when not given, as
+ * llama.cpp takes them). */
+static void head_counts(const cJSON *cfg, int64_t heads[2])
+{
+    const cJSON *qh = cJSON_GetObjectItem(cfg, "num_attention_heads"),
+                *kvh = cJSON_GetObjectItem(cfg, "num_key_value_heads");
+    heads[0] = qh ? (int64_t)qh->valuedouble : 0;
+    heads[1] = kvh ? (int64_t)kvh->valuedouble : heads[0];
+}
+
+enum hp_status hp_gguf_checkpoint(const char *path, struct hp_gguf_ckpt *out, struct hp_error *err)
+{
+    memset(out, 0, sizeof *out);
     struct hp_gguf *g = NULL;
     enum hp_status st = hp_gguf_open(path, &g, err);
     if (st != HP_OK)
@@ -244,11 +318,11 @@ enum hp_status hp_gguf_checkpoint(const char *path, char **config, void **st_buf
     cJSON *cfg = cJSON_CreateObject();
     const int64_t n = hp_gguf_tensor_count(g);
     struct hp_st_out *o = calloc((size_t)(n ? n : 1), sizeof *o);
-    char *names = calloc((size_t)(n ? n : 1), 256), *hdr = NULL;
+    char *names = calloc((size_t)(n ? n : 1), 256);
     int *permute = calloc((size_t)(n ? n : 1), sizeof *permute);
-    size_t hlen = 0;
-    FILE *mem = NULL;
-    if (!cfg || !o || !names || !permute)
+    struct hp_qrows *q = calloc((size_t)(n ? n : 1), sizeof *q);
+    struct hp_st_tensor *views = calloc((size_t)(n ? n : 1), sizeof *views);
+    if (!cfg || !o || !names || !permute || !q || !views)
         st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
     if (st == HP_OK)
         st = hp_gguf_get_str(g, "general.architecture", &arch, NULL, err);
@@ -271,38 +345,39 @@ enum hp_status hp_gguf_checkpoint(const char *path, char **config, void **st_buf
         if (!vs)
             cJSON_AddNumberToObject(cfg, "vocab_size", (double)emb->ne[1]);
         cJSON_AddBoolToObject(cfg, "tie_word_embeddings", !hp_gguf_find_tensor(g, "output.weight"));
-        if (!(mem = open_memstream(&hdr, &hlen)))
-            st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    void *buf = NULL;
+    size_t len = 0;
+    struct hp_st_set *set = NULL;
+    if (st == HP_OK)
+        st = vector_file(g, path, o, &buf, &len, err);
+    if (st == HP_OK)
+        st = hp_st_open_buffer(path, buf, len, &set, err);
+    int64_t heads[2];
+    int nv = 0;
+    head_counts(cfg, heads);
+    for (int64_t i = 0; st == HP_OK && i < n; i++) {
+        const struct hp_gguf_tensor *t = hp_gguf_tensor_at(g, i);
+        if (t->n_dims == 2)
+            st = matrix_view(t, names + (size_t)i * 256, permute[i], heads, &q[i], &views[nv++], path, err);
     }
     if (st == HP_OK)
-        st = hp_st_write_header(mem, path, o, (int)n, err);
-    if (mem && fclose(mem) != 0 && st == HP_OK)
+        st = hp_st_add_views(set, views, nv, err);
+    char *config = st == HP_OK ? cJSON_PrintUnformatted(cfg) : NULL;
+    if (st == HP_OK && !config)
         st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-    size_t total = hlen;
-    for (int64_t i = 0; st == HP_OK && i < n; i++)
-        total += o[i].nbytes;
-    char *buf = st == HP_OK ? malloc(total) : NULL;
-    if (st == HP_OK && !buf)
-        st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory for the f32 weights (%zu bytes)", path, total);
-    if (st == HP_OK) {
-        memcpy(buf, hdr, hlen);
-        const cJSON *kvh = cJSON_GetObjectItem(cfg, "num_key_value_heads"), *qh = cJSON_GetObjectItem(cfg, "num_attention_heads");
-        const int64_t heads = qh ? (int64_t)qh->valuedouble : 0;
-        st = tensor_data(g, path, o, permute, buf + hlen, heads, kvh ? (int64_t)kvh->valuedouble : heads, err);
-    }
-    if (st == HP_OK && !(*config = cJSON_PrintUnformatted(cfg)))
-        st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-    if (st == HP_OK) {
-        *st_buf = buf;
-        *st_len = total;
-    } else {
-        free(buf);
-    }
-    free(hdr);
+    free(views);
     free(permute);
     free(names);
     free(o);
     cJSON_Delete(cfg);
-    hp_gguf_close(g);
-    return st;
+    if (st != HP_OK) {
+        hp_st_close(set);
+        free(buf);
+        free(q);
+        hp_gguf_close(g);
+        return st;
+    }
+    *out = (struct hp_gguf_ckpt){config, set, buf, q, g};
+    return HP_OK;
 }

@@ -11,6 +11,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "gguf_int.h"
 #include "model_int.h"
 
 static void put(XXH3_state_t *s, const void *p, size_t n)
@@ -33,7 +34,12 @@ void hp_digest_model(const struct hp_model *m, char hex[HP_DIGEST_HEX])
     XXH3_128bits_reset(&s);
     put(&s, "headprune-model-1", 17);
     put(&s, m->config_text, m->config_text ? strlen(m->config_text) : 0);
-    for (int i = 0; i < hp_st_n_shards(m->st); i++) {
+    if (m->gguf) { /* the file: its blocks are the weights (the set's shard holds its vectors dequantized) */
+        size_t len;
+        const void *p = hp_gguf_bytes(m->gguf, &len);
+        put(&s, p, len);
+    }
+    for (int i = 0; !m->gguf && i < hp_st_n_shards(m->st); i++) {
         size_t len;
         const void *p = hp_st_shard_bytes(m->st, i, &len);
         put(&s, p, len);

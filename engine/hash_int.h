@@ -11,7 +11,7 @@
 
 #define HP_DIGEST_HEX 33 /* 32 hex digits + NUL */
 
-/* config.json text and every weight shard's bytes. */
+/* config.json text and every weight shard's bytes (a GGUF model's: the file's bytes). */
 void hp_digest_model(const struct hp_model *m, char hex[HP_DIGEST_HEX]);
 /* shape, ids, labels, attention and type masks as loaded; for task data (d->task) also answers, wrong answers,
  * answer positions and corrupt prompts (not the line numbers), so that other data digests as before */

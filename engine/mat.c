@@ -2,10 +2,12 @@
  * mat.c -- products with weight matrices in their stored dtype.
  *
  * The design is in mat_int.h's opening comment: f32 weights go to hp_gemm as
- * they are; f16 and bf16 weights are converted a panel of output columns
- * (the whole depth k) at a time into one scratch buffer, then multiplied.
+ * they are; f16 and bf16 weights are converted, quantized ones dequantized,
+ * a panel of output columns (the whole depth k) at a time into one scratch
+ * buffer, then multiplied.
  * Invariant: a product's result does not depend on the panel width or the
- * thread count (panels split only n; the conversion is exact).
+ * thread count (panels split only n; the conversion is exact, and a block
+ * dequantizes to the same floats whichever part of it a panel keeps).
  * Must not: call BLIS (blas.c's hp_gemm does), allocate in hp_mat_gemm, print,
  * or read a model (model.c sizes a model's panel: hp_mat_buf_new).
  */
@@ -83,10 +85,97 @@ void hp_mat_cvt(float *y, const void *x, enum hp_dtype dt, size_t n)
     }
 }
 
+// --- quantized rows -------------------------------------------------------------
+
+/*
+ * Elements [c, c + n) of Hugging Face row r of q into out: the blocks they
+ * touch dequantized, whole blocks straight into out, a block cut by either
+ * end through a block of scratch. A span outside the row is a caller's
+ * mistake (q_run splits runs at rows' ends).
+ */
+static void q_span(const struct hp_qrows *q, int64_t r, int64_t c, int64_t n, float *out)
+{
+    assert(r >= 0 && r < q->rows && c >= 0 && n >= 0 && c + n <= q->cols);
+    const uint8_t *row = q->data + (size_t)hp_qrows_src(q, r) * q->row_bytes;
+    const int64_t bs = q->block;
+    float tmp[HP_QBLOCK_MAX];
+    while (n > 0) {
+        const int64_t b = c / bs, in = c - b * bs; /* the block holding c, and c's place in it */
+        const uint8_t *src = row + (size_t)b * (size_t)q->block_bytes;
+        if (in == 0 && n >= bs) { /* whole blocks */
+            const int64_t nb = n / bs;
+            q->to_f32(src, out, nb);
+            out += nb * bs, c += nb * bs, n -= nb * bs;
+        } else {
+            const int64_t take = bs - in < n ? bs - in : n;
+            q->to_f32(src, tmp, 1);
+            memcpy(out, tmp + in, (size_t)take * sizeof *out);
+            out += take, c += take, n -= take;
+        }
+    }
+}
+
+/* Where element e (row-major) of q's matrix is: its row and column. */
+static void q_place(const struct hp_qrows *q, ptrdiff_t e, int64_t *r, int64_t *c)
+{
+    assert(e >= 0 && e < q->rows * q->cols);
+    *r = e / q->cols;
+    *c = e % q->cols;
+}
+
+/*
+ * n elements of w from (i, j) along its unit stride (cs == 1: a row; rs == 1: a column) into out: a run of
+ * consecutive elements of q's row-major matrix, each row's part read from that row (the file's
+ * hp_qrows_src), so a run over a row's end goes on at the next row's start, as in an f32 matrix.
+ */
+static void q_run(struct hp_mat w, ptrdiff_t i, ptrdiff_t j, int64_t n, float *out)
+{
+    if (n <= 0)
+        return;
+    int64_t r, c;
+    q_place(w.q, w.off + i * w.rs + j * w.cs, &r, &c);
+    assert((r * w.q->cols + c) + n <= w.q->rows * w.q->cols); /* inside the matrix, as any view must be */
+    while (n > 0) {
+        const int64_t take = w.q->cols - c < n ? w.q->cols - c : n;
+        q_span(w.q, r, c, take, out);
+        out += take, n -= take;
+        r++, c = 0;
+    }
+}
+
+float hp_mat_qget(struct hp_mat w, ptrdiff_t i, ptrdiff_t j)
+{
+    assert(w.dt == HP_DT_Q);
+    float f;
+    q_run(w, i, j, 1, &f);
+    return f;
+}
+
+void hp_mat_tensor_f32(const struct hp_st_tensor *t, float *out)
+{
+    size_t n = 1;
+    for (int d = 0; d < t->n_dims; d++)
+        n *= (size_t)t->shape[d];
+    if (t->dtype != HP_DT_Q) {
+        hp_mat_cvt(out, t->data, t->dtype, n);
+        return;
+    }
+    const struct hp_qrows *q = t->q;
+    assert(q && (size_t)(q->rows * q->cols) == n);
+#pragma omp parallel for schedule(static) if (hp_op_par(n))
+    for (int64_t r = 0; r < q->rows; r++)
+        q_span(q, r, 0, q->cols, out + (size_t)r * (size_t)q->cols);
+}
+
+// --- rows ------------------------------------------------------------------------
+
 void hp_mat_row(struct hp_mat w, ptrdiff_t i, int n, float *out)
 {
     assert(w.cs == 1);
-    hp_mat_cvt(out, hp_mat_at(w, i, 0).p, w.dt, (size_t)n);
+    if (w.dt == HP_DT_Q)
+        q_run(w, i, 0, n, out);
+    else
+        hp_mat_cvt(out, hp_mat_at(w, i, 0).p, w.dt, (size_t)n);
 }
 
 void hp_mat_row_add(struct hp_mat w, ptrdiff_t i, int n, float *x)
@@ -99,7 +188,10 @@ void hp_mat_row_add(struct hp_mat w, ptrdiff_t i, int n, float *x)
     float tmp[256];
     for (int j0 = 0; j0 < n; j0 += 256) {
         const int nj = n - j0 < 256 ? n - j0 : 256;
-        hp_mat_cvt(tmp, hp_mat_at(w, i, j0).p, w.dt, (size_t)nj);
+        if (w.dt == HP_DT_Q)
+            q_run(w, i, j0, nj, tmp);
+        else
+            hp_mat_cvt(tmp, hp_mat_at(w, i, j0).p, w.dt, (size_t)nj);
         for (int j = 0; j < nj; j++)
             x[j0 + j] += tmp[j];
     }
@@ -109,7 +201,7 @@ void hp_mat_row_add(struct hp_mat w, ptrdiff_t i, int n, float *x)
 
 struct hp_mat_buf {
     float *p;   /* (cap) */
-    size_t cap; /* floats; 0 for a model without 16-bit matrices */
+    size_t cap; /* floats; 0 for a model whose matrices are all f32 */
 };
 
 struct hp_mat_buf *hp_mat_buf_alloc(size_t kmax, size_t largest)
@@ -137,10 +229,19 @@ void hp_mat_buf_free(struct hp_mat_buf *b)
 
 // --- products -------------------------------------------------------------------
 
+/* n elements of w from (i, j) along its unit stride into out, as f32. */
+static void run(struct hp_mat w, ptrdiff_t i, ptrdiff_t j, int n, float *out)
+{
+    if (w.dt == HP_DT_Q)
+        q_run(w, i, j, n, out);
+    else
+        hp_mat_cvt(out, hp_mat_at(w, i, j).p, w.dt, (size_t)n);
+}
+
 /*
  * Columns [j0, j0 + nb) of w (k rows) into buf, as f32, keeping w's unit
- * stride: contiguous runs are converted whole. The layout's strides go to
- * *rs, *cs.
+ * stride: contiguous runs are converted (or dequantized) whole. The layout's
+ * strides go to *rs, *cs.
  */
 static void panel(struct hp_mat w, int k, int j0, int nb, float *buf, ptrdiff_t *rs, ptrdiff_t *cs)
 {
@@ -149,12 +250,12 @@ static void panel(struct hp_mat w, int k, int j0, int nb, float *buf, ptrdiff_t 
         *rs = nb, *cs = 1;
 #pragma omp parallel for schedule(static) if (par)
         for (int i = 0; i < k; i++)
-            hp_mat_cvt(buf + (size_t)i * nb, hp_mat_at(w, i, j0).p, w.dt, (size_t)nb);
+            run(w, i, j0, nb, buf + (size_t)i * nb);
     } else if (w.rs == 1) { /* columns of k: a Linear (out, in) as B, a table read transposed */
         *rs = 1, *cs = k;
 #pragma omp parallel for schedule(static) if (par)
         for (int j = 0; j < nb; j++)
-            hp_mat_cvt(buf + (size_t)j * k, hp_mat_at(w, 0, j0 + j).p, w.dt, (size_t)k);
+            run(w, 0, j0 + j, k, buf + (size_t)j * k);
     } else { /* no unit stride: no stored matrix is viewed so, but any view works */
         *rs = nb, *cs = 1;
 #pragma omp parallel for schedule(static) if (par)
@@ -184,6 +285,10 @@ void hp_mat_gemm(struct hp_mat_buf *b, int m, int n, int k, float alpha, const f
         nb = (size_t)n;
     else if (nb >= HP_MAT_NB_MIN)
         nb -= nb % HP_MAT_NB_MIN;
+    /* a quantized matrix read transposed: panels of whole blocks where they fit (a block cut by a panel's
+     * edge is dequantized by both panels; the floats are the same either way) */
+    if (w.dt == HP_DT_Q && w.cs == 1 && nb < (size_t)n && nb >= (size_t)w.q->block)
+        nb -= nb % (size_t)w.q->block;
     for (int j0 = 0; j0 < n; j0 += (int)nb) {
         const int w_j = n - j0 < (int)nb ? n - j0 : (int)nb;
         ptrdiff_t rs, cs;

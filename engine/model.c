@@ -6,8 +6,10 @@
  * matrices in place in their stored dtype (f32, f16 or bf16: mat_int.h says
  * how products read them), so the model takes about its stored size in
  * memory; vectors (norms, biases) as f32, converted once when stored 16-bit.
- * HP_MODEL_CONVERT converts 16-bit matrices at load too, the path before
- * they were streamed, kept for the tests to compare with.
+ * A GGUF file (gguf_model.c) is such a set too, its matrices in their
+ * quantized blocks (HP_DT_Q), kept mapped as long as the model.
+ * HP_MODEL_CONVERT converts 16-bit and quantized matrices at load too, the
+ * path before they were streamed, kept for the tests to compare with.
  * Invariant: after hp_model_open succeeds every pointer the forward pass
  * uses is valid and has the shape the config implies; every tensor of the
  * files was read or is a known buffer (harmless()), and every config.json
@@ -31,6 +33,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gguf_int.h"
 #include "json_int.h"
 #include "model_priv.h"
 #include "util_int.h"
@@ -283,7 +286,8 @@ static enum hp_status make_slots(struct hp_model *m, struct hp_error *err)
 
 static const char *dtype_label(enum hp_dtype dt)
 {
-    return dt == HP_DT_F32 ? "f32" : dt == HP_DT_F16 ? "f16" : dt == HP_DT_BF16 ? "bf16" : "?";
+    /* a GGUF matrix reads as the f32 it dequantizes to (hp_model_info.dtype) */
+    return dt == HP_DT_F32 || dt == HP_DT_Q ? "f32" : dt == HP_DT_F16 ? "f16" : dt == HP_DT_BF16 ? "bf16" : "?";
 }
 
 static enum hp_status keep_owned(struct hp_model *m, void *p, struct hp_error *err)
@@ -361,8 +365,9 @@ static struct hp_st_tensor *find(struct binder *b, const char *name, int64_t d0,
                         t->name, t->dtype_name);
         return NULL;
     }
-    /* the checkpoint's spans were checked against dtype x shape when it was mapped (safetensors.c) */
-    assert(t->nbytes == (size_t)(d0 * (d1 != VEC ? d1 : 1)) * (size_t)t->esize);
+    /* the checkpoint's spans were checked against dtype x shape when it was mapped (safetensors.c; a GGUF
+     * matrix's by the reader, in blocks) */
+    assert(t->dtype == HP_DT_Q || t->nbytes == (size_t)(d0 * (d1 != VEC ? d1 : 1)) * (size_t)t->esize);
     if (!t->used)
         b->m->info.n_params += d0 * (d1 != VEC ? d1 : 1);
     if (b->m->info.dtype[0] == '\0')
@@ -380,7 +385,7 @@ static float *owned_f32(struct binder *b, const struct hp_st_tensor *t, size_t n
         b->st = hp_fail(b->err, HP_ERR_NOMEM, "%s: out of memory converting '%s'", t->file, t->name);
         return NULL;
     }
-    hp_mat_cvt(f, t->data, t->dtype, n);
+    hp_mat_tensor_f32(t, f);
     b->st = keep_owned(b->m, f, b->err);
     return b->st == HP_OK ? f : NULL;
 }
@@ -405,14 +410,15 @@ static const float *bind(struct binder *b, const char *name, int64_t d0, int64_t
 }
 
 /*
- * Bind a matrix stored (d0, d1) row-major, as that view: f16 and bf16 stay
- * in the mapping (mat.c converts the panels each product reads) unless the
- * model was opened with HP_MODEL_CONVERT; f32 is in place when aligned. p is
- * NULL when an optional matrix is absent.
+ * Bind a matrix stored (d0, d1) row-major, as that view: f16, bf16 and
+ * quantized ones stay in the mapping (mat.c converts or dequantizes the
+ * panels each product reads) unless the model was opened with
+ * HP_MODEL_CONVERT; f32 is in place when aligned. p is NULL when an optional
+ * matrix is absent.
  */
 static struct hp_mat bind_mat(struct binder *b, const char *name, int64_t d0, int64_t d1, bool optional)
 {
-    struct hp_mat w = {NULL, d1, 1, HP_DT_F32};
+    struct hp_mat w = {NULL, d1, 1, HP_DT_F32, NULL, 0};
     struct hp_st_tensor *t = find(b, name, d0, d1, optional);
     if (!t)
         return w;
@@ -422,6 +428,8 @@ static struct hp_mat bind_mat(struct binder *b, const char *name, int64_t d0, in
         w.p = empty; /* a pruned layer's matrix with no heads: never read */
     else if (t->dtype == HP_DT_F32 && ((uintptr_t)t->data % sizeof(float)) == 0)
         w.p = t->data; /* in place, in the mapping */
+    else if (t->dtype == HP_DT_Q && !(b->m->flags & HP_MODEL_CONVERT))
+        w = hp_mat_of_q(t->q); /* quantized rows, in the file's mapping */
     else if (t->dtype != HP_DT_F32 && !(b->m->flags & HP_MODEL_CONVERT))
         w.p = t->data, w.dt = t->dtype; /* 16-bit, in the mapping: any alignment (mat.c loads bytes) */
     else
@@ -469,7 +477,9 @@ static void check_tied_copy(struct binder *b, const char *name, const struct hp_
     struct hp_st_tensor *t = lookup(b, name);
     if (!t)
         return;
-    bool same = t->dtype == to->dtype && t->n_dims == to->n_dims && t->nbytes == to->nbytes &&
+    /* the dtype's name too: two quantized types (HP_DT_Q both) may take the same bytes */
+    bool same = t->dtype == to->dtype && strcmp(t->dtype_name, to->dtype_name) == 0 && t->n_dims == to->n_dims &&
+                t->nbytes == to->nbytes &&
                 memcmp(t->shape, to->shape, (size_t)t->n_dims * sizeof t->shape[0]) == 0 &&
                 (t->nbytes == 0 || memcmp(t->data, to->data, t->nbytes) == 0);
     if (!same)
@@ -1077,21 +1087,26 @@ static enum hp_status gguf_of(const char *dir, char **out, struct hp_error *err)
     return st;
 }
 
-/* The config and the weights of GGUF file path (hp_gguf_checkpoint): *cfg parsed, m->config_text and m->st set. */
+/* The config and the weights of GGUF file path (hp_gguf_checkpoint): *cfg parsed, m->config_text, m->st and
+ * m->gguf set. */
 static enum hp_status open_gguf(struct hp_model *m, const char *path, cJSON **cfg, struct hp_error *err)
 {
-    void *buf;
-    size_t len;
-    enum hp_status st = hp_gguf_checkpoint(path, &m->config_text, &buf, &len, err);
+    struct hp_gguf_ckpt c;
+    enum hp_status st = hp_gguf_checkpoint(path, &c, err);
     if (st != HP_OK)
         return st;
-    if ((st = keep_owned(m, buf, err)) != HP_OK) /* before the set that borrows it, freed after it */
+    m->config_text = c.config;
+    m->st = c.st;     /* closed before the buffer it borrows is freed (hp_model_close) */
+    m->gguf = c.g;
+    if ((st = keep_owned(m, c.buf, err)) != HP_OK) {
+        free(c.q);
+        return st;
+    }
+    if ((st = keep_owned(m, c.q, err)) != HP_OK)
         return st;
     st = hp_json_parse(path, 1, m->config_text, strlen(m->config_text), NULL, cfg, err);
     if (st == HP_OK && !*cfg)
         st = hp_fail(err, HP_ERR_FORMAT, "%s: the config made of its metadata is not JSON", path);
-    if (st == HP_OK)
-        st = hp_st_open_buffer(path, buf, len, &m->st, err);
     if (st != HP_OK) { /* the caller deletes the config only on success */
         cJSON_Delete(*cfg);
         *cfg = NULL;
@@ -1156,9 +1171,11 @@ void hp_model_close(struct hp_model *m)
 {
     if (!m)
         return;
+    hp_st_close(m->st); /* before what it borrows: a GGUF model's buffer (owned) and mapping */
     for (int i = 0; i < m->n_owned; i++)
         free(m->owned[i]);
     free(m->owned);
+    hp_gguf_close(m->gguf);
     free(m->layers);
     free(m->slots);
     free(m->head_tensors);
@@ -1169,7 +1186,6 @@ void hp_model_close(struct hp_model *m)
     for (int i = 0; i < m->n_label_names; i++)
         free(m->label_names[i]);
     free(m->label_names);
-    hp_st_close(m->st);
     free(m);
 }
 
@@ -1180,6 +1196,7 @@ const struct hp_model_info *hp_model_get_info(const struct hp_model *m)
 
 // --- the panel its products need ---------------------------------------------
 
+/* Read through panels: 16-bit or quantized. */
 static bool is16(struct hp_mat w)
 {
     return w.p && w.dt != HP_DT_F32;

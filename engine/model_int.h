@@ -5,9 +5,10 @@
  * (in, out) of y = x B, given by pointer, strides and the dtype it is stored
  * in, so Hugging Face Linear weights (out, in) and GPT-2 Conv1D weights
  * (in, out) both go into products uncopied, and f16 / bf16 stay 16-bit in
- * the mapping. The embedding tables and the LM head are hp_mats too, as
- * stored (rows = tokens or positions). Vectors are f32 (converted at load
- * when stored 16-bit: they are small).
+ * the mapping, as GGUF matrices stay in their quantized blocks. The
+ * embedding tables and the LM head are hp_mats too, as stored (rows =
+ * tokens or positions). Vectors are f32 (converted at load when stored
+ * 16-bit or quantized: they are small).
  */
 #ifndef HP_MODEL_INT_H
 #define HP_MODEL_INT_H
@@ -112,6 +113,7 @@ struct hp_model {
     int n_label_names;
 
     struct hp_st_set *st;   /* mapped shards */
+    struct hp_gguf *gguf;   /* NULL, or the GGUF file the model was opened from, mapped: its matrices' blocks */
     struct hp_head_tensor *head_tensors; /* (n_head_tensors): every bound tensor that holds heads */
     int n_head_tensors;
     unsigned flags;         /* hp_model_open_ex's */
@@ -124,9 +126,10 @@ struct hp_model {
 
 /* hp_model_open_ex's flags */
 enum {
-    /* f16 and bf16 matrices converted to owned f32 at load, as before they were
-     * streamed (twice the stored size in memory): the second path the tests
-     * compare the streamed one with */
+    /* f16, bf16 and quantized (GGUF) matrices converted to owned f32 at load,
+     * as before they were streamed (twice the stored size in memory for 16-bit
+     * ones, four bytes a weight for GGUF's): the second path the tests compare
+     * the streamed one with */
     HP_MODEL_CONVERT = 1,
 };
 
@@ -158,18 +161,28 @@ enum hp_status hp_config_audit(const char *model_type, const struct cJSON *cfg, 
                                struct hp_error *err);
 
 /*
- * A GGUF file as a Hugging Face checkpoint (gguf_model.c): *config the config.json text transformers' GGUF
- * loader would make of its metadata, *st_buf (*st_len bytes) a safetensors file of its tensors under their
- * transformers names, dequantized to f32. Both owned by the caller (free).
+ * A GGUF file as a Hugging Face checkpoint (gguf_model.c): the config.json text transformers' GGUF loader would
+ * make of its metadata, and a set of its tensors under their transformers names: the vectors dequantized to f32
+ * in buf (a safetensors file in memory, the set's shard), the matrices views of the file's blocks (quantized ones
+ * through q). Owned by the caller: config, buf and q are freed with free, st with hp_st_close before buf, g with
+ * hp_gguf_close after st.
  */
-enum hp_status hp_gguf_checkpoint(const char *path, char **config, void **st_buf, size_t *st_len,
-                                  struct hp_error *err);
+struct hp_gguf;
+struct hp_gguf_ckpt {
+    char *config;
+    struct hp_st_set *st;
+    void *buf;
+    struct hp_qrows *q; /* one per tensor of the file, in its order; those of the quantized matrices used */
+    struct hp_gguf *g;  /* the file, mapped: the matrices' bytes */
+};
+enum hp_status hp_gguf_checkpoint(const char *path, struct hp_gguf_ckpt *out, struct hp_error *err);
 
 /* hp_model_open with flags (above). Destructor: hp_model_close. */
 enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model **out, struct hp_error *err);
 
-/* A scratch for products with m's 16-bit matrices (hp_mat_buf_alloc sized for
- * its deepest and largest); holds nothing for an f32 model. Destructor:
+/* A scratch for products with m's 16-bit and quantized matrices
+ * (hp_mat_buf_alloc sized for its deepest and largest); holds nothing for an
+ * f32 model. Destructor:
  * hp_mat_buf_free. NULL on OOM. */
 struct hp_mat_buf *hp_mat_buf_new(const struct hp_model *m);
 

@@ -93,6 +93,23 @@ static enum hp_status index_names(struct hp_st_set *set, const char *path, struc
     return HP_OK;
 }
 
+/* t as the set's next tensor (its name owned by the set from here, freed on failure). */
+static enum hp_status push(struct hp_st_set *set, struct hp_st_tensor *t, const char *path, struct hp_error *err)
+{
+    if (set->n == set->cap) {
+        int cap = set->cap ? set->cap * 2 : 64;
+        void *p = realloc(set->t, (size_t)cap * sizeof *set->t);
+        if (!p) {
+            free(t->name);
+            return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+        }
+        set->t = p;
+        set->cap = cap;
+    }
+    set->t[set->n++] = *t;
+    return HP_OK;
+}
+
 /* A JSON number that is a whole number in [0, max] (max below 2^53, so the
  * double holds it exactly and the cast is defined). */
 static bool json_uint(const cJSON *v, double max, uint64_t *out)
@@ -192,18 +209,8 @@ static enum hp_status index_header(struct hp_st_set *set, struct shard *sh,
             st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
             break;
         }
-        if (set->n == set->cap) {
-            int cap = set->cap ? set->cap * 2 : 64;
-            void *p = realloc(set->t, (size_t)cap * sizeof *set->t);
-            if (!p) {
-                free(t.name);
-                st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-                break;
-            }
-            set->t = p;
-            set->cap = cap;
-        }
-        set->t[set->n++] = t;
+        if ((st = push(set, &t, path, err)) != HP_OK)
+            break;
     }
     cJSON_Delete(root);
     if (st == HP_OK)
@@ -328,6 +335,31 @@ enum hp_status hp_st_open_buffer(const char *name, const void *buf, size_t len, 
     }
     *out = set;
     return HP_OK;
+}
+
+enum hp_status hp_st_add_views(struct hp_st_set *set, const struct hp_st_tensor *t, int n, struct hp_error *err)
+{
+    const char *path = set->n_shards ? set->shards[0].path : "(no file)";
+    for (int k = 0; k < n; k++) {
+        /* the header's rule (index_header): each dimension at most 2^52, at most 1e15 elements */
+        double nel = 1;
+        for (int i = 0; i < t[k].n_dims; i++) {
+            if (t[k].shape[i] < 0 || t[k].shape[i] > (int64_t)1 << 52)
+                nel = INFINITY;
+            nel *= (double)t[k].shape[i];
+        }
+        if (t[k].n_dims < 0 || t[k].n_dims > 8 || !(nel <= 1e15))
+            return hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' has an invalid shape", path, t[k].name);
+        struct hp_st_tensor v = t[k];
+        v.file = set->n_shards ? set->shards[0].path : NULL;
+        v.used = false;
+        if (!(v.name = strdup(t[k].name)))
+            return hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+        enum hp_status st = push(set, &v, path, err);
+        if (st != HP_OK)
+            return st;
+    }
+    return index_names(set, path, err);
 }
 
 void hp_st_close(struct hp_st_set *set)

@@ -5,6 +5,8 @@
  * Validation happens at open: header length inside the file, JSON well
  * formed, offsets inside the data area, size = dtype size * shape, no two
  * tensors overlapping. Views into the mapping never own memory.
+ * A set may also hold tensors whose bytes live elsewhere (hp_st_add_views: a
+ * GGUF file's matrices, in their quantized blocks, which mat.c reads).
  */
 #ifndef HP_SAFETENSORS_INT_H
 #define HP_SAFETENSORS_INT_H
@@ -13,17 +15,26 @@
 
 #include "headprune.h"
 
-enum hp_dtype { HP_DT_F32, HP_DT_F16, HP_DT_BF16, HP_DT_OTHER };
+enum hp_dtype {
+    HP_DT_F32,
+    HP_DT_F16,
+    HP_DT_BF16,
+    HP_DT_Q, /* rows of quantized blocks (a GGUF file's matrix), read through a struct hp_qrows (mat_int.h) */
+    HP_DT_OTHER
+};
+
+struct hp_qrows;
 
 struct hp_st_tensor {
     char *name;
     enum hp_dtype dtype;
     char dtype_name[8]; /* as written in the header: "F32", "BF16", "I64" ... */
-    int esize;          /* bytes per element */
+    int esize;          /* bytes per element; 0 for HP_DT_Q */
     int n_dims;
     int64_t shape[8];
-    const void *data; /* inside the shard's mapping */
+    const void *data; /* inside the shard's mapping (a view's: wherever its owner keeps it) */
     size_t nbytes;
+    const struct hp_qrows *q; /* HP_DT_Q: how its rows dequantize; else NULL */
     const char *file; /* the shard it lives in (owned by the set) */
     bool used;        /* bound by the model loader */
 };
@@ -41,6 +52,11 @@ enum hp_status hp_st_open_buffer(const char *name, const void *buf, size_t len, 
 /* Map and index another shard into the same set (names must not repeat). */
 enum hp_status hp_st_add(struct hp_st_set *set, const char *path,
                          struct hp_error *err);
+/* Add n tensors whose bytes the set does not hold (a GGUF file's matrices, read through t[i].q) as t describes
+ * them: names copied, each file the set's first shard's; data (and q) must outlive the set. Names must not repeat
+ * and shapes are held to the header's rule (HP_ERR_FORMAT). The names are indexed once, after all n; after a
+ * failure the set is fit only for hp_st_close. */
+enum hp_status hp_st_add_views(struct hp_st_set *set, const struct hp_st_tensor *t, int n, struct hp_error *err);
 void hp_st_close(struct hp_st_set *set);
 
 /* NULL when absent. */

@@ -116,7 +116,8 @@ struct hp_model_info {
     float attn_softcap, logit_softcap;
     int64_t n_params;
     char dtype[8];  /* stored dtype of the weights: "f32", "f16", "bf16" */
-    bool gguf;      /* opened from a GGUF file: its weights dequantized to f32 at open (dtype "f32") */
+    bool gguf;      /* opened from a GGUF file: its weights read as f32, the matrices dequantized a panel at
+                     * a time from the file's blocks (dtype "f32") */
     bool causal;       /* decoder (GPT-2, Llama) vs encoder (BERT) */
     bool has_lm_head;  /* logits available: causal LM head or BERT MLM head */
     /* encoders: how a sentence embedding is pooled from the final hidden states, as
@@ -139,9 +140,10 @@ struct hp_model;
 
 /*
  * Open a Hugging Face model directory: config.json plus model.safetensors or
- * the shards named by model.safetensors.index.json. Weights are
- * memory-mapped and used in place in their stored dtype (f32, f16 or bf16):
- * the model takes about its stored size in memory.
+ * the shards named by model.safetensors.index.json, or a llama GGUF file.
+ * Weights are memory-mapped and used in place in their stored dtype (f32,
+ * f16 or bf16; a GGUF file's matrices in their quantized blocks): the model
+ * takes about its stored size in memory.
  * Destructor: hp_model_close.
  */
 enum hp_status hp_model_open(const char *dir, struct hp_model **out,
@@ -424,7 +426,8 @@ struct hp_export_info {
     int n_pruned;     /* heads the written checkpoint lacks in all */
     int64_t n_params; /* its parameters (of the tensors headprune reads) */
     int64_t bytes;    /* the size of its model.safetensors */
-    int64_t source_bytes; /* the source's safetensors files, for comparison */
+    int64_t source_bytes; /* the source's safetensors files, for comparison (a GGUF model's: its tensors
+                           * in f32, the safetensors file an export of it whole would be, near enough) */
     bool hf_loadable; /* Hugging Face transformers 4.x loads it: GPT-2 and BERT (config's
                        * "pruned_heads"), Llama-family models when every layer keeps the same
                        * numbers of heads and KV groups and only whole groups go; never when a

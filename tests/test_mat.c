@@ -30,6 +30,7 @@
 
 #include "blas_int.h"
 #include "forward_int.h"
+#include "gguf_int.h"
 #include "headprune.h"
 #include "model_int.h"
 #include "safetensors_int.h"
@@ -134,7 +135,7 @@ static void check_product(enum hp_dtype dt, bool linear, int m, int k, int n)
         hp_mat_cvt(&w32[i], &w16[i], dt, 1);
     }
     struct hp_layer L = {0};
-    L.wq = (struct hp_mat){w16, linear ? 1 : n, linear ? k : 1, dt};
+    L.wq = (struct hp_mat){w16, linear ? 1 : n, linear ? k : 1, dt, NULL, 0};
     struct hp_model mdl = {0};
     mdl.info.n_layers = 1;
     mdl.info.d_model = k;
@@ -175,6 +176,163 @@ Test(mat, products_equal_the_converted_matrix)
         check_product(HP_DT_F16, lin, 2, 4096, 1000);
     }
     check_product(HP_DT_BF16, true, 0, 64, 64); /* no rows: nothing to do */
+}
+
+// --- quantized matrices -------------------------------------------------------------
+
+/* An f16's bits at p, a scale of either sign between 1/64 and 1/16: finite products, no NaN. */
+static void put_scale(uint8_t *p)
+{
+    const double mag = (1.0 + 3.0 * uniform()) / 64.0;
+    const uint16_t h = to_f16((float)(uniform() < 0.5 ? -mag : mag));
+    memcpy(p, &h, 2);
+}
+
+/*
+ * rows x cols of type at random, as a GGUF file stores them (rows of blocks): the quantized types' bytes at
+ * random with their f16 scales set (every other bit pattern is a valid block), F32, F16 and BF16 values
+ * uniform in [-0.5, 0.5).
+ */
+static void random_rows(enum hp_gguf_type type, uint8_t *p, size_t n_blocks)
+{
+    const struct hp_gguf_type_info *ti = hp_gguf_type_info(type);
+    for (size_t b = 0; b < n_blocks; b++) {
+        uint8_t *blk = p + b * (size_t)ti->block_bytes;
+        const float x = (float)(uniform() - 0.5);
+        if (type == HP_GGUF_F32) {
+            memcpy(blk, &x, 4);
+            continue;
+        }
+        if (type == HP_GGUF_F16 || type == HP_GGUF_BF16) {
+            const uint16_t h = to_16(type == HP_GGUF_F16 ? HP_DT_F16 : HP_DT_BF16, x);
+            memcpy(blk, &h, 2);
+            continue;
+        }
+        for (int i = 0; i < ti->block_bytes; i++)
+            blk[i] = (uint8_t)(uniform() * 256);
+        if (type == HP_GGUF_Q6_K) { /* d last */
+            put_scale(blk + 208);
+        } else { /* d first; Q4_1's m, the K-quants' dmin after it */
+            put_scale(blk);
+            if (type != HP_GGUF_Q8_0 && type != HP_GGUF_Q4_0)
+                put_scale(blk + 2);
+        }
+    }
+}
+
+/* C = A W through a quantized view and through the same view of the f32 matrix: the same bits. */
+static int same_product(struct hp_mat_buf *mb, struct hp_mat wq, struct hp_mat wf, int m, int k, int n,
+                        const char *what, const char *type)
+{
+    float *a = malloc((size_t)m * k * sizeof *a), *c1 = malloc((size_t)m * n * sizeof *c1),
+          *c2 = malloc((size_t)m * n * sizeof *c2);
+    for (size_t i = 0; i < (size_t)m * k; i++)
+        a[i] = (float)(uniform() - 0.5);
+    for (size_t i = 0; i < (size_t)m * n; i++)
+        c1[i] = c2[i] = (float)i; /* beta = 0.5 reads them */
+    hp_mat_gemm(mb, m, n, k, 0.75f, a, k, 1, wq, 0.5f, c1, n, 1);
+    hp_mat_gemm(mb, m, n, k, 0.75f, a, k, 1, wf, 0.5f, c2, n, 1);
+    int bad = 0;
+    for (size_t i = 0; i < (size_t)m * n; i++)
+        if (memcmp(&c1[i], &c2[i], sizeof *c1) != 0 && bad++ < 3)
+            cr_log_error("%s %s (%d x %d x %d): C[%zu] streamed %.9g, on the dequantized matrix %.9g", type, what, m,
+                         n, k, i, c1[i], c2[i]);
+    free(a), free(c1), free(c2);
+    return bad != 0;
+}
+
+/*
+ * A quantized matrix of type, rows x cols in Hugging Face's order, its rows permuted as llama.cpp stores q and k
+ * when heads > 0, at an odd byte address; against the whole matrix dequantized row by row with hp_gguf_dequant
+ * (gguf-py's bits: test_gguf.c) and put back in Hugging Face's order here, by the definition of
+ * reverse_permute_weights (the file's row h per + 2 i + j is row h per + j half + i), bit for bit: every view the
+ * passes take (the Linear, a head's columns, a slice of its depth starting inside a block, each transposed as the
+ * backward pass reads it, a strided view), through panels of whole blocks, of parts of blocks and one wide panel;
+ * rows, parts of rows, row sums, elements, and the whole tensor.
+ */
+static int check_quant(enum hp_gguf_type type, int64_t rows, int64_t cols, int64_t heads)
+{
+    const struct hp_gguf_type_info *ti = hp_gguf_type_info(type);
+    const size_t row_bytes = (size_t)(cols / ti->block_size) * (size_t)ti->block_bytes;
+    uint8_t *raw = malloc((size_t)rows * row_bytes + 1), *data = raw + 1;
+    random_rows(type, data, (size_t)rows * row_bytes / (size_t)ti->block_bytes);
+    const struct hp_qrows q = {data, rows, cols, row_bytes, ti->block_size, ti->block_bytes, ti->to_f32, heads};
+    float *w = malloc((size_t)(rows * cols) * sizeof *w);
+    const int64_t per = heads ? rows / heads : rows, half = per / 2;
+    for (int64_t h = 0; h < (heads ? heads : 1); h++)
+        for (int64_t i = 0; i < (heads ? half : per); i++)
+            for (int64_t j = 0; j < (heads ? 2 : 1); j++) {
+                const int64_t file = heads ? h * per + 2 * i + j : i, hf = heads ? h * per + j * half + i : i;
+                cr_assert_eq(hp_gguf_dequant(type, data + (size_t)file * row_bytes, w + hf * cols, cols), HP_OK);
+            }
+    const char *tn = ti->name;
+    int bad = 0;
+    /* a narrow scratch (panels of 32 columns, or 64: whole blocks of 32, parts of 256) and a wide one */
+    const size_t kmax = (size_t)(rows > cols ? rows : cols);
+    struct hp_mat_buf *bufs[3] = {hp_mat_buf_alloc(kmax, kmax * 40), hp_mat_buf_alloc(kmax, kmax * 72),
+                                  hp_mat_buf_alloc(kmax, (size_t)1 << 30)};
+    const struct hp_mat bq = hp_mat_t(hp_mat_of_q(&q)), bf = {w, 1, (ptrdiff_t)cols, HP_DT_F32, NULL, 0};
+    /* views of B = W^T (cols, rows): (i0, j0) and the depth and width they keep */
+    const int64_t i0s[] = {0, 0, 64, 64}, j0s[] = {0, rows / 4, 0, rows / 4};
+    for (int b = 0; b < 3; b++)
+        for (int v = 0; v < 4; v++) {
+            const int k = (int)(i0s[v] ? 128 : cols), n = (int)(rows - 2 * j0s[v]);
+            const struct hp_mat vq = hp_mat_at(bq, i0s[v], j0s[v]), vf = hp_mat_at(bf, i0s[v], j0s[v]);
+            char what[96];
+            snprintf(what, sizeof what, "view %d at (%lld, %lld), scratch %d", v, (long long)i0s[v],
+                     (long long)j0s[v], b);
+            bad += same_product(bufs[b], vq, vf, 5, k, n, what, tn);
+            strcat(what, ", transposed");
+            bad += same_product(bufs[b], hp_mat_t(vq), hp_mat_t(vf), 3, n, k, what, tn);
+        }
+    /* no unit stride: every other element of each row's first half */
+    struct hp_mat sq = bq, sf = bf;
+    sq.rs = sf.rs = 2;
+    bad += same_product(bufs[0], sq, sf, 2, (int)(cols / 4), (int)rows, "strided", tn);
+    /* rows (the embedding's reads), from their start and from inside a block, added, elements */
+    const struct hp_mat tq = hp_mat_of_q(&q);
+    float *row = malloc((size_t)cols * sizeof *row), *acc = malloc(2 * (size_t)cols * sizeof *acc);
+    for (int64_t r = 0; r < rows; r++) {
+        hp_mat_row(tq, r, (int)cols, row);
+        bad += memcmp(row, w + r * cols, (size_t)cols * sizeof *row) != 0;
+        hp_mat_row(hp_mat_at(tq, 0, 40), r, (int)(cols - 72), row);
+        bad += memcmp(row, w + r * cols + 40, (size_t)(cols - 72) * sizeof *row) != 0;
+        for (int64_t c = 0; c < cols; c++)
+            acc[c] = acc[cols + c] = (float)c;
+        hp_mat_row_add(tq, r, (int)cols, acc);
+        for (int64_t c = 0; c < cols; c++)
+            acc[cols + c] += w[r * cols + c];
+        bad += memcmp(acc, acc + cols, (size_t)cols * sizeof *acc) != 0;
+        const int64_t c = (int64_t)(uniform() * (double)cols);
+        const float e = hp_mat_get(tq, r, c);
+        bad += memcmp(&e, &w[r * cols + c], sizeof e) != 0;
+    }
+    /* the whole tensor, as HP_MODEL_CONVERT and an export read it */
+    struct hp_st_tensor t = {.dtype = HP_DT_Q, .n_dims = 2, .shape = {rows, cols}, .data = data, .q = &q};
+    float *all = malloc((size_t)(rows * cols) * sizeof *all);
+    hp_mat_tensor_f32(&t, all);
+    bad += memcmp(all, w, (size_t)(rows * cols) * sizeof *all) != 0;
+    if (bad)
+        cr_log_error("%s, %lld x %lld, %lld heads: %d comparisons differ", tn, (long long)rows, (long long)cols,
+                     (long long)heads, bad);
+    for (int b = 0; b < 3; b++)
+        hp_mat_buf_free(bufs[b]);
+    free(all), free(row), free(acc), free(w), free(raw);
+    return bad;
+}
+
+Test(mat, quantized_products_equal_the_dequantized_matrix)
+{
+    hp_runtime_init(2);
+    static const enum hp_gguf_type types[] = {HP_GGUF_Q8_0, HP_GGUF_Q4_0, HP_GGUF_Q4_1, HP_GGUF_Q4_K,
+                                              HP_GGUF_Q5_K, HP_GGUF_Q6_K, HP_GGUF_F16, HP_GGUF_BF16, HP_GGUF_F32};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        bad += check_quant(types[i], 96, 512, 0);  /* as stored */
+        bad += check_quant(types[i], 96, 512, 4);  /* a q projection of 4 heads of 24 rows */
+        bad += check_quant(types[i], 64, 768, 2);  /* 3 K-quant blocks a row */
+    }
+    cr_assert_eq(bad, 0, "%d comparisons differ between streamed and dequantized matrices", bad);
 }
 
 // --- 16-bit copies of fixtures ------------------------------------------------------
@@ -435,6 +593,52 @@ Test(mat, bert_mlm_bf16_copy) { compare_copy("bert-mlm", "0.0,1.3", ALL_BF16, fa
 Test(mat, bert_classifier_f16_copy) { compare_copy("bert-cls", "1.0", ALL_F16, false); }
 Test(mat, bert_encoder_bf16_copy) { compare_copy("bert-encoder", "0.1,1.2", ALL_BF16, true); }
 Test(mat, llama_gqa_mixed_dtypes) { compare_copy("llama-gqa", "0.1,kv:1.1", MIXED, false); }
+
+/*
+ * A GGUF model (tests/fixtures/llama-gguf: Q8_0, Q4_0, Q4_1, F16 and F32 matrices, q and k permuted, a head of 8
+ * inside blocks of 32) read in its blocks against the same file dequantized at open (HP_MODEL_CONVERT): every
+ * path of compare_paths, and then the outputs and the gradients at the gates, bit for bit.
+ */
+Test(mat, llama_gguf_fixture)
+{
+    char dir[1024];
+    fixture_dir(dir, sizeof dir, "llama-gguf");
+    compare_paths(dir, "llama-gguf", "0.1,kv:1.0");
+    struct hp_error err = {0};
+    struct hp_model *ms, *mc;
+    cr_assert_eq(hp_model_open(dir, &ms, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_model_open_ex(dir, HP_MODEL_CONVERT, &mc, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(ms->layers[0].wq.dt, HP_DT_Q, "q stays in its blocks");
+    cr_assert_eq(mc->layers[0].wq.dt, HP_DT_F32, "HP_MODEL_CONVERT dequantizes it");
+    const struct hp_model_info *in = hp_model_get_info(ms);
+    struct hp_data *d = fixture_data("llama-gguf");
+    struct hp_mask *mask;
+    cr_assert_eq(hp_mask_parse("0.1,1.2", false, in, &mask, &err), HP_OK, "%s", err.msg);
+    const size_t n = (size_t)d->seq_len * in->n_vocab;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    for (int s = 0; s < d->n_seqs; s++) {
+        const int32_t *ids = d->ids + (size_t)s * d->seq_len;
+        cr_assert_eq(hp_model_forward(ms, ids, NULL, NULL, d->seq_len, mask, x, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(hp_model_forward(mc, ids, NULL, NULL, d->seq_len, mask, y, &err), HP_OK, "%s", err.msg);
+        cr_assert(memcmp(x, y, n * sizeof *x) == 0, "sequence %d: the logits differ", s);
+    }
+    struct hp_evaluator *es, *ec;
+    cr_assert_eq(hp_evaluator_new(ms, d, &es, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(mc, d, &ec, &err), HP_OK, "%s", err.msg);
+    const int HH = in->n_layers * in->n_heads;
+    double *ga = calloc(4 * (size_t)HH, sizeof *ga), *gb = ga + HH, *ta = gb + HH, *tb = ta + HH, va, vb;
+    cr_assert_eq(hp_evaluator_grad(es, HP_METRIC_LOSS, mask, HP_ABLATE_MEAN, ga, ta, &va, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad(ec, HP_METRIC_LOSS, mask, HP_ABLATE_MEAN, gb, tb, &vb, &err), HP_OK, "%s", err.msg);
+    cr_assert(va == vb && memcmp(ga, gb, (size_t)HH * sizeof *ga) == 0 && memcmp(ta, tb, (size_t)HH * sizeof *ta) == 0,
+              "the gradients differ (loss %.17g and %.17g)", va, vb);
+    free(ga), free(x), free(y);
+    hp_evaluator_free(es);
+    hp_evaluator_free(ec);
+    hp_mask_free(mask);
+    hp_data_free(d);
+    hp_model_close(ms);
+    hp_model_close(mc);
+}
 
 // --- memory -------------------------------------------------------------------------
 

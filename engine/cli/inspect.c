@@ -72,7 +72,8 @@ int cmd_inspect(int argc, char **argv)
             printf("soft caps      scores %g, logits %g (each x becomes cap tanh(x / cap); 0: none)\n",
                    (double)in->attn_softcap, (double)in->logit_softcap);
         printf("parameters     %lld\n", (long long)in->n_params);
-        printf("dtype          %s%s\n", in->dtype, in->gguf ? " (dequantized from the GGUF file at open)" : "");
+        printf("dtype          %s%s\n", in->dtype,
+               in->gguf ? " (dequantized from the GGUF file's blocks as products read them)" : "");
         printf("LM head        %s\n", in->has_lm_head ? (in->causal ? "yes" : "yes (MLM)") : "no");
     }
     free(pruned);

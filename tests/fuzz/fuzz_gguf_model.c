@@ -6,7 +6,8 @@
  * Input: a whole GGUF file, written into a scratch folder as model.gguf and
  * opened by its path. A failed open hands back nothing and a one-line error.
  * A model that opens must report a sane shape and run a 4-token forward
- * without fault (a sanitizer sees any read past a tensor's dequantized bytes).
+ * without fault (a sanitizer sees a read past a buffer, an assertion a view outside
+ * a matrix's blocks, in a build with assertions).
  * Seeds: tests/fixtures/llama-gguf's file.
  */
 #include "fuzz_common.h"
