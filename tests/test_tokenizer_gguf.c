@@ -122,6 +122,13 @@ Test(tokenizer_gguf, smollm2_matches_its_tokenizer)
     free(back);
     hp_encoding_free(&e);
     hp_tokenizer_free(t);
+    /* inspect says where the tokenizer comes from */
+    char args[1200], out[4096];
+    snprintf(args, sizeof args, "inspect --model %s", file);
+    cr_assert_eq(tu_headprune(NULL, args, g_tmp, out, sizeof out, NULL, 0), 0);
+    cr_assert(strstr(out, "\ntokenizer      ") && strstr(out, "SmolLM2-135M-Instruct.Q4_1.gguf (its metadata: "
+                                                            "byte-level BPE \"gpt2\", pre-tokenizer \"smollm\""),
+              "%s", out);
 }
 
 // --- GGUF files built key by key ---------------------------------------------------------------------------------
@@ -417,4 +424,37 @@ Test(tokenizer_gguf, cli_refusal_is_one_line)
     cr_assert_eq(tu_headprune(NULL, args, g_tmp, out, sizeof out, errs, sizeof errs), 1);
     cr_assert(strstr(errs, "tokenizer.ggml.model is \"rwkv\""), "%s", errs);
     cr_assert(strchr(errs, '\n') == errs + strlen(errs) - 1, "not one line: %s", errs);
+}
+
+/* Text through a GGUF file's tokenizer, and the cache of tokenized text: two files in one folder, with no
+ * tokenizer files to tell them apart, get their own ids (the cache's key holds each file's tokenizer metadata;
+ * before, only a folder's files were hashed, and the second file would have been handed the first's ids). */
+Test(tokenizer_gguf, text_data_and_its_cache)
+{
+    char a[1024], b[1024], txt[128];
+    snprintf(a, sizeof a, "%s/gguf-tokenizer/bpe-smollm.gguf", getenv("HP_FIXTURES"));
+    snprintf(b, sizeof b, "%s/gguf-tokenizer/llama-spm.gguf", getenv("HP_FIXTURES"));
+    snprintf(txt, sizeof txt, "%s/held.txt", g_tmp);
+    const char text[] = "Hello world, numbers 12345 and caf\xc3\xa9.\n\nA second document <|im_start|> here.\n";
+    tu_spit(txt, text, sizeof text - 1);
+    const char *models[3] = {a, b, a};
+    struct hp_data *d[3];
+    struct hp_error err = {0};
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(hp_data_load_for(txt, models[k], NULL, 8, &d[k], &err), HP_OK, "%s", err.msg);
+        /* the ids are the tokenizer's own: the packed documents' first ids */
+        struct hp_tokenizer *t;
+        struct hp_encoding e;
+        cr_assert_eq(hp_tokenizer_open(models[k], &t, &err), HP_OK, "%s", err.msg);
+        cr_assert_eq(hp_tokenizer_encode(t, text, strcspn(text, "\n"), NULL, 0, true, &e, &err), HP_OK, "%s", err.msg);
+        for (int i = 0; i < 8 && i < e.n; i++)
+            cr_assert_eq(d[k]->ids[i], e.ids[i], "%s: id %d is %d, its tokenizer's %d", models[k], i, d[k]->ids[i],
+                         e.ids[i]);
+        hp_encoding_free(&e);
+        hp_tokenizer_free(t);
+    }
+    cr_assert_eq(d[0]->n_seqs, d[2]->n_seqs);
+    cr_assert(memcmp(d[0]->ids, d[2]->ids, (size_t)d[0]->n_seqs * 8 * sizeof(int32_t)) == 0, "from the cache");
+    for (int k = 0; k < 3; k++)
+        hp_data_free(d[k]);
 }
