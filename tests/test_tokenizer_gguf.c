@@ -247,12 +247,20 @@ Test(tokenizer_gguf, a_folders_tokenizer_json_wins)
                                              "\"smollm\", 521 tokens)"),
               "%s", hp_tokenizer_source(t));
     hp_tokenizer_free(t);
-    snprintf(src, sizeof src, "%s/tokenizers/gpt2-bpe/tokenizer.json", getenv("HP_FIXTURES"));
+    /* the same tokenizer as a tokenizer.json (Digits, then ByteLevel): the same ids, from that file */
+    snprintf(src, sizeof src, "%s/gguf-tokenizer/bpe-smollm.tokenizer.json", getenv("HP_FIXTURES"));
     snprintf(q, sizeof q, "%s/tokenizer.json", g_tmp);
     copy(src, q);
     cr_assert_eq(hp_tokenizer_open(g_tmp, &t, &err), HP_OK, "%s", err.msg);
     cr_assert_str_eq(hp_tokenizer_source(t), q, "a tokenizer.json beside the file wins");
     hp_tokenizer_free(t);
+    char json[1100];
+    snprintf(json, sizeof json, "%s/gguf-tokenizer/cases.json", getenv("HP_FIXTURES"));
+    cJSON *j = tu_read_json(json);
+    const cJSON *c;
+    cJSON_ArrayForEach(c, tu_get(j, "cases")) if (strcmp(tu_get(c, "file")->valuestring, "bpe-smollm.gguf") == 0)
+        cr_assert_eq(check_case(g_tmp, tu_get(j, "texts"), c), 0);
+    cJSON_Delete(j);
     cr_assert_eq(hp_tokenizer_open(p, &t, &err), HP_OK, "%s", err.msg); /* the file named: its metadata */
     cr_assert(strstr(hp_tokenizer_source(t), "its metadata"), "%s", hp_tokenizer_source(t));
     hp_tokenizer_free(t);

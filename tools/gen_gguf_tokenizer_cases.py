@@ -15,6 +15,7 @@ Writes tests/fixtures/gguf-tokenizer/:
   that name declare in their tokenizer.json (written out below, independently of the C table). transformers'
   GGUF loader ignores tokenizer.ggml.pre (a fixed ByteLevel), so its ids are printed as a difference count,
   not used.
+- bpe-smollm.tokenizer.json: the smollm reference as a tokenizer.json (its Digits pre-tokenizer too).
 - cases.json: the texts and, per file, the ids without and with special tokens.
 And, when models/SmolLM2-135M-Instruct.Q4_1.gguf is there (scripts/get-smollm2.sh), the real file's ids in
 tests/fixtures/smollm2-gguf/tokenizer-cases.json: SmolLM2's tokenizer (its tokenizer.json's pipeline,
@@ -214,6 +215,9 @@ def bpe_fixtures():
             w.add_add_bos_token(False)
         finish(w)
         tok = reference(tokens, merges, pre, types)
+        if pre == "smollm":  # the same as a tokenizer.json (Digits, then ByteLevel), for the loader of those
+            with open(os.path.join(OUT, "bpe-smollm.tokenizer.json"), "w") as o:
+                o.write(tok.to_str())
         case = {"file": name, "n_tokens": len(tokens),
                 "plain": [tok.encode(t, add_special_tokens=False).ids for t in TEXTS],
                 "special": [tok.encode(t, add_special_tokens=True).ids for t in TEXTS]}
