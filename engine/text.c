@@ -440,9 +440,9 @@ static enum hp_status load_task_jsonl(const char *path, char *buf, size_t len, c
  * Tokenized text is kept under $HP_CACHE_DIR, else $XDG_CACHE_HOME/headprune,
  * else ~/.cache/headprune, in tokens/<digest>.bin, where the digest covers
  * the text's bytes, the tokenizer's files (a GGUF file's: a digest of its
- * tokenizer metadata), seq_len and the model's class names. The cache is only an optimisation: a file that cannot be read or
- * written, or does not check out (magic, sizes, a checksum of its arrays), is
- * ignored.
+ * tokenizer metadata), seq_len and the model's class names. The cache is
+ * only an optimisation: a file that cannot be read or written, or does not
+ * check out (magic, sizes, a checksum of its arrays), is ignored.
  */
 static const char cache_magic[8] = {'H', 'P', 'T', 'O', 'K', '3', 0, 0};
 
