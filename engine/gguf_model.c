@@ -28,18 +28,22 @@
  * read (rope scaling, experts, ...), a size that disagrees with a tensor's
  * shape, a tensor of more than two dimensions or of a type the reader cannot
  * dequantize, q or k rows that are not two per head.
- * Must not: print, or read any file but the one named.
+ * hp_gguf_find says which file a model path names (the folder form lists the folder).
+ * Must not: print, or read any file but the one named (and, to find it, its folder's listing).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "model_int.h"
 
 #include <assert.h>
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "gguf_int.h"
 #include "util_int.h"
@@ -380,4 +384,40 @@ enum hp_status hp_gguf_checkpoint(const char *path, struct hp_gguf_ckpt *out, st
     }
     *out = (struct hp_gguf_ckpt){config, set, buf, q, g};
     return HP_OK;
+}
+
+enum hp_status hp_gguf_find(const char *dir, char **out, struct hp_error *err)
+{
+    *out = NULL;
+    struct stat sb;
+    const size_t n = strlen(dir);
+    if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode))
+        return n > 5 && strcmp(dir + n - 5, ".gguf") == 0
+                   ? hp_path_make(out, err, "%s", dir)
+                   : hp_fail(err, HP_ERR_ARG, "%s: a file, not a model folder or a .gguf file", dir);
+    char *cfg;
+    enum hp_status st = hp_path_make(&cfg, err, "%s/config.json", dir);
+    if (st != HP_OK)
+        return st;
+    const bool has_cfg = access(cfg, F_OK) == 0;
+    free(cfg);
+    DIR *d = has_cfg ? NULL : opendir(dir);
+    if (!d)
+        return HP_OK;
+    int found = 0;
+    for (struct dirent *e; (e = readdir(d)) && st == HP_OK;) {
+        const size_t k = strlen(e->d_name);
+        if (k <= 5 || strcmp(e->d_name + k - 5, ".gguf") != 0)
+            continue;
+        if (found++) {
+            st = hp_fail(err, HP_ERR_ARG, "%s: more than one .gguf file (%s, %s, ...): name the one to open", dir,
+                         strrchr(*out, '/') + 1, e->d_name);
+            free(*out);
+            *out = NULL;
+        } else {
+            st = hp_path_make(out, err, "%s/%s", dir, e->d_name);
+        }
+    }
+    closedir(d);
+    return st;
 }

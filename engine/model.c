@@ -22,7 +22,6 @@
 
 #include <assert.h>
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -1047,46 +1046,6 @@ enum hp_status hp_model_open(const char *dir, struct hp_model **out, struct hp_e
     return hp_model_open_ex(dir, 0, out, err);
 }
 
-/*
- * The GGUF file dir names: dir itself when it is a file ending in .gguf, or the one .gguf file of a folder
- * without config.json. *out NULL when dir is neither (a Hugging Face folder, or nothing: open_weights says).
- */
-static enum hp_status gguf_of(const char *dir, char **out, struct hp_error *err)
-{
-    *out = NULL;
-    struct stat sb;
-    const size_t n = strlen(dir);
-    if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode))
-        return n > 5 && strcmp(dir + n - 5, ".gguf") == 0
-                   ? hp_path_make(out, err, "%s", dir)
-                   : hp_fail(err, HP_ERR_ARG, "%s: a file, not a model folder or a .gguf file", dir);
-    char *cfg;
-    enum hp_status st = hp_path_make(&cfg, err, "%s/config.json", dir);
-    if (st != HP_OK)
-        return st;
-    const bool has_cfg = access(cfg, F_OK) == 0;
-    free(cfg);
-    DIR *d = has_cfg ? NULL : opendir(dir);
-    if (!d)
-        return HP_OK;
-    int found = 0;
-    for (struct dirent *e; (e = readdir(d)) && st == HP_OK;) {
-        const size_t k = strlen(e->d_name);
-        if (k <= 5 || strcmp(e->d_name + k - 5, ".gguf") != 0)
-            continue;
-        if (found++) {
-            st = hp_fail(err, HP_ERR_ARG, "%s: more than one .gguf file (%s, %s, ...): name the one to open", dir,
-                         strrchr(*out, '/') + 1, e->d_name);
-            free(*out);
-            *out = NULL;
-        } else {
-            st = hp_path_make(out, err, "%s/%s", dir, e->d_name);
-        }
-    }
-    closedir(d);
-    return st;
-}
-
 /* The config and the weights of GGUF file path (hp_gguf_checkpoint): *cfg parsed, m->config_text, m->st and
  * m->gguf set. */
 static enum hp_status open_gguf(struct hp_model *m, const char *path, cJSON **cfg, struct hp_error *err)
@@ -1124,7 +1083,7 @@ enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model
 
     char *path = NULL;
     cJSON *cfg = NULL;
-    enum hp_status st = (m->dir = strdup(dir)) ? gguf_of(dir, &path, err) : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    enum hp_status st = (m->dir = strdup(dir)) ? hp_gguf_find(dir, &path, err) : hp_fail(err, HP_ERR_NOMEM, "out of memory");
     if (st == HP_OK && path && (m->info.gguf = true))
         st = open_gguf(m, path, &cfg, err);
     else if (st == HP_OK && (st = hp_path_make(&path, err, "%s/config.json", dir)) == HP_OK)

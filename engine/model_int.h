@@ -177,6 +177,14 @@ struct hp_gguf_ckpt {
 };
 enum hp_status hp_gguf_checkpoint(const char *path, struct hp_gguf_ckpt *out, struct hp_error *err);
 
+/*
+ * The GGUF file a model path names (gguf_model.c): path itself when it is a regular file ending in .gguf
+ * (another file is HP_ERR_ARG), or the one .gguf file of a folder without config.json (two are HP_ERR_ARG,
+ * naming them). *out NULL when path names neither (a Hugging Face folder, or nothing); else the caller's
+ * to free.
+ */
+enum hp_status hp_gguf_find(const char *dir, char **out, struct hp_error *err);
+
 /* hp_model_open with flags (above). Destructor: hp_model_close. */
 enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model **out, struct hp_error *err);
 

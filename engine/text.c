@@ -38,6 +38,7 @@
 
 #include "data_int.h"
 #include "json_int.h"
+#include "tokenizer_int.h" // hp_tokenizer_digest: the cache key of a GGUF file's tokenizer
 #include "util_int.h"
 
 /* What a .jsonl file holds, by its first object: ids (for hp_data_load), text ("text" or "text_a"), or task
@@ -438,10 +439,10 @@ static enum hp_status load_task_jsonl(const char *path, char *buf, size_t len, c
 /*
  * Tokenized text is kept under $HP_CACHE_DIR, else $XDG_CACHE_HOME/headprune,
  * else ~/.cache/headprune, in tokens/<digest>.bin, where the digest covers
- * the text's bytes, the tokenizer's files, seq_len and the model's class
- * names. The cache is only an optimisation: a file that cannot be read or
- * written, or does not check out (magic, sizes, a checksum of its arrays), is
- * ignored.
+ * the text's bytes, the tokenizer's files (a GGUF file's: a digest of its
+ * tokenizer metadata), seq_len and the model's class names. The cache is
+ * only an optimisation: a file that cannot be read or written, or does not
+ * check out (magic, sizes, a checksum of its arrays), is ignored.
  */
 static const char cache_magic[8] = {'H', 'P', 'T', 'O', 'K', '3', 0, 0};
 
@@ -513,7 +514,7 @@ static bool hash_file(XXH3_state_t *h, const char *dir, const char *name)
 
 /* The cache entry's file name, a fresh string (free() it), or NULL when there is no cache to use. */
 static char *cache_path(const char *text, size_t len, bool txt, const char *model_dir,
-                        const struct hp_model_info *info, int seq_len)
+                        const struct hp_tokenizer *t, const struct hp_model_info *info, int seq_len)
 {
     const char *base = getenv("HP_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     char *dir = NULL, *mk = NULL, *out = NULL;
@@ -539,6 +540,9 @@ static char *cache_path(const char *text, size_t len, bool txt, const char *mode
     bool named = true;
     for (size_t i = 0; i < sizeof files / sizeof *files; i++)
         named = hash_file(h, model_dir, files[i]) && named;
+    uint8_t tok[16]; /* a GGUF file's tokenizer is its metadata, not files in the folder */
+    if (hp_tokenizer_digest(t, tok))
+        XXH3_128bits_update(h, tok, sizeof tok);
     for (int i = 0; info && i < info->n_labels; i++)
         XXH3_128bits_update(h, info->label_names[i], strlen(info->label_names[i]) + 1);
     XXH128_hash_t d = XXH3_128bits_digest(h);
@@ -657,10 +661,10 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
     enum hp_status st = hp_read_text(path, (size_t)1 << 32, HP_ERR_SHAPE, "held-out text", &buf, &len, err);
     if (st != HP_OK)
         return st;
-    char *cpath = cache_path(buf, len, txt, model_dir, info, seq_len);
-    bool cached = cpath != NULL;
     struct hp_tokenizer *t = NULL;
     st = hp_tokenizer_open(model_dir, &t, err);
+    char *cpath = st == HP_OK ? cache_path(buf, len, txt, model_dir, t, info, seq_len) : NULL;
+    bool cached = cpath != NULL;
     if (st == HP_OK && info && hp_tokenizer_n_ids(t) > info->n_vocab)
         st = hp_fail(err, HP_ERR_SHAPE,
                      "%s: the tokenizer has %d token ids but the model's embedding has %d rows (a tokenizer from "

@@ -3,7 +3,8 @@
  * to their token strings and text.
  *
  * Reads a model directory's tokenizer.json (or, failing that, vocab.txt for
- * BERT WordPiece, or vocab.json + merges.txt for GPT-2 byte-level BPE) and
+ * BERT WordPiece, or vocab.json + merges.txt for GPT-2 byte-level BPE, or a
+ * GGUF file's tokenizer.ggml.* metadata) and
  * runs what it declares, in the order the tokenizers library does: split the
  * text on added tokens, then per piece normalise, pre-tokenise, and apply the
  * model (BPE, optionally byte-level or with byte fallback, or WordPiece),
@@ -798,6 +799,7 @@ void hp_tokenizer_free(struct hp_tokenizer *t)
     if (!t)
         return;
     free(t->path);
+    free(t->source);
     map_free(&t->vocab);
     map_free(&t->merges);
     for (int i = 0; i < t->n_norm; i++)
@@ -828,6 +830,17 @@ int hp_tokenizer_n_ids(const struct hp_tokenizer *t)
     return t->n_ids;
 }
 
+const char *hp_tokenizer_source(const struct hp_tokenizer *t)
+{
+    return t->source ? t->source : t->path;
+}
+
+bool hp_tokenizer_digest(const struct hp_tokenizer *t, uint8_t out[16])
+{
+    memcpy(out, t->digest, 16);
+    return t->gguf;
+}
+
 static int32_t added_id(const struct hp_tokenizer *t, const char *s)
 {
     for (int i = 0; i < t->n_added; i++)
@@ -846,6 +859,8 @@ int32_t hp_tokenizer_separator(const struct hp_tokenizer *t)
 
 int32_t hp_tokenizer_pad(const struct hp_tokenizer *t)
 {
+    if (t->pad >= 0)
+        return t->pad;
     int32_t id = added_id(t, "[PAD]");
     if (id < 0)
         id = added_id(t, "<pad>");

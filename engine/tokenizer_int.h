@@ -12,7 +12,7 @@
  * no special tokens of its own (GPT-2's <|endoftext|>), else -1. */
 int32_t hp_tokenizer_separator(const struct hp_tokenizer *t);
 
-/* The padding id: [PAD], <pad>, or 0. Padded positions are masked anyway. */
+/* The padding id: a GGUF file's padding_token_id, else [PAD], <pad>, or 0. Padded positions are masked anyway. */
 int32_t hp_tokenizer_pad(const struct hp_tokenizer *t);
 
 /* Whether id is a special token (an added token marked special, or a post-processor template's own), as
@@ -22,6 +22,16 @@ bool hp_tokenizer_special(const struct hp_tokenizer *t, int32_t id);
 /* Whether dir holds one of the files hp_tokenizer_open reads (tokenizer.json, vocab.txt, merges.txt): a
  * directory without any has no tokenizer, one with a file it cannot read has a broken one. */
 bool hp_tokenizer_present(const char *dir);
+
+struct hp_gguf;
+
+/* The tokenizer of an open GGUF file's metadata (tokenizer.ggml.*), as hp_tokenizer_open reads a .gguf
+ * model's; g may be closed after. The fuzz harness uses it. Destructor: hp_tokenizer_free. */
+enum hp_status hp_tokenizer_from_gguf(const struct hp_gguf *g, struct hp_tokenizer **out, struct hp_error *err);
+
+/* Whether t was read from a GGUF file's metadata, and then a digest of that metadata in out (the text cache
+ * hashes the tokenizer files of a folder, and this for a GGUF file). */
+bool hp_tokenizer_digest(const struct hp_tokenizer *t, uint8_t out[16]);
 
 /* The code point GPT-2's byte-level map gives byte b (printable bytes keep theirs; the rest get 256 and up):
  * the one statement of the map, which the byte-level pre-tokeniser (tokenizer.c) and decoder

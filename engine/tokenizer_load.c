@@ -5,7 +5,10 @@
  * tokens, post-processor template and decoder (handed to detokenize.c); or,
  * without tokenizer.json, vocab.txt (BERT WordPiece) or vocab.json +
  * merges.txt (GPT-2 byte-level BPE); and tokenizer_config.json's
- * clean_up_tokenization_spaces.
+ * clean_up_tokenization_spaces. Or, for a GGUF model (a .gguf file, or a
+ * folder holding one and no tokenizer files, which win), the file's own
+ * tokenizer.ggml.* metadata (tokenizer_gguf.c builds the struct and hands
+ * back its pipeline as a tokenizer.json would hold it, read here alike).
  *
  * Part of the tokenizer family (tokenizer_priv.h): tokenizer.c runs what
  * this builds. Must not: print or exit; accept a file the tokenizers library
@@ -18,11 +21,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tokenizer_priv.h"
 
+#include "gguf_int.h"
 #include "json_int.h"
+#include "model_int.h" // hp_gguf_find: which file of a model path is its GGUF
 #include "util_int.h"
 
 static const char gpt2_regex[] =
@@ -179,6 +185,12 @@ static enum hp_status add_pre(struct hp_tokenizer *t, const cJSON *n, struct hp_
         t->byte_level = true;
         if (pr->use_regex && (st = compile_re(t, gpt2_regex, pr, err)) != HP_OK)
             return st;
+    } else if (strcmp(type, "Digits") == 0) {
+        /* the library's Digits: runs of numeric characters (Rust's is_numeric: \p{N}) isolated, or each one */
+        pr->kind = P_SPLIT;
+        pr->isolated = true;
+        if ((st = compile_re(t, jbool(n, "individual_digits", false) ? "\\p{N}" : "\\p{N}+", pr, err)) != HP_OK)
+            return st;
     } else if (strcmp(type, "Split") == 0) {
         const cJSON *pat = cJSON_GetObjectItemCaseSensitive(n, "pattern");
         const char *re = jstr(pat, "Regex"), *behavior = jstr(n, "behavior");
@@ -191,7 +203,7 @@ static enum hp_status add_pre(struct hp_tokenizer *t, const cJSON *n, struct hp_
         if ((st = compile_re(t, re, pr, err)) != HP_OK)
             return st;
     } else {
-        return FAIL("%s: pre_tokenizer '%s' is not supported (supported: BertPreTokenizer, ByteLevel, Split, "
+        return FAIL("%s: pre_tokenizer '%s' is not supported (supported: BertPreTokenizer, ByteLevel, Digits, Split, "
                     "WhitespaceSplit, Sequence)",
                     t->path, type);
     }
@@ -714,12 +726,13 @@ static enum hp_status read_clean_up(const char *dir, bool *on, struct hp_error *
 /* The files hp_tokenizer_open tries, in its order (vocab.json goes with merges.txt). */
 static const char *const tokenizer_files[] = {"tokenizer.json", "vocab.txt", "merges.txt"};
 
-bool hp_tokenizer_present(const char *dir)
+/* Whether the folder dir holds one of them (true when out of memory: let the open say so). */
+static bool files_present(const char *dir)
 {
     for (size_t i = 0; i < sizeof tokenizer_files / sizeof *tokenizer_files; i++) {
         char *path = NULL;
         if (hp_path_make(&path, NULL, "%s/%s", dir, tokenizer_files[i]) != HP_OK)
-            return true; /* out of memory: let the open say so */
+            return true;
         bool there = access(path, F_OK) == 0;
         free(path);
         if (there)
@@ -728,13 +741,80 @@ bool hp_tokenizer_present(const char *dir)
     return false;
 }
 
-enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, struct hp_error *err)
+/* The GGUF file whose metadata is dir's tokenizer (*path, the caller's): dir itself when it is a .gguf file,
+ * or the one .gguf file of a folder without config.json and without tokenizer files (those win); NULL when
+ * neither. */
+static enum hp_status gguf_source(const char *dir, char **path, struct hp_error *err)
+{
+    struct stat sb;
+    *path = NULL;
+    if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && files_present(dir))
+        return HP_OK;
+    return hp_gguf_find(dir, path, err);
+}
+
+bool hp_tokenizer_present(const char *dir)
+{
+    char *path = NULL;
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && files_present(dir))
+        return true;
+    if (gguf_source(dir, &path, NULL) != HP_OK)
+        return true; /* two .gguf files, say: let the open say so */
+    if (!path)
+        return false;
+    struct hp_gguf *g = NULL;
+    bool has = hp_gguf_open(path, &g, NULL) != HP_OK || hp_gguf_find_kv(g, "tokenizer.ggml.model");
+    hp_gguf_close(g);
+    free(path);
+    return has;
+}
+
+/* What every source ends with: the id -> string table and the added tokens' first bytes; t freed on failure. */
+static enum hp_status finish(struct hp_tokenizer *t, enum hp_status st, struct hp_tokenizer **out,
+                             struct hp_error *err)
+{
+    if (st == HP_OK && !ht_build_pieces(t))
+        st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    if (st != HP_OK) {
+        hp_tokenizer_free(t);
+        return st;
+    }
+    for (int i = 0; i < t->n_added; i++)
+        t->added_first[(unsigned char)t->added[i].s[0]] = true;
+    *out = t;
+    return HP_OK;
+}
+
+static struct hp_tokenizer *tokenizer_new(void)
+{
+    struct hp_tokenizer *t = calloc(1, sizeof *t);
+    if (t)
+        t->unk_id = t->pad = t->bos = t->eos = -1;
+    return t;
+}
+
+enum hp_status hp_tokenizer_from_gguf(const struct hp_gguf *g, struct hp_tokenizer **out, struct hp_error *err)
 {
     *out = NULL;
-    struct hp_tokenizer *t = calloc(1, sizeof *t);
+    struct hp_tokenizer *t = tokenizer_new();
     if (!t)
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    t->unk_id = -1;
+    cJSON *pipe = NULL;
+    enum hp_status st = hp_path_make(&t->path, err, "%s", hp_gguf_name(g));
+    if (st == HP_OK)
+        st = ht_gguf_read(t, g, &pipe, err);
+    if (st == HP_OK)
+        st = add_pipeline(t, pipe, err);
+    if (st == HP_OK)
+        st = hp_decoder_load(cJSON_GetObjectItemCaseSensitive(pipe, "decoder"), t->path, &t->dec, err);
+    cJSON_Delete(pipe);
+    return finish(t, st, out, err);
+}
+
+/* dir's tokenizer files (tokenizer.json, else vocab.txt, else vocab.json + merges.txt) into t. */
+static enum hp_status open_files(struct hp_tokenizer *t, const char *dir, struct hp_error *err)
+{
     enum hp_status st;
     char *path = NULL, *path2 = NULL, *text = NULL;
     size_t n_text = 0;
@@ -774,19 +854,28 @@ enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, str
     free(text);
     free(path);
     free(path2);
-    if (st == HP_OK && !ht_build_pieces(t))
-        st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    if (st != HP_OK) {
-        hp_tokenizer_free(t);
-        return st;
-    }
-    for (int i = 0; i < t->n_added; i++)
-        t->added_first[(unsigned char)t->added[i].s[0]] = true;
-    if ((st = read_clean_up(dir, &t->clean_up, err)) != HP_OK) {
-        hp_tokenizer_free(t);
-        return st;
-    }
-    *out = t;
-    return HP_OK;
+    if (st == HP_OK)
+        st = read_clean_up(dir, &t->clean_up, err);
+    return st;
 }
 
+enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, struct hp_error *err)
+{
+    *out = NULL;
+    char *gguf = NULL;
+    enum hp_status st = gguf_source(dir, &gguf, err);
+    if (st != HP_OK)
+        return st;
+    if (gguf) {
+        struct hp_gguf *g = NULL;
+        if ((st = hp_gguf_open(gguf, &g, err)) == HP_OK)
+            st = hp_tokenizer_from_gguf(g, out, err);
+        hp_gguf_close(g);
+        free(gguf);
+        return st;
+    }
+    struct hp_tokenizer *t = tokenizer_new();
+    if (!t)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    return finish(t, open_files(t, dir, err), out, err);
+}

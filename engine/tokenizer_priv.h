@@ -4,12 +4,14 @@
  * use tokenizer_int.h and headprune.h).
  *
  * The family: tokenizer_load.c reads a model directory's tokenizer.json (or
- * its fallback files) into a struct hp_tokenizer (hp_tokenizer_open);
+ * its fallback files, or a GGUF file's metadata through tokenizer_gguf.c)
+ * into a struct hp_tokenizer (hp_tokenizer_open);
  * tokenizer.c runs it, text to ids and ids back to token strings and text,
  * and frees it. Calls go one way: the loader calls tokenizer.c (the maps, the
  * normalisers it applies to a vocabulary, the piece table), never the
  * reverse; both hand detokenize.c the decoder. Names shared across the family
- * carry the prefix ht_; everything else in a file is static.
+ * carry the prefix ht_; everything else in a file is static. tokenizer_gguf.c
+ * calls tokenizer.c only, and tokenizer_load.c calls it.
  *
  * Must not: be included outside engine/tokenizer*.c.
  */
@@ -114,6 +116,10 @@ struct hp_tokenizer {
     int n_single, n_pair;
     int32_t byte_tok[256]; /* byte fallback: id of <0xXX>, -1 if absent */
     int32_t bos, eos;
+    int32_t pad;               /* a GGUF file's padding_token_id; -1: none (hp_tokenizer_pad looks by string) */
+    char *source;              /* where it came from, for people (owned); NULL: path says */
+    bool gguf;                 /* read from a GGUF file's metadata */
+    uint8_t digest[16];        /* then: a digest of its tokenizer.* metadata (the text cache's key) */
     struct piece *pieces;      /* id -> token string, sorted by id */
     int n_pieces;
     struct piece *tmpl_tokens; /* the template's special tokens with their strings (owned) */
@@ -132,5 +138,18 @@ bool ht_strip_accents(struct buf *out, const char *s, size_t n); // its StripAcc
 int32_t ht_vocab_id(const struct hp_tokenizer *t, const char *s, size_t n); // -1 when not in the vocabulary
 enum hp_status ht_check_utf8(const char *what, const char *s, size_t n, struct hp_error *err);
 bool ht_build_pieces(struct hp_tokenizer *t); // the id -> token string table; false when out of memory
+
+// --- a GGUF file's tokenizer (tokenizer_gguf.c) ---------------------------------------------------
+
+struct hp_gguf;
+
+/*
+ * t (path set, unk_id -1, the rest zero) from g's tokenizer.ggml.* metadata: vocabulary, merges, added
+ * tokens, special ids and flags, source and digest; *pipe (the caller's to cJSON_Delete) the normaliser,
+ * pre-tokeniser, post-processor and decoder as a tokenizer.json object would hold them, for the loader to
+ * read. A kind, pre-tokenizer or value it does not know is refused in one line naming the file and the key.
+ */
+enum hp_status ht_gguf_read(struct hp_tokenizer *t, const struct hp_gguf *g, struct cJSON **pipe,
+                            struct hp_error *err);
 
 #endif

@@ -159,11 +159,17 @@ struct hp_tokenizer;
  * The tokenizer of a model directory: tokenizer.json (byte-level BPE as
  * GPT-2 and Llama-3/Qwen2, SentencePiece-style BPE with byte fallback as
  * Llama-2/Mistral, WordPiece as BERT), else vocab.txt (BERT WordPiece), else
- * vocab.json + merges.txt (GPT-2). A kind it does not support is an error
- * that names it. Destructor: hp_tokenizer_free.
+ * vocab.json + merges.txt (GPT-2). For a GGUF model (dir a .gguf file, or a
+ * folder holding one and no config.json) without those files beside it, the
+ * file's own tokenizer.ggml.* metadata (docs/gguf.md). A kind it does not
+ * support is an error that names it. Destructor: hp_tokenizer_free.
  */
 enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, struct hp_error *err);
 void hp_tokenizer_free(struct hp_tokenizer *t);
+
+/* Where t was read from, for people: "DIR/tokenizer.json", or "FILE.gguf (its metadata: byte-level BPE
+ * \"gpt2\", pre-tokenizer \"smollm\", 49152 tokens)". Owned by t. */
+const char *hp_tokenizer_source(const struct hp_tokenizer *t);
 
 /* One past the largest token id the tokenizer can produce. */
 int hp_tokenizer_n_ids(const struct hp_tokenizer *t);

@@ -21,7 +21,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/build-fuzz
 fz=$root/tests/fuzz
 
-names=(safetensors gguf gguf_model config plan tokenizer mask query data_npy data_jsonl data_bin data_txt data_textjsonl)
+names=(safetensors gguf gguf_model gguf_tokenizer config plan tokenizer mask query data_npy data_jsonl data_bin data_txt data_textjsonl)
 
 die() { echo "fuzz.sh: $*" >&2; exit 2; }
 

@@ -6,13 +6,31 @@
 #include <stdlib.h>
 
 #include "cli_int.h"
+#include "tokenizer_int.h" /* hp_tokenizer_present: a model without a tokenizer takes ids */
 
 static const char inspect_help[] =
     "Usage: headprune inspect --model DIR [--json]\n"
     "\n"
     "Print what headprune sees in a Hugging Face model directory (config.json plus\n"
     "model.safetensors or sharded safetensors): architecture, layers, query heads,\n"
-    "key/value heads, head size, parameter count and stored dtype.\n";
+    "key/value heads, head size, parameter count and stored dtype, and where its\n"
+    "tokenizer comes from (tokenizer.json, or a GGUF file's own metadata).\n";
+
+/* Where dir's tokenizer comes from; one that cannot be read says why, and inspect goes on (text needs it,
+ * token ids do not). */
+static void print_tokenizer(const char *dir)
+{
+    struct hp_tokenizer *t;
+    struct hp_error err = {0};
+    if (!hp_tokenizer_present(dir))
+        printf("tokenizer      none (text needs one; token ids do not: .npy, .jsonl with \"ids\")\n");
+    else if (hp_tokenizer_open(dir, &t, &err) != HP_OK)
+        printf("tokenizer      not usable: %s\n", err.msg);
+    else {
+        printf("tokenizer      %s\n", hp_tokenizer_source(t));
+        hp_tokenizer_free(t);
+    }
+}
 
 int cmd_inspect(int argc, char **argv)
 {
@@ -75,6 +93,7 @@ int cmd_inspect(int argc, char **argv)
         printf("dtype          %s%s\n", in->dtype,
                in->gguf ? " (dequantized from the GGUF file's blocks as products read them)" : "");
         printf("LM head        %s\n", in->has_lm_head ? (in->causal ? "yes" : "yes (MLM)") : "no");
+        print_tokenizer(dir);
     }
     free(pruned);
     hp_model_close(m);

@@ -50,6 +50,11 @@ for f in sorted(os.listdir(os.path.join(fx, "gguf"))):
     if f.endswith(".gguf"):
         put("gguf", f, read("tests", "fixtures", "gguf", f))
 
+# --- a GGUF file's tokenizer: the tokenizer fixtures (tools/gen_gguf_tokenizer_cases.py), both kinds
+for f in sorted(os.listdir(os.path.join(fx, "gguf-tokenizer"))):
+    if f.endswith(".gguf"):
+        put("gguf_tokenizer", f, read("tests", "fixtures", "gguf-tokenizer", f))
+
 # --- a GGUF file opened as a model: the llama-gguf fixture's file
 put("gguf_model", "llama-gguf", read("tests", "fixtures", "llama-gguf", "model.Q8_0-mixed.gguf"))
 
