@@ -457,7 +457,8 @@ static void spec_random(struct spec *s, struct rng *r, enum arch_id a)
                 divs[nd++] = k;
         s->KV = divs[rint_in(r, 0, nd - 1)];
         s->dh = 2 * rint_in(r, 1, 4); /* rotary: even */
-        s->head_dim_key = a != A_QWEN2 ? rchance(r, 0.5) : rchance(r, 0.2);
+        /* Qwen3Config's head_dim is 128 when absent (and save_pretrained always writes it): always given */
+        s->head_dim_key = (a != A_QWEN2 ? rchance(r, 0.5) : rchance(r, 0.2)) || a == A_QWEN3;
         s->d = s->head_dim_key && rchance(r, 0.7) ? rint_in(r, 4, 40) : s->H * s->dh;
         s->f = rint_in(r, 4, 48);
         s->tie = rint_in(r, -1, 1);
