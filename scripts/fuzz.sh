@@ -9,8 +9,8 @@
 #   scripts/fuzz.sh list                  the harness names
 #   scripts/fuzz.sh diff SECONDS [ARCH...] the differential fuzzer (tests/fuzz/diff.c, built by meson into
 #                                         build/): SECONDS per architecture (gpt2 bert llama mistral qwen2 qwen3
-#                                         phi3 olmo2 gpt_neox by default) with a random seed, printed; HP_FUZZ_SEED
-#                                         fixes it.
+#                                         phi3 olmo2 gemma2 gemma3_text gpt_neox by default) with a random seed,
+#                                         printed; HP_FUZZ_SEED fixes it.
 #                                         Non-zero on any finding
 #
 # The engine sources are compiled straight into each harness (no meson build dir), so the
@@ -186,7 +186,7 @@ diff_run() {
     [[ $secs =~ ^[0-9]+$ ]] || die "usage: scripts/fuzz.sh diff SECONDS [ARCH...]"
     shift
     local archs=("$@")
-    ((${#archs[@]})) || archs=(gpt2 bert llama mistral qwen2 qwen3 phi3 olmo2 gpt_neox)
+    ((${#archs[@]})) || archs=(gpt2 bert llama mistral qwen2 qwen3 phi3 olmo2 gemma2 gemma3_text gpt_neox)
     (cd "$root" && { [ -f build/build.ninja ] || meson setup build >/dev/null; } && meson compile -C build fuzz_diff >/dev/null) ||
         die "cannot build build/tests/fuzz_diff"
     local seed=${HP_FUZZ_SEED:-0}

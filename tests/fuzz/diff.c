@@ -12,7 +12,9 @@
  * (GQA, explicit head_dim, attention_bias and mlp_bias, rope_scaling),
  * mistral (sliding_window), qwen2 (q/k/v biases), qwen3 (q/k norms, attention_bias), phi3 (fused
  * qkv_proj and gate_up_proj, sliding_window), olmo2 (norms after the blocks, q/k norms over every head;
- * its export refused) and gpt_neox (each head's q, k, v together in query_key_value,
+ * its export refused), gemma2 and gemma3_text ((1 + weight) norms before and after attention and the MLP,
+ * embeddings scaled, query_pre_attn_scalar, soft caps given, null or the class's, sliding layers by
+ * layer_types or the class's pattern, Gemma 3's q/k norms and local rotary base) and gpt_neox (each head's q, k, v together in query_key_value,
  * partial rotary, the parallel residual or not, attention_bias, tied or not); 1-3 layers, 1-4 heads,
  * KV heads dividing them, heads 2-8 wide, vocabularies of 16-64; f32, f16,
  * bf16 or a mix; one file or shards; and with some probability one head's output-projection inputs scaled
@@ -202,10 +204,24 @@ static uint16_t to_bf16(float f)
 
 // --- a random checkpoint ------------------------------------------------------------------------
 
-/* the Llama family from A_LLAMA to A_OLMO2, in the order of config_write's tables */
-enum arch_id { A_GPT2, A_BERT, A_LLAMA, A_MISTRAL, A_QWEN2, A_QWEN3, A_PHI3, A_OLMO2, A_NEOX, N_ARCH };
-static const char *const arch_names[N_ARCH] = {"gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3",
-                                               "olmo2", "gpt_neox"};
+/* the Llama family from A_LLAMA to A_GEMMA3, in the order of config_write's tables */
+enum arch_id {
+    A_GPT2,
+    A_BERT,
+    A_LLAMA,
+    A_MISTRAL,
+    A_QWEN2,
+    A_QWEN3,
+    A_PHI3,
+    A_OLMO2,
+    A_GEMMA2,
+    A_GEMMA3,
+    A_NEOX,
+    N_ARCH
+};
+static const char *const arch_names[N_ARCH] = {"gpt2",  "bert",   "llama",       "mistral", "qwen2",   "qwen3",
+                                               "phi3",  "olmo2",  "gemma2",      "gemma3_text", "gpt_neox"};
+#define IS_GEMMA(a) ((a) == A_GEMMA2 || (a) == A_GEMMA3)
 enum bert_kind { BERT_ENCODER, BERT_MLM, BERT_CLS };
 
 struct spec {
@@ -222,7 +238,14 @@ struct spec {
     bool pooler;        /* bert encoder: a pooler stored (read only by the classifier) */
     bool head_dim_key;  /* llama family: head_dim written */
     bool qkv_bias, o_bias, mlp_bias;
-    int window;         /* mistral, phi3: sliding_window, 0 = null */
+    int window;         /* mistral, phi3: sliding_window, 0 = null; gemma: its sliding layers' (never null) */
+    /* gemma: key -1 absent (the class's default), 0 null, 1 the value */
+    int attn_cap_key, final_cap_key;
+    double attn_cap, final_cap, qpas; /* the soft caps, query_pre_attn_scalar */
+    bool layer_types_key;             /* layer_types written (slides[]), else the class's pattern */
+    int pattern;                      /* gemma3 without layer_types: sliding_window_pattern, 0 = absent (6) */
+    bool slides[3];                   /* gemma with layer_types: which layers slide */
+    double rope_local;                /* gemma3: rope_local_base_freq, 0 = absent (10000) */
     double rotary_pct;  /* gpt_neox: the fraction of a head rotary turns */
     int rot;            /* the dimensions rotary turns: dh, or gpt_neox's int(dh * rotary_pct) */
     bool parallel;      /* gpt_neox: use_parallel_residual */
@@ -237,7 +260,7 @@ struct spec {
     double sigma;        /* weights' standard deviation */
     int big_l, big_h;    /* the massive head (big > 1) */
     double big;
-    char desc[200];
+    char desc[400];
 };
 
 struct tensor {
@@ -450,7 +473,9 @@ static void spec_random(struct spec *s, struct rng *r, enum arch_id a)
     case A_QWEN2:
     case A_QWEN3:
     case A_PHI3:
-    case A_OLMO2: {
+    case A_OLMO2:
+    case A_GEMMA2:
+    case A_GEMMA3: {
         int divs[4], nd = 0;
         for (int k = 1; k <= s->H; k++)
             if (s->H % k == 0)
@@ -458,7 +483,7 @@ static void spec_random(struct spec *s, struct rng *r, enum arch_id a)
         s->KV = divs[rint_in(r, 0, nd - 1)];
         s->dh = 2 * rint_in(r, 1, 4); /* rotary: even */
         /* Qwen3Config's head_dim is 128 when absent (and save_pretrained always writes it): always given */
-        s->head_dim_key = (a != A_QWEN2 ? rchance(r, 0.5) : rchance(r, 0.2)) || a == A_QWEN3;
+        s->head_dim_key = (a != A_QWEN2 ? rchance(r, 0.5) : rchance(r, 0.2)) || a == A_QWEN3 || IS_GEMMA(a);
         s->d = s->head_dim_key && rchance(r, 0.7) ? rint_in(r, 4, 40) : s->H * s->dh;
         s->f = rint_in(r, 4, 48);
         s->tie = rint_in(r, -1, 1);
@@ -476,6 +501,27 @@ static void spec_random(struct spec *s, struct rng *r, enum arch_id a)
             s->mlp_bias = rchance(r, 0.4);
         if (a == A_QWEN2)
             s->qkv_bias = true;
+        if (IS_GEMMA(a)) {
+            s->tied = s->tie != 0; /* Gemma's classes tie by default */
+            s->qkv_bias = s->o_bias = rchance(r, 0.3);
+            s->act = rchance(r, 0.8) ? "gelu_pytorch_tanh" : "gelu";
+            s->qpas = rchance(r, 0.3) ? s->dh : 0.5 + 64 * runi(r);
+            const double cap_dflt = a == A_GEMMA2;
+            s->attn_cap_key = rchance(r, 0.3) ? -1 : rint_in(r, 0, 1);
+            s->final_cap_key = rchance(r, 0.3) ? -1 : rint_in(r, 0, 1);
+            s->attn_cap = s->attn_cap_key == 1 ? 0.5 + 10 * runi(r) : s->attn_cap_key < 0 ? 50 * cap_dflt : 0;
+            s->final_cap = s->final_cap_key == 1 ? 0.5 + 10 * runi(r) : s->final_cap_key < 0 ? 30 * cap_dflt : 0;
+            s->layer_types_key = rchance(r, 0.5);
+            for (int l = 0; l < 3; l++)
+                s->slides[l] = rchance(r, 0.5);
+            if (a == A_GEMMA3) {
+                s->pattern = rchance(r, 0.5) ? 0 : rint_in(r, 1, 3);
+                s->rope_local = rchance(r, 0.3) ? 0 : pow(10, 2 + 4 * runi(r));
+            }
+            if (!s->layer_types_key) /* the classes' patterns */
+                for (int l = 0; l < 3; l++)
+                    s->slides[l] = a == A_GEMMA2 ? l % 2 == 0 : (l + 1) % (s->pattern ? s->pattern : 6) != 0;
+        }
         break;
     }
     case A_NEOX: {
@@ -624,7 +670,7 @@ static void model_random(struct model *m, struct rng *r)
     } else {
         add(m, r, K_W, 2, V, d, "model.embed_tokens.weight");
         for (int l = 0; l < s->L; l++) {
-            if (s->arch != A_OLMO2) /* OLMo 2's norms come after the blocks */
+            if (s->arch != A_OLMO2) /* OLMo 2's norms come after the blocks (and Gemma's before and after) */
                 add(m, r, K_NORM, 1, d, 0, "model.layers.%d.input_layernorm.weight", l);
             if (s->arch == A_PHI3) {
                 add(m, r, K_W, 2, qd + 2 * kvd, d, "model.layers.%d.self_attn.qkv_proj.weight", l);
@@ -638,7 +684,7 @@ static void model_random(struct model *m, struct rng *r)
                 add(m, r, K_BIAS, 1, kvd, 0, "model.layers.%d.self_attn.k_proj.bias", l);
                 add(m, r, K_BIAS, 1, kvd, 0, "model.layers.%d.self_attn.v_proj.bias", l);
             }
-            if (s->arch == A_QWEN3 || s->arch == A_OLMO2) { /* OLMo 2's over every head together */
+            if (s->arch == A_QWEN3 || s->arch == A_OLMO2 || s->arch == A_GEMMA3) { /* OLMo 2's over all heads */
                 const int wq = s->arch == A_OLMO2 ? qd : s->dh, wk = s->arch == A_OLMO2 ? kvd : s->dh;
                 add(m, r, K_NORM, 1, wq, 0, "model.layers.%d.self_attn.q_norm.weight", l);
                 add(m, r, K_NORM, 1, wk, 0, "model.layers.%d.self_attn.k_norm.weight", l);
@@ -649,7 +695,9 @@ static void model_random(struct model *m, struct rng *r)
             if (s->buffers)
                 add(m, r, K_INVFREQ, 1, s->dh / 2, 0, "model.layers.%d.self_attn.rotary_emb.inv_freq", l);
             add(m, r, K_NORM, 1, d, 0, "model.layers.%d.post_attention_layernorm.weight", l);
-            if (s->arch == A_OLMO2)
+            if (IS_GEMMA(s->arch))
+                add(m, r, K_NORM, 1, d, 0, "model.layers.%d.pre_feedforward_layernorm.weight", l);
+            if (s->arch == A_OLMO2 || IS_GEMMA(s->arch))
                 add(m, r, K_NORM, 1, d, 0, "model.layers.%d.post_feedforward_layernorm.weight", l);
             if (s->arch == A_PHI3) {
                 add(m, r, K_W, 2, 2 * f, d, "model.layers.%d.mlp.gate_up_proj.weight", l);
@@ -839,15 +887,18 @@ static bool write_config(const struct spec *s, const char *dir)
                 s->d, s->f, s->L, s->H, s->n_ctx, s->V, s->eps, s->rope_theta, s->rotary_pct,
                 s->parallel ? "true" : "false", s->qkv_bias ? "true" : "false", s->act, rope_text(s->rope));
     } else {
-        static const char *const types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2"};
+        static const char *const types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "gemma2",
+                                            "gemma3_text"};
         static const char *const archs[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                            "Qwen3ForCausalLM", "Phi3ForCausalLM",    "Olmo2ForCausalLM"};
+                                            "Qwen3ForCausalLM", "Phi3ForCausalLM",    "Olmo2ForCausalLM",
+                                            "Gemma2ForCausalLM", "Gemma3ForCausalLM"};
         const int k = s->arch - A_LLAMA;
         bprintf(&b, "{\"model_type\": \"%s\", \"architectures\": [\"%s\"], \"hidden_size\": %d, "
                     "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
                     "\"num_key_value_heads\": %d, \"max_position_embeddings\": %d, \"vocab_size\": %d, "
-                    "\"rms_norm_eps\": %.17g, \"rope_theta\": %.17g, \"hidden_act\": \"%s\"",
-                types[k], archs[k], s->d, s->f, s->L, s->H, s->KV, s->n_ctx, s->V, s->eps, s->rope_theta, s->act);
+                    "\"rms_norm_eps\": %.17g, \"rope_theta\": %.17g, \"%s\": \"%s\"",
+                types[k], archs[k], s->d, s->f, s->L, s->H, s->KV, s->n_ctx, s->V, s->eps, s->rope_theta,
+                IS_GEMMA(s->arch) ? "hidden_activation" : "hidden_act", s->act);
         if (s->head_dim_key)
             bprintf(&b, ", \"head_dim\": %d", s->dh);
         else if (s->arch == A_MISTRAL)
@@ -862,8 +913,29 @@ static bool write_config(const struct spec *s, const char *dir)
             else
                 bprintf(&b, ", \"sliding_window\": null");
         }
-        if (s->arch == A_QWEN3 || s->arch == A_OLMO2)
+        if (s->arch == A_QWEN3 || s->arch == A_OLMO2 || IS_GEMMA(s->arch))
             bprintf(&b, ", \"attention_bias\": %s", s->o_bias ? "true" : "false");
+        if (IS_GEMMA(s->arch)) {
+            bprintf(&b, ", \"sliding_window\": %d, \"query_pre_attn_scalar\": %.17g", s->window, s->qpas);
+            const char *const ck[2] = {"attn_logit_softcapping", "final_logit_softcapping"};
+            const int kk[2] = {s->attn_cap_key, s->final_cap_key};
+            const double cv[2] = {s->attn_cap, s->final_cap};
+            for (int j = 0; j < 2; j++)
+                if (kk[j] == 0)
+                    bprintf(&b, ", \"%s\": null", ck[j]);
+                else if (kk[j] == 1)
+                    bprintf(&b, ", \"%s\": %.17g", ck[j], cv[j]);
+            if (s->layer_types_key) {
+                bprintf(&b, ", \"layer_types\": [");
+                for (int l = 0; l < s->L; l++)
+                    bprintf(&b, "%s\"%s\"", l ? ", " : "", s->slides[l] ? "sliding_attention" : "full_attention");
+                bprintf(&b, "]");
+            }
+            if (s->pattern)
+                bprintf(&b, ", \"sliding_window_pattern\": %d", s->pattern);
+            if (s->rope_local)
+                bprintf(&b, ", \"rope_local_base_freq\": %.17g", s->rope_local);
+        }
         if (s->arch == A_QWEN2 || s->arch == A_QWEN3) {
             bprintf(&b, ", \"use_sliding_window\": false, \"sliding_window\": null, \"layer_types\": [");
             for (int l = 0; l < s->L; l++)
@@ -1456,6 +1528,15 @@ static void describe(struct spec *s)
         o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, " window%d", s->window);
     if (s->arch == A_NEOX)
         o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, " rot%d%s", s->rot, s->parallel ? " parallel" : "");
+    if (IS_GEMMA(s->arch)) {
+        o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, " slides");
+        for (int l = 0; l < s->L; l++)
+            o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, "%d", s->slides[l]);
+        o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, " qpas%.3g caps%.3g,%.3g", s->qpas, s->attn_cap,
+                      s->final_cap);
+        if (s->rope_local)
+            o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, " local%.3g", s->rope_local);
+    }
     if (s->rope)
         o += snprintf(s->desc + o, sizeof s->desc - (size_t)o, " rope%d", s->rope);
     if (s->shards > 1)
@@ -1569,6 +1650,8 @@ static void run_case(const struct opts *o, long cs, enum arch_id arch, struct st
     s->n_ctx = rint_in(&r, 2, 32);
     if (s->arch == A_MISTRAL || s->arch == A_PHI3)
         s->window = rchance(&r, 0.8) ? rint_in(&r, 1, s->n_ctx + 2) : 0;
+    if (IS_GEMMA(s->arch)) /* Gemma's sliding layers need a window */
+        s->window = rint_in(&r, 1, s->n_ctx + 2);
     model_random(&m, &r);
     struct dataset ds;
     data_random(&ds, s, &r);
@@ -1888,8 +1971,8 @@ int main(int argc, char **argv)
             while (k < N_ARCH && !(v && !strcmp(v, arch_names[k])))
                 k++;
             if (k == N_ARCH) {
-                fprintf(stderr, "fuzz_diff: --arch takes gpt2, bert, llama, mistral, qwen2, qwen3, phi3, olmo2 or "
-                                "gpt_neox\n");
+                fprintf(stderr, "fuzz_diff: --arch takes gpt2, bert, llama, mistral, qwen2, qwen3, phi3, olmo2, "
+                                "gemma2, gemma3_text or gpt_neox\n");
                 return 2;
             }
             if (!o.arch_on[k])
