@@ -11,7 +11,7 @@ rounded to bf16 (norm gains 1), drawn once into a 64M-value pool that each
 tensor reads from its own random offset: the timing does not depend on the
 values, and writing stays at disk speed. Streams tensor by tensor, a slice
 at a time, so it needs about 300 MB of memory, never the 16 GB. Also writes
-data-1x128.npy (one sequence of 128 random token ids) beside the model.
+data-1x128.npy and data-4x128.npy (one and four sequences of 128 random token ids) beside the model.
 Put it outside the repository, and delete it afterwards.
 """
 import json
@@ -85,6 +85,7 @@ def main():
                 left -= k
                 pos = (pos + k) % POOL
     np.save(os.path.join(out, "data-1x128.npy"), rng.integers(0, V, size=(1, 128)).astype(np.int32))
+    np.save(os.path.join(out, "data-4x128.npy"), rng.integers(0, V, size=(4, 128)).astype(np.int32))
     print(f"{out}: {len(specs)} tensors, {sum(int(np.prod(s)) for _, s in specs) / 1e9:.2f}B parameters, "
           f"{at / 1e9:.2f} GB of bf16")
 
