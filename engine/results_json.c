@@ -128,7 +128,8 @@ char *hp_table_json(const struct hp_table *t)
 
 // --- a model ----------------------------------------------------------------------------
 
-char *hp_model_info_json(const struct hp_model_info *in, const char *model)
+char *hp_model_info_json(const struct hp_model_info *in, const char *model, const char *tokenizer,
+                         const char *tokenizer_error)
 {
     char *pruned = hp_pruned_spec(in); /* a pruned checkpoint's missing heads */
     if (in->pruned && !pruned)
@@ -160,10 +161,17 @@ char *hp_model_info_json(const struct hp_model_info *in, const char *model)
             cJSON_AddNumberToObject(o, "logit_softcap", in->logit_softcap);
         cJSON_AddNumberToObject(o, "n_params", (double)in->n_params);
         cJSON_AddStringToObject(o, "dtype", in->dtype);
+        cJSON_AddBoolToObject(o, "gguf", in->gguf);
         cJSON_AddBoolToObject(o, "causal", in->causal);
         cJSON_AddBoolToObject(o, "lm_head", in->has_lm_head);
         cJSON_AddNumberToObject(o, "n_pruned", in->n_pruned);
         cJSON_AddStringToObject(o, "pruned", pruned ? pruned : "");
+        if (tokenizer)
+            cJSON_AddStringToObject(o, "tokenizer", tokenizer);
+        else
+            cJSON_AddNullToObject(o, "tokenizer");
+        if (tokenizer_error)
+            cJSON_AddStringToObject(o, "tokenizer_error", tokenizer_error);
     }
     free(pruned);
     return finish(o, true);

@@ -879,3 +879,18 @@ enum hp_status hp_tokenizer_open(const char *dir, struct hp_tokenizer **out, str
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     return finish(t, open_files(t, dir, err), out, err);
 }
+
+enum hp_status hp_tokenizer_describe(const char *dir, char **source, struct hp_error *err)
+{
+    *source = NULL;
+    if (!hp_tokenizer_present(dir))
+        return HP_OK;
+    struct hp_tokenizer *t;
+    enum hp_status st = hp_tokenizer_open(dir, &t, err);
+    if (st != HP_OK)
+        return st;
+    if (!(*source = strdup(hp_tokenizer_source(t))))
+        st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    hp_tokenizer_free(t);
+    return st;
+}

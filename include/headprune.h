@@ -171,6 +171,11 @@ void hp_tokenizer_free(struct hp_tokenizer *t);
  * \"gpt2\", pre-tokenizer \"smollm\", 49152 tokens)". Owned by t. */
 const char *hp_tokenizer_source(const struct hp_tokenizer *t);
 
+/* Where dir's tokenizer would come from, as inspect and Model.info say it: HP_OK with *source a malloc'd copy of
+ * hp_tokenizer_source (NULL when dir has no tokenizer: text needs one, token ids do not), or the error opening
+ * the one dir has (*source NULL). */
+enum hp_status hp_tokenizer_describe(const char *dir, char **source, struct hp_error *err);
+
 /* One past the largest token id the tokenizer can produce. */
 int hp_tokenizer_n_ids(const struct hp_tokenizer *t);
 
@@ -853,9 +858,11 @@ void hp_eval_result_free(struct hp_eval_result *r);
 char *hp_eval_json(const struct hp_model_info *in, const struct hp_eval_opts *o, const struct hp_eval_result *r,
                    const char *model, const char *data);
 
-/* The model as `inspect --json` describes it, model as the caller names it: malloc'd JSON text, NULL when out
- * of memory. */
-char *hp_model_info_json(const struct hp_model_info *in, const char *model);
+/* The model as `inspect --json` describes it, model as the caller names it, and its tokenizer as
+ * hp_tokenizer_describe found it (tokenizer the source or NULL when none; tokenizer_error, when not NULL, why the
+ * one it has cannot be read): malloc'd JSON text, NULL when out of memory. */
+char *hp_model_info_json(const struct hp_model_info *in, const char *model, const char *tokenizer,
+                         const char *tokenizer_error);
 
 /* "GPT-2", "BERT", "Llama": the architecture's name for people. */
 const char *hp_arch_name(enum hp_arch a);

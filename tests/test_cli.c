@@ -130,6 +130,41 @@ Test(cli, inspect_reports_gemma_windows_and_caps)
     cJSON_Delete(o);
 }
 
+/* Where the tokenizer comes from, in the table and the JSON alike: none, and one that cannot be read (inspect
+ * goes on: token ids need no tokenizer) */
+Test(cli, inspect_reports_the_tokenizer)
+{
+    char a[1200], src[1100], dst[1100];
+    cr_assert_eq(hp("inspect --model tests/fixtures/gpt2-tiny"), 0, "%s", errs);
+    cr_assert(strstr(out, "\ntokenizer      none (text needs one"), "%s", out);
+    cr_assert_eq(hp("inspect --model tests/fixtures/gpt2-tiny --json"), 0, "%s", errs);
+    cJSON *o = cJSON_Parse(out);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(o, "tokenizer")), "%s", out);
+    cr_assert_null(cJSON_GetObjectItem(o, "tokenizer_error"), "%s", out);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(o, "gguf")), "%s", out);
+    cJSON_Delete(o);
+    /* the same model beside a tokenizer.json cut short */
+    snprintf(dst, sizeof dst, "%s/m", tmp);
+    cr_assert_eq(mkdir(dst, 0755), 0);
+    for (int i = 0; i < 2; i++) {
+        const char *f = i ? "model.safetensors" : "config.json";
+        snprintf(src, sizeof src, "%s/fixtures/gpt2-tiny/%s", getenv("HP_TESTS"), f);
+        snprintf(dst, sizeof dst, "%s/m/%s", tmp, f);
+        cr_assert_eq(symlink(src, dst), 0, "%s", dst);
+    }
+    write_file("m/tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\"");
+    snprintf(a, sizeof a, "inspect --model %s/m", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "\ntokenizer      not usable: ") && strstr(out, "m/tokenizer.json"), "%s", out);
+    snprintf(a, sizeof a, "inspect --model %s/m --json", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    o = cJSON_Parse(out);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(o, "tokenizer")), "%s", out);
+    cJSON *why = cJSON_GetObjectItem(o, "tokenizer_error");
+    cr_assert(cJSON_IsString(why) && strstr(why->valuestring, "m/tokenizer.json"), "%s", out);
+    cJSON_Delete(o);
+}
+
 Test(cli, help_explains)
 {
     cr_assert_eq(hp("eval --help"), 0);

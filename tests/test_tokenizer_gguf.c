@@ -129,6 +129,13 @@ Test(tokenizer_gguf, smollm2_matches_its_tokenizer)
     cr_assert(strstr(out, "\ntokenizer      ") && strstr(out, "SmolLM2-135M-Instruct.Q4_1.gguf (its metadata: "
                                                             "byte-level BPE \"gpt2\", pre-tokenizer \"smollm\""),
               "%s", out);
+    snprintf(args, sizeof args, "inspect --model %s --json", file);
+    cr_assert_eq(tu_headprune(NULL, args, g_tmp, out, sizeof out, NULL, 0), 0);
+    cJSON *o = cJSON_Parse(out), *src = cJSON_GetObjectItem(o, "tokenizer");
+    cr_assert(cJSON_IsString(src) && strstr(src->valuestring, "(its metadata: byte-level BPE \"gpt2\", "
+                                                              "pre-tokenizer \"smollm\", 49152 tokens)"), "%s", out);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(o, "gguf")), "%s", out);
+    cJSON_Delete(o);
 }
 
 // --- GGUF files built key by key ---------------------------------------------------------------------------------

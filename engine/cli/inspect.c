@@ -6,31 +6,18 @@
 #include <stdlib.h>
 
 #include "cli_int.h"
-#include "tokenizer_int.h" /* hp_tokenizer_present: a model without a tokenizer takes ids */
 
 static const char inspect_help[] =
-    "Usage: headprune inspect --model DIR [--json]\n"
+    "Usage: headprune inspect --model DIR|FILE.gguf [--json]\n"
     "\n"
     "Print what headprune sees in a Hugging Face model directory (config.json plus\n"
-    "model.safetensors or sharded safetensors): architecture, layers, query heads,\n"
-    "key/value heads, head size, parameter count and stored dtype, and where its\n"
-    "tokenizer comes from (tokenizer.json, or a GGUF file's own metadata).\n";
-
-/* Where dir's tokenizer comes from; one that cannot be read says why, and inspect goes on (text needs it,
- * token ids do not). */
-static void print_tokenizer(const char *dir)
-{
-    struct hp_tokenizer *t;
-    struct hp_error err = {0};
-    if (!hp_tokenizer_present(dir))
-        printf("tokenizer      none (text needs one; token ids do not: .npy, .jsonl with \"ids\")\n");
-    else if (hp_tokenizer_open(dir, &t, &err) != HP_OK)
-        printf("tokenizer      not usable: %s\n", err.msg);
-    else {
-        printf("tokenizer      %s\n", hp_tokenizer_source(t));
-        hp_tokenizer_free(t);
-    }
-}
+    "model.safetensors or sharded safetensors) or a GGUF file: architecture, layers,\n"
+    "query heads, key/value heads, head size, window and soft caps where the model\n"
+    "has them, parameter count and stored dtype, and where its tokenizer comes from\n"
+    "(tokenizer.json, or a GGUF file's own metadata; none, or why the one there\n"
+    "cannot be read). --json prints the same as one object (\"tokenizer\": null when\n"
+    "there is none, \"tokenizer_error\" when it cannot be read); Python's Model.info\n"
+    "is that object.\n";
 
 int cmd_inspect(int argc, char **argv)
 {
@@ -55,9 +42,15 @@ int cmd_inspect(int argc, char **argv)
         return die(&err);
     const struct hp_model_info *in = hp_model_get_info(m);
     char *pruned = hp_pruned_spec(in); /* a pruned checkpoint's missing heads */
+    /* Where its tokenizer comes from; one that cannot be read says why, and inspect goes on (text needs it, token
+     * ids do not). */
+    char *tok = NULL;
+    struct hp_error tok_err = {0};
+    const bool tok_ok = hp_tokenizer_describe(dir, &tok, &tok_err) == HP_OK;
     if (json) {
-        char *s = hp_model_info_json(in, dir);
+        char *s = hp_model_info_json(in, dir, tok, tok_ok ? NULL : tok_err.msg);
         if (!s) {
+            free(tok);
             free(pruned);
             hp_model_close(m);
             return die(&(struct hp_error){"inspect: out of memory"});
@@ -93,8 +86,14 @@ int cmd_inspect(int argc, char **argv)
         printf("dtype          %s%s\n", in->dtype,
                in->gguf ? " (dequantized from the GGUF file's blocks as products read them)" : "");
         printf("LM head        %s\n", in->has_lm_head ? (in->causal ? "yes" : "yes (MLM)") : "no");
-        print_tokenizer(dir);
+        if (!tok_ok)
+            printf("tokenizer      not usable: %s\n", tok_err.msg);
+        else if (!tok)
+            printf("tokenizer      none (text needs one; token ids do not: .npy, .jsonl with \"ids\")\n");
+        else
+            printf("tokenizer      %s\n", tok);
     }
+    free(tok);
     free(pruned);
     hp_model_close(m);
     return 0;

@@ -39,7 +39,7 @@ static const struct command {
     int (*fn)(int argc, char **argv);
     const char *summary; /* one line of the top-level help */
 } commands[] = {
-    {"inspect", cmd_inspect, "describe a model directory"},
+    {"inspect", cmd_inspect, "describe a model directory or GGUF file"},
     {"tokenize", cmd_tokenize, "text to token ids with a model directory's tokenizer"},
     {"task", cmd_task, "make task rows for a model: IOI prompt pairs, induction sequences"},
     {"eval", cmd_eval, "evaluate one masked variant on held-out tokens"},
@@ -58,7 +58,8 @@ static void print_commands(FILE *f)
     fputs("Usage: headprune COMMAND [options]\n"
           "\n"
           "What is each attention head worth? headprune ablates heads of Hugging Face\n"
-          "checkpoints (GPT-2, BERT, Llama/Mistral/Qwen2 with grouped-query attention)\n"
+          "checkpoints (GPT-2, BERT, Pythia, Llama, Mistral, Qwen2 and Qwen3, Phi-3,\n"
+          "OLMo 2, Gemma 2 and 3, grouped-query attention included) and of GGUF files,\n"
           "and measures the effect on held-out data.\n"
           "\n"
           "Commands:\n",

@@ -202,7 +202,12 @@ static PyObject *Model_info_json(ModelObject *self, PyObject *unused)
     (void)unused;
     if (!model_ready(self))
         return NULL;
-    return take_text(hp_model_info_json(hp_model_get_info(self->m), self->dir));
+    char *tok = NULL;
+    struct hp_error err = {0};
+    const bool ok = hp_tokenizer_describe(self->dir, &tok, &err) == HP_OK;
+    char *s = hp_model_info_json(hp_model_get_info(self->m), self->dir, tok, ok ? NULL : err.msg);
+    free(tok);
+    return take_text(s);
 }
 
 static bool model_tokenizer(ModelObject *self)
