@@ -217,7 +217,7 @@ def run_plan(work, name, study, data, threads):
 def studies(work, threads, rng):
     data = os.path.join(work, "sweep.npy")
     write_npy(data, [[rng.randrange(VOCAB) for _ in range(128)] for _ in range(4)])
-    pairs = [("single-head effects", "single", "attribution"),
+    pairs = [("single-head effects", "single", "attribution: {estimator: atp}"),
              ("Michel's curve, steps of 10%", "iterative: {prune: 10%, name: exact}",
               "iterative: {prune: 10%, rank: gradient, name: gradient}")]
     print(f"\nstudies on 4 x 128 tokens, {threads} threads, one run each (`headprune run`'s time):\n")

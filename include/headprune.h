@@ -1062,11 +1062,13 @@ struct hp_study {
     /* mask: (importance, attribution, iterative), likewise shared: the units already removed where the study
      * starts, a mask spec in --mask syntax (owned; NULL: none), parsed against the model by hp_study_base_mask */
     char *mask;
-    /* estimator: (attribution), likewise no one kind's (a kind that estimates effects takes it): what each unit's effect is estimated by (default atp for
-     * attribution), and steps: for integrated gradients, the gradients along the path, midpoint rule (in [1,
-     * HP_IG_STEPS_MAX], default 2; else 0) */
+    /* estimator: (attribution), likewise no one kind's (a kind that estimates effects takes it): what each unit's
+     * effect is estimated by (attribution's default, chosen by evidence, docs/gradients.md: ig-layer under zero
+     * ablation, the path it walks, atp under any other), and steps: for integrated gradients, the gradients along
+     * the path, midpoint rule (in [1, HP_IG_STEPS_MAX], default 2; else 0) */
     enum hp_estimator estimator;
     int steps;
+    bool estimator_default; /* no estimator: given (nor steps:), so the plan's ablation chooses it (check_plan) */
     /* the kind's own options: only s->kind's member is filled, the rest stay zeroed */
     struct hp_study_random_opts random;
     struct hp_study_explicit_opts explicit_sets; /* not `explicit`: this header is C++'s too */

@@ -1244,14 +1244,15 @@ Test(plan, gradient_studies_load_with_defaults_and_options)
     // 12 heads, 3 pruned a step: points at 12, 9, 6, 3, 0 left = 5 evaluations, 3 backwards (the last step
     // prunes all 3 left: nothing to rank); the exact curve scores 12 + 9 + 6 candidates besides
     cr_assert_eq(hp_study_backwards(&s[1], &info), 1);
-    cr_assert_eq(hp_study_backwards(&s[3], &info), 1);
+    cr_assert_eq(s[3].estimator, HP_EST_IG_LAYER, "attribution's default under zero ablation");
+    cr_assert_eq(s[3].steps, 2);
+    cr_assert_eq(hp_study_backwards(&s[3], &info), 2, "2 steps in its 1 layer");
     cr_assert_eq(hp_study_evals(&s[1], &info), 0);
     cr_assert_eq(hp_study_evals(&s[4], &info), 5);
     cr_assert_eq(hp_study_backwards(&s[4], &info), 3);
     cr_assert_eq(hp_study_evals(&s[6], &info), 5 + 12 + 9 + 6);
     cr_assert_eq(hp_study_backwards(&s[6], &info), 0);
-    /* estimators: atp by default; integrated gradients take 2 steps by default, a pass a step (a layer) */
-    cr_assert_eq(s[3].estimator, HP_EST_ATP);
+    /* estimators (s[3]'s default above); integrated gradients take 2 steps by default, a pass a step (a layer) */
     cr_assert_eq(s[8].estimator, HP_EST_IG);
     cr_assert_eq(s[8].steps, 2);
     cr_assert_eq(hp_study_backwards(&s[8], &info), 2);
@@ -1262,6 +1263,36 @@ Test(plan, gradient_studies_load_with_defaults_and_options)
     cr_assert_str_eq(hp_estimator_name(HP_EST_IG_LAYER), "ig-layer");
     hp_joblist_free(jl);
     hp_plan_free(p);
+}
+
+/* attribution's estimator, when the plan names none, by the plan's ablation wherever the ablation line is: ig-layer
+ * (2 steps) under zero, the path it integrates along; atp under every other; steps: alone means ig-layer */
+Test(plan, attribution_defaults_to_ig_layer_under_zero_ablation_and_atp_otherwise)
+{
+    static const char *const ablations[] = {"", "ablation: zero\n", "ablation: mean\n", "ablation: resample\n"};
+    for (int i = 0; i < 4; i++)
+        for (int after = 0; after < 2; after++) {
+            char text[512];
+            snprintf(text, sizeof text, "name: t\nmodel: m\ndata: d.npy\n%sstudies:\n  - attribution\n"
+                     "  - attribution: {name: s, steps: 3}\n  - attribution: {name: a, estimator: atp}\n%s",
+                     after ? "" : ablations[i], after ? ablations[i] : "");
+            if (i >= 2) { /* steps: alone is refused under mean and resample (gradient_study_mistakes): left out */
+                char *at = strstr(text, "  - attribution: {name: s, steps: 3}\n");
+                memmove(at, at + strlen("  - attribution: {name: s, steps: 3}\n"),
+                        strlen(at + strlen("  - attribution: {name: s, steps: 3}\n")) + 1);
+            }
+            struct hp_plan *p = load_text(text);
+            const struct hp_study *s = p->studies + 1; /* after the inserted baseline */
+            const bool zero = i < 2;
+            cr_assert_eq(s[0].estimator, zero ? HP_EST_IG_LAYER : HP_EST_ATP, "%s", text);
+            cr_assert_eq(s[0].steps, zero ? 2 : 0, "%s", text);
+            if (zero) {
+                cr_assert_eq(s[1].estimator, HP_EST_IG_LAYER, "%s", text);
+                cr_assert_eq(s[1].steps, 3);
+            }
+            cr_assert_eq(s[zero ? 2 : 1].estimator, HP_EST_ATP, "a named estimator stays: %s", text);
+            hp_plan_free(p);
+        }
 }
 
 Test(plan, gradient_study_mistakes)
@@ -1291,8 +1322,12 @@ Test(plan, gradient_study_mistakes)
     load_fails(HEAD "  - attribution: {estimator: ig-layer, steps: 65}\n", 5, "65", "'steps' must be a whole number "
                "of gradients along the path, 1 to 64, not 65", NULL);
     load_fails(HEAD "  - attribution: {estimator: ig, steps: 2.5}\n", 5, "2.5", "'steps' must be", NULL);
-    load_fails(HEAD "  - attribution: {steps: 4}\n", 5, "steps", "'steps' is for the integrated-gradients "
-               "estimators", "estimator atp takes one gradient");
+    load_fails(HEAD "  - attribution: {estimator: atp, steps: 4}\n", 5, "steps", "'steps' is for the "
+               "integrated-gradients estimators", "estimator atp takes one gradient");
+    /* steps: without estimator: names the integrated default, which another ablation cannot walk */
+    load_fails("name: t\nmodel: m\ndata: d.npy\nablation: resample\nstudies:\n  - attribution: {steps: 4}\n", 4,
+               "ablation", "attribution study 'attribution' (line 6) has estimator: ig-layer",
+               "under 'ablation: resample' use estimator: atp or importance");
     load_fails("name: t\nmodel: m\ndata: d.npy\nablation: mean\nstudies:\n  - attribution: {estimator: ig}\n", 4,
                "ablation", "attribution study 'attribution' (line 6) has estimator: ig, which integrates the gradient",
                "under 'ablation: mean' use estimator: atp or importance");

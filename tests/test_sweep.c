@@ -902,13 +902,13 @@ Test(sweep, attribution_estimators_match_torch_autograd)
         const bool gqa = f == 1;
         char studies[2048];
         size_t o = (size_t)snprintf(studies, sizeof studies,
-                                    "studies:\n  - single\n  - attribution: {name: atp}\n"
+                                    "studies:\n  - single\n  - attribution: {name: atp, estimator: atp}\n"
                                     "  - attribution: {name: imp, estimator: importance}\n");
         for (int kv = 0; kv <= (gqa ? 1 : 0); kv++) {
             const char *k = kv ? ", kv: true" : "", *sfx = kv ? "-kv" : "";
             if (kv)
                 o += (size_t)snprintf(studies + o, sizeof studies - o,
-                                      "  - single: {name: single-kv, kv: true}\n  - attribution: {name: atp-kv%s}\n"
+                                      "  - single: {name: single-kv, kv: true}\n  - attribution: {name: atp-kv, estimator: atp%s}\n"
                                       "  - attribution: {name: imp-kv, estimator: importance%s}\n", k, k);
             for (int steps = 1; steps <= 4; steps *= 2)
                 o += (size_t)snprintf(studies + o, sizeof studies - o,
@@ -1001,7 +1001,7 @@ Test(sweep, an_encoders_gradient_studies_from_a_mask_match_torch_and_finite_diff
 {
     char p[1024], db[128], args[2048], errs[4096];
     write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl",
-                       "studies:\n  - single\n  - importance: {mask: \"0.1,1.2\"}\n  - attribution: {mask: \"0.1,1.2\"}\n"
+                       "studies:\n  - single\n  - importance: {mask: \"0.1,1.2\"}\n  - attribution: {mask: \"0.1,1.2\", estimator: atp}\n"
                        "  - iterative: {name: curve, prune: 25%, floor: 50%, rank: gradient, mask: \"1.2,0.1\"}\n");
     path(db, sizeof db, "enc-grad.db");
     snprintf(args, sizeof args, "run %s --db %s --quiet --threads 1", p, db);
@@ -1146,7 +1146,7 @@ Test(sweep, a_gradient_study_of_an_encoder_at_the_unmasked_model_is_refused_befo
     char p[1024], args[2048], errs[4096];
     const char *const studies[][2] = {
         {"studies: [single, {importance: {kv: true}}]\n", "studies: [single, {importance: {kv: true, mask: \"0.0\"}}]\n"},
-        {"studies: [attribution]\n", "studies: [{attribution: {mask: \"0.0\"}}]\n"},
+        {"studies: [{attribution: {estimator: atp}}]\n", "studies: [{attribution: {estimator: atp, mask: \"0.0\"}}]\n"},
         {"studies: [{iterative: {prune: 50%, rank: gradient, name: curve}}]\n",
          "studies: [{iterative: {prune: 50%, rank: gradient, name: curve, mask: \"0.0\"}}]\n"},
         /* a mask that removes nothing is no start either */
@@ -1165,6 +1165,11 @@ Test(sweep, a_gradient_study_of_an_encoder_at_the_unmasked_model_is_refused_befo
         snprintf(args, sizeof args, "plan %s", p);
         cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "the hint's mask: is refused: %s", errs);
     }
+    /* attribution's default there integrates from the gates of 1 to 0 a layer at a time, where 1 - cos has a
+     * gradient: no mask needed */
+    write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", "studies: [attribution]\n");
+    snprintf(args, sizeof args, "plan %s", p);
+    cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "the default estimator is refused: %s", errs);
     /* a mask: the model cannot have, and one not a spec */
     write_fixture_plan(p, sizeof p, "bert-encoder", "data.jsonl", "studies: [{importance: {mask: \"5.0\"}}]\n");
     refused(p, "study 'importance': mask: ");
@@ -1215,7 +1220,7 @@ Test(sweep, a_pruned_checkpoints_missing_heads_are_left_out)
 Test(sweep, the_baseline_is_the_same_bits_whoever_measured_it)
 {
     char p[1024], db[2][128], args[2048], errs[4096];
-    const char *studies[2] = {"studies: [single]\n", "studies: [attribution, single]\n"};
+    const char *studies[2] = {"studies: [single]\n", "studies: [{attribution: {estimator: atp}}, single]\n"};
     const char *q = "SELECT v.key, printf('%!.17g %!.17g %!.17g %!.17g', r.loss, r.ppl, r.acc, r.kl), r.n_tokens, "
                     "(SELECT group_concat(printf('%!.17g %!.17g %!.17g', q.loss, q.acc, q.kl), ' ') FROM seq_results q "
                     "WHERE q.variant_id = v.id ORDER BY q.seq) FROM results r JOIN variants v ON v.id = r.variant_id "

@@ -465,7 +465,7 @@ Test(task_metrics, attribution_of_a_logit_diff_sweep_estimates_the_logit_diff_ef
     snprintf(path, sizeof path, "%s/llama-gqa/task.jsonl", fx);
     const char *metric[2] = {"loss", "logit_diff"};
     for (int k = 0; k < 2; k++) {
-        snprintf(yaml, sizeof yaml, "name: a\nmodel: %s\ndata: %s\nmetric: %s\nstudies:\n  - single\n  - attribution\n",
+        snprintf(yaml, sizeof yaml, "name: a\nmodel: %s\ndata: %s\nmetric: %s\nstudies:\n  - single\n  - attribution: {estimator: atp}\n",
                  dir, path, metric[k]);
         tu_spit(plan, yaml, strlen(yaml));
         snprintf(args, sizeof args, "run '%s' --db '%s' --quiet --threads 1", plan, db);
