@@ -227,12 +227,17 @@ enum hp_status hq_heads(struct hq_query *q, const struct hp_query_opts *opts, st
     struct score_row *atp = NULL;
     size_t n_atp = 0;
     char atp_name[128] = "";
-    if ((s = hq_heads_atp(q, pk.kv, atp_name, sizeof atp_name, &atp, &n_atp)) != HP_OK) {
+    if ((s = hq_heads_estimate(q, pk.kv, atp_name, sizeof atp_name, &atp, &n_atp)) != HP_OK) {
         hq_rows_free(rows, n);
         free(atp);
         return s;
     }
 
+    /* the column is named by the estimator: atp (the first-order estimate), or ig-layer / ig */
+    char est_col[16] = "atp";
+    if (atp_name[0] && n_atp && atp[0].estimator[0])
+        snprintf(est_col, sizeof est_col, "%s", atp[0].estimator);
+    cols[C_ATP] = est_col;
     struct tb b;
     hq_tb_init(&b, atp_name[0] ? C_N : C_N - 1, cols, num);
     for (size_t i = 0; i < shown; i++) {
@@ -254,8 +259,9 @@ enum hp_status hq_heads(struct hq_query *q, const struct hp_query_opts *opts, st
     char others[600], atp_note[300] = "";
     others_note(&pk, others, sizeof others);
     if (atp_name[0])
-        snprintf(atp_note, sizeof atp_note, "; atp: attribution study %s's first-order estimate of the loss effect "
-                 "(query attribution: how well it ranks them)", atp_name);
+        snprintf(atp_note, sizeof atp_note, "; %s: attribution study %s's %s of the loss effect (query attribution: "
+                 "how well it ranks them)", est_col, atp_name,
+                 strcmp(est_col, "atp") == 0 ? "first-order estimate" : "integrated-gradients estimate");
     hq_tb_note(&b, "sweep %lld, study %s (%s), %s; each unit masked alone, largest effect first; " CI_NOTE "%s%s",
             q->sweep, pk.name, pk.kv ? "KV groups" : "query heads", hq_effect_convention(q->m), atp_note, others);
     return hq_tb_finish(&b, out, q->err);

@@ -218,10 +218,11 @@ struct score_row {
     char estimator[16]; // attribution: hp_estimator_name's (atp before schema 9); else ""
 };
 
-/* The sweep's first attribution study over units of kind kv (name "" when none) and its rows
- * (query_scores.c); *rows is the caller's (free). */
-enum hp_status hq_heads_atp(struct hq_query *q, bool kv, char *name, size_t size, struct score_row **rows,
-                            size_t *n);
+/* The sweep's attribution study over units of kind kv taken at the unmasked model whose estimates are signed
+ * effects, an atp one first (else ig-layer, then ig; name "" when none), and its rows (query_scores.c); *rows is
+ * the caller's (free), the estimator's name in (*rows)[0].estimator. */
+enum hp_status hq_heads_estimate(struct hq_query *q, bool kv, char *name, size_t size, struct score_row **rows,
+                                 size_t *n);
 double hq_score_at(const struct score_row *rows, size_t n, int layer, int unit); // NaN: none
 
 // --- the questions, one file each or a few -------------------------------------------

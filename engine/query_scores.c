@@ -3,7 +3,7 @@
  * E|dL/dgate|, most important first) and `attribution` (each unit's
  * first-order estimate of its loss effect against the exact one, the most
  * wrongly ranked first, with rank correlations and the top-k overlap); and the
- * attribution estimates `heads` sets beside its effects (hq_heads_atp).
+ * attribution estimates `heads` sets beside its effects (hq_heads_estimate).
  *
  * Invariants: scores are read from unit_scores at step 0; a database from
  * before schema 3 has none, and the error says so.
@@ -182,9 +182,11 @@ static enum hp_status scores_load(struct hq_query *q, const char *study, struct 
     return r < 0 ? s : HP_OK;
 }
 
-/* The sweep's first attribution study by AtP over units of kind kv taken at the unmasked model, whose estimates
- * are of what single studies measure (name "" when none, or no unit_scores table). */
-enum hp_status hq_heads_atp(struct hq_query *q, bool kv, char *name, size_t size, struct score_row **rows, size_t *n)
+/* The sweep's attribution study over units of kind kv taken at the unmasked model, whose estimates are signed
+ * estimates of what single studies measure (raw importance's are sizes): AtP's first (what `eval --grad` gives),
+ * else the default's, ig-layer, else ig (name "" when none, or no unit_scores table). */
+enum hp_status hq_heads_estimate(struct hq_query *q, bool kv, char *name, size_t size, struct score_row **rows,
+                                 size_t *n)
 {
     bool yes = false;
     enum hp_status s = hq_has_table(q, "unit_scores", &yes);
@@ -193,10 +195,12 @@ enum hp_status hq_heads_atp(struct hq_query *q, bool kv, char *name, size_t size
     bool est = false;
     if ((s = has_estimators(q, &est)) != HP_OK)
         return s;
-    char sql[384];
+    char sql[640];
     snprintf(sql, sizeof sql, "SELECT u.study FROM unit_scores u JOIN gradients g ON g.id = u.gradient_id "
-             "WHERE u.sweep_id = ? AND u.kind = 'attribution' AND u.kv = ? AND %s = '' %s ORDER BY u.study LIMIT 1",
-             base_sql(est), est ? "AND coalesce(u.estimator, 'atp') = 'atp'" : "");
+             "WHERE u.sweep_id = ? AND u.kind = 'attribution' AND u.kv = ? AND %s = '' %s ORDER BY %s u.study "
+             "LIMIT 1",
+             base_sql(est), est ? "AND coalesce(u.estimator, 'atp') IN ('atp', 'ig-layer', 'ig')" : "",
+             est ? "CASE coalesce(u.estimator, 'atp') WHEN 'atp' THEN 0 WHEN 'ig-layer' THEN 1 ELSE 2 END," : "");
     sqlite3_stmt *st;
     if ((s = hq_prep(q, &st, sql)) != HP_OK)
         return s;

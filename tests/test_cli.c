@@ -1205,6 +1205,41 @@ Test(cli, prune_a_step_of_an_iterative_study)
     expect_error(a, "nothing.db");
 }
 
+/* query heads sets the default attribution study's estimates (ig-layer, under zero ablation) beside the exact
+ * effects, in a column named by the estimator, the same numbers query attribution gives */
+Test(cli, query_heads_shows_the_default_estimate_by_its_name)
+{
+    char a[1200], plan[1024];
+    snprintf(plan, sizeof plan, "name: d\nmodel: %s/fixtures/gpt2-tiny\ndata: %s/fixtures/gpt2-tiny/data.npy\n"
+             "studies: [single, attribution]\n", getenv("HP_TESTS"), getenv("HP_TESTS"));
+    write_file("d.yaml", plan);
+    snprintf(a, sizeof a, "run %s/d.yaml --db %s/d.db --quiet --threads 1", tmp, tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    snprintf(a, sizeof a, "query heads --db %s/d.db", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cr_assert(strstr(out, "ig-layer: attribution study attribution's integrated-gradients estimate"), "%s", out);
+    snprintf(a, sizeof a, "query heads --db %s/d.db --format json", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cJSON *heads = cJSON_Parse(out);
+    snprintf(a, sizeof a, "query attribution --db %s/d.db --format json", tmp);
+    cr_assert_eq(hp(a), 0, "%s", errs);
+    cJSON *attr = cJSON_Parse(out), *h, *r;
+    int n = 0;
+    cJSON_ArrayForEach(h, cJSON_GetObjectItem(heads, "rows")) {
+        const cJSON *est = cJSON_GetObjectItem(h, "ig-layer");
+        cr_assert(cJSON_IsNumber(est), "no ig-layer estimate: %s", cJSON_PrintUnformatted(h));
+        cJSON_ArrayForEach(r, cJSON_GetObjectItem(attr, "rows"))
+            if (!strcmp(cJSON_GetObjectItem(r, "label")->valuestring, cJSON_GetObjectItem(h, "label")->valuestring)) {
+                cr_assert_eq(cJSON_GetObjectItem(r, "estimate")->valuedouble, est->valuedouble);
+                cr_assert_str_eq(cJSON_GetObjectItem(r, "estimator")->valuestring, "ig-layer");
+                n++;
+            }
+    }
+    cr_assert_eq(n, 12, "every head of gpt2-tiny in both");
+    cJSON_Delete(heads);
+    cJSON_Delete(attr);
+}
+
 Test(cli, query_importance_and_attribution)
 {
     char a[1024];

@@ -903,13 +903,15 @@ Test(sweep, attribution_estimators_match_torch_autograd)
         char studies[2048];
         size_t o = (size_t)snprintf(studies, sizeof studies,
                                     "studies:\n  - single\n  - attribution: {name: atp, estimator: atp}\n"
-                                    "  - attribution: {name: imp, estimator: importance}\n");
+                                    "  - attribution: {name: imp, estimator: importance}\n"
+                                    "  - attribution: {name: default}\n");
         for (int kv = 0; kv <= (gqa ? 1 : 0); kv++) {
             const char *k = kv ? ", kv: true" : "", *sfx = kv ? "-kv" : "";
             if (kv)
                 o += (size_t)snprintf(studies + o, sizeof studies - o,
                                       "  - single: {name: single-kv, kv: true}\n  - attribution: {name: atp-kv, estimator: atp%s}\n"
-                                      "  - attribution: {name: imp-kv, estimator: importance%s}\n", k, k);
+                                      "  - attribution: {name: imp-kv, estimator: importance%s}\n"
+                                      "  - attribution: {name: default-kv%s}\n", k, k, k);
             for (int steps = 1; steps <= 4; steps *= 2)
                 o += (size_t)snprintf(studies + o, sizeof studies - o,
                                       "  - attribution: {name: ig%d%s, estimator: ig, steps: %d%s}\n"
@@ -939,6 +941,10 @@ Test(sweep, attribution_estimators_match_torch_autograd)
             estimator_ref(units, "importance", NULL, L, U, want);
             cr_assert_eq(stored_scores(db, kv ? "imp-kv" : "imp", 0, got, U), L * U);
             expect_close("importance", got, want, L * U, 1e-4);
+            /* no estimator: under zero ablation, torch's integrated gradients a layer at a time, 2 steps */
+            estimator_ref(units, "ig-layer", "2", L, U, want);
+            cr_assert_eq(stored_scores(db, kv ? "default-kv" : "default", 0, got, U), L * U);
+            expect_close(kv ? "default-kv" : "default", got, want, L * U, 1e-4);
             for (int steps = 1; steps <= 4; steps *= 2) {
                 char st[8];
                 snprintf(st, sizeof st, "%d", steps);
@@ -977,7 +983,7 @@ Test(sweep, attribution_estimators_match_torch_autograd)
         struct hp_table *t;
         struct hp_error err = {0};
         cr_assert_eq(hp_query(db, &qo, &t, &err), HP_OK, "%s", err.msg);
-        cr_assert_eq(t->n_summary, 8, "a row all per heads study: %d", t->n_summary);
+        cr_assert_eq(t->n_summary, 9, "a row all per heads study: %d", t->n_summary);
         cr_assert_str_eq(t->cols[12], "estimator");
         cr_assert(strstr(t->note, "ig-layer = integrated gradients"), "%s", t->note);
         hp_table_free(t);
