@@ -1293,6 +1293,12 @@ Test(plan, attribution_defaults_to_ig_layer_under_zero_ablation_and_atp_otherwis
             cr_assert_eq(s[zero ? 2 : 1].estimator, HP_EST_ATP, "a named estimator stays: %s", text);
             hp_plan_free(p);
         }
+    /* a screen's steps: alone likewise names ig-layer; its default is raw importance */
+    struct hp_plan *p = load_text(HEAD "  - screen: {steps: 3}\n  - screen: {name: s}\n");
+    cr_assert_eq(p->studies[1].estimator, HP_EST_IG_LAYER);
+    cr_assert_eq(p->studies[1].steps, 3);
+    cr_assert_eq(p->studies[2].estimator, HP_EST_IMPORTANCE);
+    hp_plan_free(p);
 }
 
 Test(plan, gradient_study_mistakes)

@@ -532,8 +532,8 @@ Test(screen_sweep, the_plans_mistakes_are_one_line_naming_the_place)
     plan_refused("llama-gqa", "data.npy", "loss", "screen: {kv: true, k: 7}", "k = 7 is more than the 6 KV groups");
     plan_refused("llama-gqa", "data.npy", "loss", "screen: {k: 0}", "bad.yaml:6:17: 'k' must be a number of units");
     plan_refused("llama-gqa", "data.npy", "loss", "screen: {k: 150%}", "'k' must be a fraction in (0, 1)");
-    plan_refused("llama-gqa", "data.npy", "loss", "screen: {steps: 3}", "bad.yaml:6:14: 'steps' is for the "
-                 "integrated-gradients estimators");
+    plan_refused("llama-gqa", "data.npy", "loss", "screen: {estimator: importance, steps: 3}", "bad.yaml:6:37: "
+                 "'steps' is for the integrated-gradients estimators");
     plan_refused("llama-gqa", "data.npy", "loss", "screen: {estimator: ig, steps: 65}", "'steps' must be a whole "
                  "number of gradients along the path, 1 to 64");
     plan_refused("llama-gqa", "data.npy", "loss", "screen: {audit: -1}", "'audit' must be a number of units");

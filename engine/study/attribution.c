@@ -54,8 +54,11 @@ static void defaults(struct hp_study *s)
     s->estimator = HP_EST_ATP;
 }
 
-enum hp_status hp_study_check_steps(const struct hp_loader *ld, const yaml_node_t *steps, struct hp_study *s)
+enum hp_status hp_study_check_steps(const struct hp_loader *ld, const yaml_node_t *estimator,
+                                    const yaml_node_t *steps, struct hp_study *s)
 {
+    if (steps && !estimator) /* steps: alone names the integrated estimator that ranks best, ig-layer */
+        s->estimator = HP_EST_IG_LAYER;
     if (steps && !hp_study_integrated(s))
         return hp_ld_fail(ld, steps, "'steps' is for the integrated-gradients estimators (estimator: ig or "
                           "ig-layer); estimator %s takes one gradient", hp_estimator_name(s->estimator));
@@ -64,17 +67,13 @@ enum hp_status hp_study_check_steps(const struct hp_loader *ld, const yaml_node_
     return HP_OK;
 }
 
-/* Without estimator:, steps: names the integrated estimator that is the default (ig-layer); with neither, the
- * plan's ablation chooses (check_plan), as the plan's metric and ablation come after the studies or before. */
+/* Without estimator:, steps: names ig-layer (hp_study_check_steps); with neither, the plan's ablation chooses
+ * (check_plan), as the plan's metric and ablation come after the studies or before. */
 static enum hp_status check(const struct hp_loader *ld, const struct hp_study_seen *seen, struct hp_study *s)
 {
-    if (!seen->opts[O_ESTIMATOR]) {
-        if (seen->opts[O_STEPS])
-            s->estimator = HP_EST_IG_LAYER;
-        else
-            s->estimator_default = true;
-    }
-    return hp_study_check_steps(ld, seen->opts[O_STEPS], s);
+    if (!seen->opts[O_ESTIMATOR] && !seen->opts[O_STEPS])
+        s->estimator_default = true;
+    return hp_study_check_steps(ld, seen->opts[O_ESTIMATOR], seen->opts[O_STEPS], s);
 }
 
 enum hp_status hp_study_check_estimator_plan(const struct hp_loader *ld, const struct hp_plan *p,

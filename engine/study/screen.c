@@ -54,7 +54,7 @@ static void defaults(struct hp_study *s)
 
 static enum hp_status check(const struct hp_loader *ld, const struct hp_study_seen *seen, struct hp_study *s)
 {
-    return hp_study_check_steps(ld, seen->opts[O_STEPS], s);
+    return hp_study_check_steps(ld, seen->opts[O_ESTIMATOR], seen->opts[O_STEPS], s);
 }
 
 static enum hp_status check_plan(const struct hp_loader *ld, const struct hp_plan *p, struct hp_study *s,

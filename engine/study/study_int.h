@@ -276,8 +276,10 @@ enum hp_status hp_study_parse_steps(const struct hp_loader *ld, const yaml_node_
 /* whether the estimator integrates gradients along the gate path (ig, ig-layer): its gradients are all taken at
  * gates between 0 and 1, where a metric whose gradient is 0 at the unmasked model (1 - cos, KL) has one */
 bool hp_study_integrated(const struct hp_study *s);
-/* steps: (its node, NULL when not given) only for integrated gradients, which default to 2 */
-enum hp_status hp_study_check_steps(const struct hp_loader *ld, const yaml_node_t *steps, struct hp_study *s);
+/* steps: (its node, NULL when not given) only for integrated gradients, which default to 2; without estimator:
+ * (its node likewise), steps: alone names ig-layer */
+enum hp_status hp_study_check_steps(const struct hp_loader *ld, const yaml_node_t *estimator,
+                                    const yaml_node_t *steps, struct hp_study *s);
 /* integrated gradients walk the gates from 1 to 0, the path of zero ablation: another ablation jumps to its
  * replacement at 0, which no gate between passes through; refused at the plan's ablation: */
 enum hp_status hp_study_check_estimator_plan(const struct hp_loader *ld, const struct hp_plan *p,
