@@ -65,8 +65,10 @@ static inline void tu_read_into(const char *path, char *buf, size_t n)
 static inline int tu_headprune(const char *cwd, const char *args, const char *scratch, char *out, size_t n_out,
                                char *err, size_t n_err)
 {
-    char cmd[16384], root[1024], p[1024];
-    snprintf(root, sizeof root, "%s/..", getenv("HP_TESTS"));
+    char cmd[16384], root[1024], p[1200];
+    int w0 = snprintf(root, sizeof root, "%s/..", getenv("HP_TESTS"));
+    cr_assert(w0 > 0 && (size_t)w0 < sizeof root, "HP_TESTS is over %zu bytes", sizeof root - 4);
+    cr_assert(strlen(scratch) + 5 < sizeof p, "the scratch folder's name is over %zu bytes", sizeof p - 5);
     int w = snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s/out' 2>'%s/err' </dev/null", cwd ? cwd : root,
                      getenv("HP_HEADPRUNE"), args, scratch, scratch);
     cr_assert(w > 0 && (size_t)w < sizeof cmd, "the command for '%.80s...' is over %zu bytes", args, sizeof cmd);
@@ -156,7 +158,8 @@ static inline char *tu_long_dir(const char *base, size_t at_least)
 /* Remove a folder made by tu_mkdtemp, with everything in it. */
 static inline void tu_rmrf(const char *dir)
 {
-    char cmd[256];
+    char cmd[2200];
+    cr_assert(strlen(dir) < 1024, "tu_rmrf: a folder name over 1 KB");
     snprintf(cmd, sizeof cmd, "chattr -i %s 2>/dev/null; rm -rf %s", dir, dir);
     cr_assert_eq(system(cmd), 0, "cannot remove %s", dir);
 }
