@@ -3,8 +3,10 @@
  * (HP_STUDY_RUN_ITERATIVE): Michel et al.'s pruning curve, whose jobs depend
  * on earlier results, run step by step after the expanded jobs. Each step's
  * point and candidates are jobs (sweep_jobs.c's sw_run_jobs), a
- * gradient-ranked step's gradient is sw_gradient_at's, so a resumed sweep
- * finds every finished step in the store and repeats the same choices.
+ * gradient-ranked step's gradient is sw_gradient_at's, an estimate-ranked
+ * curve's estimate sweep_scores.c's sw_estimate (its gradients likewise), so
+ * a resumed sweep finds every finished step in the store and repeats the
+ * same choices.
  *
  * Invariant: the choices depend only on stored or recomputed (identical)
  * numbers; ties go to plan order. The schedule (how many a step prunes,
@@ -66,9 +68,10 @@ static int prune_best(const struct sw_ctx *c, const struct hp_study *s, struct h
 
 /*
  * Michel et al.'s pruning curve: score every remaining unit by the sw_damage of
- * ablating it on top of those already pruned (rank: exact), or by its
+ * ablating it on top of those already pruned (rank: exact), by its
  * importance recomputed at the current mask from one gradient (rank:
- * gradient, as Hugging Face's bertology script), prune the least damaging
+ * gradient, as Hugging Face's bertology script), or by the study's estimate
+ * of its effect, made once at the study's base mask (rank: estimate), prune the least damaging
  * (least important) prune_frac of all units, record the curve point, repeat
  * down to the floor. Each point is evaluated exactly either way. A step that
  * prunes every unit left (no floor) ranks nothing: no scores, no gradient.
@@ -92,15 +95,16 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
     struct hp_job *cjobs = malloc(sizeof *cjobs * nu);
     int64_t *cords = malloc(sizeof *cords * nu);
     struct hp_store_metrics *cres = malloc(sizeof *cres * nu);
-    const bool by_grad = s->iterative.rank == HP_RANK_GRADIENT;
+    const bool by_grad = s->iterative.rank == HP_RANK_GRADIENT, by_est = s->iterative.rank == HP_RANK_ESTIMATE;
+    double *est = by_est ? malloc(sizeof *est * nu) : NULL;
     struct sw_grad_buf gb = {0};
     double *raw = by_grad ? malloc(sizeof *raw * nu) : NULL, *imp = by_grad ? malloc(sizeof *imp * nu) : NULL;
     struct hp_store_score *rows = by_grad ? malloc(sizeof *rows * nu) : NULL;
     char(*labels)[32] = by_grad ? malloc(sizeof *labels * nu) : NULL;
-    if (!units || !pruned || !cand || !left_in_layer || !base || !cjobs || !cords || !cres ||
+    if (!units || !pruned || !cand || !left_in_layer || !base || !cjobs || !cords || !cres || (by_est && !est) ||
         (by_grad && (!sw_grad_buf_init(&gb, c) || !raw || !imp || !rows || !labels))) {
         free(units), free(pruned), free(cand), free(left_in_layer), hp_mask_free(base);
-        free(cjobs), free(cords), free(cres);
+        free(cjobs), free(cords), free(cres), free(est);
         sw_grad_buf_free(&gb), free(raw), free(imp), free(rows), free(labels);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     }
@@ -116,6 +120,10 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
     assert(sc.n_units == n);
     int n_pruned = 0;
     const bool from_base = hp_mask_first_changed(base, in->n_layers) < in->n_layers;
+    /* ranked by an estimate: every unit's, once, where the curve starts (none when its first step takes all) */
+    const int want0 = hp_iterative_step(&sc, n);
+    if (by_est && want0 > 0 && want0 < n)
+        st = sw_estimate(c, si, 1, est, err);
 
     for (int step = 0; st == HP_OK && !sw_stopping(c); step++) {
         /* the curve point: everything pruned so far */
@@ -139,6 +147,17 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
             for (int i = 0; i < n; i++)
                 if (!pruned[i])
                     cand[nc++] = (struct scored){i, 0};
+            n_pruned += prune_best(c, s, base, units, cand, nc, pruned, left_in_layer, want);
+            continue;
+        }
+        if (by_est) {
+            /* the smallest estimated effects go first (a negative one: the loss falls without the unit) */
+            int nc = 0;
+            for (int i = 0; i < n; i++)
+                if (!pruned[i] && !(s->iterative.keep_one_per_layer && left_in_layer[units[i].layer] <= 1))
+                    cand[nc++] = (struct scored){i, est[units[i].layer * per_layer + units[i].unit]};
+            if (nc == 0)
+                break;
             n_pruned += prune_best(c, s, base, units, cand, nc, pruned, left_in_layer, want);
             continue;
         }
@@ -198,7 +217,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
         n_pruned += prune_best(c, s, base, units, cand, nc, pruned, left_in_layer, want);
     }
     free(units), free(pruned), free(cand), free(left_in_layer), hp_mask_free(base);
-    free(cjobs), free(cords), free(cres);
+    free(cjobs), free(cords), free(cres), free(est);
     sw_grad_buf_free(&gb), free(raw), free(imp), free(rows), free(labels);
     return st;
 }

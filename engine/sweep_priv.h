@@ -153,4 +153,8 @@ enum hp_status sw_gradient_at(struct sw_ctx *c, const struct hp_mask *mask, stru
  */
 enum hp_status sw_scores(struct sw_ctx *c, int si, double *out, struct hp_error *err);
 
+/* The same by the attribution rule whatever the study's kind (its estimator's estimates), stored at step: a
+ * curve ranked once by an estimate (iterative, rank: estimate) stores it as the ranking of its step 1. */
+enum hp_status sw_estimate(struct sw_ctx *c, int si, int step, double *out, struct hp_error *err);
+
 #endif

@@ -86,10 +86,11 @@ static enum hp_status integrate(struct sw_ctx *c, const struct hp_study *s, int 
     return st;
 }
 
-enum hp_status sw_scores(struct sw_ctx *c, int si, double *out, struct hp_error *err)
+/* Study si's scores by rule, stored at step (0 for a scores study's own). */
+static enum hp_status scores_by(struct sw_ctx *c, int si, enum hp_study_score rule, int step, double *out,
+                                struct hp_error *err)
 {
     const struct hp_study *s = &c->plan->studies[si];
-    const enum hp_study_score rule = hp_study_score_of(s->kind);
     assert(rule == HP_STUDY_SCORE_IMPORTANCE || rule == HP_STUDY_SCORE_ATTRIBUTION);
     const enum hp_estimator est = s->estimator;
     const bool path = rule == HP_STUDY_SCORE_ATTRIBUTION && (est == HP_EST_IG || est == HP_EST_IG_LAYER);
@@ -127,6 +128,7 @@ enum hp_status sw_scores(struct sw_ctx *c, int si, double *out, struct hp_error 
                                            .study = s->name,
                                            .kind = hp_study_kind_name(s->kind),
                                            .kv = s->kv,
+                                           .step = step,
                                            .normalize = imp ? hp_normalize_name(s->normalize) : NULL,
                                            .estimator = imp ? NULL : hp_estimator_name(est),
                                            .base = base_text,
@@ -139,6 +141,16 @@ enum hp_status sw_scores(struct sw_ctx *c, int si, double *out, struct hp_error 
     hp_mask_free(base);
     free(raw), free(score), free(rows), free(labels), free(base_text);
     return st;
+}
+
+enum hp_status sw_scores(struct sw_ctx *c, int si, double *out, struct hp_error *err)
+{
+    return scores_by(c, si, hp_study_score_of(c->plan->studies[si].kind), 0, out, err);
+}
+
+enum hp_status sw_estimate(struct sw_ctx *c, int si, int step, double *out, struct hp_error *err)
+{
+    return scores_by(c, si, HP_STUDY_SCORE_ATTRIBUTION, step, out, err);
 }
 
 /* A scores study: sw_scores, its scores kept in the store only. */

@@ -970,6 +970,7 @@ enum hp_normalize { HP_NORMALIZE_LAYER, HP_NORMALIZE_NONE };
 enum hp_rank {
     HP_RANK_EXACT,    /* the measured damage of ablating each one (one evaluation a unit) */
     HP_RANK_GRADIENT, /* importance recomputed under the current mask (one backward a step) */
+    HP_RANK_ESTIMATE, /* an estimator's estimate of every unit's effect, once, where the curve starts */
 };
 /* What an attribution study estimates each unit's single-ablation effect by (docs/gradients.md, "Estimators"). */
 enum hp_estimator {

@@ -453,7 +453,7 @@ Test(plan, unknown_keys_with_suggestions)
                "unknown key 'layer' in a 'single' study", "(did you mean 'layers'?)");
     load_fails(HEAD "  - iterative: {prune: 10%, retain: true}\n", 5, "retain",
                "unknown key 'retain'", "(expected name, layers, heads, groups, kv, prune, "
-               "floor, keep_one_per_layer, rank, normalize or mask)");
+               "floor, keep_one_per_layer, rank, normalize, mask, estimator or steps)");
     // an abbreviation of a key is recognised
     load_fails(HEAD "  - iterative: {prune: 10%, keep_one: true}\n", 5, "keep_one",
                "unknown key 'keep_one'", "(did you mean 'keep_one_per_layer'?)");
@@ -1301,11 +1301,56 @@ Test(plan, attribution_defaults_to_ig_layer_under_zero_ablation_and_atp_otherwis
     hp_plan_free(p);
 }
 
+/* A curve ranked once by an estimate (rank: estimate) takes the attribution study's estimator: ig-layer (2 steps)
+ * under zero ablation, atp under another, steps: alone ig-layer, a named one as named; it costs the estimate's
+ * passes once (none when its first step prunes every unit) and one evaluation a point. */
+Test(plan, a_curve_ranked_by_estimate_takes_the_attribution_estimators_and_defaults)
+{
+    static const char *const ablations[] = {"", "ablation: mean\n"};
+    for (int i = 0; i < 2; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "name: t\nmodel: m\ndata: d.npy\n%sstudies:\n"
+                 "  - iterative: {prune: 25%%, rank: estimate, name: d}\n"
+                 "  - iterative: {prune: 25%%, rank: estimate, estimator: importance, name: i}\n"
+                 "  - iterative: {prune: 99%%, rank: estimate, name: all}\n%s",
+                 ablations[i], i ? "" : "  - iterative: {prune: 25%, rank: estimate, steps: 3, layers: [0, 2], name: s}\n");
+        struct hp_plan *p = load_text(text);
+        const struct hp_study *s = p->studies + 1;
+        const struct hp_model_info info = tu_info(3, 4, 2);
+        cr_assert_eq(s[0].iterative.rank, HP_RANK_ESTIMATE);
+        cr_assert_eq(s[0].estimator, i ? HP_EST_ATP : HP_EST_IG_LAYER, "%s", text);
+        cr_assert_eq(s[0].steps, i ? 0 : 2);
+        cr_assert_eq(hp_study_backwards(&s[0], &info), i ? 1 : 3 * 2, "%s", text);
+        cr_assert_eq(hp_study_evals(&s[0], &info), 5, "points at 12, 9, 6, 3 and 0 heads left");
+        cr_assert(hp_study_needs_grad(&s[0]));
+        cr_assert_eq(s[1].estimator, HP_EST_IMPORTANCE);
+        cr_assert_eq(hp_study_backwards(&s[1], &info), 1);
+        cr_assert_eq(hp_study_backwards(&s[2], &info), 0, "a first step that prunes all ranks nothing");
+        if (!i) {
+            cr_assert_eq(s[3].estimator, HP_EST_IG_LAYER);
+            cr_assert_eq(hp_study_backwards(&s[3], &info), 3 * 2, "3 steps in each of its 2 layers");
+        }
+        cr_assert_str_eq(hp_rank_name(HP_RANK_ESTIMATE), "estimate");
+        hp_plan_free(p);
+    }
+    load_fails(HEAD "  - iterative: {prune: 10%, estimator: atp}\n", 5, "estimator",
+               "'estimator' says what estimates each unit's effect", "rank: estimate (this one ranks by exact");
+    load_fails(HEAD "  - iterative: {prune: 10%, rank: gradient, steps: 2}\n", 5, "steps",
+               "'steps' says what estimates", "gradient importance at each step");
+    load_fails(HEAD "  - iterative: {prune: 10%, rank: estimate, normalize: none}\n", 5, "normalize",
+               "'normalize' scales gradient importance", "an estimator's estimates");
+    load_fails(HEAD "  - iterative: {prune: 10%, rank: estimate, estimator: atp, steps: 2}\n", 5, "steps",
+               "'steps' is for the integrated-gradients estimators", NULL);
+    load_fails("name: t\nmodel: m\ndata: d.npy\nablation: mean\nstudies:\n"
+               "  - iterative: {prune: 10%, rank: estimate, estimator: ig-layer}\n",
+               4, "ablation", "estimator: ig-layer, which integrates the gradient", "use estimator: atp or importance");
+}
+
 Test(plan, gradient_study_mistakes)
 {
-    load_fails(HEAD "  - iterative: {prune: 10%, rank: other}\n", 5, "other", "'rank' must be exact or gradient",
+    load_fails(HEAD "  - iterative: {prune: 10%, rank: other}\n", 5, "other", "'rank' must be exact, gradient or estimate",
                "not 'other'");
-    load_fails(HEAD "  - iterative: {prune: 10%, rank: gradiant}\n", 5, "gradiant", "'rank' must be exact or gradient",
+    load_fails(HEAD "  - iterative: {prune: 10%, rank: gradiant}\n", 5, "gradiant", "'rank' must be exact, gradient or estimate",
                "did you mean 'gradient'?");
     load_fails(HEAD "  - importance: {normalize: l2}\n", 5, "l2", "'normalize' must be layer or none", NULL);
     load_fails(HEAD "  - iterative: {prune: 10%, normalize: none}\n", 5, "normalize",

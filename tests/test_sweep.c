@@ -992,6 +992,97 @@ Test(sweep, attribution_estimators_match_torch_autograd)
     }
 }
 
+/* The mask of study's curve point at step (canonical text). */
+static void curve_mask(const char *db, const char *study, int step, char *mask, size_t n)
+{
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(h,
+                                    "SELECT v.mask_text FROM sweep_jobs j JOIN variants v ON v.id = j.variant_id "
+                                    "WHERE j.kind = 'iterative' AND j.study = ?1 AND j.step = ?2 "
+                                    "AND j.label = printf('step %d', j.step)",
+                                    -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(h));
+    sqlite3_bind_text(st, 1, study, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, step);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s: no curve point at step %d", study, step);
+    snprintf(mask, n, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+}
+
+/*
+ * A curve ranked once by an estimate (iterative, rank: estimate) prunes in the order of torch autograd's estimate
+ * (estimators.json): by default integrated gradients a layer at a time, 2 steps, and by atp when named, query heads
+ * and KV groups. Its stored ranking is torch's, it takes the estimate's gradients once (the plan's stated cost),
+ * and each point's mask is the first k units of torch's order, smallest estimate first.
+ */
+Test(sweep, a_curve_ranked_by_estimate_prunes_in_the_order_of_torchs_estimate)
+{
+    static const char *const fixtures[] = {"gpt2-tiny", "llama-gqa"};
+    for (int f = 0; f < 2; f++) {
+        const bool gqa = f == 1;
+        char p[1024], db[128], args[2048], errs[4096];
+        write_fixture_plan(p, sizeof p, fixtures[f], "data.npy",
+                           gqa ? "studies:\n  - iterative: {prune: 25%, rank: estimate, name: est}\n"
+                                 "  - iterative: {prune: 25%, rank: estimate, estimator: atp, name: est-atp}\n"
+                                 "  - iterative: {prune: 50%, rank: estimate, kv: true, name: est-kv}\n"
+                               : "studies:\n  - iterative: {prune: 25%, rank: estimate, name: est}\n"
+                                 "  - iterative: {prune: 25%, rank: estimate, estimator: atp, name: est-atp}\n");
+        snprintf(args, sizeof args, "plan %s", p);
+        char out[8192];
+        cr_assert_eq(tu_headprune(NULL, args, tmp, out, sizeof out, errs, sizeof errs), 0, "%s", errs);
+        cr_assert(strstr(out, "+ 6 forward+backward passes (ranked once by integrated gradients, a layer's gates "
+                              "together, 2 steps a layer)"), "%s", out);
+        cr_assert(strstr(out, "+ 1 forward+backward pass"), "%s", out);
+        snprintf(db, sizeof db, "%s/curve-est-%s.db", tmp, fixtures[f]);
+        snprintf(args, sizeof args, "run %s --db %s --quiet --threads 1", p, db);
+        cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "%s", errs);
+        /* 3 layers x 2 steps of ig-layer, one atp gradient at the unmasked model */
+        cr_assert_eq(count(db, "SELECT count(*) FROM gradients"), 7);
+        char rp[1024];
+        snprintf(rp, sizeof rp, "%s/%s/estimators.json", getenv("HP_FIXTURES"), fixtures[f]);
+        char *txt = tu_slurp(rp, NULL);
+        cJSON *ref = cJSON_Parse(txt);
+        cr_assert(ref, "%s", rp);
+        const int L = 3, H = 4;
+        for (int c = 0; c < (gqa ? 3 : 2); c++) {
+            const bool kv = c == 2;
+            const int U = kv ? 2 : H, per_step = 3, w = H / U;
+            const char *study = c == 0 ? "est" : c == 1 ? "est-atp" : "est-kv";
+            const cJSON *units = cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "units"), kv ? "kv" : "heads");
+            double want[12], got[12];
+            estimator_ref(units, c == 1 ? "atp" : "ig-layer", c == 1 ? NULL : "2", L, U, want);
+            cr_assert_eq(stored_scores(db, study, 1, got, U), L * U, "%s", study);
+            expect_close(study, got, want, L * U, 1e-4);
+            /* torch's order, smallest first (no two of its estimates are within 1e-6 of each other here) */
+            int order[12];
+            for (int i = 0; i < L * U; i++)
+                order[i] = i;
+            for (int i = 1; i < L * U; i++)
+                for (int j = i; j > 0 && want[order[j]] < want[order[j - 1]]; j--) {
+                    cr_assert_gt(fabs(want[order[j]] - want[order[j - 1]]), 1e-6, "%s: a near tie", study);
+                    const int t = order[j];
+                    order[j] = order[j - 1], order[j - 1] = t;
+                }
+            for (int step = 1; step * per_step < L * U; step++) {
+                struct hp_mask *m = hp_mask_new(L, H);
+                for (int i = 0; i < step * per_step; i++)
+                    for (int h = 0; h < w; h++)
+                        m->gate[(order[i] / U) * H + (order[i] % U) * w + h] = 0;
+                char *expect = hp_mask_format(m), mask[256];
+                curve_mask(db, study, step, mask, sizeof mask);
+                cr_assert_str_eq(mask, expect, "%s step %d", study, step);
+                free(expect);
+                hp_mask_free(m);
+            }
+        }
+        cJSON_Delete(ref);
+        free(txt);
+    }
+}
+
 /*
  * An encoder without a head (bert-encoder) differentiates 1 - cos, whose gradient is 0 at the unmasked model, so
  * its gradient studies start from a mask: of heads already removed, here 0.1 and 1.2 (torch's case cos_partial):
@@ -1183,7 +1274,7 @@ Test(sweep, a_gradient_study_of_an_encoder_at_the_unmasked_model_is_refused_befo
     refused(p, "'mask' needs a mask spec of the heads already removed");
     /* and the mistakes a plan can make with them: one line, exit 1, nothing written */
     write_fixture_plan(p, sizeof p, "llama-gqa", "data.npy", "studies: [{iterative: {prune: 10%, rank: other}}]\n");
-    refused(p, "'rank' must be exact or gradient, not 'other'");
+    refused(p, "'rank' must be exact, gradient or estimate, not 'other'");
     write_fixture_plan(p, sizeof p, "llama-gqa", "data.npy", "studies: [{importance: {normalise: none}}]\n");
     refused(p, "unknown key 'normalise' in an 'importance' study");
     /* the exact-ranked curve is fine on the same model: it ranks by the cosine */

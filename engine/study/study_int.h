@@ -280,10 +280,11 @@ bool hp_study_integrated(const struct hp_study *s);
  * (its node likewise), steps: alone names ig-layer */
 enum hp_status hp_study_check_steps(const struct hp_loader *ld, const yaml_node_t *estimator,
                                     const yaml_node_t *steps, struct hp_study *s);
-/* integrated gradients walk the gates from 1 to 0, the path of zero ablation: another ablation jumps to its
- * replacement at 0, which no gate between passes through; refused at the plan's ablation: */
-enum hp_status hp_study_check_estimator_plan(const struct hp_loader *ld, const struct hp_plan *p,
-                                             const struct hp_study *s, const yaml_node_t *ablation);
+/* At the plan's ablation: a study whose check set s->estimator_default takes the measured default (ig-layer,
+ * 2 steps, under zero ablation, else atp); integrated gradients walk the gates from 1 to 0, the path of zero
+ * ablation: another ablation jumps to its replacement at 0, which no gate between passes through; refused */
+enum hp_status hp_study_check_estimator_plan(const struct hp_loader *ld, const struct hp_plan *p, struct hp_study *s,
+                                             const yaml_node_t *ablation);
 /* forward + backward passes the estimator takes: 1, steps (ig), steps a layer (ig-layer) */
 long hp_study_estimator_backwards(const struct hp_study *s, const struct hp_model_info *info);
 /* "AtP", "integrated gradients, a layer's gates together, 2 steps a layer": for cost sentences */
