@@ -487,9 +487,10 @@ enum hp_status hp_query_studies(struct hp_query_reader *rd, int64_t sweep_id, st
     if (s != HP_OK)
         return s;
     /* jobs in plan order, then the gradient studies (which have no jobs) by name; an iterative study
-     * ranked by gradient stored the scores it pruned by under its own name; a gates study is its
+     * ranked by gradient stored the scores it pruned by under its own name, each step's importance with its
+     * normalize, one ranked by estimate its estimate once, without; a gates study is its
      * pruned sets (kind 'gates', one a lambda), its 'gates-frac' points beside them not counted */
-    char sql[1200];
+    char sql[1500];
     snprintf(sql, sizeof sql,
              "SELECT study, kind, max(kv), count(*), "
              "  CASE WHEN kind <> 'iterative' THEN NULL %s ELSE 'exact' END, 0, min(ord) "
@@ -497,6 +498,8 @@ enum hp_status hp_query_studies(struct hp_query_reader *rd, int64_t sweep_id, st
              "GROUP BY study, kind "
              "%s ORDER BY 6, 7, 1",
              scores ? "WHEN EXISTS (SELECT 1 FROM unit_scores u WHERE u.sweep_id = ?1 AND u.study = j.study "
+                      "AND u.kind = 'iterative' AND u.normalize IS NULL) THEN 'estimate' "
+                      "WHEN EXISTS (SELECT 1 FROM unit_scores u WHERE u.sweep_id = ?1 AND u.study = j.study "
                       "AND u.kind = 'iterative') THEN 'gradient'"
                     : "",
              scores ? "UNION ALL SELECT study, kind, max(kv), count(*), NULL, 1, 0 FROM unit_scores "

@@ -120,6 +120,7 @@ static void curves_legend(struct hp_text *sv, const struct series *sr, int n_sr,
                        lx + 34, ly + 15,
                        sr[k].random                             ? "random heads, 95% band"
                        : strcmp(sr[k].rank, "gradient") == 0 ? "iterative, gradient-ranked"
+                       : strcmp(sr[k].rank, "estimate") == 0 ? "iterative, estimate-ranked"
                                                                : "iterative, exact-ranked");
     }
     hp_text_printf(sv, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#555\" stroke-dasharray=\"2 3\"/>"
@@ -244,7 +245,8 @@ enum hp_status hr_make_curves(struct report *r, struct section *sec)
     struct hp_text *c = &sec->caption;
     hp_text_printf(c, "<p>The sweep's %s as heads are pruned: iterative studies (solid) prune, step by step, the "
                       "heads whose removal hurts least (exact-ranked: by measuring each; gradient-ranked: by "
-                      "Michel et al.'s importance); random studies (dashed) prune k heads drawn at random, their "
+                      "Michel et al.'s importance; estimate-ranked: by one estimate of each head's effect, made "
+                      "where the curve starts); random studies (dashed) prune k heads drawn at random, their "
                       "mean with its 95%% interval as a band. The dotted line is the baseline, %s %s.</p>\n",
                    r->mname, r->mname, hp_num(b, r->base, 7));
     hr_caption_source(c, r, "curve", NULL, t);

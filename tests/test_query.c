@@ -1675,6 +1675,16 @@ Test(query, a_reader_lists_a_sweeps_studies_in_plan_order)
     cr_assert_str_eq(cell(t, 8, 3), "2");
     hp_table_free(t);
     hp_query_reader_close(rd);
+    // one that stored a single estimate (rank: estimate), without a normalize, is estimate-ranked
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    exec(db, "UPDATE unit_scores SET normalize = NULL WHERE kind = 'iterative'");
+    sqlite3_close(db);
+    rd = reader();
+    cr_assert_eq(hp_query_studies(rd, 2, &t, &err), HP_OK, "%s", err.msg);
+    cr_assert_str_eq(cell(t, 7, 0), "iterative");
+    cr_assert_str_eq(cell(t, 7, 4), "estimate");
+    hp_table_free(t);
+    hp_query_reader_close(rd);
 }
 
 Test(query, a_reader_sees_one_snapshot)

@@ -1078,6 +1078,14 @@ Test(sweep, a_curve_ranked_by_estimate_prunes_in_the_order_of_torchs_estimate)
                 hp_mask_free(m);
             }
         }
+        /* the report names the curves by their ranking */
+        char html[256];
+        snprintf(html, sizeof html, "%s/curve-est-%s.html", tmp, fixtures[f]);
+        snprintf(args, sizeof args, "report --db %s --out %s", db, html);
+        cr_assert_eq(hp_cmd(args, errs, sizeof errs), 0, "%s", errs);
+        char *page = tu_slurp(html, NULL);
+        cr_assert(strstr(page, "iterative, estimate-ranked"), "the report does not name the estimate-ranked curve");
+        free(page);
         cJSON_Delete(ref);
         free(txt);
     }

@@ -20,11 +20,11 @@ static const char plan_help[] =
     "Expand a plan into its jobs and print them, with their count and an estimate\n"
     "of the cost, without running anything. Iterative studies are listed by their\n"
     "expected number of evaluations: their masks depend on results. Gradient\n"
-    "studies (importance, attribution, iterative with rank: gradient) are listed\n"
-    "by their forward + backward passes, costed as three forwards each; gates\n"
-    "studies by their training steps (a forward + backward over the training set\n"
-    "each, four forwards under kl or cos, whose reference pass runs too) and the\n"
-    "two evaluations of each lambda.\n"
+    "studies (importance, attribution, screen, iterative with rank: gradient or\n"
+    "estimate) are listed by their forward + backward passes, costed as three\n"
+    "forwards each; gates studies by their training steps (a forward + backward\n"
+    "over the training set each, four forwards under kl or cos, whose reference\n"
+    "pass runs too) and the two evaluations of each lambda.\n"
     "The plan format (keys, study kinds, options): docs/plans.md.\n";
 
 /* Rough forward FLOPs of a variant run from layer `from` on: every matrix product plus attention. */
