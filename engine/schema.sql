@@ -1,4 +1,4 @@
--- headprune results database, schema version 10 (2 added ablation_means;
+-- headprune results database, schema version 11 (2 added ablation_means;
 -- 3 added gradients and unit_scores, for the gradient studies; 4 added
 -- role_runs, head_roles and sweep_roles, for head roles; gate_runs, gate_heads and sweep_gates, for
 -- gates studies; 5 added pruned_heads, so queries count the heads a pruned checkpoint has; 6 makes the
@@ -6,7 +6,7 @@
 -- variant_positions and patch_tokens, for patching one position at a time; 8 added role_runs.sep_id and
 -- n_sep and head_roles.sep_token, attention to [SEP], which store.c's added_columns adds to an older database;
 -- 9 added unit_scores.estimator and base, for the attribution study's estimators, added likewise; 10 added
--- screens, a screen study's verdict).
+-- screens, a screen study's verdict; 11 added gradients.from_layer, for gradients of a layer's gates on).
 -- Embedded into engine/store.c at build time; documented for users in
 -- docs/database.md (keep it in step with this file).
 -- Every statement is idempotent: it runs on each open for writing, which
@@ -198,7 +198,8 @@ CREATE TABLE IF NOT EXISTS gradients(
   host            TEXT NOT NULL,
   threads         INTEGER NOT NULL,
   kernel          TEXT NOT NULL,
-  created         TEXT NOT NULL
+  created         TEXT NOT NULL,
+  from_layer      INTEGER            -- NULL or 0: every gate's; l: only layers l on were wanted (the others 0)
 );
 
 -- Per-unit scores of the gradient studies: importance and attribution

@@ -583,6 +583,7 @@ static const struct {
     {"head_roles", "sep_token", "REAL"}, /* 8 */
     {"unit_scores", "estimator", "TEXT"}, /* 9: the attribution study's estimators */
     {"unit_scores", "base", "TEXT"},      /* 9 */
+    {"gradients", "from_layer", "INTEGER"}, /* 11: gradients of a layer's gates on */
 };
 
 /* A column per metric in results and seq_results (what a database older than a metric lacks is added), and
@@ -985,20 +986,62 @@ static const char merge_rest_sql[] =
     "                                  WHERE s.key = main.sweeps.key) "
     "  WHERE key IN (SELECT key FROM src.sweeps);";
 
-static const char merge_grads_sql[] =
+/* %s: the source's gradients.from_layer, then unit_scores.estimator and base, or NULL where it predates them
+ * (schemas 11 and 9: merge_grads). */
+static const char merge_grads_fmt[] =
     "INSERT OR IGNORE INTO main.gradients(key, model_id, dataset_id, ablation, mask_text, n_layers, n_heads, n_seqs, "
-    "    loss, grad, atp, seq_grad, wall_s, engine_version, numeric_version, host, threads, kernel, created) "
+    "    loss, grad, atp, seq_grad, wall_s, engine_version, numeric_version, host, threads, kernel, created, "
+    "    from_layer) "
     "  SELECT g.key, (SELECT id FROM main.models WHERE digest = m.digest), "
     "         (SELECT id FROM main.datasets WHERE digest = d.digest), g.ablation, g.mask_text, g.n_layers, g.n_heads, "
     "         g.n_seqs, g.loss, g.grad, g.atp, g.seq_grad, g.wall_s, g.engine_version, g.numeric_version, g.host, "
-    "         g.threads, g.kernel, g.created "
+    "         g.threads, g.kernel, g.created, %s "
     "  FROM src.gradients g JOIN src.models m ON m.id = g.model_id JOIN src.datasets d ON d.id = g.dataset_id "
     "  ORDER BY g.id;"
     "INSERT OR IGNORE INTO main.unit_scores(sweep_id, study, kind, kv, step, layer, unit, label, score, raw, "
-    "    normalize, gradient_id) "
-    "  SELECT ms.id, u.study, u.kind, u.kv, u.step, u.layer, u.unit, u.label, u.score, u.raw, u.normalize, mg.id "
+    "    normalize, gradient_id, estimator, base) "
+    "  SELECT ms.id, u.study, u.kind, u.kv, u.step, u.layer, u.unit, u.label, u.score, u.raw, u.normalize, mg.id, "
+    "         %s, %s "
     "  FROM src.unit_scores u JOIN src.sweeps s ON s.id = u.sweep_id JOIN main.sweeps ms ON ms.key = s.key "
     "       JOIN src.gradients g ON g.id = u.gradient_id JOIN main.gradients mg ON mg.key = g.key;";
+
+/* Whether src's table has col (added by a later schema: added_columns). An SQLite error code. */
+static int source_has(struct hp_store *s, const char *table, const char *col, bool *has)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pragma_table_info('%s', 'src') WHERE name = ?", table);
+    int64_t n = 0;
+    bool found;
+    int rc = hs_select_int(s, sql, col, &n, &found);
+    *has = rc == SQLITE_OK && n > 0;
+    return rc;
+}
+
+/* The gradient studies, from a source of schema 3 on: merge_grads_fmt with the columns 9 and 11 added where the
+ * source has them (a merge that dropped unit_scores.estimator labelled every estimator's scores atp). */
+static int merge_grads(struct hp_store *s)
+{
+    bool from, est, base;
+    int rc = source_has(s, "gradients", "from_layer", &from);
+    if (rc == SQLITE_OK)
+        rc = source_has(s, "unit_scores", "estimator", &est);
+    if (rc == SQLITE_OK)
+        rc = source_has(s, "unit_scores", "base", &base);
+    if (rc != SQLITE_OK)
+        return rc;
+    char sql[sizeof merge_grads_fmt + 64];
+    snprintf(sql, sizeof sql, merge_grads_fmt, from ? "g.from_layer" : "NULL", est ? "u.estimator" : "NULL",
+             base ? "u.base" : "NULL");
+    return hs_exec(s, sql);
+}
+
+/* A screen study's verdict (schema 10): its evaluations are sweep_jobs, its estimates unit_scores, merged above. */
+static const char merge_screens_sql[] =
+    "INSERT OR IGNORE INTO main.screens(sweep_id, study, kv, units, k, estimator, evaluated, audits, population, "
+    "    audited, missed_max, confidence) "
+    "  SELECT ms.id, x.study, x.kv, x.units, x.k, x.estimator, x.evaluated, x.audits, x.population, x.audited, "
+    "         x.missed_max, x.confidence "
+    "  FROM src.screens x JOIN src.sweeps s ON s.id = x.sweep_id JOIN main.sweeps ms ON ms.key = s.key;";
 
 /* %s: the source's sep_id, n_sep and sep_token, or NULL where it predates them (schema 8: merge_roles). */
 static const char merge_roles_fmt[] =
@@ -1077,13 +1120,14 @@ static const struct {
 } merge_optional[] = {
     {.table = "ablation_means",
      .sql = "INSERT OR IGNORE INTO main.ablation_means SELECT * FROM src.ablation_means"}, /* 2 */
-    {.table = "unit_scores", .sql = merge_grads_sql},  /* 3: the gradient studies */
+    {.table = "unit_scores", .merge = merge_grads},  /* 3: the gradient studies (9, 11: their columns) */
     {.table = "sweep_roles", .merge = merge_roles}, /* 4: head roles (8: attention to [SEP]) */
     {.table = "sweep_gates", .sql = merge_gates_sql},  /* 4: gates studies */
     {.table = "pruned_heads", .sql = "INSERT OR IGNORE INTO main.pruned_heads(model_id, layer, head) "
                      "  SELECT mm.id, p.layer, p.head FROM src.pruned_heads p JOIN src.models m ON m.id = p.model_id "
                      "       JOIN main.models mm ON mm.digest = m.digest"}, /* 5: the heads pruned checkpoints lack */
     {.table = "patch_tokens", .sql = merge_positions_sql}, /* 7: patching one position at a time */
+    {.table = "screens", .sql = merge_screens_sql},        /* 10: screens' verdicts */
 };
 
 /* A database file this process made, with the journal, WAL and shared-memory files beside it. */

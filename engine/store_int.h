@@ -12,7 +12,7 @@
 
 #include "headprune.h"
 
-#define HP_SCHEMA_VERSION 10
+#define HP_SCHEMA_VERSION 11
 
 struct hp_store;
 struct sqlite3;
@@ -154,6 +154,7 @@ struct hp_store_grad {
     double loss;
     double *grad, *atp;       /* (n_layers, n_heads) */
     double *seq_grad;         /* (n_seqs, n_layers, n_heads) */
+    int from_layer;           /* 0: every gate's; l: only layers l on were taken (the arrays 0 below; the key says) */
 };
 
 /*

@@ -333,9 +333,9 @@ enum hp_status hp_store_put_grad(struct hp_store *s, const struct hp_store_grad 
     int rc = hs_prep(s,
                   "INSERT OR IGNORE INTO gradients(key, model_id, dataset_id, ablation, mask_text, n_layers, n_heads, "
                   "n_seqs, loss, grad, atp, seq_grad, wall_s, engine_version, numeric_version, host, threads, kernel, "
-                  "created) VALUES (?1, (SELECT id FROM models WHERE digest = ?2), "
+                  "created, from_layer) VALUES (?1, (SELECT id FROM models WHERE digest = ?2), "
                   "(SELECT id FROM datasets WHERE digest = ?3), ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
-                  "?16, ?17, ?18, ?19)",
+                  "?16, ?17, ?18, ?19, ?20)",
                   &st);
     if (rc == SQLITE_OK) {
         sqlite3_bind_text(st, 1, g->key, -1, SQLITE_STATIC);
@@ -351,6 +351,7 @@ enum hp_status hp_store_put_grad(struct hp_store *s, const struct hp_store_grad 
         sqlite3_bind_blob64(st, 11, g->atp, hh * sizeof(double), SQLITE_STATIC);
         sqlite3_bind_blob64(st, 12, g->seq_grad, ns * sizeof(double), SQLITE_STATIC);
         hs_bind_provenance(s, st, 13, wall_s, threads, kernel, now);
+        sqlite3_bind_int(st, 20, g->from_layer);
         rc = hs_step_done(st);
     }
     return rc == SQLITE_OK ? HP_OK : hs_sql_fail(s, rc, "writing a gradient", err);

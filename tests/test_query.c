@@ -1661,7 +1661,7 @@ Test(query, a_reader_lists_a_sweeps_studies_in_plan_order)
     sqlite3 *db;
     cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
     exec(db, "INSERT INTO gradients VALUES (1, 'g', 1, 1, 'zero', '', 2, 4, 4, 2.0, x'', x'', x'', 0.1, '0.1.0', 1, "
-             "'test', 1, 'haswell', '2024-01-01T00:00:00Z');"
+             "'test', 1, 'haswell', '2024-01-01T00:00:00Z', 0);"
              "INSERT INTO unit_scores VALUES (2, 'iterative', 'iterative', 0, 1, 0, 0, '0.0', 1, 1, 'layer', 1, NULL, NULL),"
              "(2, 'imp', 'importance', 0, 0, 0, 0, '0.0', 1, 1, 'layer', 1, NULL, ''),"
              "(2, 'imp', 'importance', 0, 0, 0, 1, '0.1', 1, 1, 'layer', 1, NULL, '')");

@@ -112,10 +112,13 @@ static char *dump(const char *db)
         "ORDER BY s.key, j.ord",
         "SELECT count(*) FROM variants WHERE id NOT IN (SELECT variant_id FROM results)",
         "SELECT key, mask_text, ablation, n_layers, n_heads, n_seqs, printf('%!.17g', loss), hex(grad), hex(atp), "
-        "hex(seq_grad) FROM gradients ORDER BY key",
+        "hex(seq_grad), from_layer FROM gradients ORDER BY key",
         "SELECT s.key, u.study, u.kind, u.kv, u.step, u.layer, u.unit, u.label, printf('%!.17g %!.17g', u.score, u.raw), "
-        "u.normalize, g.key FROM unit_scores u JOIN sweeps s ON s.id = u.sweep_id "
+        "u.normalize, g.key, u.estimator, u.base FROM unit_scores u JOIN sweeps s ON s.id = u.sweep_id "
         "JOIN gradients g ON g.id = u.gradient_id ORDER BY s.key, u.study, u.step, u.layer, u.unit",
+        "SELECT s.key, x.study, x.kv, x.units, x.k, x.estimator, x.evaluated, x.audits, x.population, x.audited, "
+        "x.missed_max, printf('%!.17g', x.confidence) FROM screens x JOIN sweeps s ON s.id = x.sweep_id "
+        "ORDER BY s.key, x.study",
     };
     char *out = tu_rows(db, queries, sizeof queries / sizeof *queries);
     sqlite3_stmt *st;
