@@ -780,6 +780,6 @@ void hp_bwd_run(const struct hp_model *m, struct hp_bwd *w, const struct hp_fwd_
         .replaced = var && hp_replacement_reads(&var->rep),
     };
     finish_backward(m, w, &pa, resid + (size_t)mi->n_layers * N * d, dhead);
-    for (int l = mi->n_layers - 1; l >= 0; l--)
+    for (int l = mi->n_layers - 1; l >= g->from; l--)
         layer_backward(m, w, &pa, l, resid + (size_t)l * N * d, g);
 }

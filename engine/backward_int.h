@@ -50,12 +50,16 @@ const struct hp_fwd_keep *const *hp_bwd_keep(const struct hp_bwd *w);
  *         if the head alone were replaced by r_h (0 for a head already at 0).
  *   gate_seq: NULL, or (n_seqs of the pass, n_layers, n_heads): gate's sums
  *         split by the sequence the rows belong to (they add up to gate's).
+ *   from: 0, or the layer the reverse stops at: only the gates from it on
+ *         are wanted, and the layers below are neither walked nor read
+ *         (their entries, and resid's rows for them, are left alone).
  * A pruned head has none (its entries are left alone).
  */
 struct hp_bwd_grads {
     double *gate;
     double *atp;
     double *gate_seq;
+    int from;
 };
 
 /*

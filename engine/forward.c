@@ -19,6 +19,7 @@
  */
 #include "forward_int.h"
 
+#include <assert.h>
 #include <math.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -543,7 +544,12 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
     const int T = a->in->T, Rb = T * a->in->n_seqs, N = Rb * a->n_blocks, d = in->d_model;
     const size_t qd = (size_t)in->n_heads * in->d_head;
 
-    for (int r = 0; r < N; r++) {
+    const int from = a->tap->from;
+    float *rs = a->tap->resid;
+    assert(from >= 0 && from < in->n_layers && (from == 0 || (rs && a->n_blocks == 1 && !a->tap->save)));
+    if (from > 0)
+        memcpy(w->x, rs + (size_t)from * N * d, (size_t)N * d * sizeof(float));
+    for (int r = 0; from == 0 && r < N; r++) {
         float *x = w->x + (size_t)r * d;
         int rr = r % Rb;
         hp_mat_row(m->wte, a->in->ids[rr], d, x);
@@ -554,14 +560,13 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
         if (m->wtt.p)
             hp_mat_row_add(m->wtt, a->in->type_ids ? a->in->type_ids[rr] : 0, d, x);
     }
-    if (m->post_norm)
+    if (m->post_norm && from == 0)
         hp_op_layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
 
     const struct hp_fwd_save *sv = a->tap->save;
-    float *rs = a->tap->resid;
-    for (int l = 0; l < in->n_layers; l++) {
+    for (int l = from; l < in->n_layers; l++) {
         const struct hp_fwd_keep *kp = a->tap->keep ? a->tap->keep[l] : NULL;
-        if (rs)
+        if (rs && (l > from || from == 0)) /* from > 0: the caller's rows */
             memcpy(rs + (size_t)l * N * d, w->x, (size_t)N * d * sizeof(float));
         if (sv)
             memcpy(sv->x + (size_t)l * N * d, w->x, (size_t)N * d * sizeof(float));

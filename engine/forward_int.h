@@ -128,6 +128,13 @@ struct hp_fwd_taps {
      * after the last (before the final norm): what the reverse pass (backward.c) starts from.
      * hp_fwd_run only (one block); hp_fwd_resume leaves it alone */
     float *resid;
+    /*
+     * 0, or the layer hp_fwd_run (one block, resid given) starts at: from resid's rows for it, which the
+     * caller filled with the residual stream entering it under these gates (an earlier pass's, the same bits
+     * as this pass would make); resid's rows and keep below it are left alone. A gradient pass that wants
+     * only the gates from this layer on (grad.c's prefix) skips the layers below.
+     */
+    int from;
     /* NULL or (n_layers), each NULL or where layer l's activations are kept (hp_fwd_run only, one block) */
     const struct hp_fwd_keep *const *keep;
     /*

@@ -56,6 +56,8 @@ static void grad_state_free(struct hp_grad_state *gs)
         return;
     free(gs->ref);
     free(gs->ref_emb);
+    free(gs->pre);
+    free(gs->pre_gate);
     free(gs);
 }
 
@@ -576,13 +578,75 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
                                      enum hp_ablation abl, double *grad, double *atp, double *seq_grad, double *value,
                                      struct hp_error *err)
 {
+    return hp_evaluator_grad_from(ev, metric, mask, abl, 0, grad, atp, seq_grad, value, err);
+}
+
+/* The gate of (layer l, head h) a pass's gates give: 1 where there are none. */
+static float gate_at(const float *gate, int H, int l, int h)
+{
+    return gate ? gate[l * H + h] : 1.0f;
+}
+
+/*
+ * Where a pass under abl at gate that wants the gates from layer from on starts its forward: the deepest layer j
+ * <= from whose rows the prefix holds for gates that agree with gate below j (0: the embeddings, no prefix). The
+ * prefix is made on the first pass that wants one (NULL where the set's does not fit HP_GRAD_PREFIX_BYTES).
+ */
+static int prefix_start(const struct hp_evaluator *ev, struct hp_grad_state *gs, const float *gate,
+                        enum hp_ablation abl, int from)
+{
+    const struct hp_model_info *in = &ev->m->info;
+    const int L = in->n_layers, H = in->n_heads;
+    if (from == 0 || ev->plain) /* the plain path reuses nothing: a second path for the tests */
+        return 0;
+    if (!gs->pre_tried) {
+        gs->pre_tried = true;
+        const size_t n = (size_t)(L - 1) * ev->d->n_seqs * ev->d->seq_len * in->d_model;
+        if (n * sizeof(float) <= HP_GRAD_PREFIX_BYTES) {
+            gs->pre = malloc(n * sizeof(float));
+            gs->pre_gate = malloc((size_t)L * H * sizeof(float));
+            if (!gs->pre || !gs->pre_gate) { /* out of memory: whole passes, as when too big */
+                free(gs->pre), free(gs->pre_gate);
+                gs->pre = NULL, gs->pre_gate = NULL;
+            }
+        }
+        gs->pre_n = 0;
+    }
+    if (!gs->pre)
+        return 0;
+    if (gs->pre_abl != abl)
+        gs->pre_n = 0;
+    int j = 0;
+    for (bool same = true; same && j < gs->pre_n && j < from; j += same)
+        for (int h = 0; h < H && same; h++)
+            same = gs->pre_gate[j * H + h] == gate_at(gate, H, j, h);
+    return j;
+}
+
+/* The prefix's rows of layer j (1 <= j < n_layers) for the chunk of nb sequences from s0. */
+static float *prefix_rows(const struct hp_evaluator *ev, const struct hp_grad_state *gs, int j, int s0)
+{
+    const size_t row = (size_t)ev->m->info.d_model, set = (size_t)ev->d->n_seqs * ev->d->seq_len * row;
+    return gs->pre + (size_t)(j - 1) * set + (size_t)s0 * ev->d->seq_len * row;
+}
+
+/* After a pass that started at start below its from made every chunk's rows up to from: the prefix's rows of
+ * layers start + 1 .. from are those of gate below them. */
+static void prefix_made(struct hp_grad_state *gs, const float *gate, enum hp_ablation abl, int start, int from, int H)
+{
+    for (int l = start; l < from; l++)
+        for (int h = 0; h < H; h++)
+            gs->pre_gate[l * H + h] = gate_at(gate, H, l, h);
+    gs->pre_n = from;
+    gs->pre_abl = abl;
+}
+
+/* Whether ev can take metric's gradient at mask from layer from on: HP_OK, else why not (err). */
+static enum hp_status check_pass(const struct hp_evaluator *ev, enum hp_metric metric, const struct hp_mask *mask,
+                                 int from, struct hp_error *err)
+{
     const struct hp_model_info *in = &ev->m->info;
     const struct hp_data *d = ev->d;
-    struct hp_grad_state *gs = hp_grad_state_get(ev);
-    if (!gs)
-        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    gs->phases = (struct hp_grad_phases){0}; /* a pass that fails leaves none */
-    struct hp_grad_phases ph = {0};
     if (!hp_metric_row(metric)->grad)
         return hp_fail(err, HP_ERR_UNSUPPORTED, "%s has no gradient (%s is a step function of the gates): use loss or kl",
                        hp_metric_name(metric), hp_metric_row(metric)->label);
@@ -597,9 +661,31 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     if (mask && (mask->n_layers != in->n_layers || mask->n_heads != in->n_heads))
         return hp_fail(err, HP_ERR_ARG, "mask is for %d layers x %d heads but the model has %d x %d", mask->n_layers,
                        mask->n_heads, in->n_layers, in->n_heads);
+    if (from < 0 || from >= in->n_layers)
+        return hp_fail(err, HP_ERR_ARG, "gradients from layer %d: the model's layers are 0 to %d", from,
+                       in->n_layers - 1);
     if (in->n_kv_heads < 1 || in->n_heads % in->n_kv_heads)
         return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: %d query heads do not group over %d KV heads", ev->m->dir,
                        in->n_heads, in->n_kv_heads);
+    return HP_OK;
+}
+
+enum hp_status hp_evaluator_grad_from(struct hp_evaluator *ev, enum hp_metric metric, const struct hp_mask *mask,
+                                      enum hp_ablation abl, int from, double *grad, double *atp, double *seq_grad,
+                                      double *value, struct hp_error *err)
+{
+    const struct hp_model_info *in = &ev->m->info;
+    const struct hp_data *d = ev->d;
+    struct hp_grad_state *gs = hp_grad_state_get(ev);
+    if (!gs)
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    gs->phases = (struct hp_grad_phases){0}; /* a pass that fails leaves none */
+    struct hp_grad_phases ph = {0};
+    {
+        enum hp_status st = check_pass(ev, metric, mask, from, err);
+        if (st != HP_OK)
+            return st;
+    }
     const int64_t n_items = scored_items(ev);
     if (n_items == 0)
         return hp_fail(err, HP_ERR_ARG, "%s: no token is scored (all labels are -100 or padding)", d->path);
@@ -651,6 +737,12 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
     if (seq_grad)
         memset(seq_grad, 0, (size_t)d->n_seqs * HH * sizeof *seq_grad);
     const float *gate = mask ? mask->gate : NULL;
+    /* the forward starts at the prefix's deepest layer that agrees (at most from); below start, the rows this
+     * pass makes up to from replace the prefix's, which holds only what agrees meanwhile */
+    const int start = prefix_start(ev, gs, gate, abl, from);
+    const bool refill = gs->pre && start < from;
+    if (refill)
+        gs->pre_n = start;
     double sum = 0;
     int64_t sc0 = 0; /* an LM's scored rows before the chunk */
     for (int s0 = 0; s0 < d->n_seqs; s0 += B) {
@@ -658,7 +750,10 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
         struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb);
         va.gates = &gate;
-        struct hp_fwd_taps tp = {.resid = resid, .keep = hp_bwd_keep(bw)};
+        struct hp_fwd_taps tp = {.resid = resid, .keep = hp_bwd_keep(bw), .from = start};
+        const size_t chunk_rows = (size_t)nb * T * in->d_model; /* a layer's rows of resid for this chunk */
+        if (start > 0)
+            memcpy(resid + start * chunk_rows, prefix_rows(ev, gs, start, s0), chunk_rows * sizeof(float));
         if (!ev->has_cls && ev->has_loss)
             hg.n_sc = hp_eval_find_scored(ev, s0, nb, hg.sc_row, hg.sc_y, hg.sc_w);
         if (hg.ref) {
@@ -670,10 +765,12 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         const double t0 = hp_now();
         const float *h = hp_fwd_run(ev->m, fw, &fi, &va, &tp);
         const double t1 = hp_now();
+        for (int j = start + 1; refill && j <= from; j++)
+            memcpy(prefix_rows(ev, gs, j, s0), resid + j * chunk_rows, chunk_rows * sizeof(float));
         sum += objective_backward(ev, &hg, h, s0, nb, (double)n_items);
         const double t2 = hp_now();
         /* the chunk's sequences' shares go straight to their rows of seq_grad */
-        const struct hp_bwd_grads g = {grad, atp, seq_grad ? seq_grad + (size_t)s0 * HH : NULL};
+        const struct hp_bwd_grads g = {grad, atp, seq_grad ? seq_grad + (size_t)s0 * HH : NULL, from};
         hp_bwd_run(ev->m, bw, &fi, &va, resid, hg.dh, &g);
         ph.forward += t1 - t0;
         ph.head += t2 - t1;
@@ -696,6 +793,8 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
         *value = mean;
     if (st == HP_OK)
         gs->phases = ph;
+    if (refill && st == HP_OK)
+        prefix_made(gs, gate, abl, start, from, in->n_heads);
     struct hp_error ignored;
     if (st == HP_OK && hg.mt && hp_eval_metrics_finish(ev, hg.mt, &hg.tot, mask, abl, &ignored) == HP_OK) {
         keep_metrics(ev, hg.mt, mask, abl);

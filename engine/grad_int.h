@@ -40,6 +40,9 @@
 /* The most the unmasked model's reference for gradients (ref, ref_emb) may hold. */
 #define HP_GRAD_REF_BYTES ((size_t)256 << 20)
 
+/* The most the prefix (the residual stream entering every layer but the first, over the whole set) may hold. */
+#define HP_GRAD_PREFIX_BYTES ((size_t)512 << 20)
+
 struct hp_grad_state {
     int batch;         /* sequences per gradient pass's chunk: at least the forward's batch (hp_grad_batch) */
     size_t keep_bytes; /* room for the pass's forward to keep activations in (backward_int.h) */
@@ -50,6 +53,19 @@ struct hp_grad_state {
     float *ref;
     double *ref_emb;
     bool ref_tried;                /* made, or found too big: per chunk instead */
+    /*
+     * The prefix, for passes that want the gates from a layer on only (hp_evaluator_grad_from): pre holds
+     * (n_layers - 1, n_seqs * seq_len, d_model), the residual stream entering layers 1 .. n_layers - 1 of every
+     * sequence in chunk order, as a pass under pre_abl made it; layer j's rows (j <= pre_n) are valid for the
+     * gates pre_gate (n_layers, n_heads) has below j. A pass starts at the deepest such layer (at most its
+     * from) whose gates below agree with its own, and leaves its rows up to its from behind (pre_n = from).
+     * NULL (pre_tried) when the set's do not fit HP_GRAD_PREFIX_BYTES: every pass then runs its whole forward.
+     */
+    float *pre;
+    float *pre_gate;
+    int pre_n;
+    enum hp_ablation pre_abl;
+    bool pre_tried;
     struct hp_grad_phases phases;  /* the last pass's time (hp_evaluator_grad_phases) */
 };
 

@@ -24,6 +24,7 @@
 
 #define HP_KEY_GRAD "grad:"          /* the gradient at a mask's gates (sweep_jobs.c sw_gradient_at): "grad:" MASK for the loss, "grad:" METRIC "|" MASK for another (hp_metric_grad_of) */
 #define HP_KEY_GRAD_PASS "gradpass:" /* a gradient-ranked step's evaluation pass */
+#define HP_KEY_GRAD_FROM "from"      /* after HP_KEY_GRAD: "from" L "|", the gradient of layers L on only (L > 0) */
 #define HP_KEY_GATES "gates:"        /* a gate training run (gates.c) */
 #define HP_KEY_POS "pos:"            /* a variant patched at one position: "pos:" T "|" MASK (sweep_jobs.c) */
 

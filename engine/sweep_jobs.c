@@ -391,21 +391,32 @@ void sw_grad_buf_free(struct sw_grad_buf *b)
 enum hp_status sw_gradient_at(struct sw_ctx *c, const struct hp_mask *mask, struct sw_grad_buf *b,
                                   const struct hp_job *job, struct hp_error *err)
 {
+    return sw_gradient_from(c, mask, 0, b, job, err);
+}
+
+enum hp_status sw_gradient_from(struct sw_ctx *c, const struct hp_mask *mask, int from, struct sw_grad_buf *b,
+                                const struct hp_job *job, struct hp_error *err)
+{
     /* the loss's gradient keeps the address it always had; another metric's is marked with its name ('|' is in
      * no mask text) */
     const enum hp_metric gm = hp_metric_grad_of(c->metric);
     const char *mname = gm == HP_METRIC_LOSS ? "" : hp_metric_name(gm), *bar = gm == HP_METRIC_LOSS ? "" : "|";
     /* fractional gates (integrated gradients' path) are part of the address: hp_gates_mask_text writes them */
     char *text = hp_gates_mask_text(mask),
-         *marked = text ? malloc(strlen(text) + sizeof HP_KEY_GRAD + strlen(mname) + 1) : NULL;
+         *marked = text ? malloc(strlen(text) + sizeof HP_KEY_GRAD + strlen(mname) + 32) : NULL;
     if (!marked) {
         free(text);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     }
-    sprintf(marked, HP_KEY_GRAD "%s%s%s", mname, bar, text);
+    /* a gradient of the gates from a layer on is marked so ("from" starts no metric's name) */
+    char part[24] = "";
+    if (from > 0)
+        snprintf(part, sizeof part, HP_KEY_GRAD_FROM "%d|", from);
+    sprintf(marked, HP_KEY_GRAD "%s%s%s%s", part, mname, bar, text);
     hp_digest_job(c->model_digest, c->data_digest, c->plan->ablation, marked, b->key);
     free(marked);
     b->g.mask_text = text;
+    b->g.from_layer = from;
     bool found = false;
     enum hp_status st = hp_store_get_grad(c->store, &b->g, &found, err);
     if (st == HP_OK && found) {
@@ -417,8 +428,8 @@ enum hp_status sw_gradient_at(struct sw_ctx *c, const struct hp_mask *mask, stru
     } else if (st == HP_OK) {
         sw_adapt_threads(c);
         double t = hp_now();
-        st = hp_evaluator_grad_seq(c->ev, gm, mask, c->plan->ablation, b->g.grad, b->g.atp, b->g.seq_grad, &b->g.loss,
-                                   err);
+        st = hp_evaluator_grad_from(c->ev, gm, mask, c->plan->ablation, from, b->g.grad, b->g.atp, b->g.seq_grad,
+                                    &b->g.loss, err);
         double secs = hp_now() - t;
         sw_work_timed(c, SW_BACKWARD, 1, secs);
         if (st == HP_OK)

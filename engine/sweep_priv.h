@@ -141,6 +141,10 @@ void sw_grad_buf_free(struct sw_grad_buf *b);
  * job names the study (and step) for progress. */
 enum hp_status sw_gradient_at(struct sw_ctx *c, const struct hp_mask *mask, struct sw_grad_buf *b,
                               const struct hp_job *job, struct hp_error *err);
+/* The same for the gates of layers from on only (hp_evaluator_grad_from): b's entries below are 0, and its address
+ * is its own (a later whole gradient at the same gates is not this one). */
+enum hp_status sw_gradient_from(struct sw_ctx *c, const struct hp_mask *mask, int from, struct sw_grad_buf *b,
+                                const struct hp_job *job, struct hp_error *err);
 
 // --- scores (sweep_scores.c) ---------------------------------------------------------------
 

@@ -45,8 +45,9 @@ static int score_rows(const struct sw_ctx *c, const struct hp_study *s, const st
 /*
  * Integrated gradients along the gate path (estimator ig, ig-layer) into est: each unit's -(1/steps) sum over
  * t_k = (k + 1/2) / steps of dL/dxi at its gate t_k, the study's units moving together (ig) or a layer's at a
- * time, the rest at 1 (ig-layer); units its base mask removed stay at 0. Each gradient is sw_gradient_at's (found
- * or computed and stored, keyed by its fractional gates); b holds the last of them.
+ * time, the rest at 1 (ig-layer: each a gradient of that layer's gates on); units its base mask removed stay at 0.
+ * Each gradient is sw_gradient_from's (found or computed and stored, keyed by its fractional gates); b holds the
+ * last of them.
  */
 static enum hp_status integrate(struct sw_ctx *c, const struct hp_study *s, int si, const struct hp_mask *base,
                                 struct sw_grad_buf *b, double *est, double *sums, struct hp_error *err)
@@ -73,7 +74,9 @@ static enum hp_status integrate(struct sw_ctx *c, const struct hp_study *s, int 
                         !hp_unit_pruned(in, s->kv, l, u) && !hp_mask_unit_ablated(base, in, s->kv, l, u))
                         hp_mask_set_unit(m, in, s->kv, l, u, t);
             struct hp_job job = {.study = si, .step = step++, .layer = -1, .unit = -1, .unit2 = -1, .mask = m};
-            st = sw_gradient_at(c, m, b, &job, err);
+            /* a layer's gates need the reverse pass down to it only, and the forward from it (the gates below are
+             * the same on every such pass: the evaluator keeps their residual stream) */
+            st = sw_gradient_from(c, m, per_layer ? l0 : 0, b, &job, err);
             if (st != HP_OK)
                 break;
             hp_unit_sums(b->g.grad, in, s->kv, sums);

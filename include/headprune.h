@@ -770,6 +770,21 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
                                      enum hp_ablation ablation, double *grad, double *atp, double *seq_grad,
                                      double *value, struct hp_error *err);
 
+/*
+ * hp_evaluator_grad_seq for the gates of layers from on only (0 <= from <
+ * n_layers): their entries and value are the same bits as a whole pass's,
+ * those of the layers below are 0. The reverse pass stops at layer from, and
+ * the forward starts below it only as far back as it must: the evaluator
+ * keeps the residual stream entering each layer that such passes made (while
+ * the whole set's fits in 512 MB), and a pass whose gates below some layer
+ * are a kept pass's starts there. Integrated gradients a layer's gates at a
+ * time (ig-layer: the gates below the layer the same for every pass) so cost
+ * about half of whole passes.
+ */
+enum hp_status hp_evaluator_grad_from(struct hp_evaluator *ev, enum hp_metric metric, const struct hp_mask *mask,
+                                      enum hp_ablation ablation, int from, double *grad, double *atp,
+                                      double *seq_grad, double *value, struct hp_error *err);
+
 /* Mean-ablation statistics: each head's output averaged over the real tokens
  * of the held-out set under the unmasked model. */
 struct hp_means {

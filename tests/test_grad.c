@@ -799,6 +799,94 @@ Test(grad, kept_and_made_again_activations_agree)
 }
 
 /*
+ * The gradient of the gates from layer l on (hp_evaluator_grad_from), taken as
+ * integrated gradients a layer at a time take them (ig-layer: a base's gates
+ * with layer l's at t = 1/4 and 3/4, layer 0 first), against whole passes
+ * (hp_evaluator_grad_seq) at the same gates on an evaluator of its own: at
+ * layers l on the same bits (the forward from the prefix's rows is the whole
+ * forward's from there, its reverse the same down to l), 0 below, and the
+ * same value. One evaluator walks several bases and ablations in turn, so its
+ * prefix is made, extended, found and dropped; a plain evaluator (which keeps
+ * no prefix) walks the first again, a second path. A layer outside the
+ * model's is refused.
+ */
+struct walk {
+    const float *base; /* NULL: every gate 1 */
+    enum hp_ablation abl;
+};
+
+static void walk_layers(struct fix *f, struct fix *w, const char *name, enum hp_metric metric, const struct walk *wk)
+{
+    const int L = f->in->n_layers, H = f->in->n_heads, HH = L * H, S = f->d->n_seqs;
+    double *g = malloc(sizeof *g * (size_t)(2 + 2 * S) * HH * 2), *a = g + HH, *sg = a + HH, *gw = sg + (size_t)S * HH,
+           *aw = gw + HH, *sgw = aw + HH, v, vw;
+    struct hp_error err = {0};
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < 2; k++) {
+            struct hp_mask *mk = mask_of(f, wk->base);
+            for (int h = 0; h < H; h++)
+                mk->gate[l * H + h] = (float)((k + 0.5) / 2);
+            cr_assert_eq(hp_evaluator_grad_from(f->ev, metric, mk, wk->abl, l, g, a, sg, &v, &err), HP_OK, "%s",
+                         err.msg);
+            cr_assert_eq(hp_evaluator_grad_seq(w->ev, metric, mk, wk->abl, gw, aw, sgw, &vw, &err), HP_OK, "%s",
+                         err.msg);
+            cr_assert_eq(v, vw, "%s (%s, %s) from layer %d: value %.17g, a whole pass's %.17g", name,
+                         hp_metric_name(metric), hp_ablation_name(wk->abl), l, v, vw);
+            for (int s = -1; s < S; s++)
+                for (int i = 0; i < HH; i++) {
+                    const double got = s < 0 ? g[i] : sg[(size_t)s * HH + i], want = s < 0 ? gw[i] : sgw[(size_t)s * HH + i];
+                    cr_assert_eq(got, i < l * H ? 0 : want, "%s (%s, %s) from layer %d: head %d.%d (sequence %d) %.17g, "
+                                 "a whole pass's %.17g", name, hp_metric_name(metric), hp_ablation_name(wk->abl), l,
+                                 i / H, i % H, s, got, want);
+                    if (s < 0)
+                        cr_assert_eq(a[i], i < l * H ? 0 : aw[i], "%s from layer %d: atp of %d.%d", name, l, i / H, i % H);
+                }
+            hp_mask_free(mk);
+        }
+    free(g);
+}
+
+static void check_from(const char *name, const char *data, enum hp_metric metric, const struct walk *wk, int n)
+{
+    struct fix f, w, p;
+    fix_open(&f, name, data);
+    fix_open(&w, name, data);
+    for (int i = 0; i < n; i++)
+        walk_layers(&f, &w, name, metric, &wk[i]);
+    const struct hp_grad_state *gs = grad_state(f.ev);
+    cr_assert(gs->pre && gs->pre_n == f.in->n_layers - 1, "%s: no prefix kept (%d layers)", name, gs->pre_n);
+    fix_open(&p, name, data);
+    hp_evaluator_set_plain(p.ev, true);
+    walk_layers(&p, &w, name, metric, &wk[0]);
+    cr_assert_null(grad_state(p.ev)->pre, "%s: the plain path kept a prefix", name);
+    double g[f.in->n_layers * f.in->n_heads];
+    struct hp_error err = {0};
+    cr_assert_eq(hp_evaluator_grad_from(f.ev, metric, NULL, wk[0].abl, f.in->n_layers, g, NULL, NULL, NULL, &err),
+                 HP_ERR_ARG);
+    cr_assert(strstr(err.msg, "gradients from layer"), "%s", err.msg);
+    cr_assert_eq(hp_evaluator_grad_from(f.ev, metric, NULL, wk[0].abl, -1, g, NULL, NULL, NULL, &err), HP_ERR_ARG);
+    fix_close(&p);
+    fix_close(&w);
+    fix_close(&f);
+}
+
+Test(grad, a_gradient_from_a_layer_on_is_a_whole_passes_there)
+{
+    const float g[12] = {1, 0, 1, 1, 0.5f, 1, 1, 0.25f, 1, 1, 0, 1}, g2[12] = {1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0},
+                gb[8] = {1, 0, 1, 0.5f, 1, 1, 0.25f, 1};
+    const struct walk zero_mean[] = {{NULL, HP_ABLATE_ZERO}, {g, HP_ABLATE_ZERO}, {g, HP_ABLATE_MEAN},
+                                     {g2, HP_ABLATE_MEAN}, {NULL, HP_ABLATE_ZERO}};
+    check_from("gpt2-tiny", "data.npy", HP_METRIC_LOSS, zero_mean, 5);
+    check_from("llama-gqa", "data.npy", HP_METRIC_LOSS, zero_mean, 5);
+    check_from("llama-gqa", "data.npy", HP_METRIC_KL, zero_mean + 1, 3);
+    check_from("neox-parallel", "data.npy", HP_METRIC_LOSS, zero_mean + 1, 2);
+    check_from("olmo2-post-norms", "data.npy", HP_METRIC_LOSS, zero_mean, 2);
+    const struct walk bert[] = {{NULL, HP_ABLATE_ZERO}, {gb, HP_ABLATE_MEAN}};
+    check_from("bert-mlm", "data.jsonl", HP_METRIC_LOSS, bert, 2);
+    check_from("bert-encoder", "data.jsonl", HP_METRIC_COS, bert + 1, 1);
+}
+
+/*
  * A pruned checkpoint: its gradients are the masked original's at the heads it has (the same
  * function of the gates there, up to float rounding), and 0 at the heads it lacks.
  */

@@ -30,6 +30,9 @@
  *                 against the plain path at the same gates; and a gradient
  *                 pass at the unmasked model, whose metrics run_many then
  *                 hands out, against the reuse path's own pass, bit for bit;
+ *                 and gradients of the gates from a layer on, passes in a row
+ *                 as ig-layer takes them, against whole passes: the same bits
+ *                 from that layer on, 0 below (grad-from);
  *  3 export       hp_model_export without a 0/1 mask's heads, reopened and run
  *                 unmasked, against the masked original (plain path): loss,
  *                 acc per sequence, and the forward's outputs; and the pruned
@@ -1240,8 +1243,8 @@ static void mask_text(const struct hp_mask *m, char *buf, size_t n)
 
 // --- findings and statistics --------------------------------------------------------------------
 
-enum check { C_REUSE, C_GRAD, C_KEPT, C_EXPORT, C_GROUPS, C_DEAD, C_ENGINE, N_CHECKS };
-static const char *const check_names[N_CHECKS] = {"reuse-plain", "grad",     "grad-kept", "export",
+enum check { C_REUSE, C_GRAD, C_KEPT, C_FROM, C_EXPORT, C_GROUPS, C_DEAD, C_ENGINE, N_CHECKS };
+static const char *const check_names[N_CHECKS] = {"reuse-plain", "grad",   "grad-kept", "grad-from", "export",
                                                   "groups",      "dead-head", "engine"};
 
 struct stats {
@@ -1753,6 +1756,52 @@ static void run_case(const struct opts *o, long cs, enum arch_id arch, struct st
             goto done;
     }
 
+    /* 2, from: gradients of the gates from a layer on (hp_evaluator_grad_from), a few passes in a row as integrated
+     * gradients a layer at a time take them (a base's gates with layer l's at t), against whole passes on another
+     * evaluator: the same bits from layer l on, 0 below */
+    if (has_loss || rchance(&r, 0.5)) {
+        struct hp_evaluator *F = NULL;
+        const int L = in->n_layers, H = in->n_heads, HH = L * H;
+        double *g = malloc(4 * (size_t)HH * sizeof *g), *a = g + HH, *gw = a + HH, *aw = gw + HH, v, vw;
+        const enum hp_ablation abl = (enum hp_ablation)rint_in(&r, 0, 2);
+        const enum hp_metric metric = has_loss ? HP_METRIC_LOSS : HP_METRIC_COS;
+        struct hp_mask *base = variant_random(in, &r), *mk = hp_mask_new(L, H);
+        bool ok = g && hp_evaluator_new(hm, hd, &F, &err) == HP_OK;
+        const int n_pass = rint_in(&r, 1, 2 * L);
+        for (int p = 0, l = 0; ok && p < n_pass; p++, l = rchance(&r, 0.6) ? l + (l + 1 < L) : rint_in(&r, 0, L - 1)) {
+            for (int i = 0; i < HH; i++) /* variant_random's NULL: the unmasked model */
+                mk->gate[i] = base ? base->gate[i] : 1.0f;
+            const float t = (float)(0.05 + 0.9 * runi(&r));
+            for (int h = 0; h < H; h++)
+                mk->gate[l * H + h] = t;
+            ok = hp_evaluator_grad_from(F, metric, mk, abl, l, g, a, NULL, &v, &err) == HP_OK &&
+                 hp_evaluator_grad(G, metric, mk, abl, gw, aw, &vw, &err) == HP_OK;
+            if (!ok)
+                break;
+            char text[256], nm[48];
+            mask_text(mk, text, sizeof text);
+            c.st->compared[C_FROM]++;
+            if (!same_double(v, vw))
+                finding_line(&c, C_FROM, text, abl, hp_metric_name(metric), -1, v, vw, 0, "(value; not the same bits)");
+            for (int i = 0; i < HH; i++) {
+                const double wg = i < l * H ? 0 : gw[i], wa = i < l * H ? 0 : aw[i];
+                snprintf(nm, sizeof nm, "grad[%d.%d] from %d", i / H, i % H, l);
+                if (!same_double(g[i], wg))
+                    finding_line(&c, C_FROM, text, abl, nm, -1, g[i], wg, 0, "(not the same bits)");
+                if (!same_double(a[i], wa))
+                    finding_line(&c, C_FROM, text, abl, nm, -1, a[i], wa, 0, "(atp; not the same bits)");
+            }
+        }
+        if (!ok)
+            engine_error(&c, "a gradient from a layer on", &err);
+        hp_mask_free(base);
+        hp_mask_free(mk);
+        hp_evaluator_free(F);
+        free(g);
+        if (!ok)
+            goto done;
+    }
+
     /* 5: a zero-ablated head whose output projection is scaled by another factor changes no loss, acc or output */
     {
         struct hp_mask *mk = mask_zero_one(in, &r);
@@ -2050,7 +2099,7 @@ int main(int argc, char **argv)
         if (!st.compared[k] && !st.findings[k])
             continue;
         printf("  %-11s %9ld compared, %ld findings", check_names[k], st.compared[k], st.findings[k]);
-        if (k != C_GROUPS && k != C_KEPT) { /* those two compare bits */
+        if (k != C_GROUPS && k != C_KEPT && k != C_FROM) { /* those compare bits */
             printf("; largest diff/tol %.3g (", st.worst[k]);
             for (int a = 0, first = 1; a < N_ARCH; a++)
                 if (st.cases[a]) {
