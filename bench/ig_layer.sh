@@ -3,7 +3,8 @@
 # in a fresh database, on the default model, stories260K and SmolLM2's GGUF file (where models/ has it:
 # scripts/get-smollm2.sh), and of one gradient pass (estimator: atp) beside it; 5 rounds, medians.
 # With another headprune binary as its argument (say one built from an earlier commit), each plan runs under both,
-# alternating, so that the two are measured side by side.
+# alternating, so that the two are measured side by side. With SINGLE=1 the exact single sweep (one evaluation a
+# head) is timed beside them, and ROUNDS=n sets the rounds (default 5); MODELS="smollm2" picks the models.
 # Run on an idle machine from the repository root after scripts/build.sh:  bench/ig_layer.sh [OTHER_HEADPRUNE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,18 +14,23 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 models=(default stories260K)
 [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ] && models+=(smollm2)
+[ -n "${MODELS:-}" ] && read -r -a models <<<"$MODELS"
+studies=(ig-layer atp)
+[ "${SINGLE:-0}" = 1 ] && studies+=(single)
 for model in "${models[@]}"; do
     case $model in
     default) m=$PWD/models/default d=$m/heldout.npy extra= ;;
     stories260K) m=$PWD/tests/fixtures/stories260K d=$m/data.npy extra= ;;
     smollm2) m=$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf d=$PWD/bench/screen-heldout.txt extra='seq_len: 64\n' ;;
     esac
-    for e in ig-layer atp; do
-        printf "name: e\nmodel: %s\ndata: %s\n${extra}metric: loss\nablation: zero\nstudies:\n  - attribution: {estimator: %s}\n" \
-            "$m" "$d" "$e" >"$dir/$model-$e.yaml"
+    for e in "${studies[@]}"; do
+        study="attribution: {estimator: $e}"
+        [ "$e" = single ] && study=single
+        printf "name: e\nmodel: %s\ndata: %s\n${extra}metric: loss\nablation: zero\nstudies:\n  - %s\n" \
+            "$m" "$d" "$study" >"$dir/$model-$e.yaml"
     done
-    for round in 1 2 3 4 5; do
-        for e in ig-layer atp; do
+    for round in $(seq "${ROUNDS:-5}"); do
+        for e in "${studies[@]}"; do
             for b in "${!bins[@]}"; do
                 rm -f "$dir"/t.db*
                 s=$(date +%s.%N)
