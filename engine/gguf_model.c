@@ -37,6 +37,7 @@
 #include <assert.h>
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -391,10 +392,13 @@ enum hp_status hp_gguf_find(const char *dir, char **out, struct hp_error *err)
     *out = NULL;
     struct stat sb;
     const size_t n = strlen(dir);
-    if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode))
-        return n > 5 && strcmp(dir + n - 5, ".gguf") == 0
-                   ? hp_path_make(out, err, "%s", dir)
-                   : hp_fail(err, HP_ERR_ARG, "%s: a file, not a model folder or a .gguf file", dir);
+    const bool named_gguf = n > 5 && strcmp(dir + n - 5, ".gguf") == 0;
+    if (stat(dir, &sb) != 0)
+        /* a missing folder is said by its config.json below; a missing .gguf file by its own name */
+        return named_gguf ? hp_fail(err, HP_ERR_IO, "%s: cannot open (%s)", dir, strerror(errno)) : HP_OK;
+    if (S_ISREG(sb.st_mode))
+        return named_gguf ? hp_path_make(out, err, "%s", dir)
+                          : hp_fail(err, HP_ERR_ARG, "%s: a file, not a model folder or a .gguf file", dir);
     char *cfg;
     enum hp_status st = hp_path_make(&cfg, err, "%s/config.json", dir);
     if (st != HP_OK)

@@ -874,6 +874,11 @@ Test(model, gguf_folder)
     spit("x.bin", "x", 1);
     cr_assert_eq(hp_model_open(p, &m, &err), HP_ERR_ARG);
     cr_assert(strstr(err.msg, "x.bin: a file, not a model folder or a .gguf file"), "%s", err.msg);
+    /* a .gguf file that is not there is named, not a config.json beside it */
+    snprintf(p, sizeof p, "%s/gone.gguf", tmp);
+    cr_assert_eq(hp_model_open(p, &m, &err), HP_ERR_IO);
+    cr_assert(strstr(err.msg, "gone.gguf: cannot open (No such file or directory)"), "%s", err.msg);
+    cr_assert(!strstr(err.msg, "config.json"), "%s", err.msg);
 }
 
 /* ---- a JSON string holding a NUL is refused, not cut ------------------------------------ */
