@@ -355,6 +355,7 @@ struct est_eval {
     char name[128], estimator[16];
     struct score_row *rows; /* (n): the units with both first (m), most wrongly ranked first */
     size_t n, m, k, hits;   /* k: the top-k's size, hits: its overlap */
+    size_t reach;           /* a screen's walk by this estimate's size: the units it takes to hold the exact top k */
     double rho, tau;
 };
 
@@ -432,20 +433,26 @@ static bool attribution_rank(struct est_eval *e)
         rows[i].rank_est = (double)m + 1 - rx[i];
         rows[i].rank_ex = (double)m + 1 - ry[i];
     }
-    /* top k by each, ties broken by (layer, unit) */
+    /* top k by each, ties broken by (layer, unit); and the reach: the latest place of an exact top-k unit in the
+     * order a screen walks, by the estimate's size (sweep_screen.c: |estimate| descending, ties in plan order) */
+    size_t reach = 0;
     for (size_t i = 0; ok && i < m; i++) {
-        size_t above_e = 0, above_x = 0; // units strictly ahead of i in each ordering
+        size_t above_e = 0, above_x = 0, above_w = 0; // units strictly ahead of i in each ordering
         for (size_t j = 0; j < m; j++) {
             bool first = rows[j].layer != rows[i].layer ? rows[j].layer < rows[i].layer : rows[j].unit < rows[i].unit;
+            const double wj = fabs(rows[j].score), wi = fabs(rows[i].score);
             above_e += rows[j].score > rows[i].score || (rows[j].score == rows[i].score && first);
             above_x += rows[j].exact > rows[i].exact || (rows[j].exact == rows[i].exact && first);
+            above_w += wj > wi || (wj == wi && first);
         }
         hits += above_e < k && above_x < k;
+        if (above_x < k && above_w + 1 > reach)
+            reach = above_w + 1;
     }
     free(x), free(y), free(rx), free(ry);
     if (ok)
         hp_qsort(rows, m, sizeof *rows, by_rank_error_desc);
-    e->m = m, e->k = k, e->hits = hits;
+    e->m = m, e->k = k, e->hits = hits, e->reach = reach;
     return ok;
 }
 
@@ -467,16 +474,20 @@ static const char *estimator_what(const char *e)
  * ranked first; --top of them per study), then a row "all" per study with
  * Spearman's rho, Kendall's tau-b (hq_rank_corr, as compare) and the top-k
  * overlap, k a tenth of the units rounded up (ceil(m / 10): 1 for 1 to 10
- * units). --study: that study alone; else every attribution study over the
+ * units), and the reach: how many units a screen ranked by the estimate (its
+ * size, as a screen walks) evaluates before it holds that exact top k, the
+ * least a screen by this estimator can cost. --study: that study alone; else every attribution study over the
  * first's kind of unit taken at the unmasked model, one per estimator run.
  */
 enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
     const int top = opts->top;
-    enum { C_STUDY, C_LABEL, C_LAYER, C_UNIT, C_EST, C_EXACT, C_RE, C_RX, C_RD, C_RHO, C_TAU, C_OVL, C_ESTIMATOR, C_N };
+    enum { C_STUDY, C_LABEL, C_LAYER, C_UNIT, C_EST, C_EXACT, C_RE, C_RX, C_RD, C_RHO, C_TAU, C_OVL, C_REACH,
+           C_ESTIMATOR, C_N };
     static const char *const cols[C_N] = {"study", "label", "layer", "unit", "estimate", "exact", "rank_est",
-                                          "rank_exact", "rank_diff", "rho", "tau", "top_k_overlap", "estimator"};
-    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true, true, true, true, false};
+                                          "rank_exact", "rank_diff", "rho", "tau", "top_k_overlap", "reach",
+                                          "estimator"};
+    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true, true, true, true, true, false};
     struct pick pk;
     char single[128] = "";
     const enum hp_metric gm = hp_metric_grad_of(q->ranked); /* what the estimates and the exact effects are of */
@@ -520,16 +531,18 @@ enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *op
         hq_tb_str(&b, row, C_LABEL, "all");
         hq_tb_num(&b, row, C_RHO, F_EFFECT, ev[i].rho);
         hq_tb_num(&b, row, C_TAU, F_EFFECT, ev[i].tau);
-        if (ev[i].k)
+        if (ev[i].k) {
             hq_tb_num(&b, row, C_OVL, F_EFFECT, (double)ev[i].hits / (double)ev[i].k);
+            hq_tb_num(&b, row, C_REACH, F_EFFECT, (double)ev[i].reach);
+        }
         hq_tb_str(&b, row, C_ESTIMATOR, ev[i].estimator);
         char rs[32] = "undefined";
         if (!isnan(ev[i].rho))
             snprintf(rs, sizeof rs, "%.3f", ev[i].rho);
         if (eo < sizeof each)
             eo += (size_t)snprintf(each + eo, sizeof each - eo, "%s%s (%s) over %zu units: Spearman rho %s, top-%zu "
-                                   "overlap %zu/%zu", i ? "; " : "", ev[i].name, ev[i].estimator, ev[i].m, rs,
-                                   ev[i].k, ev[i].hits, ev[i].k);
+                                   "overlap %zu/%zu, reach %zu", i ? "; " : "", ev[i].name, ev[i].estimator, ev[i].m,
+                                   rs, ev[i].k, ev[i].hits, ev[i].k, ev[i].reach);
         bool dup = false;
         for (size_t j = 0; j < i; j++)
             dup |= strcmp(ev[j].estimator, ev[i].estimator) == 0;
@@ -542,8 +555,9 @@ enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *op
         hq_tb_note(&b,
                    "sweep %lld, attribution stud%s against single study %s (%s, %s ablation): estimate = each unit's "
                    "estimate of the %s effect of masking it alone (%s), exact = its measured %s effect (%s); rank 1 "
-                   "= the largest, rank_diff = rank_est - rank_exact, the most wrongly ranked first; %s (rows all; "
-                   "ties share their average rank)%s",
+                   "= the largest, rank_diff = rank_est - rank_exact, the most wrongly ranked first; reach = the "
+                   "units a screen ranked by the estimate's size evaluates before it holds the exact top k, the "
+                   "least such a screen can cost; %s (rows all; ties share their average rank)%s",
                    q->sweep, ne == 1 ? "y" : "ies", single, pk.kv ? "KV groups" : "query heads", q->ablation, gname,
                    whats, gname, hp_metric_effect_text(gm), each,
                    missing ? "; units without an exact effect are left out" : "");

@@ -1248,7 +1248,7 @@ Test(cli, query_importance_and_attribution)
     snprintf(a, sizeof a, "query attribution --db %s/g.db --top 3 --format csv", tmp);
     cr_assert_eq(hp(a), 0, "%s", errs);
     const char *head = "study,label,layer,unit,estimate,exact,rank_est,rank_exact,rank_diff,rho,tau,top_k_overlap,"
-                       "estimator\n";
+                       "reach,estimator\n";
     cr_assert(strncmp(out, head, strlen(head)) == 0, "%s", out);
     cr_assert_null(strstr(out, "\nattribution,all,"), "the summary is a row of the CSV: %s", out);
     int lines = 0;

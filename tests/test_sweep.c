@@ -792,6 +792,15 @@ Test(sweep, gradient_studies_match_independent_references)
         hits += re <= K && rx <= K;
     }
     double rho = 1 - 6 * d2 / ((double)N * ((double)N * N - 1));
+    /* the reach: walking the units by |estimate| (largest first), how many until all of the exact top K are in */
+    int reach = 0;
+    for (int i = 0; i < N; i++) {
+        int rx = 1, rw = 1;
+        for (int j = 0; j < N; j++)
+            rx += ex[j] > ex[i], rw += fabs(est[j]) > fabs(est[i]);
+        if (rx <= K && rw > reach)
+            reach = rw;
+    }
     struct hp_query_opts qo = {.kind = HP_QUERY_ATTRIBUTION, .study = "attribution"};
     struct hp_table *t;
     cr_assert_eq(hp_query(db, &qo, &t, &err), HP_OK, "%s", err.msg);
@@ -803,12 +812,15 @@ Test(sweep, gradient_studies_match_independent_references)
     cr_assert_str_eq(t->cols[11], "top_k_overlap");
     cr_expect(fabs(last[9] - rho) < 1e-5, "query rho %.6g, worked here %.6g", last[9], rho);
     cr_expect(fabs(last[11] - (double)hits / K) < 1e-5, "query overlap %.6g, worked here %d/%d", last[11], hits, K);
+    cr_assert_str_eq(t->cols[12], "reach");
+    cr_expect_eq(last[12], (double)reach, "query reach %g, worked here %d", last[12], reach);
+    cr_assert(strstr(t->note, "reach "), "%s", t->note);
     /* the most wrongly ranked unit first */
     double worst = 0;
     for (int r = 0; r < N; r++)
         worst = fmax(worst, fabs(t->values[(size_t)r * t->n_cols + 8]));
     cr_expect_eq(fabs(t->values[8]), worst);
-    cr_log_info("attribution on llama-gqa: rho %.3f, top-%d overlap %d", rho, K, hits);
+    cr_log_info("attribution on llama-gqa: rho %.3f, top-%d overlap %d, reach %d", rho, K, hits, reach);
     hp_table_free(t);
     /* query heads: the estimate beside the exact effect */
     qo = (struct hp_query_opts){.kind = HP_QUERY_HEADS, .study = "single"};
@@ -987,7 +999,7 @@ Test(sweep, attribution_estimators_match_torch_autograd)
         struct hp_error err = {0};
         cr_assert_eq(hp_query(db, &qo, &t, &err), HP_OK, "%s", err.msg);
         cr_assert_eq(t->n_summary, 9, "a row all per heads study: %d", t->n_summary);
-        cr_assert_str_eq(t->cols[12], "estimator");
+        cr_assert_str_eq(t->cols[13], "estimator");
         cr_assert(strstr(t->note, "ig-layer = integrated gradients"), "%s", t->note);
         hp_table_free(t);
         cJSON_Delete(ref);
