@@ -36,7 +36,10 @@ it (opening and hashing the model included): the exact `single` sweep
 (baseline + 144 heads) against `attribution` (one forward and one
 backward), and Michel's curve in steps of 10% ranked exactly (`rank:
 exact`: every remaining head evaluated at every step) against ranked by
-gradient (`rank: gradient`: one backward a step). Each once.
+gradient (`rank: gradient`: one backward a step) and ranked once by the default
+estimate (`rank: estimate`: ig-layer, 2 passes a layer), and the single
+sweep against the estimators alone and the screen. Each once.
+--studies-only times the studies alone.
 
     bench/grad.py [--threads 2] [--reps 5] [--peer-python /work/venv/bin/python]
 
@@ -128,6 +131,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--peer-python", default=os.environ.get("HP_PEER_PYTHON"))
     ap.add_argument("--studies", action="store_true", help="also time the gradient studies against exact ones")
+    ap.add_argument("--studies-only", action="store_true", help="time only the studies (no passes, no peer)")
     a = ap.parse_args()
     if not os.path.exists(os.path.join(MODEL, "model.safetensors")):
         sys.exit(f"{MODEL} is missing: run build/bench/bench_forward --reps 1 once to write it")
@@ -135,6 +139,9 @@ def main():
     data = os.path.join(work, "data.npy")
     rng = random.Random(0)
     write_npy(data, [[rng.randrange(VOCAB) for _ in range(T)] for _ in range(SEQS)])
+    if a.studies_only:  # the same tokens as after the rounds: rng has drawn the passes' first
+        studies(work, a.threads, rng)
+        return
 
     peer = None
     if a.peer_python:
@@ -217,17 +224,20 @@ def run_plan(work, name, study, data, threads):
 def studies(work, threads, rng):
     data = os.path.join(work, "sweep.npy")
     write_npy(data, [[rng.randrange(VOCAB) for _ in range(128)] for _ in range(4)])
-    pairs = [("single-head effects", "single", "attribution: {estimator: atp}"),
+    pairs = [("single-head effects", "single",
+              ["attribution: {estimator: atp}", "attribution: {estimator: importance}",
+               "attribution: {estimator: ig-layer}", "screen", "screen: {estimator: ig-layer}"]),
              ("Michel's curve, steps of 10%", "iterative: {prune: 10%, name: exact}",
-              "iterative: {prune: 10%, rank: gradient, name: gradient}")]
+              ["iterative: {prune: 10%, rank: gradient, name: gradient}",
+               "iterative: {prune: 10%, rank: estimate, name: estimate}"])]
     print(f"\nstudies on 4 x 128 tokens, {threads} threads, one run each (`headprune run`'s time):\n")
-    print("| | exact s | from gradients s | faster |")
-    print("|---|---|---|---|")
-    for what, exact, fast in pairs:
-        te, _ = run_plan(work, "exact-" + exact.split(":")[0], exact, data, threads)
-        tf, _ = run_plan(work, "fast-" + fast.split(":")[0], fast, data, threads)
-        print(f"| {what} | {te:.1f} | {tf:.1f} | {te / tf:.1f}x |")
-
+    print("| question | exact study | exact s | instead | its s | faster |")
+    print("|---|---|---|---|---|---|")
+    for i, (what, exact, fast) in enumerate(pairs):
+        te, _ = run_plan(work, f"exact-{i}", exact, data, threads)
+        for j, f in enumerate(fast):
+            tf, _ = run_plan(work, f"fast-{i}-{j}", f, data, threads)
+            print(f"| {what} | `{exact}` | {te:.1f} | `{f}` | {tf:.1f} | {te / tf:.1f}x |", flush=True)
 
 if __name__ == "__main__":
     main()
