@@ -438,9 +438,10 @@ static bool attribution_rank(struct est_eval *e)
     size_t reach = 0;
     for (size_t i = 0; ok && i < m; i++) {
         size_t above_e = 0, above_x = 0, above_w = 0; // units strictly ahead of i in each ordering
+        const double wi = fabs(rows[i].score);
         for (size_t j = 0; j < m; j++) {
             bool first = rows[j].layer != rows[i].layer ? rows[j].layer < rows[i].layer : rows[j].unit < rows[i].unit;
-            const double wj = fabs(rows[j].score), wi = fabs(rows[i].score);
+            const double wj = fabs(rows[j].score);
             above_e += rows[j].score > rows[i].score || (rows[j].score == rows[i].score && first);
             above_x += rows[j].exact > rows[i].exact || (rows[j].exact == rows[i].exact && first);
             above_w += wj > wi || (wj == wi && first);
@@ -476,8 +477,9 @@ static const char *estimator_what(const char *e)
  * overlap, k a tenth of the units rounded up (ceil(m / 10): 1 for 1 to 10
  * units), and the reach: how many units a screen ranked by the estimate (its
  * size, as a screen walks) evaluates before it holds that exact top k, the
- * least a screen by this estimator can cost. --study: that study alone; else every attribution study over the
- * first's kind of unit taken at the unmasked model, one per estimator run.
+ * least a screen by this estimator can cost. --study: that study alone; else
+ * every attribution study over the first's kind of unit taken at the unmasked
+ * model, one per estimator run.
  */
 enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out)
 {
@@ -487,7 +489,8 @@ enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *op
     static const char *const cols[C_N] = {"study", "label", "layer", "unit", "estimate", "exact", "rank_est",
                                           "rank_exact", "rank_diff", "rho", "tau", "top_k_overlap", "reach",
                                           "estimator"};
-    static const bool num[C_N] = {false, false, true, true, true, true, true, true, true, true, true, true, true, false};
+    static const bool num[C_N] = {false, false, true, true, true, true, true,
+                                  true,  true,  true, true, true, true, false};
     struct pick pk;
     char single[128] = "";
     const enum hp_metric gm = hp_metric_grad_of(q->ranked); /* what the estimates and the exact effects are of */
