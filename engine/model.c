@@ -128,7 +128,11 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
         return st;
     if (c.st != HP_OK)
         return c.st;
-    /* the keys that change transformers' maths and headprune implements only at their defaults */
+    /* the keys that change transformers' maths and headprune implements only at their defaults: every
+     * model_type has its table (tests/test_model.c checks it; a missing one would skip the audit) */
+    int n_keys;
+    if (!hp_config_keys(mt, &n_keys))
+        return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: model_type \"%s\" has no table of config keys", path, mt);
     enum hp_status ast = hp_config_audit(mt, j, path, err);
     if (ast != HP_OK)
         return ast;
@@ -844,9 +848,8 @@ static const char *const gpt2_types[] = {"gpt2", NULL}, *const gpt2_prefixes[] =
 static const char *const bert_types[] = {"bert", NULL}, *const bert_prefixes[] = {"bert.", "", NULL},
                          *const bert_harmless[] = {"embeddings.position_ids", "embeddings.token_type_ids", /* indices */
                                                    "cls.seq_relationship.weight", "cls.seq_relationship.bias", NULL};
-static const char *const llama_types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "gemma2", "gemma3_text",
-                                          NULL},
-                         *const llama_prefixes[] = {"model.", "", NULL},
+/* the Llama family's names are hp_llama_types, made from model_config.c's rows (one list) */
+static const char *const llama_prefixes[] = {"model.", "", NULL},
                          *const llama_harmless[] = {"rotary_emb.inv_freq", NULL}; /* recomputed from rope_theta */
 /* older GPT-NeoX checkpoints keep the causal mask and the rotary frequencies as buffers */
 static const char *const neox_types[] = {"gpt_neox", NULL}, *const neox_prefixes[] = {"gpt_neox.", "", NULL},
@@ -857,7 +860,7 @@ static const struct arch_row archs[] = {
     [HP_ARCH_GPT2] = {gpt2_types, "n_head", "n_embd", hp_config_gpt2, gpt2_prefixes, bind_gpt2, gpt2_harmless, "GPT-2"},
     [HP_ARCH_BERT] = {bert_types, "num_attention_heads", "hidden_size", hp_config_bert, bert_prefixes, bind_bert,
                       bert_harmless, "BERT"},
-    [HP_ARCH_LLAMA] = {llama_types, "num_attention_heads", "hidden_size", hp_config_llama, llama_prefixes, bind_llama,
+    [HP_ARCH_LLAMA] = {hp_llama_types, "num_attention_heads", "hidden_size", hp_config_llama, llama_prefixes, bind_llama,
                        llama_harmless, "Llama"},
     [HP_ARCH_GPT_NEOX] = {neox_types, "num_attention_heads", "hidden_size", hp_config_neox, neox_prefixes, bind_neox,
                           neox_harmless, "GPT-NeoX"},
@@ -882,6 +885,15 @@ static const struct arch_row *arch_row(enum hp_arch a)
 const char *hp_arch_name(enum hp_arch a)
 {
     return arch_row(a)->name;
+}
+
+const char *hp_model_type_at(int i)
+{
+    for (int a = 0; a < HP_ARCH_COUNT; a++)
+        for (const char *const *t = archs[a].types; *t; t++)
+            if (i-- == 0)
+                return *t;
+    return NULL;
 }
 
 /* Every model_type the rows know, "gpt2, bert, llama, ...", for the message that refuses another. */

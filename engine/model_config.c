@@ -290,6 +290,19 @@ enum {
                          * query_pre_attn_scalar, soft-capping, sliding layers by layer_types */
 };
 
+/* The rows, once: llama_rows below and hp_llama_types (the model_type names model.c's architecture table reads)
+ * are both made from this list, so a name cannot be in one and not the other.
+ * X(type, ctx, eps, head_dim, window, flags, act_key) */
+#define LLAMA_FAMILY_ROWS(X)                                                                                           \
+    X("llama", 2048, 1e-6, 0, -1, F_ATTN_BIAS | F_MLP_BIAS, "hidden_act")                                              \
+    X("mistral", 131072, 1e-6, 0, 4096, 0, "hidden_act") /* MistralConfig's 4096 * 32 positions */                     \
+    X("qwen2", 32768, 1e-6, 0, -1, F_QKV_BIAS | F_QWEN_WINDOW, "hidden_act")                                           \
+    X("qwen3", 32768, 1e-6, 128, -1, F_ATTN_BIAS | F_QK_NORM | F_QWEN_WINDOW, "hidden_act")                            \
+    X("phi3", 4096, 1e-5, 0, 0, F_FUSED, "hidden_act")                                                                 \
+    X("olmo2", 2048, 1e-5, 0, -1, F_ATTN_BIAS | F_OLMO, "hidden_act")                                                  \
+    X("gemma2", 8192, 1e-6, 256, 4096, F_ATTN_BIAS | F_GEMMA, "hidden_activation")                                     \
+    X("gemma3_text", 131072, 1e-6, 256, 4096, F_ATTN_BIAS | F_GEMMA | F_QK_NORM, "hidden_activation")
+
 static const struct llama_row {
     const char *type;
     int ctx;       /* max_position_embeddings absent */
@@ -299,15 +312,16 @@ static const struct llama_row {
     unsigned flags;
     const char *act_key; /* the key naming the MLP's activation */
 } llama_rows[] = {
-    {"llama", 2048, 1e-6, 0, -1, F_ATTN_BIAS | F_MLP_BIAS, "hidden_act"},
-    {"mistral", 131072, 1e-6, 0, 4096, 0, "hidden_act"}, /* MistralConfig's 4096 * 32 positions */
-    {"qwen2", 32768, 1e-6, 0, -1, F_QKV_BIAS | F_QWEN_WINDOW, "hidden_act"},
-    {"qwen3", 32768, 1e-6, 128, -1, F_ATTN_BIAS | F_QK_NORM | F_QWEN_WINDOW, "hidden_act"},
-    {"phi3", 4096, 1e-5, 0, 0, F_FUSED, "hidden_act"},
-    {"olmo2", 2048, 1e-5, 0, -1, F_ATTN_BIAS | F_OLMO, "hidden_act"},
-    {"gemma2", 8192, 1e-6, 256, 4096, F_ATTN_BIAS | F_GEMMA, "hidden_activation"},
-    {"gemma3_text", 131072, 1e-6, 256, 4096, F_ATTN_BIAS | F_GEMMA | F_QK_NORM, "hidden_activation"},
+#define LLAMA_ROW(type, ctx, eps, head_dim, window, flags, act_key) {type, ctx, eps, head_dim, window, flags, act_key},
+    LLAMA_FAMILY_ROWS(LLAMA_ROW)
+#undef LLAMA_ROW
 };
+
+const char *const hp_llama_types[] = {
+#define LLAMA_TYPE(type, ...) type,
+    LLAMA_FAMILY_ROWS(LLAMA_TYPE)
+#undef LLAMA_TYPE
+    NULL};
 
 static const struct llama_row *llama_row(const char *mt)
 {
@@ -401,7 +415,8 @@ enum hp_status hp_config_llama(struct cfg *c, struct hp_model *m, const char *mt
                                const char **act)
 {
     const struct llama_row *row = llama_row(mt);
-    assert(row); /* model.c's llama_types are the rows' types */
+    if (!row) /* model.c's Llama row lists hp_llama_types, these rows' names: only a caller's mistake gets here */
+        return hp_fail(c->err, HP_ERR_UNSUPPORTED, "%s: model_type \"%s\" has no Llama-family row", c->path, mt);
     const unsigned f = row->flags;
     struct hp_model_info *in = &m->info;
     in->arch = HP_ARCH_LLAMA;

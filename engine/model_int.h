@@ -150,6 +150,9 @@ struct hp_config_key {
     const char *why;   /* what the key does in transformers, and why the rule */
 };
 
+/* The i-th model_type the architecture table knows (0, 1, ...), NULL past the last. Static. */
+const char *hp_model_type_at(int i);
+
 /* The rows of model_type's own table (NULL: PretrainedConfig's, which every architecture shares), n of them;
  * NULL for a model_type without a table. */
 const struct hp_config_key *hp_config_keys(const char *model_type, int *n);

@@ -1213,6 +1213,39 @@ Test(model, every_transformers_config_key_is_decided)
     free(txt);
 }
 
+/*
+ * The architecture table's model_type names and the config-key tables are one set: each name model.c accepts has
+ * its table of keys (else the audit would pass its keys unread) and is one transformers knows (config-keys.json),
+ * and each architecture of the fixture is accepted. The Llama family's names come from model_config.c's own rows
+ * (hp_llama_types), so a name cannot be accepted without the row that configures it.
+ */
+Test(model, every_model_type_has_its_tables)
+{
+    char p[1200];
+    size_t n;
+    snprintf(p, sizeof p, "%s/config-keys.json", getenv("HP_FIXTURES"));
+    char *txt = tu_slurp(p, &n);
+    cJSON *j = cJSON_Parse(txt), *archs = cJSON_GetObjectItem(j, "architectures"), *a;
+    int n_types = 0;
+    for (const char *mt; (mt = hp_model_type_at(n_types)); n_types++) {
+        int nr;
+        cr_expect(hp_config_keys(mt, &nr) && nr > 0, "model_type %s has no table in engine/config_keys.c", mt);
+        cr_expect(cJSON_GetObjectItem(archs, mt), "model_type %s is not in %s", mt, p);
+    }
+    int n_fixture = 0;
+    cJSON_ArrayForEach(a, archs)
+    {
+        bool known = false;
+        for (int i = 0; hp_model_type_at(i); i++)
+            known |= strcmp(hp_model_type_at(i), a->string) == 0;
+        cr_expect(known, "%s's model_type %s is not in model.c's architecture table", p, a->string);
+        n_fixture++;
+    }
+    cr_assert_eq(n_types, n_fixture, "%d model_types accepted, %d in %s", n_types, n_fixture, p);
+    cJSON_Delete(j);
+    free(txt);
+}
+
 /* every accepted default of every table is JSON, and the audit accepts it */
 Test(model, config_key_defaults_are_accepted)
 {
