@@ -33,6 +33,7 @@
 #include "eval_priv.h"
 #include "grad_int.h"
 #include "headprune.h"
+#include "metric_int.h"
 #include "testutil.h"
 
 #define GRAD_TOL 1e-4
@@ -954,6 +955,41 @@ Test(grad, metrics_without_a_gradient_here_are_refused)
     cr_assert_eq(hp_evaluator_grad(f.ev, HP_METRIC_ACC, NULL, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_UNSUPPORTED);
     cr_assert(strstr(err.msg, "acc has no gradient") && !strchr(err.msg, '\n'), "%s", err.msg);
     fix_close(&f);
+}
+
+/*
+ * A metric's gradient is the derivative grad.c lists for it, never the loss's by default: a new metric row marked
+ * grad (a neg_loss here, numbered as the next row would be) with no derivative of its own is refused, naming it;
+ * and every row of the table has a derivative exactly when it says it has a gradient.
+ */
+Test(grad, a_metric_row_marked_grad_without_a_derivative_is_refused)
+{
+    struct hp_metric_row neg_loss = *hp_metric_row(HP_METRIC_LOSS);
+    neg_loss.name = "neg_loss";
+    neg_loss.sign = -1;
+    neg_loss.grad = true;
+    enum hp_grad_rule rule = HP_GRAD_XENT;
+    struct hp_error err = {0};
+    cr_assert_eq(hp_grad_rule(HP_N_METRICS, &neg_loss, &rule, &err), HP_ERR_UNSUPPORTED);
+    cr_assert_eq(rule, HP_GRAD_NONE);
+    cr_assert(strstr(err.msg, "metric neg_loss") && strstr(err.msg, "no derivative") && !strchr(err.msg, '\n'), "%s",
+              err.msg);
+    for (int m = 0; m < HP_N_METRICS; m++) {
+        const struct hp_metric_row *r = hp_metric_row((enum hp_metric)m);
+        enum hp_status st = hp_grad_rule((enum hp_metric)m, r, &rule, &err);
+        cr_expect_eq(st == HP_OK, r->grad, "metric %s: row says grad %d, grad.c: %s", r->name, r->grad,
+                     st == HP_OK ? "a derivative" : err.msg);
+    }
+    /* the loss is differentiated as the cross-entropy, kl as KL, logit_diff as its negation, cos as 1 - cos */
+    const struct {
+        enum hp_metric m;
+        enum hp_grad_rule rule;
+    } want[] = {{HP_METRIC_LOSS, HP_GRAD_XENT}, {HP_METRIC_KL, HP_GRAD_KL},
+                {HP_METRIC_LOGIT_DIFF, HP_GRAD_NEG_LOGIT_DIFF}, {HP_METRIC_COS, HP_GRAD_ONE_MINUS_COS}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        cr_assert_eq(hp_grad_rule(want[i].m, hp_metric_row(want[i].m), &rule, &err), HP_OK);
+        cr_expect_eq(rule, want[i].rule, "metric %s", hp_metric_name(want[i].m));
+    }
 }
 
 Test(grad, a_mask_of_another_shape_is_refused)
