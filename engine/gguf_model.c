@@ -23,7 +23,8 @@
  * writes an f32 Hugging Face checkpoint.
  * Memory: the file's mapping (its size, paged in as read) and its vectors in
  * f32; the mapping stays open as long as the model.
- * Refused in one line naming the file and the field or tensor: an
+ * Refused in one line naming the file and the field or tensor (the binder's
+ * messages too, by these tables read back: hp_gguf_tensor_name, hp_gguf_sizes): an
  * architecture other than llama, metadata of the architecture this does not
  * read (rope scaling, experts, ...), a size that disagrees with a tensor's
  * shape, a tensor of more than two dimensions or of a type the reader cannot
@@ -40,6 +41,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,71 +51,171 @@
 #include "gguf_int.h"
 #include "util_int.h"
 
-/* The llama.* keys read here (with their config.json names) and those known to change nothing computed. */
+/* The llama.* keys read here (with their config.json names) and those known to change nothing computed. absent:
+ * what transformers takes for the key when the file leaves it out, in config keys (for messages; a missing
+ * vocab_size is the embedding's rows, hp_gguf_checkpoint's rule). */
 static const struct {
     const char *key, *config; /* config NULL: checked below, not copied */
+    const char *absent;
 } llama_keys[] = {
-    {"context_length", "max_position_embeddings"},
-    {"block_count", "num_hidden_layers"},
-    {"feed_forward_length", "intermediate_size"},
-    {"embedding_length", "hidden_size"},
-    {"rope.dimension_count", "head_dim"},
-    {"attention.head_count", "num_attention_heads"},
-    {"attention.head_count_kv", "num_key_value_heads"},
-    {"vocab_size", "vocab_size"}, /* checked against the embedding's rows */
-    {"rope.freq_base", "rope_theta"},
-    {"attention.layer_norm_rms_epsilon", "rms_norm_eps"},
-    {"attention.key_length", NULL},
-    {"attention.value_length", NULL},
+    {"context_length", "max_position_embeddings", NULL},
+    {"block_count", "num_hidden_layers", NULL},
+    {"feed_forward_length", "intermediate_size", NULL},
+    {"embedding_length", "hidden_size", NULL},
+    {"rope.dimension_count", "head_dim", "hidden_size/num_attention_heads"},
+    {"attention.head_count", "num_attention_heads", NULL},
+    {"attention.head_count_kv", "num_key_value_heads", "num_attention_heads"},
+    {"vocab_size", "vocab_size", NULL}, /* checked against the embedding's rows */
+    {"rope.freq_base", "rope_theta", NULL},
+    {"attention.layer_norm_rms_epsilon", "rms_norm_eps", NULL},
+    {"attention.key_length", NULL, NULL},
+    {"attention.value_length", NULL, NULL},
 };
+#define N_KEYS (sizeof llama_keys / sizeof llama_keys[0])
 
-/* GGUF tensor names in transformers' (gguf-py's tensor map for llama); %d a layer. */
+/* GGUF tensor names in transformers' (gguf-py's tensor map for llama); %d a layer. ne: the config keys that size
+ * it, in ggml's order (ne[0] first), factors joined by * or / (for messages: the binder checks the shapes). One
+ * table both ways: a file's names to transformers' (hf_name), and back for messages (hp_gguf_tensor_name). */
 static const struct {
     const char *gguf, *hf;
+    const char *ne[2];
 } llama_names[] = {
-    {"token_embd.weight", "model.embed_tokens.weight"},
-    {"output_norm.weight", "model.norm.weight"},
-    {"output.weight", "lm_head.weight"},
-    {"blk.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight"},
-    {"blk.%d.attn_q.weight", "model.layers.%d.self_attn.q_proj.weight"},
-    {"blk.%d.attn_k.weight", "model.layers.%d.self_attn.k_proj.weight"},
-    {"blk.%d.attn_v.weight", "model.layers.%d.self_attn.v_proj.weight"},
-    {"blk.%d.attn_output.weight", "model.layers.%d.self_attn.o_proj.weight"},
-    {"blk.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight"},
-    {"blk.%d.ffn_gate.weight", "model.layers.%d.mlp.gate_proj.weight"},
-    {"blk.%d.ffn_up.weight", "model.layers.%d.mlp.up_proj.weight"},
-    {"blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight"},
+    {"token_embd.weight", "model.embed_tokens.weight", {"hidden_size", "vocab_size"}},
+    {"output_norm.weight", "model.norm.weight", {"hidden_size"}},
+    {"output.weight", "lm_head.weight", {"hidden_size", "vocab_size"}},
+    {"blk.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight", {"hidden_size"}},
+    {"blk.%d.attn_q.weight", "model.layers.%d.self_attn.q_proj.weight",
+     {"hidden_size", "num_attention_heads*head_dim"}},
+    {"blk.%d.attn_k.weight", "model.layers.%d.self_attn.k_proj.weight",
+     {"hidden_size", "num_key_value_heads*head_dim"}},
+    {"blk.%d.attn_v.weight", "model.layers.%d.self_attn.v_proj.weight",
+     {"hidden_size", "num_key_value_heads*head_dim"}},
+    {"blk.%d.attn_output.weight", "model.layers.%d.self_attn.o_proj.weight",
+     {"num_attention_heads*head_dim", "hidden_size"}},
+    {"blk.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight", {"hidden_size"}},
+    {"blk.%d.ffn_gate.weight", "model.layers.%d.mlp.gate_proj.weight", {"hidden_size", "intermediate_size"}},
+    {"blk.%d.ffn_up.weight", "model.layers.%d.mlp.up_proj.weight", {"hidden_size", "intermediate_size"}},
+    {"blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight", {"intermediate_size", "hidden_size"}},
 };
+
+/* Whether name is pattern pat, whose %d (if any) stands for a layer number as llama.cpp writes it (digits, no sign
+ * or leading zero, below a million): that number into *layer (-1: none). */
+static bool name_is(const char *name, const char *pat, int *layer)
+{
+    const char *pct = strstr(pat, "%d");
+    *layer = -1;
+    if (!pct)
+        return strcmp(name, pat) == 0;
+    const size_t pre = (size_t)(pct - pat);
+    if (strncmp(name, pat, pre) != 0)
+        return false;
+    const char *dig = name + pre;
+    int used = 0, l = 0;
+    while (dig[used] >= '0' && dig[used] <= '9' && used < 7)
+        l = l * 10 + (dig[used++] - '0');
+    if (used == 0 || used > 6 || (used > 1 && dig[0] == '0') || strcmp(dig + used, pct + 2) != 0)
+        return false;
+    *layer = l;
+    return true;
+}
+
+/* The row of llama_names naming name in the file's names (gguf) or transformers'; -1 when none does. */
+static int name_row(const char *name, bool gguf, int *layer)
+{
+    for (size_t i = 0; i < sizeof llama_names / sizeof llama_names[0]; i++)
+        if (name_is(name, gguf ? llama_names[i].gguf : llama_names[i].hf, layer))
+            return (int)i;
+    return -1;
+}
 
 /* The transformers name of GGUF tensor name into out; false when the map has none. *permute: 1 for q, 2 for k
  * (their rows to put back). */
 static bool hf_name(const char *name, char *out, size_t n, int *permute)
 {
+    int layer;
+    const int i = name_row(name, true, &layer);
     *permute = 0;
-    for (size_t i = 0; i < sizeof llama_names / sizeof llama_names[0]; i++) {
-        const char *pat = llama_names[i].gguf, *pct = strstr(pat, "%d");
-        int layer = -1, used = 0;
-        if (!pct) {
-            if (strcmp(name, pat) != 0)
-                continue;
-        } else {
-            const size_t pre = (size_t)(pct - pat);
-            if (strncmp(name, pat, pre) != 0)
-                continue;
-            /* a layer number as llama.cpp writes it: digits, no sign or leading zero, below a million */
-            const char *dig = name + pre;
-            layer = 0;
-            while (dig[used] >= '0' && dig[used] <= '9' && used < 7)
-                layer = layer * 10 + (dig[used++] - '0');
-            if (used == 0 || used > 6 || (used > 1 && dig[0] == '0') || strcmp(dig + used, pct + 2) != 0)
-                continue;
-        }
-        snprintf(out, n, llama_names[i].hf, layer);
-        *permute = strstr(pat, "attn_q.") ? 1 : strstr(pat, "attn_k.") ? 2 : 0;
-        return true;
+    if (i < 0) {
+        snprintf(out, n, "%s", name);
+        return false;
     }
-    snprintf(out, n, "%s", name);
-    return false;
+    snprintf(out, n, llama_names[i].hf, layer);
+    *permute = strstr(llama_names[i].gguf, "attn_q.") ? 1 : strstr(llama_names[i].gguf, "attn_k.") ? 2 : 0;
+    return true;
+}
+
+bool hp_gguf_tensor_name(const char *hf, char *out, size_t n, int *layer)
+{
+    const int i = name_row(hf, false, layer);
+    if (i < 0)
+        snprintf(out, n, "%s", hf);
+    else
+        snprintf(out, n, llama_names[i].gguf, *layer);
+    return i >= 0;
+}
+
+/* fmt's text appended to out (n bytes, NUL-terminated), cut at its end. */
+static void add(char *out, size_t n, const char *fmt, ...)
+{
+    const size_t at = strlen(out);
+    if (at + 1 >= n)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + at, n - at, fmt, ap);
+    va_end(ap);
+}
+
+/* Config keys expr ("num_attention_heads*head_dim") as g's metadata says them, appended to out: "llama.attention.
+ * head_count 4 x llama.rope.dimension_count 8"; a key the file leaves out as what stands in for it ("(no
+ * llama.attention.head_count_kv: llama.attention.head_count 4)"). */
+static void say_keys(const struct hp_gguf *g, const char *expr, char *out, size_t n)
+{
+    for (const char *p = expr; *p;) {
+        const size_t len = strcspn(p, "*/");
+        size_t j = 0;
+        while (j < N_KEYS && !(llama_keys[j].config && strlen(llama_keys[j].config) == len &&
+                               strncmp(llama_keys[j].config, p, len) == 0))
+            j++;
+        assert(j < N_KEYS); /* llama_names and llama_keys name the same config keys */
+        char key[64];
+        snprintf(key, sizeof key, "llama.%s", llama_keys[j].key);
+        const struct hp_gguf_kv *kv = hp_gguf_find_kv(g, key);
+        const struct hp_gguf_tensor *emb = hp_gguf_find_tensor(g, "token_embd.weight");
+        double v;
+        if (kv && hp_gguf_arr_f64(kv, 0, &v)) {
+            add(out, n, "%s %.17g", key, v);
+        } else if (llama_keys[j].absent) {
+            add(out, n, "(no %s: ", key);
+            say_keys(g, llama_keys[j].absent, out, n);
+            add(out, n, ")");
+        } else if (strcmp(llama_keys[j].config, "vocab_size") == 0 && emb && emb->n_dims == 2) {
+            add(out, n, "(no %s: the %" PRId64 " rows of token_embd.weight)", key, emb->ne[1]);
+        } else {
+            add(out, n, "no %s", key);
+        }
+        p += len;
+        if (*p)
+            add(out, n, *p++ == '*' ? " x " : " / ");
+    }
+}
+
+void hp_gguf_meta_says(const struct hp_gguf *g, const char *expr, char *out, size_t n)
+{
+    out[0] = '\0';
+    say_keys(g, expr, out, n);
+}
+
+void hp_gguf_sizes(const struct hp_gguf *g, const char *hf, char *out, size_t n)
+{
+    int layer;
+    const int i = name_row(hf, false, &layer);
+    out[0] = '\0';
+    for (int d = 0; i >= 0 && d < 2 && llama_names[i].ne[d]; d++) {
+        if (d)
+            add(out, n, "; ");
+        say_keys(g, llama_names[i].ne[d], out, n);
+    }
 }
 
 /* A scalar of the file's as a JSON number (f32 values as the double they are, as gguf-py reads them). */
@@ -141,9 +243,9 @@ static enum hp_status llama_config(const struct hp_gguf *g, const char *path, cJ
             continue; /* general.*, tokenizer.*: nothing the model computes */
         const char *k = kv->key + 6;
         size_t j = 0;
-        while (j < sizeof llama_keys / sizeof llama_keys[0] && strcmp(llama_keys[j].key, k) != 0)
+        while (j < N_KEYS && strcmp(llama_keys[j].key, k) != 0)
             j++;
-        if (j == sizeof llama_keys / sizeof llama_keys[0])
+        if (j == N_KEYS)
             return hp_fail(err, HP_ERR_UNSUPPORTED,
                            "%s: metadata \"%s\" is not supported (headprune reads a llama GGUF's sizes, norm epsilon, "
                            "rotary base and head size; rope scaling, experts and the rest are refused)",
@@ -176,14 +278,17 @@ static enum hp_status llama_config(const struct hp_gguf *g, const char *path, cJ
 }
 
 /* A q or k projection's rows x cols in llama.cpp's order over heads: two half rows a head to put back (rows 0 or
- * cols 0: nothing to put back; heads may say anything then, and the binder checks the shape). */
-static enum hp_status check_permute(int64_t rows, int64_t cols, int64_t heads, const char *path, const char *name,
-                                    struct hp_error *err)
+ * cols 0: nothing to put back; heads may say anything then, and the binder checks the shape). key: the config key
+ * of the head count, for the message. */
+static enum hp_status check_permute(const struct hp_gguf *g, int64_t rows, int64_t cols, int64_t heads,
+                                    const char *key, const char *path, const char *name, struct hp_error *err)
 {
     if (rows == 0 || cols == 0 || (heads >= 1 && rows % (2 * heads) == 0))
         return HP_OK;
-    return hp_fail(err, HP_ERR_SHAPE, "%s: tensor '%s' has %" PRId64 " rows, not two per head of %" PRId64, path,
-                   name, rows, heads);
+    char says[256];
+    hp_gguf_meta_says(g, key, says, sizeof says);
+    return hp_fail(err, HP_ERR_SHAPE, "%s: tensor '%s' has %" PRId64 " rows, not two per head of %" PRId64 " (%s)",
+                   path, name, rows, heads, says);
 }
 
 /* The tensors' names, shapes and sizes as a safetensors file writes them (names into names, 256 bytes each), and
@@ -229,12 +334,12 @@ static enum hp_status vector_data(const struct hp_gguf *g, const struct hp_st_ou
 }
 
 /*
- * Matrix t, named name, as a view of the file's bytes (*v, for hp_st_add_views): as stored when F32, F16 or BF16
- * in its order, else as quantized rows that *q describes (permute: hf_name's, 1 for q, 2 for k; heads: query and
- * KV heads).
+ * Matrix t of file g, named name, as a view of the file's bytes (*v, for hp_st_add_views): as stored when F32,
+ * F16 or BF16 in its order, else as quantized rows that *q describes (permute: hf_name's, 1 for q, 2 for k; heads:
+ * query and KV heads).
  */
-static enum hp_status matrix_view(const struct hp_gguf_tensor *t, const char *name, int permute,
-                                  const int64_t heads[2], struct hp_qrows *q, struct hp_st_tensor *v,
+static enum hp_status matrix_view(const struct hp_gguf *g, const struct hp_gguf_tensor *t, const char *name,
+                                  int permute, const int64_t heads[2], struct hp_qrows *q, struct hp_st_tensor *v,
                                   const char *path, struct hp_error *err)
 {
     const struct hp_gguf_type_info *ti = hp_gguf_type_info(t->type);
@@ -244,7 +349,8 @@ static enum hp_status matrix_view(const struct hp_gguf_tensor *t, const char *na
     snprintf(v->dtype_name, sizeof v->dtype_name, "%s", ti->name);
     const bool moved = permute && rows > 0 && cols > 0;
     if (moved) {
-        enum hp_status st = check_permute(rows, cols, heads[permute - 1], path, t->name, err);
+        static const char *const key[] = {"num_attention_heads", "num_key_value_heads"};
+        enum hp_status st = check_permute(g, rows, cols, heads[permute - 1], key[permute - 1], path, t->name, err);
         if (st != HP_OK)
             return st;
     }
@@ -364,7 +470,7 @@ enum hp_status hp_gguf_checkpoint(const char *path, struct hp_gguf_ckpt *out, st
     for (int64_t i = 0; st == HP_OK && i < n; i++) {
         const struct hp_gguf_tensor *t = hp_gguf_tensor_at(g, i);
         if (t->n_dims == 2)
-            st = matrix_view(t, names + (size_t)i * 256, permute[i], heads, &q[i], &views[nv++], path, err);
+            st = matrix_view(g, t, names + (size_t)i * 256, permute[i], heads, &q[i], &views[nv++], path, err);
     }
     if (st == HP_OK)
         st = hp_st_add_views(set, views, nv, err);

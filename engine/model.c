@@ -333,6 +333,26 @@ static struct hp_st_tensor *lookup(struct binder *b, const char *name)
 #define VEC (-1) /* d1 of a vector: one dimension (a pruned layer's matrices may have a 0 dimension) */
 
 /*
+ * A GGUF model's messages speak of the file, not of the transformers names and config.json it was opened as
+ * (gguf_model.c's tables, read back): tensor hf as the file names it into name and, into why, what of the metadata
+ * asks for it: its dimensions' keys (shape), else its block's count ("" for a tensor of no block).
+ */
+static void gguf_terms(const struct hp_model *m, const char *hf, bool shape, char name[256], char why[256])
+{
+    int layer;
+    hp_gguf_tensor_name(hf, name, 256, &layer);
+    why[0] = '\0';
+    if (shape) {
+        hp_gguf_sizes(m->gguf, hf, why, 256);
+    } else if (layer >= 0) {
+        char count[128], range[64];
+        hp_gguf_meta_says(m->gguf, "num_hidden_layers", count, sizeof count);
+        hp_range_text(range, sizeof range, "blocks", "block", m->info.n_layers);
+        snprintf(why, 256, "%s: %s", count, range);
+    }
+}
+
+/*
  * Find and check a tensor of the given shape (d0, d1; d1 = VEC for vectors):
  * NULL when absent (an optional one) or wrong (b->st set). Counts its
  * parameters once.
@@ -343,24 +363,39 @@ static struct hp_st_tensor *find(struct binder *b, const char *name, int64_t d0,
     if (b->st != HP_OK)
         return NULL;
     struct hp_st_tensor *t = lookup(b, name);
-    if (!t) {
-        if (!optional)
-            b->st = hp_fail(b->err, HP_ERR_SHAPE, "%s: tensor '%s%s' is missing (checkpoint incomplete or not a %s model)",
-                            b->m->dir, b->prefixes[0], name, b->m->info.model_type);
-        return NULL;
+    char file[256], why[256];
+    if (!t && !optional && b->m->gguf) {
+        char full[256];
+        snprintf(full, sizeof full, "%s%s", b->prefixes[0], name);
+        gguf_terms(b->m, full, false, file, why);
+        b->st = hp_fail(b->err, HP_ERR_SHAPE, "%s: tensor '%s' is missing (%s)", hp_gguf_name(b->m->gguf), file,
+                        why[0] ? why : "every llama GGUF holds it");
+    } else if (!t && !optional) {
+        b->st = hp_fail(b->err, HP_ERR_SHAPE, "%s: tensor '%s%s' is missing (checkpoint incomplete or not a %s model)",
+                        b->m->dir, b->prefixes[0], name, b->m->info.model_type);
     }
+    if (!t)
+        return NULL;
     int nd = d1 != VEC ? 2 : 1;
     if (t->n_dims != nd || t->shape[0] != d0 || (nd == 2 && t->shape[1] != d1)) {
+        const bool gg = b->m->gguf != NULL; /* in ggml's order (ne[0] first), as the file and its tools give it */
         char got[128] = "", want[64];
         size_t off = 0;
         for (int i = 0; i < t->n_dims && off < sizeof got - 24; i++)
-            off += (size_t)snprintf(got + off, sizeof got - off, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+            off += (size_t)snprintf(got + off, sizeof got - off, "%s%lld", i ? ", " : "",
+                                    (long long)t->shape[gg ? t->n_dims - 1 - i : i]);
         if (nd == 2)
-            snprintf(want, sizeof want, "%lld, %lld", (long long)d0, (long long)d1);
+            snprintf(want, sizeof want, "%lld, %lld", (long long)(gg ? d1 : d0), (long long)(gg ? d0 : d1));
         else
             snprintf(want, sizeof want, "%lld", (long long)d0);
-        b->st = hp_fail(b->err, HP_ERR_SHAPE, "%s: tensor '%s' has shape [%s] but config.json implies [%s]", t->file,
-                        t->name, got, want);
+        if (gg) {
+            gguf_terms(b->m, t->name, true, file, why);
+            b->st = hp_fail(b->err, HP_ERR_SHAPE, "%s: tensor '%s' has shape [%s] but the metadata implies [%s] (%s)",
+                            t->file, file, got, want, why);
+        } else {
+            b->st = hp_fail(b->err, HP_ERR_SHAPE, "%s: tensor '%s' has shape [%s] but config.json implies [%s]",
+                            t->file, t->name, got, want);
+        }
         return NULL;
     }
     if (t->dtype == HP_DT_OTHER) {
@@ -934,6 +969,11 @@ static enum hp_status check_all_read(struct hp_model *m, struct hp_error *err)
 {
     for (int i = 0; i < hp_st_count(m->st); i++) {
         const struct hp_st_tensor *t = hp_st_at(m->st, i);
+        char file[256], why[256] = "";
+        if (!t->used && m->gguf)
+            gguf_terms(m, t->name, false, file, why);
+        if (!t->used && why[0]) /* a block past the metadata's count */
+            return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: tensor '%s' is not read (%s)", t->file, file, why);
         if (!t->used && !harmless(m, t->name))
             return hp_fail(err, HP_ERR_UNSUPPORTED,
                            "%s: tensor '%s' is not read: headprune's %s model has no place for it and would run "

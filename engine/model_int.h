@@ -181,6 +181,18 @@ struct hp_gguf_ckpt {
 enum hp_status hp_gguf_checkpoint(const char *path, struct hp_gguf_ckpt *out, struct hp_error *err);
 
 /*
+ * A GGUF model's messages in the file's terms, not in the transformers names and config.json keys it was opened
+ * under (gguf_model.c's tables, read back): hp_gguf_tensor_name puts tensor hf's name in the file into out (false,
+ * and hf, when the file holds no such tensor) and its block into *layer (-1: none); hp_gguf_sizes what in g's
+ * metadata sizes each of hf's dimensions, in ggml's order ("llama.embedding_length 32; llama.attention.head_count
+ * 4 x llama.rope.dimension_count 8"; "" for an unknown name); hp_gguf_meta_says config keys expr
+ * ("num_hidden_layers", "num_attention_heads*head_dim") as g's metadata says them. out: n bytes, cut to fit.
+ */
+bool hp_gguf_tensor_name(const char *hf, char *out, size_t n, int *layer);
+void hp_gguf_sizes(const struct hp_gguf *g, const char *hf, char *out, size_t n);
+void hp_gguf_meta_says(const struct hp_gguf *g, const char *expr, char *out, size_t n);
+
+/*
  * The GGUF file a model path names (gguf_model.c): path itself when it is a regular file ending in .gguf
  * (another file is HP_ERR_ARG), or the one .gguf file of a folder without config.json (two are HP_ERR_ARG,
  * naming them). *out NULL when path names neither (a Hugging Face folder, or nothing); else the caller's

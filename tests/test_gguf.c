@@ -7,7 +7,9 @@
  * gguf.quants.dequantize of its tensors in file order, and every element must be the same bits
  * (the reference multiplies and adds in ggml's order, so there is no rounding to allow for).
  * Every bad file must fail with its own status and a one-line message saying what is wrong;
- * the sanitizer build (scripts/test.sh) checks that none reads past its buffer.
+ * the sanitizer build (scripts/test.sh) checks that none reads past its buffer. Last, a tiny llama
+ * file built here opened as a model (engine/gguf_model.c): metadata that disagrees with its tensors
+ * is refused in the file's terms, its own tensor names and metadata keys.
  */
 #define _DEFAULT_SOURCE /* mkdtemp, in testutil.h */
 #include "gguf_int.h"
@@ -997,4 +999,167 @@ Test(gguf, bad_file_by_path)
     cr_assert(strstr(err.msg, "empty file"), "%s", err.msg);
     remove(path);
     rmdir(dir);
+}
+
+// --- a llama model whose metadata disagrees with its tensors (gguf_model.c, model.c) ------------------------
+
+/* The sizes of llama_gguf's file (ne in ggml order, F32 zeros): 2 blocks, embedding 32, 4 heads of 8 in 2 KV
+ * groups, feed-forward 48, 20 tokens. */
+static const struct {
+    const char *key;
+    uint32_t value;
+} llama_meta[] = {
+    {"llama.context_length", 64},        {"llama.block_count", 2},          {"llama.embedding_length", 32},
+    {"llama.feed_forward_length", 48},   {"llama.attention.head_count", 4}, {"llama.attention.head_count_kv", 2},
+    {"llama.rope.dimension_count", 8},   {"llama.vocab_size", 20},
+};
+
+/* A metadata key of llama_gguf's file and the value it says instead (UINT32_MAX: the key left out). */
+struct meta_edit {
+    const char *key;
+    uint32_t value;
+};
+
+/* A llama GGUF of llama_meta's sizes whose metadata says what edits say instead (n of them), with an
+ * output.weight of out_rows rows when out_rows > 0 (else tied). */
+static struct buf llama_gguf(const struct meta_edit *edits, int n_edits, uint64_t out_rows)
+{
+    struct {
+        char name[40];
+        uint32_t n_dims;
+        uint64_t ne[2];
+    } t[32];
+    int nt = 0;
+#define T(nm, a, b) (snprintf(t[nt].name, sizeof t[nt].name, "%s", nm), t[nt].n_dims = (b) ? 2 : 1, \
+                     t[nt].ne[0] = (a), t[nt++].ne[1] = (b))
+    T("token_embd.weight", 32, 20);
+    T("output_norm.weight", 32, 0);
+    if (out_rows)
+        T("output.weight", 32, out_rows);
+    for (int l = 0; l < 2; l++) {
+        static const struct {
+            const char *part;
+            uint64_t a, b;
+        } blk[] = {{"attn_norm", 32, 0}, {"attn_q", 32, 32}, {"attn_k", 32, 16}, {"attn_v", 32, 16},
+                   {"attn_output", 32, 32}, {"ffn_norm", 32, 0}, {"ffn_gate", 32, 48}, {"ffn_up", 32, 48},
+                   {"ffn_down", 48, 32}};
+        for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++) {
+            char nm[40];
+            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, blk[i].part);
+            T(nm, blk[i].a, blk[i].b);
+        }
+    }
+#undef T
+    uint32_t value[sizeof llama_meta / sizeof llama_meta[0]];
+    int n_kv = 1;
+    for (size_t i = 0; i < sizeof llama_meta / sizeof llama_meta[0]; i++) {
+        value[i] = llama_meta[i].value;
+        for (int e = 0; e < n_edits; e++)
+            if (strcmp(edits[e].key, llama_meta[i].key) == 0)
+                value[i] = edits[e].value;
+        n_kv += value[i] != UINT32_MAX;
+    }
+    struct buf b = {0};
+    put_header(&b, 3, (uint64_t)nt, (uint64_t)n_kv);
+    put_str(&b, "general.architecture");
+    put_u32(&b, HP_GGUF_V_STRING);
+    put_str(&b, "llama");
+    for (size_t i = 0; i < sizeof llama_meta / sizeof llama_meta[0]; i++)
+        if (value[i] != UINT32_MAX)
+            put_kv_u32(&b, llama_meta[i].key, value[i]);
+    uint64_t off = 0;
+    for (int i = 0; i < nt; i++) {
+        put_tensor(&b, t[i].name, t[i].n_dims, t[i].ne, 0, off);
+        off += (t[i].ne[0] * (t[i].n_dims == 2 ? t[i].ne[1] : 1) * 4 + 31) / 32 * 32;
+    }
+    pad_to(&b, 32);
+    put_zeros(&b, off);
+    return b;
+}
+
+/* llama_gguf(edits, out_rows) opened as a model from its path: HP_OK, or a one-line message naming the path and
+ * saying each of words (NULL-terminated), and nothing of config.json or transformers' tensor names. */
+static void expect_llama(const struct meta_edit *edits, int n_edits, uint64_t out_rows, enum hp_status want,
+                         const char *const *words)
+{
+    char dir[64], path[96];
+    tu_mkdtemp(dir, sizeof dir, "gguf_meta");
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    struct buf b = llama_gguf(edits, n_edits, out_rows);
+    tu_spit(path, b.p, b.n);
+    free(b.p);
+    struct hp_model *m = NULL;
+    struct hp_error err = {{0}};
+    enum hp_status st = hp_model_open(path, &m, &err);
+    hp_model_close(m);
+    tu_rmrf(dir);
+    const char *what = n_edits ? edits[0].key : "as made";
+    cr_assert_eq(st, want, "%s: status %s, expected %s: %s", what, hp_status_name(st), hp_status_name(want), err.msg);
+    if (want == HP_OK)
+        return;
+    cr_assert(strncmp(err.msg, path, strlen(path)) == 0 && !strchr(err.msg, '\n'), "%s: '%s'", what, err.msg);
+    for (const char *const *w = words; *w; w++)
+        cr_assert(strstr(err.msg, *w), "%s: '%s' lacks '%s'", what, err.msg, *w);
+    cr_assert(!strstr(err.msg, "config.json") && !strstr(err.msg, "model.layers.") && !strstr(err.msg, "_proj") &&
+                  !strstr(err.msg, "embed_tokens") && !strstr(err.msg, "lm_head"),
+              "%s: '%s' names what the file does not hold", what, err.msg);
+}
+
+#define EDITS(...) (const struct meta_edit[]){__VA_ARGS__}, \
+                   (int)(sizeof (const struct meta_edit[]){__VA_ARGS__} / sizeof(struct meta_edit))
+#define NO_EDITS NULL, 0
+#define WORDS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* The file agreeing with itself opens; each size key that disagrees with the tensors is refused naming the
+ * file's own tensor and the keys that size it (the binder's checks, said in the file's terms). */
+Test(gguf, model_metadata_disagrees)
+{
+    expect_llama(NO_EDITS, 0, HP_OK, NULL);
+    expect_llama(NO_EDITS, 20, HP_OK, NULL);
+    /* without rope.dimension_count the head size is the embedding over the heads: the same 8 */
+    expect_llama(EDITS({"llama.rope.dimension_count", UINT32_MAX}), 0, HP_OK, NULL);
+    expect_llama(EDITS({"llama.rope.dimension_count", 4}), 0, HP_ERR_SHAPE,
+                 WORDS("tensor 'blk.0.attn_q.weight' has shape [32, 32] but the metadata implies [32, 16] "
+                       "(llama.embedding_length 32; llama.attention.head_count 4 x llama.rope.dimension_count 4)"));
+    expect_llama(EDITS({"llama.feed_forward_length", 40}), 0, HP_ERR_SHAPE,
+                 WORDS("tensor 'blk.0.ffn_gate.weight' has shape [32, 48] but the metadata implies [32, 40]",
+                       "llama.feed_forward_length 40"));
+    expect_llama(EDITS({"llama.embedding_length", 24}), 0, HP_ERR_SHAPE,
+                 WORDS("tensor 'token_embd.weight' has shape [32, 20] but the metadata implies [24, 20]",
+                       "(llama.embedding_length 24; llama.vocab_size 20)"));
+    expect_llama(EDITS({"llama.attention.head_count", 8}), 0, HP_ERR_SHAPE,
+                 WORDS("tensor 'blk.0.attn_q.weight' has shape [32, 32] but the metadata implies [32, 64]",
+                       "llama.attention.head_count 8 x llama.rope.dimension_count 8"));
+    /* a head count the q rows do not split into (two half rows a head, as llama.cpp stores them) */
+    expect_llama(EDITS({"llama.attention.head_count", 3}), 0, HP_ERR_SHAPE,
+                 WORDS("tensor 'blk.0.attn_q.weight' has 32 rows, not two per head of 3 (llama.attention.head_count "
+                       "3)"));
+    expect_llama(EDITS({"llama.attention.head_count_kv", 1}), 0, HP_ERR_SHAPE,
+                 WORDS("tensor 'blk.0.attn_k.weight' has shape [32, 16] but the metadata implies [32, 8]",
+                       "llama.attention.head_count_kv 1 x llama.rope.dimension_count 8"));
+    /* without head_count_kv the KV heads are the query heads */
+    expect_llama(EDITS({"llama.attention.head_count_kv", UINT32_MAX}), 0, HP_ERR_SHAPE,
+                 WORDS("tensor 'blk.0.attn_k.weight' has shape [32, 16] but the metadata implies [32, 32]",
+                       "(no llama.attention.head_count_kv: llama.attention.head_count 4) x "
+                       "llama.rope.dimension_count 8"));
+    /* 2 heads of 32 / 2 = 16 (no rope.dimension_count): q's rows agree, k's do not */
+    expect_llama(EDITS({"llama.rope.dimension_count", UINT32_MAX}, {"llama.attention.head_count", 2}), 0,
+                 HP_ERR_SHAPE,
+                 WORDS("tensor 'blk.0.attn_k.weight' has shape [32, 16] but the metadata implies [32, 32]",
+                       "llama.attention.head_count_kv 2 x (no llama.rope.dimension_count: llama.embedding_length 32 / "
+                       "llama.attention.head_count 2)"));
+    expect_llama(EDITS({"llama.vocab_size", 21}), 0, HP_ERR_SHAPE,
+                 WORDS("\"llama.vocab_size\" 21 differs from the 20 rows of tensor 'token_embd.weight'"));
+    /* an output head of another vocabulary than the embedding's */
+    expect_llama(NO_EDITS, 19, HP_ERR_SHAPE,
+                 WORDS("tensor 'output.weight' has shape [32, 19] but the metadata implies [32, 20]",
+                       "(llama.embedding_length 32; llama.vocab_size 20)"));
+    expect_llama(EDITS({"llama.vocab_size", UINT32_MAX}), 19, HP_ERR_SHAPE,
+                 WORDS("tensor 'output.weight' has shape [32, 19] but the metadata implies [32, 20]",
+                       "(no llama.vocab_size: the 20 rows of token_embd.weight)"));
+    /* more blocks than the file holds, and fewer */
+    expect_llama(EDITS({"llama.block_count", 3}), 0, HP_ERR_SHAPE,
+                 WORDS("tensor 'blk.2.attn_norm.weight' is missing (llama.block_count 3: blocks 0-2)"));
+    expect_llama(EDITS({"llama.block_count", 1}), 0, HP_ERR_UNSUPPORTED,
+                 WORDS("tensor 'blk.1.attn_norm.weight' is not read (llama.block_count 1: only block 0)"));
 }
