@@ -232,7 +232,6 @@ static const struct hp_config_key olmo2[] = {
           "1"),                                                                                                      \
         H("attention_bias", "biases on q_proj, k_proj, v_proj and o_proj"),                                          \
         H("query_pre_attn_scalar", "the scores' scale is its inverse square root (not head_dim's)"),                 \
-        H("attn_logit_softcapping", "scores s become cap tanh(s / cap) before the mask (null: none)"),               \
         H("final_logit_softcapping", "logits z become cap tanh(z / cap) (null: none)"),                              \
         H("sliding_window", "each query on a sliding layer sees this many keys back (null refused)"),               \
         H("layer_types", "which layers slide (sliding_attention) and which see every key (full_attention)"),         \
@@ -241,10 +240,13 @@ static const struct hp_config_key olmo2[] = {
 
 static const struct hp_config_key gemma2[] = {
     GEMMA_FAMILY,
+    H("attn_logit_softcapping", "scores s become cap tanh(s / cap) before the mask (null: none)"),
 };
 
 static const struct hp_config_key gemma3_text[] = {
     GEMMA_FAMILY,
+    I("attn_logit_softcapping", "kept by Gemma3TextConfig, but Gemma3Attention never applies it (Gemma 2's does): "
+                                "the scores are not capped, whatever its value"),
     H("rope_local_base_freq", "the rotary base of the sliding layers, which rope_scaling leaves unscaled"),
     H("sliding_window_pattern", "without layer_types: every pattern-th layer full, the others sliding"),
     I("_sliding_window_pattern", "written by save_pretrained; the class sets it from sliding_window_pattern, "

@@ -288,6 +288,12 @@ enum {
     F_QWEN_WINDOW = 64, /* use_sliding_window and sliding layer_types refused (Qwen2, Qwen3) */
     F_GEMMA = 128,      /* Gemma 2 and 3: four (1 + weight) RMSNorms a layer, embeddings times sqrt(hidden_size),
                          * query_pre_attn_scalar, soft-capping, sliding layers by layer_types */
+    F_ROPE_LONG = 256,  /* rope_scaling: the config class takes only longrope, which headprune does not implement
+                         * (Phi3Config): anything but null refused */
+    F_ROPE_OLD = 512,   /* rope_scaling: the config class takes only {"type": linear | dynamic, "factor": > 1}, two
+                         * fields (Olmo2Config) */
+    F_ROPE_NEW = 1024,  /* rope_scaling: the config class reads only "rope_type", not the old "type" (Gemma3TextConfig
+                         * does not copy one to the other) */
 };
 
 /* The rows, once: llama_rows below and hp_llama_types (the model_type names model.c's architecture table reads)
@@ -298,10 +304,10 @@ enum {
     X("mistral", 131072, 1e-6, 0, 4096, 0, "hidden_act") /* MistralConfig's 4096 * 32 positions */                     \
     X("qwen2", 32768, 1e-6, 0, -1, F_QKV_BIAS | F_QWEN_WINDOW, "hidden_act")                                           \
     X("qwen3", 32768, 1e-6, 128, -1, F_ATTN_BIAS | F_QK_NORM | F_QWEN_WINDOW, "hidden_act")                            \
-    X("phi3", 4096, 1e-5, 0, 0, F_FUSED, "hidden_act")                                                                 \
-    X("olmo2", 2048, 1e-5, 0, -1, F_ATTN_BIAS | F_OLMO, "hidden_act")                                                  \
+    X("phi3", 4096, 1e-5, 0, 0, F_FUSED | F_ROPE_LONG, "hidden_act")                                                                 \
+    X("olmo2", 2048, 1e-5, 0, -1, F_ATTN_BIAS | F_OLMO | F_ROPE_OLD, "hidden_act")                                                  \
     X("gemma2", 8192, 1e-6, 256, 4096, F_ATTN_BIAS | F_GEMMA, "hidden_activation")                                     \
-    X("gemma3_text", 131072, 1e-6, 256, 4096, F_ATTN_BIAS | F_GEMMA | F_QK_NORM, "hidden_activation")
+    X("gemma3_text", 131072, 1e-6, 256, 4096, F_ATTN_BIAS | F_GEMMA | F_QK_NORM | F_ROPE_NEW, "hidden_activation")
 
 static const struct llama_row {
     const char *type;
@@ -399,7 +405,9 @@ static enum hp_status config_gemma(struct cfg *c, struct hp_model *m, const char
             m->sliding[l] = (l + 1) % pattern != 0;
     }
     m->attn_scale = (float)(1.0 / sqrt(hp_cfg_num(c, "query_pre_attn_scalar", 256, 0, 1e9)));
-    m->info.attn_softcap = softcap(c, "attn_logit_softcapping", g3 ? 0 : 50.0);
+    /* Gemma 3 keeps the key but its attention never applies it (transformers' Gemma3Attention passes no softcap
+     * to the attention function, where Gemma 2's does): ignored here as there (config_keys.c) */
+    m->info.attn_softcap = g3 ? 0 : softcap(c, "attn_logit_softcapping", 50.0);
     m->info.logit_softcap = softcap(c, "final_logit_softcapping", g3 ? 0 : 30.0);
     /* Gemma 3's sliding layers turn by their own base, unscaled (rope_scaling is the global layers') */
     if (g3)
@@ -407,6 +415,40 @@ static enum hp_status config_gemma(struct cfg *c, struct hp_model *m, const char
     /* Gemma3TextScaledWordEmbedding's embed_scale and Gemma2Model's normalizer, in float32 */
     m->embed_scale = (float)sqrt((double)in->d_model);
     return c->st;
+}
+
+/*
+ * The forms of rope_scaling a row's configuration class accepts beside Llama's (read_rope_scaling's): where the
+ * class refuses a form, transformers runs nothing to compare with, so headprune refuses it too rather than run
+ * Llama's reading of it. Gemma3TextConfig reads only "rope_type"; Phi3Config takes only longrope; Olmo2Config only {"type", "factor"} with linear or
+ * dynamic and a factor above 1 (that it be a float, JSON's 3.0 against 3, is not seen here).
+ */
+static enum hp_status rope_scaling_form(struct cfg *c, const char *mt, unsigned f)
+{
+    const cJSON *rs = hp_cfg_get(c->j, "rope_scaling");
+    if (!rs || cJSON_IsNull(rs) || !(f & (F_ROPE_LONG | F_ROPE_OLD | F_ROPE_NEW)))
+        return HP_OK;
+    if (f & F_ROPE_NEW)
+        return !cJSON_IsObject(rs) || cJSON_GetObjectItemCaseSensitive(rs, "rope_type")
+                   ? HP_OK
+                   : hp_fail(c->err, HP_ERR_UNSUPPORTED,
+                             "%s: \"rope_scaling\" for %s must name \"rope_type\" (transformers' configuration "
+                             "refuses the old \"type\" alone)",
+                             c->path, mt);
+    if (f & F_ROPE_LONG)
+        return hp_fail(c->err, HP_ERR_UNSUPPORTED,
+                       "%s: \"rope_scaling\" is not supported for %s (transformers' configuration takes only longrope, "
+                       "which headprune does not implement; null runs unscaled)",
+                       c->path, mt);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "type"), *fa = cJSON_GetObjectItemCaseSensitive(rs, "factor");
+    if (!cJSON_IsObject(rs) || cJSON_GetArraySize(rs) != 2 || !cJSON_IsString(t) ||
+        (strcmp(t->valuestring, "linear") != 0 && strcmp(t->valuestring, "dynamic") != 0) || !cJSON_IsNumber(fa) ||
+        !(fa->valuedouble > 1))
+        return hp_fail(c->err, HP_ERR_UNSUPPORTED,
+                       "%s: \"rope_scaling\" for %s must be {\"type\": \"linear\" or \"dynamic\", \"factor\": > 1}, "
+                       "the only form transformers' configuration takes",
+                       c->path, mt);
+    return HP_OK;
 }
 
 /* config.json of a Llama-family checkpoint (a row of llama_rows): shape, rotary, biases, q/k norms, fused
@@ -446,7 +488,9 @@ enum hp_status hp_config_llama(struct cfg *c, struct hp_model *m, const char *mt
     o->gemma_norms = (f & F_GEMMA) != 0;
     if (c->st != HP_OK)
         return c->st;
-    enum hp_status st = read_rope_scaling(m, c->path, hp_cfg_get(c->j, "rope_scaling"), c->err);
+    enum hp_status st = rope_scaling_form(c, mt, f);
+    if (st == HP_OK)
+        st = read_rope_scaling(m, c->path, hp_cfg_get(c->j, "rope_scaling"), c->err);
     if (st != HP_OK)
         return st;
     /* the window: Mistral's 4096 when config.json leaves the key out (null: none), Phi-3's none, Gemma's 4096 on

@@ -601,7 +601,7 @@ Test(model, phi3_longrope_and_partial_rotary)
     llama_config("phi3-fused", "\"rope_scaling\": null",
                  "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1, 1, 1, 1], "
                  "\"long_factor\": [1, 1, 1, 1]}");
-    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "rope_scaling type \"longrope\" is not supported");
+    expect_fail(HP_ERR_UNSUPPORTED, "config.json", "\"rope_scaling\" is not supported for phi3 (transformers' configuration takes only longrope");
     llama_config("phi3-fused", "\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.75");
     expect_fail(HP_ERR_UNSUPPORTED, "config.json", "partial_rotary_factor");
 }
@@ -1265,4 +1265,138 @@ Test(model, config_key_defaults_are_accepted)
                 cJSON_Delete(c);
             }
     }
+}
+
+// --- every honoured config key against transformers --------------------------------------------------------
+
+/* A folder holding fixture's weights (linked) and config text cfg as config.json, into dir (64 bytes). */
+static void keys_checkpoint(char *dir, const char *fixture, const char *cfg)
+{
+    tu_mkdtemp(dir, 64, "keys");
+    char src[1200], dst[1200];
+    const char *const files[] = {"model.safetensors", "model.safetensors.index.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(src, sizeof src, "%s/%s/%s", getenv("HP_FIXTURES"), fixture, files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        if (access(src, F_OK) == 0)
+            cr_assert_eq(symlink(src, dst), 0, "cannot link %s", src);
+    }
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    FILE *f = fopen(dst, "w");
+    cr_assert(f && fputs(cfg, f) >= 0 && fclose(f) == 0, "cannot write %s", dst);
+}
+
+/* The loss of case c's checkpoint dir on its fixture's data under mask (NULL: none); HP_OK or the refusal. */
+static enum hp_status keys_loss(const char *dir, const cJSON *c, const char *mask, double *loss, struct hp_error *err)
+{
+    struct hp_model *m = NULL;
+    struct hp_data *d = NULL;
+    struct hp_eval_result *r = NULL;
+    char data[1200];
+    snprintf(data, sizeof data, "%s/%s/%s", getenv("HP_FIXTURES"), cJSON_GetObjectItem(c, "fixture")->valuestring,
+             cJSON_GetObjectItem(c, "data")->valuestring);
+    enum hp_status st = hp_model_open(dir, &m, err);
+    if (st == HP_OK)
+        st = hp_data_load_for(data, dir, hp_model_get_info(m), 0, &d, err);
+    const struct hp_eval_opts o = {.mask = mask, .ablation = HP_ABLATE_ZERO, .threads = 1};
+    if (st == HP_OK && (st = hp_eval(m, d, &o, &r, err)) == HP_OK)
+        *loss = r->mt->loss;
+    hp_eval_result_free(r);
+    hp_data_free(d);
+    hp_model_close(m);
+    return st;
+}
+
+/*
+ * tests/fixtures/config-key-cases.json (tools/gen_config_key_cases.py): each config.json key headprune honours,
+ * changed alone on a fixture, scored by transformers in float64 unmasked and with layer 1 ablated. Where
+ * transformers loads the changed checkpoint cleanly headprune must give its losses (1e-5 relative, as
+ * test_reference.c); where it cannot (a tensor missing, unused or of another shape), or the value is one
+ * headprune documents it does not implement, headprune must refuse in one line (naming the key for the
+ * latter). A key transformers' modeling code never reads (Gemma 3's attn_logit_softcapping) is caught the same
+ * way: changing it changes transformers' numbers not at all. Every key config_keys.c marks honoured must have a
+ * case or an exemption naming the test that covers it, and the decision each case was made under (from
+ * docs/checkpoints.md) must be config_keys.c's.
+ */
+Test(model, every_honoured_config_key_matches_transformers)
+{
+    char p[1200];
+    snprintf(p, sizeof p, "%s/config-key-cases.json", getenv("HP_FIXTURES"));
+    char *txt = tu_slurp(p, NULL);
+    cJSON *j = cJSON_Parse(txt), *cases = cJSON_GetObjectItem(j, "cases"), *masks = cJSON_GetObjectItem(j, "masks"),
+          *exempt = cJSON_GetObjectItem(j, "exempt"), *c;
+    cr_assert(cJSON_IsArray(cases) && cJSON_IsArray(masks) && cJSON_IsObject(exempt), "%s: not the tool's output", p);
+    int bad = 0, n_same = 0, n_refused = 0;
+    cJSON_ArrayForEach(c, cases)
+    {
+        const char *mt = cJSON_GetObjectItem(c, "model_type")->valuestring,
+                   *key = cJSON_GetObjectItem(c, "key")->valuestring,
+                   *expect = cJSON_GetObjectItem(c, "expect")->valuestring,
+                   *decision = cJSON_GetObjectItem(c, "decision")->valuestring;
+        const struct hp_config_key *row = hp_config_key_find(mt, key);
+        const bool honour = row && row->rule == HP_KEY_HONOUR;
+        if (strcmp(decision, honour ? "honoured" : "irrelevant") != 0 && ++bad)
+            cr_log_error("%s \"%s\": docs/checkpoints.md says %s, engine/config_keys.c %s", mt, key, decision,
+                         row ? (honour ? "honoured" : "not honoured") : "nothing");
+        char *cfg = cJSON_Print(cJSON_GetObjectItem(c, "config")), *edits = cJSON_PrintUnformatted(
+                                                                          cJSON_GetObjectItem(c, "edits"));
+        char dir[64];
+        keys_checkpoint(dir, cJSON_GetObjectItem(c, "fixture")->valuestring, cfg);
+        const bool same = strcmp(expect, "same") == 0, none = strcmp(expect, "no_reference") == 0;
+        n_same += same, n_refused += !same && !none;
+        for (int k = 0; k < cJSON_GetArraySize(masks); k++) {
+            const char *spec = cJSON_GetArrayItem(masks, k)->valuestring;
+            double loss = NAN;
+            struct hp_error err = {0};
+            enum hp_status st = keys_loss(dir, c, *spec ? spec : NULL, &loss, &err);
+            if (same) {
+                const double want = cJSON_GetArrayItem(cJSON_GetObjectItem(c, "loss"), k)->valuedouble;
+                if (st != HP_OK && ++bad <= 60)
+                    cr_log_error("%s %s, mask '%s': refused (%s) where transformers gives loss %.6f", mt, edits, spec,
+                                 err.msg, want);
+                else if (st == HP_OK && !(fabs(loss - want) <= 1e-5 * fabs(want)) && ++bad <= 60)
+                    cr_log_error("%s %s, mask '%s': loss %.6f, transformers (float64) %.6f", mt, edits, spec, loss,
+                                 want);
+            } else if (none) { /* transformers failed by accident: headprune may run or refuse, in one line */
+                if (st != HP_OK && strchr(err.msg, '\n') && ++bad <= 60)
+                    cr_log_error("%s %s: the refusal is not one line: %s", mt, edits, err.msg);
+            } else {
+                const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+                if (st == HP_OK && ++bad <= 60)
+                    cr_log_error("%s %s, mask '%s': loss %.6f where headprune should refuse (%s)", mt, edits, spec,
+                                 loss, cJSON_GetObjectItem(c, "why")->valuestring);
+                else if (st != HP_OK && (strchr(err.msg, '\n') || !strstr(err.msg, name)) && ++bad <= 60)
+                    cr_log_error("%s %s: the refusal is not one line naming \"%s\": %s", mt, edits, name, err.msg);
+            }
+        }
+        tu_rmrf(dir);
+        free(cfg);
+        free(edits);
+    }
+    /* every honoured key of every table has its case, or an exemption naming the test that covers it */
+    for (int t = 0; hp_model_type_at(t); t++) {
+        const char *mt = hp_model_type_at(t);
+        for (const char *tab = mt;; tab = NULL) {
+            int nr;
+            const struct hp_config_key *rows = hp_config_keys(tab, &nr);
+            for (int i = 0; i < nr; i++) {
+                if (rows[i].rule != HP_KEY_HONOUR || hp_config_key_find(mt, rows[i].key) != &rows[i] ||
+                    cJSON_GetObjectItem(exempt, rows[i].key))
+                    continue;
+                bool has = false;
+                cJSON_ArrayForEach(c, cases) has |= strcmp(cJSON_GetObjectItem(c, "model_type")->valuestring, mt) == 0 &&
+                                                     strcmp(cJSON_GetObjectItem(c, "key")->valuestring, rows[i].key) == 0;
+                if (!has && ++bad)
+                    cr_log_error("%s \"%s\" is honoured but has no case in %s (tools/gen_config_key_cases.py)", mt,
+                                 rows[i].key, p);
+            }
+            if (!tab)
+                break;
+        }
+    }
+    cr_assert_eq(bad, 0, "%d config-key cases disagree with transformers (first 20 above; %d compared, %d refused)",
+                 bad, n_same, n_refused);
+    cr_assert_gt(n_same, 100, "%s: %d cases compared", p, n_same);
+    cJSON_Delete(j);
+    free(txt);
 }
