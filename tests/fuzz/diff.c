@@ -847,9 +847,14 @@ static bool write_safetensors(const struct model *m, const char *path, int lo, i
     return ok;
 }
 
-/* rope_scaling as config.json writes it: spec.rope's 0 null, 1 linear, 2 default, 3 dynamic, 4 llama3 */
-static const char *rope_text(int rope)
+/* rope_scaling as config.json writes it: spec.rope's 0 null, 1 linear, 2 default, 3 dynamic, 4 llama3; old: the
+ * {"type", "factor"} form, the only one Olmo2Config takes (linear and dynamic only) */
+static const char *rope_text(int rope, bool old)
 {
+    if (old)
+        return rope == 1 ? "{\"type\": \"linear\", \"factor\": 2.0}"
+               : rope == 3 ? "{\"type\": \"dynamic\", \"factor\": 2.0}"
+                           : "null";
     return rope == 1   ? "{\"rope_type\": \"linear\", \"factor\": 2.0}"
            : rope == 2 ? "{\"rope_type\": \"default\"}"
            : rope == 3 ? "{\"rope_type\": \"dynamic\", \"factor\": 2.0}"
@@ -902,7 +907,7 @@ static bool write_config(const struct spec *s, const char *dir)
                     "\"rotary_emb_base\": %.17g, \"rotary_pct\": %.17g, \"use_parallel_residual\": %s, "
                     "\"attention_bias\": %s, \"hidden_act\": \"%s\", \"rope_scaling\": %s",
                 s->d, s->f, s->L, s->H, s->n_ctx, s->V, s->eps, s->rope_theta, s->rotary_pct,
-                s->parallel ? "true" : "false", s->qkv_bias ? "true" : "false", s->act, rope_text(s->rope));
+                s->parallel ? "true" : "false", s->qkv_bias ? "true" : "false", s->act, rope_text(s->rope, false));
     } else {
         static const char *const types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "gemma2",
                                             "gemma3_text"};
@@ -920,7 +925,7 @@ static bool write_config(const struct spec *s, const char *dir)
             bprintf(&b, ", \"head_dim\": %d", s->dh);
         else if (s->arch == A_MISTRAL)
             bprintf(&b, ", \"head_dim\": null");
-        bprintf(&b, ", \"rope_scaling\": %s", rope_text(s->rope));
+        bprintf(&b, ", \"rope_scaling\": %s", rope_text(s->rope, s->arch == A_OLMO2));
         if (s->arch == A_LLAMA)
             bprintf(&b, ", \"attention_bias\": %s, \"mlp_bias\": %s", s->o_bias ? "true" : "false",
                     s->mlp_bias ? "true" : "false");
@@ -1662,6 +1667,10 @@ static void run_case(const struct opts *o, long cs, enum arch_id arch, struct st
     struct rng r2 = {mix64(o->seed * 0x9e3779b97f4a7c15ULL + 0x7654321) ^ mix64((uint64_t)cs + 2)};
     if (s->rope == 1 && rchance(&r2, 0.6))
         s->rope = rint_in(&r2, 3, 4);
+    /* the forms the configuration classes take (transformers refuses the others, and so does headprune): Phi3Config
+     * only longrope, which is not implemented; Olmo2Config only linear or dynamic in the old {"type", "factor"} */
+    if (s->arch == A_PHI3 || (s->arch == A_OLMO2 && (s->rope == 2 || s->rope == 4)))
+        s->rope = 0;
     s->shards = rchance(&r2, 0.25) ? rint_in(&r2, 2, 3) : 1;
     s->n_ctx = rint_in(&r, 2, 32);
     if (s->arch == A_MISTRAL || s->arch == A_PHI3)
