@@ -344,6 +344,10 @@ static enum hp_status matrix_view(const struct hp_gguf *g, const struct hp_gguf_
 {
     const struct hp_gguf_type_info *ti = hp_gguf_type_info(t->type);
     const int64_t rows = t->ne[1], cols = t->ne[0];
+    /* hp_st_add_views's rule, checked here to name the file's own tensor */
+    if (!hp_st_shape_ok(2, (const int64_t[]){rows, cols}))
+        return hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' has an invalid shape [%lld, %lld]", path, t->name,
+                       (long long)cols, (long long)rows);
     *v = (struct hp_st_tensor){.name = (char *)name, .n_dims = 2, .shape = {rows, cols}, .data = t->data,
                                .nbytes = t->nbytes};
     snprintf(v->dtype_name, sizeof v->dtype_name, "%s", ti->name);

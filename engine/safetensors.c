@@ -337,18 +337,22 @@ enum hp_status hp_st_open_buffer(const char *name, const void *buf, size_t len, 
     return HP_OK;
 }
 
+bool hp_st_shape_ok(int n_dims, const int64_t *shape)
+{
+    double nel = 1;
+    for (int i = 0; i < n_dims && i < 8; i++) {
+        if (shape[i] < 0 || shape[i] > (int64_t)1 << 52)
+            nel = INFINITY;
+        nel *= (double)shape[i];
+    }
+    return n_dims >= 0 && n_dims <= 8 && nel <= 1e15;
+}
+
 enum hp_status hp_st_add_views(struct hp_st_set *set, const struct hp_st_tensor *t, int n, struct hp_error *err)
 {
     const char *path = set->n_shards ? set->shards[0].path : "(no file)";
     for (int k = 0; k < n; k++) {
-        /* the header's rule (index_header): each dimension at most 2^52, at most 1e15 elements */
-        double nel = 1;
-        for (int i = 0; i < t[k].n_dims; i++) {
-            if (t[k].shape[i] < 0 || t[k].shape[i] > (int64_t)1 << 52)
-                nel = INFINITY;
-            nel *= (double)t[k].shape[i];
-        }
-        if (t[k].n_dims < 0 || t[k].n_dims > 8 || !(nel <= 1e15))
+        if (!hp_st_shape_ok(t[k].n_dims, t[k].shape))
             return hp_fail(err, HP_ERR_FORMAT, "%s: tensor '%s' has an invalid shape", path, t[k].name);
         struct hp_st_tensor v = t[k];
         v.file = set->n_shards ? set->shards[0].path : NULL;

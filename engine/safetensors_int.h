@@ -56,6 +56,9 @@ enum hp_status hp_st_add(struct hp_st_set *set, const char *path,
  * them: names copied, each file the set's first shard's; data (and q) must outlive the set. Names must not repeat
  * and shapes are held to the header's rule (HP_ERR_FORMAT). The names are indexed once, after all n; after a
  * failure the set is fit only for hp_st_close. */
+/* The header's rule for a shape (index_header, hp_st_add_views): n_dims 0 to 8, each dimension 0 to 2^52, at most
+ * 1e15 elements. */
+bool hp_st_shape_ok(int n_dims, const int64_t *shape);
 enum hp_status hp_st_add_views(struct hp_st_set *set, const struct hp_st_tensor *t, int n, struct hp_error *err);
 void hp_st_close(struct hp_st_set *set);
 

@@ -848,7 +848,7 @@ Test(model, gguf_refusals)
     gguf_case(0, 593, "outpux", HP_ERR_UNSUPPORTED, "tensor 'outpux_norm.weight' is not one a llama GGUF holds");
     /* blk.0.attn_q.weight's ne (at 773) 0 x 2^62: no bytes, and nothing to put back row by row for 2^61 rows */
     gguf_patch(0, 773, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x40", 16, HP_ERR_FORMAT,
-               "tensor 'model.layers.0.self_attn.q_proj.weight' has an invalid shape");
+               "tensor 'blk.0.attn_q.weight' has an invalid shape [0, 4611686018427387904]");
 }
 
 /* A folder holding one .gguf (and no config.json) opens it; two are refused, named */
