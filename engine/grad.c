@@ -109,7 +109,7 @@ static int64_t scored_items(const struct hp_evaluator *ev)
  * mx, s), block by block, so its probabilities are never held either.
  */
 struct head_grad {
-    enum hp_grad_rule rule; /* what the backward differentiates for it (hp_grad_rule) */
+    enum hp_metric_deriv deriv; /* what the backward differentiates: the metric row's */
     int n_sc;              /* an LM's scored rows in the chunk */
     size_t rows;           /* the chunk's rows at most: the gradient pass's batch x seq_len */
     float *dh;             /* (rows, d_model) the gradient at the rows the head reads */
@@ -152,36 +152,22 @@ static void head_grad_free(struct head_grad *hg)
     hp_metrics_free(hg->mt);
 }
 
-/*
- * What the backward differentiates for each metric: until a metric's row carries its derivative (make room III),
- * this explicit list. A metric whose row says grad but that has no entry here is refused (hp_grad_rule), never
- * differentiated as the loss: a new row marked grad, a neg_loss say, would otherwise get the loss's gradient,
- * with the wrong sign.
- */
-static enum hp_grad_rule grad_rule_of(enum hp_metric m)
+enum hp_status hp_grad_deriv(const struct hp_metric_row *row, enum hp_metric_deriv *out, struct hp_error *err)
 {
-    switch (m) {
-    case HP_METRIC_LOSS: return HP_GRAD_XENT;
-    case HP_METRIC_KL: return HP_GRAD_KL;
-    case HP_METRIC_LOGIT_DIFF: return HP_GRAD_NEG_LOGIT_DIFF;
-    case HP_METRIC_COS: return HP_GRAD_ONE_MINUS_COS;
-    default: return HP_GRAD_NONE;
-    }
-}
-
-enum hp_status hp_grad_rule(enum hp_metric m, const struct hp_metric_row *row, enum hp_grad_rule *out,
-                            struct hp_error *err)
-{
-    *out = grad_rule_of(m);
-    if (!row->grad)
+    *out = row->deriv;
+    switch (row->deriv) { /* every member a case, no default: a new derivative is a warning here until handled */
+    case HP_DERIV_XENT:
+    case HP_DERIV_KL:
+    case HP_DERIV_NEG_LOGIT_DIFF:
+    case HP_DERIV_ONE_MINUS_COS: return HP_OK;
+    case HP_DERIV_NONE:
         return hp_fail(err, HP_ERR_UNSUPPORTED, "%s has no gradient (%s is a step function of the gates): use loss or kl",
                        row->name, row->label);
-    if (*out == HP_GRAD_NONE)
-        return hp_fail(err, HP_ERR_UNSUPPORTED,
-                       "metric %s: its row says it has a gradient, but engine/grad.c has no derivative for it "
-                       "(grad_rule_of lists the metrics it differentiates)",
-                       row->name);
-    return HP_OK;
+    case HP_DERIV_COUNT: break;
+    }
+    *out = HP_DERIV_NONE;
+    return hp_fail(err, HP_ERR_UNSUPPORTED, "metric %s: its row names a derivative engine/grad.c does not take (%d)",
+                   row->name, (int)row->deriv);
 }
 
 /* malloc of n items of size bytes, at least one (malloc(0) may be NULL). */
@@ -196,13 +182,13 @@ static bool head_grad_new(const struct hp_evaluator *ev, const struct hp_grad_st
 {
     const size_t rows = (size_t)gs->batch * ev->d->seq_len;
     const struct hp_model_info *in = &ev->m->info;
-    const bool lm = ev->has_loss && !ev->has_cls, cos = grad_rule_of(metric) == HP_GRAD_ONE_MINUS_COS;
+    const bool lm = ev->has_loss && !ev->has_cls, cos = hp_metric_row(metric)->deriv == HP_DERIV_ONE_MINUS_COS;
     /* an LM's rows twice: the unmasked model's go through the head beside the pass's (kl, or a variant's KL) */
     const size_t d = (size_t)in->d_model, vb = lm ? (size_t)hp_eval_vocab_block(in->n_vocab) : 0,
                  nz = ev->has_cls ? (size_t)gs->batch * in->n_labels : 0, nr = lm ? rows : 0, n2 = 2 * nr,
                  ncap = ev->m->info.logit_softcap > 0 ? nr : 0;
     memset(hg, 0, sizeof *hg);
-    hg->rule = grad_rule_of(metric);
+    hg->deriv = hp_metric_row(metric)->deriv;
     hg->rows = rows;
 #define HG_ALLOC(p, n) ((p) = alloc_items((n), sizeof *(p)))
     return HG_ALLOC(hg->dh, rows * d) && HG_ALLOC(hg->z, nz) && HG_ALLOC(hg->zb, nz) && HG_ALLOC(hg->sc_row, nr) &&
@@ -303,8 +289,8 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
 {
     const struct hp_model *m = ev->m;
     const int d = m->info.d_model, V = m->info.n_vocab, VB = hp_eval_vocab_block(V), n = hg->n_sc;
-    const bool kl = hg->rule == HP_GRAD_KL, ld = hg->rule == HP_GRAD_NEG_LOGIT_DIFF, ref = hg->ref;
-    assert(kl || ld || hg->rule == HP_GRAD_XENT); /* check_pass refused any other (hp_grad_rule) */
+    const bool kl = hg->deriv == HP_DERIV_KL, ld = hg->deriv == HP_DERIV_NEG_LOGIT_DIFF, ref = hg->ref;
+    assert(kl || ld || hg->deriv == HP_DERIV_XENT); /* check_pass refused any other (hp_grad_deriv) */
     const float cap = m->info.logit_softcap;
     /* the unmasked rows' logits are made when there is a KL to take; their gradient only under kl */
     const int n_fwd = ref ? 2 * n : n, n_bwd = kl ? 2 * n : n;
@@ -373,7 +359,7 @@ static double lm_backward(const struct hp_evaluator *ev, struct head_grad *hg, c
             for (int k = 0; k < d; k++)
                 g[k] = (float)((sw * hp_mat_get(m->lm_head, hg->sc_w[i], k) - sy * hp_mat_get(m->lm_head, hg->sc_y[i], k)) /
                                n_items);
-        } else { /* HP_GRAD_XENT: the cross-entropy's softmax - onehot, through the head */
+        } else { /* HP_DERIV_XENT: the cross-entropy's softmax - onehot, through the head */
             const double sy = cap > 0 ? hg->sy[i] : 1;
             for (int k = 0; k < d; k++)
                 g[k] = (float)(((double)ai[k] / hg->s[i] - sy * hp_mat_get(m->lm_head, hg->sc_y[i], k)) / n_items);
@@ -580,7 +566,7 @@ static bool against_unmasked(enum hp_metric metric)
 static double objective_backward(const struct hp_evaluator *ev, struct head_grad *hg, const float *h, int s0, int nb,
                                  double n_items)
 {
-    if (hg->rule == HP_GRAD_ONE_MINUS_COS)
+    if (hg->deriv == HP_DERIV_ONE_MINUS_COS)
         return cos_backward(ev, hg, h, s0, nb, n_items);
     if (!ev->has_cls) {
         const double sum = lm_backward(ev, hg, h, n_items);
@@ -595,8 +581,8 @@ static double objective_backward(const struct hp_evaluator *ev, struct head_grad
         float *zj = hg->z + (size_t)j * C;
         if (hg->mt)
             hp_eval_score_cls(ev, hg->mt, &hg->tot, s0 + j, zj, hg->masked ? hg->zb + (size_t)j * C : NULL);
-        assert(hg->rule == HP_GRAD_KL || hg->rule == HP_GRAD_XENT); /* a classifier's: check_pass */
-        sum += hg->rule == HP_GRAD_KL ? row_kl_backward(zj, hg->zb + (size_t)j * C, C, n_items)
+        assert(hg->deriv == HP_DERIV_KL || hg->deriv == HP_DERIV_XENT); /* a classifier's: check_pass */
+        sum += hg->deriv == HP_DERIV_KL ? row_kl_backward(zj, hg->zb + (size_t)j * C, C, n_items)
                                       : row_xent_backward(zj, C, ev->d->seq_labels[s0 + j], n_items);
     }
     hp_bwd_classify(ev->m, hg->bw, h, hg->z, nb, ev->d->seq_len, hg->dh);
@@ -682,8 +668,8 @@ static enum hp_status check_pass(const struct hp_evaluator *ev, enum hp_metric m
 {
     const struct hp_model_info *in = &ev->m->info;
     const struct hp_data *d = ev->d;
-    enum hp_grad_rule rule;
-    enum hp_status st = hp_grad_rule(metric, hp_metric_row(metric), &rule, err);
+    enum hp_metric_deriv deriv;
+    enum hp_status st = hp_grad_deriv(hp_metric_row(metric), &deriv, err);
     if (st != HP_OK)
         return st;
     if (!hp_evaluator_has_metric(ev, hp_metric_name(metric)))

@@ -17,6 +17,7 @@
 #define HP_GRAD_INT_H
 
 #include "headprune.h"
+#include "metric_int.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -43,22 +44,11 @@
 /* The most the prefix (the residual stream entering every layer but the first, over the whole set) may hold. */
 #define HP_GRAD_PREFIX_BYTES ((size_t)512 << 20)
 
-/* What a gradient pass differentiates for a metric (grad.c's explicit list, until a metric row carries its
- * derivative). */
-enum hp_grad_rule {
-    HP_GRAD_NONE,            /* no derivative: refused */
-    HP_GRAD_XENT,            /* the mean cross-entropy (loss; a classifier's too) */
-    HP_GRAD_KL,              /* KL(unmasked || masked) */
-    HP_GRAD_NEG_LOGIT_DIFF,  /* -(z_answer - z_wrong), whose decrease is logit_diff's increase */
-    HP_GRAD_ONE_MINUS_COS,   /* 1 - cos to the unmasked model's embedding */
-};
-
 struct hp_metric_row;
-/* What the gradient of metric m (whose row is row) differentiates, in *out: HP_OK; else (the row has no
- * gradient, or grad.c no derivative for a row that says it has one) the refusal naming the metric. A test may
- * pass a row the table does not hold, as a new metric would be. */
-enum hp_status hp_grad_rule(enum hp_metric m, const struct hp_metric_row *row, enum hp_grad_rule *out,
-                            struct hp_error *err);
+/* What the gradient of the metric whose row is row differentiates (the row's derivative), in *out: HP_OK; else (the
+ * row has none, or names one grad.c does not take) the refusal naming the metric. A test may pass a row the table
+ * does not hold, as a new metric's would be. */
+enum hp_status hp_grad_deriv(const struct hp_metric_row *row, enum hp_metric_deriv *out, struct hp_error *err);
 
 struct hp_grad_state {
     int batch;         /* sequences per gradient pass's chunk: at least the forward's batch (hp_grad_batch) */

@@ -64,38 +64,38 @@ static double score_prob(const struct hp_token_facts *f)
  * worse, its baseline rule, how it is scored and reduced, and its gradient. */
 static const struct hp_metric_row metrics[] = {
     [HP_METRIC_LOSS] = {"loss", "loss", +1, "nats", "effect = loss - baseline loss (nats; larger = worse)",
-                        HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_loss, HP_REDUCE_TOKENS, true, "loss",
+                        HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_loss, HP_REDUCE_TOKENS, HP_DERIV_XENT, "loss",
                         HP_NEEDS_NOTHING, false, true},
     [HP_METRIC_KL] = {"kl", "KL", +1, "nats",
                       "effect = the variant's KL(unmasked || masked) (nats; the baseline's is 0; larger = worse)",
-                      HP_BASELINE_UNMASKED, HP_SCORE_TOKENS, score_kl, HP_REDUCE_TOKENS, true, "kl", HP_NEEDS_NOTHING, false,
+                      HP_BASELINE_UNMASKED, HP_SCORE_TOKENS, score_kl, HP_REDUCE_TOKENS, HP_DERIV_KL, "kl", HP_NEEDS_NOTHING, false,
                       false, true},
     [HP_METRIC_ACC] = {"acc", "accuracy", -1, "fraction correct", "effect = baseline acc - acc (larger = worse)",
-                       HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_acc, HP_REDUCE_TOKENS, false, NULL},
+                       HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_acc, HP_REDUCE_TOKENS, HP_DERIV_NONE, NULL},
     [HP_METRIC_COS] = {"cos", "cosine", -1, "cosine similarity", "effect = baseline cos - cos (larger = worse)",
-                       HP_BASELINE_VARIANT, HP_SCORE_SEQS, NULL, HP_REDUCE_SEQS, true, "1 - cos", HP_NEEDS_NOTHING, false,
+                       HP_BASELINE_VARIANT, HP_SCORE_SEQS, NULL, HP_REDUCE_SEQS, HP_DERIV_ONE_MINUS_COS, "1 - cos", HP_NEEDS_NOTHING, false,
                        true, true},
     /* task rows (docs/tasks.md): one scored item a row, its answer position, so token means are row means */
     [HP_METRIC_LOGIT_DIFF] = {"logit_diff", "logit difference", -1, "logits",
                               "effect = baseline logit_diff - logit_diff (logits; larger = worse)", HP_BASELINE_VARIANT,
-                              HP_SCORE_TOKENS, score_ld, HP_REDUCE_TOKENS, true, "-logit_diff", HP_NEEDS_WRONG, false,
+                              HP_SCORE_TOKENS, score_ld, HP_REDUCE_TOKENS, HP_DERIV_NEG_LOGIT_DIFF, "-logit_diff", HP_NEEDS_WRONG, false,
                               true},
     [HP_METRIC_ANSWER_LOGPROB] = {"answer_logprob", "answer log-probability", -1, "nats",
                                   "effect = baseline answer_logprob - answer_logprob (nats; larger = worse)",
-                                  HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_logprob, HP_REDUCE_TOKENS, false, NULL,
+                                  HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_logprob, HP_REDUCE_TOKENS, HP_DERIV_NONE, NULL,
                                   HP_NEEDS_ANSWERS, false},
     [HP_METRIC_ANSWER_PROB] = {"answer_prob", "answer probability", -1, "probability",
                                "effect = baseline answer_prob - answer_prob (larger = worse)", HP_BASELINE_VARIANT,
-                               HP_SCORE_TOKENS, score_prob, HP_REDUCE_TOKENS, false, NULL, HP_NEEDS_ANSWERS, false},
+                               HP_SCORE_TOKENS, score_prob, HP_REDUCE_TOKENS, HP_DERIV_NONE, NULL, HP_NEEDS_ANSWERS, false},
     [HP_METRIC_ANSWER_ACC] = {"answer_acc", "answer accuracy", -1, "fraction correct",
                               "effect = baseline answer_acc - answer_acc (larger = worse)", HP_BASELINE_VARIANT,
-                              HP_SCORE_TOKENS, score_acc, HP_REDUCE_TOKENS, false, NULL, HP_NEEDS_ANSWERS, false},
+                              HP_SCORE_TOKENS, score_acc, HP_REDUCE_TOKENS, HP_DERIV_NONE, NULL, HP_NEEDS_ANSWERS, false},
     [HP_METRIC_PATCH_RECOVERY] = {"patch_recovery", "patch recovery", -1, "fraction of the clean - corrupt logit_diff",
                                   "effect = baseline patch_recovery - patch_recovery, where patch_recovery = "
                                   "(logit_diff - corrupt logit_diff) / (clean logit_diff - corrupt logit_diff) "
                                   "(larger = worse; under denoise the baseline is the corrupt run, 0, so restoring "
                                   "heads that matter gives a negative effect)",
-                                  HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_ld, HP_REDUCE_TOKENS, false, NULL,
+                                  HP_BASELINE_VARIANT, HP_SCORE_TOKENS, score_ld, HP_REDUCE_TOKENS, HP_DERIV_NONE, NULL,
                                   HP_NEEDS_PAIR, true},
 };
 static_assert(sizeof metrics / sizeof metrics[0] == HP_N_METRICS, "a metric without its row");
@@ -175,7 +175,7 @@ const char *hp_metric_effect_text(enum hp_metric m)
 
 bool hp_metric_has_grad(enum hp_metric m)
 {
-    return (int)m >= 0 && (int)m < HP_N_METRICS && metrics[m].grad;
+    return (int)m >= 0 && (int)m < HP_N_METRICS && metrics[m].deriv != HP_DERIV_NONE;
 }
 
 enum hp_metric hp_metric_grad_of(enum hp_metric sweep_metric)
@@ -199,12 +199,12 @@ void hp_metric_names(char *buf, size_t n, bool grad_only, const char *last_sep)
 {
     int total = 0, k = 0;
     for (int i = 0; i < HP_N_METRICS; i++)
-        total += !grad_only || metrics[i].grad;
+        total += !grad_only || metrics[i].deriv != HP_DERIV_NONE;
     size_t at = 0;
     if (n)
         buf[0] = '\0';
     for (int i = 0; i < HP_N_METRICS && at < n; i++) {
-        if (grad_only && !metrics[i].grad)
+        if (grad_only && metrics[i].deriv == HP_DERIV_NONE)
             continue;
         const char *sep = k == 0 ? "" : k == total - 1 ? last_sep : ", ";
         at += (size_t)snprintf(buf + at, n - at, "%s%s", sep, metrics[i].name);

@@ -55,6 +55,17 @@ struct hp_token_facts {
     double ld;   /* z[target] - z[wrong]: a task row's logit difference; 0 where the row has no wrong answer */
 };
 
+/* What a gradient pass differentiates for a metric, a row's own (grad.c switches on it, every member a case: a row
+ * names the derivative it has, so a new metric cannot fall back to another's). */
+enum hp_metric_deriv {
+    HP_DERIV_NONE,           /* a step function of the gates (accuracy) or not built: no gradient */
+    HP_DERIV_XENT,           /* the mean cross-entropy (loss; a classifier's too) */
+    HP_DERIV_KL,             /* KL(unmasked || masked) */
+    HP_DERIV_NEG_LOGIT_DIFF, /* -(z_answer - z_wrong), whose decrease is logit_diff's increase */
+    HP_DERIV_ONE_MINUS_COS,  /* 1 - cos to the unmasked model's embedding */
+    HP_DERIV_COUNT
+};
+
 struct hp_metric_row {
     const char *name;   /* what plans, digests, the database's columns and the CLI write */
     const char *label;  /* in messages: "loss", "KL", "accuracy", "cosine" */
@@ -66,7 +77,7 @@ struct hp_metric_row {
     double (*token)(const struct hp_token_facts *f); /* HP_SCORE_TOKENS: an item's score (summed, then reduced);
                                                       * NULL for the others */
     enum hp_metric_reduce reduce;
-    bool grad;            /* hp_evaluator_grad differentiates it */
+    enum hp_metric_deriv deriv; /* what hp_evaluator_grad differentiates for it (HP_DERIV_NONE: it has no gradient) */
     const char *grad_what; /* what the gradient is of, in messages ("1 - cos"); NULL without one */
     enum hp_metric_needs needs; /* what the data must hold (HP_SCORE_TOKENS rows) */
     /* the reduced value (and each sequence's) is then taken as recovery: (x - c) / (k - c), where k and c are the

@@ -958,37 +958,38 @@ Test(grad, metrics_without_a_gradient_here_are_refused)
 }
 
 /*
- * A metric's gradient is the derivative grad.c lists for it, never the loss's by default: a new metric row marked
- * grad (a neg_loss here, numbered as the next row would be) with no derivative of its own is refused, naming it;
- * and every row of the table has a derivative exactly when it says it has a gradient.
+ * A metric's gradient is the derivative its row names, never the loss's by default: a row without one (a new
+ * metric, a neg_loss here, that names none) is refused, naming it, as is a row naming a derivative grad.c does not
+ * take; every row of the table has a gradient exactly when it names a derivative, and the four that do are
+ * differentiated as their rows say.
  */
-Test(grad, a_metric_row_marked_grad_without_a_derivative_is_refused)
+Test(grad, a_metric_row_without_its_derivative_is_refused)
 {
     struct hp_metric_row neg_loss = *hp_metric_row(HP_METRIC_LOSS);
     neg_loss.name = "neg_loss";
     neg_loss.sign = -1;
-    neg_loss.grad = true;
-    enum hp_grad_rule rule = HP_GRAD_XENT;
+    neg_loss.deriv = HP_DERIV_NONE;
+    enum hp_metric_deriv deriv = HP_DERIV_XENT;
     struct hp_error err = {0};
-    cr_assert_eq(hp_grad_rule(HP_N_METRICS, &neg_loss, &rule, &err), HP_ERR_UNSUPPORTED);
-    cr_assert_eq(rule, HP_GRAD_NONE);
-    cr_assert(strstr(err.msg, "metric neg_loss") && strstr(err.msg, "no derivative") && !strchr(err.msg, '\n'), "%s",
-              err.msg);
+    cr_assert_eq(hp_grad_deriv(&neg_loss, &deriv, &err), HP_ERR_UNSUPPORTED);
+    cr_assert_eq(deriv, HP_DERIV_NONE);
+    cr_assert(strstr(err.msg, "neg_loss has no gradient") && !strchr(err.msg, '\n'), "%s", err.msg);
+    neg_loss.deriv = HP_DERIV_COUNT; /* past the derivatives grad.c takes */
+    cr_assert_eq(hp_grad_deriv(&neg_loss, &deriv, &err), HP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "metric neg_loss") && strstr(err.msg, "does not take"), "%s", err.msg);
     for (int m = 0; m < HP_N_METRICS; m++) {
         const struct hp_metric_row *r = hp_metric_row((enum hp_metric)m);
-        enum hp_status st = hp_grad_rule((enum hp_metric)m, r, &rule, &err);
-        cr_expect_eq(st == HP_OK, r->grad, "metric %s: row says grad %d, grad.c: %s", r->name, r->grad,
-                     st == HP_OK ? "a derivative" : err.msg);
+        cr_expect_eq(hp_grad_deriv(r, &deriv, &err) == HP_OK, hp_metric_has_grad((enum hp_metric)m), "metric %s",
+                     r->name);
     }
-    /* the loss is differentiated as the cross-entropy, kl as KL, logit_diff as its negation, cos as 1 - cos */
     const struct {
         enum hp_metric m;
-        enum hp_grad_rule rule;
-    } want[] = {{HP_METRIC_LOSS, HP_GRAD_XENT}, {HP_METRIC_KL, HP_GRAD_KL},
-                {HP_METRIC_LOGIT_DIFF, HP_GRAD_NEG_LOGIT_DIFF}, {HP_METRIC_COS, HP_GRAD_ONE_MINUS_COS}};
+        enum hp_metric_deriv deriv;
+    } want[] = {{HP_METRIC_LOSS, HP_DERIV_XENT}, {HP_METRIC_KL, HP_DERIV_KL},
+                {HP_METRIC_LOGIT_DIFF, HP_DERIV_NEG_LOGIT_DIFF}, {HP_METRIC_COS, HP_DERIV_ONE_MINUS_COS}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        cr_assert_eq(hp_grad_rule(want[i].m, hp_metric_row(want[i].m), &rule, &err), HP_OK);
-        cr_expect_eq(rule, want[i].rule, "metric %s", hp_metric_name(want[i].m));
+        cr_assert_eq(hp_grad_deriv(hp_metric_row(want[i].m), &deriv, &err), HP_OK);
+        cr_expect_eq(deriv, want[i].deriv, "metric %s", hp_metric_name(want[i].m));
     }
 }
 
