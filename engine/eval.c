@@ -44,7 +44,7 @@ enum hp_status hp_eval_check_data(const struct hp_model *m, const struct hp_data
     if (st != HP_OK)
         return st;
     if (d->type_ids) {
-        if (in->arch != HP_ARCH_BERT)
+        if (in->n_token_types == 0)
             return hp_fail(err, HP_ERR_ARG, "%s: token_type_ids given but %s models have no token types", d->path, in->model_type);
         for (size_t i = 0; i < (size_t)d->n_seqs * d->seq_len; i++)
             if (d->type_ids[i] < 0 || d->type_ids[i] >= m->n_types)

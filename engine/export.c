@@ -98,14 +98,14 @@ static enum hp_status keep_make(const struct hp_model *m, const struct hp_mask *
                      "layer %d keeps no heads; transformers cannot build or run a layer without any (headprune "
                      "adds the output projection's bias alone)", l);
         }
-    for (int l = 0; l < L && info->hf_loadable && in->arch == HP_ARCH_GPT_NEOX; l++)
+    for (int l = 0; l < L && info->hf_loadable && in->hf_prune == HP_HF_PRUNE_NONE; l++)
         if (k->n_q[l] != in->n_heads) {
             info->hf_loadable = false;
             snprintf(info->why_not, sizeof info->why_not,
                      "transformers builds every GPT-NeoX attention hidden_size wide (head size = hidden_size / "
                      "num_attention_heads) and cannot prune its heads");
         }
-    if (info->hf_loadable && in->arch == HP_ARCH_LLAMA) {
+    if (info->hf_loadable && in->hf_prune == HP_HF_PRUNE_COMPACT) {
         for (int l = 0; l < L && info->hf_loadable; l++) {
             if (k->n_q[l] != k->n_q[0] || k->n_kv[l] != k->n_kv[0]) {
                 info->hf_loadable = false;
@@ -335,12 +335,12 @@ static enum hp_status write_config(const struct hp_model *m, const struct keep *
         cJSON_AddStringToObject(rec, "written_by", "headprune prune");
     }
     set_key(c, "headprune", rec);
-    if (in->arch == HP_ARCH_LLAMA) {
+    if (in->hf_prune == HP_HF_PRUNE_COMPACT) {
         bool compact = info->hf_loadable;
         set_key(c, "num_attention_heads", cJSON_CreateNumber(compact ? k->n_q[0] : in->n_heads));
         set_key(c, "num_key_value_heads", cJSON_CreateNumber(compact ? k->n_kv[0] : in->n_kv_heads));
         set_key(c, "head_dim", cJSON_CreateNumber(in->d_head));
-    } else if (in->arch != HP_ARCH_GPT_NEOX) { /* transformers' GPT-NeoX has no _prune_heads to read it with */
+    } else if (in->hf_prune == HP_HF_PRUNE_KEY) { /* (GPT-NeoX has no _prune_heads to read it with) */
         set_key(c, "pruned_heads", pruned_object(in, k->pruned));
     }
     char *txt = cJSON_Print(c);

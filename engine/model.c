@@ -98,6 +98,7 @@ struct arch_row {
     void (*bind)(struct binder *b, const struct bind_opts *o); /* every weight, by name and shape */
     const char *const *harmless;      /* buffers beside the weights it computes nothing from (harmless()) */
     const char *name;                 /* for people: "GPT-2" (hp_arch_name) */
+    enum hp_hf_prune hf_prune;        /* how transformers reads it with heads removed (export.c) */
 };
 
 static const struct arch_row *arch_named(const char *model_type);
@@ -892,13 +893,14 @@ static const char *const neox_types[] = {"gpt_neox", NULL}, *const neox_prefixes
                                                    NULL};
 
 static const struct arch_row archs[] = {
-    [HP_ARCH_GPT2] = {gpt2_types, "n_head", "n_embd", hp_config_gpt2, gpt2_prefixes, bind_gpt2, gpt2_harmless, "GPT-2"},
+    [HP_ARCH_GPT2] = {gpt2_types, "n_head", "n_embd", hp_config_gpt2, gpt2_prefixes, bind_gpt2, gpt2_harmless, "GPT-2",
+                     HP_HF_PRUNE_KEY},
     [HP_ARCH_BERT] = {bert_types, "num_attention_heads", "hidden_size", hp_config_bert, bert_prefixes, bind_bert,
-                      bert_harmless, "BERT"},
+                      bert_harmless, "BERT", HP_HF_PRUNE_KEY},
     [HP_ARCH_LLAMA] = {hp_llama_types, "num_attention_heads", "hidden_size", hp_config_llama, llama_prefixes, bind_llama,
-                       llama_harmless, "Llama"},
+                       llama_harmless, "Llama", HP_HF_PRUNE_COMPACT},
     [HP_ARCH_GPT_NEOX] = {neox_types, "num_attention_heads", "hidden_size", hp_config_neox, neox_prefixes, bind_neox,
-                          neox_harmless, "GPT-NeoX"},
+                          neox_harmless, "GPT-NeoX", HP_HF_PRUNE_NONE},
 };
 static_assert(sizeof archs / sizeof archs[0] == HP_ARCH_COUNT, "archs: one row per enum hp_arch");
 
@@ -1169,6 +1171,10 @@ enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model
         return st;
     }
     m->info.has_lm_head = m->lm_head.p != NULL;
+    /* features the stages past the loader read, rather than the architecture */
+    m->info.n_token_types = m->n_types;
+    m->info.gated_mlp = m->info.n_layers > 0 && m->layers[0].w_gate.p != NULL;
+    m->info.hf_prune = arch_row(m->info.arch)->hf_prune;
     st = read_pooling(m, dir, err);
     if (st != HP_OK) {
         hp_model_close(m);

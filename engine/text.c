@@ -533,7 +533,7 @@ static char *cache_path(const char *text, size_t len, bool txt, const char *mode
     XXH3_128bits_update(h, HP_TEXT_CACHE_VERSION, sizeof HP_TEXT_CACHE_VERSION - 1);
     XXH3_128bits_update(h, text, len);
     /* the layout depends on the model's kind too: a row per document for encoders */
-    int32_t shape[4] = {txt, seq_len, info && !info->causal, !info || info->arch == HP_ARCH_BERT};
+    int32_t shape[4] = {txt, seq_len, info && !info->causal, !info || info->n_token_types > 0};
     XXH3_128bits_update(h, shape, sizeof shape);
     static const char *const files[] = {"tokenizer.json", "vocab.txt", "vocab.json", "merges.txt",
                                         "tokenizer_config.json"};
@@ -671,7 +671,7 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
                      "another model?)",
                      model_dir, hp_tokenizer_n_ids(t), info->n_vocab);
     if (st == HP_OK && !(cached && cache_read(cpath, path, out))) {
-        const bool per_doc = info && !info->causal, types = !info || info->arch == HP_ARCH_BERT;
+        const bool per_doc = info && !info->causal, types = !info || info->n_token_types > 0;
         st = txt ? (per_doc ? load_txt_rows(path, buf, len, t, seq_len, types, out, err)
                             : load_txt_packed(path, buf, len, t, seq_len, out, err))
                  : kind == JSONL_TASK ? load_task_jsonl(path, buf, len, t, seq_len, out, err)
@@ -679,9 +679,9 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
         if (st == HP_OK && cached)
             cache_write(cpath, *out);
     }
-    /* token types are the tokenizer's, but only BERT's embeddings read them: for any other
-     * model they are not part of the data (a causal LM given them refuses the data) */
-    if (st == HP_OK && info && info->arch != HP_ARCH_BERT) {
+    /* token types are the tokenizer's, but only a model whose embeddings read them (BERT's) takes them: for any
+     * other they are not part of the data (a causal LM given them refuses the data) */
+    if (st == HP_OK && info && info->n_token_types == 0) {
         free((*out)->type_ids);
         (*out)->type_ids = NULL;
     }

@@ -120,6 +120,11 @@ struct hp_model_info {
                      * a time from the file's blocks (dtype "f32") */
     bool causal;       /* decoder (GPT-2, Llama) vs encoder (BERT) */
     bool has_lm_head;  /* logits available: causal LM head or BERT MLM head */
+    int n_token_types; /* token types its embeddings read (BERT's type_vocab_size); 0: none, data's are dropped */
+    bool gated_mlp;    /* its MLP is down(act(gate x) * up x), three matrices (the Llama family); else down(act(up x)) */
+    /* how transformers reads a checkpoint with heads removed (headprune prune): config.json's pruned_heads (GPT-2,
+     * BERT), fewer heads in every layer alike (the Llama family), or not at all (GPT-NeoX) */
+    enum hp_hf_prune { HP_HF_PRUNE_KEY, HP_HF_PRUNE_COMPACT, HP_HF_PRUNE_NONE } hf_prune;
     /* encoders: how a sentence embedding is pooled from the final hidden states, as
      * sentence-transformers' 1_Pooling/config.json declares (mean when absent) */
     enum hp_pooling { HP_POOL_MEAN, HP_POOL_CLS, HP_POOL_MAX } pooling;
@@ -296,11 +301,13 @@ enum hp_status hp_data_load_for(const char *path, const char *model_dir, const s
 void hp_data_free(struct hp_data *d);
 
 /*
- * A held-out set from token ids in memory (n_seqs, seq_len), row-major, copied; name is what errors and
- * results call it (as a file's path). Ids are checked against a model's vocabulary when an evaluator binds
- * them. HP_ERR_SHAPE for an empty or overflowing shape. Destructor: hp_data_free.
+ * A held-out set from token ids in memory, row-major, of shape dims (ndim of them), copied, by the rule a .npy
+ * file of that shape follows in hp_data_load: 2-D (n_seqs, seq_len) taken whole (seq_len 0 or equal to the
+ * rows'), 1-D (n_tokens) cut into rows of seq_len (required; the tail dropped); the same errors, with name
+ * where the file's would have its path (results call the data name too). Ids are checked against a model's
+ * vocabulary when an evaluator binds them. Destructor: hp_data_free.
  */
-enum hp_status hp_data_from_ids(const int32_t *ids, int n_seqs, int seq_len, const char *name,
+enum hp_status hp_data_from_ids(const int32_t *ids, int ndim, const uint64_t *dims, int seq_len, const char *name,
                                 struct hp_data **out, struct hp_error *err);
 
 /* Every id, and every label but -100, must be in [0, n_vocab): else HP_ERR_ARG
@@ -822,6 +829,11 @@ enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids,
                                 struct hp_error *err);
 
 // --- one evaluation (`headprune eval`) ------------------------------------------
+
+/* The most threads and the longest rows a caller may ask for: `--threads` and `--seq-len` take 1 to these, and
+ * the Python package's threads and seq_len the same. */
+#define HP_THREADS_MAX 1024
+#define HP_SEQ_LEN_MAX (1 << 20)
 
 /* What one evaluation computes besides the variant's metrics. */
 struct hp_eval_opts {

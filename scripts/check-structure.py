@@ -11,7 +11,10 @@ Rules (docs: ../shared/STYLE.md, "The shape of the house"):
   - no call cycle between files: a file calls another when it names a non-static function the
     other defines (outside comments and strings, not as a member after `.` or `->`); a cycle is
     A calling B and B calling A, directly or through a chain (one line per strongly connected set);
-  - nothing in engine/ outside engine/cli/ includes a file of engine/cli/ or calls a function it defines.
+  - nothing in engine/ outside engine/cli/ includes a file of engine/cli/ or calls a function it defines;
+  - no test of the architecture (an HP_ARCH_ value named in code) outside the loader (engine/model*.c,
+    LOADER below): the passes and front ends read the model's features (hp_model_info's gated_mlp,
+    n_token_types, hf_prune, ...), so a new architecture is a config parser and a weight binder.
 
 Each violation is one line `file:line: what (detail)`. A violation whose `file: what` is a line of the
 allow-list (scripts/structure-allow.txt: named debts that are being paid off) is not reported; an
@@ -27,6 +30,8 @@ import re
 import sys
 
 MAX_FILE_LINES = 1500
+LOADER = re.compile(r"^engine/model[a-z_]*\.[ch]$")  # the files that may name an architecture
+ARCH = re.compile(r"\bHP_ARCH_(?!COUNT\b)[A-Z0-9_]+\b")
 MAX_FUNC_LINES = 150
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
@@ -236,6 +241,16 @@ def check(root):
         f, ln, _ = mod_why[(cyc[0], cyc[1])]
         names = " ".join(os.path.basename(m) for m in comp)
         found.append((f, ln, "include cycle between modules %s" % names, "; ".join(steps)))
+
+    # --- architectures: named by the loader only
+    for rel, s in srcs.items():
+        if LOADER.match(rel):
+            continue
+        for ln, line in enumerate(s.code, 1):
+            m = ARCH.search(line)
+            if m:
+                found.append((rel, ln, "tests the architecture (%s) outside the loader" % m.group(0),
+                              "read a feature of the model instead"))
 
     # --- calls: which .c file defines each non-static function, which files name it
     defined = {}  # name -> file

@@ -1400,3 +1400,30 @@ Test(model, every_honoured_config_key_matches_transformers)
     cJSON_Delete(j);
     free(txt);
 }
+
+/* The features the passes and front ends read instead of the architecture (scripts/check-structure.py keeps the
+ * architecture inside the loader): token types, a gated MLP, how transformers reads a pruned checkpoint. */
+Test(model, features_the_stages_read)
+{
+    static const struct {
+        const char *fixture;
+        int n_token_types;
+        bool gated;
+        enum hp_hf_prune prune;
+    } want[] = {{"gpt2-tiny", 0, false, HP_HF_PRUNE_KEY},         {"bert-mlm", 2, false, HP_HF_PRUNE_KEY},
+                {"llama-gqa", 0, true, HP_HF_PRUNE_COMPACT},      {"phi3-fused", 0, true, HP_HF_PRUNE_COMPACT},
+                {"gemma3-local", 0, true, HP_HF_PRUNE_COMPACT},   {"neox-parallel", 0, false, HP_HF_PRUNE_NONE},
+                {"llama-gguf/model.Q8_0-mixed.gguf", 0, true, HP_HF_PRUNE_COMPACT}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char p[1200];
+        snprintf(p, sizeof p, "%s/%s", getenv("HP_FIXTURES"), want[i].fixture);
+        struct hp_model *m = NULL;
+        struct hp_error err = {0};
+        cr_assert_eq(hp_model_open(p, &m, &err), HP_OK, "%s", err.msg);
+        const struct hp_model_info *in = hp_model_get_info(m);
+        cr_expect_eq(in->n_token_types, want[i].n_token_types, "%s: token types", want[i].fixture);
+        cr_expect_eq(in->gated_mlp, want[i].gated, "%s: gated MLP", want[i].fixture);
+        cr_expect_eq(in->hf_prune, want[i].prune, "%s: how transformers prunes it", want[i].fixture);
+        hp_model_close(m);
+    }
+}

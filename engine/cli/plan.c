@@ -32,7 +32,7 @@ static double forward_flops(const struct hp_model_info *in, int n_seqs, int seq_
 {
     double T = seq_len, d = in->d_model, qd = (double)in->n_heads * in->d_head,
            kvd = (double)in->n_kv_heads * in->d_head;
-    double mlp = in->arch == HP_ARCH_LLAMA ? 3 * d * in->d_ff : 2 * d * in->d_ff;
+    double mlp = (in->gated_mlp ? 3 : 2) * d * in->d_ff;
     double per_layer = 2 * T * (d * qd + 2 * d * kvd + qd * d + mlp) + 4 * T * T * qd;
     double head = in->has_lm_head ? 2 * T * d * in->n_vocab : 0;
     return n_seqs * ((in->n_layers - from) * per_layer + head);
