@@ -22,6 +22,7 @@
  */
 #include "model_int.h"
 
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,17 +284,18 @@ static const struct hp_config_key gpt_neox[] = {
 
 #define N(t) ((int)(sizeof t / sizeof t[0]))
 
+/* a table per model_type of HP_MODEL_TYPES (model_int.h), named by its id: one missing is a build error */
 static const struct {
     const char *model_type;
     const struct hp_config_key *rows;
     int n;
 } tables[] = {
-    {"gpt2", gpt2, N(gpt2)}, {"bert", bert, N(bert)}, {"llama", llama, N(llama)},
-    {"mistral", mistral, N(mistral)}, {"qwen2", qwen2, N(qwen2)}, {"qwen3", qwen3, N(qwen3)},
-    {"phi3", phi3, N(phi3)}, {"gpt_neox", gpt_neox, N(gpt_neox)},
-    {"olmo2", olmo2, N(olmo2)}, {"gemma2", gemma2, N(gemma2)}, {"gemma3_text", gemma3_text, N(gemma3_text)},
+#define KEYS_TABLE(id, arch) {#id, id, N(id)},
+    HP_MODEL_TYPES(KEYS_TABLE)
+#undef KEYS_TABLE
     {NULL, shared, N(shared)},
 };
+static_assert(sizeof tables / sizeof tables[0] == HP_MT_COUNT + 1, "config keys: a table per model_type");
 
 const struct hp_config_key *hp_config_keys(const char *model_type, int *n)
 {

@@ -89,8 +89,7 @@ struct binder;
  * config_keys.c and the flags its passes test (m->rotary, m->post_norm, ...:
  * model_int.h); docs/extending.md walks through it.
  */
-struct arch_row {
-    const char *const *types;         /* the model_type values config.json names it by; NULL-terminated */
+struct arch_row { /* the model_type values that name it: model_int.h's HP_MODEL_TYPES */
     const char *k_heads, *k_hidden;   /* its keys for the head count and the hidden size, for messages */
     /* config.json (model_type mt) into m's info and flags and o, naming its activation in *act */
     enum hp_status (*config)(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o, const char **act);
@@ -129,11 +128,8 @@ static enum hp_status parse_config(struct hp_model *m, cJSON *j, const char *pat
         return st;
     if (c.st != HP_OK)
         return c.st;
-    /* the keys that change transformers' maths and headprune implements only at their defaults: every
-     * model_type has its table (tests/test_model.c checks it; a missing one would skip the audit) */
-    int n_keys;
-    if (!hp_config_keys(mt, &n_keys))
-        return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: model_type \"%s\" has no table of config keys", path, mt);
+    /* the keys that change transformers' maths and headprune implements only at their defaults (every model_type
+     * has its table: config_keys.c's is made from HP_MODEL_TYPES) */
     enum hp_status ast = hp_config_audit(mt, j, path, err);
     if (ast != HP_OK)
         return ast;
@@ -879,38 +875,34 @@ static void bind_neox(struct binder *b, const struct bind_opts *o)
 
 // --- the architectures ------------------------------------------------------------
 
-static const char *const gpt2_types[] = {"gpt2", NULL}, *const gpt2_prefixes[] = {"transformer.", "", NULL},
+static const char *const gpt2_prefixes[] = {"transformer.", "", NULL},
                          *const gpt2_harmless[] = {"attn.bias", "attn.masked_bias", NULL}; /* causal-mask buffers */
-static const char *const bert_types[] = {"bert", NULL}, *const bert_prefixes[] = {"bert.", "", NULL},
+static const char *const bert_prefixes[] = {"bert.", "", NULL},
                          *const bert_harmless[] = {"embeddings.position_ids", "embeddings.token_type_ids", /* indices */
                                                    "cls.seq_relationship.weight", "cls.seq_relationship.bias", NULL};
-/* the Llama family's names are hp_llama_types, made from model_config.c's rows (one list) */
 static const char *const llama_prefixes[] = {"model.", "", NULL},
                          *const llama_harmless[] = {"rotary_emb.inv_freq", NULL}; /* recomputed from rope_theta */
 /* older GPT-NeoX checkpoints keep the causal mask and the rotary frequencies as buffers */
-static const char *const neox_types[] = {"gpt_neox", NULL}, *const neox_prefixes[] = {"gpt_neox.", "", NULL},
+static const char *const neox_prefixes[] = {"gpt_neox.", "", NULL},
                          *const neox_harmless[] = {"attention.bias", "attention.masked_bias", "rotary_emb.inv_freq",
                                                    NULL};
 
 static const struct arch_row archs[] = {
-    [HP_ARCH_GPT2] = {gpt2_types, "n_head", "n_embd", hp_config_gpt2, gpt2_prefixes, bind_gpt2, gpt2_harmless, "GPT-2",
+    [HP_ARCH_GPT2] = {"n_head", "n_embd", hp_config_gpt2, gpt2_prefixes, bind_gpt2, gpt2_harmless, "GPT-2",
                      HP_HF_PRUNE_KEY},
-    [HP_ARCH_BERT] = {bert_types, "num_attention_heads", "hidden_size", hp_config_bert, bert_prefixes, bind_bert,
+    [HP_ARCH_BERT] = {"num_attention_heads", "hidden_size", hp_config_bert, bert_prefixes, bind_bert,
                       bert_harmless, "BERT", HP_HF_PRUNE_KEY},
-    [HP_ARCH_LLAMA] = {hp_llama_types, "num_attention_heads", "hidden_size", hp_config_llama, llama_prefixes, bind_llama,
+    [HP_ARCH_LLAMA] = {"num_attention_heads", "hidden_size", hp_config_llama, llama_prefixes, bind_llama,
                        llama_harmless, "Llama", HP_HF_PRUNE_COMPACT},
-    [HP_ARCH_GPT_NEOX] = {neox_types, "num_attention_heads", "hidden_size", hp_config_neox, neox_prefixes, bind_neox,
+    [HP_ARCH_GPT_NEOX] = {"num_attention_heads", "hidden_size", hp_config_neox, neox_prefixes, bind_neox,
                           neox_harmless, "GPT-NeoX", HP_HF_PRUNE_NONE},
 };
 static_assert(sizeof archs / sizeof archs[0] == HP_ARCH_COUNT, "archs: one row per enum hp_arch");
 
 static const struct arch_row *arch_named(const char *model_type)
 {
-    for (int a = 0; a < HP_ARCH_COUNT; a++)
-        for (const char *const *t = archs[a].types; *t; t++)
-            if (strcmp(*t, model_type) == 0)
-                return &archs[a];
-    return NULL;
+    enum hp_arch a;
+    return hp_model_type_find(model_type, NULL, &a) ? &archs[a] : NULL;
 }
 
 static const struct arch_row *arch_row(enum hp_arch a)
@@ -924,23 +916,13 @@ const char *hp_arch_name(enum hp_arch a)
     return arch_row(a)->name;
 }
 
-const char *hp_model_type_at(int i)
-{
-    for (int a = 0; a < HP_ARCH_COUNT; a++)
-        for (const char *const *t = archs[a].types; *t; t++)
-            if (i-- == 0)
-                return *t;
-    return NULL;
-}
-
 /* Every model_type the rows know, "gpt2, bert, llama, ...", for the message that refuses another. */
 static void arch_types(char *buf, size_t n)
 {
     size_t k = 0;
     buf[0] = '\0';
-    for (int a = 0; a < HP_ARCH_COUNT; a++)
-        for (const char *const *t = archs[a].types; *t && k < n; t++)
-            k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", *t);
+    for (int i = 0; i < HP_MT_COUNT && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", hp_model_type_at(i));
 }
 
 // --- every tensor accounted for -------------------------------------------------

@@ -296,45 +296,67 @@ enum {
                          * does not copy one to the other) */
 };
 
-/* The rows, once: llama_rows below and hp_llama_types (the model_type names model.c's architecture table reads)
- * are both made from this list, so a name cannot be in one and not the other.
- * X(type, ctx, eps, head_dim, window, flags, act_key) */
+/* HP_MODEL_TYPES's names and architectures, by id */
+static const struct {
+    const char *name;
+    enum hp_arch arch;
+} model_types[] = {
+#define MT_ROW(id, arch) [HP_MT_##id] = {#id, arch},
+    HP_MODEL_TYPES(MT_ROW)
+#undef MT_ROW
+};
+static_assert(sizeof model_types / sizeof model_types[0] == HP_MT_COUNT, "model_types: one row per model_type");
+
+bool hp_model_type_find(const char *model_type, enum hp_model_type_id *id, enum hp_arch *arch)
+{
+    for (int i = 0; i < HP_MT_COUNT; i++)
+        if (strcmp(model_types[i].name, model_type) == 0) {
+            if (id)
+                *id = (enum hp_model_type_id)i;
+            if (arch)
+                *arch = model_types[i].arch;
+            return true;
+        }
+    return false;
+}
+
+const char *hp_model_type_at(int i)
+{
+    return i >= 0 && i < HP_MT_COUNT ? model_types[i].name : NULL;
+}
+
+/* The Llama family's rows, by the id of their model_type (model_int.h's HP_MODEL_TYPES: a misspelt id is a build
+ * error; a Llama-family model_type without its row here is refused by hp_config_llama, and the config-key test's
+ * fixtures, every member's, would fail). X(id, ctx, eps, head_dim, window, flags, act_key) */
 #define LLAMA_FAMILY_ROWS(X)                                                                                           \
-    X("llama", 2048, 1e-6, 0, -1, F_ATTN_BIAS | F_MLP_BIAS, "hidden_act")                                              \
-    X("mistral", 131072, 1e-6, 0, 4096, 0, "hidden_act") /* MistralConfig's 4096 * 32 positions */                     \
-    X("qwen2", 32768, 1e-6, 0, -1, F_QKV_BIAS | F_QWEN_WINDOW, "hidden_act")                                           \
-    X("qwen3", 32768, 1e-6, 128, -1, F_ATTN_BIAS | F_QK_NORM | F_QWEN_WINDOW, "hidden_act")                            \
-    X("phi3", 4096, 1e-5, 0, 0, F_FUSED | F_ROPE_LONG, "hidden_act")                                                                 \
-    X("olmo2", 2048, 1e-5, 0, -1, F_ATTN_BIAS | F_OLMO | F_ROPE_OLD, "hidden_act")                                                  \
-    X("gemma2", 8192, 1e-6, 256, 4096, F_ATTN_BIAS | F_GEMMA, "hidden_activation")                                     \
-    X("gemma3_text", 131072, 1e-6, 256, 4096, F_ATTN_BIAS | F_GEMMA | F_QK_NORM | F_ROPE_NEW, "hidden_activation")
+    X(llama, 2048, 1e-6, 0, -1, F_ATTN_BIAS | F_MLP_BIAS, "hidden_act")                                                \
+    X(mistral, 131072, 1e-6, 0, 4096, 0, "hidden_act") /* MistralConfig's 4096 * 32 positions */                       \
+    X(qwen2, 32768, 1e-6, 0, -1, F_QKV_BIAS | F_QWEN_WINDOW, "hidden_act")                                             \
+    X(qwen3, 32768, 1e-6, 128, -1, F_ATTN_BIAS | F_QK_NORM | F_QWEN_WINDOW, "hidden_act")                              \
+    X(phi3, 4096, 1e-5, 0, 0, F_FUSED | F_ROPE_LONG, "hidden_act")                                                     \
+    X(olmo2, 2048, 1e-5, 0, -1, F_ATTN_BIAS | F_OLMO | F_ROPE_OLD, "hidden_act")                                       \
+    X(gemma2, 8192, 1e-6, 256, 4096, F_ATTN_BIAS | F_GEMMA, "hidden_activation")                                       \
+    X(gemma3_text, 131072, 1e-6, 256, 4096, F_ATTN_BIAS | F_GEMMA | F_QK_NORM | F_ROPE_NEW, "hidden_activation")
 
 static const struct llama_row {
-    const char *type;
     int ctx;       /* max_position_embeddings absent */
     double eps;    /* rms_norm_eps absent */
     int head_dim;  /* head_dim absent (0: hidden_size / num_attention_heads) */
     int window;    /* sliding_window absent (-1: the key is not read; 0: none) */
     unsigned flags;
-    const char *act_key; /* the key naming the MLP's activation */
-} llama_rows[] = {
-#define LLAMA_ROW(type, ctx, eps, head_dim, window, flags, act_key) {type, ctx, eps, head_dim, window, flags, act_key},
+    const char *act_key; /* the key naming the MLP's activation; NULL: no row (not of the Llama family) */
+} llama_rows[HP_MT_COUNT] = {
+#define LLAMA_ROW(id, ctx, eps, head_dim, window, flags, act_key) [HP_MT_##id] = {ctx, eps, head_dim, window, flags, act_key},
     LLAMA_FAMILY_ROWS(LLAMA_ROW)
 #undef LLAMA_ROW
 };
 
-const char *const hp_llama_types[] = {
-#define LLAMA_TYPE(type, ...) type,
-    LLAMA_FAMILY_ROWS(LLAMA_TYPE)
-#undef LLAMA_TYPE
-    NULL};
-
 static const struct llama_row *llama_row(const char *mt)
 {
-    for (size_t i = 0; i < sizeof llama_rows / sizeof llama_rows[0]; i++)
-        if (strcmp(llama_rows[i].type, mt) == 0)
-            return &llama_rows[i];
-    return NULL;
+    enum hp_model_type_id id;
+    enum hp_arch arch;
+    return hp_model_type_find(mt, &id, &arch) && arch == HP_ARCH_LLAMA && llama_rows[id].act_key ? &llama_rows[id]
+                                                                                                  : NULL;
 }
 
 /* Qwen2's and Qwen3's window on their upper layers, which headprune does not implement. */
@@ -457,7 +479,7 @@ enum hp_status hp_config_llama(struct cfg *c, struct hp_model *m, const char *mt
                                const char **act)
 {
     const struct llama_row *row = llama_row(mt);
-    if (!row) /* model.c's Llama row lists hp_llama_types, these rows' names: only a caller's mistake gets here */
+    if (!row) /* a model_type of the family in HP_MODEL_TYPES without its row in LLAMA_FAMILY_ROWS */
         return hp_fail(c->err, HP_ERR_UNSUPPORTED, "%s: model_type \"%s\" has no Llama-family row", c->path, mt);
     const unsigned f = row->flags;
     struct hp_model_info *in = &m->info;

@@ -150,8 +150,37 @@ struct hp_config_key {
     const char *why;   /* what the key does in transformers, and why the rule */
 };
 
-/* The i-th model_type the architecture table knows (0, 1, ...), NULL past the last. Static. */
+/*
+ * Every model_type headprune reads, once: X(id, architecture). Each member has, by its id, its architecture's row
+ * (model.c: config parser, binder), its table of config.json keys (config_keys.c: the table named id, a build
+ * error when missing) and, in the Llama family, its row of defaults and features (model_config.c's
+ * LLAMA_FAMILY_ROWS, indexed by HP_MT_id: a misspelt id is a build error). A new model_type is a line here and
+ * those rows.
+ */
+#define HP_MODEL_TYPES(X)                                                                                              \
+    X(gpt2, HP_ARCH_GPT2)                                                                                              \
+    X(bert, HP_ARCH_BERT)                                                                                              \
+    X(llama, HP_ARCH_LLAMA)                                                                                            \
+    X(mistral, HP_ARCH_LLAMA)                                                                                          \
+    X(qwen2, HP_ARCH_LLAMA)                                                                                            \
+    X(qwen3, HP_ARCH_LLAMA)                                                                                            \
+    X(phi3, HP_ARCH_LLAMA)                                                                                             \
+    X(olmo2, HP_ARCH_LLAMA)                                                                                            \
+    X(gemma2, HP_ARCH_LLAMA)                                                                                           \
+    X(gemma3_text, HP_ARCH_LLAMA)                                                                                      \
+    X(gpt_neox, HP_ARCH_GPT_NEOX)
+
+enum hp_model_type_id {
+#define HP_MT_ENUM(id, arch) HP_MT_##id,
+    HP_MODEL_TYPES(HP_MT_ENUM)
+#undef HP_MT_ENUM
+    HP_MT_COUNT
+};
+
+/* The i-th model_type (0 .. HP_MT_COUNT - 1), NULL past the last. Static. */
 const char *hp_model_type_at(int i);
+/* model_type's id and architecture: false when headprune reads no such model_type. */
+bool hp_model_type_find(const char *model_type, enum hp_model_type_id *id, enum hp_arch *arch);
 
 /* The rows of model_type's own table (NULL: PretrainedConfig's, which every architecture shares), n of them;
  * NULL for a model_type without a table. */

@@ -66,8 +66,6 @@ enum hp_status hp_config_gpt2(struct cfg *c, struct hp_model *m, const char *mt,
                               const char **act);
 enum hp_status hp_config_bert(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
                               const char **act);
-/* The Llama family's model_type names, NULL-terminated: made from hp_config_llama's own rows (model_config.c). */
-extern const char *const hp_llama_types[];
 enum hp_status hp_config_llama(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,
                                const char **act);
 enum hp_status hp_config_neox(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o,

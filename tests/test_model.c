@@ -1214,10 +1214,9 @@ Test(model, every_transformers_config_key_is_decided)
 }
 
 /*
- * The architecture table's model_type names and the config-key tables are one set: each name model.c accepts has
- * its table of keys (else the audit would pass its keys unread) and is one transformers knows (config-keys.json),
- * and each architecture of the fixture is accepted. The Llama family's names come from model_config.c's own rows
- * (hp_llama_types), so a name cannot be accepted without the row that configures it.
+ * The model_types headprune reads (model_int.h's HP_MODEL_TYPES, from which the architecture lookup, the config-key
+ * tables and the Llama family's rows are all indexed) are the ones transformers' config-keys fixture lists: each
+ * has its table of keys and is one transformers knows, and each architecture of the fixture is read.
  */
 Test(model, every_model_type_has_its_tables)
 {
