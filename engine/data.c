@@ -9,6 +9,10 @@
  *   .bin    llm.c token file (256 int32 header: magic 20240520 version 1 with
  *           uint16 tokens, or magic 20240801 version 7 with uint32 tokens),
  *           else raw nanoGPT uint16 tokens. 1-D, cut like a 1-D .npy.
+ * Ids in memory (hp_data_from_ids: the Python package's arrays) are shaped
+ * by the rule the .npy and .bin files follow, in one place (ids_rows), so
+ * an array and the file numpy.save makes of it give the same rows or the
+ * same error.
  *
  * Invariants: on success every array is (n_seqs, seq_len) row-major with
  * n_seqs >= 1 and seq_len >= 1, and all ids fit in int32. On failure nothing
@@ -123,18 +127,6 @@ nomem:
                 "(use fewer sequences)", path, n_seqs, seq_len);
 }
 
-enum hp_status hp_data_from_ids(const int32_t *ids, int n_seqs, int seq_len, const char *name,
-                                struct hp_data **out, struct hp_error *err)
-{
-    if (n_seqs <= 0 || seq_len <= 0)
-        return hp_fail(err, HP_ERR_SHAPE, "%s: %d x %d tokens: give at least one row of at least one token",
-                       name, n_seqs, seq_len);
-    enum hp_status st = hp_data_alloc(name, n_seqs, seq_len, false, false, false, out, err);
-    if (st == HP_OK)
-        memcpy((*out)->ids, ids, (size_t)n_seqs * (size_t)seq_len * sizeof *ids);
-    return st;
-}
-
 void hp_data_free(struct hp_data *d)
 {
     if (!d)
@@ -147,6 +139,108 @@ void hp_data_free(struct hp_data *d)
     hp_task_free(d->task);
     free(d->path);
     free(d);
+}
+
+// --- the rows ids make: one rule for files and memory ------------------------
+
+static enum hp_status seq_len_check(const char *name, int seq_len, struct hp_error *err)
+{
+    if (seq_len < 0)
+        return hp_fail(err, HP_ERR_ARG, "%s: seq_len %d is negative (pass 0 to take it from "
+                    "the data)", name, seq_len);
+    return HP_OK;
+}
+
+// "(3, 4)", "(12,)" or "()", truncated to fit buf.
+static void fmt_shape(char *buf, size_t cap, int ndim, const uint64_t *dims)
+{
+    size_t k = 0;
+    int w;
+#define APPEND(...)                                       \
+    do {                                                  \
+        w = snprintf(buf + k, cap - k, __VA_ARGS__);      \
+        if (w < 0 || (size_t)w >= cap - k)                \
+            return;                                       \
+        k += (size_t)w;                                   \
+    } while (0)
+    buf[0] = '\0';
+    APPEND("(");
+    for (int i = 0; i < ndim; i++)
+        APPEND("%s%llu", i ? ", " : "", (unsigned long long)dims[i]);
+    APPEND("%s)", ndim == 1 ? "," : "");
+#undef APPEND
+}
+
+// A 1-D stream of n_tokens cut into rows of seq_len, which it needs; the tail that does not fill a row is dropped.
+static enum hp_status stream_rows(const char *name, uint64_t n_tokens, int seq_len, int *n_seqs,
+                                  struct hp_error *err)
+{
+    if (n_tokens == 0)
+        return hp_fail(err, HP_ERR_FORMAT, "%s: the token stream holds no tokens (give a non-empty "
+                    "token file or array)", name);
+    if (seq_len == 0)
+        return hp_fail(err, HP_ERR_ARG, "%s: 1-D token stream of %llu tokens needs a seq_len "
+                    "(pass seq_len > 0 to cut it into rows)", name,
+                    (unsigned long long)n_tokens);
+    if (n_tokens < (uint64_t)seq_len)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: only %llu tokens, fewer than seq_len %d "
+                    "(use a shorter seq_len or more data)", name,
+                    (unsigned long long)n_tokens, seq_len);
+    uint64_t rows = n_tokens / (uint64_t)seq_len;
+    if (rows > INT_MAX)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: %llu rows of %d tokens is too many (use a "
+                    "longer seq_len or less data)", name, (unsigned long long)rows,
+                    seq_len);
+    *n_seqs = (int)rows;
+    return HP_OK;
+}
+
+/*
+ * The rows (*n_seqs of *row_len tokens) that ids of shape dims (ndim of them) make with seq_len (>= 0): the rule
+ * every source of ids follows, .npy and .bin files and ids in memory alike. A 1-D stream is cut into rows of
+ * seq_len (stream_rows); a 2-D array's rows are taken whole, with seq_len 0 or their length. name names the data
+ * in errors.
+ */
+static enum hp_status ids_rows(const char *name, int ndim, const uint64_t *dims, int seq_len, int *n_seqs,
+                               int *row_len, struct hp_error *err)
+{
+    char shape[128];
+    fmt_shape(shape, sizeof shape, ndim, dims);
+    if (ndim != 1 && ndim != 2)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: array has shape %s (expected (n_seqs, seq_len) "
+                    "or a 1-D token stream (n_tokens,))", name, shape);
+    if (ndim == 1) {
+        *row_len = seq_len;
+        return stream_rows(name, dims[0], seq_len, n_seqs, err);
+    }
+    if (dims[0] == 0 || dims[1] == 0)
+        return hp_fail(err, HP_ERR_FORMAT, "%s: array of shape %s holds no tokens (give at "
+                    "least one non-empty row)", name, shape);
+    if (seq_len != 0 && dims[1] != (uint64_t)seq_len)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: rows have %llu tokens but seq_len is %d (pass "
+                    "seq_len 0 or %llu for a 2-D array)", name,
+                    (unsigned long long)dims[1], seq_len, (unsigned long long)dims[1]);
+    if (dims[0] > INT_MAX || dims[1] > INT_MAX)
+        return hp_fail(err, HP_ERR_SHAPE, "%s: shape %s is too large (at most 2^31-1 rows "
+                    "and columns)", name, shape);
+    *n_seqs = (int)dims[0];
+    *row_len = (int)dims[1];
+    return HP_OK;
+}
+
+enum hp_status hp_data_from_ids(const int32_t *ids, int ndim, const uint64_t *dims, int seq_len, const char *name,
+                                struct hp_data **out, struct hp_error *err)
+{
+    *out = NULL;
+    int n_seqs = 0, row_len = 0;
+    enum hp_status st = seq_len_check(name, seq_len, err);
+    if (st == HP_OK)
+        st = ids_rows(name, ndim, dims, seq_len, &n_seqs, &row_len, err);
+    if (st == HP_OK)
+        st = hp_data_alloc(name, n_seqs, row_len, false, false, false, out, err);
+    if (st == HP_OK) // a stream's first n_seqs x row_len ids, an array's all
+        memcpy((*out)->ids, ids, (size_t)n_seqs * (size_t)row_len * sizeof *ids);
+    return st;
 }
 
 // --- binary token streams (shared by .npy and .bin) --------------------------
@@ -246,34 +340,19 @@ static enum hp_status read_tokens(struct src *s, enum elem e, int32_t *dst, size
 }
 
 /*
- * Cut a 1-D stream of n_tokens into rows of seq_len (the tail that does not
- * fill a row is dropped) and read them. The stream starts at the current
- * position and its size was checked against the file.
+ * Read the rows (ids_rows) that ids of type e and shape dims make with seq_len: a stream's
+ * tail that does not fill a row is left unread. The ids start at the current position and
+ * their size was checked against the file.
  */
-static enum hp_status load_stream(struct src *s, enum elem e, uint64_t n_tokens,
-                                  int seq_len, struct hp_data **out, struct hp_error *err)
+static enum hp_status load_rows(struct src *s, enum elem e, int ndim, const uint64_t *dims,
+                                int seq_len, struct hp_data **out, struct hp_error *err)
 {
-    if (n_tokens == 0)
-        return hp_fail(err, HP_ERR_FORMAT, "%s: file holds no tokens (give a non-empty "
-                    "token file)", s->path);
-    if (seq_len == 0)
-        return hp_fail(err, HP_ERR_ARG, "%s: 1-D token stream of %llu tokens needs a seq_len "
-                    "(pass seq_len > 0 to cut it into rows)", s->path,
-                    (unsigned long long)n_tokens);
-    if (n_tokens < (uint64_t)seq_len)
-        return hp_fail(err, HP_ERR_SHAPE, "%s: only %llu tokens, fewer than seq_len %d "
-                    "(use a shorter seq_len or more data)", s->path,
-                    (unsigned long long)n_tokens, seq_len);
-    uint64_t rows = n_tokens / (uint64_t)seq_len;
-    if (rows > INT_MAX)
-        return hp_fail(err, HP_ERR_SHAPE, "%s: %llu rows of %d tokens is too many (use a "
-                    "longer seq_len or less data)", s->path, (unsigned long long)rows,
-                    seq_len);
+    int n_seqs = 0, row_len = 0;
     struct hp_data *d;
-    enum hp_status st = hp_data_alloc(s->path, (int)rows, seq_len, false, false, false, &d, err);
-    if (st)
+    enum hp_status st = ids_rows(s->path, ndim, dims, seq_len, &n_seqs, &row_len, err);
+    if (st || (st = hp_data_alloc(s->path, n_seqs, row_len, false, false, false, &d, err)))
         return st;
-    st = read_tokens(s, e, d->ids, (size_t)rows * (size_t)seq_len, err);
+    st = read_tokens(s, e, d->ids, (size_t)n_seqs * (size_t)row_len, err);
     if (st) {
         hp_data_free(d);
         return st;
@@ -421,26 +500,6 @@ static long npy_parse_dict(const char *s, size_t n, struct npy_head *h)
     return 0;
 }
 
-// "(3, 4)", "(12,)" or "()", truncated to fit buf.
-static void fmt_shape(char *buf, size_t cap, const struct npy_head *h)
-{
-    size_t k = 0;
-    int w;
-#define APPEND(...)                                       \
-    do {                                                  \
-        w = snprintf(buf + k, cap - k, __VA_ARGS__);      \
-        if (w < 0 || (size_t)w >= cap - k)                \
-            return;                                       \
-        k += (size_t)w;                                   \
-    } while (0)
-    buf[0] = '\0';
-    APPEND("(");
-    for (int i = 0; i < h->ndim; i++)
-        APPEND("%s%llu", i ? ", " : "", (unsigned long long)h->dims[i]);
-    APPEND("%s)", h->ndim == 1 ? "," : "");
-#undef APPEND
-}
-
 #define NPY_MAX_HEADER (1u << 20)
 
 static enum hp_status load_npy(struct src *s, int seq_len, struct hp_data **out,
@@ -520,10 +579,7 @@ static enum hp_status load_npy(struct src *s, int seq_len, struct hp_data **out,
                     "C-ordered array: numpy.save(path, numpy.ascontiguousarray(a)))", s->path);
 
     char shape[128];
-    fmt_shape(shape, sizeof shape, &h);
-    if (h.ndim != 1 && h.ndim != 2)
-        return hp_fail(err, HP_ERR_SHAPE, "%s: array has shape %s (expected (n_seqs, seq_len) "
-                    "or a 1-D token stream (n_tokens,))", s->path, shape);
+    fmt_shape(shape, sizeof shape, h.ndim, h.dims);
 
     // Element count and byte size, checked against the real file size before
     // anything is allocated: a garbage shape must not become a huge malloc.
@@ -547,30 +603,7 @@ static enum hp_status load_npy(struct src *s, int seq_len, struct hp_data **out,
         return hp_fail(err, HP_ERR_FORMAT, "%s: %llu unexpected bytes after the array data "
                     "(file is corrupt or not written by numpy.save)", s->path,
                     (unsigned long long)(have - count * es));
-
-    if (h.ndim == 1)
-        return load_stream(s, e, count, seq_len, out, err);
-
-    if (count == 0)
-        return hp_fail(err, HP_ERR_FORMAT, "%s: array of shape %s holds no tokens (give at "
-                    "least one non-empty row)", s->path, shape);
-    if (seq_len != 0 && h.dims[1] != (uint64_t)seq_len)
-        return hp_fail(err, HP_ERR_SHAPE, "%s: rows have %llu tokens but seq_len is %d (pass "
-                    "seq_len 0 or %llu for a 2-D array)", s->path,
-                    (unsigned long long)h.dims[1], seq_len, (unsigned long long)h.dims[1]);
-    if (h.dims[0] > INT_MAX || h.dims[1] > INT_MAX)
-        return hp_fail(err, HP_ERR_SHAPE, "%s: shape %s is too large (at most 2^31-1 rows "
-                    "and columns)", s->path, shape);
-    struct hp_data *d;
-    if ((st = hp_data_alloc(s->path, (int)h.dims[0], (int)h.dims[1], false, false, false, &d,
-                         err)))
-        return st;
-    if ((st = read_tokens(s, e, d->ids, (size_t)count, err))) {
-        hp_data_free(d);
-        return st;
-    }
-    *out = d;
-    return HP_OK;
+    return load_rows(s, e, h.ndim, h.dims, seq_len, out, err);
 }
 
 // --- .bin ------------------------------------------------------------------
@@ -613,7 +646,7 @@ static enum hp_status load_bin(struct src *s, int seq_len, struct hp_data **out,
                         "but %llu bytes follow the header (file truncated or corrupt)",
                         s->path, (int)n, (unsigned long long)want_bytes,
                         (unsigned long long)have);
-        return load_stream(s, e, (uint64_t)n, seq_len, out, err);
+        return load_rows(s, e, 1, &(uint64_t){(uint64_t)n}, seq_len, out, err);
     }
     // No llm.c magic: raw nanoGPT uint16 tokens from byte 0.
     if (s->size == 0)
@@ -626,7 +659,7 @@ static enum hp_status load_bin(struct src *s, int seq_len, struct hp_data **out,
     if (fseek(s->f, 0, SEEK_SET) != 0)
         return hp_fail(err, HP_ERR_IO, "%s: cannot seek: %s (give a regular file)", s->path,
                     hp_strerror(errno));
-    return load_stream(s, EL_U16, s->size / 2, seq_len, out, err);
+    return load_rows(s, EL_U16, 1, &(uint64_t){s->size / 2}, seq_len, out, err);
 }
 
 // --- .jsonl ------------------------------------------------------------------
@@ -925,12 +958,9 @@ enum hp_status hp_data_load(const char *path, int seq_len, struct hp_data **out,
         return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: unknown data format '%s%s' (use .npy, "
                     ".jsonl or .bin of token ids, or .txt or .jsonl of text for the model's tokenizer)",
                        path, *ext ? "." : "", ext);
-    if (seq_len < 0)
-        return hp_fail(err, HP_ERR_ARG, "%s: seq_len %d is negative (pass 0 to take it from "
-                    "the file)", path, seq_len);
     struct src s;
-    enum hp_status st = src_open(path, &s, err);
-    if (st)
+    enum hp_status st = seq_len_check(path, seq_len, err);
+    if (st || (st = src_open(path, &s, err)))
         return st;
     st = loader(&s, seq_len, out, err);
     src_close(&s);

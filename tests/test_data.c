@@ -678,6 +678,83 @@ Test(data, negative_seq_len)
     expect_fail(fixture("ids_2d_i4.npy"), -1, HP_ERR_ARG, "seq_len -1 is negative");
 }
 
+// --- ids in memory -----------------------------------------------------------
+
+/*
+ * hp_data_from_ids against hp_data_load on the .npy file of the same ids and shape, named alike: the same
+ * status, rows and ids, or the same line. Each case also says what the file gives, so that the two cannot
+ * agree on a wrong answer: rows x row_len, or the status and a piece of the line.
+ */
+struct ids_case {
+    int ndim;
+    uint64_t dims[3];
+    int seq_len;
+    int n_seqs, row_len;  /* on success */
+    enum hp_status st;    /* HP_OK or the failure */
+    const char *what;     /* on failure */
+};
+
+static const struct ids_case ids_cases[] = {
+    {2, {3, 4}, 0, 3, 4, HP_OK, NULL},
+    {2, {3, 4}, 4, 3, 4, HP_OK, NULL},
+    {2, {3, 4}, 2, 0, 0, HP_ERR_SHAPE, "rows have 4 tokens but seq_len is 2"},
+    {2, {3, 4}, -1, 0, 0, HP_ERR_ARG, "seq_len -1 is negative"},
+    {1, {12}, 4, 3, 4, HP_OK, NULL},
+    {1, {12}, 5, 2, 5, HP_OK, NULL}, /* the tail of 2 dropped */
+    {1, {12}, 12, 1, 12, HP_OK, NULL},
+    {1, {12}, 0, 0, 0, HP_ERR_ARG, "1-D token stream of 12 tokens needs a seq_len"},
+    {1, {12}, 13, 0, 0, HP_ERR_SHAPE, "only 12 tokens, fewer than seq_len 13"},
+    {1, {0}, 4, 0, 0, HP_ERR_FORMAT, "holds no tokens"},
+    {2, {0, 4}, 0, 0, 0, HP_ERR_FORMAT, "array of shape (0, 4) holds no tokens"},
+    {2, {3, 0}, 0, 0, 0, HP_ERR_FORMAT, "array of shape (3, 0) holds no tokens"},
+    {3, {2, 2, 3}, 0, 0, 0, HP_ERR_SHAPE, "array has shape (2, 2, 3)"},
+    {0, {0}, 0, 0, 0, HP_ERR_SHAPE, "array has shape ()"},
+};
+
+Test(data, ids_in_memory_follow_the_npy_rules)
+{
+    int32_t ids[12];
+    unsigned char raw[sizeof ids];
+    for (int i = 0; i < 12; i++) {
+        ids[i] = i == 3 ? INT32_MAX : i == 7 ? -5 : 10 * i;
+        put_u32(raw + 4 * i, (uint32_t)ids[i]);
+    }
+    for (size_t c = 0; c < sizeof ids_cases / sizeof ids_cases[0]; c++) {
+        const struct ids_case *k = &ids_cases[c];
+        char shape[64], dict[256], name[32];
+        size_t at = (size_t)snprintf(shape, sizeof shape, "(");
+        uint64_t count = 1;
+        for (int i = 0; i < k->ndim; i++) {
+            at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%llu", i ? ", " : "",
+                                   (unsigned long long)k->dims[i]);
+            count *= k->dims[i];
+        }
+        snprintf(shape + at, sizeof shape - at, "%s)", k->ndim == 1 ? "," : "");
+        snprintf(name, sizeof name, "case%zu.npy", c);
+        const char *path = write_npy(name, 1, npy_dict(dict, sizeof dict, "<i4", "False", shape), raw, 4 * count);
+        struct hp_data *f = NULL, *m = (struct hp_data *)&m; /* must be reset */
+        struct hp_error ef = {{0}}, em = {{0}};
+        enum hp_status sf = hp_data_load(path, k->seq_len, &f, &ef);
+        enum hp_status sm = hp_data_from_ids(ids, k->ndim, k->dims, k->seq_len, path, &m, &em);
+        cr_assert_eq(sf, k->st, "case %zu %s seq_len %d: the file: %s", c, shape, k->seq_len, ef.msg);
+        cr_assert_eq(sm, sf, "case %zu %s seq_len %d: %s from memory, %s from the file: %s", c, shape, k->seq_len,
+                     hp_status_name(sm), hp_status_name(sf), em.msg);
+        if (sf != HP_OK) {
+            cr_assert_null(m, "case %zu: *out not NULL after failure", c);
+            cr_assert_str_eq(em.msg, ef.msg, "case %zu", c);
+            cr_assert_not_null(strstr(ef.msg, k->what), "case %zu lacks \"%s\": %s", c, k->what, ef.msg);
+            continue;
+        }
+        cr_assert_str_eq(m->path, path);
+        cr_assert(f->n_seqs == k->n_seqs && f->seq_len == k->row_len, "case %zu: the file gives %d x %d", c,
+                  f->n_seqs, f->seq_len);
+        expect_ids(m, f->n_seqs, f->seq_len, f->ids);
+        expect_ids(m, k->n_seqs, k->row_len, ids); /* the first rows of the ids, row-major */
+        hp_data_free(f);
+        hp_data_free(m);
+    }
+}
+
 // --- vocabulary -------------------------------------------------------------
 
 Test(data, check_vocab_ids)

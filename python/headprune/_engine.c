@@ -305,9 +305,36 @@ static void eval_progress(void *user, int done, int total)
 }
 
 /*
+ * d from ids in memory, an int32 buffer of any shape, C-contiguous (the package's Python side makes it from a
+ * numpy array): the engine shapes it as a .npy file of that shape (hp_data_from_ids). False with the error
+ * raised.
+ */
+static bool eval_ids(PyObject *data, int seq_len, const char *name, struct hp_data **d)
+{
+    Py_buffer b;
+    if (PyObject_GetBuffer(data, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return false;
+    uint64_t dims[64]; /* numpy's most */
+    const bool int32 = b.itemsize == 4 && b.format && (!strcmp(b.format, "i") || !strcmp(b.format, "<i") ||
+                                                       !strcmp(b.format, "=i"));
+    if (!int32 || b.ndim > 64) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "eval: data must be int32 ids of shape (rows, tokens) or (tokens,)");
+        return false;
+    }
+    for (int i = 0; i < b.ndim; i++)
+        dims[i] = (uint64_t)b.shape[i];
+    struct hp_error err = {0};
+    enum hp_status st = hp_data_from_ids(b.buf, b.ndim, dims, seq_len, name, d, &err);
+    PyBuffer_Release(&b);
+    if (st != HP_OK)
+        raise_engine(st, &err);
+    return st == HP_OK;
+}
+
+/*
  * eval(data, name, seq_len, mask, keep, ablation, grad, grad_metric, threads, progress) -> JSON text.
- * data: a path (str or bytes) or an int32 buffer of shape (rows, tokens), C-contiguous (the package's
- * Python side makes it from a numpy array); name: what results and errors call an in-memory set.
+ * data: a path (str or bytes) or ids in memory (eval_ids); name: what results and errors call ids in memory.
  */
 static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
 {
@@ -332,7 +359,6 @@ static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
     struct hp_data *d = NULL;
     enum hp_status st = HP_OK;
     PyObject *path = NULL;
-    Py_buffer b = {0};
     const struct hp_model_info *in = hp_model_get_info(self->m);
     if (PyUnicode_Check(data) || PyBytes_Check(data) || PyObject_HasAttrString(data, "__fspath__")) {
         if (!PyUnicode_FSConverter(data, &path))
@@ -344,22 +370,8 @@ static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
         Py_END_ALLOW_THREADS
         self->busy--;
         name = p;
-    } else {
-        if (PyObject_GetBuffer(data, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-            return NULL;
-        if (b.ndim != 2 || b.itemsize != 4 || !b.format || (strcmp(b.format, "i") && strcmp(b.format, "<i") &&
-                                                            strcmp(b.format, "=i"))) {
-            PyBuffer_Release(&b);
-            PyErr_SetString(PyExc_ValueError, "eval: data must be int32 ids of shape (rows, tokens)");
-            return NULL;
-        }
-        if (b.shape[0] > INT32_MAX || b.shape[1] > INT32_MAX) {
-            PyBuffer_Release(&b);
-            PyErr_SetString(PyExc_ValueError, "eval: data has more rows or tokens than 2^31 - 1");
-            return NULL;
-        }
-        st = hp_data_from_ids(b.buf, (int)b.shape[0], (int)b.shape[1], name, &d, &err);
-        PyBuffer_Release(&b);
+    } else if (!eval_ids(data, seq_len, name, &d)) {
+        return NULL;
     }
     if (st != HP_OK) {
         Py_XDECREF(path);
