@@ -8,18 +8,20 @@ import numpy as np
 from . import _engine
 
 
-def mask_spec(heads):
+def mask_spec(heads, shape, what="mask"):
     """A mask spec from what a caller may give: None, a spec string ("0.1,2.*"), an iterable of "l.h"
-    strings or (layer, head) pairs, or a boolean array (n_layers, n_heads) with True where ablated."""
+    strings or (layer, head) pairs, or a boolean array of the model's shape (n_layers, n_heads) with True
+    where what (mask or keep) names a head."""
     if heads is None or isinstance(heads, str):
         return heads
     try:
         grid = np.asarray(heads)
     except ValueError:  # rows of several kinds ("0.1" beside (2, 3)): a list of heads
         grid = None
-    if grid is not None and grid.dtype == bool:  # True where ablated: an array or a nested list of booleans
-        if grid.ndim != 2:
-            raise ValueError(f"mask: a boolean array must be (n_layers, n_heads), not shape {grid.shape}")
+    if grid is not None and grid.dtype == bool:  # an array or a nested list of booleans
+        if grid.shape != tuple(shape):  # a transposed grid would name other heads
+            raise ValueError(f"{what}: a boolean array must be (n_layers, n_heads) = {tuple(shape)} for this "
+                             f"model, not shape {grid.shape}")
         return ",".join(f"{l}.{h}" for l, h in zip(*np.nonzero(grid)))
     parts = []
     for u in heads:
@@ -29,7 +31,7 @@ def mask_spec(heads):
               all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in u)):
             parts.append(f"{int(u[0])}.{int(u[1])}")  # (layer, head); rows of np.argwhere(mask) too
         else:
-            raise ValueError(f"mask: {u!r} is not a head: give \"layer.head\" or (layer, head)")
+            raise ValueError(f"{what}: {u!r} is not a head: give \"layer.head\" or (layer, head)")
     return ",".join(parts)
 
 
@@ -109,7 +111,8 @@ class Model:
         data: a held-out file (.npy, .jsonl, .bin, .txt with seq_len) or token ids, an integer array
         (rows, tokens) (a 1-D array is one row). mask: the heads to ablate, keep: the heads to keep
         (every other one ablated), each a spec ("0.1,2.*"), "layer.head" strings, (layer, head) pairs or
-        a boolean (n_layers, n_heads) array. ablation: zero, mean, mean-pos, resample or denoise.
+        a boolean (n_layers, n_heads) array of the model's shape. ablation: zero, mean, mean-pos,
+        resample or denoise.
         grad: also the gradient at every head's gate ("grad") and its first-order estimate of each
         head's effect ablated alone ("atp"), both (n_layers, n_heads); metric: what grad differentiates
         (loss, kl, logit_diff, cos; implies grad). threads: a count (None: as many as other processes
@@ -119,7 +122,8 @@ class Model:
         The GIL is released while the engine computes."""
         if mask is not None and keep is not None:
             raise ValueError("eval: give mask (the heads to ablate) or keep (the heads to keep), not both")
-        spec = mask_spec(keep if keep is not None else mask)
+        what = "keep" if keep is not None else "mask"
+        spec = mask_spec(keep if keep is not None else mask, self.shape[:2], what)
         if isinstance(data, (str, bytes, os.PathLike)):
             src, name = os.fspath(data), "array"
         else:

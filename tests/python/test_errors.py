@@ -96,6 +96,31 @@ def test_bad_mask_forms(model):
         model.eval(HELDOUT, mask=np.zeros(32, dtype=bool))
 
 
+@pytest.mark.parametrize("what", ["mask", "keep"])
+@pytest.mark.parametrize("grid", [np.ones((8, 4), bool), np.ones((3, 8), bool), np.ones((4, 9), bool)],
+                         ids=["transposed", "fewer-layers", "more-heads"])
+def test_grid_of_the_wrong_shape(model, what, grid):
+    """A boolean grid not the model's (n_layers, n_heads) is refused naming both shapes. Issue 52: on
+    llama-gqa (3 x 4) the transposed (4, 3) grid of head 2.0 was read as head 0.2 (loss 6.029539; 2.0 gives
+    5.833427)."""
+    with pytest.raises(ValueError) as ei:
+        model.eval(HELDOUT, **{what: grid}, threads=1)
+    assert str(ei.value) == (f"{what}: a boolean array must be (n_layers, n_heads) = (4, 8) for this model, "
+                             f"not shape {grid.shape}")
+    with pytest.raises(ValueError, match=r"= \(4, 8\) for this model, not shape \(2, 8\)"):
+        model.eval(HELDOUT, **{what: [[True] + [False] * 7, [False] * 8]}, threads=1)  # a nested list too
+
+
+def test_transposed_grid_issue_52(hp):
+    """The issue's case, literally: llama-gqa (3 layers x 4 heads), grid.T of a grid marking head 2.0."""
+    d = FIXTURES / "llama-gqa"
+    grid = np.zeros((3, 4), dtype=bool)
+    grid[2, 0] = True
+    with pytest.raises(ValueError, match=r"^mask: a boolean array must be \(n_layers, n_heads\) = \(3, 4\) for this "
+                                         r"model, not shape \(4, 3\)$"):
+        hp.Model(str(d)).eval(np.load(d / "data.npy"), mask=grid.T, threads=1)
+
+
 def test_mask_and_keep(model):
     with pytest.raises(ValueError, match="not both"):
         model.eval(HELDOUT, mask="0.1", keep="0.2")
