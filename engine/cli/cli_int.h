@@ -102,8 +102,8 @@ struct cmd_help {
 /* The options several commands take, each its letter, limits and words written once. */
 #define OPT_MODEL(v, h) OPT_PATH("model", 'm', v, "DIR", h)
 #define OPT_DATA(v) OPT_PATH("data", 'd', v, "FILE", DATA_HELP)
-#define OPT_SEQ_LEN(v) OPT_INT("seq-len", 's', v, "N", 1, 1 << 20, "rows of N tokens: 1-D ids are cut into them, text packed into them")
-#define OPT_THREADS(v, h) OPT_INT("threads", 't', v, "N", 1, 1024, h)
+#define OPT_SEQ_LEN(v) OPT_INT("seq-len", 's', v, "N", 1, HP_SEQ_LEN_MAX, "rows of N tokens: 1-D ids are cut into them, text packed into them")
+#define OPT_THREADS(v, h) OPT_INT("threads", 't', v, "N", 1, HP_THREADS_MAX, h)
 #define OPT_JSON(v, h) OPT_FLAG("json", 'j', v, h)
 #define OPT_QUIET(v, h) OPT_FLAG("quiet", 'q', v, h)
 #define OPT_DB(v, h) OPT_PATH("db", 'd', v, "FILE", h)

@@ -305,6 +305,30 @@ static void eval_progress(void *user, int done, int total)
 }
 
 /*
+ * The ablation and the gradient's metric by name, refused as `headprune eval` refuses --ablation and
+ * --grad-metric (with the keyword for the option), from the engine's tables: false with the error raised.
+ */
+static bool eval_names(const char *ablation, const char *grad_metric, enum hp_ablation *abl)
+{
+    struct hp_error err = {0};
+    enum hp_metric m;
+    if (!hp_ablation_parse(ablation, abl)) {
+        size_t at = (size_t)snprintf(err.msg, sizeof err.msg, "eval: ablation must be ");
+        for (int a = 0; a < HP_ABLATE_COUNT && at < sizeof err.msg; a++)
+            at += (size_t)snprintf(err.msg + at, sizeof err.msg - at, "%s%s",
+                                   a == 0 ? "" : a == HP_ABLATE_COUNT - 1 ? " or " : ", ",
+                                   hp_ablation_name((enum hp_ablation)a));
+    } else if (grad_metric && (!hp_metric_parse(grad_metric, &m) || !hp_metric_has_grad(m))) {
+        char names[128];
+        hp_metric_names(names, sizeof names, true, " or ");
+        snprintf(err.msg, sizeof err.msg, "eval: metric must be %s (the metrics with a gradient)", names);
+    }
+    if (err.msg[0])
+        raise_engine(HP_ERR_ARG, &err);
+    return !err.msg[0];
+}
+
+/*
  * d from ids in memory, an int32 buffer of any shape, C-contiguous (the package's Python side makes it from a
  * numpy array): the engine shapes it as a .npy file of that shape (hp_data_from_ids). False with the error
  * raised.
@@ -343,19 +367,12 @@ static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
     PyObject *data, *progress = Py_None;
     const char *name = "array", *mask = NULL, *ablation = "zero", *grad_metric = NULL;
     int seq_len = 0, keep = 0, grad = 0, threads = 0;
+    enum hp_ablation abl;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sizpspziO:eval", names, &data, &name, &seq_len, &mask, &keep,
                                      &ablation, &grad, &grad_metric, &threads, &progress) ||
-        !model_ready(self) || !engine_may_enter())
+        !model_ready(self) || !engine_may_enter() || !eval_names(ablation, grad_metric, &abl))
         return NULL;
-    enum hp_ablation abl;
     struct hp_error err = {0};
-    if (!hp_ablation_parse(ablation, &abl)) { /* the names from the engine's table */
-        size_t at = (size_t)snprintf(err.msg, sizeof err.msg, "eval: ablation \"%.64s\" is not one of", ablation);
-        for (int a = 0; a < HP_ABLATE_COUNT && at < sizeof err.msg; a++)
-            at += (size_t)snprintf(err.msg + at, sizeof err.msg - at, "%s %s", a ? "," : "",
-                                   hp_ablation_name((enum hp_ablation)a));
-        return raise_engine(HP_ERR_ARG, &err);
-    }
     struct hp_data *d = NULL;
     enum hp_status st = HP_OK;
     PyObject *path = NULL;
@@ -752,7 +769,9 @@ PyMODINIT_FUNC PyInit__engine(void)
                                       "shape, arg, unsupported, sql, plan, nomem).",
                                       PyExc_ValueError, NULL);
     if (!Error || PyModule_AddObjectRef(m, "Error", Error) < 0 || PyType_Ready(&ModelType) < 0 ||
-        PyModule_AddObjectRef(m, "Model", (PyObject *)&ModelType) < 0) {
+        PyModule_AddObjectRef(m, "Model", (PyObject *)&ModelType) < 0 ||
+        PyModule_AddIntConstant(m, "THREADS_MAX", HP_THREADS_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "SEQ_LEN_MAX", HP_SEQ_LEN_MAX) < 0) {
         Py_DECREF(m);
         return NULL;
     }

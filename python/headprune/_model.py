@@ -8,6 +8,14 @@ import numpy as np
 from . import _engine
 
 
+def int_option(cmd, name, value, hi):
+    """value as the command line takes an integer option (engine/cli/cli_util.c, int_option): an int or numpy
+    integer from 1 to hi, not a bool or a float; else ValueError with the CLI's line, name for its --option."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not 1 <= value <= hi:
+        raise ValueError(f"{cmd}: {name} must be an integer from 1 to {hi} (not '{value}')")
+    return int(value)
+
+
 def mask_spec(heads, shape, what="mask"):
     """A mask spec from what a caller may give: None, a spec string ("0.1,2.*"), an iterable of "l.h"
     strings or (layer, head) pairs, or a boolean array of the model's shape (n_layers, n_heads) with True
@@ -36,19 +44,15 @@ def mask_spec(heads, shape, what="mask"):
 
 
 def ids_array(data):
-    """data as the engine's int32 (rows, tokens) C-contiguous ids: integer arrays only, in int32's range."""
+    """data as the engine's int32 C-contiguous ids, its shape kept (the engine shapes ids as it shapes a .npy
+    file: a 1-D array is a token stream, cut into rows of seq_len): integer arrays only, in int32's range."""
     a = np.asarray(data)
     if a.dtype == bool or not np.issubdtype(a.dtype, np.integer):
         raise ValueError(f"data: token ids must be an integer array, not {a.dtype}")
-    if a.ndim == 1:
-        a = a[None, :]
-    if a.ndim != 2 or a.shape[0] == 0 or a.shape[1] == 0:
-        raise ValueError(f"data: token ids must be a (rows, tokens) array with at least one of each, "
-                         f"not shape {np.shape(data)}")
     if a.size and (a.min() < np.iinfo(np.int32).min or a.max() > np.iinfo(np.int32).max):
         bad = a.max() if a.max() > np.iinfo(np.int32).max else a.min()
         raise ValueError(f"data: token id {bad} is out of range")
-    return np.ascontiguousarray(a, dtype=np.int32)
+    return np.asarray(a, dtype=np.int32, order="C")  # (ascontiguousarray would make a scalar 1-D)
 
 
 class EvalResult(dict):
@@ -108,15 +112,16 @@ class Model:
              seq_len=None, progress=None):
         """Evaluate the model with heads ablated, as `headprune eval --json` does, in this process.
 
-        data: a held-out file (.npy, .jsonl, .bin, .txt with seq_len) or token ids, an integer array
-        (rows, tokens) (a 1-D array is one row). mask: the heads to ablate, keep: the heads to keep
-        (every other one ablated), each a spec ("0.1,2.*"), "layer.head" strings, (layer, head) pairs or
-        a boolean (n_layers, n_heads) array of the model's shape. ablation: zero, mean, mean-pos,
-        resample or denoise.
+        data: a held-out file (.npy, .jsonl, .bin, .txt with seq_len) or token ids, an integer array,
+        read as `--data` reads a .npy file of it: (rows, tokens), or 1-D (tokens) cut into rows of
+        seq_len. seq_len: as `--seq-len`, an integer from 1 (None: from the data). mask: the heads to
+        ablate, keep: the heads to keep (every other one ablated), each a spec ("0.1,2.*"), "layer.head"
+        strings, (layer, head) pairs or a boolean (n_layers, n_heads) array of the model's shape. ablation:
+        zero, mean, mean-pos, resample or denoise.
         grad: also the gradient at every head's gate ("grad") and its first-order estimate of each
         head's effect ablated alone ("atp"), both (n_layers, n_heads); metric: what grad differentiates
-        (loss, kl, logit_diff, cos; implies grad). threads: a count (None: as many as other processes
-        leave idle). progress: None, or a callable taking (done, total) sequences.
+        (loss, kl, logit_diff, cos; implies grad). threads: a count from 1, as `--threads` (None: as many
+        as other processes leave idle). progress: None, or a callable taking (done, total) sequences.
 
         Returns an EvalResult (a dict) with the fields of `eval --json`; arrays are numpy arrays.
         The GIL is released while the engine computes."""
@@ -124,14 +129,15 @@ class Model:
             raise ValueError("eval: give mask (the heads to ablate) or keep (the heads to keep), not both")
         what = "keep" if keep is not None else "mask"
         spec = mask_spec(keep if keep is not None else mask, self.shape[:2], what)
+        seq_len = 0 if seq_len is None else int_option("eval", "seq_len", seq_len, _engine.SEQ_LEN_MAX)
+        threads = 0 if threads is None else int_option("eval", "threads", threads, _engine.THREADS_MAX)
         if isinstance(data, (str, bytes, os.PathLike)):
             src, name = os.fspath(data), "array"
         else:
             src = ids_array(data)
-            name = f"array ({src.shape[0]} x {src.shape[1]})"
-        text = self._m.eval(src, name=name, seq_len=int(seq_len or 0), mask=spec, keep=keep is not None,
-                            ablation=ablation, grad=bool(grad), grad_metric=metric, threads=int(threads or 0),
-                            progress=progress)
+            name = f"array ({' x '.join(map(str, src.shape))})"
+        text = self._m.eval(src, name=name, seq_len=seq_len, mask=spec, keep=keep is not None, ablation=ablation,
+                            grad=bool(grad), grad_metric=metric, threads=threads, progress=progress)
         return _result(text)
 
     def tokenize(self, text, special=False):

@@ -5,6 +5,7 @@ import threading
 import time
 
 from . import _engine
+from ._model import int_option
 
 
 class _Bar:
@@ -46,13 +47,15 @@ def run(plan, db, threads=None, progress=True, batch=None, plain=False, shard=No
     is written as its batch ends. Ctrl-C (a notebook's interrupt) stops after the current batch, with every
     finished result kept, and raises KeyboardInterrupt; run the same call to resume.
 
-    threads: a count (None: as many as other processes leave idle). progress: True (a tqdm bar where tqdm
-    is installed, else a line on stderr every 5 s), False, or a callable taking a dict (done, total,
-    cached, evaluated, label, elapsed, eta, rate, unit). batch: variants evaluated together (None: 64).
+    threads: a count from 1, as `--threads` (None: as many as other processes leave idle). progress: True
+    (a tqdm bar where tqdm is installed, else a line on stderr every 5 s), False, or a callable taking a dict
+    (done, total, cached, evaluated, label, elapsed, eta, rate, unit). batch: variants evaluated together
+    (None: 64).
     plain: no reuse (the reference path). shard: (i, n), 1-based, to run the i-th of n slices.
 
     Returns a dict: sweep_id, n_jobs, n_run, n_repeated, n_cached, seconds, threads_min, threads_max."""
     plan, db = os.fspath(plan), os.fspath(db)
+    threads = 0 if threads is None else int_option("run", "threads", threads, _engine.THREADS_MAX)
     si, sn = shard if shard is not None else (1, 1)
     if not (1 <= si <= sn):
         raise ValueError(f"run: shard must be (i, n) with 1 <= i <= n, not {shard!r}")
@@ -61,7 +64,7 @@ def run(plan, db, threads=None, progress=True, batch=None, plain=False, shard=No
     main = threading.current_thread() is threading.main_thread()
     s = None
     try:
-        s = _engine.run(plan, db, threads=int(threads or 0), batch=int(batch or 0), plain=bool(plain),
+        s = _engine.run(plan, db, threads=threads, batch=int(batch or 0), plain=bool(plain),
                         shard_index=si - 1, shard_count=sn, progress=callback, sigint=main)
     finally:
         if bar is not None:

@@ -44,6 +44,18 @@ def test_run_then_again_and_against_cli(hp, plan, tmp_path):
     assert [np.float64(x).tobytes() for _, x in a] == [np.float64(x).tobytes() for _, x in b]
 
 
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True, 1025])
+def test_threads_refused_as_the_cli_refuses(hp, plan, tmp_path, threads):
+    """threads as `run --threads` takes it (1 to 1024; None is auto): anything else is the CLI's line, with the
+    keyword for the option (0 and -1 once meant auto, 1.5 one thread)."""
+    p = cli("run", plan, "--db", tmp_path / "cli.db", "--threads", threads, check=False)
+    assert p.returncode == 2 and p.stderr.startswith("headprune run: --threads must be"), p.stderr
+    with pytest.raises(ValueError) as ei:
+        hp.run(str(plan), str(tmp_path / "py.db"), threads=threads, progress=False)
+    assert str(ei.value) == p.stderr.splitlines()[0].replace("headprune run: --threads", "run: threads")
+    assert not (tmp_path / "py.db").exists()
+
+
 def test_plain_and_batch_agree(hp, plan, tmp_path):
     """plain (the reference path) and a small batch give the default run's results (to the engine's
     tolerance for reuse: the CLI says results do not depend on these)."""
