@@ -217,8 +217,8 @@ static enum hp_status ids_rows(const char *name, int ndim, const uint64_t *dims,
         return hp_fail(err, HP_ERR_FORMAT, "%s: array of shape %s holds no tokens (give at "
                     "least one non-empty row)", name, shape);
     if (seq_len != 0 && dims[1] != (uint64_t)seq_len)
-        return hp_fail(err, HP_ERR_SHAPE, "%s: rows have %llu tokens but seq_len is %d (pass "
-                    "seq_len 0 or %llu for a 2-D array)", name,
+        return hp_fail(err, HP_ERR_SHAPE, "%s: rows have %llu tokens but seq_len is %d (give "
+                    "no seq_len, or %llu, for a 2-D array)", name,
                     (unsigned long long)dims[1], seq_len, (unsigned long long)dims[1]);
     if (dims[0] > INT_MAX || dims[1] > INT_MAX)
         return hp_fail(err, HP_ERR_SHAPE, "%s: shape %s is too large (at most 2^31-1 rows "
