@@ -230,7 +230,7 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
 {
     const struct hp_model_info *in = &m->info;
     const struct hp_layer *L = &m->layers[l];
-    const int T = a->in->T, S = a->in->n_seqs, N = S * T, d = in->d_model, H = in->n_heads, KV = in->n_kv_heads,
+    const int T = a->in->T, S = a->in->n_seqs, N = S * T, H = in->n_heads, KV = in->n_kv_heads,
               dh = in->d_head, qd = H * dh, kvd = KV * dh, per_kv = H / KV;
     /* the heads projected: those wanted, or every head under a norm over all of them (none is pruned there) */
     bool q_in[H], kv_in[KV];
@@ -238,44 +238,9 @@ static void heads_again(const struct hp_model *m, struct hp_bwd *w, const struct
         q_in[h] = want[h] || m->qk_norm_whole;
     for (int kv = 0; kv < KV; kv++)
         kv_in[kv] = kv_want[kv] || m->qk_norm_whole;
-    for (int s = 0, e; s < H; s = e) {
-        e = hp_fwd_run_end(q_in, H, s);
-        if (!q_in[s])
-            continue;
-        const size_t ws = (size_t)L->q_slot[s] * dh;
-        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, x, d, 1, hp_mat_at(L->wq, 0, ws), 0.0f, w->act.q + s * dh, qd, 1);
-        if (L->bq)
-            hp_op_add_bias(w->act.q + s * dh, N, (e - s) * dh, qd, L->bq + ws);
-        if (m->qk_norm)
-            hp_op_head_rms_norm(w->act.q, w->act.qr, N, qd, s, e, dh, L->q_norm, m->norm_eps);
-    }
-    for (int s = 0, e; s < KV; s = e) {
-        e = hp_fwd_run_end(kv_in, KV, s);
-        if (!kv_in[s])
-            continue;
-        const size_t ws = (size_t)L->kv_slot[s] * dh;
-        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, x, d, 1, hp_mat_at(L->wk, 0, ws), 0.0f, w->act.k + s * dh, kvd, 1);
-        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, x, d, 1, hp_mat_at(L->wv, 0, ws), 0.0f, w->act.v + s * dh, kvd, 1);
-        if (L->bk)
-            hp_op_add_bias(w->act.k + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
-        if (L->bv)
-            hp_op_add_bias(w->act.v + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
-        if (m->qk_norm)
-            hp_op_head_rms_norm(w->act.k, w->act.kr, N, kvd, s, e, dh, L->k_norm, m->norm_eps);
-    }
-    if (m->qk_norm_whole) {
-        hp_op_head_rms_norm(w->act.q, w->act.qr, N, qd, 0, 1, qd, L->q_norm, m->norm_eps);
-        hp_op_head_rms_norm(w->act.k, w->act.kr, N, kvd, 0, 1, kvd, L->k_norm, m->norm_eps);
-    }
-    if (m->rotary) { /* every head projected again, kept ones too (they were overwritten) */
-        const float *rope = L->local_rope ? w->rope_local : w->rope;
-        for (int kv = 0; kv < KV; kv++)
-            if (kv_in[kv])
-                hp_op_rope(w->act.k + kv * dh, N, T, kvd, m->rope.dim, rope);
-        for (int h = 0; h < H; h++)
-            if (q_in[h])
-                hp_op_rope(w->act.q + h * dh, N, T, qd, m->rope.dim, rope);
-    }
+    /* every head projected again, kept ones too (they were overwritten), rotary on each */
+    hp_fwd_qkv(m, w->mb, l, x, N, T, q_in, kv_in, q_in, kv_in, L->local_rope ? w->rope_local : w->rope, w->act.q,
+               w->act.k, w->act.v, w->act.qr, w->act.kr);
     const float scale = hp_fwd_attn_scale(m, l);
     const int n_pairs = H * S;
     const int nth = hp_max_threads() < w->cap_threads ? hp_max_threads() : w->cap_threads;

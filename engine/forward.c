@@ -238,12 +238,58 @@ static void out_projection(const struct hp_model *m, struct hp_fwd *w, const str
  * is live in some block, its scores and weighted sums only in the blocks
  * where it is live.
  */
+void hp_fwd_qkv(const struct hp_model *m, struct hp_mat_buf *mb, int l, const float *x, int N, int T, const bool *q_in,
+                const bool *kv_in, const bool *q_rope, const bool *kv_rope, const float *rope, float *q, float *k,
+                float *v, float *qr, float *kr)
+{
+    const struct hp_model_info *in = &m->info;
+    const struct hp_layer *L = &m->layers[l];
+    const int d = in->d_model, H = in->n_heads, KV = in->n_kv_heads, dh = in->d_head, qd = H * dh, kvd = KV * dh;
+    for (int s = 0, e; s < H; s = e) {
+        e = hp_fwd_run_end(q_in, H, s);
+        if (!q_in[s])
+            continue;
+        const size_t ws = (size_t)L->q_slot[s] * dh;
+        hp_mat_gemm(mb, N, (e - s) * dh, d, 1.0f, x, d, 1, hp_mat_at(L->wq, 0, ws), 0.0f, q + s * dh, qd, 1);
+        if (L->bq)
+            hp_op_add_bias(q + s * dh, N, (e - s) * dh, qd, L->bq + ws);
+        if (m->qk_norm)
+            hp_op_head_rms_norm(q, qr, N, qd, s, e, dh, L->q_norm, m->norm_eps);
+    }
+    for (int s = 0, e; s < KV; s = e) {
+        e = hp_fwd_run_end(kv_in, KV, s);
+        if (!kv_in[s])
+            continue;
+        const size_t ws = (size_t)L->kv_slot[s] * dh;
+        hp_mat_gemm(mb, N, (e - s) * dh, d, 1.0f, x, d, 1, hp_mat_at(L->wk, 0, ws), 0.0f, k + s * dh, kvd, 1);
+        hp_mat_gemm(mb, N, (e - s) * dh, d, 1.0f, x, d, 1, hp_mat_at(L->wv, 0, ws), 0.0f, v + s * dh, kvd, 1);
+        if (L->bk)
+            hp_op_add_bias(k + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
+        if (L->bv)
+            hp_op_add_bias(v + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
+        if (m->qk_norm)
+            hp_op_head_rms_norm(k, kr, N, kvd, s, e, dh, L->k_norm, m->norm_eps);
+    }
+    if (m->qk_norm_whole) { /* one norm over each row of every head's queries, one over the keys' */
+        hp_op_head_rms_norm(q, qr, N, qd, 0, 1, qd, L->q_norm, m->norm_eps);
+        hp_op_head_rms_norm(k, kr, N, kvd, 0, 1, kvd, L->k_norm, m->norm_eps);
+    }
+    if (!m->rotary)
+        return;
+    for (int kv = 0; kv < KV; kv++)
+        if (kv_rope[kv])
+            hp_op_rope(k + kv * dh, N, T, kvd, m->rope.dim, rope);
+    for (int h = 0; h < H; h++)
+        if (q_rope[h])
+            hp_op_rope(q + h * dh, N, T, qd, m->rope.dim, rope);
+}
+
 static void attention(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l,
                       const struct hp_fwd_keep *kp)
 {
     const struct hp_model_info *in = &m->info;
     const struct hp_layer *L = &m->layers[l];
-    const int T = a->in->T, NB = a->n_blocks, S = a->in->n_seqs, Rb = S * T, N = Rb * NB, d = in->d_model,
+    const int T = a->in->T, NB = a->n_blocks, S = a->in->n_seqs, Rb = S * T, N = Rb * NB,
               H = in->n_heads, KV = in->n_kv_heads, dh = in->d_head;
     const int qd = H * dh, kvd = KV * dh, per_kv = H / KV;
     const bool replaced = hp_replacement_reads(&a->var->rep); /* a dead head still enters the output projection */
@@ -277,52 +323,17 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
     for (int kv = 0; kv < KV; kv++)
         kv_in[kv] = kv_live[kv] || m->qk_norm_whole;
 
-    /* projections of live heads only, one GEMM per run of consecutive live
-     * heads, whose blocks of the weights (from slot ws on) are consecutive too */
-    for (int s = 0, e; s < H; s = e) {
-        e = hp_fwd_run_end(q_in, H, s);
-        if (!q_in[s])
-            continue;
-        const size_t ws = (size_t)L->q_slot[s] * dh;
-        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, w->h, d, 1, hp_mat_at(L->wq, 0, ws), 0.0f, qs + s * dh, qd, 1);
-        if (L->bq)
-            hp_op_add_bias(qs + s * dh, N, (e - s) * dh, qd, L->bq + ws);
-        if (m->qk_norm)
-            hp_op_head_rms_norm(qs, kp ? kp->qr : NULL, N, qd, s, e, dh, L->q_norm, m->norm_eps);
-    }
-    for (int s = 0, e; s < KV; s = e) {
-        e = hp_fwd_run_end(kv_in, KV, s);
-        if (!kv_in[s])
-            continue;
-        const size_t ws = (size_t)L->kv_slot[s] * dh;
-        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, w->h, d, 1, hp_mat_at(L->wk, 0, ws), 0.0f, ks + s * dh, kvd, 1);
-        hp_mat_gemm(w->mb, N, (e - s) * dh, d, 1.0f, w->h, d, 1, hp_mat_at(L->wv, 0, ws), 0.0f, vs + s * dh, kvd, 1);
-        if (L->bk)
-            hp_op_add_bias(ks + s * dh, N, (e - s) * dh, kvd, L->bk + ws);
-        if (L->bv)
-            hp_op_add_bias(vs + s * dh, N, (e - s) * dh, kvd, L->bv + ws);
-        if (m->qk_norm)
-            hp_op_head_rms_norm(ks, kp ? kp->kr : NULL, N, kvd, s, e, dh, L->k_norm, m->norm_eps);
-    }
-    if (m->qk_norm_whole) { /* one norm over each row of every head's queries, one over the keys' */
-        hp_op_head_rms_norm(qs, kp ? kp->qr : NULL, N, qd, 0, 1, qd, L->q_norm, m->norm_eps);
-        hp_op_head_rms_norm(ks, kp ? kp->kr : NULL, N, kvd, 0, 1, kvd, L->k_norm, m->norm_eps);
-    }
-
-    const float scale = hp_fwd_attn_scale(m, l), cap = m->info.attn_softcap;
+    /* projections of live heads only, one GEMM per run of consecutive live heads; rotary on the live ones */
     const float *const rope = L->local_rope ? w->rope_local : w->rope;
+    hp_fwd_qkv(m, w->mb, l, w->h, N, T, q_in, kv_in, any_live, kv_live, rope, qs, ks, vs, kp ? kp->qr : NULL,
+               kp ? kp->kr : NULL);
+    const float scale = hp_fwd_attn_scale(m, l), cap = m->info.attn_softcap;
     const int window = L->window;
-    for (int kv = 0; kv < KV; kv++)
-        if (m->rotary && kv_live[kv])
-            hp_op_rope(ks + kv * dh, N, T, kvd, m->rope.dim, rope);
-
     for (int h = 0; h < H; h++) {
         if (!any_live[h] && in_proj[h])
             fill_dead(w->ctx, qd, dh, 0, N, a, l, h, true);
         else if (L->q_slot[h] < 0) /* pruned: zero, as kept for resuming */
             fill_dead(w->ctx, qd, dh, 0, N, a, l, h, false);
-        if (any_live[h] && m->rotary)
-            hp_op_rope(qs + h * dh, N, T, qd, m->rope.dim, rope);
     }
     /* (head, sequence) pairs side by side, each product on one thread: one
      * pair's products are too small to split well */

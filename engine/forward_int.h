@@ -215,6 +215,18 @@ void hp_fwd_linear(struct hp_mat_buf *mb, float *y, const float *x, int N, int k
 /* The model's norm of rows x (N, d_model) into y: LayerNorm where it has a bias, else RMSNorm. */
 void hp_fwd_norm(const struct hp_model *m, float *y, const float *x, int N, const float *wt, const float *b);
 
+/*
+ * The attention block's projections at layer l from its input x (N rows of T-token sequences, d_model), one
+ * section the forward and the reverse pass both run: the queries of the heads q_in (n_heads) and the keys and
+ * values of the KV heads kv_in (n_kv_heads) into q (N, n_heads * d_head), k and v (N, n_kv_heads * d_head), one
+ * product per run of consecutive heads, with their biases and q/k norms (each norm's 1 / rms into qr, kr when
+ * not NULL: the reverse pass's); then rotary (rope: the layer's table) on the queries of q_rope and the keys of
+ * kv_rope. mb converts 16-bit weights' panels.
+ */
+void hp_fwd_qkv(const struct hp_model *m, struct hp_mat_buf *mb, int l, const float *x, int N, int T, const bool *q_in,
+                const bool *kv_in, const bool *q_rope, const bool *kv_rope, const float *rope, float *q, float *k,
+                float *v, float *qr, float *kr);
+
 /* Runs of consecutive equal flags: for (s = 0; s < n; s = e) with [s, e) a run, e = hp_fwd_run_end(..). */
 int hp_fwd_run_end(const bool *flag, int n, int s);
 
