@@ -15,7 +15,7 @@
  * The model is random (weights ~ N(0, 0.02), LayerNorm weights 1, biases 0)
  * and written once as a Hugging Face directory outside the repo.
  *
- * Invariant: the replay mirrors engine/forward.c for GPT-2 with no head
+ * Invariant: the replay mirrors engine/compute/forward.c for GPT-2 with no head
  * masked; when forward.c changes its GEMM calls, replay_forward must follow.
  * Must not: write anywhere but the model directory given on the command line.
  */
@@ -365,7 +365,7 @@ struct replay_buf {
 };
 
 /*
- * The hp_gemm calls engine/forward.c makes for S GPT-2 sequences of T tokens
+ * The hp_gemm calls engine/compute/forward.c makes for S GPT-2 sequences of T tokens
  * in one pass (N = S * T rows) with no head masked, in the same order on the
  * model's own weights; time per part is added into secs[N_PART].
  */

@@ -1,4 +1,4 @@
-/* blis_sup.c -- what turning BLIS's small-matrix ("sup") path off costs (engine/blas.c turns it off: on
+/* blis_sup.c -- what turning BLIS's small-matrix ("sup") path off costs (engine/compute/blas.c turns it off: on
  * AVX2 kernel sets its kernels sum in another order, so results depended on chunking and threads).
  * Times one-thread sgemm at the shapes a sweep multiplies, sup off and on, best of 5, and whether
  * the two give the same bits. Build and run: see bench/README.md, "BLIS's small-matrix path". */

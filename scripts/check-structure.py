@@ -12,7 +12,9 @@ Rules (docs: ../shared/STYLE.md, "The shape of the house"):
     other defines (outside comments and strings, not as a member after `.` or `->`); a cycle is
     A calling B and B calling A, directly or through a chain (one line per strongly connected set);
   - nothing in engine/ outside engine/cli/ includes a file of engine/cli/ or calls a function it defines;
-  - no test of the architecture (an HP_ARCH_ value named in code) outside the loader (engine/model*.c,
+  - engine/ is a folder per stage (LAYERS, lowest first) and a file includes only headers of its own folder
+    and folders below it: never one above (the house's order, ../shared/STYLE.md);
+  - no test of the architecture (an HP_ARCH_ value named in code) outside the loader (engine/model/model*.c,
     LOADER below): the passes and front ends read the model's features (hp_model_info's gated_mlp,
     n_token_types, hf_prune, ...), so a new architecture is a config parser and a weight binder.
 
@@ -30,7 +32,10 @@ import re
 import sys
 
 MAX_FILE_LINES = 1500
-LOADER = re.compile(r"^engine/model[a-z_]*\.[ch]$")  # the files that may name an architecture
+LOADER = re.compile(r"^engine/model/model[a-z_]*\.[ch]$")  # the files that may name an architecture
+# the engine's folders, one per stage, lowest first: a file includes headers of its own folder and the folders
+# before it only (engine/cli/, the command line, is above them all; engine/plan/study/ is part of plan/)
+LAYERS = ["core", "model", "compute", "text", "eval", "analysis", "plan", "store", "sweep", "query", "report", "cli"]
 ARCH = re.compile(r"\bHP_ARCH_(?!COUNT\b)[A-Z0-9_]+\b")
 MAX_FUNC_LINES = 150
 
@@ -69,7 +74,7 @@ def strip_c(text):
 
 class Source:
     def __init__(self, root, rel):
-        self.rel = rel  # e.g. engine/report.c
+        self.rel = rel  # e.g. engine/report/report.c
         with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
             self.text = f.read()
         self.lines = self.text.split("\n")
@@ -209,8 +214,18 @@ def check(root):
                 found.append((rel, a, "function %s over %d lines" % (name, MAX_FUNC_LINES), "%d lines" % (b - a + 1)))
 
     # --- includes: module graph, and nothing below the CLI including into it
+    by_name = {}  # a header's file name -> its path (every engine folder is on the include path)
+    for rel in srcs:
+        by_name.setdefault(os.path.basename(rel), rel)
+
+    def layer(rel):
+        parts = rel.split("/")
+        return LAYERS.index(parts[1]) if len(parts) > 2 and parts[1] in LAYERS else None
+
     def resolve(frm, name):
-        for d in (os.path.dirname(frm), "engine"):
+        if "/" not in name and name in by_name and not os.path.exists(os.path.join(root, os.path.dirname(frm), name)):
+            return by_name[name]
+        for d in (os.path.dirname(frm), "engine", "engine/plan"):
             cand = os.path.normpath(os.path.join(d, name))
             if cand in srcs:
                 return cand
@@ -227,6 +242,9 @@ def check(root):
                 continue
             if in_cli(to) and not in_cli(rel):
                 found.append((rel, ln, "includes %s from below the CLI" % to, "the engine must not know the CLI"))
+            elif layer(rel) is not None and layer(to) is not None and layer(to) > layer(rel):
+                found.append((rel, ln, "includes %s from a folder above" % to,
+                              "%s/ is below %s/" % (LAYERS[layer(rel)], LAYERS[layer(to)])))
             a, b = s.module(), srcs[to].module()
             if a != b:
                 mod_edges.setdefault(a, set()).add(b)

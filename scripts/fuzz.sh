@@ -52,21 +52,26 @@ build() {
     deps
     mkdir -p "$out/obj"
     local san=(-fsanitize=address,undefined -fno-sanitize-recover=undefined -g -O1 -fno-omit-frame-pointer)
-    local cflags=(-std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I"$root/include" -I"$root/engine" -I"$out"
+    # every folder of the engine on the include path, as meson.build has them (a header is named by its file)
+    local incs=(-I"$root/include" -I"$root/engine") d
+    for d in "$root"/engine/*/; do
+        [ "$(basename "$d")" = cli ] || incs+=(-I"${d%/}")
+    done
+    local cflags=(-std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp "${incs[@]}" -I"$out"
                   $(pkg-config --cflags sqlite3 yaml-0.1 libxxhash gsl libpcre2-8 libutf8proc))
     local libs=(-lblis -lcjson $(pkg-config --libs sqlite3 yaml-0.1 libxxhash gsl libpcre2-8 libutf8proc) -lmvec -lm)
-    python3 "$root/engine/embed.py" "$root/engine/schema.sql" "$out/schema_sql.h.new" schema_sql
+    python3 "$root/engine/store/embed.py" "$root/engine/store/schema.sql" "$out/schema_sql.h.new" schema_sql
     cmp -s "$out/schema_sql.h.new" "$out/schema_sql.h" 2>/dev/null || mv "$out/schema_sql.h.new" "$out/schema_sql.h"
     rm -f "$out/schema_sql.h.new"
 
     # an object is rebuilt when its source, or any header, is newer
     local newest_h
-    newest_h=$(ls -t "$root"/engine/*.h "$root"/engine/study/*.h "$root"/include/*.h "$fz"/*.h "$out/schema_sql.h" |
-               head -1)
+    newest_h=$(ls -t $(find "$root/engine" -name '*.h' -not -path '*/cli/*') "$root"/include/*.h "$fz"/*.h \
+               "$out/schema_sql.h" | head -1)
     local objs=() pids=() src obj extra
-    # the engine's folders (engine/cli/ is the command line, not the engine); a file in a subfolder gets its
-    # folder's name before its own (engine/study/gates.c -> study_gates.o, beside engine/gates.c's gates.o)
-    for src in "$root"/engine/*.c "$root"/engine/study/*.c; do
+    # the engine's folders, every depth (engine/cli/ is the command line, not the engine); an object is named by
+    # its path (engine/plan/study/gates.c -> plan_study_gates.o, beside engine/analysis/gates.c's analysis_gates.o)
+    for src in $(find "$root/engine" -name '*.c' -not -path '*/cli/*' | sort); do
         [ "$(basename "$src")" = cli.c ] && continue
         obj=$(realpath --relative-to="$root/engine" "$src")
         obj=$out/obj/${obj//\//_}

@@ -1,6 +1,6 @@
 /*
  * test_cpuload.c -- the measure of other processes' load that automatic
- * threads follow (engine/cpuload.c): the choice of threads for a load, and
+ * threads follow (engine/core/cpuload.c): the choice of threads for a load, and
  * a busy child process seen as about one CPU of other work while this
  * process sleeps. Other tests running beside this one only add load, so the
  * lower bound holds on a busy machine too.

@@ -1,5 +1,5 @@
 /*
- * test_export.c -- pruned checkpoints (engine/export.c, and model.c reading them).
+ * test_export.c -- pruned checkpoints (engine/model/export.c, and model.c reading them).
  *
  * The reference for a checkpoint written without heads P is the original
  * model evaluated with P zero-ablated (checked against Hugging Face's

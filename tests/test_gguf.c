@@ -1,5 +1,5 @@
 /*
- * test_gguf.c -- the GGUF reader (engine/gguf.c): fixtures written by the gguf Python package, and
+ * test_gguf.c -- the GGUF reader (engine/model/gguf.c): fixtures written by the gguf Python package, and
  * hostile files built here byte by byte.
  *
  * Numbers are checked against gguf-py, not against this code: each fixture
@@ -8,7 +8,7 @@
  * (the reference multiplies and adds in ggml's order, so there is no rounding to allow for).
  * Every bad file must fail with its own status and a one-line message saying what is wrong;
  * the sanitizer build (scripts/test.sh) checks that none reads past its buffer. Last, a tiny llama
- * file built here opened as a model (engine/gguf_model.c): metadata that disagrees with its tensors
+ * file built here opened as a model (engine/model/gguf_model.c): metadata that disagrees with its tensors
  * is refused in the file's terms, its own tensor names and metadata keys.
  */
 #define _DEFAULT_SOURCE /* mkdtemp, in testutil.h */

@@ -1,5 +1,5 @@
 /*
- * test_mat.c -- weights in their stored dtype (engine/mat.c, and model.c binding them).
+ * test_mat.c -- weights in their stored dtype (engine/compute/mat.c, and model.c binding them).
  *
  * References, each independent of the code under test:
  * - the conversions against the IEEE half and bfloat16 formats worked out

@@ -1159,7 +1159,7 @@ static cJSON *fixture_key(cJSON *archs, const char *model_type, const char *key)
  * class and modeling code know for each architecture (tools/gen_config_keys.py):
  * the engine's tables must decide each one, and hold no row transformers does
  * not know. Regenerated for a new transformers release, a new key fails here
- * until engine/config_keys.c and docs/checkpoints.md decide it.
+ * until engine/model/config_keys.c and docs/checkpoints.md decide it.
  */
 Test(model, every_transformers_config_key_is_decided)
 {
@@ -1182,13 +1182,13 @@ Test(model, every_transformers_config_key_is_decided)
             char *from = cJSON_PrintUnformatted(cJSON_GetObjectItem(e, "from"));
             n_keys++;
             if (!hp_config_key_find(a->string, key) && ++bad <= 10)
-                cr_log_error("%s: \"%s\" (transformers' %s) has no row in engine/config_keys.c", a->string, key, from);
+                cr_log_error("%s: \"%s\" (transformers' %s) has no row in engine/model/config_keys.c", a->string, key, from);
             free(from);
         }
         /* no stale rows: each of the architecture's own is a key transformers knows for it */
         for (int i = 0; i < nr; i++)
             if (!fixture_key(archs, a->string, rows[i].key) && ++bad <= 10)
-                cr_log_error("%s: engine/config_keys.c decides \"%s\", which transformers %s does not know", a->string,
+                cr_log_error("%s: engine/model/config_keys.c decides \"%s\", which transformers %s does not know", a->string,
                              rows[i].key, cJSON_GetObjectItem(j, "transformers")->valuestring);
     }
     /* the shared rows are PretrainedConfig's: every architecture knows them (headprune's record aside) */
@@ -1198,7 +1198,7 @@ Test(model, every_transformers_config_key_is_decided)
         bool anywhere = strcmp(shared[i].key, "headprune") == 0;
         cJSON_ArrayForEach(a, archs) anywhere |= fixture_key(archs, a->string, shared[i].key) != NULL;
         if (!anywhere && ++bad <= 10)
-            cr_log_error("engine/config_keys.c's shared row \"%s\" is a key no architecture knows", shared[i].key);
+            cr_log_error("engine/model/config_keys.c's shared row \"%s\" is a key no architecture knows", shared[i].key);
         /* an accepted default is JSON text */
         for (int k = 0; shared[i].rule == HP_KEY_DEFAULT && shared[i].ok[k]; k++) {
             cJSON *v = cJSON_Parse(shared[i].ok[k]);
@@ -1228,7 +1228,7 @@ Test(model, every_model_type_has_its_tables)
     int n_types = 0;
     for (const char *mt; (mt = hp_model_type_at(n_types)); n_types++) {
         int nr;
-        cr_expect(hp_config_keys(mt, &nr) && nr > 0, "model_type %s has no table in engine/config_keys.c", mt);
+        cr_expect(hp_config_keys(mt, &nr) && nr > 0, "model_type %s has no table in engine/model/config_keys.c", mt);
         cr_expect(cJSON_GetObjectItem(archs, mt), "model_type %s is not in %s", mt, p);
     }
     int n_fixture = 0;
@@ -1335,7 +1335,7 @@ Test(model, every_honoured_config_key_matches_transformers)
         const struct hp_config_key *row = hp_config_key_find(mt, key);
         const bool honour = row && row->rule == HP_KEY_HONOUR;
         if (strcmp(decision, honour ? "honoured" : "irrelevant") != 0 && ++bad)
-            cr_log_error("%s \"%s\": docs/checkpoints.md says %s, engine/config_keys.c %s", mt, key, decision,
+            cr_log_error("%s \"%s\": docs/checkpoints.md says %s, engine/model/config_keys.c %s", mt, key, decision,
                          row ? (honour ? "honoured" : "not honoured") : "nothing");
         char *cfg = cJSON_Print(cJSON_GetObjectItem(c, "config")), *edits = cJSON_PrintUnformatted(
                                                                           cJSON_GetObjectItem(c, "edits"));

@@ -3,7 +3,7 @@
  * database with known answers.
  *
  * Each test builds a database in its own temporary folder by running
- * engine/schema.sql ($HP_TESTS/../engine/schema.sql) and inserting rows:
+ * engine/store/schema.sql ($HP_TESTS/../engine/store/schema.sql) and inserting rows:
  * a tiny model (2 layers x 4 heads, 2 KV heads), 4 held-out sequences of
  * 10, 20, 30 and 40 tokens, and two sweeps:
  *   1 "old" (metric acc): a baseline, a pairs study and an explicit study

@@ -1,5 +1,5 @@
 /*
- * test_roles.c -- head roles (engine/roles.c) against independent references:
+ * test_roles.c -- head roles (engine/analysis/roles.c) against independent references:
  *
  *  - a float64 reference from Hugging Face's attentions (eager, float64,
  *    output_attentions=True), written by tools/roles_reference.py into

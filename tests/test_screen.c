@@ -1,5 +1,5 @@
 /*
- * test_screen.c -- the screen's stopping rule (engine/screen.c) alone, on
+ * test_screen.c -- the screen's stopping rule (engine/analysis/screen.c) alone, on
  * effects drawn at random: the hypergeometric bound against binomial
  * coefficients computed another way (lgamma), the rule's promise (the bound
  * it states holds, over thousands of random screens with estimators from

@@ -1,5 +1,5 @@
 /*
- * test_task_gen.c -- the task generators (engine/task_gen.c, `headprune task`).
+ * test_task_gen.c -- the task generators (engine/text/task_gen.c, `headprune task`).
  *
  * ioi on a real tokenizer (tests/fixtures/tokenizers/minilm, the 30,522-token
  * WordPiece vocabulary of all-MiniLM-L6-v2, where every built-in name is one

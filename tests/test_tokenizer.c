@@ -337,7 +337,7 @@ Test(tokenizer, invalid_utf8_is_refused_with_its_offset)
     hp_tokenizer_free(t);
 }
 
-// --- held-out text through the tokenizer (engine/text.c) --------------------------------
+// --- held-out text through the tokenizer (engine/text/text.c) --------------------------------
 
 /* Hugging Face's ids of corpus line l (with special tokens or not), from expected.json. */
 static cJSON *hf_ids(cJSON *exp, int l, bool special)

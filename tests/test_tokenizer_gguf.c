@@ -1,5 +1,5 @@
 /*
- * test_tokenizer_gguf.c -- the tokenizer of a GGUF file's metadata (engine/tokenizer_gguf.c) against Hugging
+ * test_tokenizer_gguf.c -- the tokenizer of a GGUF file's metadata (engine/text/tokenizer_gguf.c) against Hugging
  * Face's libraries, and its refusals.
  *
  * tests/fixtures/gguf-tokenizer/ (tools/gen_gguf_tokenizer_cases.py) holds a llama-kind (SentencePiece BPE)

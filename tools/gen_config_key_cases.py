@@ -16,7 +16,7 @@ with layer 1's heads zeroed (o_proj pre-hooks, tools/hp_ref.py). Each case recor
                     does not implement (REFUSE below, a one-line refusal naming the key): headprune must refuse.
 
 A key honoured with no case must be listed in EXEMPT with the reason another test covers it; test_model.c fails
-on an honoured key (engine/config_keys.c's rows) with neither. Writes tests/fixtures/config-key-cases.json.
+on an honoured key (engine/model/config_keys.c's rows) with neither. Writes tests/fixtures/config-key-cases.json.
 
     /work/venv/bin/python tools/gen_config_key_cases.py
 

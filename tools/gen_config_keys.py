@@ -17,7 +17,7 @@ each comes from:
           models in modeling_rope_utils.py
 
 tests/test_model.c checks that the engine's table of known keys
-(engine/config_keys.c) decides every one of them, so a key a new transformers
+(engine/model/config_keys.c) decides every one of them, so a key a new transformers
 release adds shows up as a failing test once this fixture is regenerated:
 
     /work/venv/bin/python tools/gen_config_keys.py

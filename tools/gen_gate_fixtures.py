@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Float64 reference for the Hard Concrete head gates (engine/gates.c).
+"""Float64 reference for the Hard Concrete head gates (engine/analysis/gates.c).
 
 Written from the formulas of issue 12 / docs/plans.md ("Gate training"),
 Louizos et al. 2018 and Voita et al. 2019, independently of the C code:

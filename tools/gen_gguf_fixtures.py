@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the GGUF reader's fixtures under tests/fixtures/gguf/ (docs/gguf.md).
 
-The C reader (engine/gguf.c) must read what the `gguf` Python package writes and
+The C reader (engine/model/gguf.c) must read what the `gguf` Python package writes and
 dequantize every supported type to exactly the floats `gguf.quants.dequantize`
 gives (what transformers' GGUF loading uses). For each type this writes:
 

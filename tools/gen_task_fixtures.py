@@ -30,7 +30,7 @@ attn.c_proj, GPT-NeoX attention.dense, Llama/Qwen2/Mistral self_attn.o_proj; hp_
 input is the heads' outputs z side by side, query head h the slice
 [h d_head, (h + 1) d_head) (with grouped-query attention too). Zero ablation
 is headprune's: the slice set to 0 at every position, the projection's bias
-kept (README "Semantics", engine/ablation.c's zero row).
+kept (README "Semantics", engine/eval/ablation.c's zero row).
 
 Before writing, it checks its hooks and refuses to write if one fails:
   - with the hooks in place but editing nothing (pass-through, recording, and

@@ -5,7 +5,7 @@ For every fixture model under tests/fixtures (GPT-2, BERT, Llama/Qwen2 with GQA)
 default model (models/default) this loads the model with transformers (eager attention,
 float64, output_attentions=True), runs its held-out data and the induction probe, and
 computes every score of docs/roles.md from the attention probabilities, written here
-independently of engine/roles.c: each role is a 0/1 target matrix over (query, key), each
+independently of engine/analysis/roles.c: each role is a 0/1 target matrix over (query, key), each
 score a masked sum over queries divided by the number of queries that qualify. Writes
 tests/fixtures/roles/<name>.json, which tests/test_roles.c compares the C engine with.
 

@@ -1,7 +1,7 @@
 /*
  * plan.c -- `headprune plan`: a plan expanded into its jobs, with an estimate
  * of their cost; nothing is run. What each study costs, and the sentence
- * saying so, are its kind's (engine/study/); this file adds them up into
+ * saying so, are its kind's (engine/plan/study/); this file adds them up into
  * FLOPs and time.
  */
 #define _POSIX_C_SOURCE 200809L

@@ -1,7 +1,7 @@
 /*
  * slurm.c -- `headprune slurm`: a plan run on a Slurm cluster as a job array
  * of shards, each into its own database, and a merge job after it. The
- * scripts are written (and submitted) by engine/slurm.c; this file reads the
+ * scripts are written (and submitted) by engine/sweep/slurm.c; this file reads the
  * options, resolves every path to an absolute one, and says what it did.
  */
 #define _XOPEN_SOURCE 700 /* realpath */

@@ -1,6 +1,6 @@
 """headprune.open: a results database, each query kind a method that returns a pandas DataFrame.
 
-The methods are made from the engine's table of query kinds (hp_query_kinds, engine/query.c): each kind
+The methods are made from the engine's table of query kinds (hp_query_kinds, engine/query/query.c): each kind
 the command line has is a method here, with the options its row takes, and its help as the docstring.
 Nothing here names a kind, so a new kind is a method without a line of Python."""
 import html

@@ -1,5 +1,5 @@
 /*
- * fuzz_config -- config.json (engine/model.c: hp_model_open's config
+ * fuzz_config -- config.json (engine/model/model.c: hp_model_open's config
  * parsing and the binding of weights it drives).
  *
  * Input: byte 0 picks a fixture model whose model.safetensors is linked into

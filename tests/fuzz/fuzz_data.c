@@ -1,5 +1,5 @@
 /*
- * fuzz_data -- the held-out data readers (engine/data.c, engine/text.c).
+ * fuzz_data -- the held-out data readers (engine/text/data.c, engine/text/text.c).
  * Built once per reader, HP_FUZZ_EXT naming it:
  *   data_npy      .npy through hp_data_load
  *   data_jsonl    .jsonl of ids through hp_data_load

@@ -1,5 +1,5 @@
 /*
- * fuzz_gguf -- the GGUF reader (engine/gguf.c).
+ * fuzz_gguf -- the GGUF reader (engine/model/gguf.c).
  *
  * Input: a whole GGUF file, indexed from memory with hp_gguf_open_buffer. A
  * failed open hands back nothing and a one-line error. An accepted file: every

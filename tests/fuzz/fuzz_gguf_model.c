@@ -1,5 +1,5 @@
 /*
- * fuzz_gguf_model -- a GGUF file opened as a model (engine/gguf_model.c, then
+ * fuzz_gguf_model -- a GGUF file opened as a model (engine/model/gguf_model.c, then
  * model.c's config parsing and binding on what it makes of the metadata and
  * tensors).
  *

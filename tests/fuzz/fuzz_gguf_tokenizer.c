@@ -1,5 +1,5 @@
 /*
- * fuzz_gguf_tokenizer -- a GGUF file's tokenizer (engine/tokenizer_gguf.c, hp_tokenizer_from_gguf).
+ * fuzz_gguf_tokenizer -- a GGUF file's tokenizer (engine/text/tokenizer_gguf.c, hp_tokenizer_from_gguf).
  *
  * Input: a whole GGUF file, indexed from memory with hp_gguf_open_buffer; when it opens, its tokenizer.ggml.*
  * metadata is read into a tokenizer. A refusal hands back nothing and says why in one line (a format error,

@@ -1,5 +1,5 @@
 /*
- * fuzz_mask -- mask specs (engine/mask.c: hp_mask_parse, hp_mask_format).
+ * fuzz_mask -- mask specs (engine/core/mask.c: hp_mask_parse, hp_mask_format).
  *
  * Input: byte 0 picks keep (bit 0) and the model shape (bits 1-2: 4 layers x
  * 4 heads, 3 x 8 with 2 KV groups, 1 x 1, 12 x 12 with 4 groups); the rest

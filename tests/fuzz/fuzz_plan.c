@@ -1,5 +1,5 @@
 /*
- * fuzz_plan -- plan YAML (engine/plan.c: hp_plan_parse, hp_plan_expand,
+ * fuzz_plan -- plan YAML (engine/plan/plan.c: hp_plan_parse, hp_plan_expand,
  * hp_study_schedule).
  *
  * Input: a plan's text, parsed as "fuzz/plan.yaml" and, when it parses,

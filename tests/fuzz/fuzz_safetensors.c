@@ -1,5 +1,5 @@
 /*
- * fuzz_safetensors -- the safetensors header (engine/safetensors.c).
+ * fuzz_safetensors -- the safetensors header (engine/model/safetensors.c).
  *
  * Input: a whole safetensors file (u64 header length, JSON header, data).
  * Indexed from memory with hp_st_open_buffer; every tensor it accepts must

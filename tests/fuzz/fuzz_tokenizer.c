@@ -1,6 +1,6 @@
 /*
- * fuzz_tokenizer -- tokenizer.json (engine/tokenizer.c: hp_tokenizer_open,
- * hp_tokenizer_encode, hp_tokenizer_piece, hp_tokenizer_decode; engine/detokenize.c).
+ * fuzz_tokenizer -- tokenizer.json (engine/text/tokenizer.c: hp_tokenizer_open,
+ * hp_tokenizer_encode, hp_tokenizer_piece, hp_tokenizer_decode; engine/text/detokenize.c).
  *
  * Input: tokenizer.json text, then a 0xFF byte (never in UTF-8 JSON), then
  * text to encode (at most 4 KiB; a second 0xFF splits it into a pair). The

@@ -105,7 +105,7 @@ tiny_bpe = {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "\u0120"
             "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False}, "decoder": {"type": "ByteLevel"},
             "added_tokens": [{"id": 5, "content": "<|endoftext|>", "special": True}]}
 put("tokenizer", "tiny-bpe", json.dumps(tiny_bpe).encode() + b"\xffab a ab<|endoftext|>")
-# every decoder step at once (engine/decoder.c), over byte-fallback and metaspace tokens
+# every decoder step at once (engine/text/detokenize.c), over byte-fallback and metaspace tokens
 tiny_dec = {"model": {"type": "BPE", "vocab": {"<unk>": 0, "<0xE4>": 1, "<0xB8>": 2, "<0x41>": 3, "\u2581a": 4,
                                                "b": 5, "##b": 6, "a</w>": 7, "\u0120": 8},
                       "merges": [], "unk_token": "<unk>", "byte_fallback": True},
