@@ -318,7 +318,7 @@ enum hp_status hp_data_check_vocab(const struct hp_data *d, int n_vocab,
 
 // --- task generators ----------------------------------------------------------
 
-/* Task rows made for a model (docs/tasks.md, "Generators"): each a generator of engine/task_gen.c's table. */
+/* Task rows made for a model (docs/tasks.md, "Generators"): each a generator of engine/text/task_gen.c's table. */
 enum hp_task_gen {
     HP_TASK_GEN_IOI,       /* indirect-object identification prompt pairs, text rows */
     HP_TASK_GEN_INDUCTION, /* random tokens repeated, rows of ids */
@@ -468,7 +468,7 @@ enum hp_status hp_model_export(const struct hp_model *m, const struct hp_mask *r
 
 // --- evaluation -------------------------------------------------------------
 
-/* How a head is taken out: one row each in engine/ablation.c (its name, prepare step and replacement). */
+/* How a head is taken out: one row each in engine/eval/ablation.c (its name, prepare step and replacement). */
 enum hp_ablation {
     HP_ABLATE_ZERO,     /* the head's output is zero */
     HP_ABLATE_MEAN,     /* replaced by its mean over all held-out tokens */
@@ -506,7 +506,7 @@ bool hp_ablation_reads_means(enum hp_ablation a);
 enum hp_status hp_ablation_bind_data(enum hp_ablation a, struct hp_data *d, struct hp_error *err);
 
 /*
- * The metrics a variant is measured by, one table (engine/metric.c) for every
+ * The metrics a variant is measured by, one table (engine/core/metric.c) for every
  * module that names, scores, stores or ranks them: plans, the evaluator, the
  * sweep's iterative scoring, the store's columns, queries, the CLI. A new
  * metric is a value here (before HP_N_METRICS) and its row there.
@@ -522,7 +522,7 @@ enum hp_metric {
     HP_METRIC_ANSWER_PROB,    /* p(answer) */
     HP_METRIC_ANSWER_ACC,     /* the answer is the top-1 token */
     HP_METRIC_PATCH_RECOVERY, /* (logit_diff - corrupt's) / (clean's - corrupt's): rows with wrong and corrupt */
-    HP_N_METRICS    /* the count: engine/metric.c's table is sized and pinned by it */
+    HP_N_METRICS    /* the count: engine/core/metric.c's table is sized and pinned by it */
 };
 
 /* "loss", "kl", "acc", "cos" ("unknown" outside the enum). Static. */
@@ -988,7 +988,7 @@ enum hp_study_kind {
     HP_STUDY_GATES,       /* Voita et al.'s L0-regularised Hard Concrete gates, trained per lambda (weights frozen) */
     HP_STUDY_PATCHING,    /* activation patching of each unit alone, at every position together or at each */
     HP_STUDY_SCREEN,      /* the exact top k: units evaluated in estimate order, with random audits and a bound */
-    HP_STUDY_COUNT        /* not a kind: how many there are (each is a row of engine/study/study.c) */
+    HP_STUDY_COUNT        /* not a kind: how many there are (each is a row of engine/plan/study/study.c) */
 };
 
 /* How importance scores are scaled: per layer to unit L2 norm (Michel et al.), or not. */
