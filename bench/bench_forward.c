@@ -32,10 +32,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "blas_int.h"
-#include "forward_int.h"
+#include "blas.h"
+#include "forward.h"
 #include "headprune.h"
-#include "model_int.h"
+#include "model.h"
 
 #define DEFAULT_DIR "/tmp/hp-bench-gpt2-small"
 #define MAX_THREAD_COUNTS 8

@@ -5,8 +5,8 @@ Rules (docs: ../shared/STYLE.md, "The shape of the house"):
   - no engine file (engine/**/*.c, *.h) over 1500 lines;
   - no function over 150 lines, counted from its definition's first line to its closing brace
     (the house's style: the definition at column 0, then `{` and `}` alone at column 0);
-  - no include cycle between modules: a module is engine/X.c with its engine/X_int.h and
-    engine/X_priv.h (so mat.c -> model_int.h -> mat_int.h is a loop, as mat.c and mat_int.h are one
+  - no include cycle between modules: a module is engine/X.c with its engine/X.h (what others include), X_int.h and
+    engine/X_priv.h (so mat.c -> model.h -> mat.h is a loop, as mat.c and mat.h are one
     module);
   - no call cycle between files: a file calls another when it names a non-static function the
     other defines (outside comments and strings, not as a member after `.` or `->`); a cycle is
@@ -109,7 +109,7 @@ class Source:
         return funcs
 
     def module(self):
-        """engine/X.c, engine/X_int.h and engine/X_priv.h are module engine/X; any other header is its own."""
+        """engine/X.c, engine/X.h and its private engine/X_priv.h (X_int.h) are module engine/X."""
         base = self.rel
         for suf in ("_int.h", "_priv.h", ".c", ".h"):
             if base.endswith(suf):

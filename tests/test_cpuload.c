@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cpuload_int.h"
+#include "cpuload.h"
 
 Test(cpuload, threads_are_the_idle_cpus_and_at_least_one)
 {

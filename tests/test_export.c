@@ -24,8 +24,8 @@
 #include <unistd.h>
 
 #include "headprune.h"
-#include "model_int.h"
-#include "safetensors_int.h"
+#include "model.h"
+#include "safetensors.h"
 #include "testutil.h"
 
 #define REL_TOL 1e-6
@@ -601,7 +601,7 @@ static void tensors_as_stored(const char *a, const char *b)
 }
 
 /*
- * A 16-bit checkpoint's matrices stay in the mapping (mat_int.h): exporting
+ * A 16-bit checkpoint's matrices stay in the mapping (mat.h): exporting
  * it writes the same bytes as exporting it converted at load
  * (HP_MODEL_CONVERT), whose export tools/check_export.py showed transformers;
  * removing nothing writes every tensor as stored, dtype included.

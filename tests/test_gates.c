@@ -26,9 +26,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gates_int.h"
+#include "gates.h"
 #include "sweep_priv.h" /* sw_eta, struct sw_tally */
-#include "util_int.h"   /* hp_now */
+#include "util.h"   /* hp_now */
 #include "headprune.h"
 #include "testutil.h"
 

@@ -12,7 +12,7 @@
  * is refused in the file's terms, its own tensor names and metadata keys.
  */
 #define _DEFAULT_SOURCE /* mkdtemp, in testutil.h */
-#include "gguf_int.h"
+#include "gguf.h"
 #include "testutil.h"
 
 #include <criterion/criterion.h>

@@ -29,11 +29,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backward_int.h"
+#include "backward.h"
 #include "eval_priv.h"
-#include "grad_int.h"
+#include "grad_priv.h"
 #include "headprune.h"
-#include "metric_int.h"
+#include "metric.h"
 #include "testutil.h"
 
 #define GRAD_TOL 1e-4
@@ -62,7 +62,7 @@ static void fix_open(struct fix *f, const char *name, const char *data)
     hp_evaluator_keep_grad_metrics(f->ev, true);
 }
 
-/* ev's gradient state (grad_int.h), made now if no pass has made it yet. */
+/* ev's gradient state (grad_priv.h), made now if no pass has made it yet. */
 static struct hp_grad_state *grad_state(struct hp_evaluator *ev)
 {
     struct hp_grad_state *gs = hp_grad_state_get(ev);
@@ -624,7 +624,7 @@ Test(grad, a_gradient_at_the_unmasked_model_keeps_its_metrics)
 
 /*
  * A gradient pass takes chunks of its own size (its state's batch, more
- * rows than the forward's batch: grad_int.h). However the set is cut, the gradients
+ * rows than the forward's batch: grad_priv.h). However the set is cut, the gradients
  * are the same but for the order of their sums, and the metrics it keeps are
  * the same bits as the reuse path's, which walks the set in the forward's
  * chunks: one sequence a chunk and two here, against the whole set in one.
@@ -700,7 +700,7 @@ static void passes_agree(struct fix *f, const char *name, enum hp_metric metric,
 
 /*
  * A gradient pass takes chunks of its own size (its state's batch, more
- * rows than the forward's batch: grad_int.h). However the set is cut, the gradients
+ * rows than the forward's batch: grad_priv.h). However the set is cut, the gradients
  * are the same but for the order of their sums (1e-12), and the metrics it
  * keeps are the same bits as the reuse path's, which walks the set in the
  * forward's chunks: one sequence a chunk and two here, against the whole

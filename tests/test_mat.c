@@ -28,12 +28,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "blas_int.h"
-#include "forward_int.h"
-#include "gguf_int.h"
+#include "blas.h"
+#include "forward.h"
+#include "gguf.h"
 #include "headprune.h"
-#include "model_int.h"
-#include "safetensors_int.h"
+#include "model.h"
+#include "safetensors.h"
 #include "testutil.h"
 
 #define REL_TOL 1e-6

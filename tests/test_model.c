@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "headprune.h"
-#include "model_int.h"
+#include "model.h"
 #include "testutil.h"
 
 static char src[1024], tmp[64];
@@ -1214,7 +1214,7 @@ Test(model, every_transformers_config_key_is_decided)
 }
 
 /*
- * The model_types headprune reads (model_int.h's HP_MODEL_TYPES, from which the architecture lookup, the config-key
+ * The model_types headprune reads (model.h's HP_MODEL_TYPES, from which the architecture lookup, the config-key
  * tables and the Llama family's rows are all indexed) are the ones transformers' config-keys fixture lists: each
  * has its table of keys and is one transformers knows, and each architecture of the fixture is read.
  */

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops_int.h"
-#include "util_int.h"
-#include "vmath_int.h"
+#include "ops.h"
+#include "util.h"
+#include "vmath.h"
 
 /* Uniform in [-4, 4), from the splitmix stream x. */
 static float draw(uint64_t *x)

@@ -41,8 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "data_int.h" // hp_task_swap
-#include "hash_int.h"
+#include "data.h" // hp_task_swap
+#include "hash.h"
 #include "headprune.h"
 #include "testutil.h"
 

@@ -27,14 +27,14 @@
  * (what %.6f and %.6g can round away); text cells exactly. A mismatching
  * table logs its first mismatches and the largest difference, then fails.
  *
- * Last, the kinds' table (hp_query_kinds, query_int.h) against its one
+ * Last, the kinds' table (hp_query_kinds, query.h) against its one
  * options check: the kinds each rule refuses, and the kinds its message names.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "headprune.h"
-#include "query_int.h" // readers: several queries over one snapshot (the report's)
-#include "store_int.h" // hp_store_schema: the schema as the store makes it
+#include "query.h" // readers: several queries over one snapshot (the report's)
+#include "store.h" // hp_store_schema: the schema as the store makes it
 #include "testutil.h"   // tu_headprune: the CLI's csv and json
 
 #include <criterion/criterion.h>
@@ -1584,7 +1584,7 @@ Test(query, table_free_accepts_null)
     hp_table_free(NULL);
 }
 
-// --- readers (query_int.h) ----------------------------------------------------------------
+// --- readers (query.h) ----------------------------------------------------------------
 
 static struct hp_query_reader *reader(void)
 {

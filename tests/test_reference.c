@@ -20,7 +20,7 @@
 
 #include "headprune.h"
 #include "testutil.h"
-#include "safetensors_int.h"
+#include "safetensors.h"
 
 #define METRIC_TOL 1e-5
 #define OUTPUT_TOL 1e-4

@@ -36,7 +36,7 @@
 #define _DEFAULT_SOURCE
 #include <criterion/criterion.h>
 
-#include "svg_int.h"
+#include "svg.h"
 #include "testutil.h"
 
 #include <cjson/cJSON.h>

@@ -28,7 +28,7 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
-#include "roles_int.h"
+#include "roles.h"
 #include "testutil.h"
 
 /* |engine - float64 reference| allowed for every score (masses, and entropy in bits) */

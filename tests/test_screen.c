@@ -12,9 +12,9 @@
  * plan's mistakes.
  */
 #define _DEFAULT_SOURCE /* M_PI, mkdtemp */
-#include "screen_int.h"
+#include "screen.h"
 #include "testmodel.h"
-#include "util_int.h" /* hp_splitmix64, for the random effects */
+#include "util.h" /* hp_splitmix64, for the random effects */
 
 #include <criterion/criterion.h>
 #include <sqlite3.h>

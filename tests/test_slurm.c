@@ -21,7 +21,7 @@
 #include <criterion/criterion.h>
 
 #include "testutil.h"
-#include "slurm_int.h"
+#include "slurm.h"
 #include <fcntl.h>
 #include <limits.h>
 #include <sqlite3.h>

@@ -19,7 +19,7 @@
 
 #include "headprune.h"
 #include "testutil.h"
-#include "store_int.h"
+#include "store.h"
 
 static char tmp[64], db[128];
 

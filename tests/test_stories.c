@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "headprune.h"
-#include "safetensors_int.h"
+#include "safetensors.h"
 
 Test(stories, converted_directory_equals_llama2c_checkpoint)
 {

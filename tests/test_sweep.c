@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hash_int.h"
+#include "hash.h"
 
 static char tmp[64], plan[1024], small_plan[1024];
 

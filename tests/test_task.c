@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hash_int.h"
+#include "hash.h"
 #include "headprune.h"
 #include "testutil.h"
 

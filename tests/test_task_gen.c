@@ -23,7 +23,7 @@
 #include <ctype.h>
 #include <math.h>
 
-#include "task_gen_int.h"
+#include "task_gen.h"
 #include "testutil.h"
 
 #define MINILM "tokenizers/minilm"

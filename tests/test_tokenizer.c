@@ -844,7 +844,7 @@ Test(tokenizer, normalizer_strings_must_be_utf8, .init = mk, .fini = rm)
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tokenizer_int.h"
+#include "tokenizer.h"
 
 /* g_tmp/name: a fixture's config and weights (symlinked) beside a small WordPiece vocabulary. */
 static void model_with_vocab(const char *fixture, const char *name, char *dir, size_t n)

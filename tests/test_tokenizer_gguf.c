@@ -24,7 +24,7 @@
 
 #include "headprune.h"
 #include "testutil.h"
-#include "tokenizer_int.h"
+#include "tokenizer.h"
 
 static char g_tmp[64];
 

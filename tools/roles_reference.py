@@ -69,7 +69,7 @@ MODELS = {
 GPT2_TL = {"gpt2-tiny", "default"}  # where TransformerLens's detector applies (GPT-2, unpadded, unpruned)
 
 
-# ---------------------------------------------------------------- the probe (roles_int.h's hp_roles_probe)
+# ---------------------------------------------------------------- the probe (roles.h's hp_roles_probe)
 
 
 def splitmix64(state):

@@ -19,7 +19,7 @@
  * Must not: print, know SQL (the sweep stores the state), or change the
  * evaluator's state beyond what hp_evaluator_grad does.
  */
-#include "gates_int.h"
+#include "gates.h"
 
 #include <assert.h>
 #include <math.h>
@@ -28,11 +28,11 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "data_int.h" /* hp_task_alloc: a task's rows taken with their answers */
-#include "eval_int.h" /* the evaluator's model and data */
-#include "job_int.h"
+#include "data.h" /* hp_task_alloc: a task's rows taken with their answers */
+#include "eval.h" /* the evaluator's model and data */
+#include "job.h"
 #include "study/study.h" /* hp_study_trains: the studies that train on the plan's training set */
-#include "util_int.h"
+#include "util.h"
 
 // --- the Hard Concrete gate and its L0 penalty --------------------------------------
 
@@ -80,7 +80,7 @@ void hp_gate_adam(double *x, double *m, double *v, double g, int t, double lr)
 
 void hp_gate_rng_seed(uint64_t rng[4], uint64_t seed, const char *study, double lambda)
 {
-    /* as a random study seeds a draw (study/random.c; util_int.h's generators): the same everywhere */
+    /* as a random study seeds a draw (study/random.c; util.h's generators): the same everywhere */
     uint64_t bits;
     memcpy(&bits, &lambda, sizeof bits);
     uint64_t x = seed;

@@ -5,7 +5,7 @@
  *
  * Two unmasked passes: one over the held-out set, one over a probe of random
  * tokens repeated twice (Olsson et al. 2022's prefix matching), both through
- * the forward's attention tap (forward_int.h): each head's probabilities are
+ * the forward's attention tap (forward.h): each head's probabilities are
  * reduced to a few sums per (layer, head, sequence) while they sit in the
  * pass's per-thread buffer, so no (T, T) matrix outlives its head. After each
  * chunk the sums are added to the totals in (layer, head, sequence) order,
@@ -17,7 +17,7 @@
  *
  * Must not: print, exit, touch the store, or run anything but unmasked passes.
  */
-#include "roles_int.h"
+#include "roles.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -26,10 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval_int.h" /* hp_eval_check_data */
-#include "forward_int.h"
-#include "json_int.h"
-#include "util_int.h"
+#include "eval.h" /* hp_eval_check_data */
+#include "forward.h"
+#include "json.h"
+#include "util.h"
 
 /* Rows a forward call takes, as the evaluator's chunks. */
 #define CHUNK_ROWS 512

@@ -1,14 +1,14 @@
 /*
  * screen.c -- the screen's stopping rule: the walk in estimate order, the
  * random audits, and the hypergeometric bound on what the audits could have
- * missed (screen_int.h says the rule and its promise).
+ * missed (screen.h says the rule and its promise).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "screen_int.h"
-#include "util_int.h" /* hp_splitmix64_below */
+#include "screen.h"
+#include "util.h" /* hp_splitmix64_below */
 
 bool hp_screen_init(struct hp_screen *s, const struct hp_screen_opts *o, const int *order)
 {

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli_int.h"
+#include "cli.h"
 
 // --- errors -----------------------------------------------------------------------
 

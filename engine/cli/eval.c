@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli_int.h"
+#include "cli.h"
 
 static const char eval_usage[] =
     "Usage: headprune eval --model DIR --data FILE [options]\n"

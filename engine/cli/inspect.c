@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cli_int.h"
+#include "cli.h"
 
 static const char inspect_help[] =
     "Usage: headprune inspect --model DIR|FILE.gguf [--json]\n"

@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli_int.h"
+#include "cli.h"
 
 /* The commands' entry points, each defined in engine/cli/<command>.c: argv[0] is the command's name, the
  * return value the process's exit status. */

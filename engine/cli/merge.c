@@ -4,7 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 
-#include "cli_int.h"
+#include "cli.h"
 
 static const char merge_help[] =
     "Usage: headprune merge OUT.db IN.db...\n"

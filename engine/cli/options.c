@@ -2,7 +2,7 @@
  * options.c -- every command's options parsed from its table, and its --help
  * printed from the same table (git's parse-options idea, written here).
  *
- * A command declares an array of struct opt rows (cli_int.h: OPT_FLAG,
+ * A command declares an array of struct opt rows (cli.h: OPT_FLAG,
  * OPT_INT, OPT_STRING, OPT_PATH, OPT_CHOICE, OPT_NUMBER, OPT_CALLBACK, and the
  * options several commands share: OPT_MODEL, OPT_THREADS, ...), and calls
  * parse_options once. The parser walks argv in order, as getopt_long did:
@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli_int.h"
+#include "cli.h"
 
 /* --help's option lines: the name column at most this wide, the help wrapped before this column. */
 #define NAME_COLUMN_MAX 26

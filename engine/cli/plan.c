@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_int.h"
-#include "cpuload_int.h"
+#include "cli.h"
+#include "cpuload.h"
 #include "study/study.h" /* hp_study_cost, hp_study_describe: each study's cost, as its kind counts it */
 
 static const char plan_help[] =

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_int.h"
-#include "hash_int.h"
+#include "cli.h"
+#include "hash.h"
 
 static const char prune_usage[] =
     "Usage: headprune prune --model DIR --mask SPEC --out NEWDIR\n"

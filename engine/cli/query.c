@@ -3,15 +3,15 @@
  * (hp_query), printed as a table, CSV or JSON (heads also as a matrix).
  *
  * The kinds, the options each takes and their help lines are the engine's
- * table (hp_query_kinds, query_int.h), and so is the check of options against
+ * table (hp_query_kinds, query.h), and so is the check of options against
  * the kind (hp_query_opts_check): this file parses argv and words nothing twice.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>
 
-#include "cli_int.h"
-#include "query_int.h" /* hp_query_kinds: names, options and help of each kind */
+#include "cli.h"
+#include "query.h" /* hp_query_kinds: names, options and help of each kind */
 
 static const char query_help[] =
     "Usage: headprune query KIND --db FILE [options]\n"

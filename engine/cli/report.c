@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli_int.h"
+#include "cli.h"
 
 static const char report_help[] =
     "Usage: headprune report --db FILE --out REPORT.html [options]\n"

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli_int.h"
+#include "cli.h"
 
 static const char roles_help[] =
     "Usage: headprune roles --model DIR --data FILE [options]\n"

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli_int.h"
+#include "cli.h"
 
 static const char run_help[] =
     "Usage: headprune run PLAN.yaml [options]\n"

@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli_int.h"
-#include "slurm_int.h"
+#include "cli.h"
+#include "slurm.h"
 
 static const char slurm_help[] =
     "Usage: headprune slurm PLAN.yaml --shards N [options] [--sbatch-arg ARG]...\n"

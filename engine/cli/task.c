@@ -3,7 +3,7 @@
  * (hp_task_generate), one JSON line each on standard output.
  *
  * The generators, their summaries and their help are the engine's table
- * (hp_task_gens, task_gen_int.h); this file parses argv, says which options a
+ * (hp_task_gens, task_gen.h); this file parses argv, says which options a
  * generator takes, and writes the lines.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli_int.h"
-#include "task_gen_int.h" /* hp_task_gens: each generator's name, summary and help */
+#include "cli.h"
+#include "task_gen.h" /* hp_task_gens: each generator's name, summary and help */
 
 static const char task_help[] =
     "Usage: headprune task GENERATOR --model DIR [--n N] [--seed S] [options]\n"

@@ -15,7 +15,7 @@
 #include <sys/types.h>
 #include <utf8proc.h>
 
-#include "cli_int.h"
+#include "cli.h"
 
 static const char tokenize_help[] =
     "Usage: headprune tokenize --model DIR [--special] [--pieces [--ids]] [FILE]\n"

@@ -20,7 +20,7 @@
  * output is multiplied by 0), so its own reverse is skipped.
  * Must not: allocate during a pass, print, or change the model.
  */
-#include "backward_int.h"
+#include "backward.h"
 
 #include <math.h>
 #ifdef _OPENMP
@@ -29,14 +29,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blas_int.h"
-#include "ops_int.h"
-#include "util_int.h"
-#include "vmath_int.h"
+#include "blas.h"
+#include "ops.h"
+#include "util.h"
+#include "vmath.h"
 
 struct hp_bwd {
     int cap_t, cap_b, cap_threads;
-    /* the layer being reversed's activations (forward_int.h's shapes): what the forward kept of it, or own */
+    /* the layer being reversed's activations (forward.h's shapes): what the forward kept of it, or own */
     struct hp_fwd_keep act;
     struct hp_fwd_keep own; /* one layer's, made again from its input */
     const struct hp_fwd_keep **keep; /* (n_layers): NULL, or where the forward keeps layer l's (kept[..]) */
@@ -55,7 +55,7 @@ struct hp_bwd {
     float *rope_local; /* the same of rope_local, when the model has it */
     float *buf;
     float *kbuf;
-    struct hp_mat_buf *mb; /* the panel products with 16-bit weights convert into (mat_int.h) */
+    struct hp_mat_buf *mb; /* the panel products with 16-bit weights convert into (mat.h) */
 };
 
 

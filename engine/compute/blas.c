@@ -13,7 +13,7 @@
  * Must not: allocate, print, or read anything but the environment.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "blas_int.h"
+#include "blas.h"
 
 #include <blis.h>
 #ifdef _OPENMP

@@ -14,10 +14,10 @@
  * head's work entirely rather than multiplying it by zero. What another
  * ablation puts in a dead head's place is read through hp_replacement_at.
  * The element-wise operations (norms, activations, rotary, softmax) are in
- * ops.c; a pass reads its arguments in three parts (forward_int.h) and keeps
+ * ops.c; a pass reads its arguments in three parts (forward.h) and keeps
  * nothing in the model, which stays read-only.
  */
-#include "forward_int.h"
+#include "forward.h"
 
 #include <assert.h>
 #include <math.h>
@@ -27,9 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blas_int.h"
-#include "ops_int.h"
-#include "util_int.h"
+#include "blas.h"
+#include "ops.h"
+#include "util.h"
 
 /* Causal attention's scores and weighted sums are made for bands of this many
  * queries at a time, each against the keys it can see: about half the square's
@@ -51,7 +51,7 @@ struct hp_fwd {
     float *rope; /* (T, rope.dim / 2, 2) cos, sin */
     float *rope_local; /* the same of rope_local, when the model has it (layers with local_rope) */
     float *buf;  /* the one allocation behind all of the above */
-    struct hp_mat_buf *mb; /* the panel products with 16-bit weights convert into (mat_int.h) */
+    struct hp_mat_buf *mb; /* the panel products with 16-bit weights convert into (mat.h) */
 };
 
 

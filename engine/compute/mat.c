@@ -1,7 +1,7 @@
 /*
  * mat.c -- products with weight matrices in their stored dtype.
  *
- * The design is in mat_int.h's opening comment: f32 weights go to hp_gemm as
+ * The design is in mat.h's opening comment: f32 weights go to hp_gemm as
  * they are; f16 and bf16 weights are converted, quantized ones dequantized,
  * a panel of output columns (the whole depth k) at a time into one scratch
  * buffer, then multiplied.
@@ -11,7 +11,7 @@
  * Must not: call BLIS (blas.c's hp_gemm does), allocate in hp_mat_gemm, print,
  * or read a model (model.c sizes a model's panel: hp_mat_buf_new).
  */
-#include "mat_int.h"
+#include "mat.h"
 
 #include <assert.h>
 #ifdef __AVX512F__
@@ -19,8 +19,8 @@
 #endif
 #include <stdlib.h>
 
-#include "blas_int.h"
-#include "ops_int.h"
+#include "blas.h"
+#include "ops.h"
 
 // --- conversions --------------------------------------------------------------
 

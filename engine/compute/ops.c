@@ -9,18 +9,18 @@
  * the same way whatever the thread count, so results do not depend on it.
  * Must not: allocate, call BLIS, or know the model beyond enum hp_act.
  */
-#include "ops_int.h"
+#include "ops.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "vmath_int.h"
+#include "vmath.h"
 
 // --- norms ------------------------------------------------------------------
 
 /*
  * The sum of (x_i - mean)^2 over a row of d (with mean 0, of x_i^2). The norms' row statistics are all taken
- * over HP_VLANES fixed lanes, as hp_vsum_d sums (vmath_int.h): vectorisable, and the same order of additions
+ * over HP_VLANES fixed lanes, as hp_vsum_d sums (vmath.h): vectorisable, and the same order of additions
  * whatever the threads or the buffer's alignment.
  */
 static double row_dev2(const float *x, int d, double mean)

@@ -7,7 +7,7 @@
  * no other arithmetic. Inputs must be finite (callers subtract a row
  * maximum first); results are the same whatever the thread count.
  */
-#include "vmath_int.h"
+#include "vmath.h"
 
 #include <math.h>
 

@@ -13,7 +13,7 @@
  * Must not: allocate, print, or change any thread count itself.
  */
 #define _GNU_SOURCE
-#include "cpuload_int.h"
+#include "cpuload.h"
 
 #include "headprune.h" /* hp_runtime_init */
 

@@ -16,13 +16,13 @@
  * Must not: print, or know what the JSON means (the callers do).
  */
 #define _POSIX_C_SOURCE 200809L
-#include "json_int.h"
+#include "json.h"
 
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "util_int.h"
+#include "util.h"
 
 /*
  * The first NUL in s[0, n): a raw 0 byte anywhere, or a \u0000 escape inside

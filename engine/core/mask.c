@@ -19,7 +19,7 @@
  * model beyond struct hp_model_info.
  */
 #include "headprune.h"
-#include "util_int.h"
+#include "util.h"
 
 #include <assert.h>
 #include <limits.h>

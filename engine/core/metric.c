@@ -2,7 +2,7 @@
  * metric.c -- what a variant is measured by (metrics): one table. (How a head
  * is taken out, the ablation methods, is ablation.c's table.)
  *
- * A metric's row (metric_int.h) is the one statement of its name, unit,
+ * A metric's row (metric.h) is the one statement of its name, unit,
  * direction (which way is worse: hp_metric_sign, hp_metric_effect; sweep_jobs.c's
  * sw_damage, the queries' effects and the store's effects view derive from it),
  * baseline rule, how it is scored (per token from the logits, or per sequence
@@ -19,7 +19,7 @@
  * one changes every content address.
  * Must not: print, allocate, or know anything of models or SQL.
  */
-#include "metric_int.h"
+#include "metric.h"
 
 #include <assert.h>
 #include <math.h>

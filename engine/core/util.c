@@ -1,6 +1,6 @@
 /* util.c -- error formatting, whole-file reading, the clock and index-range hints shared by the engine's modules. */
 #define _POSIX_C_SOURCE 200809L
-#include "util_int.h"
+#include "util.h"
 
 #include <stdarg.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /*
  * ablation.c -- how a head is taken out: the ablation methods as a table,
- * one row each (ablation_int.h), and their prepare steps.
+ * one row each (ablation.h), and their prepare steps.
  *
  * Owns the methods' names (what plans, digests and the database write), what
  * each method makes before a pass (the mean statistics: every head's output
@@ -13,22 +13,22 @@
  * unmasked model and every variant run on the corrupt prompts and an
  * ablated head gets its clean output back) and the replacement each hands
  * every pass (forward, reverse, reuse), read through hp_replacement_at
- * (forward_int.h).
+ * (forward.h).
  * Invariants: names are what the database stores and digests hash (job keys
  * include the ablation name): changing one changes every content address.
  * The statistics are summed over the evaluator's chunks in sequence order, so
  * they are the same floats whoever asks for them.
  * Must not: print, or know of metrics, SQL or the evaluator's insides.
  */
-#include "ablation_int.h"
+#include "ablation.h"
 
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "data_int.h" // hp_task_swap: denoise's data
-#include "util_int.h"
+#include "data.h" // hp_task_swap: denoise's data
+#include "util.h"
 
 static bool all_finite(const float *x, size_t n)
 {

@@ -8,12 +8,12 @@
  * readying an ablation (its row's prepare step, ablation.c, run once on
  * first use), and the per-sequence and whole-set metrics (carried by metric,
  * each scored item's facts scored, reduced and checked as each metric's row
- * says: metric_int.h), the plain path (every variant by whole passes of its
+ * says: metric.h), the plain path (every variant by whole passes of its
  * own) and the public entry points but the runs and the gradients. The
  * evaluator's layout and the chunk interface are eval_priv.h's, shared with
  * the reuse path (reuse.c), the runs (eval_run.c picks each variant's path)
  * and the gradient pass (grad.c); what the rest of the engine uses is
- * eval_int.h. Calls go one way: eval_run.c -> reuse.c -> eval.c, grad.c ->
+ * eval.h. Calls go one way: eval_run.c -> reuse.c -> eval.c, grad.c ->
  * eval.c; the reuse and gradient states are freed through the functions
  * their owners set beside them. Reductions are in double.
  * Must not: print, exit, know about files other than through hp_data, or
@@ -25,8 +25,8 @@
 #include <string.h>
 
 #include "eval_priv.h"
-#include "metric_int.h"
-#include "util_int.h"
+#include "metric.h"
+#include "util.h"
 
 #define HP_CHUNK_ROWS 512
 #define HP_CHUNK_BYTES ((size_t)128 << 20)

@@ -1,6 +1,6 @@
 /*
  * eval_priv.h -- the evaluator's private insides, shared by its family and by
- * nothing else (others use eval_int.h and headprune.h).
+ * nothing else (others use eval.h and headprune.h).
  *
  * The family: an evaluator pairs a model with held-out data and walks the
  * data in chunks of up to `batch` sequences, each one forward call. eval.c
@@ -8,7 +8,7 @@
  * but the runs (what the ablations replace a head with is ablation.c's, held
  * here and made on first use); eval_run.c picks each variant's path; reuse.c
  * owns the reuse path and its fused LM head; grad.c the gradient pass, whose
- * own state is grad_int.h's. Work that runs over the same chunks (the reuse
+ * own state is grad_priv.h's. Work that runs over the same chunks (the reuse
  * path and the gradient pass) builds its passes from hp_eval_chunk_in /
  * _variants and scores sequences through the functions below, so every path
  * chunks, scores and sums in the same order. The states of the reuse path
@@ -21,9 +21,9 @@
 #ifndef HP_EVAL_PRIV_H
 #define HP_EVAL_PRIV_H
 
-#include "ablation_int.h"
-#include "eval_int.h"
-#include "forward_int.h"
+#include "ablation.h"
+#include "eval.h"
+#include "forward.h"
 
 struct hp_reuse;
 struct hp_grad_state;
@@ -47,7 +47,7 @@ struct hp_evaluator {
     bool plain;       /* every variant by a whole pass of its own (the reference path) */
     struct hp_reuse *ru; /* NULL or the reuse path's state (reuse.c), made on first use */
     void (*ru_free)(struct hp_reuse *); /* frees ru: reuse.c sets it with ru, so eval.c never calls up into reuse.c */
-    struct hp_grad_state *gs; /* NULL or the gradient pass's own state (grad.c: grad_int.h), made on the first gradient */
+    struct hp_grad_state *gs; /* NULL or the gradient pass's own state (grad.c: grad_priv.h), made on the first gradient */
     void (*gs_free)(struct hp_grad_state *); /* frees gs: grad.c sets it with gs, so eval.c never calls into grad.c */
     /* NULL or the metrics a gradient pass measured at the gates kept_gate ((n_layers, n_heads); NULL: the
      * unmasked model) under kept_abl: its forward was that variant's pass, so hp_evaluator_run_many hands

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "eval_priv.h"
-#include "util_int.h" /* hp_fail */
+#include "util.h" /* hp_fail */
 
 /* dst (from hp_eval_metrics_new, for the same evaluator) made equal to src. */
 static void metrics_copy(struct hp_metrics *dst, const struct hp_metrics *src)

@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "headprune.h"
-#include "cpuload_int.h" /* hp_threads_run */
-#include "model_int.h"   /* the model's folder, for errors */
-#include "util_int.h"    /* hp_fail, hp_now */
+#include "cpuload.h" /* hp_threads_run */
+#include "model.h"   /* the model's folder, for errors */
+#include "util.h"    /* hp_fail, hp_now */
 
 void hp_eval_result_free(struct hp_eval_result *r)
 {

@@ -13,7 +13,7 @@
  * chunk's rows x n_vocab), then the reverse pass (backward.c). Sums are in
  * double and in chunk order.
  *
- * Its own state (grad_int.h: the chunk size, the unmasked model's reference
+ * Its own state (grad_priv.h: the chunk size, the unmasked model's reference
  * of the whole set, the last pass's time) hangs from the evaluator by one
  * pointer, made on the first pass and freed through the function set beside
  * it, so eval.c never calls in here. A pass's metrics are kept in the
@@ -26,12 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backward_int.h"
+#include "backward.h"
 #include "eval_priv.h"
-#include "grad_int.h"
-#include "metric_int.h"
-#include "util_int.h"
-#include "vmath_int.h"
+#include "grad_priv.h"
+#include "metric.h"
+#include "util.h"
+#include "vmath.h"
 
 // --- the gradient state ------------------------------------------------------------
 
@@ -492,7 +492,7 @@ static void reference_chunk(const struct hp_evaluator *ev, const struct hp_grad_
 
 /*
  * The unmasked model's reference over the whole set (gs->ref, gs->ref_emb:
- * grad_int.h), made once by an unmasked pass when it fits
+ * grad_priv.h), made once by an unmasked pass when it fits
  * HP_GRAD_REF_BYTES; left NULL (each chunk then makes its own) when it does
  * not or memory is short. hg's chunk buffers are used on the way.
  */

@@ -12,7 +12,7 @@
  * vocabulary block at a time and reduced on the fly to each scored row's
  * log-sum-exp, target logit, argmax and its dot product with the unmasked
  * model's probabilities (which gives KL), never held for a whole chunk;
- * from those, each row's facts (metric_int.h) that the metrics' rows score.
+ * from those, each row's facts (metric.h) that the metrics' rows score.
  * Memory is bounded by the chunk: the save, the unmasked probabilities of the
  * chunk's scored rows, and HP_REUSE_ROWS rows of workspace.
  *
@@ -25,9 +25,9 @@
 #include <string.h>
 
 #include "eval_priv.h"
-#include "metric_int.h"
-#include "util_int.h"
-#include "vmath_int.h"
+#include "metric.h"
+#include "util.h"
+#include "vmath.h"
 
 #define HP_REUSE_ROWS 2048
 

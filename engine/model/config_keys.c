@@ -20,7 +20,7 @@
  * reads (the fixture lists every key it reads): it changes nothing.
  * Must not: print; know anything of tensors.
  */
-#include "model_int.h"
+#include "model.h"
 
 #include <assert.h>
 #include <cjson/cJSON.h>
@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_int.h"
-#include "util_int.h"
+#include "json.h"
+#include "util.h"
 
 #define H(k, why) {k, HP_KEY_HONOUR, {NULL}, why}
 #define I(k, why) {k, HP_KEY_IGNORE, {NULL}, why}
@@ -284,7 +284,7 @@ static const struct hp_config_key gpt_neox[] = {
 
 #define N(t) ((int)(sizeof t / sizeof t[0]))
 
-/* a table per model_type of HP_MODEL_TYPES (model_int.h), named by its id: one missing is a build error */
+/* a table per model_type of HP_MODEL_TYPES (model.h), named by its id: one missing is a build error */
 static const struct {
     const char *model_type;
     const struct hp_config_key *rows;

@@ -4,7 +4,7 @@
  * Every tensor of the source is written in its stored dtype, byte for byte
  * (a GGUF model's in f32, dequantized, as transformers' GGUF loader makes
  * them: the result is a Hugging Face checkpoint), except those that hold
- * heads (model_int.h's hp_head_tensor), from which the removed heads'
+ * heads (model.h's hp_head_tensor), from which the removed heads'
  * blocks are left out: their Q/K/V rows and biases and
  * their rows of the output projection (a KV group goes with its last query
  * head). config.json is the source's with the pruned heads named: Hugging
@@ -24,7 +24,7 @@
  * Must not: compute on weights (but dequantize a GGUF model's); print.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "model_int.h"
+#include "model.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -36,8 +36,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "json_int.h"
-#include "util_int.h"
+#include "json.h"
+#include "util.h"
 
 // --- which heads stay -----------------------------------------------------------
 

@@ -13,7 +13,7 @@
  * Must not: know about models, configs or tokenizers; print.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "gguf_int.h"
+#include "gguf.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -27,8 +27,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "mat_int.h"
-#include "util_int.h"
+#include "mat.h"
+#include "util.h"
 
 /* The products and sums below must round as numpy's separate array operations do (the reference): no
  * fused multiply-add. GCC contracts nothing in ISO C mode (meson's -std=c11); clang needs telling. */

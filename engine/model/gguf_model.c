@@ -15,7 +15,7 @@
  * checks and the export read it as they read a checkpoint: the vectors
  * (norms) dequantized to f32 at open in a safetensors file in memory, the
  * matrices views of the file's own blocks (hp_st_add_views), which products
- * dequantize a panel at a time (mat_int.h): an F32, F16 or BF16 matrix in
+ * dequantize a panel at a time (mat.h): an F32, F16 or BF16 matrix in
  * its order as that dtype, any other matrix, and q and k whatever their
  * type, as quantized rows (struct hp_qrows, HP_DT_Q) whose dequantizer is
  * the reader's (bit for bit gguf-py's) and whose row order is put back by
@@ -33,7 +33,7 @@
  * Must not: print, or read any file but the one named (and, to find it, its folder's listing).
  */
 #define _POSIX_C_SOURCE 200809L
-#include "model_int.h"
+#include "model.h"
 
 #include <assert.h>
 #include <cjson/cJSON.h>
@@ -48,8 +48,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gguf_int.h"
-#include "util_int.h"
+#include "gguf.h"
+#include "util.h"
 
 /* The llama.* keys read here (with their config.json names) and those known to change nothing computed. absent:
  * what transformers takes for the key when the file leaves it out, in config keys (for messages; a missing

@@ -4,15 +4,15 @@
  * Every field is length-prefixed before hashing so that no two different
  * inputs concatenate to the same byte stream.
  */
-#include "hash_int.h"
+#include "hash.h"
 
 #include <stdio.h>
 #include <string.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-#include "gguf_int.h"
-#include "model_int.h"
+#include "gguf.h"
+#include "model.h"
 
 static void put(XXH3_state_t *s, const void *p, size_t n)
 {

@@ -3,7 +3,7 @@
  *
  * Reads config.json (cJSON), maps model.safetensors or the shards named by
  * model.safetensors.index.json, and points every layer weight at its tensor:
- * matrices in place in their stored dtype (f32, f16 or bf16: mat_int.h says
+ * matrices in place in their stored dtype (f32, f16 or bf16: mat.h says
  * how products read them), so the model takes about its stored size in
  * memory; vectors (norms, biases) as f32, converted once when stored 16-bit.
  * A GGUF file (gguf_model.c) is such a set too, its matrices in their
@@ -18,7 +18,7 @@
  * Must not: compute anything but conversions; print; exit.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "model_int.h"
+#include "model.h"
 
 #include <assert.h>
 #include <cjson/cJSON.h>
@@ -32,10 +32,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gguf_int.h"
-#include "json_int.h"
+#include "gguf.h"
+#include "json.h"
 #include "model_priv.h"
-#include "util_int.h"
+#include "util.h"
 
 // --- reading files ----------------------------------------------------------
 
@@ -87,9 +87,9 @@ struct binder;
  * differently for it. A new architecture is its value in enum hp_arch
  * (headprune.h), its config function (model_config.c) and bind function here, its row, its keys in
  * config_keys.c and the flags its passes test (m->rotary, m->post_norm, ...:
- * model_int.h); docs/extending.md walks through it.
+ * model.h); docs/extending.md walks through it.
  */
-struct arch_row { /* the model_type values that name it: model_int.h's HP_MODEL_TYPES */
+struct arch_row { /* the model_type values that name it: model.h's HP_MODEL_TYPES */
     const char *k_heads, *k_hidden;   /* its keys for the head count and the hidden size, for messages */
     /* config.json (model_type mt) into m's info and flags and o, naming its activation in *act */
     enum hp_status (*config)(struct cfg *c, struct hp_model *m, const char *mt, struct bind_opts *o, const char **act);

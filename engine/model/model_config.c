@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util_int.h"
+#include "util.h"
 
 /*
  * The value of key in obj, or NULL. A key written twice counts by its last
@@ -325,7 +325,7 @@ const char *hp_model_type_at(int i)
     return i >= 0 && i < HP_MT_COUNT ? model_types[i].name : NULL;
 }
 
-/* The Llama family's rows, by the id of their model_type (model_int.h's HP_MODEL_TYPES: a misspelt id is a build
+/* The Llama family's rows, by the id of their model_type (model.h's HP_MODEL_TYPES: a misspelt id is a build
  * error; a Llama-family model_type without its row here is refused by hp_config_llama, and the config-key test's
  * fixtures, every member's, would fail). X(id, ctx, eps, head_dim, window, flags, act_key) */
 #define LLAMA_FAMILY_ROWS(X)                                                                                           \

@@ -9,7 +9,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "model_int.h"
+#include "model.h"
 
 /* config.json being read: its path for messages, its object, and the first error met (later reads say nothing). */
 struct cfg {

@@ -8,7 +8,7 @@
  * Must not: know about models or configs.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "safetensors_int.h"
+#include "safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -22,8 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "json_int.h"
-#include "util_int.h"
+#include "json.h"
+#include "util.h"
 
 struct shard {
     char *path;

@@ -38,9 +38,9 @@
  * anything of SQL.
  */
 #include "headprune.h"
-#include "plan_int.h"
+#include "plan.h"
 #include "study/study_int.h" /* the kinds' rows, and what this file lends them */
-#include "util_int.h"
+#include "util.h"
 
 #include <assert.h>
 #include <ctype.h>

@@ -1,7 +1,7 @@
 /*
  * query.c -- read a results database and answer questions about its sweeps
  * as tables of strings (struct hp_table) for the CLI to print: the entry of
- * the query family (hp_query and the readers of query_int.h). Each question
+ * the query family (hp_query and the readers of query.h). Each question
  * lives in its own file, sharing query_priv.h: the table builder and
  * statistics (query_table.c), the connection and sweep resolution
  * (query_sweep.c), and query_curve.c, query_heads.c, query_pairs.c,
@@ -26,7 +26,7 @@
  * A sweep that lacks what a query needs is an error that names another sweep
  * of the database that has it (hq_lacking).
  *
- * Readers (query_int.h): the report asks several of these questions of one
+ * Readers (query.h): the report asks several of these questions of one
  * sweep through one connection and one read transaction, and two more that
  * only it needs: what was run (hp_query_run_info) and which studies a sweep
  * has (hp_query_studies). hp_query is a reader of one question.
@@ -44,11 +44,11 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "headprune.h"
-#include "job_int.h" // the job kinds the sweep writes
-#include "query_int.h"
+#include "job.h" // the job kinds the sweep writes
+#include "query.h"
 #include "query_priv.h"
-#include "store_int.h" // hp_store_open_read: opened and version-checked by the store
-#include "util_int.h"
+#include "store.h" // hp_store_open_read: opened and version-checked by the store
+#include "util.h"
 
 #include <sqlite3.h>
 

@@ -14,9 +14,9 @@
 
 #include "headprune.h"
 #include "query_priv.h"
-#include "util_int.h"
+#include "util.h"
 
-#include "store_int.h" // hp_store_open_read: B's database, opened and version-checked by the store
+#include "store.h" // hp_store_open_read: B's database, opened and version-checked by the store
 
 #include <math.h>
 #include <stdio.h>

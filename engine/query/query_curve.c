@@ -12,9 +12,9 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "headprune.h"
-#include "job_int.h" // the job kinds the sweep writes
+#include "job.h" // the job kinds the sweep writes
 #include "query_priv.h"
-#include "util_int.h"
+#include "util.h"
 
 #include <assert.h>
 #include <math.h>

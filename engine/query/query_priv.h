@@ -1,6 +1,6 @@
 /*
  * query_priv.h -- the query family's private insides, shared by engine/query*.c
- * and by nothing else (others use query_int.h and headprune.h).
+ * and by nothing else (others use query.h and headprune.h).
  *
  * The family (SQLite's where*.c + whereInt.h): query_table.c builds result
  * tables and holds the statistics; query_sweep.c is the connection and the

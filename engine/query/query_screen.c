@@ -16,7 +16,7 @@
 
 #include "headprune.h"
 #include "query_priv.h"
-#include "util_int.h"
+#include "util.h"
 
 #include <math.h>
 #include <stdio.h>

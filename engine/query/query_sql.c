@@ -11,7 +11,7 @@
 
 #include "headprune.h"
 #include "query_priv.h"
-#include "util_int.h"
+#include "util.h"
 
 #include <assert.h>
 #include <math.h>

@@ -17,9 +17,9 @@
 
 #include "headprune.h"
 #include "query_priv.h"
-#include "util_int.h"
+#include "util.h"
 
-#include "store_int.h" // hp_store_read_fail, hp_store_read_step: SQLite translated by the store
+#include "store.h" // hp_store_read_fail, hp_store_read_step: SQLite translated by the store
 
 #include <assert.h>
 #include <math.h>

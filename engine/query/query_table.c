@@ -17,7 +17,7 @@
 
 #include "headprune.h"
 #include "query_priv.h"
-#include "util_int.h"
+#include "util.h"
 
 #include <gsl/gsl_cdf.h>
 #include <sqlite3.h>

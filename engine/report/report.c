@@ -6,7 +6,7 @@
  * what was run.
  *
  * Where the numbers come from: the queries, through one reader (one
- * snapshot; query_int.h). A heatmap cell is a row of `query heads`, a curve
+ * snapshot; query.h). A heatmap cell is a row of `query heads`, a curve
  * point a row of `query curve`, a bar a cell of `query redundancy`, a matrix
  * cell a row of `query pairs`, a roles point a row of `query roles` (and a
  * panel's rank correlation its last row), each drawn from the number its
@@ -18,10 +18,10 @@
  * when the sweep has the study that produces them and otherwise leaves one
  * line saying which study would; entries that do not apply to the model (KV
  * groups without grouped-query attention) leave nothing. A new figure is one
- * function (in a report_*.c file of the family, declared in report_int.h)
+ * function (in a report_*.c file of the family, declared in report.h)
  * and one row.
  *
- * This file is the family's entry (report_int.h says how the files fit):
+ * This file is the family's entry (report.h says how the files fit):
  * the list of figures, the table of what was run, the page, and the files
  * written whole or not at all. The figures are drawn in report_effects.c,
  * report_curves.c and report_roles.c, from what report_parts.c reads.
@@ -39,9 +39,9 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "report_int.h"
+#include "report.h"
 
-#include "util_int.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,21 +3,21 @@
  * random ones with their 95% bands) and per-layer redundancy (three panels
  * of bars a layer).
  *
- * Part of the report family (report_int.h): a point is a row of
+ * Part of the report family (report.h): a point is a row of
  * `query curve`, a bar a cell of `query redundancy`, drawn from its number
  * and labelled with its text. Must not: compute an effect or an interval
  * (the queries do), print, or exit.
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "report_int.h"
+#include "report.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util_int.h"
+#include "util.h"
 
 // --- pruning curves ---------------------------------------------------------------
 

@@ -6,21 +6,21 @@
  * with its legend, cells printing their values where they fit and a dot
  * where a paired interval excludes 0.
  *
- * Part of the report family (report_int.h): a cell is a row of `query heads`
+ * Part of the report family (report.h): a cell is a row of `query heads`
  * or `query pairs`, drawn from its number and labelled with its text.
  * Must not: compute an effect or an interaction (the queries do), print, or
  * exit.
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "report_int.h"
+#include "report.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util_int.h"
+#include "util.h"
 
 // --- the diverging colour scale and its legend ------------------------------------------
 

@@ -13,9 +13,9 @@
  *
  * Must not: compute ranks or correlations itself (the query does), print.
  */
-#include "report_int.h"
+#include "report.h"
 
-#include "util_int.h" /* hp_fail */
+#include "util.h" /* hp_fail */
 
 #include <stdio.h>
 #include <stdlib.h>

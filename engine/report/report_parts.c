@@ -5,19 +5,19 @@
  * heading, and the head roles (read once: the heatmap's tooltips and the
  * roles figure both use them).
  *
- * Part of the report family (report_int.h). Calls nothing else of the
+ * Part of the report family (report.h). Calls nothing else of the
  * family. Must not: write to the database, compute effects, print, or exit.
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "report_int.h"
+#include "report.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util_int.h"
+#include "util.h"
 
 // The value of field name of what was run, "" when absent.
 const char *hr_info_text(const struct report *r, const char *name)

@@ -3,20 +3,20 @@
  * a role score, each head's score against its single-head effect (or its
  * place, without one), with the panel's rank correlation from the query.
  *
- * Part of the report family (report_int.h): a point is a row of
+ * Part of the report family (report.h): a point is a row of
  * `query roles`, the correlation its last row. Must not: compute a score or
  * a correlation (the query does), print, or exit.
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "report_int.h"
+#include "report.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util_int.h"
+#include "util.h"
 
 // --- head roles against effect ---------------------------------------------------------
 

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "headprune.h"
-#include "metric_int.h" /* hp_metric_row: each metric's baseline rule */
+#include "metric.h" /* hp_metric_row: each metric's baseline rule */
 
 // --- numbers --------------------------------------------------------------------------
 

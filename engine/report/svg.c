@@ -1,7 +1,7 @@
 /*
  * svg.c -- the report's drawing toolkit: a growing text, escaping, numbers,
  * scales, ticks, axes, markers and colour-blind-safe palettes
- * (svg_int.h says what each is for).
+ * (svg.h says what each is for).
  *
  * Invariants: whatever hp_text_escape writes is well-formed UTF-8 with no
  * character that HTML or XML would read as markup, and no character XML 1.0
@@ -9,7 +9,7 @@
  * Must not: read files or databases, print, or know what a figure shows.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "svg_int.h"
+#include "svg.h"
 
 #include <math.h>
 #include <stdarg.h>

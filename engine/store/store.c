@@ -9,7 +9,7 @@
  * whole result or none of it.
  * SQLite's errors are translated here into one line naming the database.
  * Must not: know about tensors, models, plans or jobs: it is given rows of
- * plain fields (store_int.h), and the kernel and thread count by its caller.
+ * plain fields (store.h), and the kernel and thread count by its caller.
  */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "store_priv.h"
@@ -25,10 +25,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hash_int.h"
-#include "metric_int.h"
+#include "hash.h"
+#include "metric.h"
 #include "schema_sql.h"
-#include "util_int.h"
+#include "util.h"
 
 
 // --- errors -------------------------------------------------------------------

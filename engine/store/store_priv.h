@@ -1,6 +1,6 @@
 /*
  * store_priv.h -- the store family's private insides, shared by engine/store*.c
- * and by nothing else (others use store_int.h and headprune.h).
+ * and by nothing else (others use store.h and headprune.h).
  *
  * The family: store.c opens databases (writers and readers, the schema and
  * its upgrade), writes sweeps and merges databases; store_results.c writes
@@ -14,7 +14,7 @@
 #ifndef HP_STORE_PRIV_H
 #define HP_STORE_PRIV_H
 
-#include "store_int.h"
+#include "store.h"
 
 #include <sqlite3.h>
 

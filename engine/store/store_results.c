@@ -8,7 +8,7 @@
  * Every write is one BEGIN IMMEDIATE transaction (hs_commit_or_fail): a
  * killed process leaves a whole result or none of it.
  * Must not: know about tensors, models, plans or jobs: it is given rows of
- * plain fields (store_int.h), and the kernel and thread count by its caller;
+ * plain fields (store.h), and the kernel and thread count by its caller;
  * open databases or touch the schema (store.c).
  */
 #define _XOPEN_SOURCE 700 /* strdup */
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util_int.h"
+#include "util.h"
 
 // --- results ------------------------------------------------------------------
 

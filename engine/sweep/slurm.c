@@ -22,7 +22,7 @@
  * shard's database (the tasks and `merge` do).
  */
 #define _POSIX_C_SOURCE 200809L
-#include "slurm_int.h"
+#include "slurm.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -36,7 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "util_int.h"
+#include "util.h"
 
 // --- quoting ---------------------------------------------------------------------
 

@@ -26,10 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gates_int.h"   // hp_gates_data_load: the gates studies' training set
+#include "gates.h"   // hp_gates_data_load: the gates studies' training set
 #include "study/study.h" // hp_study_run_of: the procedure each study kind runs
 #include "sweep_priv.h"
-#include "util_int.h"
+#include "util.h"
 
 /* Mean-ablation statistics from the store, or computed once and stored. */
 static enum hp_status load_means(struct sw_ctx *c, struct hp_error *err)

@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gates_int.h" // the training steps and their state
-#include "job_int.h"   // HP_JOB_GATES_FRAC: the test-time gates' point
+#include "gates.h" // the training steps and their state
+#include "job.h"   // HP_JOB_GATES_FRAC: the test-time gates' point
 #include "sweep_priv.h"
-#include "util_int.h"
+#include "util.h"
 
 /* A training run's state is saved every HP_GATES_SAVE_STEPS steps or HP_GATES_SAVE_S seconds, whichever comes
  * first, when sw_stopping and when finished: a kill loses at most that much training (each save is one transaction

@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "job_int.h" // HP_JOB_ITERATIVE_SCORE: the candidates' kind
+#include "job.h" // HP_JOB_ITERATIVE_SCORE: the candidates' kind
 #include "sweep_priv.h"
-#include "util_int.h"
+#include "util.h"
 
 struct unit {
     int layer, unit;

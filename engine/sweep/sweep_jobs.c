@@ -17,11 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gates_int.h"   // hp_gates_mask_text: a job's mask text
-#include "job_int.h"     // the key prefixes that give a gradient its own address
+#include "gates.h"   // hp_gates_mask_text: a job's mask text
+#include "job.h"     // the key prefixes that give a gradient its own address
 #include "study/study.h" // hp_study_run_of: progress names a procedure's step
 #include "sweep_priv.h"
-#include "util_int.h"
+#include "util.h"
 
 // --- the keys this run stored (an open-addressing set; keys are digests, so their digits hash well) ----------
 

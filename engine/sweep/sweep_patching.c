@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "sweep_priv.h"
-#include "tokenizer_int.h" // hp_tokenizer_present: labels only where the model has a tokenizer
-#include "util_int.h"
+#include "tokenizer.h" // hp_tokenizer_present: labels only where the model has a tokenizer
+#include "util.h"
 
 /* Row s's tokens: a task row's up to its answer position, else its real ones (the attention mask's). */
 static int row_length(const struct hp_data *d, int s)

@@ -32,9 +32,9 @@
 #include <stdint.h>
 
 #include "headprune.h"
-#include "cpuload_int.h" /* struct hp_auto_threads */
-#include "hash_int.h"    /* HP_DIGEST_HEX */
-#include "store_int.h"   /* struct hp_store_metrics, struct hp_store_grad */
+#include "cpuload.h" /* struct hp_auto_threads */
+#include "hash.h"    /* HP_DIGEST_HEX */
+#include "store.h"   /* struct hp_store_metrics, struct hp_store_grad */
 
 /*
  * The kinds of work a sweep counts, each timed on its own: one rate for all (the evaluations') made a gate training

@@ -8,9 +8,9 @@
  */
 #include <stdio.h>
 
-#include "roles_int.h" // HP_ROLES_PROBE_SEED, hp_roles_probe_size
+#include "roles.h" // HP_ROLES_PROBE_SEED, hp_roles_probe_size
 #include "sweep_priv.h"
-#include "util_int.h"
+#include "util.h"
 
 /*
  * A roles study: every head's roles on the plan's model and data (unmasked,

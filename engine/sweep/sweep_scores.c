@@ -19,7 +19,7 @@
 
 #include "study/study.h" // hp_study_score_of: what the study scores by
 #include "sweep_priv.h"
-#include "util_int.h"
+#include "util.h"
 
 /*
  * The units a scores study covers (selected, in the checkpoint, not removed

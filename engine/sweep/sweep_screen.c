@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "screen_int.h"
+#include "screen.h"
 #include "study/study.h" // hp_study_screen_sizes
 #include "sweep_priv.h"
-#include "util_int.h"
+#include "util.h"
 
 /* The confidence the verdict's bound is stated at. */
 #define SCREEN_ALPHA 0.05

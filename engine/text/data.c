@@ -26,9 +26,9 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "data_int.h"
-#include "json_int.h"
-#include "util_int.h"
+#include "data.h"
+#include "json.h"
+#include "util.h"
 
 #include <cjson/cJSON.h>
 

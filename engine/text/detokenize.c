@@ -37,8 +37,8 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "tokenizer_int.h"
-#include "util_int.h"
+#include "tokenizer.h"
+#include "util.h"
 
 // --- strings and lists of strings ---------------------------------------------------
 

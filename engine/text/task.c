@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data_int.h"
-#include "util_int.h"
+#include "data.h"
+#include "util.h"
 
 bool hp_task_row_is(const struct cJSON *obj)
 {

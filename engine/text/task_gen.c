@@ -31,9 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "task_gen_int.h"
-#include "tokenizer_int.h"
-#include "util_int.h"
+#include "task_gen.h"
+#include "tokenizer.h"
+#include "util.h"
 
 // --- the words and templates of ioi ----------------------------------------------------
 

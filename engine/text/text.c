@@ -36,10 +36,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "data_int.h"
-#include "json_int.h"
-#include "tokenizer_int.h" // hp_tokenizer_digest: the cache key of a GGUF file's tokenizer
-#include "util_int.h"
+#include "data.h"
+#include "json.h"
+#include "tokenizer.h" // hp_tokenizer_digest: the cache key of a GGUF file's tokenizer
+#include "util.h"
 
 /* What a .jsonl file holds, by its first object: ids (for hp_data_load), text ("text" or "text_a"), or task
  * rows with a text field (docs/tasks.md). */

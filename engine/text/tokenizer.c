@@ -32,7 +32,7 @@
 
 #include "tokenizer_priv.h"
 
-#include "util_int.h"
+#include "util.h"
 
 // --- growable buffers -------------------------------------------------------------
 

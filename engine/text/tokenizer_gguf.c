@@ -26,8 +26,8 @@
 
 #include "tokenizer_priv.h"
 
-#include "gguf_int.h"
-#include "util_int.h"
+#include "gguf.h"
+#include "util.h"
 
 #define KEY "tokenizer.ggml."
 

@@ -26,10 +26,10 @@
 
 #include "tokenizer_priv.h"
 
-#include "gguf_int.h"
-#include "json_int.h"
-#include "model_int.h" // hp_gguf_find: which file of a model path is its GGUF
-#include "util_int.h"
+#include "gguf.h"
+#include "json.h"
+#include "model.h" // hp_gguf_find: which file of a model path is its GGUF
+#include "util.h"
 
 static const char gpt2_regex[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";

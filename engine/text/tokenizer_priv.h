@@ -1,7 +1,7 @@
 /*
  * tokenizer_priv.h -- the tokenizer family's private insides, shared by
  * engine/text/tokenizer.c and engine/text/tokenizer_load.c and by nothing else (others
- * use tokenizer_int.h and headprune.h).
+ * use tokenizer.h and headprune.h).
  *
  * The family: tokenizer_load.c reads a model directory's tokenizer.json (or
  * its fallback files, or a GGUF file's metadata through tokenizer_gguf.c)
@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tokenizer_int.h"
+#include "tokenizer.h"
 
 // --- growable buffers, id lists, and the string -> value hash map (tokenizer.c) ---------------
 

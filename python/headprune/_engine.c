@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "headprune.h"
-#include "query_int.h" /* hp_query_kinds: each kind's name, options and help */
+#include "query.h" /* hp_query_kinds: each kind's name, options and help */
 
 static PyObject *Error; /* headprune.Error */
 

@@ -11,7 +11,7 @@
  * sees any read past its bytes).
  */
 #include "fuzz_common.h"
-#include "gguf_int.h"
+#include "gguf.h"
 
 #define MAX_INPUT (256 << 10)
 

@@ -8,8 +8,8 @@
  * vocabulary, and decodes them again (or says why not in one line). Seeded with tests/fixtures/gguf-tokenizer.
  */
 #include "fuzz_common.h"
-#include "gguf_int.h"
-#include "tokenizer_int.h"
+#include "gguf.h"
+#include "tokenizer.h"
 
 #define MAX_INPUT (256 << 10)
 

@@ -10,7 +10,7 @@
  */
 #include "fuzz_common.h"
 #include "headprune.h"
-#include "plan_int.h"
+#include "plan.h"
 
 #define MAX_INPUT (64 << 10)
 

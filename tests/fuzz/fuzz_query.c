@@ -16,8 +16,8 @@
  */
 #include "fuzz_common.h"
 #include "headprune.h"
-#include "query_int.h" // hp_query_kinds: every kind, gates among them
-#include "store_int.h"
+#include "query.h" // hp_query_kinds: every kind, gates among them
+#include "store.h"
 
 #include <sqlite3.h>
 

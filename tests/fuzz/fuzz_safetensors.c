@@ -7,7 +7,7 @@
  * found again by name.
  */
 #include "fuzz_common.h"
-#include "safetensors_int.h"
+#include "safetensors.h"
 
 #define MAX_INPUT (1 << 20)
 

@@ -7,7 +7,7 @@
  * No jobs here: the sweep runs it (HP_STUDY_RUN_GATES).
  */
 #include "study_int.h"
-#include "util_int.h" /* hp_qsort */
+#include "util.h" /* hp_qsort */
 
 #include <math.h>
 #include <stdlib.h>

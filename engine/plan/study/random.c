@@ -3,7 +3,7 @@
  * the selected units of the selected layers, each draw ablated together.
  *
  * A draw is a function of (plan seed, study name, k, sample) only --
- * splitmix64 seeding xoshiro256** (util_int.h) -- so it is the same on every
+ * splitmix64 seeding xoshiro256** (util.h) -- so it is the same on every
  * machine and survives adding, removing or reordering other studies (the
  * results database then recognises the variants as already done). The
  * study's index is deliberately not part of the seed.

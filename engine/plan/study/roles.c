@@ -5,7 +5,7 @@
  * (HP_STUDY_RUN_ROLES); expansion refuses a probe the model cannot take.
  */
 #include "study_int.h"
-#include "roles_int.h" /* hp_roles_probe_size: whether the model takes the probe */
+#include "roles.h" /* hp_roles_probe_size: whether the model takes the probe */
 
 static enum hp_status parse_probe_seqs(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {

@@ -4,7 +4,7 @@
  * an estimate (estimator:, default raw importance, one forward + backward),
  * then evaluated exactly in that order, a batch at a time, with random audits
  * of the units not reached, until an audit finds none above the k-th exact
- * effect (engine/analysis/screen_int.h states the rule and the bound it gives). Each
+ * effect (engine/analysis/screen.h states the rule and the bound it gives). Each
  * evaluation is the single study's variant (the same content address), so
  * either reuses the other's. Its jobs depend on results: the sweep runs it
  * (HP_STUDY_RUN_SCREEN, sweep_screen.c) after the expanded jobs, in the first

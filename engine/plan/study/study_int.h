@@ -32,7 +32,7 @@
 
 #include "headprune.h"
 #include "study.h"
-#include "util_int.h" /* hp_fail */
+#include "util.h" /* hp_fail */
 
 #include <stdint.h>
 #include <stdio.h>

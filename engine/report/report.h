@@ -1,5 +1,5 @@
 /*
- * report_int.h -- the report family's private insides, shared by
+ * report.h -- the report family's private insides, shared by
  * engine/report*.c and by nothing else (others use hp_report_write in
  * headprune.h).
  *
@@ -20,16 +20,16 @@
  *
  * Must not: be included outside engine/report*.c.
  */
-#ifndef HP_REPORT_INT_H
-#define HP_REPORT_INT_H
+#ifndef HP_REPORT_H
+#define HP_REPORT_H
 
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
 #include "headprune.h"
-#include "query_int.h"
-#include "svg_int.h"
+#include "query.h"
+#include "svg.h"
 
 // A heatmap or pair matrix of more cells than this, or a figure of more layers, is left out with a
 // note: no browser draws it well (and the model's shape is input: it must not size a page unchecked).

@@ -1,6 +1,6 @@
-/* cpuload_int.h -- how busy other processes keep this process's CPUs (engine/core/cpuload.c). */
-#ifndef HP_CPULOAD_INT_H
-#define HP_CPULOAD_INT_H
+/* cpuload.h -- how busy other processes keep this process's CPUs (engine/core/cpuload.c). */
+#ifndef HP_CPULOAD_H
+#define HP_CPULOAD_H
 
 #include <stdbool.h>
 

@@ -1,5 +1,5 @@
 /*
- * cli_int.h -- what the command files of the headprune command line share.
+ * cli.h -- what the command files of the headprune command line share.
  *
  * The CLI is laid out as git's builtin/: one file a subcommand
  * (engine/cli/<command>.c defines cmd_<command>), one table of commands in
@@ -13,16 +13,16 @@
  * usage mistakes "headprune CMD: <problem>" plus a pointer to --help, exit
  * status 2 (usage_error). Only these files print or exit.
  */
-#ifndef HP_CLI_INT_H
-#define HP_CLI_INT_H
+#ifndef HP_CLI_H
+#define HP_CLI_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
 #include "headprune.h"
-#include "cpuload_int.h" /* hp_auto_threads */
-#include "util_int.h"    /* hp_now */
+#include "cpuload.h" /* hp_auto_threads */
+#include "util.h"    /* hp_now */
 
 // --- errors -----------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
-/* util_int.h -- small helpers shared by the engine's modules. */
-#ifndef HP_UTIL_INT_H
-#define HP_UTIL_INT_H
+/* util.h -- small helpers shared by the engine's modules. */
+#ifndef HP_UTIL_H
+#define HP_UTIL_H
 
 #include <stdlib.h>
 #ifdef _OPENMP

@@ -1,6 +1,6 @@
-/* plan_int.h -- what engine/plan/plan.c offers beyond the public header (the study kinds' own: study/study.h). */
-#ifndef HP_PLAN_INT_H
-#define HP_PLAN_INT_H
+/* plan.h -- what engine/plan/plan.c offers beyond the public header (the study kinds' own: study/study.h). */
+#ifndef HP_PLAN_H
+#define HP_PLAN_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /*
- * backward_int.h -- the reverse pass of the masked-attention forward (engine/compute/backward.c).
+ * backward.h -- the reverse pass of the masked-attention forward (engine/compute/backward.c).
  *
  * Given the gradient of a loss at the rows a pass hands its head (the LM
  * head's or classifier's input; the heads' own reverses are below, for the
@@ -12,10 +12,10 @@
  * tap, from hp_bwd_keep) as far as the budget holds them, and the other
  * layers' are made again from their saved input when the pass reaches them.
  */
-#ifndef HP_BACKWARD_INT_H
-#define HP_BACKWARD_INT_H
+#ifndef HP_BACKWARD_H
+#define HP_BACKWARD_H
 
-#include "forward_int.h"
+#include "forward.h"
 
 struct hp_bwd; /* workspace for B sequences of up to T tokens */
 

@@ -1,5 +1,5 @@
 /*
- * ablation_int.h -- how a head is taken out: the ablation methods, one row
+ * ablation.h -- how a head is taken out: the ablation methods, one row
  * each (engine/eval/ablation.c).
  *
  * A row is the method's name (what plans, digests and the database write), a
@@ -10,7 +10,7 @@
  * for denoise's swapped data are the clean ones), what data it takes (struct
  * hp_ablation_kind's data: any, or task rows with corrupt prompts, as given
  * or swapped), and the replacement itself: what a dead head's output
- * becomes at layer l, row r of a pass (struct hp_replacement, forward_int.h),
+ * becomes at layer l, row r of a pass (struct hp_replacement, forward.h),
  * which the forward, its reverse pass and the reuse path all read through
  * hp_replacement_at. A new method is a row here and its enum value in
  * headprune.h; a replacement may come from another input's pass (a
@@ -19,10 +19,10 @@
  * Must not: print, or know of metrics, the store or the evaluator's insides
  * (the evaluator lends what a prepare step runs: struct hp_ablation_src).
  */
-#ifndef HP_ABLATION_INT_H
-#define HP_ABLATION_INT_H
+#ifndef HP_ABLATION_H
+#define HP_ABLATION_H
 
-#include "forward_int.h"
+#include "forward.h"
 
 /* What the methods' prepare steps made; the evaluator holds one. Freed by hp_ablation_state_clear. */
 struct hp_ablation_state {

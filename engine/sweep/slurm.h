@@ -1,9 +1,9 @@
 /*
- * slurm_int.h -- a plan's sweep as Slurm jobs: the job scripts `headprune
+ * slurm.h -- a plan's sweep as Slurm jobs: the job scripts `headprune
  * slurm` writes, and their submission with sbatch (engine/sweep/slurm.c).
  */
-#ifndef HP_SLURM_INT_H
-#define HP_SLURM_INT_H
+#ifndef HP_SLURM_H
+#define HP_SLURM_H
 
 #include <limits.h>
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 /*
- * model_int.h -- the private shape of a loaded model.
+ * model.h -- the private shape of a loaded model.
  *
- * Every weight matrix is held as a hp_mat (mat_int.h): the logical B operand
+ * Every weight matrix is held as a hp_mat (mat.h): the logical B operand
  * (in, out) of y = x B, given by pointer, strides and the dtype it is stored
  * in, so Hugging Face Linear weights (out, in) and GPT-2 Conv1D weights
  * (in, out) both go into products uncopied, and f16 / bf16 stay 16-bit in
@@ -10,13 +10,13 @@
  * tokens or positions). Vectors are f32 (converted at load when stored
  * 16-bit or quantized: they are small).
  */
-#ifndef HP_MODEL_INT_H
-#define HP_MODEL_INT_H
+#ifndef HP_MODEL_H
+#define HP_MODEL_H
 
 #include "headprune.h"
-#include "mat_int.h"
-#include "ops_int.h" /* enum hp_act, struct hp_rope: what the ops compute, the model chooses */
-#include "safetensors_int.h"
+#include "mat.h"
+#include "ops.h" /* enum hp_act, struct hp_rope: what the ops compute, the model chooses */
+#include "safetensors.h"
 
 /*
  * A pruned checkpoint (Hugging Face's "pruned_heads", or headprune's own
@@ -82,7 +82,7 @@ struct hp_model {
     bool qk_norm_whole; /* the queries of all heads RMS-normalised together, and the keys, before rotary (OLMo 2):
                          * every head's are projected, live or not, and no head may be missing */
     bool parallel;  /* pre-norm, attention and MLP side by side: x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX) */
-    struct hp_rope rope;  /* rotary: the frequencies (ops_int.h) */
+    struct hp_rope rope;  /* rotary: the frequencies (ops.h) */
     struct hp_rope rope_local; /* theta > 0: the frequencies of the layers with local_rope (Gemma 3's sliding ones) */
     uint8_t *sliding;     /* info.sliding, owned */
     float embed_scale;    /* > 0: the token embeddings times this (Gemma's sqrt(hidden_size)); 0: as stored */
@@ -121,7 +121,7 @@ struct hp_model {
     void **owned;
     int n_owned, cap_owned;
     /* Nothing here changes after hp_model_open: passes keep their state in
-     * workspaces of their own (forward_int.h), so threads may share a model. */
+     * workspaces of their own (forward.h), so threads may share a model. */
 };
 
 /* hp_model_open_ex's flags */

@@ -1,5 +1,5 @@
 /*
- * screen_int.h -- the screen's stopping rule (engine/analysis/screen.c): which units to
+ * screen.h -- the screen's stopping rule (engine/analysis/screen.c): which units to
  * evaluate exactly, in what order, and when the exact top k can be stated
  * with a bound on what was missed (docs/plans.md, "Screen").
  *
@@ -29,8 +29,8 @@
  * Must not: evaluate, print, or know the sweep or the store: it is the rule
  * only, tested alone against many random effects.
  */
-#ifndef HP_SCREEN_INT_H
-#define HP_SCREEN_INT_H
+#ifndef HP_SCREEN_H
+#define HP_SCREEN_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,10 +1,10 @@
 /*
- * json_int.h -- the engine's one way into cJSON: every JSON text it reads
+ * json.h -- the engine's one way into cJSON: every JSON text it reads
  * (config.json, tokenizer files, safetensors headers, .jsonl rows) is parsed
  * by hp_json_parse, which refuses what cJSON would read wrong.
  */
-#ifndef HP_JSON_INT_H
-#define HP_JSON_INT_H
+#ifndef HP_JSON_H
+#define HP_JSON_H
 
 #include <cjson/cJSON.h>
 #include <stddef.h>

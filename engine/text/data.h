@@ -1,9 +1,9 @@
-/* data_int.h -- what data.c shares with text.c, and task.c's task rows (docs/tasks.md) that both feed. */
-#ifndef HP_DATA_INT_H
-#define HP_DATA_INT_H
+/* data.h -- what data.c shares with text.c, and task.c's task rows (docs/tasks.md) that both feed. */
+#ifndef HP_DATA_H
+#define HP_DATA_H
 
 #include "headprune.h"
-#include "tokenizer_int.h"
+#include "tokenizer.h"
 
 /* A struct hp_data with arrays (n_seqs, seq_len) (labels, mask and types when
  * asked for); the caller has checked the sizes. path names it in errors. */

@@ -1,5 +1,5 @@
 /*
- * gguf_int.h -- reading GGUF files (llama.cpp's format): metadata, tensor
+ * gguf.h -- reading GGUF files (llama.cpp's format): metadata, tensor
  * index, dequantization to f32 (engine/model/gguf.c).
  *
  * A struct hp_gguf maps one file read-only (or borrows a buffer) and indexes
@@ -19,8 +19,8 @@
  * the struct hp_gguf and never own: they live until hp_gguf_close.
  * Must not: know about models, configs or tokenizers.
  */
-#ifndef HP_GGUF_INT_H
-#define HP_GGUF_INT_H
+#ifndef HP_GGUF_H
+#define HP_GGUF_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * safetensors_int.h -- reading safetensors files (one or many shards).
+ * safetensors.h -- reading safetensors files (one or many shards).
  *
  * A hp_st_set maps every shard read-only and indexes its tensors by name.
  * Validation happens at open: header length inside the file, JSON well
@@ -8,8 +8,8 @@
  * A set may also hold tensors whose bytes live elsewhere (hp_st_add_views: a
  * GGUF file's matrices, in their quantized blocks, which mat.c reads).
  */
-#ifndef HP_SAFETENSORS_INT_H
-#define HP_SAFETENSORS_INT_H
+#ifndef HP_SAFETENSORS_H
+#define HP_SAFETENSORS_H
 
 #include <stdio.h>
 
@@ -19,7 +19,7 @@ enum hp_dtype {
     HP_DT_F32,
     HP_DT_F16,
     HP_DT_BF16,
-    HP_DT_Q, /* rows of quantized blocks (a GGUF file's matrix), read through a struct hp_qrows (mat_int.h) */
+    HP_DT_Q, /* rows of quantized blocks (a GGUF file's matrix), read through a struct hp_qrows (mat.h) */
     HP_DT_OTHER
 };
 

@@ -1,5 +1,5 @@
 /*
- * eval_int.h -- what the rest of the engine uses of the evaluator beyond
+ * eval.h -- what the rest of the engine uses of the evaluator beyond
  * headprune.h (engine/eval/eval.c): the check every pass over held-out data runs
  * first (the evaluator's, head roles') and the model and data an evaluator
  * pairs (gate training reads them).
@@ -8,8 +8,8 @@
  * eval_run.c, reuse.c, grad.c) are eval_priv.h's.
  * Must not: show the evaluator's layout.
  */
-#ifndef HP_EVAL_INT_H
-#define HP_EVAL_INT_H
+#ifndef HP_EVAL_H
+#define HP_EVAL_H
 
 #include "headprune.h"
 

@@ -1,5 +1,5 @@
 /*
- * grad_int.h -- the gradient pass's own state (engine/eval/grad.c) and the size of
+ * grad_priv.h -- the gradient pass's own state (engine/eval/grad.c) and the size of
  * its chunks.
  *
  * An evaluator that has run a gradient holds one struct hp_grad_state
@@ -13,11 +13,11 @@
  *
  * Must not: be included but by grad.c and the tests.
  */
-#ifndef HP_GRAD_INT_H
-#define HP_GRAD_INT_H
+#ifndef HP_GRAD_PRIV_H
+#define HP_GRAD_PRIV_H
 
 #include "headprune.h"
-#include "metric_int.h"
+#include "metric.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,7 +27,7 @@
  * loss's gradient), so its chunks are not bound by a logits buffer as the
  * forward's are: up to HP_GRAD_CHUNK_ROWS rows, while what it keeps of a
  * chunk (the residual stream entering every layer, and every layer's kept
- * activations: backward_int.h) fits HP_GRAD_CHUNK_BYTES, and those
+ * activations: backward.h) fits HP_GRAD_CHUNK_BYTES, and those
  * activations their own budget. Its other workspaces (the forward's, the
  * reverse's, the head's) grow with the rows too, by about half as much
  * again. Products with more rows run nearer BLIS's peak: on GPT-2-small at
@@ -52,7 +52,7 @@ enum hp_status hp_grad_deriv(const struct hp_metric_row *row, enum hp_metric_der
 
 struct hp_grad_state {
     int batch;         /* sequences per gradient pass's chunk: at least the forward's batch (hp_grad_batch) */
-    size_t keep_bytes; /* room for the pass's forward to keep activations in (backward_int.h) */
+    size_t keep_bytes; /* room for the pass's forward to keep activations in (backward.h) */
     /* the unmasked model's outputs that a pass compares with (kl, cos) or takes a variant's KL from, over
      * the whole set, made once when they fit HP_GRAD_REF_BYTES: an LM's scored final rows (n_scored,
      * d_model) in chunk order, a classifier's logits (n_seqs, n_labels) in ref; an encoder's sentence

@@ -1,5 +1,5 @@
 /*
- * svg_int.h -- what the report draws with: a growing text, escaping of
+ * svg.h -- what the report draws with: a growing text, escaping of
  * untrusted strings for HTML and SVG, numbers, scales, ticks, axes and
  * colour-blind-safe palettes.
  *
@@ -8,8 +8,8 @@
  * (names, paths, plan text, labels read from a database) goes through
  * hp_text_escape, never hp_text_add or hp_text_printf's %s.
  */
-#ifndef HP_SVG_INT_H
-#define HP_SVG_INT_H
+#ifndef HP_SVG_H
+#define HP_SVG_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * job_int.h -- names the sweep writes into the store and the queries read
+ * job.h -- names the sweep writes into the store and the queries read
  * back: the kinds of sweep_jobs rows that are a procedure's inner steps
  * rather than points of a study's own (docs/database.md lists every kind),
  * and the prefixes that give a computation other than a variant's evaluation
@@ -12,8 +12,8 @@
  * Must not: grow into a registry of study kinds (engine/plan/study/ holds those); only the
  * strings that more than one module spells.
  */
-#ifndef HP_JOB_INT_H
-#define HP_JOB_INT_H
+#ifndef HP_JOB_H
+#define HP_JOB_H
 
 // --- sweep_jobs.kind ----------------------------------------------------------
 

@@ -1,11 +1,11 @@
 /*
- * roles_int.h -- head roles below the public entry (engine/analysis/roles.c): the
+ * roles.h -- head roles below the public entry (engine/analysis/roles.c): the
  * probe, its size, and the per-sequence reduction of one head's attention,
  * for the sweep (the probe's size names a result) and for tests (hand-worked
  * attention matrices, the probe against the Python reference's).
  */
-#ifndef HP_ROLES_INT_H
-#define HP_ROLES_INT_H
+#ifndef HP_ROLES_H
+#define HP_ROLES_H
 
 #include "headprune.h"
 

@@ -1,8 +1,8 @@
 /*
- * vmath_int.h -- vectorised elementwise math (engine/compute/vmath.c).
+ * vmath.h -- vectorised elementwise math (engine/compute/vmath.c).
  */
-#ifndef HP_VMATH_INT_H
-#define HP_VMATH_INT_H
+#ifndef HP_VMATH_H
+#define HP_VMATH_H
 
 #include <stddef.h>
 #ifdef __AVX512F__

@@ -1,5 +1,5 @@
 /*
- * ops_int.h -- the forward's element-wise and row-wise operations (engine/compute/ops.c).
+ * ops.h -- the forward's element-wise and row-wise operations (engine/compute/ops.c).
  *
  * Norms, activations, bias adds, rotary embedding and the masked softmax,
  * each over rows of a row-major buffer, and beside each its reverse
@@ -8,10 +8,10 @@
  * (llm.c's layernorm_forward beside layernorm_backward). None allocates,
  * reads a model or calls BLIS: the forward hands them pointers and shapes.
  * The activation kinds and the rotary frequencies are declared here, as what
- * the ops compute; the model (model_int.h) holds which of them it uses.
+ * the ops compute; the model (model.h) holds which of them it uses.
  */
-#ifndef HP_OPS_INT_H
-#define HP_OPS_INT_H
+#ifndef HP_OPS_H
+#define HP_OPS_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * forward_int.h -- the masked-attention forward pass (engine/compute/forward.c).
+ * forward.h -- the masked-attention forward pass (engine/compute/forward.c).
  *
  * One call runs sequences of T tokens through the model with a gate per
  * (layer, query head), or several variant blocks of the same sequences,
@@ -10,10 +10,10 @@
  * replacement (struct hp_replacement: a mean, say) and still skips
  * everything but the output projection.
  */
-#ifndef HP_FORWARD_INT_H
-#define HP_FORWARD_INT_H
+#ifndef HP_FORWARD_H
+#define HP_FORWARD_H
 
-#include "model_int.h"
+#include "model.h"
 
 struct hp_fwd; /* workspace for sequences of up to T tokens */
 
@@ -85,7 +85,7 @@ static inline struct hp_fwd_in hp_fwd_in_rows(const struct hp_data *d, int s, in
 }
 
 /*
- * What an ablated head's output is, made by the ablation's row (ablation_int.h) and read by every
+ * What an ablated head's output is, made by the ablation's row (ablation.h) and read by every
  * pass through hp_replacement_at: at layer l, row r of the pass, head h's d_head values at
  * buf + l * layer_stride + (r % row_period) * row_stride + h * d_head, out of rows (.., n_heads * d_head).
  * buf NULL: zero, and a dead head then costs nothing (not even its rows of the output projection).

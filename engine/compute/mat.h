@@ -1,5 +1,5 @@
 /*
- * mat_int.h -- weight matrices in the dtype they are stored in, and the
+ * mat.h -- weight matrices in the dtype they are stored in, and the
  * products that read them (engine/compute/mat.c).
  *
  * Why: an 8B-class checkpoint in bf16 is 16 GB; converted to f32 at load it
@@ -51,19 +51,19 @@
  * A quantized matrix so costs its file's bytes, not f32's four a weight.
  * Must not: call BLIS but through blas.c, allocate outside hp_mat_buf_alloc,
  * print, run inside an OpenMP parallel region (the conversion splits
- * over threads itself), know the model (model_int.h includes this header:
+ * over threads itself), know the model (model.h includes this header:
  * model.c sizes a model's panel), or know GGUF (gguf.c includes this header
  * for hp_mat_cvt: a quantized matrix brings its dequantizer along).
  */
-#ifndef HP_MAT_INT_H
-#define HP_MAT_INT_H
+#ifndef HP_MAT_H
+#define HP_MAT_H
 
 #include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "safetensors_int.h"
+#include "safetensors.h"
 
 /* A panel's floats (8 MB): wide enough that BLIS's packing of the left
  * operand, repeated per panel, stays small beside the product. */

@@ -1,5 +1,5 @@
 /*
- * gates_int.h -- Hard Concrete head gates trained under an L0 penalty with
+ * gates.h -- Hard Concrete head gates trained under an L0 penalty with
  * the weights frozen (engine/analysis/gates.c): the gate's distribution, the penalty,
  * one training step, and the training data of a plan's gates studies.
  *
@@ -7,8 +7,8 @@
  * docs/plans.md, "Gate training"; tools/gen_gate_fixtures.py computes them
  * in float64 from that text, and tests/test_gates.c compares.
  */
-#ifndef HP_GATES_INT_H
-#define HP_GATES_INT_H
+#ifndef HP_GATES_H
+#define HP_GATES_H
 
 #include "headprune.h"
 

@@ -1,11 +1,11 @@
 /*
- * hash_int.h -- content digests (XXH3-128, as 32 hex digits).
+ * hash.h -- content digests (XXH3-128, as 32 hex digits).
  *
  * A job's identity is a digest of everything that determines its result:
  * model bytes, data, mask, ablation method, engine numeric version.
  */
-#ifndef HP_HASH_INT_H
-#define HP_HASH_INT_H
+#ifndef HP_HASH_H
+#define HP_HASH_H
 
 #include "headprune.h"
 

@@ -1,5 +1,5 @@
 /*
- * store_int.h -- the results database (SQLite), as the sweep runner uses it.
+ * store.h -- the results database (SQLite), as the sweep runner uses it.
  *
  * The store knows no tensors, plans or jobs: it is handed rows of plain
  * fields (strings and numbers: digests, names, paths, sizes, gates) and
@@ -7,8 +7,8 @@
  * process leaves either the whole result or none of it, and several local
  * workers can share one database (WAL mode, busy timeout).
  */
-#ifndef HP_STORE_INT_H
-#define HP_STORE_INT_H
+#ifndef HP_STORE_H
+#define HP_STORE_H
 
 #include "headprune.h"
 

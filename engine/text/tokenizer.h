@@ -1,7 +1,7 @@
-/* tokenizer_int.h -- what the tokenizer (engine/text/tokenizer.c, tokenizer_load.c) tells the text loader,
+/* tokenizer.h -- what the tokenizer (engine/text/tokenizer.c, tokenizer_load.c) tells the text loader,
  * and what it and its decoder (engine/text/detokenize.c) share. */
-#ifndef HP_TOKENIZER_INT_H
-#define HP_TOKENIZER_INT_H
+#ifndef HP_TOKENIZER_H
+#define HP_TOKENIZER_H
 
 #include "headprune.h"
 

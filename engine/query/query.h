@@ -1,5 +1,5 @@
 /*
- * query_int.h -- the queries, as other readers of the store use them.
+ * query.h -- the queries, as other readers of the store use them.
  *
  * hp_query (headprune.h) opens the database, answers one question and closes
  * it. A reader that asks several questions of one sweep (the report: heads,
@@ -13,8 +13,8 @@
  * options and help from it, and checks options with the engine's one check.
  * The family's private insides are query_priv.h, included by no one else.
  */
-#ifndef HP_QUERY_INT_H
-#define HP_QUERY_INT_H
+#ifndef HP_QUERY_H
+#define HP_QUERY_H
 
 #include "headprune.h"
 

@@ -1,12 +1,12 @@
 /*
- * metric_int.h -- a metric's row (engine/core/metric.c), as the engine's modules
+ * metric.h -- a metric's row (engine/core/metric.c), as the engine's modules
  * read it: the evaluator (which metrics a model has, how they reduce, and
  * the facts of each scored token its paths hand the rows' scorers), the
  * gradient (whether one exists), the store (a column per row, the effects
  * view). The public names and rules are in headprune.h.
  */
-#ifndef HP_METRIC_INT_H
-#define HP_METRIC_INT_H
+#ifndef HP_METRIC_H
+#define HP_METRIC_H
 
 #include "headprune.h"
 

@@ -1,10 +1,10 @@
 /*
- * task_gen_int.h -- the task generators' table (engine/text/task_gen.c), for the
+ * task_gen.h -- the task generators' table (engine/text/task_gen.c), for the
  * command line (`headprune task`: each generator's name, summary and help)
  * and for tests (the IOI templates and word lists a row must come from).
  */
-#ifndef HP_TASK_GEN_INT_H
-#define HP_TASK_GEN_INT_H
+#ifndef HP_TASK_GEN_H
+#define HP_TASK_GEN_H
 
 #include "headprune.h"
 

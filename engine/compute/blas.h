@@ -1,6 +1,6 @@
-/* blas_int.h -- private interface of blas.c, the engine's one BLIS module. */
-#ifndef HP_BLAS_INT_H
-#define HP_BLAS_INT_H
+/* blas.h -- private interface of blas.c, the engine's one BLIS module. */
+#ifndef HP_BLAS_H
+#define HP_BLAS_H
 
 #include "headprune.h"
 
