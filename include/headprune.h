@@ -1,8 +1,9 @@
 /*
  * headprune.h -- the one public contract of the headprune engine.
  *
- * If a type or function is not declared here, it is not public. Private
- * structures live in engine/ *_int.h headers.
+ * If a type or function is not declared here, it is not public. The engine's
+ * own headers live in its folders (engine/<stage>/x.h, and a family's private
+ * x_priv.h).
  *
  * Conventions:
  *  - Fallible functions return enum hp_status and hand results back through

@@ -34,7 +34,9 @@ import sys
 MAX_FILE_LINES = 1500
 LOADER = re.compile(r"^engine/model/model[a-z_]*\.[ch]$")  # the files that may name an architecture
 # the engine's folders, one per stage, lowest first: a file includes headers of its own folder and the folders
-# before it only (engine/cli/, the command line, is above them all; engine/plan/study/ is part of plan/)
+# before it only (engine/cli/, the command line, is above them all; engine/plan/study/ is part of plan/). The
+# store is below the sweep that writes into it (STYLE.md's flow lists the sweep first: data flows that way, calls
+# the other).
 LAYERS = ["core", "model", "compute", "text", "eval", "analysis", "plan", "store", "sweep", "query", "report", "cli"]
 ARCH = re.compile(r"\bHP_ARCH_(?!COUNT\b)[A-Z0-9_]+\b")
 MAX_FUNC_LINES = 150
@@ -204,6 +206,14 @@ def check(root):
     """Every violation as (file, line, what, detail)."""
     srcs = {rel: Source(root, rel) for rel in find_sources(root)}
     found = []
+    if not srcs:  # a wrong --root: nothing checked is not a pass
+        return [("engine", 0, "no engine sources found", "under %s" % os.path.abspath(root))]
+    # every file in a stage's folder: one directly in engine/, or in a folder LAYERS does not name, would escape
+    # the layer rule
+    for rel in srcs:
+        parts = rel.split("/")
+        if len(parts) < 3 or parts[1] not in LAYERS:
+            found.append((rel, 1, "not in a folder of the engine's stages", "LAYERS: %s" % " ".join(LAYERS)))
 
     # --- sizes
     for rel, s in srcs.items():

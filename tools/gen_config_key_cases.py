@@ -111,9 +111,11 @@ CHANGES = {
     "hidden_act": [one("hidden_act", other_act)],
     "hidden_activation": [one("hidden_activation", other_act)],
     "activation_function": [one("activation_function", other_act)],
-    # halved, but not below the data's rows: headprune refuses rows longer than the positions (test_model.c)
+    # halved, but not below the data's rows; then one short of them, which headprune refuses (its rows may not
+    # be longer than the positions) where a rotary model's transformers runs them anyway (REFUSE)
     "max_position_embeddings": [lambda c: {"max_position_embeddings": max(halve(c["max_position_embeddings"]),
-                                                                          c["__seq_len__"])}],
+                                                                          c["__seq_len__"])},
+                                lambda c: {"max_position_embeddings": c["__seq_len__"] - 1}],
     "n_positions": [one("n_positions", halve)],
     "rms_norm_eps": [one("rms_norm_eps", lambda v: 0.05)],
     "layer_norm_eps": [one("layer_norm_eps", lambda v: 0.05)],
@@ -121,7 +123,11 @@ CHANGES = {
     "rope_theta": [one("rope_theta", lambda v: 100.0)],
     "rotary_emb_base": [one("rotary_emb_base", lambda v: 100.0)],
     "rope_scaling": [(lambda r: lambda c: {"rope_scaling": r})(r) for r in ROPE_VALUES]
-                    + [lambda c: {"rope_scaling": None}],
+                    + [lambda c: {"rope_scaling": None}]
+                    # dynamic scaling past its threshold: the rows twice the positions (with the factor, allowed)
+                    + [(lambda t: lambda c: {"rope_scaling": {t: "dynamic", "factor": 2.0},
+                                             "max_position_embeddings": c["__seq_len__"] // 2})(t)
+                       for t in ("rope_type", "type")],
     "attention_bias": [one("attention_bias", lambda v: not v)],
     "mlp_bias": [one("mlp_bias", lambda v: not v)],
     "sliding_window": [one("sliding_window", lambda v: 3)],
@@ -139,10 +145,12 @@ CHANGES = {
     "type_vocab_size": [one("type_vocab_size", lambda v: v + 1)],
     "position_embedding_type": [one("position_embedding_type", lambda v: "relative_key")],
     "id2label": [lambda c: {"id2label": {str(i): f"L{i}" for i in range(len(c["id2label"]) + 1)}}],
-    "problem_type": [one("problem_type", lambda v: "single_label_classification")],
+    "problem_type": [one("problem_type", lambda v: "single_label_classification"),
+                     one("problem_type", lambda v: "multi_label_classification")],
     "rotary_pct": [one("rotary_pct", lambda v: 1.0)],
     "use_parallel_residual": [one("use_parallel_residual", lambda v: not v)],
-    "tie_word_embeddings": [one("tie_word_embeddings", lambda v: not v)],
+    # the other way from the value it has (absent: the class's default, true but for the Llama family's own)
+    "tie_word_embeddings": [lambda c: {"tie_word_embeddings": not c.get("tie_word_embeddings", True)}],
 }
 
 # values transformers implements and headprune documents it does not: it must refuse them, naming the key.
@@ -155,6 +163,11 @@ REFUSE = {
                              "yarn rotary scaling is not implemented"),
     (None, "tie_word_embeddings"): (lambda e, b: e["tie_word_embeddings"] is True and b.get("tie_word_embeddings") is False,
                                     UNTIED),
+    (None, "max_position_embeddings"): (lambda e, b: e["max_position_embeddings"] < b["__seq_len__"] and
+                                        "rope_scaling" not in e,
+                                        "rows longer than the positions are refused (\"positions\")"),
+    ("bert", "problem_type"): (lambda e, b: e["problem_type"] == "multi_label_classification",
+                               "multi-label classification's loss is not implemented"),
 }
 
 # honoured keys with no case here, and the test that covers them instead
@@ -289,15 +302,16 @@ def main():
                 cfg = edited(base, edits)
                 loss, why = hf_case(fixture, cls, kind, data, cfg)
                 rule = REFUSE.get((arch, key)) or REFUSE.get((None, key))
-                refuse = rule[1] if rule and rule[0](edits, base) else None
+                refuse = rule[1] if rule and rule[0](edits, ctx) else None
                 c = {"model_type": arch, "key": key, "decision": "honoured" if key in keys["honoured"] else
                      "irrelevant", "fixture": fixture, "data": data_file, "edits": edits, "config": cfg}
-                if refuse:
-                    c.update(expect="refused", name=key, why=refuse)
+                if loss is None:  # transformers cannot load it: headprune must refuse too, naming the checkpoint
+                    c.update(expect="refused", name="", why=f"transformers: {why}")
+                elif refuse:  # a value transformers runs and headprune documents it does not: named by the key or
+                    named = re.search(r'"(\w+)"', refuse)  # by the word the reason quotes
+                    c.update(expect="refused", name=named.group(1) if named else key, why=refuse)
                 elif loss == CRASH:  # headprune must not crash and may run or refuse; nothing to compare with
                     c.update(expect="no_reference", why=f"transformers: {why}")
-                elif loss is None:
-                    c.update(expect="refused", name="", why=f"transformers: {why}")
                 else:
                     c.update(expect="same", loss=loss, changes=bool(abs(loss[0] - base_loss[0]) > 1e-9))
                 out["cases"].append(c)

@@ -230,14 +230,7 @@ static void out_projection(const struct hp_model *m, struct hp_fwd *w, const str
     hp_op_add_bias(w->tmp, NB * Rb, d, d, L->bo);
 }
 
-/*
- * The attention block: reads w->h (N, d), writes the block's output
- * (projection and bias, before the residual add) to w->tmp (N, d) and the
- * heads' outputs to w->ctx. Rows are n_blocks variant blocks of n_seqs
- * sequences, each block with its own gates: a head's projections run when it
- * is live in some block, its scores and weighted sums only in the blocks
- * where it is live.
- */
+/* The attention projections of hp_fwd_qkv (forward.h): shared with the reverse pass. */
 void hp_fwd_qkv(const struct hp_model *m, struct hp_mat_buf *mb, int l, const float *x, int N, int T, const bool *q_in,
                 const bool *kv_in, const bool *q_rope, const bool *kv_rope, const float *rope, float *q, float *k,
                 float *v, float *qr, float *kr)
@@ -284,6 +277,14 @@ void hp_fwd_qkv(const struct hp_model *m, struct hp_mat_buf *mb, int l, const fl
             hp_op_rope(q + h * dh, N, T, qd, m->rope.dim, rope);
 }
 
+/*
+ * The attention block: reads w->h (N, d), writes the block's output
+ * (projection and bias, before the residual add) to w->tmp (N, d) and the
+ * heads' outputs to w->ctx. Rows are n_blocks variant blocks of n_seqs
+ * sequences, each block with its own gates: a head's projections run when it
+ * is live in some block, its scores and weighted sums only in the blocks
+ * where it is live.
+ */
 static void attention(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l,
                       const struct hp_fwd_keep *kp)
 {

@@ -161,8 +161,8 @@ enum hp_status hp_grad_deriv(const struct hp_metric_row *row, enum hp_metric_der
     case HP_DERIV_NEG_LOGIT_DIFF:
     case HP_DERIV_ONE_MINUS_COS: return HP_OK;
     case HP_DERIV_NONE:
-        return hp_fail(err, HP_ERR_UNSUPPORTED, "%s has no gradient (%s is a step function of the gates): use loss or kl",
-                       row->name, row->label);
+        return hp_fail(err, HP_ERR_UNSUPPORTED, "%s has no gradient (its row names no derivative: %s is not "
+                       "differentiable in the gates, or not built): use loss or kl", row->name, row->label);
     case HP_DERIV_COUNT: break;
     }
     *out = HP_DERIV_NONE;

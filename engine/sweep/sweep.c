@@ -60,7 +60,7 @@ extern const struct sw_proc sw_proc_scores, sw_proc_iterative, sw_proc_roles, sw
 static const struct sw_proc no_proc = {.run = NULL}; /* the expanded jobs are the study */
 
 /* One row per enum hp_study_run, at its value: the procedure a study kind names in its row (hp_study_run_of),
- * each defined in its own file (engine/sweep_<procedure>.c). */
+ * each defined in its own file (engine/sweep/sweep_<procedure>.c). */
 static const struct sw_proc *const procs[] = {
     [HP_STUDY_RUN_JOBS] = &no_proc,
     [HP_STUDY_RUN_SCORES] = &sw_proc_scores,

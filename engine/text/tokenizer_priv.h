@@ -13,7 +13,7 @@
  * carry the prefix ht_; everything else in a file is static. tokenizer_gguf.c
  * calls tokenizer.c only, and tokenizer_load.c calls it.
  *
- * Must not: be included outside engine/tokenizer*.c.
+ * Must not: be included outside engine/text/tokenizer*.c.
  */
 #ifndef HP_TOKENIZER_PRIV_H
 #define HP_TOKENIZER_PRIV_H

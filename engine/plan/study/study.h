@@ -12,7 +12,7 @@
 #include "headprune.h"
 
 /* The sweep's procedure a study kind runs besides its expanded jobs (a row each in sweep.c's table, the
- * procedure in engine/sweep_<procedure>.c). */
+ * procedure in engine/sweep/sweep_<procedure>.c). */
 enum hp_study_run {
     HP_STUDY_RUN_JOBS,      /* none: the expanded jobs are the study */
     HP_STUDY_RUN_SCORES,    /* one gradient at the unmasked model, into scores (before the jobs) */

@@ -9,7 +9,7 @@
  * heads: / groups: / kv:, which plan.c parses for every kind), how they are
  * parsed and checked, the jobs it expands into (mask kinds) or the sweep
  * procedure it names (procedure kinds; the procedures are the sweep's,
- * engine/sweep_<procedure>.c), and
+ * engine/sweep/sweep_<procedure>.c), and
  * what it costs, with the sentence that says so.
  *
  * plan.c owns the YAML loader and the expansion's bookkeeping and lends the
