@@ -356,24 +356,34 @@ struct hp_mask {
     int n_layers;
     int n_heads;
     float *gate; /* (n_layers, n_heads), row-major; 1 = kept, 0 = ablated */
+    float *mlp;  /* (n_layers): each layer's MLP block, "mlp:L"; 1 = kept, 0 = ablated */
 };
 
 /* A mask of all ones. Destructor: hp_mask_free. NULL if a size is < 1 or out of memory. */
 struct hp_mask *hp_mask_new(int n_layers, int n_heads);
 void hp_mask_free(struct hp_mask *m);
 
+/* Copy src's gates into dst, of the same shape. */
+void hp_mask_copy(struct hp_mask *dst, const struct hp_mask *src);
+
 /*
- * Parse a mask spec: comma-separated "L.H", "L.*" (a whole layer) and
- * "kv:L.G" (every query head sharing KV head G of layer L). With keep = true
- * the named heads are kept and all others ablated. An empty spec ablates
- * nothing (or, with keep, everything). Destructor: hp_mask_free.
+ * Parse a mask spec: comma-separated "L.H", "L.*" (a whole layer's heads),
+ * "kv:L.G" (every query head sharing KV head G of layer L) and "mlp:L" (layer
+ * L's MLP block). With keep = true the named units are kept and all others
+ * of their kind ablated: every head not named, and, when the spec names an
+ * MLP, every MLP not named (a keep spec of heads alone leaves the MLPs). An
+ * empty spec ablates nothing (or, with keep, every head).
+ * Destructor: hp_mask_free.
  */
 enum hp_status hp_mask_parse(const char *spec, bool keep,
                              const struct hp_model_info *info,
                              struct hp_mask **out, struct hp_error *err);
 
-/* Number of ablated (gate == 0) heads. */
+/* Number of ablated (gate == 0) heads (MLP blocks not counted: hp_mask_count_mlps). */
 int hp_mask_count_ablated(const struct hp_mask *m);
+
+/* Number of ablated (gate == 0) MLP blocks. */
+int hp_mask_count_mlps(const struct hp_mask *m);
 
 /*
  * How every count of heads is made (the sweep's rows, queries, figures): a
@@ -390,48 +400,67 @@ int hp_heads_present(const struct hp_model_info *info);
 int hp_mask_drop_absent(struct hp_mask *m, const struct hp_model_info *info);
 
 /*
- * Units: what a study ablates one at a time, a query head or (kv = true) a KV
- * group, every query head sharing one key/value head. One table in mask.c
- * names them ("head" / "KV group") and labels them ("L.H" / "kv:L.G").
+ * Units: what a study ablates one at a time. The kinds are one table in
+ * mask.c (their names, labels, counts and gates); the values are what the
+ * database's kv columns store (0 and 1 were a bool before MLPs were units).
  */
+enum hp_unit_kind {
+    HP_UNIT_HEAD = 0, /* a query head, "L.H" */
+    HP_UNIT_KV = 1,   /* a KV group: every query head sharing one key/value head, "kv:L.G" */
+    HP_UNIT_MLP = 2,  /* a layer's MLP block, "mlp:L": its whole output into the residual stream */
+    HP_UNIT_COUNT
+};
 
-/* Units per layer: n_heads, or with kv the KV groups (n_kv_heads; n_heads
- * when the model declares none). */
-int hp_unit_count(const struct hp_model_info *info, bool kv);
+/* Units per layer: n_heads; KV groups: n_kv_heads (n_heads when the model
+ * declares none); MLP blocks: 1. */
+int hp_unit_count(const struct hp_model_info *info, enum hp_unit_kind u);
 
-/* Query heads one unit covers: 1, or with kv n_heads / n_kv_heads; 0 when the
- * query heads do not group evenly over the KV heads. */
-int hp_unit_width(const struct hp_model_info *info, bool kv);
+/* Query heads one unit covers: 1, or for a KV group n_heads / n_kv_heads (0 when the
+ * query heads do not group evenly over the KV heads); an MLP block covers none: 0. */
+int hp_unit_width(const struct hp_model_info *info, enum hp_unit_kind u);
 
 /* Whether the checkpoint lacks every query head of unit (layer, unit) (a
  * pruned checkpoint: hp_model_info.pruned). Studies leave such units out:
  * ablating them changes nothing, and a curve that "pruned" them would
- * claim heads for free. */
-bool hp_unit_pruned(const struct hp_model_info *info, bool kv, int layer, int unit);
+ * claim heads for free. An MLP block is never pruned. */
+bool hp_unit_pruned(const struct hp_model_info *info, enum hp_unit_kind u, int layer, int unit);
 
-/* "head" or "KV group"; plural: "heads" or "KV groups". Static. */
-const char *hp_unit_name(bool kv, bool plural);
+/* "head", "KV group" or "MLP"; plural: "heads", "KV groups", "MLPs". Static. */
+const char *hp_unit_name(enum hp_unit_kind u, bool plural);
 
-/* The unit's label as masks and tables write it: "L.U" or "kv:L.U". Returns
+/* How plans and options spell the kind: "heads", "kv", "mlp". Static. */
+const char *hp_unit_word(enum hp_unit_kind u);
+
+/* The kind spelled word (hp_unit_word's), into *out; false if none is. */
+bool hp_unit_parse(const char *word, enum hp_unit_kind *out);
+
+/* The unit's label as masks and tables write it: "L.U", "kv:L.U" or "mlp:L" (unit 0). Returns
  * what snprintf returns. */
-int hp_unit_label(char *buf, size_t size, bool kv, int layer, int unit);
+int hp_unit_label(char *buf, size_t size, enum hp_unit_kind u, int layer, int unit);
 
-/* Set the gate of every query head of unit (layer, unit) to g (0 = ablate).
+/* Set the gate of unit (layer, unit) to g (0 = ablate): every query head it covers, or the MLP's.
  * The unit must exist in m (as hp_unit_count and hp_unit_width say). */
-void hp_mask_set_unit(struct hp_mask *m, const struct hp_model_info *info, bool kv, int layer, int unit, float g);
+void hp_mask_set_unit(struct hp_mask *m, const struct hp_model_info *info, enum hp_unit_kind u, int layer, int unit,
+                      float g);
 
-/* Whether every query head of unit (layer, unit) is at gate 0 in m (a study's base mask: the unit is already
+/* Whether unit (layer, unit) is at gate 0 in m (a study's base mask: the unit is already
  * removed). The unit must exist in m, as for hp_mask_set_unit. */
-bool hp_mask_unit_ablated(const struct hp_mask *m, const struct hp_model_info *info, bool kv, int layer, int unit);
+bool hp_mask_unit_ablated(const struct hp_mask *m, const struct hp_model_info *info, enum hp_unit_kind u, int layer,
+                          int unit);
 
-/* The first layer with a gate that is not 1, where a variant's forward starts
+/* The first layer with a gate (a head's or the MLP's) that is not 1, where a variant's forward starts
  * to differ from the unmasked model's; n_layers when nothing is ablated
  * (also for m == NULL, which is given as n_layers). */
 int hp_mask_first_changed(const struct hp_mask *m, int n_layers);
 
-/* Canonical text of a mask: ascending "L.H" items, a fully ablated layer as
- * "L.*", "" when nothing is ablated. Parses back to the same mask.
- * NULL on out-of-memory; the caller frees it with free(). */
+/* Whether some MLP block's gate in m is not 1 (m may be NULL). */
+bool hp_mask_has_mlp(const struct hp_mask *m);
+
+/* Canonical text of a mask: layer by layer, ascending "L.H" items (a layer
+ * with every head ablated as "L.*"), then "mlp:L" when its MLP is ablated;
+ * "" when nothing is ablated. A mask of heads only reads as it did before
+ * MLPs were units (its content address is unchanged). Parses back to the
+ * same mask. NULL on out-of-memory; the caller frees it with free(). */
 char *hp_mask_format(const struct hp_mask *m);
 
 /* A pruned checkpoint's missing heads (hp_model_info.pruned) as a mask spec, malloc'd; NULL for a complete
@@ -799,6 +828,9 @@ struct hp_means {
     int n_layers, seq_len, width; /* width = n_heads * d_head */
     float *all;                   /* (n_layers, width) */
     float *pos;                   /* (n_layers, seq_len, width): at each position */
+    int d_model;                  /* the MLP blocks' statistics, of their outputs into the residual stream: */
+    float *mlp_all;               /* (n_layers, d_model) */
+    float *mlp_pos;               /* (n_layers, seq_len, d_model) */
 };
 
 /* The evaluator's statistics, computed on first use; the arrays belong to the evaluator. */

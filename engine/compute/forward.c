@@ -456,8 +456,68 @@ static void post_block_norm(const struct hp_model *m, struct hp_fwd *w, int N, c
     hp_fwd_norm(m, w->tmp, w->tmp, N, wt, NULL);
 }
 
+/* MLP gate of variant block v at layer l (1: kept). */
+static float mlp_gate_of(const struct pass *a, int v, int l)
+{
+    const float *g = a->var->mlps ? a->var->mlps[v] : NULL;
+    return g ? g[l] : 1.0f;
+}
+
+/*
+ * Layer l's MLP block into w->tmp (N, d) from w->h, through its post-block norm pn (NULL: none), under each
+ * block's MLP gate: g a + (1 - g) r (struct hp_fwd_variants). Not computed when every block has it at gate 0
+ * under zero ablation (w->tmp is then zero). The save and capture taps see a, before its gate.
+ */
+static void mlp_block(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l, int N,
+                      const struct hp_fwd_keep *kp, const float *pn)
+{
+    const int NB = a->n_blocks, Rb = N / NB, d = m->info.d_model, T = a->in->T;
+    const struct hp_replacement *rp = &a->var->mlp_rep;
+    assert(!rp->own);
+    bool all_dead = !rp->buf, any_changed = false;
+    for (int v = 0; v < NB; v++) {
+        const float g = mlp_gate_of(a, v, l);
+        all_dead &= g == 0.0f;
+        any_changed |= g != 1.0f;
+    }
+    if (all_dead) {
+        memset(w->tmp, 0, (size_t)N * d * sizeof(float));
+        return;
+    }
+    mlp(m, w, N, l, kp);
+    post_block_norm(m, w, N, pn, kp ? kp->mo : NULL);
+    if (a->tap->save && a->tap->save->mlp)
+        memcpy(a->tap->save->mlp + (size_t)l * N * d, w->tmp, (size_t)N * d * sizeof(float));
+    if (a->tap->capture_mlp) {
+        double *cap = a->tap->capture_mlp + (size_t)l * T * d;
+        for (int r = 0; r < N; r++)
+            if (!a->in->attn_mask || a->in->attn_mask[r % Rb])
+                for (int i = 0; i < d; i++)
+                    cap[(size_t)(r % T) * d + i] += w->tmp[(size_t)r * d + i];
+    }
+    for (int v = 0; any_changed && v < NB; v++) {
+        const float g = mlp_gate_of(a, v, l);
+        if (g == 1.0f)
+            continue;
+        for (int r = v * Rb; r < (v + 1) * Rb; r++) {
+            float *o = w->tmp + (size_t)r * d;
+            const float *rr = hp_replacement_at(rp, l, 0, 0, r);
+            if (g == 0.0f) {
+                if (rr)
+                    memcpy(o, rr, (size_t)d * sizeof(float));
+                else
+                    memset(o, 0, (size_t)d * sizeof(float));
+                continue;
+            }
+            for (int i = 0; i < d; i++)
+                o[i] = g * o[i] + (rr ? (1.0f - g) * rr[i] : 0.0f);
+        }
+    }
+}
+
 /* The rest of layer l once w->tmp holds its attention output: residual, MLP, norms; kp as mlp's. */
-static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int N, const struct hp_fwd_keep *kp)
+static void finish_layer(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l, int N,
+                         const struct hp_fwd_keep *kp)
 {
     const struct hp_layer *L = &m->layers[l];
     const size_t n = (size_t)N * m->info.d_model;
@@ -468,12 +528,12 @@ static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int 
     if (kp)
         memcpy(kp->xmid, w->x, n * sizeof(float));
     if (m->parallel) {
-        mlp(m, w, N, l, kp);
+        mlp_block(m, w, a, l, N, kp, NULL);
         hp_op_add_into(w->x, w->tmp, n);
     } else if (m->post_norm) {
         hp_op_layer_norm(w->x, w->x, N, m->info.d_model, L->ln1_w, L->ln1_b, m->norm_eps);
         memcpy(w->h, w->x, n * sizeof(float));
-        mlp(m, w, N, l, kp);
+        mlp_block(m, w, a, l, N, kp, NULL);
         hp_op_add_into(w->x, w->tmp, n);
         hp_op_layer_norm(w->x, w->x, N, m->info.d_model, L->ln2_w, L->ln2_b, m->norm_eps);
     } else {
@@ -481,8 +541,7 @@ static void finish_layer(const struct hp_model *m, struct hp_fwd *w, int l, int 
             hp_fwd_norm(m, w->h, w->x, N, L->ln2_w, L->ln2_b);
         else
             memcpy(w->h, w->x, n * sizeof(float));
-        mlp(m, w, N, l, kp);
-        post_block_norm(m, w, N, L->pn2_w, kp ? kp->mo : NULL);
+        mlp_block(m, w, a, l, N, kp, L->pn2_w);
         hp_op_add_into(w->x, w->tmp, n);
     }
 }
@@ -588,7 +647,7 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
                 memcpy(sv->attn + (size_t)l * N * d, w->tmp, (size_t)N * d * sizeof(float));
             memcpy(sv->ctx + (size_t)l * N * qd, w->ctx, (size_t)N * qd * sizeof(float));
         }
-        finish_layer(m, w, l, N, kp);
+        finish_layer(m, w, a, l, N, kp);
     }
     if (rs)
         memcpy(rs + (size_t)in->n_layers * N * d, w->x, (size_t)N * d * sizeof(float));
@@ -641,10 +700,10 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
         }
     }
     out_projection(m, w, L, proj, NB, Rb);
-    finish_layer(m, w, l0, N, NULL);
+    finish_layer(m, w, a, l0, N, NULL);
     for (int l = l0 + 1; l < in->n_layers; l++) {
         attention_part(m, w, a, l, N, NULL);
-        finish_layer(m, w, l, N, NULL);
+        finish_layer(m, w, a, l, N, NULL);
     }
     return finish(m, w, a, N);
 }
@@ -670,9 +729,9 @@ enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids, const ui
     struct hp_fwd *w = hp_fwd_new(m, n_tokens, 1);
     if (!w)
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for a %d-token workspace", n_tokens);
-    const float *gate = mask ? mask->gate : NULL;
+    const float *gate = mask ? mask->gate : NULL, *mlps = mask ? mask->mlp : NULL;
     struct hp_fwd_in fi = {.ids = ids, .attn_mask = attn_mask, .type_ids = type_ids, .T = n_tokens, .n_seqs = 1};
-    struct hp_fwd_variants va = {.gates = &gate}; /* zero ablation: rep.buf NULL */
+    struct hp_fwd_variants va = {.gates = &gate, .mlps = &mlps}; /* zero ablation: rep.buf NULL */
     struct hp_fwd_taps tp = {.out = out};
     hp_fwd_run(m, w, &fi, &va, &tp);
     hp_fwd_free(w);

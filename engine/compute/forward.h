@@ -31,10 +31,13 @@ int hp_fwd_out_width(const struct hp_model *m);
  * (n_layers, N, n_heads * d_head), its heads' outputs; attn NULL or
  * (n_layers, N, d_model), layer l's attention output (projection and bias,
  * before the residual add), which hp_fwd_resume does not read (it makes the
- * output again from ctx) and only diagnostics keep.
+ * output again from ctx) and only diagnostics keep; mlp NULL or (n_layers,
+ * N, d_model), layer l's MLP block's output into the residual stream (after
+ * its post-block norm, before its gate), what an ablated MLP's replacements
+ * are made of.
  */
 struct hp_fwd_save {
-    float *x, *attn, *ctx;
+    float *x, *attn, *ctx, *mlp;
 };
 
 /*
@@ -109,19 +112,29 @@ struct hp_replacement {
 
 /*
  * Variant blocks: the rows are n_blocks (0 = 1) copies of the n_seqs
- * sequences, block v under gates[v]; n_blocks * n_seqs is at most the
- * workspace's B. A NULL variants argument is one block, nothing ablated.
+ * sequences, block v under gates[v] and mlps[v]; n_blocks * n_seqs is at most
+ * the workspace's B. A NULL variants argument is one block, nothing ablated.
+ *
+ * An MLP block's gate g mixes its output a into the residual stream as
+ * g a + (1 - g) r, r its replacement: mlp_rep read through hp_replacement_at
+ * with head 0 of width 0 (d_model values at buf + l * layer_stride + row's
+ * offset), zero when mlp_rep.buf is NULL (then an MLP at gate 0 in every
+ * block is not computed at all). One position patched (own) is for heads only.
  */
 struct hp_fwd_variants {
     int n_blocks;
     const float *const *gates; /* NULL (nothing ablated) or (n_blocks), each NULL or (n_layers, n_heads); 0 = ablated */
     struct hp_replacement rep; /* what a head whose gate is 0 outputs: zero (rep.buf NULL) unless the ablation says */
+    const float *const *mlps;  /* NULL (every MLP kept) or (n_blocks), each NULL or (n_layers); 0 = ablated */
+    struct hp_replacement mlp_rep; /* what an MLP whose gate is 0 outputs: zero (buf NULL) unless the ablation says */
 };
 
 /* What the pass writes besides the rows it returns; a NULL taps argument is none. */
 struct hp_fwd_taps {
     /* NULL or (n_layers, T, n_heads * d_head): every real token's head outputs are added at its position */
     double *capture;
+    /* NULL or (n_layers, T, d_model): every real token's MLP block output (hp_fwd_save's mlp) added likewise */
+    double *capture_mlp;
     const struct hp_fwd_save *save; /* NULL, or filled for later hp_fwd_resume (one block only) */
     float *out; /* NULL or (rows, hp_fwd_out_width): logits, or final hidden states; a classifier: (sequences, n_labels) */
     /* NULL or (n_layers + 1, rows, d_model): the residual stream entering each layer, then

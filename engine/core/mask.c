@@ -1,5 +1,5 @@
 /*
- * mask.c -- head masks: which attention heads a variant keeps.
+ * mask.c -- masks: which attention heads and MLP blocks a variant keeps.
  *
  * A mask is a (n_layers, n_heads) row-major grid of gates, 1 = kept and
  * 0 = ablated. Specs name heads as comma-separated items:
@@ -7,15 +7,17 @@
  *   L.*      every head of layer L
  *   kv:L.G   every query head of layer L that reads KV head G, i.e. every h
  *            with h / (n_heads / n_kv_heads) == G
+ *   mlp:L    layer L's MLP block (its output into the residual stream)
  * Whitespace around items is allowed; naming a head twice is harmless.
  *
- * Units (a query head, or a KV group of them) are defined here once: how many
- * a layer has, which query heads each covers, their names and their "L.U" /
- * "kv:L.U" labels. Plans, the sweep and queries use these functions rather
+ * Units (a query head, a KV group of them, a layer's MLP) are defined here
+ * once, one row each in units[]: how many a layer has, which gates each
+ * covers, their names and their "L.U" / "kv:L.U" / "mlp:L" labels. Plans, the sweep and queries use these functions rather
  * than their own arithmetic.
  *
  * Invariants: gates are exactly 0.0f or 1.0f; a parsed mask has the model's
- * n_layers and n_heads. Must not: print, exit, or know anything of the
+ * n_layers and n_heads; a mask without an ablated MLP formats as it did
+ * before MLPs were units. Must not: print, exit, or know anything of the
  * model beyond struct hp_model_info.
  */
 #include "headprune.h"
@@ -47,12 +49,15 @@ struct hp_mask *hp_mask_new(int n_layers, int n_heads)
     m->n_layers = n_layers;
     m->n_heads = n_heads;
     m->gate = malloc(n * sizeof *m->gate);
-    if (!m->gate) {
-        free(m);
+    m->mlp = malloc((size_t)n_layers * sizeof *m->mlp);
+    if (!m->gate || !m->mlp) {
+        hp_mask_free(m);
         return NULL;
     }
     for (size_t i = 0; i < n; i++)
         m->gate[i] = 1.0f;
+    for (int l = 0; l < n_layers; l++)
+        m->mlp[l] = 1.0f;
     return m;
 }
 
@@ -61,7 +66,31 @@ void hp_mask_free(struct hp_mask *m)
     if (!m)
         return;
     free(m->gate);
+    free(m->mlp);
     free(m);
+}
+
+void hp_mask_copy(struct hp_mask *dst, const struct hp_mask *src)
+{
+    assert(dst->n_layers == src->n_layers && dst->n_heads == src->n_heads);
+    memcpy(dst->gate, src->gate, (size_t)src->n_layers * (size_t)src->n_heads * sizeof *dst->gate);
+    memcpy(dst->mlp, src->mlp, (size_t)src->n_layers * sizeof *dst->mlp);
+}
+
+int hp_mask_count_mlps(const struct hp_mask *m)
+{
+    int k = 0;
+    for (int l = 0; m && l < m->n_layers; l++)
+        k += m->mlp[l] == 0.0f;
+    return k;
+}
+
+bool hp_mask_has_mlp(const struct hp_mask *m)
+{
+    for (int l = 0; m && l < m->n_layers; l++)
+        if (m->mlp[l] != 1.0f)
+            return true;
+    return false;
 }
 
 int hp_mask_count_ablated(const struct hp_mask *m)
@@ -99,70 +128,119 @@ int hp_mask_first_changed(const struct hp_mask *m, int n_layers)
 {
     if (!m)
         return n_layers;
-    for (size_t i = 0; i < (size_t)m->n_layers * (size_t)m->n_heads; i++)
-        if (m->gate[i] != 1.0f)
-            return (int)(i / (size_t)m->n_heads);
+    for (int l = 0; l < m->n_layers; l++) {
+        if (m->mlp[l] != 1.0f)
+            return l;
+        for (int h = 0; h < m->n_heads; h++)
+            if (m->gate[(size_t)l * m->n_heads + h] != 1.0f)
+                return l;
+    }
     return m->n_layers;
 }
 
 // --- units -------------------------------------------------------------------
 
 static const struct {
-    const char *one, *many, *prefix;
-} units[2] = {
-    {"head", "heads", ""},         // kv = false: a query head, "L.H"
-    {"KV group", "KV groups", "kv:"}, // kv = true: every query head reading one KV head, "kv:L.G"
+    const char *one, *many, *prefix, *word;
+} units[HP_UNIT_COUNT] = {
+    [HP_UNIT_HEAD] = {"head", "heads", "", "heads"},        // a query head, "L.H"
+    [HP_UNIT_KV] = {"KV group", "KV groups", "kv:", "kv"},  // every query head reading one KV head, "kv:L.G"
+    [HP_UNIT_MLP] = {"MLP", "MLPs", "mlp:", "mlp"},         // a layer's MLP block, "mlp:L"
 };
 
-int hp_unit_count(const struct hp_model_info *info, bool kv)
+static bool kind_ok(enum hp_unit_kind u)
 {
-    if (!kv)
-        return info->n_heads;
-    return info->n_kv_heads > 0 ? info->n_kv_heads : info->n_heads; // no KV heads declared: no GQA
+    return (int)u >= 0 && (int)u < HP_UNIT_COUNT;
 }
 
-int hp_unit_width(const struct hp_model_info *info, bool kv)
+int hp_unit_count(const struct hp_model_info *info, enum hp_unit_kind u)
 {
-    int n_kv = hp_unit_count(info, true);
-    if (!kv)
-        return 1;
-    return info->n_heads % n_kv == 0 ? info->n_heads / n_kv : 0;
+    switch (u) {
+    case HP_UNIT_HEAD: return info->n_heads;
+    case HP_UNIT_KV: return info->n_kv_heads > 0 ? info->n_kv_heads : info->n_heads; // none declared: no GQA
+    case HP_UNIT_MLP: return 1;
+    case HP_UNIT_COUNT: break;
+    }
+    return 0;
 }
 
-bool hp_unit_pruned(const struct hp_model_info *info, bool kv, int layer, int unit)
+int hp_unit_width(const struct hp_model_info *info, enum hp_unit_kind u)
 {
-    const int per = hp_unit_width(info, kv);
+    switch (u) {
+    case HP_UNIT_HEAD: return 1;
+    case HP_UNIT_KV: {
+        const int n_kv = hp_unit_count(info, HP_UNIT_KV);
+        return info->n_heads % n_kv == 0 ? info->n_heads / n_kv : 0;
+    }
+    case HP_UNIT_MLP:
+    case HP_UNIT_COUNT: break;
+    }
+    return 0;
+}
+
+bool hp_unit_pruned(const struct hp_model_info *info, enum hp_unit_kind u, int layer, int unit)
+{
+    const int per = hp_unit_width(info, u);
     if (!info->pruned || per == 0)
-        return false;
+        return false; /* an MLP is never pruned */
     for (int h = unit * per; h < (unit + 1) * per; h++)
         if (!info->pruned[(size_t)layer * info->n_heads + h])
             return false;
     return true;
 }
 
-const char *hp_unit_name(bool kv, bool plural)
+const char *hp_unit_name(enum hp_unit_kind u, bool plural)
 {
-    return plural ? units[kv].many : units[kv].one;
+    if (!kind_ok(u))
+        return "unit";
+    return plural ? units[u].many : units[u].one;
 }
 
-int hp_unit_label(char *buf, size_t size, bool kv, int layer, int unit)
+const char *hp_unit_word(enum hp_unit_kind u)
 {
-    return snprintf(buf, size, "%s%d.%d", units[kv].prefix, layer, unit);
+    return kind_ok(u) ? units[u].word : "unknown";
 }
 
-void hp_mask_set_unit(struct hp_mask *m, const struct hp_model_info *info, bool kv, int layer, int unit, float g)
+bool hp_unit_parse(const char *word, enum hp_unit_kind *out)
 {
-    int per = hp_unit_width(info, kv);
-    assert(per > 0 && layer >= 0 && layer < m->n_layers && (unit + 1) * per <= m->n_heads);
+    for (int u = 0; word && u < HP_UNIT_COUNT; u++)
+        if (strcmp(word, units[u].word) == 0) {
+            *out = (enum hp_unit_kind)u;
+            return true;
+        }
+    return false;
+}
+
+int hp_unit_label(char *buf, size_t size, enum hp_unit_kind u, int layer, int unit)
+{
+    if (u == HP_UNIT_MLP)
+        return snprintf(buf, size, "%s%d", units[u].prefix, layer);
+    return snprintf(buf, size, "%s%d.%d", kind_ok(u) ? units[u].prefix : "?", layer, unit);
+}
+
+void hp_mask_set_unit(struct hp_mask *m, const struct hp_model_info *info, enum hp_unit_kind u, int layer, int unit,
+                      float g)
+{
+    assert(layer >= 0 && layer < m->n_layers);
+    if (u == HP_UNIT_MLP) {
+        m->mlp[layer] = g;
+        return;
+    }
+    int per = hp_unit_width(info, u);
+    assert(per > 0 && (unit + 1) * per <= m->n_heads);
     float *row = m->gate + (size_t)layer * (size_t)m->n_heads;
     for (int h = unit * per; h < (unit + 1) * per; h++)
         row[h] = g;
 }
 
-bool hp_mask_unit_ablated(const struct hp_mask *m, const struct hp_model_info *info, bool kv, int layer, int unit)
+bool hp_mask_unit_ablated(const struct hp_mask *m, const struct hp_model_info *info, enum hp_unit_kind u, int layer,
+                          int unit)
 {
-    const int per = hp_unit_width(info, kv);
-    assert(per > 0 && layer >= 0 && layer < m->n_layers && (unit + 1) * per <= m->n_heads);
+    assert(layer >= 0 && layer < m->n_layers);
+    if (u == HP_UNIT_MLP)
+        return m->mlp[layer] == 0.0f;
+    const int per = hp_unit_width(info, u);
+    assert(per > 0 && (unit + 1) * per <= m->n_heads);
     const float *row = m->gate + (size_t)layer * (size_t)m->n_heads;
     for (int h = unit * per; h < (unit + 1) * per; h++)
         if (row[h] != 0.0f)
@@ -213,12 +291,25 @@ static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_
     const char *more = n > ECHO_MAX ? "..." : "";
     char range[64];
     size_t i = 0;
-    bool kv = n >= 3 && memcmp(s, "kv:", 3) == 0;
+    bool kv = n >= 3 && memcmp(s, "kv:", 3) == 0, mlp = n >= 4 && memcmp(s, "mlp:", 4) == 0;
     if (kv)
         i = 3;
+    if (mlp)
+        i = 4;
 
     struct num layer, sub;
     bool whole = false;
+    if (mlp) {
+        if (!parse_num(s, n, &i, &layer) || i != n)
+            goto syntax;
+        if (layer.v >= info->n_layers) {
+            hp_range_text(range, sizeof range, "layers", "layer", info->n_layers);
+            return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': layer %.*s does not exist (model has %s)", shown, s,
+                           more, layer.len, layer.txt, range);
+        }
+        m->mlp[layer.v] = g;
+        return HP_OK;
+    }
     if (!parse_num(s, n, &i, &layer) || i >= n || s[i] != '.')
         goto syntax;
     i++;
@@ -266,8 +357,21 @@ static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_
     return HP_OK;
 
 syntax:
-    return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': expected LAYER.HEAD, LAYER.* or "
-                "kv:LAYER.GROUP", shown, s, more);
+    return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': expected LAYER.HEAD, LAYER.*, "
+                "kv:LAYER.GROUP or mlp:LAYER", shown, s, more);
+}
+
+/* Whether some item of spec is an MLP's ("mlp:" after a comma or the start, whitespace allowed). */
+static bool names_mlp(const char *spec)
+{
+    for (const char *p = spec; (p = strstr(p, "mlp:")); p += 4) {
+        const char *q = p;
+        while (q > spec && is_space(q[-1]))
+            q--;
+        if (q == spec || q[-1] == ',')
+            return true;
+    }
+    return false;
 }
 
 enum hp_status hp_mask_parse(const char *spec, bool keep,
@@ -286,9 +390,15 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
         return hp_fail(err, HP_ERR_NOMEM, "mask: out of memory for %d x %d gates (free some "
                     "memory)", info->n_layers, info->n_heads);
     size_t n_gates = (size_t)m->n_layers * (size_t)m->n_heads;
-    if (keep)
+    /* keep: every head not named goes; MLP blocks go only when the spec names one (a kind it does not
+     * name is left whole, so a keep spec of heads means what it meant before MLPs were units) */
+    bool keep_mlps = keep && names_mlp(spec);
+    if (keep) {
         for (size_t i = 0; i < n_gates; i++)
             m->gate[i] = 0.0f;
+        for (int l = 0; keep_mlps && l < m->n_layers; l++)
+            m->mlp[l] = 0.0f;
+    }
     float g = keep ? 1.0f : 0.0f;
 
     size_t len = strlen(spec);
@@ -331,7 +441,8 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
 /*
  * Two passes over the gates: the first measures the text, the second writes
  * it into a buffer of exactly that size. Items are "L.H" in ascending order,
- * "L.*" for a layer with every head ablated, joined by commas; hp_mask_parse
+ * "L.*" for a layer with every head ablated, then "mlp:L" when the layer's
+ * MLP is, joined by commas; hp_mask_parse
  * reads the text back to the same gates.
  */
 char *hp_pruned_spec(const struct hp_model_info *in)
@@ -372,6 +483,14 @@ char *hp_mask_format(const struct hp_mask *m)
                 len += (size_t)n;
                 if (zeros == m->n_heads)
                     break;
+            }
+            if (m->mlp[l] == 0.0f) {
+                int n = snprintf(buf ? buf + len : NULL, buf ? cap - len : 0, "%smlp:%d", len ? "," : "", l);
+                if (n < 0) {
+                    free(buf);
+                    return NULL;
+                }
+                len += (size_t)n;
             }
         }
         if (pass == 0) {

@@ -44,22 +44,45 @@ void hp_ablation_state_clear(struct hp_ablation_state *st)
     free(st->mean_pos);
     free(st->other);
     free(st->own);
+    free(st->mlp_mean_all);
+    free(st->mlp_mean_pos);
+    free(st->mlp_other);
     st->mean_all = st->mean_pos = st->other = st->own = NULL;
+    st->mlp_mean_all = st->mlp_mean_pos = st->mlp_other = NULL;
     st->other_seqs = 0;
 }
 
 // --- zero -------------------------------------------------------------------------
 
 static struct hp_replacement zero_replacement(const struct hp_ablation_state *st, const struct hp_model_info *in,
-                                              int T, int s0, int nb)
+                                              int T, int s0, int nb, bool mlp)
 {
-    (void)st, (void)in, (void)T, (void)s0, (void)nb;
+    (void)st, (void)in, (void)T, (void)s0, (void)nb, (void)mlp;
     return (struct hp_replacement){0}; /* buf NULL: a dead head is zero and costs nothing */
 }
 
 // --- mean and mean-pos ---------------------------------------------------------------
 
-/* Head-output means of the unmasked model over the held-out set, both kinds at once. */
+/* From sums cap (L, T, w) over cnt[t] real tokens at each position: the means per position into pos (L, T, w)
+ * and over every position into all (L, w). */
+static void means_of(const double *cap, const int64_t *cnt, size_t L, size_t T, size_t w, float *all, float *pos)
+{
+    int64_t total = 0;
+    for (size_t t = 0; t < T; t++)
+        total += cnt[t];
+    for (size_t l = 0; l < L; l++)
+        for (size_t i = 0; i < w; i++) {
+            double sum = 0;
+            for (size_t t = 0; t < T; t++) {
+                double v = cap[(l * T + t) * w + i];
+                sum += v;
+                pos[(l * T + t) * w + i] = cnt[t] ? (float)(v / (double)cnt[t]) : 0.0f;
+            }
+            all[l * w + i] = total ? (float)(sum / (double)total) : 0.0f;
+        }
+}
+
+/* Head-output and MLP-output means of the unmasked model over the held-out set, both kinds at once. */
 static enum hp_status prepare_means(struct hp_ablation_state *st, const struct hp_ablation_src *src,
                                     struct hp_error *err)
 {
@@ -67,95 +90,109 @@ static enum hp_status prepare_means(struct hp_ablation_state *st, const struct h
         return HP_OK;
     const struct hp_data *d = src->d;
     const struct hp_model_info *in = &src->m->info;
-    size_t T = (size_t)d->seq_len, L = (size_t)in->n_layers, qd = (size_t)in->n_heads * in->d_head;
-    double *cap = calloc(L * T * qd, sizeof *cap);
+    size_t T = (size_t)d->seq_len, L = (size_t)in->n_layers, qd = (size_t)in->n_heads * in->d_head,
+           D = (size_t)in->d_model;
+    double *cap = calloc(L * T * qd, sizeof *cap), *cap_mlp = calloc(L * T * D, sizeof *cap_mlp);
     int64_t *cnt = calloc(T, sizeof *cnt);
     st->mean_all = malloc(L * qd * sizeof(float));
     st->mean_pos = malloc(L * T * qd * sizeof(float));
-    if (!cap || !cnt || !st->mean_all || !st->mean_pos) {
+    st->mlp_mean_all = malloc(L * D * sizeof(float));
+    st->mlp_mean_pos = malloc(L * T * D * sizeof(float));
+    if (!cap || !cap_mlp || !cnt || !st->mean_all || !st->mean_pos || !st->mlp_mean_all || !st->mlp_mean_pos) {
         free(cap);
+        free(cap_mlp);
         free(cnt);
         hp_ablation_state_clear(st);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for mean-ablation statistics");
     }
-    /* the pass stops before the LM head: only the heads' outputs are wanted */
+    /* the pass stops before the LM head: only the heads' and MLPs' outputs are wanted */
     const float *gate = NULL;
     for (int s = 0; s < d->n_seqs; s += src->batch) {
         const int nb = d->n_seqs - s < src->batch ? d->n_seqs - s : src->batch;
         struct hp_fwd_in fi = hp_fwd_in_rows(d, s, nb);
         struct hp_fwd_variants va = {.gates = &gate};
-        struct hp_fwd_taps tp = {.capture = cap};
+        struct hp_fwd_taps tp = {.capture = cap, .capture_mlp = cap_mlp};
         hp_fwd_run(src->m, src->fwd, &fi, &va, &tp);
     }
     for (int s = 0; s < d->n_seqs; s++)
         for (size_t t = 0; t < T; t++)
             cnt[t] += !d->attn_mask || d->attn_mask[(size_t)s * T + t];
-    int64_t total = 0;
-    for (size_t t = 0; t < T; t++)
-        total += cnt[t];
-    for (size_t l = 0; l < L; l++)
-        for (size_t i = 0; i < qd; i++) {
-            double sum = 0;
-            for (size_t t = 0; t < T; t++) {
-                double v = cap[(l * T + t) * qd + i];
-                sum += v;
-                st->mean_pos[(l * T + t) * qd + i] = cnt[t] ? (float)(v / (double)cnt[t]) : 0.0f;
-            }
-            st->mean_all[l * qd + i] = total ? (float)(sum / (double)total) : 0.0f;
-        }
+    means_of(cap, cnt, L, T, qd, st->mean_all, st->mean_pos);
+    means_of(cap_mlp, cnt, L, T, D, st->mlp_mean_all, st->mlp_mean_pos);
     free(cap);
+    free(cap_mlp);
     free(cnt);
-    if (!all_finite(st->mean_all, L * qd) || !all_finite(st->mean_pos, L * T * qd)) {
+    if (!all_finite(st->mean_all, L * qd) || !all_finite(st->mean_pos, L * T * qd) ||
+        !all_finite(st->mlp_mean_all, L * D) || !all_finite(st->mlp_mean_pos, L * T * D)) {
         char where[64];
         src->locate_nonfinite(src->user, where, sizeof where);
         hp_ablation_state_clear(st);
         return hp_fail(err, HP_ERR_FORMAT,
-                       "%s: the unmasked model's head outputs on %s are not finite, first in %s (check the weights "
-                       "and config.json, e.g. its layer norm epsilon); no mean-ablation statistics are kept",
+                       "%s: the unmasked model's head or MLP outputs on %s are not finite, first in %s (check the "
+                       "weights and config.json, e.g. its layer norm epsilon); no mean-ablation statistics are kept",
                        src->m->dir, d->path, where);
     }
     return HP_OK;
 }
 
-/* One mean for every row: (n_layers, n_heads * d_head). */
-static struct hp_replacement mean_replacement(const struct hp_ablation_state *st, const struct hp_model_info *in,
-                                              int T, int s0, int nb)
+/* A row's width of the statistics of the heads (n_heads * d_head) or the MLP blocks (d_model). */
+static ptrdiff_t width_of(const struct hp_model_info *in, bool mlp)
 {
-    (void)s0, (void)nb;
-    const ptrdiff_t qd = (ptrdiff_t)in->n_heads * in->d_head;
-    return (struct hp_replacement){.buf = st->mean_all, .layer_stride = qd, .row_stride = 0, .row_period = T};
+    return mlp ? (ptrdiff_t)in->d_model : (ptrdiff_t)in->n_heads * in->d_head;
 }
 
-/* A mean per position: (n_layers, T, n_heads * d_head). */
-static struct hp_replacement mean_pos_replacement(const struct hp_ablation_state *st,
-                                                  const struct hp_model_info *in, int T, int s0, int nb)
+/* One mean for every row: (n_layers, width). */
+static struct hp_replacement mean_replacement(const struct hp_ablation_state *st, const struct hp_model_info *in,
+                                              int T, int s0, int nb, bool mlp)
 {
     (void)s0, (void)nb;
-    const ptrdiff_t qd = (ptrdiff_t)in->n_heads * in->d_head;
-    return (struct hp_replacement){.buf = st->mean_pos, .layer_stride = qd * T, .row_stride = qd, .row_period = T};
+    const ptrdiff_t w = width_of(in, mlp);
+    return (struct hp_replacement){.buf = mlp ? st->mlp_mean_all : st->mean_all, .layer_stride = w, .row_stride = 0,
+                                   .row_period = T};
+}
+
+/* A mean per position: (n_layers, T, width). */
+static struct hp_replacement mean_pos_replacement(const struct hp_ablation_state *st,
+                                                  const struct hp_model_info *in, int T, int s0, int nb, bool mlp)
+{
+    (void)s0, (void)nb;
+    const ptrdiff_t w = width_of(in, mlp);
+    return (struct hp_replacement){.buf = mlp ? st->mlp_mean_pos : st->mean_pos, .layer_stride = w * T,
+                                   .row_stride = w, .row_period = T};
 }
 
 enum hp_status hp_ablation_set_means(struct hp_ablation_state *st, const struct hp_model_info *in, int seq_len,
                                      const struct hp_means *m, struct hp_error *err)
 {
-    if (m->n_layers != in->n_layers || m->seq_len != seq_len || m->width != in->n_heads * in->d_head)
-        return hp_fail(err, HP_ERR_SHAPE, "mean-ablation statistics for %d layers x %d positions x %d are not for this "
-                       "model and data (%d x %d x %d)", m->n_layers, m->seq_len, m->width, in->n_layers,
-                       seq_len, in->n_heads * in->d_head);
-    size_t n_all = (size_t)m->n_layers * m->width, n_pos = n_all * m->seq_len;
-    if (!all_finite(m->all, n_all) || !all_finite(m->pos, n_pos))
+    if (m->n_layers != in->n_layers || m->seq_len != seq_len || m->width != in->n_heads * in->d_head ||
+        m->d_model != in->d_model || !m->mlp_all || !m->mlp_pos)
+        return hp_fail(err, HP_ERR_SHAPE, "mean-ablation statistics for %d layers x %d positions x %d (MLPs: %d%s) "
+                       "are not for this model and data (%d x %d x %d, MLPs %d)", m->n_layers, m->seq_len, m->width,
+                       m->d_model, m->mlp_all && m->mlp_pos ? "" : ", missing", in->n_layers, seq_len,
+                       in->n_heads * in->d_head, in->d_model);
+    size_t n_all = (size_t)m->n_layers * m->width, n_pos = n_all * m->seq_len,
+           n_mall = (size_t)m->n_layers * m->d_model, n_mpos = n_mall * m->seq_len;
+    if (!all_finite(m->all, n_all) || !all_finite(m->pos, n_pos) || !all_finite(m->mlp_all, n_mall) ||
+        !all_finite(m->mlp_pos, n_mpos))
         return hp_fail(err, HP_ERR_FORMAT, "mean-ablation statistics with numbers that are not finite are refused");
-    float *all = malloc(n_all * sizeof(float)), *pos = malloc(n_pos * sizeof(float));
-    if (!all || !pos) {
+    float *all = malloc(n_all * sizeof(float)), *pos = malloc(n_pos * sizeof(float)),
+          *mall = malloc(n_mall * sizeof(float)), *mpos = malloc(n_mpos * sizeof(float));
+    if (!all || !pos || !mall || !mpos) {
         free(all);
         free(pos);
+        free(mall);
+        free(mpos);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for mean-ablation statistics");
     }
     memcpy(all, m->all, n_all * sizeof(float));
     memcpy(pos, m->pos, n_pos * sizeof(float));
+    memcpy(mall, m->mlp_all, n_mall * sizeof(float));
+    memcpy(mpos, m->mlp_pos, n_mpos * sizeof(float));
     hp_ablation_state_clear(st);
     st->mean_all = all;
     st->mean_pos = pos;
+    st->mlp_mean_all = mall;
+    st->mlp_mean_pos = mpos;
     return HP_OK;
 }
 
@@ -177,29 +214,34 @@ static int first_nonfinite_layer(const float *other, const struct hp_data *d, si
 
 /*
  * The unmasked model's head outputs at every token of every row of ids (the data's layout: (n_seqs, seq_len),
- * d's attention mask) into a fresh buffer *out (n_layers, n_seqs * seq_len, n_heads * d_head), in the
- * evaluator's chunks. what names the prompts in messages ("corrupt", "clean"); method, the study or ablation
- * that keeps them.
+ * d's attention mask) into a fresh buffer *out (n_layers, n_seqs * seq_len, n_heads * d_head), and, when out_mlp
+ * is not NULL, its MLP blocks' outputs into *out_mlp (n_layers, n_seqs * seq_len, d_model), in the evaluator's
+ * chunks. what names the prompts in messages ("corrupt", "clean"); method, the study or ablation that keeps them.
  */
 static enum hp_status head_outputs(const struct hp_ablation_src *src, const int32_t *ids, const char *what,
-                                   const char *method, float **out, struct hp_error *err)
+                                   const char *method, float **out, float **out_mlp, struct hp_error *err)
 {
     const struct hp_data *d = src->d;
     const struct hp_model_info *in = &src->m->info;
     const size_t S = (size_t)d->n_seqs, T = (size_t)d->seq_len, L = (size_t)in->n_layers, D = (size_t)in->d_model,
-                 qd = (size_t)in->n_heads * in->d_head, R = (size_t)src->batch * T;
+                 qd = (size_t)in->n_heads * in->d_head, R = (size_t)src->batch * T, width = qd + (out_mlp ? D : 0);
     size_t n;
-    if (__builtin_mul_overflow(S * T, L * qd, &n) || n > HP_OTHER_MAX / sizeof(float))
-        return hp_fail(err, HP_ERR_NOMEM, "%s: %s keeps every head's output on the %s prompts, %zu rows x %zu "
+    if (__builtin_mul_overflow(S * T, L * width, &n) || n > HP_OTHER_MAX / sizeof(float))
+        return hp_fail(err, HP_ERR_NOMEM, "%s: %s keeps every %s output on the %s prompts, %zu rows x %zu "
                        "positions x %zu layers x %zu floats, over its %zu MB (use fewer rows or a shorter --seq-len)",
-                       d->path, method, what, S, T, L, qd, HP_OTHER_MAX >> 20);
-    float *other = malloc(n * sizeof(float)), *x = malloc(L * R * D * sizeof(float)),
-          *ctx = malloc(L * R * qd * sizeof(float));
-    if (!other || !x || !ctx) {
+                       d->path, method, out_mlp ? "head's and MLP's" : "head's", what, S, T, L, width,
+                       HP_OTHER_MAX >> 20);
+    const size_t n_heads = S * T * L * qd, n_mlp = S * T * L * D;
+    float *other = malloc(n_heads * sizeof(float)), *x = malloc(L * R * D * sizeof(float)),
+          *ctx = malloc(L * R * qd * sizeof(float)), *other_mlp = out_mlp ? malloc(n_mlp * sizeof(float)) : NULL,
+          *mo = out_mlp ? malloc(L * R * D * sizeof(float)) : NULL;
+    if (!other || !x || !ctx || (out_mlp && (!other_mlp || !mo))) {
         free(other);
         free(x);
         free(ctx);
-        return hp_fail(err, HP_ERR_NOMEM, "out of memory for the head outputs on the %s prompts (%zu MB)", what,
+        free(other_mlp);
+        free(mo);
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory for the outputs on the %s prompts (%zu MB)", what,
                        n * sizeof(float) >> 20);
     }
     const float *gate = NULL;
@@ -209,23 +251,33 @@ static enum hp_status head_outputs(const struct hp_ablation_src *src, const int3
         struct hp_fwd_in fi = hp_fwd_in_rows(d, s0, nb);
         fi.ids = ids + (size_t)s0 * T; /* the same mask: prompt and corrupt have one length */
         struct hp_fwd_variants va = {.gates = &gate};
-        struct hp_fwd_save save = {.x = x, .ctx = ctx};
+        struct hp_fwd_save save = {.x = x, .ctx = ctx, .mlp = mo};
         struct hp_fwd_taps tp = {.save = &save};
         hp_fwd_run(src->m, src->fwd, &fi, &va, &tp);
-        for (size_t l = 0; l < L; l++)
+        for (size_t l = 0; l < L; l++) {
             memcpy(other + (l * S * T + (size_t)s0 * T) * qd, ctx + l * rows * qd, rows * qd * sizeof(float));
+            if (mo)
+                memcpy(other_mlp + (l * S * T + (size_t)s0 * T) * D, mo + l * rows * D, rows * D * sizeof(float));
+        }
     }
     free(x);
     free(ctx);
-    const int bad = first_nonfinite_layer(other, d, L, qd);
+    free(mo);
+    int bad = first_nonfinite_layer(other, d, L, qd);
+    const char *part = "attention";
+    if (bad < 0 && other_mlp && (bad = first_nonfinite_layer(other_mlp, d, L, D)) >= 0)
+        part = "MLP";
     if (bad >= 0) {
         free(other);
+        free(other_mlp);
         return hp_fail(err, HP_ERR_FORMAT,
-                       "%s: the unmasked model's head outputs on the %s prompts of %s are not finite, first in "
-                       "layer %d's attention (check the weights and config.json, e.g. its layer norm epsilon)",
-                       src->m->dir, what, d->path, bad);
+                       "%s: the unmasked model's outputs on the %s prompts of %s are not finite, first in "
+                       "layer %d's %s (check the weights and config.json, e.g. its layer norm epsilon)",
+                       src->m->dir, what, d->path, bad, part);
     }
     *out = other;
+    if (out_mlp)
+        *out_mlp = other_mlp;
     return HP_OK;
 }
 
@@ -238,7 +290,7 @@ static enum hp_status prepare_other(struct hp_ablation_state *st, const struct h
         return s;
     /* task->corrupt holds the other prompts: the corrupt ones, or denoise's swapped data the clean ones */
     s = head_outputs(src, src->d->task->corrupt, src->d->task->swapped ? "clean" : "corrupt", hp_ablation_name(a),
-                     &st->other, err);
+                     &st->other, &st->mlp_other, err);
     if (s == HP_OK)
         st->other_seqs = src->d->n_seqs;
     return s;
@@ -259,11 +311,11 @@ static enum hp_status prepare_denoise(struct hp_ablation_state *st, const struct
 /* Row b * T + t of a pass over sequences [s0, s0 + nb) (of any of its variant blocks): sequence s0 + b's
  * head outputs at position t on the other input. */
 static struct hp_replacement other_replacement(const struct hp_ablation_state *st, const struct hp_model_info *in,
-                                               int T, int s0, int nb)
+                                               int T, int s0, int nb, bool mlp)
 {
-    const ptrdiff_t qd = (ptrdiff_t)in->n_heads * in->d_head;
-    return (struct hp_replacement){.buf = st->other + (ptrdiff_t)s0 * T * qd,
-                                   .layer_stride = (ptrdiff_t)st->other_seqs * T * qd, .row_stride = qd,
+    const ptrdiff_t w = width_of(in, mlp);
+    return (struct hp_replacement){.buf = (mlp ? st->mlp_other : st->other) + (ptrdiff_t)s0 * T * w,
+                                   .layer_stride = (ptrdiff_t)st->other_seqs * T * w, .row_stride = w,
                                    .row_period = nb * T};
 }
 
@@ -275,7 +327,7 @@ enum hp_status hp_ablation_own_ready(struct hp_ablation_state *st, const struct 
     if (st->own)
         return HP_OK;
     const char *what = src->d->task && src->d->task->swapped ? "corrupt" : "given";
-    return head_outputs(src, src->d->ids, what, "patching one position at a time", &st->own, err);
+    return head_outputs(src, src->d->ids, what, "patching one position at a time", &st->own, NULL, err);
 }
 
 struct hp_replacement hp_ablation_at_position(struct hp_replacement rep, const struct hp_ablation_state *st,

@@ -24,13 +24,19 @@
 
 #include "forward.h"
 
-/* What the methods' prepare steps made; the evaluator holds one. Freed by hp_ablation_state_clear. */
+/*
+ * What the methods' prepare steps made; the evaluator holds one. Freed by hp_ablation_state_clear. Each
+ * statistic comes twice: of the heads' outputs (width n_heads * d_head) and, mlp_*, of the MLP blocks' outputs
+ * into the residual stream (width d_model), made by the same passes.
+ */
 struct hp_ablation_state {
     float *mean_all; /* NULL or (n_layers, n_heads * d_head): each head's output over every real token */
     float *mean_pos; /* NULL or (n_layers, seq_len, n_heads * d_head): at each position */
+    float *mlp_mean_all, *mlp_mean_pos; /* the same of the MLP blocks: (n_layers, d_model), (n_layers, seq_len, d_model) */
     /* NULL or (n_layers, n_seqs * seq_len, n_heads * d_head): every head's output at every token of every
      * row of d->task->corrupt under the unmasked model (resample, denoise), n_seqs rows of the data */
     float *other;
+    float *mlp_other; /* the same of the MLP blocks: (n_layers, n_seqs * seq_len, d_model) */
     int other_seqs;
     /* NULL or (n_layers, n_seqs * seq_len, n_heads * d_head): every head's own output at every token of every
      * row of d->ids under the unmasked model, what a head patched at one position keeps at the others
@@ -61,10 +67,10 @@ struct hp_ablation_kind {
     const char *help; /* what a dead head's output becomes, for --help: "the head's output is zero" */
     /* make what replacement reads into st, once (a second call finds it made); NULL: nothing to make */
     enum hp_status (*prepare)(struct hp_ablation_state *st, const struct hp_ablation_src *src, struct hp_error *err);
-    /* what a dead head's output becomes in a pass over sequences [s0, s0 + nb) of the held-out set, of T tokens
-     * each (block copies of them included): read from st, which prepare has made */
+    /* what a dead head's output (mlp: a dead MLP block's) becomes in a pass over sequences [s0, s0 + nb) of the
+     * held-out set, of T tokens each (block copies of them included): read from st, which prepare has made */
     struct hp_replacement (*replacement)(const struct hp_ablation_state *st, const struct hp_model_info *in, int T,
-                                         int s0, int nb);
+                                         int s0, int nb, bool mlp);
     bool reads_means; /* its replacement reads the mean statistics (hp_evaluator_means), which sweeps store */
     enum hp_ablation_data data; /* what data it takes */
 };

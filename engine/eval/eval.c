@@ -256,19 +256,23 @@ struct hp_fwd_in hp_eval_chunk_in(const struct hp_evaluator *ev, int s, int nb)
 struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl, int s, int nb)
 {
     const int T = ev->d->seq_len;
-    struct hp_replacement rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, T, s, nb);
+    struct hp_replacement rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, T, s, nb, false);
     if (ev->patch_one)
         rep = hp_ablation_at_position(rep, &ev->abl, &ev->m->info, ev->d->n_seqs, T, s, nb, ev->patch_pos);
-    return (struct hp_fwd_variants){.rep = rep};
+    return (struct hp_fwd_variants){
+        .rep = rep, .mlp_rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, T, s, nb, true)};
 }
 
-/* Forward sequences [s, s + nb) into out (nb, seq_len, width); with out NULL the pass stops before the LM head. */
-static void run_chunk(struct hp_evaluator *ev, int s, int nb, const float *gate, enum hp_ablation abl, float *out,
-                      double *capture)
+/* Forward sequences [s, s + nb) under mask (NULL: unmasked) into out (nb, seq_len, width); with out NULL the pass
+ * stops before the LM head. */
+static void run_chunk(struct hp_evaluator *ev, int s, int nb, const struct hp_mask *mask, enum hp_ablation abl,
+                      float *out, double *capture)
 {
     struct hp_fwd_in fi = hp_eval_chunk_in(ev, s, nb);
     struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s, nb);
+    const float *gate = mask ? mask->gate : NULL, *mlps = mask ? mask->mlp : NULL;
     va.gates = &gate;
+    va.mlps = &mlps;
     struct hp_fwd_taps tp = {.capture = capture, .out = out};
     hp_fwd_run(ev->m, ev->fwd, &fi, &va, &tp);
 }
@@ -298,8 +302,10 @@ static bool all_finite(const float *x, size_t n)
  * final layer norm" or "the output head". Runs the chunks again with a save
  * of every layer (only when a metric has already come out non-finite).
  */
-static void locate_nonfinite(struct hp_evaluator *ev, const float *gate, enum hp_ablation abl, char *where, size_t n)
+static void locate_nonfinite(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl, char *where,
+                             size_t n)
 {
+    const float *gate = mask ? mask->gate : NULL, *mlps = mask ? mask->mlp : NULL;
     snprintf(where, n, "the output head");
     struct hp_error ignored;
     const struct hp_model_info *in = &ev->m->info;
@@ -310,13 +316,14 @@ static void locate_nonfinite(struct hp_evaluator *ev, const float *gate, enum hp
         free(buf);
         return;
     }
-    struct hp_fwd_save save = {buf, buf + L * R * D, buf + 2 * L * R * D};
+    struct hp_fwd_save save = {.x = buf, .attn = buf + L * R * D, .ctx = buf + 2 * L * R * D};
     for (int s0 = 0; s0 < ev->d->n_seqs; s0 += ev->batch) {
         const int nb = hp_eval_chunk_len(ev, s0);
         const size_t rows = (size_t)nb * ev->d->seq_len;
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
         struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb);
         va.gates = &gate;
+        va.mlps = &mlps;
         struct hp_fwd_taps tp = {.save = &save};
         const float *h = hp_fwd_run(ev->m, ev->fwd, &fi, &va, &tp);
         for (size_t l = 0; l < L; l++) {
@@ -377,8 +384,9 @@ enum hp_status hp_evaluator_means(struct hp_evaluator *ev, struct hp_means *out,
     if (st != HP_OK)
         return st;
     const struct hp_model_info *in = &ev->m->info;
-    *out = (struct hp_means){in->n_layers, ev->d->seq_len, in->n_heads * in->d_head, ev->abl.mean_all,
-                             ev->abl.mean_pos};
+    *out = (struct hp_means){in->n_layers,       ev->d->seq_len,        in->n_heads * in->d_head,
+                             ev->abl.mean_all,   ev->abl.mean_pos,      in->d_model,
+                             ev->abl.mlp_mean_all, ev->abl.mlp_mean_pos};
     return HP_OK;
 }
 
@@ -779,12 +787,13 @@ enum hp_status hp_eval_metrics_finish(struct hp_evaluator *ev, struct hp_metrics
     if (mask && hp_mask_first_changed(mask, ev->m->info.n_layers) < ev->m->info.n_layers) {
         char *spec = hp_mask_format(mask);
         if (spec && strlen(spec) > 48)
-            snprintf(variant, sizeof variant, "the variant ablating %.40s... (%d heads)", spec, hp_mask_count_ablated(mask));
+            snprintf(variant, sizeof variant, "the variant ablating %.40s... (%d heads, %d MLPs)", spec,
+                     hp_mask_count_ablated(mask), hp_mask_count_mlps(mask));
         else
             snprintf(variant, sizeof variant, "the variant ablating %s", spec ? spec : "?");
         free(spec);
     }
-    locate_nonfinite(ev, mask ? mask->gate : NULL, abl, where, sizeof where);
+    locate_nonfinite(ev, mask, abl, where, sizeof where);
     return hp_fail(err, HP_ERR_FORMAT,
                    "%s: %s gives a %s of %g on %s, first not finite in %s (check the weights and config.json, "
                    "e.g. its layer norm epsilon); nothing is recorded",
@@ -800,14 +809,13 @@ enum hp_status hp_eval_run_plain(struct hp_evaluator *ev, const struct hp_mask *
     if (st != HP_OK)
         return st;
     bool scaled = hp_mask_first_changed(mask, ev->m->info.n_layers) < ev->m->info.n_layers;
-    const float *gate = mask ? mask->gate : NULL;
     if (ev->has_cls) {
         const int C = ev->m->info.n_labels;
         if (scaled && (st = ensure_base_cls(ev, err)) != HP_OK)
             return st;
         for (int s0 = 0; s0 < d->n_seqs; s0 += ev->batch) {
             int nb = hp_eval_chunk_len(ev, s0);
-            run_chunk(ev, s0, nb, gate, abl, ev->out_m, NULL);
+            run_chunk(ev, s0, nb, mask, abl, ev->out_m, NULL);
             for (int j = 0; j < nb; j++)
                 hp_eval_score_cls(ev, mt, tot, s0 + j, ev->out_m + (size_t)j * C,
                           scaled ? ev->base_cls + (size_t)(s0 + j) * C : NULL);
@@ -819,7 +827,7 @@ enum hp_status hp_eval_run_plain(struct hp_evaluator *ev, const struct hp_mask *
     const size_t per = (size_t)d->seq_len * ev->width;
     for (int s0 = 0; s0 < d->n_seqs; s0 += ev->batch) {
         int nb = hp_eval_chunk_len(ev, s0);
-        run_chunk(ev, s0, nb, gate, abl, ev->out_m, NULL);
+        run_chunk(ev, s0, nb, mask, abl, ev->out_m, NULL);
         /* the unmasked reference; with nothing changed it is the same pass */
         const float *base = ev->out_m;
         const double *lse_b = NULL;
@@ -843,6 +851,8 @@ bool hp_eval_kept_matches(const struct hp_evaluator *ev, const struct hp_mask *m
     const bool unmasked = hp_mask_first_changed(mask, L) == L;
     if (!ev->kept_gate || unmasked) /* nothing changed: the ablation does not matter */
         return !ev->kept_gate && unmasked;
-    return abl == ev->kept_abl && memcmp(mask->gate, ev->kept_gate, (size_t)HH * sizeof(float)) == 0;
+    /* a gradient pass's gates are the heads' (grad.c refuses a mask that changes an MLP) */
+    return abl == ev->kept_abl && !hp_mask_has_mlp(mask) &&
+           memcmp(mask->gate, ev->kept_gate, (size_t)HH * sizeof(float)) == 0;
 }
 

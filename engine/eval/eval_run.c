@@ -42,7 +42,10 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
         if (mask && (mask->n_layers != in->n_layers || mask->n_heads != in->n_heads))
             return hp_fail(err, HP_ERR_ARG, "mask is for %d layers x %d heads but the model has %d x %d",
                            mask->n_layers, mask->n_heads, in->n_layers, in->n_heads);
-        ablates |= mask && hp_mask_count_ablated(mask) > 0;
+        ablates |= mask && (hp_mask_count_ablated(mask) > 0 || hp_mask_has_mlp(mask));
+        if (mask && ev->patch_one && hp_mask_has_mlp(mask))
+            return hp_fail(err, HP_ERR_ARG, "patching one position at a time is for heads: the variant changes an "
+                           "MLP block (patch MLPs at every position)");
     }
     if (ablates) {
         enum hp_status st = hp_eval_ablation_ready(ev, abl, err);
@@ -91,7 +94,7 @@ static bool patch_is_identity(const struct hp_evaluator *ev, enum hp_ablation ab
 {
     const struct hp_model_info *in = &ev->m->info;
     const int T = ev->d->seq_len, S = ev->d->n_seqs, qd = in->n_heads * in->d_head;
-    const struct hp_replacement rep = hp_ablation_kinds[abl].replacement(&ev->abl, in, T, 0, S);
+    const struct hp_replacement rep = hp_ablation_kinds[abl].replacement(&ev->abl, in, T, 0, S, false);
     for (int l = 0; l < in->n_layers; l++)
         for (int s = 0; s < S; s++) {
             const int r = s * T + pos;

@@ -683,6 +683,13 @@ static enum hp_status check_pass(const struct hp_evaluator *ev, enum hp_metric m
     if (mask && (mask->n_layers != in->n_layers || mask->n_heads != in->n_heads))
         return hp_fail(err, HP_ERR_ARG, "mask is for %d layers x %d heads but the model has %d x %d", mask->n_layers,
                        mask->n_heads, in->n_layers, in->n_heads);
+    if (hp_mask_has_mlp(mask)) {
+        char *spec = hp_mask_format(mask);
+        enum hp_status r = hp_fail(err, HP_ERR_UNSUPPORTED, "gradients are taken at masks of heads: '%.60s' ablates "
+                                   "an MLP block (evaluate it without --grad)", spec ? spec : "?");
+        free(spec);
+        return r;
+    }
     if (from < 0 || from >= in->n_layers)
         return hp_fail(err, HP_ERR_ARG, "gradients from layer %d: the model's layers are 0 to %d", from,
                        in->n_layers - 1);
@@ -843,7 +850,7 @@ enum hp_status hp_evaluator_grad_pass_metrics(struct hp_evaluator *ev, const str
     /* a pass keeps a variant's metrics only beside the unmasked model's reference of the whole set: without it
      * (too big), not a pass more for nothing */
     const struct hp_grad_state *gs = ev->gs; /* NULL: no pass yet, nothing tried */
-    const bool can_keep = !gs || !gs->ref_tried || gs->ref || gs->ref_emb;
+    const bool can_keep = (!gs || !gs->ref_tried || gs->ref || gs->ref_emb) && !hp_mask_has_mlp(mask);
     if (!hp_eval_kept_matches(ev, mask, abl) && !ev->plain && ev->has_loss && can_keep) {
         double *g = malloc((size_t)HH * sizeof *g);
         if (!g)

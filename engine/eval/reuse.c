@@ -311,9 +311,10 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
         return hp_fail(err, HP_ERR_NOMEM, "out of memory for the workspace of %d-row chunks", ev->batch * T);
     struct hp_reuse *ru = ev->ru;
     int *first = malloc((size_t)n * sizeof(int)), *order = malloc((size_t)n * sizeof(int));
-    const float **gates = malloc((size_t)ru->max_blocks * sizeof *gates);
-    if (!first || !order || !gates) {
-        free(first), free(order), free(gates);
+    const float **gates = malloc((size_t)ru->max_blocks * sizeof *gates),
+                **mlps = malloc((size_t)ru->max_blocks * sizeof *mlps);
+    if (!first || !order || !gates || !mlps) {
+        free(first), free(order), free(gates), free(mlps);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     }
     /* variants by first changed layer, stable: an insertion sort of indices */
@@ -332,8 +333,10 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
             if (g > 0 && ev->progress)
                 ev->progress(ev->progress_user, s0, d->n_seqs);
             const int l0 = first[order[g]];
-            for (k = 0; g + k < n && k < ru->max_blocks && first[order[g + k]] == l0; k++)
+            for (k = 0; g + k < n && k < ru->max_blocks && first[order[g + k]] == l0; k++) {
                 gates[k] = masks[order[g + k]] ? masks[order[g + k]]->gate : NULL;
+                mlps[k] = masks[order[g + k]] ? masks[order[g + k]]->mlp : NULL;
+            }
             if (l0 == L) {
                 /* nothing changed: the unmasked pass's own metrics */
                 for (int j = 0; j < k; j++) {
@@ -353,6 +356,7 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
             struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb);
             va.n_blocks = k;
             va.gates = gates;
+            va.mlps = mlps;
             const float *h = hp_fwd_resume(ev->m, ru->fwd, &fi, &va, NULL, &ru->save, l0);
             if (ev->has_cls) {
                 const int C = in->n_labels;
@@ -378,6 +382,6 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
         if (ev->progress)
             ev->progress(ev->progress_user, s0 + nb, d->n_seqs);
     }
-    free(first), free(order), free(gates);
+    free(first), free(order), free(gates), free(mlps);
     return HP_OK;
 }

@@ -252,15 +252,23 @@ enum hp_status hp_store_get_means(struct hp_store *s, const char *model_digest, 
     rc = sqlite3_step(st);
     enum hp_status ret = HP_OK;
     if (rc == SQLITE_ROW) {
-        size_t n_all = (size_t)m->n_layers * m->width, n_pos = n_all * m->seq_len;
+        /* each blob: the heads' statistics, then the MLP blocks' (a row written before MLPs were units has only
+         * the heads': not found, made again and replaced, the heads' the same bits) */
+        const size_t n_all = (size_t)m->n_layers * m->width, n_pos = n_all * m->seq_len,
+                     n_mall = (size_t)m->n_layers * m->d_model, n_mpos = n_mall * m->seq_len;
+        const size_t b_all = (size_t)sqlite3_column_bytes(st, 3), b_pos = (size_t)sqlite3_column_bytes(st, 4);
+        const bool old = b_all == n_all * sizeof(float) && b_pos == n_pos * sizeof(float);
         if (sqlite3_column_int(st, 0) != m->n_layers || sqlite3_column_int(st, 1) != m->seq_len ||
-            sqlite3_column_int(st, 2) != m->width || (size_t)sqlite3_column_bytes(st, 3) != n_all * sizeof(float) ||
-            (size_t)sqlite3_column_bytes(st, 4) != n_pos * sizeof(float)) {
+            sqlite3_column_int(st, 2) != m->width ||
+            (!old && (b_all != (n_all + n_mall) * sizeof(float) || b_pos != (n_pos + n_mpos) * sizeof(float)))) {
             ret = hp_fail(err, HP_ERR_SQL, "%s: stored mean-ablation statistics have the wrong shape (a damaged database?)",
                           s->path);
-        } else {
-            memcpy(m->all, sqlite3_column_blob(st, 3), n_all * sizeof(float));
-            memcpy(m->pos, sqlite3_column_blob(st, 4), n_pos * sizeof(float));
+        } else if (!old) {
+            const float *all = sqlite3_column_blob(st, 3), *pos = sqlite3_column_blob(st, 4);
+            memcpy(m->all, all, n_all * sizeof(float));
+            memcpy(m->mlp_all, all + n_all, n_mall * sizeof(float));
+            memcpy(m->pos, pos, n_pos * sizeof(float));
+            memcpy(m->mlp_pos, pos + n_pos, n_mpos * sizeof(float));
             *found = true;
         }
     } else if (rc != SQLITE_DONE) {
@@ -273,9 +281,21 @@ enum hp_status hp_store_get_means(struct hp_store *s, const char *model_digest, 
 enum hp_status hp_store_put_means(struct hp_store *s, const char *model_digest, const char *data_digest,
                                   const struct hp_means *m, struct hp_error *err)
 {
-    size_t n_all = (size_t)m->n_layers * m->width, n_pos = n_all * m->seq_len;
+    const size_t n_all = (size_t)m->n_layers * m->width, n_pos = n_all * m->seq_len,
+                 n_mall = (size_t)m->n_layers * m->d_model, n_mpos = n_mall * m->seq_len;
+    float *all = malloc((n_all + n_mall) * sizeof(float)), *pos = malloc((n_pos + n_mpos) * sizeof(float));
+    if (!all || !pos) {
+        free(all);
+        free(pos);
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory for mean-ablation statistics");
+    }
+    memcpy(all, m->all, n_all * sizeof(float));
+    memcpy(all + n_all, m->mlp_all, n_mall * sizeof(float));
+    memcpy(pos, m->pos, n_pos * sizeof(float));
+    memcpy(pos + n_pos, m->mlp_pos, n_mpos * sizeof(float));
     sqlite3_stmt *st;
-    int rc = hs_prep(s, "INSERT OR IGNORE INTO ablation_means VALUES (?, ?, ?, ?, ?, ?, ?, ?)", &st);
+    /* REPLACE: a row of the heads' statistics alone (written before MLPs were units) gains the MLPs' */
+    int rc = hs_prep(s, "INSERT OR REPLACE INTO ablation_means VALUES (?, ?, ?, ?, ?, ?, ?, ?)", &st);
     if (rc == SQLITE_OK) {
         sqlite3_bind_text(st, 1, model_digest, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, data_digest, -1, SQLITE_STATIC);
@@ -283,10 +303,12 @@ enum hp_status hp_store_put_means(struct hp_store *s, const char *model_digest, 
         sqlite3_bind_int(st, 4, m->n_layers);
         sqlite3_bind_int(st, 5, m->seq_len);
         sqlite3_bind_int(st, 6, m->width);
-        sqlite3_bind_blob64(st, 7, m->all, n_all * sizeof(float), SQLITE_STATIC);
-        sqlite3_bind_blob64(st, 8, m->pos, n_pos * sizeof(float), SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 7, all, (n_all + n_mall) * sizeof(float), SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 8, pos, (n_pos + n_mpos) * sizeof(float), SQLITE_STATIC);
         rc = hs_step_done(st);
     }
+    free(all);
+    free(pos);
     return rc == SQLITE_OK ? HP_OK : hs_sql_fail(s, rc, "writing mean-ablation statistics", err);
 }
 

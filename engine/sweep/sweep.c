@@ -35,17 +35,23 @@
 static enum hp_status load_means(struct sw_ctx *c, struct hp_error *err)
 {
     const struct hp_model_info *in = c->info;
-    struct hp_means m = {in->n_layers, c->data->seq_len, in->n_heads * in->d_head, NULL, NULL};
-    size_t n_all = (size_t)m.n_layers * m.width;
+    struct hp_means m = {.n_layers = in->n_layers, .seq_len = c->data->seq_len, .width = in->n_heads * in->d_head,
+                         .d_model = in->d_model};
+    size_t n_all = (size_t)m.n_layers * m.width, n_mall = (size_t)m.n_layers * m.d_model;
     m.all = malloc(n_all * sizeof(float));
     m.pos = malloc(n_all * m.seq_len * sizeof(float));
+    m.mlp_all = malloc(n_mall * sizeof(float));
+    m.mlp_pos = malloc(n_mall * m.seq_len * sizeof(float));
     bool found = false;
-    enum hp_status st = m.all && m.pos ? hp_store_get_means(c->store, c->model_digest, c->data_digest, &m, &found, err)
-                                       : hp_fail(err, HP_ERR_NOMEM, "out of memory for mean-ablation statistics");
+    enum hp_status st = m.all && m.pos && m.mlp_all && m.mlp_pos
+                            ? hp_store_get_means(c->store, c->model_digest, c->data_digest, &m, &found, err)
+                            : hp_fail(err, HP_ERR_NOMEM, "out of memory for mean-ablation statistics");
     if (st == HP_OK && found)
         st = hp_evaluator_set_means(c->ev, &m, err);
     free(m.all);
     free(m.pos);
+    free(m.mlp_all);
+    free(m.mlp_pos);
     if (st != HP_OK || found)
         return st;
     struct hp_means mine;

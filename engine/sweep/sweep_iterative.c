@@ -192,7 +192,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
                 st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
                 break;
             }
-            memcpy(m->gate, base->gate, sizeof(float) * (size_t)in->n_layers * in->n_heads);
+            hp_mask_copy(m, base);
             ablate_unit(c, s, m, units[i]);
             cjobs[nc] = (struct hp_job){.study = si, .step = step + 1, .k = n_pruned + 1, .layer = units[i].layer,
                                         .unit = units[i].unit, .unit2 = -1, .mask = m};

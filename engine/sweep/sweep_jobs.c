@@ -223,7 +223,7 @@ static const struct hp_mask *settled_mask(const struct sw_ctx *c, const struct h
         return m;
     if (!(*own = hp_mask_new(m->n_layers, m->n_heads)))
         return NULL;
-    memcpy((*own)->gate, m->gate, n * sizeof *m->gate);
+    hp_mask_copy(*own, m);
     hp_mask_drop_absent(*own, c->info);
     return *own;
 }
