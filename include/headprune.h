@@ -1107,12 +1107,12 @@ struct hp_study_gates_opts {
     int split_count;    /* ... or this many (0 when a fraction is given); the rest is the held-out set */
 };
 
-/* A unit is a query head, or with kv = true a KV group. */
+/* A unit is a query head, a KV group or a layer's MLP block (units:, enum hp_unit_kind). */
 struct hp_study {
     enum hp_study_kind kind;
     char name[64];    /* unique within the plan: `name:` if given, else the kind */
     int line;         /* 1-based line in the plan file where the study starts (0: the inserted baseline) */
-    bool kv;          /* units are KV groups instead of heads */
+    enum hp_unit_kind unit; /* what its units are: `units: heads | kv | mlp` (`kv: true` is units: kv) */
     int n_layers_sel; /* 0 = every layer */
     int *layers;      /* (n_layers_sel) layers the study is narrowed to */
     int n_units_sel;  /* 0 = every head (or KV group) */

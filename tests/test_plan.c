@@ -238,7 +238,7 @@ Test(plan, minimal_plan_gets_defaults_and_a_baseline)
     cr_assert_eq(p->studies[1].kind, HP_STUDY_SINGLE);
     cr_assert_str_eq(p->studies[1].name, "single");
     cr_assert_eq(p->studies[1].line, 4);
-    cr_assert_not(p->studies[1].kv);
+    cr_assert_eq(p->studies[1].unit, HP_UNIT_HEAD);
     cr_assert_eq(p->studies[1].n_layers_sel, 0);
     cr_assert_eq(p->studies[1].n_units_sel, 0);
     hp_plan_free(p);
@@ -310,7 +310,7 @@ Test(plan, study_options)
     const struct hp_study *s = &p->studies[1];
     cr_assert_eq(s->kind, HP_STUDY_SINGLE);
     cr_assert_str_eq(s->name, "single-kv");
-    cr_assert(s->kv);
+    cr_assert_eq(s->unit, HP_UNIT_KV);
     cr_assert_eq(s->n_layers_sel, 2);
     cr_assert_eq(s->layers[0], 1); // sorted
     cr_assert_eq(s->layers[1], 3);
@@ -332,7 +332,7 @@ Test(plan, study_options)
     cr_assert_eq(s->random.k[1], 4);
     cr_assert_eq(s->random.k[2], 8);
     cr_assert_eq(s->random.samples, 5);
-    cr_assert_not(s->kv);
+    cr_assert_eq(s->unit, HP_UNIT_HEAD);
     s = &p->studies[4];
     cr_assert_eq(s->random.n_k, 1);
     cr_assert_eq(s->random.k[0], 3);
@@ -621,7 +621,7 @@ static char *listing(const struct hp_plan *p, const struct hp_joblist *jl)
     for (int i = 0; i < p->n_studies; i++) {
         const struct hp_study *s = &p->studies[i];
         fprintf(f, "study %2d %-10s %-9s line %2d kv %d layers", i, s->name,
-                hp_study_kind_name(s->kind), s->line, s->kv);
+                hp_study_kind_name(s->kind), s->line, (int)s->unit);
         for (int j = 0; j < s->n_layers_sel; j++)
             fprintf(f, "%s%d", j ? "," : " ", s->layers[j]);
         fprintf(f, "%s units", s->n_layers_sel ? "" : " all");
@@ -1220,9 +1220,9 @@ Test(plan, gradient_studies_load_with_defaults_and_options)
     const struct hp_study *s = p->studies;
     cr_assert_eq(s[1].kind, HP_STUDY_IMPORTANCE);
     cr_assert_eq(s[1].normalize, HP_NORMALIZE_LAYER, "normalize defaults to layer");
-    cr_assert(!s[1].kv);
+    cr_assert_eq(s[1].unit, HP_UNIT_HEAD);
     cr_assert_eq(s[2].normalize, HP_NORMALIZE_NONE);
-    cr_assert(s[2].kv);
+    cr_assert_eq(s[2].unit, HP_UNIT_KV);
     cr_assert_eq(s[3].kind, HP_STUDY_ATTRIBUTION);
     cr_assert_eq(s[3].n_units_sel, 2);
     cr_assert_eq(s[4].iterative.rank, HP_RANK_GRADIENT);

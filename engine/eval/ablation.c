@@ -122,15 +122,15 @@ static enum hp_status prepare_means(struct hp_ablation_state *st, const struct h
     free(cap);
     free(cap_mlp);
     free(cnt);
-    if (!all_finite(st->mean_all, L * qd) || !all_finite(st->mean_pos, L * T * qd) ||
-        !all_finite(st->mlp_mean_all, L * D) || !all_finite(st->mlp_mean_pos, L * T * D)) {
+    const bool heads_ok = all_finite(st->mean_all, L * qd) && all_finite(st->mean_pos, L * T * qd);
+    if (!heads_ok || !all_finite(st->mlp_mean_all, L * D) || !all_finite(st->mlp_mean_pos, L * T * D)) {
         char where[64];
         src->locate_nonfinite(src->user, where, sizeof where);
         hp_ablation_state_clear(st);
         return hp_fail(err, HP_ERR_FORMAT,
-                       "%s: the unmasked model's head or MLP outputs on %s are not finite, first in %s (check the "
+                       "%s: the unmasked model's %s outputs on %s are not finite, first in %s (check the "
                        "weights and config.json, e.g. its layer norm epsilon); no mean-ablation statistics are kept",
-                       src->m->dir, d->path, where);
+                       src->m->dir, heads_ok ? "MLP" : "head", d->path, where);
     }
     return HP_OK;
 }

@@ -517,12 +517,12 @@ enum hp_status hp_ld_seed(const struct hp_loader *ld, const char *key, const yam
 
 /*
  * The options every kind takes (name) and every kind over units takes
- * (layers, heads or groups, kv), read here; a kind's own options are its
- * row's (engine/plan/study/), named after these in hints.
+ * (layers, heads or groups, units or kv), read here; a kind's own options are
+ * its row's (engine/plan/study/), named after these in hints.
  */
-enum gopt { G_NAME, G_LAYERS, G_HEADS, G_GROUPS, G_KV, N_GOPTS };
+enum gopt { G_NAME, G_LAYERS, G_HEADS, G_GROUPS, G_KV, G_UNITS, N_GOPTS };
 
-static const char *const gopt_names[N_GOPTS] = {"name", "layers", "heads", "groups", "kv"};
+static const char *const gopt_names[N_GOPTS] = {"name", "layers", "heads", "groups", "kv", "units"};
 
 #define MAX_KIND_OPTS 16 /* the most options a kind's row has of its own */
 
@@ -586,7 +586,21 @@ static enum hp_status get_generic(const struct hp_loader *ld, int g, const yaml_
     case G_LAYERS: return hp_ld_int_list(ld, "layers", v, 0, &s->layers, &s->n_layers_sel);
     case G_HEADS:
     case G_GROUPS: return hp_ld_int_list(ld, gopt_names[g], v, 0, &s->units, &s->n_units_sel);
-    case G_KV: return hp_ld_bool(ld, "kv", v, &s->kv);
+    case G_KV: {
+        bool kv = false;
+        enum hp_status st = hp_ld_bool(ld, "kv", v, &kv);
+        s->unit = kv ? HP_UNIT_KV : HP_UNIT_HEAD;
+        return st;
+    }
+    case G_UNITS: {
+        const char *words[HP_UNIT_COUNT];
+        for (int u = 0; u < HP_UNIT_COUNT; u++)
+            words[u] = hp_unit_word((enum hp_unit_kind)u);
+        int u = 0;
+        enum hp_status st = hp_ld_word(ld, "units", v, words, HP_UNIT_COUNT, &u);
+        s->unit = (enum hp_unit_kind)u;
+        return st;
+    }
     }
     assert(0);
     return HP_ERR_PLAN;
@@ -653,9 +667,18 @@ static enum hp_status check_study(const struct hp_loader *ld, const yaml_node_t 
     enum hp_status st = r->check ? r->check(ld, &ks, s) : HP_OK;
     if (st)
         return st;
-    if (seen->g[G_GROUPS] && !s->kv)
-        return hp_ld_fail(ld, seen->g[G_GROUPS], "'groups' lists KV groups: add kv: true (or use "
+    if (seen->g[G_KV] && seen->g[G_UNITS])
+        return hp_ld_fail(ld, seen->g[G_KV], "'kv: true' is 'units: kv'; give one of them");
+    if (seen->g[G_GROUPS] && s->unit != HP_UNIT_KV)
+        return hp_ld_fail(ld, seen->g[G_GROUPS], "'groups' lists KV groups: add units: kv (or use "
                        "'heads' for query heads)");
+    if (s->unit == HP_UNIT_MLP && seen->g[G_HEADS])
+        return hp_ld_fail(ld, seen->g[G_HEADS], "a layer has one MLP: with units: mlp, narrow by 'layers' "
+                          "(not 'heads')");
+    if (s->unit == HP_UNIT_MLP && !r->mlp_units)
+        return hp_ld_fail(ld, seen->g[G_UNITS], "units: mlp is for studies that evaluate masks (single, only "
+                          "and random), not %s '%s' study (its gradients and positions are the heads')",
+                          article(kind), kind);
     if (r->required && !seen->own[own_opt(r, r->required)])
         return hp_ld_fail(ld, kn, "%s '%s' study needs '%s' (e.g. %s)", article(kind), kind, r->required,
                           r->example);
@@ -1169,11 +1192,11 @@ static enum hp_status select_units(struct hp_expander *e)
     const struct hp_study *s = e->s;
     const struct hp_model_info *in = e->info;
     char range[64];
-    if (s->kv && hp_unit_width(in, true) == 0)
-        return hp_ex_fail(e, "kv", 0, NULL, "kv: true needs query heads that group evenly "
+    if (s->unit == HP_UNIT_KV && hp_unit_width(in, HP_UNIT_KV) == 0)
+        return hp_ex_fail(e, "kv", 0, NULL, "units: kv needs query heads that group evenly "
                           "over KV heads (model has %d heads and %d KV heads)",
-                          in->n_heads, hp_unit_count(in, true));
-    e->n_units = hp_unit_count(in, s->kv);
+                          in->n_heads, hp_unit_count(in, HP_UNIT_KV));
+    e->n_units = hp_unit_count(in, s->unit);
     for (int i = 0; i < s->n_layers_sel; i++)
         if (s->layers[i] >= in->n_layers) {
             hp_range_text(range, sizeof range, "layers", "layer", in->n_layers);
@@ -1182,10 +1205,10 @@ static enum hp_status select_units(struct hp_expander *e)
         }
     for (int i = 0; i < s->n_units_sel; i++)
         if (s->units[i] >= e->n_units) {
-            hp_range_text(range, sizeof range, hp_unit_name(s->kv, true), hp_unit_name(s->kv, false),
+            hp_range_text(range, sizeof range, hp_unit_name(s->unit, true), hp_unit_name(s->unit, false),
                           e->n_units);
             return hp_ex_fail(e, "heads", s->units[i], NULL, "%s %d does not exist (model has "
-                              "%s)", hp_unit_name(s->kv, false), s->units[i], range);
+                              "%s)", hp_unit_name(s->unit, false), s->units[i], range);
         }
     e->n_lay = s->n_layers_sel ? s->n_layers_sel : in->n_layers;
     e->n_sel = s->n_units_sel ? s->n_units_sel : e->n_units;

@@ -116,8 +116,8 @@ static enum hp_status compare_prepare(struct side *a, struct side *b, const stru
         return hp_fail(a->q.err, HP_ERR_ARG,
                        "compare: study %s of %s ablates %s but study %s of %s %s (choose studies of one kind of unit "
                        "with --study and --study2)",
-                       a->pk.name, na, a->pk.kv ? "KV groups" : "query heads", b->pk.name, nb,
-                       b->pk.kv ? "KV groups" : "query heads");
+                       a->pk.name, na, a->pk.kv ? hp_unit_name(a->pk.kv, true) : "query heads", b->pk.name, nb,
+                       b->pk.kv ? hp_unit_name(b->pk.kv, true) : "query heads");
     if (a->pk.kv && a->q.n_kv_heads != b->q.n_kv_heads)
         return hp_fail(a->q.err, HP_ERR_SHAPE,
                        "compare: the KV groups of %s (%d per layer) are not those of %s (%d per layer) (compare query "
@@ -234,7 +234,7 @@ static enum hp_status q_compare(struct side *a, struct side *b, const struct hp_
         return hp_fail(q->err, HP_ERR_NOMEM, "query: out of memory");
     }
 
-    const char *what = a->pk.kv ? "KV groups" : "query heads";
+    const char *what = a->pk.kv ? hp_unit_name(a->pk.kv, true) : "query heads";
     struct tb t;
     if (!o->by_layer) {
         enum { C_LABEL, C_LAYER, C_UNIT, C_A, C_B, C_DIFF, C_RA, C_RB, C_RHO, C_TAU, C_N };

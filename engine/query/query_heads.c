@@ -88,7 +88,7 @@ enum hp_status hq_rows_load(struct hq_query *q, const char *kind, const char *st
                 break;
             }
             if (h->layer >= 0 && h->unit >= 0)
-                hp_unit_label(h->label, sizeof h->label, sqlite3_column_int(st, 2) != 0, h->layer, h->unit);
+                hp_unit_label(h->label, sizeof h->label, (enum hp_unit_kind)sqlite3_column_int(st, 2), h->layer, h->unit);
             else
                 snprintf(h->label, sizeof h->label, "%s", hq_col_text(st, 5));
             h->n_ablated = sqlite3_column_int64(st, 6);
@@ -146,13 +146,13 @@ static int by_layer_unit(const void *a, const void *b)
 static enum hp_status heads_matrix(struct hq_query *q, const struct pick *pk, struct head_row *rows, size_t n,
                                    struct hp_table **out)
 {
-    int units = pk->kv && q->n_kv_heads ? q->n_kv_heads : q->n_heads;
+    int units = pk->kv == HP_UNIT_MLP ? 1 : pk->kv == HP_UNIT_KV && q->n_kv_heads ? q->n_kv_heads : q->n_heads;
     for (size_t i = 0; i < n; i++)
         if (rows[i].unit >= units)
             units = rows[i].unit + 1; // a KV study of a database that names its KV heads oddly: still no overflow
     if (units > MATRIX_MAX_UNITS)
         return hp_fail(q->err, HP_ERR_ARG, "%s: sweep %lld's model has %d %s a layer, too many for a matrix (at most "
-                       "%d; use --format csv)", q->path, q->sweep, units, pk->kv ? "KV groups" : "heads",
+                       "%d; use --format csv)", q->path, q->sweep, units, hp_unit_name(pk->kv, true),
                        MATRIX_MAX_UNITS);
     char(*names)[16] = calloc((size_t)units + 1, sizeof *names);
     const char **cols = calloc((size_t)units + 1, sizeof *cols);
@@ -191,7 +191,7 @@ static enum hp_status heads_matrix(struct hq_query *q, const struct pick *pk, st
     hq_tb_note(&b,
             "sweep %lld, study %s, %s; rows: layers, columns: %s, each cell the effect of masking that unit alone "
             "(3 significant digits; --format csv or json gives each effect in full precision, with its intervals)%s",
-            q->sweep, pk->name, hq_effect_convention(q->m), pk->kv ? "KV groups" : "query heads", others);
+            q->sweep, pk->name, hq_effect_convention(q->m), pk->kv ? hp_unit_name(pk->kv, true) : "query heads", others);
     return hq_tb_finish(&b, out, q->err);
 }
 
@@ -263,7 +263,7 @@ enum hp_status hq_heads(struct hq_query *q, const struct hp_query_opts *opts, st
                  "how well it ranks them)", est_col, atp_name,
                  strcmp(est_col, "atp") == 0 ? "first-order estimate" : "integrated-gradients estimate");
     hq_tb_note(&b, "sweep %lld, study %s (%s), %s; each unit masked alone, largest effect first; " CI_NOTE "%s%s",
-            q->sweep, pk.name, pk.kv ? "KV groups" : "query heads", hq_effect_convention(q->m), atp_note, others);
+            q->sweep, pk.name, pk.kv ? hp_unit_name(pk.kv, true) : "query heads", hq_effect_convention(q->m), atp_note, others);
     return hq_tb_finish(&b, out, q->err);
 }
 

@@ -55,6 +55,7 @@ enum hp_status hq_redundancy(struct hq_query *q, const struct hp_query_opts *opt
         if ((s = hq_pick_study(q, "single", NULL, &pk)) != HP_OK)
             return s;
         snprintf(single, sizeof single, "%s", pk.name);
+        has_single = pk.kv != HP_UNIT_MLP; /* a layer's redundancy is among its heads: not its MLP */
     }
     if (!has_single && !has_only && !has_layer)
         return hq_lacking(q, "'single', 'only', 'layer'", false, NULL, "single, only or layer study",
@@ -210,7 +211,8 @@ static enum hp_status pairs_load(struct hq_query *q, struct single_eff **singles
     if ((s = hq_prep_m(q, &st,
                     "SELECT j.kv, j.layer, j.unit, r.%s, j.ord FROM sweep_jobs j "
                     "JOIN results r ON r.variant_id = j.variant_id "
-                    "WHERE j.sweep_id = ? AND j.kind = 'single' AND j.layer IS NOT NULL AND j.unit IS NOT NULL")) !=
+                    "WHERE j.sweep_id = ? AND j.kind = 'single' AND j.layer IS NOT NULL AND j.unit IS NOT NULL "
+                    "AND j.kv IN (0, 1)")) != /* pairs are of heads or KV groups: never an MLP's single row */
         HP_OK)
         return s;
     sqlite3_bind_int64(st, 1, q->sweep);
@@ -418,7 +420,8 @@ static enum hp_status pairs_seqs(struct hq_query *q, const struct single_eff *si
     if ((s = hq_prep_m(q, &st_single,
                     "SELECT j.kv, j.unit, j.ord, sv.seq, sv.%s FROM sweep_jobs j "
                     "JOIN seq_results sv ON sv.variant_id = j.variant_id "
-                    "WHERE j.sweep_id = ?1 AND j.kind = 'single' AND j.layer = ?2 AND j.unit IS NOT NULL")) != HP_OK ||
+                    "WHERE j.sweep_id = ?1 AND j.kind = 'single' AND j.layer = ?2 AND j.unit IS NOT NULL "
+                    "AND j.kv IN (0, 1)")) != HP_OK ||
         (s = hq_prep_m(q, &st_pair,
                     "SELECT j.ord, sv.seq, sv.%s FROM sweep_jobs j "
                     "JOIN seq_results sv ON sv.variant_id = j.variant_id "

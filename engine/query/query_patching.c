@@ -231,7 +231,7 @@ enum hp_status hq_patching(struct hq_query *q, const struct hp_query_opts *opts,
         }
     }
     hq_tb_note(&b, "patching study '%s' (ablation %s), each %s patched alone %s; %s%s", p.name, q->ablation,
-               p.kv ? "KV group" : "head",
+               hp_unit_name(p.kv, false),
                P > 0 ? "at one position (its output there replaced, its own kept at the others; columns: position "
                        "and the first row's token, /corrupt where it differs)"
                      : "at every position",

@@ -168,7 +168,7 @@ const char *hq_absent_note(const struct hq_query *q, char *buf, size_t size);
 // A study of the sweep, as hq_pick_study chose it.
 struct pick {
     char name[128];
-    bool kv;        // its units are KV groups
+    enum hp_unit_kind kv; // its units: heads, KV groups or MLP blocks (sweep_jobs.kv)
     char all[512];  // the sweep's studies of the kind, comma-separated, in plan order
     int n_all;
 };
@@ -221,7 +221,7 @@ struct score_row {
 /* The sweep's attribution study over units of kind kv taken at the unmasked model whose estimates are signed
  * effects, an atp one first (else ig-layer, then ig; name "" when none), and its rows (query_scores.c); *rows is
  * the caller's (free), the estimator's name in (*rows)[0].estimator. */
-enum hp_status hq_heads_estimate(struct hq_query *q, bool kv, char *name, size_t size, struct score_row **rows,
+enum hp_status hq_heads_estimate(struct hq_query *q, enum hp_unit_kind kv, char *name, size_t size, struct score_row **rows,
                                  size_t *n);
 double hq_score_at(const struct score_row *rows, size_t n, int layer, int unit); // NaN: none
 

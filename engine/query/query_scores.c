@@ -185,7 +185,7 @@ static enum hp_status scores_load(struct hq_query *q, const char *study, struct 
 /* The sweep's attribution study over units of kind kv taken at the unmasked model, whose estimates are signed
  * estimates of what single studies measure (raw importance's are sizes): AtP's first (what `eval --grad` gives),
  * else the default's, ig-layer, else ig (name "" when none, or no unit_scores table). */
-enum hp_status hq_heads_estimate(struct hq_query *q, bool kv, char *name, size_t size, struct score_row **rows,
+enum hp_status hq_heads_estimate(struct hq_query *q, enum hp_unit_kind kv, char *name, size_t size, struct score_row **rows,
                                  size_t *n)
 {
     bool yes = false;

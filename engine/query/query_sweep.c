@@ -357,7 +357,7 @@ enum hp_status hq_pick_study(struct hq_query *q, const char *kind, const char *w
     int r;
     while ((r = hq_step(q, st, &s)) == 1) {
         const char *name = hq_col_text(st, 0);
-        bool kv = sqlite3_column_int(st, 1) != 0;
+        const int kv = sqlite3_column_int(st, 1); /* enum hp_unit_kind: 0 heads, 1 KV groups, 2 MLPs */
         if (o + strlen(name) + 8 < sizeof p->all)
             o += (size_t)snprintf(p->all + o, sizeof p->all - o, "%s%s", o ? ", " : "", name);
         else if (o + 6 < sizeof p->all && !strstr(p->all, ", ..."))

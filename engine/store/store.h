@@ -112,7 +112,7 @@ struct hp_store_job {
     int64_t ord;
     const char *study; /* the study's name */
     const char *kind;  /* sweep_jobs.kind: the study's kind, or e.g. "iterative-score" */
-    bool kv;           /* units are KV groups */
+    int kv;            /* enum hp_unit_kind: units are heads (0), KV groups (1) or MLP blocks (2) */
     const char *label;
     int layer, unit, unit2; /* -1 = none (NULL in the row) */
     int step, sample, k;

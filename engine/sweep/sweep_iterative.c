@@ -29,7 +29,7 @@ struct unit {
 
 static void ablate_unit(const struct sw_ctx *c, const struct hp_study *s, struct hp_mask *m, struct unit u)
 {
-    hp_mask_set_unit(m, c->info, s->kv, u.layer, u.unit, 0.0f);
+    hp_mask_set_unit(m, c->info, s->unit, u.layer, u.unit, 0.0f);
 }
 
 struct scored {
@@ -80,7 +80,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
 {
     const struct hp_study *s = &c->plan->studies[si];
     const struct hp_model_info *in = c->info;
-    int per_layer = hp_unit_count(in, s->kv);
+    int per_layer = hp_unit_count(in, s->unit);
     struct unit *units = malloc(sizeof *units * (size_t)in->n_layers * per_layer);
     bool *pruned = calloc((size_t)in->n_layers * per_layer, sizeof *pruned);
     struct scored *cand = malloc(sizeof *cand * (size_t)in->n_layers * per_layer);
@@ -112,7 +112,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
     for (int l = 0; l < in->n_layers; l++)
         for (int u = 0; u < per_layer; u++)
             if (sw_selected(s->n_layers_sel, s->layers, l) && sw_selected(s->n_units_sel, s->units, u) &&
-                !hp_unit_pruned(in, s->kv, l, u) && !hp_mask_unit_ablated(base, in, s->kv, l, u)) {
+                !hp_unit_pruned(in, s->unit, l, u) && !hp_mask_unit_ablated(base, in, s->unit, l, u)) {
                 units[n++] = (struct unit){l, u};
                 left_in_layer[l]++;
             }
@@ -163,18 +163,18 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
         }
         if (by_grad) {
             /* rank the candidates by importance at the current mask: its scores stored */
-            hp_importance(gb.g.seq_grad, gb.g.n_seqs, in, s->kv, s->normalize, raw, imp);
+            hp_importance(gb.g.seq_grad, gb.g.n_seqs, in, s->unit, s->normalize, raw, imp);
             int nc = 0;
             for (int i = 0; i < n; i++) {
                 if (pruned[i] || (s->iterative.keep_one_per_layer && left_in_layer[units[i].layer] <= 1))
                     continue;
                 int at = units[i].layer * per_layer + units[i].unit;
-                hp_unit_label(labels[nc], sizeof labels[nc], s->kv, units[i].layer, units[i].unit);
+                hp_unit_label(labels[nc], sizeof labels[nc], s->unit, units[i].layer, units[i].unit);
                 rows[nc] = (struct hp_store_score){units[i].layer, units[i].unit, labels[nc], imp[at], raw[at]};
                 cand[nc++] = (struct scored){i, imp[at]};
             }
             const struct hp_store_scores of = {.sweep_id = c->sweep_id, .study = s->name,
-                                               .kind = hp_study_kind_name(s->kind), .kv = s->kv, .step = step + 1,
+                                               .kind = hp_study_kind_name(s->kind), .kv = s->unit, .step = step + 1,
                                                .normalize = hp_normalize_name(s->normalize), .grad_key = gb.key};
             st = hp_store_put_scores(c->store, &of, rows, nc, err);
             if (st != HP_OK || nc == 0)
@@ -197,7 +197,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
             cjobs[nc] = (struct hp_job){.study = si, .step = step + 1, .k = n_pruned + 1, .layer = units[i].layer,
                                         .unit = units[i].unit, .unit2 = -1, .mask = m};
             char unit[64];
-            hp_unit_label(unit, sizeof unit, s->kv, units[i].layer, units[i].unit);
+            hp_unit_label(unit, sizeof unit, s->unit, units[i].layer, units[i].unit);
             snprintf(cjobs[nc].label, sizeof cjobs[nc].label, "step %d: %s", step + 1, unit);
             cords[nc] = (*ord)++;
             cand[nc++] = (struct scored){i, 0};

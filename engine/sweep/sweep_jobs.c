@@ -286,7 +286,7 @@ enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct h
                 .ord = ords[w0 + i],
                 .study = sd->name,
                 .kind = kind ? kind : hp_study_kind_name(sd->kind),
-                .kv = sd->kv,
+                .kv = sd->unit,
                 .label = job->label,
                 .layer = job->layer,
                 .unit = job->unit,

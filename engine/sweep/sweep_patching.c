@@ -104,7 +104,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
 {
     const struct hp_study *s = &c->plan->studies[si];
     const struct hp_model_info *in = c->info;
-    const int U = hp_unit_count(in, s->kv), nu = in->n_layers * U;
+    const int U = hp_unit_count(in, s->unit), nu = in->n_layers * U;
     const bool each = s->patching.positions == HP_PATCH_EACH;
     const int T = each ? row_length(c->data, 0) : 1;
     struct hp_job *jobs = calloc((size_t)nu, sizeof *jobs);
@@ -115,14 +115,14 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
     for (int l = 0; st == HP_OK && l < in->n_layers; l++)
         for (int u = 0; st == HP_OK && u < U; u++) {
             if (!sw_selected(s->n_layers_sel, s->layers, l) || !sw_selected(s->n_units_sel, s->units, u) ||
-                hp_unit_pruned(in, s->kv, l, u))
+                hp_unit_pruned(in, s->unit, l, u))
                 continue;
             struct hp_mask *m = hp_mask_new(in->n_layers, in->n_heads);
             if (!m) {
                 st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
                 break;
             }
-            hp_mask_set_unit(m, in, s->kv, l, u, 0.0f);
+            hp_mask_set_unit(m, in, s->unit, l, u, 0.0f);
             jobs[n] = (struct hp_job){.study = si, .k = 1, .layer = l, .unit = u, .unit2 = -1, .mask = m};
             n++;
         }
@@ -131,7 +131,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
     for (int t = 0; st == HP_OK && t < T && !sw_stopping(c); t++) {
         for (int i = 0; i < n; i++) {
             struct hp_job *j = &jobs[i];
-            hp_unit_label(unit, sizeof unit, s->kv, j->layer, j->unit);
+            hp_unit_label(unit, sizeof unit, s->unit, j->layer, j->unit);
             j->one_position = each;
             j->position = each ? t : 0;
             if (each)

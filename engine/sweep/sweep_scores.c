@@ -29,13 +29,13 @@
 static int score_rows(const struct sw_ctx *c, const struct hp_study *s, const struct hp_mask *base,
                       const double *score, const double *raw, struct hp_store_score *rows, char (*labels)[32])
 {
-    const int U = hp_unit_count(c->info, s->kv);
+    const int U = hp_unit_count(c->info, s->unit);
     int n = 0;
     for (int l = 0; l < c->info->n_layers; l++)
         for (int u = 0; u < U; u++)
             if (sw_selected(s->n_layers_sel, s->layers, l) && sw_selected(s->n_units_sel, s->units, u) &&
-                !hp_unit_pruned(c->info, s->kv, l, u) && !hp_mask_unit_ablated(base, c->info, s->kv, l, u)) {
-                hp_unit_label(labels[n], sizeof labels[n], s->kv, l, u);
+                !hp_unit_pruned(c->info, s->unit, l, u) && !hp_mask_unit_ablated(base, c->info, s->unit, l, u)) {
+                hp_unit_label(labels[n], sizeof labels[n], s->unit, l, u);
                 rows[n] = (struct hp_store_score){l, u, labels[n], score[l * U + u], raw[l * U + u]};
                 n++;
             }
@@ -53,7 +53,7 @@ static enum hp_status integrate(struct sw_ctx *c, const struct hp_study *s, int 
                                 struct sw_grad_buf *b, double *est, double *sums, struct hp_error *err)
 {
     const struct hp_model_info *in = c->info;
-    const int U = hp_unit_count(in, s->kv), steps = s->steps;
+    const int U = hp_unit_count(in, s->unit), steps = s->steps;
     const bool per_layer = s->estimator == HP_EST_IG_LAYER;
     for (size_t i = 0; i < (size_t)in->n_layers * U; i++)
         est[i] = 0;
@@ -71,15 +71,15 @@ static enum hp_status integrate(struct sw_ctx *c, const struct hp_study *s, int 
             for (int l = per_layer ? l0 : 0; l < (per_layer ? l0 + 1 : in->n_layers); l++)
                 for (int u = 0; u < U; u++)
                     if (sw_selected(s->n_layers_sel, s->layers, l) && sw_selected(s->n_units_sel, s->units, u) &&
-                        !hp_unit_pruned(in, s->kv, l, u) && !hp_mask_unit_ablated(base, in, s->kv, l, u))
-                        hp_mask_set_unit(m, in, s->kv, l, u, t);
+                        !hp_unit_pruned(in, s->unit, l, u) && !hp_mask_unit_ablated(base, in, s->unit, l, u))
+                        hp_mask_set_unit(m, in, s->unit, l, u, t);
             struct hp_job job = {.study = si, .step = step++, .layer = -1, .unit = -1, .unit2 = -1, .mask = m};
             /* a layer's gates need the reverse pass down to it only, and the forward from it (the gates below are
              * the same on every such pass: the evaluator keeps their residual stream) */
             st = sw_gradient_from(c, m, per_layer ? l0 : 0, b, &job, err);
             if (st != HP_OK)
                 break;
-            hp_unit_sums(b->g.grad, in, s->kv, sums);
+            hp_unit_sums(b->g.grad, in, s->unit, sums);
             for (int l = per_layer ? l0 : 0; l < (per_layer ? l0 + 1 : in->n_layers); l++)
                 for (int u = 0; u < U; u++)
                     est[l * U + u] -= sums[l * U + u] / steps;
@@ -98,7 +98,7 @@ static enum hp_status scores_by(struct sw_ctx *c, int si, enum hp_study_score ru
     const enum hp_estimator est = s->estimator;
     const bool path = rule == HP_STUDY_SCORE_ATTRIBUTION && (est == HP_EST_IG || est == HP_EST_IG_LAYER);
     const struct hp_model_info *in = c->info;
-    const size_t nu = (size_t)in->n_layers * hp_unit_count(in, s->kv);
+    const size_t nu = (size_t)in->n_layers * hp_unit_count(in, s->unit);
     struct sw_grad_buf b;
     struct hp_mask *base = NULL;
     enum hp_status st = hp_study_base_mask(c->plan->path, s, in, &base, err);
@@ -118,11 +118,11 @@ static enum hp_status scores_by(struct sw_ctx *c, int si, enum hp_study_score ru
         st = sw_gradient_at(c, base, &b, &job, err);
     if (st == HP_OK) {
         if (rule == HP_STUDY_SCORE_IMPORTANCE)
-            hp_importance(b.g.seq_grad, b.g.n_seqs, in, s->kv, s->normalize, raw, score);
+            hp_importance(b.g.seq_grad, b.g.n_seqs, in, s->unit, s->normalize, raw, score);
         else if (est == HP_EST_IMPORTANCE)
-            hp_importance(b.g.seq_grad, b.g.n_seqs, in, s->kv, HP_NORMALIZE_NONE, raw, score);
+            hp_importance(b.g.seq_grad, b.g.n_seqs, in, s->unit, HP_NORMALIZE_NONE, raw, score);
         else if (est == HP_EST_ATP)
-            hp_unit_sums(b.g.atp, in, s->kv, raw);
+            hp_unit_sums(b.g.atp, in, s->unit, raw);
         if (rule == HP_STUDY_SCORE_ATTRIBUTION)
             memcpy(score, raw, nu * sizeof *raw);
         int n = score_rows(c, s, base, score, raw, rows, labels);
@@ -130,7 +130,7 @@ static enum hp_status scores_by(struct sw_ctx *c, int si, enum hp_study_score ru
         const struct hp_store_scores of = {.sweep_id = c->sweep_id,
                                            .study = s->name,
                                            .kind = hp_study_kind_name(s->kind),
-                                           .kv = s->kv,
+                                           .kv = s->unit,
                                            .step = step,
                                            .normalize = imp ? hp_normalize_name(s->normalize) : NULL,
                                            .estimator = imp ? NULL : hp_estimator_name(est),

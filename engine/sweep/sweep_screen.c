@@ -43,7 +43,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
 {
     const struct hp_study *s = &c->plan->studies[si];
     const struct hp_model_info *in = c->info;
-    const int U = hp_unit_count(in, s->kv);
+    const int U = hp_unit_count(in, s->unit);
     const size_t nu = (size_t)in->n_layers * U;
     const struct hp_screen_sizes z = hp_study_screen_sizes(s, in);
     double *est = malloc(nu * sizeof *est), *exact = malloc(nu * sizeof *exact);
@@ -65,10 +65,10 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
     for (int l = 0; st == HP_OK && l < in->n_layers; l++)
         for (int u = 0; u < U; u++)
             if (sw_selected(s->n_layers_sel, s->layers, l) && sw_selected(s->n_units_sel, s->units, u) &&
-                !hp_unit_pruned(in, s->kv, l, u)) {
+                !hp_unit_pruned(in, s->unit, l, u)) {
                 if (!isfinite(est[l * U + u])) {
                     char label[32];
-                    hp_unit_label(label, sizeof label, s->kv, l, u);
+                    hp_unit_label(label, sizeof label, s->unit, l, u);
                     st = hp_fail(err, HP_ERR_FORMAT, "%s: study '%s': the estimate of %s is not finite: it cannot "
                                  "rank the units", c->plan->path, s->name, label);
                 }
@@ -98,10 +98,10 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
                 st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
                 break;
             }
-            hp_mask_set_unit(m, in, s->kv, layer[j], unit[j], 0.0f);
+            hp_mask_set_unit(m, in, s->unit, layer[j], unit[j], 0.0f);
             jobs[i] = (struct hp_job){.study = si, .step = evaluated + i, .sample = round, .k = 1, .layer = layer[j],
                                       .unit = unit[j], .unit2 = -1, .mask = m};
-            hp_unit_label(jobs[i].label, sizeof jobs[i].label, s->kv, layer[j], unit[j]);
+            hp_unit_label(jobs[i].label, sizeof jobs[i].label, s->unit, layer[j], unit[j]);
             ords[i] = (*ord)++;
         }
         if (st == HP_OK)
@@ -126,7 +126,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
         hp_screen_verdict(&sc, SCREEN_ALPHA, &v);
         const struct hp_store_screen row = {.sweep_id = c->sweep_id,
                                             .study = s->name,
-                                            .kv = s->kv,
+                                            .kv = s->unit,
                                             .units = n,
                                             .k = z.k,
                                             .estimator = hp_estimator_name(s->estimator),

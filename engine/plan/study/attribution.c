@@ -130,7 +130,7 @@ static void describe(const struct hp_study *s, const struct hp_model_info *info,
     char what[96];
     hp_study_estimator_text(s, what, sizeof what);
     snprintf(buf, cap, "%ld forward+backward pass%s (%s, %s%s%s)", c->backwards, c->backwards == 1 ? "" : "es",
-             hp_unit_name(s->kv, true), what, s->mask ? ", at mask " : "", s->mask ? s->mask : "");
+             hp_unit_name(s->unit, true), what, s->mask ? ", at mask " : "", s->mask ? s->mask : "");
 }
 
 const struct hp_study_kind_row hp_study_attribution = {

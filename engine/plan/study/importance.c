@@ -46,7 +46,7 @@ static void describe(const struct hp_study *s, const struct hp_model_info *info,
                      const char *metric, char *buf, size_t cap)
 {
     (void)info, (void)c, (void)metric;
-    snprintf(buf, cap, "1 forward+backward pass (%s, normalize %s%s%s)", hp_unit_name(s->kv, true),
+    snprintf(buf, cap, "1 forward+backward pass (%s, normalize %s%s%s)", hp_unit_name(s->unit, true),
              hp_normalize_name(s->normalize), s->mask ? ", at mask " : "", s->mask ? s->mask : "");
 }
 

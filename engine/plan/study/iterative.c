@@ -112,7 +112,7 @@ struct hp_iterative_schedule hp_study_schedule(const struct hp_study *s, const s
     struct hp_mask *base = NULL;
     if (s->mask && hp_study_base_mask("", s, info, &base, &ignored) != HP_OK)
         base = NULL;
-    const int per_layer = hp_unit_count(info, s->kv), n_lay = s->n_layers_sel ? s->n_layers_sel : info->n_layers,
+    const int per_layer = hp_unit_count(info, s->unit), n_lay = s->n_layers_sel ? s->n_layers_sel : info->n_layers,
               n_sel = s->n_units_sel ? s->n_units_sel : per_layer;
     int n = 0, layers = 0;
     for (int i = 0; i < n_lay; i++) {
@@ -120,8 +120,8 @@ struct hp_iterative_schedule hp_study_schedule(const struct hp_study *s, const s
         int k = 0;
         for (int j = 0; j < n_sel; j++) {
             const int u = s->n_units_sel ? s->units[j] : j;
-            k += l < info->n_layers && u < per_layer && !hp_unit_pruned(info, s->kv, l, u) &&
-                 !(base && hp_mask_unit_ablated(base, info, s->kv, l, u));
+            k += l < info->n_layers && u < per_layer && !hp_unit_pruned(info, s->unit, l, u) &&
+                 !(base && hp_mask_unit_ablated(base, info, s->unit, l, u));
         }
         n += k;
         layers += k > 0;

@@ -16,7 +16,7 @@ static enum hp_status expand(struct hp_expander *e)
             for (int u = 0; m && u < e->n_units; u++)
                 if (u != e->sel[j])
                     hp_ex_ablate(e, m, e->lay[i], u);
-            hp_unit_label(a, sizeof a, e->s->kv, e->lay[i], e->sel[j]);
+            hp_unit_label(a, sizeof a, e->s->unit, e->lay[i], e->sel[j]);
             st = hp_ex_emit(e, m, e->lay[i], e->sel[j], -1, 0, hp_ex_live_in_layer(e, e->lay[i]) - 1, "only %s", a);
         }
     return st;

@@ -32,13 +32,13 @@ static enum hp_status expand(struct hp_expander *e)
                     hp_ex_ablate(e, m, e->lay[i], e->sel[j]);
                     hp_ex_ablate(e, m, e->lay[i], e->sel[j2]);
                 }
-                hp_unit_label(a, sizeof a, s->kv, e->lay[i], e->sel[j]);
-                hp_unit_label(b, sizeof b, s->kv, e->lay[i], e->sel[j2]);
+                hp_unit_label(a, sizeof a, s->unit, e->lay[i], e->sel[j]);
+                hp_unit_label(b, sizeof b, s->unit, e->lay[i], e->sel[j2]);
                 st = hp_ex_emit(e, m, e->lay[i], e->sel[j], e->sel[j2], 0, 2, "%s+%s", a, b);
             }
     if (st == HP_OK && e->jl->n == before)
         return hp_ex_fail(e, s->n_units_sel ? "heads" : NULL, s->n_units_sel ? s->units[0] : 0, NULL,
-                          "no pairs: each layer has only one %s to pair", s->kv ? "KV group" : "head");
+                          "no pairs: each layer has only one %s to pair", hp_unit_name(s->unit, false));
     return st;
 }
 

@@ -48,7 +48,7 @@ static enum hp_status check_plan(const struct hp_loader *ld, const struct hp_pla
 /* the selected units the checkpoint has: one evaluation each per position patched */
 static long evals(const struct hp_study *s, const struct hp_model_info *info)
 {
-    const int U = hp_unit_count(info, s->kv);
+    const int U = hp_unit_count(info, s->unit);
     long n = 0;
     for (int l = 0; l < info->n_layers; l++) {
         bool lay = s->n_layers_sel == 0;
@@ -58,7 +58,7 @@ static long evals(const struct hp_study *s, const struct hp_model_info *info)
             bool un = s->n_units_sel == 0;
             for (int i = 0; i < s->n_units_sel; i++)
                 un |= s->units[i] == u;
-            n += un && !hp_unit_pruned(info, s->kv, l, u);
+            n += un && !hp_unit_pruned(info, s->unit, l, u);
         }
     }
     return n;
@@ -74,10 +74,10 @@ static void describe(const struct hp_study *s, const struct hp_model_info *info,
 {
     (void)metric;
     if (s->patching.positions == HP_PATCH_ALL)
-        snprintf(buf, cap, "%ld jobs (%s, every position together)", c->evals, hp_unit_name(s->kv, true));
+        snprintf(buf, cap, "%ld jobs (%s, every position together)", c->evals, hp_unit_name(s->unit, true));
     else
         snprintf(buf, cap, "%ld jobs (%ld %s x each position of the rows)", c->evals, evals(s, info),
-                 hp_unit_name(s->kv, true));
+                 hp_unit_name(s->unit, true));
 }
 
 static const struct hp_study_opt opts[] = {{"positions", parse_positions}, {"direction", parse_direction}};

@@ -107,7 +107,7 @@ static enum hp_status expand(struct hp_expander *e)
         int k = s->random.k[ki];
         if (k > n)
             st = hp_ex_fail(e, "k", k, NULL, "k = %d is more than the %d %s it draws from (%d layer%s x %d%s)", k, n,
-                            s->kv ? "KV groups" : "heads", e->n_lay, e->n_lay == 1 ? "" : "s", e->n_sel,
+                            hp_unit_name(s->unit, true), e->n_lay, e->n_lay == 1 ? "" : "s", e->n_sel,
                             n < n_all ? ", less those the pruned checkpoint lacks" : "");
         else
             st = draw_k(e, k, units, pool, n);
@@ -121,6 +121,7 @@ static const struct hp_study_opt opts[] = {{"k", parse_k}, {"samples", parse_sam
 const struct hp_study_kind_row hp_study_random = {
     .name = "random",
     .units = true,
+    .mlp_units = true,
     .opts = opts,
     .n_opts = 2,
     .required = "k",

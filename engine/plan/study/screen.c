@@ -69,13 +69,13 @@ static enum hp_status check_plan(const struct hp_loader *ld, const struct hp_pla
 /* The selected units the checkpoint has. */
 static int count_units(const struct hp_study *s, const struct hp_model_info *info)
 {
-    const int per_layer = hp_unit_count(info, s->kv), n_lay = s->n_layers_sel ? s->n_layers_sel : info->n_layers,
+    const int per_layer = hp_unit_count(info, s->unit), n_lay = s->n_layers_sel ? s->n_layers_sel : info->n_layers,
               n_sel = s->n_units_sel ? s->n_units_sel : per_layer;
     int n = 0;
     for (int i = 0; i < n_lay; i++)
         for (int j = 0; j < n_sel; j++) {
             const int l = s->n_layers_sel ? s->layers[i] : i, u = s->n_units_sel ? s->units[j] : j;
-            n += l < info->n_layers && u < per_layer && !hp_unit_pruned(info, s->kv, l, u);
+            n += l < info->n_layers && u < per_layer && !hp_unit_pruned(info, s->unit, l, u);
         }
     return n;
 }
@@ -100,7 +100,7 @@ static enum hp_status expand(struct hp_expander *e)
     const struct hp_screen_sizes z = hp_study_screen_sizes(s, e->info);
     if (z.k > z.units)
         return hp_ex_fail(e, "k", z.k, NULL, "k = %d is more than the %d %s it screens", z.k, z.units,
-                          hp_unit_name(s->kv, true));
+                          hp_unit_name(s->unit, true));
     return HP_OK;
 }
 
@@ -121,7 +121,7 @@ static void describe(const struct hp_study *s, const struct hp_model_info *info,
     hp_study_estimator_text(s, what, sizeof what);
     snprintf(buf, cap, "%ld forward+backward pass%s + at most %ld evaluations (the exact top %d of %d %s, ranked by "
              "%s; walk %d at a time, audits of %d)", c->backwards, c->backwards == 1 ? "" : "es", c->evals, z.k,
-             z.units, hp_unit_name(s->kv, true), what, z.batch, z.audit);
+             z.units, hp_unit_name(s->unit, true), what, z.batch, z.audit);
 }
 
 const struct hp_study_kind_row hp_study_screen = {

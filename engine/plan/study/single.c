@@ -15,7 +15,7 @@ static enum hp_status expand(struct hp_expander *e)
             struct hp_mask *m = hp_ex_new_mask(e);
             if (m)
                 hp_ex_ablate(e, m, e->lay[i], e->sel[j]);
-            hp_unit_label(a, sizeof a, e->s->kv, e->lay[i], e->sel[j]);
+            hp_unit_label(a, sizeof a, e->s->unit, e->lay[i], e->sel[j]);
             st = hp_ex_emit(e, m, e->lay[i], e->sel[j], -1, 0, 1, "%s", a);
         }
     return st;
@@ -24,6 +24,7 @@ static enum hp_status expand(struct hp_expander *e)
 const struct hp_study_kind_row hp_study_single = {
     .name = "single",
     .units = true,
+    .mlp_units = true,
     .count_jobs = hp_ex_count_live,
     .expand = expand,
 };

@@ -163,7 +163,7 @@ enum hp_status hp_ex_nomem(const struct hp_expander *e); /* "plan: out of memory
 /* Whether selected unit j of selected layer i is in the checkpoint (not pruned away). */
 static inline bool hp_ex_live(const struct hp_expander *e, int i, int j)
 {
-    return !hp_unit_pruned(e->info, e->s->kv, e->lay[i], e->sel[j]);
+    return !hp_unit_pruned(e->info, e->s->unit, e->lay[i], e->sel[j]);
 }
 
 /* Selected units of every selected layer the checkpoint has: the jobs of a kind with one a unit (single, only). */
@@ -181,13 +181,13 @@ static inline int hp_ex_live_in_layer(const struct hp_expander *e, int layer)
 {
     int n = 0;
     for (int u = 0; u < e->n_units; u++)
-        n += !hp_unit_pruned(e->info, e->s->kv, layer, u);
+        n += !hp_unit_pruned(e->info, e->s->unit, layer, u);
     return n;
 }
 
 static inline void hp_ex_ablate(const struct hp_expander *e, struct hp_mask *m, int layer, int unit)
 {
-    hp_mask_set_unit(m, e->info, e->s->kv, layer, unit, 0.0f);
+    hp_mask_set_unit(m, e->info, e->s->unit, layer, unit, 0.0f);
 }
 
 static inline struct hp_mask *hp_ex_new_mask(const struct hp_expander *e)
@@ -211,7 +211,8 @@ struct hp_study_seen {
 
 struct hp_study_kind_row {
     const char *name;                /* as written in plans */
-    bool units;                      /* takes layers:, heads: / groups: and kv: */
+    bool units;                      /* takes layers:, heads: / groups: and units: (or kv:) */
+    bool mlp_units;                  /* takes units: mlp (its jobs are masks: no gradient or position of an MLP) */
     const struct hp_study_opt *opts; /* (n_opts) its own options, in the order hints list them */
     int n_opts;
     const char *required, *example;  /* an option it cannot go without (checked after the unit options), e.g. */
