@@ -256,12 +256,12 @@ Test(mask, kv_groups_uneven)
 Test(mask, syntax)
 {
     struct hp_model_info info = tu_info(3, 4, 2);
-    expect_error("x.1", &info, "mask 'x.1': expected LAYER.HEAD, LAYER.* or kv:LAYER.GROUP");
+    expect_error("x.1", &info, "mask 'x.1': expected LAYER.HEAD, LAYER.*, kv:LAYER.GROUP or mlp:LAYER");
     const char *bad[] = {"1",     "1.",     ".1",    "1.2.3", "-1.0",  "1.-2", "+1.0",
                          "kv:1.*", "1.*x",  "1 .2",  "1. 2",  "KV:0.1", "kv:",  "kv0.1",
                          "*.1",   "1.**",   "0x1.0", "1.2a",  "1,2",   "kv:x.1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        expect_error_has(bad[i], &info, "expected LAYER.HEAD, LAYER.* or kv:LAYER.GROUP",
+        expect_error_has(bad[i], &info, "expected LAYER.HEAD, LAYER.*, kv:LAYER.GROUP or mlp:LAYER",
                          "mask '");
 }
 
@@ -271,7 +271,7 @@ Test(mask, error_names_the_bad_item)
     expect_error("0.1, 1.2 ,  5.0 ,2.2", &info,
                  "mask '5.0': layer 5 does not exist (model has layers 0-2)");
     expect_error("0.1,bogus", &info,
-                 "mask 'bogus': expected LAYER.HEAD, LAYER.* or kv:LAYER.GROUP");
+                 "mask 'bogus': expected LAYER.HEAD, LAYER.*, kv:LAYER.GROUP or mlp:LAYER");
 }
 
 Test(mask, empty_items)

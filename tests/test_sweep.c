@@ -1408,3 +1408,118 @@ Test(sweep, another_numeric_version_is_another_sweep)
              old);
     cr_assert_eq(count(db, q), n_jobs, "the old sweep's links changed");
 }
+
+// --- MLP blocks as units -------------------------------------------------------------
+
+/* transformers' float64 loss of fixture llama-gqa under mask spec and ablation abl (tests/fixtures/mlp-cases.json). */
+static double mlp_reference(const char *spec, const char *abl)
+{
+    char p[1200];
+    snprintf(p, sizeof p, "%s/mlp-cases.json", getenv("HP_FIXTURES"));
+    char *txt = tu_slurp(p, NULL);
+    cJSON *j = cJSON_Parse(txt), *c;
+    double want = NAN;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "cases"))
+    {
+        if (!strcmp(cJSON_GetObjectItem(c, "fixture")->valuestring, "llama-gqa") &&
+            !strcmp(cJSON_GetObjectItem(c, "data")->valuestring, "data.npy") &&
+            !strcmp(cJSON_GetObjectItem(c, "mask")->valuestring, spec) &&
+            !strcmp(cJSON_GetObjectItem(c, "ablation")->valuestring, abl))
+            want = cJSON_GetObjectItem(c, "loss")->valuedouble;
+    }
+    cJSON_Delete(j);
+    free(txt);
+    cr_assert(isfinite(want), "no reference for '%s' under %s", spec, abl);
+    return want;
+}
+
+/* Every MLP variant of db (mask_text with "mlp:") against transformers; returns how many there are. */
+static int mlp_variants_match(const char *db, const char *abl)
+{
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(h,
+                                    "SELECT v.mask_text, r.loss FROM variants v JOIN results r ON r.variant_id = v.id "
+                                    "WHERE v.mask_text LIKE '%mlp:%'",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *spec = (const char *)sqlite3_column_text(st, 0);
+        const double got = sqlite3_column_double(st, 1), want = mlp_reference(spec, abl);
+        cr_expect(fabs(got - want) <= 1e-5 * fmax(1, fabs(want)), "%s '%s' %s: loss %.9g, transformers %.9g", db,
+                  spec, abl, got, want);
+        n++;
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return n;
+}
+
+Test(sweep, mlp_studies_match_transformers_and_keep_their_kind)
+{
+    char p[256], db[128], errs[4096], out[8192], args[512];
+    path(db, sizeof db, "mlp.db");
+    write_plan(p, sizeof p, "mlps", "mean",
+               "  - single\n  - single: {name: mlps, units: mlp}\n  - random: {name: two, units: mlp, layers: [0, 1], "
+               "k: [2]}\n");
+    cr_assert_eq(run(p, db, NULL), 0);
+    /* 3 singles and the one draw of both MLPs of layers 0 and 1 */
+    cr_assert_eq(mlp_variants_match(db, "mean"), 4);
+    cr_assert_eq(count(db, "SELECT count(*) FROM sweep_jobs WHERE study = 'mlps' AND kv = 2 AND label LIKE 'mlp:_'"),
+                 3, "the MLP study's jobs are not stored as MLP units");
+    cr_assert_eq(count(db, "SELECT count(*) FROM variants WHERE mask_text LIKE '%mlp:%' AND n_ablated > 0"), 0,
+                 "an MLP counted as an ablated head");
+    /* queries name them as what they are, and a head study is still the default */
+    snprintf(args, sizeof args, "query heads --db %s --study mlps", db);
+    cr_assert_eq(tu_headprune(NULL, args, tmp, out, sizeof out, errs, sizeof errs), 0, "%s", errs);
+    cr_assert(strstr(out, "(MLPs)") && strstr(out, "mlp:0") && strstr(out, "mlp:2") && !strstr(out, "kv:"), "%s", out);
+    snprintf(args, sizeof args, "query heads --db %s", db);
+    cr_assert_eq(tu_headprune(NULL, args, tmp, out, sizeof out, errs, sizeof errs), 0, "%s", errs);
+    cr_assert(strstr(out, "study single") && !strstr(out, "mlp:"), "%s", out);
+    /* the stored means hold the MLPs' too: zeroed, a later MLP sweep gives zero ablation's numbers */
+    cr_assert_eq(count(db, "SELECT count(*) FROM ablation_means"), 1);
+}
+
+Test(sweep, mean_statistics_stored_without_mlps_are_made_again)
+{
+    char p[256], db[128];
+    path(db, sizeof db, "old-means.db");
+    write_plan(p, sizeof p, "heads", "mean", "  - single\n");
+    cr_assert_eq(run(p, db, NULL), 0);
+    const long full = count(db, "SELECT length(mean_all) FROM ablation_means");
+    /* a database written before MLPs were units: the heads' statistics alone (4 heads x 8 wide, 3 layers) */
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(h,
+                              "UPDATE ablation_means SET mean_all = substr(mean_all, 1, width * n_layers * 4),"
+                              " mean_pos = substr(mean_pos, 1, width * n_layers * seq_len * 4)",
+                              NULL, NULL, NULL),
+                 SQLITE_OK);
+    sqlite3_close(h);
+    cr_assert_lt(count(db, "SELECT length(mean_all) FROM ablation_means"), full);
+    write_plan(p, sizeof p, "mlps", "mean", "  - single\n  - single: {name: mlps, units: mlp}\n");
+    cr_assert_eq(run(p, db, NULL), 0);
+    cr_assert_eq(mlp_variants_match(db, "mean"), 3);
+    cr_assert_eq(count(db, "SELECT length(mean_all) FROM ablation_means"), full, "the old row was not replaced");
+    cr_assert_eq(count(db, "SELECT count(*) FROM ablation_means"), 1);
+}
+
+Test(sweep, mlp_units_a_study_cannot_take_are_refused_in_one_line)
+{
+    static const struct {
+        const char *study, *words;
+    } cases[] = {
+        {"  - importance: {units: mlp}\n", "units: mlp is for studies that evaluate masks"},
+        {"  - pairs: {units: mlp}\n", "units: mlp is for studies that evaluate masks"},
+        {"  - single: {units: mlp, heads: [0]}\n", "narrow by 'layers'"},
+        {"  - single: {units: mlp, kv: true}\n", "give one of them"},
+        {"  - single: {units: mlps}\n", "'units' must be heads, kv or mlp, not 'mlps' (did you mean 'mlp'?)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char p[256];
+        write_plan(p, sizeof p, "bad-units", "zero", cases[i].study);
+        refused(p, cases[i].words);
+    }
+}
