@@ -20,6 +20,7 @@
 
 #include "headprune.h"
 #include "testutil.h"
+#include <unistd.h>
 
 #define TOL 1e-5
 
@@ -182,4 +183,53 @@ Test(mlp, mask_text_and_counts)
     cr_assert_str_eq(label, "mlp:2");
     cr_assert_str_eq(hp_unit_name(HP_UNIT_MLP, true), "MLPs");
     cr_assert_eq(hp_unit_count(&in, HP_UNIT_MLP), 1);
+}
+
+/* What MLPs are not (yet) for is refused in one line naming the unit: a pruned checkpoint, a gradient at a mask
+ * that changes an MLP, an MLP patched at one position. */
+Test(mlp, what_an_mlp_is_not_for_is_refused_in_one_line)
+{
+    char dir[1024], data[1200];
+    snprintf(dir, sizeof dir, "%s/llama-gqa", getenv("HP_FIXTURES"));
+    snprintf(data, sizeof data, "%s/llama-gqa/data.npy", getenv("HP_FIXTURES"));
+    struct hp_error err = {0};
+    struct hp_model *m;
+    struct hp_data *d;
+    struct hp_evaluator *ev;
+    struct hp_mask *mask;
+    cr_assert_eq(hp_model_open(dir, &m, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_data_load(data, 0, &d, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_mask_parse("0.1,mlp:1", false, hp_model_get_info(m), &mask, &err), HP_OK, "%s", err.msg);
+
+    struct hp_export_info xi;
+    char out[64];
+    tu_mkdtemp(out, sizeof out, "mlp-export");
+    char target[128];
+    snprintf(target, sizeof target, "%s/pruned", out);
+    cr_assert_eq(hp_model_export(m, mask, target, &xi, &err), HP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "mlp:1") && !strchr(err.msg, '\n'), "%s", err.msg);
+    cr_assert_neq(access(target, F_OK), 0, "a checkpoint was written");
+    tu_rmrf(out);
+
+    const int HH = hp_model_get_info(m)->n_layers * hp_model_get_info(m)->n_heads;
+    double *g = calloc((size_t)HH, sizeof *g);
+    cr_assert_eq(hp_evaluator_grad(ev, HP_METRIC_LOSS, mask, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "mlp:1") && !strchr(err.msg, '\n'), "%s", err.msg);
+    free(g);
+
+    struct hp_metrics *mt[1];
+    const struct hp_mask *const one[1] = {mask};
+    cr_assert_neq(hp_evaluator_run_many_at(ev, one, 1, HP_ABLATE_ZERO, 2, mt, &err), HP_OK);
+    cr_assert(strstr(err.msg, "MLP") && !strchr(err.msg, '\n'), "%s", err.msg);
+
+    /* the same mask evaluates */
+    struct hp_metrics *ok;
+    cr_assert_eq(hp_evaluator_run(ev, mask, HP_ABLATE_ZERO, &ok, &err), HP_OK, "%s", err.msg);
+    cr_assert(isfinite(ok->loss));
+    hp_metrics_free(ok);
+    hp_mask_free(mask);
+    hp_evaluator_free(ev);
+    hp_data_free(d);
+    hp_model_close(m);
 }

@@ -123,8 +123,8 @@ struct cmd_help {
 #define THREADS_HELP "threads (default: as many as other processes leave CPUs idle, measured as it runs)"
 #define SWEEP_HELP "the sweep to read (default: the newest; `headprune query sweeps` lists them)"
 #define MASK_SYNTAX                                                                                                \
-    "comma-separated LAYER.HEAD (0.3,2.1), LAYER.* (a whole layer), kv:LAYER.GROUP (every query head sharing one " \
-    "key/value head); layers and heads count from 0"
+    "comma-separated LAYER.HEAD (0.3,2.1), LAYER.* (a whole layer's heads), kv:LAYER.GROUP (every query head "    \
+    "sharing one key/value head), mlp:LAYER (the layer's MLP block); layers and heads count from 0"
 #define TIMEOUT_HELP                                                                                               \
     "reading the database stops with an error after S seconds (default 600): a database whose views, or SQL, "    \
     "would never end cannot hang the command"

@@ -38,8 +38,8 @@ static int eval_options(int argc, char **argv, struct eval_args *a)
         OPT_MODEL(&a->dir, "Hugging Face model directory (config.json + safetensors), or a GGUF file"),
         OPT_DATA(&a->data_path),
         OPT_SEQ_LEN(&a->seq_len),
-        OPT_MASK(&a->mask, 'k', "heads to ablate: " MASK_SYNTAX),
-        OPT_KEEP(&a->mask, 'K', "ablate every head except these"),
+        OPT_MASK(&a->mask, 'k', "units to ablate: " MASK_SYNTAX),
+        OPT_KEEP(&a->mask, 'K', "ablate every head except these (and, when it names an MLP, every other MLP)"),
         OPT_CHOICE("ablation", 'a', &a->ablation, "KIND", ablation_choices(), ablation_help()),
         OPT_FLAG("grad", 'g', &a->want_grad,
                  "also the gradient of the mean loss at every head's gate (dL/dg at the evaluated gates, one forward "

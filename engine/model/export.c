@@ -479,6 +479,11 @@ enum hp_status hp_model_export(const struct hp_model *m, const struct hp_mask *r
     if (remove->n_layers != in->n_layers || remove->n_heads != in->n_heads)
         return hp_fail(err, HP_ERR_ARG, "the mask is %d x %d heads but %s has %d x %d", remove->n_layers,
                        remove->n_heads, m->dir, in->n_layers, in->n_heads);
+    for (int l = 0; l < in->n_layers; l++)
+        if (remove->mlp[l] != 1.0f)
+            return hp_fail(err, HP_ERR_UNSUPPORTED, "mlp:%d: a pruned checkpoint removes attention heads; an MLP block "
+                           "is not removed from a checkpoint (transformers has no model without one: evaluate the "
+                           "mask instead)", l);
     for (int i = 0; i < in->n_layers * in->n_heads; i++)
         if (remove->gate[i] != 0.0f && remove->gate[i] != 1.0f)
             return hp_fail(err, HP_ERR_ARG, "head %d.%d has gate %g: a pruned checkpoint removes heads whole (0) or keeps "
