@@ -357,6 +357,11 @@ struct hp_mask {
     int n_heads;
     float *gate; /* (n_layers, n_heads), row-major; 1 = kept, 0 = ablated */
     float *mlp;  /* (n_layers): each layer's MLP block, "mlp:L"; 1 = kept, 0 = ablated */
+    /* where: -1 (hp_mask_new's) every position; else the ablated heads are replaced at position pos of every
+     * row only, and keep their own outputs under the unmasked model at the others (activation patching one
+     * position at a time; heads only, at gates of 0). Not part of the mask's text (hp_mask_format): a sweep
+     * marks the content address of such a variant with it (HP_KEY_POS). */
+    int pos;
 };
 
 /* A mask of all ones. Destructor: hp_mask_free. NULL if a size is < 1 or out of memory. */
@@ -708,27 +713,24 @@ enum hp_status hp_evaluator_run(struct hp_evaluator *ev, const struct hp_mask *m
  * sharing that layer run on together, and the LM head is fused with the
  * metrics. Equal to evaluating them one by one on the plain path up to float
  * rounding (a test checks 1e-6). On error every out[i] is NULL.
+ *
+ * A mask whose pos is a position (struct hp_mask) has its dead heads replaced
+ * at that position of every row only: at every other position a head keeps its
+ * own output in the unmasked model on the same rows, computed once per
+ * evaluator. Activation patching one position at a time (Heimersheim & Nanda;
+ * TransformerLens's get_act_patch_attn_head_out_by_pos): exact for masks whose
+ * dead heads share one layer, whose inputs the patch leaves as they were; for
+ * heads of several layers the others' outputs are frozen at the unmasked
+ * model's. Variants at different positions (and at every one) run together.
+ * Where the replacement at pos is every head's own output there to the bit
+ * (resample at a position up to which every row's corrupt prompt is its
+ * prompt, in a causal model), the variant is the unmasked model, evaluated as
+ * such.
  */
 enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_mask *const *masks,
                                      int n, enum hp_ablation ablation, struct hp_metrics **out,
                                      struct hp_error *err);
 
-/*
- * hp_evaluator_run_many with each dead head replaced at position pos of every
- * row only (pos < 0: at every position, hp_evaluator_run_many itself): at
- * every other position the head keeps its own output in the unmasked model
- * on the same rows, computed once per evaluator. Activation patching one
- * position at a time (Heimersheim & Nanda; TransformerLens's
- * get_act_patch_attn_head_out_by_pos): exact for masks whose dead heads share
- * one layer, whose inputs the patch leaves as they were; for heads of several
- * layers the others' outputs are frozen at the unmasked model's. Where the
- * replacement at pos is every head's own output there to the bit (resample at
- * a position up to which every row's corrupt prompt is its prompt, in a
- * causal model), every variant is the unmasked model, evaluated once.
- */
-enum hp_status hp_evaluator_run_many_at(struct hp_evaluator *ev, const struct hp_mask *const *masks, int n,
-                                        enum hp_ablation ablation, int pos, struct hp_metrics **out,
-                                        struct hp_error *err);
 
 /*
  * The gradient of the mean metric L with respect to every head's gate, at
@@ -1176,10 +1178,7 @@ struct hp_job {
     /* iterative, rank gradient: a point measured by the forward of its step's gradient pass (the same gates),
      * a result of its own: its content address is marked so, apart from any other pass of the same mask */
     bool grad_pass;
-    /* patching, positions: each: the dead heads replaced only at this position of every row (they keep their own
-     * outputs at the others; hp_evaluator_run_many_at), a result of its own with its content address marked so */
-    bool one_position;
-    int position;
+    /* (patching, positions: each: the mask's pos, a result of its own with its content address marked so) */
 };
 
 struct hp_joblist {

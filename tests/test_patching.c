@@ -8,7 +8,7 @@
  * the head's output is replaced at t only, every other position and head as
  * in the run: by its value on the row's corrupt prompt (grid.noise), or on
  * the corrupt run by its clean value (grid.denoise). Checked here: the
- * evaluator (hp_evaluator_run_many_at, on the reuse and the plain path), a
+ * evaluator (hp_evaluator_run_many with masks at positions, on the reuse and the plain path), a
  * plan's `patching` study through a sweep, the query and its bad input.
  */
 #define _DEFAULT_SOURCE
@@ -111,25 +111,37 @@ static void check_grid(const char *fixture)
         cr_assert_eq(d->seq_len, T, "%s: the group's rows have %d tokens, the reference %d", fixture, d->seq_len, T);
         cr_assert_eq(hp_ablation_bind_data(abl[a], d, &err), HP_OK, "%s", err.msg);
         cr_assert_eq(hp_evaluator_new(m, d, &ev, &err), HP_OK, "%s", err.msg);
+        /* the plain path a position at a time (the first and the last); the reuse path every head at every
+         * position in one call, variants of different positions side by side in its passes */
         for (int plain = 0; plain < 2; plain++) {
             hp_evaluator_set_plain(ev, plain);
-            for (int t = 0; t < T; t++) {
+            for (int t = plain ? 0 : -1; t < (plain ? T : 0); t++) {
                 if (plain && t != 0 && t != T - 1)
                     continue;
-                struct hp_metrics *out[256];
-                cr_assert_eq(hp_evaluator_run_many_at(ev, (const struct hp_mask *const *)mk, n_mk, abl[a], t, out,
-                                                      &err),
-                             HP_OK, "%s", err.msg);
-                for (int i = 0; i < n_mk; i++) {
-                    const int l = head[i] / H, h = head[i] % H;
-                    const double want = grid_at(grid, key[a], l, h, t), got = out[i]->value[HP_METRIC_LOGIT_DIFF];
+                const int n = plain ? n_mk : n_mk * T;
+                struct hp_mask **at = calloc((size_t)n, sizeof *at);
+                struct hp_metrics **out = calloc((size_t)n, sizeof *out);
+                cr_assert(at && out);
+                for (int i = 0; i < n; i++) {
+                    at[i] = hp_mask_new(L, H);
+                    hp_mask_copy(at[i], mk[i % n_mk]);
+                    at[i]->pos = plain ? t : i / n_mk;
+                }
+                cr_assert_eq(hp_evaluator_run_many(ev, (const struct hp_mask *const *)at, n, abl[a], out, &err), HP_OK,
+                             "%s", err.msg);
+                for (int i = 0; i < n; i++) {
+                    const int l = head[i % n_mk] / H, h = head[i % n_mk] % H, p = at[i]->pos;
+                    const double want = grid_at(grid, key[a], l, h, p), got = out[i]->value[HP_METRIC_LOGIT_DIFF];
                     cr_assert(out[i]->has[HP_METRIC_LOGIT_DIFF] && fabs(got - want) <= TOL,
                               "%s %s, %s path, head %d.%d at position %d: logit_diff %.10g, Hugging Face %.10g "
-                              "(diff %.3g)", fixture, key[a], plain ? "plain" : "reuse", l, h, t, got, want,
+                              "(diff %.3g)", fixture, key[a], plain ? "plain" : "reuse", l, h, p, got, want,
                               fabs(got - want));
                     spread = fmax(spread, fabs(want - grid_at(grid, key[a], l, h, 0)));
                     hp_metrics_free(out[i]);
+                    hp_mask_free(at[i]);
                 }
+                free(at);
+                free(out);
             }
         }
         hp_evaluator_free(ev);

@@ -690,8 +690,8 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
             const float gh = g ? g[l0 * H + h] : 1.0f;
             if (gh == 1.0f || L->q_slot[h] < 0) /* unchanged, or pruned: saved as zero */
                 continue;
-            if (gh == 0.0f) {
-                fill_dead(ctx, qd, dh, 0, Rb, a, l0, h, replaced);
+            if (gh == 0.0f) { /* block v's rows of the pass: where its replacement is read (hp_replacement_at) */
+                fill_dead(w->ctx, qd, dh, v * Rb, Rb, a, l0, h, replaced);
                 continue;
             }
             for (int r = 0; r < Rb; r++) /* a fractional gate scales the output, as attention() does */

@@ -100,14 +100,16 @@ struct hp_replacement {
     ptrdiff_t layer_stride, row_stride;
     int row_period;
     /*
-     * One position patched (a patching study's positions: each): own NULL, or only rows at position pos
-     * (r % T) read buf, and every other row keeps the head's own output in the unmasked pass over the same
-     * input, at own + l * own_layer_stride + (r % own_row_period) * own_row_stride + h * d_head. Exact for
-     * heads of one layer, whose inputs the patch leaves as they were (struct hp_ablation_state's own).
+     * Where (a variant's one position: a patching study's positions: each): own NULL (every position), or
+     * pos (a variant block's: pos[r / block_rows]) says where: -1 every position; else only rows at position
+     * pos (r % T) read buf, and every other row keeps the head's own output in the unmasked pass over the
+     * same input, at own + l * own_layer_stride + (r % own_row_period) * own_row_stride + h * d_head. Exact
+     * for heads of one layer, whose inputs the patch leaves as they were (struct hp_ablation_state's own).
      */
     const float *own;
     ptrdiff_t own_layer_stride, own_row_stride;
-    int own_row_period, T, pos;
+    int own_row_period, T, block_rows;
+    const int *pos;
 };
 
 /*
@@ -208,8 +210,11 @@ float hp_fwd_attn_scale(const struct hp_model *m, int l);
  * buffer, or NULL (zero). The one statement of the rule (struct hp_replacement). */
 static inline const float *hp_replacement_at(const struct hp_replacement *rp, int l, int h, int dh, int r)
 {
-    if (rp->own && r % rp->T != rp->pos)
-        return rp->own + l * rp->own_layer_stride + h * dh + (r % rp->own_row_period) * rp->own_row_stride;
+    if (rp->own) {
+        const int pos = rp->pos[r / rp->block_rows];
+        if (pos >= 0 && r % rp->T != pos)
+            return rp->own + l * rp->own_layer_stride + h * dh + (r % rp->own_row_period) * rp->own_row_stride;
+    }
     if (!rp->buf)
         return NULL;
     return rp->buf + l * rp->layer_stride + h * dh + (r % rp->row_period) * rp->row_stride;

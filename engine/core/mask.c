@@ -58,6 +58,7 @@ struct hp_mask *hp_mask_new(int n_layers, int n_heads)
         m->gate[i] = 1.0f;
     for (int l = 0; l < n_layers; l++)
         m->mlp[l] = 1.0f;
+    m->pos = -1;
     return m;
 }
 
@@ -75,6 +76,7 @@ void hp_mask_copy(struct hp_mask *dst, const struct hp_mask *src)
     assert(dst->n_layers == src->n_layers && dst->n_heads == src->n_heads);
     memcpy(dst->gate, src->gate, (size_t)src->n_layers * (size_t)src->n_heads * sizeof *dst->gate);
     memcpy(dst->mlp, src->mlp, (size_t)src->n_layers * sizeof *dst->mlp);
+    dst->pos = src->pos;
 }
 
 int hp_mask_count_mlps(const struct hp_mask *m)

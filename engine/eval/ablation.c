@@ -286,11 +286,13 @@ static enum hp_status prepare_other(struct hp_ablation_state *st, const struct h
                                     enum hp_ablation a, struct hp_error *err)
 {
     enum hp_status s = hp_ablation_check_data(a, src->d, err);
-    if (s != HP_OK || st->other)
+    if (s != HP_OK || (st->other && (st->mlp_other || !src->mlps)))
         return s;
+    free(st->other); /* made for heads alone: made again with the MLPs' */
+    st->other = NULL;
     /* task->corrupt holds the other prompts: the corrupt ones, or denoise's swapped data the clean ones */
     s = head_outputs(src, src->d->task->corrupt, src->d->task->swapped ? "clean" : "corrupt", hp_ablation_name(a),
-                     &st->other, &st->mlp_other, err);
+                     &st->other, src->mlps ? &st->mlp_other : NULL, err);
     if (s == HP_OK)
         st->other_seqs = src->d->n_seqs;
     return s;
@@ -314,7 +316,10 @@ static struct hp_replacement other_replacement(const struct hp_ablation_state *s
                                                int T, int s0, int nb, bool mlp)
 {
     const ptrdiff_t w = width_of(in, mlp);
-    return (struct hp_replacement){.buf = (mlp ? st->mlp_other : st->other) + (ptrdiff_t)s0 * T * w,
+    const float *buf = mlp ? st->mlp_other : st->other;
+    if (!buf) /* the MLPs' when no variant changes one (prepared without them): never read */
+        return (struct hp_replacement){0};
+    return (struct hp_replacement){.buf = buf + (ptrdiff_t)s0 * T * w,
                                    .layer_stride = (ptrdiff_t)st->other_seqs * T * w, .row_stride = w,
                                    .row_period = nb * T};
 }
@@ -331,7 +336,8 @@ enum hp_status hp_ablation_own_ready(struct hp_ablation_state *st, const struct 
 }
 
 struct hp_replacement hp_ablation_at_position(struct hp_replacement rep, const struct hp_ablation_state *st,
-                                              const struct hp_model_info *in, int S, int T, int s0, int nb, int pos)
+                                              const struct hp_model_info *in, int S, int T, int s0, int nb,
+                                              const int *pos)
 {
     const ptrdiff_t qd = (ptrdiff_t)in->n_heads * in->d_head;
     rep.own = st->own + (ptrdiff_t)s0 * T * qd;
@@ -339,6 +345,7 @@ struct hp_replacement hp_ablation_at_position(struct hp_replacement rep, const s
     rep.own_row_stride = qd;
     rep.own_row_period = nb * T;
     rep.T = T;
+    rep.block_rows = nb * T;
     rep.pos = pos;
     return rep;
 }

@@ -60,6 +60,7 @@ struct hp_ablation_src {
     /* where the unmasked model's pass first makes a number that is not finite, into where (for messages) */
     void (*locate_nonfinite)(void *user, char *where, size_t n);
     void *user;
+    bool mlps; /* the variants change MLP blocks: make their statistics too where they cost (another input's) */
 };
 
 struct hp_ablation_kind {
@@ -86,11 +87,13 @@ enum hp_status hp_ablation_own_ready(struct hp_ablation_state *st, const struct 
                                      struct hp_error *err);
 
 /*
- * rep (a method's replacement for sequences [s0, s0 + nb) of S, T tokens each) at position pos only: every other
- * row reads the head's own output from st->own, which hp_ablation_own_ready has made.
+ * rep (a method's replacement for sequences [s0, s0 + nb) of S, T tokens each) where pos says, per variant block
+ * (pos[v]: -1 every position, else that position only): every other row reads the head's own output from st->own,
+ * which hp_ablation_own_ready has made. pos is the caller's, read during the passes.
  */
 struct hp_replacement hp_ablation_at_position(struct hp_replacement rep, const struct hp_ablation_state *st,
-                                              const struct hp_model_info *in, int S, int T, int s0, int nb, int pos);
+                                              const struct hp_model_info *in, int S, int T, int s0, int nb,
+                                              const int *pos);
 
 /* Free what the prepare steps made and reset st; st may hold nothing. */
 void hp_ablation_state_clear(struct hp_ablation_state *st);

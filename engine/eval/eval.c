@@ -256,11 +256,21 @@ struct hp_fwd_in hp_eval_chunk_in(const struct hp_evaluator *ev, int s, int nb)
 struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl, int s, int nb)
 {
     const int T = ev->d->seq_len;
-    struct hp_replacement rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, T, s, nb, false);
-    if (ev->patch_one)
-        rep = hp_ablation_at_position(rep, &ev->abl, &ev->m->info, ev->d->n_seqs, T, s, nb, ev->patch_pos);
     return (struct hp_fwd_variants){
-        .rep = rep, .mlp_rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, T, s, nb, true)};
+        .rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, T, s, nb, false),
+        .mlp_rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, T, s, nb, true)};
+}
+
+void hp_eval_variants_where(const struct hp_evaluator *ev, struct hp_fwd_variants *va,
+                            const struct hp_mask *const *masks, int k, int s, int nb, int *pos)
+{
+    bool one = false;
+    for (int v = 0; v < k; v++) {
+        pos[v] = masks[v] ? masks[v]->pos : -1;
+        one |= pos[v] >= 0;
+    }
+    if (one) /* hp_evaluator_run_many made own ready */
+        va->rep = hp_ablation_at_position(va->rep, &ev->abl, &ev->m->info, ev->d->n_seqs, ev->d->seq_len, s, nb, pos);
 }
 
 /* Forward sequences [s, s + nb) under mask (NULL: unmasked) into out (nb, seq_len, width); with out NULL the pass
@@ -271,8 +281,10 @@ static void run_chunk(struct hp_evaluator *ev, int s, int nb, const struct hp_ma
     struct hp_fwd_in fi = hp_eval_chunk_in(ev, s, nb);
     struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s, nb);
     const float *gate = mask ? mask->gate : NULL, *mlps = mask ? mask->mlp : NULL;
+    int pos;
     va.gates = &gate;
     va.mlps = &mlps;
+    hp_eval_variants_where(ev, &va, &mask, 1, s, nb, &pos);
     struct hp_fwd_taps tp = {.capture = capture, .out = out};
     hp_fwd_run(ev->m, ev->fwd, &fi, &va, &tp);
 }
@@ -322,8 +334,10 @@ static void locate_nonfinite(struct hp_evaluator *ev, const struct hp_mask *mask
         const size_t rows = (size_t)nb * ev->d->seq_len;
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
         struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb);
+        int pos;
         va.gates = &gate;
         va.mlps = &mlps;
+        hp_eval_variants_where(ev, &va, &mask, 1, s0, nb, &pos);
         struct hp_fwd_taps tp = {.save = &save};
         const float *h = hp_fwd_run(ev->m, ev->fwd, &fi, &va, &tp);
         for (size_t l = 0; l < L; l++) {
@@ -355,7 +369,7 @@ static void locate_unmasked(void *user, char *where, size_t n)
     locate_nonfinite(user, NULL, HP_ABLATE_ZERO, where, n);
 }
 
-enum hp_status hp_eval_ablation_ready(struct hp_evaluator *ev, enum hp_ablation abl, struct hp_error *err)
+enum hp_status hp_eval_ablation_ready(struct hp_evaluator *ev, enum hp_ablation abl, bool mlps, struct hp_error *err)
 {
     const struct hp_ablation_kind *k = &hp_ablation_kinds[abl];
     if (!k->prepare)
@@ -364,7 +378,7 @@ enum hp_status hp_eval_ablation_ready(struct hp_evaluator *ev, enum hp_ablation 
     if (st != HP_OK)
         return st;
     const struct hp_ablation_src src = {.m = ev->m, .d = ev->d, .fwd = ev->fwd, .batch = ev->batch,
-                                        .locate_nonfinite = locate_unmasked, .user = ev};
+                                        .locate_nonfinite = locate_unmasked, .user = ev, .mlps = mlps};
     return k->prepare(&ev->abl, &src, err);
 }
 
@@ -380,7 +394,7 @@ enum hp_status hp_eval_own_ready(struct hp_evaluator *ev, struct hp_error *err)
 
 enum hp_status hp_evaluator_means(struct hp_evaluator *ev, struct hp_means *out, struct hp_error *err)
 {
-    enum hp_status st = hp_eval_ablation_ready(ev, HP_ABLATE_MEAN, err);
+    enum hp_status st = hp_eval_ablation_ready(ev, HP_ABLATE_MEAN, true, err);
     if (st != HP_OK)
         return st;
     const struct hp_model_info *in = &ev->m->info;
@@ -851,8 +865,9 @@ bool hp_eval_kept_matches(const struct hp_evaluator *ev, const struct hp_mask *m
     const bool unmasked = hp_mask_first_changed(mask, L) == L;
     if (!ev->kept_gate || unmasked) /* nothing changed: the ablation does not matter */
         return !ev->kept_gate && unmasked;
-    /* a gradient pass's gates are the heads' (grad.c refuses a mask that changes an MLP) */
-    return abl == ev->kept_abl && !hp_mask_has_mlp(mask) &&
+    /* a gradient pass's gates are the heads' at every position (grad.c refuses a mask that changes an MLP or
+     * patches one position) */
+    return abl == ev->kept_abl && !hp_mask_has_mlp(mask) && mask->pos < 0 &&
            memcmp(mask->gate, ev->kept_gate, (size_t)HH * sizeof(float)) == 0;
 }
 

@@ -63,9 +63,6 @@ struct hp_evaluator {
      * the clean and on the corrupt prompts (hp_eval_task_ready), made on first use */
     bool ends_ready;
     double ld_clean, ld_corrupt;
-    /* during hp_evaluator_run_many_at: a dead head is replaced at position patch_pos only (abl.own elsewhere) */
-    bool patch_one;
-    int patch_pos;
     void (*progress)(void *, int, int);
     void *progress_user;
 };
@@ -99,11 +96,17 @@ struct hp_fwd_in hp_eval_chunk_in(const struct hp_evaluator *ev, int s, int nb);
  * nothing ablated until the caller sets gates (and n_blocks). */
 struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl, int s, int nb);
 
+/* Where va's k variant blocks (masks, each NULL or a mask) replace their heads: each mask's pos into pos (k), and
+ * when one is a single position, the heads' own outputs (hp_eval_own_ready's) at the others. */
+void hp_eval_variants_where(const struct hp_evaluator *ev, struct hp_fwd_variants *va,
+                            const struct hp_mask *const *masks, int k, int s, int nb, int *pos);
+
 /* What a head patched at one position keeps at the others, made once (hp_ablation_own_ready). */
 enum hp_status hp_eval_own_ready(struct hp_evaluator *ev, struct hp_error *err);
 
-/* What ablation abl's replacement reads, made once (its row's prepare step over the held-out set). */
-enum hp_status hp_eval_ablation_ready(struct hp_evaluator *ev, enum hp_ablation abl, struct hp_error *err);
+/* What ablation abl's replacement reads, made once (its row's prepare step over the held-out set); mlps: some
+ * variant changes an MLP block, whose replacements are made too (made again when the heads' were alone). */
+enum hp_status hp_eval_ablation_ready(struct hp_evaluator *ev, enum hp_ablation abl, bool mlps, struct hp_error *err);
 
 /* The log-sum-exp of a row z (V), in double. */
 double hp_eval_row_lse(const float *z, int V);

@@ -29,62 +29,6 @@ static void metrics_copy(struct hp_metrics *dst, const struct hp_metrics *src)
 
 // --- evaluation -------------------------------------------------------------------
 
-enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_mask *const *masks, int n,
-                                     enum hp_ablation abl, struct hp_metrics **out, struct hp_error *err)
-{
-    const struct hp_model_info *in = &ev->m->info;
-    if (n < 1)
-        return n == 0 ? HP_OK : hp_fail(err, HP_ERR_ARG, "%d variants", n);
-    bool ablates = false;
-    for (int i = 0; i < n; i++) {
-        out[i] = NULL;
-        const struct hp_mask *mask = masks[i];
-        if (mask && (mask->n_layers != in->n_layers || mask->n_heads != in->n_heads))
-            return hp_fail(err, HP_ERR_ARG, "mask is for %d layers x %d heads but the model has %d x %d",
-                           mask->n_layers, mask->n_heads, in->n_layers, in->n_heads);
-        ablates |= mask && (hp_mask_count_ablated(mask) > 0 || hp_mask_has_mlp(mask));
-        if (mask && ev->patch_one && hp_mask_has_mlp(mask))
-            return hp_fail(err, HP_ERR_ARG, "patching one position at a time is for heads: the variant changes an "
-                           "MLP block (patch MLPs at every position)");
-    }
-    if (ablates) {
-        enum hp_status st = hp_eval_ablation_ready(ev, abl, err);
-        if (st != HP_OK)
-            return st;
-    }
-    /* the variants to run: all but one a gradient pass just measured (a copy) */
-    const struct hp_mask **run = calloc((size_t)n, sizeof *run);
-    struct hp_metrics **run_out = calloc((size_t)n, sizeof *run_out);
-    struct hp_eval_totals *tots = calloc((size_t)n, sizeof *tots);
-    enum hp_status st = run && run_out && tots ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
-    int n_run = 0;
-    for (int i = 0; i < n && st == HP_OK; i++) {
-        if (!(out[i] = hp_eval_metrics_new(ev))) {
-            st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
-        } else if (!ev->plain && !ev->kept_gate && hp_eval_kept_matches(ev, masks[i], abl) &&
-                   (!ev->patch_one || !masks[i] || hp_mask_count_ablated(masks[i]) == 0)) {
-            metrics_copy(out[i], ev->kept); /* the unmasked model's: the same bits (grad.c) */
-        } else {
-            run[n_run] = masks[i];
-            run_out[n_run++] = out[i];
-        }
-    }
-    if (st == HP_OK && n_run > 0 && ev->plain)
-        for (int k = 0; k < n_run && st == HP_OK; k++)
-            st = hp_eval_run_plain(ev, run[k], abl, run_out[k], &tots[k], err);
-    else if (st == HP_OK && n_run > 0)
-        st = hp_eval_reuse_run(ev, run, n_run, abl, run_out, tots, err);
-    for (int k = 0; k < n_run && st == HP_OK; k++)
-        st = hp_eval_metrics_finish(ev, run_out[k], &tots[k], run[k], abl, err);
-    free(run), free(run_out), free(tots);
-    if (st != HP_OK)
-        for (int i = 0; i < n; i++) {
-            hp_metrics_free(out[i]);
-            out[i] = NULL;
-        }
-    return st;
-}
-
 /*
  * Whether abl's replacement at position pos is, to the bit, every head's own output there in every row and layer
  * (resample where each row's corrupt prompt agrees with its prompt up to pos, in a causal model): a patch there is
@@ -109,39 +53,83 @@ static bool patch_is_identity(const struct hp_evaluator *ev, enum hp_ablation ab
     return true;
 }
 
-enum hp_status hp_evaluator_run_many_at(struct hp_evaluator *ev, const struct hp_mask *const *masks, int n,
-                                        enum hp_ablation abl, int pos, struct hp_metrics **out, struct hp_error *err)
+/* Whether mask is one the evaluator takes for this model and data: else why not (err). */
+static enum hp_status check_mask(const struct hp_evaluator *ev, const struct hp_mask *mask, struct hp_error *err)
 {
-    if (pos < 0)
-        return hp_evaluator_run_many(ev, masks, n, abl, out, err);
+    const struct hp_model_info *in = &ev->m->info;
+    if (mask->n_layers != in->n_layers || mask->n_heads != in->n_heads)
+        return hp_fail(err, HP_ERR_ARG, "mask is for %d layers x %d heads but the model has %d x %d",
+                       mask->n_layers, mask->n_heads, in->n_layers, in->n_heads);
+    if (mask->pos >= ev->d->seq_len || mask->pos < -1)
+        return hp_fail(err, HP_ERR_ARG, "%s: position %d is not one of the rows' %d tokens", ev->d->path, mask->pos,
+                       ev->d->seq_len);
+    if (mask->pos >= 0 && hp_mask_has_mlp(mask))
+        return hp_fail(err, HP_ERR_ARG, "patching one position at a time is for heads: the variant changes an "
+                       "MLP block (patch MLPs at every position)");
+    return HP_OK;
+}
+
+enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_mask *const *masks, int n,
+                                     enum hp_ablation abl, struct hp_metrics **out, struct hp_error *err)
+{
+    if (n < 1)
+        return n == 0 ? HP_OK : hp_fail(err, HP_ERR_ARG, "%d variants", n);
+    bool ablates = false, one_position = false, mlps = false;
+    enum hp_status st = HP_OK;
     for (int i = 0; i < n; i++)
         out[i] = NULL;
-    if (pos >= ev->d->seq_len)
-        return hp_fail(err, HP_ERR_ARG, "%s: position %d is past the rows' %d tokens", ev->d->path, pos,
-                       ev->d->seq_len);
-    enum hp_status st = hp_eval_own_ready(ev, err);
-    if (st == HP_OK)
-        st = hp_eval_ablation_ready(ev, abl, err);
+    for (int i = 0; i < n && st == HP_OK; i++) {
+        const struct hp_mask *mask = masks[i];
+        if (mask && (st = check_mask(ev, mask, err)) != HP_OK)
+            break;
+        ablates |= mask && (hp_mask_count_ablated(mask) > 0 || hp_mask_has_mlp(mask));
+        one_position |= mask && mask->pos >= 0;
+        mlps |= hp_mask_has_mlp(mask);
+    }
+    if (st == HP_OK && ablates)
+        st = hp_eval_ablation_ready(ev, abl, mlps, err);
+    if (st == HP_OK && one_position)
+        st = hp_eval_own_ready(ev, err);
     if (st != HP_OK)
         return st;
-    if (n > 0 && patch_is_identity(ev, abl, pos)) { /* every variant is the unmasked model: its pass, once */
-        const struct hp_mask *none = NULL;
-        st = hp_evaluator_run_many(ev, &none, 1, abl, out, err);
-        for (int i = 1; i < n && st == HP_OK; i++)
-            if ((out[i] = hp_eval_metrics_new(ev)))
-                metrics_copy(out[i], out[0]);
-            else
-                st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
-        for (int i = 0; i < n && st != HP_OK; i++) {
+    /* the variants to run: all but one a gradient pass just measured (a copy); a patch at a position where it
+     * is the unmasked model runs as the unmasked model (the same bits) */
+    const struct hp_mask **run = calloc((size_t)n, sizeof *run);
+    struct hp_metrics **run_out = calloc((size_t)n, sizeof *run_out);
+    struct hp_eval_totals *tots = calloc((size_t)n, sizeof *tots);
+    st = run && run_out && tots ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    int n_run = 0, pos_seen = -1;
+    bool identity = false;
+    for (int i = 0; i < n && st == HP_OK; i++) {
+        const struct hp_mask *mask = masks[i];
+        if (mask && mask->pos >= 0 && mask->pos != pos_seen) {
+            pos_seen = mask->pos;
+            identity = patch_is_identity(ev, abl, pos_seen);
+        }
+        if (mask && mask->pos >= 0 && identity)
+            mask = NULL;
+        if (!(out[i] = hp_eval_metrics_new(ev))) {
+            st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
+        } else if (!ev->plain && !ev->kept_gate && hp_eval_kept_matches(ev, mask, abl)) {
+            metrics_copy(out[i], ev->kept); /* the unmasked model's: the same bits (grad.c) */
+        } else {
+            run[n_run] = mask;
+            run_out[n_run++] = out[i];
+        }
+    }
+    if (st == HP_OK && n_run > 0 && ev->plain)
+        for (int k = 0; k < n_run && st == HP_OK; k++)
+            st = hp_eval_run_plain(ev, run[k], abl, run_out[k], &tots[k], err);
+    else if (st == HP_OK && n_run > 0)
+        st = hp_eval_reuse_run(ev, run, n_run, abl, run_out, tots, err);
+    for (int k = 0; k < n_run && st == HP_OK; k++)
+        st = hp_eval_metrics_finish(ev, run_out[k], &tots[k], run[k], abl, err);
+    free(run), free(run_out), free(tots);
+    if (st != HP_OK)
+        for (int i = 0; i < n; i++) {
             hp_metrics_free(out[i]);
             out[i] = NULL;
         }
-        return st;
-    }
-    ev->patch_one = true;
-    ev->patch_pos = pos;
-    st = hp_evaluator_run_many(ev, masks, n, abl, out, err);
-    ev->patch_one = false;
     return st;
 }
 

@@ -683,6 +683,9 @@ static enum hp_status check_pass(const struct hp_evaluator *ev, enum hp_metric m
     if (mask && (mask->n_layers != in->n_layers || mask->n_heads != in->n_heads))
         return hp_fail(err, HP_ERR_ARG, "mask is for %d layers x %d heads but the model has %d x %d", mask->n_layers,
                        mask->n_heads, in->n_layers, in->n_heads);
+    if (mask && mask->pos >= 0)
+        return hp_fail(err, HP_ERR_UNSUPPORTED, "gradients are taken with heads replaced at every position, not at "
+                       "position %d alone", mask->pos);
     if (hp_mask_has_mlp(mask)) {
         char *spec = hp_mask_format(mask);
         enum hp_status r = hp_fail(err, HP_ERR_UNSUPPORTED, "gradients are taken at masks of heads: '%.60s' ablates "
@@ -720,7 +723,7 @@ enum hp_status hp_evaluator_grad_from(struct hp_evaluator *ev, enum hp_metric me
         return hp_fail(err, HP_ERR_ARG, "%s: no token is scored (all labels are -100 or padding)", d->path);
     {
         const double t = hp_now();
-        enum hp_status st = hp_eval_ablation_ready(ev, abl, err);
+        enum hp_status st = hp_eval_ablation_ready(ev, abl, false, err);
         ph.reference += hp_now() - t;
         if (st != HP_OK)
             return st;

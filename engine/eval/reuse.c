@@ -313,8 +313,10 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
     int *first = malloc((size_t)n * sizeof(int)), *order = malloc((size_t)n * sizeof(int));
     const float **gates = malloc((size_t)ru->max_blocks * sizeof *gates),
                 **mlps = malloc((size_t)ru->max_blocks * sizeof *mlps);
-    if (!first || !order || !gates || !mlps) {
-        free(first), free(order), free(gates), free(mlps);
+    const struct hp_mask **blk = malloc((size_t)ru->max_blocks * sizeof *blk);
+    int *pos = malloc((size_t)ru->max_blocks * sizeof *pos);
+    if (!first || !order || !gates || !mlps || !blk || !pos) {
+        free(first), free(order), free(gates), free(mlps), free(blk), free(pos);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
     }
     /* variants by first changed layer, stable: an insertion sort of indices */
@@ -334,8 +336,9 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
                 ev->progress(ev->progress_user, s0, d->n_seqs);
             const int l0 = first[order[g]];
             for (k = 0; g + k < n && k < ru->max_blocks && first[order[g + k]] == l0; k++) {
-                gates[k] = masks[order[g + k]] ? masks[order[g + k]]->gate : NULL;
-                mlps[k] = masks[order[g + k]] ? masks[order[g + k]]->mlp : NULL;
+                blk[k] = masks[order[g + k]];
+                gates[k] = blk[k] ? blk[k]->gate : NULL;
+                mlps[k] = blk[k] ? blk[k]->mlp : NULL;
             }
             if (l0 == L) {
                 /* nothing changed: the unmasked pass's own metrics */
@@ -357,6 +360,7 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
             va.n_blocks = k;
             va.gates = gates;
             va.mlps = mlps;
+            hp_eval_variants_where(ev, &va, blk, k, s0, nb, pos);
             const float *h = hp_fwd_resume(ev->m, ru->fwd, &fi, &va, NULL, &ru->save, l0);
             if (ev->has_cls) {
                 const int C = in->n_labels;
@@ -382,6 +386,6 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
         if (ev->progress)
             ev->progress(ev->progress_user, s0 + nb, d->n_seqs);
     }
-    free(first), free(order), free(gates), free(mlps);
+    free(first), free(order), free(gates), free(mlps), free(blk), free(pos);
     return HP_OK;
 }

@@ -269,8 +269,8 @@ enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct h
             char mark[32] = "";
             if (job->grad_pass)
                 snprintf(mark, sizeof mark, HP_KEY_GRAD_PASS);
-            else if (job->one_position)
-                snprintf(mark, sizeof mark, HP_KEY_POS "%d|", job->position);
+            else if (mask->pos >= 0)
+                snprintf(mark, sizeof mark, HP_KEY_POS "%d|", mask->pos);
             char *marked = malloc(strlen(mask_text) + sizeof mark);
             if (!marked) {
                 free(mask_text);
@@ -302,8 +302,8 @@ enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct h
                 .gate = mask->gate,
                 .model_digest = c->model_digest,
                 .data_digest = c->data_digest,
-                .one_position = job->one_position,
-                .position = job->position,
+                .one_position = mask->pos >= 0,
+                .position = mask->pos >= 0 ? mask->pos : 0,
             };
             masks[i] = mask;
             st = hp_store_lookup(c->store, keys[i], &found[i], &lm[i], err);
@@ -316,9 +316,8 @@ enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct h
         double t = hp_now();
         if (st == HP_OK && n_new > 0 && jobs[w0].grad_pass) /* alone in its window (sweep_iterative.c) */
             st = hp_evaluator_grad_pass_metrics(c->ev, masks[0], c->plan->ablation, &mts[0], err);
-        else if (st == HP_OK && n_new > 0) /* a window's jobs share their position (sweep_patching.c) */
-            st = hp_evaluator_run_many_at(c->ev, masks, nw, c->plan->ablation,
-                                          jobs[w0].one_position ? jobs[w0].position : -1, mts, err);
+        else if (st == HP_OK && n_new > 0) /* each mask says where (its pos: sweep_patching.c's) */
+            st = hp_evaluator_run_many(c->ev, masks, nw, c->plan->ablation, mts, err);
         /* the window's evaluations, counted at once: they finished together. A gradient-ranked curve's point
          * (grad_pass) is an evaluation of the plan's count whose metrics its gradient pass kept: its backward is
          * timed where it ran (sw_gradient_at), and handing the metrics out is not evaluation work to time */

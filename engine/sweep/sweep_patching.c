@@ -3,8 +3,8 @@
  * each selected unit's output replaced alone by the plan's ablation, at
  * every position together (positions: all: the single study's variants, the
  * same content addresses) or at each position of the rows by itself
- * (positions: each: one window of jobs a position, hp_evaluator_run_many_at,
- * each variant's address marked with its position). The rows of a grid must
+ * (positions: each: one window of jobs a position, each mask's pos, each
+ * variant's address marked with its position). The rows of a grid must
  * share one template, so one length (checked before the database is touched);
  * their first row's tokens are recorded (patch_tokens) to label the
  * positions.
@@ -132,8 +132,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
         for (int i = 0; i < n; i++) {
             struct hp_job *j = &jobs[i];
             hp_unit_label(unit, sizeof unit, s->unit, j->layer, j->unit);
-            j->one_position = each;
-            j->position = each ? t : 0;
+            j->mask->pos = each ? t : -1;
             if (each)
                 snprintf(j->label, sizeof j->label, "%s@%d", unit, t);
             else

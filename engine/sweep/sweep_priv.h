@@ -99,8 +99,8 @@ struct sw_proc {
  * Evaluate n jobs (or find them finished) and record them in the sweep, in
  * windows of o->batch (see sweep_jobs.c). ords[i] is job i's place in the
  * sweep; kind: the sweep_jobs kind (NULL: the study's kind name); res (NULL
- * or (n)) receives the metrics. Stops between windows when asked to. The
- * jobs of one call share one position (hp_job's one_position and position).
+ * or (n)) receives the metrics. Stops between windows when asked to. A job's
+ * mask says where its heads are replaced (its pos).
  */
 enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct hp_job *jobs, int n,
                            const char *kind, struct hp_store_metrics *res, struct hp_error *err);
