@@ -895,6 +895,7 @@ struct hp_eval_result {
     bool grad_vanishes;      /* KL or 1 - cos at the unmasked model: 0 there, and so its gradient */
     struct hp_grad_phases ph; /* where the gradient pass spent its time */
     int n_ablated;           /* heads the mask ablates (a pruned checkpoint's absent heads not counted) */
+    int n_mlps;              /* MLP blocks the mask ablates */
     int threads_min, threads_max; /* the threads the evaluation ran with */
     double seconds;          /* the evaluation's time, after the model and data were open */
     bool foreign;            /* the unmasked model's results look like data made for another model

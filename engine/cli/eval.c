@@ -125,8 +125,11 @@ static void print_eval_text(const struct eval_args *a, const struct eval_out *e)
            d->task && d->task->swapped ? " (run on the corrupt prompts, the unmasked model's too: denoise)" : "");
     /* a spec can list every head of a large model: show its start (--json has it whole) */
     int shown = spec && strlen(spec) > 72 ? 60 : spec ? (int)strlen(spec) : 0;
-    printf("ablated   %d of %d heads%s (%s)%s%.*s%s\n", n_abl, n_present, in->n_pruned ? " the checkpoint has" : "",
-           abl_name, spec ? (keep ? ", keep " : ": ") : "", shown, spec ? spec : "",
+    char mlps[48] = "";
+    if (r->n_mlps)
+        snprintf(mlps, sizeof mlps, " and %d of %d MLPs", r->n_mlps, in->n_layers);
+    printf("ablated   %d of %d heads%s%s (%s)%s%.*s%s\n", n_abl, n_present, in->n_pruned ? " the checkpoint has" : "",
+           mlps, abl_name, spec ? (keep ? ", keep " : ": ") : "", shown, spec ? spec : "",
            spec && shown < (int)strlen(spec) ? " ..." : "");
     if (mt->has_loss)
         printf("loss      %.6f nats/token   ppl %.4f   acc %.4f   KL %.6f nats\n", mt->loss, mt->ppl, mt->acc,

@@ -135,6 +135,7 @@ enum hp_status hp_eval(struct hp_model *m, struct hp_data *d, const struct hp_ev
     }
     r->seconds = hp_now() - t0;
     r->n_ablated = mask ? hp_mask_count_ablated(mask) : 0;
+    r->n_mlps = hp_mask_count_mlps(mask);
     r->threads_min = thr.threads_min;
     r->threads_max = thr.threads_max;
     const struct hp_metrics *un = r->base ? r->base : r->mt;
