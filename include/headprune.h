@@ -1284,7 +1284,7 @@ enum hp_status hp_plan_check_grad(const struct hp_plan *p, const struct hp_evalu
  * unit of the layer; a layer of zeros stays zero). raw and score are
  * (n_layers, units) with units = hp_unit_count(info, kv); may alias.
  */
-void hp_importance(const double *seq_grad, int n_seqs, const struct hp_model_info *info, bool kv,
+void hp_importance(const double *seq_grad, int n_seqs, const struct hp_model_info *info, enum hp_unit_kind kv,
                    enum hp_normalize normalize, double *raw, double *score);
 
 /*
@@ -1294,7 +1294,7 @@ void hp_importance(const double *seq_grad, int n_seqs, const struct hp_model_inf
  * order: linear in the heads); of its grad, the derivative at the unit's one
  * gate, shared by a group's heads. out: (n_layers, hp_unit_count(info, kv)).
  */
-void hp_unit_sums(const double *per_head, const struct hp_model_info *info, bool kv, double *out);
+void hp_unit_sums(const double *per_head, const struct hp_model_info *info, enum hp_unit_kind kv, double *out);
 
 /* Append a job (the list takes the mask). HP_ERR_NOMEM on failure (mask freed). */
 enum hp_status hp_joblist_push(struct hp_joblist *jl, const struct hp_job *job);

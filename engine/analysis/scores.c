@@ -13,7 +13,7 @@
 
 #include "headprune.h"
 
-void hp_importance(const double *seq_grad, int n_seqs, const struct hp_model_info *info, bool kv,
+void hp_importance(const double *seq_grad, int n_seqs, const struct hp_model_info *info, enum hp_unit_kind kv,
                    enum hp_normalize normalize, double *raw, double *score)
 {
     const int L = info->n_layers, H = info->n_heads, U = hp_unit_count(info, kv), w = hp_unit_width(info, kv);
@@ -39,7 +39,7 @@ void hp_importance(const double *seq_grad, int n_seqs, const struct hp_model_inf
     }
 }
 
-void hp_unit_sums(const double *per_head, const struct hp_model_info *info, bool kv, double *out)
+void hp_unit_sums(const double *per_head, const struct hp_model_info *info, enum hp_unit_kind kv, double *out)
 {
     const int L = info->n_layers, H = info->n_heads, U = hp_unit_count(info, kv), w = hp_unit_width(info, kv);
     for (int l = 0; l < L; l++)
