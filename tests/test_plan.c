@@ -452,7 +452,7 @@ Test(plan, unknown_keys_with_suggestions)
     load_fails(HEAD "  - single: {layer: [0]}\n", 5, "layer:",
                "unknown key 'layer' in a 'single' study", "(did you mean 'layers'?)");
     load_fails(HEAD "  - iterative: {prune: 10%, retain: true}\n", 5, "retain",
-               "unknown key 'retain'", "(expected name, layers, heads, groups, kv, prune, "
+               "unknown key 'retain'", "(expected name, layers, heads, groups, kv, units, prune, "
                "floor, keep_one_per_layer, rank, normalize, mask, estimator or steps)");
     // an abbreviation of a key is recognised
     load_fails(HEAD "  - iterative: {prune: 10%, keep_one: true}\n", 5, "keep_one",
@@ -595,7 +595,7 @@ Test(plan, duplicates_and_conflicts)
     load_fails(HEAD "  - single: {kv: true, heads: [0], groups: [1]}\n", 5, "groups",
                "'heads' and 'groups' name the same thing", NULL);
     load_fails(HEAD "  - single: {groups: [1]}\n", 5, "groups",
-               "'groups' lists KV groups: add kv: true", NULL);
+               "'groups' lists KV groups: add units: kv", NULL);
     // Options beside the kind rather than under it: the usual indentation slip.
     load_fails(HEAD "  - single:\n    kv: true\n", 6, "kv",
                "'kv' is beside the study kind 'single', not under it",
@@ -784,7 +784,7 @@ Test(plan, expand_errors_point_at_the_value)
                  "study 'pairs': no pairs", NULL);
     struct hp_model_info uneven = tu_info(2, 6, 4);
     expand_fails(HEAD "  - single: {kv: true}\n", &uneven, 5, "true",
-                 "kv: true needs query heads that group evenly", "6 heads and 4 KV heads");
+                 "units: kv needs query heads that group evenly", "6 heads and 4 KV heads");
     // After an inserted baseline and a written one alike, the right study is found.
     expand_fails(HEAD "  - baseline\n  - layer\n  - single: {layers: [4]}\n", &info, 7, "4",
                  "study 'single': layer 4", NULL);

@@ -63,7 +63,7 @@ static enum hp_status pick_scores(struct hq_query *q, const char *kind, const ch
         p->n_all++;
         if (!found && (!want || strcmp(name, want) == 0)) {
             snprintf(p->name, sizeof p->name, "%s", name);
-            p->kv = sqlite3_column_int(st, 1) != 0;
+            p->kv = (enum hp_unit_kind)sqlite3_column_int(st, 1);
             found = true;
         }
     }
@@ -232,7 +232,7 @@ static int by_score_desc(const void *a, const void *b)
 }
 
 /* A unit's first four cells (columns 0-3: study, label, layer, unit) of row, as the score tables lay them out. */
-static void unit_cells(struct tb *b, int row, const char *study, bool kv, int layer, int unit)
+static void unit_cells(struct tb *b, int row, const char *study, enum hp_unit_kind kv, int layer, int unit)
 {
     char label[48];
     hp_unit_label(label, sizeof label, kv, layer, unit);
@@ -278,9 +278,9 @@ enum hp_status hq_importance(struct hq_query *q, const struct hp_query_opts *opt
             "sweep %lld, study %s (%s), normalize %s; importance = E|dL/dgate| (Michel et al.): the absolute "
             "gradient of the %s at the unit's gate%s%s%s%s, per sequence, averaged as the metric weights sequences%s; "
             "raw before normalising%s; most important first",
-            q->sweep, pk.name, pk.kv ? "KV groups" : "query heads", n ? rows[0].normalize : "?",
+            q->sweep, pk.name, pk.kv ? hp_unit_name(pk.kv, true) : "query heads", n ? rows[0].normalize : "?",
             hp_metric_grad_what(hp_metric_grad_of(q->ranked)),
-            pk.kv ? " (a KV group's: its heads' gradients summed)" : "",
+            pk.kv ? " (a unit of several heads: their gradients summed)" : "",
             mask[0] ? " with the heads of the study's mask " : "", mask, mask[0] ? " already removed (left out)" : "",
             n && strcmp(rows[0].normalize, "layer") == 0 ? ", divided by its layer's L2 norm" : "",
             pk.n_all > 1 ? "; other importance studies: choose with --study" : "");
@@ -321,9 +321,10 @@ static enum hp_status attribution_exact(struct hq_query *q, const struct pick *p
     if (r == 0)
         return hp_fail(q->err, HP_ERR_ARG,
                        "%s: sweep %lld%s has no single study over %s to measure attribution study '%s' against "
-                       "(add 'single%s' to the plan and run it again: the estimates are kept)",
-                       q->path, q->sweep, q->newest ? " (the newest)" : "", pk->kv ? "KV groups" : "query heads",
-                       pk->name, pk->kv ? ": {kv: true}" : "");
+                       "(add 'single%s%s%s' to the plan and run it again: the estimates are kept)",
+                       q->path, q->sweep, q->newest ? " (the newest)" : "",
+                       pk->kv ? hp_unit_name(pk->kv, true) : "query heads", pk->name, pk->kv ? ": {units: " : "",
+                       pk->kv ? hp_unit_word(pk->kv) : "", pk->kv ? "}" : "");
     const enum hp_metric gm = hp_metric_grad_of(q->ranked);
     char sql[512];
     snprintf(sql, sizeof sql,
@@ -561,7 +562,7 @@ enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *op
                    "= the largest, rank_diff = rank_est - rank_exact, the most wrongly ranked first; reach = the "
                    "units a screen ranked by the estimate's size evaluates before it holds the exact top k, the "
                    "least such a screen can cost; %s (rows all; ties share their average rank)%s",
-                   q->sweep, ne == 1 ? "y" : "ies", single, pk.kv ? "KV groups" : "query heads", q->ablation, gname,
+                   q->sweep, ne == 1 ? "y" : "ies", single, pk.kv ? hp_unit_name(pk.kv, true) : "query heads", q->ablation, gname,
                    whats, gname, hp_metric_effect_text(gm), each,
                    missing ? "; units without an exact effect are left out" : "");
     for (size_t i = 0; i < ne; i++)

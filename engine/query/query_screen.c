@@ -185,7 +185,7 @@ enum hp_status hq_screen(struct hq_query *q, const struct hp_query_opts *opts, s
         else
             hq_tb_str(&b, r, 12, "walk");
     }
-    const char *unit = p.kv ? "KV groups" : "heads";
+    const char *unit = hp_unit_name(p.kv, true);
     char bound[512];
     const double kth = v.k <= (int)n ? ev[v.k - 1].row->effect : NAN;
     if (v.population == 0)

@@ -149,7 +149,7 @@ static void run_section(const struct report *r, struct hp_text *h)
             hp_text_escape(h, tcell(t, i, tcol(t, "rank")));
             hp_text_add(h, "-ranked");
         }
-        hp_text_printf(h, "</td><td>%s</td><td>", tint(t, i, tcol(t, "kv")) == 1 ? "KV groups" : "heads");
+        hp_text_printf(h, "</td><td>%s</td><td>", hp_unit_name((enum hp_unit_kind)tint(t, i, tcol(t, "kv")), true));
         hp_text_escape(h, tcell(t, i, tcol(t, "jobs")));
         hp_text_add(h, "</td></tr>\n");
     }

@@ -178,7 +178,7 @@ struct hp_store_score {
 struct hp_store_scores {
     int64_t sweep_id;
     const char *study, *kind;
-    bool kv;
+    int kv; /* enum hp_unit_kind */
     int step;
     const char *normalize; /* importance, iterative: layer | none; else NULL */
     const char *estimator; /* attribution: hp_estimator_name's; else NULL */
@@ -197,7 +197,7 @@ enum hp_status hp_store_put_scores(struct hp_store *s, const struct hp_store_sco
 struct hp_store_screen {
     int64_t sweep_id;
     const char *study;
-    bool kv;
+    int kv; /* enum hp_unit_kind */
     int units, k;
     const char *estimator;
     int evaluated, audits, population, audited, missed_max;
