@@ -820,6 +820,22 @@ enum hp_status hp_evaluator_grad_seq(struct hp_evaluator *ev, enum hp_metric met
  * time (ig-layer: the gates below the layer the same for every pass) so cost
  * about half of whole passes.
  */
+/*
+ * The gradient pass of hp_evaluator_grad_from with the MLP blocks' gates beside the heads': each output NULL or
+ * filled, grad, atp, seq_grad as there; mlp_grad (n_layers) d(metric)/dg of each MLP's gate (the block's output
+ * o into the residual stream joins as g o + (1 - g) r, r its replacement under the ablation), mlp_atp
+ * (n_layers) <dmetric/dctx, r - ctx> with ctx what joined (each MLP's first-order estimate of its effect
+ * ablated alone; 0 for one already at 0), mlp_seq_grad (n_seqs, n_layers) mlp_grad's shares by sequence.
+ * The mask may ablate MLPs (not at one position).
+ */
+struct hp_grad_out {
+    double *grad, *atp, *seq_grad;
+    double *mlp_grad, *mlp_atp, *mlp_seq_grad;
+};
+enum hp_status hp_evaluator_grad_units(struct hp_evaluator *ev, enum hp_metric metric, const struct hp_mask *mask,
+                                       enum hp_ablation abl, int from, const struct hp_grad_out *out, double *value,
+                                       struct hp_error *err);
+
 enum hp_status hp_evaluator_grad_from(struct hp_evaluator *ev, enum hp_metric metric, const struct hp_mask *mask,
                                       enum hp_ablation ablation, int from, double *grad, double *atp,
                                       double *seq_grad, double *value, struct hp_error *err);
@@ -890,6 +906,7 @@ struct hp_eval_result {
     struct hp_metrics *base; /* the unmasked model beside it; NULL when the mask changes nothing */
     double *grad, *atp;      /* with grad: (n_layers, n_heads) d(metric)/dgate and each head's first-order
                               * estimate of its effect ablated alone (larger = worse); else NULL */
+    double *mlp_grad, *mlp_atp; /* with grad: the same of each MLP block's gate, (n_layers); else NULL */
     enum hp_metric grad_metric;
     const char *grad_what;   /* what grad differentiates, in words ("loss", "-logit_diff", "1 - cos") */
     bool grad_vanishes;      /* KL or 1 - cos at the unmasked model: 0 there, and so its gradient */
@@ -1282,7 +1299,9 @@ enum hp_status hp_plan_check_grad(const struct hp_plan *p, const struct hp_evalu
  * |dL_s/dξ| weighted as the loss weights them. score: raw, or with
  * HP_NORMALIZE_LAYER raw divided by the L2 norm of its layer's raw (every
  * unit of the layer; a layer of zeros stays zero). raw and score are
- * (n_layers, units) with units = hp_unit_count(info, kv); may alias.
+ * (n_layers, units) with units = hp_unit_count(info, kv); may alias. For MLP
+ * units (HP_UNIT_MLP) seq_grad is the MLPs' own (n_seqs, n_layers):
+ * hp_evaluator_grad_units' mlp_seq_grad.
  */
 void hp_importance(const double *seq_grad, int n_seqs, const struct hp_model_info *info, enum hp_unit_kind kv,
                    enum hp_normalize normalize, double *raw, double *score);
@@ -1293,6 +1312,7 @@ void hp_importance(const double *seq_grad, int n_seqs, const struct hp_model_inf
  * attribution (AtP) estimate of each unit's single ablation effect (first
  * order: linear in the heads); of its grad, the derivative at the unit's one
  * gate, shared by a group's heads. out: (n_layers, hp_unit_count(info, kv)).
+ * For MLP units per_head is the MLPs' own (n_layers): mlp_grad or mlp_atp.
  */
 void hp_unit_sums(const double *per_head, const struct hp_model_info *info, enum hp_unit_kind kv, double *out);
 

@@ -185,8 +185,8 @@ Test(mlp, mask_text_and_counts)
     cr_assert_eq(hp_unit_count(&in, HP_UNIT_MLP), 1);
 }
 
-/* What MLPs are not (yet) for is refused in one line naming the unit: a pruned checkpoint, a gradient at a mask
- * that changes an MLP, an MLP patched at one position. */
+/* What MLPs are not for is refused in one line: a pruned checkpoint without one (naming it), an MLP patched at one
+ * position (and a gradient at one position). */
 Test(mlp, what_an_mlp_is_not_for_is_refused_in_one_line)
 {
     char dir[1024], data[1200];
@@ -214,8 +214,10 @@ Test(mlp, what_an_mlp_is_not_for_is_refused_in_one_line)
 
     const int HH = hp_model_get_info(m)->n_layers * hp_model_get_info(m)->n_heads;
     double *g = calloc((size_t)HH, sizeof *g);
+    mask->pos = 2;
     cr_assert_eq(hp_evaluator_grad(ev, HP_METRIC_LOSS, mask, HP_ABLATE_ZERO, g, NULL, NULL, &err), HP_ERR_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "mlp:1") && !strchr(err.msg, '\n'), "%s", err.msg);
+    cr_assert(strstr(err.msg, "position 2") && !strchr(err.msg, '\n'), "%s", err.msg);
+    mask->pos = -1;
     free(g);
 
     struct hp_metrics *mt;

@@ -1511,8 +1511,8 @@ Test(sweep, mlp_units_a_study_cannot_take_are_refused_in_one_line)
     static const struct {
         const char *study, *words;
     } cases[] = {
-        {"  - importance: {units: mlp}\n", "units: mlp is for studies that evaluate masks"},
-        {"  - pairs: {units: mlp}\n", "units: mlp is for studies that evaluate masks"},
+        {"  - iterative: {units: mlp}\n", "units: mlp is for single, random, importance, attribution studies"},
+        {"  - pairs: {units: mlp}\n", "not a 'pairs' study"},
         {"  - single: {units: mlp, heads: [0]}\n", "narrow by 'layers'"},
         {"  - single: {units: mlp, kv: true}\n", "give one of them"},
         {"  - single: {units: mlps}\n", "'units' must be heads, kv or mlp, not 'mlps' (did you mean 'mlp'?)"},

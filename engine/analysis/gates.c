@@ -209,19 +209,24 @@ char *hp_gates_mask_text(const struct hp_mask *m)
     bool frac = false;
     for (size_t i = 0; i < n && !frac; i++)
         frac = m->gate[i] != 0.0f && m->gate[i] != 1.0f;
+    for (int l = 0; l < m->n_layers && !frac; l++)
+        frac = m->mlp[l] != 0.0f && m->mlp[l] != 1.0f;
     if (!frac)
         return hp_mask_format(m);
-    /* "L.H=g": at most 2 x 11 digits, '.', '=', 15 characters of %.9g and ',' */
-    char *buf = malloc(6 + n * 40 + 1);
+    /* "L.H=g" (then "mlp:L=g"): at most 2 x 11 digits, '.', '=', 15 characters of %.9g and ',' */
+    char *buf = malloc(6 + (n + (size_t)m->n_layers) * 40 + 1);
     if (!buf)
         return NULL;
     size_t o = (size_t)sprintf(buf, "%s", HP_KEY_GATES);
-    for (int l = 0; l < m->n_layers; l++)
+    for (int l = 0; l < m->n_layers; l++) {
         for (int h = 0; h < m->n_heads; h++) {
             const float g = m->gate[(size_t)l * m->n_heads + h];
             if (g != 1.0f)
                 o += (size_t)sprintf(buf + o, "%s%d.%d=%.9g", o > 6 ? "," : "", l, h, (double)g);
         }
+        if (m->mlp[l] != 1.0f)
+            o += (size_t)sprintf(buf + o, "%smlp:%d=%.9g", o > 6 ? "," : "", l, (double)m->mlp[l]);
+    }
     return buf;
 }
 

@@ -16,7 +16,10 @@
 void hp_importance(const double *seq_grad, int n_seqs, const struct hp_model_info *info, enum hp_unit_kind kv,
                    enum hp_normalize normalize, double *raw, double *score)
 {
-    const int L = info->n_layers, H = info->n_heads, U = hp_unit_count(info, kv), w = hp_unit_width(info, kv);
+    /* an MLP's gradient is its own gate's: (n_seqs, n_layers) */
+    const bool mlp = kv == HP_UNIT_MLP;
+    const int L = info->n_layers, H = mlp ? 1 : info->n_heads, U = hp_unit_count(info, kv),
+              w = mlp ? 1 : hp_unit_width(info, kv);
     for (int l = 0; l < L; l++) {
         for (int u = 0; u < U; u++) {
             /* |.| of the unit's gradient per sequence: a group's heads share one gate, so their shares add first */
@@ -41,7 +44,9 @@ void hp_importance(const double *seq_grad, int n_seqs, const struct hp_model_inf
 
 void hp_unit_sums(const double *per_head, const struct hp_model_info *info, enum hp_unit_kind kv, double *out)
 {
-    const int L = info->n_layers, H = info->n_heads, U = hp_unit_count(info, kv), w = hp_unit_width(info, kv);
+    const bool mlp = kv == HP_UNIT_MLP; /* per_head is then per MLP: (n_layers) */
+    const int L = info->n_layers, H = mlp ? 1 : info->n_heads, U = hp_unit_count(info, kv),
+              w = mlp ? 1 : hp_unit_width(info, kv);
     for (int l = 0; l < L; l++)
         for (int u = 0; u < U; u++) {
             double e = 0;

@@ -150,8 +150,14 @@ static void print_eval_text(const struct eval_args *a, const struct eval_out *e)
                base->loss, base->ppl, base->acc, mt->loss - base->loss, mt->ppl - base->ppl, mt->acc - base->acc);
     if (base && mt->has_cos)
         printf("unmasked  cosine %.6f; change %+.6f\n", base->cos, mt->cos - base->cos);
-    if (want_grad)
+    if (want_grad) {
         print_atp(in, grad, atp, abl_name, grad_what);
+        printf("  MLPs:  ");
+        for (int l = 0; l < in->n_layers && l < TOP_ATP; l++)
+            printf(" mlp:%d atp %+.6f grad %+.6f%s", l, r->mlp_atp[l], r->mlp_grad[l],
+                   l + 1 < in->n_layers && l + 1 < TOP_ATP ? ";" : in->n_layers > TOP_ATP ? "; ... (--json)" : "");
+        printf("\n");
+    }
     if (want_grad && grad_vanishes)
         printf("note      %s is 0 and minimal at the unmasked model, so its gradient there is 0 for every "
                "head: take it under a mask or fractional gates, or use --grad-metric loss%s\n",

@@ -46,6 +46,7 @@ struct hp_bwd {
     float *tmp;  /* (N, d_model) a block's output */
     float *dx;   /* (N, d_model) gradient at the residual stream */
     float *dh;   /* (N, d_model) gradient at a block's input */
+    float *mo;   /* (N, d_model) the MLP block's output into the residual stream, then its scaled gradient */
     float *ctx;  /* (N, n_heads * d_head) what the output projection reads, then its gradient */
     float *dq;   /* (N, n_heads * d_head) */
     float *dk, *dv; /* (N, n_kv_heads * d_head) */
@@ -97,7 +98,7 @@ struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_by
     size_t n_x = t * d, n_q = t * qd, n_kv = t * kvd, n_att = (size_t)nth * 2 * T * T, n_ff = t * f,
            n_rope = (size_t)T * in->d_head * (m->rope_local.theta > 0 ? 2 : 1);
     const size_t n_act = hp_bwd_layer_bytes(m, T, B) / sizeof(float); /* one layer's */
-    size_t total = n_act + 5 * n_x + 2 * n_q + 2 * n_kv + n_ff + n_att + n_rope;
+    size_t total = n_act + 6 * n_x + 2 * n_q + 2 * n_kv + n_ff + n_att + n_rope;
     struct hp_bwd *w = calloc(1, sizeof *w);
     if (!w)
         return NULL;
@@ -115,6 +116,7 @@ struct hp_bwd *hp_bwd_new(const struct hp_model *m, int T, int B, size_t keep_by
     w->tmp = p, p += n_x;
     w->dx = p, p += n_x;
     w->dh = p, p += n_x;
+    w->mo = p, p += n_x;
     w->ctx = p, p += n_q;
     w->dq = p, p += n_q;
     w->dk = p, p += n_kv;
@@ -188,7 +190,13 @@ struct pass {
     const struct hp_fwd_variants *var;
     const float *gate; /* NULL or (n_layers, n_heads) */
     bool replaced;     /* a head at 0 outputs its replacement (var->rep), not zero */
+    const float *mlp;  /* NULL or (n_layers): the MLP blocks' gates */
 };
+
+static float mlp_gate_at(const struct pass *a, int l)
+{
+    return a->mlp ? a->mlp[l] : 1.0f;
+}
 
 static float gate_at(const struct pass *a, int l, int h, int H)
 {
@@ -541,6 +549,71 @@ static void mlp_out(const struct hp_model *m, struct hp_bwd *w, int N, int l, fl
     hp_fwd_linear(w->mb, out, w->f, N, m->info.d_ff, m->info.d_model, L->w_down, L->b_down);
 }
 
+// --- the MLP block's gate ----------------------------------------------------------
+
+/* Whether the pass wants the MLP gates' gradients. */
+static bool wants_mlp(const struct hp_bwd_grads *gr)
+{
+    return gr->mlp_gate || gr->mlp_atp || gr->mlp_gate_seq;
+}
+
+/* Layer l's MLP replacement at row r (NULL: zero), the forward's rule. */
+static const float *mlp_rep_at(const struct pass *a, int l, int r)
+{
+    return a->var && a->var->mlp_rep.buf ? hp_replacement_at(&a->var->mlp_rep, l, 0, 0, r) : NULL;
+}
+
+/* What joins the residual stream from layer l's MLP output o (N, d) under its gate, into dst: the forward's
+ * mlp_block, the same operations. */
+static void mlp_mixed(const struct pass *a, int l, const float *o, float *dst, int N, int d)
+{
+    const float g = mlp_gate_at(a, l);
+    for (int r = 0; r < N; r++) {
+        const float *x = o + (size_t)r * d, *rr = mlp_rep_at(a, l, r);
+        float *y = dst + (size_t)r * d;
+        for (int i = 0; i < d; i++)
+            y[i] = g == 1.0f ? x[i] : g == 0.0f ? (rr ? rr[i] : 0.0f) : g * x[i] + (rr ? (1.0f - g) * rr[i] : 0.0f);
+    }
+}
+
+/* Layer l's MLP gate's share of gr from dy (N, d), the gradient where its gated output joins the stream, and o
+ * (N, d), its output before the gate (backward.h's struct hp_bwd_grads). */
+static void mlp_gate_grads(const struct hp_model *m, const struct pass *a, int l, const float *dy, const float *o,
+                           const struct hp_bwd_grads *gr)
+{
+    const int T = a->in->T, N = T * a->in->n_seqs, d = m->info.d_model, L = m->info.n_layers;
+    const float g = mlp_gate_at(a, l);
+    double sum = 0, atp = 0;
+    for (int r = 0; r < N; r++) {
+        const float *y = dy + (size_t)r * d, *x = o + (size_t)r * d, *rr = mlp_rep_at(a, l, r);
+        double dg = 0, da = 0;
+        for (int i = 0; i < d; i++) {
+            const float ri = rr ? rr[i] : 0.0f,
+                        ctx = g == 1.0f ? x[i] : g == 0.0f ? ri : g * x[i] + (rr ? (1.0f - g) * ri : 0.0f);
+            dg += (double)y[i] * ((double)x[i] - (double)ri);
+            da += (double)y[i] * ((double)ri - (double)ctx);
+        }
+        sum += dg;
+        atp += da;
+        if (gr->mlp_gate_seq)
+            gr->mlp_gate_seq[(size_t)(r / T) * L + l] += dg;
+    }
+    if (gr->mlp_gate)
+        gr->mlp_gate[l] += sum;
+    if (gr->mlp_atp)
+        gr->mlp_atp[l] += atp;
+}
+
+/* dy (N, d), the gradient at what joins the stream, as the MLP's own share: g dy (into w->mo), dy at g = 1. */
+static const float *mlp_share(struct hp_bwd *w, const float *dy, size_t n, float g)
+{
+    if (g == 1.0f)
+        return dy;
+    for (size_t i = 0; i < n; i++)
+        w->mo[i] = g * dy[i];
+    return w->mo;
+}
+
 /* The gradient at a block's output given w->dx, the gradient after the norm that follows it (wt; its input y):
  * w->dx itself without one, else that norm's reverse, in w->tmp. */
 static const float *post_backward(const struct hp_model *m, struct hp_bwd *w, int N, const float *wt, const float *y)
@@ -564,6 +637,7 @@ static void parallel_backward(const struct hp_model *m, struct hp_bwd *w, const 
     const int N = a->in->T * a->in->n_seqs;
     const size_t n = (size_t)N * m->info.d_model;
     hp_fwd_norm(m, w->h1, x, N, L->ln1_w, L->ln1_b);
+    const float g = mlp_gate_at(a, l);
     if (w->keep[l]) {
         dead_heads_again(m, w, a, l, hs, w->h1);
     } else {
@@ -571,13 +645,24 @@ static void parallel_backward(const struct hp_model *m, struct hp_bwd *w, const 
         hp_fwd_norm(m, w->h2, x, N, L->ln2_w, L->ln2_b);
         mlp_again(m, w, w->h2, N, l);
     }
-    mlp_backward(m, w, w->dx, N, l);
-    /* the MLP's share of the gradient at x, in h2 (its input is no longer read) */
-    memset(w->h2, 0, n * sizeof(float));
-    norm_backward(m, w->h2, w->dh, x, N, L->ln2_w, L->ln2_b);
+    if (w->keep[l] && g == 0.0f) { /* the forward may have skipped an MLP at 0: its output, for its gate */
+        hp_fwd_norm(m, w->h2, x, N, L->ln2_w, L->ln2_b);
+        mlp_again(m, w, w->h2, N, l);
+    }
+    if (wants_mlp(gr)) {
+        mlp_out(m, w, N, l, w->mo);
+        mlp_gate_grads(m, a, l, w->dx, w->mo, gr);
+    }
+    if (g != 0.0f) { /* an MLP at 0 passes nothing back */
+        mlp_backward(m, w, mlp_share(w, w->dx, n, g), N, l);
+        /* the MLP's share of the gradient at x, in h2 (its input is no longer read) */
+        memset(w->h2, 0, n * sizeof(float));
+        norm_backward(m, w->h2, w->dh, x, N, L->ln2_w, L->ln2_b);
+    }
     attention_backward(m, w, a, l, hs, w->dx, gr, l > 0);
     if (l > 0) {
-        hp_op_add_into(w->dx, w->h2, n);
+        if (g != 0.0f)
+            hp_op_add_into(w->dx, w->h2, n);
         norm_backward(m, w->dx, w->dh, x, N, L->ln1_w, L->ln1_b);
     }
 }
@@ -610,15 +695,21 @@ static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const str
             hp_op_add_into(w->act.xmid, w->tmp, n);
         }
         hp_op_layer_norm(w->h2, w->act.xmid, N, d, L->ln1_w, L->ln1_b, m->norm_eps);
-        if (!kept)
+        const float g = mlp_gate_at(a, l);
+        if (!kept || g == 0.0f) /* an MLP at 0 the forward may have skipped: its output, for its gate */
             mlp_again(m, w, w->h2, N, l);
-        mlp_out(m, w, N, l, w->h1);
+        mlp_out(m, w, N, l, w->mo);
+        mlp_mixed(a, l, w->mo, w->h1, N, d); /* h1 = h2 + what joined, as the forward summed it */
         hp_op_add_into(w->h1, w->h2, n);
         /* back: through LN2, the MLP and its residual, LN1, attention and its residual */
         memset(w->tmp, 0, n * sizeof(float));
         hp_op_layer_norm_backward(w->tmp, w->dx, w->h1, N, d, L->ln2_w, m->norm_eps);
-        mlp_backward(m, w, w->tmp, N, l);
-        hp_op_add_into(w->tmp, w->dh, n);
+        if (wants_mlp(gr))
+            mlp_gate_grads(m, a, l, w->tmp, w->mo, gr);
+        if (g != 0.0f) {
+            mlp_backward(m, w, mlp_share(w, w->tmp, n, g), N, l);
+            hp_op_add_into(w->tmp, w->dh, n);
+        }
         memset(w->dx, 0, n * sizeof(float));
         hp_op_layer_norm_backward(w->dx, w->tmp, w->act.xmid, N, d, L->ln1_w, m->norm_eps);
         attention_backward(m, w, a, l, &hs, w->dx, gr, l > 0);
@@ -657,11 +748,31 @@ static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const str
         if (L->pn2_w) /* the MLP's output, which its norm's reverse reads */
             mlp_out(m, w, N, l, w->act.mo);
     }
-    mlp_backward(m, w, post_backward(m, w, N, L->pn2_w, w->act.mo), N, l);
-    if (L->ln2_w)
-        norm_backward(m, w->dx, w->dh, w->act.xmid, N, L->ln2_w, L->ln2_b);
-    else
-        hp_op_add_into(w->dx, w->dh, n);
+    const float g = mlp_gate_at(a, l);
+    if (kept && g == 0.0f) { /* the forward may have skipped an MLP at 0: its output, for its gate */
+        const float *h2 = w->act.xmid;
+        if (L->ln2_w) {
+            hp_fwd_norm(m, w->h2, w->act.xmid, N, L->ln2_w, L->ln2_b);
+            h2 = w->h2;
+        }
+        mlp_again(m, w, h2, N, l);
+    }
+    if (wants_mlp(gr)) { /* its output into the stream: through its post-block norm, when it has one */
+        if (L->pn2_w) {
+            mlp_out(m, w, N, l, w->act.mo);
+            hp_fwd_norm(m, w->mo, w->act.mo, N, L->pn2_w, NULL);
+        } else {
+            mlp_out(m, w, N, l, w->mo);
+        }
+        mlp_gate_grads(m, a, l, w->dx, w->mo, gr);
+    }
+    if (g != 0.0f) { /* an MLP at 0 passes nothing back */
+        mlp_backward(m, w, mlp_share(w, post_backward(m, w, N, L->pn2_w, w->act.mo), n, g), N, l);
+        if (L->ln2_w)
+            norm_backward(m, w->dx, w->dh, w->act.xmid, N, L->ln2_w, L->ln2_b);
+        else
+            hp_op_add_into(w->dx, w->dh, n);
+    }
     attention_backward(m, w, a, l, &hs, post_backward(m, w, N, L->pn1_w, w->act.ao), gr, l > 0);
     if (l > 0 && L->ln1_w)
         norm_backward(m, w->dx, w->dh, x, N, L->ln1_w, L->ln1_b);
@@ -743,6 +854,7 @@ void hp_bwd_run(const struct hp_model *m, struct hp_bwd *w, const struct hp_fwd_
         .var = var,
         .gate = var && var->gates ? var->gates[0] : NULL,
         .replaced = var && hp_replacement_reads(&var->rep),
+        .mlp = var && var->mlps ? var->mlps[0] : NULL,
     };
     finish_backward(m, w, &pa, resid + (size_t)mi->n_layers * N * d, dhead);
     for (int l = mi->n_layers - 1; l >= g->from; l--)

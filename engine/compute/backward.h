@@ -60,6 +60,16 @@ struct hp_bwd_grads {
     double *atp;
     double *gate_seq;
     int from;
+    /*
+     * The MLP blocks' gates (hp_fwd_variants.mlps), each NULL or added to: with o_l layer l's MLP output into
+     * the residual stream before its gate g_l, r_l its replacement and dy_l the loss's gradient where
+     * g_l o_l + (1 - g_l) r_l joins the stream, mlp_gate (n_layers) <dy_l, o_l - r_l>; mlp_atp (n_layers)
+     * <dy_l, r_l - ctx_l> with ctx_l what joined (0 for an MLP at 0); mlp_gate_seq (n_seqs of the pass,
+     * n_layers) mlp_gate's sums split by sequence. An MLP at gate 0 passes no gradient to its input.
+     */
+    double *mlp_gate;
+    double *mlp_atp;
+    double *mlp_gate_seq;
 };
 
 /*

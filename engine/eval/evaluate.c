@@ -24,6 +24,8 @@ void hp_eval_result_free(struct hp_eval_result *r)
     hp_metrics_free(r->base);
     free(r->grad);
     free(r->atp);
+    free(r->mlp_grad);
+    free(r->mlp_atp);
     free(r);
 }
 
@@ -111,12 +113,14 @@ enum hp_status hp_eval(struct hp_model *m, struct hp_data *d, const struct hp_ev
         double grad_value = 0;
         r->grad = malloc(HH * sizeof *r->grad);
         r->atp = malloc(HH * sizeof *r->atp);
-        if (!r->grad || !r->atp) {
+        r->mlp_grad = malloc((size_t)in->n_layers * sizeof *r->mlp_grad);
+        r->mlp_atp = malloc((size_t)in->n_layers * sizeof *r->mlp_atp);
+        if (!r->grad || !r->atp || !r->mlp_grad || !r->mlp_atp) {
             st = hp_fail(err, HP_ERR_NOMEM, "eval: out of memory");
             goto out;
         }
-        if ((st = hp_evaluator_grad(ev, r->grad_metric, mask, o->ablation, r->grad, r->atp, &grad_value, err)) !=
-            HP_OK)
+        const struct hp_grad_out go = {.grad = r->grad, .atp = r->atp, .mlp_grad = r->mlp_grad, .mlp_atp = r->mlp_atp};
+        if ((st = hp_evaluator_grad_units(ev, r->grad_metric, mask, o->ablation, 0, &go, &grad_value, err)) != HP_OK)
             goto out;
         hp_evaluator_grad_phases(ev, &r->ph);
     }

@@ -686,13 +686,6 @@ static enum hp_status check_pass(const struct hp_evaluator *ev, enum hp_metric m
     if (mask && mask->pos >= 0)
         return hp_fail(err, HP_ERR_UNSUPPORTED, "gradients are taken with heads replaced at every position, not at "
                        "position %d alone", mask->pos);
-    if (hp_mask_has_mlp(mask)) {
-        char *spec = hp_mask_format(mask);
-        enum hp_status r = hp_fail(err, HP_ERR_UNSUPPORTED, "gradients are taken at masks of heads: '%.60s' ablates "
-                                   "an MLP block (evaluate it without --grad)", spec ? spec : "?");
-        free(spec);
-        return r;
-    }
     if (from < 0 || from >= in->n_layers)
         return hp_fail(err, HP_ERR_ARG, "gradients from layer %d: the model's layers are 0 to %d", from,
                        in->n_layers - 1);
@@ -706,6 +699,15 @@ enum hp_status hp_evaluator_grad_from(struct hp_evaluator *ev, enum hp_metric me
                                       enum hp_ablation abl, int from, double *grad, double *atp, double *seq_grad,
                                       double *value, struct hp_error *err)
 {
+    const struct hp_grad_out out = {.grad = grad, .atp = atp, .seq_grad = seq_grad};
+    return hp_evaluator_grad_units(ev, metric, mask, abl, from, &out, value, err);
+}
+
+enum hp_status hp_evaluator_grad_units(struct hp_evaluator *ev, enum hp_metric metric, const struct hp_mask *mask,
+                                       enum hp_ablation abl, int from, const struct hp_grad_out *out, double *value,
+                                       struct hp_error *err)
+{
+    double *const grad = out->grad, *const atp = out->atp, *const seq_grad = out->seq_grad;
     const struct hp_model_info *in = &ev->m->info;
     const struct hp_data *d = ev->d;
     struct hp_grad_state *gs = hp_grad_state_get(ev);
@@ -723,7 +725,7 @@ enum hp_status hp_evaluator_grad_from(struct hp_evaluator *ev, enum hp_metric me
         return hp_fail(err, HP_ERR_ARG, "%s: no token is scored (all labels are -100 or padding)", d->path);
     {
         const double t = hp_now();
-        enum hp_status st = hp_eval_ablation_ready(ev, abl, false, err);
+        enum hp_status st = hp_eval_ablation_ready(ev, abl, hp_mask_has_mlp(mask), err);
         ph.reference += hp_now() - t;
         if (st != HP_OK)
             return st;
@@ -758,7 +760,9 @@ enum hp_status hp_evaluator_grad_from(struct hp_evaluator *ev, enum hp_metric me
      * baseline is the same whether this pass or its own measured it; a variant's equal its own pass only
      * within float rounding, and are kept only when asked (hp_evaluator_keep_grad_metrics), for
      * hp_evaluator_grad_pass_metrics alone */
-    if (!ev->plain && (!hg.masked || (ev->keep_grad_metrics && (vs_unmasked || have_ref))))
+    /* (a variant that changes an MLP is not kept: the kept gates are the heads') */
+    const bool mlps = hp_mask_has_mlp(mask);
+    if (!ev->plain && !mlps && (!hg.masked || (ev->keep_grad_metrics && (vs_unmasked || have_ref))))
         hg.mt = hp_eval_metrics_new(ev); /* NULL (out of memory): the metrics are simply not kept */
     hg.ref = vs_unmasked || (hg.mt && hg.masked);
     for (int i = 0; i < HH; i++) {
@@ -768,11 +772,20 @@ enum hp_status hp_evaluator_grad_from(struct hp_evaluator *ev, enum hp_metric me
     }
     if (seq_grad)
         memset(seq_grad, 0, (size_t)d->n_seqs * HH * sizeof *seq_grad);
-    const float *gate = mask ? mask->gate : NULL;
+    for (int l = 0; l < L; l++) {
+        if (out->mlp_grad)
+            out->mlp_grad[l] = 0;
+        if (out->mlp_atp)
+            out->mlp_atp[l] = 0;
+    }
+    if (out->mlp_seq_grad)
+        memset(out->mlp_seq_grad, 0, (size_t)d->n_seqs * L * sizeof *out->mlp_seq_grad);
+    const float *gate = mask ? mask->gate : NULL, *mlp_gates = mask ? mask->mlp : NULL;
     /* the forward starts at the prefix's deepest layer that agrees (at most from); below start, the rows this
-     * pass makes up to from replace the prefix's, which holds only what agrees meanwhile */
-    const int start = prefix_start(ev, gs, gate, abl, from);
-    const bool refill = gs->pre && start < from;
+     * pass makes up to from replace the prefix's, which holds only what agrees meanwhile. The prefix is of
+     * head gates: a pass that changes an MLP neither reads nor writes it */
+    const int start = mlps ? 0 : prefix_start(ev, gs, gate, abl, from);
+    const bool refill = gs->pre && start < from && !mlps;
     if (refill)
         gs->pre_n = start;
     double sum = 0;
@@ -782,6 +795,7 @@ enum hp_status hp_evaluator_grad_from(struct hp_evaluator *ev, enum hp_metric me
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
         struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb);
         va.gates = &gate;
+        va.mlps = &mlp_gates;
         struct hp_fwd_taps tp = {.resid = resid, .keep = hp_bwd_keep(bw), .from = start};
         const size_t chunk_rows = (size_t)nb * T * in->d_model; /* a layer's rows of resid for this chunk */
         if (start > 0)
@@ -802,7 +816,13 @@ enum hp_status hp_evaluator_grad_from(struct hp_evaluator *ev, enum hp_metric me
         sum += objective_backward(ev, &hg, h, s0, nb, (double)n_items);
         const double t2 = hp_now();
         /* the chunk's sequences' shares go straight to their rows of seq_grad */
-        const struct hp_bwd_grads g = {grad, atp, seq_grad ? seq_grad + (size_t)s0 * HH : NULL, from};
+        const struct hp_bwd_grads g = {.gate = grad,
+                                       .atp = atp,
+                                       .gate_seq = seq_grad ? seq_grad + (size_t)s0 * HH : NULL,
+                                       .from = from,
+                                       .mlp_gate = out->mlp_grad,
+                                       .mlp_atp = out->mlp_atp,
+                                       .mlp_gate_seq = out->mlp_seq_grad ? out->mlp_seq_grad + (size_t)s0 * L : NULL};
         hp_bwd_run(ev->m, bw, &fi, &va, resid, hg.dh, &g);
         ph.forward += t1 - t0;
         ph.head += t2 - t1;
@@ -816,6 +836,10 @@ enum hp_status hp_evaluator_grad_from(struct hp_evaluator *ev, enum hp_metric me
         finite = isfinite(grad[i]) && (!atp || isfinite(atp[i]));
     for (size_t i = 0; seq_grad && finite && i < (size_t)d->n_seqs * HH; i++)
         finite = isfinite(seq_grad[i]);
+    for (int l = 0; l < L && finite; l++)
+        finite = (!out->mlp_grad || isfinite(out->mlp_grad[l])) && (!out->mlp_atp || isfinite(out->mlp_atp[l]));
+    for (size_t i = 0; out->mlp_seq_grad && finite && i < (size_t)d->n_seqs * L; i++)
+        finite = isfinite(out->mlp_seq_grad[i]);
     if (!finite)
         st = hp_fail(err, HP_ERR_FORMAT,
                      "%s: the %s (%g) or its gradient is not finite on %s (check the weights and config.json); "

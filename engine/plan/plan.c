@@ -675,10 +675,23 @@ static enum hp_status check_study(const struct hp_loader *ld, const yaml_node_t 
     if (s->unit == HP_UNIT_MLP && seen->g[G_HEADS])
         return hp_ld_fail(ld, seen->g[G_HEADS], "a layer has one MLP: with units: mlp, narrow by 'layers' "
                           "(not 'heads')");
-    if (s->unit == HP_UNIT_MLP && !r->mlp_units)
-        return hp_ld_fail(ld, seen->g[G_UNITS], "units: mlp is for studies that evaluate masks (single, only "
-                          "and random), not %s '%s' study (its gradients and positions are the heads')",
-                          article(kind), kind);
+    if (s->unit == HP_UNIT_MLP && !r->mlp_units) {
+        char who[160] = "";
+        size_t len = 0;
+        for (int k = 0, n = 0; k < HP_STUDY_COUNT && len < sizeof who; k++)
+            if (hp_study_row((enum hp_study_kind)k)->mlp_units)
+                len += (size_t)snprintf(who + len, sizeof who - len, "%s%s", n++ ? ", " : "",
+                                        hp_study_row((enum hp_study_kind)k)->name);
+        return hp_ld_fail(ld, seen->g[G_UNITS], "units: mlp is for %s studies, not %s '%s' study (it works on "
+                          "heads' positions, pairs or training)", who, article(kind), kind);
+    }
+    /* a layer has one MLP: normalising by its layer would score every MLP 1 */
+    const int o_norm = own_opt(r, "normalize");
+    if (s->unit == HP_UNIT_MLP && o_norm >= 0 && seen->own[o_norm] && s->normalize == HP_NORMALIZE_LAYER)
+        return hp_ld_fail(ld, seen->own[o_norm], "normalize: layer divides by the layer's units, and a layer has "
+                          "one MLP: every score would be 1 (give normalize: none, the default for units: mlp)");
+    if (s->unit == HP_UNIT_MLP && o_norm >= 0)
+        s->normalize = HP_NORMALIZE_NONE;
     if (r->required && !seen->own[own_opt(r, r->required)])
         return hp_ld_fail(ld, kn, "%s '%s' study needs '%s' (e.g. %s)", article(kind), kind, r->required,
                           r->example);

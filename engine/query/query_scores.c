@@ -280,7 +280,7 @@ enum hp_status hq_importance(struct hq_query *q, const struct hp_query_opts *opt
             "raw before normalising%s; most important first",
             q->sweep, pk.name, pk.kv ? hp_unit_name(pk.kv, true) : "query heads", n ? rows[0].normalize : "?",
             hp_metric_grad_what(hp_metric_grad_of(q->ranked)),
-            pk.kv ? " (a unit of several heads: their gradients summed)" : "",
+            pk.kv != HP_UNIT_HEAD && pk.kv != HP_UNIT_MLP ? " (a unit of several heads: their gradients summed)" : "",
             mask[0] ? " with the heads of the study's mask " : "", mask, mask[0] ? " already removed (left out)" : "",
             n && strcmp(rows[0].normalize, "layer") == 0 ? ", divided by its layer's L2 norm" : "",
             pk.n_all > 1 ? "; other importance studies: choose with --study" : "");

@@ -226,6 +226,8 @@ char *hp_eval_json(const struct hp_model_info *in, const struct hp_eval_opts *op
             cJSON_AddItemToArray(ga, num_array(r->grad + (size_t)l * in->n_heads, in->n_heads));
             cJSON_AddItemToArray(aa, num_array(r->atp + (size_t)l * in->n_heads, in->n_heads));
         }
+        cJSON_AddItemToObject(o, "mlp_grad", num_array(r->mlp_grad, in->n_layers)); /* each MLP block's gate's */
+        cJSON_AddItemToObject(o, "mlp_atp", num_array(r->mlp_atp, in->n_layers));
     }
     cJSON_AddNumberToObject(o, "n_tokens", (double)mt->n_tokens);
     cJSON_AddNumberToObject(o, "n_seqs", mt->n_seqs);

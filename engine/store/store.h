@@ -155,11 +155,16 @@ struct hp_store_grad {
     double *grad, *atp;       /* (n_layers, n_heads) */
     double *seq_grad;         /* (n_seqs, n_layers, n_heads) */
     int from_layer;           /* 0: every gate's; l: only layers l on were taken (the arrays 0 below; the key says) */
+    /* the MLP blocks' gates' (hp_evaluator_grad_units), stored after the heads' in each blob: NULL (not wanted,
+     * not stored) or (n_layers), (n_layers), (n_seqs, n_layers) */
+    double *mlp_grad, *mlp_atp, *mlp_seq_grad;
 };
 
 /*
  * The gradient with g->key: *found, and if so its loss and arrays into g's
- * (sized by g's shape; a stored shape that differs is an error).
+ * (sized by g's shape; a stored shape that differs is an error). Wanting the
+ * MLPs' (g->mlp_grad) and finding a row without them is not finding it: it is
+ * made again, and hp_store_put_grad completes the row (its id kept).
  */
 enum hp_status hp_store_get_grad(struct hp_store *s, struct hp_store_grad *g, bool *found, struct hp_error *err);
 

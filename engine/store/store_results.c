@@ -325,17 +325,27 @@ enum hp_status hp_store_get_grad(struct hp_store *s, struct hp_store_grad *g, bo
     rc = sqlite3_step(st);
     enum hp_status ret = HP_OK;
     if (rc == SQLITE_ROW) {
-        size_t hh = (size_t)g->n_layers * g->n_heads, ns = hh * g->n_seqs;
+        /* each blob the heads' part, then (a row made with them) the MLPs' */
+        const size_t L = (size_t)g->n_layers, hh = L * g->n_heads, ns = hh * g->n_seqs, nm = L * g->n_seqs,
+                     b_g = (size_t)sqlite3_column_bytes(st, 4), b_a = (size_t)sqlite3_column_bytes(st, 5),
+                     b_s = (size_t)sqlite3_column_bytes(st, 6), D = sizeof(double);
+        const bool heads_only = b_g == hh * D && b_a == hh * D && b_s == ns * D,
+                   with_mlps = b_g == (hh + L) * D && b_a == (hh + L) * D && b_s == (ns + nm) * D;
         if (sqlite3_column_int(st, 0) != g->n_layers || sqlite3_column_int(st, 1) != g->n_heads ||
-            sqlite3_column_int(st, 2) != g->n_seqs || (size_t)sqlite3_column_bytes(st, 4) != hh * sizeof(double) ||
-            (size_t)sqlite3_column_bytes(st, 5) != hh * sizeof(double) ||
-            (size_t)sqlite3_column_bytes(st, 6) != ns * sizeof(double)) {
+            sqlite3_column_int(st, 2) != g->n_seqs || !(heads_only || with_mlps)) {
             ret = hp_fail(err, HP_ERR_SQL, "%s: a stored gradient has the wrong shape (a damaged database?)", s->path);
-        } else {
+        } else if (with_mlps || !g->mlp_grad) {
+            const double *bg = sqlite3_column_blob(st, 4), *ba = sqlite3_column_blob(st, 5),
+                         *bs = sqlite3_column_blob(st, 6);
             g->loss = sqlite3_column_double(st, 3);
-            memcpy(g->grad, sqlite3_column_blob(st, 4), hh * sizeof(double));
-            memcpy(g->atp, sqlite3_column_blob(st, 5), hh * sizeof(double));
-            memcpy(g->seq_grad, sqlite3_column_blob(st, 6), ns * sizeof(double));
+            memcpy(g->grad, bg, hh * D);
+            memcpy(g->atp, ba, hh * D);
+            memcpy(g->seq_grad, bs, ns * D);
+            if (g->mlp_grad) {
+                memcpy(g->mlp_grad, bg + hh, L * D);
+                memcpy(g->mlp_atp, ba + hh, L * D);
+                memcpy(g->mlp_seq_grad, bs + ns, nm * D);
+            }
             *found = true;
         }
     } else if (rc != SQLITE_DONE) {
@@ -348,16 +358,34 @@ enum hp_status hp_store_get_grad(struct hp_store *s, struct hp_store_grad *g, bo
 enum hp_status hp_store_put_grad(struct hp_store *s, const struct hp_store_grad *g, double wall_s, int threads,
                                  const char *kernel, struct hp_error *err)
 {
-    size_t hh = (size_t)g->n_layers * g->n_heads, ns = hh * g->n_seqs;
+    const size_t L = (size_t)g->n_layers, hh = L * g->n_heads, ns = hh * g->n_seqs, D = sizeof(double),
+                 ml = g->mlp_grad ? L : 0, nm = g->mlp_grad ? L * g->n_seqs : 0;
+    /* each blob the heads' part, then the MLPs' when there are */
+    double *bg = malloc((hh + ml) * D), *ba = malloc((hh + ml) * D), *bs = malloc((ns + nm) * D);
+    if (!bg || !ba || !bs) {
+        free(bg), free(ba), free(bs);
+        return hp_fail(err, HP_ERR_NOMEM, "out of memory for a gradient");
+    }
+    memcpy(bg, g->grad, hh * D);
+    memcpy(ba, g->atp, hh * D);
+    memcpy(bs, g->seq_grad, ns * D);
+    if (ml) {
+        memcpy(bg + hh, g->mlp_grad, ml * D);
+        memcpy(ba + hh, g->mlp_atp, ml * D);
+        memcpy(bs + ns, g->mlp_seq_grad, nm * D);
+    }
     char now[32];
     hs_now_iso(now);
     sqlite3_stmt *st;
+    /* a copy already there is kept, unless it lacks the MLPs' part this one has: then it is completed in place
+     * (its id, which unit_scores name, kept) */
     int rc = hs_prep(s,
-                  "INSERT OR IGNORE INTO gradients(key, model_id, dataset_id, ablation, mask_text, n_layers, n_heads, "
+                  "INSERT INTO gradients(key, model_id, dataset_id, ablation, mask_text, n_layers, n_heads, "
                   "n_seqs, loss, grad, atp, seq_grad, wall_s, engine_version, numeric_version, host, threads, kernel, "
                   "created, from_layer) VALUES (?1, (SELECT id FROM models WHERE digest = ?2), "
                   "(SELECT id FROM datasets WHERE digest = ?3), ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
-                  "?16, ?17, ?18, ?19, ?20)",
+                  "?16, ?17, ?18, ?19, ?20) ON CONFLICT(key) DO UPDATE SET grad = excluded.grad, atp = excluded.atp, "
+                  "seq_grad = excluded.seq_grad WHERE length(excluded.grad) > length(gradients.grad)",
                   &st);
     if (rc == SQLITE_OK) {
         sqlite3_bind_text(st, 1, g->key, -1, SQLITE_STATIC);
@@ -369,13 +397,14 @@ enum hp_status hp_store_put_grad(struct hp_store *s, const struct hp_store_grad 
         sqlite3_bind_int(st, 7, g->n_heads);
         sqlite3_bind_int(st, 8, g->n_seqs);
         sqlite3_bind_double(st, 9, g->loss);
-        sqlite3_bind_blob64(st, 10, g->grad, hh * sizeof(double), SQLITE_STATIC);
-        sqlite3_bind_blob64(st, 11, g->atp, hh * sizeof(double), SQLITE_STATIC);
-        sqlite3_bind_blob64(st, 12, g->seq_grad, ns * sizeof(double), SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 10, bg, (hh + ml) * D, SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 11, ba, (hh + ml) * D, SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 12, bs, (ns + nm) * D, SQLITE_STATIC);
         hs_bind_provenance(s, st, 13, wall_s, threads, kernel, now);
         sqlite3_bind_int(st, 20, g->from_layer);
         rc = hs_step_done(st);
     }
+    free(bg), free(ba), free(bs);
     return rc == SQLITE_OK ? HP_OK : hs_sql_fail(s, rc, "writing a gradient", err);
 }
 

@@ -102,7 +102,7 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
     struct hp_store_score *rows = by_grad ? malloc(sizeof *rows * nu) : NULL;
     char(*labels)[32] = by_grad ? malloc(sizeof *labels * nu) : NULL;
     if (!units || !pruned || !cand || !left_in_layer || !base || !cjobs || !cords || !cres || (by_est && !est) ||
-        (by_grad && (!sw_grad_buf_init(&gb, c) || !raw || !imp || !rows || !labels))) {
+        (by_grad && (!sw_grad_buf_init(&gb, c, false) || !raw || !imp || !rows || !labels))) {
         free(units), free(pruned), free(cand), free(left_in_layer), hp_mask_free(base);
         free(cjobs), free(cords), free(cres), free(est);
         sw_grad_buf_free(&gb), free(raw), free(imp), free(rows), free(labels);

@@ -362,7 +362,7 @@ enum hp_status sw_run_jobs(struct sw_ctx *c, const int64_t *ords, const struct h
 }
 // --- gradients ---------------------------------------------------------------------
 
-bool sw_grad_buf_init(struct sw_grad_buf *b, const struct sw_ctx *c)
+bool sw_grad_buf_init(struct sw_grad_buf *b, const struct sw_ctx *c, bool mlps)
 {
     const size_t hh = (size_t)c->info->n_layers * c->info->n_heads;
     memset(b, 0, sizeof *b);
@@ -372,12 +372,20 @@ bool sw_grad_buf_init(struct sw_grad_buf *b, const struct sw_ctx *c)
     b->g.grad = malloc(hh * sizeof(double));
     b->g.atp = malloc(hh * sizeof(double));
     b->g.seq_grad = malloc(hh * (size_t)c->data->n_seqs * sizeof(double));
-    return b->g.grad && b->g.atp && b->g.seq_grad;
+    if (mlps) {
+        const size_t L = (size_t)c->info->n_layers;
+        b->g.mlp_grad = malloc(L * sizeof(double));
+        b->g.mlp_atp = malloc(L * sizeof(double));
+        b->g.mlp_seq_grad = malloc(L * (size_t)c->data->n_seqs * sizeof(double));
+    }
+    return b->g.grad && b->g.atp && b->g.seq_grad &&
+           (!mlps || (b->g.mlp_grad && b->g.mlp_atp && b->g.mlp_seq_grad));
 }
 
 void sw_grad_buf_free(struct sw_grad_buf *b)
 {
     free(b->g.grad), free(b->g.atp), free(b->g.seq_grad);
+    free(b->g.mlp_grad), free(b->g.mlp_atp), free(b->g.mlp_seq_grad);
 }
 
 /*
@@ -427,8 +435,13 @@ enum hp_status sw_gradient_from(struct sw_ctx *c, const struct hp_mask *mask, in
     } else if (st == HP_OK) {
         sw_adapt_threads(c);
         double t = hp_now();
-        st = hp_evaluator_grad_from(c->ev, gm, mask, c->plan->ablation, from, b->g.grad, b->g.atp, b->g.seq_grad,
-                                    &b->g.loss, err);
+        const struct hp_grad_out out = {.grad = b->g.grad,
+                                        .atp = b->g.atp,
+                                        .seq_grad = b->g.seq_grad,
+                                        .mlp_grad = b->g.mlp_grad,
+                                        .mlp_atp = b->g.mlp_atp,
+                                        .mlp_seq_grad = b->g.mlp_seq_grad};
+        st = hp_evaluator_grad_units(c->ev, gm, mask, c->plan->ablation, from, &out, &b->g.loss, err);
         double secs = hp_now() - t;
         sw_work_timed(c, SW_BACKWARD, 1, secs);
         if (st == HP_OK)

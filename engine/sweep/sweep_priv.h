@@ -135,7 +135,9 @@ struct sw_grad_buf {
     struct hp_store_grad g;
     char key[HP_DIGEST_HEX];
 };
-bool sw_grad_buf_init(struct sw_grad_buf *b, const struct sw_ctx *c);
+/* Room for a gradient's arrays; with mlps, the MLP blocks' gates' too (g.mlp_*: a study over MLP units), which
+ * every gradient into b then takes. */
+bool sw_grad_buf_init(struct sw_grad_buf *b, const struct sw_ctx *c, bool mlps);
 void sw_grad_buf_free(struct sw_grad_buf *b);
 /* The gradient of the loss at mask's gates into b: found in the store, or computed and stored (sweep_jobs.c).
  * job names the study (and step) for progress. */

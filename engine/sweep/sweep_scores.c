@@ -79,7 +79,7 @@ static enum hp_status integrate(struct sw_ctx *c, const struct hp_study *s, int 
             st = sw_gradient_from(c, m, per_layer ? l0 : 0, b, &job, err);
             if (st != HP_OK)
                 break;
-            hp_unit_sums(b->g.grad, in, s->unit, sums);
+            hp_unit_sums(s->unit == HP_UNIT_MLP ? b->g.mlp_grad : b->g.grad, in, s->unit, sums);
             for (int l = per_layer ? l0 : 0; l < (per_layer ? l0 + 1 : in->n_layers); l++)
                 for (int u = 0; u < U; u++)
                     est[l * U + u] -= sums[l * U + u] / steps;
@@ -108,7 +108,8 @@ static enum hp_status scores_by(struct sw_ctx *c, int si, enum hp_study_score ru
     struct hp_store_score *rows = malloc(nu * sizeof *rows);
     char(*labels)[32] = malloc(nu * sizeof *labels);
     char *base_text = hp_mask_format(base);
-    st = sw_grad_buf_init(&b, c) && raw && score && rows && labels && base_text
+    const bool mlp = s->unit == HP_UNIT_MLP; /* the MLPs' gates' gradients: the pass's mlp_* arrays */
+    st = sw_grad_buf_init(&b, c, mlp) && raw && score && rows && labels && base_text
              ? HP_OK
              : hp_fail(err, HP_ERR_NOMEM, "out of memory");
     struct hp_job job = {.study = si, .layer = -1, .unit = -1, .unit2 = -1, .mask = base};
@@ -117,12 +118,13 @@ static enum hp_status scores_by(struct sw_ctx *c, int si, enum hp_study_score ru
     else if (st == HP_OK)
         st = sw_gradient_at(c, base, &b, &job, err);
     if (st == HP_OK) {
+        const double *seq_grad = mlp ? b.g.mlp_seq_grad : b.g.seq_grad, *atp = mlp ? b.g.mlp_atp : b.g.atp;
         if (rule == HP_STUDY_SCORE_IMPORTANCE)
-            hp_importance(b.g.seq_grad, b.g.n_seqs, in, s->unit, s->normalize, raw, score);
+            hp_importance(seq_grad, b.g.n_seqs, in, s->unit, s->normalize, raw, score);
         else if (est == HP_EST_IMPORTANCE)
-            hp_importance(b.g.seq_grad, b.g.n_seqs, in, s->unit, HP_NORMALIZE_NONE, raw, score);
+            hp_importance(seq_grad, b.g.n_seqs, in, s->unit, HP_NORMALIZE_NONE, raw, score);
         else if (est == HP_EST_ATP)
-            hp_unit_sums(b.g.atp, in, s->unit, raw);
+            hp_unit_sums(atp, in, s->unit, raw);
         if (rule == HP_STUDY_SCORE_ATTRIBUTION)
             memcpy(score, raw, nu * sizeof *raw);
         int n = score_rows(c, s, base, score, raw, rows, labels);

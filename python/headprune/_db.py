@@ -113,23 +113,31 @@ class Database:
     def gradients(self, sweep=None):
         """The gradient passes the gradient studies of a sweep (None: the newest) used, one row each:
         ablation, mask_text (the heads at gate 0), n_seqs, loss, and the arrays grad and atp
-        (n_layers, n_heads) and seq_grad (n_seqs, n_layers, n_heads) decoded to numpy float64."""
+        (n_layers, n_heads) and seq_grad (n_seqs, n_layers, n_heads) decoded to numpy float64; where the
+        pass also took the MLP blocks' gates (a study with units: mlp), mlp_grad and mlp_atp (n_layers) and
+        mlp_seq_grad (n_seqs, n_layers), else None."""
         sweep_id = int(sweep) if sweep is not None else int(self.sweeps()["id"].max())
         q = ("SELECT g.id, g.ablation, g.mask_text, g.n_layers, g.n_heads, g.n_seqs, g.loss, hex(g.grad) AS grad, "
              "hex(g.atp) AS atp, hex(g.seq_grad) AS seq_grad FROM gradients g WHERE g.id IN "
              f"(SELECT gradient_id FROM unit_scores WHERE sweep_id = {sweep_id}) ORDER BY g.id")
         df = self.sql(q)
 
-        def arr(h, shape):
+        def arr(h, shape, mlp_shape):
+            """The heads' part of a blob, and the MLPs' after it where the row has one (else None)."""
             a = np.frombuffer(bytes.fromhex(h), dtype="<f8")
-            if a.size != int(np.prod(shape)):
+            n, m = int(np.prod(shape)), int(np.prod(mlp_shape))
+            if a.size not in (n, n + m):
                 raise _engine.Error(f"{self.path}: gradient blob of {a.size} numbers, not {shape}")
-            return a.reshape(shape)
+            return a[:n].reshape(shape), (a[n:].reshape(mlp_shape) if a.size > n else None)
 
         for col in ("grad", "atp"):
-            df[col] = [arr(h, (nl, nh)) for h, nl, nh in zip(df[col], df["n_layers"], df["n_heads"])]
-        df["seq_grad"] = [arr(h, (ns, nl, nh)) for h, ns, nl, nh in
-                          zip(df["seq_grad"], df["n_seqs"], df["n_layers"], df["n_heads"])]
+            parts = [arr(h, (nl, nh), (nl,)) for h, nl, nh in zip(df[col], df["n_layers"], df["n_heads"])]
+            df[col] = [p[0] for p in parts]
+            df["mlp_" + col] = [p[1] for p in parts]
+        parts = [arr(h, (ns, nl, nh), (ns, nl)) for h, ns, nl, nh in
+                 zip(df["seq_grad"], df["n_seqs"], df["n_layers"], df["n_heads"])]
+        df["seq_grad"] = [p[0] for p in parts]
+        df["mlp_seq_grad"] = [p[1] for p in parts]
         return df
 
     def report(self, sweep=None, scale="log", eps=0.01, timeout=None):

@@ -136,6 +136,7 @@ static void describe(const struct hp_study *s, const struct hp_model_info *info,
 const struct hp_study_kind_row hp_study_attribution = {
     .name = "attribution",
     .units = true,
+    .mlp_units = true,
     .opts = opts,
     .n_opts = 3,
     .defaults = defaults,

@@ -55,6 +55,7 @@ static const struct hp_study_opt opts[] = {{"normalize", hp_study_parse_normaliz
 const struct hp_study_kind_row hp_study_importance = {
     .name = "importance",
     .units = true,
+    .mlp_units = true,
     .opts = opts,
     .n_opts = 2,
     .run = HP_STUDY_RUN_SCORES,
