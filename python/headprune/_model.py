@@ -57,7 +57,7 @@ def ids_array(data):
 
 class EvalResult(dict):
     """One evaluation: the fields of `headprune eval --json`, with per_seq's, grad's and atp's arrays as
-    numpy arrays (grad and atp shaped (n_layers, n_heads))."""
+    numpy arrays (grad and atp shaped (n_layers, n_heads); mlp_grad and mlp_atp, each MLP block's, (n_layers,))."""
 
     def _repr_html_(self):
         names = [k for k in ("loss", "ppl", "acc", "kl", "cos", "logit_diff", "answer_logprob", "answer_prob",
@@ -79,7 +79,7 @@ def _result(text):
     r = EvalResult(json.loads(text))
     r["per_seq"] = {k: np.asarray(v, dtype=np.int64 if k == "tokens" else np.float64)
                     for k, v in r["per_seq"].items()}
-    for k in ("grad", "atp"):
+    for k in ("grad", "atp", "mlp_grad", "mlp_atp"):
         if k in r:
             r[k] = np.asarray(r[k], dtype=np.float64)
     return r
