@@ -356,7 +356,8 @@ Test(mlp, gate_gradients_match_torch_autograd, .timeout = 900)
 }
 
 /* A second code path: each MLP gate's gradient against finite differences of the evaluator's own losses at
- * fractional gates 1 +- eps (and at 0 +- eps for an MLP at 0 under mean ablation, where the forward is r + g (o - r)). */
+ * fractional gates 1 +- eps (a fractional gate scales the MLP's output, as a head's), and 0 +- eps for an MLP at 0
+ * under zero ablation (g o on both sides). */
 Test(mlp, gate_gradients_match_finite_differences)
 {
     char dir[1024], path[1200];
@@ -390,8 +391,8 @@ Test(mlp, gate_gradients_match_finite_differences)
                 gmax = fmax(gmax, fabs(mg[l]));
             for (int l = 0; l < L; l++) {
                 const float g0 = mask->mlp[l];
-                if (g0 == 0.0f && abls[a] == HP_ABLATE_ZERO)
-                    continue; /* the forward jumps to 0: no path back through a fractional gate near it to test */
+                if (g0 == 0.0f && abls[a] != HP_ABLATE_ZERO)
+                    continue; /* at 0 the forward jumps to the replacement, near it it scales: no derivative there */
                 double lo, hi;
                 struct hp_metrics *mt;
                 mask->mlp[l] = g0 + (float)eps;

@@ -572,7 +572,7 @@ static void mlp_mixed(const struct pass *a, int l, const float *o, float *dst, i
         const float *x = o + (size_t)r * d, *rr = mlp_rep_at(a, l, r);
         float *y = dst + (size_t)r * d;
         for (int i = 0; i < d; i++)
-            y[i] = g == 1.0f ? x[i] : g == 0.0f ? (rr ? rr[i] : 0.0f) : g * x[i] + (rr ? (1.0f - g) * rr[i] : 0.0f);
+            y[i] = g == 1.0f ? x[i] : g == 0.0f ? (rr ? rr[i] : 0.0f) : x[i] * g;
     }
 }
 
@@ -587,10 +587,9 @@ static void mlp_gate_grads(const struct hp_model *m, const struct pass *a, int l
     for (int r = 0; r < N; r++) {
         const float *y = dy + (size_t)r * d, *x = o + (size_t)r * d, *rr = mlp_rep_at(a, l, r);
         double dg = 0, da = 0;
-        for (int i = 0; i < d; i++) {
-            const float ri = rr ? rr[i] : 0.0f,
-                        ctx = g == 1.0f ? x[i] : g == 0.0f ? ri : g * x[i] + (rr ? (1.0f - g) * ri : 0.0f);
-            dg += (double)y[i] * ((double)x[i] - (double)ri);
+        for (int i = 0; i < d; i++) { /* at 0 the path r + g (o - r) back to it, else g o's */
+            const float ri = rr ? rr[i] : 0.0f, ctx = g == 1.0f ? x[i] : g == 0.0f ? ri : x[i] * g;
+            dg += (double)y[i] * ((double)x[i] - (g == 0.0f ? (double)ri : 0.0));
             da += (double)y[i] * ((double)ri - (double)ctx);
         }
         sum += dg;

@@ -61,11 +61,12 @@ struct hp_bwd_grads {
     double *gate_seq;
     int from;
     /*
-     * The MLP blocks' gates (hp_fwd_variants.mlps), each NULL or added to: with o_l layer l's MLP output into
-     * the residual stream before its gate g_l, r_l its replacement and dy_l the loss's gradient where
-     * g_l o_l + (1 - g_l) r_l joins the stream, mlp_gate (n_layers) <dy_l, o_l - r_l>; mlp_atp (n_layers)
-     * <dy_l, r_l - ctx_l> with ctx_l what joined (0 for an MLP at 0); mlp_gate_seq (n_seqs of the pass,
-     * n_layers) mlp_gate's sums split by sequence. An MLP at gate 0 passes no gradient to its input.
+     * The MLP blocks' gates (hp_fwd_variants.mlps), each NULL or added to, as the heads' are: with o_l layer
+     * l's MLP output into the residual stream before its gate g_l, ctx_l what joined (g_l o_l, or at 0 its
+     * replacement r_l) and dy_l the loss's gradient there, mlp_gate (n_layers) <dy_l, o_l>, and for an MLP at
+     * 0 under an ablation that replaces it <dy_l, o_l - r_l> (the path r + g (o - r) back to it); mlp_atp
+     * (n_layers) <dy_l, r_l - ctx_l> (0 for an MLP at 0); mlp_gate_seq (n_seqs of the pass, n_layers)
+     * mlp_gate's sums split by sequence. An MLP at gate 0 passes no gradient to its input.
      */
     double *mlp_gate;
     double *mlp_atp;

@@ -465,8 +465,8 @@ static float mlp_gate_of(const struct pass *a, int v, int l)
 
 /*
  * Layer l's MLP block into w->tmp (N, d) from w->h, through its post-block norm pn (NULL: none), under each
- * block's MLP gate: g a + (1 - g) r (struct hp_fwd_variants). Not computed when every block has it at gate 0
- * under zero ablation (w->tmp is then zero). The save and capture taps see a, before its gate.
+ * block's MLP gate: g a, or at 0 its replacement r (struct hp_fwd_variants). Not computed when every block has
+ * it at gate 0 under zero ablation (w->tmp is then zero). The save and capture taps see a, before its gate.
  */
 static void mlp_block(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l, int N,
                       const struct hp_fwd_keep *kp, const float *pn)
@@ -509,8 +509,8 @@ static void mlp_block(const struct hp_model *m, struct hp_fwd *w, const struct p
                     memset(o, 0, (size_t)d * sizeof(float));
                 continue;
             }
-            for (int i = 0; i < d; i++)
-                o[i] = g * o[i] + (rr ? (1.0f - g) * rr[i] : 0.0f);
+            for (int i = 0; i < d; i++) /* a fractional gate scales the output, as a head's does */
+                o[i] *= g;
         }
     }
 }

@@ -117,8 +117,9 @@ struct hp_replacement {
  * sequences, block v under gates[v] and mlps[v]; n_blocks * n_seqs is at most
  * the workspace's B. A NULL variants argument is one block, nothing ablated.
  *
- * An MLP block's gate g mixes its output a into the residual stream as
- * g a + (1 - g) r, r its replacement: mlp_rep read through hp_replacement_at
+ * An MLP block's gate g scales its output a into the residual stream (g a,
+ * as a head's gate scales the head's output); at 0 the block's output is its
+ * replacement r instead: mlp_rep read through hp_replacement_at
  * with head 0 of width 0 (d_model values at buf + l * layer_stride + row's
  * offset), zero when mlp_rep.buf is NULL (then an MLP at gate 0 in every
  * block is not computed at all). One position patched (own) is for heads only.

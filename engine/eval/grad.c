@@ -703,6 +703,31 @@ enum hp_status hp_evaluator_grad_from(struct hp_evaluator *ev, enum hp_metric me
     return hp_evaluator_grad_units(ev, metric, mask, abl, from, &out, value, err);
 }
 
+/* Every array of o that is there (NULL: not wanted) zeroed: L layers, HH heads, S sequences. grad is always there. */
+static void outputs_zero(const struct hp_grad_out *o, int L, int HH, int S)
+{
+    double *const one[] = {o->grad, o->atp, o->mlp_grad, o->mlp_atp}, *const seq[] = {o->seq_grad, o->mlp_seq_grad};
+    const size_t n_one[] = {(size_t)HH, (size_t)HH, (size_t)L, (size_t)L}, n_seq[] = {(size_t)HH, (size_t)L};
+    for (int k = 0; k < 4; k++)
+        if (one[k])
+            memset(one[k], 0, n_one[k] * sizeof(double));
+    for (int k = 0; k < 2; k++)
+        if (seq[k])
+            memset(seq[k], 0, (size_t)S * n_seq[k] * sizeof(double));
+}
+
+/* Whether every number of o's arrays is finite. */
+static bool outputs_finite(const struct hp_grad_out *o, int L, int HH, int S)
+{
+    const double *const arr[] = {o->grad, o->atp, o->mlp_grad, o->mlp_atp, o->seq_grad, o->mlp_seq_grad};
+    const size_t n[] = {(size_t)HH, (size_t)HH, (size_t)L, (size_t)L, (size_t)S * HH, (size_t)S * L};
+    for (int k = 0; k < 6; k++)
+        for (size_t i = 0; arr[k] && i < n[k]; i++)
+            if (!isfinite(arr[k][i]))
+                return false;
+    return true;
+}
+
 enum hp_status hp_evaluator_grad_units(struct hp_evaluator *ev, enum hp_metric metric, const struct hp_mask *mask,
                                        enum hp_ablation abl, int from, const struct hp_grad_out *out, double *value,
                                        struct hp_error *err)
@@ -765,21 +790,7 @@ enum hp_status hp_evaluator_grad_units(struct hp_evaluator *ev, enum hp_metric m
     if (!ev->plain && !mlps && (!hg.masked || (ev->keep_grad_metrics && (vs_unmasked || have_ref))))
         hg.mt = hp_eval_metrics_new(ev); /* NULL (out of memory): the metrics are simply not kept */
     hg.ref = vs_unmasked || (hg.mt && hg.masked);
-    for (int i = 0; i < HH; i++) {
-        grad[i] = 0;
-        if (atp)
-            atp[i] = 0;
-    }
-    if (seq_grad)
-        memset(seq_grad, 0, (size_t)d->n_seqs * HH * sizeof *seq_grad);
-    for (int l = 0; l < L; l++) {
-        if (out->mlp_grad)
-            out->mlp_grad[l] = 0;
-        if (out->mlp_atp)
-            out->mlp_atp[l] = 0;
-    }
-    if (out->mlp_seq_grad)
-        memset(out->mlp_seq_grad, 0, (size_t)d->n_seqs * L * sizeof *out->mlp_seq_grad);
+    outputs_zero(out, L, HH, d->n_seqs);
     const float *gate = mask ? mask->gate : NULL, *mlp_gates = mask ? mask->mlp : NULL;
     /* the forward starts at the prefix's deepest layer that agrees (at most from); below start, the rows this
      * pass makes up to from replace the prefix's, which holds only what agrees meanwhile. The prefix is of
@@ -831,16 +842,7 @@ enum hp_status hp_evaluator_grad_units(struct hp_evaluator *ev, enum hp_metric m
             ev->progress(ev->progress_user, s0 + nb, d->n_seqs);
     }
     const double mean = sum / (double)n_items;
-    bool finite = isfinite(mean);
-    for (int i = 0; i < HH && finite; i++)
-        finite = isfinite(grad[i]) && (!atp || isfinite(atp[i]));
-    for (size_t i = 0; seq_grad && finite && i < (size_t)d->n_seqs * HH; i++)
-        finite = isfinite(seq_grad[i]);
-    for (int l = 0; l < L && finite; l++)
-        finite = (!out->mlp_grad || isfinite(out->mlp_grad[l])) && (!out->mlp_atp || isfinite(out->mlp_atp[l]));
-    for (size_t i = 0; out->mlp_seq_grad && finite && i < (size_t)d->n_seqs * L; i++)
-        finite = isfinite(out->mlp_seq_grad[i]);
-    if (!finite)
+    if (!isfinite(mean) || !outputs_finite(out, L, HH, d->n_seqs))
         st = hp_fail(err, HP_ERR_FORMAT,
                      "%s: the %s (%g) or its gradient is not finite on %s (check the weights and config.json); "
                      "nothing is reported",
