@@ -284,10 +284,10 @@ static bool is_space(char c)
 
 /*
  * Apply one item, s[0..n) with surrounding whitespace already trimmed, to m:
- * every head it names gets gate value g.
+ * every unit it names goes to gate 0.
  */
 static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_info *info,
-                                 struct hp_mask *m, float g, struct hp_error *err)
+                                 struct hp_mask *m, struct hp_error *err)
 {
     int shown = n > ECHO_MAX ? ECHO_MAX : (int)n;
     const char *more = n > ECHO_MAX ? "..." : "";
@@ -309,7 +309,7 @@ static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_
             return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': layer %.*s does not exist (model has %s)", shown, s,
                            more, layer.len, layer.txt, range);
         }
-        m->mlp[layer.v] = g;
+        m->mlp[layer.v] = 0.0f;
         return HP_OK;
     }
     if (!parse_num(s, n, &i, &layer) || i >= n || s[i] != '.')
@@ -332,7 +332,7 @@ static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_
     float *row = m->gate + (size_t)layer.v * (size_t)m->n_heads;
     if (whole) {
         for (int h = 0; h < info->n_heads; h++)
-            row[h] = g;
+            row[h] = 0.0f;
         return HP_OK;
     }
     if (!kv) {
@@ -341,7 +341,7 @@ static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_
             return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': head %.*s does not exist (layer "
                         "%lld has %s)", shown, s, more, sub.len, sub.txt, layer.v, range);
         }
-        row[sub.v] = g;
+        row[sub.v] = 0.0f;
         return HP_OK;
     }
 
@@ -355,25 +355,12 @@ static enum hp_status apply_item(const char *s, size_t n, const struct hp_model_
         return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': KV group %.*s does not exist (model "
                     "has %s)", shown, s, more, sub.len, sub.txt, range);
     }
-    hp_mask_set_unit(m, info, true, (int)layer.v, (int)sub.v, g);
+    hp_mask_set_unit(m, info, true, (int)layer.v, (int)sub.v, 0.0f);
     return HP_OK;
 
 syntax:
     return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': expected LAYER.HEAD, LAYER.*, "
                 "kv:LAYER.GROUP or mlp:LAYER", shown, s, more);
-}
-
-/* Whether some item of spec is an MLP's ("mlp:" after a comma or the start, whitespace allowed). */
-static bool names_mlp(const char *spec)
-{
-    for (const char *p = spec; (p = strstr(p, "mlp:")); p += 4) {
-        const char *q = p;
-        while (q > spec && is_space(q[-1]))
-            q--;
-        if (q == spec || q[-1] == ',')
-            return true;
-    }
-    return false;
 }
 
 enum hp_status hp_mask_parse(const char *spec, bool keep,
@@ -392,16 +379,7 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
         return hp_fail(err, HP_ERR_NOMEM, "mask: out of memory for %d x %d gates (free some "
                     "memory)", info->n_layers, info->n_heads);
     size_t n_gates = (size_t)m->n_layers * (size_t)m->n_heads;
-    /* keep: every head not named goes; MLP blocks go only when the spec names one (a kind it does not
-     * name is left whole, so a keep spec of heads means what it meant before MLPs were units) */
-    bool keep_mlps = keep && names_mlp(spec);
-    if (keep) {
-        for (size_t i = 0; i < n_gates; i++)
-            m->gate[i] = 0.0f;
-        for (int l = 0; keep_mlps && l < m->n_layers; l++)
-            m->mlp[l] = 0.0f;
-    }
-    float g = keep ? 1.0f : 0.0f;
+    /* the named units go to gate 0; with keep, turned over afterwards (below) */
 
     size_t len = strlen(spec);
     bool empty = true;
@@ -423,7 +401,7 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
                           "single commas, no trailing comma)", shown, spec,
                           len > ECHO_MAX ? "..." : "");
             } else {
-                st = apply_item(a, (size_t)(b - a), info, m, g, err);
+                st = apply_item(a, (size_t)(b - a), info, m, err);
             }
             if (st) {
                 hp_mask_free(m);
@@ -433,6 +411,16 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
                 break;
             p = comma + 1;
         }
+    }
+    /* keep: the named units are what stays. Every head not named goes; MLP blocks go only when the spec named
+     * one (a kind it does not name is left whole, so a keep spec of heads means what it meant before MLPs were
+     * units) */
+    if (keep) {
+        for (size_t i = 0; i < n_gates; i++)
+            m->gate[i] = m->gate[i] == 0.0f ? 1.0f : 0.0f;
+        if (hp_mask_has_mlp(m))
+            for (int l = 0; l < m->n_layers; l++)
+                m->mlp[l] = m->mlp[l] == 0.0f ? 1.0f : 0.0f;
     }
     *out = m;
     return HP_OK;

@@ -252,25 +252,37 @@ struct hp_fwd_in hp_eval_chunk_in(const struct hp_evaluator *ev, int s, int nb)
     return hp_fwd_in_rows(ev->d, s, nb);
 }
 
-/* The pass's variants under ablation abl, its row's replacement: one block, nothing ablated until the caller sets gates. */
-struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl, int s, int nb)
+struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl, int s, int nb,
+                                              const struct hp_mask *const *masks, int k, const struct hp_eval_blocks *b)
 {
     const int T = ev->d->seq_len;
-    return (struct hp_fwd_variants){
+    struct hp_fwd_variants va = {
+        .n_blocks = k,
+        .gates = b->gates,
         .rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, T, s, nb, false),
+        .mlps = b->mlps,
         .mlp_rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, T, s, nb, true)};
-}
-
-void hp_eval_variants_where(const struct hp_evaluator *ev, struct hp_fwd_variants *va,
-                            const struct hp_mask *const *masks, int k, int s, int nb, int *pos)
-{
     bool one = false;
     for (int v = 0; v < k; v++) {
-        pos[v] = masks[v] ? masks[v]->pos : -1;
-        one |= pos[v] >= 0;
+        b->gates[v] = masks[v] ? masks[v]->gate : NULL;
+        b->mlps[v] = masks[v] ? masks[v]->mlp : NULL;
+        b->pos[v] = masks[v] ? masks[v]->pos : -1;
+        one |= b->pos[v] >= 0;
     }
     if (one) /* hp_evaluator_run_many made own ready */
-        va->rep = hp_ablation_at_position(va->rep, &ev->abl, &ev->m->info, ev->d->n_seqs, ev->d->seq_len, s, nb, pos);
+        va.rep = hp_ablation_at_position(va.rep, &ev->abl, &ev->m->info, ev->d->n_seqs, T, s, nb, b->pos);
+    return va;
+}
+
+/* One variant block's room (struct hp_eval_blocks). */
+struct one_block {
+    const float *gate, *mlp;
+    int pos;
+};
+
+static struct hp_eval_blocks one_block(struct one_block *o)
+{
+    return (struct hp_eval_blocks){&o->gate, &o->mlp, &o->pos};
 }
 
 /* Forward sequences [s, s + nb) under mask (NULL: unmasked) into out (nb, seq_len, width); with out NULL the pass
@@ -279,12 +291,9 @@ static void run_chunk(struct hp_evaluator *ev, int s, int nb, const struct hp_ma
                       float *out, double *capture)
 {
     struct hp_fwd_in fi = hp_eval_chunk_in(ev, s, nb);
-    struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s, nb);
-    const float *gate = mask ? mask->gate : NULL, *mlps = mask ? mask->mlp : NULL;
-    int pos;
-    va.gates = &gate;
-    va.mlps = &mlps;
-    hp_eval_variants_where(ev, &va, &mask, 1, s, nb, &pos);
+    struct one_block o;
+    const struct hp_eval_blocks b = one_block(&o);
+    struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s, nb, &mask, 1, &b);
     struct hp_fwd_taps tp = {.capture = capture, .out = out};
     hp_fwd_run(ev->m, ev->fwd, &fi, &va, &tp);
 }
@@ -317,7 +326,6 @@ static bool all_finite(const float *x, size_t n)
 static void locate_nonfinite(struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl, char *where,
                              size_t n)
 {
-    const float *gate = mask ? mask->gate : NULL, *mlps = mask ? mask->mlp : NULL;
     snprintf(where, n, "the output head");
     struct hp_error ignored;
     const struct hp_model_info *in = &ev->m->info;
@@ -333,11 +341,9 @@ static void locate_nonfinite(struct hp_evaluator *ev, const struct hp_mask *mask
         const int nb = hp_eval_chunk_len(ev, s0);
         const size_t rows = (size_t)nb * ev->d->seq_len;
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
-        struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb);
-        int pos;
-        va.gates = &gate;
-        va.mlps = &mlps;
-        hp_eval_variants_where(ev, &va, &mask, 1, s0, nb, &pos);
+        struct one_block o;
+        const struct hp_eval_blocks b = one_block(&o);
+        struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb, &mask, 1, &b);
         struct hp_fwd_taps tp = {.save = &save};
         const float *h = hp_fwd_run(ev->m, ev->fwd, &fi, &va, &tp);
         for (size_t l = 0; l < L; l++) {

@@ -91,15 +91,20 @@ int hp_eval_chunk_len(const struct hp_evaluator *ev, int s);
 /* The pass's inputs: sequences [s, s + nb). */
 struct hp_fwd_in hp_eval_chunk_in(const struct hp_evaluator *ev, int s, int nb);
 
-/* The pass's variants for sequences [s, s + nb) under ablation abl, with its
- * replacement (its row's, from what hp_eval_ablation_ready made): one block,
- * nothing ablated until the caller sets gates (and n_blocks). */
-struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl, int s, int nb);
+/* Room for k variant blocks' gates, MLP gates and positions: what hp_eval_chunk_variants fills and the pass reads. */
+struct hp_eval_blocks {
+    const float **gates, **mlps;
+    int *pos;
+};
 
-/* Where va's k variant blocks (masks, each NULL or a mask) replace their heads: each mask's pos into pos (k), and
- * when one is a single position, the heads' own outputs (hp_eval_own_ready's) at the others. */
-void hp_eval_variants_where(const struct hp_evaluator *ev, struct hp_fwd_variants *va,
-                            const struct hp_mask *const *masks, int k, int s, int nb, int *pos);
+/*
+ * The pass's variants for sequences [s, s + nb) under ablation abl: k blocks, block v the variant masks[v] (NULL:
+ * nothing changed), its gates, MLP gates and position written into b's arrays (room for k each), with the
+ * ablation row's replacements (from what hp_eval_ablation_ready made) and, when some mask is at one position,
+ * the heads' own outputs at the others (hp_eval_own_ready's). The one place a mask becomes a pass's variant.
+ */
+struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl, int s, int nb,
+                                              const struct hp_mask *const *masks, int k, const struct hp_eval_blocks *b);
 
 /* What a head patched at one position keeps at the others, made once (hp_ablation_own_ready). */
 enum hp_status hp_eval_own_ready(struct hp_evaluator *ev, struct hp_error *err);

@@ -791,7 +791,7 @@ enum hp_status hp_evaluator_grad_units(struct hp_evaluator *ev, enum hp_metric m
         hg.mt = hp_eval_metrics_new(ev); /* NULL (out of memory): the metrics are simply not kept */
     hg.ref = vs_unmasked || (hg.mt && hg.masked);
     outputs_zero(out, L, HH, d->n_seqs);
-    const float *gate = mask ? mask->gate : NULL, *mlp_gates = mask ? mask->mlp : NULL;
+    const float *gate = mask ? mask->gate : NULL;
     /* the forward starts at the prefix's deepest layer that agrees (at most from); below start, the rows this
      * pass makes up to from replace the prefix's, which holds only what agrees meanwhile. The prefix is of
      * head gates: a pass that changes an MLP neither reads nor writes it */
@@ -804,9 +804,10 @@ enum hp_status hp_evaluator_grad_units(struct hp_evaluator *ev, enum hp_metric m
     for (int s0 = 0; s0 < d->n_seqs; s0 += B) {
         const int nb = chunk_len(gs, ev, s0);
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
-        struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb);
-        va.gates = &gate;
-        va.mlps = &mlp_gates;
+        const float *gates_of[1], *mlps_of[1];
+        int pos_of[1];
+        const struct hp_eval_blocks blocks = {gates_of, mlps_of, pos_of};
+        struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb, &mask, 1, &blocks);
         struct hp_fwd_taps tp = {.resid = resid, .keep = hp_bwd_keep(bw), .from = start};
         const size_t chunk_rows = (size_t)nb * T * in->d_model; /* a layer's rows of resid for this chunk */
         if (start > 0)

@@ -335,11 +335,8 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
             if (g > 0 && ev->progress)
                 ev->progress(ev->progress_user, s0, d->n_seqs);
             const int l0 = first[order[g]];
-            for (k = 0; g + k < n && k < ru->max_blocks && first[order[g + k]] == l0; k++) {
+            for (k = 0; g + k < n && k < ru->max_blocks && first[order[g + k]] == l0; k++)
                 blk[k] = masks[order[g + k]];
-                gates[k] = blk[k] ? blk[k]->gate : NULL;
-                mlps[k] = blk[k] ? blk[k]->mlp : NULL;
-            }
             if (l0 == L) {
                 /* nothing changed: the unmasked pass's own metrics */
                 for (int j = 0; j < k; j++) {
@@ -356,11 +353,8 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
                 continue;
             }
             struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
-            struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb);
-            va.n_blocks = k;
-            va.gates = gates;
-            va.mlps = mlps;
-            hp_eval_variants_where(ev, &va, blk, k, s0, nb, pos);
+            const struct hp_eval_blocks b = {gates, mlps, pos};
+            struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb, blk, k, &b);
             const float *h = hp_fwd_resume(ev->m, ru->fwd, &fi, &va, NULL, &ru->save, l0);
             if (ev->has_cls) {
                 const int C = in->n_labels;
