@@ -563,17 +563,11 @@ static const float *mlp_rep_at(const struct pass *a, int l, int r)
     return a->var && a->var->mlp_rep.buf ? hp_replacement_at(&a->var->mlp_rep, l, 0, 0, r) : NULL;
 }
 
-/* What joins the residual stream from layer l's MLP output o (N, d) under its gate, into dst: the forward's
- * mlp_block, the same operations. */
+/* What joins the residual stream from layer l's MLP output o (N, d) under its gate, into dst: the forward's rule. */
 static void mlp_mixed(const struct pass *a, int l, const float *o, float *dst, int N, int d)
 {
-    const float g = mlp_gate_at(a, l);
-    for (int r = 0; r < N; r++) {
-        const float *x = o + (size_t)r * d, *rr = mlp_rep_at(a, l, r);
-        float *y = dst + (size_t)r * d;
-        for (int i = 0; i < d; i++)
-            y[i] = g == 1.0f ? x[i] : g == 0.0f ? (rr ? rr[i] : 0.0f) : x[i] * g;
-    }
+    static const struct hp_replacement none;
+    hp_fwd_mlp_gated(a->var ? &a->var->mlp_rep : &none, l, mlp_gate_at(a, l), o, dst, 0, N, d);
 }
 
 /* Layer l's MLP gate's share of gr from dy (N, d), the gradient where its gated output joins the stream, and o

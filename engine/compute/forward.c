@@ -496,22 +496,26 @@ static void mlp_block(const struct hp_model *m, struct hp_fwd *w, const struct p
                     cap[(size_t)(r % T) * d + i] += w->tmp[(size_t)r * d + i];
     }
     for (int v = 0; any_changed && v < NB; v++) {
-        const float g = mlp_gate_of(a, v, l);
-        if (g == 1.0f)
-            continue;
-        for (int r = v * Rb; r < (v + 1) * Rb; r++) {
-            float *o = w->tmp + (size_t)r * d;
-            const float *rr = hp_replacement_at(rp, l, 0, 0, r);
-            if (g == 0.0f) {
-                if (rr)
-                    memcpy(o, rr, (size_t)d * sizeof(float));
-                else
-                    memset(o, 0, (size_t)d * sizeof(float));
-                continue;
-            }
+        float *o = w->tmp + (size_t)v * Rb * d;
+        hp_fwd_mlp_gated(rp, l, mlp_gate_of(a, v, l), o, o, v * Rb, Rb, d);
+    }
+}
+
+void hp_fwd_mlp_gated(const struct hp_replacement *rp, int l, float g, const float *o, float *out, int r0, int n,
+                      int d)
+{
+    for (int j = 0; j < n; j++) {
+        const float *x = o + (size_t)j * d, *rr = g == 0.0f && rp->buf ? hp_replacement_at(rp, l, 0, 0, r0 + j) : NULL;
+        float *y = out + (size_t)j * d;
+        if (g == 0.0f && rr)
+            memcpy(y, rr, (size_t)d * sizeof(float));
+        else if (g == 0.0f)
+            memset(y, 0, (size_t)d * sizeof(float));
+        else if (g == 1.0f && y != x)
+            memcpy(y, x, (size_t)d * sizeof(float));
+        else if (g != 1.0f)
             for (int i = 0; i < d; i++) /* a fractional gate scales the output, as a head's does */
-                o[i] *= g;
-        }
+                y[i] = x[i] * g;
     }
 }
 

@@ -221,6 +221,12 @@ static inline const float *hp_replacement_at(const struct hp_replacement *rp, in
     return rp->buf + l * rp->layer_stride + h * dh + (r % rp->row_period) * rp->row_stride;
 }
 
+/* What joins the residual stream from an MLP's output o (rows [r0, r0 + n) of a pass, d wide) at layer l under
+ * gate g, into out (which may be o): o itself at 1, g o, or at 0 its replacement (rp: hp_replacement_at; zero
+ * without a buffer). The one statement of the rule (struct hp_fwd_variants). */
+void hp_fwd_mlp_gated(const struct hp_replacement *rp, int l, float g, const float *o, float *out, int r0, int n,
+                      int d);
+
 /* Whether a dead head's output is anything but zero somewhere (it then enters the output projection). */
 static inline bool hp_replacement_reads(const struct hp_replacement *rp)
 {
