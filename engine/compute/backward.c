@@ -751,8 +751,9 @@ static void layer_backward(const struct hp_model *m, struct hp_bwd *w, const str
         mlp_again(m, w, h2, N, l);
     }
     if (wants_mlp(gr)) { /* its output into the stream: through its post-block norm, when it has one */
-        if (L->pn2_w) {
-            mlp_out(m, w, N, l, w->act.mo);
+        if (L->pn2_w) { /* its output before the norm: the forward's, or made above, unless it was skipped */
+            if (kept && g == 0.0f)
+                mlp_out(m, w, N, l, w->act.mo);
             hp_fwd_norm(m, w->mo, w->act.mo, N, L->pn2_w, NULL);
         } else {
             mlp_out(m, w, N, l, w->mo);
