@@ -123,6 +123,7 @@ struct hp_model_info {
     bool has_lm_head;  /* logits available: causal LM head or BERT MLM head */
     int n_token_types; /* token types its embeddings read (BERT's type_vocab_size); 0: none, data's are dropped */
     bool gated_mlp;    /* its MLP is down(act(gate x) * up x), three matrices (the Llama family); else down(act(up x)) */
+    bool parallel;     /* a layer's attention and MLP both read its input (GPT-NeoX's use_parallel_residual) */
     /* how transformers reads a checkpoint with heads removed (headprune prune): config.json's pruned_heads (GPT-2,
      * BERT), fewer heads in every layer alike (the Llama family), or not at all (GPT-NeoX) */
     enum hp_hf_prune { HP_HF_PRUNE_KEY, HP_HF_PRUNE_COMPACT, HP_HF_PRUNE_NONE } hf_prune;
@@ -362,21 +363,61 @@ struct hp_mask {
      * position at a time; heads only, at gates of 0). Not part of the mask's text (hp_mask_format): a sweep
      * marks the content address of such a variant with it (HP_KEY_POS). */
     int pos;
+    /* edges patched (hp_edge): n_edges of them, sorted and unique (hp_edge_cmp), malloc'd; 0 and NULL: none */
+    int n_edges;
+    struct hp_edge *edges;
 };
+
+/*
+ * Paths through the residual stream. A sender writes to it: the embeddings "emb", a head "L.H" (its output
+ * times its rows of the output projection, no bias), an MLP block "mlp:L" (its output as it joins the stream).
+ * A receiver reads it: a head's query, key or value input "L.H:q" / ":k" / ":v" (under GQA the keys and values
+ * head H alone sees), an MLP block's input "mlp:L", or "logits" (the final stream, before the final norm).
+ * Patching edge u>v: v reads its stream plus (a_u(other) - a_u(this run)), a_u(other) the ablation's value of
+ * the sender (zero: 0; mean, mean-pos, resample: the head's or MLP's replacement), before its own norm.
+ */
+enum hp_node_kind { HP_NODE_EMB, HP_NODE_HEAD, HP_NODE_MLP, HP_NODE_LOGITS };
+enum hp_chan { HP_CHAN_Q, HP_CHAN_K, HP_CHAN_V };
+
+struct hp_node {
+    enum hp_node_kind kind;
+    int layer, head; /* head: a head's; layer: a head's or an MLP's (else 0) */
+    int chan;        /* a receiving head's input (enum hp_chan); else 0 */
+};
+
+struct hp_edge {
+    struct hp_node from, to;
+};
+
+/* Edges' order: by receiver (layer, then heads by index and channel q, k, v, then the MLP; logits last), then by
+ * sender (emb, then by layer, a layer's heads before its MLP). A qsort comparator. */
+int hp_edge_cmp(const void *a, const void *b);
+
+/* Whether u can write before v reads: a sender of an earlier layer, or a head of layer L into mlp:L unless the
+ * model's residual is parallel; emb into anything, anything into logits. */
+bool hp_edge_valid(const struct hp_model_info *info, const struct hp_node *u, const struct hp_node *v);
+
+/* A node's text ("emb", "L.H", "mlp:L", "L.H:q", "logits"). Returns what snprintf returns. */
+int hp_node_label(char *buf, size_t size, const struct hp_node *n);
 
 /* A mask of all ones. Destructor: hp_mask_free. NULL if a size is < 1 or out of memory. */
 struct hp_mask *hp_mask_new(int n_layers, int n_heads);
 void hp_mask_free(struct hp_mask *m);
 
-/* Copy src's gates into dst, of the same shape. */
-void hp_mask_copy(struct hp_mask *dst, const struct hp_mask *src);
+/* Copy src's gates, position and edges into dst, of the same shape. false (dst unchanged) when out of memory
+ * for the edges. */
+bool hp_mask_copy(struct hp_mask *dst, const struct hp_mask *src);
 
 /*
  * Parse a mask spec: comma-separated "L.H", "L.*" (a whole layer's heads),
- * "kv:L.G" (every query head sharing KV head G of layer L) and "mlp:L" (layer
- * L's MLP block). With keep = true the named units are kept and all others
+ * "kv:L.G" (every query head sharing KV head G of layer L), "mlp:L" (layer
+ * L's MLP block) and edges "SENDER>RECEIVER" (struct hp_edge; a receiver head
+ * without a channel is its three inputs; "*" on either side every node there:
+ * "0.1>*", "*>logits"; an edge that cannot exist is refused, one in a "*" left
+ * out). With keep = true the named units are kept and all others
  * of their kind ablated: every head not named, and, when the spec names an
- * MLP, every MLP not named (a keep spec of heads alone leaves the MLPs). An
+ * MLP, every MLP not named (a keep spec of heads alone leaves the MLPs);
+ * edges are patched either way (keep is for units). An
  * empty spec ablates nothing (or, with keep, every head).
  * Destructor: hp_mask_free.
  */
@@ -453,17 +494,22 @@ void hp_mask_set_unit(struct hp_mask *m, const struct hp_model_info *info, enum 
 bool hp_mask_unit_ablated(const struct hp_mask *m, const struct hp_model_info *info, enum hp_unit_kind u, int layer,
                           int unit);
 
-/* The first layer with a gate (a head's or the MLP's) that is not 1, where a variant's forward starts
- * to differ from the unmasked model's; n_layers when nothing is ablated
+/* The first layer with a gate (a head's or the MLP's) that is not 1 or an edge's sender (emb: 0), where a
+ * variant's forward starts to differ from the unmasked model's, or from which it must run to see every sender
+ * it patches; n_layers when nothing is ablated
  * (also for m == NULL, which is given as n_layers). */
 int hp_mask_first_changed(const struct hp_mask *m, int n_layers);
+
+/* Whether m patches an edge (m may be NULL). */
+bool hp_mask_has_edges(const struct hp_mask *m);
 
 /* Whether some MLP block's gate in m is not 1 (m may be NULL). */
 bool hp_mask_has_mlp(const struct hp_mask *m);
 
 /* Canonical text of a mask: layer by layer, ascending "L.H" items (a layer
- * with every head ablated as "L.*"), then "mlp:L" when its MLP is ablated;
- * "" when nothing is ablated. A mask of heads only reads as it did before
+ * with every head ablated as "L.*"), then "mlp:L" when its MLP is ablated,
+ * then the edges in their order (hp_edge_cmp) as "SENDER>RECEIVER" with
+ * channels; "" when nothing is ablated. A mask of heads only reads as it did before
  * MLPs were units (its content address is unchanged). Parses back to the
  * same mask. NULL on out-of-memory; the caller frees it with free(). */
 char *hp_mask_format(const struct hp_mask *m);

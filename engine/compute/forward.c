@@ -52,6 +52,20 @@ struct hp_fwd {
     float *rope_local; /* the same of rope_local, when the model has it (layers with local_rope) */
     float *buf;  /* the one allocation behind all of the above */
     struct hp_mat_buf *mb; /* the panel products with 16-bit weights convert into (mat.h) */
+    int T, B;
+    struct edge_room *er; /* NULL, or room for passes with edges (hp_fwd_edges_ready) */
+};
+
+/* What a pass with edges keeps besides the workspace, for N = T * B rows (the pass's own N within). */
+struct edge_room {
+    float *ctx;   /* (n_layers, N, n_heads * d_head) every layer's heads' outputs as they joined the stream */
+    float *mlp;   /* (n_layers, N, d_model) every layer's MLP output as it joined the stream */
+    float *emb;   /* (N, d_model) the stream before layer 0 */
+    float *k, *v; /* (N, n_heads * d_head) a receiving head's own keys and values, at its query slot */
+    float *delta, *hn; /* (N, d_model) a receiver's change to its input, and its normed input */
+    float *diff;  /* (N, d_head) a sender head's replacement less its output */
+    bool *own_k, *own_v; /* (B, n_heads) whether head h of block v reads its own keys, values */
+    float *buf;
 };
 
 
@@ -92,6 +106,7 @@ struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B)
     w->rope = p;
     w->rope_local = p + (size_t)T * in->d_head;
     w->cap_threads = nth;
+    w->T = T, w->B = B;
     if (m->rotary)
         hp_op_rope_table(w->rope, T, &m->rope);
     if (m->rotary && m->rope_local.theta > 0)
@@ -105,6 +120,11 @@ void hp_fwd_free(struct hp_fwd *w)
         return;
     free(w->buf);
     hp_mat_buf_free(w->mb);
+    if (w->er) {
+        free(w->er->buf);
+        free(w->er->own_k);
+        free(w->er);
+    }
     free(w);
 }
 
@@ -164,6 +184,234 @@ static struct pass pass_of(const struct hp_fwd_in *in, const struct hp_fwd_varia
 static const float *gate_of(const struct pass *a, int v)
 {
     return a->var->gates ? a->var->gates[v] : NULL;
+}
+
+// --- edges --------------------------------------------------------------------
+
+bool hp_fwd_edges_ready(const struct hp_model *m, struct hp_fwd *w)
+{
+    if (w->er)
+        return true;
+    const struct hp_model_info *in = &m->info;
+    const size_t N = (size_t)w->T * w->B, L = (size_t)in->n_layers, d = (size_t)in->d_model,
+                 qd = (size_t)in->n_heads * in->d_head;
+    struct edge_room *er = calloc(1, sizeof *er);
+    if (!er)
+        return false;
+    er->buf = malloc((L * N * (qd + d) + 3 * N * d + 2 * N * qd + N * (size_t)in->d_head) * sizeof(float));
+    er->own_k = calloc(2 * (size_t)w->B * in->n_heads, sizeof(bool));
+    if (!er->buf || !er->own_k) {
+        free(er->buf), free(er->own_k), free(er);
+        return false;
+    }
+    float *p = er->buf;
+    er->ctx = p, p += L * N * qd;
+    er->mlp = p, p += L * N * d;
+    er->emb = p, p += N * d;
+    er->delta = p, p += N * d;
+    er->hn = p, p += N * d;
+    er->k = p, p += N * qd;
+    er->v = p, p += N * qd;
+    er->diff = p;
+    er->own_v = er->own_k + (size_t)w->B * in->n_heads;
+    w->er = er;
+    return true;
+}
+
+const char *hp_fwd_edges_refused(const struct hp_model *m)
+{
+    if (m->post_norm)
+        return "its norms follow each residual add (a post-norm encoder, BERT), so no input is a sum of senders";
+    if (m->qk_norm_whole)
+        return "it normalises every head's queries together (OLMo 2), so one head's query input is not its own";
+    for (int l = 0; l < m->info.n_layers; l++)
+        if (m->layers[l].pn1_w)
+            return "a norm follows its attention output (Gemma 2 and 3, OLMo 2): edges are not written for it yet";
+    return NULL;
+}
+
+/* Block v's edges (*n of them; NULL none). */
+static const struct hp_edge *edges_of(const struct pass *a, int v, int *n)
+{
+    *n = a->var->edges && a->var->edges[v] ? a->var->n_edges[v] : 0;
+    return *n ? a->var->edges[v] : NULL;
+}
+
+static bool same_node(const struct hp_node *x, const struct hp_node *y)
+{
+    return x->kind == y->kind && x->layer == y->layer && x->head == y->head && x->chan == y->chan;
+}
+
+/* The end of the run of edges from i into one receiver. */
+static int receiver_end(const struct hp_edge *e, int n, int i)
+{
+    int j = i + 1;
+    while (j < n && same_node(&e[j].to, &e[i].to))
+        j++;
+    return j;
+}
+
+/* MLP gate of variant block v at layer l (1: kept). */
+static float mlp_gate_of(const struct pass *a, int v, int l)
+{
+    const float *g = a->var->mlps ? a->var->mlps[v] : NULL;
+    return g ? g[l] : 1.0f;
+}
+
+/*
+ * delta (Rb, d) = the sum over edges e[0, n) of block v (into one receiver) of the sender's replacement less its
+ * output in this pass, as kept in w->er. A sender at gate 0 outputs its replacement already: nothing to add.
+ */
+static void edge_delta(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int v,
+                       const struct hp_edge *e, int n, float *delta)
+{
+    const struct hp_model_info *in = &m->info;
+    const struct edge_room *er = w->er;
+    const int Rb = a->in->T * a->in->n_seqs, d = in->d_model, H = in->n_heads, dh = in->d_head, qd = H * dh;
+    const size_t N = (size_t)Rb * a->n_blocks, r0 = (size_t)v * Rb;
+    memset(delta, 0, (size_t)Rb * d * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        const struct hp_node *u = &e[i].from;
+        if (u->kind == HP_NODE_EMB) { /* its replacement is zero (the evaluator allows no other) */
+            const float *x = er->emb + r0 * d;
+            for (size_t j = 0; j < (size_t)Rb * d; j++)
+                delta[j] -= x[j];
+        } else if (u->kind == HP_NODE_MLP) {
+            if (mlp_gate_of(a, v, u->layer) == 0.0f)
+                continue;
+            const float *o = er->mlp + ((size_t)u->layer * N + r0) * d;
+            for (int r = 0; r < Rb; r++) {
+                const float *rp = a->var->mlp_rep.buf ? hp_replacement_at(&a->var->mlp_rep, u->layer, 0, 0, (int)r0 + r)
+                                                      : NULL;
+                for (int i2 = 0; i2 < d; i2++)
+                    delta[(size_t)r * d + i2] += (rp ? rp[i2] : 0.0f) - o[(size_t)r * d + i2];
+            }
+        } else if (u->kind == HP_NODE_HEAD) {
+            const struct hp_layer *L = &m->layers[u->layer];
+            const float *g = gate_of(a, v);
+            if (L->q_slot[u->head] < 0 || (g && g[u->layer * H + u->head] == 0.0f))
+                continue;
+            const float *c = er->ctx + ((size_t)u->layer * N + r0) * qd + u->head * dh;
+            for (int r = 0; r < Rb; r++) {
+                const float *rp = hp_replacement_at(&a->var->rep, u->layer, u->head, dh, (int)r0 + r);
+                for (int i2 = 0; i2 < dh; i2++)
+                    er->diff[(size_t)r * dh + i2] = (rp ? rp[i2] : 0.0f) - c[(size_t)r * qd + i2];
+            }
+            hp_mat_gemm(w->mb, Rb, d, dh, 1.0f, er->diff, dh, 1, hp_mat_at(L->wo, (ptrdiff_t)L->q_slot[u->head] * dh, 0),
+                        1.0f, delta, d, 1);
+        }
+    }
+}
+
+/* A receiver's input in block v: its norm (wt, b; wt NULL: none) of its stream x (the block's Rb rows) plus the
+ * change its edges e[0, n) make, into out (Rb, d). */
+static void edge_input(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int v,
+                       const struct hp_edge *e, int n, const float *x, const float *wt, const float *b, float *out)
+{
+    const int Rb = a->in->T * a->in->n_seqs, d = m->info.d_model;
+    float *delta = w->er->delta;
+    edge_delta(m, w, a, v, e, n, delta);
+    hp_op_add_into(delta, x, (size_t)Rb * d);
+    if (wt)
+        hp_fwd_norm(m, out, delta, Rb, wt, b);
+    else
+        memcpy(out, delta, (size_t)Rb * d * sizeof(float));
+}
+
+/* Whether some block has an edge into a head of layer l. */
+static bool heads_receive(const struct pass *a, int l)
+{
+    for (int v = 0; v < a->n_blocks; v++) {
+        int n;
+        const struct hp_edge *e = edges_of(a, v, &n);
+        for (int i = 0; i < n; i++)
+            if (e[i].to.kind == HP_NODE_HEAD && e[i].to.layer == l)
+                return true;
+    }
+    return false;
+}
+
+/*
+ * Layer l's receiving heads (live in their block: live[v * H + h]) read their own inputs: a query into qs at the
+ * head's place, keys and values into w->er's k and v (own_k, own_v say whose), each from the layer's input norm of
+ * w->x plus the change their edges make, projected, normed and rotated as hp_fwd_qkv does the shared ones.
+ */
+static void edge_heads(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l, const bool *live,
+                       float *qs, const float *rope)
+{
+    const struct hp_model_info *in = &m->info;
+    const struct hp_layer *L = &m->layers[l];
+    struct edge_room *er = w->er;
+    const int T = a->in->T, Rb = T * a->in->n_seqs, d = in->d_model, H = in->n_heads, dh = in->d_head,
+              qd = H * dh, per_kv = H / in->n_kv_heads;
+    memset(er->own_k, 0, 2 * (size_t)w->B * H * sizeof(bool));
+    for (int v = 0; v < a->n_blocks; v++) {
+        int n;
+        const struct hp_edge *e = edges_of(a, v, &n);
+        for (int i = 0, j; i < n; i = j) {
+            j = receiver_end(e, n, i);
+            const struct hp_node *to = &e[i].to;
+            if (to->kind != HP_NODE_HEAD || to->layer != l || !live[v * H + to->head])
+                continue;
+            const int h = to->head, c = to->chan;
+            edge_input(m, w, a, v, e + i, j - i, w->x + (size_t)v * Rb * d, L->ln1_w, L->ln1_b, er->hn);
+            const size_t ws = (size_t)(c == HP_CHAN_Q ? L->q_slot[h] : L->kv_slot[h / per_kv]) * dh;
+            float *base = c == HP_CHAN_Q ? qs : c == HP_CHAN_K ? er->k : er->v, *out = base + (size_t)v * Rb * qd + h * dh;
+            const struct hp_mat wt = c == HP_CHAN_Q ? L->wq : c == HP_CHAN_K ? L->wk : L->wv;
+            const float *bias = c == HP_CHAN_Q ? L->bq : c == HP_CHAN_K ? L->bk : L->bv;
+            hp_mat_gemm(w->mb, Rb, dh, d, 1.0f, er->hn, d, 1, hp_mat_at(wt, 0, (ptrdiff_t)ws), 0.0f, out, qd, 1);
+            if (bias)
+                hp_op_add_bias(out, Rb, dh, qd, bias + ws);
+            if (m->qk_norm && c != HP_CHAN_V)
+                hp_op_head_rms_norm(base + (size_t)v * Rb * qd, NULL, Rb, qd, h, h + 1, dh,
+                                    c == HP_CHAN_Q ? L->q_norm : L->k_norm, m->norm_eps);
+            if (m->rotary && c != HP_CHAN_V)
+                hp_op_rope(out, Rb, T, qd, m->rope.dim, rope);
+            if (c != HP_CHAN_Q)
+                (c == HP_CHAN_K ? er->own_k : er->own_v)[v * H + h] = true;
+        }
+    }
+}
+
+/* Layer l's MLP input in blocks with edges into it: w->h's rows from its norm (wt, b) of w->x plus their change. */
+static void edge_mlp_input(const struct hp_model *m, struct hp_fwd *w, const struct pass *a, int l, const float *wt,
+                           const float *b)
+{
+    const int Rb = a->in->T * a->in->n_seqs, d = m->info.d_model;
+    for (int v = 0; v < a->n_blocks; v++) {
+        int n;
+        const struct hp_edge *e = edges_of(a, v, &n);
+        for (int i = 0, j; i < n; i = j) {
+            j = receiver_end(e, n, i);
+            if (e[i].to.kind == HP_NODE_MLP && e[i].to.layer == l)
+                edge_input(m, w, a, v, e + i, j - i, w->x + (size_t)v * Rb * d, wt, b,
+                           w->h + (size_t)v * Rb * d);
+        }
+    }
+}
+
+/* The final stream w->x in blocks with edges into the logits: plus their change (the final norm follows). */
+static void edge_logits(const struct hp_model *m, struct hp_fwd *w, const struct pass *a)
+{
+    const int Rb = a->in->T * a->in->n_seqs, d = m->info.d_model;
+    for (int v = 0; v < a->n_blocks; v++) {
+        int n;
+        const struct hp_edge *e = edges_of(a, v, &n);
+        int i = 0;
+        while (i < n && e[i].to.kind != HP_NODE_LOGITS)
+            i++;
+        if (i == n)
+            continue;
+        float *x = w->x + (size_t)v * Rb * d;
+        edge_input(m, w, a, v, e + i, n - i, x, NULL, NULL, x);
+    }
+}
+
+/* Keep what a pass with edges reads of its senders: rows (N, width) of layer l (emb: l 0) into dst. */
+static void edge_keep(const struct pass *a, float *dst, const float *src, int l, size_t N, size_t width)
+{
+    if (a->var->edges)
+        memcpy(dst + (size_t)l * N * width, src, N * width * sizeof(float));
 }
 
 /*
@@ -328,6 +576,9 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
     const float *const rope = L->local_rope ? w->rope_local : w->rope;
     hp_fwd_qkv(m, w->mb, l, w->h, N, T, q_in, kv_in, any_live, kv_live, rope, qs, ks, vs, kp ? kp->qr : NULL,
                kp ? kp->kr : NULL);
+    const bool edges = a->var->edges && heads_receive(a, l);
+    if (edges) /* receiving heads' own queries, keys and values, over the shared ones */
+        edge_heads(m, w, a, l, live, qs, rope);
     const float scale = hp_fwd_attn_scale(m, l), cap = m->info.attn_softcap;
     const int window = L->window;
     for (int h = 0; h < H; h++) {
@@ -356,13 +607,17 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         const uint8_t *km = a->in->attn_mask ? a->in->attn_mask + (size_t)(b % S) * T : NULL;
         /* scores (T, T) = q_h (T, dh) k_kv^T (dh, T), K read transposed through strides; causal: only
          * what queries [i0, i1) can see, keys [k0, i1), a band of HP_FWD_ROWS rows at a time */
-        const float *qh = qs + r0 * qd + h * dh, *kh = ks + r0 * kvd + kv * dh, *vh = vs + r0 * kvd + kv * dh;
+        /* a receiving head's own keys and values (edges) sit at its query slot, strided as queries */
+        const bool ok = edges && w->er->own_k[v * H + h], ov = edges && w->er->own_v[v * H + h];
+        const int kst = ok ? qd : kvd, vst = ov ? qd : kvd;
+        const float *qh = qs + r0 * qd + h * dh, *kh = ok ? w->er->k + r0 * qd + h * dh : ks + r0 * kvd + kv * dh,
+                    *vh = ov ? w->er->v + r0 * qd + h * dh : vs + r0 * kvd + kv * dh;
         float *oh = w->ctx + r0 * qd + h * dh;
         const int band = in->causal ? HP_FWD_ROWS : T;
         for (int i0 = 0; i0 < T; i0 += band) {
             const int i1 = T - i0 < band ? T : i0 + band, k1 = in->causal ? i1 : T,
                       k0 = window > 0 && i0 - window + 1 > 0 ? i0 - window + 1 : 0;
-            hp_gemm1(i1 - i0, k1 - k0, dh, scale, qh + (size_t)i0 * qd, qd, 1, kh + (size_t)k0 * kvd, 1, kvd, 0.0f,
+            hp_gemm1(i1 - i0, k1 - k0, dh, scale, qh + (size_t)i0 * qd, qd, 1, kh + (size_t)k0 * kst, 1, kst, 0.0f,
                      att + (size_t)i0 * T + k0, T, 1);
             for (int i = i0; cap > 0 && i < i1; i++)
                 hp_op_softcap(att + (size_t)i * T + k0, (size_t)(k1 - k0), cap);
@@ -372,7 +627,7 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
         for (int i0 = 0; i0 < T; i0 += band) {
             const int i1 = T - i0 < band ? T : i0 + band, k1 = in->causal ? i1 : T,
                       k0 = window > 0 && i0 - window + 1 > 0 ? i0 - window + 1 : 0;
-            hp_gemm1(i1 - i0, dh, k1 - k0, 1.0f, att + (size_t)i0 * T + k0, T, 1, vh + (size_t)k0 * kvd, kvd, 1, 0.0f,
+            hp_gemm1(i1 - i0, dh, k1 - k0, 1.0f, att + (size_t)i0 * T + k0, T, 1, vh + (size_t)k0 * vst, vst, 1, 0.0f,
                      oh + (size_t)i0 * qd, qd, 1);
         }
         if (a->tap->attn) /* the probabilities, still in this thread's buffer */
@@ -395,7 +650,8 @@ static void attention(const struct hp_model *m, struct hp_fwd *w, const struct p
                         out[(size_t)r * qd + i] *= gh;
         }
     }
-
+    if (a->var->edges)
+        edge_keep(a, w->er->ctx, w->ctx, l, (size_t)N, (size_t)qd);
     out_projection(m, w, L, proj, NB, Rb);
 }
 
@@ -456,13 +712,6 @@ static void post_block_norm(const struct hp_model *m, struct hp_fwd *w, int N, c
     hp_fwd_norm(m, w->tmp, w->tmp, N, wt, NULL);
 }
 
-/* MLP gate of variant block v at layer l (1: kept). */
-static float mlp_gate_of(const struct pass *a, int v, int l)
-{
-    const float *g = a->var->mlps ? a->var->mlps[v] : NULL;
-    return g ? g[l] : 1.0f;
-}
-
 /*
  * Layer l's MLP block into w->tmp (N, d) from w->h, through its post-block norm pn (NULL: none), under each
  * block's MLP gate: g a, or at 0 its replacement r (struct hp_fwd_variants). Not computed when every block has
@@ -499,6 +748,8 @@ static void mlp_block(const struct hp_model *m, struct hp_fwd *w, const struct p
         float *o = w->tmp + (size_t)v * Rb * d;
         hp_fwd_mlp_gated(rp, l, mlp_gate_of(a, v, l), o, o, v * Rb, Rb, d);
     }
+    if (a->var->edges)
+        edge_keep(a, w->er->mlp, w->tmp, l, (size_t)N, (size_t)d);
 }
 
 void hp_fwd_mlp_gated(const struct hp_replacement *rp, int l, float g, const float *o, float *out, int r0, int n,
@@ -525,8 +776,11 @@ static void finish_layer(const struct hp_model *m, struct hp_fwd *w, const struc
 {
     const struct hp_layer *L = &m->layers[l];
     const size_t n = (size_t)N * m->info.d_model;
-    if (m->parallel) /* x + attn(norm1(x)) + mlp(norm2(x)): the MLP reads the layer's input too */
+    if (m->parallel) { /* x + attn(norm1(x)) + mlp(norm2(x)): the MLP reads the layer's input too */
         hp_fwd_norm(m, w->h, w->x, N, L->ln2_w, L->ln2_b);
+        if (a->var->edges)
+            edge_mlp_input(m, w, a, l, L->ln2_w, L->ln2_b);
+    }
     post_block_norm(m, w, N, L->pn1_w, kp ? kp->ao : NULL);
     hp_op_add_into(w->x, w->tmp, n);
     if (kp)
@@ -545,6 +799,8 @@ static void finish_layer(const struct hp_model *m, struct hp_fwd *w, const struc
             hp_fwd_norm(m, w->h, w->x, N, L->ln2_w, L->ln2_b);
         else
             memcpy(w->h, w->x, n * sizeof(float));
+        if (a->var->edges)
+            edge_mlp_input(m, w, a, l, L->ln2_w, L->ln2_b);
         mlp_block(m, w, a, l, N, kp, L->pn2_w);
         hp_op_add_into(w->x, w->tmp, n);
     }
@@ -560,6 +816,8 @@ static const float *finish(const struct hp_model *m, struct hp_fwd *w, const str
     const struct hp_model_info *in = &m->info;
     const int d = in->d_model;
     const size_t n = (size_t)N * d;
+    if (a->var->edges)
+        edge_logits(m, w, a);
     const float *hfin = w->x;
     if (m->lnf_w) {
         hp_fwd_norm(m, w->h, w->x, N, m->lnf_w, m->lnf_b);
@@ -637,6 +895,9 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
     }
     if (m->post_norm && from == 0)
         hp_op_layer_norm(w->x, w->x, N, d, m->emb_ln_w, m->emb_ln_b, m->norm_eps);
+    assert(!a->var->edges || (w->er && from == 0 && !rs && !a->tap->keep));
+    if (a->var->edges)
+        edge_keep(a, w->er->emb, w->x, 0, (size_t)N, (size_t)d);
 
     const struct hp_fwd_save *sv = a->tap->save;
     for (int l = from; l < in->n_layers; l++) {
@@ -658,27 +919,22 @@ const float *hp_fwd_run(const struct hp_model *m, struct hp_fwd *w, const struct
     return finish(m, w, a, N);
 }
 
-const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_in *fin,
-                           const struct hp_fwd_variants *var, const struct hp_fwd_taps *tap,
-                           const struct hp_fwd_save *base, int l0)
+/*
+ * Layer l0's attention output in a resumed pass (hp_fwd_resume), made again from the heads' outputs saved in base,
+ * the kept ones as saved and the changed ones replaced, rather than by subtracting the changed heads' saved
+ * contribution from the saved layer output: where an ablated head's contribution dwarfs the rest (massive
+ * activations), that float subtraction cancelled, and the ablated model's result depended on the weights of the
+ * head it no longer has. A block's heads in the projection are attention()'s: live, or a replacement to add.
+ */
+static void resume_attention(const struct hp_model *m, struct hp_fwd *w, const struct pass *a,
+                             const struct hp_fwd_save *base, int l0)
 {
-    const struct pass pa = pass_of(fin, var, tap), *a = &pa;
     const struct hp_model_info *in = &m->info;
     const struct hp_layer *L = &m->layers[l0];
-    const int T = a->in->T, Rb = T * a->in->n_seqs, NB = a->n_blocks, N = Rb * NB, d = in->d_model, H = in->n_heads,
-              dh = in->d_head, qd = H * dh;
+    const int Rb = a->in->T * a->in->n_seqs, NB = a->n_blocks, H = in->n_heads, dh = in->d_head, qd = H * dh;
     const bool replaced = hp_replacement_reads(&a->var->rep);
-    const size_t xs = (size_t)Rb * d, cs = (size_t)Rb * qd;
-    const float *bx = base->x + (size_t)l0 * xs, *bc = base->ctx + (size_t)l0 * cs;
-
-    /*
-     * Layer l0's attention output is made again from its heads' outputs, the kept ones as saved and
-     * the changed ones replaced, rather than by subtracting the changed heads' saved contribution
-     * from the saved layer output: where an ablated head's contribution dwarfs the rest (massive
-     * activations), that float subtraction cancelled, and the ablated model's result depended on
-     * the weights of the head it no longer has. A block's heads in the projection are attention()'s:
-     * live, or a replacement to add.
-     */
+    const size_t cs = (size_t)Rb * qd;
+    const float *bc = base->ctx + (size_t)l0 * cs;
     bool proj[NB * H];
     for (int v = 0; v < NB; v++) {
         const float *g = gate_of(a, v);
@@ -687,7 +943,6 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
     }
     for (int v = 0; v < NB; v++) {
         float *ctx = w->ctx + v * cs;
-        memcpy(w->x + v * xs, bx, xs * sizeof(float));
         memcpy(ctx, bc, cs * sizeof(float));
         const float *g = gate_of(a, v);
         for (int h = 0; h < H; h++) {
@@ -703,7 +958,30 @@ const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const str
                     ctx[(size_t)r * qd + h * dh + i] *= gh;
         }
     }
+    if (a->var->edges)
+        edge_keep(a, w->er->ctx, w->ctx, l0, (size_t)NB * Rb, (size_t)qd);
     out_projection(m, w, L, proj, NB, Rb);
+}
+
+const float *hp_fwd_resume(const struct hp_model *m, struct hp_fwd *w, const struct hp_fwd_in *fin,
+                           const struct hp_fwd_variants *var, const struct hp_fwd_taps *tap,
+                           const struct hp_fwd_save *base, int l0)
+{
+    const struct pass pa = pass_of(fin, var, tap), *a = &pa;
+    const struct hp_model_info *in = &m->info;
+    const int Rb = a->in->T * a->in->n_seqs, NB = a->n_blocks, N = Rb * NB, d = in->d_model;
+    const size_t xs = (size_t)Rb * d;
+    for (int v = 0; v < NB; v++)
+        memcpy(w->x + v * xs, base->x + (size_t)l0 * xs, xs * sizeof(float));
+    /* edges: every sender they read runs in this pass (l0 is at or below the first: hp_mask_first_changed), the
+     * embeddings' from the saved stream; a head receiving at l0 reads its own input, so l0's attention runs */
+    assert(!a->var->edges || w->er);
+    if (a->var->edges && l0 == 0)
+        edge_keep(a, w->er->emb, w->x, 0, (size_t)N, (size_t)d);
+    if (a->var->edges && heads_receive(a, l0))
+        attention_part(m, w, a, l0, N, NULL);
+    else
+        resume_attention(m, w, a, base, l0);
     finish_layer(m, w, a, l0, N, NULL);
     for (int l = l0 + 1; l < in->n_layers; l++) {
         attention_part(m, w, a, l, N, NULL);

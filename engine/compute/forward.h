@@ -21,6 +21,14 @@ struct hp_fwd; /* workspace for sequences of up to T tokens */
 struct hp_fwd *hp_fwd_new(const struct hp_model *m, int T, int B);
 void hp_fwd_free(struct hp_fwd *w);
 
+/* Room in w for a pass with edges (struct hp_fwd_variants): every layer's senders' outputs and the receivers'
+ * own keys and values, (n_layers + 2) (N, d_model + n_heads * d_head) floats for N = T * B rows, made once;
+ * false when out of memory. */
+bool hp_fwd_edges_ready(const struct hp_model *m, struct hp_fwd *w);
+
+/* Whether the forward patches edges in model m: NULL, or why not (a static sentence naming the feature). */
+const char *hp_fwd_edges_refused(const struct hp_model *m);
+
 /* Width of the forward output: n_labels for a classifier (one row per
  * sequence), n_vocab with an LM head, else d_model. */
 int hp_fwd_out_width(const struct hp_model *m);
@@ -130,6 +138,15 @@ struct hp_fwd_variants {
     struct hp_replacement rep; /* what a head whose gate is 0 outputs: zero (rep.buf NULL) unless the ablation says */
     const float *const *mlps;  /* NULL (every MLP kept) or (n_blocks), each NULL or (n_layers); 0 = ablated */
     struct hp_replacement mlp_rep; /* what an MLP whose gate is 0 outputs: zero (buf NULL) unless the ablation says */
+    /*
+     * NULL (none), or (n_blocks) the edges patched in block v: n_edges[v] of them at edges[v], sorted
+     * (hp_edge_cmp). A receiver in block v reads its stream plus, for each edge into it, the sender's
+     * replacement (rep, mlp_rep; emb: zero) less its output in this block's pass, before its norm. Needs the
+     * workspace's room for them (hp_fwd_edges_ready); pre-norm models without a norm after attention and
+     * without a norm over every head's queries, every position (rep without own), hp_fwd_run from layer 0.
+     */
+    const struct hp_edge *const *edges;
+    const int *n_edges;
 };
 
 /* What the pass writes besides the rows it returns; a NULL taps argument is none. */

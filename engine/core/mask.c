@@ -21,6 +21,7 @@
  * model beyond struct hp_model_info.
  */
 #include "headprune.h"
+#include "edges.h"
 #include "util.h"
 
 #include <assert.h>
@@ -59,6 +60,8 @@ struct hp_mask *hp_mask_new(int n_layers, int n_heads)
     for (int l = 0; l < n_layers; l++)
         m->mlp[l] = 1.0f;
     m->pos = -1;
+    m->n_edges = 0;
+    m->edges = NULL;
     return m;
 }
 
@@ -68,15 +71,22 @@ void hp_mask_free(struct hp_mask *m)
         return;
     free(m->gate);
     free(m->mlp);
+    free(m->edges);
     free(m);
 }
 
-void hp_mask_copy(struct hp_mask *dst, const struct hp_mask *src)
+bool hp_mask_copy(struct hp_mask *dst, const struct hp_mask *src)
 {
     assert(dst->n_layers == src->n_layers && dst->n_heads == src->n_heads);
+    if (!hp_edges_reserve(dst, src->n_edges))
+        return false;
+    if (src->n_edges)
+        memcpy(dst->edges, src->edges, (size_t)src->n_edges * sizeof *dst->edges);
+    dst->n_edges = src->n_edges;
     memcpy(dst->gate, src->gate, (size_t)src->n_layers * (size_t)src->n_heads * sizeof *dst->gate);
     memcpy(dst->mlp, src->mlp, (size_t)src->n_layers * sizeof *dst->mlp);
     dst->pos = src->pos;
+    return true;
 }
 
 int hp_mask_count_mlps(const struct hp_mask *m)
@@ -85,6 +95,11 @@ int hp_mask_count_mlps(const struct hp_mask *m)
     for (int l = 0; m && l < m->n_layers; l++)
         k += m->mlp[l] == 0.0f;
     return k;
+}
+
+bool hp_mask_has_edges(const struct hp_mask *m)
+{
+    return m && m->n_edges > 0;
 }
 
 bool hp_mask_has_mlp(const struct hp_mask *m)
@@ -125,19 +140,25 @@ int hp_mask_drop_absent(struct hp_mask *m, const struct hp_model_info *info)
     return n;
 }
 
-/* The mask's first layer with a gate that is not 1 (n_layers: none). */
+/* The mask's first layer with a gate that is not 1 or an edge's sender (n_layers: none). */
 int hp_mask_first_changed(const struct hp_mask *m, int n_layers)
 {
     if (!m)
         return n_layers;
-    for (int l = 0; l < m->n_layers; l++) {
+    int first = m->n_layers;
+    for (int i = 0; i < m->n_edges; i++) {
+        const struct hp_node *u = &m->edges[i].from;
+        const int l = u->kind == HP_NODE_EMB ? 0 : u->layer;
+        first = l < first ? l : first;
+    }
+    for (int l = 0; l < first; l++) {
         if (m->mlp[l] != 1.0f)
             return l;
         for (int h = 0; h < m->n_heads; h++)
             if (m->gate[(size_t)l * m->n_heads + h] != 1.0f)
                 return l;
     }
-    return m->n_layers;
+    return first;
 }
 
 // --- units -------------------------------------------------------------------
@@ -400,6 +421,8 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
                 st = hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': empty item (separate items with "
                           "single commas, no trailing comma)", shown, spec,
                           len > ECHO_MAX ? "..." : "");
+            } else if (memchr(a, '>', (size_t)(b - a))) {
+                st = hp_edges_apply_item(a, (size_t)(b - a), info, m, err);
             } else {
                 st = apply_item(a, (size_t)(b - a), info, m, err);
             }
@@ -415,6 +438,7 @@ enum hp_status hp_mask_parse(const char *spec, bool keep,
     /* keep: the named units are what stays. Every head not named goes; MLP blocks go only when the spec named
      * one (a kind it does not name is left whole, so a keep spec of heads means what it meant before MLPs were
      * units) */
+    hp_edges_finish(m);
     if (keep) {
         for (size_t i = 0; i < n_gates; i++)
             m->gate[i] = m->gate[i] == 0.0f ? 1.0f : 0.0f;
@@ -482,6 +506,17 @@ char *hp_mask_format(const struct hp_mask *m)
                 }
                 len += (size_t)n;
             }
+        }
+        for (int i = 0; m && i < m->n_edges; i++) {
+            if (buf && len)
+                buf[len] = ',';
+            len += len > 0;
+            int n = hp_edge_label(buf ? buf + len : NULL, buf ? cap - len : 0, &m->edges[i]);
+            if (n < 0) {
+                free(buf);
+                return NULL;
+            }
+            len += (size_t)n;
         }
         if (pass == 0) {
             cap = len + 1;

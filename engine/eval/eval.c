@@ -19,6 +19,7 @@
  * Must not: print, exit, know about files other than through hp_data, or
  * call into reuse.c or grad.c.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,27 +263,48 @@ struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enu
         .rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, T, s, nb, false),
         .mlps = b->mlps,
         .mlp_rep = hp_ablation_kinds[abl].replacement(&ev->abl, &ev->m->info, T, s, nb, true)};
-    bool one = false;
+    bool one = false, edges = false;
     for (int v = 0; v < k; v++) {
         b->gates[v] = masks[v] ? masks[v]->gate : NULL;
         b->mlps[v] = masks[v] ? masks[v]->mlp : NULL;
         b->pos[v] = masks[v] ? masks[v]->pos : -1;
         one |= b->pos[v] >= 0;
+        edges |= hp_mask_has_edges(masks[v]);
     }
+    assert(!edges || (b->edges && b->n_edges));
+    for (int v = 0; edges && v < k; v++) {
+        b->edges[v] = masks[v] ? masks[v]->edges : NULL;
+        b->n_edges[v] = masks[v] ? masks[v]->n_edges : 0;
+    }
+    if (edges)
+        va.edges = b->edges, va.n_edges = b->n_edges;
     if (one) /* hp_evaluator_run_many made own ready */
         va.rep = hp_ablation_at_position(va.rep, &ev->abl, &ev->m->info, ev->d->n_seqs, T, s, nb, b->pos);
     return va;
 }
 
+enum hp_status hp_eval_edges_ready(const struct hp_evaluator *ev, struct hp_fwd *w, const struct hp_mask *const *masks,
+                                   int n, struct hp_error *err)
+{
+    for (int i = 0; i < n; i++)
+        if (hp_mask_has_edges(masks[i]))
+            return hp_fwd_edges_ready(ev->m, w) ? HP_OK
+                                                : hp_fail(err, HP_ERR_NOMEM, "out of memory for the senders' outputs "
+                                                          "a pass with edges keeps (every layer's, %d-row chunks)",
+                                                          ev->batch * ev->d->seq_len);
+    return HP_OK;
+}
+
 /* One variant block's room (struct hp_eval_blocks). */
 struct one_block {
     const float *gate, *mlp;
-    int pos;
+    int pos, n_edges;
+    const struct hp_edge *edges;
 };
 
 static struct hp_eval_blocks one_block(struct one_block *o)
 {
-    return (struct hp_eval_blocks){&o->gate, &o->mlp, &o->pos};
+    return (struct hp_eval_blocks){&o->gate, &o->mlp, &o->pos, &o->edges, &o->n_edges};
 }
 
 /* Forward sequences [s, s + nb) under mask (NULL: unmasked) into out (nb, seq_len, width); with out NULL the pass
@@ -826,6 +848,8 @@ enum hp_status hp_eval_run_plain(struct hp_evaluator *ev, const struct hp_mask *
 {
     const struct hp_data *d = ev->d;
     enum hp_status st = plain_ready(ev, true, err);
+    if (st == HP_OK)
+        st = hp_eval_edges_ready(ev, ev->fwd, &mask, 1, err);
     if (st != HP_OK)
         return st;
     bool scaled = hp_mask_first_changed(mask, ev->m->info.n_layers) < ev->m->info.n_layers;
@@ -872,8 +896,8 @@ bool hp_eval_kept_matches(const struct hp_evaluator *ev, const struct hp_mask *m
     if (!ev->kept_gate || unmasked) /* nothing changed: the ablation does not matter */
         return !ev->kept_gate && unmasked;
     /* a gradient pass's gates are the heads' at every position (grad.c refuses a mask that changes an MLP or
-     * patches one position) */
-    return abl == ev->kept_abl && !hp_mask_has_mlp(mask) && mask->pos < 0 &&
+     * patches one position or edges) */
+    return abl == ev->kept_abl && !hp_mask_has_mlp(mask) && !hp_mask_has_edges(mask) && mask->pos < 0 &&
            memcmp(mask->gate, ev->kept_gate, (size_t)HH * sizeof(float)) == 0;
 }
 

@@ -91,10 +91,13 @@ int hp_eval_chunk_len(const struct hp_evaluator *ev, int s);
 /* The pass's inputs: sequences [s, s + nb). */
 struct hp_fwd_in hp_eval_chunk_in(const struct hp_evaluator *ev, int s, int nb);
 
-/* Room for k variant blocks' gates, MLP gates and positions: what hp_eval_chunk_variants fills and the pass reads. */
+/* Room for k variant blocks' gates, MLP gates, positions and edges (edges and n_edges may be NULL when no mask
+ * has any): what hp_eval_chunk_variants fills and the pass reads. */
 struct hp_eval_blocks {
     const float **gates, **mlps;
     int *pos;
+    const struct hp_edge **edges;
+    int *n_edges;
 };
 
 /*
@@ -105,6 +108,10 @@ struct hp_eval_blocks {
  */
 struct hp_fwd_variants hp_eval_chunk_variants(const struct hp_evaluator *ev, enum hp_ablation abl, int s, int nb,
                                               const struct hp_mask *const *masks, int k, const struct hp_eval_blocks *b);
+
+/* Room in workspace w for passes with edges when one of masks[0, n) has any (hp_fwd_edges_ready). */
+enum hp_status hp_eval_edges_ready(const struct hp_evaluator *ev, struct hp_fwd *w, const struct hp_mask *const *masks,
+                                   int n, struct hp_error *err);
 
 /* What a head patched at one position keeps at the others, made once (hp_ablation_own_ready). */
 enum hp_status hp_eval_own_ready(struct hp_evaluator *ev, struct hp_error *err);

@@ -54,7 +54,8 @@ static bool patch_is_identity(const struct hp_evaluator *ev, enum hp_ablation ab
 }
 
 /* Whether mask is one the evaluator takes for this model and data: else why not (err). */
-static enum hp_status check_mask(const struct hp_evaluator *ev, const struct hp_mask *mask, struct hp_error *err)
+static enum hp_status check_mask(const struct hp_evaluator *ev, const struct hp_mask *mask, enum hp_ablation abl,
+                                 struct hp_error *err)
 {
     const struct hp_model_info *in = &ev->m->info;
     if (mask->n_layers != in->n_layers || mask->n_heads != in->n_heads)
@@ -66,6 +67,17 @@ static enum hp_status check_mask(const struct hp_evaluator *ev, const struct hp_
     if (mask->pos >= 0 && hp_mask_has_mlp(mask))
         return hp_fail(err, HP_ERR_ARG, "patching one position at a time is for heads: the variant changes an "
                        "MLP block (patch MLPs at every position)");
+    if (!hp_mask_has_edges(mask))
+        return HP_OK;
+    const char *why = hp_fwd_edges_refused(ev->m);
+    if (why)
+        return hp_fail(err, HP_ERR_UNSUPPORTED, "%s: edges are not patched in this model: %s", ev->m->dir, why);
+    if (mask->pos >= 0)
+        return hp_fail(err, HP_ERR_ARG, "edges are patched at every position, not at position %d alone", mask->pos);
+    for (int i = 0; i < mask->n_edges; i++)
+        if (mask->edges[i].from.kind == HP_NODE_EMB && abl != HP_ABLATE_ZERO)
+            return hp_fail(err, HP_ERR_UNSUPPORTED, "edges from emb are patched under zero ablation only (%s has no "
+                           "replacement for the embeddings yet)", hp_ablation_name(abl));
     return HP_OK;
 }
 
@@ -80,11 +92,13 @@ enum hp_status hp_evaluator_run_many(struct hp_evaluator *ev, const struct hp_ma
         out[i] = NULL;
     for (int i = 0; i < n && st == HP_OK; i++) {
         const struct hp_mask *mask = masks[i];
-        if (mask && (st = check_mask(ev, mask, err)) != HP_OK)
+        if (mask && (st = check_mask(ev, mask, abl, err)) != HP_OK)
             break;
-        ablates |= mask && (hp_mask_count_ablated(mask) > 0 || hp_mask_has_mlp(mask));
+        ablates |= mask && (hp_mask_count_ablated(mask) > 0 || hp_mask_has_mlp(mask) || hp_mask_has_edges(mask));
         one_position |= mask && mask->pos >= 0;
         mlps |= hp_mask_has_mlp(mask);
+        for (int e = 0; mask && e < mask->n_edges; e++) /* an MLP sender's replacement */
+            mlps |= mask->edges[e].from.kind == HP_NODE_MLP;
     }
     if (st == HP_OK && ablates)
         st = hp_eval_ablation_ready(ev, abl, mlps, err);

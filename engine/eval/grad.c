@@ -686,6 +686,9 @@ static enum hp_status check_pass(const struct hp_evaluator *ev, enum hp_metric m
     if (mask && mask->pos >= 0)
         return hp_fail(err, HP_ERR_UNSUPPORTED, "gradients are taken with heads replaced at every position, not at "
                        "position %d alone", mask->pos);
+    if (hp_mask_has_edges(mask))
+        return hp_fail(err, HP_ERR_UNSUPPORTED, "gradients are taken at the units' gates: the variant patches edges "
+                       "(the reverse pass has no per-receiver inputs yet)");
     if (from < 0 || from >= in->n_layers)
         return hp_fail(err, HP_ERR_ARG, "gradients from layer %d: the model's layers are 0 to %d", from,
                        in->n_layers - 1);
@@ -806,7 +809,7 @@ enum hp_status hp_evaluator_grad_units(struct hp_evaluator *ev, enum hp_metric m
         struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
         const float *gates_of[1], *mlps_of[1];
         int pos_of[1];
-        const struct hp_eval_blocks blocks = {gates_of, mlps_of, pos_of};
+        const struct hp_eval_blocks blocks = {gates_of, mlps_of, pos_of, NULL, NULL}; /* no edges: refused above */
         struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb, &mask, 1, &blocks);
         struct hp_fwd_taps tp = {.resid = resid, .keep = hp_bwd_keep(bw), .from = start};
         const size_t chunk_rows = (size_t)nb * T * in->d_model; /* a layer's rows of resid for this chunk */

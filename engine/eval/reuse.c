@@ -314,10 +314,16 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
     const float **gates = malloc((size_t)ru->max_blocks * sizeof *gates),
                 **mlps = malloc((size_t)ru->max_blocks * sizeof *mlps);
     const struct hp_mask **blk = malloc((size_t)ru->max_blocks * sizeof *blk);
-    int *pos = malloc((size_t)ru->max_blocks * sizeof *pos);
-    if (!first || !order || !gates || !mlps || !blk || !pos) {
-        free(first), free(order), free(gates), free(mlps), free(blk), free(pos);
+    int *pos = malloc((size_t)ru->max_blocks * sizeof *pos), *n_edges = malloc((size_t)ru->max_blocks * sizeof(int));
+    const struct hp_edge **edges = malloc((size_t)ru->max_blocks * sizeof *edges);
+    if (!first || !order || !gates || !mlps || !blk || !pos || !n_edges || !edges) {
+        free(first), free(order), free(gates), free(mlps), free(blk), free(pos), free(n_edges), free(edges);
         return hp_fail(err, HP_ERR_NOMEM, "out of memory");
+    }
+    enum hp_status st = hp_eval_edges_ready(ev, ru->fwd, masks, n, err);
+    if (st != HP_OK) {
+        free(first), free(order), free(gates), free(mlps), free(blk), free(pos), free(n_edges), free(edges);
+        return st;
     }
     /* variants by first changed layer, stable: an insertion sort of indices */
     for (int i = 0; i < n; i++) {
@@ -353,7 +359,7 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
                 continue;
             }
             struct hp_fwd_in fi = hp_eval_chunk_in(ev, s0, nb);
-            const struct hp_eval_blocks b = {gates, mlps, pos};
+            const struct hp_eval_blocks b = {gates, mlps, pos, edges, n_edges};
             struct hp_fwd_variants va = hp_eval_chunk_variants(ev, abl, s0, nb, blk, k, &b);
             const float *h = hp_fwd_resume(ev->m, ru->fwd, &fi, &va, NULL, &ru->save, l0);
             if (ev->has_cls) {
@@ -380,6 +386,6 @@ enum hp_status hp_eval_reuse_run(struct hp_evaluator *ev, const struct hp_mask *
         if (ev->progress)
             ev->progress(ev->progress_user, s0 + nb, d->n_seqs);
     }
-    free(first), free(order), free(gates), free(mlps), free(blk), free(pos);
+    free(first), free(order), free(gates), free(mlps), free(blk), free(pos), free(n_edges), free(edges);
     return HP_OK;
 }

@@ -1156,6 +1156,7 @@ enum hp_status hp_model_open_ex(const char *dir, unsigned flags, struct hp_model
     /* features the stages past the loader read, rather than the architecture */
     m->info.n_token_types = m->n_types;
     m->info.gated_mlp = m->info.n_layers > 0 && m->layers[0].w_gate.p != NULL;
+    m->info.parallel = m->parallel;
     m->info.hf_prune = arch_row(m->info.arch)->hf_prune;
     st = read_pooling(m, dir, err);
     if (st != HP_OK) {

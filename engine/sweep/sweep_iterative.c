@@ -188,11 +188,11 @@ static enum hp_status run(struct sw_ctx *c, int si, int64_t *ord, struct hp_erro
             if (pruned[i] || (s->iterative.keep_one_per_layer && left_in_layer[units[i].layer] <= 1))
                 continue;
             struct hp_mask *m = hp_mask_new(in->n_layers, in->n_heads);
-            if (!m) {
+            if (!m || !hp_mask_copy(m, base)) {
+                hp_mask_free(m);
                 st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
                 break;
             }
-            hp_mask_copy(m, base);
             ablate_unit(c, s, m, units[i]);
             cjobs[nc] = (struct hp_job){.study = si, .step = step + 1, .k = n_pruned + 1, .layer = units[i].layer,
                                         .unit = units[i].unit, .unit2 = -1, .mask = m};

@@ -221,9 +221,10 @@ static const struct hp_mask *settled_mask(const struct sw_ctx *c, const struct h
         names_absent = c->info->pruned[i] && m->gate[i] != 1.0f;
     if (!names_absent)
         return m;
-    if (!(*own = hp_mask_new(m->n_layers, m->n_heads)))
-        return NULL;
-    hp_mask_copy(*own, m);
+    if (!(*own = hp_mask_new(m->n_layers, m->n_heads)) || !hp_mask_copy(*own, m)) {
+        hp_mask_free(*own);
+        return *own = NULL;
+    }
     hp_mask_drop_absent(*own, c->info);
     return *own;
 }

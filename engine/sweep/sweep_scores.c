@@ -67,7 +67,10 @@ static enum hp_status integrate(struct sw_ctx *c, const struct hp_study *s, int 
             continue;
         for (int k = 0; k < steps && st == HP_OK; k++) {
             const float t = (float)((k + 0.5) / steps);
-            hp_mask_copy(m, base);
+            if (!hp_mask_copy(m, base)) {
+                st = hp_fail(err, HP_ERR_NOMEM, "out of memory");
+                break;
+            }
             for (int l = per_layer ? l0 : 0; l < (per_layer ? l0 + 1 : in->n_layers); l++)
                 for (int u = 0; u < U; u++)
                     if (sw_selected(s->n_layers_sel, s->layers, l) && sw_selected(s->n_units_sel, s->units, u) &&

@@ -1,0 +1,294 @@
+/*
+ * edges.c -- edges between a sender and a receiver through the residual
+ * stream (struct hp_edge): their order, which can exist, their text, and
+ * the mask items that name them ("SENDER>RECEIVER", with "*" and "L.*").
+ *
+ * A side of an item is read as a pattern (which kinds, which layer, which
+ * head, which channels) and the item as every valid edge between a sender
+ * and a receiver that match: "0.1>1.2:q" is one edge, "0.1>1.2" three (q,
+ * k, v), "0.1>*" every edge out of head 0.1. An item that names one edge by
+ * name and it cannot exist is refused; a pattern that matches none is too.
+ *
+ * Must not: print, exit, or know anything of the model beyond struct
+ * hp_model_info. mask.c owns the mask; this file appends to its edges.
+ */
+#include "edges.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+#define ECHO_MAX 64
+
+static const char chan_name[] = "qkv";
+
+/* A node's place in the order: (layer, part, head, channel); emb first, logits last. */
+static void node_key(const struct hp_node *n, long long k[4])
+{
+    switch (n->kind) {
+    case HP_NODE_EMB: k[0] = -1, k[1] = k[2] = k[3] = 0; return;
+    case HP_NODE_HEAD: k[0] = n->layer, k[1] = 0, k[2] = n->head, k[3] = n->chan; return;
+    case HP_NODE_MLP: k[0] = n->layer, k[1] = 1, k[2] = k[3] = 0; return;
+    case HP_NODE_LOGITS: k[0] = LLONG_MAX, k[1] = k[2] = k[3] = 0; return;
+    }
+}
+
+static int node_cmp(const struct hp_node *a, const struct hp_node *b)
+{
+    long long ka[4], kb[4];
+    node_key(a, ka);
+    node_key(b, kb);
+    for (int i = 0; i < 4; i++)
+        if (ka[i] != kb[i])
+            return ka[i] < kb[i] ? -1 : 1;
+    return 0;
+}
+
+int hp_edge_cmp(const void *pa, const void *pb)
+{
+    const struct hp_edge *a = pa, *b = pb;
+    const int c = node_cmp(&a->to, &b->to);
+    return c ? c : node_cmp(&a->from, &b->from);
+}
+
+bool hp_edge_valid(const struct hp_model_info *info, const struct hp_node *u, const struct hp_node *v)
+{
+    if (u->kind == HP_NODE_LOGITS || v->kind == HP_NODE_EMB)
+        return false;
+    if (u->kind == HP_NODE_EMB || v->kind == HP_NODE_LOGITS)
+        return true;
+    if (u->layer < v->layer)
+        return true;
+    /* the same layer: a head writes before its layer's MLP reads, unless both read the layer's input */
+    return u->layer == v->layer && u->kind == HP_NODE_HEAD && v->kind == HP_NODE_MLP && !info->parallel;
+}
+
+int hp_node_label(char *buf, size_t size, const struct hp_node *n)
+{
+    switch (n->kind) {
+    case HP_NODE_EMB: return snprintf(buf, size, "emb");
+    case HP_NODE_LOGITS: return snprintf(buf, size, "logits");
+    case HP_NODE_MLP: return snprintf(buf, size, "mlp:%d", n->layer);
+    case HP_NODE_HEAD: break;
+    }
+    return snprintf(buf, size, "%d.%d", n->layer, n->head);
+}
+
+int hp_edge_label(char *buf, size_t size, const struct hp_edge *e)
+{
+    char u[32], v[32];
+    hp_node_label(u, sizeof u, &e->from);
+    hp_node_label(v, sizeof v, &e->to);
+    if (e->to.kind == HP_NODE_HEAD)
+        return snprintf(buf, size, "%s>%s:%c", u, v, chan_name[e->to.chan]);
+    return snprintf(buf, size, "%s>%s", u, v);
+}
+
+// --- items -----------------------------------------------------------------
+
+/* One side of an item: the nodes it matches. layer, head: -1 any. */
+struct pattern {
+    bool emb, heads, mlp, logits;
+    int layer, head;
+    unsigned chans; /* bits 1 << enum hp_chan: a receiving head's inputs */
+    bool named;     /* one node (or one head's inputs), by name: an invalid edge is an error, not left out */
+};
+
+/* A decimal number s[*i..] below limit into *v; false if none (or out of range: *v = -2). */
+static bool number(const char *s, size_t n, size_t *i, int limit, int *v)
+{
+    size_t st = *i;
+    long long x = 0;
+    while (*i < n && s[*i] >= '0' && s[*i] <= '9' && x <= INT_MAX)
+        x = x * 10 + (s[(*i)++] - '0');
+    if (*i == st)
+        return false;
+    *v = x < limit ? (int)x : -2;
+    return true;
+}
+
+/*
+ * Read one side s[0..n) into p; receiver: the side after '>'. A range error names what is missing (into why);
+ * else a syntax error (why empty).
+ */
+static bool read_side(const char *s, size_t n, bool receiver, const struct hp_model_info *info, struct pattern *p,
+                      char *why, size_t wn)
+{
+    *p = (struct pattern){.layer = -1, .head = -1, .chans = 7, .named = true};
+    why[0] = 0;
+    if (n == 1 && s[0] == '*') {
+        *p = (struct pattern){.emb = !receiver, .heads = true, .mlp = true, .logits = receiver, .layer = -1,
+                              .head = -1, .chans = 7};
+        return true;
+    }
+    if (n == 3 && !memcmp(s, "emb", 3) && !receiver)
+        return p->emb = true;
+    if (n == 6 && !memcmp(s, "logits", 6) && receiver)
+        return p->logits = true;
+    size_t i = 0;
+    if (n > 4 && !memcmp(s, "mlp:", 4)) {
+        i = 4;
+        if (!number(s, n, &i, info->n_layers, &p->layer) || i != n)
+            return false;
+        if (p->layer < 0)
+            return snprintf(why, wn, "layer %.*s does not exist (the model has %d)", (int)(n - 4), s + 4,
+                            info->n_layers), false;
+        return p->mlp = true;
+    }
+    if (!number(s, n, &i, info->n_layers, &p->layer) || i >= n || s[i++] != '.')
+        return false;
+    if (p->layer < 0)
+        return snprintf(why, wn, "layer %.*s does not exist (the model has %d)", (int)(i - 1), s, info->n_layers),
+               false;
+    p->heads = true;
+    if (i < n && s[i] == '*') {
+        i++;
+        p->named = false;
+    } else {
+        const size_t h0 = i;
+        if (!number(s, n, &i, info->n_heads, &p->head))
+            return false;
+        if (p->head < 0)
+            return snprintf(why, wn, "head %.*s does not exist (layer %d has %d)", (int)(i - h0), s + h0, p->layer,
+                            info->n_heads), false;
+    }
+    if (i + 2 == n && s[i] == ':' && receiver) {
+        const char *c = strchr(chan_name, s[i + 1]);
+        if (!c || !s[i + 1])
+            return false;
+        p->chans = 1u << (c - chan_name);
+        i += 2;
+    }
+    return i == n;
+}
+
+/* Every node of the model that p matches, in order, to f; as a receiver each head input on its own. */
+static bool each_node(const struct hp_model_info *info, const struct pattern *p, bool receiver,
+                      bool (*f)(void *, const struct hp_node *), void *user)
+{
+    if (p->emb && !f(user, &(struct hp_node){.kind = HP_NODE_EMB}))
+        return false;
+    for (int l = 0; l < info->n_layers; l++) {
+        if (p->layer >= 0 && l != p->layer)
+            continue;
+        for (int h = 0; p->heads && h < info->n_heads; h++) {
+            if ((p->head >= 0 && h != p->head) || (info->pruned && info->pruned[(size_t)l * info->n_heads + h]))
+                continue;
+            for (int c = 0; c < (receiver ? 3 : 1); c++)
+                if ((!receiver || (p->chans >> c & 1)) &&
+                    !f(user, &(struct hp_node){.kind = HP_NODE_HEAD, .layer = l, .head = h, .chan = c}))
+                    return false;
+        }
+        if (p->mlp && !f(user, &(struct hp_node){.kind = HP_NODE_MLP, .layer = l}))
+            return false;
+    }
+    return !p->logits || f(user, &(struct hp_node){.kind = HP_NODE_LOGITS});
+}
+
+/* The state of one item's expansion. */
+struct expand {
+    const struct hp_model_info *info;
+    struct hp_mask *m;
+    const struct pattern *to;
+    const struct hp_node *u; /* the sender being paired */
+    int added, invalid;
+    bool oom;
+};
+
+static bool add_edge(struct expand *x, const struct hp_node *u, const struct hp_node *v)
+{
+    if (!hp_edge_valid(x->info, u, v)) {
+        x->invalid++;
+        return true;
+    }
+    if (!hp_edges_reserve(x->m, x->m->n_edges + 1))
+        return !(x->oom = true);
+    struct hp_mask *m = x->m;
+    m->edges[m->n_edges++] = (struct hp_edge){*u, *v};
+    x->added++;
+    return true;
+}
+
+static bool with_receiver(void *user, const struct hp_node *v)
+{
+    struct expand *x = user;
+    return add_edge(x, x->u, v);
+}
+
+static bool with_sender(void *user, const struct hp_node *u)
+{
+    struct expand *x = user;
+    x->u = u;
+    return each_node(x->info, x->to, true, with_receiver, x);
+}
+
+enum hp_status hp_edges_apply_item(const char *s, size_t n, const struct hp_model_info *info, struct hp_mask *m,
+                                   struct hp_error *err)
+{
+    const int shown = n > ECHO_MAX ? ECHO_MAX : (int)n;
+    const char *more = n > ECHO_MAX ? "..." : "", *gt = memchr(s, '>', n);
+    struct pattern from, to;
+    char why[96];
+    if (!gt || memchr(gt + 1, '>', (size_t)(s + n - gt - 1)))
+        goto syntax;
+    if (!read_side(s, (size_t)(gt - s), false, info, &from, why, sizeof why) ||
+        !read_side(gt + 1, (size_t)(s + n - gt - 1), true, info, &to, why, sizeof why)) {
+        if (why[0])
+            return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': %s", shown, s, more, why);
+        goto syntax;
+    }
+    struct expand x = {.info = info, .m = m, .to = &to};
+    each_node(info, &from, false, with_sender, &x);
+    if (x.oom)
+        return hp_fail(err, HP_ERR_NOMEM, "mask '%.*s%s': out of memory for its edges", shown, s, more);
+    if (from.named && to.named && x.invalid > 0)
+        return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': the sender does not write to the residual stream before "
+                       "the receiver reads it (%s)", shown, s, more,
+                       info->parallel ? "a sender of an earlier layer; under this model's parallel residual a "
+                                        "layer's MLP reads the layer's input, not its heads' output"
+                                      : "a sender of an earlier layer, or a head into its own layer's MLP");
+    if (x.added == 0)
+        return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': names no edge (no sender there writes before a receiver "
+                       "there reads)", shown, s, more);
+    return HP_OK;
+syntax:
+    return hp_fail(err, HP_ERR_ARG, "mask '%.*s%s': expected SENDER>RECEIVER, a sender emb, L.H, L.* or mlp:L, a "
+                   "receiver L.H[:q|:k|:v], L.*, mlp:L or logits, either side *", shown, s, more);
+}
+
+/* Room for n edges: 0, else 8 or the power of two at or above n. m->edges always has at least room(m->n_edges). */
+static size_t room(int n)
+{
+    size_t c = n > 0 ? 8 : 0;
+    while (c < (size_t)n)
+        c *= 2;
+    return c;
+}
+
+bool hp_edges_reserve(struct hp_mask *m, int n)
+{
+    if (n < 0 || room(n) > INT_MAX)
+        return false;
+    if (room(n) <= room(m->n_edges)) /* what m holds has at least room(m->n_edges) */
+        return true;
+    struct hp_edge *e = realloc(m->edges, room(n) * sizeof *e);
+    if (!e)
+        return false;
+    m->edges = e;
+    return true;
+}
+
+void hp_edges_finish(struct hp_mask *m)
+{
+    if (m->n_edges < 2)
+        return;
+    qsort(m->edges, (size_t)m->n_edges, sizeof *m->edges, hp_edge_cmp);
+    int k = 1;
+    for (int i = 1; i < m->n_edges; i++)
+        if (hp_edge_cmp(&m->edges[i], &m->edges[k - 1]) != 0)
+            m->edges[k++] = m->edges[i];
+    m->n_edges = k;
+}
