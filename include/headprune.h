@@ -500,6 +500,17 @@ bool hp_mask_unit_ablated(const struct hp_mask *m, const struct hp_model_info *i
  * (also for m == NULL, which is given as n_layers). */
 int hp_mask_first_changed(const struct hp_mask *m, int n_layers);
 
+/* Patch the edges spec names in m as well (items SENDER>RECEIVER as hp_mask_parse reads them, each an edge). An
+ * error names the item in one line. */
+enum hp_status hp_mask_add_edges(struct hp_mask *m, const char *spec, const struct hp_model_info *info,
+                                 struct hp_error *err);
+
+/* Patch in m every edge of the model but those the circuit file path keeps: one edge item a line ("0.1>2.3:q",
+ * "0.1>2.3" its three inputs, a "*" pattern), '#' comments and blank lines skipped. With every edge in the file
+ * nothing is patched. An error names the file and the line. */
+enum hp_status hp_mask_circuit(struct hp_mask *m, const char *path, const struct hp_model_info *info,
+                               struct hp_error *err);
+
 /* Whether m patches an edge (m may be NULL). */
 bool hp_mask_has_edges(const struct hp_mask *m);
 
@@ -936,6 +947,8 @@ enum hp_status hp_model_forward(struct hp_model *m, const int32_t *ids,
 struct hp_eval_opts {
     const char *mask;        /* NULL, or the heads to ablate (hp_mask_parse's spec) */
     bool keep;               /* mask names the heads kept: every other one is ablated */
+    const char *edges;       /* NULL, or edges to patch besides (hp_mask_add_edges's spec) */
+    const char *circuit;     /* NULL, or a circuit file: every edge it does not keep is patched (hp_mask_circuit) */
     enum hp_ablation ablation;
     bool grad;               /* also the gradient at every head's gate and its first-order estimates */
     const char *grad_metric; /* what grad differentiates (NULL: loss where the model and data have one, else
@@ -959,6 +972,7 @@ struct hp_eval_result {
     struct hp_grad_phases ph; /* where the gradient pass spent its time */
     int n_ablated;           /* heads the mask ablates (a pruned checkpoint's absent heads not counted) */
     int n_mlps;              /* MLP blocks the mask ablates */
+    int n_edges;             /* edges the variant patches */
     int threads_min, threads_max; /* the threads the evaluation ran with */
     double seconds;          /* the evaluation's time, after the model and data were open */
     bool foreign;            /* the unmasked model's results look like data made for another model

@@ -111,6 +111,49 @@ Test(edges, what_cannot_be_an_edge_is_refused_in_one_line)
     cr_assert(strstr(err.msg, "parallel") && !strchr(err.msg, '\n'), "%s", err.msg);
 }
 
+// --- against an independent float64 forward --------------------------------------------
+
+Test(edges, every_family_matches_a_float64_forward_of_its_own, .timeout = 600)
+{
+    int n_edge_cases[HP_ABLATE_COUNT] = {0};
+    const int bad = rc_check_file("edge-cases.json", ">", n_edge_cases);
+    for (int a = 0; a <= HP_ABLATE_RESAMPLE; a++)
+        cr_expect(n_edge_cases[a] > 0, "no edge case under %s", hp_ablation_name((enum hp_ablation)a));
+    cr_assert_eq(bad, 0, "%d metrics differ from the float64 forward's (above)", bad);
+}
+
+/* The masks the reference tool lists as edges that cannot exist, per fixture (its own reading of the rule). */
+Test(edges, what_the_reference_refuses_is_refused)
+{
+    char p[1200];
+    snprintf(p, sizeof p, "%s/edge-cases.json", getenv("HP_FIXTURES"));
+    char *txt = tu_slurp(p, NULL);
+    cJSON *j = cJSON_Parse(txt), *fx = cJSON_GetObjectItem(j, "fixtures"), *f;
+    int n = 0;
+    cJSON_ArrayForEach(f, fx)
+    {
+        struct hp_model_info in = {.n_layers = cJSON_GetObjectItem(f, "n_layers")->valueint,
+                                   .n_heads = cJSON_GetObjectItem(f, "n_heads")->valueint,
+                                   .n_kv_heads = cJSON_GetObjectItem(f, "n_kv_heads")->valueint,
+                                   .d_head = cJSON_GetObjectItem(f, "d_head")->valueint,
+                                   .parallel = cJSON_IsTrue(cJSON_GetObjectItem(f, "parallel_residual"))};
+        const cJSON *b;
+        cJSON_ArrayForEach(b, cJSON_GetObjectItem(f, "invalid"))
+        {
+            struct hp_error err = {0};
+            struct hp_mask *m = NULL;
+            cr_expect_neq(hp_mask_parse(b->valuestring, false, &in, &m, &err), HP_OK, "%s: '%s' was accepted",
+                          f->string, b->valuestring);
+            cr_expect(!strchr(err.msg, '\n') && err.msg[0], "%s: %s", f->string, err.msg);
+            hp_mask_free(m);
+            n++;
+        }
+    }
+    cr_assert_gt(n, 20);
+    cJSON_Delete(j);
+    free(txt);
+}
+
 // --- against a second code path ------------------------------------------------------
 
 /* The fixtures whose forward patches edges: every pre-norm family without a norm after attention. */

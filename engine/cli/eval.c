@@ -27,6 +27,7 @@ static const char eval_tail[] = "Kernel set: skx is chosen on CPUs with AVX-512F
 struct eval_args {
     const char *dir, *data_path, *grad_name;
     struct mask_arg mask;
+    const char *edges, *circuit;
     int ablation, seq_len, threads;
     bool json, quiet, want_grad;
 };
@@ -40,6 +41,15 @@ static int eval_options(int argc, char **argv, struct eval_args *a)
         OPT_SEQ_LEN(&a->seq_len),
         OPT_MASK(&a->mask, 'k', "units to ablate: " MASK_SYNTAX),
         OPT_KEEP(&a->mask, 'K', "ablate every head except these (and, when it names an MLP, every other MLP)"),
+        OPT_STRING("edges", 'e', &a->edges, "SPEC",
+                   "edges to patch: SENDER>RECEIVER, comma-separated; a sender is emb, L.H or mlp:L, a receiver a "
+                   "head's query, key or value input L.H:q, L.H:k, L.H:v (L.H: all three), mlp:L or logits; * on "
+                   "either side is every node there (0.3>* every edge out of head 0.3). The receiver reads the "
+                   "sender's replacement under --ablation (zero: 0) in place of its output, every other reader "
+                   "its output (docs/edges.md). With --mask, both"),
+        OPT_PATH("circuit", 'c', &a->circuit, "FILE",
+                 "a circuit: a file of edges to keep, one a line as --edges writes them ('#' comments); every "
+                 "other edge is patched (a file of every edge is the unmasked model)"),
         OPT_CHOICE("ablation", 'a', &a->ablation, "KIND", ablation_choices(), ablation_help()),
         OPT_FLAG("grad", 'g', &a->want_grad,
                  "also the gradient of the mean loss at every head's gate (dL/dg at the evaluated gates, one forward "
@@ -131,6 +141,9 @@ static void print_eval_text(const struct eval_args *a, const struct eval_out *e)
     printf("ablated   %d of %d heads%s%s (%s)%s%.*s%s\n", n_abl, n_present, in->n_pruned ? " the checkpoint has" : "",
            mlps, abl_name, spec ? (keep ? ", keep " : ": ") : "", shown, spec ? spec : "",
            spec && shown < (int)strlen(spec) ? " ..." : "");
+    if (r->n_edges)
+        printf("edges     %d patched (%s)%s%s%s%s\n", r->n_edges, abl_name, a->edges ? ": " : "",
+               a->edges ? a->edges : "", a->circuit ? ", outside the circuit in " : "", a->circuit ? a->circuit : "");
     if (mt->has_loss)
         printf("loss      %.6f nats/token   ppl %.4f   acc %.4f   KL %.6f nats\n", mt->loss, mt->ppl, mt->acc,
                mt->kl);
@@ -200,6 +213,8 @@ int cmd_eval(int argc, char **argv)
     const struct hp_eval_opts o = {
         .mask = a.mask.spec,
         .keep = a.mask.keep,
+        .edges = a.edges,
+        .circuit = a.circuit,
         .ablation = (enum hp_ablation)a.ablation,
         .grad = a.want_grad,
         .grad_metric = a.grad_name,

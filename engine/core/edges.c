@@ -12,8 +12,11 @@
  * Must not: print, exit, or know anything of the model beyond struct
  * hp_model_info. mask.c owns the mask; this file appends to its edges.
  */
+#define _POSIX_C_SOURCE 200809L /* getline */
 #include "edges.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,4 +294,94 @@ void hp_edges_finish(struct hp_mask *m)
         if (hp_edge_cmp(&m->edges[i], &m->edges[k - 1]) != 0)
             m->edges[k++] = m->edges[i];
     m->n_edges = k;
+}
+
+// --- edges named apart from units --------------------------------------------------
+
+/* s[0..n) with the whitespace around it trimmed, into *a, *b. */
+static void trim(const char *s, size_t n, const char **a, const char **b)
+{
+    *a = s, *b = s + n;
+    while (*a < *b && isspace((unsigned char)**a))
+        (*a)++;
+    while (*b > *a && isspace((unsigned char)(*b)[-1]))
+        (*b)--;
+}
+
+enum hp_status hp_mask_add_edges(struct hp_mask *m, const char *spec, const struct hp_model_info *info,
+                                 struct hp_error *err)
+{
+    for (const char *p = spec, *comma;; p = comma + 1) {
+        comma = strchr(p, ',');
+        const char *a, *b;
+        trim(p, comma ? (size_t)(comma - p) : strlen(p), &a, &b);
+        if (a == b || !memchr(a, '>', (size_t)(b - a)))
+            return hp_fail(err, HP_ERR_ARG, "edges '%.*s%s': '%.*s' is not an edge (SENDER>RECEIVER, separated by "
+                           "single commas)", (int)(strlen(spec) > ECHO_MAX ? ECHO_MAX : strlen(spec)), spec,
+                           strlen(spec) > ECHO_MAX ? "..." : "", (int)(b - a > ECHO_MAX ? ECHO_MAX : b - a), a);
+        enum hp_status st = hp_edges_apply_item(a, (size_t)(b - a), info, m, err);
+        if (st != HP_OK)
+            return st;
+        if (!comma)
+            break;
+    }
+    hp_edges_finish(m);
+    return HP_OK;
+}
+
+/* Whether e is among kept's edges (sorted). */
+static bool has_edge(const struct hp_mask *kept, const struct hp_edge *e)
+{
+    return kept->n_edges && bsearch(e, kept->edges, (size_t)kept->n_edges, sizeof *e, hp_edge_cmp);
+}
+
+enum hp_status hp_mask_circuit(struct hp_mask *m, const char *path, const struct hp_model_info *info,
+                               struct hp_error *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return hp_fail(err, HP_ERR_IO, "%s: cannot open the circuit file: %s", path, strerror(errno));
+    struct hp_mask *kept = hp_mask_new(info->n_layers, info->n_heads), *all = hp_mask_new(info->n_layers, info->n_heads);
+    enum hp_status st = kept && all ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    for (long no = 1; st == HP_OK && (n = getline(&line, &cap, f)) >= 0; no++) {
+        char *hash = memchr(line, '#', (size_t)n);
+        const char *a, *b;
+        trim(line, hash ? (size_t)(hash - line) : (size_t)n, &a, &b);
+        if (a == b)
+            continue;
+        if (memchr(a, 0, (size_t)(b - a)) || !memchr(a, '>', (size_t)(b - a)) || memchr(a, ',', (size_t)(b - a))) {
+            st = hp_fail(err, HP_ERR_ARG, "%s:%ld: expected one edge SENDER>RECEIVER a line ('#' comments), not "
+                         "'%.*s%s'", path, no, (int)(b - a > ECHO_MAX ? ECHO_MAX : b - a), a,
+                         b - a > ECHO_MAX ? "..." : "");
+            break;
+        }
+        struct hp_error e2 = {0};
+        if ((st = hp_edges_apply_item(a, (size_t)(b - a), info, kept, &e2)) != HP_OK)
+            hp_fail(err, st, "%s:%ld: %s", path, no, e2.msg);
+    }
+    if (st == HP_OK && ferror(f))
+        st = hp_fail(err, HP_ERR_IO, "%s: cannot read the circuit file: %s", path, strerror(errno));
+    free(line);
+    fclose(f);
+    if (st == HP_OK) {
+        hp_edges_finish(kept);
+        st = hp_edges_apply_item("*>*", 3, info, all, err);
+    }
+    if (st == HP_OK) {
+        hp_edges_finish(all);
+        for (int i = 0; i < all->n_edges && st == HP_OK; i++)
+            if (!has_edge(kept, &all->edges[i]) && !has_edge(m, &all->edges[i])) {
+                if (!hp_edges_reserve(m, m->n_edges + 1))
+                    st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory for the edges outside the circuit", path);
+                else
+                    m->edges[m->n_edges++] = all->edges[i];
+            }
+        hp_edges_finish(m);
+    }
+    hp_mask_free(kept);
+    hp_mask_free(all);
+    return st;
 }

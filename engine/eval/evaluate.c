@@ -93,6 +93,14 @@ enum hp_status hp_eval(struct hp_model *m, struct hp_data *d, const struct hp_ev
         goto out;
     if (o->mask && (st = hp_mask_parse(o->mask, o->keep, in, &mask, err)) != HP_OK)
         goto out;
+    if ((o->edges || o->circuit) && !mask && !(mask = hp_mask_new(in->n_layers, in->n_heads))) {
+        st = hp_fail(err, HP_ERR_NOMEM, "eval: out of memory");
+        goto out;
+    }
+    if (o->edges && (st = hp_mask_add_edges(mask, o->edges, in, err)) != HP_OK)
+        goto out;
+    if (o->circuit && (st = hp_mask_circuit(mask, o->circuit, in, err)) != HP_OK)
+        goto out;
     if (mask) /* a head a pruned checkpoint lacks is neither kept nor ablated: counted as the sweeps count */
         hp_mask_drop_absent(mask, in);
     if ((st = hp_evaluator_new(m, d, &ev, err)) != HP_OK)
@@ -140,6 +148,7 @@ enum hp_status hp_eval(struct hp_model *m, struct hp_data *d, const struct hp_ev
     r->seconds = hp_now() - t0;
     r->n_ablated = mask ? hp_mask_count_ablated(mask) : 0;
     r->n_mlps = hp_mask_count_mlps(mask);
+    r->n_edges = mask ? mask->n_edges : 0;
     r->threads_min = thr.threads_min;
     r->threads_max = thr.threads_max;
     const struct hp_metrics *un = r->base ? r->base : r->mt;

@@ -208,6 +208,7 @@ char *hp_eval_json(const struct hp_model_info *in, const struct hp_eval_opts *op
     cJSON_AddStringToObject(o, "ablation", hp_ablation_name(op->ablation));
     cJSON_AddNumberToObject(o, "n_ablated", r->n_ablated);
     cJSON_AddNumberToObject(o, "n_mlps", r->n_mlps); /* MLP blocks ablated, of n_layers */
+    cJSON_AddNumberToObject(o, "n_edges", r->n_edges); /* edges patched */
     cJSON_AddNumberToObject(o, "n_heads_total", in->n_layers * in->n_heads);
     cJSON_AddNumberToObject(o, "n_heads_present", hp_heads_present(in));
     /* every metric the model has, by its row's name (ppl beside loss); the unmasked values and the change for
