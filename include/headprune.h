@@ -511,6 +511,10 @@ enum hp_status hp_mask_add_edges(struct hp_mask *m, const char *spec, const stru
 enum hp_status hp_mask_circuit(struct hp_mask *m, const char *path, const struct hp_model_info *info,
                                struct hp_error *err);
 
+/* The same from the text of such a file (len bytes; name: what errors call it, "NAME:LINE: ..."). */
+enum hp_status hp_mask_circuit_text(struct hp_mask *m, const char *text, size_t len, const char *name,
+                                    const struct hp_model_info *info, struct hp_error *err);
+
 /* Whether m patches an edge (m may be NULL). */
 bool hp_mask_has_edges(const struct hp_mask *m);
 
@@ -949,6 +953,7 @@ struct hp_eval_opts {
     bool keep;               /* mask names the heads kept: every other one is ablated */
     const char *edges;       /* NULL, or edges to patch besides (hp_mask_add_edges's spec) */
     const char *circuit;     /* NULL, or a circuit file: every edge it does not keep is patched (hp_mask_circuit) */
+    const char *circuit_text; /* NULL, or such a file's text, given in memory (hp_mask_circuit_text) */
     enum hp_ablation ablation;
     bool grad;               /* also the gradient at every head's gate and its first-order estimates */
     const char *grad_metric; /* what grad differentiates (NULL: loss where the model and data have one, else

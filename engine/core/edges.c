@@ -12,7 +12,6 @@
  * Must not: print, exit, or know anything of the model beyond struct
  * hp_model_info. mask.c owns the mask; this file appends to its edges.
  */
-#define _POSIX_C_SOURCE 200809L /* getline */
 #include "edges.h"
 
 #include <ctype.h>
@@ -335,37 +334,29 @@ static bool has_edge(const struct hp_mask *kept, const struct hp_edge *e)
     return kept->n_edges && bsearch(e, kept->edges, (size_t)kept->n_edges, sizeof *e, hp_edge_cmp);
 }
 
-enum hp_status hp_mask_circuit(struct hp_mask *m, const char *path, const struct hp_model_info *info,
-                               struct hp_error *err)
+enum hp_status hp_mask_circuit_text(struct hp_mask *m, const char *text, size_t len, const char *name,
+                                    const struct hp_model_info *info, struct hp_error *err)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return hp_fail(err, HP_ERR_IO, "%s: cannot open the circuit file: %s", path, strerror(errno));
     struct hp_mask *kept = hp_mask_new(info->n_layers, info->n_heads), *all = hp_mask_new(info->n_layers, info->n_heads);
-    enum hp_status st = kept && all ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", path);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    for (long no = 1; st == HP_OK && (n = getline(&line, &cap, f)) >= 0; no++) {
-        char *hash = memchr(line, '#', (size_t)n);
+    enum hp_status st = kept && all ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", name);
+    const char *p = text, *end = text + len;
+    for (long no = 1; st == HP_OK && p < end; no++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p)), *stop = nl ? nl : end, *hash = memchr(p, '#', (size_t)(stop - p));
         const char *a, *b;
-        trim(line, hash ? (size_t)(hash - line) : (size_t)n, &a, &b);
+        trim(p, (size_t)((hash ? hash : stop) - p), &a, &b);
+        p = nl ? nl + 1 : end;
         if (a == b)
             continue;
         if (memchr(a, 0, (size_t)(b - a)) || !memchr(a, '>', (size_t)(b - a)) || memchr(a, ',', (size_t)(b - a))) {
             st = hp_fail(err, HP_ERR_ARG, "%s:%ld: expected one edge SENDER>RECEIVER a line ('#' comments), not "
-                         "'%.*s%s'", path, no, (int)(b - a > ECHO_MAX ? ECHO_MAX : b - a), a,
+                         "'%.*s%s'", name, no, (int)(b - a > ECHO_MAX ? ECHO_MAX : b - a), a,
                          b - a > ECHO_MAX ? "..." : "");
             break;
         }
         struct hp_error e2 = {0};
         if ((st = hp_edges_apply_item(a, (size_t)(b - a), info, kept, &e2)) != HP_OK)
-            hp_fail(err, st, "%s:%ld: %s", path, no, e2.msg);
+            hp_fail(err, st, "%s:%ld: %s", name, no, e2.msg);
     }
-    if (st == HP_OK && ferror(f))
-        st = hp_fail(err, HP_ERR_IO, "%s: cannot read the circuit file: %s", path, strerror(errno));
-    free(line);
-    fclose(f);
     if (st == HP_OK) {
         hp_edges_finish(kept);
         st = hp_edges_apply_item("*>*", 3, info, all, err);
@@ -375,7 +366,7 @@ enum hp_status hp_mask_circuit(struct hp_mask *m, const char *path, const struct
         for (int i = 0; i < all->n_edges && st == HP_OK; i++)
             if (!has_edge(kept, &all->edges[i]) && !has_edge(m, &all->edges[i])) {
                 if (!hp_edges_reserve(m, m->n_edges + 1))
-                    st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory for the edges outside the circuit", path);
+                    st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory for the edges outside the circuit", name);
                 else
                     m->edges[m->n_edges++] = all->edges[i];
             }
@@ -383,5 +374,44 @@ enum hp_status hp_mask_circuit(struct hp_mask *m, const char *path, const struct
     }
     hp_mask_free(kept);
     hp_mask_free(all);
+    return st;
+}
+
+/* A circuit file is at most this large: every edge of a 8B-class model's 32 x 32 heads is ~3 M lines, 60 MB. */
+#define CIRCUIT_MAX ((size_t)1 << 30)
+
+enum hp_status hp_mask_circuit(struct hp_mask *m, const char *path, const struct hp_model_info *info,
+                               struct hp_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return hp_fail(err, HP_ERR_IO, "%s: cannot open the circuit file: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0, cap = 0, n;
+    enum hp_status st = HP_OK;
+    do {
+        if (len + 65536 > cap) {
+            const size_t want = cap + 65536 + cap / 2;
+            if (want > CIRCUIT_MAX) {
+                st = hp_fail(err, HP_ERR_ARG, "%s: a circuit file of over %zu MB (one edge a line)", path,
+                             CIRCUIT_MAX >> 20);
+                break;
+            }
+            char *t = realloc(text, want);
+            if (!t) {
+                st = hp_fail(err, HP_ERR_NOMEM, "%s: out of memory reading the circuit file", path);
+                break;
+            }
+            text = t, cap = want;
+        }
+        n = fread(text + len, 1, cap - len, f);
+        len += n;
+    } while (n > 0);
+    if (st == HP_OK && ferror(f))
+        st = hp_fail(err, HP_ERR_IO, "%s: cannot read the circuit file: %s", path, strerror(errno));
+    fclose(f);
+    if (st == HP_OK)
+        st = hp_mask_circuit_text(m, text ? text : "", len, path, info, err);
+    free(text);
     return st;
 }

@@ -93,13 +93,16 @@ enum hp_status hp_eval(struct hp_model *m, struct hp_data *d, const struct hp_ev
         goto out;
     if (o->mask && (st = hp_mask_parse(o->mask, o->keep, in, &mask, err)) != HP_OK)
         goto out;
-    if ((o->edges || o->circuit) && !mask && !(mask = hp_mask_new(in->n_layers, in->n_heads))) {
+    if ((o->edges || o->circuit || o->circuit_text) && !mask && !(mask = hp_mask_new(in->n_layers, in->n_heads))) {
         st = hp_fail(err, HP_ERR_NOMEM, "eval: out of memory");
         goto out;
     }
     if (o->edges && (st = hp_mask_add_edges(mask, o->edges, in, err)) != HP_OK)
         goto out;
     if (o->circuit && (st = hp_mask_circuit(mask, o->circuit, in, err)) != HP_OK)
+        goto out;
+    if (o->circuit_text &&
+        (st = hp_mask_circuit_text(mask, o->circuit_text, strlen(o->circuit_text), "circuit", in, err)) != HP_OK)
         goto out;
     if (mask) /* a head a pruned checkpoint lacks is neither kept nor ablated: counted as the sweeps count */
         hp_mask_drop_absent(mask, in);

@@ -205,6 +205,8 @@ char *hp_eval_json(const struct hp_model_info *in, const struct hp_eval_opts *op
     cJSON_AddStringToObject(o, "data", data);
     cJSON_AddStringToObject(o, "mask", op->mask ? op->mask : "");
     cJSON_AddBoolToObject(o, "keep", op->keep);
+    cJSON_AddStringToObject(o, "edges", op->edges ? op->edges : "");
+    cJSON_AddStringToObject(o, "circuit", op->circuit ? op->circuit : op->circuit_text ? "(given)" : "");
     cJSON_AddStringToObject(o, "ablation", hp_ablation_name(op->ablation));
     cJSON_AddNumberToObject(o, "n_ablated", r->n_ablated);
     cJSON_AddNumberToObject(o, "n_mlps", r->n_mlps); /* MLP blocks ablated, of n_layers */

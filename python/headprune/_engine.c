@@ -357,19 +357,22 @@ static bool eval_ids(PyObject *data, int seq_len, const char *name, struct hp_da
 }
 
 /*
- * eval(data, name, seq_len, mask, keep, ablation, grad, grad_metric, threads, progress) -> JSON text.
+ * eval(data, name, seq_len, mask, keep, ablation, grad, grad_metric, threads, progress, edges, circuit,
+ *      circuit_text) -> JSON text.
  * data: a path (str or bytes) or ids in memory (eval_ids); name: what results and errors call ids in memory.
  */
 static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"data", "name", "seq_len", "mask", "keep", "ablation", "grad", "grad_metric",
-                            "threads", "progress", NULL};
+                            "threads", "progress", "edges", "circuit", "circuit_text", NULL};
     PyObject *data, *progress = Py_None;
-    const char *name = "array", *mask = NULL, *ablation = "zero", *grad_metric = NULL;
+    const char *name = "array", *mask = NULL, *ablation = "zero", *grad_metric = NULL, *edges = NULL,
+               *circuit = NULL, *circuit_text = NULL;
     int seq_len = 0, keep = 0, grad = 0, threads = 0;
     enum hp_ablation abl;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sizpspziO:eval", names, &data, &name, &seq_len, &mask, &keep,
-                                     &ablation, &grad, &grad_metric, &threads, &progress) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sizpspziOzzz:eval", names, &data, &name, &seq_len, &mask, &keep,
+                                     &ablation, &grad, &grad_metric, &threads, &progress, &edges, &circuit,
+                                     &circuit_text) ||
         !model_ready(self) || !engine_may_enter() || !eval_names(ablation, grad_metric, &abl))
         return NULL;
     struct hp_error err = {0};
@@ -398,6 +401,9 @@ static PyObject *Model_eval(ModelObject *self, PyObject *args, PyObject *kw)
     const struct hp_eval_opts o = {
         .mask = mask,
         .keep = keep,
+        .edges = edges,
+        .circuit = circuit,
+        .circuit_text = circuit_text,
         .ablation = abl,
         .grad = grad,
         .grad_metric = grad_metric,

@@ -16,6 +16,21 @@ def int_option(cmd, name, value, hi):
     return int(value)
 
 
+def edge_list(what, edges, sep):
+    """None, or edges (a spec string, or an iterable of edge strings) as one string joined by sep."""
+    if edges is None or isinstance(edges, str):
+        return edges
+    try:
+        items = list(edges)
+    except TypeError:
+        raise ValueError(f"eval: {what} must be a string or an iterable of edge strings, not "
+                         f"{type(edges).__name__}") from None
+    for e in items:
+        if not isinstance(e, str):
+            raise ValueError(f"eval: {what}: each edge is a string \"SENDER>RECEIVER\", not {e!r}")
+    return sep.join(items)
+
+
 def mask_spec(heads, shape, what="mask"):
     """A mask spec from what a caller may give: None, a spec string ("0.1,2.*"), an iterable of "l.h"
     strings or (layer, head) pairs, or a boolean array of the model's shape (n_layers, n_heads) with True
@@ -109,7 +124,7 @@ class Model:
         return self._m.shape
 
     def eval(self, data, mask=None, keep=None, ablation="zero", metric=None, grad=False, threads=None,
-             seq_len=None, progress=None):
+             seq_len=None, progress=None, edges=None, circuit=None):
         """Evaluate the model with heads ablated, as `headprune eval --json` does, in this process.
 
         data: a held-out file (.npy, .jsonl, .bin, .txt with seq_len) or token ids, an integer array,
@@ -118,6 +133,9 @@ class Model:
         ablate, keep: the heads to keep (every other one ablated), each a spec ("0.1,2.*"), "layer.head"
         strings, (layer, head) pairs or a boolean (n_layers, n_heads) array of the model's shape. ablation:
         zero, mean, mean-pos, resample or denoise.
+        edges: edges to patch, as `--edges`: a spec ("0.1>2.3:q,mlp:0>logits") or an iterable of edge strings.
+        circuit: the edges to keep, every other one patched, as `--circuit`: a file's path, or an iterable of
+        edge strings (the file's lines).
         grad: also the gradient at every head's gate ("grad") and its first-order estimate of each
         head's effect ablated alone ("atp"), both (n_layers, n_heads); metric: what grad differentiates
         (loss, kl, logit_diff, cos; implies grad). threads: a count from 1, as `--threads` (None: as many
@@ -136,8 +154,12 @@ class Model:
         else:
             src = ids_array(data)
             name = f"array ({' x '.join(map(str, src.shape))})"
+        edges = edge_list("edges", edges, ",")
+        circuit_path = os.fsdecode(circuit) if isinstance(circuit, (str, bytes, os.PathLike)) else None
+        circuit_text = edge_list("circuit", circuit, "\n") if circuit is not None and circuit_path is None else None
         text = self._m.eval(src, name=name, seq_len=seq_len, mask=spec, keep=keep is not None, ablation=ablation,
-                            grad=bool(grad), grad_metric=metric, threads=threads, progress=progress)
+                            grad=bool(grad), grad_metric=metric, threads=threads, progress=progress, edges=edges,
+                            circuit=circuit_path, circuit_text=circuit_text)
         return _result(text)
 
     def tokenize(self, text, special=False):

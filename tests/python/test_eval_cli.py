@@ -84,6 +84,12 @@ SAME = [
     ("metric-loss", "array", {"metric": "loss"}, ["--grad-metric", "loss"]),
     ("metric-logit_diff", "task", {"metric": "logit_diff", "mask": "0.0"},
      ["--grad-metric", "logit_diff", "--mask", "0.0"]),
+    ("edges-spec", "array", {"edges": "0.1>1.0:q,mlp:0>logits"}, ["--edges", "0.1>1.0:q,mlp:0>logits"]),
+    ("edges-list", "array", {"edges": ["0.1>1.0:q", "mlp:0>logits"]}, ["--edges", "0.1>1.0:q,mlp:0>logits"]),
+    ("edges-mask-mean", "npy", {"mask": "0.2", "edges": "0.1>*", "ablation": "mean"},
+     ["--mask", "0.2", "--edges", "0.1>*", "--ablation", "mean"]),
+    ("edges-resample", "task", {"edges": "1.*>logits", "ablation": "resample"},
+     ["--edges", "1.*>logits", "--ablation", "resample"]),
     ("threads-2", "array", {"threads": 2}, ["--threads", "2"]),
     ("threads-numpy-int", "npy", {"threads": np.int64(1)}, ["--threads", "1"]),
 ]
@@ -113,6 +119,10 @@ REFUSED = [
     ("mask-missing-layer", "array", {"mask": "9.9"}, ["--mask", "9.9"], "layer 9 does not exist"),
     ("mask-missing-mlp", "array", {"mask": "mlp:3"}, ["--mask", "mlp:3"], "layer 3 does not exist"),
     ("keep-missing-head", "npy", {"keep": "0.7"}, ["--keep", "0.7"], "does not exist"),
+    ("edges-not-an-edge", "array", {"edges": "0.1"}, ["--edges", "0.1"], "'0.1' is not an edge"),
+    ("edges-backwards", "array", {"edges": "1.0>0.1:q"}, ["--edges", "1.0>0.1:q"], "does not write"),
+    ("edges-emb-mean", "array", {"edges": "emb>logits", "ablation": "mean"},
+     ["--edges", "emb>logits", "--ablation", "mean"], "edges from emb are patched under zero ablation only"),
     ("ablation-unknown", "array", {"ablation": "bogus"}, ["--ablation", "bogus"], "ablation must be zero, mean"),
     ("ablation-denoise-no-task", "array", {"ablation": "denoise"}, ["--ablation", "denoise"], "corrupt prompt"),
     ("metric-unknown", "array", {"metric": "bogus"}, ["--grad-metric", "bogus"], "metric must be loss"),
@@ -209,3 +219,36 @@ def test_issue_52_numbers(gqa):
     --seq-len 16`; the old code scored one 48-token row, 5.895283)."""
     r = gqa.eval(IDS.ravel(), seq_len=16, threads=1)
     assert r["n_seqs"] == 3 and r["data"] == "array (48)" and round(r["loss"], 6) == 5.842145
+
+
+@pytest.mark.filterwarnings("ignore:.*looks made for another model")
+def test_circuit_file_list_and_cli(gqa, tmp_path):
+    """A circuit as a file (Python and CLI) and as a list of lines: the same bits; a file of every edge is the
+    unmasked model, an empty one every edge patched; a line it cannot read names the file and the line."""
+    lines = ["# kept", "0.1>1.0", "", "mlp:0>logits  # and this"]
+    f = tmp_path / "circuit.txt"
+    f.write_text("\n".join(lines) + "\n")
+    p = cli_eval(str(MODEL / "data.npy"), ["--circuit", str(f)])
+    assert p.returncode == 0, p.stderr
+    ref = json.loads(p.stdout)
+    by_path = dict(py_eval(gqa, str(MODEL / "data.npy"), {"circuit": f}))
+    by_list = dict(py_eval(gqa, str(MODEL / "data.npy"), {"circuit": lines}))
+    for d in (ref, by_path, by_list):
+        for k in TIMINGS | {"circuit"}:
+            d.pop(k, None)
+    same_bits(by_path, ref)
+    same_bits(by_list, ref)
+    edges = dict(py_eval(gqa, IDS, {"edges": "*>*"}))
+    assert ref["n_edges"] == edges["n_edges"] - 4 > 0  # 0.1>1.0:q,k,v and mlp:0>logits kept
+    full = py_eval(gqa, IDS, {"circuit": ["*>*"]})
+    assert full["n_edges"] == 0 and full["kl"] == 0 and full["loss"] == py_eval(gqa, IDS, {})["loss"]
+    empty = py_eval(gqa, IDS, {"circuit": []})
+    assert empty["n_edges"] == edges["n_edges"] and empty["loss"] == edges["loss"]
+    bad = tmp_path / "bad.txt"
+    bad.write_text("0.1>1.0:q\n0.1>1.0:x\n")
+    p = cli_eval(str(MODEL / "data.npy"), ["--circuit", str(bad)])
+    assert p.returncode == 1 and p.stderr.startswith(f"headprune: {bad}:2: ") and len(p.stderr.splitlines()) == 1
+    with pytest.raises(ValueError, match=r"^circuit:2: "):
+        py_eval(gqa, IDS, {"circuit": ["0.1>1.0:q", "0.1>1.0:x"]})
+    with pytest.raises(ValueError, match="each edge is a string"):
+        py_eval(gqa, IDS, {"circuit": [3]})
