@@ -337,8 +337,10 @@ static bool has_edge(const struct hp_mask *kept, const struct hp_edge *e)
 enum hp_status hp_mask_circuit_text(struct hp_mask *m, const char *text, size_t len, const char *name,
                                     const struct hp_model_info *info, struct hp_error *err)
 {
-    struct hp_mask *kept = hp_mask_new(info->n_layers, info->n_heads), *all = hp_mask_new(info->n_layers, info->n_heads);
-    enum hp_status st = kept && all ? HP_OK : hp_fail(err, HP_ERR_NOMEM, "%s: out of memory", name);
+    /* edge lists only: hp_edges_apply_item and hp_edges_finish touch a mask's edges, nothing else */
+    struct hp_mask kept_m = {.n_layers = info->n_layers, .n_heads = info->n_heads}, all_m = kept_m;
+    struct hp_mask *kept = &kept_m, *all = &all_m;
+    enum hp_status st = HP_OK;
     const char *p = text, *end = text + len;
     for (long no = 1; st == HP_OK && p < end; no++) {
         const char *nl = memchr(p, '\n', (size_t)(end - p)), *stop = nl ? nl : end, *hash = memchr(p, '#', (size_t)(stop - p));
@@ -372,8 +374,8 @@ enum hp_status hp_mask_circuit_text(struct hp_mask *m, const char *text, size_t 
             }
         hp_edges_finish(m);
     }
-    hp_mask_free(kept);
-    hp_mask_free(all);
+    free(kept->edges);
+    free(all->edges);
     return st;
 }
 
