@@ -1106,6 +1106,7 @@ enum hp_study_kind {
     HP_STUDY_GATES,       /* Voita et al.'s L0-regularised Hard Concrete gates, trained per lambda (weights frozen) */
     HP_STUDY_PATCHING,    /* activation patching of each unit alone, at every position together or at each */
     HP_STUDY_SCREEN,      /* the exact top k: units evaluated in estimate order, with random audits and a bound */
+    HP_STUDY_DIRECT,      /* each unit's total effect beside its direct one (only its edges into the logits) */
     HP_STUDY_COUNT        /* not a kind: how many there are (each is a row of engine/plan/study/study.c) */
 };
 
@@ -1505,6 +1506,7 @@ enum hp_query_kind {
     HP_QUERY_GATES,       /* each lambda of the gates studies against the other curves at its heads kept */
     HP_QUERY_PATCHING,    /* a patching study's effects: the unit x position grid */
     HP_QUERY_SCREEN,      /* a screen study's verified top k, its evaluations and its bound */
+    HP_QUERY_SELF_REPAIR, /* a direct study: each unit's total and direct effect and what later layers make up for */
     HP_QUERY_KIND_COUNT   /* how many kinds there are (not a kind): the query table is sized by it */
 };
 

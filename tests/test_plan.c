@@ -446,7 +446,7 @@ Test(plan, unknown_keys_with_suggestions)
     load_fails(HEAD "  - name: x\n", 5, "name", "unknown study 'name'",
                "('name' is an option: write it under a kind, like 'single: {name: ...}')");
     load_fails(HEAD "  - ablate\n", 5, "ablate", "unknown study 'ablate'",
-               "(expected baseline, single, only, layer, random, explicit, pairs, iterative, importance, attribution, roles, gates, patching or screen)");
+               "(expected baseline, single, only, layer, random, explicit, pairs, iterative, importance, attribution, roles, gates, patching, screen or direct)");
     load_fails(HEAD "  - random: {k: 2, smples: 3}\n", 5, "smples",
                "unknown key 'smples' in a 'random' study", "(did you mean 'samples'?)");
     load_fails(HEAD "  - single: {layer: [0]}\n", 5, "layer:",
@@ -465,7 +465,7 @@ Test(plan, options_that_do_not_apply)
                "'samples' does not apply to a 'single' study", "(random studies take it)");
     load_fails(HEAD "  - explicit: {sets: {a: \"0.1\"}, layers: [0]}\n", 5, "layers",
                "'layers' does not apply to an 'explicit' study",
-               "(single, only, layer, random, pairs, iterative, importance, attribution, patching and screen studies take it)");
+               "(single, only, layer, random, pairs, iterative, importance, attribution, patching, screen and direct studies take it)");
     load_fails(HEAD "  - layer: {kv: true}\n", 5, "kv", "'kv' does not apply to a 'layer' study",
                NULL);
     load_fails(HEAD "  - baseline: {heads: [1]}\n", 5, "heads",

@@ -911,7 +911,7 @@ Test(query, options_of_other_kinds_are_refused)
     expect_fail(&o, g_db, HP_ERR_ARG, "--top does not apply to the matrix format");
     o = opts(HP_QUERY_REDUNDANCY);
     o.study = "single";
-    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study is for curve, heads, sets, compare, importance, attribution, roles, gates, patching and screen only");
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study is for curve, heads, sets, compare, importance, attribution, roles, gates, patching, screen and self-repair only");
     o = opts(HP_QUERY_COMPARE);
     o.by_layer = true;
     o.top = 2;
@@ -2169,7 +2169,7 @@ static unsigned kinds_named(const char *s)
         size_t n = 0;
         while (*p && !(*p >= 'a' && *p <= 'z'))
             p++;
-        while (*p >= 'a' && *p <= 'z' && n + 1 < sizeof word)
+        while (((*p >= 'a' && *p <= 'z') || (*p == '-' && n > 0)) && n + 1 < sizeof word) /* self-repair */
             word[n++] = *p++;
         word[n] = '\0';
         for (int i = 0; n && i < HP_QUERY_KIND_COUNT; i++)

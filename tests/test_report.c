@@ -110,7 +110,7 @@ static void sweep_with_roles(bool single)
             fprintf(f, "%s\n", line);
         studies |= strcmp(line, "studies:") == 0;
     }
-    fprintf(f, "  - roles\n");
+    fprintf(f, "  - roles\n%s", single ? "  - direct\n" : ""); /* single: every figure's study */
     fclose(f);
     free(text);
     snprintf(args, sizeof args, "run %s --db %s --threads 1 --quiet", plan, db);
@@ -1065,6 +1065,40 @@ static void cell_title(const char *svg, int layer, int unit, char *out, size_t s
     cr_assert_fail("no cell %d.%d", layer, unit);
 }
 
+/*
+ * The self-repair figure: a point a unit of the direct study, at its total effect (x) and direct effect (y) as the
+ * database has them (the sample 0 and 1 jobs against the baseline); a point above the diagonal has direct > total.
+ */
+static void check_self_repair(sqlite3 *h)
+{
+    char *svg = slurp_path(svg_dir, "self-repair.svg");
+    static struct elem es[64];
+    const int n = find_elems(svg, "<path d=", es, 64); /* the markers: a path each (svg.c) */
+    cr_assert_eq(n, 12, "self-repair.svg: %d points for 12 heads", n);
+    double x_at[2] = {0}, y_at[2] = {0}, v_at[2] = {0};
+    for (int i = 0; i < n; i++) {
+        const char *label = attr(&es[i], "data-label");
+        char q[512], what[96];
+        snprintf(what, sizeof what, "self-repair.svg point %s", label);
+        for (int sample = 0; sample < 2; sample++) {
+            snprintf(q, sizeof q, "SELECT r.loss - (SELECT r0.loss FROM sweep_jobs j0 JOIN results r0 ON r0.variant_id "
+                     "= j0.variant_id WHERE j0.kind = 'baseline') FROM sweep_jobs j JOIN results r ON r.variant_id = "
+                     "j.variant_id WHERE j.kind = 'direct' AND j.sample = %d AND j.layer || '.' || j.unit = '%s'",
+                     sample, label);
+            expect_close(attr_num(&es[i], sample ? "data-direct" : "data-total"), db_num(h, q), 6, 0, what);
+        }
+        double x, y;
+        cr_assert_eq(sscanf(attr(&es[i], "d"), "M%lf %lf", &x, &y), 2, "a point's path: %s", attr(&es[i], "d"));
+        if (i < 2)
+            x_at[i] = x, y_at[i] = y, v_at[i] = attr_num(&es[i], "data-total");
+    }
+    /* one scale, larger to the right: the order of two points' x is the order of their totals */
+    if (v_at[0] != v_at[1])
+        cr_assert_eq(x_at[0] < x_at[1], v_at[0] < v_at[1], "self-repair.svg: x does not grow with the total effect");
+    (void)y_at;
+    free(svg);
+}
+
 Test(report, roles_drawn_equal_the_database)
 {
     sweep_with_roles(true);
@@ -1107,6 +1141,9 @@ Test(report, roles_drawn_equal_the_database)
     cr_assert(strstr(html, want), "the roles figure does not name its query");
     cr_assert(strstr(html, "<tr><td>roles</td><td>roles</td><td>heads</td>"), "what was run lacks the roles study");
     cr_assert_null(strstr(html, "Left out"), "a figure left out of a sweep with every study");
+    h = open_ro();
+    check_self_repair(h);
+    sqlite3_close(h);
     free(html);
 }
 
@@ -1248,7 +1285,7 @@ Test(report, figures_without_their_study_are_left_out_with_a_line_naming_it)
     cr_assert(exists(strcat(strcpy((char[160]){0}, svg_dir), "/redundancy.svg")));
     cr_assert_not(exists(strcat(strcpy((char[160]){0}, svg_dir), "/curves.svg")));
     cr_assert_not(exists(strcat(strcpy((char[160]){0}, svg_dir), "/heatmap-kv.svg")));
-    cr_assert(strstr(errs, "2 figures, 5 left out"), "stderr: %s", errs);
+    cr_assert(strstr(errs, "2 figures, 6 left out"), "stderr: %s", errs);
     cr_assert(strstr(html, "Left out: sweep 1 has no attribution study; "), "estimates line");
     free(html);
 }

@@ -1511,7 +1511,7 @@ Test(sweep, mlp_units_a_study_cannot_take_are_refused_in_one_line)
     static const struct {
         const char *study, *words;
     } cases[] = {
-        {"  - iterative: {units: mlp}\n", "units: mlp is for single, random, importance, attribution studies"},
+        {"  - iterative: {units: mlp}\n", "units: mlp is for single, random, importance, attribution, direct studies"},
         {"  - pairs: {units: mlp}\n", "not a 'pairs' study"},
         {"  - single: {units: mlp, heads: [0]}\n", "narrow by 'layers'"},
         {"  - single: {units: mlp, kv: true}\n", "give one of them"},

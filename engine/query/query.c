@@ -157,6 +157,13 @@ const struct hp_query_kind_row hp_query_kinds[] = {
      "its estimate and rank, how many exact evaluations it took and\n"
      "the bound its last random audit gives on the units it missed",
      hq_screen},
+    {HP_QUERY_SELF_REPAIR, "self-repair", STUDY | TOP, true,
+     "a direct study (--study NAME, else the first): each unit's\n"
+     "total effect (ablated), direct effect (only its edges into\n"
+     "the logits patched) and compensation = direct - total, what\n"
+     "later layers make up for, with paired 95% CIs; largest\n"
+     "compensation first, --top K",
+     hq_self_repair},
     {HP_QUERY_SQL, "sql", TOP | SQL, false,
      "read-only SQL, e.g. \"SELECT * FROM effects LIMIT 5\"\n"
      "(tables, columns and views: docs/database.md)",

@@ -69,6 +69,7 @@ static const struct figure_kind {
     {"roles", "Roles against effect", hr_make_roles},
     {"estimates", "Estimates against exact effects", hr_make_estimates},
     {"patching", "Activation patching by position", hr_make_patching},
+    {"self-repair", "Direct against total effects", hr_make_self_repair},
 };
 #define N_KINDS ((int)(sizeof figure_kinds / sizeof *figure_kinds))
 

@@ -92,7 +92,7 @@ def _method(row):
 
     sig = inspect.Signature(params)
     method.__signature__ = sig
-    method.__name__ = method.__qualname__ = kind
+    method.__name__ = method.__qualname__ = kind.replace("-", "_")
     method.__doc__ = (row["help"].replace("\n", " ") + "\n\nReturns a DataFrame with the columns of `headprune "
                       f"query {kind} --format json` (summary rows in .attrs[\"summary\"]).\n\n"
                       + "\n".join(lines))
@@ -103,7 +103,8 @@ class Database:
     """A headprune results database, read-only. Each query kind of `headprune query` is a method returning
     a pandas DataFrame with the columns of its --format json, numbers in full precision: db.sweeps(),
     db.heads(study=None, sweep=None), db.curve(), db.redundancy(), db.pairs(), db.roles(),
-    db.importance(), db.attribution(), db.compare(...), db.sql(query), ... (dir(db) lists them).
+    db.importance(), db.attribution(), db.self_repair(), db.compare(...), db.sql(query), ... (dir(db) lists
+    them).
     db.gradients() decodes the stored gradient arrays; db.report() draws the report's figures."""
 
     def __init__(self, path, timeout=None):
@@ -152,8 +153,8 @@ class Database:
         return f"<p>{html.escape(self.path)}</p>" + self.sweeps().to_html(index=False)
 
 
-for _row in _engine.query_kinds():
-    setattr(Database, _row["name"], _method(_row))
+for _row in _engine.query_kinds():  # a kind's name as a Python identifier: self-repair is db.self_repair()
+    setattr(Database, _row["name"].replace("-", "_"), _method(_row))
 del _row
 
 
