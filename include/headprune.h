@@ -1107,6 +1107,7 @@ enum hp_study_kind {
     HP_STUDY_PATCHING,    /* activation patching of each unit alone, at every position together or at each */
     HP_STUDY_SCREEN,      /* the exact top k: units evaluated in estimate order, with random audits and a bound */
     HP_STUDY_DIRECT,      /* each unit's total effect beside its direct one (only its edges into the logits) */
+    HP_STUDY_EDGES,       /* each edge between two components patched alone (exact) */
     HP_STUDY_COUNT        /* not a kind: how many there are (each is a row of engine/plan/study/study.c) */
 };
 
@@ -1144,6 +1145,10 @@ struct hp_study_random_opts {
     int n_k;
     int *k;      /* (n_k) numbers of units to ablate */
     int samples; /* draws per k */
+};
+/* edges (docs/edges.md): each edge FROM>TO the model has, patched alone */
+struct hp_study_edges_opts {
+    char *from, *to; /* a sender and a receiver pattern as --edges reads them (owned; NULL: "*") */
 };
 struct hp_study_explicit_opts {
     int n;
@@ -1224,6 +1229,7 @@ struct hp_study {
     struct hp_study_gates_opts gates;
     struct hp_study_patching_opts patching;
     struct hp_study_screen_opts screen;
+    struct hp_study_edges_opts edges;
 };
 
 struct hp_plan {
@@ -1507,6 +1513,7 @@ enum hp_query_kind {
     HP_QUERY_PATCHING,    /* a patching study's effects: the unit x position grid */
     HP_QUERY_SCREEN,      /* a screen study's verified top k, its evaluations and its bound */
     HP_QUERY_SELF_REPAIR, /* a direct study: each unit's total and direct effect and what later layers make up for */
+    HP_QUERY_EDGES,       /* an edges study: each edge patched alone, with its paired 95% CI */
     HP_QUERY_KIND_COUNT   /* how many kinds there are (not a kind): the query table is sized by it */
 };
 

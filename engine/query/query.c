@@ -164,6 +164,11 @@ const struct hp_query_kind_row hp_query_kinds[] = {
      "later layers make up for, with paired 95% CIs; largest\n"
      "compensation first, --top K",
      hq_self_repair},
+    {HP_QUERY_EDGES, "edges", STUDY | TOP, true,
+     "an edges study (--study NAME, else the first): each edge\n"
+     "patched alone, its sender and receiver, its effect with a\n"
+     "paired 95% CI across sequences; largest first, --top K",
+     hq_edges},
     {HP_QUERY_SQL, "sql", TOP | SQL, false,
      "read-only SQL, e.g. \"SELECT * FROM effects LIMIT 5\"\n"
      "(tables, columns and views: docs/database.md)",
