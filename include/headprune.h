@@ -1108,6 +1108,7 @@ enum hp_study_kind {
     HP_STUDY_SCREEN,      /* the exact top k: units evaluated in estimate order, with random audits and a bound */
     HP_STUDY_DIRECT,      /* each unit's total effect beside its direct one (only its edges into the logits) */
     HP_STUDY_EDGES,       /* each edge between two components patched alone (exact) */
+    HP_STUDY_CIRCUIT,     /* circuits of increasing size, each evaluated exactly: faithfulness, CPR, CMD */
     HP_STUDY_COUNT        /* not a kind: how many there are (each is a row of engine/plan/study/study.c) */
 };
 
@@ -1146,9 +1147,14 @@ struct hp_study_random_opts {
     int *k;      /* (n_k) numbers of units to ablate */
     int samples; /* draws per k */
 };
-/* edges (docs/edges.md): each edge FROM>TO the model has, patched alone */
+/* edges (docs/edges.md): each edge FROM>TO the model has, patched alone; circuit: the same edges (its graph) */
 struct hp_study_edges_opts {
     char *from, *to; /* a sender and a receiver pattern as --edges reads them (owned; NULL: "*") */
+};
+/* circuit (docs/edges.md): circuits of the graph's edges ranked by their effects patched alone, at each size */
+struct hp_study_circuit_opts {
+    int n_sizes;
+    double *sizes; /* (n_sizes) fractions of the graph's edges kept, in (0, 1], ascending (owned; NULL: defaults) */
 };
 struct hp_study_explicit_opts {
     int n;
@@ -1230,6 +1236,7 @@ struct hp_study {
     struct hp_study_patching_opts patching;
     struct hp_study_screen_opts screen;
     struct hp_study_edges_opts edges;
+    struct hp_study_circuit_opts circuit;
 };
 
 struct hp_plan {
@@ -1514,6 +1521,7 @@ enum hp_query_kind {
     HP_QUERY_SCREEN,      /* a screen study's verified top k, its evaluations and its bound */
     HP_QUERY_SELF_REPAIR, /* a direct study: each unit's total and direct effect and what later layers make up for */
     HP_QUERY_EDGES,       /* an edges study: each edge patched alone, with its paired 95% CI */
+    HP_QUERY_CIRCUIT,     /* a circuit study: faithfulness by size, CPR and CMD */
     HP_QUERY_KIND_COUNT   /* how many kinds there are (not a kind): the query table is sized by it */
 };
 

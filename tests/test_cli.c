@@ -588,13 +588,13 @@ Test(cli, query_option_mistakes_say_so_once)
     const char *said[] = {"unknown option '--bogus'", "option '--db' needs a value", "unknown option '-x'",
                           "--db2, --sweep2, --study2 and --by are for compare", "--format matrix is for heads",
                           "--top does not apply to --format matrix", "--by must be head or layer",
-                          "--study is for curve, heads, sets, compare, importance, attribution, roles, gates, patching, screen and "
-                          "self-repair",
+                          "--study is for curve, heads, sets, compare, importance, attribution, roles, gates, patching, screen, "
+                          "self-repair, edges and circuit",
                           "--sweep2 must be a sweep id, an integer from 1 to 1073741824",
                           "--top does not apply to compare --by layer",
                           "--study must name a study",
                           "KIND must be sweeps, curve, heads, sets, compare, redundancy, pairs, importance, attribution, "
-                          "roles, gates, patching, screen, self-repair or sql"};
+                          "roles, gates, patching, screen, self-repair, edges, circuit or sql"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int rc = hp(bad[i]);
         cr_assert_eq(rc, 2, "exit %d for '%s' (stderr: %s)", rc, bad[i], errs);

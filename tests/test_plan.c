@@ -446,7 +446,7 @@ Test(plan, unknown_keys_with_suggestions)
     load_fails(HEAD "  - name: x\n", 5, "name", "unknown study 'name'",
                "('name' is an option: write it under a kind, like 'single: {name: ...}')");
     load_fails(HEAD "  - ablate\n", 5, "ablate", "unknown study 'ablate'",
-               "(expected baseline, single, only, layer, random, explicit, pairs, iterative, importance, attribution, roles, gates, patching, screen or direct)");
+               "(expected baseline, single, only, layer, random, explicit, pairs, iterative, importance, attribution, roles, gates, patching, screen, direct, edges or circuit)");
     load_fails(HEAD "  - random: {k: 2, smples: 3}\n", 5, "smples",
                "unknown key 'smples' in a 'random' study", "(did you mean 'samples'?)");
     load_fails(HEAD "  - single: {layer: [0]}\n", 5, "layer:",

@@ -911,7 +911,7 @@ Test(query, options_of_other_kinds_are_refused)
     expect_fail(&o, g_db, HP_ERR_ARG, "--top does not apply to the matrix format");
     o = opts(HP_QUERY_REDUNDANCY);
     o.study = "single";
-    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study is for curve, heads, sets, compare, importance, attribution, roles, gates, patching, screen and self-repair only");
+    expect_fail(&o, g_db, HP_ERR_ARG, "query: --study is for curve, heads, sets, compare, importance, attribution, roles, gates, patching, screen, self-repair, edges and circuit only");
     o = opts(HP_QUERY_COMPARE);
     o.by_layer = true;
     o.top = 2;

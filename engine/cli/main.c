@@ -33,6 +33,7 @@ int cmd_prune(int argc, char **argv);
 int cmd_slurm(int argc, char **argv);
 int cmd_roles(int argc, char **argv);
 int cmd_task(int argc, char **argv);
+int cmd_circuit(int argc, char **argv);
 
 static const struct command {
     const char *name;
@@ -51,6 +52,7 @@ static const struct command {
     {"merge", cmd_merge, "merge shard databases"},
     {"slurm", cmd_slurm, "run a plan on a Slurm cluster: a job array of shards, then their merge"},
     {"prune", cmd_prune, "write a checkpoint with heads removed (Hugging Face format)"},
+    {"circuit", cmd_circuit, "a circuit study's circuit of K edges, as the file eval --circuit reads"},
 };
 
 static void print_commands(FILE *f)

@@ -171,7 +171,7 @@ static void print_summary(const struct planned *r)
            p->metric[0] ? "" : " (the model's own)", (unsigned long long)p->seed);
     print_studies(r);
     printf("jobs      %d expanded + about %ld %s = %ld evaluations", jl->n, t.iter,
-           "from the studies run step by step (iterative, gates, patching, screen)", jl->n + t.iter);
+           "from the studies run step by step (iterative, gates, patching, screen, circuit)", jl->n + t.iter);
     if (t.backs + t.gate_steps)
         printf(", and %ld forward+backward passes", t.backs + t.gate_steps);
     printf("\n");

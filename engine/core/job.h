@@ -19,6 +19,7 @@
 
 #define HP_JOB_ITERATIVE_SCORE "iterative-score" /* an iterative step's candidates, scored (not curve points) */
 #define HP_JOB_GATES_FRAC "gates-frac"           /* a gates lambda's model at its fractional test-time gates */
+#define HP_JOB_CIRCUIT_EDGE "circuit-edge"       /* a circuit study's edge patched alone, to rank the edges */
 
 // --- key prefixes (before a mask's text, for hp_digest_job) ---------------------
 

@@ -165,10 +165,16 @@ const struct hp_query_kind_row hp_query_kinds[] = {
      "compensation first, --top K",
      hq_self_repair},
     {HP_QUERY_EDGES, "edges", STUDY | TOP, true,
-     "an edges study (--study NAME, else the first): each edge\n"
-     "patched alone, its sender and receiver, its effect with a\n"
-     "paired 95% CI across sequences; largest first, --top K",
+     "an edges study (--study NAME, else the first; or a circuit\n"
+     "study's ranking): each edge patched alone, its sender and\n"
+     "receiver, its effect with a paired 95% CI across sequences;\n"
+     "the largest |effect| first, --top K",
      hq_edges},
+    {HP_QUERY_CIRCUIT, "circuit", STUDY, true,
+     "a circuit study (--study NAME, else the first): each size's\n"
+     "edges kept, the metric with the graph's other edges patched,\n"
+     "its faithfulness; the summary row \"area\": CPR and CMD",
+     hq_circuit},
     {HP_QUERY_SQL, "sql", TOP | SQL, false,
      "read-only SQL, e.g. \"SELECT * FROM effects LIMIT 5\"\n"
      "(tables, columns and views: docs/database.md)",

@@ -241,6 +241,7 @@ enum hp_status hq_redundancy(struct hq_query *q, const struct hp_query_opts *opt
 enum hp_status hq_pairs(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);   // query_pairs.c
 enum hp_status hq_self_repair(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out); // query_selfrepair.c
 enum hp_status hq_edges(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);       // query_edges.c
+enum hp_status hq_circuit(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);     // query_circuit.c
 enum hp_status hq_importance(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out); // _scores.c
 enum hp_status hq_attribution(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);
 enum hp_status hq_roles(struct hq_query *q, const struct hp_query_opts *opts, struct hp_table **out);   // query_roles.c

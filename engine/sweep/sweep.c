@@ -62,7 +62,7 @@ static enum hp_status load_means(struct sw_ctx *c, struct hp_error *err)
 // --- the procedures ------------------------------------------------------------
 
 extern const struct sw_proc sw_proc_scores, sw_proc_iterative, sw_proc_roles, sw_proc_gates, sw_proc_patching,
-    sw_proc_screen;
+    sw_proc_screen, sw_proc_circuit;
 static const struct sw_proc no_proc = {.run = NULL}; /* the expanded jobs are the study */
 
 /* One row per enum hp_study_run, at its value: the procedure a study kind names in its row (hp_study_run_of),
@@ -75,6 +75,7 @@ static const struct sw_proc *const procs[] = {
     [HP_STUDY_RUN_GATES] = &sw_proc_gates,
     [HP_STUDY_RUN_PATCHING] = &sw_proc_patching,
     [HP_STUDY_RUN_SCREEN] = &sw_proc_screen,
+    [HP_STUDY_RUN_CIRCUIT] = &sw_proc_circuit,
 };
 static_assert(sizeof procs / sizeof procs[0] == HP_STUDY_RUN_COUNT, "a procedure without its row in procs");
 

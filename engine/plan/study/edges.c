@@ -28,12 +28,12 @@ static enum hp_status pattern(const struct hp_loader *ld, const yaml_node_t *v, 
     return HP_OK;
 }
 
-static enum hp_status parse_from(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
+enum hp_status hp_study_parse_from(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
     return pattern(ld, v, "from", &s->edges.from);
 }
 
-static enum hp_status parse_to(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
+enum hp_status hp_study_parse_to(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s)
 {
     return pattern(ld, v, "to", &s->edges.to);
 }
@@ -44,15 +44,20 @@ static void clear(struct hp_study *s)
     free(s->edges.to);
 }
 
-/* The study's edges, into m (sorted): every edge FROM>TO the model has; an error names the study. */
-static enum hp_status study_edges(const struct hp_expander *e, struct hp_mask *m)
+enum hp_status hp_study_graph(const struct hp_study *s, const struct hp_model_info *info, struct hp_mask *m,
+                              struct hp_error *err)
 {
-    const struct hp_study *s = e->s;
     char spec[512];
     snprintf(spec, sizeof spec, "%s>%s", s->edges.from ? s->edges.from : "*", s->edges.to ? s->edges.to : "*");
+    return hp_mask_add_edges(m, spec, info, err);
+}
+
+/* The study's edges, into m (sorted); an error names the study and its option. */
+static enum hp_status study_edges(const struct hp_expander *e, struct hp_mask *m)
+{
     struct hp_error why = {0};
-    if (hp_mask_add_edges(m, spec, e->info, &why) != HP_OK)
-        return hp_ex_fail(e, s->edges.from ? "from" : "to", 0, NULL, "%s", why.msg);
+    if (hp_study_graph(e->s, e->info, m, &why) != HP_OK)
+        return hp_ex_fail(e, e->s->edges.from ? "from" : "to", 0, NULL, "%s", why.msg);
     return HP_OK;
 }
 
@@ -95,7 +100,7 @@ static void describe(const struct hp_study *s, const struct hp_model_info *info,
              s->edges.to ? s->edges.to : "*");
 }
 
-static const struct hp_study_opt opts[] = {{"from", parse_from}, {"to", parse_to}};
+static const struct hp_study_opt opts[] = {{"from", hp_study_parse_from}, {"to", hp_study_parse_to}};
 
 const struct hp_study_kind_row hp_study_edges = {
     .name = "edges",

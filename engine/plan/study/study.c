@@ -14,7 +14,7 @@
 
 extern const struct hp_study_kind_row hp_study_baseline, hp_study_single, hp_study_only, hp_study_layer,
     hp_study_random, hp_study_explicit, hp_study_pairs, hp_study_iterative, hp_study_importance,
-    hp_study_attribution, hp_study_roles, hp_study_gates, hp_study_patching, hp_study_screen, hp_study_direct, hp_study_edges;
+    hp_study_attribution, hp_study_roles, hp_study_gates, hp_study_patching, hp_study_screen, hp_study_direct, hp_study_edges, hp_study_circuit;
 
 const struct hp_study_kind_row *const hp_study_kinds[] = {
     [HP_STUDY_BASELINE] = &hp_study_baseline,
@@ -33,6 +33,7 @@ const struct hp_study_kind_row *const hp_study_kinds[] = {
     [HP_STUDY_SCREEN] = &hp_study_screen,
     [HP_STUDY_DIRECT] = &hp_study_direct,
     [HP_STUDY_EDGES] = &hp_study_edges,
+    [HP_STUDY_CIRCUIT] = &hp_study_circuit,
 };
 static_assert(sizeof hp_study_kinds / sizeof hp_study_kinds[0] == HP_STUDY_COUNT,
               "a study kind without its row in hp_study_kinds");

@@ -21,9 +21,21 @@ enum hp_study_run {
     HP_STUDY_RUN_GATES,     /* gate training per lambda, then its two evaluations */
     HP_STUDY_RUN_PATCHING,  /* each unit patched alone, at every position or at each (the data's) */
     HP_STUDY_RUN_SCREEN,    /* the units in estimate order with audits, until the exact top k stands (after the jobs) */
+    HP_STUDY_RUN_CIRCUIT,   /* edges ranked by their effects patched alone, then circuits of each size (after) */
     HP_STUDY_RUN_COUNT      /* not a procedure: how many there are */
 };
 enum hp_study_run hp_study_run_of(enum hp_study_kind k);
+
+/* An edges or circuit study's graph: every edge FROM>TO (its from:, to:) the model has, added to m (sorted); an
+ * error (a pattern the model has no node for) in one line. engine/plan/study/edges.c. */
+enum hp_status hp_study_graph(const struct hp_study *s, const struct hp_model_info *info, struct hp_mask *m,
+                              struct hp_error *err);
+
+/* A circuit study's sizes for a graph of n edges: the edges each circuit keeps, ascending and each once, from 0
+ * (the empty circuit) to n (the whole graph: the unmasked model), into k (room for HP_CIRCUIT_SIZES_MAX + 2);
+ * returns how many. engine/plan/study/circuit.c. */
+#define HP_CIRCUIT_SIZES_MAX 64
+int hp_study_circuit_sizes(const struct hp_study *s, int n, int *k);
 
 /* What a scores study (HP_STUDY_RUN_SCORES) scores each unit by, from the gradient at the unmasked model. */
 enum hp_study_score {

@@ -259,6 +259,10 @@ static inline const struct hp_study_kind_row *hp_study_row(enum hp_study_kind k)
 
 // --- shared between kinds -------------------------------------------------------------
 
+/* from: and to: (edges, circuit: engine/plan/study/edges.c): a sender and a receiver pattern, into s->edges. */
+enum hp_status hp_study_parse_from(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s);
+enum hp_status hp_study_parse_to(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s);
+
 /* The cost of a kind scored from one gradient at the unmasked model (importance, attribution, study.c):
  * one forward+backward pass, always. */
 long hp_study_one_backward(const struct hp_study *s, const struct hp_model_info *info);
