@@ -156,9 +156,10 @@ Test(edges, what_the_reference_refuses_is_refused)
 
 // --- against a second code path ------------------------------------------------------
 
-/* The fixtures whose forward patches edges: every pre-norm family without a norm after attention. */
-static const char *const families[] = {"gpt2-tiny",   "llama-gqa",  "qwen2-bias",    "qwen3-qknorm",
-                                       "mistral-window", "phi3-fused", "neox-parallel", "neox-sequential"};
+/* The fixtures whose forward patches edges: every pre-norm family but OLMo 2's norm over every head's queries. */
+static const char *const families[] = {"gpt2-tiny",      "llama-gqa",       "qwen2-bias",     "qwen3-qknorm",
+                                       "mistral-window", "phi3-fused",      "neox-parallel",  "neox-sequential",
+                                       "gemma2-softcap", "gemma3-local"};
 
 struct opened {
     struct hp_model *m;
@@ -313,7 +314,6 @@ Test(edges, refused_where_they_do_not_apply)
         const char *says;
     } cases[] = {
         {"bert-mlm", "data.jsonl", "0.1>1.0:q", HP_ABLATE_ZERO, -1, "post-norm"},
-        {"gemma2-softcap", "data.npy", "0.1>1.0:q", HP_ABLATE_ZERO, -1, "norm follows its attention"},
         {"olmo2-post-norms", "data.npy", "0.1>logits", HP_ABLATE_ZERO, -1, "OLMo 2"},
         {"llama-gqa", "data.npy", "0.1>logits", HP_ABLATE_ZERO, 3, "position 3"},
         {"llama-gqa", "data.npy", "emb>logits", HP_ABLATE_MEAN, -1, "emb"},

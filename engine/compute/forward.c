@@ -64,6 +64,9 @@ struct edge_room {
     float *k, *v; /* (N, n_heads * d_head) a receiving head's own keys and values, at its query slot */
     float *delta, *hn; /* (N, d_model) a receiver's change to its input, and its normed input */
     float *diff;  /* (N, d_head) a sender head's replacement less its output */
+    /* NULL, or where a norm follows the attention output (Gemma 2 and 3): (n_layers, N, d_model) each layer's
+     * attention output before that norm and after it (what joined the stream) */
+    float *attn_pre, *attn_post;
     bool *own_k, *own_v; /* (B, n_heads) whether head h of block v reads its own keys, values */
     float *buf;
 };
@@ -198,7 +201,11 @@ bool hp_fwd_edges_ready(const struct hp_model *m, struct hp_fwd *w)
     struct edge_room *er = calloc(1, sizeof *er);
     if (!er)
         return false;
-    er->buf = malloc((L * N * (qd + d) + 3 * N * d + 2 * N * qd + N * (size_t)in->d_head) * sizeof(float));
+    bool post = false;
+    for (int l = 0; l < in->n_layers; l++)
+        post |= m->layers[l].pn1_w != NULL;
+    er->buf = malloc((L * N * (qd + d) + 3 * N * d + 2 * N * qd + N * (size_t)in->d_head + (post ? 2 * L * N * d : 0)) *
+                     sizeof(float));
     er->own_k = calloc(2 * (size_t)w->B * in->n_heads, sizeof(bool));
     if (!er->buf || !er->own_k) {
         free(er->buf), free(er->own_k), free(er);
@@ -212,7 +219,9 @@ bool hp_fwd_edges_ready(const struct hp_model *m, struct hp_fwd *w)
     er->hn = p, p += N * d;
     er->k = p, p += N * qd;
     er->v = p, p += N * qd;
-    er->diff = p;
+    er->diff = p, p += N * (size_t)in->d_head;
+    if (post)
+        er->attn_pre = p, er->attn_post = p + L * N * d;
     er->own_v = er->own_k + (size_t)w->B * in->n_heads;
     w->er = er;
     return true;
@@ -224,9 +233,6 @@ const char *hp_fwd_edges_refused(const struct hp_model *m)
         return "its norms follow each residual add (a post-norm encoder, BERT), so no input is a sum of senders";
     if (m->qk_norm_whole)
         return "it normalises every head's queries together (OLMo 2), so one head's query input is not its own";
-    for (int l = 0; l < m->info.n_layers; l++)
-        if (m->layers[l].pn1_w)
-            return "a norm follows its attention output (Gemma 2 and 3, OLMo 2): edges are not written for it yet";
     return NULL;
 }
 
@@ -297,8 +303,21 @@ static void edge_delta(const struct hp_model *m, struct hp_fwd *w, const struct 
                 for (int i2 = 0; i2 < dh; i2++)
                     er->diff[(size_t)r * dh + i2] = (rp ? rp[i2] : 0.0f) - c[(size_t)r * qd + i2];
             }
-            hp_mat_gemm(w->mb, Rb, d, dh, 1.0f, er->diff, dh, 1, hp_mat_at(L->wo, (ptrdiff_t)L->q_slot[u->head] * dh, 0),
-                        1.0f, delta, d, 1);
+            const struct hp_mat wo = hp_mat_at(L->wo, (ptrdiff_t)L->q_slot[u->head] * dh, 0);
+            if (!L->pn1_w) { /* its output joins the stream as it is */
+                hp_mat_gemm(w->mb, Rb, d, dh, 1.0f, er->diff, dh, 1, wo, 1.0f, delta, d, 1);
+                continue;
+            }
+            /* a norm after the attention output: the layer's contribution with this head's output changed alone,
+             * less the contribution as it was (scratch: er->hn, which edge_input fills only after) */
+            const size_t at = ((size_t)u->layer * N + r0) * d;
+            float *y = er->hn;
+            memcpy(y, er->attn_pre + at, (size_t)Rb * d * sizeof(float));
+            hp_mat_gemm(w->mb, Rb, d, dh, 1.0f, er->diff, dh, 1, wo, 1.0f, y, d, 1);
+            hp_fwd_norm(m, y, y, Rb, L->pn1_w, NULL);
+            const float *was = er->attn_post + at;
+            for (size_t j = 0; j < (size_t)Rb * d; j++)
+                delta[j] += y[j] - was[j];
         }
     }
 }
@@ -781,7 +800,11 @@ static void finish_layer(const struct hp_model *m, struct hp_fwd *w, const struc
         if (a->var->edges)
             edge_mlp_input(m, w, a, l, L->ln2_w, L->ln2_b);
     }
+    if (a->var->edges && w->er->attn_pre && L->pn1_w)
+        edge_keep(a, w->er->attn_pre, w->tmp, l, (size_t)N, (size_t)m->info.d_model);
     post_block_norm(m, w, N, L->pn1_w, kp ? kp->ao : NULL);
+    if (a->var->edges && w->er->attn_post && L->pn1_w)
+        edge_keep(a, w->er->attn_post, w->tmp, l, (size_t)N, (size_t)m->info.d_model);
     hp_op_add_into(w->x, w->tmp, n);
     if (kp)
         memcpy(kp->xmid, w->x, n * sizeof(float));

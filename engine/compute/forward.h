@@ -142,8 +142,9 @@ struct hp_fwd_variants {
      * NULL (none), or (n_blocks) the edges patched in block v: n_edges[v] of them at edges[v], sorted
      * (hp_edge_cmp). A receiver in block v reads its stream plus, for each edge into it, the sender's
      * replacement (rep, mlp_rep; emb: zero) less its output in this block's pass, before its norm. Needs the
-     * workspace's room for them (hp_fwd_edges_ready); pre-norm models without a norm after attention and
-     * without a norm over every head's queries, every position (rep without own), hp_fwd_run from layer 0.
+     * workspace's room for them (hp_fwd_edges_ready); pre-norm models without a norm over every head's queries
+     * (hp_fwd_edges_refused), every position (rep without own), hp_fwd_run from layer 0. Where a norm follows
+     * the attention output (Gemma 2 and 3), a head's output is the layer's contribution with it changed alone.
      */
     const struct hp_edge *const *edges;
     const int *n_edges;
