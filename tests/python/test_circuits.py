@@ -91,3 +91,14 @@ def test_refused_in_one_line(sweeps, tmp_path):
         assert piece in line and str(plan) in line, line
     assert "ranked 262 edges" in cli_error("circuit", "--db", d / "c.db", "--size", "999")
     assert "edges" in cli_error("query", "edges", "--db", d / "e.db", "--study", "nope")
+
+
+def test_python_methods_are_the_queries(hp, sweeps):
+    d, _ = sweeps
+    db = hp.open(str(d / "c.db"))
+    for kind, df, kw in (("circuit", db.circuit(), {}), ("edges", db.edges(study="circuit"), {"study": "circuit"})):
+        j = query(d / "c.db", kind, *(["--study", kw["study"]] if kw else []))
+        assert list(df.columns) == list(j["rows"][0]) and len(df) == len(j["rows"]), kind
+        assert df.attrs["summary"] == j["summary"], kind
+        for (_, a), b in zip(df.iterrows(), j["rows"]):
+            assert [a[c] for c in df.columns] == [b[c] for c in df.columns], kind

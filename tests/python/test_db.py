@@ -51,7 +51,8 @@ def test_every_kind_is_a_method(hp):
     assert {"sweeps", "heads", "curve", "sql"} <= set(kinds)
     for k in kinds:  # a kind's name as an identifier: self-repair is db.self_repair()
         assert callable(getattr(hp.Database, k.replace("-", "_")))
-    covered = {c[0] for c in CASES} | {"sql", "gates", "patching", "self-repair"}  # test_self_repair.py
+    covered = {c[0] for c in CASES} | {"sql", "gates", "patching", "self-repair", "edges", "circuit"}
+    # self-repair: test_self_repair.py; edges, circuit: test_circuits.py
     assert set(kinds) <= covered, set(kinds) - covered
 
 
