@@ -110,7 +110,7 @@ static void sweep_with_roles(bool single)
             fprintf(f, "%s\n", line);
         studies |= strcmp(line, "studies:") == 0;
     }
-    fprintf(f, "  - roles\n%s", single ? "  - direct\n" : ""); /* single: every figure's study */
+    fprintf(f, "  - roles\n%s", single ? "  - direct\n  - circuit: {sizes: [0.05, 0.5]}\n" : ""); /* every figure's */
     fclose(f);
     free(text);
     snprintf(args, sizeof args, "run %s --db %s --threads 1 --quiet", plan, db);
@@ -1066,6 +1066,34 @@ static void cell_title(const char *svg, int layer, int unit, char *out, size_t s
 }
 
 /*
+ * The circuits figure: a panel a circuit study, its CPR and CMD the query's, its curve a point a size, and its
+ * graph the study's strongest edges (at most 50), each with the effect `query edges` gives it.
+ */
+static void check_circuit(sqlite3 *h)
+{
+    (void)h;
+    char *svg = slurp_path(svg_dir, "circuit.svg");
+    static struct elem ps[8], es[64];
+    cr_assert_eq(find_elems(svg, "<g class=\"circuit-panel\"", ps, 8), 1, "circuit.svg: one panel");
+    struct hp_error err = {0};
+    struct hp_table *c = NULL, *e = NULL;
+    const struct hp_query_opts qc = {.kind = HP_QUERY_CIRCUIT, .study = "circuit"},
+                               qe = {.kind = HP_QUERY_EDGES, .study = "circuit", .top = 50};
+    cr_assert_eq(hp_query(db, &qc, &c, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(hp_query(db, &qe, &e, &err), HP_OK, "%s", err.msg);
+    cr_assert_eq(c->n_summary, 1);
+    expect_close(attr_num(&ps[0], "data-cpr"), c->values[(size_t)(c->n_rows - 1) * c->n_cols + 4], 6, 0, "CPR");
+    cr_assert_eq((int)attr_num(&ps[0], "data-sizes"), c->n_rows - 1, "a point a size");
+    const int n = find_elems(svg, "<path class=\"circuit-edge\"", es, 64);
+    cr_assert_eq(n, 50, "circuit.svg: %d edges drawn, want the 50 strongest", n);
+    for (int i = 0; i < n; i++)
+        expect_close(attr_num(&es[i], "data-effect"), e->values[(size_t)i * e->n_cols + 4], 6, 0,
+                     attr(&es[i], "data-edge"));
+    hp_table_free(c), hp_table_free(e);
+    free(svg);
+}
+
+/*
  * The self-repair figure: a point a unit of the direct study, at its total effect (x) and direct effect (y) as the
  * database has them (the sample 0 and 1 jobs against the baseline); a point above the diagonal has direct > total.
  */
@@ -1143,6 +1171,7 @@ Test(report, roles_drawn_equal_the_database)
     cr_assert_null(strstr(html, "Left out"), "a figure left out of a sweep with every study");
     h = open_ro();
     check_self_repair(h);
+    check_circuit(h);
     sqlite3_close(h);
     free(html);
 }
@@ -1285,7 +1314,7 @@ Test(report, figures_without_their_study_are_left_out_with_a_line_naming_it)
     cr_assert(exists(strcat(strcpy((char[160]){0}, svg_dir), "/redundancy.svg")));
     cr_assert_not(exists(strcat(strcpy((char[160]){0}, svg_dir), "/curves.svg")));
     cr_assert_not(exists(strcat(strcpy((char[160]){0}, svg_dir), "/heatmap-kv.svg")));
-    cr_assert(strstr(errs, "2 figures, 6 left out"), "stderr: %s", errs);
+    cr_assert(strstr(errs, "2 figures, 7 left out"), "stderr: %s", errs);
     cr_assert(strstr(html, "Left out: sweep 1 has no attribution study; "), "estimates line");
     free(html);
 }

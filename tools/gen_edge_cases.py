@@ -8,12 +8,24 @@ Senders (what each adds to the residual stream):
     L.H     head H of layer L: its output o_h (the d_head slice [H*d_head, (H+1)*d_head) of the attention
             output projection's input, where hp_ref.HeadAblator works) times that head's rows of the output
             projection W_O (GPT-2 attn.c_proj, Llama-family self_attn.o_proj, GPT-NeoX attention.dense), without
-            the projection's bias (the bias belongs to no head and is never patched)
+            the projection's bias (the bias belongs to no head and is never patched).
+            Gemma 2 / 3 (a norm after the attention: post_attention_layernorm(o_proj(O)) joins the stream, O the
+            layer's head outputs side by side; o_proj has no bias): a head's output is not a sum of parts, so
+            L.H is defined by its difference only, the layer's contribution with only that head's o_h changed:
+                a_u(other) - a_u(this) = post_attention_layernorm(o_proj(O with o_h := its replacement))
+                                         - post_attention_layernorm(o_proj(O))
+            O the layer's head outputs in the run being computed (the mask's own ablations in it), the
+            replacement the ablation's value of o_h (as hp_ref.HeadAblator puts it). Each patched edge u>v adds
+            its own such difference to x_v, also when several heads of one layer feed v (they are not ablated
+            jointly; check (3') measures that the two differ)
     mlp:L   the MLP block's whole output as it joins the residual stream: gen_mlp_cases.py's CONTRIBUTION module
             (GPT-2 transformer.h[L].mlp, Llama/Mistral/Qwen2/Qwen3/Phi-3 model.layers[L].mlp, GPT-NeoX
-            gpt_neox.layers[L].mlp)
+            gpt_neox.layers[L].mlp, Gemma 2 / 3 model.layers[L].post_feedforward_layernorm: after the post-MLP
+            norm)
     emb     the residual stream before layer 0: the token embedding row (GPT-2: plus its learned position row);
-            none of these families scales it
+            none of these families scales it but Gemma: the row times sqrt(hidden_size) in the model's dtype
+            (Gemma2Model's normalizer torch.tensor(hidden_size ** 0.5, dtype=the embeddings' dtype); Gemma 3's
+            Gemma3TextScaledWordEmbedding, embed_scale cast to the weights' dtype): float64 sqrt(32) here
 Receivers (what each reads, before its own norm):
     L.H:q   the input from which head H of layer L computes its query
     L.H:k   the input from which head H's keys are computed; under grouped-query attention only query head H
@@ -21,7 +33,8 @@ Receivers (what each reads, before its own norm):
     L.H:v   likewise the values head H sees
     L.H     the three above (written expanded in the cases' masks)
     mlp:L   the MLP block's input, before its norm (GPT-NeoX parallel residual: the layer's input, which the
-            attention reads too; otherwise the stream after the layer's attention)
+            attention reads too; otherwise the stream after the layer's attention; Gemma: the norm is
+            pre_feedforward_layernorm)
     logits  the final residual stream, before the final norm
 
 Under a set of patched edges every receiver v reads
@@ -73,13 +86,26 @@ modules and weights (from_pretrained(dtype=float64, attn_implementation="eager")
                      partial rotary (rotary_pct of each head, its module's apply_rotary_pos_emb), scores *
                      attention.scaling, attention.dense, post_attention_layernorm, mlp, use_parallel_residual
                      (x + attn(ln1 x) + mlp(ln2 x), else sequential), final_layer_norm, embed_out
+    Gemma 2,         embed_tokens times sqrt(hidden_size) (above), input_layernorm, q_proj / k_proj / v_proj
+    Gemma 3          (Gemma 3: q_norm / k_norm over each head's d_head), rotary (Gemma 2 model.rotary_emb; Gemma 3
+                     model.rotary_emb on its full-attention layers, rope_theta with rope_scaling, and
+                     model.rotary_emb_local, rope_local_base_freq, on its sliding layers, as Gemma3DecoderLayer
+                     picks by self_attn.is_sliding), scores * self_attn.scaling (query_pre_attn_scalar ** -0.5),
+                     Gemma 2: soft-capped (s / attn_logit_softcapping, tanh, * attn_logit_softcapping; Gemma3Attention
+                     does not pass it), causal (and windowed) softmax in float32, o_proj, post_attention_layernorm,
+                     + x, pre_feedforward_layernorm, mlp, post_feedforward_layernorm, + x, norm, lm_head, then
+                     final_logit_softcapping when set (Gemma 2: z / c, tanh, * c)
 Sliding windows as transformers' masking_utils builds them (sliding_window_overlay: key j is seen from query i
 iff i - W < j <= i, i.e. the token itself and the W - 1 before it): Mistral and Phi-3 whenever config
 sliding_window is set (mistral-window W = 20 over 96 tokens; phi3-fused W = 6 over 16: Phi3Model builds the
 sliding mask from config.sliding_window alone), Qwen2 / Qwen3 only on layers layer_types names
-"sliding_attention" (none in the fixtures). transformers' float32 islands are kept, since the forward calls
+"sliding_attention" (none in the fixtures), Gemma 2 / 3 likewise on their "sliding_attention" layers
+(gemma2-softcap and gemma3-local: layers 0 and 2, W = 6 over 16 tokens; use_bidirectional_attention asserted
+false). transformers' float32 islands are kept, since the forward calls
 transformers' own modules or follows its code: the Llama-family RMSNorms (and Qwen3's q/k norms) compute in
-float32 (hidden.to(torch.float32)), the rotary cos/sin are computed in float32, and the eager softmax of
+float32 (hidden.to(torch.float32)), so do Gemma's RMSNorms ((1 + weight), x.float(), then type_as: every
+Gemma norm's output, and so every Gemma contribution, holds float32 values), the rotary cos/sin are computed in
+float32, and the eager softmax of
 Llama-family and GPT-NeoX attention is softmax(..., dtype=torch.float32); GPT-2 and GPT-NeoX LayerNorms and
 GPT-2's softmax are float64. So the numbers are transformers' "float64" ones, as in mlp-cases.json.
 
@@ -93,6 +119,9 @@ Before writing it checks, per fixture, and refuses to write (AssertionError) if 
   (3) patching every edge out of head u (u > every receiver after it, logits included) equals ablating head u
       by hp_ref.HeadAblator on transformers' forward, within 1e-9, for every head and zero / mean / mean-pos
       (and resample on llama-gqa's task rows); the same for every mlp:L against gen_mlp_cases' MLP ablation;
+ (3') Gemma only: every edge out of heads L.0 and L.1 patched (each its own difference) differs from the two
+      heads ablated together by hp_ref.HeadAblator (by more than 1e-6, every layer and ablation: the fixtures
+      distinguish per-sender differences from a joint ablation);
   (4) u>L.H (one input shared by q, k and v) equals u>L.H:q,u>L.H:k,u>L.H:v, within 1e-12;
   (5) an edge into L.H:q, L.H:k or L.H:v (every head H of the last layer) changes head H's o_h at layer L and
       no other head's (bit for bit), nor anything in earlier layers: under GQA the group-mates keep their keys
@@ -110,7 +139,7 @@ Before writing it checks, per fixture, and refuses to write (AssertionError) if 
 
     /work/venv/bin/python tools/gen_edge_cases.py
 
-Deterministic (one torch thread, fixed fixtures; byte-identical on re-run); about half a minute.
+Deterministic (one torch thread, fixed fixtures; byte-identical on re-run); about a minute.
 """
 import json
 import math
@@ -132,7 +161,7 @@ REPO = mc.REPO
 FIX = mc.FIX
 OUT = os.path.join(FIX, "edge-cases.json")
 FIXTURES = ["gpt2-tiny", "llama-gqa", "qwen2-bias", "qwen3-qknorm", "mistral-window", "phi3-fused",
-            "neox-parallel", "neox-sequential"]
+            "neox-parallel", "neox-sequential", "gemma2-softcap", "gemma3-local"]
 TASK_FIXTURES = ["llama-gqa"]
 ABLATIONS = ["zero", "mean", "mean-pos"]
 AB = {"zero": "zero", "mean": "mean", "mean-pos": "mean_pos", "resample": "patch"}
@@ -142,6 +171,7 @@ TOL_SAME = 1e-12    # (2), (4)
 MIN_EFFECT = 1e-9   # (8)
 CHANNELS = "qkv"
 LLAMA_LIKE = mc.LLAMA_LIKE
+GEMMA = ("gemma2", "gemma3_text")  # norms after the attention and after the MLP (sandwich norms)
 
 
 # ---------------------------------------------------------------- mask text: parse, check, write
@@ -299,13 +329,19 @@ class EdgeNet:
             self.attn_mod = [lay.attention for lay in self.layers]
             assert self.dh * self.H == cfg.hidden_size
         else:
-            assert self.fam in LLAMA_LIKE, self.fam
+            assert self.fam in LLAMA_LIKE + GEMMA, self.fam
             self.layers = hf.model.layers
             self.wo = [lay.self_attn.o_proj.weight.t().reshape(self.H, self.dh, -1) for lay in self.layers]
             self.attn_mod = [lay.self_attn for lay in self.layers]
         if self.fam != "gpt2":
             self.apply_rope = sys.modules[type(self.attn_mod[0]).__module__].apply_rotary_pos_emb
         self.D = self.wo[0].shape[-1]
+        # Gemma 2 / 3: a head's a_u is the attention block's output after post_attention_layernorm with only
+        # that head's o_h changed (other_attn), o_proj has no bias
+        self.post_norms = self.fam in GEMMA
+        if self.post_norms:
+            assert all(a.o_proj.bias is None for a in self.attn_mod)
+            assert not getattr(cfg, "use_bidirectional_attention", False)
 
     # ---- the family's pieces
 
@@ -313,7 +349,7 @@ class EdgeNet:
         c = self.cfg
         if self.fam in ("mistral", "phi3"):
             return getattr(c, "sliding_window", None)
-        if self.fam in ("qwen2", "qwen3"):
+        if self.fam in ("qwen2", "qwen3") + GEMMA:
             lt = getattr(c, "layer_types", None)
             return c.sliding_window if lt is not None and lt[l] == "sliding_attention" else None
         return None
@@ -328,18 +364,55 @@ class EdgeNet:
             x = self.hf.gpt_neox.embed_in(ids)
             return x, self.hf.gpt_neox.rotary_emb(x, pos)
         x = self.hf.model.embed_tokens(ids)
+        if self.fam == "gemma2":
+            # Gemma2Model: inputs_embeds * torch.tensor(hidden_size ** 0.5, dtype=inputs_embeds.dtype), the
+            # rotary cos / sin from the unscaled embeddings (only their dtype matters)
+            cs = self.hf.model.rotary_emb(x, pos)
+            return x * torch.tensor(self.cfg.hidden_size ** 0.5, dtype=x.dtype), cs
+        if self.fam == "gemma3_text":
+            # Gemma3TextScaledWordEmbedding multiplies by its embed_scale buffer itself; the global rotary
+            # (rope_theta, rope_scaling) and the local one (rope_local_base_freq, default rope)
+            return x, {"global": self.hf.model.rotary_emb(x, pos), "local": self.hf.model.rotary_emb_local(x, pos)}
         return x, self.hf.model.rotary_emb(x, pos)
+
+    def layer_cs(self, l, cs):
+        """The rotary cos / sin layer l uses (Gemma 3: local on its sliding layers, as Gemma3DecoderLayer)."""
+        if self.fam == "gemma3_text":
+            return cs["local"] if self.attn_mod[l].is_sliding else cs["global"]
+        return cs
 
     def norm1(self, l, x):
         lay = self.layers[l]
         return lay.ln_1(x) if self.fam == "gpt2" else lay.input_layernorm(x)
 
-    def norm2(self, l, x):
+    def norm2_module(self, l):
+        """The norm the MLP reads the stream through."""
         lay = self.layers[l]
-        return lay.ln_2(x) if self.fam == "gpt2" else lay.post_attention_layernorm(x)
+        return lay.ln_2 if self.fam == "gpt2" else lay.pre_feedforward_layernorm if self.post_norms \
+            else lay.post_attention_layernorm
+
+    def norm2(self, l, x):
+        return self.norm2_module(l)(x)
 
     def mlp(self, l, xn):
-        return self.layers[l].mlp(xn)
+        """The MLP's contribution (Gemma: after post_feedforward_layernorm) from its normed input."""
+        lay = self.layers[l]
+        if self.post_norms:
+            return lay.post_feedforward_layernorm(lay.mlp(xn))
+        return lay.mlp(xn)
+
+    def attn_out(self, l, o):
+        """The attention block's output as it joins the stream (Gemma: after post_attention_layernorm)."""
+        if self.post_norms:
+            return self.layers[l].post_attention_layernorm(self.attn_mod[l].o_proj(o))
+        return self.o_proj(l, o)
+
+    def other_attn(self, l, h, O, ab, repl):
+        """Gemma: the attention block's output with head h's o_h in O (B, T, H, dh) replaced by the ablation's."""
+        B, T = O.shape[:2]
+        O2 = O.clone()
+        O2[:, :, h] = self.head_repl_o(l, h, ab, repl, (B, T, self.dh))
+        return self.attn_out(l, O2.reshape(B, T, self.H * self.dh))
 
     def o_proj(self, l, o):
         a = self.attn_mod[l]
@@ -351,7 +424,13 @@ class EdgeNet:
             return hf.lm_head(hf.transformer.ln_f(x))
         if self.fam == "gpt_neox":
             return hf.embed_out(hf.gpt_neox.final_layer_norm(x))
-        return hf.lm_head(hf.model.norm(x))
+        z = hf.lm_head(hf.model.norm(x))
+        cap = self.cfg.final_logit_softcapping if self.post_norms else None
+        if cap is not None:  # Gemma2ForCausalLM / Gemma3ForCausalLM
+            z = z / cap
+            z = torch.tanh(z)
+            z = z * cap
+        return z
 
     def proj(self, l, xn):
         """Normed input -> q (B, T, H, dh), k, v (B, T, KV, dh): after Qwen3's q/k norms, before rotary."""
@@ -368,7 +447,7 @@ class EdgeNet:
         else:
             q, k, v = a.q_proj(xn), a.k_proj(xn), a.v_proj(xn)
         q, k, v = q.reshape(B, T, H, dh), k.reshape(B, T, KV, dh), v.reshape(B, T, KV, dh)
-        if self.fam == "qwen3":
+        if self.fam in ("qwen3", "gemma3_text"):
             q, k = a.q_norm(q), a.k_norm(k)
         return q, k, v
 
@@ -392,6 +471,12 @@ class EdgeNet:
             p = torch.softmax(s, dim=-1)
         else:
             s = torch.matmul(q, k.transpose(2, 3)) * self.attn_mod[l].scaling
+            # Gemma 2's attention soft-capping (Gemma3Attention does not pass it; null in the fixture)
+            cap = self.attn_mod[l].attn_logit_softcapping if self.fam == "gemma2" else None
+            if cap is not None:
+                s = s / cap
+                s = torch.tanh(s)
+                s = s * cap
             s = s.masked_fill(~allowed, float("-inf"))
             p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)  # transformers' eager softmax
         return torch.matmul(p, v)
@@ -441,6 +526,7 @@ class EdgeNet:
             raise ValueError("emb is a sender under zero only")
         if u[0] == "head":
             _, l, h = u
+            assert not self.post_norms, "Gemma: a head's a_u(other) depends on the run (other_attn)"
             return self.head_repl_o(l, h, ab, repl, shape[:2] + (self.dh,)) @ self.wo[l][h]
         return self.mlp_repl(u[1], ab, repl, shape)
 
@@ -498,17 +584,23 @@ class EdgeNet:
             Q = torch.stack(qs, dim=1)  # (B, H, T, dh)
             K = torch.stack(ks, dim=1)
             V = torch.stack(vs, dim=1)
-            Q, K = self.rope(Q, K, cs)
+            Q, K = self.rope(Q, K, self.layer_cs(l, cs))
             O = self.attend(l, Q, K, V).transpose(1, 2).contiguous()  # (B, T, H, dh)
             for h in range(self.H):
                 if gate[l, h] == 0:
                     O[:, :, h] = self.head_repl_o(l, h, ab, repl, (B, T, self.dh))
             if keep_o:
                 os_.append(O.clone())
-            attn_out = self.o_proj(l, O.reshape(B, T, self.H * self.dh))
+            attn_out = self.attn_out(l, O.reshape(B, T, self.H * self.dh))
             for h in range(self.H):
                 if ("head", l, h) in senders:
-                    this[("head", l, h)] = O[:, :, h] @ self.wo[l][h]
+                    if self.post_norms:
+                        # a_u(other) - a_u(this) = attn block out with o_h replaced - attn block out, per sender
+                        this[("head", l, h)] = attn_out
+                        if ab != "self":
+                            others[("head", l, h)] = self.other_attn(l, h, O, ab, repl)
+                    else:
+                        this[("head", l, h)] = O[:, :, h] @ self.wo[l][h]
             mid = x if self.parallel else attn_out + x
             d = delta(("mlp", l))
             mo = self.mlp(l, self.norm2(l, mid if d is None else mid + d))
@@ -574,6 +666,12 @@ class EdgeNet:
 
         deltas = {}
         for u, v in edges:
+            if self.post_norms and u[0] == "head":
+                _, l, h = u
+                O = rec_h[l].reshape(B, T, self.H, self.dh)
+                t = self.other_attn(l, h, O, ab, repl) - self.attn_out(l, rec_h[l])
+                deltas[v] = t if v not in deltas else deltas[v] + t
+                continue
             o = self.other(u, ab, repl, shape)
             t = -this(u) if o is None else o - this(u)
             deltas[v] = t if v not in deltas else deltas[v] + t
@@ -595,9 +693,7 @@ class EdgeNet:
             if v[0] == "logits":
                 handles.append(final_norm.register_forward_pre_hook(add(d)))
             elif v[0] == "mlp":
-                lay = self.layers[v[1]]
-                handles.append((lay.ln_2 if self.fam == "gpt2" else lay.post_attention_layernorm)
-                               .register_forward_pre_hook(add(d)))
+                handles.append(self.norm2_module(v[1]).register_forward_pre_hook(add(d)))
             else:
                 _, l, h, c = v
                 mod, cols = self.columns(l, h, c)
@@ -722,6 +818,18 @@ def fixture_cases(name):
                 checks["out_edges_vs_hooks"] = max(checks["out_edges_vs_hooks"], maxdiff(got_edges, want))
         assert checks["plain_vs_hooks"] <= TOL_ABL, (name, checks)
         assert checks["out_edges_vs_hooks"] <= TOL_ABL, (name, checks)
+        if net.post_norms:
+            # the per-sender differences do not add up to a joint ablation: two heads of a layer, every edge out
+            # of both patched, differ from both heads ablated at once (the post-attention norm is not linear),
+            # so the cases tell the two semantics apart
+            checks["two_heads_out_edges_vs_joint_ablation_min"] = math.inf
+            for ab in ABLATIONS:
+                for l in range(L):
+                    both = out_edges(net, ("head", l, 0)) + out_edges(net, ("head", l, 1))
+                    d = maxdiff(net.run(ids, None, both, ab, reps[ab]), m.masked(kw, f"{l}.0,{l}.1", ab, real))
+                    checks["two_heads_out_edges_vs_joint_ablation_min"] = min(
+                        checks["two_heads_out_edges_vs_joint_ablation_min"], d)
+            assert checks["two_heads_out_edges_vs_joint_ablation_min"] > 1e-6, (name, checks)
         # (2) every edge with other := this
         everything = every_edge(net)
         checks["n_valid_edges"] = len(everything)
@@ -934,7 +1042,7 @@ def task_cases(m, net):
 
 
 DOC = ("Edge patching references for headprune's mask items SENDER>RECEIVER (tools/gen_edge_cases.py; regenerate "
-       "with `/work/venv/bin/python tools/gen_edge_cases.py`, about half a minute; the tool's docstring has the whole "
+       "with `/work/venv/bin/python tools/gen_edge_cases.py`, about a minute; the tool's docstring has the whole "
        "definition and its checks). An edge u>v patches only what receiver v reads from sender u through the "
        "residual stream: v reads x_v = (its input in this run, before its norm) + sum over patched u>v of "
        "(a_u(other) - a_u(this)). Senders: L.H (head H's o_h times its rows of the attention output projection, "
@@ -960,7 +1068,16 @@ DOC = ("Edge patching references for headprune's mask items SENDER>RECEIVER (too
        "one row at a time, the prompt's last position, answer as target), mask, ablation, loss, acc, kl "
        "(KL(unmasked || patched) per scored item), n_tokens, per_seq_loss (task: per_seq and the task metrics). "
        "The case with mask \"\" and ablation zero is the unmasked model. fixtures.<name>.checks holds what the "
-       "self-checks measured.")
+       "self-checks measured. Gemma 2 / 3 (gemma2-softcap, gemma3-local; norms after the attention and the MLP): "
+       "mlp:L's contribution is post_feedforward_layernorm's output and the MLP reads the stream through "
+       "pre_feedforward_layernorm; a head sender L.H is defined by its difference only, a_u(other) - a_u(this) = "
+       "post_attention_layernorm(o_proj(O with head H's o_h replaced by the ablation's)) - "
+       "post_attention_layernorm(o_proj(O)), O the layer's head outputs in this run (the mask's ablations in it), "
+       "each patched edge adding its own difference (heads of one layer into one receiver are not ablated "
+       "jointly); emb is the embedding row times sqrt(hidden_size) (float64); the receivers read through "
+       "input_layernorm, then q/k norms per head (Gemma 3), the layer's rotary (Gemma 3: rope_local_base_freq on "
+       "sliding layers), scores * query_pre_attn_scalar ** -0.5, attention soft-capping (Gemma 2), the sliding "
+       "window of layer_types' sliding layers; logits: norm, lm_head, final logit soft-capping (Gemma 2).")
 
 
 def main():

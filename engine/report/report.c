@@ -70,6 +70,7 @@ static const struct figure_kind {
     {"estimates", "Estimates against exact effects", hr_make_estimates},
     {"patching", "Activation patching by position", hr_make_patching},
     {"self-repair", "Direct against total effects", hr_make_self_repair},
+    {"circuit", "Circuits", hr_make_circuit},
 };
 #define N_KINDS ((int)(sizeof figure_kinds / sizeof *figure_kinds))
 

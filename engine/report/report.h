@@ -138,5 +138,6 @@ enum hp_status hr_make_redundancy(struct report *r, struct section *sec); // rep
 enum hp_status hr_make_roles(struct report *r, struct section *sec);      // report_roles.c
 enum hp_status hr_make_estimates(struct report *r, struct section *sec);  // report_estimates.c
 enum hp_status hr_make_self_repair(struct report *r, struct section *sec); // report_selfrepair.c
+enum hp_status hr_make_circuit(struct report *r, struct section *sec);     // report_circuit.c
 
 #endif
