@@ -125,6 +125,12 @@ int *hr_roles_index(const struct hp_table *t, int L, int U);
 void hr_roles_tooltip(struct hp_text *s, const struct hp_table *t, int i);
 /* Layer l of L's colour in the scatters (sequential), and the legend of it at y 55-65 of a figure. */
 void hr_layer_colour(int l, int L, char col[8]);
+/* A scatter's point of layer l (< 0: 0) at (x, y), opened: its marker and class, colour and stroke; the caller adds
+ * its data- attributes and closes it with "><title>...</title></path>". */
+void hr_point_open(struct hp_text *sv, const struct report *r, int l, double x, double y);
+/* Whether row i is among the k rows [first, first + n) of t with the largest key in column col: |value| with
+ * absolute, else -value (rank 1 largest); ties go to the earlier row, a NaN never is. */
+bool hr_among_largest(const struct hp_table *t, int first, int n, int i, int k, int col, bool absolute);
 void hr_layer_legend(struct hp_text *sv, int L);
 
 // --- the figures: each draws its figures into r and sec, or says in sec why not -------------

@@ -36,15 +36,11 @@ static void points(struct hp_text *sv, const struct report *r, const struct hp_t
 {
     const int c_l = tcol(t, "layer"), c_lab = tcol(t, "label"), c_rx = tcol(t, "rank_exact"),
               c_re = tcol(t, "rank_est"), c_est = tcol(t, "estimate"), c_ex = tcol(t, "exact");
-    char col[8];
     for (int i = p->first; i < p->first + p->n; i++) {
         const double x = tval(t, i, c_rx), y = tval(t, i, c_re);
         if (!isfinite(x) || !isfinite(y))
             continue;
-        hr_layer_colour(tint(t, i, c_l) >= 0 ? tint(t, i, c_l) : 0, r->n_layers, col);
-        hp_svg_marker_open(sv, 0, hp_scale_map(sx, x), hp_scale_map(sy, y), 3.2);
-        hp_text_printf(sv, " class=\"point\" fill=\"%s\" fill-opacity=\"0.85\" stroke=\"#222\" stroke-width=\"0.5\"",
-                       col);
+        hr_point_open(sv, r, tint(t, i, c_l), hp_scale_map(sx, x), hp_scale_map(sy, y));
         hr_attr_cell(sv, "data-label", t, i, c_lab);
         hr_attr_cell(sv, "data-estimate", t, i, c_est);
         hr_attr_cell(sv, "data-exact", t, i, c_ex);
@@ -62,20 +58,6 @@ static void points(struct hp_text *sv, const struct report *r, const struct hp_t
     }
 }
 
-/* Whether row i is among the k rows of the panel with the largest key (ties: the earlier row). */
-static bool among_largest(const struct hp_table *t, const struct panel *p, int i, int k, int col, bool absolute)
-{
-    const double v = absolute ? fabs(tval(t, i, col)) : -tval(t, i, col);
-    if (!isfinite(v))
-        return false;
-    int above = 0;
-    for (int j = p->first; j < p->first + p->n && above < k; j++) {
-        const double w = absolute ? fabs(tval(t, j, col)) : -tval(t, j, col);
-        above += j != i && isfinite(w) && (w > v || (w == v && j < i));
-    }
-    return above < k;
-}
-
 static void labels(struct hp_text *sv, const struct hp_table *t, const struct panel *p, const struct hp_scale *sx,
                    const struct hp_scale *sy)
 {
@@ -85,7 +67,8 @@ static void labels(struct hp_text *sv, const struct hp_table *t, const struct pa
     for (int i = p->first; i < p->first + p->n; i++) {
         const double x = tval(t, i, c_rx), y = tval(t, i, c_re);
         if (!isfinite(x) || !isfinite(y) ||
-            !(among_largest(t, p, i, EST_WORST, c_d, true) || among_largest(t, p, i, EST_TOP, c_rx, false)))
+            !(hr_among_largest(t, p->first, p->n, i, EST_WORST, c_d, true) ||
+              hr_among_largest(t, p->first, p->n, i, EST_TOP, c_rx, false)))
             continue;
         const double px = hp_scale_map(sx, x), py = hp_scale_map(sy, y);
         const bool left = px > fmax(sx->r0, sx->r1) - 28;

@@ -211,6 +211,27 @@ void hr_roles_tooltip(struct hp_text *s, const struct hp_table *t, int i)
 }
 
 // A layer's colour: viridis by depth, short of its palest yellow (points sit on white).
+void hr_point_open(struct hp_text *sv, const struct report *r, int l, double x, double y)
+{
+    char col[8];
+    hr_layer_colour(l >= 0 ? l : 0, r->n_layers, col);
+    hp_svg_marker_open(sv, 0, x, y, 3.2);
+    hp_text_printf(sv, " class=\"point\" fill=\"%s\" fill-opacity=\"0.85\" stroke=\"#222\" stroke-width=\"0.5\"", col);
+}
+
+bool hr_among_largest(const struct hp_table *t, int first, int n, int i, int k, int col, bool absolute)
+{
+    const double v = absolute ? fabs(tval(t, i, col)) : -tval(t, i, col);
+    if (!isfinite(v))
+        return false;
+    int above = 0;
+    for (int j = first; j < first + n && above < k; j++) {
+        const double w = absolute ? fabs(tval(t, j, col)) : -tval(t, j, col);
+        above += j != i && isfinite(w) && (w > v || (w == v && j < i));
+    }
+    return above < k;
+}
+
 void hr_layer_colour(int l, int L, char col[8])
 {
     hp_color_sequential(L > 1 ? 0.85 * l / (L - 1) : 0.4, col);

@@ -24,34 +24,16 @@ struct sr_panel {
     const char *study;
 };
 
-/* Whether row i is among the SR_LABELS rows of t with the largest |compensation| (ties: the earlier row). */
-static bool labelled(const struct hp_table *t, int i, int c)
-{
-    const double v = fabs(tval(t, i, c));
-    if (!isfinite(v))
-        return false;
-    int above = 0;
-    for (int j = 0; j < t->n_rows && above < SR_LABELS; j++) {
-        const double w = fabs(tval(t, j, c));
-        above += j != i && isfinite(w) && (w > v || (w == v && j < i));
-    }
-    return above < SR_LABELS;
-}
-
 static void points(struct hp_text *sv, const struct report *r, const struct hp_table *t, const struct hp_scale *sx,
                    const struct hp_scale *sy)
 {
     const int c_u = tcol(t, "unit"), c_l = tcol(t, "layer"), c_t = tcol(t, "total"), c_d = tcol(t, "direct"),
               c_c = tcol(t, "compensation");
-    char col[8];
     for (int i = 0; i < t->n_rows; i++) {
         const double x = tval(t, i, c_t), y = tval(t, i, c_d);
         if (!isfinite(x) || !isfinite(y))
             continue;
-        hr_layer_colour(tint(t, i, c_l) >= 0 ? tint(t, i, c_l) : 0, r->n_layers, col);
-        hp_svg_marker_open(sv, 0, hp_scale_map(sx, x), hp_scale_map(sy, y), 3.2);
-        hp_text_printf(sv, " class=\"point\" fill=\"%s\" fill-opacity=\"0.85\" stroke=\"#222\" stroke-width=\"0.5\"",
-                       col);
+        hr_point_open(sv, r, tint(t, i, c_l), hp_scale_map(sx, x), hp_scale_map(sy, y));
         hr_attr_cell(sv, "data-label", t, i, c_u);
         hr_attr_cell(sv, "data-total", t, i, c_t);
         hr_attr_cell(sv, "data-direct", t, i, c_d);
@@ -68,7 +50,7 @@ static void points(struct hp_text *sv, const struct report *r, const struct hp_t
     hp_text_add(sv, "<g class=\"point-labels\" font-size=\"10\" fill=\"#222\">\n");
     for (int i = 0; i < t->n_rows; i++) {
         const double x = tval(t, i, c_t), y = tval(t, i, c_d);
-        if (!isfinite(x) || !isfinite(y) || !labelled(t, i, c_c))
+        if (!isfinite(x) || !isfinite(y) || !hr_among_largest(t, 0, t->n_rows, i, SR_LABELS, c_c, true))
             continue;
         const double px = hp_scale_map(sx, x), py = hp_scale_map(sy, y);
         const bool left = px > fmax(sx->r0, sx->r1) - 28;

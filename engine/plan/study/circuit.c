@@ -54,8 +54,7 @@ static enum hp_status parse_sizes(const struct hp_loader *ld, const yaml_node_t 
 
 static void clear(struct hp_study *s)
 {
-    free(s->edges.from);
-    free(s->edges.to);
+    hp_study_edges_clear(s);
     free(s->circuit.sizes);
 }
 
@@ -94,13 +93,14 @@ static long evals(const struct hp_study *s, const struct hp_model_info *info)
     return n + (n ? hp_study_circuit_sizes(s, n, k) : 0);
 }
 
-/* The patterns checked against the model when the plan is expanded: an error names the option. */
+/* No jobs at expansion: the sweep's procedure makes them from results (evals counts them for `plan`). */
 static int64_t count_jobs(const struct hp_expander *e)
 {
     (void)e;
     return 0;
 }
 
+/* The patterns checked against the model when the plan is expanded: an error names the option. */
 static enum hp_status expand(struct hp_expander *e)
 {
     struct hp_mask *m = hp_ex_new_mask(e);

@@ -38,7 +38,7 @@ enum hp_status hp_study_parse_to(const struct hp_loader *ld, const yaml_node_t *
     return pattern(ld, v, "to", &s->edges.to);
 }
 
-static void clear(struct hp_study *s)
+void hp_study_edges_clear(struct hp_study *s)
 {
     free(s->edges.from);
     free(s->edges.to);
@@ -106,7 +106,7 @@ const struct hp_study_kind_row hp_study_edges = {
     .name = "edges",
     .opts = opts,
     .n_opts = 2,
-    .clear = clear,
+    .clear = hp_study_edges_clear,
     .count_jobs = count_jobs,
     .expand = expand,
     .describe = describe,

@@ -262,6 +262,7 @@ static inline const struct hp_study_kind_row *hp_study_row(enum hp_study_kind k)
 /* from: and to: (edges, circuit: engine/plan/study/edges.c): a sender and a receiver pattern, into s->edges. */
 enum hp_status hp_study_parse_from(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s);
 enum hp_status hp_study_parse_to(const struct hp_loader *ld, const yaml_node_t *v, struct hp_study *s);
+void hp_study_edges_clear(struct hp_study *s); /* frees what they hold */
 
 /* The cost of a kind scored from one gradient at the unmasked model (importance, attribution, study.c):
  * one forward+backward pass, always. */
